@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unimem virtualized mailbox (vmbox) and virtualized packetizer: register layout.
+ *
+ * Source: ExaNoDe deliverable (seed 004), section 2.2.3 (Figures 6-8), section 5.1
+ * (vmbox, Table 3) and section 5.2 (packetizer, Tables 4 and 5, Figures 14-18).
+ * This header is the single definition shared by the device cores (hw/unimem), the
+ * QEMU glue, the Linux driver (guest/kmod), the user programs, the firmware and the tests.
+ * It is plain C and includes nothing but fixed-width integer types.
+ */
+#ifndef RACKEMU_UNIMEM_REGS_H
+#define RACKEMU_UNIMEM_REGS_H
+
+#ifdef __KERNEL__
+#include <linux/types.h>
+typedef __u64 rk_u64;
+typedef __u32 rk_u32;
+#else
+#include <stdint.h>
+typedef uint64_t rk_u64;
+typedef uint32_t rk_u32;
+#endif
+
+#define UNIMEM_IF_COUNT        64u      /* FIFOs / PIFs per node (sec. 2.2.3) */
+#define UNIMEM_IF_PAGE_SHIFT   12u
+#define UNIMEM_IF_PAGE_SIZE    0x1000u  /* one 4 KiB page per interface (Fig. 6, 7) */
+#define UNIMEM_IF_SERVICE      0u       /* interface 0 belongs to the atomic service */
+
+/* ---- Global address layout (seed 004 sec. 3.1.6: 40-bit addresses carrying the node id) ----
+ * rackemu places the node id in bits [39:34] and the node-local physical address in [33:0]
+ * (16 GiB per node, 64 nodes). The packetizer's BASE_DEST check uses bits [33:18].
+ */
+#define UNIMEM_GADDR_BITS      40u
+#define UNIMEM_GADDR_NODE_SHIFT 34u
+#define UNIMEM_GADDR_NODE_MASK 0x3full
+#define UNIMEM_GADDR_LOCAL_MASK ((1ull << UNIMEM_GADDR_NODE_SHIFT) - 1)
+#define UNIMEM_GADDR(node, local) \
+    ((((rk_u64)(node) & UNIMEM_GADDR_NODE_MASK) << UNIMEM_GADDR_NODE_SHIFT) | \
+     ((rk_u64)(local) & UNIMEM_GADDR_LOCAL_MASK))
+#define UNIMEM_GADDR_NODE(a)   (((rk_u64)(a) >> UNIMEM_GADDR_NODE_SHIFT) & UNIMEM_GADDR_NODE_MASK)
+#define UNIMEM_GADDR_LOCAL(a)  ((rk_u64)(a) & UNIMEM_GADDR_LOCAL_MASK)
+
+/* ---- Virtualized mailbox (sec. 5.1) ----
+ * 64 MIF pages at 0x1000 * n; page 64 (offset 0x40000) is rackemu's control page.
+ */
+#define VMBOX_MIF_OFFSET(n)    ((rk_u64)(n) << UNIMEM_IF_PAGE_SHIFT)
+/* MIF data register (Table 3): a 64-bit store enqueues one word, a burst several; a 64-bit
+ * load dequeues one word. Any 8-byte-aligned offset in [0x00, 0x40) addresses the FIFO, so
+ * a 16-, 32- or 64-byte burst (stp, ld1/st1 of q registers) moves 2, 4 or 8 words. */
+#define VMBOX_MIF_DATA         0x00u
+#define VMBOX_MIF_DATA_SPAN    0x40u
+/* rackemu extension, read-only: number of words queued in this FIFO. */
+#define VMBOX_MIF_COUNT        0x800u
+/* Value a load of an empty FIFO returns (sec. 5.1.1). */
+#define VMBOX_EMPTY_PATTERN    0xCAFEBEBEDEADBEAFull
+
+/* Control page (rackemu extension; the seed's Table 3 is not reproduced in the source text).
+ * Only the driver maps it. */
+#define VMBOX_CTRL_OFFSET      0x40000u
+#define VMBOX_CTRL_ID          0x00u   /* R: VMBOX_ID_VALUE */
+#define VMBOX_CTRL_DEPTH       0x08u   /* R: FIFO depth in 64-bit words */
+#define VMBOX_CTRL_IRQ_STATUS  0x10u   /* R: bit n = FIFO n non-empty and its IRQ enabled */
+#define VMBOX_CTRL_IRQ_ENABLE  0x18u   /* R/W: bit n enables FIFO n's arrival interrupt */
+#define VMBOX_CTRL_NONEMPTY    0x20u   /* R: bit n = FIFO n non-empty */
+#define VMBOX_CTRL_FLUSH       0x28u   /* WC: bit n empties FIFO n */
+#define VMBOX_CTRL_NACKS       0x30u   /* R: writes refused because a FIFO was full */
+#define VMBOX_CTRL_TRUNCATED   0x38u   /* R: words dropped by the burst "known issue" mode */
+#define VMBOX_CTRL_ENQUEUED    0x40u   /* R: words enqueued since reset */
+#define VMBOX_CTRL_DEQUEUED    0x48u   /* R: words dequeued since reset */
+#define VMBOX_ID_VALUE         0x524b564d42580001ull /* "RKVMBX" v1 */
+#define VMBOX_MMIO_SIZE        (VMBOX_CTRL_OFFSET + UNIMEM_IF_PAGE_SIZE)
+#define VMBOX_DEFAULT_DEPTH    256u    /* words per FIFO = 64 packets of 256 bits */
+
+/* ---- Virtualized packetizer (sec. 5.2) ----
+ * 64 PIF pages at 0x1000 * n, the trust interface (TIF) page at 0x40000 (Fig. 7).
+ */
+#define PKTZ_PIF_OFFSET(n)     ((rk_u64)(n) << UNIMEM_IF_PAGE_SHIFT)
+/* PIF registers (Table 5); each is 128 bits wide, written as two 64-bit halves. */
+#define PKTZ_PIF_PAYLOAD0      0x00u   /* bits [127:48] are transmitted */
+#define PKTZ_PIF_PAYLOAD1      0x10u   /* bits [127:0] are transmitted */
+#define PKTZ_PIF_DEST          0x20u   /* bits [39:0]: global address of the target MIF */
+#define PKTZ_PIF_STATUS        0x30u   /* R: status bits below */
+#define PKTZ_ST_PEND           (1u << 0) /* packet under preparation/transmission */
+#define PKTZ_ST_ILLEGAL        (1u << 1) /* destination outside the BASE_DEST window */
+#define PKTZ_ST_NACK           (1u << 2) /* negative acknowledgement received */
+#define PKTZ_ST_ACK            (1u << 3) /* positive acknowledgement received */
+#define PKTZ_ST_OVERWR_BUF     (1u << 4) /* debug: PIF written while a packet was pending */
+/* rackemu extension: the NACK came from the fabric (destination node absent or the
+ * fabric is down), not from the destination vmbox. Always set together with NACK. */
+#define PKTZ_ST_FABRIC_ERR     (1u << 5)
+/* TIF registers (Table 4) */
+#define PKTZ_TIF_OFFSET        0x40000u
+#define PKTZ_TIF_PIDT(n)       ((rk_u64)(n) * 8u) /* 0x000-0x1F8, bits [47:0] valid */
+#define PKTZ_TIF_BASE_DEST     0x200u  /* bits [33:18] valid */
+#define PKTZ_TIF_PID_CONF      0x208u  /* bit n: PIDT entry n valid */
+#define PKTZ_TIF_CLR_REQ       0x210u  /* WC: bit n clears PIF n's pending request */
+/* rackemu extension, read-only counters in the TIF page */
+#define PKTZ_TIF_ID            0x300u  /* R: PKTZ_ID_VALUE */
+#define PKTZ_TIF_SENT          0x308u  /* R: packets transmitted */
+#define PKTZ_TIF_ACKED         0x310u  /* R: ACKs received */
+#define PKTZ_TIF_NACKED        0x318u  /* R: NACKs received (vmbox full or fabric error) */
+#define PKTZ_TIF_ILLEGAL       0x320u  /* R: setups refused for an illegal destination */
+#define PKTZ_TIF_NOPID         0x328u  /* R: setups dropped because the PID_CONF bit was clear */
+#define PKTZ_ID_VALUE          0x524b504b545a0001ull /* "RKPKTZ" v1 */
+#define PKTZ_MMIO_SIZE         (PKTZ_TIF_OFFSET + UNIMEM_IF_PAGE_SIZE)
+
+#define PKTZ_PID_MASK          ((1ull << 48) - 1)
+#define PKTZ_BASE_DEST_MASK    0x3fffc0000ull       /* bits [33:18] */
+#define PKTZ_DEST_MASK         ((1ull << UNIMEM_GADDR_BITS) - 1)
+/* A destination is legal when its bits [33:18] equal BASE_DEST's bits [33:18]; bits [17:12]
+ * then select the MIF and bits [39:34] the node. */
+#define PKTZ_DEST_MIF(d)       ((unsigned)(((d) >> UNIMEM_IF_PAGE_SHIFT) & 0x3f))
+
+/* The 256-bit atomic packet (Fig. 17) as four little-endian 64-bit words, in the order they
+ * are pushed into the destination FIFO:
+ *   word 0 bits [47:0]  = PID from the PIDT (never from the PIF writer)
+ *   word 0 bits [63:48] = payload0 bits [63:48]
+ *   word 1              = payload0 bits [127:64]
+ *   word 2, word 3      = payload1 bits [63:0], [127:64]
+ */
+#define UNIMEM_PACKET_WORDS    4u
+#define UNIMEM_PACKET_PID(w0)  ((w0) & PKTZ_PID_MASK)
+
+/* ---- rackemu-node placement (see docs/machine.md) ---- */
+#define RACKEMU_VMBOX_BASE     0x0b000000ull
+#define RACKEMU_PKTZ_BASE      0x0b100000ull
+#define RACKEMU_VMBOX_SPI      48u
+#define RACKEMU_PKTZ_SPI       49u
+#define RACKEMU_VMBOX_COMPAT   "rackemu,unimem-vmbox"
+#define RACKEMU_PKTZ_COMPAT    "rackemu,unimem-packetizer"
+
+#endif /* RACKEMU_UNIMEM_REGS_H */

@@ -1,0 +1,434 @@
+// SPDX-License-Identifier: MIT
+// A node's fabric port (see rk_fabric_port.h and docs/fabric.md).
+#include "rk_fabric_port.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "shm_ring.h"
+
+using namespace rackemu::fabric;
+
+namespace {
+struct Svc {
+    rk_fabric_request_fn on_request = nullptr;
+    rk_fabric_reply_fn on_reply = nullptr;
+    rk_fabric_link_fn on_link = nullptr;
+    void *opaque = nullptr;
+};
+
+void fmt(char *err, size_t errlen, const char *f, ...)
+{
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(err, errlen, f, ap);
+    va_end(ap);
+}
+} // namespace
+
+struct RkFabricPort {
+    std::string path;
+    unsigned node_id = 0, node_count = 0;
+    std::mutex tx_mu; // producers on to_bridge; also guards the mapping
+    std::atomic<bool> up{false};
+    int sock = -1;
+    PortShm *shm = nullptr;
+    Doorbell *bell = nullptr;
+    Svc svcs[RKF_SVC_COUNT];
+    std::mutex svc_mu;
+    std::thread thr;
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> frames_tx{0}, frames_rx{0}, bytes_tx{0}, bytes_rx{0}, bad_frames{0},
+        send_failures{0}, link_downs{0}, connects{0}, wakeups_sent{0}, sleeps{0};
+
+    // 0: connected; -1: bridge not reachable (retry later); -2: refused (fatal).
+    int connect_once(char *err, size_t errlen);
+    void link_down(const char *why);
+    void run();
+    int push(const rkf_frame_hdr &h, const void *payload);
+    void dispatch(const rkf_frame_hdr &h, const unsigned char *payload);
+};
+
+int RkFabricPort::connect_once(char *err, size_t errlen)
+{
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (s < 0) {
+        fmt(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    if (path.size() >= sizeof sa.sun_path) {
+        close(s);
+        fmt(err, errlen, "fabric socket path too long (%zu bytes, max %zu): %s", path.size(),
+            sizeof sa.sun_path - 1, path.c_str());
+        return -2;
+    }
+    std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+    if (connect(s, reinterpret_cast<sockaddr *>(&sa), sizeof sa) < 0) {
+        fmt(err, errlen, "cannot connect to the fabric bridge at %s: %s", path.c_str(), strerror(errno));
+        close(s);
+        return -1;
+    }
+    rkf_hello hello{};
+    hello.magic = RKF_HELLO_MAGIC;
+    hello.version = RKF_PROTO_VERSION;
+    hello.node_id = node_id;
+    hello.node_count = node_count;
+    hello.caps = RKF_CAP_UNIMEM_MBOX;
+    snprintf(hello.name, sizeof hello.name, "node%u pid %d", node_id, int(getpid()));
+    if (send(s, &hello, sizeof hello, MSG_NOSIGNAL) != sizeof hello) {
+        fmt(err, errlen, "handshake send failed: %s", strerror(errno));
+        close(s);
+        return -1;
+    }
+    pollfd pfd{s, POLLIN, 0};
+    if (poll(&pfd, 1, 5000) <= 0) {
+        fmt(err, errlen, "the fabric bridge at %s did not answer the handshake within 5 s", path.c_str());
+        close(s);
+        return -1;
+    }
+    rkf_welcome w{};
+    iovec iov{&w, sizeof w};
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(2 * sizeof(int))];
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cbuf;
+    mh.msg_controllen = sizeof cbuf;
+    ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
+    int fds[2] = {-1, -1};
+    for (cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            std::memcpy(fds, CMSG_DATA(c), std::min<size_t>(nfd, 2) * sizeof(int));
+        }
+    }
+    auto fail = [&](int rc) {
+        for (int fd : fds) if (fd >= 0) close(fd);
+        close(s);
+        return rc;
+    };
+    if (n != sizeof w || w.magic != RKF_HELLO_MAGIC) {
+        fmt(err, errlen, "malformed handshake answer from the fabric bridge (%zd bytes)", n);
+        return fail(-1);
+    }
+    if (w.status != RKF_WELCOME_OK) {
+        w.message[sizeof w.message - 1] = 0;
+        fmt(err, errlen, "the fabric bridge refused node %u: %s", node_id, w.message);
+        return fail(-2);
+    }
+    if (fds[0] < 0 || fds[1] < 0 || w.ring_slots != RKF_RING_SLOTS || w.slot_size != RKF_SLOT_SIZE) {
+        fmt(err, errlen, "fabric bridge handshake carried no shared memory or a different ring geometry");
+        return fail(-2);
+    }
+    void *m = mmap(nullptr, sizeof(PortShm), PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);
+    void *b = mmap(nullptr, sizeof(Doorbell), PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
+    if (m == MAP_FAILED || b == MAP_FAILED) {
+        if (m != MAP_FAILED) munmap(m, sizeof(PortShm));
+        if (b != MAP_FAILED) munmap(b, sizeof(Doorbell));
+        fmt(err, errlen, "mmap of the fabric port memory failed: %s", strerror(errno));
+        return fail(-1);
+    }
+    close(fds[0]);
+    close(fds[1]);
+    auto *ps = static_cast<PortShm *>(m);
+    if (ps->magic != RKF_SHM_MAGIC || ps->version != RKF_PROTO_VERSION) {
+        munmap(m, sizeof(PortShm));
+        munmap(b, sizeof(Doorbell));
+        close(s);
+        fmt(err, errlen, "fabric port memory has a bad magic/version");
+        return -2;
+    }
+    {
+        std::lock_guard lk(tx_mu);
+        sock = s;
+        shm = ps;
+        bell = static_cast<Doorbell *>(b);
+        up = true;
+    }
+    connects++;
+    return 0;
+}
+
+void RkFabricPort::link_down(const char *why)
+{
+    {
+        std::lock_guard lk(tx_mu);
+        if (!up) return;
+        up = false;
+        munmap(shm, sizeof(PortShm));
+        munmap(bell, sizeof(Doorbell));
+        close(sock);
+        shm = nullptr;
+        bell = nullptr;
+        sock = -1;
+    }
+    link_downs++;
+    fprintf(stderr, "rackemu-fabric: node %u: link down (%s); pending operations fail, reconnecting\n",
+            node_id, why);
+    Svc copy[RKF_SVC_COUNT];
+    {
+        std::lock_guard lk(svc_mu);
+        std::copy(std::begin(svcs), std::end(svcs), copy);
+    }
+    for (auto &s : copy) {
+        if (s.on_link) s.on_link(s.opaque, 0);
+    }
+}
+
+int RkFabricPort::push(const rkf_frame_hdr &h, const void *payload)
+{
+    const uint64_t deadline = now_ns() + 100000000ull;
+    std::unique_lock lk(tx_mu);
+    for (;;) {
+        if (!up) {
+            send_failures++;
+            return -ENOTCONN;
+        }
+        if (ring_push(shm->to_bridge, h, payload)) {
+            frames_tx++;
+            bytes_tx += sizeof h + h.len;
+            if (futex_wake(&bell->sleeping)) {
+                wakeups_sent++;
+            }
+            return 0;
+        }
+        // Ring full: the bridge drains continuously, so this is transient.
+        if (now_ns() > deadline) {
+            send_failures++;
+            return -EAGAIN;
+        }
+        futex_wake(&bell->sleeping);
+        lk.unlock();
+        std::this_thread::yield();
+        lk.lock();
+    }
+}
+
+void RkFabricPort::dispatch(const rkf_frame_hdr &h, const unsigned char *payload)
+{
+    Svc s;
+    {
+        std::lock_guard lk(svc_mu);
+        s = svcs[h.svc];
+    }
+    if (h.type == RKF_T_REPLY) {
+        if (s.on_reply) s.on_reply(s.opaque, &h, payload);
+        return;
+    }
+    if (h.svc == RKF_SVC_ECHO && h.type == RKF_T_REQ) {
+        rk_fabric_port_reply(this, &h, RKF_ST_OK, payload, h.len);
+        return;
+    }
+    if (s.on_request) {
+        s.on_request(s.opaque, this, &h, payload);
+    } else if (h.type == RKF_T_REQ) {
+        rk_fabric_port_reply(this, &h, RKF_ST_BAD_FRAME, nullptr, 0);
+    }
+}
+
+void RkFabricPort::run()
+{
+    uint64_t last_activity = now_ns();
+    uint64_t next_connect = 0;
+    unsigned char payload[RKF_SLOT_SIZE];
+    while (!stop.load(std::memory_order_relaxed)) {
+        if (!up.load(std::memory_order_acquire)) {
+            if (now_ns() >= next_connect) {
+                char err[256];
+                int rc = connect_once(err, sizeof err);
+                if (rc == 0) {
+                    fprintf(stderr, "rackemu-fabric: node %u: connected to %s\n", node_id, path.c_str());
+                    Svc copy[RKF_SVC_COUNT];
+                    {
+                        std::lock_guard lk(svc_mu);
+                        std::copy(std::begin(svcs), std::end(svcs), copy);
+                    }
+                    for (auto &s : copy) {
+                        if (s.on_link) s.on_link(s.opaque, 1);
+                    }
+                    continue;
+                }
+                next_connect = now_ns() + 1000000000ull;
+            }
+            usleep(50000);
+            continue;
+        }
+        Ring &rx = shm->to_node;
+        rkf_frame_hdr h;
+        unsigned handled = 0;
+        PopResult pr;
+        while (handled < 256 && (pr = ring_pop(rx, h, payload)) == PopResult::Ok) {
+            handled++;
+            if (const char *why = frame_defect(h)) {
+                bad_frames++;
+                fprintf(stderr, "rackemu-fabric: node %u: dropped a frame from the bridge: %s\n", node_id, why);
+                continue;
+            }
+            frames_rx++;
+            bytes_rx += sizeof h + h.len;
+            dispatch(h, payload);
+        }
+        if (handled == 0 && pr == PopResult::Corrupt) {
+            link_down("corrupt ring indices");
+            continue;
+        }
+        const uint64_t now = now_ns();
+        if (handled) {
+            last_activity = now;
+            continue;
+        }
+        if (now - last_activity < kSpinNs) {
+            cpu_relax();
+            continue;
+        }
+        sleeps++;
+        futex_sleep(&rx.ctl.sleeping, kSleepMs, [&] { return !ring_empty(rx); });
+        last_activity = now_ns() - kSpinNs / 2;
+        // Liveness: a hang-up on the handshake socket means the bridge is gone.
+        pollfd pfd{sock, POLLIN, 0};
+        if (poll(&pfd, 1, 0) > 0) {
+            char b[64];
+            ssize_t n = recv(sock, b, sizeof b, MSG_DONTWAIT);
+            if (n == 0 || (pfd.revents & (POLLHUP | POLLERR))) {
+                link_down("the bridge closed the connection");
+            }
+        }
+    }
+}
+
+extern "C" {
+
+RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsigned node_count,
+                                 unsigned connect_timeout_ms, char *err, size_t errlen)
+{
+    if (!socket_path || !*socket_path) {
+        fmt(err, errlen, "no fabric socket path given");
+        return nullptr;
+    }
+    if (node_id >= RKF_MAX_NODES || node_count == 0 || node_count > RKF_MAX_NODES || node_id >= node_count) {
+        fmt(err, errlen, "node id %u / node count %u out of range (node id < node count <= %u)", node_id,
+            node_count, RKF_MAX_NODES);
+        return nullptr;
+    }
+    auto *p = new RkFabricPort;
+    p->path = socket_path;
+    p->node_id = node_id;
+    p->node_count = node_count;
+    const uint64_t deadline = now_ns() + uint64_t(connect_timeout_ms) * 1000000ull;
+    for (;;) {
+        int rc = p->connect_once(err, errlen);
+        if (rc == 0) break;
+        if (rc == -2) {
+            delete p;
+            return nullptr;
+        }
+        if (now_ns() >= deadline) break; // stays down; the thread keeps trying
+        usleep(100000);
+    }
+    p->thr = std::thread([p] { p->run(); });
+    return p;
+}
+
+void rk_fabric_port_free(RkFabricPort *p)
+{
+    if (!p) return;
+    p->stop = true;
+    {
+        std::lock_guard lk(p->tx_mu);
+        if (p->up) futex_wake(&p->shm->to_node.ctl.sleeping);
+    }
+    if (p->thr.joinable()) p->thr.join();
+    if (p->up) {
+        munmap(p->shm, sizeof(PortShm));
+        munmap(p->bell, sizeof(Doorbell));
+        close(p->sock);
+    }
+    delete p;
+}
+
+void rk_fabric_port_register(RkFabricPort *p, unsigned svc, rk_fabric_request_fn on_request,
+                             rk_fabric_reply_fn on_reply, rk_fabric_link_fn on_link, void *opaque)
+{
+    if (svc >= RKF_SVC_COUNT) return;
+    std::lock_guard lk(p->svc_mu);
+    p->svcs[svc] = Svc{on_request, on_reply, on_link, opaque};
+}
+
+int rk_fabric_port_send(RkFabricPort *p, struct rkf_frame_hdr *h, const void *payload)
+{
+    h->magic = RKF_FRAME_MAGIC;
+    h->src = p->node_id;
+    h->ts_ns = now_ns();
+    if (frame_defect(*h) || (h->len && !payload)) {
+        p->send_failures++;
+        return -EINVAL;
+    }
+    return p->push(*h, payload);
+}
+
+int rk_fabric_port_reply(RkFabricPort *p, const struct rkf_frame_hdr *req, uint16_t status,
+                         const void *payload, uint16_t len)
+{
+    rkf_frame_hdr h{};
+    h.type = RKF_T_REPLY;
+    h.svc = req->svc;
+    h.op = req->op;
+    h.dst = req->src;
+    h.len = len;
+    h.status = status;
+    h.tag = req->tag;
+    return rk_fabric_port_send(p, &h, payload);
+}
+
+int rk_fabric_port_send_raw(RkFabricPort *p, const struct rkf_frame_hdr *h, const void *payload)
+{
+    rkf_frame_hdr copy = *h;
+    unsigned char buf[RKF_MAX_PAYLOAD] = {};
+    if (payload) std::memcpy(buf, payload, std::min<size_t>(h->len, RKF_MAX_PAYLOAD));
+    copy.len = h->len; // may be out of range on purpose; ring_push copies at most the slot
+    rkf_frame_hdr clipped = copy;
+    clipped.len = std::min<uint16_t>(copy.len, RKF_MAX_PAYLOAD);
+    std::lock_guard lk(p->tx_mu);
+    if (!p->up) return -ENOTCONN;
+    // Copy the clipped payload but publish the original (possibly bogus) length.
+    if (!ring_push(p->shm->to_bridge, clipped, buf)) return -EAGAIN;
+    Ring &r = p->shm->to_bridge;
+    const uint32_t last = r.ctl.head.load(std::memory_order_relaxed) - 1;
+    std::memcpy(r.slots[last % RKF_RING_SLOTS], &copy, sizeof copy);
+    futex_wake(&p->bell->sleeping);
+    return 0;
+}
+
+int rk_fabric_port_is_up(RkFabricPort *p) { return p->up.load() ? 1 : 0; }
+unsigned rk_fabric_port_node_id(RkFabricPort *p) { return p->node_id; }
+
+void rk_fabric_port_get_stats(RkFabricPort *p, struct rk_fabric_port_stats *o)
+{
+    o->frames_tx = p->frames_tx;
+    o->frames_rx = p->frames_rx;
+    o->bytes_tx = p->bytes_tx;
+    o->bytes_rx = p->bytes_rx;
+    o->bad_frames = p->bad_frames;
+    o->send_failures = p->send_failures;
+    o->link_downs = p->link_downs;
+    o->connects = p->connects;
+    o->wakeups_sent = p->wakeups_sent;
+    o->sleeps = p->sleeps;
+}
+
+} // extern "C"

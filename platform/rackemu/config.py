@@ -1,0 +1,360 @@
+"""Cluster configuration: TOML file + built-in defaults + command-line overrides, validated.
+
+The keys are documented in platform/cluster.toml (which holds the defaults) and in
+docs/launcher.md. Every error is a ConfigError whose message names the key, the value and
+what would be accepted; the CLI prints it as is.
+
+Paths of the build artefacts come from the environment:
+  RACKEMU_ROOT   the checkout (default: two levels above this file)
+  RACKEMU_BUILD  where setup puts binaries and the guest image (default $RACKEMU_ROOT/build)
+  RACKEMU_CACHE  downloads and long builds (default ~/.cache/rackemu)
+and can be overridden per cluster in the [paths] table.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import re
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Any
+
+MAX_NODES = 64          # node ids live in global-address bits [39:34] (hw/include/rackemu/unimem_regs.h)
+MIN_MEMORY_MIB = 64
+MAX_MEMORY_MIB = 16 * 1024   # a node's local physical addresses are bits [33:0]: 16 GiB
+MAX_VCPUS = 8
+
+ROOT = Path(os.environ.get("RACKEMU_ROOT") or Path(__file__).resolve().parents[2])
+DEFAULT_CONFIG_FILE = ROOT / "platform" / "cluster.toml"
+RUN_BASE = Path("/tmp/rackemu")
+SETUP_HINT = "run `./rackemu setup` first"
+
+
+class ConfigError(Exception):
+    """A configuration file, key or command-line value that cannot be used."""
+
+
+def build_dir() -> Path:
+    return Path(os.environ.get("RACKEMU_BUILD") or ROOT / "build")
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(os.environ.get("RACKEMU_CACHE") or Path(base) / "rackemu")
+
+
+# Built-in defaults; platform/cluster.toml repeats them with comments (a test keeps both equal).
+DEFAULTS: dict[str, Any] = {
+    "name": "default",
+    "nodes": 2,
+    "memory": "256M",
+    "vcpus": 2,
+    "cpu": "cortex-a57",
+    "machine": "rackemu-node",
+    "kernel_cmdline": "",
+    "boot_timeout": 300.0,
+    "run_dir": "",
+    "qemu_args": [],
+    "bridge_args": [],
+    "paths": {"qemu": "", "bridge": "", "kernel": "", "initrd": ""},
+}
+
+MACHINES = ("rackemu-node", "virt")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
+_CPU_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_MEM_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
+_MEM_UNIT_MIB = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def parse_memory(value: Any, key: str = "memory") -> int:
+    """Return a memory size in MiB. Accepts an integer (MiB) or "512M", "1G", "1GiB", "262144K"."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: expected a size like \"256M\" or \"1G\", got {value!r}")
+    if isinstance(value, int):
+        mib = float(value)
+    elif isinstance(value, str):
+        m = _MEM_RE.match(value)
+        if not m:
+            raise ConfigError(f"{key}: cannot read {value!r} as a size; use a number with a "
+                              f"unit, like \"256M\" or \"1G\" (a bare number means MiB)")
+        mib = int(m.group(1)) * _MEM_UNIT_MIB[m.group(2).upper()]
+    else:
+        raise ConfigError(f"{key}: expected a size like \"256M\" or \"1G\", got {value!r}")
+    if mib != int(mib):
+        raise ConfigError(f"{key}: {value!r} is not a whole number of MiB")
+    mib = int(mib)
+    if not MIN_MEMORY_MIB <= mib <= MAX_MEMORY_MIB:
+        raise ConfigError(f"{key}: {value!r} is {mib} MiB; a node needs between "
+                          f"{MIN_MEMORY_MIB} MiB and {MAX_MEMORY_MIB // 1024} GiB")
+    return mib
+
+
+def format_mib(mib: int) -> str:
+    return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
+
+
+@dataclasses.dataclass
+class ClusterConfig:
+    """A validated cluster shape. Build one with load_config(); fields are plain values."""
+
+    name: str = DEFAULTS["name"]
+    nodes: int = DEFAULTS["nodes"]
+    memory_mib: int = 256
+    vcpus: int = DEFAULTS["vcpus"]
+    cpu: str = DEFAULTS["cpu"]
+    machine: str = DEFAULTS["machine"]
+    kernel_cmdline: str = DEFAULTS["kernel_cmdline"]
+    boot_timeout: float = DEFAULTS["boot_timeout"]
+    run_dir: Path = RUN_BASE / "default"
+    qemu_args: list[str] = dataclasses.field(default_factory=list)
+    bridge_args: list[str] = dataclasses.field(default_factory=list)
+    qemu: Path = dataclasses.field(default_factory=lambda: build_dir() / "qemu" / "qemu-system-aarch64")
+    bridge: Path = dataclasses.field(default_factory=lambda: build_dir() / "rackemu-bridge")
+    kernel: Path | None = None          # None: KERNEL_IMAGE from $RACKEMU_BUILD/guest/guest.env
+    initrd: Path = dataclasses.field(default_factory=lambda: build_dir() / "guest" / "initramfs.cpio.gz")
+    source: str = "built-in defaults"    # where the values came from, for messages
+
+    @property
+    def memory(self) -> str:
+        return format_mib(self.memory_mib)
+
+    @property
+    def fabric(self) -> bool:
+        """Whether nodes join a fabric (and a bridge is started). `virt` is for development only."""
+        return self.machine == "rackemu-node"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        for k, v in d.items():
+            if isinstance(v, Path):
+                d[k] = str(v)
+        d["memory"] = self.memory
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ClusterConfig":
+        """Rebuild from to_dict() output (the run dir's state file)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in fields}
+        for k in ("run_dir", "qemu", "bridge", "initrd"):
+            if kw.get(k) is not None:
+                kw[k] = Path(kw[k])
+        if kw.get("kernel"):
+            kw["kernel"] = Path(kw["kernel"])
+        return cls(**kw)
+
+    # ---- build artefacts ----
+
+    def guest_env(self) -> dict[str, str]:
+        return read_guest_env(self.initrd.parent / "guest.env")
+
+    def kernel_image(self) -> Path:
+        if self.kernel is not None:
+            return self.kernel
+        env_file = self.initrd.parent / "guest.env"
+        env = read_guest_env(env_file)
+        img = env.get("KERNEL_IMAGE")
+        if not img:
+            raise ConfigError(f"{env_file} has no KERNEL_IMAGE; {SETUP_HINT}")
+        p = Path(img)
+        return p if p.is_absolute() else env_file.parent / p
+
+    def check_artefacts(self) -> None:
+        """Raise ConfigError naming every missing binary or image, with the set-up hint."""
+        missing = []
+
+        def need(path: Path, what: str, exe: bool = False) -> None:
+            if not path.is_file():
+                missing.append(f"  {what}: {path} (missing)")
+            elif exe and not os.access(path, os.X_OK):
+                missing.append(f"  {what}: {path} (not executable)")
+
+        need(self.qemu, "QEMU", exe=True)
+        if self.fabric:
+            need(self.bridge, "fabric bridge", exe=True)
+        need(self.initrd, "guest initramfs")
+        if self.kernel is not None:
+            need(self.kernel, "guest kernel")
+        else:
+            env_file = self.initrd.parent / "guest.env"
+            if not env_file.is_file():
+                missing.append(f"  guest kernel: {env_file} (missing; it names KERNEL_IMAGE)")
+            else:
+                try:
+                    need(self.kernel_image(), "guest kernel")
+                except ConfigError as e:
+                    missing.append(f"  guest kernel: {e}")
+        if missing:
+            raise ConfigError("build artefacts missing:\n" + "\n".join(missing) +
+                              f"\n{SETUP_HINT} (or set RACKEMU_BUILD, or [paths] in the config)")
+
+
+def read_guest_env(path: Path) -> dict[str, str]:
+    """Read guest/build.sh's guest.env: shell assignments KEY=value (quotes allowed), comments."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}; {SETUP_HINT}") from None
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].strip()
+        key, sep, value = line.partition("=")
+        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            continue
+        try:
+            parts = shlex.split(value, comments=True)
+        except ValueError:
+            parts = [value]
+        env[key] = " ".join(parts)
+    return env
+
+
+def _check_type(key: str, value: Any, types: tuple, what: str) -> None:
+    if isinstance(value, bool) and bool not in types:
+        raise ConfigError(f"{key}: expected {what}, got {value!r}")
+    if not isinstance(value, types):
+        raise ConfigError(f"{key}: expected {what}, got {value!r}")
+
+
+def _merge(base: dict[str, Any], layer: dict[str, Any], where: str) -> None:
+    """Merge one TOML document or override dict into base, refusing unknown keys."""
+    for key, value in layer.items():
+        if key not in DEFAULTS:
+            known = ", ".join(sorted(DEFAULTS))
+            raise ConfigError(f"{where}: unknown key {key!r} (known keys: {known})")
+        if key == "paths":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: [paths] must be a table")
+            for pk, pv in value.items():
+                if pk not in DEFAULTS["paths"]:
+                    known = ", ".join(sorted(DEFAULTS["paths"]))
+                    raise ConfigError(f"{where}: unknown key 'paths.{pk}' (known: {known})")
+                _check_type(f"paths.{pk}", pv, (str,), "a path string")
+                base["paths"][pk] = pv
+        else:
+            base[key] = value
+
+
+def load_config(path: str | os.PathLike | None = None,
+                overrides: dict[str, Any] | None = None) -> ClusterConfig:
+    """Built-in defaults (the values platform/cluster.toml documents), then the file at `path`
+    if given (it may set only some keys), then `overrides` (command-line values; None entries
+    are ignored). Returns a validated ClusterConfig or raises ConfigError."""
+    raw = copy.deepcopy(DEFAULTS)
+    source = "built-in defaults"
+    if path is not None:
+        p = Path(path)
+        try:
+            with open(p, "rb") as f:
+                doc = tomllib.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"config file {p} does not exist") from None
+        except OSError as e:
+            raise ConfigError(f"cannot read config file {p}: {e.strerror}") from None
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {p} is not valid TOML: {e}") from None
+        _merge(raw, doc, str(p))
+        source = str(p)
+    if overrides:
+        _merge(raw, {k: v for k, v in overrides.items() if v is not None}, "command line")
+    return _validate(raw, source)
+
+
+def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
+    name = raw["name"]
+    _check_type("name", name, (str,), "a string")
+    if not _NAME_RE.match(name):
+        raise ConfigError(f"name: {name!r} is not a usable cluster name (letters, digits, "
+                          f"'_', '.', '-', up to 40 characters, starting with a letter or digit)")
+
+    nodes = raw["nodes"]
+    if isinstance(nodes, str) and nodes.strip().isdigit():
+        nodes = int(nodes)
+    _check_type("nodes", nodes, (int,), "an integer")
+    if not 1 <= nodes <= MAX_NODES:
+        raise ConfigError(f"nodes: {nodes} is out of range; a cluster has 1 to {MAX_NODES} nodes")
+
+    memory_mib = parse_memory(raw["memory"])
+
+    vcpus = raw["vcpus"]
+    _check_type("vcpus", vcpus, (int,), "an integer")
+    if not 1 <= vcpus <= MAX_VCPUS:
+        raise ConfigError(f"vcpus: {vcpus} is out of range; a node has 1 to {MAX_VCPUS} vCPUs")
+
+    cpu = raw["cpu"]
+    _check_type("cpu", cpu, (str,), "a QEMU CPU model name")
+    if not _CPU_RE.match(cpu):
+        raise ConfigError(f"cpu: {cpu!r} is not a QEMU CPU model name (e.g. \"cortex-a57\")")
+
+    machine = raw["machine"]
+    _check_type("machine", machine, (str,), "a string")
+    if machine not in MACHINES:
+        raise ConfigError(f"machine: {machine!r} is not supported (use one of: {', '.join(MACHINES)})")
+
+    cmdline = raw["kernel_cmdline"]
+    _check_type("kernel_cmdline", cmdline, (str,), "a string")
+    if "\n" in cmdline:
+        raise ConfigError("kernel_cmdline: must be one line")
+    if re.search(r"(^|\s)rackemu\.node=", cmdline):
+        raise ConfigError("kernel_cmdline: rackemu.node= is set by the launcher; remove it")
+
+    boot_timeout = raw["boot_timeout"]
+    _check_type("boot_timeout", boot_timeout, (int, float), "a number of seconds")
+    if not 1 <= boot_timeout <= 24 * 3600:
+        raise ConfigError(f"boot_timeout: {boot_timeout} is out of range (1 to 86400 seconds)")
+
+    run_dir = raw["run_dir"]
+    _check_type("run_dir", run_dir, (str,), "a path string")
+    run_dir_path = Path(run_dir).expanduser() if run_dir else RUN_BASE / name
+    run_dir_path = Path(os.path.abspath(run_dir_path))
+    if run_dir_path == Path("/") or run_dir_path == Path.home():
+        raise ConfigError(f"run_dir: {run_dir_path} cannot be a cluster's run directory")
+    # UNIX socket paths are limited to 107 bytes; the longest one is node63.agent/qmp.
+    if len(str(run_dir_path / "node63.agent").encode()) > 100:
+        raise ConfigError(f"run_dir: {run_dir_path} is too long for UNIX socket paths "
+                          f"(keep it under ~85 characters)")
+
+    lists = {}
+    for key in ("qemu_args", "bridge_args"):
+        v = raw[key]
+        if not isinstance(v, list) or not all(isinstance(a, str) for a in v):
+            raise ConfigError(f"{key}: expected a list of strings, got {v!r}")
+        lists[key] = list(v)
+
+    paths = raw["paths"]
+    b = build_dir()
+
+    def pth(key: str, default: Path) -> Path:
+        return Path(paths[key]).expanduser().absolute() if paths[key] else default
+
+    return ClusterConfig(
+        name=name, nodes=nodes, memory_mib=memory_mib, vcpus=vcpus, cpu=cpu, machine=machine,
+        kernel_cmdline=cmdline.strip(), boot_timeout=float(boot_timeout), run_dir=run_dir_path,
+        qemu_args=lists["qemu_args"], bridge_args=lists["bridge_args"],
+        qemu=pth("qemu", b / "qemu" / "qemu-system-aarch64"),
+        bridge=pth("bridge", b / "rackemu-bridge"),
+        kernel=Path(paths["kernel"]).expanduser().absolute() if paths["kernel"] else None,
+        initrd=pth("initrd", b / "guest" / "initramfs.cpio.gz"),
+        source=source,
+    )
+
+
+def run_dir_for(name: str | None = None, run_dir: str | None = None,
+                config: str | None = None) -> Path:
+    """Where the cluster named on the command line lives (for status/exec/down)."""
+    if run_dir:
+        return Path(os.path.abspath(Path(run_dir).expanduser()))
+    if config:
+        return load_config(config, {"name": name}).run_dir
+    if name is not None:
+        if not _NAME_RE.match(name):
+            raise ConfigError(f"--name: {name!r} is not a usable cluster name")
+        return RUN_BASE / name
+    return RUN_BASE / DEFAULTS["name"]

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Build qemu-system-aarch64 with rackemu's devices and machine compiled in.
+#
+#  1. fetch-qemu.sh provides a QEMU 7.2 tree (Debian's source package, or RACKEMU_QEMU_SRC).
+#  2. The overlay is applied: hw/rackemu/{meson.build,Kconfig} link to platform/qemu/overlay,
+#     hw/rackemu/src links to this checkout, and platform/qemu/qemu-hook.patch adds the
+#     subdir()/source lines to QEMU's hw/meson.build and hw/Kconfig.
+#  3. QEMU is configured once for aarch64-softmmu only and built with ninja and ccache.
+#     The build directory is kept in $RACKEMU_CACHE/qemu-build (shared by every checkout on
+#     the machine, so a fresh clone does not pay the 7-minute cold build); the binary is
+#     copied to $RACKEMU_BUILD/qemu/qemu-system-aarch64. A second run rebuilds nothing.
+source "$(dirname "$0")/lib.sh"
+
+src=$(bash "$RACKEMU_ROOT/platform/setup/fetch-qemu.sh")
+bdir=$RACKEMU_CACHE/qemu-build
+out=$RACKEMU_BUILD/qemu
+mkdir -p "$bdir" "$out"
+
+exec 9>"$RACKEMU_CACHE/qemu-build.lock"
+flock -w 3600 9 || die "another rackemu QEMU build holds $RACKEMU_CACHE/qemu-build.lock"
+
+# Overlay (idempotent; re-pointed at this checkout every time).
+mkdir -p "$src/hw/rackemu"
+ln -sfn "$RACKEMU_ROOT/platform/qemu/overlay/meson.build" "$src/hw/rackemu/meson.build"
+ln -sfn "$RACKEMU_ROOT/platform/qemu/overlay/Kconfig" "$src/hw/rackemu/Kconfig"
+ln -sfn "$RACKEMU_ROOT" "$src/hw/rackemu/src"
+if patch -d "$src" -p1 -R --dry-run -s -f < "$RACKEMU_ROOT/platform/qemu/qemu-hook.patch" >/dev/null 2>&1; then
+    : # already applied
+else
+    patch -d "$src" -p1 -s -f < "$RACKEMU_ROOT/platform/qemu/qemu-hook.patch" ||
+        die "could not apply platform/qemu/qemu-hook.patch to $src (is it a pristine QEMU 7.2 tree?)"
+fi
+
+export CCACHE_DIR=${CCACHE_DIR:-$RACKEMU_CACHE/ccache}
+export CCACHE_NOHASHDIR=1 CCACHE_BASEDIR=$src
+ccache_opt=()
+if command -v ccache >/dev/null; then
+    ccache -M 5G >/dev/null 2>&1 || true
+    ccache_opt=(--cc="ccache gcc" --cxx="ccache g++")
+else
+    say "ccache not found: QEMU rebuilds will be slower (install ccache)"
+fi
+
+conf_args=(--target-list=aarch64-softmmu --without-default-features --enable-fdt=system
+           --disable-docs --disable-werror "${ccache_opt[@]}")
+conf_key=$(printf '%s\n' "$src" "${conf_args[@]}" | sha256sum | cut -c1-16)
+if [ ! -f "$bdir/build.ninja" ] || [ "$(cat "$bdir/.rackemu-conf" 2>/dev/null)" != "$conf_key" ]; then
+    say "configuring QEMU ($(cat "$src/VERSION")) in $bdir"
+    rm -rf "$bdir" && mkdir -p "$bdir"
+    (cd "$bdir" && "$src/configure" "${conf_args[@]}" > configure.log 2>&1) ||
+        { tail -n 30 "$bdir/configure.log" >&2; die "QEMU configure failed (log: $bdir/configure.log)"; }
+    echo "$conf_key" > "$bdir/.rackemu-conf"
+fi
+
+if ninja -C "$bdir" -n qemu-system-aarch64 2>/dev/null | grep -q '^\['; then
+    say "building qemu-system-aarch64 (cold build takes ~7 min on 2 cores; log: $bdir/ninja.log.txt)"
+fi
+start=$(date +%s)
+if ! ninja -C "$bdir" qemu-system-aarch64 > "$bdir/ninja.log.txt" 2>&1; then
+    grep -E 'error|Error' -m 20 "$bdir/ninja.log.txt" >&2 || tail -n 30 "$bdir/ninja.log.txt" >&2
+    die "QEMU build failed (full log: $bdir/ninja.log.txt)"
+fi
+secs=$(( $(date +%s) - start ))
+if ! cmp -s "$bdir/qemu-system-aarch64" "$out/qemu-system-aarch64"; then
+    cp -f "$bdir/qemu-system-aarch64" "$out/qemu-system-aarch64.tmp"
+    mv -f "$out/qemu-system-aarch64.tmp" "$out/qemu-system-aarch64"
+    say "qemu-system-aarch64 ready (${secs}s): $out/qemu-system-aarch64"
+fi
+echo "$(cat "$src/VERSION") $(cat "$RACKEMU_CACHE/qemu-source/debian-version" 2>/dev/null || echo custom-tree)" > "$out/VERSION"

@@ -1,0 +1,246 @@
+// Unit tests of the fabric bridge and the node-side fabric port (platform/fabric).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bridge.h"
+#include "rk_fabric_port.h"
+
+using namespace rackemu::fabric;
+using namespace std::chrono_literals;
+
+namespace {
+// Collects replies and link events of one service on one port.
+struct Mailbox {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<rkf_frame_hdr> replies;
+    std::vector<std::vector<unsigned char>> payloads;
+    std::vector<rkf_frame_hdr> requests;
+    std::vector<int> links;
+
+    static void on_reply(void *o, const rkf_frame_hdr *h, const void *p)
+    {
+        auto *m = static_cast<Mailbox *>(o);
+        std::lock_guard lk(m->mu);
+        m->replies.push_back(*h);
+        auto *b = static_cast<const unsigned char *>(p);
+        m->payloads.emplace_back(b, b + h->len);
+        m->cv.notify_all();
+    }
+    static void on_request(void *o, RkFabricPort *, const rkf_frame_hdr *h, const void *)
+    {
+        auto *m = static_cast<Mailbox *>(o);
+        std::lock_guard lk(m->mu);
+        m->requests.push_back(*h); // never answered: the test kills this node
+        m->cv.notify_all();
+    }
+    static void on_link(void *o, int up)
+    {
+        auto *m = static_cast<Mailbox *>(o);
+        std::lock_guard lk(m->mu);
+        m->links.push_back(up);
+        m->cv.notify_all();
+    }
+    template <typename P> bool wait(P pred)
+    {
+        std::unique_lock lk(mu);
+        return cv.wait_for(lk, 5s, pred);
+    }
+};
+
+struct BridgeRig {
+    std::string dir;
+    Bridge *bridge = nullptr;
+    std::thread thr;
+    BridgeRig()
+    {
+        char tmpl[] = "/tmp/rackemu-test-XXXXXX";
+        dir = mkdtemp(tmpl);
+        bridge = new Bridge(Bridge::Options{dir, 8});
+        std::string err;
+        EXPECT_TRUE(bridge->start(err)) << err;
+        thr = std::thread([this] { bridge->run(); });
+    }
+    void stop()
+    {
+        if (!bridge) return;
+        bridge->stop();
+        thr.join();
+        delete bridge;
+        bridge = nullptr;
+    }
+    ~BridgeRig()
+    {
+        stop();
+        std::system(("rm -rf " + dir).c_str());
+    }
+    RkFabricPort *port(unsigned id, std::string *err_out = nullptr)
+    {
+        char err[256] = "";
+        RkFabricPort *p = rk_fabric_port_new((dir + "/fabric.sock").c_str(), id, 8, 2000, err, sizeof err);
+        if (err_out) *err_out = err;
+        return p;
+    }
+};
+
+rkf_frame_hdr request(uint8_t svc, uint16_t dst, uint64_t tag, uint16_t len)
+{
+    rkf_frame_hdr h{};
+    h.type = RKF_T_REQ;
+    h.svc = svc;
+    h.op = 1;
+    h.dst = dst;
+    h.tag = tag;
+    h.len = len;
+    return h;
+}
+} // namespace
+
+TEST(Bridge, RoutesARequestAndItsReplyBetweenTwoNodes)
+{
+    BridgeRig b;
+    RkFabricPort *n0 = b.port(0), *n1 = b.port(1);
+    ASSERT_TRUE(n0 && n1);
+    Mailbox m;
+    rk_fabric_port_register(n0, RKF_SVC_ECHO, nullptr, Mailbox::on_reply, nullptr, &m);
+    const char msg[] = "ring packet 42";
+    rkf_frame_hdr h = request(RKF_SVC_ECHO, 1, 0x1234, sizeof msg);
+    ASSERT_EQ(rk_fabric_port_send(n0, &h, msg), 0);
+    ASSERT_TRUE(m.wait([&] { return !m.replies.empty(); }));
+    EXPECT_EQ(m.replies[0].status, RKF_ST_OK);
+    EXPECT_EQ(m.replies[0].tag, 0x1234u);
+    EXPECT_EQ(m.replies[0].src, 1u);
+    EXPECT_EQ(std::string(m.payloads[0].begin(), m.payloads[0].end() - 1), "ring packet 42");
+    rk_fabric_port_free(n0);
+    rk_fabric_port_free(n1);
+}
+
+TEST(Bridge, RequestToAnAbsentNodeIsAnsweredWithNoRoute)
+{
+    BridgeRig b;
+    RkFabricPort *n0 = b.port(0);
+    Mailbox m;
+    rk_fabric_port_register(n0, RKF_SVC_ECHO, nullptr, Mailbox::on_reply, nullptr, &m);
+    rkf_frame_hdr h = request(RKF_SVC_ECHO, 5, 7, 0);
+    ASSERT_EQ(rk_fabric_port_send(n0, &h, nullptr), 0);
+    ASSERT_TRUE(m.wait([&] { return !m.replies.empty(); }));
+    EXPECT_EQ(m.replies[0].status, RKF_ST_NOROUTE);
+    EXPECT_EQ(m.replies[0].tag, 7u);
+    EXPECT_NE(b.bridge->stats_json().find("\"noroute\":1"), std::string::npos);
+    rk_fabric_port_free(n0);
+}
+
+TEST(Bridge, DuplicateAndOutOfRangeNodeIdsAreRefusedWithAReason)
+{
+    BridgeRig b;
+    RkFabricPort *n0 = b.port(0);
+    ASSERT_TRUE(n0);
+    std::string err;
+    EXPECT_EQ(b.port(0, &err), nullptr);
+    EXPECT_NE(err.find("already connected"), std::string::npos) << err;
+    char e2[256];
+    // The bridge was started for 8 nodes: node 9 of a 16-node view is out of its range.
+    EXPECT_EQ(rk_fabric_port_new((b.dir + "/fabric.sock").c_str(), 9, 16, 1000, e2, sizeof e2), nullptr);
+    EXPECT_NE(std::string(e2).find("out of range"), std::string::npos) << e2;
+    rk_fabric_port_free(n0);
+}
+
+TEST(Bridge, MalformedFramesAreDroppedCountedAndDoNotStallOthers)
+{
+    BridgeRig b;
+    RkFabricPort *n0 = b.port(0), *n1 = b.port(1);
+    Mailbox m;
+    rk_fabric_port_register(n0, RKF_SVC_ECHO, nullptr, Mailbox::on_reply, nullptr, &m);
+    rkf_frame_hdr bad = request(RKF_SVC_ECHO, 1, 1, 8);
+    bad.magic = 0xdeadbeef; // bad magic
+    ASSERT_EQ(rk_fabric_port_send_raw(n0, &bad, "xxxxxxxx"), 0);
+    bad.magic = RKF_FRAME_MAGIC;
+    bad.len = 4000; // oversized / truncated
+    ASSERT_EQ(rk_fabric_port_send_raw(n0, &bad, "xxxxxxxx"), 0);
+    bad.len = 0;
+    bad.type = 99; // unknown type
+    ASSERT_EQ(rk_fabric_port_send_raw(n0, &bad, nullptr), 0);
+    bad.type = RKF_T_REQ;
+    bad.src = 3; // spoofed source
+    ASSERT_EQ(rk_fabric_port_send_raw(n0, &bad, nullptr), 0);
+    rkf_frame_hdr good = request(RKF_SVC_ECHO, 1, 2, 0);
+    ASSERT_EQ(rk_fabric_port_send(n0, &good, nullptr), 0);
+    ASSERT_TRUE(m.wait([&] { return !m.replies.empty(); }));
+    EXPECT_EQ(m.replies.size(), 1u);
+    EXPECT_EQ(m.replies[0].tag, 2u);
+    const std::string s = b.bridge->stats_json();
+    EXPECT_NE(s.find("\"malformed\":3"), std::string::npos) << s;
+    EXPECT_NE(s.find("\"spoofed\":1"), std::string::npos) << s;
+    rk_fabric_port_free(n0);
+    rk_fabric_port_free(n1);
+}
+
+TEST(Bridge, NodeDeathAnswersItsOutstandingRequestsAndTheNodeMayComeBack)
+{
+    BridgeRig b;
+    RkFabricPort *n0 = b.port(0), *n1 = b.port(1);
+    Mailbox m0, m1;
+    rk_fabric_port_register(n0, RKF_SVC_UNIMEM_MBOX, nullptr, Mailbox::on_reply, nullptr, &m0);
+    rk_fabric_port_register(n1, RKF_SVC_UNIMEM_MBOX, Mailbox::on_request, nullptr, nullptr, &m1);
+    rkf_frame_hdr h = request(RKF_SVC_UNIMEM_MBOX, 1, 99, 0);
+    ASSERT_EQ(rk_fabric_port_send(n0, &h, nullptr), 0);
+    ASSERT_TRUE(m1.wait([&] { return !m1.requests.empty(); }));
+    rk_fabric_port_free(n1); // dies without answering
+    ASSERT_TRUE(m0.wait([&] { return !m0.replies.empty(); }));
+    EXPECT_EQ(m0.replies[0].status, RKF_ST_NODE_GONE);
+    EXPECT_EQ(m0.replies[0].tag, 99u);
+    RkFabricPort *again = b.port(1);
+    ASSERT_NE(again, nullptr);
+    Mailbox me;
+    rk_fabric_port_register(n0, RKF_SVC_ECHO, nullptr, Mailbox::on_reply, nullptr, &me);
+    rkf_frame_hdr e = request(RKF_SVC_ECHO, 1, 5, 0);
+    ASSERT_EQ(rk_fabric_port_send(n0, &e, nullptr), 0);
+    ASSERT_TRUE(me.wait([&] { return !me.replies.empty(); }));
+    EXPECT_EQ(me.replies[0].status, RKF_ST_OK);
+    rk_fabric_port_free(again);
+    rk_fabric_port_free(n0);
+}
+
+TEST(Bridge, BridgeDeathTakesTheLinkDownAndSendsFailFast)
+{
+    BridgeRig b;
+    RkFabricPort *n0 = b.port(0);
+    Mailbox m;
+    rk_fabric_port_register(n0, RKF_SVC_ECHO, nullptr, Mailbox::on_reply, Mailbox::on_link, &m);
+    b.stop();
+    ASSERT_TRUE(m.wait([&] { return !m.links.empty(); }));
+    EXPECT_EQ(m.links[0], 0);
+    rkf_frame_hdr h = request(RKF_SVC_ECHO, 1, 1, 0);
+    EXPECT_EQ(rk_fabric_port_send(n0, &h, nullptr), -ENOTCONN);
+    rk_fabric_port_free(n0);
+}
+
+TEST(Bridge, ManyFramesArriveInOrderWithoutLoss)
+{
+    BridgeRig b;
+    RkFabricPort *n0 = b.port(0), *n1 = b.port(1);
+    Mailbox m;
+    rk_fabric_port_register(n0, RKF_SVC_ECHO, nullptr, Mailbox::on_reply, nullptr, &m);
+    const unsigned N = 20000;
+    for (unsigned i = 0; i < N; i++) {
+        rkf_frame_hdr h = request(RKF_SVC_ECHO, 1, i, 8);
+        uint64_t v = i * 3ull;
+        ASSERT_EQ(rk_fabric_port_send(n0, &h, &v), 0);
+    }
+    ASSERT_TRUE(m.wait([&] { return m.replies.size() == N; })) << m.replies.size();
+    for (unsigned i = 0; i < N; i++) {
+        ASSERT_EQ(m.replies[i].tag, i);
+        uint64_t v;
+        std::memcpy(&v, m.payloads[i].data(), 8);
+        ASSERT_EQ(v, i * 3ull);
+    }
+    rk_fabric_port_free(n0);
+    rk_fabric_port_free(n1);
+}
