@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rackemu-node: one node of a rackemu cluster. QEMU's `virt` machine (GIC, PL011, virtio-mmio,
+ * PCIe, everything `virt` accepts) plus rackemu's SoC devices at fixed addresses and fixed
+ * interrupt lines, described in the device tree, and the node's fabric port.
+ * Memory map, interrupts and DT bindings: docs/machine.md.
+ */
+#include "qemu/osdep.h"
+#include "qemu/error-report.h"
+#include "qapi/error.h"
+#include "qapi/visitor.h"
+#include "hw/arm/virt.h"
+#include "hw/arm/fdt.h"
+#include "hw/qdev-properties.h"
+#include "hw/sysbus.h"
+#include "sysemu/device_tree.h"
+#include "target/arm/cpu-qom.h"
+
+#include "rackemu/unimem_regs.h"
+#include "rackemu/fabric_proto.h"
+#include "rk_fabric_port.h"
+#include "rackemu_unimem.h"
+
+#define TYPE_RACKEMU_NODE_MACHINE MACHINE_TYPE_NAME("rackemu-node")
+OBJECT_DECLARE_TYPE(RackemuNodeState, RackemuNodeClass, RACKEMU_NODE_MACHINE)
+
+struct RackemuNodeState {
+    VirtMachineState parent_obj;
+    uint32_t node_id;
+    uint32_t node_count;
+    char *fabric;
+    uint32_t fifo_depth;
+    bool burst_known_issue;
+    RkFabricPort *port;
+};
+
+struct RackemuNodeClass {
+    VirtMachineClass parent_class;
+    void (*parent_init)(MachineState *ms);
+};
+
+static void rackemu_node_fdt_device(MachineState *ms, const char *what, hwaddr base, hwaddr size,
+                                    const char *compat, unsigned spi, RackemuNodeState *rn)
+{
+    char *name = g_strdup_printf("/%s@%" PRIx64, what, base);
+
+    qemu_fdt_add_subnode(ms->fdt, name);
+    qemu_fdt_setprop_string(ms->fdt, name, "compatible", compat);
+    qemu_fdt_setprop_sized_cells(ms->fdt, name, "reg", 2, base, 2, size);
+    qemu_fdt_setprop_cells(ms->fdt, name, "interrupts", GIC_FDT_IRQ_TYPE_SPI, spi,
+                           GIC_FDT_IRQ_FLAGS_LEVEL_HI);
+    qemu_fdt_setprop_cell(ms->fdt, name, "rackemu,node-id", rn->node_id);
+    qemu_fdt_setprop_cell(ms->fdt, name, "rackemu,node-count", rn->node_count);
+    qemu_fdt_setprop_cell(ms->fdt, name, "rackemu,fifo-depth", rn->fifo_depth);
+    g_free(name);
+}
+
+static DeviceState *rackemu_node_sysbus(const char *type, hwaddr base, unsigned spi, VirtMachineState *vms)
+{
+    DeviceState *dev = qdev_new(type);
+    RackemuNodeState *rn = RACKEMU_NODE_MACHINE(vms);
+
+    qdev_prop_set_uint32(dev, "node-id", rn->node_id);
+    if (!strcmp(type, TYPE_RACKEMU_VMBOX)) {
+        qdev_prop_set_uint32(dev, "fifo-depth", rn->fifo_depth);
+        qdev_prop_set_bit(dev, "burst-known-issue", rn->burst_known_issue);
+    }
+    sysbus_realize_and_unref(SYS_BUS_DEVICE(dev), &error_fatal);
+    sysbus_mmio_map(SYS_BUS_DEVICE(dev), 0, base);
+    sysbus_connect_irq(SYS_BUS_DEVICE(dev), 0, qdev_get_gpio_in(vms->gic, spi));
+    return dev;
+}
+
+static void rackemu_node_init(MachineState *ms)
+{
+    RackemuNodeState *rn = RACKEMU_NODE_MACHINE(ms);
+    RackemuNodeClass *rnc = RACKEMU_NODE_MACHINE_GET_CLASS(ms);
+    VirtMachineState *vms = VIRT_MACHINE(ms);
+    DeviceState *vmbox, *pktz;
+
+    if (rn->node_count < 1 || rn->node_count > RKF_MAX_NODES) {
+        error_report("rackemu-node: node-count=%u out of range 1..%u", rn->node_count, RKF_MAX_NODES);
+        exit(1);
+    }
+    if (rn->node_id >= rn->node_count) {
+        error_report("rackemu-node: node-id=%u must be below node-count=%u", rn->node_id, rn->node_count);
+        exit(1);
+    }
+    if (rn->fifo_depth < 4 || rn->fifo_depth > 65536) {
+        error_report("rackemu-node: fifo-depth=%u out of range 4..65536", rn->fifo_depth);
+        exit(1);
+    }
+
+    rnc->parent_init(ms); /* the whole virt machine, its device tree included */
+
+    if (rn->fabric && *rn->fabric) {
+        char err[256] = "";
+        rn->port = rk_fabric_port_new(rn->fabric, rn->node_id, rn->node_count, 5000, err, sizeof(err));
+        if (!rn->port) {
+            error_report("rackemu-node: %s", err);
+            exit(1);
+        }
+        if (!rk_fabric_port_is_up(rn->port)) {
+            warn_report("rackemu-node: %s; remote operations fail until the bridge is reachable", err);
+        }
+    }
+
+    vmbox = rackemu_node_sysbus(TYPE_RACKEMU_VMBOX, RACKEMU_VMBOX_BASE, RACKEMU_VMBOX_SPI, vms);
+    pktz = rackemu_node_sysbus(TYPE_RACKEMU_PACKETIZER, RACKEMU_PKTZ_BASE, RACKEMU_PKTZ_SPI, vms);
+    rackemu_unimem_connect(vmbox, pktz, rn->port);
+
+    rackemu_node_fdt_device(ms, "vmbox", RACKEMU_VMBOX_BASE, VMBOX_MMIO_SIZE, RACKEMU_VMBOX_COMPAT,
+                            RACKEMU_VMBOX_SPI, rn);
+    rackemu_node_fdt_device(ms, "packetizer", RACKEMU_PKTZ_BASE, PKTZ_MMIO_SIZE, RACKEMU_PKTZ_COMPAT,
+                            RACKEMU_PKTZ_SPI, rn);
+    qemu_fdt_setprop_cell(ms->fdt, "/chosen", "rackemu,node-id", rn->node_id);
+    qemu_fdt_setprop_cell(ms->fdt, "/chosen", "rackemu,node-count", rn->node_count);
+}
+
+static char *rackemu_node_get_fabric(Object *obj, Error **errp)
+{
+    return g_strdup(RACKEMU_NODE_MACHINE(obj)->fabric ?: "");
+}
+
+static void rackemu_node_set_fabric(Object *obj, const char *value, Error **errp)
+{
+    RackemuNodeState *rn = RACKEMU_NODE_MACHINE(obj);
+
+    g_free(rn->fabric);
+    rn->fabric = g_strdup(value);
+}
+
+/* uint32 machine properties; `opaque` is the field's offset in RackemuNodeState. */
+static void rackemu_node_get_u32(Object *obj, Visitor *v, const char *name, void *opaque, Error **errp)
+{
+    uint32_t *field = (uint32_t *)((char *)obj + (uintptr_t)opaque);
+
+    visit_type_uint32(v, name, field, errp);
+}
+
+static void rackemu_node_set_u32(Object *obj, Visitor *v, const char *name, void *opaque, Error **errp)
+{
+    uint32_t *field = (uint32_t *)((char *)obj + (uintptr_t)opaque);
+    uint32_t value;
+
+    if (visit_type_uint32(v, name, &value, errp)) {
+        *field = value;
+    }
+}
+
+static bool rackemu_node_get_burst(Object *obj, Error **errp)
+{
+    return RACKEMU_NODE_MACHINE(obj)->burst_known_issue;
+}
+
+static void rackemu_node_set_burst(Object *obj, bool value, Error **errp)
+{
+    RACKEMU_NODE_MACHINE(obj)->burst_known_issue = value;
+}
+
+static void rackemu_node_instance_init(Object *obj)
+{
+    RackemuNodeState *rn = RACKEMU_NODE_MACHINE(obj);
+
+    rn->node_id = 0;
+    rn->node_count = 1;
+    rn->fifo_depth = VMBOX_DEFAULT_DEPTH;
+}
+
+static void rackemu_node_add_u32(ObjectClass *oc, const char *name, size_t offset, const char *desc)
+{
+    object_class_property_add(oc, name, "uint32", rackemu_node_get_u32, rackemu_node_set_u32, NULL,
+                              (void *)(uintptr_t)offset);
+    object_class_property_set_description(oc, name, desc);
+}
+
+static void rackemu_node_class_init(ObjectClass *oc, void *data)
+{
+    MachineClass *mc = MACHINE_CLASS(oc);
+    RackemuNodeClass *rnc = RACKEMU_NODE_MACHINE_CLASS(oc);
+
+    mc->desc = "rackemu cluster node (ARM virt + Unimem vmbox/packetizer + fabric port)";
+    mc->default_cpu_type = ARM_CPU_TYPE_NAME("cortex-a57");
+    rnc->parent_init = mc->init;
+    mc->init = rackemu_node_init;
+
+    rackemu_node_add_u32(oc, "node-id", offsetof(RackemuNodeState, node_id),
+                         "This node's id in the cluster (0..node-count-1, default 0)");
+    rackemu_node_add_u32(oc, "node-count", offsetof(RackemuNodeState, node_count),
+                         "Number of nodes in the cluster (1..64, default 1)");
+    rackemu_node_add_u32(oc, "fifo-depth", offsetof(RackemuNodeState, fifo_depth),
+                         "vmbox FIFO depth in 64-bit words (4..65536, default 256)");
+    object_class_property_add_str(oc, "fabric", rackemu_node_get_fabric, rackemu_node_set_fabric);
+    object_class_property_set_description(oc, "fabric",
+                                          "Fabric bridge socket (DIR/fabric.sock); none: single node");
+    object_class_property_add_bool(oc, "burst-known-issue", rackemu_node_get_burst, rackemu_node_set_burst);
+    object_class_property_set_description(oc, "burst-known-issue",
+                                          "Model the vmbox burst known issue of seed 004 sec. 5.1.2");
+}
+
+static const TypeInfo rackemu_node_info = {
+    .name = TYPE_RACKEMU_NODE_MACHINE,
+    .parent = TYPE_VIRT_MACHINE,
+    .instance_size = sizeof(RackemuNodeState),
+    .instance_init = rackemu_node_instance_init,
+    .class_size = sizeof(RackemuNodeClass),
+    .class_init = rackemu_node_class_init,
+};
+
+static void rackemu_node_register(void)
+{
+    type_register_static(&rackemu_node_info);
+}
+
+type_init(rackemu_node_register)

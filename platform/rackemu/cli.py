@@ -1,0 +1,602 @@
+"""The `rackemu` command line (run through the top-level ./rackemu wrapper).
+
+    rackemu cluster up [--config FILE] [--nodes N] [--name NAME] ...
+    rackemu cluster status [--json]
+    rackemu cluster down
+    rackemu exec NODE [--timeout S] -- CMD...
+    rackemu cp LOCAL NODE:PATH | NODE:PATH LOCAL
+    rackemu console NODE [--follow]
+    rackemu bridge-stats [--json]
+    rackemu demo [--nodes N] [--packets K]
+    rackemu setup | test
+
+Exit status: 0 on success, the guest command's status for `exec`, 1 on an error (the message
+says what to do), 2 on a usage error, 130 after Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from . import __version__
+from .cluster import Cluster, ClusterError, STATE_FILE
+from .config import (ConfigError, DEFAULTS, MAX_NODES, RUN_BASE, ROOT, load_config, run_dir_for)
+
+
+# ---------------------------------------------------------------- output helpers
+
+_BOLD = "\033[1m" if sys.stderr.isatty() else ""
+_RED = "\033[1;31m" if sys.stderr.isatty() else ""
+_RESET = "\033[0m" if sys.stderr.isatty() else ""
+
+
+def say(msg: str) -> None:
+    print(f"{_BOLD}[rackemu]{_RESET} {msg}", file=sys.stderr, flush=True)
+
+
+def error(msg: str) -> None:
+    print(f"{_RED}[rackemu] error:{_RESET} {msg}", file=sys.stderr, flush=True)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table; numbers right-aligned, None shown as '-'."""
+    def cell(v: Any) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+        return str(v)
+
+    cells = [[cell(v) for v in r] for r in rows]
+    numeric = [all(isinstance(r[i], (int, float)) or r[i] is None for r in rows) if rows else False
+               for i in range(len(headers))]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+
+    def fmt(vals: Sequence[str]) -> str:
+        return "  ".join(v.rjust(w) if numeric[i] else v.ljust(w)
+                         for i, (v, w) in enumerate(zip(vals, widths))).rstrip()
+
+    lines = [fmt(headers), fmt(["-" * w for w in widths])]
+    lines += [fmt(r) for r in cells]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- argument types
+
+def _nodes_arg(s: str) -> int:
+    try:
+        n = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
+    if not 1 <= n <= MAX_NODES:
+        raise argparse.ArgumentTypeError(f"{n} is out of range; a cluster has 1 to {MAX_NODES} nodes")
+    return n
+
+
+def _positive_float(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a number of seconds") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{s} must be greater than 0")
+    return v
+
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a whole number") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{s} must be greater than 0")
+    return v
+
+
+def _node_index(spec: str, cluster: Cluster) -> int:
+    m = re.fullmatch(r"(?:node)?(\d+)", spec)
+    if not m:
+        raise ClusterError(f"{spec!r} is not a node (use a number like 0, or node0)")
+    i = int(m.group(1))
+    if i >= len(cluster.nodes):
+        raise ClusterError(f"no node {i}: cluster {cluster.config.name!r} has nodes "
+                           f"0..{len(cluster.nodes) - 1}")
+    return i
+
+
+# ---------------------------------------------------------------- finding the cluster
+
+def _add_select_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("which cluster (default: the one named 'default', or the only one running)")
+    g.add_argument("--name", help="cluster name (its run dir is /tmp/rackemu/NAME)")
+    g.add_argument("--run-dir", metavar="DIR", help="the cluster's run directory")
+    g.add_argument("--config", metavar="FILE", help="the TOML file the cluster was started with")
+
+
+def _running_clusters() -> list[Path]:
+    found = []
+    if RUN_BASE.is_dir():
+        for d in sorted(RUN_BASE.iterdir()):
+            try:
+                st = json.loads((d / STATE_FILE).read_text())
+            except (OSError, ValueError):
+                continue
+            if st.get("status") in ("up", "starting"):
+                found.append(d)
+    return found
+
+
+def _select_run_dir(args: argparse.Namespace) -> Path:
+    if args.run_dir or args.config or args.name:
+        return run_dir_for(args.name, args.run_dir, args.config)
+    default = run_dir_for()
+    if (default / STATE_FILE).exists():
+        return default
+    running = _running_clusters()
+    if len(running) == 1:
+        return running[0]
+    if len(running) > 1:
+        raise ClusterError("several clusters are running; choose one with --name: " +
+                           ", ".join(d.name for d in running))
+    return default
+
+
+def _attach(args: argparse.Namespace) -> Cluster:
+    return Cluster.attach(_select_run_dir(args), log=say)
+
+
+# ---------------------------------------------------------------- cluster up/status/down
+
+def _status_rows(st: dict[str, Any]) -> list[list[Any]]:
+    rows = []
+    for n in st["nodes"]:
+        rows.append([n["node"], n["pid"], n["state"], n["agent"], n["boot_seconds"], n["console"]])
+    return rows
+
+
+def print_status(st: dict[str, Any]) -> None:
+    b = st["bridge"]
+    print(f"cluster {st['name']!r}: {st['status']}  ({len(st['nodes'])} node(s), {st['memory']}, "
+          f"{st['vcpus']} vCPU(s) each, machine {st['machine']})")
+    print(f"run dir: {st['run_dir']}")
+    if b["state"] != "-":
+        print(f"bridge:  {b['state']}" + (f" (pid {b['pid']})" if b["pid"] else "") + f", log {b['log']}")
+    print()
+    print(table(["node", "pid", "state", "agent", "boot s", "console"], _status_rows(st)))
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    overrides = {"nodes": args.nodes, "name": args.name, "memory": args.memory, "vcpus": args.vcpus,
+                 "run_dir": args.run_dir, "boot_timeout": args.boot_timeout, "machine": args.machine}
+    if args.cmdline is not None:
+        overrides["kernel_cmdline"] = args.cmdline
+    cfg = load_config(args.config, overrides)
+    cluster = Cluster(cfg, log=say, detach=True)
+    t0 = time.monotonic()
+    with _sigterm_as_interrupt():
+        cluster.up()
+    say(f"cluster {cfg.name!r} is up ({time.monotonic() - t0:.1f} s)")
+    print_status(cluster.status_dict())
+    sel = "" if cfg.name == DEFAULTS["name"] else f" --name {cfg.name}"
+    print(f"\nnext: rackemu exec 0{sel} -- uname -a   |   rackemu cluster down{sel}")
+    return 0
+
+
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    run_dir = _select_run_dir(args)
+    if not (run_dir / STATE_FILE).exists():
+        if args.json:
+            print(json.dumps({"run_dir": str(run_dir), "status": "absent"}))
+        else:
+            print(f"no cluster in {run_dir}; start one with `rackemu cluster up`")
+        return 3
+    cluster = Cluster.attach(run_dir)
+    st = cluster.status_dict(ping=not args.no_ping)
+    if args.json:
+        print(json.dumps(st, indent=2))
+    else:
+        print_status(st)
+    return 0 if st["status"] == "up" else 3
+
+
+def cmd_cluster_down(args: argparse.Namespace) -> int:
+    run_dir = _select_run_dir(args)
+    if not (run_dir / STATE_FILE).exists():
+        say(f"no cluster in {run_dir}: nothing to stop")
+        return 0
+    cluster = Cluster.attach(run_dir, log=say)
+    live = cluster.live_procs()
+    t0 = time.monotonic()
+    cluster.down()
+    say(f"cluster {cluster.config.name!r} stopped ({len(live)} process(es), "
+        f"{time.monotonic() - t0:.1f} s); logs and consoles kept in {run_dir}")
+    return 0
+
+
+# ---------------------------------------------------------------- exec / cp / console
+
+def _write_out(data: bytes, stream) -> None:
+    if data:
+        stream.buffer.write(data)
+        stream.flush()
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise ClusterError("no command given: rackemu exec NODE -- CMD [ARGS...]")
+    # One argument is a shell command line ("ls -l | wc -l"); several are an argv.
+    command: str | list[str] = cmd[0] if len(cmd) == 1 else cmd
+    cluster = _attach(args)
+    if args.node == "all":
+        return _exec_all(cluster, command, args.timeout)
+    node = cluster.node(_node_index(args.node, cluster))
+    r = node.exec(command, timeout=args.timeout)
+    _write_out(r.stdout, sys.stdout)
+    _write_out(r.stderr, sys.stderr)
+    if getattr(r, "timed_out", False):
+        error(f"node {node.id}: command timed out after {args.timeout:g} s (--timeout)")
+        return 124
+    return r.rc if isinstance(r.rc, int) and 0 <= r.rc < 256 else 1
+
+
+def _exec_all(cluster: Cluster, command: str | list[str], timeout: float) -> int:
+    from .cluster import Background
+    jobs = [(n, Background(n.exec, command, timeout=timeout)) for n in cluster.nodes if n.alive()]
+    worst = 0
+    for n, job in jobs:
+        try:
+            r = job.result()
+        except ClusterError as e:
+            error(f"node {n.id}: {e}")
+            worst = worst or 1
+            continue
+        for stream, data in ((sys.stdout, r.stdout), (sys.stderr, r.stderr)):
+            for line in data.decode(errors="replace").splitlines():
+                print(f"[node{n.id}] {line}", file=stream)
+        if getattr(r, "timed_out", False):
+            error(f"node {n.id}: timed out after {timeout:g} s")
+            worst = worst or 124
+        elif r.rc:
+            worst = worst or (r.rc if 0 < r.rc < 256 else 1)
+    return worst
+
+
+_REMOTE_RE = re.compile(r"^(?:node)?(\d+):(.*)$")
+
+
+def cmd_cp(args: argparse.Namespace) -> int:
+    src_r, dst_r = _REMOTE_RE.match(args.src), _REMOTE_RE.match(args.dst)
+    if bool(src_r) == bool(dst_r):
+        raise ClusterError("cp copies between the host and one node: `cp LOCAL NODE:PATH` or "
+                           "`cp NODE:PATH LOCAL` (NODE is a number, e.g. 0:/tmp/file)")
+    cluster = _attach(args)
+    if dst_r:   # upload
+        node = cluster.node(_node_index(dst_r.group(1), cluster))
+        local = Path(args.src)
+        if not local.is_file():
+            raise ClusterError(f"{local}: no such file")
+        remote = dst_r.group(2) or "/root/"
+        if remote.endswith("/"):
+            remote += local.name
+        data = local.read_bytes()
+        mode = local.stat().st_mode & 0o777
+        agent_put(node, remote, data, mode)
+        say(f"{local} -> node {node.id}:{remote} ({len(data)} bytes)")
+    else:       # download
+        node = cluster.node(_node_index(src_r.group(1), cluster))
+        remote = src_r.group(2)
+        if not remote:
+            raise ClusterError("give the file's path on the node, e.g. 0:/etc/hostname")
+        data = agent_get(node, remote)
+        local = Path(args.dst)
+        if local.is_dir():
+            local = local / os.path.basename(remote.rstrip("/"))
+        local.write_bytes(data)
+        say(f"node {node.id}:{remote} -> {local} ({len(data)} bytes)")
+    return 0
+
+
+def agent_put(node, remote: str, data: bytes, mode: int) -> None:
+    node.put(remote, data, mode=mode)
+
+
+def agent_get(node, remote: str) -> bytes:
+    r = node.get(remote)
+    return r if isinstance(r, bytes) else bytes(r)
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    cluster = _attach(args)
+    node = cluster.node(_node_index(args.node, cluster))
+    path = node.console_path
+    if not path.exists():
+        raise ClusterError(f"node {node.id} has no console log yet ({path})")
+    out = sys.stdout.buffer
+    with open(path, "rb") as f:
+        if args.lines:
+            data = f.read()
+            lines = data.splitlines(keepends=True)[-args.lines:]
+            out.write(b"".join(lines))
+        else:
+            while chunk := f.read(65536):
+                out.write(chunk)
+        out.flush()
+        if not args.follow:
+            return 0
+        try:
+            while True:
+                chunk = f.read(65536)
+                if chunk:
+                    out.write(chunk)
+                    out.flush()
+                    continue
+                if not node.alive():
+                    say(f"node {node.id}'s QEMU is not running; stopped following")
+                    return 0
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            return 0
+
+
+# ---------------------------------------------------------------- bridge stats
+
+STAT_COLUMNS = ["node", "state", "frames_in", "frames_out", "bytes_in", "bytes_out", "drops", "errors"]
+
+
+def bridge_stats_table(stats: dict[str, Any]) -> str:
+    ports = stats.get("ports", [])
+    extra = sorted({k for p in ports for k in p} - set(STAT_COLUMNS))
+    cols = STAT_COLUMNS + extra
+    rows = [[p.get(c) for c in cols] for p in ports]
+    out = [table(cols, rows)]
+    others = {k: v for k, v in stats.items() if k != "ports"}
+    for k, v in others.items():
+        if isinstance(v, (dict, list)):
+            v = json.dumps(v)
+        out.append(f"{k}: {v}")
+    return "\n".join(out)
+
+
+def cmd_bridge_stats(args: argparse.Namespace) -> int:
+    cluster = _attach(args)
+    stats = cluster.bridge_stats()
+    if args.json:
+        print(json.dumps(stats, indent=2))
+    else:
+        print(bridge_stats_table(stats))
+    return 0
+
+
+# ---------------------------------------------------------------- setup / test / demo
+
+def cmd_setup(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    cfg.check_artefacts()
+    print("rackemu is set up:")
+    print(f"  QEMU:      {cfg.qemu}")
+    if cfg.fabric:
+        print(f"  bridge:    {cfg.bridge}")
+    print(f"  kernel:    {cfg.kernel_image()}")
+    print(f"  initramfs: {cfg.initrd}")
+    print("next: ./rackemu cluster up   (or ./rackemu demo)")
+    return 0
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    targets = [str(ROOT / "tests" / "launcher"), str(ROOT / "tests" / "e2e")]
+    targets = [t for t in targets if Path(t).is_dir()]
+    argv = [sys.executable, "-m", "pytest", *targets, *args.pytest_args]
+    say("running " + " ".join(shlex.quote(a) for a in argv[2:]))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT / "platform") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.call(argv, cwd=ROOT, env=env)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+    overrides = {"nodes": args.nodes, "name": args.name, "memory": args.memory,
+                 "boot_timeout": args.boot_timeout}
+    cfg = load_config(args.config, {"name": "demo", "nodes": 4} | {k: v for k, v in overrides.items() if v is not None})
+    with _sigterm_as_interrupt():
+        return run_demo(cfg, packets=args.packets, rounds=args.rounds, mif=args.mif,
+                        keep=args.keep, log=say)
+
+
+class _sigterm_as_interrupt:
+    """Turn SIGTERM/SIGHUP into KeyboardInterrupt so the cleanup path runs for them too."""
+
+    def __enter__(self):
+        self._old = {}
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            self._old[sig] = signal.signal(sig, self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
+
+
+# ---------------------------------------------------------------- parser
+
+EPILOG = """\
+examples:
+  rackemu cluster up --nodes 4          boot 4 nodes and the fabric bridge
+  rackemu exec 1 -- unimem info         run a command on node 1
+  rackemu exec all -- uname -r          ... on every node
+  rackemu cp ./prog 0:/root/            copy a file to node 0
+  rackemu console 0 --follow            watch node 0's serial console
+  rackemu bridge-stats                  the fabric's per-port counters
+  rackemu cluster down                  stop everything
+  rackemu demo                          4 nodes: packets around a ring, round-trip times
+
+docs/launcher.md has the full reference and the config file's keys.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog="rackemu", formatter_class=fmt, epilog=EPILOG,
+                                description="Boot and drive clusters of emulated ARMv8 nodes "
+                                            "(QEMU + rackemu devices) linked by a fabric bridge.")
+    p.add_argument("--version", action="version", version=f"rackemu {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    # cluster
+    pc = sub.add_parser("cluster", help="start, inspect and stop a cluster",
+                        description="Start, inspect and stop a cluster.")
+    csub = pc.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
+
+    up = csub.add_parser("up", formatter_class=fmt, help="start the bridge and N nodes, wait for their agents",
+                         description="Start the fabric bridge, then every node's QEMU, and wait "
+                                     "until each node's guest agent answers. Prints a status table. "
+                                     "On failure or Ctrl-C everything started is stopped again.",
+                         epilog="Values on the command line override the config file, which "
+                                "overrides the built-in defaults (platform/cluster.toml).")
+    up.add_argument("--config", metavar="FILE", help="cluster TOML file (keys: platform/cluster.toml)")
+    up.add_argument("--nodes", type=_nodes_arg, metavar="N", help=f"number of nodes, 1..{MAX_NODES} (default 2)")
+    up.add_argument("--name", help="cluster name; run dir /tmp/rackemu/NAME (default 'default')")
+    up.add_argument("--memory", metavar="SIZE", help="guest RAM per node, e.g. 256M, 1G (default 256M)")
+    up.add_argument("--vcpus", type=_positive_int, metavar="N", help="vCPUs per node (default 2)")
+    up.add_argument("--run-dir", metavar="DIR", help="run directory (default /tmp/rackemu/NAME)")
+    up.add_argument("--boot-timeout", type=_positive_float, metavar="S",
+                    help="seconds to wait for every agent (default 300)")
+    up.add_argument("--machine", metavar="M", help="rackemu-node (default) or virt (development: no fabric)")
+    up.add_argument("--cmdline", metavar="ARGS", help="extra kernel command line (replaces kernel_cmdline)")
+    up.set_defaults(func=cmd_cluster_up)
+
+    st = csub.add_parser("status", help="show the cluster's processes and agents",
+                         description="Show every node's QEMU pid, state, agent answer and boot time. "
+                                     "Exit status 0 when the cluster is up, 3 otherwise.")
+    _add_select_args(st)
+    st.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    st.add_argument("--no-ping", action="store_true", help="do not ping the agents")
+    st.set_defaults(func=cmd_cluster_status)
+
+    dn = csub.add_parser("down", help="stop every node and the bridge",
+                         description="Stop every node and the bridge (SIGTERM, then SIGKILL after "
+                                     "5 s), remove sockets and pid files; keep logs and consoles.")
+    _add_select_args(dn)
+    dn.set_defaults(func=cmd_cluster_down)
+
+    # exec
+    ex = sub.add_parser("exec", formatter_class=fmt, help="run a command on a node",
+                        description="Run a command on a node through its guest agent; print its "
+                                    "stdout and stderr; exit with its exit status (124 on timeout).",
+                        epilog="One CMD argument is run by the guest's shell (pipes allowed: "
+                               "exec 0 -- 'dmesg | tail'); several are run as an argv.")
+    ex.add_argument("node", metavar="NODE", help="node number (0, 1, ...) or 'all'")
+    ex.add_argument("--timeout", type=_positive_float, default=60.0, metavar="S",
+                    help="seconds before the command is killed (default 60)")
+    _add_select_args(ex)
+    ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...", help="the command")
+    ex.set_defaults(func=cmd_exec)
+
+    # cp
+    cp = sub.add_parser("cp", formatter_class=fmt, help="copy a file to or from a node",
+                        description="Copy one file between the host and a node's guest.",
+                        epilog="examples:\n  rackemu cp ./a.out 1:/root/a.out\n"
+                               "  rackemu cp ./a.out 1:/root/       (keeps the name)\n"
+                               "  rackemu cp 0:/proc/cpuinfo ./cpuinfo.txt")
+    cp.add_argument("src", metavar="SRC", help="LOCAL or NODE:PATH")
+    cp.add_argument("dst", metavar="DST", help="NODE:PATH or LOCAL")
+    _add_select_args(cp)
+    cp.set_defaults(func=cmd_cp)
+
+    # console
+    co = sub.add_parser("console", help="print a node's serial console log",
+                        description="Print node NODE's serial console (the kernel log and anything "
+                                    "written to ttyAMA0).")
+    co.add_argument("node", metavar="NODE", help="node number")
+    co.add_argument("-f", "--follow", action="store_true", help="keep printing as it grows (Ctrl-C stops)")
+    co.add_argument("-n", "--lines", type=_positive_int, metavar="N", help="only the last N lines")
+    _add_select_args(co)
+    co.set_defaults(func=cmd_console)
+
+    # bridge-stats
+    bs = sub.add_parser("bridge-stats", help="the fabric bridge's counters",
+                        description="Ask the fabric bridge for its counters (per port: frames and "
+                                    "bytes in/out, drops, errors) and print them as a table.")
+    bs.add_argument("--json", action="store_true", help="print the bridge's JSON as is")
+    _add_select_args(bs)
+    bs.set_defaults(func=cmd_bridge_stats)
+
+    # demo
+    de = sub.add_parser("demo", formatter_class=fmt, help="4-node ring of packets + round-trip times",
+                        description="Boot a cluster (4 nodes by default), pass packets around a ring "
+                                    "of all nodes through the Unimem packetizers and mailboxes "
+                                    "(node i sends to node i+1, which checks count and sender PID), "
+                                    "measure round-trip times between neighbours with `unimem "
+                                    "pingpong`, print a table per node and the bridge's counters, "
+                                    "write CSV files into the run dir, and stop the cluster.")
+    de.add_argument("--nodes", type=_nodes_arg, metavar="N", help="nodes in the ring (default 4; 2 minimum)")
+    de.add_argument("--packets", type=_positive_int, default=100, metavar="K",
+                    help="packets each node sends to its neighbour (default 100)")
+    de.add_argument("--rounds", type=_positive_int, default=200, metavar="R",
+                    help="ping-pong round trips per neighbour pair (default 200)")
+    de.add_argument("--mif", type=int, default=1, metavar="M", help="mailbox interface to use (default 1)")
+    de.add_argument("--name", help="cluster name (default 'demo')")
+    de.add_argument("--memory", metavar="SIZE", help="guest RAM per node (default 256M)")
+    de.add_argument("--boot-timeout", type=_positive_float, metavar="S", help="seconds to wait for the agents")
+    de.add_argument("--config", metavar="FILE", help="cluster TOML file")
+    de.add_argument("--keep", action="store_true", help="leave the cluster running afterwards")
+    de.set_defaults(func=cmd_demo)
+
+    # setup / test (the ./rackemu wrapper runs platform/setup/setup.sh before these)
+    se = sub.add_parser("setup", help="install packages and build QEMU, bridge and guest image",
+                        description="Install the host packages and build everything (QEMU with "
+                                    "rackemu's devices, the fabric bridge, the guest kernel and "
+                                    "initramfs); the ./rackemu wrapper runs platform/setup/setup.sh, "
+                                    "then this checks the artefacts are there.")
+    se.add_argument("--config", metavar="FILE", help="check the artefacts named by this config")
+    se.set_defaults(func=cmd_setup)
+
+    te = sub.add_parser("test", help="run the launcher and end-to-end tests (pytest)",
+                        description="Run pytest on tests/launcher and tests/e2e; extra arguments go "
+                                    "to pytest (e.g. rackemu test -k ring -x).")
+    te.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="PYTEST_ARGS")
+    te.set_defaults(func=cmd_test)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, ClusterError) as e:
+        error(str(e))
+        return 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        say("interrupted")
+        return 130
+    except BrokenPipeError:
+        # `rackemu console 0 | head`: the reader left; not an error.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

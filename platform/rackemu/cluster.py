@@ -1,0 +1,917 @@
+"""Start, watch and stop a rackemu cluster: one fabric bridge and N QEMU nodes.
+
+Process model
+-------------
+Every process the launcher starts (the bridge, each QEMU) runs in its own session and so its
+own process group, with stdin from /dev/null and stdout/stderr in a log file of the run
+directory, so it outlives neither a terminal's Ctrl-C nor a closed pipe by accident, and it
+can be killed as a group. The run directory holds:
+
+  state.json          who runs (pid + start time, so a recycled pid is never mistaken for a node)
+  .lock               flock()ed by `up` while it starts the cluster
+  bridge.log          the bridge's output;  fabric.sock, bridge.ctl: its sockets
+  nodeI.log           QEMU's own output;    nodeI.console: the guest's serial console
+  nodeI.agent         the guest agent's socket (virtio-serial port rackemu.agent)
+  nodeI.qmp, nodeI.pid  QMP socket and QEMU's pid file
+
+`down` (and a failed or interrupted `up`) sends SIGTERM to every group, waits, sends SIGKILL to
+what is left, waits again, then removes the sockets and pid files. Logs and consoles stay for
+post-mortems. Because the state is on disk, `status`, `exec` and `down` work from any process
+(Cluster.attach). A cluster started from Python (not detached) additionally asks the kernel to
+SIGKILL its QEMUs and bridge when the starting thread dies (PR_SET_PDEATHSIG), so a killed
+pytest leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from .config import ClusterConfig, ConfigError
+
+STATE_FILE = "state.json"
+STATE_VERSION = 1
+BRIDGE_READY_LINE = "rackemu-bridge: ready"
+BRIDGE_START_TIMEOUT = 30.0
+TERM_GRACE = 5.0        # seconds between SIGTERM and SIGKILL
+KILL_WAIT = 5.0
+
+
+class ClusterError(Exception):
+    """The cluster could not be started, reached, or stopped as asked."""
+
+
+# ---------------------------------------------------------------- process identity helpers
+
+def proc_starttime(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot), or None if gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    rest = data[data.rfind(")") + 2:].split()
+    if not rest or rest[0] in ("Z", "X"):
+        return None
+    return int(rest[19])
+
+
+def proc_alive(pid: int | None, starttime: int | None) -> bool:
+    if not pid:
+        return False
+    st = proc_starttime(pid)
+    return st is not None and (starttime is None or st == starttime)
+
+
+def proc_cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def _pdeathsig_preexec() -> None:
+    """Runs in the child between fork and exec: die with the parent thread."""
+    PR_SET_PDEATHSIG = 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class Proc:
+    """One started process: enough to find it again from another process and to kill it."""
+
+    def __init__(self, pid: int, starttime: int | None, argv: list[str], log: str,
+                 popen: subprocess.Popen | None = None):
+        self.pid = pid
+        self.starttime = starttime
+        self.argv = argv
+        self.log = log
+        self.popen = popen   # set only in the process that started it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "starttime": self.starttime, "argv": self.argv, "log": self.log}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "Proc | None":
+        if not d:
+            return None
+        return cls(d["pid"], d.get("starttime"), d.get("argv", []), d.get("log", ""))
+
+    def alive(self) -> bool:
+        if self.popen is not None and self.popen.poll() is not None:
+            return False
+        return proc_alive(self.pid, self.starttime)
+
+    def exit_status(self) -> str:
+        if self.popen is None or self.popen.returncode is None:
+            return "exited"
+        rc = self.popen.returncode
+        return f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc}"
+
+    def signal_group(self, sig: int) -> None:
+        """Signal the process group (the pid leads it), only while the leader is the one we
+        started: a recycled pid must never be signalled."""
+        if not self.alive():
+            return
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            try:
+                os.kill(self.pid, sig)
+            except OSError:
+                pass
+
+    def wait_gone(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.popen is not None:
+                try:
+                    self.popen.wait(timeout=0.05)
+                except subprocess.TimeoutExpired:
+                    pass
+            if not self.alive() and not self._group_alive():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            if self.popen is None:
+                time.sleep(0.05)
+
+    def _group_alive(self) -> bool:
+        """Members of the group other than a leader that already exited (QEMU has none
+        normally; a wrapper script might)."""
+        try:
+            os.killpg(self.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        # The group exists. If its leader is gone, check that the members are ours: their
+        # command lines must reference one of our paths (no stranger can own that pgid then).
+        if self.alive():
+            return True
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                if os.getpgid(int(entry)) == self.pid and proc_starttime(int(entry)) is not None:
+                    return True
+            except OSError:
+                continue
+        return False
+
+
+def stop_procs(procs: Iterable[Proc], grace: float = TERM_GRACE) -> list[Proc]:
+    """SIGTERM every group, wait up to `grace`, SIGKILL the rest, wait. Returns survivors."""
+    procs = [p for p in procs if p is not None]
+    for p in procs:
+        p.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for p in procs:
+        p.wait_gone(max(0.0, deadline - time.monotonic()))
+    left = [p for p in procs if p.alive() or p._group_alive()]
+    for p in left:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    survivors = [p for p in left if not p.wait_gone(KILL_WAIT)]
+    return survivors
+
+
+# ---------------------------------------------------------------- the agent
+
+def _agent_client_class():
+    try:
+        from .agent import AgentClient
+    except ImportError as e:
+        raise ClusterError(f"the guest agent client (platform/rackemu/agent.py) cannot be "
+                           f"imported: {e}") from None
+    return AgentClient
+
+
+def _close(obj: Any) -> None:
+    close = getattr(obj, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:
+            pass
+
+
+class Node:
+    """One QEMU node of a cluster. exec/put/get/ping go through the guest agent's socket."""
+
+    def __init__(self, cluster: "Cluster", index: int):
+        self.cluster = cluster
+        self.id = index
+        d = cluster.run_dir
+        self.agent_path = d / f"node{index}.agent"
+        self.qmp_path = d / f"node{index}.qmp"
+        self.console_path = d / f"node{index}.console"
+        self.log_path = d / f"node{index}.log"
+        self.pid_path = d / f"node{index}.pid"
+        self.proc: Proc | None = None
+        self.state = "stopped"     # stopped, starting, running, dead, killed
+        self.boot_seconds: float | None = None
+        self.started_at: float | None = None   # wall clock (time.time) of the QEMU start
+        self._t0: float | None = None           # monotonic time of the QEMU start
+
+    def __repr__(self) -> str:
+        return f"<Node {self.id} {self.state} pid={self.pid}>"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.alive()
+
+    # ---- guest agent ----
+
+    def agent(self):
+        """A fresh AgentClient for this node's socket (caller closes it if it has close())."""
+        return _agent_client_class()(str(self.agent_path))
+
+    def ping(self, timeout: float = 2.0) -> bool:
+        """True if the guest agent answers within `timeout` seconds."""
+        if not self.agent_path.exists():
+            return False
+        client = None
+        try:
+            client = self.agent()
+            return client.ping(timeout) is not False
+        except ClusterError:
+            raise
+        except Exception:
+            return False
+        finally:
+            _close(client)
+
+    def _with_agent(self, what: str, fn: Callable[[Any], Any]) -> Any:
+        if not self.alive():
+            raise ClusterError(f"node {self.id} is not running (state: {self.state})")
+        client = self.agent()
+        try:
+            return fn(client)
+        finally:
+            _close(client)
+
+    def exec(self, cmd: str | list[str], timeout: float | None = 60.0,
+             stdin: bytes | None = None, env: dict[str, str] | None = None):
+        """Run a command in the guest. `cmd` is a shell string or an argv list. Returns the
+        agent's result (.rc, .stdout bytes, .stderr bytes, .timed_out)."""
+        return self._with_agent("exec", lambda c: c.exec(cmd, timeout=timeout, stdin=stdin, env=env))
+
+    def sh(self, cmd: str, timeout: float | None = 60.0, check: bool = True) -> str:
+        """Run a shell command and return its stdout as text; raise ClusterError if it fails."""
+        r = self.exec(cmd, timeout=timeout)
+        if check and (r.rc != 0 or getattr(r, "timed_out", False)):
+            why = "timed out" if getattr(r, "timed_out", False) else f"exited with {r.rc}"
+            raise ClusterError(f"node {self.id}: `{cmd}` {why}\n"
+                               f"stdout: {r.stdout.decode(errors='replace')[-2000:]}\n"
+                               f"stderr: {r.stderr.decode(errors='replace')[-2000:]}")
+        return r.stdout.decode(errors="replace")
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        """Copy data into the guest (arguments as AgentClient.put)."""
+        return self._with_agent("put", lambda c: c.put(*args, **kwargs))
+
+    def get(self, path: str, *args: Any, **kwargs: Any) -> Any:
+        """Read a file from the guest (AgentClient.get)."""
+        return self._with_agent("get", lambda c: c.get(path, *args, **kwargs))
+
+    # ---- logs ----
+
+    def console_text(self) -> str:
+        try:
+            return self.console_path.read_bytes().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def console_tail(self, lines: int = 20) -> str:
+        return "\n".join(self.console_text().splitlines()[-lines:])
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_bytes().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def last_console_line(self) -> str:
+        for line in reversed(self.console_tail(5).splitlines()):
+            line = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "", line).strip()
+            if line:
+                return line
+        return ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "state": self.state, "boot_seconds": self.boot_seconds,
+                "started_at": self.started_at, "proc": self.proc.to_dict() if self.proc else None,
+                "agent": str(self.agent_path), "qmp": str(self.qmp_path),
+                "console": str(self.console_path), "log": str(self.log_path)}
+
+
+class Background:
+    """A call running in a thread: result() waits and returns its value or raises its error."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, name: str = "rackemu-bg", **kwargs: Any):
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._value = fn(*args, **kwargs)
+            except BaseException as e:   # handed to the caller of result()
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name=name, daemon=True)
+        self._thread.start()
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def result(self, timeout: float | None = None) -> Any:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"background call still running after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def run_background(node: Node, cmd: str | list[str], **kwargs: Any) -> Background:
+    """Start node.exec(cmd, **kwargs) in a thread; .result() gives the exec result."""
+    return Background(node.exec, cmd, name=f"rackemu-node{node.id}-exec", **kwargs)
+
+
+# ---------------------------------------------------------------- the cluster
+
+class Cluster:
+    """A cluster described by a ClusterConfig.
+
+        with Cluster(cfg) as c:          # up() ... down()
+            r = c.node(1).exec("unimem info")
+
+    `log` receives progress lines (default: silent). `detach=True` leaves the processes
+    running when this Python process exits (the CLI's `cluster up`); otherwise they are
+    killed with it.
+    """
+
+    def __init__(self, config: ClusterConfig, log: Callable[[str], None] | None = None,
+                 detach: bool = False):
+        self.config = config
+        self.run_dir = config.run_dir
+        self.log = log or (lambda msg: None)
+        self.detach = detach
+        self.nodes = [Node(self, i) for i in range(config.nodes)]
+        self.bridge: Proc | None = None
+        self.status = "down"
+        self.created: float | None = None
+        self._lock_fd: int | None = None
+        self._state_lock = threading.Lock()
+
+    # ---- context manager ----
+
+    def __enter__(self) -> "Cluster":
+        self.up()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.down()
+
+    def node(self, i: int) -> Node:
+        if not isinstance(i, int) or not 0 <= i < len(self.nodes):
+            raise ClusterError(f"no node {i!r}: this cluster has nodes 0..{len(self.nodes) - 1}")
+        return self.nodes[i]
+
+    # ---- state file ----
+
+    @property
+    def state_path(self) -> Path:
+        return self.run_dir / STATE_FILE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": STATE_VERSION, "name": self.config.name, "run_dir": str(self.run_dir),
+                "status": self.status, "created": self.created, "updated": time.time(),
+                "owner_pid": os.getpid(), "config": self.config.to_dict(),
+                "bridge": self.bridge.to_dict() if self.bridge else None,
+                "bridge_ctl": str(self.run_dir / "bridge.ctl"),
+                "fabric_sock": str(self.run_dir / "fabric.sock"),
+                "nodes": [n.to_dict() for n in self.nodes]}
+
+    def save_state(self) -> None:
+        with self._state_lock:
+            tmp = self.state_path.with_name(STATE_FILE + f".tmp{os.getpid()}.{threading.get_ident()}")
+            tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+            os.replace(tmp, self.state_path)
+
+    @classmethod
+    def attach(cls, run_dir: str | os.PathLike, log: Callable[[str], None] | None = None) -> "Cluster":
+        """The cluster whose state lives in `run_dir` (started by this or another process)."""
+        run_dir = Path(run_dir)
+        path = run_dir / STATE_FILE
+        try:
+            st = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ClusterError(f"no cluster in {run_dir} (no {STATE_FILE}); start one with "
+                               f"`rackemu cluster up`") from None
+        except (OSError, ValueError) as e:
+            raise ClusterError(f"cannot read {path}: {e}") from None
+        if st.get("version") != STATE_VERSION:
+            raise ClusterError(f"{path} was written by another rackemu version")
+        cfg = ClusterConfig.from_dict(st["config"])
+        c = cls(cfg, log=log, detach=True)
+        c.status = st.get("status", "unknown")
+        c.created = st.get("created")
+        c.bridge = Proc.from_dict(st.get("bridge"))
+        for n, nd in zip(c.nodes, st.get("nodes", [])):
+            n.proc = Proc.from_dict(nd.get("proc"))
+            n.state = nd.get("state", "stopped")
+            n.boot_seconds = nd.get("boot_seconds")
+            n.started_at = nd.get("started_at")
+            if n.state in ("running", "starting") and not n.alive():
+                n.state = "dead"
+        return c
+
+    # ---- what runs ----
+
+    def all_procs(self) -> list[Proc]:
+        procs = [n.proc for n in self.nodes if n.proc]
+        if self.bridge:
+            procs.append(self.bridge)
+        return procs
+
+    def live_procs(self) -> list[Proc]:
+        return [p for p in self.all_procs() if p.alive()]
+
+    def find_strays(self) -> list[tuple[int, list[str]]]:
+        """Processes not recorded in our state that run our QEMU or bridge on this run dir
+        (left by a launcher that was SIGKILLed before it saved its state, for example)."""
+        known = {p.pid for p in self.all_procs() if p.alive()}
+        rd = str(self.run_dir)
+        progs = {str(self.config.qemu), str(self.config.bridge)}
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            if pid == os.getpid() or pid in known:
+                continue
+            argv = proc_cmdline(pid)
+            if not argv:
+                continue
+            refs_dir = any(a == rd or a.startswith(rd + "/") or f"{rd}/" in a for a in argv)
+            is_ours = (os.path.basename(argv[0]) in ("qemu-system-aarch64", "rackemu-bridge")
+                       or any(a in progs for a in argv[:2]))
+            if refs_dir and is_ours and proc_starttime(pid) is not None:
+                found.append((pid, argv))
+        return found
+
+    def _pidfile_procs(self) -> list[Proc]:
+        out = []
+        for n in self.nodes:
+            try:
+                pid = int(n.pid_path.read_text().strip())
+            except (OSError, ValueError):
+                continue
+            st = proc_starttime(pid)
+            if st is not None and any(str(self.run_dir) in a for a in proc_cmdline(pid)):
+                out.append(Proc(pid, st, proc_cmdline(pid), str(n.log_path)))
+        return out
+
+    # ---- up ----
+
+    def _check_host_memory(self) -> None:
+        try:
+            with open("/proc/meminfo") as f:
+                total_kib = next(int(l.split()[1]) for l in f if l.startswith("MemTotal:"))
+        except (OSError, StopIteration, ValueError):
+            return
+        need_mib = self.config.nodes * (self.config.memory_mib + 150)   # + QEMU/TCG overhead
+        if need_mib * 1024 > total_kib * 0.9:
+            raise ConfigError(
+                f"{self.config.nodes} nodes x {self.config.memory} (+ ~150 MiB QEMU overhead each) "
+                f"need ~{need_mib} MiB, more than this host's {total_kib // 1024} MiB allows; "
+                f"use fewer nodes or less memory")
+
+    def _acquire_lock(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.run_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ClusterError(f"another rackemu is starting a cluster in {self.run_dir} right now")
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _refuse_if_live(self) -> None:
+        try:
+            old = Cluster.attach(self.run_dir)
+            live = old.live_procs()
+        except ClusterError:
+            old, live = None, []
+        live_pids = {p.pid for p in live}
+        live += [p for p in self._pidfile_procs() if p.pid not in live_pids]
+        strays = self.find_strays()
+        if live or strays:
+            lines = [f"  pid {p.pid}: {' '.join(p.argv[:3])} ..." for p in live]
+            lines += [f"  pid {pid}: {' '.join(argv[:3])} ..." for pid, argv in strays
+                      if pid not in live_pids]
+            name = old.config.name if old else self.config.name
+            raise ClusterError(
+                f"run dir {self.run_dir} has live processes (cluster {name!r} is running):\n"
+                + "\n".join(lines) +
+                f"\nstop it first with `rackemu cluster down --run-dir {self.run_dir}`"
+                f" (or pick another --name)")
+
+    def _clean_run_dir(self) -> None:
+        """Remove sockets and pid files (never logs) left in the run dir."""
+        for entry in self.run_dir.iterdir():
+            try:
+                st = entry.lstat()
+            except OSError:
+                continue
+            if stat.S_ISSOCK(st.st_mode) or entry.suffix == ".pid" or \
+                    entry.name.startswith(STATE_FILE + ".tmp"):
+                try:
+                    entry.unlink()
+                except OSError:
+                    pass
+
+    def _spawn(self, argv: list[str], log_path: Path) -> Proc:
+        with open(log_path, "wb") as logf:
+            popen = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                cwd=self.run_dir, start_new_session=True, close_fds=True,
+                preexec_fn=None if self.detach else _pdeathsig_preexec)
+        return Proc(popen.pid, proc_starttime(popen.pid), argv, str(log_path), popen)
+
+    def bridge_argv(self) -> list[str]:
+        return [str(self.config.bridge), "--run-dir", str(self.run_dir),
+                "--max-nodes", str(self.config.nodes), *self.config.bridge_args]
+
+    def node_argv(self, i: int) -> list[str]:
+        c, d = self.config, self.run_dir
+        machine = c.machine
+        if c.fabric:
+            machine += f",node-id={i},node-count={c.nodes},fabric={d / 'fabric.sock'}"
+        append = f"console=ttyAMA0 rackemu.node={i}"
+        if c.kernel_cmdline:
+            append += " " + c.kernel_cmdline
+        return [str(c.qemu), "-M", machine, "-cpu", c.cpu, "-smp", str(c.vcpus),
+                "-m", c.memory, "-nographic", "-monitor", "none",
+                "-name", f"rackemu-{c.name}-node{i}",
+                "-serial", f"file:{d / f'node{i}.console'}",
+                "-kernel", str(c.kernel_image()), "-initrd", str(c.initrd),
+                "-append", append,
+                "-chardev", f"socket,id=agent,path={d / f'node{i}.agent'},server=on,wait=off",
+                "-device", "virtio-serial-device",
+                "-device", "virtserialport,chardev=agent,name=rackemu.agent",
+                "-qmp", f"unix:{d / f'node{i}.qmp'},server=on,wait=off",
+                "-pidfile", str(d / f"node{i}.pid"),
+                *c.qemu_args]
+
+    def _start_bridge(self) -> None:
+        log_path = self.run_dir / "bridge.log"
+        self.bridge = self._spawn(self.bridge_argv(), log_path)
+        self.save_state()
+        deadline = time.monotonic() + BRIDGE_START_TIMEOUT
+        while True:
+            try:
+                text = log_path.read_text(errors="replace")
+            except OSError:
+                text = ""
+            if BRIDGE_READY_LINE in text and (self.run_dir / "fabric.sock").exists():
+                break
+            if not self.bridge.alive():
+                raise ClusterError(f"the fabric bridge {self.bridge.exit_status()} before it was "
+                                   f"ready; its log ({log_path}):\n{_indent(_tail(text, 20))}")
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the fabric bridge did not print {BRIDGE_READY_LINE!r} within "
+                                   f"{BRIDGE_START_TIMEOUT:.0f} s; its log ({log_path}):\n"
+                                   f"{_indent(_tail(text, 20))}")
+            time.sleep(0.05)
+        self.log(f"bridge ready (pid {self.bridge.pid}, control socket {self.run_dir / 'bridge.ctl'})")
+
+    def start_node(self, i: int) -> Node:
+        """Start (or restart) node i's QEMU; does not wait for the guest."""
+        n = self.node(i)
+        if n.alive():
+            raise ClusterError(f"node {i} is already running (pid {n.pid})")
+        for p in (n.agent_path, n.qmp_path, n.pid_path):
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+        n.proc = self._spawn(self.node_argv(i), n.log_path)
+        n.state = "starting"
+        n.boot_seconds = None
+        n.started_at = time.time()
+        n._t0 = time.monotonic()
+        self.save_state()
+        self.log(f"node {i}: QEMU started (pid {n.pid}), console {n.console_path}")
+        return n
+
+    def wait_agents(self, nodes: list[Node] | None = None, timeout: float | None = None,
+                    progress_every: float = 10.0) -> None:
+        """Wait until every given node's guest agent answers a ping; fail fast if a QEMU dies."""
+        nodes = list(self.nodes if nodes is None else nodes)
+        timeout = self.config.boot_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        t0 = time.monotonic()
+        stop = threading.Event()
+        done: dict[int, float] = {}
+        errors: list[BaseException] = []
+        lock = threading.Lock()
+
+        def waiter(n: Node) -> None:
+            start = n._t0 if n._t0 is not None else t0
+            try:
+                while not stop.is_set() and time.monotonic() < deadline:
+                    if not n.alive():
+                        return
+                    remaining = deadline - time.monotonic()
+                    if n.ping(timeout=max(0.5, min(10.0, remaining))):
+                        with lock:
+                            done[n.id] = time.monotonic() - start
+                        return
+                    stop.wait(0.5)
+            except BaseException as e:   # e.g. the agent client cannot be imported
+                with lock:
+                    errors.append(e)
+
+        threads = [threading.Thread(target=waiter, args=(n,), daemon=True,
+                                    name=f"rackemu-wait-node{n.id}") for n in nodes]
+        for t in threads:
+            t.start()
+        reported: set[int] = set()
+        next_progress = time.monotonic() + progress_every
+        try:
+            while True:
+                with lock:
+                    newly = [(i, s) for i, s in done.items() if i not in reported]
+                for i, secs in sorted(newly):
+                    n = self.node(i)
+                    n.state, n.boot_seconds = "running", round(secs, 2)
+                    reported.add(i)
+                    self.log(f"node {i}: agent answered after {secs:.1f} s")
+                    self.save_state()
+                if len(reported) == len(nodes):
+                    return
+                if errors:
+                    raise errors[0]
+                for n in nodes:
+                    if n.id not in reported and not n.alive():
+                        n.state = "dead"
+                        self.save_state()
+                        raise ClusterError(
+                            f"node {n.id}'s QEMU {n.proc.exit_status() if n.proc else 'is gone'} "
+                            f"before its agent answered.\n"
+                            f"QEMU output ({n.log_path}):\n{_indent(n.log_tail(15)) or '    (empty)'}\n"
+                            f"console ({n.console_path}):\n{_indent(n.console_tail(15)) or '    (empty)'}")
+                now = time.monotonic()
+                if now >= deadline:
+                    waiting = [n for n in nodes if n.id not in reported]
+                    lines = [f"  node {n.id}: last console line: {n.last_console_line()!r}"
+                             for n in waiting]
+                    raise ClusterError(
+                        f"timed out after {timeout:.0f} s waiting for the guest agent on node(s) "
+                        f"{', '.join(str(n.id) for n in waiting)} (boot_timeout; raise it with "
+                        f"--boot-timeout or in the config)\n" + "\n".join(lines) +
+                        "\nconsoles: " + ", ".join(str(n.console_path) for n in waiting))
+                if now >= next_progress:
+                    next_progress = now + progress_every
+                    waiting = [n for n in nodes if n.id not in reported]
+                    ids = ",".join(str(n.id) for n in waiting)
+                    last = waiting[0].last_console_line()
+                    self.log(f"{now - t0:4.0f} s: waiting for the agent on node(s) {ids}"
+                             + (f" (node {waiting[0].id}: {_shorten(last, 70)!r})" if last else ""))
+                time.sleep(0.1)
+        finally:
+            stop.set()
+
+    def up(self) -> "Cluster":
+        """Start the bridge and every node, wait for every agent. On any failure or Ctrl-C,
+        everything started is stopped again before the exception propagates."""
+        c = self.config
+        c.check_artefacts()
+        self._check_host_memory()
+        self._acquire_lock()
+        try:
+            self._refuse_if_live()
+            self._clean_run_dir()
+            self.created = time.time()
+            self.status = "starting"
+            self.bridge = None
+            for n in self.nodes:
+                n.proc, n.state, n.boot_seconds = None, "stopped", None
+            self.save_state()
+            self.log(f"cluster {c.name!r}: {c.nodes} node(s), {c.memory} and {c.vcpus} vCPU(s) "
+                     f"each, machine {c.machine}, run dir {self.run_dir}")
+            try:
+                if c.fabric:
+                    self._start_bridge()
+                for i in range(c.nodes):
+                    self.start_node(i)
+                self.log(f"waiting for {c.nodes} guest agent(s) (TCG boot takes ~5-20 s a node; "
+                         f"timeout {c.boot_timeout:.0f} s)")
+                self.wait_agents()
+            except BaseException:
+                self.status = "failed"
+                with _no_interrupts():
+                    self.log("stopping what was started")
+                    self._stop_all(final_status="failed")
+                raise
+            self.status = "up"
+            self.save_state()
+            return self
+        finally:
+            self._release_lock()
+
+    # ---- down ----
+
+    def _stop_all(self, final_status: str = "down") -> list[Proc]:
+        node_procs = [n.proc for n in self.nodes if n.proc]
+        survivors = stop_procs(node_procs)
+        if self.bridge:
+            survivors += stop_procs([self.bridge])
+        # Anything started by a launcher that died before recording it.
+        strays = [Proc(pid, proc_starttime(pid), argv, "") for pid, argv in self.find_strays()]
+        strays += [p for p in self._pidfile_procs() if p.pid not in {s.pid for s in strays}]
+        if strays:
+            self.log("stopping unrecorded processes: " + ", ".join(str(p.pid) for p in strays))
+            survivors += stop_procs(strays)
+        for n in self.nodes:
+            n.state = "stopped"
+        if self.run_dir.is_dir():
+            self._clean_run_dir()
+        self.status = final_status
+        if self.run_dir.is_dir():
+            self.save_state()
+        return survivors
+
+    def down(self) -> None:
+        """Stop every node and the bridge (TERM, then KILL), remove sockets and pid files.
+        Idempotent; works on a cluster started by another process (Cluster.attach)."""
+        with _no_interrupts():
+            survivors = self._stop_all()
+        if survivors:
+            raise ClusterError("could not stop: " + ", ".join(str(p.pid) for p in survivors))
+
+    def kill_node(self, i: int) -> None:
+        """SIGKILL node i's QEMU (failure tests). The bridge and the other nodes keep running."""
+        n = self.node(i)
+        if not n.alive():
+            raise ClusterError(f"node {i} is not running")
+        try:
+            os.killpg(n.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        n.proc.wait_gone(KILL_WAIT)
+        n.state = "killed"
+        for p in (n.agent_path, n.qmp_path, n.pid_path):
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
+        self.save_state()
+        self.log(f"node {i}: killed")
+
+    def restart_node(self, i: int, timeout: float | None = None) -> Node:
+        """Start a stopped or killed node again and wait for its agent."""
+        n = self.start_node(i)
+        self.wait_agents([n], timeout=timeout)
+        return n
+
+    # ---- bridge ----
+
+    def bridge_stats(self, timeout: float = 5.0) -> dict[str, Any]:
+        """The bridge's `stats` answer: {"ports": [{node, state, frames_in, ...}], ...}."""
+        if not self.config.fabric:
+            raise ClusterError(f"machine {self.config.machine!r} has no fabric bridge")
+        ctl = self.run_dir / "bridge.ctl"
+        if not ctl.exists():
+            raise ClusterError(f"no bridge control socket at {ctl} (is the cluster up?)")
+        data = b""
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(timeout)
+                s.connect(str(ctl))
+                s.sendall(b"stats\n")
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+        except OSError as e:
+            raise ClusterError(f"bridge control socket {ctl}: {e}") from None
+        try:
+            return json.loads(data)
+        except ValueError:
+            raise ClusterError(f"the bridge answered `stats` with something that is not JSON: "
+                               f"{data[:200]!r}") from None
+
+    # ---- status ----
+
+    def status_dict(self, ping: bool = True, ping_timeout: float = 2.0) -> dict[str, Any]:
+        """Live view: every process checked, every running node's agent pinged (in parallel)."""
+        agent: dict[int, str] = {}
+
+        def check(n: Node) -> None:
+            if not n.alive():
+                agent[n.id] = "-"
+            elif not ping:
+                agent[n.id] = "?"
+            else:
+                try:
+                    agent[n.id] = "ok" if n.ping(ping_timeout) else "no answer"
+                except ClusterError as e:
+                    agent[n.id] = f"error: {e}"
+
+        threads = [threading.Thread(target=check, args=(n,), daemon=True) for n in self.nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        nodes = []
+        for n in self.nodes:
+            alive = n.alive()
+            state = n.state if alive or n.state in ("killed", "stopped") else "dead"
+            nodes.append({"node": n.id, "pid": n.pid if alive else None, "state": state,
+                          "agent": agent[n.id], "boot_seconds": n.boot_seconds,
+                          "console": str(n.console_path)})
+        bridge_alive = bool(self.bridge and self.bridge.alive())
+        live = any(x["pid"] for x in nodes) or bridge_alive
+        status = self.status
+        if status == "up" and not all(x["state"] == "running" for x in nodes):
+            status = "degraded"
+        if status in ("up", "degraded", "starting") and not live:
+            status = "dead"
+        return {"name": self.config.name, "run_dir": str(self.run_dir), "status": status,
+                "created": self.created, "machine": self.config.machine,
+                "memory": self.config.memory, "vcpus": self.config.vcpus,
+                "bridge": {"pid": self.bridge.pid if bridge_alive else None,
+                           "state": "running" if bridge_alive else
+                           ("-" if not self.config.fabric else "stopped"),
+                           "log": str(self.run_dir / "bridge.log")},
+                "nodes": nodes}
+
+
+# ---------------------------------------------------------------- small helpers
+
+class _no_interrupts:
+    """Ignore SIGINT/SIGTERM while cleaning up (main thread only): a second Ctrl-C must not
+    leave half a cluster behind. The cleanup itself is bounded (TERM_GRACE + KILL_WAIT)."""
+
+    def __enter__(self):
+        self._old = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    self._old[sig] = signal.signal(sig, signal.SIG_IGN)
+                except (ValueError, OSError):
+                    pass
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
+
+
+def _tail(text: str, lines: int) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + l for l in text.splitlines())
+
+
+def _shorten(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def command_string(cmd: str | list[str]) -> str:
+    return cmd if isinstance(cmd, str) else shlex.join(cmd)

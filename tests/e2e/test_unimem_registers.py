@@ -1,0 +1,146 @@
+"""Unimem vmbox and packetizer at register level, across three real QEMU nodes and the bridge.
+
+Each node is qemu-system-aarch64 -M rackemu-node in qtest mode (no guest; the test performs
+the CPU's loads and stores). Covers the scenarios of seed 004 sec. 5.1-5.2 end to end through
+the fabric: delivery with the PIDT prefix, ACK, NACK on a full FIFO, ILLEGAL, a cleared
+PID_CONF bit, the empty pattern, a dead destination and the bridge serving the others.
+"""
+import os
+import tempfile
+
+import pytest
+
+from qtest import QEMU, BRIDGE, Bridge, QtestNode, regs_header, wait_for
+
+R = regs_header()
+VMBOX = R["RACKEMU_VMBOX_BASE"]
+PKTZ = R["RACKEMU_PKTZ_BASE"]
+TIF = PKTZ + R["PKTZ_TIF_OFFSET"]
+PEND, ILLEGAL, NACK, ACK = (R["PKTZ_ST_PEND"], R["PKTZ_ST_ILLEGAL"], R["PKTZ_ST_NACK"],
+                            R["PKTZ_ST_ACK"])
+FABRIC_ERR = R["PKTZ_ST_FABRIC_ERR"]
+PID_MASK = (1 << 48) - 1
+EMPTY = R["VMBOX_EMPTY_PATTERN"]
+
+pytestmark = pytest.mark.skipif(not (os.path.exists(QEMU) and os.path.exists(BRIDGE)),
+                                reason="build first: ./rackemu setup")
+
+
+def gaddr(node, local):
+    return (node << R["UNIMEM_GADDR_NODE_SHIFT"]) | local
+
+
+def mif_addr(node, mif):
+    return gaddr(node, VMBOX + mif * 0x1000)
+
+
+def pid(node, pif):
+    return (node << 32) | (0xC0DE00 + pif)
+
+
+@pytest.fixture(scope="module")
+def rack():
+    with tempfile.TemporaryDirectory(prefix="rackemu-qtest-") as d:
+        bridge = Bridge(d)
+        # node 1 has a small FIFO so that "full" is quick to reach
+        nodes = [QtestNode(0, 3, bridge.socket), QtestNode(1, 3, bridge.socket, "fifo-depth=16"),
+                 QtestNode(2, 3, bridge.socket)]
+        for n in nodes:
+            n.writeq(TIF + R["PKTZ_TIF_BASE_DEST"], VMBOX)
+            for pif in range(64):
+                n.writeq(TIF + 8 * pif, pid(n.node_id, pif))
+            n.writeq(TIF + R["PKTZ_TIF_PID_CONF"], (1 << 64) - 1)
+        wait_for(lambda: len([p for p in bridge.stats()["ports"] if p["state"] == "up"]) == 3,
+                 what="3 nodes connected to the bridge")
+        yield bridge, nodes
+        for n in nodes:
+            n.close()
+        bridge.stop()
+
+
+def send(node, pif, dest, p0lo, p0hi, p1lo, p1hi, wait=True):
+    base = PKTZ + pif * 0x1000
+    node.writeq(base + 0x00, p0lo)
+    node.writeq(base + 0x08, p0hi)
+    node.writeq(base + 0x10, p1lo)
+    node.writeq(base + 0x18, p1hi)
+    node.writeq(base + 0x20, dest)  # the third register: the packet leaves now
+    if not wait:
+        return None
+    return wait_for(lambda: (lambda s: s if not s & PEND else 0)(node.readq(base + 0x30)) or None,
+                    what=f"PIF {pif} to leave PEND")
+
+
+def recv(node, mif):
+    return [node.readq(VMBOX + mif * 0x1000) for _ in range(4)]
+
+
+def test_remote_packet_arrives_with_the_senders_pid_prefix(rack):
+    _, (n0, n1, _) = rack
+    st = send(n0, 3, mif_addr(1, 5), 0xAAAA_0000_0000_FFFF, 0x1111, 0x2222, 0x3333)
+    assert st == ACK
+    words = recv(n1, 5)
+    # the writer's low 48 bits of payload0 never travel: the PIDT entry replaces them
+    assert words[0] & PID_MASK == pid(0, 3)
+    assert words[0] >> 48 == 0xAAAA
+    assert words[1:] == [0x1111, 0x2222, 0x3333]
+    assert n1.readq(VMBOX + 5 * 0x1000) == EMPTY
+
+
+def test_empty_fifo_reads_the_pattern(rack):
+    _, (n0, _, _) = rack
+    assert n0.readq(VMBOX + 9 * 0x1000) == EMPTY
+
+
+def test_local_destination_is_delivered_without_the_fabric(rack):
+    _, (n0, _, _) = rack
+    assert send(n0, 4, mif_addr(0, 6), 0, 0x44, 0x55, 0x66) == ACK
+    assert recv(n0, 6)[1:] == [0x44, 0x55, 0x66]
+
+
+def test_full_fifo_gives_nack_and_keeps_what_was_accepted(rack):
+    _, (n0, n1, _) = rack
+    statuses = [send(n0, 7, mif_addr(1, 8), 0, i, i, i) for i in range(5)]
+    assert statuses == [ACK] * 4 + [NACK]  # 16 words = 4 packets
+    got = [recv(n1, 8)[1] for _ in range(4)]
+    assert got == [0, 1, 2, 3]
+    assert n1.readq(VMBOX + 8 * 0x1000) == EMPTY
+
+
+def test_destination_outside_base_dest_is_illegal_and_nothing_is_sent(rack):
+    bridge, (n0, n1, _) = rack
+    before = bridge.stats()["ports"][0]["frames_in"]
+    st = send(n0, 10, gaddr(1, 0x0c000000 + 5 * 0x1000), 0, 1, 2, 3)
+    assert st == ILLEGAL
+    assert bridge.stats()["ports"][0]["frames_in"] == before
+    assert n1.readq(VMBOX + 5 * 0x1000) == EMPTY
+
+
+def test_cleared_pid_conf_bit_sends_nothing(rack):
+    bridge, (n0, n1, _) = rack
+    conf = n0.readq(TIF + R["PKTZ_TIF_PID_CONF"])
+    n0.writeq(TIF + R["PKTZ_TIF_PID_CONF"], conf & ~(1 << 11))
+    nopid = n0.readq(TIF + R["PKTZ_TIF_NOPID"])
+    try:
+        assert send(n0, 11, mif_addr(1, 12), 0, 1, 2, 3, wait=False) is None
+        assert n0.readq(PKTZ + 11 * 0x1000 + 0x30) == 0
+        assert n0.readq(TIF + R["PKTZ_TIF_NOPID"]) == nopid + 1
+        assert n1.readq(VMBOX + 12 * 0x1000) == EMPTY
+    finally:
+        n0.writeq(TIF + R["PKTZ_TIF_PID_CONF"], conf)
+
+
+def test_absent_node_gives_nack_with_fabric_error(rack):
+    _, (n0, _, _) = rack
+    assert send(n0, 12, mif_addr(5, 1), 0, 1, 2, 3) == NACK | FABRIC_ERR
+
+
+def test_dead_node_fails_the_sender_and_the_bridge_serves_the_others(rack):
+    bridge, (n0, n1, n2) = rack
+    n1.kill()
+    wait_for(lambda: bridge.stats()["ports"][1]["state"] == "down", what="bridge to see node 1 die")
+    assert send(n0, 13, mif_addr(1, 2), 0, 1, 2, 3) == NACK | FABRIC_ERR
+    assert send(n0, 14, mif_addr(2, 2), 0, 7, 8, 9) == ACK
+    assert recv(n2, 2)[1:] == [7, 8, 9]
+    ports = {p["node"]: p for p in bridge.stats()["ports"]}
+    assert ports[0]["state"] == "up" and ports[2]["state"] == "up"

@@ -1,0 +1,54 @@
+#!/usr/bin/python3
+"""Stand-in for qemu-system-aarch64 in the launcher's own tests (no guest, no emulation).
+
+Reads the options the launcher passes (-pidfile, -serial file:, -chardev socket,path=,
+-qmp unix:), writes the pid file and a console line, listens on the agent and QMP sockets,
+and then behaves as FAKE_QEMU_MODE says:
+  hang        (default) run until signalled
+  ignore-term run, ignoring SIGTERM (the launcher must escalate to SIGKILL)
+  die         exit with status 3 after one second, as a QEMU with a bad option would
+  fork        start a child in the same process group, then hang (group kill must reach it)
+Every argument is appended to $FAKE_QEMU_ARGV_LOG if set.
+"""
+import os
+import signal
+import socket
+import sys
+import time
+
+argv = sys.argv[1:]
+opts = {}
+for i, a in enumerate(argv[:-1]):
+    opts.setdefault(a, argv[i + 1])
+mode = os.environ.get("FAKE_QEMU_MODE", "hang")
+if os.environ.get("FAKE_QEMU_ARGV_LOG"):
+    with open(os.environ["FAKE_QEMU_ARGV_LOG"], "a") as f:
+        f.write(" ".join(argv) + "\n")
+
+with open(opts["-pidfile"], "w") as f:
+    f.write(f"{os.getpid()}\n")
+console = opts["-serial"].removeprefix("file:")
+with open(console, "w") as f:
+    f.write("fake-qemu: booting\r\n[    0.000000] Linux version 6.1.0-fake\r\n")
+
+socks = []
+chardev = dict(kv.split("=", 1) for kv in opts["-chardev"].split(",") if "=" in kv)
+for path in (chardev["path"], opts["-qmp"].removeprefix("unix:").split(",")[0]):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.listen(4)
+    socks.append(s)
+
+if mode == "ignore-term":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+elif mode == "die":
+    print("qemu-system-aarch64: -M rackemu-node: fake failure", file=sys.stderr)
+    time.sleep(1)
+    sys.exit(3)
+elif mode == "fork":
+    if os.fork() == 0:
+        os.execvp("sleep", ["sleep", "1000"])
+else:
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+while True:
+    time.sleep(1)
