@@ -174,8 +174,10 @@ class Proc:
         return False
 
 
-def stop_procs(procs: Iterable[Proc], grace: float = TERM_GRACE) -> list[Proc]:
-    """SIGTERM every group, wait up to `grace`, SIGKILL the rest, wait. Returns survivors."""
+def stop_procs(procs: Iterable[Proc], grace: float | None = None) -> list[Proc]:
+    """SIGTERM every group, wait up to `grace` (TERM_GRACE), SIGKILL the rest, wait.
+    Returns the processes that survived even that."""
+    grace = TERM_GRACE if grace is None else grace
     procs = [p for p in procs if p is not None]
     for p in procs:
         p.signal_group(signal.SIGTERM)
@@ -263,6 +265,10 @@ class Node:
 
     def _with_agent(self, what: str, fn: Callable[[Any], Any]) -> Any:
         if not self.alive():
+            if self.cluster.status in ("down", "failed") or not self.cluster.live_procs():
+                raise ClusterError(f"cluster {self.cluster.config.name!r} is not running "
+                                   f"(status: {self.cluster.status}); start it with "
+                                   f"`rackemu cluster up`")
             raise ClusterError(f"node {self.id} is not running (state: {self.state})")
         client = self.agent()
         try:

@@ -112,7 +112,7 @@ class ClusterConfig:
     qemu_args: list[str] = dataclasses.field(default_factory=list)
     bridge_args: list[str] = dataclasses.field(default_factory=list)
     qemu: Path = dataclasses.field(default_factory=lambda: build_dir() / "qemu" / "qemu-system-aarch64")
-    bridge: Path = dataclasses.field(default_factory=lambda: build_dir() / "rackemu-bridge")
+    bridge: Path = dataclasses.field(default_factory=lambda: default_bridge(build_dir()))
     kernel: Path | None = None          # None: KERNEL_IMAGE from $RACKEMU_BUILD/guest/guest.env
     initrd: Path = dataclasses.field(default_factory=lambda: build_dir() / "guest" / "initramfs.cpio.gz")
     source: str = "built-in defaults"    # where the values came from, for messages
@@ -190,6 +190,14 @@ class ClusterConfig:
         if missing:
             raise ConfigError("build artefacts missing:\n" + "\n".join(missing) +
                               f"\n{SETUP_HINT} (or set RACKEMU_BUILD, or [paths] in the config)")
+
+
+def default_bridge(build: Path) -> Path:
+    """$RACKEMU_BUILD/rackemu-bridge; the meson build tree's build/host/rackemu-bridge when
+    only that one exists (a checkout built with meson but not yet installed by setup)."""
+    top = build / "rackemu-bridge"
+    host = build / "host" / "rackemu-bridge"
+    return host if not top.exists() and host.exists() else top
 
 
 def read_guest_env(path: Path) -> dict[str, str]:
@@ -339,7 +347,7 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
         kernel_cmdline=cmdline.strip(), boot_timeout=float(boot_timeout), run_dir=run_dir_path,
         qemu_args=lists["qemu_args"], bridge_args=lists["bridge_args"],
         qemu=pth("qemu", b / "qemu" / "qemu-system-aarch64"),
-        bridge=pth("bridge", b / "rackemu-bridge"),
+        bridge=pth("bridge", default_bridge(b)),
         kernel=Path(paths["kernel"]).expanduser().absolute() if paths["kernel"] else None,
         initrd=pth("initrd", b / "guest" / "initramfs.cpio.gz"),
         source=source,

@@ -1,0 +1,221 @@
+"""Process lifecycle: every process the launcher starts is gone after down(), after a failed
+up(), after Ctrl-C during up(), and a live cluster's run dir is never reused. Uses the fake
+QEMU and bridge from fakes/ and a stand-in agent client (conftest.py)."""
+import json
+import os
+import signal
+import stat
+import threading
+import time
+
+import pytest
+
+import rackemu.cluster as rc
+from rackemu.cluster import Cluster, ClusterError
+from rackemu.config import load_config
+
+from conftest import pids_referencing
+
+
+def cfg(run_dir, **kw):
+    over = {"run_dir": str(run_dir), "boot_timeout": 10, "name": "t"}
+    over.update(kw)
+    return load_config(overrides=over)
+
+
+def sockets_in(d):
+    return sorted(p.name for p in d.iterdir() if stat.S_ISSOCK(p.lstat().st_mode))
+
+
+def test_up_runs_bridge_and_nodes_and_down_leaves_nothing(fake_build, fake_agent, run_dir):
+    c = Cluster(cfg(run_dir, nodes=3))
+    c.up()
+    try:
+        assert c.status == "up"
+        assert c.bridge.alive() and all(n.alive() for n in c.nodes)
+        assert all(n.state == "running" and n.boot_seconds is not None for n in c.nodes)
+        assert sockets_in(run_dir) == ["bridge.ctl", "fabric.sock", "node0.agent", "node0.qmp",
+                                       "node1.agent", "node1.qmp", "node2.agent", "node2.qmp"]
+        # the node command line is the fixed interface
+        argv = c.nodes[1].proc.argv
+        assert argv[argv.index("-M") + 1] == f"rackemu-node,node-id=1,node-count=3,fabric={run_dir}/fabric.sock"
+        assert argv[argv.index("-append") + 1] == "console=ttyAMA0 rackemu.node=1"
+        assert f"socket,id=agent,path={run_dir}/node1.agent,server=on,wait=off" in argv
+        st = json.loads((run_dir / "state.json").read_text())
+        assert st["status"] == "up" and [n["proc"]["pid"] for n in st["nodes"]] == [n.pid for n in c.nodes]
+        assert c.node(2).exec("echo hi").stdout == b"ran echo hi\n"
+        assert len(pids_referencing(run_dir)) == 4
+    finally:
+        c.down()
+    assert pids_referencing(run_dir) == []
+    assert sockets_in(run_dir) == []
+    assert not list(run_dir.glob("*.pid"))
+    assert (run_dir / "node0.console").exists(), "logs stay for post-mortems"
+    assert json.loads((run_dir / "state.json").read_text())["status"] == "down"
+
+
+def test_bridge_stats_reads_the_control_socket(fake_build, fake_agent, run_dir):
+    with Cluster(cfg(run_dir, nodes=2)) as c:
+        stats = c.bridge_stats()
+    assert [p["node"] for p in stats["ports"]] == [0, 1]
+    assert stats["ports"][1]["frames_out"] == 11
+
+
+def test_a_cluster_whose_run_dir_has_live_processes_is_refused(fake_build, fake_agent, run_dir):
+    with Cluster(cfg(run_dir)) as c:
+        with pytest.raises(ClusterError, match=r"has live processes.*\n.*pid \d+.*"
+                                                r"(\n.*)*stop it first with `rackemu cluster down"):
+            Cluster(cfg(run_dir)).up()
+        assert all(n.alive() for n in c.nodes), "the refused up must not touch the running cluster"
+
+
+def test_status_and_down_from_another_process(fake_build, fake_agent, run_dir):
+    c = Cluster(cfg(run_dir), detach=True)
+    c.up()
+    other = Cluster.attach(run_dir)
+    st = other.status_dict()
+    assert st["status"] == "up"
+    assert [n["state"] for n in st["nodes"]] == ["running", "running"]
+    assert [n["agent"] for n in st["nodes"]] == ["ok", "ok"]
+    other.down()
+    assert pids_referencing(run_dir) == []
+    for n in c.nodes:       # reap our children (they were killed by `other`)
+        n.proc.popen.wait(5)
+
+
+def test_kill_node_kills_one_qemu_only(fake_build, fake_agent, run_dir):
+    with Cluster(cfg(run_dir, nodes=3)) as c:
+        c.kill_node(1)
+        assert not c.node(1).alive() and c.node(1).state == "killed"
+        assert c.node(0).alive() and c.node(2).alive() and c.bridge.alive()
+        assert c.status_dict()["status"] == "degraded"
+        with pytest.raises(ClusterError, match="node 1 is not running"):
+            c.node(1).exec("true")
+        c.restart_node(1)
+        assert c.node(1).alive() and c.node(1).state == "running"
+    assert pids_referencing(run_dir) == []
+
+
+def test_qemu_that_dies_during_boot_fails_up_with_its_output_and_cleans_up(
+        fake_build, fake_agent, run_dir, monkeypatch):
+    monkeypatch.setenv("FAKE_QEMU_MODE", "die")
+    FakeAgent = fake_agent
+    FakeAgent.answer = False
+    t0 = time.monotonic()
+    with pytest.raises(ClusterError) as e:
+        Cluster(cfg(run_dir)).up()
+    assert time.monotonic() - t0 < 8, "a dead QEMU must fail fast, not wait for the timeout"
+    msg = str(e.value)
+    assert "QEMU exited with status 3 before its agent answered" in msg
+    assert "fake failure" in msg and "Linux version 6.1.0-fake" in msg
+    assert pids_referencing(run_dir) == []
+    assert sockets_in(run_dir) == []
+
+
+def test_bridge_that_dies_fails_up(fake_build, fake_agent, run_dir, monkeypatch):
+    monkeypatch.setenv("FAKE_BRIDGE_MODE", "die")
+    with pytest.raises(ClusterError, match=r"fabric bridge exited with status 2 before it was "
+                                           r"ready(.|\n)*cannot bind: fake failure"):
+        Cluster(cfg(run_dir)).up()
+    assert pids_referencing(run_dir) == []
+
+
+def test_boot_timeout_stops_everything_and_names_the_nodes(fake_build, fake_agent, run_dir):
+    fake_agent.answer = False
+    with pytest.raises(ClusterError, match=r"timed out after 2 s waiting for the guest agent on "
+                                           r"node\(s\) 0, 1(.|\n)*last console line: "
+                                           r"'\[    0.000000\] Linux version 6.1.0-fake'"):
+        Cluster(cfg(run_dir, boot_timeout=2)).up()
+    assert pids_referencing(run_dir) == []
+    assert json.loads((run_dir / "state.json").read_text())["status"] == "failed"
+
+
+def test_ctrl_c_during_up_stops_everything(fake_build, fake_agent, run_dir):
+    fake_agent.answer = False
+    threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        Cluster(cfg(run_dir, boot_timeout=60, nodes=2)).up()
+    assert pids_referencing(run_dir) == []
+    assert sockets_in(run_dir) == []
+
+
+def test_qemu_ignoring_sigterm_is_killed(fake_build, fake_agent, run_dir, monkeypatch):
+    monkeypatch.setenv("FAKE_QEMU_MODE", "ignore-term")
+    monkeypatch.setattr(rc, "TERM_GRACE", 1.0)
+    c = Cluster(cfg(run_dir))
+    c.up()
+    t0 = time.monotonic()
+    c.down()
+    assert 1.0 <= time.monotonic() - t0 < 5
+    assert pids_referencing(run_dir) == []
+
+
+def test_children_in_the_process_group_go_too(fake_build, fake_agent, run_dir, monkeypatch):
+    monkeypatch.setenv("FAKE_QEMU_MODE", "fork")
+    c = Cluster(cfg(run_dir, nodes=1))
+    c.up()
+    time.sleep(0.3)
+    groups = {os.getpgid(p) for p in pids_referencing(run_dir)}
+    members = [int(e) for e in os.listdir("/proc") if e.isdigit() and _pgid(int(e)) in groups]
+    assert len(members) >= 3     # bridge, QEMU, its child
+    c.down()
+    time.sleep(0.2)
+    assert [m for m in members if _alive(m)] == []
+
+
+def test_down_finds_processes_a_crashed_launcher_did_not_record(fake_build, fake_agent, run_dir):
+    c = Cluster(cfg(run_dir), detach=True)
+    c.up()
+    pids = [n.pid for n in c.nodes] + [c.bridge.pid]
+    (run_dir / "state.json").write_text(json.dumps({**c.to_dict(), "bridge": None, "nodes": [
+        {**n.to_dict(), "proc": None} for n in c.nodes]}))
+    with pytest.raises(ClusterError, match="has live processes"):
+        Cluster(cfg(run_dir)).up()
+    Cluster.attach(run_dir).down()
+    for n in c.nodes:
+        n.proc.popen.wait(5)
+    c.bridge.popen.wait(5)
+    assert pids_referencing(run_dir) == []
+
+
+def test_pdeathsig_kills_nodes_when_the_starting_process_dies(fake_build, run_dir, tmp_path):
+    """A pytest run that is SIGKILLed must not leave QEMUs behind."""
+    import subprocess, sys
+    script = tmp_path / "starter.py"
+    script.write_text(f"""
+import sys, time
+sys.path.insert(0, {str(rc.__file__.rsplit('/', 2)[0])!r})
+import rackemu.cluster as rc
+from rackemu.cluster import Cluster
+from rackemu.config import load_config
+c = Cluster(load_config(overrides={{"run_dir": {str(run_dir)!r}, "nodes": 2}}))
+c.config.check_artefacts = lambda: None
+c.wait_agents = lambda *a, **k: None
+c.up()
+print("UP", flush=True)
+time.sleep(100)
+""")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "UP"
+    assert len(pids_referencing(run_dir)) == 3
+    p.kill()
+    p.wait()
+    deadline = time.monotonic() + 5
+    while pids_referencing(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pids_referencing(run_dir) == []
+
+
+def _pgid(pid):
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _alive(pid):
+    try:
+        st = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return False
+    return st[st.rfind(")") + 2] not in "ZX"

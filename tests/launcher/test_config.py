@@ -1,0 +1,132 @@
+"""Configuration: defaults, the TOML file, overrides, and the error messages for bad values."""
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from rackemu.config import (DEFAULTS, ConfigError, load_config, parse_memory, read_guest_env,
+                            RUN_BASE)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path, text):
+    p = tmp_path / "c.toml"
+    p.write_text(text)
+    return p
+
+
+def test_cluster_toml_documents_exactly_the_builtin_defaults():
+    with open(ROOT / "platform" / "cluster.toml", "rb") as f:
+        doc = tomllib.load(f)
+    assert doc == DEFAULTS
+
+
+def test_defaults_give_two_small_nodes_in_tmp_rackemu_default():
+    c = load_config()
+    assert (c.nodes, c.memory, c.vcpus, c.cpu, c.machine) == (2, "256M", 2, "cortex-a57", "rackemu-node")
+    assert c.run_dir == RUN_BASE / "default"
+    assert c.fabric
+
+
+def test_file_sets_some_keys_and_command_line_overrides_it(tmp_path):
+    p = write(tmp_path, 'name = "rack1"\nnodes = 4\nmemory = "1G"\n')
+    c = load_config(p, {"nodes": 3, "memory": None})
+    assert (c.name, c.nodes, c.memory_mib) == ("rack1", 3, 1024)
+    assert c.run_dir == RUN_BASE / "rack1"
+
+
+def test_unknown_key_is_named_with_the_known_ones(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown key 'node'.*known keys:.*nodes"):
+        load_config(write(tmp_path, "node = 3\n"))
+    with pytest.raises(ConfigError, match=r"unknown key 'paths.kernal'"):
+        load_config(write(tmp_path, '[paths]\nkernal = "/x"\n'))
+
+
+@pytest.mark.parametrize("nodes", [0, 65, -1])
+def test_nodes_out_of_range(tmp_path, nodes):
+    with pytest.raises(ConfigError, match=r"nodes: .* out of range; a cluster has 1 to 64 nodes"):
+        load_config(write(tmp_path, f"nodes = {nodes}\n"))
+
+
+def test_nodes_must_be_an_integer(tmp_path):
+    with pytest.raises(ConfigError, match="nodes: expected an integer"):
+        load_config(write(tmp_path, "nodes = 2.5\n"))
+    with pytest.raises(ConfigError, match="nodes: expected an integer"):
+        load_config(write(tmp_path, "nodes = true\n"))
+
+
+@pytest.mark.parametrize("value,mib", [("256M", 256), ("1G", 1024), ("1GiB", 1024), (512, 512),
+                                       ("262144K", 256), ("2g", 2048), ("16G", 16384)])
+def test_memory_sizes(value, mib):
+    assert parse_memory(value) == mib
+
+
+@pytest.mark.parametrize("value,msg", [("lots", "cannot read 'lots' as a size"),
+                                       ("32M", "between 64 MiB and 16 GiB"),
+                                       ("17G", "between 64 MiB and 16 GiB"),
+                                       ("1.5G", "cannot read"),
+                                       ("100000K", "not a whole number of MiB"),
+                                       (True, "expected a size")])
+def test_bad_memory_sizes(value, msg):
+    with pytest.raises(ConfigError, match=msg):
+        parse_memory(value)
+
+
+def test_other_bad_values(tmp_path):
+    cases = {'vcpus = 0': "vcpus: 0 is out of range",
+             'vcpus = 9': "vcpus: 9 is out of range",
+             'cpu = "Cortex A57"': "cpu: 'Cortex A57' is not a QEMU CPU model name",
+             'machine = "sbsa-ref"': "machine: 'sbsa-ref' is not supported",
+             'name = "a b"': "name: 'a b' is not a usable cluster name",
+             'kernel_cmdline = "rackemu.node=3"': "rackemu.node= is set by the launcher",
+             'boot_timeout = 0': "boot_timeout: 0 is out of range",
+             'qemu_args = "-d guest_errors"': "qemu_args: expected a list of strings",
+             'run_dir = "/"': "cannot be a cluster's run directory",
+             f'run_dir = "/tmp/{"x" * 120}"': "too long for UNIX socket paths"}
+    for text, msg in cases.items():
+        with pytest.raises(ConfigError, match=msg):
+            load_config(write(tmp_path, text + "\n"))
+
+
+def test_toml_syntax_error_names_the_file(tmp_path):
+    p = write(tmp_path, "nodes = \n")
+    with pytest.raises(ConfigError, match=f"{p} is not valid TOML"):
+        load_config(p)
+
+
+def test_missing_config_file():
+    with pytest.raises(ConfigError, match="config file /nonexistent.toml does not exist"):
+        load_config("/nonexistent.toml")
+
+
+def test_missing_artefacts_say_run_setup(tmp_path, monkeypatch):
+    monkeypatch.setenv("RACKEMU_BUILD", str(tmp_path / "nothing"))
+    c = load_config()
+    with pytest.raises(ConfigError) as e:
+        c.check_artefacts()
+    msg = str(e.value)
+    assert "QEMU:" in msg and "fabric bridge:" in msg and "guest initramfs:" in msg
+    assert "run `./rackemu setup` first" in msg
+
+
+def test_virt_machine_needs_no_bridge(fake_build):
+    (fake_build / "rackemu-bridge").unlink()
+    c = load_config(overrides={"machine": "virt"})
+    assert not c.fabric
+    c.check_artefacts()
+
+
+def test_guest_env_is_read_like_the_shell_would(tmp_path):
+    p = tmp_path / "guest.env"
+    p.write_text('# built by guest/build.sh\nKVER=6.1.0-27-arm64\n'
+                 'KERNEL_IMAGE="/b/guest/vmlinuz-6.1.0-27-arm64"  # the image\n'
+                 "export MODULES='a b'\n")
+    assert read_guest_env(p) == {"KVER": "6.1.0-27-arm64",
+                                 "KERNEL_IMAGE": "/b/guest/vmlinuz-6.1.0-27-arm64",
+                                 "MODULES": "a b"}
+
+
+def test_kernel_image_relative_to_guest_env(fake_build):
+    (fake_build / "guest" / "guest.env").write_text("KERNEL_IMAGE=vmlinuz\n")
+    assert load_config().kernel_image() == fake_build / "guest" / "vmlinuz"
