@@ -405,7 +405,7 @@ void Bridge::router()
             continue;
         }
         if (now - last_activity < kSpinNs) {
-            cpu_relax();
+            poll_pause(now - last_activity);
             continue;
         }
         router_sleeps_++;

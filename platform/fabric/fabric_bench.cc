@@ -126,7 +126,7 @@ int main(int argc, char **argv)
         uint64_t want = w.replies + 1;
         h.tag = i;
         if (rk_fabric_port_send(p, &h, payload)) break;
-        while (w.replies.load(std::memory_order_acquire) < want) cpu_relax();
+        while (w.replies.load(std::memory_order_acquire) < want) sched_yield();
     }
     std::vector<double> rtt;
     rtt.reserve(iters);
@@ -138,7 +138,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "send failed\n");
             return 1;
         }
-        while (w.replies.load(std::memory_order_acquire) < want) cpu_relax();
+        while (w.replies.load(std::memory_order_acquire) < want) sched_yield();
         rtt.push_back((now_ns() - t0) / 1000.0);
     }
     Stats br = summarize(rtt);

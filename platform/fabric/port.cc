@@ -293,7 +293,7 @@ void RkFabricPort::run()
             continue;
         }
         if (now - last_activity < kSpinNs) {
-            cpu_relax();
+            poll_pause(now - last_activity);
             continue;
         }
         sleeps++;

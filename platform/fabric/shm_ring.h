@@ -20,6 +20,7 @@
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
+#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -85,6 +86,21 @@ template <typename Ready> inline void futex_sleep(std::atomic<uint32_t> *w, int 
     timespec ts{ms / 1000, (ms % 1000) * 1000000L};
     futex_op(w, FUTEX_WAIT, 1, &ts);
     w->store(0, std::memory_order_relaxed);
+}
+
+// Polling step of a consumer that found nothing: spin briefly, then yield the CPU so that on an
+// oversubscribed host (more polling threads and vCPUs than cores) the producer gets to run.
+inline void poll_pause(uint64_t idle_ns)
+{
+    if (idle_ns < 2000) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        asm volatile("yield" ::: "memory");
+#endif
+    } else {
+        sched_yield();
+    }
 }
 
 inline void cpu_relax()

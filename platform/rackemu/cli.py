@@ -234,8 +234,6 @@ def _write_out(data: bytes, stream) -> None:
 
 def cmd_exec(args: argparse.Namespace) -> int:
     cmd = list(args.cmd)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
     if not cmd:
         raise ClusterError("no command given: rackemu exec NODE -- CMD [ARGS...]")
     # One argument is a shell command line ("ls -l | wc -l"); several are an argv.
@@ -507,7 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--timeout", type=_positive_float, default=60.0, metavar="S",
                     help="seconds before the command is killed (default 60)")
     _add_select_args(ex)
-    ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...", help="the command")
+    ex.add_argument("cmd", nargs="*", metavar="-- CMD", help="the command and its arguments, after --")
     ex.set_defaults(func=cmd_exec)
 
     # cp
@@ -572,14 +570,27 @@ def build_parser() -> argparse.ArgumentParser:
     te = sub.add_parser("test", help="run the launcher and end-to-end tests (pytest)",
                         description="Run pytest on tests/launcher and tests/e2e; extra arguments go "
                                     "to pytest (e.g. rackemu test -k ring -x).")
-    te.add_argument("pytest_args", nargs=argparse.REMAINDER, metavar="PYTEST_ARGS")
+    te.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARGS", help="passed to pytest")
     te.set_defaults(func=cmd_test)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # argparse cannot take "everything after --" next to options; split it off by hand.
+    tail = None
+    if argv[:1] == ["exec"] and "--" in argv:
+        k = argv.index("--")
+        argv, tail = argv[:k], argv[k + 1:]
+    elif argv[:1] == ["test"] and not {"-h", "--help"} & set(argv[1:]):
+        argv, tail = ["test"], argv[1:]
     args = parser.parse_args(argv)
+    if tail is not None:
+        if args.command == "exec":
+            args.cmd = tail
+        else:
+            args.pytest_args = tail
     try:
         return args.func(args)
     except (ConfigError, ClusterError) as e:

@@ -588,6 +588,7 @@ class Cluster:
             append += " " + c.kernel_cmdline
         return [str(c.qemu), "-M", machine, "-cpu", c.cpu, "-smp", str(c.vcpus),
                 "-m", c.memory, "-nographic", "-monitor", "none",
+                "-nic", "none",  # virt's default NIC needs an option ROM the source package lacks
                 "-name", f"rackemu-{c.name}-node{i}",
                 "-serial", f"file:{d / f'node{i}.console'}",
                 "-kernel", str(c.kernel_image()), "-initrd", str(c.initrd),

@@ -12,7 +12,7 @@
 source "$(dirname "$0")/lib.sh"
 
 src=$(bash "$RACKEMU_ROOT/platform/setup/fetch-qemu.sh")
-bdir=$RACKEMU_CACHE/qemu-build
+bdir=${RACKEMU_QEMU_BUILD_DIR:-$RACKEMU_CACHE/qemu-build}
 out=$RACKEMU_BUILD/qemu
 mkdir -p "$bdir" "$out"
 

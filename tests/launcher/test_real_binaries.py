@@ -1,0 +1,47 @@
+"""The launcher with rackemu's real QEMU and fabric bridge (no guest needed: the "kernel" is
+64 zero bytes, so the vCPUs spin on garbage while the machine, its fabric port and the
+bridge do their part). Skipped until ./rackemu setup has built them."""
+import time
+from pathlib import Path
+
+import pytest
+
+from rackemu.cluster import Cluster
+from rackemu.config import build_dir, default_bridge, load_config
+
+from conftest import make_build, pids_referencing
+
+QEMU = build_dir() / "qemu" / "qemu-system-aarch64"
+BRIDGE = default_bridge(build_dir())
+pytestmark = pytest.mark.skipif(not (QEMU.exists() and BRIDGE.exists()),
+                                reason="rackemu's QEMU and bridge are not built (./rackemu setup)")
+
+
+def _ports(c):
+    return {p["node"]: p for p in c.bridge_stats().get("ports", [])}
+
+
+def test_real_qemu_nodes_join_the_real_bridge_and_leave_nothing(tmp_path, monkeypatch):
+    build = make_build(tmp_path, QEMU, BRIDGE)
+    monkeypatch.setenv("RACKEMU_BUILD", str(build))
+    run_dir = tmp_path / "run"
+    c = Cluster(load_config(overrides={"run_dir": str(run_dir), "nodes": 2, "memory": "128M",
+                                       "vcpus": 1}))
+    c.wait_agents = lambda *a, **k: None      # no guest: do not wait for an agent
+    c.up()
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(_ports(c)) < 2:
+            time.sleep(0.2)
+        ports = _ports(c)
+        assert sorted(ports) == [0, 1] and all(p["state"] == "up" for p in ports.values()), ports
+        assert all((run_dir / f"node{i}.qmp").is_socket() for i in (0, 1))
+        c.kill_node(1)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _ports(c).get(1, {}).get("state") == "up":
+            time.sleep(0.2)
+        assert _ports(c).get(1, {}).get("state") != "up"
+        assert c.node(0).alive() and c.bridge.alive()
+    finally:
+        c.down()
+    assert pids_referencing(run_dir) == []
