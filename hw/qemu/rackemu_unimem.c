@@ -12,6 +12,7 @@
 #include "qapi/error.h"
 #include "hw/irq.h"
 #include "hw/qdev-properties.h"
+#include "migration/vmstate.h"
 #include "hw/sysbus.h"
 
 #include "rackemu/unimem_regs.h"
@@ -123,6 +124,13 @@ static void rackemu_vmbox_reset(DeviceState *dev)
     }
 }
 
+/* Caveat: FIFO contents and PIF state live in the C++ cores and are not serialised yet, so
+ * snapshots and migration are refused instead of silently losing them. */
+static const VMStateDescription rackemu_unimem_vmstate = {
+    .name = "rackemu-unimem",
+    .unmigratable = 1,
+};
+
 static Property rackemu_vmbox_props[] = {
     DEFINE_PROP_UINT32("node-id", RackemuVmboxState, node_id, 0),
     DEFINE_PROP_UINT32("fifo-depth", RackemuVmboxState, fifo_depth, VMBOX_DEFAULT_DEPTH),
@@ -137,8 +145,8 @@ static void rackemu_vmbox_class_init(ObjectClass *oc, void *data)
     dc->desc = "Unimem virtualized mailbox (64 FIFOs), rackemu";
     dc->realize = rackemu_vmbox_realize;
     dc->reset = rackemu_vmbox_reset;
-    /* FIFO contents live in the C++ core and are not migrated yet. */
-    dc->user_creatable = false;
+    dc->vmsd = &rackemu_unimem_vmstate;
+    dc->user_creatable = false; /* created and wired by the rackemu-node machine */
     device_class_set_props(dc, rackemu_vmbox_props);
 }
 
@@ -285,7 +293,8 @@ static void rackemu_pktz_class_init(ObjectClass *oc, void *data)
     dc->desc = "Unimem virtualized packetizer (64 PIFs + TIF), rackemu";
     dc->realize = rackemu_pktz_realize;
     dc->reset = rackemu_pktz_reset;
-    dc->user_creatable = false;
+    dc->vmsd = &rackemu_unimem_vmstate;
+    dc->user_creatable = false; /* created and wired by the rackemu-node machine */
     device_class_set_props(dc, rackemu_pktz_props);
 }
 

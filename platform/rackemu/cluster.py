@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .config import ClusterConfig, ConfigError
+from .config import RUN_BASE, ClusterConfig, ConfigError
 
 STATE_FILE = "state.json"
 STATE_VERSION = 1
@@ -546,11 +546,12 @@ class Cluster:
             lines += [f"  pid {pid}: {' '.join(argv[:3])} ..." for pid, argv in strays
                       if pid not in live_pids]
             name = old.config.name if old else self.config.name
+            sel = (f"--name {name}" if self.run_dir == RUN_BASE / name
+                   else f"--run-dir {self.run_dir}")
             raise ClusterError(
                 f"run dir {self.run_dir} has live processes (cluster {name!r} is running):\n"
                 + "\n".join(lines) +
-                f"\nstop it first with `rackemu cluster down --run-dir {self.run_dir}`"
-                f" (or pick another --name)")
+                f"\nstop it first with `rackemu cluster down {sel}` (or pick another --name)")
 
     def _clean_run_dir(self) -> None:
         """Remove sockets and pid files (never logs) left in the run dir."""
