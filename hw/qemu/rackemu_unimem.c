@@ -32,6 +32,7 @@ struct RackemuVmboxState {
     uint32_t node_id;
     uint32_t fifo_depth;
     bool burst_known_issue;
+    bool ready; /* set by the first reset; deliveries before it would be wiped by it */
 };
 
 struct RackemuPacketizerState {
@@ -121,6 +122,7 @@ static void rackemu_vmbox_reset(DeviceState *dev)
     if (s->core) {
         rk_vmbox_reset(s->core);
         rackemu_vmbox_update_irq(s);
+        qatomic_set(&s->ready, true);
     }
 }
 
@@ -194,6 +196,16 @@ static void rackemu_unimem_on_request(void *opaque, RkFabricPort *port, const st
     struct rkf_mbox_deliver d;
     size_t hdr = offsetof(struct rkf_mbox_deliver, words);
 
+    /* The fabric port connects during machine init, before QEMU's first system reset, which
+     * empties the FIFOs: hold a delivery that arrives in that window until the reset is done,
+     * rather than acknowledge a packet that the reset then discards. */
+    for (int i = 0; i < 5000 && !qatomic_read(&s->vmbox->ready); i++) {
+        g_usleep(1000);
+    }
+    if (!qatomic_read(&s->vmbox->ready)) {
+        rk_fabric_port_reply(port, h, RKF_ST_BAD_FRAME, NULL, 0);
+        return;
+    }
     memset(&d, 0, sizeof(d));
     memcpy(&d, payload, MIN((size_t)h->len, sizeof(d)));
     if (h->type != RKF_T_REQ || h->op != RKF_OP_MBOX_DELIVER || h->len < hdr + 8 ||

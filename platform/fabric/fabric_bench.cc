@@ -103,6 +103,7 @@ int main(int argc, char **argv)
         char err[256];
         RkFabricPort *p = rk_fabric_port_new(sock.c_str(), 1, 2, 5000, err, sizeof err);
         if (!p) _exit(1);
+        rk_fabric_port_start(p);
         pause();
         _exit(0);
     }
@@ -114,6 +115,7 @@ int main(int argc, char **argv)
     }
     Waiter w;
     rk_fabric_port_register(p, RKF_SVC_ECHO, nullptr, Waiter::on_reply, nullptr, &w);
+    rk_fabric_port_start(p);
     usleep(200000);
     rkf_frame_hdr h{};
     h.type = RKF_T_REQ;

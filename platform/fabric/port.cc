@@ -340,8 +340,14 @@ RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsi
         if (now_ns() >= deadline) break; // stays down; the thread keeps trying
         usleep(100000);
     }
-    p->thr = std::thread([p] { p->run(); });
     return p;
+}
+
+void rk_fabric_port_start(RkFabricPort *p)
+{
+    if (!p->thr.joinable()) {
+        p->thr = std::thread([p] { p->run(); });
+    }
 }
 
 void rk_fabric_port_free(RkFabricPort *p)

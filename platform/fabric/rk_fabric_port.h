@@ -38,6 +38,9 @@ typedef void (*rk_fabric_link_fn)(void *opaque, int up);
  * returned down and reconnects in the background. */
 RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsigned node_count,
                                  unsigned connect_timeout_ms, char *err, size_t errlen);
+/* Start the port's service thread. Frames that arrive before it starts wait in the ring, so
+ * register every service first, then start. */
+void rk_fabric_port_start(RkFabricPort *port);
 void rk_fabric_port_free(RkFabricPort *port);
 
 void rk_fabric_port_register(RkFabricPort *port, unsigned svc, rk_fabric_request_fn on_request,

@@ -108,6 +108,9 @@ static void rackemu_node_init(MachineState *ms)
     vmbox = rackemu_node_sysbus(TYPE_RACKEMU_VMBOX, RACKEMU_VMBOX_BASE, RACKEMU_VMBOX_SPI, vms);
     pktz = rackemu_node_sysbus(TYPE_RACKEMU_PACKETIZER, RACKEMU_PKTZ_BASE, RACKEMU_PKTZ_SPI, vms);
     rackemu_unimem_connect(vmbox, pktz, rn->port);
+    if (rn->port) {
+        rk_fabric_port_start(rn->port); /* every service of the node is registered now */
+    }
 
     rackemu_node_fdt_device(ms, "vmbox", RACKEMU_VMBOX_BASE, VMBOX_MMIO_SIZE, RACKEMU_VMBOX_COMPAT,
                             RACKEMU_VMBOX_SPI, rn);

@@ -144,3 +144,17 @@ def test_dead_node_fails_the_sender_and_the_bridge_serves_the_others(rack):
     assert recv(n2, 2)[1:] == [7, 8, 9]
     ports = {p["node"]: p for p in bridge.stats()["ports"]}
     assert ports[0]["state"] == "up" and ports[2]["state"] == "up"
+
+
+def test_a_killed_node_restarts_and_is_accepted_again(rack):
+    bridge, nodes = rack
+    n0 = nodes[0]
+    if nodes[1].proc.poll() is None:
+        nodes[1].kill()
+    wait_for(lambda: bridge.stats()["ports"][1]["state"] == "down", what="node 1 down")
+    n1 = QtestNode(1, 3, bridge.socket)
+    nodes[1] = n1  # the fixture closes it
+    wait_for(lambda: bridge.stats()["ports"][1]["state"] == "up", what="node 1 back")
+    assert send(n0, 15, mif_addr(1, 3), 0, 0x51, 0x52, 0x53) == ACK
+    assert recv(n1, 3)[1:] == [0x51, 0x52, 0x53]
+    assert {p["node"]: p for p in bridge.stats()["ports"]}[1]["connects"] == 2

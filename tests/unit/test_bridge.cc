@@ -85,6 +85,7 @@ struct BridgeRig {
     {
         char err[256] = "";
         RkFabricPort *p = rk_fabric_port_new((dir + "/fabric.sock").c_str(), id, 8, 2000, err, sizeof err);
+        if (p) rk_fabric_port_start(p);
         if (err_out) *err_out = err;
         return p;
     }
