@@ -2,19 +2,13 @@
 // Unimem packetizer core; see packetizer.h and docs/unimem.md.
 #include "packetizer.h"
 
-#include <cinttypes>
-#include <cstdio>
+#include "format.h"
+
 #include <cstring>
 
 namespace rackemu::unimem {
 
 namespace {
-std::string hex(uint64_t v)
-{
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
-    return buf;
-}
 // Valid bytes per PIF register (Table 5): payload0 and payload1 all 16, dest bits [39:0].
 constexpr unsigned kNeeded[3] = {16, 16, 5};
 } // namespace

@@ -2,20 +2,11 @@
 // Unimem vmbox core; see vmbox.h and docs/unimem.md.
 #include "vmbox.h"
 
+#include "format.h"
+
 #include <algorithm>
-#include <cinttypes>
-#include <cstdio>
 
 namespace rackemu::unimem {
-
-namespace {
-std::string hex(uint64_t v)
-{
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
-    return buf;
-}
-} // namespace
 
 Vmbox::Vmbox(VmboxHost host, unsigned depth, bool burst_known_issue)
     : host_(std::move(host)), depth_(std::clamp(depth, 1u, 65536u)),
