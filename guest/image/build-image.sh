@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Build the guest initramfs: busybox, the kernel modules (virtio transport and console from
+# Debian's kernel package, rackemu's own), rackemu's static programs, the agent and /init.
+# Rebuilds only when an input changed. Output: $RACKEMU_BUILD/guest/initramfs.cpio.gz
+source "$(dirname "$0")/../../platform/setup/lib.sh"
+env_file=$RACKEMU_BUILD/guest/guest.env
+[ -f "$env_file" ] || die "$env_file missing: run platform/setup/fetch-guest.sh"
+source "$env_file"
+g=$RACKEMU_BUILD/guest
+out=$g/initramfs.cpio.gz
+# Debian's modules the image needs, in load order (virtio core and ring are built in).
+sys_mods=(kernel/drivers/virtio/virtio_mmio.ko kernel/drivers/char/virtio_console.ko)
+
+inputs=("$BUSYBOX" "$RACKEMU_ROOT/guest/image/init" "$g/bin"/* "$g/modules"/*)
+for m in "${sys_mods[@]}"; do inputs+=("$MODULES_DIR/$m"); done
+key=$( (for f in "${inputs[@]}"; do [ -f "$f" ] && sha256sum "$f"; done) | sha256sum | cut -c1-32)
+if [ -f "$out" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ]; then
+    exit 0
+fi
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,run,etc,lib/modules,root}
+cp "$BUSYBOX" "$root/bin/busybox"
+ln -s busybox "$root/bin/sh"
+install -m 0755 "$RACKEMU_ROOT/guest/image/init" "$root/init"
+: > "$root/lib/modules/load-order"
+for m in "${sys_mods[@]}"; do
+    [ -f "$MODULES_DIR/$m" ] || die "kernel module $m missing from $MODULES_DIR"
+    cp "$MODULES_DIR/$m" "$root/lib/modules/"
+    basename "$m" >> "$root/lib/modules/load-order"
+done
+if [ -f "$g/modules/load-order" ]; then
+    while read -r m; do
+        [ -n "$m" ] || continue
+        cp "$g/modules/$m" "$root/lib/modules/"
+        echo "$m" >> "$root/lib/modules/load-order"
+    done < "$g/modules/load-order"
+fi
+for b in "$g/bin"/*; do [ -f "$b" ] && install -m 0755 "$b" "$root/bin/"; done
+echo "root:x:0:0:root:/root:/bin/sh" > "$root/etc/passwd"
+(cd "$root" && find . | LC_ALL=C sort | cpio --quiet -o -H newc --owner=0:0 | gzip -6 > "$out.tmp")
+mv "$out.tmp" "$out"
+echo "$key" > "$out.key"
+say "guest image: $out ($(du -h "$out" | cut -f1); modules: $(tr '\n' ' ' < "$root/lib/modules/load-order"))"
