@@ -1,0 +1,596 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * unimem: Linux driver for rackemu's Unimem virtualized mailbox and packetizer
+ * (seed 004 sec. 2.2.3, 5.1, 5.2; register layout in rackemu/unimem_regs.h).
+ *
+ * The driver owns both devices and keeps the packetizer's trust interface (TIF) to itself:
+ * it programs BASE_DEST, one PIDT entry per handed-out PIF (PID = node id << 32 | tgid) and
+ * the PID_CONF bits. Each open of /dev/unimem gets one mailbox interface (MIF) and one
+ * packetizer interface (PIF) from 1..63 (0 is the atomic service's) and may map exactly those
+ * two pages into its process. Arrival interrupts wake readers, pollers and UNIMEM_IOC_WAIT.
+ */
+#include <linux/bitmap.h>
+#include <linux/capability.h>
+#include <linux/interrupt.h>
+#include <linux/io.h>
+#include <linux/miscdevice.h>
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/of.h>
+#include <linux/platform_device.h>
+#include <linux/poll.h>
+#include <linux/sched.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+#include <linux/wait.h>
+
+#include "rackemu/unimem_regs.h"
+#include "rackemu/unimem_uapi.h"
+
+struct unimem {
+	struct mutex lock;		/* interface allocation, TIF programming */
+	spinlock_t irq_lock;		/* irq_enable shadow */
+	void __iomem *vmbox;
+	void __iomem *pktz;
+	phys_addr_t vmbox_phys, pktz_phys;
+	struct device *vmbox_dev, *pktz_dev;
+	u32 node_id, node_count, depth;
+	u64 irq_enable;
+	u64 pid_conf;
+	u64 irqs;
+	DECLARE_BITMAP(mif_used, UNIMEM_IF_COUNT);
+	DECLARE_BITMAP(pif_used, UNIMEM_IF_COUNT);
+	wait_queue_head_t wq[UNIMEM_IF_COUNT];
+	bool registered;
+	struct miscdevice misc;
+};
+
+struct unimem_file {
+	struct unimem *um;
+	int mif, pif;
+	bool mapped;
+};
+
+static struct unimem unimem_dev = {
+	.lock = __MUTEX_INITIALIZER(unimem_dev.lock),
+	.irq_lock = __SPIN_LOCK_UNLOCKED(unimem_dev.irq_lock),
+};
+
+static void __iomem *mif_reg(struct unimem *um, int mif, u32 reg)
+{
+	return um->vmbox + VMBOX_MIF_OFFSET(mif) + reg;
+}
+
+static u64 mif_count(struct unimem *um, int mif)
+{
+	return readq(mif_reg(um, mif, VMBOX_MIF_COUNT));
+}
+
+static void unimem_irq_mask(struct unimem *um, int mif, bool enable)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&um->irq_lock, flags);
+	if (enable)
+		um->irq_enable |= BIT_ULL(mif);
+	else
+		um->irq_enable &= ~BIT_ULL(mif);
+	writeq(um->irq_enable, um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_IRQ_ENABLE);
+	spin_unlock_irqrestore(&um->irq_lock, flags);
+}
+
+/* Level interrupt: mask the FIFOs that fired and wake their waiters, who re-enable. */
+static irqreturn_t unimem_irq(int irq, void *data)
+{
+	struct unimem *um = data;
+	unsigned long flags;
+	u64 status;
+	int i;
+
+	spin_lock_irqsave(&um->irq_lock, flags);
+	status = readq(um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_IRQ_STATUS);
+	if (status) {
+		um->irq_enable &= ~status;
+		writeq(um->irq_enable, um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_IRQ_ENABLE);
+		um->irqs++;
+	}
+	spin_unlock_irqrestore(&um->irq_lock, flags);
+	if (!status)
+		return IRQ_NONE;
+	for (i = 0; i < UNIMEM_IF_COUNT; i++)
+		if (status & BIT_ULL(i))
+			wake_up_interruptible(&um->wq[i]);
+	return IRQ_HANDLED;
+}
+
+static void unimem_tif_write(struct unimem *um, u32 reg, u64 val)
+{
+	writeq(val, um->pktz + PKTZ_TIF_OFFSET + reg);
+}
+
+/* Called with um->lock held. */
+static void unimem_pif_setup(struct unimem *um, int pif, bool enable)
+{
+	u64 pid = ((u64)um->node_id << 32) | (u32)task_tgid_nr(current);
+
+	if (enable) {
+		unimem_tif_write(um, PKTZ_TIF_CLR_REQ, BIT_ULL(pif));
+		unimem_tif_write(um, PKTZ_TIF_PIDT(pif), pid & PKTZ_PID_MASK);
+		um->pid_conf |= BIT_ULL(pif);
+	} else {
+		um->pid_conf &= ~BIT_ULL(pif);
+	}
+	unimem_tif_write(um, PKTZ_TIF_PID_CONF, um->pid_conf);
+	if (!enable)
+		unimem_tif_write(um, PKTZ_TIF_CLR_REQ, BIT_ULL(pif));
+}
+
+static void unimem_mif_setup(struct unimem *um, int mif, bool enable)
+{
+	unimem_irq_mask(um, mif, false);
+	writeq(BIT_ULL(mif), um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_FLUSH);
+	if (enable)
+		unimem_irq_mask(um, mif, true);
+}
+
+static int unimem_take(unsigned long *used, int want)
+{
+	int i;
+
+	if (want >= 0) {
+		if (want >= UNIMEM_IF_COUNT || test_bit(want, used))
+			return -EBUSY;
+		set_bit(want, used);
+		return want;
+	}
+	for (i = 1; i < UNIMEM_IF_COUNT; i++)
+		if (!test_and_set_bit(i, used))
+			return i;
+	return -EBUSY;
+}
+
+static int unimem_open(struct inode *inode, struct file *file)
+{
+	struct unimem *um = &unimem_dev;
+	struct unimem_file *uf;
+	int ret;
+
+	uf = kzalloc(sizeof(*uf), GFP_KERNEL);
+	if (!uf)
+		return -ENOMEM;
+	uf->um = um;
+	mutex_lock(&um->lock);
+	uf->mif = unimem_take(um->mif_used, -1);
+	if (uf->mif < 0) {
+		ret = -EBUSY;
+		goto err_unlock;
+	}
+	uf->pif = unimem_take(um->pif_used, -1);
+	if (uf->pif < 0) {
+		clear_bit(uf->mif, um->mif_used);
+		ret = -EBUSY;
+		goto err_unlock;
+	}
+	unimem_mif_setup(um, uf->mif, true);
+	unimem_pif_setup(um, uf->pif, true);
+	mutex_unlock(&um->lock);
+	file->private_data = uf;
+	return nonseekable_open(inode, file);
+
+err_unlock:
+	mutex_unlock(&um->lock);
+	kfree(uf);
+	return ret;
+}
+
+static int unimem_release(struct inode *inode, struct file *file)
+{
+	struct unimem_file *uf = file->private_data;
+	struct unimem *um = uf->um;
+
+	mutex_lock(&um->lock);
+	unimem_pif_setup(um, uf->pif, false);
+	unimem_mif_setup(um, uf->mif, false);
+	clear_bit(uf->pif, um->pif_used);
+	clear_bit(uf->mif, um->mif_used);
+	mutex_unlock(&um->lock);
+	kfree(uf);
+	return 0;
+}
+
+static long unimem_bind(struct unimem_file *uf, struct unimem_bind *b)
+{
+	struct unimem *um = uf->um;
+	long ret = 0;
+	int m = -1, p = -1;
+
+	if (uf->mapped)
+		return -EBUSY;
+	if (b->mif < -1 || b->mif >= (int)UNIMEM_IF_COUNT || b->pif < -1 || b->pif >= (int)UNIMEM_IF_COUNT)
+		return -EINVAL;
+	if ((b->mif == UNIMEM_IF_SERVICE || b->pif == UNIMEM_IF_SERVICE) && !capable(CAP_SYS_ADMIN))
+		return -EPERM;
+	mutex_lock(&um->lock);
+	if (b->mif >= 0 && b->mif != uf->mif) {
+		m = unimem_take(um->mif_used, b->mif);
+		if (m < 0) {
+			ret = m;
+			goto out;
+		}
+	}
+	if (b->pif >= 0 && b->pif != uf->pif) {
+		p = unimem_take(um->pif_used, b->pif);
+		if (p < 0) {
+			if (m >= 0)
+				clear_bit(m, um->mif_used);
+			ret = p;
+			goto out;
+		}
+	}
+	if (m >= 0) {
+		unimem_mif_setup(um, uf->mif, false);
+		clear_bit(uf->mif, um->mif_used);
+		uf->mif = m;
+		unimem_mif_setup(um, m, true);
+	}
+	if (p >= 0) {
+		unimem_pif_setup(um, uf->pif, false);
+		clear_bit(uf->pif, um->pif_used);
+		uf->pif = p;
+		unimem_pif_setup(um, p, true);
+	}
+out:
+	mutex_unlock(&um->lock);
+	return ret;
+}
+
+/* Wait until the FIFO holds a word. The interrupt is re-armed before every check. */
+static long unimem_wait_nonempty(struct unimem_file *uf, long timeout_jiffies)
+{
+	struct unimem *um = uf->um;
+	long ret;
+
+	for (;;) {
+		unimem_irq_mask(um, uf->mif, true);
+		if (mif_count(um, uf->mif))
+			return 0;
+		ret = wait_event_interruptible_timeout(um->wq[uf->mif], mif_count(um, uf->mif) > 0,
+						       timeout_jiffies);
+		if (ret < 0)
+			return ret;
+		if (ret > 0)
+			return 0;
+		return -ETIMEDOUT;
+	}
+}
+
+static long unimem_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	struct unimem_file *uf = file->private_data;
+	struct unimem *um = uf->um;
+	void __user *uarg = (void __user *)arg;
+
+	switch (cmd) {
+	case UNIMEM_IOC_INFO: {
+		struct unimem_info info = {
+			.node_id = um->node_id,
+			.node_count = um->node_count,
+			.mif = uf->mif,
+			.pif = uf->pif,
+			.pid_prefix = readq(um->pktz + PKTZ_TIF_OFFSET + PKTZ_TIF_PIDT(uf->pif)),
+			.mif_gaddr = UNIMEM_GADDR(um->node_id, um->vmbox_phys + VMBOX_MIF_OFFSET(uf->mif)),
+			.vmbox_base = um->vmbox_phys,
+			.fifo_depth = um->depth,
+		};
+		return copy_to_user(uarg, &info, sizeof(info)) ? -EFAULT : 0;
+	}
+	case UNIMEM_IOC_BIND: {
+		struct unimem_bind b;
+
+		if (copy_from_user(&b, uarg, sizeof(b)))
+			return -EFAULT;
+		return unimem_bind(uf, &b);
+	}
+	case UNIMEM_IOC_WAIT: {
+		struct unimem_wait w;
+		long ret;
+
+		if (copy_from_user(&w, uarg, sizeof(w)))
+			return -EFAULT;
+		ret = unimem_wait_nonempty(uf, w.timeout_ms ? msecs_to_jiffies(w.timeout_ms)
+							    : MAX_SCHEDULE_TIMEOUT);
+		w.count = mif_count(um, uf->mif);
+		if (copy_to_user(uarg, &w, sizeof(w)))
+			return -EFAULT;
+		return ret;
+	}
+	case UNIMEM_IOC_SET_PIDCONF: {
+		u32 on;
+
+		if (!capable(CAP_SYS_ADMIN))
+			return -EPERM;
+		if (get_user(on, (u32 __user *)uarg))
+			return -EFAULT;
+		if (on > 1)
+			return -EINVAL;
+		mutex_lock(&um->lock);
+		if (on)
+			um->pid_conf |= BIT_ULL(uf->pif);
+		else
+			um->pid_conf &= ~BIT_ULL(uf->pif);
+		unimem_tif_write(um, PKTZ_TIF_PID_CONF, um->pid_conf);
+		mutex_unlock(&um->lock);
+		return 0;
+	}
+	case UNIMEM_IOC_COUNTERS: {
+		void __iomem *c = um->vmbox + VMBOX_CTRL_OFFSET, *t = um->pktz + PKTZ_TIF_OFFSET;
+		struct unimem_counters k = {
+			.vmbox_enqueued = readq(c + VMBOX_CTRL_ENQUEUED),
+			.vmbox_dequeued = readq(c + VMBOX_CTRL_DEQUEUED),
+			.vmbox_nacks = readq(c + VMBOX_CTRL_NACKS),
+			.vmbox_truncated = readq(c + VMBOX_CTRL_TRUNCATED),
+			.pktz_sent = readq(t + PKTZ_TIF_SENT),
+			.pktz_acked = readq(t + PKTZ_TIF_ACKED),
+			.pktz_nacked = readq(t + PKTZ_TIF_NACKED),
+			.pktz_illegal = readq(t + PKTZ_TIF_ILLEGAL),
+			.pktz_nopid = readq(t + PKTZ_TIF_NOPID),
+			.irqs = um->irqs,
+		};
+		return copy_to_user(uarg, &k, sizeof(k)) ? -EFAULT : 0;
+	}
+	}
+	return -ENOTTY;
+}
+
+/* read(): dequeue whole 64-bit words from this file's MIF (blocking unless O_NONBLOCK). */
+static ssize_t unimem_read(struct file *file, char __user *buf, size_t len, loff_t *ppos)
+{
+	struct unimem_file *uf = file->private_data;
+	struct unimem *um = uf->um;
+	size_t done = 0;
+	long ret;
+
+	if (len < 8 || len % 8)
+		return -EINVAL;
+	if (!mif_count(um, uf->mif)) {
+		if (file->f_flags & O_NONBLOCK)
+			return -EAGAIN;
+		ret = unimem_wait_nonempty(uf, MAX_SCHEDULE_TIMEOUT);
+		if (ret)
+			return ret;
+	}
+	while (done < len && mif_count(um, uf->mif)) {
+		u64 w = readq(mif_reg(um, uf->mif, VMBOX_MIF_DATA));
+
+		if (put_user(w, (u64 __user *)(buf + done)))
+			return done ? done : -EFAULT;
+		done += 8;
+	}
+	return done;
+}
+
+static __poll_t unimem_poll(struct file *file, poll_table *wait)
+{
+	struct unimem_file *uf = file->private_data;
+	struct unimem *um = uf->um;
+
+	poll_wait(file, &um->wq[uf->mif], wait);
+	unimem_irq_mask(um, uf->mif, true);
+	return mif_count(um, uf->mif) ? EPOLLIN | EPOLLRDNORM : 0;
+}
+
+static int unimem_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	struct unimem_file *uf = file->private_data;
+	struct unimem *um = uf->um;
+	unsigned long off = vma->vm_pgoff << PAGE_SHIFT;
+	phys_addr_t phys;
+
+	if (vma->vm_end - vma->vm_start != PAGE_SIZE)
+		return -EINVAL;
+	if (off == UNIMEM_MMAP_MIF)
+		phys = um->vmbox_phys + VMBOX_MIF_OFFSET(uf->mif);
+	else if (off == UNIMEM_MMAP_PIF)
+		phys = um->pktz_phys + PKTZ_PIF_OFFSET(uf->pif);
+	else
+		return -EINVAL;
+	uf->mapped = true;
+	vma->vm_flags |= VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP;
+	vma->vm_page_prot = pgprot_device(vma->vm_page_prot);
+	return io_remap_pfn_range(vma, vma->vm_start, phys >> PAGE_SHIFT, PAGE_SIZE, vma->vm_page_prot);
+}
+
+static const struct file_operations unimem_fops = {
+	.owner = THIS_MODULE,
+	.open = unimem_open,
+	.release = unimem_release,
+	.unlocked_ioctl = unimem_ioctl,
+	.read = unimem_read,
+	.poll = unimem_poll,
+	.mmap = unimem_mmap,
+	.llseek = no_llseek,
+};
+
+static ssize_t counters_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct unimem *um = &unimem_dev;
+	void __iomem *c = um->vmbox + VMBOX_CTRL_OFFSET, *t = um->pktz + PKTZ_TIF_OFFSET;
+
+	return sysfs_emit(buf,
+			  "vmbox_enqueued=%llu vmbox_dequeued=%llu vmbox_nacks=%llu vmbox_truncated=%llu "
+			  "pktz_sent=%llu pktz_acked=%llu pktz_nacked=%llu pktz_illegal=%llu pktz_nopid=%llu "
+			  "irqs=%llu\n",
+			  readq(c + VMBOX_CTRL_ENQUEUED), readq(c + VMBOX_CTRL_DEQUEUED),
+			  readq(c + VMBOX_CTRL_NACKS), readq(c + VMBOX_CTRL_TRUNCATED),
+			  readq(t + PKTZ_TIF_SENT), readq(t + PKTZ_TIF_ACKED), readq(t + PKTZ_TIF_NACKED),
+			  readq(t + PKTZ_TIF_ILLEGAL), readq(t + PKTZ_TIF_NOPID), um->irqs);
+}
+static DEVICE_ATTR_RO(counters);
+
+static ssize_t node_id_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%u\n", unimem_dev.node_id);
+}
+static DEVICE_ATTR_RO(node_id);
+
+static ssize_t interfaces_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "mif_used=%*pb pif_used=%*pb\n", UNIMEM_IF_COUNT, unimem_dev.mif_used,
+			  UNIMEM_IF_COUNT, unimem_dev.pif_used);
+}
+static DEVICE_ATTR_RO(interfaces);
+
+static struct attribute *unimem_attrs[] = {
+	&dev_attr_counters.attr,
+	&dev_attr_node_id.attr,
+	&dev_attr_interfaces.attr,
+	NULL,
+};
+ATTRIBUTE_GROUPS(unimem);
+
+/* Both devices bound: take the TIF into service and publish /dev/unimem. */
+static int unimem_publish(struct unimem *um)
+{
+	int ret;
+
+	if (!um->vmbox || !um->pktz || um->registered)
+		return 0;
+	unimem_tif_write(um, PKTZ_TIF_BASE_DEST, um->vmbox_phys & PKTZ_BASE_DEST_MASK);
+	unimem_tif_write(um, PKTZ_TIF_PID_CONF, 0);
+	unimem_tif_write(um, PKTZ_TIF_CLR_REQ, ~0ULL);
+	um->pid_conf = 0;
+	um->misc.minor = MISC_DYNAMIC_MINOR;
+	um->misc.name = "unimem";
+	um->misc.fops = &unimem_fops;
+	um->misc.groups = unimem_groups;
+	um->misc.mode = 0666;
+	ret = misc_register(&um->misc);
+	if (ret) {
+		dev_err(um->vmbox_dev, "cannot register /dev/unimem: %d\n", ret);
+		return ret;
+	}
+	um->registered = true;
+	dev_info(um->vmbox_dev, "node %u of %u: /dev/unimem ready (64 MIFs x %u words, 64 PIFs)\n",
+		 um->node_id, um->node_count, um->depth);
+	return 0;
+}
+
+static void unimem_unpublish(struct unimem *um)
+{
+	if (um->registered) {
+		misc_deregister(&um->misc);
+		um->registered = false;
+	}
+}
+
+static int unimem_probe(struct platform_device *pdev)
+{
+	struct unimem *um = &unimem_dev;
+	struct device *dev = &pdev->dev;
+	bool is_vmbox = of_device_is_compatible(dev->of_node, RACKEMU_VMBOX_COMPAT);
+	struct resource *res;
+	void __iomem *base;
+	int irq, ret, i;
+
+	base = devm_platform_get_and_ioremap_resource(pdev, 0, &res);
+	if (IS_ERR(base))
+		return PTR_ERR(base);
+	if (resource_size(res) < (is_vmbox ? VMBOX_MMIO_SIZE : PKTZ_MMIO_SIZE)) {
+		dev_err(dev, "register window %pR too small\n", res);
+		return -EINVAL;
+	}
+	mutex_lock(&um->lock);
+	if (is_vmbox) {
+		if (readq(base + VMBOX_CTRL_OFFSET + VMBOX_CTRL_ID) != VMBOX_ID_VALUE) {
+			dev_err(dev, "no Unimem vmbox at %pR (bad id register)\n", res);
+			ret = -ENODEV;
+			goto err_unlock;
+		}
+		if (of_property_read_u32(dev->of_node, "rackemu,node-id", &um->node_id) ||
+		    of_property_read_u32(dev->of_node, "rackemu,node-count", &um->node_count)) {
+			dev_err(dev, "rackemu,node-id / rackemu,node-count missing from the device tree\n");
+			ret = -EINVAL;
+			goto err_unlock;
+		}
+		for (i = 0; i < UNIMEM_IF_COUNT; i++)
+			init_waitqueue_head(&um->wq[i]);
+		um->depth = readq(base + VMBOX_CTRL_OFFSET + VMBOX_CTRL_DEPTH);
+		writeq(0, base + VMBOX_CTRL_OFFSET + VMBOX_CTRL_IRQ_ENABLE);
+		writeq(~0ULL, base + VMBOX_CTRL_OFFSET + VMBOX_CTRL_FLUSH);
+		um->irq_enable = 0;
+		irq = platform_get_irq(pdev, 0);
+		if (irq < 0) {
+			ret = irq;
+			goto err_unlock;
+		}
+		um->vmbox = base;
+		um->vmbox_phys = res->start;
+		um->vmbox_dev = dev;
+		/* bit 0 (the atomic service's) is reserved: never handed out by open() */
+		bitmap_zero(um->mif_used, UNIMEM_IF_COUNT);
+		set_bit(UNIMEM_IF_SERVICE, um->mif_used);
+		ret = devm_request_irq(dev, irq, unimem_irq, 0, "unimem-vmbox", um);
+		if (ret) {
+			dev_err(dev, "cannot request irq %d: %d\n", irq, ret);
+			um->vmbox = NULL;
+			goto err_unlock;
+		}
+	} else {
+		if (readq(base + PKTZ_TIF_OFFSET + PKTZ_TIF_ID) != PKTZ_ID_VALUE) {
+			dev_err(dev, "no Unimem packetizer at %pR (bad id register)\n", res);
+			ret = -ENODEV;
+			goto err_unlock;
+		}
+		um->pktz = base;
+		um->pktz_phys = res->start;
+		um->pktz_dev = dev;
+		bitmap_zero(um->pif_used, UNIMEM_IF_COUNT);
+		set_bit(UNIMEM_IF_SERVICE, um->pif_used);
+	}
+	ret = unimem_publish(um);
+	mutex_unlock(&um->lock);
+	return ret;
+
+err_unlock:
+	mutex_unlock(&um->lock);
+	return ret;
+}
+
+static int unimem_remove(struct platform_device *pdev)
+{
+	struct unimem *um = &unimem_dev;
+
+	mutex_lock(&um->lock);
+	unimem_unpublish(um);
+	if (&pdev->dev == um->vmbox_dev) {
+		writeq(0, um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_IRQ_ENABLE);
+		um->vmbox = NULL;
+	} else {
+		unimem_tif_write(um, PKTZ_TIF_PID_CONF, 0);
+		um->pktz = NULL;
+	}
+	mutex_unlock(&um->lock);
+	return 0;
+}
+
+static const struct of_device_id unimem_of_match[] = {
+	{ .compatible = RACKEMU_VMBOX_COMPAT },
+	{ .compatible = RACKEMU_PKTZ_COMPAT },
+	{ }
+};
+MODULE_DEVICE_TABLE(of, unimem_of_match);
+
+static struct platform_driver unimem_driver = {
+	.probe = unimem_probe,
+	.remove = unimem_remove,
+	.driver = {
+		.name = "rackemu-unimem",
+		.of_match_table = unimem_of_match,
+	},
+};
+module_platform_driver(unimem_driver);
+
+MODULE_DESCRIPTION("rackemu Unimem virtualized mailbox and packetizer");
+MODULE_AUTHOR("rackemu");
+MODULE_LICENSE("GPL");

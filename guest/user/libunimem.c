@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+#include "libunimem.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int unimem_open(struct unimem *u)
+{
+	memset(u, 0, sizeof(*u));
+	u->fd = open(UNIMEM_DEV_PATH, O_RDWR | O_CLOEXEC);
+	if (u->fd < 0)
+		return -errno;
+	if (ioctl(u->fd, UNIMEM_IOC_INFO, &u->info) < 0) {
+		int e = -errno;
+		close(u->fd);
+		return e;
+	}
+	return 0;
+}
+
+int unimem_bind(struct unimem *u, int mif, int pif)
+{
+	struct unimem_bind b = { mif, pif };
+
+	if (ioctl(u->fd, UNIMEM_IOC_BIND, &b) < 0)
+		return -errno;
+	return ioctl(u->fd, UNIMEM_IOC_INFO, &u->info) < 0 ? -errno : 0;
+}
+
+int unimem_map(struct unimem *u)
+{
+	void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, u->fd, UNIMEM_MMAP_MIF);
+	void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, u->fd, UNIMEM_MMAP_PIF);
+
+	if (m == MAP_FAILED || p == MAP_FAILED)
+		return -errno;
+	u->mif = m;
+	u->pif = p;
+	return 0;
+}
+
+void unimem_close(struct unimem *u)
+{
+	if (u->mif)
+		munmap((void *)u->mif, 4096);
+	if (u->pif)
+		munmap((void *)u->pif, 4096);
+	if (u->fd >= 0)
+		close(u->fd);
+	u->fd = -1;
+}
+
+uint64_t unimem_mif_gaddr(const struct unimem *u, unsigned node, unsigned mif)
+{
+	return UNIMEM_GADDR(node, u->info.vmbox_base + VMBOX_MIF_OFFSET(mif));
+}
+
+int unimem_send(struct unimem *u, uint64_t dest, const uint64_t words[4], unsigned timeout_us)
+{
+	volatile uint64_t *p = u->pif;
+	uint64_t deadline = now_us() + timeout_us;
+	uint32_t st;
+
+	/* wait for the PIF to be ready (sec. 5.2.4: one buffer per PIF) */
+	while ((p[PKTZ_PIF_STATUS / 8] & PKTZ_ST_PEND) && now_us() < deadline)
+		;
+	p[PKTZ_PIF_PAYLOAD0 / 8] = words[0];
+	p[PKTZ_PIF_PAYLOAD0 / 8 + 1] = words[1];
+	p[PKTZ_PIF_PAYLOAD1 / 8] = words[2];
+	p[PKTZ_PIF_PAYLOAD1 / 8 + 1] = words[3];
+	p[PKTZ_PIF_DEST / 8] = dest; /* the third register: the packet leaves */
+	for (;;) {
+		st = (uint32_t)p[PKTZ_PIF_STATUS / 8];
+		if (!(st & PKTZ_ST_PEND))
+			return (int)st;
+		if (now_us() > deadline)
+			return -1;
+	}
+}
+
+int unimem_recv(struct unimem *u, uint64_t words[4], int timeout_ms)
+{
+	if (timeout_ms < 0) {
+		while (unimem_pending(u) < UNIMEM_PACKET_WORDS)
+			;
+	} else if (unimem_pending(u) < UNIMEM_PACKET_WORDS) {
+		struct unimem_wait w = { (unsigned)timeout_ms, 0 };
+
+		if (ioctl(u->fd, UNIMEM_IOC_WAIT, &w) < 0)
+			return -errno;
+		/* a packet's four words are enqueued as one burst */
+		if (unimem_pending(u) < UNIMEM_PACKET_WORDS)
+			return -EPROTO;
+	}
+	for (int i = 0; i < 4; i++)
+		words[i] = u->mif[VMBOX_MIF_DATA / 8];
+	return 0;
+}
+
+const char *unimem_status_str(int st, char *buf, unsigned len)
+{
+	if (st < 0) {
+		snprintf(buf, len, "TIMEOUT");
+		return buf;
+	}
+	if (st == 0) {
+		snprintf(buf, len, "NOT_SENT");
+		return buf;
+	}
+	snprintf(buf, len, "%s%s%s%s%s%s", st & PKTZ_ST_PEND ? "PEND|" : "", st & PKTZ_ST_ACK ? "ACK|" : "",
+		 st & PKTZ_ST_NACK ? "NACK|" : "", st & PKTZ_ST_FABRIC_ERR ? "FABRIC_ERR|" : "",
+		 st & PKTZ_ST_ILLEGAL ? "ILLEGAL|" : "", st & PKTZ_ST_OVERWR_BUF ? "OVERWR_BUF|" : "");
+	if (buf[0])
+		buf[strlen(buf) - 1] = 0;
+	return buf;
+}

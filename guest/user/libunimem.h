@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libunimem: user-space access to a node's Unimem mailbox and packetizer through /dev/unimem
+ * (docs/unimem.md). Packets go out through this process's PIF with plain stores and come in
+ * through its MIF with plain loads: no system call on the data path.
+ */
+#ifndef LIBUNIMEM_H
+#define LIBUNIMEM_H
+
+#include <stdint.h>
+
+#include "rackemu/unimem_regs.h"
+#include "rackemu/unimem_uapi.h"
+
+struct unimem {
+	int fd;
+	volatile uint64_t *mif; /* this process's MIF page */
+	volatile uint64_t *pif; /* this process's PIF page */
+	struct unimem_info info;
+};
+
+/* Open /dev/unimem: allocates one MIF and one PIF. 0 or -errno. */
+int unimem_open(struct unimem *u);
+/* Take specific interfaces instead (-1 keeps the allocated one). Before unimem_map. */
+int unimem_bind(struct unimem *u, int mif, int pif);
+/* Map the MIF and PIF pages. */
+int unimem_map(struct unimem *u);
+void unimem_close(struct unimem *u);
+
+/* Global address of MIF `mif` of node `node`: a packet destination. */
+uint64_t unimem_mif_gaddr(const struct unimem *u, unsigned node, unsigned mif);
+
+/* Send a 256-bit packet: words[0] bits 63:48, words[1..3] (words[0] bits 47:0 are replaced by
+ * the PID the driver programmed). Waits up to timeout_us for the acknowledgement. Returns the
+ * final PIF status (PKTZ_ST_* bits; 0 means nothing was sent: PID_CONF clear), or -1 if PEND
+ * did not clear in time. */
+int unimem_send(struct unimem *u, uint64_t dest, const uint64_t words[4], unsigned timeout_us);
+
+/* Number of words waiting in this process's MIF. */
+static inline unsigned unimem_pending(const struct unimem *u)
+{
+	return (unsigned)u->mif[VMBOX_MIF_COUNT / 8];
+}
+
+/* Receive one packet (4 words). timeout_ms < 0: spin without sleeping (lowest latency);
+ * 0: sleep until one arrives; > 0: sleep at most that long. 0 on success, -errno otherwise. */
+int unimem_recv(struct unimem *u, uint64_t words[4], int timeout_ms);
+
+/* "ACK", "NACK", "NACK|FABRIC_ERR", "ILLEGAL", "NOT_SENT", ... into buf. */
+const char *unimem_status_str(int status, char *buf, unsigned len);
+
+#endif

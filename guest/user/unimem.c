@@ -1,0 +1,392 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * unimem: command-line tool for the Unimem mailbox and packetizer of a rackemu node.
+ * Output is one `key=value ...` line per event, for people and scripts alike.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdarg.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "libunimem.h"
+
+#define ACK_TIMEOUT_US 5000000u
+
+static const char *prog = "unimem";
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fprintf(stderr, "%s: ", prog);
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	exit(2);
+}
+
+static long num(const char *s, const char *what, long lo, long hi)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 0);
+	if (errno || *end || v < lo || v > hi)
+		die("%s '%s': expected a number from %ld to %ld", what, s, lo, hi);
+	return v;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+static void open_dev(struct unimem *u, int mif, int pif)
+{
+	int rc = unimem_open(u);
+
+	if (rc)
+		die("cannot open %s: %s (is the unimem module loaded?)", UNIMEM_DEV_PATH, strerror(-rc));
+	if ((mif >= 0 || pif >= 0) && (rc = unimem_bind(u, mif, pif)))
+		die("cannot bind MIF %d / PIF %d: %s", mif, pif, strerror(-rc));
+	if ((rc = unimem_map(u)))
+		die("cannot map the interfaces: %s", strerror(-rc));
+}
+
+static void print_packet(unsigned i, const uint64_t w[4])
+{
+	uint64_t pid = UNIMEM_PACKET_PID(w[0]);
+
+	printf("packet=%u pid=0x%012llx pid_node=%llu pid_tgid=%llu w0=0x%016llx w1=0x%016llx w2=0x%016llx "
+	       "w3=0x%016llx\n", i, (unsigned long long)pid, (unsigned long long)(pid >> 32),
+	       (unsigned long long)(pid & 0xffffffffu), (unsigned long long)w[0], (unsigned long long)w[1],
+	       (unsigned long long)w[2], (unsigned long long)w[3]);
+}
+
+static int cmd_info(int argc, char **argv)
+{
+	struct unimem u;
+
+	if (argc > 1 && !strcmp(argv[1], "--help")) {
+		printf("usage: unimem info\nOpen /dev/unimem and print this node's and the allocated interfaces' facts.\n");
+		return 0;
+	}
+	open_dev(&u, -1, -1);
+	printf("node=%u node_count=%u mif=%u pif=%u pid=0x%012llx mif_gaddr=0x%010llx vmbox_base=0x%llx "
+	       "fifo_depth=%u\n", u.info.node_id, u.info.node_count, u.info.mif, u.info.pif,
+	       (unsigned long long)u.info.pid_prefix, (unsigned long long)u.info.mif_gaddr,
+	       (unsigned long long)u.info.vmbox_base, u.info.fifo_depth);
+	unimem_close(&u);
+	return 0;
+}
+
+static int cmd_send(int argc, char **argv, int fill)
+{
+	static const struct option opts[] = {
+		{ "node", 1, 0, 'n' }, { "mif", 1, 0, 'm' }, { "count", 1, 0, 'c' }, { "dest", 1, 0, 'd' },
+		{ "word2", 1, 0, '2' }, { "word3", 1, 0, '3' }, { "pif", 1, 0, 'p' },
+		{ "no-pidconf", 0, 0, 'x' }, { "quiet", 0, 0, 'q' }, { "help", 0, 0, 'h' }, { 0 } };
+	long node = -1, mif = -1, count = fill ? 1000000 : 1, pif = -1;
+	uint64_t dest = 0, w2 = 0x72636b656d75ull, w3 = 0;
+	int have_dest = 0, nopid = 0, quiet = 0, o;
+	unsigned acked = 0, nacked = 0, illegal = 0, fabric = 0, notsent = 0, other = 0;
+	struct unimem u;
+	char sbuf[64];
+
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case 'n': node = num(optarg, "--node", 0, 63); break;
+		case 'm': mif = num(optarg, "--mif", 0, 63); break;
+		case 'c': count = num(optarg, "--count", 1, 100000000); break;
+		case 'd': dest = strtoull(optarg, NULL, 0); have_dest = 1; break;
+		case '2': w2 = strtoull(optarg, NULL, 0); break;
+		case '3': w3 = strtoull(optarg, NULL, 0); break;
+		case 'p': pif = num(optarg, "--pif", 0, 63); break;
+		case 'x': nopid = 1; break;
+		case 'q': quiet = 1; break;
+		case 'h':
+			printf("usage: unimem %s --node N --mif M%s [--pif P] [--word2 X] [--word3 Y] [--dest GADDR]%s [--quiet]\n"
+			       "Send %s through this process's PIF to MIF M of node N (or to the raw global address\n"
+			       "GADDR). Packet i carries word1 = i, word2 = X, word3 = Y (default i ^ X). One line per\n"
+			       "packet with the PIF status; exit 0 only if every packet was acknowledged.\n"
+			       "  --no-pidconf  clear this PIF's PID_CONF bit first (debug, root): nothing is sent\n",
+			       fill ? "fill" : "send", fill ? "" : " [--count K]", fill ? "" : " [--no-pidconf]",
+			       fill ? "packets until the first refusal (NACK), to fill a FIFO," : "K packets");
+			return 0;
+		default: return 2;
+		}
+	}
+	if (!have_dest && (node < 0 || mif < 0))
+		die("--node and --mif (or --dest) are required; see --help");
+	open_dev(&u, -1, pif);
+	if (!have_dest)
+		dest = unimem_mif_gaddr(&u, node, mif);
+	if (nopid) {
+		uint32_t off = 0;
+		if (ioctl(u.fd, UNIMEM_IOC_SET_PIDCONF, &off) < 0)
+			die("cannot clear PID_CONF: %s (needs root)", strerror(errno));
+	}
+	for (long i = 0; i < count; i++) {
+		uint64_t w[4] = { (uint64_t)(i & 0xffff) << 48, (uint64_t)i, w2, w3 ? w3 : ((uint64_t)i ^ w2) };
+		int st = unimem_send(&u, dest, w, ACK_TIMEOUT_US);
+
+		if (st > 0 && (st & PKTZ_ST_ACK))
+			acked++;
+		else if (st > 0 && (st & PKTZ_ST_FABRIC_ERR))
+			fabric++, nacked++;
+		else if (st > 0 && (st & PKTZ_ST_NACK))
+			nacked++;
+		else if (st > 0 && (st & PKTZ_ST_ILLEGAL))
+			illegal++;
+		else if (st == 0)
+			notsent++;
+		else
+			other++;
+		if (!quiet || !(st > 0 && (st & PKTZ_ST_ACK)))
+			printf("packet=%ld dest=0x%010llx status=%s\n", i, (unsigned long long)dest,
+			       unimem_status_str(st, sbuf, sizeof(sbuf)));
+		if (fill && !(st > 0 && (st & PKTZ_ST_ACK)))
+			break;
+	}
+	printf("sent=%u acked=%u nacked=%u fabric_err=%u illegal=%u not_sent=%u timeout=%u\n",
+	       acked + nacked + illegal + notsent + other, acked, nacked, fabric, illegal, notsent, other);
+	if (fill)
+		printf("accepted=%u\n", acked);
+	unimem_close(&u);
+	if (fill)
+		return nacked && !fabric ? 0 : 1;
+	return acked == (unsigned)count ? 0 : 1;
+}
+
+static int cmd_recv(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "mif", 1, 0, 'm' }, { "count", 1, 0, 'c' }, { "timeout", 1, 0, 't' }, { "start-delay", 1, 0, 's' },
+		{ "quiet", 0, 0, 'q' }, { "help", 0, 0, 'h' }, { 0 } };
+	long mif = -1, count = 1, timeout = 10000, delay = 0;
+	int quiet = 0, o;
+	struct unimem u;
+	long got = 0;
+
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case 'm': mif = num(optarg, "--mif", 0, 63); break;
+		case 'c': count = num(optarg, "--count", 0, 100000000); break;
+		case 't': timeout = num(optarg, "--timeout", 0, 86400000); break;
+		case 's': delay = num(optarg, "--start-delay", 0, 86400000); break;
+		case 'q': quiet = 1; break;
+		case 'h':
+			printf("usage: unimem recv [--mif M] [--count K] [--timeout MS] [--start-delay MS] [--quiet]\n"
+			       "Take MIF M (or any free one), print `ready mif=.. mif_gaddr=..`, wait --start-delay ms\n"
+			       "without reading (lets a sender fill the FIFO), then receive K packets, printing the\n"
+			       "sender's PID prefix (node, tgid) and the words. Exit 1 if a packet does not arrive\n"
+			       "within --timeout ms (default 10000, 0 = forever).\n");
+			return 0;
+		default: return 2;
+		}
+	}
+	open_dev(&u, mif, -1);
+	printf("ready mif=%u mif_gaddr=0x%010llx\n", u.info.mif, (unsigned long long)u.info.mif_gaddr);
+	fflush(stdout);
+	if (delay)
+		usleep(delay * 1000);
+	for (; got < count; got++) {
+		uint64_t w[4];
+		int rc = unimem_recv(&u, w, (int)timeout);
+
+		if (rc) {
+			printf("received=%ld timeout=1 error=%s\n", got, strerror(-rc));
+			unimem_close(&u);
+			return 1;
+		}
+		if (!quiet)
+			print_packet(got, w);
+	}
+	printf("received=%ld\n", got);
+	unimem_close(&u);
+	return 0;
+}
+
+static int cmd_peek(int argc, char **argv)
+{
+	long mif = -1;
+	struct unimem u;
+
+	if (argc > 1 && !strcmp(argv[1], "--help")) {
+		printf("usage: unimem peek [--mif M]\nTake MIF M (freshly flushed) and print one raw 64-bit load of it:\n"
+		       "an empty FIFO reads 0xcafebebedeadbeaf.\n");
+		return 0;
+	}
+	if (argc > 2 && !strcmp(argv[1], "--mif"))
+		mif = num(argv[2], "--mif", 0, 63);
+	open_dev(&u, mif, -1);
+	printf("mif=%u word=0x%016llx count=%u\n", u.info.mif, (unsigned long long)u.mif[VMBOX_MIF_DATA / 8],
+	       unimem_pending(&u));
+	unimem_close(&u);
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int cmd_pingpong(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "peer", 1, 0, 'p' }, { "role", 1, 0, 'r' }, { "count", 1, 0, 'c' }, { "client-mif", 1, 0, 'C' },
+		{ "server-mif", 1, 0, 'S' }, { "timeout", 1, 0, 't' }, { "help", 0, 0, 'h' }, { 0 } };
+	long peer = -1, count = 100, cmif = 20, smif = 21, timeout = 30000;
+	int server = -1, o;
+	struct unimem u;
+	char sbuf[64];
+
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case 'p': peer = num(optarg, "--peer", 0, 63); break;
+		case 'r':
+			if (!strcmp(optarg, "client")) server = 0;
+			else if (!strcmp(optarg, "server")) server = 1;
+			else die("--role must be client or server");
+			break;
+		case 'c': count = num(optarg, "--count", 1, 10000000); break;
+		case 'C': cmif = num(optarg, "--client-mif", 1, 63); break;
+		case 'S': smif = num(optarg, "--server-mif", 1, 63); break;
+		case 't': timeout = num(optarg, "--timeout", 1, 86400000); break;
+		case 'h':
+			printf("usage: unimem pingpong --peer N --role client|server [--count K] [--client-mif C]\n"
+			       "                       [--server-mif S] [--timeout MS]\n"
+			       "Round trips packetizer -> mailbox between this node and node N. The server takes MIF S\n"
+			       "(default 21) and echoes each packet back to the client's MIF C (default 20). The client\n"
+			       "times K round trips with CLOCK_MONOTONIC and prints rtt_min_us, rtt_median_us,\n"
+			       "rtt_p99_us, rtt_max_us. Start the server first.\n");
+			return 0;
+		default: return 2;
+		}
+	}
+	if (peer < 0 || server < 0)
+		die("--peer and --role are required; see --help");
+	open_dev(&u, server ? smif : cmif, -1);
+	if (server) {
+		uint64_t dest = unimem_mif_gaddr(&u, peer, cmif);
+		printf("ready role=server mif=%u\n", u.info.mif);
+		fflush(stdout);
+		for (long i = 0; i < count; i++) {
+			uint64_t w[4];
+			int rc = unimem_recv(&u, w, (int)timeout), st;
+			if (rc) {
+				printf("served=%ld timeout=1\n", i);
+				return 1;
+			}
+			st = unimem_send(&u, dest, w, ACK_TIMEOUT_US);
+			if (st <= 0 || !(st & PKTZ_ST_ACK)) {
+				printf("served=%ld reply_status=%s\n", i, unimem_status_str(st, sbuf, sizeof(sbuf)));
+				return 1;
+			}
+		}
+		printf("served=%ld\n", count);
+		unimem_close(&u);
+		return 0;
+	}
+	uint64_t *rtt = calloc(count, sizeof(*rtt)), dest = unimem_mif_gaddr(&u, peer, smif);
+	if (!rtt)
+		die("out of memory");
+	for (long i = 0; i < count; i++) {
+		uint64_t w[4] = { 0, (uint64_t)i, u.info.node_id, 0x9090 }, r[4], t0 = now_ns(), deadline;
+		int st = unimem_send(&u, dest, w, ACK_TIMEOUT_US);
+		if (st <= 0 || !(st & PKTZ_ST_ACK)) {
+			printf("round=%ld send_status=%s (is the server running on node %ld?)\n", i,
+			       unimem_status_str(st, sbuf, sizeof(sbuf)), peer);
+			return 1;
+		}
+		deadline = t0 + (uint64_t)timeout * 1000000ull;
+		while (unimem_pending(&u) < UNIMEM_PACKET_WORDS)
+			if (now_ns() > deadline) {
+				printf("round=%ld timeout=1\n", i);
+				return 1;
+			}
+		unimem_recv(&u, r, -1);
+		rtt[i] = now_ns() - t0;
+		if (r[1] != (uint64_t)i) {
+			printf("round=%ld bad_echo=0x%llx\n", i, (unsigned long long)r[1]);
+			return 1;
+		}
+	}
+	qsort(rtt, count, sizeof(*rtt), cmp_u64);
+	printf("count=%ld rtt_min_us=%.2f rtt_median_us=%.2f rtt_p99_us=%.2f rtt_max_us=%.2f\n", count,
+	       rtt[0] / 1e3, rtt[count / 2] / 1e3, rtt[(long)(count * 0.99) < count ? (long)(count * 0.99) : count - 1] / 1e3,
+	       rtt[count - 1] / 1e3);
+	free(rtt);
+	unimem_close(&u);
+	return 0;
+}
+
+static int cmd_counters(int argc, char **argv)
+{
+	struct unimem_counters c;
+	struct unimem u;
+
+	if (argc > 1 && !strcmp(argv[1], "--help")) {
+		printf("usage: unimem counters\nPrint the vmbox and packetizer counters of this node.\n");
+		return 0;
+	}
+	open_dev(&u, -1, -1);
+	if (ioctl(u.fd, UNIMEM_IOC_COUNTERS, &c) < 0)
+		die("UNIMEM_IOC_COUNTERS: %s", strerror(errno));
+	printf("vmbox_enqueued=%llu vmbox_dequeued=%llu vmbox_nacks=%llu vmbox_truncated=%llu pktz_sent=%llu "
+	       "pktz_acked=%llu pktz_nacked=%llu pktz_illegal=%llu pktz_nopid=%llu irqs=%llu\n",
+	       (unsigned long long)c.vmbox_enqueued, (unsigned long long)c.vmbox_dequeued,
+	       (unsigned long long)c.vmbox_nacks, (unsigned long long)c.vmbox_truncated,
+	       (unsigned long long)c.pktz_sent, (unsigned long long)c.pktz_acked,
+	       (unsigned long long)c.pktz_nacked, (unsigned long long)c.pktz_illegal,
+	       (unsigned long long)c.pktz_nopid, (unsigned long long)c.irqs);
+	unimem_close(&u);
+	return 0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: unimem COMMAND [--help]\n"
+		   "Commands for the Unimem mailbox and packetizer of this node (/dev/unimem):\n"
+		   "  info       this node and the interfaces a process gets\n"
+		   "  send       send packets to a MIF of any node\n"
+		   "  fill       send until a FIFO refuses (NACK)\n"
+		   "  recv       receive packets on a MIF\n"
+		   "  peek       one raw load of a fresh MIF (shows the empty pattern)\n"
+		   "  pingpong   round-trip times between two nodes\n"
+		   "  counters   device counters\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	argv++, argc--;
+	if (!strcmp(argv[0], "info")) return cmd_info(argc, argv);
+	if (!strcmp(argv[0], "send")) return cmd_send(argc, argv, 0);
+	if (!strcmp(argv[0], "fill")) return cmd_send(argc, argv, 1);
+	if (!strcmp(argv[0], "recv")) return cmd_recv(argc, argv);
+	if (!strcmp(argv[0], "peek")) return cmd_peek(argc, argv);
+	if (!strcmp(argv[0], "pingpong")) return cmd_pingpong(argc, argv);
+	if (!strcmp(argv[0], "counters")) return cmd_counters(argc, argv);
+	fprintf(stderr, "unimem: unknown command '%s'\n", argv[0]);
+	usage(stderr);
+	return 2;
+}
