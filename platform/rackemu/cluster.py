@@ -205,15 +205,6 @@ def _agent_client_class():
     return AgentClient
 
 
-def _close(obj: Any) -> None:
-    close = getattr(obj, "close", None)
-    if callable(close):
-        try:
-            close()
-        except Exception:
-            pass
-
-
 class Node:
     """One QEMU node of a cluster. exec/put/get/ping go through the guest agent's socket."""
 
@@ -245,23 +236,21 @@ class Node:
     # ---- guest agent ----
 
     def agent(self):
-        """A fresh AgentClient for this node's socket (caller closes it if it has close())."""
-        return _agent_client_class()(str(self.agent_path))
+        """The process-wide AgentClient of this node's socket. QEMU's chardev takes one client
+        at a time, so every caller shares one connection; the client multiplexes requests by
+        id, which lets several commands run in one node at once."""
+        return _agent_client_class().shared(str(self.agent_path))
 
     def ping(self, timeout: float = 2.0) -> bool:
         """True if the guest agent answers within `timeout` seconds."""
         if not self.agent_path.exists():
             return False
-        client = None
         try:
-            client = self.agent()
-            return client.ping(timeout) is not False
+            return self.agent().ping(timeout) is not False
         except ClusterError:
             raise
         except Exception:
             return False
-        finally:
-            _close(client)
 
     def _with_agent(self, what: str, fn: Callable[[Any], Any]) -> Any:
         if not self.alive():
@@ -270,11 +259,7 @@ class Node:
                                    f"(status: {self.cluster.status}); start it with "
                                    f"`rackemu cluster up`")
             raise ClusterError(f"node {self.id} is not running (state: {self.state})")
-        client = self.agent()
-        try:
-            return fn(client)
-        finally:
-            _close(client)
+        return fn(self.agent())
 
     def exec(self, cmd: str | list[str], timeout: float | None = 60.0,
              stdin: bytes | None = None, env: dict[str, str] | None = None):

@@ -1,0 +1,126 @@
+"""Scenario: Unimem packets between booted nodes, through the real driver and tools.
+
+Node 0 sends through a PIF of its packetizer, the fabric carries the packet, node 1's vmbox
+queues it and a process on node 1 reads it from its MIF with node 0's PID prefix. Then the
+error cases of seed 004 sec. 5.1-5.2 as a guest program sees them, and a node killed mid-test.
+"""
+import re
+
+
+def kv_lines(text):
+    """Parse the `unimem` tool's `key=value` lines."""
+    out = []
+    for line in text.decode().splitlines():
+        d = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+        if d:
+            out.append(d)
+    return out
+
+
+def sender_tgid_on_node0(cluster2, cmd):
+    """Run cmd on node 0 and return (result, tgid of that shell) for PID-prefix checks."""
+    r = cluster2.node(0).exec(f"echo tgid=$$; exec {cmd}")
+    tgid = int(re.search(rb"tgid=(\d+)", r.stdout).group(1))
+    return r, tgid
+
+
+def test_packets_cross_the_fabric_with_the_senders_pid_prefix(cluster2, run_concurrently):
+    n0, n1 = cluster2.node(0), cluster2.node(1)
+    recv, send = run_concurrently(n1, "unimem recv --mif 5 --count 8 --timeout 30000",
+                                  n0, "echo tgid=$$; exec unimem send --node 1 --mif 5 --count 8")
+    assert send.rc == 0, send.stdout + send.stderr
+    assert recv.rc == 0, recv.stdout + recv.stderr
+    tgid = int(re.search(rb"tgid=(\d+)", send.stdout).group(1))
+    packets = [d for d in kv_lines(recv.stdout) if "packet" in d]
+    assert [int(p["w1"], 16) for p in packets] == list(range(8))  # in order, none lost
+    for i, p in enumerate(packets):
+        # the prefix is the driver's (node 0, sender's tgid), never the sender's own bits
+        assert (int(p["pid_node"]), int(p["pid_tgid"])) == (0, tgid)
+        assert int(p["w0"], 16) >> 48 == i
+        assert int(p["w3"], 16) == i ^ int(p["w2"], 16)
+
+
+def test_full_fifo_answers_nack_and_keeps_every_accepted_packet(cluster2, run_concurrently):
+    n0, n1 = cluster2.node(0), cluster2.node(1)
+    depth = int(kv_lines(n1.exec("unimem info").stdout)[0]["fifo_depth"])
+    want = depth // 4
+    recv, fill = run_concurrently(
+        n1, f"unimem recv --mif 40 --count {want} --start-delay 8000 --timeout 30000",
+        n0, "unimem fill --node 1 --mif 40 --quiet", delay=1.5)
+    summary = kv_lines(fill.stdout)
+    assert fill.rc == 0, fill.stdout
+    assert summary[-1]["accepted"] == str(want)
+    assert summary[-2]["nacked"] == "1" and summary[-2]["fabric_err"] == "0"
+    assert "status=NACK" in fill.stdout.decode()
+    packets = [d for d in kv_lines(recv.stdout) if "packet" in d]
+    assert [int(p["w1"], 16) for p in packets] == list(range(want))
+
+
+def test_destination_outside_base_dest_is_illegal(cluster2):
+    n0 = cluster2.node(0)
+    r = n0.exec("unimem send --dest 0x040c005000")
+    assert r.rc == 1
+    assert "status=ILLEGAL" in r.stdout.decode()
+    assert "illegal=1" in r.stdout.decode()
+
+
+def test_cleared_pid_conf_bit_sends_nothing(cluster2, run_concurrently):
+    n0, n1 = cluster2.node(0), cluster2.node(1)
+    before = kv_lines(n0.exec("unimem counters").stdout)[0]
+    recv, send = run_concurrently(n1, "unimem recv --mif 7 --count 1 --timeout 4000",
+                                  n0, "unimem send --node 1 --mif 7 --no-pidconf")
+    assert "status=NOT_SENT" in send.stdout.decode()
+    assert recv.rc == 1 and b"received=0 timeout=1" in recv.stdout
+    after = kv_lines(n0.exec("unimem counters").stdout)[0]
+    assert int(after["pktz_nopid"]) == int(before["pktz_nopid"]) + 1
+    assert after["pktz_sent"] == before["pktz_sent"]
+
+
+def test_empty_mif_reads_the_pattern(cluster2):
+    r = cluster2.node(1).exec("unimem peek --mif 33")
+    assert kv_lines(r.stdout)[0]["word"] == "0xcafebebedeadbeaf"
+
+
+def test_local_delivery_and_arrival_interrupts(cluster2, run_concurrently):
+    n0 = cluster2.node(0)
+    irqs = int(kv_lines(n0.exec("unimem counters").stdout)[0]["irqs"])
+    recv, send = run_concurrently(n0, "unimem recv --mif 11 --count 4 --timeout 20000",
+                                  n0, "unimem send --node 0 --mif 11 --count 4")
+    assert send.rc == 0 and recv.rc == 0
+    assert len([d for d in kv_lines(recv.stdout) if "packet" in d]) == 4
+    assert int(kv_lines(n0.exec("unimem counters").stdout)[0]["irqs"]) > irqs
+
+
+def test_a_process_maps_only_its_own_interfaces(cluster2):
+    # mmap of anything but the file's own MIF (offset 0) and PIF (offset 4096) is refused,
+    # and interface 0 (the atomic service's) is never handed to an unprivileged open
+    n0 = cluster2.node(0)
+    info = kv_lines(n0.exec("unimem info").stdout)[0]
+    assert 1 <= int(info["mif"]) <= 63 and 1 <= int(info["pif"]) <= 63
+    r = n0.exec("cat /sys/class/misc/unimem/counters")
+    assert r.rc == 0 and b"pktz_sent=" in r.stdout
+
+
+def test_pingpong_round_trips(cluster2, run_concurrently):
+    n0, n1 = cluster2.node(0), cluster2.node(1)
+    server, client = run_concurrently(n1, "unimem pingpong --peer 0 --role server --count 50",
+                                      n0, "unimem pingpong --peer 1 --role client --count 50")
+    assert server.rc == 0 and client.rc == 0, client.stdout + server.stdout
+    stats = kv_lines(client.stdout)[-1]
+    assert stats["count"] == "50"
+    assert 0 < float(stats["rtt_min_us"]) <= float(stats["rtt_median_us"]) <= float(stats["rtt_max_us"])
+
+
+def test_killed_destination_fails_the_sender_and_the_bridge_serves_the_rest(fresh_cluster, run_concurrently):
+    c = fresh_cluster(nodes=3)
+    n0, n2 = c.node(0), c.node(2)
+    c.kill_node(1)
+    r = n0.exec("unimem send --node 1 --mif 5 --count 3", timeout=60)
+    assert r.rc == 1
+    lines = kv_lines(r.stdout)
+    assert [d["status"] for d in lines if "packet" in d] == ["NACK|FABRIC_ERR"] * 3
+    recv, send = run_concurrently(n2, "unimem recv --mif 5 --count 2 --timeout 20000",
+                                  n0, "unimem send --node 2 --mif 5 --count 2")
+    assert send.rc == 0 and recv.rc == 0
+    ports = {p["node"]: p for p in c.bridge_stats()["ports"]}
+    assert ports[1]["state"] == "down" and ports[0]["state"] == "up" and ports[2]["state"] == "up"
