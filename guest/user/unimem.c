@@ -160,8 +160,9 @@ static int cmd_send(int argc, char **argv, int fill)
 		if (fill && !(st > 0 && (st & PKTZ_ST_ACK)))
 			break;
 	}
-	printf("sent=%u acked=%u nacked=%u fabric_err=%u illegal=%u not_sent=%u timeout=%u\n",
-	       acked + nacked + illegal + notsent + other, acked, nacked, fabric, illegal, notsent, other);
+	printf("sent=%u acked=%u nacked=%u fabric_err=%u illegal=%u not_sent=%u timeout=%u pid=0x%012llx\n",
+	       acked + nacked + illegal + notsent + other, acked, nacked, fabric, illegal, notsent, other,
+	       (unsigned long long)u.info.pid_prefix);
 	if (fill)
 		printf("accepted=%u\n", acked);
 	unimem_close(&u);
@@ -179,6 +180,9 @@ static int cmd_recv(int argc, char **argv)
 	int quiet = 0, o;
 	struct unimem u;
 	long got = 0;
+	uint64_t pids[8];
+	unsigned npids = 0;
+	char pidlist[8 * 16 + 1] = "";
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
@@ -213,8 +217,16 @@ static int cmd_recv(int argc, char **argv)
 		}
 		if (!quiet)
 			print_packet(got, w);
+		unsigned k;
+		for (k = 0; k < npids && pids[k] != UNIMEM_PACKET_PID(w[0]); k++)
+			;
+		if (k == npids && npids < 8)
+			pids[npids++] = UNIMEM_PACKET_PID(w[0]);
 	}
-	printf("received=%ld\n", got);
+	for (unsigned k = 0; k < npids; k++)
+		snprintf(pidlist + strlen(pidlist), sizeof(pidlist) - strlen(pidlist), "%s0x%012llx", k ? "," : "",
+			 (unsigned long long)pids[k]);
+	printf("received=%ld pids=%s\n", got, npids ? pidlist : "none");
 	unimem_close(&u);
 	return 0;
 }
