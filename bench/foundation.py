@@ -7,8 +7,9 @@ Measured, each in this run:
   boot_N_nodes_s        `cluster up` to all agents answering, for each N in --nodes (median of --runs)
   fabric: raw shared-memory ping-pong vs bridge echo round trip (median, p99) and frames/s,
           both from build/host/rackemu-fabric-bench in one run
-  guest_pktz_rtt_*_us   packetizer -> fabric -> mailbox round trip from guest user space
-                        (`unimem pingpong` between node 0 and node 1, median and p99)
+  guest_pktz_*_rtt_*_us packetizer -> fabric -> mailbox round trip from guest user space
+                        (`unimem pingpong` between node 0 and node 1, median and p99), with the
+                        server woken by the arrival interrupt (irq) and with the server polling (spin)
 
 usage: bench/foundation.py [--nodes 2,4,8] [--runs 3] [--cold-build] [--pingpong 500] [--csv FILE]
 """
@@ -85,25 +86,27 @@ def main():
         for r in range(a.runs):
             cfg = load_config(None, {"nodes": n, "name": f"bench{n}", "memory": a.memory})
             t0 = time.monotonic()
-            with Cluster(cfg, log=lambda m: None) as c:
-                c.up()
+            with Cluster(cfg, log=lambda m: None) as c:  # entering boots the cluster
                 times.append(time.monotonic() - t0)
                 log(f"{n} nodes up in {times[-1]:.1f}s (run {r + 1}/{a.runs})")
                 if n == 2 and pp is None and a.pingpong:
-                    srv = run_background(c.node(1), f"unimem pingpong --peer 0 --role server --count {a.pingpong}",
-                                         timeout=300)
-                    time.sleep(1.0)
-                    res = c.node(0).exec(f"unimem pingpong --peer 1 --role client --count {a.pingpong}", timeout=300)
-                    srv.result(320)
-                    pp = kv(res.stdout.decode())
-                    if res.rc != 0:
-                        log(f"pingpong failed: {res.stderr.decode()}")
-                        pp = None
+                    pp = {}
+                    for mode, flag in (("irq", ""), ("spin", " --spin")):
+                        srv = run_background(c.node(1), f"unimem pingpong --peer 0 --role server "
+                                             f"--count {a.pingpong}{flag}", timeout=300)
+                        time.sleep(1.0)
+                        res = c.node(0).exec(f"unimem pingpong --peer 1 --role client --count {a.pingpong}",
+                                             timeout=300)
+                        srv.result(320)
+                        if res.rc != 0:
+                            log(f"pingpong ({mode}) failed: {res.stdout.decode()} {res.stderr.decode()}")
+                            continue
+                        pp[mode] = kv(res.stdout.decode())
         rows.append(("boot", f"{n}_nodes_to_agents_median", statistics.median(times), "s"))
-    if pp:
+    for mode, res in (pp or {}).items():
         for key in ("rtt_median_us", "rtt_p99_us", "rtt_min_us"):
-            if key in pp:
-                rows.append(("guest", f"pktz_{key}", float(pp[key]), "us"))
+            if key in res:
+                rows.append(("guest", f"pktz_{mode}_server_{key}", float(res[key]), "us"))
 
     print(f"{'section':8} {'metric':40} {'value':>14} unit")
     for sec, metric, val, unit in rows:

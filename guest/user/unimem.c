@@ -261,9 +261,10 @@ static int cmd_pingpong(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "peer", 1, 0, 'p' }, { "role", 1, 0, 'r' }, { "count", 1, 0, 'c' }, { "client-mif", 1, 0, 'C' },
-		{ "server-mif", 1, 0, 'S' }, { "timeout", 1, 0, 't' }, { "help", 0, 0, 'h' }, { 0 } };
+		{ "server-mif", 1, 0, 'S' }, { "timeout", 1, 0, 't' }, { "spin", 0, 0, 's' }, { "help", 0, 0, 'h' },
+		{ 0 } };
 	long peer = -1, count = 100, cmif = 20, smif = 21, timeout = 30000;
-	int server = -1, o;
+	int server = -1, spin = 0, o;
 	struct unimem u;
 	char sbuf[64];
 
@@ -279,13 +280,15 @@ static int cmd_pingpong(int argc, char **argv)
 		case 'C': cmif = num(optarg, "--client-mif", 1, 63); break;
 		case 'S': smif = num(optarg, "--server-mif", 1, 63); break;
 		case 't': timeout = num(optarg, "--timeout", 1, 86400000); break;
+		case 's': spin = 1; break;
 		case 'h':
 			printf("usage: unimem pingpong --peer N --role client|server [--count K] [--client-mif C]\n"
-			       "                       [--server-mif S] [--timeout MS]\n"
+			       "                       [--server-mif S] [--timeout MS] [--spin]\n"
 			       "Round trips packetizer -> mailbox between this node and node N. The server takes MIF S\n"
 			       "(default 21) and echoes each packet back to the client's MIF C (default 20). The client\n"
 			       "times K round trips with CLOCK_MONOTONIC and prints rtt_min_us, rtt_median_us,\n"
-			       "rtt_p99_us, rtt_max_us. Start the server first.\n");
+			       "rtt_p99_us, rtt_max_us. Start the server first. The client always polls its MIF; the\n"
+			       "server sleeps until the arrival interrupt, or polls too with --spin.\n");
 			return 0;
 		default: return 2;
 		}
@@ -298,8 +301,16 @@ static int cmd_pingpong(int argc, char **argv)
 		printf("ready role=server mif=%u\n", u.info.mif);
 		fflush(stdout);
 		for (long i = 0; i < count; i++) {
-			uint64_t w[4];
-			int rc = unimem_recv(&u, w, (int)timeout), st;
+			uint64_t w[4], deadline = now_ns() + (uint64_t)timeout * 1000000ull;
+			int rc = 0, st;
+
+			if (spin) {
+				while (unimem_pending(&u) < UNIMEM_PACKET_WORDS && now_ns() < deadline)
+					;
+				rc = unimem_pending(&u) < UNIMEM_PACKET_WORDS ? -ETIMEDOUT : unimem_recv(&u, w, -1);
+			} else {
+				rc = unimem_recv(&u, w, (int)timeout);
+			}
 			if (rc) {
 				printf("served=%ld timeout=1\n", i);
 				return 1;

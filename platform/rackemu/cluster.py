@@ -539,7 +539,17 @@ class Cluster:
                 f"\nstop it first with `rackemu cluster down {sel}` (or pick another --name)")
 
     def _clean_run_dir(self) -> None:
-        """Remove sockets and pid files (never logs) left in the run dir."""
+        """Remove sockets and pid files (never logs) left in the run dir, and the guest RAM
+        files of nodes that are not running."""
+        if self.ram_dir.is_dir():
+            live = {n.id for n in self.nodes if n.alive()}
+            for f in self.ram_dir.glob("node*.ram"):
+                if int(f.stem[4:] or -1) not in live:
+                    f.unlink(missing_ok=True)
+            try:
+                self.ram_dir.rmdir()
+            except OSError:
+                pass
         for entry in self.run_dir.iterdir():
             try:
                 st = entry.lstat()
@@ -564,9 +574,15 @@ class Cluster:
         return [str(self.config.bridge), "--run-dir", str(self.run_dir),
                 "--max-nodes", str(self.config.nodes), *self.config.bridge_args]
 
+    @property
+    def ram_dir(self) -> Path:
+        """Where the nodes' guest RAM lives as shared-memory files (DESIGN.md, "The data path"):
+        a party executing a one-sided operation can map the target node's memory directly."""
+        return Path("/dev/shm") / f"rackemu-{os.getuid()}-{self.config.name}"
+
     def node_argv(self, i: int) -> list[str]:
         c, d = self.config, self.run_dir
-        machine = c.machine
+        machine = c.machine + ",memory-backend=ram"
         if c.fabric:
             machine += f",node-id={i},node-count={c.nodes},fabric={d / 'fabric.sock'}"
         append = f"console=ttyAMA0 rackemu.node={i}"
@@ -574,6 +590,8 @@ class Cluster:
             append += " " + c.kernel_cmdline
         return [str(c.qemu), "-M", machine, "-cpu", c.cpu, "-smp", str(c.vcpus),
                 "-m", c.memory, "-nographic", "-monitor", "none",
+                "-object", f"memory-backend-file,id=ram,size={c.memory},share=on,"
+                           f"mem-path={self.ram_dir / f'node{i}.ram'}",
                 "-nic", "none",  # virt's default NIC needs an option ROM the source package lacks
                 "-name", f"rackemu-{c.name}-node{i}",
                 "-serial", f"file:{d / f'node{i}.console'}",
@@ -618,6 +636,7 @@ class Cluster:
                 p.unlink()
             except FileNotFoundError:
                 pass
+        self.ram_dir.mkdir(mode=0o700, exist_ok=True)
         n.proc = self._spawn(self.node_argv(i), n.log_path)
         n.state = "starting"
         n.boot_seconds = None
