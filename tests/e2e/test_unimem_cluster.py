@@ -4,7 +4,10 @@ Node 0 sends through a PIF of its packetizer, the fabric carries the packet, nod
 queues it and a process on node 1 reads it from its MIF with node 0's PID prefix. Then the
 error cases of seed 004 sec. 5.1-5.2 as a guest program sees them, and a node killed mid-test.
 """
+import os
 import re
+import signal
+import time
 
 
 def kv_lines(text):
@@ -124,3 +127,16 @@ def test_killed_destination_fails_the_sender_and_the_bridge_serves_the_rest(fres
     assert send.rc == 0 and recv.rc == 0
     ports = {p["node"]: p for p in c.bridge_stats()["ports"]}
     assert ports[1]["state"] == "down" and ports[0]["state"] == "up" and ports[2]["state"] == "up"
+
+
+def test_bridge_death_fails_remote_sends_and_the_guests_keep_running(fresh_cluster):
+    c = fresh_cluster(nodes=2)
+    n0 = c.node(0)
+    os.killpg(c.bridge.pid, signal.SIGKILL)
+    c.bridge.wait_gone(10)
+    time.sleep(1.0)  # the ports notice the hang-up within their 100 ms sleep
+    r = n0.exec("unimem send --node 1 --mif 5 --count 2", timeout=60)
+    assert [d["status"] for d in kv_lines(r.stdout) if "packet" in d] == ["NACK|FABRIC_ERR"] * 2
+    # local traffic and the guest itself are unaffected
+    assert n0.exec("unimem peek --mif 12").rc == 0
+    assert c.node(1).sh("echo alive") == "alive\n"
