@@ -265,6 +265,22 @@ static long unimem_wait_nonempty(struct unimem_file *uf, long timeout_jiffies)
 	}
 }
 
+static void unimem_read_counters(struct unimem *um, struct unimem_counters *k)
+{
+	void __iomem *c = um->vmbox + VMBOX_CTRL_OFFSET, *t = um->pktz + PKTZ_TIF_OFFSET;
+
+	k->vmbox_enqueued = readq(c + VMBOX_CTRL_ENQUEUED);
+	k->vmbox_dequeued = readq(c + VMBOX_CTRL_DEQUEUED);
+	k->vmbox_nacks = readq(c + VMBOX_CTRL_NACKS);
+	k->vmbox_truncated = readq(c + VMBOX_CTRL_TRUNCATED);
+	k->pktz_sent = readq(t + PKTZ_TIF_SENT);
+	k->pktz_acked = readq(t + PKTZ_TIF_ACKED);
+	k->pktz_nacked = readq(t + PKTZ_TIF_NACKED);
+	k->pktz_illegal = readq(t + PKTZ_TIF_ILLEGAL);
+	k->pktz_nopid = readq(t + PKTZ_TIF_NOPID);
+	k->irqs = um->irqs;
+}
+
 static long unimem_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	struct unimem_file *uf = file->private_data;
@@ -324,19 +340,9 @@ static long unimem_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return 0;
 	}
 	case UNIMEM_IOC_COUNTERS: {
-		void __iomem *c = um->vmbox + VMBOX_CTRL_OFFSET, *t = um->pktz + PKTZ_TIF_OFFSET;
-		struct unimem_counters k = {
-			.vmbox_enqueued = readq(c + VMBOX_CTRL_ENQUEUED),
-			.vmbox_dequeued = readq(c + VMBOX_CTRL_DEQUEUED),
-			.vmbox_nacks = readq(c + VMBOX_CTRL_NACKS),
-			.vmbox_truncated = readq(c + VMBOX_CTRL_TRUNCATED),
-			.pktz_sent = readq(t + PKTZ_TIF_SENT),
-			.pktz_acked = readq(t + PKTZ_TIF_ACKED),
-			.pktz_nacked = readq(t + PKTZ_TIF_NACKED),
-			.pktz_illegal = readq(t + PKTZ_TIF_ILLEGAL),
-			.pktz_nopid = readq(t + PKTZ_TIF_NOPID),
-			.irqs = um->irqs,
-		};
+		struct unimem_counters k;
+
+		unimem_read_counters(um, &k);
 		return copy_to_user(uarg, &k, sizeof(k)) ? -EFAULT : 0;
 	}
 	}
@@ -414,17 +420,15 @@ static const struct file_operations unimem_fops = {
 
 static ssize_t counters_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
-	struct unimem *um = &unimem_dev;
-	void __iomem *c = um->vmbox + VMBOX_CTRL_OFFSET, *t = um->pktz + PKTZ_TIF_OFFSET;
+	struct unimem_counters k;
 
+	unimem_read_counters(&unimem_dev, &k);
 	return sysfs_emit(buf,
 			  "vmbox_enqueued=%llu vmbox_dequeued=%llu vmbox_nacks=%llu vmbox_truncated=%llu "
 			  "pktz_sent=%llu pktz_acked=%llu pktz_nacked=%llu pktz_illegal=%llu pktz_nopid=%llu "
 			  "irqs=%llu\n",
-			  readq(c + VMBOX_CTRL_ENQUEUED), readq(c + VMBOX_CTRL_DEQUEUED),
-			  readq(c + VMBOX_CTRL_NACKS), readq(c + VMBOX_CTRL_TRUNCATED),
-			  readq(t + PKTZ_TIF_SENT), readq(t + PKTZ_TIF_ACKED), readq(t + PKTZ_TIF_NACKED),
-			  readq(t + PKTZ_TIF_ILLEGAL), readq(t + PKTZ_TIF_NOPID), um->irqs);
+			  k.vmbox_enqueued, k.vmbox_dequeued, k.vmbox_nacks, k.vmbox_truncated, k.pktz_sent,
+			  k.pktz_acked, k.pktz_nacked, k.pktz_illegal, k.pktz_nopid, k.irqs);
 }
 static DEVICE_ATTR_RO(counters);
 
