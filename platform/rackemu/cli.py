@@ -395,13 +395,26 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
+    from .config import build_dir
+    unit_rc = 0
+    host = build_dir() / "host"
+    if args.pytest_args:
+        say("pytest arguments given: skipping the unit tests (meson test)")
+    elif (host / "build.ninja").exists():
+        say(f"unit tests: meson test -C {host}")
+        unit_rc = subprocess.call(["meson", "test", "-C", str(host), "--print-errorlogs"], cwd=ROOT)
+        if unit_rc:
+            error(f"unit tests failed (meson test exited with {unit_rc}); running the pytest suites anyway")
+    else:
+        say(f"no meson build in {host}: skipping the unit tests (run `./rackemu setup`)")
     targets = [str(ROOT / "tests" / "launcher"), str(ROOT / "tests" / "e2e")]
     targets = [t for t in targets if Path(t).is_dir()]
     argv = [sys.executable, "-m", "pytest", *targets, *args.pytest_args]
     say("running " + " ".join(shlex.quote(a) for a in argv[2:]))
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "platform") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.call(argv, cwd=ROOT, env=env)
+    py_rc = subprocess.call(argv, cwd=ROOT, env=env)
+    return py_rc or unit_rc
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -567,9 +580,10 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--config", metavar="FILE", help="check the artefacts named by this config")
     se.set_defaults(func=cmd_setup)
 
-    te = sub.add_parser("test", help="run the launcher and end-to-end tests (pytest)",
-                        description="Run pytest on tests/launcher and tests/e2e; extra arguments go "
-                                    "to pytest (e.g. rackemu test -k ring -x).")
+    te = sub.add_parser("test", help="run the unit tests (meson) and the launcher and e2e tests (pytest)",
+                        description="Run the unit tests (meson test in $RACKEMU_BUILD/host), then "
+                                    "pytest on tests/launcher and tests/e2e. Extra arguments go to "
+                                    "pytest and skip the unit tests (e.g. rackemu test -k ring -x).")
     te.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARGS", help="passed to pytest")
     te.set_defaults(func=cmd_test)
     return p

@@ -1,34 +1,20 @@
 """Fixtures for the launcher's own tests: a fake build tree (fake QEMU and bridge scripts from
-fakes/, or the real binaries where a test asks for them) and an agent client stand-in.
+fakes/, or the real binaries where a test asks for them) and an agent client stand-in
+(launcher_fakes.py).
 
 These tests need neither the guest image nor rackemu's QEMU: they pin configuration
 validation, the CLI's messages, and that no process outlives `down`, a failed `up` or Ctrl-C.
 """
-import os
-import socket
 import sys
-import types
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "platform"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-FAKES = Path(__file__).resolve().parent / "fakes"
-
-
-def make_build(base: Path, qemu: Path, bridge: Path) -> Path:
-    build = base / "build"
-    (build / "qemu").mkdir(parents=True)
-    (build / "guest").mkdir()
-    (build / "qemu" / "qemu-system-aarch64").symlink_to(qemu)
-    (build / "rackemu-bridge").symlink_to(bridge)
-    kernel = base / "Image"
-    kernel.write_bytes(b"\x00" * 64)     # not a kernel: enough for process-lifecycle tests
-    (build / "guest" / "guest.env").write_text(f'KVER=6.1.0-fake\nKERNEL_IMAGE="{kernel}"\n')
-    (build / "guest" / "initramfs.cpio.gz").write_bytes(b"\x00" * 64)
-    return build
+from launcher_fakes import FAKES, FakeAgentClient, make_build  # noqa: E402
 
 
 @pytest.fixture
@@ -41,37 +27,7 @@ def fake_build(tmp_path, monkeypatch):
 
 @pytest.fixture
 def run_dir(tmp_path):
-    d = tmp_path / "run"
-    return d
-
-
-class FakeAgentClient:
-    """Answers ping when something listens on the agent socket (the fake QEMU does); exec
-    echoes the command. Stands in for rackemu.agent.AgentClient in-process."""
-
-    answer = True
-
-    def __init__(self, path):
-        self.path = path
-
-    def ping(self, timeout):
-        if not FakeAgentClient.answer:
-            import time
-            time.sleep(min(timeout, 0.2))
-            return False
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(timeout)
-        try:
-            s.connect(self.path)
-            return True
-        except OSError:
-            return False
-        finally:
-            s.close()
-
-    def exec(self, cmd, timeout=None, stdin=None, env=None):
-        return types.SimpleNamespace(rc=0, stdout=f"ran {cmd}\n".encode(), stderr=b"",
-                                     timed_out=False)
+    return tmp_path / "run"
 
 
 @pytest.fixture
@@ -80,19 +36,3 @@ def fake_agent(monkeypatch):
     FakeAgentClient.answer = True
     monkeypatch.setattr(rackemu.cluster, "_agent_client_class", lambda: FakeAgentClient)
     return FakeAgentClient
-
-
-def pids_referencing(path) -> list[int]:
-    """Live processes whose command line mentions `path` (what must be gone after down)."""
-    out = []
-    for e in os.listdir("/proc"):
-        if not e.isdigit() or int(e) == os.getpid():
-            continue
-        try:
-            argv = open(f"/proc/{e}/cmdline", "rb").read().decode(errors="replace")
-            st = open(f"/proc/{e}/stat").read()
-        except OSError:
-            continue
-        if str(path) in argv and st[st.rfind(")") + 2] not in "ZX":
-            out.append(int(e))
-    return out

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import pids_referencing
+from launcher_fakes import pids_referencing
 
 ROOT = Path(__file__).resolve().parents[2]
 RACKEMU = str(ROOT / "rackemu")

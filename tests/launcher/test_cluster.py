@@ -14,7 +14,7 @@ import rackemu.cluster as rc
 from rackemu.cluster import Cluster, ClusterError
 from rackemu.config import load_config
 
-from conftest import pids_referencing
+from launcher_fakes import pids_referencing
 
 
 def cfg(run_dir, **kw):
@@ -38,7 +38,9 @@ def test_up_runs_bridge_and_nodes_and_down_leaves_nothing(fake_build, fake_agent
                                        "node1.agent", "node1.qmp", "node2.agent", "node2.qmp"]
         # the node command line is the fixed interface
         argv = c.nodes[1].proc.argv
-        assert argv[argv.index("-M") + 1] == f"rackemu-node,node-id=1,node-count=3,fabric={run_dir}/fabric.sock"
+        assert argv[argv.index("-M") + 1] == (f"rackemu-node,memory-backend=ram,node-id=1,node-count=3,"
+                                             f"fabric={run_dir}/fabric.sock")
+        assert "share=on" in argv[argv.index("-object") + 1]  # guest RAM as a shared-memory file
         assert argv[argv.index("-append") + 1] == "console=ttyAMA0 rackemu.node=1"
         assert f"socket,id=agent,path={run_dir}/node1.agent,server=on,wait=off" in argv
         st = json.loads((run_dir / "state.json").read_text())

@@ -9,7 +9,7 @@ import pytest
 from rackemu.cluster import Cluster
 from rackemu.config import build_dir, default_bridge, load_config
 
-from conftest import make_build, pids_referencing
+from launcher_fakes import make_build, pids_referencing
 
 QEMU = build_dir() / "qemu" / "qemu-system-aarch64"
 BRIDGE = default_bridge(build_dir())
