@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Build the static aarch64 user programs into $RACKEMU_BUILD/guest/bin/.
+# Build the static aarch64 user programs into $RACKEMU_BUILD/guest/bin/:
+#   unimem        the Unimem tool (unimem.c + libunimem.c)
+#   unimem-check  bad-input checks of /dev/unimem (unimem_check.c + libunimem.c)
 source "$(dirname "$0")/../../platform/setup/lib.sh"
 out=$RACKEMU_BUILD/guest/bin
 src=$RACKEMU_ROOT/guest/user
 mkdir -p "$out"
-if [ ! -f "$out/unimem" ] || [ -n "$(find "$src" "$RACKEMU_ROOT/hw/include" "$RACKEMU_ROOT/guest/include" -newer "$out/unimem" -name '*.[ch]' | head -n1)" ]; then
-    aarch64-linux-gnu-gcc -static -O2 -Wall -Wextra -Werror -I"$RACKEMU_ROOT/hw/include" -I"$RACKEMU_ROOT/guest/include" \
-        -o "$out/unimem.tmp" "$src/unimem.c" "$src/libunimem.c" && mv "$out/unimem.tmp" "$out/unimem" ||
-        die "building guest/user failed"
-fi
+build() { # build NAME SOURCES...
+    local name=$1; shift
+    if [ ! -f "$out/$name" ] || [ -n "$(find "$src" "$RACKEMU_ROOT/hw/include" "$RACKEMU_ROOT/guest/include" -newer "$out/$name" -name '*.[ch]' | head -n1)" ]; then
+        aarch64-linux-gnu-gcc -static -O2 -Wall -Wextra -Werror -I"$RACKEMU_ROOT/hw/include" -I"$RACKEMU_ROOT/guest/include" \
+            -o "$out/$name.tmp" "$@" && mv "$out/$name.tmp" "$out/$name" || die "building guest/user ($name) failed"
+    fi
+}
+build unimem "$src/unimem.c" "$src/libunimem.c"
+build unimem-check "$src/unimem_check.c" "$src/libunimem.c"

@@ -44,11 +44,18 @@ int unimem_bind(struct unimem *u, int mif, int pif)
 
 int unimem_map(struct unimem *u)
 {
-	void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, u->fd, UNIMEM_MMAP_MIF);
-	void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, u->fd, UNIMEM_MMAP_PIF);
+	void *m, *p;
+	int e;
 
-	if (m == MAP_FAILED || p == MAP_FAILED)
+	m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, u->fd, UNIMEM_MMAP_MIF);
+	if (m == MAP_FAILED)
 		return -errno;
+	p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, u->fd, UNIMEM_MMAP_PIF);
+	if (p == MAP_FAILED) {
+		e = -errno;
+		munmap(m, 4096);
+		return e;
+	}
 	u->mif = m;
 	u->pif = p;
 	return 0;
@@ -70,20 +77,12 @@ uint64_t unimem_mif_gaddr(const struct unimem *u, unsigned node, unsigned mif)
 	return UNIMEM_GADDR(node, u->info.vmbox_base + VMBOX_MIF_OFFSET(mif));
 }
 
-int unimem_send(struct unimem *u, uint64_t dest, const uint64_t words[4], unsigned timeout_us)
+int unimem_wait_status(struct unimem *u, unsigned timeout_us)
 {
 	volatile uint64_t *p = u->pif;
 	uint64_t deadline = now_us() + timeout_us;
 	uint32_t st;
 
-	/* wait for the PIF to be ready (sec. 5.2.4: one buffer per PIF) */
-	while ((p[PKTZ_PIF_STATUS / 8] & PKTZ_ST_PEND) && now_us() < deadline)
-		;
-	p[PKTZ_PIF_PAYLOAD0 / 8] = words[0];
-	p[PKTZ_PIF_PAYLOAD0 / 8 + 1] = words[1];
-	p[PKTZ_PIF_PAYLOAD1 / 8] = words[2];
-	p[PKTZ_PIF_PAYLOAD1 / 8 + 1] = words[3];
-	p[PKTZ_PIF_DEST / 8] = dest; /* the third register: the packet leaves */
 	for (;;) {
 		st = (uint32_t)p[PKTZ_PIF_STATUS / 8];
 		if (!(st & PKTZ_ST_PEND))
@@ -91,6 +90,27 @@ int unimem_send(struct unimem *u, uint64_t dest, const uint64_t words[4], unsign
 		if (now_us() > deadline)
 			return -1;
 	}
+}
+
+int unimem_post(struct unimem *u, uint64_t dest, const uint64_t words[4])
+{
+	volatile uint64_t *p = u->pif;
+
+	p[PKTZ_PIF_PAYLOAD0 / 8] = words[0];
+	p[PKTZ_PIF_PAYLOAD0 / 8 + 1] = words[1];
+	p[PKTZ_PIF_PAYLOAD1 / 8] = words[2];
+	p[PKTZ_PIF_PAYLOAD1 / 8 + 1] = words[3];
+	p[PKTZ_PIF_DEST / 8] = dest; /* the third register: the packet leaves */
+	return (int)(uint32_t)p[PKTZ_PIF_STATUS / 8];
+}
+
+int unimem_send(struct unimem *u, uint64_t dest, const uint64_t words[4], unsigned timeout_us)
+{
+	/* one buffer per PIF (sec. 5.2.4): the previous packet must have left */
+	if (unimem_wait_status(u, timeout_us) < 0)
+		return -1;
+	unimem_post(u, dest, words);
+	return unimem_wait_status(u, timeout_us);
 }
 
 int unimem_recv(struct unimem *u, uint64_t words[4], int timeout_ms)

@@ -17,6 +17,7 @@
 #include "libunimem.h"
 
 #define ACK_TIMEOUT_US 5000000u
+#define NOWAIT_MAX 1024
 
 static const char *prog = "unimem";
 
@@ -92,56 +93,132 @@ static int cmd_info(int argc, char **argv)
 	return 0;
 }
 
-static int cmd_send(int argc, char **argv, int fill)
+enum send_mode { MODE_SEND, MODE_FILL, MODE_PIDCONF };
+
+static uint64_t num64(const char *s, const char *what)
+{
+	char *end;
+	uint64_t v;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || *end || !*s)
+		die("%s '%s': expected a 64-bit number", what, s);
+	return v;
+}
+
+static void send_usage(enum send_mode mode)
+{
+	if (mode == MODE_PIDCONF) {
+		printf("usage: unimem setpidconf 0|1 [--pif P] [--node N --mif M] [--count K] [--word0..3 X] [--dest GADDR]\n"
+		       "Debug (root): set (1) or clear (0) the PID_CONF bit of this process's PIF (PIF P if\n"
+		       "given) with UNIMEM_IOC_SET_PIDCONF, print `pif=P pid_conf=V`, then, if a destination is\n"
+		       "given, send K packets through it as `unimem send` does. With 0 nothing leaves: every\n"
+		       "packet reports status=NOT_SENT and the packetizer's NOPID counter grows. The bit is\n"
+		       "owned by the open file: it is cleared again when the command exits.\n"
+		       "Exit 0 if every packet was acknowledged (or none was asked for), 1 otherwise.\n");
+		return;
+	}
+	printf("usage: unimem %s --node N --mif M%s [--pif P] [--word0..3 X] [--seq] [--dest GADDR]%s [--quiet]\n"
+	       "Send %s through this process's PIF to MIF M of node N (or to the raw global address\n"
+	       "GADDR). Packet contents (--seq, the default): word0 bits [63:48] = i, word1 = i,\n"
+	       "word2 = 0x72636b656d75, word3 = i ^ word2; --wordK X fixes word K to X (word0 bits\n"
+	       "[47:0] are always replaced by this PIF's PID). One line per packet:\n"
+	       "  packet=i dest=GADDR status=S   (S: ACK, NACK, NACK|FABRIC_ERR, ILLEGAL, NOT_SENT, TIMEOUT)\n"
+	       "then a summary `sent=.. acked=.. nacked=.. fabric_err=.. illegal=.. not_sent=.. timeout=.. pid=..`.\n"
+	       "%s"
+	       "  --no-pidconf  clear this PIF's PID_CONF bit first (debug, root): nothing is sent\n"
+	       "  --quiet       print only the packets that were not acknowledged\n",
+	       mode == MODE_FILL ? "fill" : "send", mode == MODE_FILL ? "" : " [--count K]",
+	       mode == MODE_FILL ? " [--no-pidconf]" : " [--no-pidconf] [--no-wait]",
+	       mode == MODE_FILL ? "packets until the first refusal (NACK), to fill a FIFO," : "K packets (default 1)",
+	       mode == MODE_FILL ? "Last line: accepted=K. Exit 0 if the FIFO refused a packet with a plain NACK, 1 otherwise.\n"
+				 : "Exit 0 only if every packet was acknowledged.\n"
+				   "  --no-wait     write each packet's registers (K <= 1024) without waiting for the previous\n"
+				   "                packet's PEND to clear (shows OVERWR_BUF); the line shows the status\n"
+				   "                read right after the write; exit 0 if the last status is ACK without\n"
+				   "                OVERWR_BUF (a local destination answers at once, so only a remote\n"
+				   "                one shows the overwrite)\n");
+}
+
+static int cmd_send(int argc, char **argv, enum send_mode mode)
 {
 	static const struct option opts[] = {
 		{ "node", 1, 0, 'n' }, { "mif", 1, 0, 'm' }, { "count", 1, 0, 'c' }, { "dest", 1, 0, 'd' },
-		{ "word2", 1, 0, '2' }, { "word3", 1, 0, '3' }, { "pif", 1, 0, 'p' },
-		{ "no-pidconf", 0, 0, 'x' }, { "quiet", 0, 0, 'q' }, { "help", 0, 0, 'h' }, { 0 } };
-	long node = -1, mif = -1, count = fill ? 1000000 : 1, pif = -1;
-	uint64_t dest = 0, w2 = 0x72636b656d75ull, w3 = 0;
-	int have_dest = 0, nopid = 0, quiet = 0, o;
+		{ "word0", 1, 0, '0' }, { "word1", 1, 0, '1' }, { "word2", 1, 0, '2' }, { "word3", 1, 0, '3' },
+		{ "seq", 0, 0, 'S' }, { "pif", 1, 0, 'p' }, { "no-pidconf", 0, 0, 'x' }, { "no-wait", 0, 0, 'w' },
+		{ "quiet", 0, 0, 'q' }, { "help", 0, 0, 'h' }, { 0 } };
+	long node = -1, mif = -1, count = mode == MODE_FILL ? 1000000 : 1, pif = -1, pidconf = -1;
+	uint64_t dest = 0, fixed[4] = { 0, 0, 0x72636b656d75ull, 0 };
+	int have_dest = 0, have_word[4] = { 0 }, nopid = 0, nowait = 0, quiet = 0, o;
 	unsigned acked = 0, nacked = 0, illegal = 0, fabric = 0, notsent = 0, other = 0;
+	int after[NOWAIT_MAX];
 	struct unimem u;
 	char sbuf[64];
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
-		case 'n': node = num(optarg, "--node", 0, 63); break;
-		case 'm': mif = num(optarg, "--mif", 0, 63); break;
-		case 'c': count = num(optarg, "--count", 1, 100000000); break;
-		case 'd': dest = strtoull(optarg, NULL, 0); have_dest = 1; break;
-		case '2': w2 = strtoull(optarg, NULL, 0); break;
-		case '3': w3 = strtoull(optarg, NULL, 0); break;
-		case 'p': pif = num(optarg, "--pif", 0, 63); break;
+		case 'n': node = num(optarg, "--node", 0, UNIMEM_GADDR_NODE_MASK); break;
+		case 'm': mif = num(optarg, "--mif", 0, UNIMEM_IF_COUNT - 1); break;
+		case 'c': count = num(optarg, "--count", mode == MODE_PIDCONF ? 0 : 1, 100000000); break;
+		case 'd': dest = num64(optarg, "--dest"); have_dest = 1; break;
+		case '0': case '1': case '2': case '3':
+			fixed[o - '0'] = num64(optarg, "--wordN");
+			have_word[o - '0'] = 1;
+			break;
+		case 'S': break; /* the default */
+		case 'p': pif = num(optarg, "--pif", 0, UNIMEM_IF_COUNT - 1); break;
 		case 'x': nopid = 1; break;
+		case 'w':
+			if (mode != MODE_SEND)
+				die("--no-wait is an option of `unimem send`");
+			nowait = 1;
+			break;
 		case 'q': quiet = 1; break;
-		case 'h':
-			printf("usage: unimem %s --node N --mif M%s [--pif P] [--word2 X] [--word3 Y] [--dest GADDR]%s [--quiet]\n"
-			       "Send %s through this process's PIF to MIF M of node N (or to the raw global address\n"
-			       "GADDR). Packet i carries word1 = i, word2 = X, word3 = Y (default i ^ X). One line per\n"
-			       "packet with the PIF status; exit 0 only if every packet was acknowledged.\n"
-			       "  --no-pidconf  clear this PIF's PID_CONF bit first (debug, root): nothing is sent\n",
-			       fill ? "fill" : "send", fill ? "" : " [--count K]", fill ? "" : " [--no-pidconf]",
-			       fill ? "packets until the first refusal (NACK), to fill a FIFO," : "K packets");
-			return 0;
+		case 'h': send_usage(mode); return 0;
 		default: return 2;
 		}
 	}
-	if (!have_dest && (node < 0 || mif < 0))
+	if (mode == MODE_PIDCONF) {
+		if (optind >= argc)
+			die("setpidconf needs 0 or 1; see --help");
+		pidconf = num(argv[optind++], "PID_CONF value", 0, 1);
+		if (!have_dest && node < 0 && mif < 0)
+			count = 0;
+	}
+	if (optind < argc)
+		die("unexpected argument '%s'; see --help", argv[optind]);
+	if (nowait && count > NOWAIT_MAX)
+		die("--no-wait sends at most %d packets", NOWAIT_MAX);
+	if (count && !have_dest && (node < 0 || mif < 0))
 		die("--node and --mif (or --dest) are required; see --help");
 	open_dev(&u, -1, pif);
 	if (!have_dest)
-		dest = unimem_mif_gaddr(&u, node, mif);
-	if (nopid) {
-		uint32_t off = 0;
-		if (ioctl(u.fd, UNIMEM_IOC_SET_PIDCONF, &off) < 0)
-			die("cannot clear PID_CONF: %s (needs root)", strerror(errno));
+		dest = unimem_mif_gaddr(&u, node < 0 ? 0 : node, mif < 0 ? 0 : mif);
+	if (nopid)
+		pidconf = 0;
+	if (pidconf >= 0) {
+		uint32_t v = (uint32_t)pidconf;
+
+		if (ioctl(u.fd, UNIMEM_IOC_SET_PIDCONF, &v) < 0)
+			die("cannot set PID_CONF: %s (needs root)", strerror(errno));
+		if (mode == MODE_PIDCONF)
+			printf("pif=%u pid_conf=%ld pid=0x%012llx\n", u.info.pif, pidconf,
+			       (unsigned long long)u.info.pid_prefix);
 	}
 	for (long i = 0; i < count; i++) {
-		uint64_t w[4] = { (uint64_t)(i & 0xffff) << 48, (uint64_t)i, w2, w3 ? w3 : ((uint64_t)i ^ w2) };
-		int st = unimem_send(&u, dest, w, ACK_TIMEOUT_US);
+		uint64_t w[4] = { (uint64_t)(i & 0xffff) << 48, (uint64_t)i, fixed[2], (uint64_t)i ^ fixed[2] };
+		int st;
 
+		for (int k = 0; k < 4; k++)
+			if (have_word[k])
+				w[k] = fixed[k];
+		if (nowait) {
+			/* back to back: printing here would give the acknowledgement time to arrive */
+			after[i] = unimem_post(&u, dest, w);
+			continue;
+		}
+		st = unimem_send(&u, dest, w, ACK_TIMEOUT_US);
 		if (st > 0 && (st & PKTZ_ST_ACK))
 			acked++;
 		else if (st > 0 && (st & PKTZ_ST_FABRIC_ERR))
@@ -157,16 +234,29 @@ static int cmd_send(int argc, char **argv, int fill)
 		if (!quiet || !(st > 0 && (st & PKTZ_ST_ACK)))
 			printf("packet=%ld dest=0x%010llx status=%s\n", i, (unsigned long long)dest,
 			       unimem_status_str(st, sbuf, sizeof(sbuf)));
-		if (fill && !(st > 0 && (st & PKTZ_ST_ACK)))
+		if (mode == MODE_FILL && !(st > 0 && (st & PKTZ_ST_ACK)))
 			break;
 	}
-	printf("sent=%u acked=%u nacked=%u fabric_err=%u illegal=%u not_sent=%u timeout=%u pid=0x%012llx\n",
-	       acked + nacked + illegal + notsent + other, acked, nacked, fabric, illegal, notsent, other,
-	       (unsigned long long)u.info.pid_prefix);
-	if (fill)
+	if (nowait) {
+		int st = unimem_wait_status(&u, ACK_TIMEOUT_US);
+
+		for (long i = 0; i < count; i++)
+			printf("packet=%ld dest=0x%010llx status_after_write=%s\n", i, (unsigned long long)dest,
+			       unimem_status_str(after[i], sbuf, sizeof(sbuf)));
+
+		printf("final_status=%s pid=0x%012llx\n", unimem_status_str(st, sbuf, sizeof(sbuf)),
+		       (unsigned long long)u.info.pid_prefix);
+		unimem_close(&u);
+		return st > 0 && (st & PKTZ_ST_ACK) && !(st & PKTZ_ST_OVERWR_BUF) ? 0 : 1;
+	}
+	if (count)
+		printf("sent=%u acked=%u nacked=%u fabric_err=%u illegal=%u not_sent=%u timeout=%u pid=0x%012llx\n",
+		       acked + nacked + illegal + notsent + other, acked, nacked, fabric, illegal, notsent, other,
+		       (unsigned long long)u.info.pid_prefix);
+	if (mode == MODE_FILL)
 		printf("accepted=%u\n", acked);
 	unimem_close(&u);
-	if (fill)
+	if (mode == MODE_FILL)
 		return nacked && !fabric ? 0 : 1;
 	return acked == (unsigned)count ? 0 : 1;
 }
@@ -391,6 +481,7 @@ static void usage(FILE *f)
 		   "  recv       receive packets on a MIF\n"
 		   "  peek       one raw load of a fresh MIF (shows the empty pattern)\n"
 		   "  pingpong   round-trip times between two nodes\n"
+		   "  setpidconf set/clear this process's PID_CONF bit, then send (debug, root)\n"
 		   "  counters   device counters\n");
 }
 
@@ -403,8 +494,9 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	argv++, argc--;
 	if (!strcmp(argv[0], "info")) return cmd_info(argc, argv);
-	if (!strcmp(argv[0], "send")) return cmd_send(argc, argv, 0);
-	if (!strcmp(argv[0], "fill")) return cmd_send(argc, argv, 1);
+	if (!strcmp(argv[0], "send")) return cmd_send(argc, argv, MODE_SEND);
+	if (!strcmp(argv[0], "fill")) return cmd_send(argc, argv, MODE_FILL);
+	if (!strcmp(argv[0], "setpidconf")) return cmd_send(argc, argv, MODE_PIDCONF);
 	if (!strcmp(argv[0], "recv")) return cmd_recv(argc, argv);
 	if (!strcmp(argv[0], "peek")) return cmd_peek(argc, argv);
 	if (!strcmp(argv[0], "pingpong")) return cmd_pingpong(argc, argv);

@@ -104,6 +104,37 @@ def test_a_process_maps_only_its_own_interfaces(cluster2):
     assert r.rc == 0 and b"pktz_sent=" in r.stdout
 
 
+def test_driver_answers_bad_input_with_errors_and_never_oopses(cluster2):
+    # guest/user/unimem_check.c: wrong mmaps, binds, ioctls, reads; a store into a full FIFO
+    n0 = cluster2.node(0)
+    r = n0.exec("unimem-check", timeout=60)
+    checks = {d["check"]: d for d in kv_lines(r.stdout) if "check" in d}
+    failed = [name for name, d in checks.items() if d["ok"] != "1"]
+    assert r.rc == 0 and not failed, r.stdout.decode()
+    for name in ("mmap_other_offset_einval", "mmap_tif_offset_einval", "mmap_private_einval",
+                 "bind_taken_mif_ebusy", "bind_service_unprivileged_eperm", "bind_after_mmap_ebusy",
+                 "setpidconf_unprivileged_eperm", "wait_empty_etimedout", "poll_pollin", "read_packet",
+                 "store_to_full_fifo_sigbus", "open_63_then_ebusy"):
+        assert name in checks
+    dmesg = n0.sh("dmesg")
+    assert "Internal error" not in dmesg and "Call trace" not in dmesg
+    assert n0.sh("cat /sys/class/misc/unimem/interfaces").strip() == \
+        "mif_used=00000000,00000001 pif_used=00000000,00000001"
+
+
+def test_setup_while_pending_sets_overwr_buf_and_only_the_first_packet_arrives(cluster2):
+    n0, n1 = cluster2.node(0), cluster2.node(1)
+    before = int(kv_lines(n1.exec("cat /sys/bus/platform/devices/b000000.vmbox/counters").stdout)[0]["enqueued"])
+    r = n0.exec("unimem send --node 1 --mif 50 --count 3 --no-wait")
+    lines = kv_lines(r.stdout)
+    assert r.rc == 1, r.stdout
+    assert lines[0]["status_after_write"] == "PEND"
+    assert "OVERWR_BUF" in lines[1]["status_after_write"]
+    assert lines[-1]["final_status"] == "ACK|OVERWR_BUF"
+    after = int(kv_lines(n1.exec("cat /sys/bus/platform/devices/b000000.vmbox/counters").stdout)[0]["enqueued"])
+    assert after - before == 4  # one packet of four words
+
+
 def test_pingpong_round_trips(cluster2, run_concurrently):
     n0, n1 = cluster2.node(0), cluster2.node(1)
     server, client = run_concurrently(n1, "unimem pingpong --peer 0 --role server --count 50",

@@ -35,6 +35,7 @@ struct unimem {
 	void __iomem *pktz;
 	phys_addr_t vmbox_phys, pktz_phys;
 	struct device *vmbox_dev, *pktz_dev;
+	int vmbox_irq;
 	u32 node_id, node_count, depth;
 	u64 irq_enable;
 	u64 pid_conf;
@@ -245,40 +246,50 @@ out:
 	return ret;
 }
 
-/* Wait until the FIFO holds a word. The interrupt is re-armed before every check. */
+/*
+ * Wait until the FIFO holds a word. The interrupt is re-armed before the check, so an arrival
+ * between the check and the sleep still raises it and wakes us (the handler masks it again).
+ */
 static long unimem_wait_nonempty(struct unimem_file *uf, long timeout_jiffies)
 {
 	struct unimem *um = uf->um;
 	long ret;
 
-	for (;;) {
-		unimem_irq_mask(um, uf->mif, true);
-		if (mif_count(um, uf->mif))
-			return 0;
-		ret = wait_event_interruptible_timeout(um->wq[uf->mif], mif_count(um, uf->mif) > 0,
-						       timeout_jiffies);
-		if (ret < 0)
-			return ret;
-		if (ret > 0)
-			return 0;
-		return -ETIMEDOUT;
-	}
+	unimem_irq_mask(um, uf->mif, true);
+	ret = wait_event_interruptible_timeout(um->wq[uf->mif], mif_count(um, uf->mif) > 0,
+					       timeout_jiffies);
+	if (ret < 0)
+		return ret;
+	return ret ? 0 : -ETIMEDOUT;
 }
 
-static void unimem_read_counters(struct unimem *um, struct unimem_counters *k)
+/* Callers make sure the device they read is bound (um->vmbox / um->pktz set). */
+static void unimem_read_vmbox_counters(struct unimem *um, struct unimem_counters *k)
 {
-	void __iomem *c = um->vmbox + VMBOX_CTRL_OFFSET, *t = um->pktz + PKTZ_TIF_OFFSET;
+	void __iomem *c = um->vmbox + VMBOX_CTRL_OFFSET;
 
 	k->vmbox_enqueued = readq(c + VMBOX_CTRL_ENQUEUED);
 	k->vmbox_dequeued = readq(c + VMBOX_CTRL_DEQUEUED);
 	k->vmbox_nacks = readq(c + VMBOX_CTRL_NACKS);
 	k->vmbox_truncated = readq(c + VMBOX_CTRL_TRUNCATED);
+	k->irqs = um->irqs;
+}
+
+static void unimem_read_pktz_counters(struct unimem *um, struct unimem_counters *k)
+{
+	void __iomem *t = um->pktz + PKTZ_TIF_OFFSET;
+
 	k->pktz_sent = readq(t + PKTZ_TIF_SENT);
 	k->pktz_acked = readq(t + PKTZ_TIF_ACKED);
 	k->pktz_nacked = readq(t + PKTZ_TIF_NACKED);
 	k->pktz_illegal = readq(t + PKTZ_TIF_ILLEGAL);
 	k->pktz_nopid = readq(t + PKTZ_TIF_NOPID);
-	k->irqs = um->irqs;
+}
+
+static void unimem_read_counters(struct unimem *um, struct unimem_counters *k)
+{
+	unimem_read_vmbox_counters(um, k);
+	unimem_read_pktz_counters(um, k);
 }
 
 static long unimem_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
@@ -390,17 +401,18 @@ static int unimem_mmap(struct file *file, struct vm_area_struct *vma)
 {
 	struct unimem_file *uf = file->private_data;
 	struct unimem *um = uf->um;
-	unsigned long off = vma->vm_pgoff << PAGE_SHIFT;
 	phys_addr_t phys;
 
-	if (vma->vm_end - vma->vm_start != PAGE_SIZE)
+	/* A private mapping would copy the device page on the first write fault. */
+	if (vma->vm_end - vma->vm_start != PAGE_SIZE || !(vma->vm_flags & VM_SHARED))
 		return -EINVAL;
-	if (off == UNIMEM_MMAP_MIF)
+	if (vma->vm_pgoff == UNIMEM_MMAP_MIF >> PAGE_SHIFT)
 		phys = um->vmbox_phys + VMBOX_MIF_OFFSET(uf->mif);
-	else if (off == UNIMEM_MMAP_PIF)
+	else if (vma->vm_pgoff == UNIMEM_MMAP_PIF >> PAGE_SHIFT)
 		phys = um->pktz_phys + PKTZ_PIF_OFFSET(uf->pif);
 	else
 		return -EINVAL;
+	/* the pages are fixed from now on: UNIMEM_IOC_BIND answers EBUSY */
 	uf->mapped = true;
 	vma->vm_flags |= VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP;
 	vma->vm_page_prot = pgprot_device(vma->vm_page_prot);
@@ -418,6 +430,7 @@ static const struct file_operations unimem_fops = {
 	.llseek = no_llseek,
 };
 
+/* /sys/class/misc/unimem/counters: both devices (the misc device exists only while both are bound). */
 static ssize_t counters_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
 	struct unimem_counters k;
@@ -431,6 +444,28 @@ static ssize_t counters_show(struct device *dev, struct device_attribute *attr, 
 			  k.pktz_acked, k.pktz_nacked, k.pktz_illegal, k.pktz_nopid, k.irqs);
 }
 static DEVICE_ATTR_RO(counters);
+
+/*
+ * /sys/bus/platform/devices/<dev>/counters: one device's own counters. The driver core creates
+ * these after a successful probe and removes them before remove(), so the device is bound
+ * while they are read.
+ */
+static ssize_t unimem_dev_counters_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct unimem *um = &unimem_dev;
+	struct unimem_counters k;
+
+	if (dev == um->vmbox_dev) {
+		unimem_read_vmbox_counters(um, &k);
+		return sysfs_emit(buf, "enqueued=%llu dequeued=%llu nacks=%llu truncated=%llu irqs=%llu\n",
+				  k.vmbox_enqueued, k.vmbox_dequeued, k.vmbox_nacks, k.vmbox_truncated, k.irqs);
+	}
+	unimem_read_pktz_counters(um, &k);
+	return sysfs_emit(buf, "sent=%llu acked=%llu nacked=%llu illegal=%llu nopid=%llu\n", k.pktz_sent,
+			  k.pktz_acked, k.pktz_nacked, k.pktz_illegal, k.pktz_nopid);
+}
+static struct device_attribute dev_attr_dev_counters =
+	__ATTR(counters, 0444, unimem_dev_counters_show, NULL);
 
 static ssize_t node_id_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
@@ -452,6 +487,13 @@ static struct attribute *unimem_attrs[] = {
 	NULL,
 };
 ATTRIBUTE_GROUPS(unimem);
+
+static struct attribute *unimem_pdev_attrs[] = {
+	&dev_attr_dev_counters.attr,
+	&dev_attr_node_id.attr,
+	NULL,
+};
+ATTRIBUTE_GROUPS(unimem_pdev);
 
 /* Both devices bound: take the TIF into service and publish /dev/unimem. */
 static int unimem_publish(struct unimem *um)
@@ -505,6 +547,11 @@ static int unimem_probe(struct platform_device *pdev)
 		return -EINVAL;
 	}
 	mutex_lock(&um->lock);
+	if (is_vmbox ? um->vmbox_dev != NULL : um->pktz_dev != NULL) {
+		dev_err(dev, "a second Unimem %s is not supported\n", is_vmbox ? "vmbox" : "packetizer");
+		ret = -EBUSY;
+		goto err_unlock;
+	}
 	if (is_vmbox) {
 		if (readq(base + VMBOX_CTRL_OFFSET + VMBOX_CTRL_ID) != VMBOX_ID_VALUE) {
 			dev_err(dev, "no Unimem vmbox at %pR (bad id register)\n", res);
@@ -531,14 +578,14 @@ static int unimem_probe(struct platform_device *pdev)
 		um->vmbox = base;
 		um->vmbox_phys = res->start;
 		um->vmbox_dev = dev;
+		um->vmbox_irq = irq;
 		/* bit 0 (the atomic service's) is reserved: never handed out by open() */
 		bitmap_zero(um->mif_used, UNIMEM_IF_COUNT);
 		set_bit(UNIMEM_IF_SERVICE, um->mif_used);
 		ret = devm_request_irq(dev, irq, unimem_irq, 0, "unimem-vmbox", um);
 		if (ret) {
 			dev_err(dev, "cannot request irq %d: %d\n", irq, ret);
-			um->vmbox = NULL;
-			goto err_unlock;
+			goto err_forget;
 		}
 	} else {
 		if (readq(base + PKTZ_TIF_OFFSET + PKTZ_TIF_ID) != PKTZ_ID_VALUE) {
@@ -553,9 +600,21 @@ static int unimem_probe(struct platform_device *pdev)
 		set_bit(UNIMEM_IF_SERVICE, um->pif_used);
 	}
 	ret = unimem_publish(um);
+	if (ret)
+		goto err_forget;
 	mutex_unlock(&um->lock);
-	return ret;
+	return 0;
 
+err_forget:
+	/* devm unmaps the window (and frees the irq) after a failed probe: drop our pointers */
+	if (is_vmbox) {
+		writeq(0, base + VMBOX_CTRL_OFFSET + VMBOX_CTRL_IRQ_ENABLE);
+		um->vmbox = NULL;
+		um->vmbox_dev = NULL;
+	} else {
+		um->pktz = NULL;
+		um->pktz_dev = NULL;
+	}
 err_unlock:
 	mutex_unlock(&um->lock);
 	return ret;
@@ -569,10 +628,14 @@ static int unimem_remove(struct platform_device *pdev)
 	unimem_unpublish(um);
 	if (&pdev->dev == um->vmbox_dev) {
 		writeq(0, um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_IRQ_ENABLE);
+		/* the handler dereferences um->vmbox: free the irq before forgetting the window */
+		devm_free_irq(&pdev->dev, um->vmbox_irq, um);
 		um->vmbox = NULL;
+		um->vmbox_dev = NULL;
 	} else {
 		unimem_tif_write(um, PKTZ_TIF_PID_CONF, 0);
 		um->pktz = NULL;
+		um->pktz_dev = NULL;
 	}
 	mutex_unlock(&um->lock);
 	return 0;
@@ -591,6 +654,13 @@ static struct platform_driver unimem_driver = {
 	.driver = {
 		.name = "rackemu-unimem",
 		.of_match_table = unimem_of_match,
+		.dev_groups = unimem_pdev_groups,
+		/*
+		 * Open files use both windows: unbinding through sysfs while one is open would pull
+		 * them away. Removal happens only at rmmod, which the open files' module
+		 * references prevent.
+		 */
+		.suppress_bind_attrs = true,
 	},
 };
 module_platform_driver(unimem_driver);

@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * unimem-check: drives /dev/unimem with wrong and hostile input and checks that each gets the
+ * documented error (docs/unimem.md, "Linux driver"), never a crash. Run as root: some checks
+ * drop to an unprivileged uid in a child. One `check=NAME ok=0|1 ...` line per check, then
+ * `checks=N failed=F`; exit 1 if any failed. Afterwards dmesg must show no oops.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "libunimem.h"
+
+static int checks, failed;
+
+static void check(const char *name, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void check(const char *name, int ok, const char *fmt, ...)
+{
+	va_list ap;
+
+	checks++;
+	failed += !ok;
+	printf("check=%s ok=%d ", name, ok);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+}
+
+/* errno of a failed call, 0 if it succeeded */
+#define ERR(call) ((call) < 0 ? errno : 0)
+
+static int open_dev(void)
+{
+	int fd = open(UNIMEM_DEV_PATH, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0) {
+		printf("cannot open %s: %s\n", UNIMEM_DEV_PATH, strerror(errno));
+		exit(2);
+	}
+	return fd;
+}
+
+static int mmap_errno(int fd, size_t len, int flags, off_t off)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, flags, fd, off);
+
+	if (p == MAP_FAILED)
+		return errno;
+	munmap(p, len);
+	return 0;
+}
+
+/* Run fn in a child under uid 65534 without capabilities; its exit status is the errno seen. */
+static int as_nobody(int (*fn)(int), int fd)
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid == 0) {
+		if (setgid(65534) || setuid(65534))
+			_exit(255);
+		_exit(fn(fd));
+	}
+	if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st))
+		return -1;
+	return WEXITSTATUS(st);
+}
+
+static int bind_service(int fd)
+{
+	struct unimem_bind b = { UNIMEM_IF_SERVICE, -1 };
+
+	return ERR(ioctl(fd, UNIMEM_IOC_BIND, &b));
+}
+
+static int clear_pidconf(int fd)
+{
+	__u32 v = 0;
+
+	return ERR(ioctl(fd, UNIMEM_IOC_SET_PIDCONF, &v));
+}
+
+int main(void)
+{
+	struct unimem_info info, info2;
+	struct unimem_bind b;
+	struct unimem_wait w;
+	struct pollfd pfd;
+	int fd, fd2, e, n;
+	uint64_t buf[4];
+	__u32 v;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	fd = open_dev();
+	fd2 = open_dev();
+	check("info", ioctl(fd, UNIMEM_IOC_INFO, &info) == 0 && info.mif >= 1 && info.mif < UNIMEM_IF_COUNT &&
+		      info.pif >= 1 && info.pif < UNIMEM_IF_COUNT,
+	      "mif=%u pif=%u", info.mif, info.pif);
+	ioctl(fd2, UNIMEM_IOC_INFO, &info2);
+	check("two_opens_get_different_interfaces", info.mif != info2.mif && info.pif != info2.pif,
+	      "mif=%u,%u pif=%u,%u", info.mif, info2.mif, info.pif, info2.pif);
+
+	/* mmap: only offset 0 and 4096, exactly one page, shared */
+	e = mmap_errno(fd, 4096, MAP_SHARED, 2 * 4096);
+	check("mmap_other_offset_einval", e == EINVAL, "errno=%d", e);
+	e = mmap_errno(fd, 4096, MAP_SHARED, 0x40000);
+	check("mmap_tif_offset_einval", e == EINVAL, "errno=%d", e);
+	e = mmap_errno(fd, 8192, MAP_SHARED, 0);
+	check("mmap_two_pages_einval", e == EINVAL, "errno=%d", e);
+	e = mmap_errno(fd, 4096, MAP_PRIVATE, 0);
+	check("mmap_private_einval", e == EINVAL, "errno=%d", e);
+	e = mmap_errno(fd, 4096, MAP_SHARED, 0x7ffffffffffff000ll);
+	check("mmap_huge_offset_einval", e != 0, "errno=%d", e);
+
+	/* bind */
+	b = (struct unimem_bind){ 64, -1 };
+	e = ERR(ioctl(fd, UNIMEM_IOC_BIND, &b));
+	check("bind_mif_64_einval", e == EINVAL, "errno=%d", e);
+	b = (struct unimem_bind){ -1, -7 };
+	e = ERR(ioctl(fd, UNIMEM_IOC_BIND, &b));
+	check("bind_pif_negative_einval", e == EINVAL, "errno=%d", e);
+	b = (struct unimem_bind){ (int)info2.mif, -1 };
+	e = ERR(ioctl(fd, UNIMEM_IOC_BIND, &b));
+	check("bind_taken_mif_ebusy", e == EBUSY, "errno=%d", e);
+	b = (struct unimem_bind){ -1, (int)info2.pif };
+	e = ERR(ioctl(fd, UNIMEM_IOC_BIND, &b));
+	check("bind_taken_pif_ebusy", e == EBUSY, "errno=%d", e);
+	e = as_nobody(bind_service, fd);
+	check("bind_service_unprivileged_eperm", e == EPERM, "errno=%d", e);
+	e = ERR(ioctl(fd, UNIMEM_IOC_BIND, NULL));
+	check("bind_null_efault", e == EFAULT, "errno=%d", e);
+	b = (struct unimem_bind){ 62, 62 };
+	e = ERR(ioctl(fd, UNIMEM_IOC_BIND, &b));
+	ioctl(fd, UNIMEM_IOC_INFO, &info);
+	check("bind_62", e == 0 && info.mif == 62 && info.pif == 62, "errno=%d mif=%u pif=%u", e, info.mif,
+	      info.pif);
+	e = mmap_errno(fd, 4096, MAP_SHARED, UNIMEM_MMAP_PIF);
+	b = (struct unimem_bind){ 61, -1 };
+	n = ERR(ioctl(fd, UNIMEM_IOC_BIND, &b));
+	check("bind_after_mmap_ebusy", e == 0 && n == EBUSY, "mmap_errno=%d errno=%d", e, n);
+
+	/* debug ioctl */
+	v = 2;
+	e = ERR(ioctl(fd, UNIMEM_IOC_SET_PIDCONF, &v));
+	check("setpidconf_2_einval", e == EINVAL, "errno=%d", e);
+	e = as_nobody(clear_pidconf, fd);
+	check("setpidconf_unprivileged_eperm", e == EPERM, "errno=%d", e);
+	e = ERR(ioctl(fd, _IO(UNIMEM_IOC_MAGIC, 99)));
+	check("unknown_ioctl_enotty", e == ENOTTY, "errno=%d", e);
+	e = ERR(ioctl(fd, UNIMEM_IOC_INFO, (void *)16));
+	check("info_bad_pointer_efault", e == EFAULT, "errno=%d", e);
+
+	/* read, wait, poll on the empty MIF */
+	e = ERR(read(fd, buf, 5));
+	check("read_odd_length_einval", e == EINVAL, "errno=%d", e);
+	fcntl(fd, F_SETFL, O_NONBLOCK);
+	e = ERR(read(fd, buf, 8));
+	check("read_empty_nonblock_eagain", e == EAGAIN, "errno=%d", e);
+	fcntl(fd, F_SETFL, 0);
+	w = (struct unimem_wait){ 200, 0 };
+	e = ERR(ioctl(fd, UNIMEM_IOC_WAIT, &w));
+	check("wait_empty_etimedout", e == ETIMEDOUT && w.count == 0, "errno=%d count=%u", e, w.count);
+	pfd = (struct pollfd){ fd, POLLIN, 0 };
+	n = poll(&pfd, 1, 100);
+	check("poll_empty_times_out", n == 0, "poll=%d", n);
+
+	/* a packet from fd2 to fd's MIF: poll, wait and read see it */
+	{
+		struct unimem u2 = { .fd = fd2 };
+		uint64_t words[4] = { 0xabcdull << 48, 1, 2, 3 };
+		int st;
+
+		ioctl(fd2, UNIMEM_IOC_INFO, &u2.info);
+		if (unimem_map(&u2)) {
+			check("send_to_self", 0, "map failed");
+		} else {
+			st = unimem_send(&u2, info.mif_gaddr, words, 5000000);
+			check("send_to_self", st > 0 && (st & PKTZ_ST_ACK), "status=0x%x", st);
+			n = poll(&pfd, 1, 5000);
+			check("poll_pollin", n == 1 && (pfd.revents & POLLIN), "poll=%d revents=0x%x", n, pfd.revents);
+			w = (struct unimem_wait){ 1000, 0 };
+			e = ERR(ioctl(fd, UNIMEM_IOC_WAIT, &w));
+			check("wait_nonempty", e == 0 && w.count == UNIMEM_PACKET_WORDS, "errno=%d count=%u", e, w.count);
+			n = read(fd, buf, sizeof(buf));
+			check("read_packet", n == 32 && UNIMEM_PACKET_PID(buf[0]) == u2.info.pid_prefix &&
+						   buf[0] >> 48 == 0xabcd && buf[1] == 1 && buf[2] == 2 && buf[3] == 3,
+			      "n=%d w0=0x%016llx", n, (unsigned long long)buf[0]);
+		}
+		/* the mappings hold the file: release() runs only after munmap and close */
+		unimem_close(&u2);
+	}
+
+	/* a user store into its own full FIFO is a bus error: SIGBUS for the process, nothing else */
+	{
+		pid_t pid = fork();
+		int st = 0;
+
+		if (pid == 0) {
+			struct unimem u;
+
+			if (unimem_open(&u) || unimem_map(&u))
+				_exit(3);
+			for (unsigned k = 0; k <= u.info.fifo_depth; k++)
+				u.mif[VMBOX_MIF_DATA / 8] = k;
+			_exit(0); /* the store after the FIFO filled up did not fault */
+		}
+		waitpid(pid, &st, 0);
+		check("store_to_full_fifo_sigbus", WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS, "status=0x%x", st);
+	}
+
+	/* interfaces run out: 63 opens at most, the next one is EBUSY */
+	{
+		int fds[64], k, last = 0;
+
+		close(fd);
+		for (k = 0; k < 64; k++) {
+			fds[k] = open(UNIMEM_DEV_PATH, O_RDWR | O_CLOEXEC);
+			if (fds[k] < 0) {
+				last = errno;
+				break;
+			}
+		}
+		check("open_63_then_ebusy", k == 63 && last == EBUSY, "opened=%d errno=%d", k, last);
+		while (k-- > 0)
+			close(fds[k]);
+		fd = open(UNIMEM_DEV_PATH, O_RDWR | O_CLOEXEC);
+		check("interfaces_freed_on_close", fd >= 0, "fd=%d", fd);
+		close(fd);
+	}
+	printf("checks=%d failed=%d\n", checks, failed);
+	return failed ? 1 : 0;
+}
