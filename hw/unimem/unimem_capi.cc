@@ -2,6 +2,7 @@
 // C wrappers over the Unimem device cores; see unimem_capi.h.
 #include "unimem_capi.h"
 
+#include "gas.h"
 #include "packetizer.h"
 #include "vmbox.h"
 
@@ -12,6 +13,9 @@ struct RkVmbox {
 };
 struct RkPacketizer {
     Packetizer core;
+};
+struct RkGas {
+    Gas core;
 };
 
 extern "C" {
@@ -60,5 +64,35 @@ void rk_pktz_complete(RkPacketizer *p, uint64_t tag, int result)
 }
 void rk_pktz_fail_all(RkPacketizer *p) { p->core.fail_all_pending(); }
 void rk_pktz_reset(RkPacketizer *p) { p->core.reset(); }
+
+RkGas *rk_gas_new(unsigned node_id, unsigned node_count, rk_gas_access_fn access, rk_gas_counter_fn counter,
+                  rk_log_fn log, void *opaque)
+{
+    GasHost h{[access, opaque](bool write, unsigned node, uint64_t local, void *buf, unsigned len) {
+                  switch (access(opaque, write, node, local, buf, len)) {
+                  case RK_GAS_OK: return GasAccess::Ok;
+                  case RK_GAS_DECODE_ERR: return GasAccess::DecodeError;
+                  default: return GasAccess::Unreachable;
+                  }
+              },
+              [counter, opaque](unsigned off) { return counter ? counter(opaque, off) : 0; },
+              [log, opaque](const std::string &m) { log(opaque, m.c_str()); }};
+    return new RkGas{Gas(std::move(h), node_id, node_count)};
+}
+void rk_gas_free(RkGas *g) { delete g; }
+uint64_t rk_gas_window_size(RkGas *g) { return g->core.window_size(); }
+int rk_gas_window_read(RkGas *g, uint64_t offset, unsigned size, uint64_t *value)
+{
+    return g->core.window_read(offset, size, *value) == Gas::Result::Ok ? 0 : -1;
+}
+int rk_gas_window_write(RkGas *g, uint64_t offset, uint64_t value, unsigned size)
+{
+    return g->core.window_write(offset, value, size) == Gas::Result::Ok ? 0 : -1;
+}
+uint64_t rk_gas_ctrl_read(RkGas *g, uint64_t offset, unsigned size) { return g->core.ctrl_read(offset, size); }
+void rk_gas_ctrl_write(RkGas *g, uint64_t offset, uint64_t value, unsigned size)
+{
+    g->core.ctrl_write(offset, value, size);
+}
 
 } // extern "C"

@@ -38,6 +38,22 @@ void rk_pktz_complete(RkPacketizer *p, uint64_t tag, int result);
 void rk_pktz_fail_all(RkPacketizer *p);
 void rk_pktz_reset(RkPacketizer *p);
 
+/* Global address space window (gas.h). The access callback returns RK_GAS_*. */
+typedef struct RkGas RkGas;
+enum { RK_GAS_OK = 0, RK_GAS_DECODE_ERR = 1, RK_GAS_UNREACHABLE = 2 };
+typedef int (*rk_gas_access_fn)(void *opaque, int write, unsigned node, uint64_t local, void *buf, unsigned len);
+typedef uint64_t (*rk_gas_counter_fn)(void *opaque, unsigned ctrl_offset);
+
+RkGas *rk_gas_new(unsigned node_id, unsigned node_count, rk_gas_access_fn access, rk_gas_counter_fn counter,
+                  rk_log_fn log, void *opaque);
+void rk_gas_free(RkGas *g);
+uint64_t rk_gas_window_size(RkGas *g);
+/* 0 on success, -1 when the access must end in a bus error. */
+int rk_gas_window_read(RkGas *g, uint64_t offset, unsigned size, uint64_t *value);
+int rk_gas_window_write(RkGas *g, uint64_t offset, uint64_t value, unsigned size);
+uint64_t rk_gas_ctrl_read(RkGas *g, uint64_t offset, unsigned size);
+void rk_gas_ctrl_write(RkGas *g, uint64_t offset, uint64_t value, unsigned size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,6 +20,10 @@
 #include "rackemu/fabric_proto.h"
 #include "rk_fabric_port.h"
 #include "rackemu_unimem.h"
+#include "rackemu_gas.h"
+#include "rk_remote_mem.h"
+#include "exec/memory.h"
+#include "qemu/log.h"
 
 #define TYPE_RACKEMU_NODE_MACHINE MACHINE_TYPE_NAME("rackemu-node")
 OBJECT_DECLARE_TYPE(RackemuNodeState, RackemuNodeClass, RACKEMU_NODE_MACHINE)
@@ -31,7 +35,9 @@ struct RackemuNodeState {
     char *fabric;
     uint32_t fifo_depth;
     bool burst_known_issue;
+    uint32_t remote_timeout_ms;
     RkFabricPort *port;
+    RkRemoteMem *rmem;
 };
 
 struct RackemuNodeClass {
@@ -55,6 +61,23 @@ static void rackemu_node_fdt_device(MachineState *ms, const char *what, hwaddr b
     g_free(name);
 }
 
+/* The GAS: control page and window, no interrupt (docs/machine.md). */
+static void rackemu_node_fdt_gas(MachineState *ms, RackemuNodeState *rn)
+{
+    char *name = g_strdup_printf("/gas@%" PRIx64, (uint64_t)RACKEMU_GAS_BASE);
+    uint64_t wsize = (uint64_t)rn->node_count * GAS_WINDOW_NODE_SIZE;
+
+    qemu_fdt_add_subnode(ms->fdt, name);
+    qemu_fdt_setprop_string(ms->fdt, name, "compatible", RACKEMU_GAS_COMPAT);
+    qemu_fdt_setprop_sized_cells(ms->fdt, name, "reg", 2, RACKEMU_GAS_BASE, 2, GAS_CTRL_SIZE,
+                                 2, GAS_WINDOW_BASE, 2, wsize);
+    qemu_fdt_setprop(ms->fdt, name, "reg-names", "ctrl\0window", sizeof("ctrl\0window"));
+    qemu_fdt_setprop_cell(ms->fdt, name, "rackemu,node-id", rn->node_id);
+    qemu_fdt_setprop_cell(ms->fdt, name, "rackemu,node-count", rn->node_count);
+    qemu_fdt_setprop_cell(ms->fdt, name, "rackemu,node-shift", UNIMEM_GADDR_NODE_SHIFT);
+    g_free(name);
+}
+
 static DeviceState *rackemu_node_sysbus(const char *type, hwaddr base, unsigned spi, VirtMachineState *vms)
 {
     DeviceState *dev = qdev_new(type);
@@ -71,12 +94,17 @@ static DeviceState *rackemu_node_sysbus(const char *type, hwaddr base, unsigned 
     return dev;
 }
 
+static void rackemu_node_rmem_log(void *opaque, const char *msg)
+{
+    qemu_log_mask(LOG_GUEST_ERROR, "%s\n", msg);
+}
+
 static void rackemu_node_init(MachineState *ms)
 {
     RackemuNodeState *rn = RACKEMU_NODE_MACHINE(ms);
     RackemuNodeClass *rnc = RACKEMU_NODE_MACHINE_GET_CLASS(ms);
     VirtMachineState *vms = VIRT_MACHINE(ms);
-    DeviceState *vmbox, *pktz;
+    DeviceState *vmbox, *pktz, *gas;
 
     if (rn->node_count < 1 || rn->node_count > RKF_MAX_NODES) {
         error_report("rackemu-node: node-count=%u out of range 1..%u", rn->node_count, RKF_MAX_NODES);
@@ -88,6 +116,10 @@ static void rackemu_node_init(MachineState *ms)
     }
     if (rn->fifo_depth < 4 || rn->fifo_depth > 65536) {
         error_report("rackemu-node: fifo-depth=%u out of range 4..65536", rn->fifo_depth);
+        exit(1);
+    }
+    if (rn->remote_timeout_ms < 1 || rn->remote_timeout_ms > 600000) {
+        error_report("rackemu-node: remote-timeout-ms=%u out of range 1..600000", rn->remote_timeout_ms);
         exit(1);
     }
 
@@ -108,6 +140,20 @@ static void rackemu_node_init(MachineState *ms)
     vmbox = rackemu_node_sysbus(TYPE_RACKEMU_VMBOX, RACKEMU_VMBOX_BASE, RACKEMU_VMBOX_SPI, vms);
     pktz = rackemu_node_sysbus(TYPE_RACKEMU_PACKETIZER, RACKEMU_PKTZ_BASE, RACKEMU_PKTZ_SPI, vms);
     rackemu_unimem_connect(vmbox, pktz, rn->port);
+
+    /* One-sided memory: serves other nodes from this node's RAM, carries this node's remote
+     * accesses (the GAS window, DMA engines). */
+    rn->rmem = rk_rmem_new(rn->port, rn->node_id, vms->memmap[VIRT_MEM].base, ms->ram_size,
+                           ms->ram ? memory_region_get_ram_ptr(ms->ram) : NULL, rn->remote_timeout_ms,
+                           rackemu_node_rmem_log, rn);
+    gas = qdev_new(TYPE_RACKEMU_GAS);
+    qdev_prop_set_uint32(gas, "node-id", rn->node_id);
+    qdev_prop_set_uint32(gas, "node-count", rn->node_count);
+    sysbus_realize_and_unref(SYS_BUS_DEVICE(gas), &error_fatal);
+    sysbus_mmio_map(SYS_BUS_DEVICE(gas), 0, RACKEMU_GAS_BASE);
+    sysbus_mmio_map(SYS_BUS_DEVICE(gas), 1, GAS_WINDOW_BASE);
+    rackemu_gas_connect(gas, rn->rmem);
+
     if (rn->port) {
         rk_fabric_port_start(rn->port); /* every service of the node is registered now */
     }
@@ -116,6 +162,7 @@ static void rackemu_node_init(MachineState *ms)
                             RACKEMU_VMBOX_SPI, rn);
     rackemu_node_fdt_device(ms, "packetizer", RACKEMU_PKTZ_BASE, PKTZ_MMIO_SIZE, RACKEMU_PKTZ_COMPAT,
                             RACKEMU_PKTZ_SPI, rn);
+    rackemu_node_fdt_gas(ms, rn);
     qemu_fdt_setprop_cell(ms->fdt, "/chosen", "rackemu,node-id", rn->node_id);
     qemu_fdt_setprop_cell(ms->fdt, "/chosen", "rackemu,node-count", rn->node_count);
 }
@@ -168,6 +215,7 @@ static void rackemu_node_instance_init(Object *obj)
     rn->node_id = 0;
     rn->node_count = 1;
     rn->fifo_depth = VMBOX_DEFAULT_DEPTH;
+    rn->remote_timeout_ms = 2000;
 }
 
 static void rackemu_node_add_u32(ObjectClass *oc, const char *name, size_t offset, const char *desc)
@@ -182,7 +230,7 @@ static void rackemu_node_class_init(ObjectClass *oc, void *data)
     MachineClass *mc = MACHINE_CLASS(oc);
     RackemuNodeClass *rnc = RACKEMU_NODE_MACHINE_CLASS(oc);
 
-    mc->desc = "rackemu cluster node (ARM virt + Unimem vmbox/packetizer + fabric port)";
+    mc->desc = "rackemu cluster node (ARM virt + Unimem vmbox/packetizer/GAS + fabric port)";
     mc->default_cpu_type = ARM_CPU_TYPE_NAME("cortex-a57");
     rnc->parent_init = mc->init;
     mc->init = rackemu_node_init;
@@ -193,6 +241,9 @@ static void rackemu_node_class_init(ObjectClass *oc, void *data)
                          "Number of nodes in the cluster (1..64, default 1)");
     rackemu_node_add_u32(oc, "fifo-depth", offsetof(RackemuNodeState, fifo_depth),
                          "vmbox FIFO depth in 64-bit words (4..65536, default 256)");
+    rackemu_node_add_u32(oc, "remote-timeout-ms", offsetof(RackemuNodeState, remote_timeout_ms),
+                         "How long a remote memory access waits for the owner node before it "
+                         "fails with a bus error / DMA error (1..600000, default 2000)");
     object_class_property_add_str(oc, "fabric", rackemu_node_get_fabric, rackemu_node_set_fabric);
     object_class_property_set_description(oc, "fabric",
                                           "Fabric bridge socket (DIR/fabric.sock); none: single node");

@@ -52,6 +52,16 @@ if [ ! -f "$bdir/build.ninja" ] || [ "$(cat "$bdir/.rackemu-conf" 2>/dev/null)" 
     echo "$conf_key" > "$bdir/.rackemu-conf"
 fi
 
+# The build tree is shared by every checkout on the machine, and ninja decides by mtimes: after
+# another checkout built, ours may hold different files with older mtimes. So when the checkout
+# changes, drop rackemu's objects (ccache makes their rebuild cheap when nothing differs) and
+# make meson re-read the overlay (its file list may differ).
+if [ "$(cat "$bdir/.rackemu-src" 2>/dev/null)" != "$RACKEMU_ROOT" ]; then
+    find "$bdir" -name '*.o' -path '*rackemu*' -delete
+    touch "$RACKEMU_ROOT/platform/qemu/overlay/meson.build"
+    echo "$RACKEMU_ROOT" > "$bdir/.rackemu-src"
+fi
+
 if ninja -C "$bdir" -n qemu-system-aarch64 2>/dev/null | grep -q '^\['; then
     say "building qemu-system-aarch64 (cold build takes ~7 min on 2 cores; log: $bdir/ninja.log.txt)"
 fi

@@ -31,7 +31,7 @@ def regs_header():
 class QtestNode:
     """One QEMU in qtest mode: readq/writeq against the machine's physical address space."""
 
-    def __init__(self, node_id, node_count, fabric=None, extra_machine=""):
+    def __init__(self, node_id, node_count, fabric=None, extra_machine="", memory="128M"):
         m = f"rackemu-node,node-id={node_id},node-count={node_count}"
         if fabric:
             m += f",fabric={fabric}"
@@ -39,7 +39,7 @@ class QtestNode:
             m += "," + extra_machine
         self.node_id = node_id
         self.proc = subprocess.Popen(
-            [QEMU, "-M", m, "-accel", "qtest", "-qtest", "stdio", "-display", "none",
+            [QEMU, "-M", m, "-m", memory, "-accel", "qtest", "-qtest", "stdio", "-display", "none",
              "-nodefaults", "-qtest-log", "/dev/null", "-d", "guest_errors"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, start_new_session=True)
@@ -55,13 +55,32 @@ class QtestNode:
                 continue
             return resp.strip()
 
-    def readq(self, addr):
-        r = self._cmd(f"readq 0x{addr:x}")
+    _SUFFIX = {1: "b", 2: "w", 4: "l", 8: "q"}
+
+    def read(self, addr, size):
+        """One CPU-like load of `size` bytes (1, 2, 4, 8)."""
+        r = self._cmd(f"read{self._SUFFIX[size]} 0x{addr:x}")
         assert r.startswith("OK "), r
         return int(r.split()[1], 16)
 
+    def write(self, addr, value, size):
+        r = self._cmd(f"write{self._SUFFIX[size]} 0x{addr:x} 0x{value:x}")
+        assert r == "OK", r
+
+    def readq(self, addr):
+        return self.read(addr, 8)
+
     def writeq(self, addr, value):
-        r = self._cmd(f"writeq 0x{addr:x} 0x{value:x}")
+        self.write(addr, value, 8)
+
+    def memread(self, addr, size):
+        """`size` bytes through QEMU's memory API (one access for the whole range)."""
+        r = self._cmd(f"read 0x{addr:x} 0x{size:x}")
+        assert r.startswith("OK 0x"), r
+        return bytes.fromhex(r.split()[1][2:])
+
+    def memwrite(self, addr, data):
+        r = self._cmd(f"write 0x{addr:x} 0x{len(data):x} 0x{data.hex()}")
         assert r == "OK", r
 
     def kill(self):

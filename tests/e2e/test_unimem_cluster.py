@@ -122,17 +122,28 @@ def test_driver_answers_bad_input_with_errors_and_never_oopses(cluster2):
         "mif_used=00000000,00000001 pif_used=00000000,00000001"
 
 
-def test_setup_while_pending_sets_overwr_buf_and_only_the_first_packet_arrives(cluster2):
+def test_setup_while_pending_sets_overwr_buf_and_only_the_first_packet_arrives(cluster2, in_background):
     n0, n1 = cluster2.node(0), cluster2.node(1)
     before = int(kv_lines(n1.exec("cat /sys/bus/platform/devices/b000000.vmbox/counters").stdout)[0]["enqueued"])
-    r = n0.exec("unimem send --node 1 --mif 50 --count 3 --no-wait")
+    # Node 1 is frozen (SIGSTOP: vCPUs and fabric thread alike), so the first packet's
+    # acknowledgement cannot overtake the next writes: this does not depend on timing.
+    os.kill(n1.pid, signal.SIGSTOP)
+    try:
+        job = in_background(n0, "unimem send --node 1 --mif 50 --count 3 --no-wait", timeout=60)
+        time.sleep(1.5)
+    finally:
+        os.kill(n1.pid, signal.SIGCONT)
+    r = job.result(70)
     lines = kv_lines(r.stdout)
     assert r.rc == 1, r.stdout
     assert lines[0]["status_after_write"] == "PEND"
     assert "OVERWR_BUF" in lines[1]["status_after_write"]
+    assert "OVERWR_BUF" in lines[2]["status_after_write"]
     assert lines[-1]["final_status"] == "ACK|OVERWR_BUF"
     after = int(kv_lines(n1.exec("cat /sys/bus/platform/devices/b000000.vmbox/counters").stdout)[0]["enqueued"])
     assert after - before == 4  # one packet of four words
+    words = kv_lines(n1.exec("unimem recv --mif 50 --count 1 --timeout 5000").stdout)[0]
+    assert int(words["w1"], 0) == 0  # the first packet's, not an overwriting one
 
 
 def test_pingpong_round_trips(cluster2, run_concurrently):

@@ -9,10 +9,10 @@
 #include <thread>
 #include <vector>
 
-#include "bridge.h"
-#include "rk_fabric_port.h"
+#include "bridge_rig.h"
 
 using namespace rackemu::fabric;
+using namespace rackemu::fabric::test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -55,53 +55,6 @@ struct Mailbox {
     }
 };
 
-struct BridgeRig {
-    std::string dir;
-    Bridge *bridge = nullptr;
-    std::thread thr;
-    BridgeRig()
-    {
-        char tmpl[] = "/tmp/rackemu-test-XXXXXX";
-        dir = mkdtemp(tmpl);
-        bridge = new Bridge(Bridge::Options{dir, 8});
-        std::string err;
-        EXPECT_TRUE(bridge->start(err)) << err;
-        thr = std::thread([this] { bridge->run(); });
-    }
-    void stop()
-    {
-        if (!bridge) return;
-        bridge->stop();
-        thr.join();
-        delete bridge;
-        bridge = nullptr;
-    }
-    ~BridgeRig()
-    {
-        stop();
-        std::system(("rm -rf " + dir).c_str());
-    }
-    RkFabricPort *port(unsigned id, std::string *err_out = nullptr)
-    {
-        char err[256] = "";
-        RkFabricPort *p = rk_fabric_port_new((dir + "/fabric.sock").c_str(), id, 8, 2000, err, sizeof err);
-        if (p) rk_fabric_port_start(p);
-        if (err_out) *err_out = err;
-        return p;
-    }
-};
-
-rkf_frame_hdr request(uint8_t svc, uint16_t dst, uint64_t tag, uint16_t len)
-{
-    rkf_frame_hdr h{};
-    h.type = RKF_T_REQ;
-    h.svc = svc;
-    h.op = 1;
-    h.dst = dst;
-    h.tag = tag;
-    h.len = len;
-    return h;
-}
 } // namespace
 
 TEST(Bridge, RoutesARequestAndItsReplyBetweenTwoNodes)

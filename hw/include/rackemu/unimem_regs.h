@@ -121,12 +121,41 @@ typedef uint32_t rk_u32;
 #define UNIMEM_PACKET_WORDS    4u
 #define UNIMEM_PACKET_PID(w0)  ((w0) & PKTZ_PID_MASK)
 
+/* ---- Global address space window (sec. 1, sec. 3.1.6) ----
+ * Every node's memory is reachable from every node's CPU and DMA engines: global address G
+ * (40 bits, node in [39:34]) appears in a node's physical map at GAS_WINDOW_BASE + G. A load
+ * or store there travels through the fabric and completes, uncached, on the owner node's
+ * memory; a window address that is not RAM on its owner, or whose owner is down, ends in a
+ * bus error. The window covers node_count * 16 GiB. Its control page (rackemu extension,
+ * read-only) identifies the window and counts the accesses.
+ */
+#define GAS_WINDOW_BASE        0x10000000000ull /* 1 TiB: above virt's highest region */
+#define GAS_WINDOW_NODE_SIZE   (1ull << UNIMEM_GADDR_NODE_SHIFT)
+#define GAS_WINDOW_ADDR(node, local) (GAS_WINDOW_BASE + UNIMEM_GADDR(node, local))
+#define GAS_CTRL_ID            0x00u   /* R: GAS_ID_VALUE */
+#define GAS_CTRL_NODE_ID       0x08u   /* R: this node's id */
+#define GAS_CTRL_NODE_COUNT    0x10u   /* R: nodes in the window */
+#define GAS_CTRL_WINDOW_BASE   0x18u   /* R: GAS_WINDOW_BASE */
+#define GAS_CTRL_WINDOW_SIZE   0x20u   /* R: node_count * GAS_WINDOW_NODE_SIZE */
+#define GAS_CTRL_LOADS         0x40u   /* R: CPU loads through the window */
+#define GAS_CTRL_STORES        0x48u   /* R: CPU stores through the window */
+#define GAS_CTRL_LOCAL         0x50u   /* R: of those, to this node's own window */
+#define GAS_CTRL_BUS_ERRORS    0x58u   /* R: accesses answered with a bus error */
+#define GAS_CTRL_SERVED_READS  0x60u   /* R: other nodes' reads served from this node's RAM */
+#define GAS_CTRL_SERVED_WRITES 0x68u   /* R: other nodes' writes into this node's RAM */
+#define GAS_CTRL_SERVED_REFUSED 0x70u  /* R: other nodes' accesses refused (not RAM) */
+#define GAS_CTRL_TIMEOUTS      0x78u   /* R: remote accesses of this node that timed out */
+#define GAS_CTRL_SIZE          0x1000u
+#define GAS_ID_VALUE           0x00524b4741530001ull /* "RKGAS" v1 */
+
 /* ---- rackemu-node placement (see docs/machine.md) ---- */
 #define RACKEMU_VMBOX_BASE     0x0b000000ull
 #define RACKEMU_PKTZ_BASE      0x0b100000ull
 #define RACKEMU_VMBOX_SPI      48u
 #define RACKEMU_PKTZ_SPI       49u
+#define RACKEMU_GAS_BASE       0x0b300000ull  /* GAS control page; the window is at GAS_WINDOW_BASE */
 #define RACKEMU_VMBOX_COMPAT   "rackemu,unimem-vmbox"
 #define RACKEMU_PKTZ_COMPAT    "rackemu,unimem-packetizer"
+#define RACKEMU_GAS_COMPAT     "rackemu,unimem-gas"
 
 #endif /* RACKEMU_UNIMEM_REGS_H */

@@ -1,0 +1,457 @@
+// SPDX-License-Identifier: MIT
+// One-sided remote memory over the fabric; see rk_remote_mem.h and docs/fabric.md.
+//
+// A call is split into chunks of at most RKF_MEM_CHUNK bytes, each one RKF_SVC_MEM request.
+// Chunks are registered in the pending table (tag -> call, offset, length) before they are
+// sent, so a reply that overtakes the send is matched. Replies, link-down and timeouts complete
+// chunks under the table's mutex; the waiting thread spins briefly, then sleeps on the call's
+// completion counter (a futex), and is woken only when it announced it sleeps.
+#include "rk_remote_mem.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "shm_ring.h"
+
+using namespace rackemu::fabric;
+
+namespace {
+
+struct Call {
+    bool write = false;
+    unsigned node = 0;
+    uint64_t addr = 0;
+    unsigned char *rbuf = nullptr;
+    const unsigned char *wbuf = nullptr;
+    uint64_t len = 0;
+    std::atomic<uint32_t> completed{0}; // chunks answered (futex word)
+    std::atomic<uint32_t> sleeping{0};
+    int status = RK_RMEM_OK; // worst chunk status; guarded by RkRemoteMem::mu
+};
+
+struct Pending {
+    Call *call;
+    uint64_t off;
+    uint32_t len;
+};
+
+// Copy to or from guest RAM; aligned 1/2/4/8-byte accesses are single host loads/stores.
+template <typename T> bool aligned_to(const void *p)
+{
+    return (reinterpret_cast<uintptr_t>(p) % sizeof(T)) == 0;
+}
+
+void ram_load(void *dst, const unsigned char *ram, size_t len)
+{
+    switch (len) {
+    case 1: {
+        uint8_t v = __atomic_load_n(ram, __ATOMIC_RELAXED);
+        std::memcpy(dst, &v, 1);
+        return;
+    }
+    case 2:
+        if (aligned_to<uint16_t>(ram)) {
+            uint16_t v = __atomic_load_n(reinterpret_cast<const uint16_t *>(ram), __ATOMIC_RELAXED);
+            std::memcpy(dst, &v, 2);
+            return;
+        }
+        break;
+    case 4:
+        if (aligned_to<uint32_t>(ram)) {
+            uint32_t v = __atomic_load_n(reinterpret_cast<const uint32_t *>(ram), __ATOMIC_RELAXED);
+            std::memcpy(dst, &v, 4);
+            return;
+        }
+        break;
+    case 8:
+        if (aligned_to<uint64_t>(ram)) {
+            uint64_t v = __atomic_load_n(reinterpret_cast<const uint64_t *>(ram), __ATOMIC_RELAXED);
+            std::memcpy(dst, &v, 8);
+            return;
+        }
+        break;
+    }
+    std::memcpy(dst, ram, len);
+}
+
+void ram_store(unsigned char *ram, const void *src, size_t len)
+{
+    switch (len) {
+    case 1: {
+        uint8_t v;
+        std::memcpy(&v, src, 1);
+        __atomic_store_n(ram, v, __ATOMIC_RELAXED);
+        return;
+    }
+    case 2:
+        if (aligned_to<uint16_t>(ram)) {
+            uint16_t v;
+            std::memcpy(&v, src, 2);
+            __atomic_store_n(reinterpret_cast<uint16_t *>(ram), v, __ATOMIC_RELAXED);
+            return;
+        }
+        break;
+    case 4:
+        if (aligned_to<uint32_t>(ram)) {
+            uint32_t v;
+            std::memcpy(&v, src, 4);
+            __atomic_store_n(reinterpret_cast<uint32_t *>(ram), v, __ATOMIC_RELAXED);
+            return;
+        }
+        break;
+    case 8:
+        if (aligned_to<uint64_t>(ram)) {
+            uint64_t v;
+            std::memcpy(&v, src, 8);
+            __atomic_store_n(reinterpret_cast<uint64_t *>(ram), v, __ATOMIC_RELAXED);
+            return;
+        }
+        break;
+    }
+    std::memcpy(ram, src, len);
+}
+
+int status_of_reply(uint16_t st)
+{
+    switch (st) {
+    case RKF_ST_OK:
+        return RK_RMEM_OK;
+    case RKF_ST_REFUSED:
+        return RK_RMEM_DECODE_ERR;
+    default:
+        return RK_RMEM_UNREACHABLE; // NOROUTE, NODE_GONE, CONGESTED, BAD_FRAME, LINK_DOWN
+    }
+}
+
+// Keep the worse of two statuses (a decode error is more telling than "unreachable").
+int worse(int a, int b)
+{
+    return a == RK_RMEM_OK ? b : a;
+}
+
+} // namespace
+
+struct RkRemoteMem {
+    RkFabricPort *port = nullptr;
+    unsigned node_id = 0;
+    uint64_t ram_base = 0, ram_size = 0;
+    unsigned char *ram = nullptr;
+    unsigned timeout_ms = 1000;
+    rk_rmem_log_fn log_fn = nullptr;
+    void *log_opaque = nullptr;
+
+    std::mutex mu; // pending table, call statuses
+    std::unordered_map<uint64_t, Pending> pending;
+    uint64_t next_tag = 1;
+
+    std::atomic<uint64_t> reads{0}, writes{0}, read_bytes{0}, write_bytes{0}, local{0}, frames{0},
+        decode_errors{0}, unreachable{0}, timeouts{0}, served_reads{0}, served_writes{0}, served_bytes{0},
+        served_refused{0}, served_malformed{0}, stray_replies{0};
+
+    void log(const char *f, ...) __attribute__((format(printf, 2, 3)));
+    bool in_ram(uint64_t addr, uint64_t len) const
+    {
+        return len <= ram_size && addr >= ram_base && addr - ram_base <= ram_size - len;
+    }
+    int local_access(Call &c);
+    int remote_access(Call &c);
+    void complete_locked(const Pending &p, int status);
+    void serve(RkFabricPort *port, const rkf_frame_hdr &h, const unsigned char *payload);
+    void on_reply(const rkf_frame_hdr &h, const unsigned char *payload);
+    void on_link(bool up);
+    int account(Call &c, int status);
+};
+
+void RkRemoteMem::log(const char *f, ...)
+{
+    if (!log_fn) return;
+    char buf[256];
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(buf, sizeof buf, f, ap);
+    va_end(ap);
+    log_fn(log_opaque, buf);
+}
+
+int RkRemoteMem::local_access(Call &c)
+{
+    local++;
+    if (!in_ram(c.addr, c.len)) return RK_RMEM_DECODE_ERR;
+    unsigned char *p = ram + (c.addr - ram_base);
+    if (c.write) {
+        ram_store(p, c.wbuf, c.len);
+    } else {
+        ram_load(c.rbuf, p, c.len);
+    }
+    return RK_RMEM_OK;
+}
+
+void RkRemoteMem::complete_locked(const Pending &p, int status)
+{
+    Call *c = p.call;
+    c->status = worse(c->status, status);
+    c->completed.fetch_add(1, std::memory_order_release);
+    if (c->sleeping.load(std::memory_order_seq_cst)) {
+        futex_op(&c->completed, FUTEX_WAKE_PRIVATE, 1, nullptr);
+    }
+}
+
+void RkRemoteMem::on_reply(const rkf_frame_hdr &h, const unsigned char *payload)
+{
+    std::lock_guard lk(mu);
+    auto it = pending.find(h.tag);
+    if (it == pending.end()) {
+        stray_replies++;
+        return;
+    }
+    Pending p = it->second;
+    pending.erase(it);
+    int st = status_of_reply(h.status);
+    if (st == RK_RMEM_OK && !p.call->write) {
+        if (h.len != p.len) {
+            log("rackemu-rmem: node %u answered a %u-byte read with %u bytes; treated as unreachable",
+                unsigned(h.src), p.len, unsigned(h.len));
+            st = RK_RMEM_UNREACHABLE;
+        } else {
+            std::memcpy(p.call->rbuf + p.off, payload, p.len);
+        }
+    }
+    complete_locked(p, st);
+}
+
+void RkRemoteMem::on_link(bool up)
+{
+    if (up) return;
+    std::lock_guard lk(mu);
+    for (auto &[tag, p] : pending) {
+        complete_locked(p, RK_RMEM_UNREACHABLE);
+    }
+    pending.clear();
+}
+
+int RkRemoteMem::remote_access(Call &c)
+{
+    if (!port) return RK_RMEM_UNREACHABLE;
+    const uint32_t nchunks = uint32_t((c.len + RKF_MEM_CHUNK - 1) / RKF_MEM_CHUNK);
+    const uint64_t deadline = now_ns() + uint64_t(timeout_ms) * 1000000ull;
+    uint32_t sent = 0, stop_at = nchunks;
+    bool timed_out = false;
+    for (;;) {
+        // Issue chunks while the window has room and nothing has failed.
+        uint32_t done = c.completed.load(std::memory_order_acquire);
+        while (sent < stop_at && sent - done < RK_RMEM_WINDOW) {
+            const uint64_t off = uint64_t(sent) * RKF_MEM_CHUNK;
+            const uint32_t len = uint32_t(std::min<uint64_t>(RKF_MEM_CHUNK, c.len - off));
+            unsigned char buf[sizeof(rkf_mem_req) + RKF_MEM_CHUNK];
+            rkf_mem_req req{c.addr + off, len, 0};
+            std::memcpy(buf, &req, sizeof req);
+            rkf_frame_hdr h{};
+            h.type = RKF_T_REQ;
+            h.svc = RKF_SVC_MEM;
+            h.op = c.write ? RKF_OP_MEM_WRITE : RKF_OP_MEM_READ;
+            h.dst = uint16_t(c.node);
+            h.len = uint16_t(sizeof req + (c.write ? len : 0));
+            if (c.write) std::memcpy(buf + sizeof req, c.wbuf + off, len);
+            {
+                std::lock_guard lk(mu);
+                if (c.status != RK_RMEM_OK) {
+                    stop_at = sent; // something failed: issue no more
+                    break;
+                }
+                h.tag = next_tag++;
+                pending[h.tag] = Pending{&c, off, len};
+            }
+            frames++;
+            if (rk_fabric_port_send(port, &h, buf) != 0) {
+                std::lock_guard lk(mu);
+                auto it = pending.find(h.tag);
+                if (it != pending.end()) { // not completed by a link-down meanwhile
+                    Pending p = it->second;
+                    pending.erase(it);
+                    complete_locked(p, RK_RMEM_UNREACHABLE);
+                }
+            }
+            sent++;
+            done = c.completed.load(std::memory_order_acquire);
+        }
+        {
+            std::lock_guard lk(mu);
+            if (c.status != RK_RMEM_OK && stop_at > sent) stop_at = sent;
+        }
+        if (done >= stop_at) break;
+        // Wait for progress: spin while answers flow, then sleep on the counter.
+        const uint64_t spin_from = now_ns();
+        while (c.completed.load(std::memory_order_acquire) == done) {
+            const uint64_t now = now_ns();
+            if (now >= deadline) {
+                timed_out = true;
+                break;
+            }
+            if (now - spin_from < 20000) {
+                poll_pause(now - spin_from);
+                continue;
+            }
+            c.sleeping.store(1, std::memory_order_seq_cst);
+            if (c.completed.load(std::memory_order_seq_cst) == done) {
+                const uint64_t left = deadline - now;
+                timespec ts{0, long(std::min<uint64_t>(left, 5000000ull))};
+                futex_op(&c.completed, FUTEX_WAIT_PRIVATE, done, &ts);
+            }
+            c.sleeping.store(0, std::memory_order_relaxed);
+        }
+        if (timed_out) break;
+    }
+    std::lock_guard lk(mu); // also waits out a reply handler still touching `c`
+    if (timed_out) {
+        for (auto it = pending.begin(); it != pending.end();) {
+            if (it->second.call == &c) {
+                it = pending.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        timeouts++;
+        log("rackemu-rmem: node %u did not answer within %u ms (%s of %llu bytes at 0x%llx)", c.node,
+            timeout_ms, c.write ? "write" : "read", (unsigned long long)c.len, (unsigned long long)c.addr);
+        return RK_RMEM_TIMEOUT;
+    }
+    return c.status;
+}
+
+int RkRemoteMem::account(Call &c, int status)
+{
+    (c.write ? writes : reads)++;
+    (c.write ? write_bytes : read_bytes) += c.len;
+    if (status == RK_RMEM_DECODE_ERR) decode_errors++;
+    if (status == RK_RMEM_UNREACHABLE) unreachable++;
+    return status;
+}
+
+// Port thread: another node reads or writes this node's RAM.
+void RkRemoteMem::serve(RkFabricPort *p, const rkf_frame_hdr &h, const unsigned char *payload)
+{
+    rkf_mem_req req{};
+    if (h.type != RKF_T_REQ) return; // one-way messages are not part of this service
+    if (h.len >= sizeof req) std::memcpy(&req, payload, sizeof req);
+    const bool is_read = h.op == RKF_OP_MEM_READ, is_write = h.op == RKF_OP_MEM_WRITE;
+    if (h.len < sizeof req || (!is_read && !is_write) || req.len == 0 || req.len > RKF_MEM_CHUNK ||
+        req.flags != 0 || h.len != sizeof req + (is_write ? req.len : 0)) {
+        served_malformed++;
+        log("rackemu-rmem: malformed memory request from node %u (op %u, %u bytes) refused", unsigned(h.src),
+            unsigned(h.op), unsigned(h.len));
+        rk_fabric_port_reply(p, &h, RKF_ST_BAD_FRAME, nullptr, 0);
+        return;
+    }
+    if (!in_ram(req.addr, req.len)) {
+        served_refused++;
+        rk_fabric_port_reply(p, &h, RKF_ST_REFUSED, nullptr, 0);
+        return;
+    }
+    unsigned char *ramp = ram + (req.addr - ram_base);
+    served_bytes += req.len;
+    if (is_write) {
+        served_writes++;
+        ram_store(ramp, payload + sizeof req, req.len);
+        rk_fabric_port_reply(p, &h, RKF_ST_OK, nullptr, 0);
+    } else {
+        served_reads++;
+        unsigned char data[RKF_MEM_CHUNK];
+        ram_load(data, ramp, req.len);
+        rk_fabric_port_reply(p, &h, RKF_ST_OK, data, uint16_t(req.len));
+    }
+}
+
+extern "C" {
+
+static void rmem_on_request(void *opaque, RkFabricPort *port, const struct rkf_frame_hdr *h,
+                            const void *payload)
+{
+    static_cast<RkRemoteMem *>(opaque)->serve(port, *h, static_cast<const unsigned char *>(payload));
+}
+
+static void rmem_on_reply(void *opaque, const struct rkf_frame_hdr *h, const void *payload)
+{
+    static_cast<RkRemoteMem *>(opaque)->on_reply(*h, static_cast<const unsigned char *>(payload));
+}
+
+static void rmem_on_link(void *opaque, int up)
+{
+    static_cast<RkRemoteMem *>(opaque)->on_link(up != 0);
+}
+
+RkRemoteMem *rk_rmem_new(RkFabricPort *port, unsigned node_id, uint64_t ram_base, uint64_t ram_size,
+                         void *ram_host, unsigned timeout_ms, rk_rmem_log_fn log, void *log_opaque)
+{
+    auto *m = new RkRemoteMem;
+    m->port = port;
+    m->node_id = node_id;
+    m->ram_base = ram_base;
+    m->ram_size = ram_host ? ram_size : 0;
+    m->ram = static_cast<unsigned char *>(ram_host);
+    m->timeout_ms = timeout_ms ? timeout_ms : 1;
+    m->log_fn = log;
+    m->log_opaque = log_opaque;
+    if (port) {
+        rk_fabric_port_register(port, RKF_SVC_MEM, rmem_on_request, rmem_on_reply, rmem_on_link, m);
+    }
+    return m;
+}
+
+void rk_rmem_free(RkRemoteMem *m)
+{
+    if (!m) return;
+    if (m->port) rk_fabric_port_register(m->port, RKF_SVC_MEM, nullptr, nullptr, nullptr, nullptr);
+    delete m;
+}
+
+int rk_rmem_read(RkRemoteMem *m, unsigned node, uint64_t addr, void *buf, uint64_t len)
+{
+    Call c;
+    c.node = node;
+    c.addr = addr;
+    c.rbuf = static_cast<unsigned char *>(buf);
+    c.len = len;
+    if (len == 0) return RK_RMEM_OK;
+    if (node >= RKF_MAX_NODES) return m->account(c, RK_RMEM_UNREACHABLE);
+    return m->account(c, node == m->node_id ? m->local_access(c) : m->remote_access(c));
+}
+
+int rk_rmem_write(RkRemoteMem *m, unsigned node, uint64_t addr, const void *buf, uint64_t len)
+{
+    Call c;
+    c.write = true;
+    c.node = node;
+    c.addr = addr;
+    c.wbuf = static_cast<const unsigned char *>(buf);
+    c.len = len;
+    if (len == 0) return RK_RMEM_OK;
+    if (node >= RKF_MAX_NODES) return m->account(c, RK_RMEM_UNREACHABLE);
+    return m->account(c, node == m->node_id ? m->local_access(c) : m->remote_access(c));
+}
+
+void rk_rmem_get_stats(RkRemoteMem *m, struct rk_rmem_stats *o)
+{
+    o->reads = m->reads;
+    o->writes = m->writes;
+    o->read_bytes = m->read_bytes;
+    o->write_bytes = m->write_bytes;
+    o->local = m->local;
+    o->frames = m->frames;
+    o->decode_errors = m->decode_errors;
+    o->unreachable = m->unreachable;
+    o->timeouts = m->timeouts;
+    o->served_reads = m->served_reads;
+    o->served_writes = m->served_writes;
+    o->served_bytes = m->served_bytes;
+    o->served_refused = m->served_refused;
+    o->served_malformed = m->served_malformed;
+    o->stray_replies = m->stray_replies;
+}
+
+} // extern "C"

@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One-sided remote memory over the fabric (service RKF_SVC_MEM, docs/fabric.md).
+ *
+ * Each node has one RkRemoteMem. It serves other nodes' reads and writes of this node's guest
+ * RAM on the fabric port thread (no vCPU, no QEMU main loop, no big lock), and it executes this
+ * node's devices' accesses to any node's RAM: the global address space window, the cDMA engine,
+ * later the RMC. Calls block the calling thread (a vCPU doing a load, a DMA engine thread) until
+ * every chunk is answered, with up to RK_RMEM_WINDOW chunks in flight; they never hold a lock
+ * while they wait, so two nodes reading each other at the same moment cannot deadlock.
+ *
+ * Caveat: the owner's RAM is written through its host mapping, not through QEMU's memory API:
+ * TCG's translated code in a page that a remote node overwrites is not invalidated, and dirty
+ * tracking does not see the write (the devices refuse migration anyway).
+ */
+#ifndef RK_REMOTE_MEM_H
+#define RK_REMOTE_MEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rk_fabric_port.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct RkRemoteMem RkRemoteMem;
+typedef void (*rk_rmem_log_fn)(void *opaque, const char *msg);
+
+/* Result of an access. */
+enum {
+    RK_RMEM_OK = 0,
+    RK_RMEM_DECODE_ERR = 1,  /* the range is not RAM on the owner (refused by the owner) */
+    RK_RMEM_UNREACHABLE = 2, /* no fabric, link down, node absent or gone, congested, bad reply */
+    RK_RMEM_TIMEOUT = 3,     /* the owner did not answer within the timeout */
+};
+
+#define RK_RMEM_WINDOW 32u /* chunks of one call in flight at once */
+
+/* `ram_host` maps this node's RAM, guest physical [ram_base, ram_base + ram_size). `port` may be
+ * NULL (a standalone node: only its own RAM is reachable). Registers RKF_SVC_MEM with the port,
+ * so create it before rk_fabric_port_start(). `timeout_ms`: how long a call waits for an
+ * answer before it gives up (RK_RMEM_TIMEOUT). `log` reports malformed peer requests. */
+RkRemoteMem *rk_rmem_new(RkFabricPort *port, unsigned node_id, uint64_t ram_base, uint64_t ram_size,
+                         void *ram_host, unsigned timeout_ms, rk_rmem_log_fn log, void *log_opaque);
+void rk_rmem_free(RkRemoteMem *m);
+
+/* Read or write `len` bytes at node-local physical address `addr` of node `node` (this node's
+ * own RAM included, served directly). Accesses of 1, 2, 4 or 8 bytes aligned to their size are
+ * single-copy atomic. Returns RK_RMEM_*; on failure the buffer's content is unspecified for a
+ * read, and a write may have been partly performed. */
+int rk_rmem_read(RkRemoteMem *m, unsigned node, uint64_t addr, void *buf, uint64_t len);
+int rk_rmem_write(RkRemoteMem *m, unsigned node, uint64_t addr, const void *buf, uint64_t len);
+
+struct rk_rmem_stats {
+    uint64_t reads, writes; /* calls issued by this node */
+    uint64_t read_bytes, write_bytes;
+    uint64_t local;  /* calls served from this node's own RAM */
+    uint64_t frames; /* request frames sent */
+    uint64_t decode_errors, unreachable, timeouts;
+    uint64_t served_reads, served_writes, served_bytes, served_refused, served_malformed;
+    uint64_t stray_replies; /* replies for no pending request (late after a timeout) */
+};
+void rk_rmem_get_stats(RkRemoteMem *m, struct rk_rmem_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RK_REMOTE_MEM_H */
