@@ -2,6 +2,7 @@
 # Build the static aarch64 user programs into $RACKEMU_BUILD/guest/bin/:
 #   unimem        the Unimem tool (unimem.c + libunimem.c)
 #   unimem-check  bad-input checks of /dev/unimem (unimem_check.c + libunimem.c)
+#   gas           loads and stores through the global address space window (gas.c)
 source "$(dirname "$0")/../../platform/setup/lib.sh"
 out=$RACKEMU_BUILD/guest/bin
 src=$RACKEMU_ROOT/guest/user
@@ -15,3 +16,4 @@ build() { # build NAME SOURCES...
 }
 build unimem "$src/unimem.c" "$src/libunimem.c"
 build unimem-check "$src/unimem_check.c" "$src/libunimem.c"
+build gas "$src/gas.c"
