@@ -11,7 +11,7 @@ out=$g/initramfs.cpio.gz
 # Debian's modules the image needs, in load order (virtio core and ring are built in).
 sys_mods=(kernel/drivers/virtio/virtio_mmio.ko kernel/drivers/char/virtio_console.ko)
 
-inputs=("$BUSYBOX" "$RACKEMU_ROOT/guest/image/init" "$g/bin"/* "$g/modules"/*)
+inputs=("$BUSYBOX" "$RACKEMU_ROOT/guest/image/init" "$g/bin"/* "$g/modules"/* "$g/modules/extra"/*)
 for m in "${sys_mods[@]}"; do inputs+=("$MODULES_DIR/$m"); done
 key=$( (for f in "${inputs[@]}"; do [ -f "$f" ] && sha256sum "$f"; done) | sha256sum | cut -c1-32)
 if [ -f "$out" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ]; then
@@ -36,6 +36,9 @@ if [ -f "$g/modules/load-order" ]; then
         echo "$m" >> "$root/lib/modules/load-order"
     done < "$g/modules/load-order"
 fi
+# not loaded at boot: tests and examples insmod them from /lib/modules/extra/
+mkdir -p "$root/lib/modules/extra"
+for m in "$g/modules/extra"/*.ko; do [ -f "$m" ] && cp "$m" "$root/lib/modules/extra/"; done
 for b in "$g/bin"/*; do [ -f "$b" ] && install -m 0755 "$b" "$root/bin/"; done
 echo "root:x:0:0:root:/root:/bin/sh" > "$root/etc/passwd"
 (cd "$root" && find . | LC_ALL=C sort | cpio --quiet -o -H newc --owner=0:0 | gzip -6 > "$out.tmp")

@@ -3,6 +3,7 @@
 #   unimem        the Unimem tool (unimem.c + libunimem.c)
 #   unimem-check  bad-input checks of /dev/unimem (unimem_check.c + libunimem.c)
 #   gas           loads and stores through the global address space window (gas.c)
+#   mbox          the mailbox from user space (mbox.c)
 source "$(dirname "$0")/../../platform/setup/lib.sh"
 out=$RACKEMU_BUILD/guest/bin
 src=$RACKEMU_ROOT/guest/user
@@ -17,3 +18,4 @@ build() { # build NAME SOURCES...
 build unimem "$src/unimem.c" "$src/libunimem.c"
 build unimem-check "$src/unimem_check.c" "$src/libunimem.c"
 build gas "$src/gas.c"
+build mbox "$src/mbox.c"

@@ -27,25 +27,8 @@
 
 #include "rackemu/unimem_regs.h"
 #include "rackemu/unimem_uapi.h"
-
-struct unimem {
-	struct mutex lock;		/* interface allocation, TIF programming */
-	spinlock_t irq_lock;		/* irq_enable shadow */
-	void __iomem *vmbox;
-	void __iomem *pktz;
-	phys_addr_t vmbox_phys, pktz_phys;
-	struct device *vmbox_dev, *pktz_dev;
-	int vmbox_irq;
-	u32 node_id, node_count, depth;
-	u64 irq_enable;
-	u64 pid_conf;
-	u64 irqs;
-	DECLARE_BITMAP(mif_used, UNIMEM_IF_COUNT);
-	DECLARE_BITMAP(pif_used, UNIMEM_IF_COUNT);
-	wait_queue_head_t wq[UNIMEM_IF_COUNT];
-	bool registered;
-	struct miscdevice misc;
-};
+#include "rackemu/unimem_mailbox.h"
+#include "unimem_internal.h"
 
 struct unimem_file {
 	struct unimem *um;
@@ -53,7 +36,7 @@ struct unimem_file {
 	bool mapped;
 };
 
-static struct unimem unimem_dev = {
+struct unimem unimem_dev = {
 	.lock = __MUTEX_INITIALIZER(unimem_dev.lock),
 	.irq_lock = __SPIN_LOCK_UNLOCKED(unimem_dev.irq_lock),
 };
@@ -68,7 +51,7 @@ static u64 mif_count(struct unimem *um, int mif)
 	return readq(mif_reg(um, mif, VMBOX_MIF_COUNT));
 }
 
-static void unimem_irq_mask(struct unimem *um, int mif, bool enable)
+void unimem_irq_mask(struct unimem *um, int mif, bool enable)
 {
 	unsigned long flags;
 
@@ -99,13 +82,15 @@ static irqreturn_t unimem_irq(int irq, void *data)
 	spin_unlock_irqrestore(&um->irq_lock, flags);
 	if (!status)
 		return IRQ_NONE;
+	if (status & BIT_ULL(MAILBOX_IF))
+		unimem_mbox_irq(um); /* drains the mailbox FIFO here and re-enables it */
 	for (i = 0; i < UNIMEM_IF_COUNT; i++)
-		if (status & BIT_ULL(i))
+		if (i != MAILBOX_IF && (status & BIT_ULL(i)))
 			wake_up_interruptible(&um->wq[i]);
 	return IRQ_HANDLED;
 }
 
-static void unimem_tif_write(struct unimem *um, u32 reg, u64 val)
+void unimem_tif_write(struct unimem *um, u32 reg, u64 val)
 {
 	writeq(val, um->pktz + PKTZ_TIF_OFFSET + reg);
 }
@@ -480,7 +465,14 @@ static ssize_t interfaces_show(struct device *dev, struct device_attribute *attr
 }
 static DEVICE_ATTR_RO(interfaces);
 
+static ssize_t mailbox_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return unimem_mbox_show(buf);
+}
+static DEVICE_ATTR_RO(mailbox);
+
 static struct attribute *unimem_attrs[] = {
+	&dev_attr_mailbox.attr,
 	&dev_attr_counters.attr,
 	&dev_attr_node_id.attr,
 	&dev_attr_interfaces.attr,
@@ -517,14 +509,22 @@ static int unimem_publish(struct unimem *um)
 		return ret;
 	}
 	um->registered = true;
-	dev_info(um->vmbox_dev, "node %u of %u: /dev/unimem ready (64 MIFs x %u words, 64 PIFs)\n",
-		 um->node_id, um->node_count, um->depth);
+	ret = unimem_mbox_publish(um);
+	if (ret) {
+		dev_err(um->vmbox_dev, "cannot set up the mailbox: %d\n", ret);
+		misc_deregister(&um->misc);
+		um->registered = false;
+		return ret;
+	}
+	dev_info(um->vmbox_dev, "node %u of %u: /dev/unimem ready (64 MIFs x %u words, 64 PIFs), mailbox on interface %u\n",
+		 um->node_id, um->node_count, um->depth, MAILBOX_IF);
 	return 0;
 }
 
 static void unimem_unpublish(struct unimem *um)
 {
 	if (um->registered) {
+		unimem_mbox_unpublish(um);
 		misc_deregister(&um->misc);
 		um->registered = false;
 	}
@@ -582,6 +582,7 @@ static int unimem_probe(struct platform_device *pdev)
 		/* bit 0 (the atomic service's) is reserved: never handed out by open() */
 		bitmap_zero(um->mif_used, UNIMEM_IF_COUNT);
 		set_bit(UNIMEM_IF_SERVICE, um->mif_used);
+		set_bit(MAILBOX_IF, um->mif_used);
 		ret = devm_request_irq(dev, irq, unimem_irq, 0, "unimem-vmbox", um);
 		if (ret) {
 			dev_err(dev, "cannot request irq %d: %d\n", irq, ret);
@@ -598,6 +599,7 @@ static int unimem_probe(struct platform_device *pdev)
 		um->pktz_dev = dev;
 		bitmap_zero(um->pif_used, UNIMEM_IF_COUNT);
 		set_bit(UNIMEM_IF_SERVICE, um->pif_used);
+		set_bit(MAILBOX_IF, um->pif_used);
 	}
 	ret = unimem_publish(um);
 	if (ret)

@@ -1,0 +1,515 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The Unimem mailbox driver (seed 004 sec. 3.2), built on the vmbox and packetizer: 64-bit
+ * messages between nodes, classified by their 4-bit opcode, delivered to kernel callbacks
+ * (interrupt context) or to user processes (read, poll, a signal or an eventfd).
+ * Interface: rackemu/unimem_mailbox.h; documentation: docs/mailbox.md.
+ *
+ * Transport: every node reserves FIFO MAILBOX_IF of its vmbox as its mailbox and PIF
+ * MAILBOX_IF of its packetizer for sending; a message travels as one 256-bit packet whose
+ * word 1 is the message. The packetizer stamps the kernel's PID (node << 32 | 0), so packets a
+ * user process aims at the mailbox FIFO are recognised and dropped.
+ */
+#include <linux/delay.h>
+#include <linux/eventfd.h>
+#include <linux/fs.h>
+#include <linux/io.h>
+#include <linux/kfifo.h>
+#include <linux/ktime.h>
+#include <linux/miscdevice.h>
+#include <linux/module.h>
+#include <linux/poll.h>
+#include <linux/sched/signal.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "rackemu/unimem_regs.h"
+#include "rackemu/unimem_mailbox.h"
+#include "unimem_internal.h"
+
+#define MBOX_SEND_TIMEOUT_US 200000
+
+struct mbox_file;
+
+/* The owner of one opcode: a kernel callback, or a local file with its notification. */
+struct mbox_owner {
+	mailbox_callback cb;		/* kernel owner */
+	char desc[32];
+	struct mbox_file *file;		/* user owner */
+	char action;			/* 'r', 's' or 'e' */
+	int sig;
+	struct pid *pid;		/* 's': the registering process */
+	struct eventfd_ctx *efd;	/* 'e' */
+};
+
+struct mbox_node_dev {
+	struct miscdevice misc;
+	char name[24], nodename[32];
+	unsigned int node;
+	bool registered;
+};
+
+struct mbox_file {
+	struct mbox_node_dev *nd;
+	DECLARE_KFIFO(fifo, u64, MAILBOX_FILE_QUEUE);	/* guarded by mbox.lock */
+	wait_queue_head_t wq;
+	u64 dropped;
+};
+
+static struct {
+	spinlock_t lock;		/* owners, file queues, counters */
+	spinlock_t tx_lock;		/* the sending PIF */
+	struct mbox_owner owners[MAILBOX_OPCODES];
+	struct mbox_node_dev *devs;
+	unsigned int ndevs;
+	bool up;
+	u64 sent, send_errors, received, delivered_kernel, delivered_user, dropped, unclaimed, forged;
+} mbox = {
+	.lock = __SPIN_LOCK_UNLOCKED(mbox.lock),
+	.tx_lock = __SPIN_LOCK_UNLOCKED(mbox.tx_lock),
+};
+
+/* ---- sending ---- */
+
+int mailbox_send_message(int rnode, long long unsigned val)
+{
+	struct unimem *um = &unimem_dev;
+	void __iomem *pif;
+	unsigned long flags;
+	ktime_t deadline;
+	u64 st;
+	int ret;
+
+	if (!READ_ONCE(mbox.up))
+		return -ENODEV;
+	if (rnode < 0 || rnode >= (int)um->node_count)
+		return -EINVAL;
+	pif = um->pktz + PKTZ_PIF_OFFSET(MAILBOX_IF);
+	spin_lock_irqsave(&mbox.tx_lock, flags);
+	writeq((u64)MAILBOX_PKT_MAGIC << 48, pif + PKTZ_PIF_PAYLOAD0);
+	writeq(val, pif + PKTZ_PIF_PAYLOAD0 + 8);
+	writeq(0, pif + PKTZ_PIF_PAYLOAD1);
+	writeq(0, pif + PKTZ_PIF_PAYLOAD1 + 8);
+	/* the third register sends the packet */
+	writeq(UNIMEM_GADDR(rnode, um->vmbox_phys + VMBOX_MIF_OFFSET(MAILBOX_IF)), pif + PKTZ_PIF_DEST);
+	deadline = ktime_add_us(ktime_get(), MBOX_SEND_TIMEOUT_US);
+	while ((st = readq(pif + PKTZ_PIF_STATUS)) & PKTZ_ST_PEND) {
+		if (ktime_after(ktime_get(), deadline))
+			break;
+		udelay(1);
+	}
+	if (st & PKTZ_ST_PEND) {
+		unimem_tif_write(um, PKTZ_TIF_CLR_REQ, BIT_ULL(MAILBOX_IF));
+		ret = -ETIMEDOUT;
+	} else if (st & PKTZ_ST_ACK) {
+		ret = 0;
+	} else if (st & PKTZ_ST_FABRIC_ERR) {
+		ret = -EHOSTUNREACH;
+	} else if (st & PKTZ_ST_NACK) {
+		ret = -EBUSY;
+	} else {
+		ret = -EINVAL; /* ILLEGAL: cannot happen with our own BASE_DEST */
+	}
+	spin_unlock_irqrestore(&mbox.tx_lock, flags);
+	spin_lock_irqsave(&mbox.lock, flags);
+	if (ret)
+		mbox.send_errors++;
+	else
+		mbox.sent++;
+	spin_unlock_irqrestore(&mbox.lock, flags);
+	return ret;
+}
+EXPORT_SYMBOL_GPL(mailbox_send_message);
+
+/* ---- kernel registrations ---- */
+
+int mailbox_register_callback(unsigned opcode, mailbox_callback cb, char *description)
+{
+	struct mbox_owner *o;
+	unsigned long flags;
+	int ret = 0;
+
+	if (opcode >= MAILBOX_OPCODES || !cb)
+		return -EINVAL;
+	spin_lock_irqsave(&mbox.lock, flags);
+	o = &mbox.owners[opcode];
+	if (o->cb || o->file) {
+		ret = -EBUSY;
+	} else {
+		o->cb = cb;
+		strscpy(o->desc, description ? description : "kernel", sizeof(o->desc));
+	}
+	spin_unlock_irqrestore(&mbox.lock, flags);
+	return ret;
+}
+EXPORT_SYMBOL_GPL(mailbox_register_callback);
+
+int mailbox_unregister_callback(unsigned opcode)
+{
+	unsigned long flags;
+	int ret = 0;
+
+	if (opcode >= MAILBOX_OPCODES)
+		return -EINVAL;
+	spin_lock_irqsave(&mbox.lock, flags);
+	if (!mbox.owners[opcode].cb)
+		ret = -ENOENT;
+	else
+		memset(&mbox.owners[opcode], 0, sizeof(mbox.owners[opcode]));
+	spin_unlock_irqrestore(&mbox.lock, flags);
+	return ret;
+}
+EXPORT_SYMBOL_GPL(mailbox_unregister_callback);
+
+/* ---- receiving (hard interrupt context) ---- */
+
+static void mbox_dispatch(u64 msg)
+{
+	struct mbox_owner *o = &mbox.owners[MAILBOX_OPCODE(msg)];
+	mailbox_callback cb = NULL;
+
+	spin_lock(&mbox.lock);
+	mbox.received++;
+	if (o->cb) {
+		cb = o->cb;
+		mbox.delivered_kernel++;
+	} else if (o->file) {
+		if (kfifo_put(&o->file->fifo, msg)) {
+			mbox.delivered_user++;
+			wake_up_interruptible(&o->file->wq);
+			if (o->action == 's' && o->pid)
+				kill_pid(o->pid, o->sig, 1);
+			else if (o->action == 'e' && o->efd)
+				eventfd_signal(o->efd, 1);
+		} else {
+			o->file->dropped++;
+			mbox.dropped++;
+		}
+	} else {
+		mbox.unclaimed++;
+	}
+	spin_unlock(&mbox.lock);
+	if (cb)
+		cb(msg); /* outside the lock: a callback may send or (un)register */
+}
+
+void unimem_mbox_irq(struct unimem *um)
+{
+	void __iomem *mif = um->vmbox + VMBOX_MIF_OFFSET(MAILBOX_IF);
+	u64 w[UNIMEM_PACKET_WORDS];
+	int i;
+
+	while (readq(mif + VMBOX_MIF_COUNT) >= UNIMEM_PACKET_WORDS) {
+		for (i = 0; i < UNIMEM_PACKET_WORDS; i++)
+			w[i] = readq(mif + VMBOX_MIF_DATA);
+		/* only the mailbox drivers' kernel PIF (PID low 32 bits 0) may post here */
+		if ((w[0] >> 48) != MAILBOX_PKT_MAGIC || (UNIMEM_PACKET_PID(w[0]) & 0xffffffffull)) {
+			spin_lock(&mbox.lock);
+			mbox.forged++;
+			spin_unlock(&mbox.lock);
+			continue;
+		}
+		mbox_dispatch(w[1]);
+	}
+	unimem_irq_mask(um, MAILBOX_IF, true);
+}
+
+/* ---- user interface: /dev/unimem/mailboxX ---- */
+
+static bool mbox_is_local(struct mbox_file *f)
+{
+	return f->nd->node == unimem_dev.node_id;
+}
+
+static int mbox_open(struct inode *inode, struct file *file)
+{
+	struct miscdevice *misc = file->private_data;
+	struct mbox_file *f;
+
+	f = kzalloc(sizeof(*f), GFP_KERNEL);
+	if (!f)
+		return -ENOMEM;
+	f->nd = container_of(misc, struct mbox_node_dev, misc);
+	INIT_KFIFO(f->fifo);
+	init_waitqueue_head(&f->wq);
+	file->private_data = f;
+	return nonseekable_open(inode, file);
+}
+
+/* Called with mbox.lock held; returns what must be released outside it. */
+static void mbox_owner_clear(struct mbox_owner *o, struct pid **pid, struct eventfd_ctx **efd)
+{
+	*pid = o->pid;
+	*efd = o->efd;
+	memset(o, 0, sizeof(*o));
+}
+
+static int mbox_release(struct inode *inode, struct file *file)
+{
+	struct mbox_file *f = file->private_data;
+	struct pid *pids[MAILBOX_OPCODES] = { };
+	struct eventfd_ctx *efds[MAILBOX_OPCODES] = { };
+	unsigned long flags;
+	unsigned int i;
+
+	spin_lock_irqsave(&mbox.lock, flags);
+	for (i = 0; i < MAILBOX_OPCODES; i++)
+		if (mbox.owners[i].file == f)
+			mbox_owner_clear(&mbox.owners[i], &pids[i], &efds[i]);
+	spin_unlock_irqrestore(&mbox.lock, flags);
+	for (i = 0; i < MAILBOX_OPCODES; i++) {
+		put_pid(pids[i]);
+		if (efds[i])
+			eventfd_ctx_put(efds[i]);
+	}
+	kfree(f);
+	return 0;
+}
+
+static ssize_t mbox_action(struct mbox_file *f, const struct mailbox_action_t *a)
+{
+	struct mbox_owner *o;
+	struct eventfd_ctx *efd = NULL, *old_efd = NULL;
+	struct pid *pid = NULL, *old_pid = NULL;
+	unsigned long flags;
+	ssize_t ret = sizeof(*a);
+
+	if (!mbox_is_local(f))
+		return -EINVAL; /* registrations go to this node's own mailbox device */
+	if (a->opcode >= MAILBOX_OPCODES)
+		return -EINVAL;
+	switch (a->action) {
+	case 'r':
+	case 'u':
+		break;
+	case 's':
+		if (a->val < 1 || a->val > _NSIG || a->val == SIGKILL || a->val == SIGSTOP)
+			return -EINVAL;
+		pid = get_task_pid(current, PIDTYPE_TGID);
+		break;
+	case 'e':
+		efd = eventfd_ctx_fdget(a->val);
+		if (IS_ERR(efd))
+			return PTR_ERR(efd);
+		break;
+	default:
+		return -EINVAL;
+	}
+	spin_lock_irqsave(&mbox.lock, flags);
+	o = &mbox.owners[a->opcode];
+	if (a->action == 'u') {
+		if (o->file != f)
+			ret = o->file || o->cb ? -EPERM : -ENOENT;
+		else
+			mbox_owner_clear(o, &old_pid, &old_efd);
+	} else if (o->cb || (o->file && o->file != f)) {
+		ret = -EBUSY;
+	} else {
+		/* (re-)registration by the owner replaces its notification */
+		mbox_owner_clear(o, &old_pid, &old_efd);
+		o->file = f;
+		o->action = a->action;
+		o->sig = a->val;
+		o->pid = pid;
+		o->efd = efd;
+		pid = NULL;
+		efd = NULL;
+	}
+	spin_unlock_irqrestore(&mbox.lock, flags);
+	put_pid(pid);
+	put_pid(old_pid);
+	if (efd)
+		eventfd_ctx_put(efd);
+	if (old_efd)
+		eventfd_ctx_put(old_efd);
+	return ret;
+}
+
+static ssize_t mbox_write(struct file *file, const char __user *buf, size_t len, loff_t *ppos)
+{
+	struct mbox_file *f = file->private_data;
+	struct mailbox_action_t a;
+	u64 msg;
+	int ret;
+
+	if (len == sizeof(msg)) {
+		if (copy_from_user(&msg, buf, sizeof(msg)))
+			return -EFAULT;
+		ret = mailbox_send_message(f->nd->node, msg);
+		return ret ? ret : sizeof(msg);
+	}
+	if (len == sizeof(a)) {
+		if (copy_from_user(&a, buf, sizeof(a)))
+			return -EFAULT;
+		return mbox_action(f, &a);
+	}
+	return -EINVAL;
+}
+
+static bool mbox_has_message(struct mbox_file *f)
+{
+	unsigned long flags;
+	bool ret;
+
+	spin_lock_irqsave(&mbox.lock, flags);
+	ret = !kfifo_is_empty(&f->fifo);
+	spin_unlock_irqrestore(&mbox.lock, flags);
+	return ret;
+}
+
+static ssize_t mbox_read(struct file *file, char __user *buf, size_t len, loff_t *ppos)
+{
+	struct mbox_file *f = file->private_data;
+	size_t done = 0;
+	unsigned long flags;
+	u64 msg;
+	int ret;
+
+	if (!mbox_is_local(f))
+		return -EINVAL; /* messages are read from this node's own mailbox device */
+	if (len < sizeof(msg))
+		return -EINVAL;
+	for (;;) {
+		if (mbox_has_message(f))
+			break;
+		if (file->f_flags & O_NONBLOCK)
+			return -EAGAIN;
+		ret = wait_event_interruptible(f->wq, mbox_has_message(f));
+		if (ret)
+			return ret;
+	}
+	while (done + sizeof(msg) <= len) {
+		spin_lock_irqsave(&mbox.lock, flags);
+		ret = kfifo_get(&f->fifo, &msg);
+		spin_unlock_irqrestore(&mbox.lock, flags);
+		if (!ret)
+			break;
+		if (copy_to_user(buf + done, &msg, sizeof(msg)))
+			return done ? done : -EFAULT; /* Caveat: that message is lost */
+		done += sizeof(msg);
+	}
+	return done;
+}
+
+static __poll_t mbox_poll(struct file *file, poll_table *wait)
+{
+	struct mbox_file *f = file->private_data;
+	__poll_t mask = EPOLLOUT | EPOLLWRNORM;
+
+	poll_wait(file, &f->wq, wait);
+	if (mbox_is_local(f) && mbox_has_message(f))
+		mask |= EPOLLIN | EPOLLRDNORM;
+	return mask;
+}
+
+static const struct file_operations mbox_fops = {
+	.owner = THIS_MODULE,
+	.open = mbox_open,
+	.release = mbox_release,
+	.read = mbox_read,
+	.write = mbox_write,
+	.poll = mbox_poll,
+	.llseek = no_llseek,
+};
+
+/* A = 0 .. Z = 25, AA = 26, AB = 27, ... */
+static void mbox_letters(unsigned int node, char *out)
+{
+	if (node < 26) {
+		out[0] = 'A' + node;
+		out[1] = 0;
+	} else {
+		out[0] = 'A' + node / 26 - 1;
+		out[1] = 'A' + node % 26;
+		out[2] = 0;
+	}
+}
+
+int unimem_mbox_publish(struct unimem *um)
+{
+	unsigned int i;
+	char letters[4];
+	int ret;
+
+	/* the kernel's sending PIF: PID = node << 32 | 0 */
+	unimem_tif_write(um, PKTZ_TIF_CLR_REQ, BIT_ULL(MAILBOX_IF));
+	unimem_tif_write(um, PKTZ_TIF_PIDT(MAILBOX_IF), (u64)um->node_id << 32);
+	um->pid_conf |= BIT_ULL(MAILBOX_IF);
+	unimem_tif_write(um, PKTZ_TIF_PID_CONF, um->pid_conf);
+	writeq(BIT_ULL(MAILBOX_IF), um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_FLUSH);
+
+	mbox.devs = kcalloc(um->node_count, sizeof(*mbox.devs), GFP_KERNEL);
+	if (!mbox.devs)
+		return -ENOMEM;
+	mbox.ndevs = um->node_count;
+	for (i = 0; i < mbox.ndevs; i++) {
+		struct mbox_node_dev *nd = &mbox.devs[i];
+
+		mbox_letters(i, letters);
+		snprintf(nd->name, sizeof(nd->name), "unimem_mailbox%s", letters);
+		snprintf(nd->nodename, sizeof(nd->nodename), "Unimem/mailbox%s", letters);
+		nd->node = i;
+		nd->misc.minor = MISC_DYNAMIC_MINOR;
+		nd->misc.name = nd->name;
+		nd->misc.nodename = nd->nodename;
+		nd->misc.fops = &mbox_fops;
+		nd->misc.mode = 0666;
+		ret = misc_register(&nd->misc);
+		if (ret) {
+			dev_err(um->vmbox_dev, "cannot register /dev/%s: %d\n", nd->nodename, ret);
+			unimem_mbox_unpublish(um);
+			return ret;
+		}
+		nd->registered = true;
+	}
+	WRITE_ONCE(mbox.up, true);
+	unimem_irq_mask(um, MAILBOX_IF, true);
+	return 0;
+}
+
+void unimem_mbox_unpublish(struct unimem *um)
+{
+	unsigned int i;
+
+	WRITE_ONCE(mbox.up, false);
+	if (um->vmbox)
+		unimem_irq_mask(um, MAILBOX_IF, false);
+	for (i = 0; i < mbox.ndevs; i++)
+		if (mbox.devs[i].registered)
+			misc_deregister(&mbox.devs[i].misc);
+	kfree(mbox.devs);
+	mbox.devs = NULL;
+	mbox.ndevs = 0;
+	if (um->pktz) {
+		um->pid_conf &= ~BIT_ULL(MAILBOX_IF);
+		unimem_tif_write(um, PKTZ_TIF_PID_CONF, um->pid_conf);
+	}
+}
+
+ssize_t unimem_mbox_show(char *buf)
+{
+	unsigned long flags;
+	u64 c[8];
+	u16 kernel = 0, user = 0;
+	unsigned int i;
+
+	spin_lock_irqsave(&mbox.lock, flags);
+	c[0] = mbox.sent;
+	c[1] = mbox.send_errors;
+	c[2] = mbox.received;
+	c[3] = mbox.delivered_kernel;
+	c[4] = mbox.delivered_user;
+	c[5] = mbox.dropped;
+	c[6] = mbox.unclaimed;
+	c[7] = mbox.forged;
+	for (i = 0; i < MAILBOX_OPCODES; i++) {
+		if (mbox.owners[i].cb)
+			kernel |= BIT(i);
+		if (mbox.owners[i].file)
+			user |= BIT(i);
+	}
+	spin_unlock_irqrestore(&mbox.lock, flags);
+	return sysfs_emit(buf, "sent=%llu send_errors=%llu received=%llu delivered_kernel=%llu delivered_user=%llu "
+			  "dropped=%llu unclaimed=%llu forged=%llu kernel_opcodes=0x%04x user_opcodes=0x%04x\n",
+			  c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], kernel, user);
+}

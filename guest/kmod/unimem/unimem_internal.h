@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/* Internals of unimem.ko shared by unimem.c (devices, /dev/unimem) and mailbox.c. */
+#ifndef UNIMEM_INTERNAL_H
+#define UNIMEM_INTERNAL_H
+
+#include <linux/bitmap.h>
+#include <linux/miscdevice.h>
+#include <linux/mutex.h>
+#include <linux/spinlock.h>
+#include <linux/wait.h>
+
+#include "rackemu/unimem_regs.h"
+
+struct unimem {
+	struct mutex lock;		/* interface allocation, TIF programming */
+	spinlock_t irq_lock;		/* irq_enable shadow */
+	void __iomem *vmbox;
+	void __iomem *pktz;
+	phys_addr_t vmbox_phys, pktz_phys;
+	struct device *vmbox_dev, *pktz_dev;
+	int vmbox_irq;
+	u32 node_id, node_count, depth;
+	u64 irq_enable;
+	u64 pid_conf;
+	u64 irqs;
+	DECLARE_BITMAP(mif_used, UNIMEM_IF_COUNT);
+	DECLARE_BITMAP(pif_used, UNIMEM_IF_COUNT);
+	wait_queue_head_t wq[UNIMEM_IF_COUNT];
+	bool registered;
+	struct miscdevice misc;
+};
+
+extern struct unimem unimem_dev;
+
+void unimem_irq_mask(struct unimem *um, int mif, bool enable);
+void unimem_tif_write(struct unimem *um, u32 reg, u64 val);
+
+/* mailbox.c (seed 004 sec. 3.2) */
+int unimem_mbox_publish(struct unimem *um);	/* um->lock held, both devices bound */
+void unimem_mbox_unpublish(struct unimem *um);	/* um->lock held */
+void unimem_mbox_irq(struct unimem *um);	/* hard irq: the mailbox FIFO is non-empty */
+ssize_t unimem_mbox_show(char *buf);
+
+#endif
