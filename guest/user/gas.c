@@ -205,6 +205,8 @@ static void access_one(int w, volatile uint8_t *p, uint8_t *buf, int store)
 	}
 }
 
+static double now_us(void);
+
 struct region {
 	uint64_t gaddr, len;
 	unsigned seed;
@@ -295,7 +297,8 @@ static const char check_usage[] =
 	"                 [--width W|all]...\n"
 	"Load the region through the window with each access width (default all: ldrb ldrh ldr_w\n"
 	"ldr_x ldp_x ld1_q ld1_4q ldr_x_unaligned) and compare with the pattern of seed S. One line\n"
-	"per width: width=NAME ok=0|1 mismatches=N first_bad=OFFSET bus_error=0|1. Byte i of the region\n"
+	"per width: width=NAME ok=0|1 mismatches=N first_bad=OFFSET bus_error=0|1 elapsed_us=T mb_per_s=B.\n"
+	"Byte i of the region\n"
 	"is compared with pattern byte K + i (K: --pattern-offset, default 0).\n";
 
 static const char fill_usage[] =
@@ -314,10 +317,13 @@ static int cmd_check(int argc, char **argv)
 	volatile uint8_t *p = gas_map(r.gaddr, r.len);
 	for (int i = 0; i < nw; i++) {
 		uint64_t bad = 0, first = ~0ull;
+		double t0 = now_us();
 		int rc = walk(&r, p, widths[i], 0, 0, r.len, &bad, &first);
+		double us = now_us() - t0;
 
-		printf("width=%s ok=%d mismatches=%llu first_bad=%lld bus_error=%d\n", width_name(widths[i]),
-		       rc == 0 && !bad, (unsigned long long)bad, first == ~0ull ? -1ll : (long long)first, rc != 0);
+		printf("width=%s ok=%d mismatches=%llu first_bad=%lld bus_error=%d elapsed_us=%.0f mb_per_s=%.2f\n",
+		       width_name(widths[i]), rc == 0 && !bad, (unsigned long long)bad,
+		       first == ~0ull ? -1ll : (long long)first, rc != 0, us, us > 0 ? r.len / us : 0.0);
 		failed |= rc != 0 || bad;
 	}
 	return failed;

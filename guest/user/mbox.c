@@ -279,6 +279,70 @@ static int cmd_recv(int argc, char **argv)
 	return got >= count ? 0 : 1;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Round trips through the kernel interface of node N (mbox_echo.ko loaded there). */
+static int cmd_ping(int argc, char **argv)
+{
+	static const struct option opts[] = { { "node", 1, 0, 'n' }, { "count", 1, 0, 'c' }, { "help", 0, 0, 'h' },
+					       { 0 } };
+	long node = -1, count = 100;
+	int o;
+
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case 'n': node = (long)num(optarg, "--node", 63); break;
+		case 'c': count = (long)num(optarg, "--count", 1000000); break;
+		case 'h':
+			printf("usage: mbox ping --node N [--count K]\n"
+			       "Round trips to the kernel of node N, which must run mbox_echo.ko (opcode 14 answered\n"
+			       "with opcode 15): send, wait for the answer (poll), K times. Prints\n"
+			       "count=K rtt_min_us= rtt_median_us= rtt_p99_us= rtt_max_us=; exit 1 on a lost answer.\n");
+			return 0;
+		default: return 2;
+		}
+	}
+	if (node < 0 || count < 1)
+		die("--node is required; see --help");
+	int me = this_node();
+	int lfd = open_mailbox((unsigned)me, O_RDWR | O_NONBLOCK), rfd = open_mailbox((unsigned)node, O_WRONLY);
+	struct mailbox_action_t a = { 'r', 15, 0 };
+	double *t = malloc(sizeof(double) * (size_t)count), *ts = malloc(sizeof(double) * (size_t)count);
+
+	if (!t || !ts)
+		die("out of memory");
+	if (write(lfd, &a, sizeof(a)) != (ssize_t)sizeof(a))
+		die("registering opcode 15: %s", strerror(errno));
+	for (long i = 0; i < count; i++) {
+		uint64_t msg = (14ull << MAILBOX_OPCODE_SHIFT) | ((uint64_t)me << 52) | (uint64_t)i, ans = 0;
+		struct pollfd p = { lfd, POLLIN, 0 };
+		double t0 = now_ms();
+
+		if (write(rfd, &msg, sizeof(msg)) != (ssize_t)sizeof(msg))
+			die("send to node %ld: %s", node, strerror(errno));
+		ts[i] = (now_ms() - t0) * 1000.0;
+		if (poll(&p, 1, 5000) <= 0 || read(lfd, &ans, sizeof(ans)) != (ssize_t)sizeof(ans)) {
+			printf("lost=%ld\n", i);
+			return 1;
+		}
+		t[i] = (now_ms() - t0) * 1000.0;
+		if ((ans & ((1ull << 52) - 1)) != (uint64_t)i + 1)
+			die("answer 0x%llx does not match request %ld", (unsigned long long)ans, i);
+	}
+	qsort(t, (size_t)count, sizeof(double), cmp_double);
+	qsort(ts, (size_t)count, sizeof(double), cmp_double);
+	printf("count=%ld rtt_min_us=%.1f rtt_median_us=%.1f rtt_p99_us=%.1f rtt_max_us=%.1f send_median_us=%.1f\n",
+	       count, t[0], t[count / 2], t[(long)(count * 0.99)], t[count - 1], ts[count / 2]);
+	free(t);
+	free(ts);
+	return 0;
+}
+
 /* Bad input against the driver: one line per check, `checks=N failed=F` at the end. */
 static int checks, failures;
 static void check(const char *name, int ok, const char *fmt, ...)
@@ -392,6 +456,7 @@ static void usage(FILE *f)
 		   "  send    send 64-bit messages to a node's mailbox\n"
 		   "  recv    register opcodes and receive messages (read/poll, signal or eventfd)\n"
 		   "  check   the driver's answers to bad input (one line per check)\n"
+		   "  ping    round trips to another node's kernel (mbox_echo.ko there)\n"
 		   "  stats   the mailbox counters (/sys/class/misc/unimem/mailbox)\n");
 }
 
@@ -406,6 +471,7 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[0], "send")) return cmd_send(argc, argv);
 	if (!strcmp(argv[0], "recv")) return cmd_recv(argc, argv);
 	if (!strcmp(argv[0], "check")) return cmd_check();
+	if (!strcmp(argv[0], "ping")) return cmd_ping(argc, argv);
 	if (!strcmp(argv[0], "stats")) {
 		char line[512];
 		FILE *f = fopen("/sys/class/misc/unimem/mailbox", "r");

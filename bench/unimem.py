@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Unimem benchmark: prints a table and writes CSV (not a test; figures vary by machine).
+
+Measured in one run on a booted cluster (node 0 is the initiator, node 1 the owner):
+  gas_{remote,local}_{load,store}_{median,p99}_us
+                      one 8-byte access through the global address space window from guest user
+                      space (`gas bench`), to node 1's memory and to node 0's own; medians over
+                      --runs runs of --count accesses
+  gas_{remote,local}_read_{ldr_x,ld1_4q}_mb_s
+                      sequential loads of a --bulk region through the window, 8 and 64 bytes per
+                      instruction (`gas check`), median over --runs
+  mailbox_rtt_{median,p99}_us
+                      user space on node 0 -> node 1's kernel (mbox_echo.ko callback, answer with
+                      mailbox_send_message) -> node 0 (`mbox ping`)
+
+usage: bench/unimem.py [--runs 3] [--count 2000] [--bulk 1M] [--memory 256M] [--csv FILE]
+"""
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "platform"))
+
+from rackemu.cluster import Cluster  # noqa: E402
+from rackemu.config import build_dir, load_config  # noqa: E402
+
+
+def log(msg):
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def kv_lines(text):
+    return [dict(t.split("=", 1) for t in line.split() if "=" in t) for line in text.splitlines() if "=" in line]
+
+
+def run(node, cmd, timeout=600):
+    r = node.exec(cmd, timeout=timeout)
+    if r.rc != 0:
+        raise SystemExit(f"node {node.id}: `{cmd}` failed (rc {r.rc}): {r.stdout.decode()} {r.stderr.decode()}")
+    return kv_lines(r.stdout.decode())
+
+
+def export(node, size, seed, tag):
+    out = f"/tmp/bench-export-{tag}"
+    node.sh(f"rm -f {out}; setsid gas export --size {size} --seed {seed} --out {out} --hold 3600 "
+            f"</dev/null >/dev/null 2>&1 &")
+    for _ in range(300):
+        r = node.exec(f"cat {out}")
+        if r.rc == 0 and b"gaddr=" in r.stdout:
+            return int(kv_lines(r.stdout.decode())[0]["gaddr"], 16)
+        time.sleep(0.1)
+    raise SystemExit(f"gas export on node {node.id} did not start")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--count", type=int, default=2000, help="accesses / round trips per run")
+    ap.add_argument("--bulk", default="1M", help="region size for the bandwidth runs (at most 4M)")
+    ap.add_argument("--memory", default="256M")
+    ap.add_argument("--csv", default=str(build_dir() / "bench" / "unimem.csv"))
+    a = ap.parse_args()
+    bulk = int(a.bulk[:-1]) << {"K": 10, "M": 20}[a.bulk[-1]] if a.bulk[-1] in "KM" else int(a.bulk)
+    rows = []
+    cfg = load_config(None, {"nodes": 2, "name": "bench-unimem", "memory": a.memory})
+    log("booting 2 nodes")
+    with Cluster(cfg, log=lambda m: None) as c:
+        n0, n1 = c.node(0), c.node(1)
+        g_remote = export(n1, bulk, 7, "n1")
+        g_local = export(n0, bulk, 7, "n0")
+        for where, g in (("remote", g_remote), ("local", g_local)):
+            lat = {"load": [], "store": []}
+            p99 = {"load": [], "store": []}
+            for r in range(a.runs):
+                for d in run(n0, f"gas bench --gaddr {g:#x} --count {a.count}"):
+                    lat[d["op"]].append(float(d["median_us"]))
+                    p99[d["op"]].append(float(d["p99_us"]))
+            for op in ("load", "store"):
+                rows.append(("gas", f"{where}_{op}_median_us", statistics.median(lat[op]), "us"))
+                rows.append(("gas", f"{where}_{op}_p99_us", statistics.median(p99[op]), "us"))
+            log(f"gas {where}: load {statistics.median(lat['load']):.1f} us, store {statistics.median(lat['store']):.1f} us")
+            # bandwidth: the bench's stores changed the first word; restore the pattern first
+            run(n0, f"gas fill --gaddr {g:#x} --len 64 --seed 7 --width 8")
+            bw = {"ldr_x": [], "ld1_4q": []}
+            for r in range(a.runs):
+                for d in run(n0, f"gas check --gaddr {g:#x} --len {bulk} --seed 7 --width 8 --width 64"):
+                    bw[d["width"]].append(float(d["mb_per_s"]))
+            for w, v in bw.items():
+                rows.append(("gas", f"{where}_read_{w}_mb_s", statistics.median(v), "MB/s"))
+        log("mailbox round trips through node 1's kernel")
+        run(n1, "insmod /lib/modules/extra/mbox_echo.ko")
+        rtt, rp99 = [], []
+        for r in range(a.runs):
+            d = run(n0, f"mbox ping --node 1 --count {min(a.count, 1000)}")[-1]
+            rtt.append(float(d["rtt_median_us"]))
+            rp99.append(float(d["rtt_p99_us"]))
+        rows.append(("mailbox", "rtt_median_us", statistics.median(rtt), "us"))
+        rows.append(("mailbox", "rtt_p99_us", statistics.median(rp99), "us"))
+
+    print(f"{'section':8} {'metric':36} {'value':>12} unit")
+    for sec, metric, val, unit in rows:
+        print(f"{sec:8} {metric:36} {val:12.2f} {unit}")
+    Path(a.csv).parent.mkdir(parents=True, exist_ok=True)
+    with open(a.csv, "w") as f:
+        f.write("section,metric,value,unit\n")
+        for sec, metric, val, unit in rows:
+            f.write(f"{sec},{metric},{val},{unit}\n")
+    print(f"CSV: {a.csv}")
+
+
+if __name__ == "__main__":
+    main()
