@@ -11,8 +11,12 @@ out=$g/initramfs.cpio.gz
 # Debian's modules the image needs, in load order (virtio core and ring are built in).
 sys_mods=(kernel/drivers/virtio/virtio_mmio.ko kernel/drivers/char/virtio_console.ko)
 
+# Debian's modules that the extra modules need (guest/kmod/build.sh lists them in load order).
+extra_deps=()
+[ -f "$g/modules/extra/sys-deps" ] && mapfile -t extra_deps < <(sed '/^$/d' "$g/modules/extra/sys-deps")
+
 inputs=("$BUSYBOX" "$RACKEMU_ROOT/guest/image/init" "$g/bin"/* "$g/modules"/* "$g/modules/extra"/*)
-for m in "${sys_mods[@]}"; do inputs+=("$MODULES_DIR/$m"); done
+for m in "${sys_mods[@]}" "${extra_deps[@]}"; do inputs+=("$MODULES_DIR/$m"); done
 key=$( (for f in "${inputs[@]}"; do [ -f "$f" ] && sha256sum "$f"; done) | sha256sum | cut -c1-32)
 if [ -f "$out" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ]; then
     exit 0
@@ -36,12 +40,20 @@ if [ -f "$g/modules/load-order" ]; then
         echo "$m" >> "$root/lib/modules/load-order"
     done < "$g/modules/load-order"
 fi
-# not loaded at boot: tests and examples insmod them from /lib/modules/extra/
+# not loaded at boot: tests and examples insmod them from /lib/modules/extra/ (rackemu's
+# mbox_echo; Linux's unmodified xilinx_dma and dmatest). Debian modules they depend on go there
+# too, listed in load order in /lib/modules/extra/sys-deps (insmod those first).
 mkdir -p "$root/lib/modules/extra"
 for m in "$g/modules/extra"/*.ko; do [ -f "$m" ] && cp "$m" "$root/lib/modules/extra/"; done
+: > "$root/lib/modules/extra/sys-deps"
+for m in "${extra_deps[@]}"; do
+    [ -f "$MODULES_DIR/$m" ] || die "kernel module $m (needed by an extra module) missing from $MODULES_DIR"
+    cp "$MODULES_DIR/$m" "$root/lib/modules/extra/"
+    basename "$m" >> "$root/lib/modules/extra/sys-deps"
+done
 for b in "$g/bin"/*; do [ -f "$b" ] && install -m 0755 "$b" "$root/bin/"; done
 echo "root:x:0:0:root:/root:/bin/sh" > "$root/etc/passwd"
 (cd "$root" && find . | LC_ALL=C sort | cpio --quiet -o -H newc --owner=0:0 | gzip -6 > "$out.tmp")
 mv "$out.tmp" "$out"
 echo "$key" > "$out.key"
-say "guest image: $out ($(du -h "$out" | cut -f1); modules: $(tr '\n' ' ' < "$root/lib/modules/load-order"))"
+say "guest image: $out ($(du -h "$out" | cut -f1); modules: $(tr '\n' ' ' < "$root/lib/modules/load-order"); extra: $(cd "$root/lib/modules/extra" && ls -- *.ko 2>/dev/null | tr '\n' ' '))"

@@ -34,3 +34,47 @@ for m in mbox_echo; do
     if grep -q "warning:" "$bdir/$m.log"; then cat "$bdir/$m.log" >&2; die "kernel module $m built with warnings"; fi
     cmp -s "$bdir/$m/$m.ko" "$out/extra/$m.ko" || cp "$bdir/$m/$m.ko" "$out/extra/$m.ko"
 done
+
+# Linux's own xilinx_dma and dmatest drivers, unmodified, from the guest kernel's exact Debian
+# source version (platform/setup/fetch-kernel-src.sh): Debian's arm64 kernel does not build them.
+# They go to extra/ too (the cDMA tests insmod them with parameters). Warnings in these upstream
+# files are logged, not fatal; an unresolved symbol or a build error is.
+ksrc=$(bash "$RACKEMU_ROOT/platform/setup/fetch-kernel-src.sh")
+m=xilinx
+xb=$bdir/$m      # laid out as the kernel's drivers/dma/
+mkdir -p "$xb/xilinx"
+sync_file() { cmp -s "$1" "$2" || cp "$1" "$2"; }
+sync_file "$RACKEMU_ROOT/guest/kmod/xilinx/Kbuild" "$xb/Kbuild"
+sync_file "$ksrc/drivers/dma/xilinx/xilinx_dma.c" "$xb/xilinx/xilinx_dma.c"
+sync_file "$ksrc/drivers/dma/dmatest.c" "$xb/dmatest.c"
+sync_file "$ksrc/drivers/dma/dmaengine.h" "$xb/dmaengine.h"
+make -s -C "$KBUILD_DIR" M="$xb" ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu- modules > "$bdir/$m.log" 2>&1 ||
+    { cat "$bdir/$m.log" >&2; die "building the upstream xilinx_dma/dmatest modules failed (log: $bdir/$m.log)"; }
+if grep -q "warning:" "$bdir/$m.log"; then
+    say "warnings in the unmodified upstream xilinx_dma/dmatest sources (tolerated; log: $bdir/$m.log):"
+    grep "warning:" "$bdir/$m.log" >&2
+fi
+# Every undefined symbol must be exported by the guest kernel or one of its modules; symbols
+# from a module (not vmlinux) make that module a load-time dependency, handled below.
+for ko in "$xb/xilinx/xilinx_dma.ko" "$xb/dmatest.ko"; do
+    missing=$(aarch64-linux-gnu-nm -u "$ko" | awk '{print $2}' | sort -u |
+        comm -23 - <(awk '{print $2}' "$KBUILD_DIR/Module.symvers" | sort -u))
+    [ -z "$missing" ] || die "$(basename "$ko") needs symbols the guest kernel $KVER does not export: $missing"
+    sync_file "$ko" "$out/extra/$(basename "$ko")"
+done
+# In-kernel modules they need at load time (modinfo depends), with their own dependencies, in
+# load order: listed in extra/sys-deps (paths under $MODULES_DIR) for the image builder.
+sys_deps=()
+add_deps() {   # add_deps KO: append KO's dependencies (depth first) to sys_deps
+    local d p
+    for d in $(modinfo -F depends "$1" | tr ',' ' '); do
+        p=$(awk -F: -v n="$d" '{b=$1; sub(/.*\//,"",b); sub(/\.ko.*$/,"",b); gsub(/-/,"_",b); x=n; gsub(/-/,"_",x); if (b==x) {print $1; exit}}' "$MODULES_DIR/modules.dep")
+        [ -n "$p" ] || die "$(basename "$1") depends on module $d, which is not in $MODULES_DIR/modules.dep"
+        case " ${sys_deps[*]} " in *" $p "*) continue ;; esac
+        add_deps "$MODULES_DIR/$p"
+        sys_deps+=("$p")
+    done
+}
+for ko in "$out/extra/xilinx_dma.ko" "$out/extra/dmatest.ko"; do add_deps "$ko"; done
+printf '%s\n' "${sys_deps[@]}" | sed '/^$/d' > "$out/extra/sys-deps.tmp"
+sync_file "$out/extra/sys-deps.tmp" "$out/extra/sys-deps"; rm -f "$out/extra/sys-deps.tmp"
