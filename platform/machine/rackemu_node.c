@@ -21,6 +21,8 @@
 #include "rk_fabric_port.h"
 #include "rackemu_unimem.h"
 #include "rackemu_gas.h"
+#include "rackemu_cdma.h"
+#include "rackemu/xilinx_cdma_regs.h"
 #include "rk_remote_mem.h"
 #include "exec/memory.h"
 #include "qemu/log.h"
@@ -78,6 +80,38 @@ static void rackemu_node_fdt_gas(MachineState *ms, RackemuNodeState *rn)
     g_free(name);
 }
 
+/*
+ * The cDMA engine as Linux's Xilinx DMA binding describes an AXI CDMA
+ * (Documentation/devicetree/bindings/dma/xilinx/xilinx_dma.txt), so the unmodified
+ * xilinx_dma driver binds: a parent with the register page, the two AXI clocks and the address
+ * width (64: the engine reaches the global address window at 1 TiB), and one channel child.
+ */
+static void rackemu_node_fdt_cdma(MachineState *ms, VirtMachineState *vms)
+{
+    char *name = g_strdup_printf("/dma@%" PRIx64, (uint64_t)RACKEMU_CDMA_BASE);
+    char *chan = g_strdup_printf("%s/dma-channel@%" PRIx64, name, (uint64_t)RACKEMU_CDMA_BASE);
+    static const char clock_names[] = "s_axi_lite_aclk\0m_axi_aclk";
+
+    qemu_fdt_add_subnode(ms->fdt, name);
+    qemu_fdt_setprop_string(ms->fdt, name, "compatible", RACKEMU_CDMA_COMPAT);
+    qemu_fdt_setprop_sized_cells(ms->fdt, name, "reg", 2, RACKEMU_CDMA_BASE, 2, RACKEMU_CDMA_SIZE);
+    qemu_fdt_setprop_cell(ms->fdt, name, "#dma-cells", 1);
+    qemu_fdt_setprop_cells(ms->fdt, name, "clocks", vms->clock_phandle, vms->clock_phandle);
+    qemu_fdt_setprop(ms->fdt, name, "clock-names", clock_names, sizeof(clock_names));
+    qemu_fdt_setprop_cell(ms->fdt, name, "xlnx,addrwidth", RACKEMU_CDMA_ADDRWIDTH);
+    qemu_fdt_setprop(ms->fdt, name, "dma-coherent", NULL, 0); /* the engine sees what CPUs see */
+
+    qemu_fdt_add_subnode(ms->fdt, chan);
+    qemu_fdt_setprop_string(ms->fdt, chan, "compatible", RACKEMU_CDMA_CHANNEL_COMPAT);
+    qemu_fdt_setprop_cells(ms->fdt, chan, "interrupts", GIC_FDT_IRQ_TYPE_SPI, RACKEMU_CDMA_SPI,
+                           GIC_FDT_IRQ_FLAGS_LEVEL_HI);
+    qemu_fdt_setprop_cell(ms->fdt, chan, "xlnx,datawidth", RACKEMU_CDMA_DATAWIDTH);
+    /* data realignment engine: any source/destination alignment (the core handles any) */
+    qemu_fdt_setprop(ms->fdt, chan, "xlnx,include-dre", NULL, 0);
+    g_free(chan);
+    g_free(name);
+}
+
 static DeviceState *rackemu_node_sysbus(const char *type, hwaddr base, unsigned spi, VirtMachineState *vms)
 {
     DeviceState *dev = qdev_new(type);
@@ -104,7 +138,7 @@ static void rackemu_node_init(MachineState *ms)
     RackemuNodeState *rn = RACKEMU_NODE_MACHINE(ms);
     RackemuNodeClass *rnc = RACKEMU_NODE_MACHINE_GET_CLASS(ms);
     VirtMachineState *vms = VIRT_MACHINE(ms);
-    DeviceState *vmbox, *pktz, *gas;
+    DeviceState *vmbox, *pktz, *gas, *cdma;
 
     if (rn->node_count < 1 || rn->node_count > RKF_MAX_NODES) {
         error_report("rackemu-node: node-count=%u out of range 1..%u", rn->node_count, RKF_MAX_NODES);
@@ -154,6 +188,14 @@ static void rackemu_node_init(MachineState *ms)
     sysbus_mmio_map(SYS_BUS_DEVICE(gas), 1, GAS_WINDOW_BASE);
     rackemu_gas_connect(gas, rn->rmem);
 
+    cdma = qdev_new(TYPE_RACKEMU_CDMA);
+    qdev_prop_set_uint32(cdma, "node-id", rn->node_id);
+    qdev_prop_set_uint32(cdma, "node-count", rn->node_count);
+    sysbus_realize_and_unref(SYS_BUS_DEVICE(cdma), &error_fatal);
+    sysbus_mmio_map(SYS_BUS_DEVICE(cdma), 0, RACKEMU_CDMA_BASE);
+    sysbus_connect_irq(SYS_BUS_DEVICE(cdma), 0, qdev_get_gpio_in(vms->gic, RACKEMU_CDMA_SPI));
+    rackemu_cdma_connect(cdma, rn->rmem);
+
     if (rn->port) {
         rk_fabric_port_start(rn->port); /* every service of the node is registered now */
     }
@@ -163,6 +205,7 @@ static void rackemu_node_init(MachineState *ms)
     rackemu_node_fdt_device(ms, "packetizer", RACKEMU_PKTZ_BASE, PKTZ_MMIO_SIZE, RACKEMU_PKTZ_COMPAT,
                             RACKEMU_PKTZ_SPI, rn);
     rackemu_node_fdt_gas(ms, rn);
+    rackemu_node_fdt_cdma(ms, vms);
     qemu_fdt_setprop_cell(ms->fdt, "/chosen", "rackemu,node-id", rn->node_id);
     qemu_fdt_setprop_cell(ms->fdt, "/chosen", "rackemu,node-count", rn->node_count);
 }

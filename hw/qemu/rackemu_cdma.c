@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * QOM glue of rackemu's Xilinx AXI CDMA-compatible engine (PG034; docs/cdma.md). The device
+ * logic is the C++ core (hw/unimem/cdma.{h,cc}), whose engine runs on a thread of its own
+ * (cdma_capi.cc). This file maps the register page and the interrupt line, and gives the
+ * engine the node's view of memory: its physical address space (RAM, and devices through the
+ * memory API) plus the global address space window, whose transfers go straight to the
+ * fabric's one-sided memory service in large requests instead of 8-byte window accesses.
+ */
+#include "qemu/osdep.h"
+#include "qemu/log.h"
+#include "qemu/main-loop.h"
+#include "qemu/rcu.h"
+#include "qapi/error.h"
+#include "exec/address-spaces.h"
+#include "hw/irq.h"
+#include "hw/qdev-properties.h"
+#include "hw/sysbus.h"
+#include "migration/vmstate.h"
+
+#include "rackemu/unimem_regs.h"
+#include "rackemu/xilinx_cdma_regs.h"
+#include "cdma_capi.h"
+#include "rk_remote_mem.h"
+#include "rackemu_cdma.h"
+
+OBJECT_DECLARE_SIMPLE_TYPE(RackemuCdmaState, RACKEMU_CDMA)
+
+struct RackemuCdmaState {
+    SysBusDevice parent_obj;
+    MemoryRegion mmio;
+    qemu_irq irq;
+    RkCdma *core;
+    RkRemoteMem *rmem; /* set by the machine */
+    uint32_t node_id;
+    uint32_t node_count;
+};
+
+static void rackemu_cdma_log(void *opaque, const char *msg)
+{
+    qemu_log_mask(LOG_GUEST_ERROR, "%s\n", msg);
+}
+
+/* Engine thread: one transfer chunk. */
+static int rackemu_cdma_mem(void *opaque, int write, uint64_t addr, void *buf, uint64_t len)
+{
+    RackemuCdmaState *s = opaque;
+    uint64_t wsize = (uint64_t)s->node_count * GAS_WINDOW_NODE_SIZE;
+    MemTxResult r;
+
+    if (addr >= GAS_WINDOW_BASE && addr - GAS_WINDOW_BASE < wsize) {
+        uint64_t g = addr - GAS_WINDOW_BASE;
+        uint8_t *p = buf;
+
+        if (len > wsize - g) {
+            return RK_CDMA_MEM_DECODE_ERR; /* runs off the end of the cluster */
+        }
+        while (len) {
+            /* one owner per piece: split where the range crosses into the next node */
+            uint64_t n = MIN(len, GAS_WINDOW_NODE_SIZE - UNIMEM_GADDR_LOCAL(g));
+            int rc = !s->rmem ? RK_RMEM_UNREACHABLE
+                     : write ? rk_rmem_write(s->rmem, UNIMEM_GADDR_NODE(g), UNIMEM_GADDR_LOCAL(g), p, n)
+                             : rk_rmem_read(s->rmem, UNIMEM_GADDR_NODE(g), UNIMEM_GADDR_LOCAL(g), p, n);
+
+            if (rc == RK_RMEM_DECODE_ERR) {
+                return RK_CDMA_MEM_DECODE_ERR;
+            }
+            if (rc != RK_RMEM_OK) {
+                return RK_CDMA_MEM_SLAVE_ERR; /* node down, unreachable or not answering */
+            }
+            g += n;
+            p += n;
+            len -= n;
+        }
+        return RK_CDMA_MEM_OK;
+    }
+    r = address_space_rw(&address_space_memory, addr, MEMTXATTRS_UNSPECIFIED, buf, len, write);
+    return r == MEMTX_OK ? RK_CDMA_MEM_OK : r == MEMTX_DECODE_ERROR ? RK_CDMA_MEM_DECODE_ERR
+                                                                    : RK_CDMA_MEM_SLAVE_ERR;
+}
+
+/* From a vCPU (big lock held) or from the engine thread, which takes it. */
+static void rackemu_cdma_irq(void *opaque, int level)
+{
+    RackemuCdmaState *s = opaque;
+
+    if (qemu_mutex_iothread_locked()) {
+        qemu_set_irq(s->irq, rk_cdma_irq_level(s->core));
+    } else {
+        qemu_mutex_lock_iothread();
+        qemu_set_irq(s->irq, rk_cdma_irq_level(s->core));
+        qemu_mutex_unlock_iothread();
+    }
+}
+
+/* The engine thread reads guest memory through the memory API: it must be an RCU reader. */
+static void rackemu_cdma_thread(void *opaque, int start)
+{
+    if (start) {
+        rcu_register_thread();
+    } else {
+        rcu_unregister_thread();
+    }
+}
+
+static uint64_t rackemu_cdma_read(void *opaque, hwaddr addr, unsigned size)
+{
+    RackemuCdmaState *s = opaque;
+
+    return rk_cdma_read(s->core, addr, size);
+}
+
+static void rackemu_cdma_write(void *opaque, hwaddr addr, uint64_t data, unsigned size)
+{
+    RackemuCdmaState *s = opaque;
+
+    rk_cdma_write(s->core, addr, data, size);
+}
+
+static const MemoryRegionOps rackemu_cdma_ops = {
+    .read = rackemu_cdma_read,
+    .write = rackemu_cdma_write,
+    .endianness = DEVICE_LITTLE_ENDIAN,
+    .valid = { .min_access_size = 1, .max_access_size = 8 },
+    .impl = { .min_access_size = 1, .max_access_size = 8 },
+};
+
+static void rackemu_cdma_realize(DeviceState *dev, Error **errp)
+{
+    RackemuCdmaState *s = RACKEMU_CDMA(dev);
+
+    if (s->node_count < 1 || s->node_count > 64) {
+        error_setg(errp, "rackemu-cdma: node-count %u out of range 1..64", s->node_count);
+        return;
+    }
+    s->core = rk_cdma_new(rackemu_cdma_mem, rackemu_cdma_irq, rackemu_cdma_log, rackemu_cdma_thread, s);
+    memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_cdma_ops, s, "rackemu-cdma", RACKEMU_CDMA_SIZE);
+    sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
+    sysbus_init_irq(SYS_BUS_DEVICE(s), &s->irq);
+}
+
+static void rackemu_cdma_reset(DeviceState *dev)
+{
+    RackemuCdmaState *s = RACKEMU_CDMA(dev);
+
+    if (s->core) {
+        rk_cdma_reset(s->core);
+        qemu_set_irq(s->irq, rk_cdma_irq_level(s->core));
+    }
+}
+
+void rackemu_cdma_connect(DeviceState *dev, RkRemoteMem *rmem)
+{
+    RACKEMU_CDMA(dev)->rmem = rmem;
+}
+
+/* Caveat: the engine's registers and an in-flight transfer live in the C++ core and are not
+ * serialised: snapshots and migration are refused rather than silently losing them. */
+static const VMStateDescription rackemu_cdma_vmstate = {
+    .name = "rackemu-cdma",
+    .unmigratable = 1,
+};
+
+static Property rackemu_cdma_props[] = {
+    DEFINE_PROP_UINT32("node-id", RackemuCdmaState, node_id, 0),
+    DEFINE_PROP_UINT32("node-count", RackemuCdmaState, node_count, 1),
+    DEFINE_PROP_END_OF_LIST(),
+};
+
+static void rackemu_cdma_class_init(ObjectClass *oc, void *data)
+{
+    DeviceClass *dc = DEVICE_CLASS(oc);
+
+    dc->desc = "Xilinx AXI CDMA compatible engine (PG034), rackemu";
+    dc->realize = rackemu_cdma_realize;
+    dc->reset = rackemu_cdma_reset;
+    dc->vmsd = &rackemu_cdma_vmstate;
+    dc->user_creatable = false; /* created and wired by the rackemu-node machine */
+    device_class_set_props(dc, rackemu_cdma_props);
+}
+
+static const TypeInfo rackemu_cdma_types[] = {
+    {
+        .name = TYPE_RACKEMU_CDMA,
+        .parent = TYPE_SYS_BUS_DEVICE,
+        .instance_size = sizeof(RackemuCdmaState),
+        .class_init = rackemu_cdma_class_init,
+    },
+};
+
+DEFINE_TYPES(rackemu_cdma_types)
