@@ -25,7 +25,7 @@ mv "$out/load-order.tmp" "$out/load-order"
 # Modules that are packed into the image but not loaded at boot (tests and examples insmod them
 # from /lib/modules/extra/); they may use the symbols of the boot modules above.
 mkdir -p "$out/extra"
-for m in mbox_echo; do
+for m in mbox_echo unimem_dma; do
     mkdir -p "$bdir/$m"
     for f in "$RACKEMU_ROOT/guest/kmod/$m"/*; do cmp -s "$f" "$bdir/$m/$(basename "$f")" || cp "$f" "$bdir/$m/"; done
     make -s -C "$KBUILD_DIR" M="$bdir/$m" ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu- \

@@ -4,6 +4,7 @@
 #   unimem-check  bad-input checks of /dev/unimem (unimem_check.c + libunimem.c)
 #   gas           loads and stores through the global address space window (gas.c)
 #   mbox          the mailbox from user space (mbox.c)
+#   cdma          copies with the cDMA engine, local and remote (cdma.c)
 source "$(dirname "$0")/../../platform/setup/lib.sh"
 out=$RACKEMU_BUILD/guest/bin
 src=$RACKEMU_ROOT/guest/user
@@ -19,3 +20,4 @@ build unimem "$src/unimem.c" "$src/libunimem.c"
 build unimem-check "$src/unimem_check.c" "$src/libunimem.c"
 build gas "$src/gas.c"
 build mbox "$src/mbox.c"
+build cdma "$src/cdma.c"

@@ -9,48 +9,21 @@ import time
 
 import pytest
 
-
-def kv(text):
-    out = []
-    for line in text.decode().splitlines():
-        d = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
-        if d:
-            out.append(d)
-    return out
+from guest_tools import check, export, kv
 
 
 WIDTHS = ["ldrb", "ldrh", "ldr_w", "ldr_x", "ldp_x", "ld1_q", "ld1_4q", "ldr_x_unaligned"]
-
-
-def export(node, size, seed, tag):
-    """Start `gas export` detached on node (it outlives the agent's exec); return its gaddr."""
-    out = f"/tmp/gas-export-{tag}"
-    node.sh(f"rm -f {out}; setsid gas export --size {size} --seed {seed} --out {out} --hold 900 "
-            f"</dev/null >/dev/null 2>&1 &")
-    for _ in range(300):
-        r = node.exec(f"cat {out}")
-        if r.rc == 0 and b"gaddr=" in r.stdout:
-            return int(kv(r.stdout)[0]["gaddr"], 16)
-        time.sleep(0.1)
-    raise AssertionError(f"gas export on node {node.id} did not start")
 
 
 @pytest.fixture(scope="module")
 def exported(cluster2):
     """64 KiB on node 1 filled with seed 7, and 64 KiB on node 0 filled with seed 8."""
     n0, n1 = cluster2.node(0), cluster2.node(1)
-    g1 = export(n1, 65536, 7, "n1")
-    g0 = export(n0, 65536, 8, "n0")
+    g1, _ = export(n1, 65536, 7, "n1")
+    g0, _ = export(n0, 65536, 8, "n0")
     yield g0, g1
     for n in (n0, n1):
-        n.exec("pkill -f 'gas export'")
-
-
-def check(node, gaddr, length, seed, widths=None, poff=0):
-    wopts = " ".join(f"--width {w}" for w in widths) if widths else ""
-    r = node.exec(f"gas check --gaddr {gaddr:#x} --len {length} --seed {seed} --pattern-offset {poff} {wopts}",
-                  timeout=120)
-    return r, kv(r.stdout)
+        n.exec("killall gas")
 
 
 def test_remote_loads_of_every_width_read_the_owners_bytes(cluster2, exported):
@@ -109,7 +82,7 @@ def test_window_address_that_is_not_ram_gives_the_process_sigbus(cluster2):
 def test_dead_node_gives_a_bus_error_not_a_hang(fresh_cluster):
     c = fresh_cluster(nodes=3)
     n0, n2 = c.node(0), c.node(2)
-    g2 = export(n2, 4096, 5, "n2")
+    g2, _ = export(n2, 4096, 5, "n2")
     c.kill_node(1)
     t0 = time.monotonic()
     r = n0.exec("gas load --node 1 --addr 0x40000000 --size 8", timeout=30)

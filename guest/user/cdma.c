@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: MIT
+/*
+ * cdma: copies with the node's cDMA engine (/dev/unimem_dma: dmaengine + xilinx_dma).
+ * `cdma --help` lists the subcommands; key=value output; exit 0 on success, 1 when the
+ * copy failed, 2 for a usage error.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "rackemu/unimem_dma_uapi.h"
+#include "rackemu/unimem_regs.h"
+#include "rackemu/xilinx_cdma_regs.h"
+
+static const char *prog = "cdma";
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(2);
+}
+
+static uint64_t num(const char *s, const char *what)
+{
+	char *end;
+	uint64_t v;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || !*s || (*end && strcmp(end, "K") && strcmp(end, "M")))
+		die("%s '%s': expected a number", what, s);
+	return !strcmp(end, "K") ? v << 10 : !strcmp(end, "M") ? v << 20 : v;
+}
+
+/* "g:G" = global address G (through the window), "p:P" or "P" = this node's physical address */
+static uint64_t addr(const char *s, const char *what)
+{
+	if (!strncmp(s, "g:", 2)) {
+		uint64_t g = num(s + 2, what);
+
+		if (g >> UNIMEM_GADDR_BITS)
+			die("%s '%s': a global address has %u bits", what, s, UNIMEM_GADDR_BITS);
+		return GAS_WINDOW_BASE + g;
+	}
+	return num(!strncmp(s, "p:", 2) ? s + 2 : s, what);
+}
+
+static int cmd_copy(int argc, char **argv)
+{
+	static const struct option opts[] = { { "src", 1, 0, 's' }, { "dst", 1, 0, 'd' }, { "len", 1, 0, 'l' },
+					       { "timeout", 1, 0, 't' }, { "repeat", 1, 0, 'r' }, { "help", 0, 0, 'h' },
+					       { 0 } };
+	struct unimem_dma_copy c = { 0 };
+	int have_s = 0, have_d = 0, o, fd;
+	long repeat = 1;
+	uint64_t total_ns = 0;
+
+	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (o) {
+		case 's': c.src = addr(optarg, "--src"); have_s = 1; break;
+		case 'd': c.dst = addr(optarg, "--dst"); have_d = 1; break;
+		case 'l': c.len = num(optarg, "--len"); break;
+		case 't': c.timeout_ms = (uint32_t)num(optarg, "--timeout"); break;
+		case 'r': repeat = (long)num(optarg, "--repeat"); break;
+		case 'h':
+			printf("usage: cdma copy --src A --dst A --len L [--timeout MS] [--repeat K]\n"
+			       "Copy L bytes (1 .. 64M) with the cDMA engine. An address A is g:G (global address G:\n"
+			       "another node's memory, or this node's, through the global address space window) or\n"
+			       "p:P / P (this node's physical address). Prints status=ok|EIO|ETIMEDOUT src=.. dst=..\n"
+			       "len=.. elapsed_us=.. mb_per_s=.. (the median copy of K).\n");
+			return 0;
+		default: return 2;
+		}
+	}
+	if (!have_s || !have_d || !c.len)
+		die("--src, --dst and --len are required; see --help");
+	if (c.len > UNIMEM_DMA_MAX_LEN)
+		die("--len at most %u", UNIMEM_DMA_MAX_LEN);
+	if (repeat < 1 || repeat > 10000)
+		die("--repeat must be 1 .. 10000");
+	fd = open(UNIMEM_DMA_DEV_PATH, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		die("cannot open %s: %s (insmod xilinx_dma.ko and unimem_dma.ko from /lib/modules/extra; root)",
+		    UNIMEM_DMA_DEV_PATH, strerror(errno));
+	uint64_t *ns = calloc((size_t)repeat, sizeof(uint64_t));
+
+	if (!ns)
+		die("out of memory");
+	for (long i = 0; i < repeat; i++) {
+		if (ioctl(fd, UNIMEM_DMA_IOC_COPY, &c) < 0)
+			die("UNIMEM_DMA_IOC_COPY: %s", strerror(errno));
+		if (c.status)
+			break;
+		ns[i] = c.elapsed_ns;
+		total_ns += c.elapsed_ns;
+		/* insertion sort for the median */
+		for (long j = i; j > 0 && ns[j - 1] > ns[j]; j--) {
+			uint64_t t = ns[j];
+
+			ns[j] = ns[j - 1];
+			ns[j - 1] = t;
+		}
+	}
+	uint64_t med = c.status ? c.elapsed_ns : ns[repeat / 2];
+
+	printf("status=%s src=0x%llx dst=0x%llx len=%llu elapsed_us=%.1f mb_per_s=%.1f engine_status=0x%x%s%s%s\n",
+	       c.status == 0 ? "ok" : c.status == -ETIMEDOUT ? "ETIMEDOUT" : "EIO", (unsigned long long)c.src,
+	       (unsigned long long)c.dst, (unsigned long long)c.len, med / 1e3, med ? c.len * 1e3 / med : 0.0,
+	       c.engine_status, c.engine_status & XCDMA_SR_DMADECERR ? " error=DMADecErr" : "",
+	       c.engine_status & XCDMA_SR_DMASLVERR ? " error=DMASlvErr" : "",
+	       c.engine_status & XCDMA_SR_DMAINTERR ? " error=DMAIntErr" : "");
+	(void)total_ns;
+	free(ns);
+	close(fd);
+	return c.status ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		fprintf(argc < 2 ? stderr : stdout, "usage: cdma copy --src A --dst A --len L   (cdma copy --help)\n");
+		return argc < 2 ? 2 : 0;
+	}
+	if (!strcmp(argv[1], "copy"))
+		return cmd_copy(argc - 1, argv + 1);
+	fprintf(stderr, "%s: unknown command '%s'\n", prog, argv[1]);
+	return 2;
+}

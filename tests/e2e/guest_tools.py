@@ -1,0 +1,34 @@
+"""Helpers for e2e tests that drive rackemu's guest tools (gas, mbox, cdma) on booted nodes."""
+import time
+
+
+def kv(text):
+    """The tools' `key=value` lines, one dict per line."""
+    out = []
+    for line in text.decode().splitlines():
+        d = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+        if d:
+            out.append(d)
+    return out
+
+
+def export(node, size, seed, tag):
+    """Start `gas export` detached on node (it outlives the agent's exec); return (gaddr, local)."""
+    out = f"/tmp/gas-export-{tag}"
+    node.sh(f"rm -f {out}; setsid gas export --size {size} --seed {seed} --out {out} --hold 900 "
+            f"</dev/null >/dev/null 2>&1 &")
+    for _ in range(300):
+        r = node.exec(f"cat {out}")
+        if r.rc == 0 and b"gaddr=" in r.stdout:
+            d = kv(r.stdout)[0]
+            return int(d["gaddr"], 16), int(d["local"], 16)
+        time.sleep(0.1)
+    raise AssertionError(f"gas export on node {node.id} did not start")
+
+
+def check(node, gaddr, length, seed, widths=None, poff=0):
+    """`gas check` of [gaddr, gaddr + length) against pattern `seed` from index poff."""
+    wopts = " ".join(f"--width {w}" for w in widths) if widths else ""
+    r = node.exec(f"gas check --gaddr {gaddr:#x} --len {length} --seed {seed} --pattern-offset {poff} {wopts}",
+                  timeout=120)
+    return r, kv(r.stdout)
