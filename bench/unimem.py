@@ -9,11 +9,15 @@ Measured in one run on a booted cluster (node 0 is the initiator, node 1 the own
   gas_{remote,local}_read_{ldr_x,ld1_4q}_mb_s
                       sequential loads of a --bulk region through the window, 8 and 64 bytes per
                       instruction (`gas check`), median over --runs
+  cdma_{local_to_local,remote_to_local,local_to_remote}_{SIZE}_mb_s
+                      cDMA copies through Linux's xilinx_dma (`cdma copy --repeat`), median of
+                      --runs x 5 copies, for each size in --dma-sizes
   mailbox_rtt_{median,p99}_us
                       user space on node 0 -> node 1's kernel (mbox_echo.ko callback, answer with
                       mailbox_send_message) -> node 0 (`mbox ping`)
 
-usage: bench/unimem.py [--runs 3] [--count 2000] [--bulk 1M] [--memory 256M] [--csv FILE]
+usage: bench/unimem.py [--runs 3] [--count 2000] [--bulk 1M] [--dma-sizes 4K,64K,1M,4M] [--memory 256M]
+                      [--csv FILE]
 """
 import argparse
 import statistics
@@ -60,10 +64,15 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--count", type=int, default=2000, help="accesses / round trips per run")
     ap.add_argument("--bulk", default="1M", help="region size for the bandwidth runs (at most 4M)")
+    ap.add_argument("--dma-sizes", default="4K,64K,1M,4M")
     ap.add_argument("--memory", default="256M")
     ap.add_argument("--csv", default=str(build_dir() / "bench" / "unimem.csv"))
     a = ap.parse_args()
-    bulk = int(a.bulk[:-1]) << {"K": 10, "M": 20}[a.bulk[-1]] if a.bulk[-1] in "KM" else int(a.bulk)
+    def size(x):
+        return int(x[:-1]) << {"K": 10, "M": 20}[x[-1]] if x[-1] in "KM" else int(x)
+
+    bulk = size(a.bulk)
+    dma_sizes = [size(x) for x in a.dma_sizes.split(",") if x]
     rows = []
     cfg = load_config(None, {"nodes": 2, "name": "bench-unimem", "memory": a.memory})
     log("booting 2 nodes")
@@ -90,6 +99,23 @@ def main():
                     bw[d["width"]].append(float(d["mb_per_s"]))
             for w, v in bw.items():
                 rows.append(("gas", f"{where}_read_{w}_mb_s", statistics.median(v), "MB/s"))
+        log("cDMA copies")
+        run(n0, "insmod /lib/modules/extra/xilinx_dma.ko && insmod /lib/modules/extra/unimem_dma.ko")
+        big = max(dma_sizes)
+        g1 = export(n1, 4 << 20, 7, "dma1")
+        g0 = export(n0, 4 << 20, 7, "dma0")
+        p0 = int(kv_lines(n0.exec("cat /tmp/bench-export-dma0").stdout.decode())[0]["local"], 16)
+        half = 2 << 20
+        for sz in dma_sizes:
+            if sz > half:
+                sz = half
+            for name, src, dst in (("local_to_local", f"p:{p0:#x}", f"p:{p0 + half:#x}"),
+                                   ("remote_to_local", f"g:{g1:#x}", f"p:{p0:#x}"),
+                                   ("local_to_remote", f"p:{p0:#x}", f"g:{g1 + half:#x}")):
+                v = [float(run(n0, f"cdma copy --src {src} --dst {dst} --len {sz} --repeat 5")[0]["mb_per_s"])
+                     for _ in range(a.runs)]
+                rows.append(("cdma", f"{name}_{sz}_mb_s", statistics.median(v), "MB/s"))
+        del big, g0
         log("mailbox round trips through node 1's kernel")
         run(n1, "insmod /lib/modules/extra/mbox_echo.ko")
         rtt, rp99 = [], []
