@@ -27,9 +27,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "platform"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from rackemu.cluster import Cluster  # noqa: E402
 from rackemu.config import build_dir, load_config  # noqa: E402
+from benchlib import write_results  # noqa: E402
 
 
 def log(msg):
@@ -126,15 +128,7 @@ def main():
         rows.append(("mailbox", "rtt_median_us", statistics.median(rtt), "us"))
         rows.append(("mailbox", "rtt_p99_us", statistics.median(rp99), "us"))
 
-    print(f"{'section':8} {'metric':36} {'value':>12} unit")
-    for sec, metric, val, unit in rows:
-        print(f"{sec:8} {metric:36} {val:12.2f} {unit}")
-    Path(a.csv).parent.mkdir(parents=True, exist_ok=True)
-    with open(a.csv, "w") as f:
-        f.write("section,metric,value,unit\n")
-        for sec, metric, val, unit in rows:
-            f.write(f"{sec},{metric},{val},{unit}\n")
-    print(f"CSV: {a.csv}")
+    write_results(rows, a.csv)
 
 
 if __name__ == "__main__":

@@ -19,45 +19,22 @@
 #include "rackemu/unimem_dma_uapi.h"
 #include "rackemu/unimem_regs.h"
 #include "rackemu/xilinx_cdma_regs.h"
+#include "tool.h"
 
-static const char *prog = "cdma";
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-	va_list ap;
 
-	fprintf(stderr, "%s: ", prog);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(2);
-}
-
-static uint64_t num(const char *s, const char *what)
-{
-	char *end;
-	uint64_t v;
-
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno || !*s || (*end && strcmp(end, "K") && strcmp(end, "M")))
-		die("%s '%s': expected a number", what, s);
-	return !strcmp(end, "K") ? v << 10 : !strcmp(end, "M") ? v << 20 : v;
-}
 
 /* "g:G" = global address G (through the window), "p:P" or "P" = this node's physical address */
 static uint64_t addr(const char *s, const char *what)
 {
 	if (!strncmp(s, "g:", 2)) {
-		uint64_t g = num(s + 2, what);
+		uint64_t g = num(s + 2, what, UINT64_MAX);
 
 		if (g >> UNIMEM_GADDR_BITS)
 			die("%s '%s': a global address has %u bits", what, s, UNIMEM_GADDR_BITS);
 		return GAS_WINDOW_BASE + g;
 	}
-	return num(!strncmp(s, "p:", 2) ? s + 2 : s, what);
+	return num(!strncmp(s, "p:", 2) ? s + 2 : s, what, UINT64_MAX);
 }
 
 static int cmd_copy(int argc, char **argv)
@@ -74,9 +51,9 @@ static int cmd_copy(int argc, char **argv)
 		switch (o) {
 		case 's': c.src = addr(optarg, "--src"); have_s = 1; break;
 		case 'd': c.dst = addr(optarg, "--dst"); have_d = 1; break;
-		case 'l': c.len = num(optarg, "--len"); break;
-		case 't': c.timeout_ms = (uint32_t)num(optarg, "--timeout"); break;
-		case 'r': repeat = (long)num(optarg, "--repeat"); break;
+		case 'l': c.len = num(optarg, "--len", UINT64_MAX); break;
+		case 't': c.timeout_ms = (uint32_t)num(optarg, "--timeout", 600000); break;
+		case 'r': repeat = (long)num(optarg, "--repeat", 10000); break;
 		case 'h':
 			printf("usage: cdma copy --src A --dst A --len L [--timeout MS] [--repeat K]\n"
 			       "Copy L bytes (1 .. 64M) with the cDMA engine. An address A is g:G (global address G:\n"
@@ -132,6 +109,7 @@ static int cmd_copy(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	tool_prog = "cdma";
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		fprintf(argc < 2 ? stderr : stdout, "usage: cdma copy --src A --dst A --len L   (cdma copy --help)\n");
@@ -139,6 +117,6 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "copy"))
 		return cmd_copy(argc - 1, argv + 1);
-	fprintf(stderr, "%s: unknown command '%s'\n", prog, argv[1]);
+	fprintf(stderr, "%s: unknown command '%s'\n", tool_prog, argv[1]);
 	return 2;
 }

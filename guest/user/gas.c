@@ -25,37 +25,10 @@
 
 #include "rackemu/unimem_gas_uapi.h"
 #include "rackemu/unimem_regs.h"
+#include "tool.h"
 
-static const char *prog = "gas";
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-	va_list ap;
 
-	fprintf(stderr, "%s: ", prog);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(2);
-}
-
-static uint64_t num(const char *s, const char *what)
-{
-	char *end;
-	uint64_t v;
-
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno || !*s || (*end && strcmp(end, "K") && strcmp(end, "M")))
-		die("%s '%s': expected a number", what, s);
-	if (!strcmp(end, "K"))
-		v <<= 10;
-	else if (!strcmp(end, "M"))
-		v <<= 20;
-	return v;
-}
 
 static uint8_t pat(unsigned seed, uint64_t i)
 {
@@ -228,18 +201,18 @@ static void region_opts(int argc, char **argv, struct region *r, int *widths, in
 	*nwidths = 0;
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
-		case 'g': r->gaddr = num(optarg, "--gaddr"); have_g = 1; break;
-		case 'n': node = (long)num(optarg, "--node"); break;
-		case 'a': addr = num(optarg, "--addr"); have_a = 1; break;
-		case 'l': r->len = num(optarg, "--len"); break;
-		case 's': r->seed = (unsigned)num(optarg, "--seed"); break;
-		case 'P': r->poff = num(optarg, "--pattern-offset"); break;
+		case 'g': r->gaddr = num(optarg, "--gaddr", UINT64_MAX); have_g = 1; break;
+		case 'n': node = (long)num(optarg, "--node", 63); break;
+		case 'a': addr = num(optarg, "--addr", UINT64_MAX); have_a = 1; break;
+		case 'l': r->len = num(optarg, "--len", UINT64_MAX); break;
+		case 's': r->seed = (unsigned)num(optarg, "--seed", UINT32_MAX); break;
+		case 'P': r->poff = num(optarg, "--pattern-offset", UINT64_MAX); break;
 		case 'w':
 			if (!strcmp(optarg, "all")) {
 				*nwidths = 0;
 				break;
 			}
-			widths[(*nwidths)++ % 8] = (int)num(optarg, "--width");
+			widths[(*nwidths)++ % 8] = (int)num(optarg, "--width", 64);
 			break;
 		case 'h': fputs(usage, stdout); exit(0);
 		default: exit(2);
@@ -365,11 +338,11 @@ static int cmd_load_store(int argc, char **argv, int store)
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
-		case 'g': gaddr = num(optarg, "--gaddr"); have_g = 1; break;
-		case 'n': node = (long)num(optarg, "--node"); break;
-		case 'a': addr = num(optarg, "--addr"); have_a = 1; break;
-		case 'z': size = (long)num(optarg, "--size"); break;
-		case 'v': value = num(optarg, "--value"); have_v = 1; break;
+		case 'g': gaddr = num(optarg, "--gaddr", UINT64_MAX); have_g = 1; break;
+		case 'n': node = (long)num(optarg, "--node", 63); break;
+		case 'a': addr = num(optarg, "--addr", UINT64_MAX); have_a = 1; break;
+		case 'z': size = (long)num(optarg, "--size", 1u << 30); break;
+		case 'v': value = num(optarg, "--value", UINT64_MAX); have_v = 1; break;
 		case 'h':
 			printf("usage: gas %s (--gaddr G | --node N --addr A) [--size 1|2|4|8]%s\n"
 			       "One %s of SIZE bytes through the window. Prints gaddr=.. size=..%s, or bus_error=1\n"
@@ -423,10 +396,10 @@ static int cmd_export(int argc, char **argv)
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
-		case 'z': e.size = num(optarg, "--size"); break;
-		case 's': seed = (unsigned)num(optarg, "--seed"); break;
+		case 'z': e.size = num(optarg, "--size", 1u << 30); break;
+		case 's': seed = (unsigned)num(optarg, "--seed", UINT32_MAX); break;
 		case 'o': out = optarg; break;
-		case 'H': hold = (long)num(optarg, "--hold"); break;
+		case 'H': hold = (long)num(optarg, "--hold", 100000000); break;
 		case 'h':
 			printf("usage: gas export [--size BYTES] [--seed S] [--out FILE] [--hold SECONDS]\n"
 			       "Allocate physically contiguous memory on this node (UNIMEM_GAS_IOC_EXPORT, at most\n"
@@ -439,7 +412,7 @@ static int cmd_export(int argc, char **argv)
 	}
 	gas_open();
 	if (ioctl(gas_fd, UNIMEM_GAS_IOC_EXPORT, &e) < 0) {
-		fprintf(stderr, "%s: UNIMEM_GAS_IOC_EXPORT of %llu bytes: %s\n", prog, (unsigned long long)e.size,
+		fprintf(stderr, "%s: UNIMEM_GAS_IOC_EXPORT of %llu bytes: %s\n", tool_prog, (unsigned long long)e.size,
 			strerror(errno));
 		return 1;
 	}
@@ -493,10 +466,10 @@ static int cmd_bench(int argc, char **argv)
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
-		case 'g': gaddr = num(optarg, "--gaddr"); have_g = 1; break;
-		case 'n': node = (long)num(optarg, "--node"); break;
-		case 'a': addr = num(optarg, "--addr"); have_a = 1; break;
-		case 'c': count = (long)num(optarg, "--count"); break;
+		case 'g': gaddr = num(optarg, "--gaddr", UINT64_MAX); have_g = 1; break;
+		case 'n': node = (long)num(optarg, "--node", 63); break;
+		case 'a': addr = num(optarg, "--addr", UINT64_MAX); have_a = 1; break;
+		case 'c': count = (long)num(optarg, "--count", UINT64_MAX); break;
 		case 'h':
 			printf("usage: gas bench (--gaddr G | --node N --addr A) [--count K]\n"
 			       "Latency of K 8-byte loads and K 8-byte stores through the window, one at a time\n"
@@ -572,6 +545,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+	tool_prog = "gas";
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(argc < 2 ? stderr : stdout);
@@ -585,7 +559,7 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[0], "fill")) return cmd_fill(argc, argv);
 	if (!strcmp(argv[0], "check")) return cmd_check(argc, argv);
 	if (!strcmp(argv[0], "bench")) return cmd_bench(argc, argv);
-	fprintf(stderr, "%s: unknown command '%s'\n", prog, argv[0]);
+	fprintf(stderr, "%s: unknown command '%s'\n", tool_prog, argv[0]);
 	usage(stderr);
 	return 2;
 }

@@ -22,33 +22,10 @@
 
 #include "rackemu/unimem_mailbox.h"
 #include "rackemu/unimem_uapi.h"
+#include "tool.h"
 
-static const char *prog = "mbox";
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-	va_list ap;
 
-	fprintf(stderr, "%s: ", prog);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(2);
-}
-
-static uint64_t num(const char *s, const char *what, uint64_t max)
-{
-	char *end;
-	uint64_t v;
-
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno || !*s || *end || v > max)
-		die("%s '%s': expected a number up to %llu", what, s, (unsigned long long)max);
-	return v;
-}
 
 static void dev_path(unsigned node, char *out, size_t n)
 {
@@ -462,6 +439,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+	tool_prog = "mbox";
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(argc < 2 ? stderr : stdout);
@@ -482,7 +460,7 @@ int main(int argc, char **argv)
 		fclose(f);
 		return 0;
 	}
-	fprintf(stderr, "%s: unknown command '%s'\n", prog, argv[0]);
+	fprintf(stderr, "%s: unknown command '%s'\n", tool_prog, argv[0]);
 	usage(stderr);
 	return 2;
 }

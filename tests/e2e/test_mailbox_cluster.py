@@ -7,14 +7,7 @@ mailbox_register_callback() and answers from the kernel with mailbox_send_messag
 """
 import pytest
 
-
-def kv(text):
-    out = []
-    for line in text.decode().splitlines():
-        d = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
-        if d:
-            out.append(d)
-    return out
+from guest_tools import kv
 
 
 def stats(node):

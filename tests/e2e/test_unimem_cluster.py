@@ -9,15 +9,7 @@ import re
 import signal
 import time
 
-
-def kv_lines(text):
-    """Parse the `unimem` tool's `key=value` lines."""
-    out = []
-    for line in text.decode().splitlines():
-        d = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
-        if d:
-            out.append(d)
-    return out
+from guest_tools import kv as kv_lines
 
 
 def sender_tgid_on_node0(cluster2, cmd):

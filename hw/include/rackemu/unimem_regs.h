@@ -11,19 +11,7 @@
 #ifndef RACKEMU_UNIMEM_REGS_H
 #define RACKEMU_UNIMEM_REGS_H
 
-/* rk_u32/rk_u64, shared with the other register headers (the first one included defines them). */
-#ifndef RACKEMU_RK_TYPES
-#define RACKEMU_RK_TYPES
-#ifdef __KERNEL__
-#include <linux/types.h>
-typedef __u64 rk_u64;
-typedef __u32 rk_u32;
-#else
-#include <stdint.h>
-typedef uint64_t rk_u64;
-typedef uint32_t rk_u32;
-#endif
-#endif
+#include "rackemu/rk_types.h"
 
 #define UNIMEM_IF_COUNT        64u      /* FIFOs / PIFs per node (sec. 2.2.3) */
 #define UNIMEM_IF_PAGE_SHIFT   12u

@@ -18,19 +18,7 @@
 #ifndef RACKEMU_XILINX_CDMA_REGS_H
 #define RACKEMU_XILINX_CDMA_REGS_H
 
-/* rk_u32/rk_u64, shared with unimem_regs.h (whichever header comes first defines them). */
-#ifndef RACKEMU_RK_TYPES
-#define RACKEMU_RK_TYPES
-#ifdef __KERNEL__
-#include <linux/types.h>
-typedef __u64 rk_u64;
-typedef __u32 rk_u32;
-#else
-#include <stdint.h>
-typedef uint64_t rk_u64;
-typedef uint32_t rk_u32;
-#endif
-#endif
+#include "rackemu/rk_types.h"
 
 /* ---- Register address map (PG034 "Register Address Map", offsets from C_BASEADDR) ----
  * All registers are 32 bits wide. */
