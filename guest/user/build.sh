@@ -5,6 +5,8 @@
 #   gas           loads and stores through the global address space window (gas.c)
 #   mbox          the mailbox from user space (mbox.c)
 #   cdma          copies with the cDMA engine, local and remote (cdma.c)
+#   unim_dma_test the unim_dma RDMA API against every node (unim_dma_test.c + libunim_dma.c)
+# and libunim_dma.a + unim_dma.h (seed 004 sec. 3.4) for programs built against the API.
 source "$(dirname "$0")/../../platform/setup/lib.sh"
 out=$RACKEMU_BUILD/guest/bin
 src=$RACKEMU_ROOT/guest/user
@@ -21,3 +23,12 @@ build unimem-check "$src/unimem_check.c" "$src/libunimem.c"
 build gas "$src/gas.c"
 build mbox "$src/mbox.c"
 build cdma "$src/cdma.c"
+build unim_dma_test "$src/unim_dma_test.c" "$src/libunim_dma.c" -lpthread
+# the library for programs written against the unim_dma API (link with -lunim_dma -lpthread)
+lib=$RACKEMU_BUILD/guest/lib
+mkdir -p "$lib"
+if [ ! -f "$lib/libunim_dma.a" ] || [ "$src/libunim_dma.c" -nt "$lib/libunim_dma.a" ] || [ "$src/unim_dma.h" -nt "$lib/libunim_dma.a" ]; then
+    aarch64-linux-gnu-gcc -O2 -Wall -Wextra -Werror -I"$RACKEMU_ROOT/hw/include" -I"$RACKEMU_ROOT/guest/include" \
+        -c -o "$lib/libunim_dma.o" "$src/libunim_dma.c" && aarch64-linux-gnu-ar rcs "$lib/libunim_dma.a" "$lib/libunim_dma.o" &&
+        cp "$src/unim_dma.h" "$lib/" || die "building libunim_dma.a failed"
+fi

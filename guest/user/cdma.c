@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "rackemu/unimem_dma_uapi.h"
@@ -107,16 +108,134 @@ static int cmd_copy(int argc, char **argv)
 	return c.status ? 1 : 0;
 }
 
+/* /dev/dmabuffers against bad input: one line per check, then checks=N failed=F. */
+static int checks, failures;
+static void check(const char *name, int ok, int e)
+{
+	checks++;
+	failures += !ok;
+	printf("check=%s ok=%d errno=%d\n", name, ok, e);
+}
+
+static int cmd_dmabuf_check(void)
+{
+	int fd = open(DMABUF_DEV_PATH, O_RDWR | O_CLOEXEC);
+	struct dmabuf_info info;
+	struct dmabuf_alloc a = { 0 }, b = { 0 };
+	struct dmabuf_xfer x;
+	uint32_t id;
+	ssize_t r;
+	void *m;
+
+	if (fd < 0 || ioctl(fd, DMABUF_IOC_INFO, &info) < 0)
+		die("cannot use %s: %s (insmod xilinx_dma.ko and unimem_dma.ko)", DMABUF_DEV_PATH, strerror(errno));
+	a.node = info.node_id;
+	a.size = 8192;
+	check("alloc_local", ioctl(fd, DMABUF_IOC_ALLOC, &a) == 0 && a.id >= 1, errno);
+	b.node = info.node_count; /* no such node */
+	b.size = 4096;
+	check("alloc_no_such_node_einval", ioctl(fd, DMABUF_IOC_ALLOC, &b) < 0 && errno == EINVAL, errno);
+	b.node = info.node_id;
+	b.size = DMABUF_MAX_SIZE + 1;
+	check("alloc_too_big_einval", ioctl(fd, DMABUF_IOC_ALLOC, &b) < 0 && errno == EINVAL, errno);
+	b.size = 0;
+	check("alloc_zero_einval", ioctl(fd, DMABUF_IOC_ALLOC, &b) < 0 && errno == EINVAL, errno);
+	/* transfers may only touch this file's buffers */
+	x = (struct dmabuf_xfer){ .src = a.gaddr, .dst = a.gaddr + 4096, .size = 4096, .tid = 1 };
+	r = write(fd, &x, sizeof(x));
+	check("transfer_inside_own_buffer", r == (ssize_t)sizeof(x), errno);
+	x.dst = UNIMEM_GADDR(info.node_id, 0x40000000); /* somebody else's memory */
+	r = write(fd, &x, sizeof(x));
+	check("transfer_to_foreign_memory_einval", r < 0 && errno == EINVAL, errno);
+	x = (struct dmabuf_xfer){ .src = UNIMEM_GADDR(info.node_id, 0x40000000), .dst = a.gaddr, .size = 64 };
+	r = write(fd, &x, sizeof(x));
+	check("transfer_from_foreign_memory_einval", r < 0 && errno == EINVAL, errno);
+	x = (struct dmabuf_xfer){ .src = a.gaddr + 4096, .dst = a.gaddr, .size = 8192 }; /* runs past the end */
+	r = write(fd, &x, sizeof(x));
+	check("transfer_past_buffer_end_einval", r < 0 && errno == EINVAL, errno);
+	x.size = 0;
+	r = write(fd, &x, sizeof(x));
+	check("transfer_zero_size_einval", r < 0 && errno == EINVAL, errno);
+	r = write(fd, &x, 5);
+	check("write_odd_size_einval", r < 0 && errno == EINVAL, errno);
+	m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, (off_t)(63 * DMABUF_MMAP_STRIDE));
+	check("mmap_unknown_buffer_einval", m == MAP_FAILED && errno == EINVAL, errno);
+	m = mmap(NULL, 16384, PROT_READ, MAP_SHARED, fd, (off_t)(a.id * DMABUF_MMAP_STRIDE));
+	check("mmap_beyond_buffer_einval", m == MAP_FAILED && errno == EINVAL, errno);
+	m = mmap(NULL, 8192, PROT_READ, MAP_PRIVATE, fd, (off_t)(a.id * DMABUF_MMAP_STRIDE));
+	check("mmap_private_einval", m == MAP_FAILED && errno == EINVAL, errno);
+	id = 60;
+	check("free_unknown_enoent", ioctl(fd, DMABUF_IOC_FREE, &id) < 0 && errno == ENOENT, errno);
+	id = 0;
+	check("free_id_0_einval", ioctl(fd, DMABUF_IOC_FREE, &id) < 0 && errno == EINVAL, errno);
+	{
+		struct dmabuf_done d[4];
+
+		usleep(100000);
+		r = read(fd, d, sizeof(d));
+		check("completion_of_the_good_transfer", r == (ssize_t)sizeof(d[0]) && d[0].tid == 1 && d[0].status == 0,
+		      errno);
+	}
+	id = a.id;
+	check("free_own_buffer", ioctl(fd, DMABUF_IOC_FREE, &id) == 0, errno);
+	close(fd);
+	printf("checks=%d failed=%d\n", checks, failures);
+	return failures ? 1 : 0;
+}
+
+/* Allocate on a node through the remote allocator and print the global address. */
+static int cmd_alloc(int argc, char **argv)
+{
+	struct dmabuf_alloc a = { .size = 4096 };
+	int fd, have_n = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--node") && i + 1 < argc) {
+			a.node = (uint32_t)num(argv[++i], "--node", 63);
+			have_n = 1;
+		} else if (!strcmp(argv[i], "--size") && i + 1 < argc) {
+			a.size = num(argv[++i], "--size", UINT32_MAX);
+		} else if (!strcmp(argv[i], "--help")) {
+			printf("usage: cdma alloc --node N [--size BYTES]\nAllocate an RDMA buffer on node N through "
+			       "/dev/dmabuffers (remote: that node's allocator, over the mailbox), print\n"
+			       "id=.. gaddr=.. size=.., free it again. Exit 1 with error=.. when it fails.\n");
+			return 0;
+		} else {
+			die("unknown argument '%s'; see cdma alloc --help", argv[i]);
+		}
+	}
+	if (!have_n)
+		die("--node is required");
+	fd = open(DMABUF_DEV_PATH, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		die("cannot open %s: %s", DMABUF_DEV_PATH, strerror(errno));
+	if (ioctl(fd, DMABUF_IOC_ALLOC, &a) < 0) {
+		printf("node=%u error=%s\n", a.node, strerrorname_np(errno) ? strerrorname_np(errno) : "?");
+		return 1;
+	}
+	printf("node=%u id=%u gaddr=0x%010llx size=%llu\n", a.node, a.id, (unsigned long long)a.gaddr,
+	       (unsigned long long)a.size);
+	close(fd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	tool_prog = "cdma";
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		fprintf(argc < 2 ? stderr : stdout, "usage: cdma copy --src A --dst A --len L   (cdma copy --help)\n");
+		fprintf(argc < 2 ? stderr : stdout, "usage: cdma COMMAND   (every command has --help)\n"
+			"  copy          copy with the engine (/dev/unimem_dma, root)\n"
+			"  alloc         an RDMA buffer on a node (/dev/dmabuffers)\n"
+			"  dmabuf-check  /dev/dmabuffers against bad input\n");
 		return argc < 2 ? 2 : 0;
 	}
 	if (!strcmp(argv[1], "copy"))
 		return cmd_copy(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "alloc"))
+		return cmd_alloc(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "dmabuf-check"))
+		return cmd_dmabuf_check();
 	fprintf(stderr, "%s: unknown command '%s'\n", tool_prog, argv[1]);
 	return 2;
 }
