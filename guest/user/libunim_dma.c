@@ -86,14 +86,15 @@ static void *completion_thread(void *arg)
 		for (ssize_t i = 0; i < n / (ssize_t)sizeof(d[0]); i++) {
 			unim_comp_cb_t cb = NULL;
 			void *arg_ = NULL;
+			int known;
 
 			pthread_mutex_lock(&U.lock);
 			unim_dma_transfer_t *t = slot(d[i].tid);
 
-			if (t->id == d[i].tid) {
+			known = t->id == d[i].tid;
+			if (known) {
 				if (!d[i].status && t->to_mem)
 					memcpy(t->to_mem, t->staging->mem, t->to_mem_size);
-				t->status = d[i].status ? DMA_FAILED : DMA_COMPLETED;
 				cb = t->cb;
 				arg_ = t->cb_arg;
 				if (t->staging) {
@@ -107,11 +108,19 @@ static void *completion_thread(void *arg)
 						t->staging->staging = 2; /* freed by cleanup */
 					t->staging = NULL;
 				}
-				pthread_cond_broadcast(&U.changed);
 			}
 			pthread_mutex_unlock(&U.lock);
+			if (!known)
+				continue;
+			/* the status turns final once the callback has returned, so a caller that sees
+			 * COMPLETED (or returns from unim_dma_wait) knows its callback ran */
 			if (cb)
 				cb(arg_);
+			pthread_mutex_lock(&U.lock);
+			if (t->id == d[i].tid)
+				t->status = d[i].status ? DMA_FAILED : DMA_COMPLETED;
+			pthread_cond_broadcast(&U.changed);
+			pthread_mutex_unlock(&U.lock);
 		}
 	}
 	return NULL;

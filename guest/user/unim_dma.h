@@ -31,7 +31,7 @@ typedef void (*unim_comp_cb_t)(void *);             /* completion callback */
 typedef enum {
 	DMA_PENDING = 0,   /* accepted by the library, not yet handed to the engine */
 	DMA_STARTED = 1,   /* handed to the engine */
-	DMA_COMPLETED = 2, /* data moved (for _to_mem: copied to the destination too) */
+	DMA_COMPLETED = 2, /* data moved (for _to_mem: copied to the destination too), callback returned */
 	DMA_FAILED = 3,    /* the engine reported an error, timed out, or the ID is unknown */
 } unim_dma_status_t;
 
