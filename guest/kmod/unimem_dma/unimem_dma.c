@@ -116,7 +116,7 @@ static void udma_finish(struct udma_xfer *x, int status)
 		f->lost++;
 	f->inflight--;
 	spin_unlock_irqrestore(&udma_lock, flags);
-	wake_up_interruptible(&f->wq);
+	wake_up(&f->wq); /* both the interruptible readers and the uninterruptible idle waiters */
 	kfree(x);
 }
 
