@@ -52,6 +52,8 @@ for m in "${extra_deps[@]}"; do
     basename "$m" >> "$root/lib/modules/extra/sys-deps"
 done
 for b in "$g/bin"/*; do [ -f "$b" ] && install -m 0755 "$b" "$root/bin/"; done
+# the remoteFork example target (docs/gsas.md): gsas run under this name acts as `gsas child`
+[ -f "$root/bin/gsas" ] && ln -sf gsas "$root/bin/gsas-child"
 echo "root:x:0:0:root:/root:/bin/sh" > "$root/etc/passwd"
 (cd "$root" && find . | LC_ALL=C sort | cpio --quiet -o -H newc --owner=0:0 | gzip -6 > "$out.tmp")
 mv "$out.tmp" "$out"

@@ -6,7 +6,10 @@
 #   mbox          the mailbox from user space (mbox.c)
 #   cdma          copies with the cDMA engine, local and remote (cdma.c)
 #   unim_dma_test the unim_dma RDMA API against every node (unim_dma_test.c + libunim_dma.c)
-# and libunim_dma.a + unim_dma.h (seed 004 sec. 3.4) for programs built against the API.
+#   gsasd         the GSAS atomic service (gsasd.c + libunimem.c)
+#   gsas          the GSAS environment from the shell, tests and benchmarks (gsas.c + libgsas.c)
+# and libunim_dma.a + unim_dma.h (seed 004 sec. 3.4), libgsas.a + atomic.h (sec. 2.3) for
+# programs built against those APIs.
 source "$(dirname "$0")/../../platform/setup/lib.sh"
 out=$RACKEMU_BUILD/guest/bin
 src=$RACKEMU_ROOT/guest/user
@@ -24,6 +27,8 @@ build gas "$src/gas.c"
 build mbox "$src/mbox.c"
 build cdma "$src/cdma.c"
 build unim_dma_test "$src/unim_dma_test.c" "$src/libunim_dma.c" -lpthread
+build gsasd "$src/gsasd.c" "$src/libunimem.c"
+build gsas "$src/gsas.c" "$src/libgsas.c" "$src/libunimem.c" -lpthread
 # the library for programs written against the unim_dma API (link with -lunim_dma -lpthread)
 lib=$RACKEMU_BUILD/guest/lib
 mkdir -p "$lib"
@@ -31,4 +36,16 @@ if [ ! -f "$lib/libunim_dma.a" ] || [ "$src/libunim_dma.c" -nt "$lib/libunim_dma
     aarch64-linux-gnu-gcc -O2 -Wall -Wextra -Werror -I"$RACKEMU_ROOT/hw/include" -I"$RACKEMU_ROOT/guest/include" \
         -c -o "$lib/libunim_dma.o" "$src/libunim_dma.c" && aarch64-linux-gnu-ar rcs "$lib/libunim_dma.a" "$lib/libunim_dma.o" &&
         cp "$src/unim_dma.h" "$lib/" || die "building libunim_dma.a failed"
+fi
+# the GSAS library for programs written against atomic.h (link with -lgsas -lpthread; libgsas.a
+# carries libunimem too)
+if [ ! -f "$lib/libgsas.a" ] || [ -n "$(find "$src/libgsas.c" "$src/libunimem.c" "$src/atomic.h" "$src/libunimem.h" \
+        "$RACKEMU_ROOT/guest/include" "$RACKEMU_ROOT/hw/include" -newer "$lib/libgsas.a" -name '*.[ch]' | head -n1)" ]; then
+    for f in libgsas libunimem; do
+        aarch64-linux-gnu-gcc -O2 -Wall -Wextra -Werror -I"$RACKEMU_ROOT/hw/include" -I"$RACKEMU_ROOT/guest/include" \
+            -c -o "$lib/$f.o" "$src/$f.c" || die "building libgsas.a ($f.c) failed"
+    done
+    rm -f "$lib/libgsas.a"
+    aarch64-linux-gnu-ar rcs "$lib/libgsas.a" "$lib/libgsas.o" "$lib/libunimem.o" && cp "$src/atomic.h" "$lib/" ||
+        die "building libgsas.a failed"
 fi

@@ -70,9 +70,9 @@ static void print_packet(unsigned i, const uint64_t w[4])
 {
 	uint64_t pid = UNIMEM_PACKET_PID(w[0]);
 
-	printf("packet=%u pid=0x%012llx pid_node=%llu pid_tgid=%llu w0=0x%016llx w1=0x%016llx w2=0x%016llx "
-	       "w3=0x%016llx\n", i, (unsigned long long)pid, (unsigned long long)(pid >> 32),
-	       (unsigned long long)(pid & 0xffffffffu), (unsigned long long)w[0], (unsigned long long)w[1],
+	printf("packet=%u pid=0x%012llx pid_node=%u pid_mif=%u pid_tgid=%u pid_tid=%u w0=0x%016llx w1=0x%016llx "
+	       "w2=0x%016llx w3=0x%016llx\n", i, (unsigned long long)pid, UNIMEM_PID_NODE(pid),
+	       UNIMEM_PID_MIF(pid), UNIMEM_PID_TGID(pid), UNIMEM_PID_TID(pid), (unsigned long long)w[0], (unsigned long long)w[1],
 	       (unsigned long long)w[2], (unsigned long long)w[3]);
 }
 

@@ -61,8 +61,9 @@ static int mmap_errno(int fd, size_t len, int flags, off_t off)
 	return 0;
 }
 
-/* Run fn in a child under uid 65534 without capabilities; its exit status is the errno seen. */
-static int as_nobody(int (*fn)(int), int fd)
+/* Run fn in a child under uid 65534 without capabilities, on a file the child opened itself;
+ * its exit status is the errno seen. */
+static int as_nobody(int (*fn)(int))
 {
 	pid_t pid = fork();
 	int st;
@@ -70,11 +71,72 @@ static int as_nobody(int (*fn)(int), int fd)
 	if (pid == 0) {
 		if (setgid(65534) || setuid(65534))
 			_exit(255);
-		_exit(fn(fd));
+		_exit(fn(open_dev()));
 	}
 	if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st))
 		return -1;
 	return WEXITSTATUS(st);
+}
+
+/* Run fn(fd) in a fork child (root, same uid): the parent's file in another process. */
+static int in_child(int (*fn)(int), int fd)
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid == 0)
+		_exit(fn(fd));
+	if (pid < 0 || waitpid(pid, &st, 0) < 0)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int child_mmap(int fd)
+{
+	return mmap_errno(fd, 4096, MAP_SHARED, UNIMEM_MMAP_MIF);
+}
+
+static int child_bind(int fd)
+{
+	struct unimem_bind b = { -1, -1 };
+
+	return ERR(ioctl(fd, UNIMEM_IOC_BIND, &b));
+}
+
+static int child_wait(int fd)
+{
+	struct unimem_wait w = { 10, 0 };
+
+	return ERR(ioctl(fd, UNIMEM_IOC_WAIT, &w));
+}
+
+static int child_read(int fd)
+{
+	uint64_t word;
+
+	return ERR(read(fd, &word, 8));
+}
+
+static int child_poll(int fd)
+{
+	struct pollfd pfd = { fd, POLLIN, 0 };
+
+	return poll(&pfd, 1, 10) == 1 && (pfd.revents & POLLERR) ? 0 : 1;
+}
+
+static int child_info(int fd)
+{
+	struct unimem_info i;
+
+	return ERR(ioctl(fd, UNIMEM_IOC_INFO, &i));
+}
+
+static volatile uint64_t *parent_mif; /* the parent's MIF mapping, for the fork check */
+
+static int child_touch(int fd)
+{
+	(void)fd;
+	return (int)(parent_mif[VMBOX_MIF_COUNT / 8] & 0) + 7; /* SIGSEGV before this returns */
 }
 
 static int bind_service(int fd)
@@ -136,7 +198,7 @@ int main(void)
 	b = (struct unimem_bind){ -1, (int)info2.pif };
 	e = ERR(ioctl(fd, UNIMEM_IOC_BIND, &b));
 	check("bind_taken_pif_ebusy", e == EBUSY, "errno=%d", e);
-	e = as_nobody(bind_service, fd);
+	e = as_nobody(bind_service);
 	check("bind_service_unprivileged_eperm", e == EPERM, "errno=%d", e);
 	e = ERR(ioctl(fd, UNIMEM_IOC_BIND, NULL));
 	check("bind_null_efault", e == EFAULT, "errno=%d", e);
@@ -154,7 +216,7 @@ int main(void)
 	v = 2;
 	e = ERR(ioctl(fd, UNIMEM_IOC_SET_PIDCONF, &v));
 	check("setpidconf_2_einval", e == EINVAL, "errno=%d", e);
-	e = as_nobody(clear_pidconf, fd);
+	e = as_nobody(clear_pidconf);
 	check("setpidconf_unprivileged_eperm", e == EPERM, "errno=%d", e);
 	e = ERR(ioctl(fd, _IO(UNIMEM_IOC_MAGIC, 99)));
 	check("unknown_ioctl_enotty", e == ENOTTY, "errno=%d", e);
@@ -199,6 +261,42 @@ int main(void)
 		}
 		/* the mappings hold the file: release() runs only after munmap and close */
 		unimem_close(&u2);
+	}
+
+	/* the atomicity driver (seed 004 sec. 2.2.4): a file's interfaces are its opener's only;
+	 * another process holding the descriptor (here a fork child) cannot use them, and a fork
+	 * child does not inherit the mappings */
+	{
+		struct unimem u3;
+
+		e = unimem_open(&u3);
+		if (!e)
+			e = -unimem_map(&u3);
+		check("owner_maps", e == 0, "errno=%d", e);
+		if (!e) {
+			parent_mif = u3.mif;
+			e = in_child(child_mmap, u3.fd);
+			check("other_process_mmap_eperm", e == EPERM, "errno=%d", e);
+			e = in_child(child_bind, u3.fd);
+			check("other_process_bind_eperm", e == EPERM, "errno=%d", e);
+			e = in_child(child_wait, u3.fd);
+			check("other_process_wait_eperm", e == EPERM, "errno=%d", e);
+			e = in_child(child_read, u3.fd);
+			check("other_process_read_eperm", e == EPERM, "errno=%d", e);
+			e = in_child(child_poll, u3.fd);
+			check("other_process_poll_pollerr", e == 0, "status=%d", e);
+			e = in_child(child_info, u3.fd);
+			check("other_process_info_allowed", e == 0, "errno=%d", e);
+			e = in_child(child_touch, u3.fd);
+			check("fork_child_does_not_inherit_mapping", e == 128 + SIGSEGV, "status=%d", e);
+			check("pid_names_node_mif_tgid_tid",
+			      UNIMEM_PID_NODE(u3.info.pid_prefix) == u3.info.node_id &&
+				      UNIMEM_PID_MIF(u3.info.pid_prefix) == u3.info.mif &&
+				      UNIMEM_PID_TGID(u3.info.pid_prefix) == (unsigned)getpid() &&
+				      UNIMEM_PID_TID(u3.info.pid_prefix) == (unsigned)gettid(),
+			      "pid=0x%012llx", (unsigned long long)u3.info.pid_prefix);
+			unimem_close(&u3);
+		}
 	}
 
 	/* a user store into its own full FIFO is a bus error: SIGBUS for the process, nothing else */

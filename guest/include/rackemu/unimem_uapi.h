@@ -3,7 +3,9 @@
  * /dev/unimem user interface (docs/unimem.md, "Driver"). Shared by the kernel module
  * (guest/kmod/unimem) and the user library (guest/user/libunimem).
  *
- * Each open file owns one mailbox interface (MIF) and one packetizer interface (PIF).
+ * Each open file owns one mailbox interface (MIF) and one packetizer interface (PIF) and
+ * belongs to the process that opened it (the atomicity driver of seed 004 sec. 2.2.4): only that
+ * process may map, bind, wait on or read them; mappings are not inherited across fork().
  * mmap offset 0 maps its MIF page, offset 4096 its PIF page; nothing else can be mapped.
  */
 #ifndef RACKEMU_UNIMEM_UAPI_H
@@ -18,6 +20,27 @@
 #endif
 
 #define UNIMEM_DEV_PATH "/dev/unimem"
+
+/*
+ * The PID the driver programs into a PIF's PIDT entry: 48 bits, unique in the whole rack, so a
+ * receiver (the GSAS atomic service above all) knows which thread of which process on which
+ * node sent a packet, and where to reply (seed 004 sec. 2.2.3-2.2.4):
+ *   [47:42] node id   [41:36] the sender's MIF   [35:18] its tgid   [17:0] its tid
+ * tgid = tid = 0 never belongs to a user thread: the atomic service (PIF 0, MIF 0) and the
+ * mailbox driver's kernel PIF (interface 63) carry it. Processes and threads whose ids do not fit
+ * in 18 bits cannot open /dev/unimem (EOVERFLOW; the guest's pid_max is 32768).
+ */
+#define UNIMEM_PID_ID_BITS 18
+#define UNIMEM_PID_ID_MAX ((1u << UNIMEM_PID_ID_BITS) - 1)
+#define UNIMEM_PID(node, mif, tgid, tid)                                                        \
+	((((__u64)(node) & 0x3f) << 42) | (((__u64)(mif) & 0x3f) << 36) |                        \
+	 (((__u64)(tgid) & UNIMEM_PID_ID_MAX) << 18) | ((__u64)(tid) & UNIMEM_PID_ID_MAX))
+#define UNIMEM_PID_NODE(p) ((unsigned)(((p) >> 42) & 0x3f))
+#define UNIMEM_PID_MIF(p) ((unsigned)(((p) >> 36) & 0x3f))
+#define UNIMEM_PID_TGID(p) ((unsigned)(((p) >> 18) & UNIMEM_PID_ID_MAX))
+#define UNIMEM_PID_TID(p) ((unsigned)((p) & UNIMEM_PID_ID_MAX))
+/* The PID of node `node`'s atomic service: what its replies carry. */
+#define UNIMEM_SERVICE_PID(node) UNIMEM_PID(node, 0, 0, 0)
 #define UNIMEM_MMAP_MIF 0x0
 #define UNIMEM_MMAP_PIF 0x1000
 

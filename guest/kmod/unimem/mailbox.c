@@ -7,7 +7,7 @@
  *
  * Transport: every node reserves FIFO MAILBOX_IF of its vmbox as its mailbox and PIF
  * MAILBOX_IF of its packetizer for sending; a message travels as one 256-bit packet whose
- * word 1 is the message. The packetizer stamps the kernel's PID (node << 32 | 0), so packets a
+ * word 1 is the message. The packetizer stamps the kernel's PID (node, MIF 63, tgid 0, tid 0), so packets a
  * user process aims at the mailbox FIFO are recognised and dropped.
  */
 #include <linux/delay.h>
@@ -25,6 +25,7 @@
 
 #include "rackemu/unimem_regs.h"
 #include "rackemu/unimem_mailbox.h"
+#include "rackemu/unimem_uapi.h"
 #include "unimem_internal.h"
 
 #define MBOX_SEND_TIMEOUT_US 200000
@@ -202,8 +203,9 @@ void unimem_mbox_irq(struct unimem *um)
 	while (readq(mif + VMBOX_MIF_COUNT) >= UNIMEM_PACKET_WORDS) {
 		for (i = 0; i < UNIMEM_PACKET_WORDS; i++)
 			w[i] = readq(mif + VMBOX_MIF_DATA);
-		/* only the mailbox drivers' kernel PIF (PID low 32 bits 0) may post here */
-		if ((w[0] >> 48) != MAILBOX_PKT_MAGIC || (UNIMEM_PACKET_PID(w[0]) & 0xffffffffull)) {
+		/* only a mailbox driver's kernel PIF (tgid = tid = 0, interface 63) may post here */
+		if ((w[0] >> 48) != MAILBOX_PKT_MAGIC ||
+		    UNIMEM_PACKET_PID(w[0]) != UNIMEM_PID(UNIMEM_PID_NODE(UNIMEM_PACKET_PID(w[0])), MAILBOX_IF, 0, 0)) {
 			spin_lock(&mbox.lock);
 			mbox.forged++;
 			spin_unlock(&mbox.lock);
@@ -431,9 +433,9 @@ int unimem_mbox_publish(struct unimem *um)
 	char letters[4];
 	int ret;
 
-	/* the kernel's sending PIF: PID = node << 32 | 0 */
+	/* the kernel's sending PIF: PID = (node, MIF 63, tgid 0, tid 0) */
 	unimem_tif_write(um, PKTZ_TIF_CLR_REQ, BIT_ULL(MAILBOX_IF));
-	unimem_tif_write(um, PKTZ_TIF_PIDT(MAILBOX_IF), (u64)um->node_id << 32);
+	unimem_tif_write(um, PKTZ_TIF_PIDT(MAILBOX_IF), UNIMEM_PID(um->node_id, MAILBOX_IF, 0, 0));
 	um->pid_conf |= BIT_ULL(MAILBOX_IF);
 	unimem_tif_write(um, PKTZ_TIF_PID_CONF, um->pid_conf);
 	writeq(BIT_ULL(MAILBOX_IF), um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_FLUSH);

@@ -4,10 +4,12 @@
  * (seed 004 sec. 2.2.3, 5.1, 5.2; register layout in rackemu/unimem_regs.h).
  *
  * The driver owns both devices and keeps the packetizer's trust interface (TIF) to itself:
- * it programs BASE_DEST, one PIDT entry per handed-out PIF (PID = node id << 32 | tgid) and
- * the PID_CONF bits. Each open of /dev/unimem gets one mailbox interface (MIF) and one
- * packetizer interface (PIF) from 1..63 (0 is the atomic service's) and may map exactly those
- * two pages into its process. Arrival interrupts wake readers, pollers and UNIMEM_IOC_WAIT.
+ * it programs BASE_DEST, one PIDT entry per handed-out PIF (PID = node, MIF, tgid, tid: see
+ * UNIMEM_PID in rackemu/unimem_uapi.h) and the PID_CONF bits. It is the GSAS atomicity driver
+ * (seed 004 sec. 2.2.4): each open of /dev/unimem gets one mailbox interface (MIF) and one
+ * packetizer interface (PIF) from 1..62 (0 is the atomic service's, 63 the mailbox driver's),
+ * and only the opening process may map exactly those two pages (never inherited by fork
+ * children), bind, wait or read. Arrival interrupts wake readers, pollers and UNIMEM_IOC_WAIT.
  */
 #include <linux/bitmap.h>
 #include <linux/capability.h>
@@ -34,7 +36,15 @@ struct unimem_file {
 	struct unimem *um;
 	int mif, pif;
 	bool mapped;
+	struct pid *owner;	/* the process that opened the file */
+	u32 tgid, tid;		/* the opener's ids as the PIDT carries them */
 };
+
+/* Only the process that opened a file may use its interfaces (seed 004 sec. 2.2.4). */
+static bool unimem_owner(struct unimem_file *uf)
+{
+	return task_tgid(current) == uf->owner;
+}
 
 struct unimem unimem_dev = {
 	.lock = __MUTEX_INITIALIZER(unimem_dev.lock),
@@ -95,10 +105,19 @@ void unimem_tif_write(struct unimem *um, u32 reg, u64 val)
 	writeq(val, um->pktz + PKTZ_TIF_OFFSET + reg);
 }
 
-/* Called with um->lock held. */
-static void unimem_pif_setup(struct unimem *um, int pif, bool enable)
+/* The PIDT value of a file's PIF: the atomic service's PIF 0 carries tgid = tid = 0. */
+static u64 unimem_file_pid(struct unimem *um, struct unimem_file *uf)
 {
-	u64 pid = ((u64)um->node_id << 32) | (u32)task_tgid_nr(current);
+	if (uf->pif == UNIMEM_IF_SERVICE)
+		return UNIMEM_PID(um->node_id, uf->mif, 0, 0);
+	return UNIMEM_PID(um->node_id, uf->mif, uf->tgid, uf->tid);
+}
+
+/* Called with um->lock held. */
+static void unimem_pif_setup(struct unimem *um, struct unimem_file *uf, bool enable)
+{
+	int pif = uf->pif;
+	u64 pid = unimem_file_pid(um, uf);
 
 	if (enable) {
 		unimem_tif_write(um, PKTZ_TIF_CLR_REQ, BIT_ULL(pif));
@@ -142,10 +161,17 @@ static int unimem_open(struct inode *inode, struct file *file)
 	struct unimem_file *uf;
 	int ret;
 
+	if (task_tgid_nr(current) > UNIMEM_PID_ID_MAX || task_pid_nr(current) > UNIMEM_PID_ID_MAX) {
+		pr_warn_ratelimited("unimem: pid %d/%d does not fit the %d-bit PID fields; lower kernel.pid_max\n",
+				    task_tgid_nr(current), task_pid_nr(current), UNIMEM_PID_ID_BITS);
+		return -EOVERFLOW;
+	}
 	uf = kzalloc(sizeof(*uf), GFP_KERNEL);
 	if (!uf)
 		return -ENOMEM;
 	uf->um = um;
+	uf->tgid = task_tgid_nr(current);
+	uf->tid = task_pid_nr(current);
 	mutex_lock(&um->lock);
 	uf->mif = unimem_take(um->mif_used, -1);
 	if (uf->mif < 0) {
@@ -159,8 +185,9 @@ static int unimem_open(struct inode *inode, struct file *file)
 		goto err_unlock;
 	}
 	unimem_mif_setup(um, uf->mif, true);
-	unimem_pif_setup(um, uf->pif, true);
+	unimem_pif_setup(um, uf, true);
 	mutex_unlock(&um->lock);
+	uf->owner = get_task_pid(current, PIDTYPE_TGID);
 	file->private_data = uf;
 	return nonseekable_open(inode, file);
 
@@ -176,11 +203,12 @@ static int unimem_release(struct inode *inode, struct file *file)
 	struct unimem *um = uf->um;
 
 	mutex_lock(&um->lock);
-	unimem_pif_setup(um, uf->pif, false);
+	unimem_pif_setup(um, uf, false);
 	unimem_mif_setup(um, uf->mif, false);
 	clear_bit(uf->pif, um->pif_used);
 	clear_bit(uf->mif, um->mif_used);
 	mutex_unlock(&um->lock);
+	put_pid(uf->owner);
 	kfree(uf);
 	return 0;
 }
@@ -214,17 +242,20 @@ static long unimem_bind(struct unimem_file *uf, struct unimem_bind *b)
 			goto out;
 		}
 	}
-	if (m >= 0) {
-		unimem_mif_setup(um, uf->mif, false);
-		clear_bit(uf->mif, um->mif_used);
-		uf->mif = m;
-		unimem_mif_setup(um, m, true);
-	}
-	if (p >= 0) {
-		unimem_pif_setup(um, uf->pif, false);
-		clear_bit(uf->pif, um->pif_used);
-		uf->pif = p;
-		unimem_pif_setup(um, p, true);
+	/* the PIDT entry names the MIF replies go to: reprogram it on either change */
+	if (m >= 0 || p >= 0) {
+		unimem_pif_setup(um, uf, false);
+		if (m >= 0) {
+			unimem_mif_setup(um, uf->mif, false);
+			clear_bit(uf->mif, um->mif_used);
+			uf->mif = m;
+			unimem_mif_setup(um, m, true);
+		}
+		if (p >= 0) {
+			clear_bit(uf->pif, um->pif_used);
+			uf->pif = p;
+		}
+		unimem_pif_setup(um, uf, true);
 	}
 out:
 	mutex_unlock(&um->lock);
@@ -283,6 +314,9 @@ static long unimem_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	struct unimem *um = uf->um;
 	void __user *uarg = (void __user *)arg;
 
+	/* INFO and COUNTERS only read; everything else is the owning process's */
+	if (cmd != UNIMEM_IOC_INFO && cmd != UNIMEM_IOC_COUNTERS && !unimem_owner(uf))
+		return -EPERM;
 	switch (cmd) {
 	case UNIMEM_IOC_INFO: {
 		struct unimem_info info = {
@@ -353,6 +387,8 @@ static ssize_t unimem_read(struct file *file, char __user *buf, size_t len, loff
 	size_t done = 0;
 	long ret;
 
+	if (!unimem_owner(uf))
+		return -EPERM;
 	if (len < 8 || len % 8)
 		return -EINVAL;
 	if (!mif_count(um, uf->mif)) {
@@ -377,6 +413,8 @@ static __poll_t unimem_poll(struct file *file, poll_table *wait)
 	struct unimem_file *uf = file->private_data;
 	struct unimem *um = uf->um;
 
+	if (!unimem_owner(uf))
+		return EPOLLERR;
 	poll_wait(file, &um->wq[uf->mif], wait);
 	unimem_irq_mask(um, uf->mif, true);
 	return mif_count(um, uf->mif) ? EPOLLIN | EPOLLRDNORM : 0;
@@ -388,6 +426,8 @@ static int unimem_mmap(struct file *file, struct vm_area_struct *vma)
 	struct unimem *um = uf->um;
 	phys_addr_t phys;
 
+	if (!unimem_owner(uf))
+		return -EPERM;
 	/* A private mapping would copy the device page on the first write fault. */
 	if (vma->vm_end - vma->vm_start != PAGE_SIZE || !(vma->vm_flags & VM_SHARED))
 		return -EINVAL;
@@ -399,7 +439,8 @@ static int unimem_mmap(struct file *file, struct vm_area_struct *vma)
 		return -EINVAL;
 	/* the pages are fixed from now on: UNIMEM_IOC_BIND answers EBUSY */
 	uf->mapped = true;
-	vma->vm_flags |= VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP;
+	/* VM_DONTCOPY: a fork child does not inherit the interfaces (sec. 2.2.4) */
+	vma->vm_flags |= VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP | VM_DONTCOPY;
 	vma->vm_page_prot = pgprot_device(vma->vm_page_prot);
 	return io_remap_pfn_range(vma, vma->vm_start, phys >> PAGE_SHIFT, PAGE_SIZE, vma->vm_page_prot);
 }
@@ -579,9 +620,9 @@ static int unimem_probe(struct platform_device *pdev)
 		um->vmbox_phys = res->start;
 		um->vmbox_dev = dev;
 		um->vmbox_irq = irq;
-		/* bit 0 (the atomic service's) is reserved: never handed out by open() */
+		/* open() hands out 1..62: 0 is the atomic service's (UNIMEM_IOC_BIND, root) and
+		 * 63 the mailbox driver's */
 		bitmap_zero(um->mif_used, UNIMEM_IF_COUNT);
-		set_bit(UNIMEM_IF_SERVICE, um->mif_used);
 		set_bit(MAILBOX_IF, um->mif_used);
 		ret = devm_request_irq(dev, irq, unimem_irq, 0, "unimem-vmbox", um);
 		if (ret) {
@@ -598,7 +639,6 @@ static int unimem_probe(struct platform_device *pdev)
 		um->pktz_phys = res->start;
 		um->pktz_dev = dev;
 		bitmap_zero(um->pif_used, UNIMEM_IF_COUNT);
-		set_bit(UNIMEM_IF_SERVICE, um->pif_used);
 		set_bit(MAILBOX_IF, um->pif_used);
 	}
 	ret = unimem_publish(um);

@@ -1,0 +1,802 @@
+// SPDX-License-Identifier: MIT
+/*
+ * gsas: the GSAS environment from the command line (seed 004 sec. 2; docs/gsas.md), written
+ * against atomic.h like any application. `gsas --help` lists the subcommands. Output is
+ * key=value lines; exit 0 on success, 1 when an operation or a check failed, 2 for a usage
+ * error.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "atomic.h"
+#include "libunimem.h"
+#include "rackemu/gsas_proto.h"
+#include "tool.h"
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t parse_addr(const char *s)
+{
+	return num(s, "address", UINT64_MAX);
+}
+
+static void *gp(uint64_t a)
+{
+	return (void *)(uintptr_t)a;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* ---- single operations ---- */
+
+static const struct {
+	const char *name;
+	unsigned op, nargs;
+} simple_ops[] = {
+	{ "read8", GSAS_OP_READ8, 0 },   { "read32", GSAS_OP_READ32, 0 },   { "read64", GSAS_OP_READ64, 0 },
+	{ "write8", GSAS_OP_WRITE8, 1 }, { "write32", GSAS_OP_WRITE32, 1 }, { "write64", GSAS_OP_WRITE64, 1 },
+	{ "write128", GSAS_OP_WRITE128, 2 }, { "cas", GSAS_OP_CAS, 2 },     { "fad", GSAS_OP_FAD, 1 },
+	{ "swap", GSAS_OP_SWAP, 1 },
+};
+
+/* Through the non-fatal gsas_request so that the tool reports errors instead of aborting. */
+static int cmd_simple(unsigned op, unsigned nargs, int argc, char **argv)
+{
+	uint64_t addr, a[2] = { 0, 0 }, res = 0;
+	int rc;
+
+	if (argc != 2 + (int)nargs)
+		die("%s needs ADDR%s (see --help)", argv[0], nargs == 2 ? " A B" : nargs ? " VALUE" : "");
+	addr = parse_addr(argv[1]);
+	for (unsigned i = 0; i < nargs; i++)
+		a[i] = num(argv[2 + i], "value", UINT64_MAX);
+	if (GSAS_ADDR_BOARD(addr) < 0)
+		die("0x%llx is not a GSAS address (partition 0)", (unsigned long long)addr);
+	rc = gsas_request(op, (uint64_t)GSAS_ADDR_BOARD(addr), addr & ~gsas_align_mask(op), a[0], a[1], &res, NULL);
+	if (rc) {
+		printf("error=%d reason=\"%s\"\n", rc, gsas_strerror(rc));
+		return 1;
+	}
+	printf("value=0x%llx\n", (unsigned long long)res);
+	return 0;
+}
+
+static int cmd_info(void)
+{
+	unsigned mif;
+	uint64_t pid;
+	int rc = gsas_thread_interface(&mif, &pid);
+
+	if (rc)
+		die("%s", gsas_strerror(-ENODEV));
+	printf("board=%llu boards=%llu mif=%u pid=0x%012llx thread_argument=0x%llx\n",
+	       (unsigned long long)getBoardPid(), (unsigned long long)getNumberBoards(), mif, (unsigned long long)pid,
+	       (unsigned long long)readThreadArgument());
+	return 0;
+}
+
+static int cmd_stats(void)
+{
+	int fd = open(GSAS_STATS_PATH, O_RDONLY | O_CLOEXEC);
+	struct gsas_stats s;
+	static const char *const err_names[] = { "ok", "badop", "badaddr", "perm", "nomem", "inval", "spawn", "sender" };
+
+	if (fd < 0 || read(fd, &s, sizeof(s)) != (ssize_t)sizeof(s) || s.magic != GSAS_STATS_MAGIC) {
+		printf("service=absent reason=\"no %s: gsasd never ran on this board\"\n", GSAS_STATS_PATH);
+		return 1;
+	}
+	close(fd);
+	printf("service=%s pid=%llu requests=%llu served=%llu malformed=%llu replies_dropped=%llu pages_in_use=%llu "
+	       "pages_limit=%llu allocations=%llu spawned=%llu sleeps=%llu\n",
+	       s.pid && kill((pid_t)s.pid, 0) == 0 ? "running" : "stopped", (unsigned long long)s.pid,
+	       (unsigned long long)s.requests, (unsigned long long)s.served, (unsigned long long)s.malformed,
+	       (unsigned long long)s.replies_dropped, (unsigned long long)s.pages_in_use,
+	       (unsigned long long)s.pages_limit, (unsigned long long)s.allocations, (unsigned long long)s.spawned,
+	       (unsigned long long)s.sleeps);
+	for (unsigned e = 1; e <= GSAS_E_MAX; e++)
+		printf("%srefused_%s=%llu", e > 1 ? " " : "", err_names[e], (unsigned long long)s.refused[e]);
+	printf("\n");
+	return 0;
+}
+
+static int cmd_alloc(int argc, char **argv)
+{
+	uint64_t board = getBoardPid(), pages = 1, hold = 0;
+	void *p;
+	int c;
+	static const struct option o[] = { { "board", 1, 0, 'b' }, { "pages", 1, 0, 'p' }, { "hold", 1, 0, 'H' },
+					   { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+
+	while ((c = getopt_long(argc, argv, "", o, NULL)) != -1) {
+		switch (c) {
+		case 'b': board = num(optarg, "--board", 63); break;
+		case 'p': pages = num(optarg, "--pages", 65535); break;
+		case 'H': hold = num(optarg, "--hold", 86400); break;
+		case 'h':
+			printf("usage: gsas alloc [--board B] [--pages N] [--hold SECONDS]\n"
+			       "allocSharedPage(N, B): prints addr=0x... (exit 1 and the reason if refused). The memory\n"
+			       "belongs to this process: with --hold it stays alive that long and then frees it, so that\n"
+			       "other processes can use it meanwhile.\n");
+			return 0;
+		default: die("see gsas alloc --help");
+		}
+	}
+	if (!pages)
+		die("--pages must be at least 1");
+	p = allocSharedPage((uint16_t)pages, board);
+	if (!p) {
+		printf("addr=0x0 error=\"%s\"\n", strerror(errno));
+		return 1;
+	}
+	printf("addr=0x%016llx board=%llu pages=%llu\n", (unsigned long long)(uintptr_t)p, (unsigned long long)board,
+	       (unsigned long long)pages);
+	fflush(stdout);
+	if (hold) {
+		sleep((unsigned)hold);
+		freeSharedPage(p);
+	}
+	return 0;
+}
+
+static int cmd_free(int argc, char **argv)
+{
+	uint64_t r;
+
+	if (argc != 2)
+		die("usage: gsas free ADDR");
+	r = freeSharedPage(gp(parse_addr(argv[1])));
+	printf("error=%llu reason=\"%s\"\n", (unsigned long long)r, gsas_strerror((int)r));
+	return r ? 1 : 0;
+}
+
+/* FNV-1a of a page: a short fingerprint to compare */
+static uint64_t fnv(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	while (n--)
+		h = (h ^ *b++) * 0x100000001b3ull;
+	return h;
+}
+
+static int cmd_read4k(int argc, char **argv)
+{
+	char page[GSAS_PAGE_SIZE];
+	uint64_t addr, res;
+	int rc;
+
+	if (argc < 2 || argc > 3)
+		die("usage: gsas read4k ADDR [OUTFILE]");
+	addr = parse_addr(argv[1]);
+	if (GSAS_ADDR_BOARD(addr) < 0)
+		die("0x%llx is not a GSAS address", (unsigned long long)addr);
+	rc = gsas_request(GSAS_OP_READ4K, (uint64_t)GSAS_ADDR_BOARD(addr), addr & ~(uint64_t)(GSAS_PAGE_SIZE - 1), 0, 0,
+			  &res, page);
+	if (rc) {
+		printf("error=%d reason=\"%s\"\n", rc, gsas_strerror(rc));
+		return 1;
+	}
+	if (argc == 3) {
+		FILE *f = fopen(argv[2], "wb");
+
+		if (!f || fwrite(page, 1, sizeof(page), f) != sizeof(page) || fclose(f))
+			die("cannot write %s: %s", argv[2], strerror(errno));
+	}
+	printf("bytes=%llu fnv=0x%016llx\n", (unsigned long long)res, (unsigned long long)fnv(page, sizeof(page)));
+	return 0;
+}
+
+static int cmd_fork(int argc, char **argv)
+{
+	uint64_t board = getBoardPid(), arg = 0, pid;
+	int c;
+	static const struct option o[] = { { "board", 1, 0, 'b' }, { "arg", 1, 0, 'a' }, { "help", 0, 0, 'h' },
+					   { 0, 0, 0, 0 } };
+
+	while ((c = getopt_long(argc, argv, "", o, NULL)) != -1) {
+		switch (c) {
+		case 'b': board = num(optarg, "--board", 63); break;
+		case 'a': arg = num(optarg, "--arg", UINT64_MAX); break;
+		case 'h':
+			printf("usage: gsas fork [--board B] [--arg A] PATH\n"
+			       "remoteFork(PATH, A, B): prints pid=N (the process on board B) or the reason.\n");
+			return 0;
+		default: die("see gsas fork --help");
+		}
+	}
+	if (optind + 1 != argc)
+		die("gsas fork needs exactly one PATH");
+	pid = remoteFork(argv[optind], arg, board);
+	if (!pid) {
+		printf("pid=0 error=\"%s\"\n", strerror(errno));
+		return 1;
+	}
+	printf("pid=%llu board=%llu\n", (unsigned long long)pid, (unsigned long long)board);
+	return 0;
+}
+
+/* Any request, exactly as given: for refused and malformed requests. */
+static int cmd_raw(int argc, char **argv)
+{
+	uint64_t board = getBoardPid(), op = GSAS_OP_PING, addr = 0, a1 = 0, a2 = 0, res = 0;
+	int c, rc;
+	static const struct option o[] = { { "board", 1, 0, 'b' }, { "op", 1, 0, 'o' },   { "addr", 1, 0, 'A' },
+					   { "arg1", 1, 0, '1' },  { "arg2", 1, 0, '2' }, { "help", 0, 0, 'h' },
+					   { 0, 0, 0, 0 } };
+
+	while ((c = getopt_long(argc, argv, "", o, NULL)) != -1) {
+		switch (c) {
+		case 'b': board = num(optarg, "--board", 63); break;
+		case 'o': op = num(optarg, "--op", 255); break;
+		case 'A': addr = num(optarg, "--addr", UINT64_MAX); break;
+		case '1': a1 = num(optarg, "--arg1", UINT64_MAX); break;
+		case '2': a2 = num(optarg, "--arg2", UINT64_MAX); break;
+		case 'h':
+			printf("usage: gsas raw [--board B] --op OPCODE [--addr A] [--arg1 X] [--arg2 Y]\n"
+			       "Sends one request packet to board B's atomic service with the fields as given (no\n"
+			       "alignment, no checks) and prints error=E result=R reason=...: to see how the service\n"
+			       "refuses bad requests. Opcodes: rackemu/gsas_proto.h.\n");
+			return 0;
+		default: die("see gsas raw --help");
+		}
+	}
+	if (op == GSAS_OP_READ4K)
+		die("use gsas read4k for READ4K");
+	rc = gsas_request((unsigned)op, board, addr, a1, a2, &res, NULL);
+	printf("error=%d result=0x%llx reason=\"%s\"\n", rc, (unsigned long long)res, gsas_strerror(rc));
+	return rc ? 1 : 0;
+}
+
+/* ---- remoteFork target ---- */
+
+/* The argument is a GSAS address: report board, pid and the argument itself there. */
+static int cmd_child(void)
+{
+	uint64_t arg = readThreadArgument();
+
+	printf("argument=0x%llx board=%llu pid=%d\n", (unsigned long long)arg, (unsigned long long)getBoardPid(),
+	       (int)getpid());
+	fflush(stdout);
+	if (arg == _EMPTY_THREAD_ARGUMENT_ || GSAS_ADDR_BOARD(arg) < 0)
+		return 1;
+	WRITE64(gp(arg + 8), getBoardPid());
+	WRITE64(gp(arg + 16), (uint64_t)getpid());
+	WRITE64(gp(arg), arg ^ 0x600dc0de600dc0deull); /* last: the parent polls this word */
+	return 0;
+}
+
+/* ---- concurrency: one counter, every board ---- */
+
+struct counter_job {
+	uint64_t addr, iters, xor_old, xor_new, retries;
+	unsigned op, id;
+	int64_t sum;
+};
+
+static void *counter_thread(void *p)
+{
+	struct counter_job *j = p;
+
+	for (uint64_t i = 0; i < j->iters; i++) {
+		if (j->op == GSAS_OP_FAD) {
+			FAD64(gp(j->addr), 1);
+		} else if (j->op == GSAS_OP_CAS) {
+			uint64_t v = READ64(gp(j->addr));
+
+			while (!CAS64(gp(j->addr), v, v + 1)) {
+				v = READ64(gp(j->addr));
+				j->retries++;
+			}
+		} else {
+			/* SWAP: every value swapped in is unique; the XOR of all values ever swapped in equals
+			 * the XOR of all values swapped out and the final value (a chain: no value lost) */
+			uint64_t v = ((uint64_t)getpid() << 40) | ((uint64_t)j->id << 32) | (i + 1);
+
+			j->xor_new ^= v;
+			j->xor_old ^= SWAP64(gp(j->addr), v);
+		}
+	}
+	return NULL;
+}
+
+static int cmd_counter(int argc, char **argv)
+{
+	uint64_t addr = 0, iters = 100, threads = 2;
+	unsigned op = GSAS_OP_FAD;
+	struct counter_job jobs[64];
+	pthread_t tids[64];
+	uint64_t xo = 0, xn = 0, retries = 0, t0;
+	int c;
+	static const struct option o[] = { { "addr", 1, 0, 'A' }, { "iters", 1, 0, 'n' }, { "threads", 1, 0, 't' },
+					   { "op", 1, 0, 'o' },   { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+
+	while ((c = getopt_long(argc, argv, "", o, NULL)) != -1) {
+		switch (c) {
+		case 'A': addr = parse_addr(optarg); break;
+		case 'n': iters = num(optarg, "--iters", 10000000); break;
+		case 't': threads = num(optarg, "--threads", 62); break;
+		case 'o':
+			op = !strcmp(optarg, "fad") ? GSAS_OP_FAD : !strcmp(optarg, "cas") ? GSAS_OP_CAS
+							 : !strcmp(optarg, "swap") ? GSAS_OP_SWAP : 0;
+			if (!op)
+				die("--op must be fad, cas or swap");
+			break;
+		case 'h':
+			printf("usage: gsas counter --addr A [--op fad|cas|swap] [--threads T] [--iters N]\n"
+			       "T threads each apply N operations to the 64-bit word at A: FAD64(+1), a CAS64 increment\n"
+			       "loop, or SWAP64 of unique values. Prints ops=T*N and, for swap, xor_old/xor_new (the\n"
+			       "XOR of the values swapped out and in) so that a test can check that no value was lost.\n");
+			return 0;
+		default: die("see gsas counter --help");
+		}
+	}
+	if (!addr || !threads)
+		die("gsas counter needs --addr and at least one thread");
+	t0 = now_ns();
+	for (unsigned i = 0; i < threads; i++) {
+		jobs[i] = (struct counter_job){ .addr = addr & ~7ull, .iters = iters, .op = op, .id = i };
+		if (pthread_create(&tids[i], NULL, counter_thread, &jobs[i]))
+			die("cannot start thread %u", i);
+	}
+	for (unsigned i = 0; i < threads; i++) {
+		pthread_join(tids[i], NULL);
+		xo ^= jobs[i].xor_old;
+		xn ^= jobs[i].xor_new;
+		retries += jobs[i].retries;
+	}
+	printf("ops=%llu threads=%llu cas_retries=%llu xor_old=0x%llx xor_new=0x%llx seconds=%.3f\n",
+	       (unsigned long long)(threads * iters), (unsigned long long)threads, (unsigned long long)retries,
+	       (unsigned long long)xo, (unsigned long long)xn, (double)(now_ns() - t0) / 1e9);
+	return 0;
+}
+
+/* ---- WRITE128 / READ4K integrity ---- */
+
+static int cmd_pairs(int argc, char **argv)
+{
+	uint64_t addr = 0, rounds = 50, torn = 0, checked = 0, seen_writes = 0;
+	int writer = 0, c;
+	static const struct option o[] = { { "addr", 1, 0, 'A' }, { "rounds", 1, 0, 'n' }, { "writer", 0, 0, 'w' },
+					   { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+
+	while ((c = getopt_long(argc, argv, "", o, NULL)) != -1) {
+		switch (c) {
+		case 'A': addr = parse_addr(optarg); break;
+		case 'n': rounds = num(optarg, "--rounds", 10000000); break;
+		case 'w': writer = 1; break;
+		case 'h':
+			printf("usage: gsas pairs --addr PAGE [--rounds N] [--writer]\n"
+			       "The page at PAGE holds 256 pairs (x, ~x). A writer WRITE128s N rounds of new pairs into\n"
+			       "every slot; a reader READ4Ks the page N times and READ64s pairs, counting pairs whose\n"
+			       "halves do not match (torn=...). Start the writer first; all-zero pairs are the initial\n"
+			       "state. Prints checked= torn= nonzero=; exit 1 if anything was torn.\n");
+			return 0;
+		default: die("see gsas pairs --help");
+		}
+	}
+	if (!addr)
+		die("gsas pairs needs --addr");
+	addr &= ~(uint64_t)(GSAS_PAGE_SIZE - 1);
+	for (uint64_t r = 0; r < rounds; r++) {
+		if (writer) {
+			for (unsigned s = 0; s < GSAS_PAGE_SIZE / 16; s += 7) {
+				uint64_t x = (r + 1) * 0x9E3779B97F4A7C15ull ^ s, v[2] = { x, ~x };
+
+				WRITE128(gp(addr + s * 16), v);
+				checked++;
+			}
+		} else {
+			uint64_t page[GSAS_PAGE_SIZE / 8];
+
+			READ4K(gp(addr), (char *)page);
+			for (unsigned s = 0; s < GSAS_PAGE_SIZE / 16; s++) {
+				checked++;
+				if (page[2 * s] == 0 && page[2 * s + 1] == 0)
+					continue;
+				seen_writes++;
+				torn += page[2 * s + 1] != ~page[2 * s];
+			}
+		}
+	}
+	printf("checked=%llu torn=%llu nonzero=%llu\n", (unsigned long long)checked, (unsigned long long)torn,
+	       (unsigned long long)seen_writes);
+	return torn ? 1 : 0;
+}
+
+/* ---- latency and throughput ---- */
+
+struct bench_job {
+	uint64_t addr, count, *lat;
+	unsigned op;
+	int fails;
+};
+
+static void *bench_thread(void *p)
+{
+	struct bench_job *j = p;
+	char page[GSAS_PAGE_SIZE];
+	uint64_t res;
+	int board = GSAS_ADDR_BOARD(j->addr);
+
+	for (uint64_t i = 0; i < j->count; i++) {
+		uint64_t t = now_ns();
+		int rc;
+
+		if (j->op == GSAS_OP_PING)
+			rc = gsas_request(GSAS_OP_PING, (uint64_t)board, 0, 0, 0, &res, NULL);
+		else
+			rc = gsas_request(j->op, (uint64_t)board, j->addr, 1, 2, &res, j->op == GSAS_OP_READ4K ? page : NULL);
+		j->lat[i] = now_ns() - t;
+		j->fails += rc != 0;
+	}
+	return NULL;
+}
+
+static int cmd_bench(int argc, char **argv)
+{
+	uint64_t board = getBoardPid(), count = 200, threads = 1, *all, t0, wall;
+	const char *opname = "read64";
+	unsigned op = 0;
+	struct bench_job jobs[64];
+	pthread_t tids[64];
+	void *page;
+	int c, fails = 0;
+	static const struct option o[] = { { "board", 1, 0, 'b' }, { "op", 1, 0, 'o' }, { "count", 1, 0, 'n' },
+					   { "threads", 1, 0, 't' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+
+	while ((c = getopt_long(argc, argv, "", o, NULL)) != -1) {
+		switch (c) {
+		case 'b': board = num(optarg, "--board", 63); break;
+		case 'o': opname = optarg; break;
+		case 'n': count = num(optarg, "--count", 1000000); break;
+		case 't': threads = num(optarg, "--threads", 62); break;
+		case 'h':
+			printf("usage: gsas bench [--board B] [--op OP] [--threads T] [--count N]\n"
+			       "T threads each issue N requests of OP (ping, read64, write64, cas, fad, swap, read4k,\n"
+			       "write128) to a page this process allocates on board B, and time each one.\n"
+			       "Prints op= board= threads= ops= latency_median_us= latency_p99_us= ops_per_s= failed=.\n");
+			return 0;
+		default: die("see gsas bench --help");
+		}
+	}
+	for (unsigned i = 0; i < sizeof(simple_ops) / sizeof(simple_ops[0]); i++)
+		if (!strcmp(opname, simple_ops[i].name))
+			op = simple_ops[i].op;
+	if (!strcmp(opname, "ping"))
+		op = GSAS_OP_PING;
+	if (!strcmp(opname, "read4k"))
+		op = GSAS_OP_READ4K;
+	if (!op || !threads || !count)
+		die("unknown --op '%s' (or zero threads/count)", opname);
+	page = allocSharedPage(1, board);
+	if (!page)
+		die("cannot allocate a page on board %llu: %s", (unsigned long long)board, strerror(errno));
+	all = calloc(threads * count, sizeof(uint64_t));
+	if (!all)
+		die("out of memory");
+	t0 = now_ns();
+	for (unsigned i = 0; i < threads; i++) {
+		jobs[i] = (struct bench_job){ .addr = (uint64_t)(uintptr_t)page, .count = count, .lat = all + i * count, .op = op };
+		if (pthread_create(&tids[i], NULL, bench_thread, &jobs[i]))
+			die("cannot start thread %u", i);
+	}
+	for (unsigned i = 0; i < threads; i++) {
+		pthread_join(tids[i], NULL);
+		fails += jobs[i].fails;
+	}
+	wall = now_ns() - t0;
+	freeSharedPage(page);
+	qsort(all, threads * count, sizeof(uint64_t), cmp_u64);
+	printf("op=%s board=%llu threads=%llu ops=%llu latency_median_us=%.1f latency_p99_us=%.1f ops_per_s=%.0f failed=%d\n",
+	       opname, (unsigned long long)board, (unsigned long long)threads, (unsigned long long)(threads * count),
+	       all[threads * count / 2] / 1e3, all[threads * count * 99 / 100] / 1e3,
+	       (double)(threads * count) * 1e9 / (double)wall, fails);
+	free(all);
+	return fails ? 1 : 0;
+}
+
+/* ---- checks of the API's rules and the service's refusals ---- */
+
+static int checks, failed;
+
+static void check(const char *name, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void check(const char *name, int ok, const char *fmt, ...)
+{
+	va_list ap;
+
+	checks++;
+	failed += !ok;
+	printf("check=%s ok=%d ", name, ok);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+}
+
+static int raw(unsigned op, uint64_t board, uint64_t addr, uint64_t a1, uint64_t a2, uint64_t *res)
+{
+	uint64_t dummy;
+
+	return gsas_request(op, board, addr, a1, a2, res ? res : &dummy, NULL);
+}
+
+/* In a child process (another tgid): the rc of fn, or 100 + signal. */
+static int in_child(int (*fn)(void *), void *arg)
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid == 0)
+		_exit(fn(arg));
+	if (pid < 0 || waitpid(pid, &st, 0) < 0)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
+}
+
+static int child_free(void *p)
+{
+	return (int)freeSharedPage(p);
+}
+
+static int child_write(void *p)
+{
+	return raw(GSAS_OP_WRITE64, (uint64_t)GSAS_ADDR_BOARD((uint64_t)(uintptr_t)p), (uint64_t)(uintptr_t)p, 0x77, 0, NULL);
+}
+
+struct forge {
+	unsigned mif, board;
+};
+
+/* Forge answers into the parent's MIF: a fake service reply with every tag, from a user PIF. */
+static int child_forge(void *p)
+{
+	struct forge *f = p;
+	struct unimem u;
+	int rc = unimem_open(&u);
+
+	if (rc || unimem_map(&u))
+		return 3;
+	for (unsigned tag = 0; tag < 8; tag++) {
+		uint64_t w[4] = { GSAS_W0(GSAS_OP_READ64, tag), GSAS_E_OK, 0xbadbadbadull, 0 };
+
+		if (unimem_send(&u, unimem_mif_gaddr(&u, f->board, f->mif), w, 1000000) <= 0)
+			return 4;
+	}
+	unimem_close(&u);
+	return 0;
+}
+
+static int child_read_after_fork(void *p)
+{
+	/* the child takes its own interfaces: its parent's cannot be used */
+	return READ64(p) == 0x1234 ? 0 : 5;
+}
+
+static int cmd_check(int argc, char **argv)
+{
+	uint64_t board, res = 0, nb = getNumberBoards(), me = getBoardPid();
+	char *p, *q;
+	int rc;
+
+	if (argc != 2)
+		die("usage: gsas check BOARD");
+	board = num(argv[1], "BOARD", 63);
+	if (board >= nb)
+		die("board %llu: this rack has %llu boards", (unsigned long long)board, (unsigned long long)nb);
+	printf("board=%llu from=%llu\n", (unsigned long long)board, (unsigned long long)me);
+
+	/* allocation, addressing (sec. 2.2.2) */
+	p = allocSharedPage(2, board);
+	check("alloc_two_pages", p && GSAS_ADDR_BOARD((uint64_t)(uintptr_t)p) == (int)board &&
+					 ((uint64_t)(uintptr_t)p & (GSAS_PAGE_SIZE - 1)) == 0,
+	      "addr=%p", (void *)p);
+	if (!p)
+		goto out;
+	check("fresh_memory_is_zero", READ64(p) == 0 && READ64(p + 8184) == 0, " ");
+	/* every width, alignment rules of Table 1 */
+	WRITE64(p, 0x1122334455667788ull);
+	check("read8_every_byte", (uint8_t)READ8(p) == 0x88 && (uint8_t)READ8(p + 7) == 0x11 && (uint8_t)READ8(p + 3) == 0x55,
+	      " ");
+	check("read32_ignores_2_bits", READ32(p + 4) == 0x11223344 && READ32(p + 7) == 0x11223344 && READ32(p + 1) == 0x55667788,
+	      " ");
+	check("read64_ignores_3_bits", READ64(p + 5) == 0x1122334455667788ull, " ");
+	WRITE8(p + 1, (char)0xAB);
+	WRITE32(p + 9, 0xCAFEF00Du); /* low bits ignored: lands at p + 8 */
+	check("write8_write32", READ64(p) == 0x112233445566AB88ull && READ32(p + 8) == 0xCAFEF00Du, "w0=0x%llx",
+	      (unsigned long long)READ64(p));
+	{
+		uint64_t v[2] = { 0x0123456789abcdefull, 0xfedcba9876543210ull };
+
+		WRITE128(p + 4096 - 8, v); /* spans the two pages of one allocation */
+		check("write128_across_pages_of_one_allocation",
+		      READ64(p + 4088) == v[0] && READ64(p + 4096) == v[1], " ");
+	}
+	check("cas_success_returns_1", CAS64(p + 16, 0, 5) == 1 && READ64(p + 16) == 5, " ");
+	check("cas_failure_returns_0", CAS64(p + 16, 4, 9) == 0 && READ64(p + 16) == 5, " ");
+	check("fad_returns_old_and_adds_negative", FAD64(p + 16, -7) == 5 && (int64_t)READ64(p + 16) == -2, " ");
+	check("swap_returns_old", SWAP64(p + 16, 42) == (uint64_t)-2 && READ64(p + 16) == 42, " ");
+	/* READ4K: the whole page, the seed's sentinel value included */
+	{
+		char page[GSAS_PAGE_SIZE];
+
+		WRITE64(p + 24, _EMPTY_THREAD_ARGUMENT_);
+		WRITE64(p + 32, VMBOX_EMPTY_PATTERN);
+		WRITE64(p + 4080, 0x5a5a5a5a5a5a5a5aull);
+		memset(page, 0x11, sizeof(page));
+		check("read4k_returns_4096", READ4K(p + 100, page) == GSAS_PAGE_SIZE, " ");
+		check("read4k_content", ((uint64_t *)page)[0] == 0x112233445566AB88ull &&
+						 ((uint64_t *)page)[3] == _EMPTY_THREAD_ARGUMENT_ &&
+						 ((uint64_t *)page)[4] == VMBOX_EMPTY_PATTERN &&
+						 ((uint64_t *)page)[510] == 0x5a5a5a5a5a5a5a5aull && ((uint64_t *)page)[100] == 0,
+		      "w0=0x%llx w3=0x%llx", (unsigned long long)((uint64_t *)page)[0],
+		      (unsigned long long)((uint64_t *)page)[3]);
+	}
+
+	/* refusals: every one answered with an error code, none kills the service */
+	rc = raw(GSAS_OP_READ64, board, (uint64_t)(uintptr_t)p + 2 * GSAS_PAGE_SIZE, 0, 0, NULL);
+	check("guard_page_after_allocation_badaddr", rc == GSAS_E_BADADDR, "rc=%d", rc);
+	rc = raw(GSAS_OP_WRITE128, board, (uint64_t)(uintptr_t)p + 2 * GSAS_PAGE_SIZE - 8, 1, 2, NULL);
+	check("write128_past_allocation_end_badaddr", rc == GSAS_E_BADADDR, "rc=%d", rc);
+	rc = raw(GSAS_OP_READ64, board, GSAS_ADDR((board + 1) % nb, GSAS_ADDR_LOCAL((uint64_t)(uintptr_t)p)), 0, 0, NULL);
+	check("other_partition_badaddr", nb == 1 || rc == GSAS_E_BADADDR, "rc=%d", rc);
+	rc = raw(GSAS_OP_READ64, board, 0, 0, 0, NULL);
+	check("null_badaddr", rc == GSAS_E_BADADDR, "rc=%d", rc);
+	rc = raw(0x55, board, (uint64_t)(uintptr_t)p, 0, 0, NULL);
+	check("unknown_opcode_badop", rc == GSAS_E_BADOP, "rc=%d", rc);
+	rc = raw(GSAS_OP_DATA, board, (uint64_t)(uintptr_t)p, 0, 0, NULL);
+	check("data_opcode_as_request_badop", rc == GSAS_E_BADOP, "rc=%d", rc);
+	rc = raw(GSAS_OP_WRITE8, board, (uint64_t)(uintptr_t)p, 0x1ff, 0, NULL);
+	check("write8_value_too_wide_inval", rc == GSAS_E_INVAL && (uint8_t)READ8(p) == 0x88, "rc=%d", rc);
+	rc = raw(GSAS_OP_WRITE32, board, (uint64_t)(uintptr_t)p, 1ull << 32, 0, NULL);
+	check("write32_value_too_wide_inval", rc == GSAS_E_INVAL, "rc=%d", rc);
+	rc = raw(GSAS_OP_ALLOC, board, 0, 0, 0, &res);
+	check("alloc_zero_pages_inval", rc == GSAS_E_INVAL && res == 0, "rc=%d", rc);
+	errno = 0;
+	q = allocSharedPage(65535, board);
+	check("alloc_beyond_limit_null_enomem", q == NULL && errno == ENOMEM, "q=%p errno=%d", (void *)q, errno);
+	rc = raw(GSAS_OP_FREE, board, (uint64_t)(uintptr_t)p + GSAS_PAGE_SIZE, 0, 0, NULL);
+	check("free_not_an_allocation_start_badaddr", rc == GSAS_E_BADADDR, "rc=%d", rc);
+	rc = in_child(child_free, p);
+	check("free_by_another_process_perm", rc == GSAS_E_PERM, "rc=%d", rc);
+	rc = in_child(child_write, p + 64);
+	check("shared_memory_writable_by_another_process", rc == 0 && READ64(p + 64) == 0x77, "rc=%d", rc);
+	WRITE64(p + 72, 0x1234);
+	rc = in_child(child_read_after_fork, p + 72);
+	check("fork_child_takes_its_own_interfaces", rc == 0, "rc=%d", rc);
+	errno = 0;
+	check("remotefork_relative_path_refused", remoteFork("bin/gsas", 1, board) == 0 && errno == EINVAL, "errno=%d", errno);
+	errno = 0;
+	check("remotefork_empty_argument_refused", remoteFork("/bin/gsas", _EMPTY_THREAD_ARGUMENT_, board) == 0 &&
+							   errno == EINVAL, "errno=%d", errno);
+	errno = 0;
+	check("remotefork_missing_program_enoent", remoteFork("/no/such/program", 1, board) == 0 && errno == ENOENT,
+	      "errno=%d", errno);
+	errno = 0;
+	check("remotefork_directory_eacces", remoteFork("/tmp", 1, board) == 0 && errno == EACCES, "errno=%d", errno);
+	{
+		char longpath[_MAX_FORK_PATH_FILENAME_ + 8];
+
+		memset(longpath, 'a', sizeof(longpath));
+		longpath[0] = '/';
+		longpath[sizeof(longpath) - 1] = 0;
+		errno = 0;
+		check("remotefork_path_too_long", remoteFork(longpath, 1, board) == 0 && errno == ENAMETOOLONG, "errno=%d",
+		      errno);
+	}
+	/* a path page without a terminating NUL, sent by hand */
+	q = allocSharedPage(1, board);
+	if (q) {
+		for (unsigned off = 0; off < GSAS_PAGE_SIZE; off += 8)
+			WRITE64(q + off, 0x2f2f2f2f2f2f2f2full);
+		rc = raw(GSAS_OP_FORK, board, (uint64_t)(uintptr_t)q, 1, 0, NULL);
+		check("fork_unterminated_path_inval", rc == GSAS_E_INVAL, "rc=%d", rc);
+		freeSharedPage(q);
+		rc = raw(GSAS_OP_READ64, board, (uint64_t)(uintptr_t)q, 0, 0, NULL);
+		check("use_after_free_badaddr", rc == GSAS_E_BADADDR, "rc=%d", rc);
+	}
+	/* forged answers: another process writes fake service replies into this thread's MIF */
+	{
+		struct forge f = { 0, (unsigned)me };
+		struct gsas_thread_stats before, after;
+		uint64_t pid;
+
+		gsas_thread_interface(&f.mif, &pid);
+		gsas_get_thread_stats(&before);
+		rc = in_child(child_forge, &f);
+		WRITE64(p + 80, 0x600d);
+		check("forged_replies_ignored", rc == 0 && READ64(p + 80) == 0x600d, "rc=%d", rc);
+		gsas_get_thread_stats(&after);
+		check("forged_replies_counted", after.forged - before.forged == 8, "forged=%llu",
+		      (unsigned long long)(after.forged - before.forged));
+	}
+	rc = raw(GSAS_OP_PING, board, 0, 0, 0, &res);
+	check("service_alive_after_refusals", rc == 0 && res > 0, "rc=%d requests=%llu", rc, (unsigned long long)res);
+	check("free", freeSharedPage(p) == 0, " ");
+	rc = raw(GSAS_OP_READ64, board, (uint64_t)(uintptr_t)p, 0, 0, NULL);
+	check("read_after_free_badaddr", rc == GSAS_E_BADADDR, "rc=%d", rc);
+out:
+	printf("checks=%d failed=%d\n", checks, failed);
+	return failed ? 1 : 0;
+}
+
+static void usage(void)
+{
+	printf("usage: gsas COMMAND [ARGS]   (the GSAS environment, seed 004 sec. 2; docs/gsas.md)\n"
+	       "\n"
+	       "  info                         this board, the number of boards, this thread's MIF and PID\n"
+	       "  stats                        this board's atomic service counters (gsasd)\n"
+	       "  alloc [--board B] [--pages N] [--hold S]   allocSharedPage; prints addr=\n"
+	       "  free ADDR                    freeSharedPage\n"
+	       "  read8|read32|read64 ADDR     print value=\n"
+	       "  write8|write32|write64 ADDR VALUE, write128 ADDR LO HI\n"
+	       "  cas ADDR OLD NEW, fad ADDR ADDEND, swap ADDR VALUE   print value= (the old value)\n"
+	       "  read4k ADDR [OUTFILE]        the page, atomically; prints bytes= fnv=\n"
+	       "  fork [--board B] [--arg A] PATH   remoteFork; prints pid=\n"
+	       "  child                        a remoteFork target: writes its argument back (see docs)\n"
+	       "  raw --op OPCODE [--board B] [--addr A] [--arg1 X] [--arg2 Y]   one request as given\n"
+	       "  counter --addr A [--op fad|cas|swap] [--threads T] [--iters N]   concurrent updates\n"
+	       "  pairs --addr PAGE [--rounds N] [--writer]   WRITE128/READ4K atomicity\n"
+	       "  bench [--board B] [--op OP] [--threads T] [--count N]   latency and throughput\n"
+	       "  check BOARD                  the API's rules and the service's refusals, one line each\n"
+	       "\n"
+	       "Failing reads and writes print error= and the reason instead of aborting as atomic.h's\n"
+	       "functions do. Environment: GSAS_TIMEOUT_MS (default 10000), GSAS_SPIN_US (default 50).\n");
+}
+
+int main(int argc, char **argv)
+{
+	const char *base = strrchr(argv[0], '/');
+
+	tool_prog = "gsas";
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (!strcmp(base ? base + 1 : argv[0], "gsas-child"))
+		return cmd_child(); /* remoteFork runs a program without arguments */
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		usage();
+		return argc < 2 ? 2 : 0;
+	}
+	argc--;
+	argv++;
+	for (unsigned i = 0; i < sizeof(simple_ops) / sizeof(simple_ops[0]); i++)
+		if (!strcmp(argv[0], simple_ops[i].name))
+			return cmd_simple(simple_ops[i].op, simple_ops[i].nargs, argc, argv);
+	if (!strcmp(argv[0], "info")) return cmd_info();
+	if (!strcmp(argv[0], "stats")) return cmd_stats();
+	if (!strcmp(argv[0], "alloc")) return cmd_alloc(argc, argv);
+	if (!strcmp(argv[0], "free")) return cmd_free(argc, argv);
+	if (!strcmp(argv[0], "read4k")) return cmd_read4k(argc, argv);
+	if (!strcmp(argv[0], "fork")) return cmd_fork(argc, argv);
+	if (!strcmp(argv[0], "child")) return cmd_child();
+	if (!strcmp(argv[0], "raw")) return cmd_raw(argc, argv);
+	if (!strcmp(argv[0], "counter")) return cmd_counter(argc, argv);
+	if (!strcmp(argv[0], "pairs")) return cmd_pairs(argc, argv);
+	if (!strcmp(argv[0], "bench")) return cmd_bench(argc, argv);
+	if (!strcmp(argv[0], "check")) return cmd_check(argc, argv);
+	die("unknown command '%s' (see gsas --help)", argv[0]);
+}

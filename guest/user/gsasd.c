@@ -1,0 +1,556 @@
+// SPDX-License-Identifier: MIT
+/*
+ * gsasd: the GSAS atomic service of one board (seed 004 sec. 2.2.4-2.2.8; docs/gsas.md).
+ *
+ * It owns interface 0 of the node's vmbox and packetizer, polls MIF 0 for request packets
+ * (rackemu/gsas_proto.h), translates global virtual addresses through its software MMU (a hash
+ * map of <virtual page, local page, attributes>), checks the request and the issuer's rights
+ * from the PID the packetizer stamped, applies the operation to its own memory, and answers
+ * into the issuer's MIF. One thread serves every request, so each operation is atomic with
+ * respect to all others on the board's partition. When no request came for --spin-us the
+ * service sleeps on the arrival interrupt instead of polling (the seed's "sleep mode").
+ *
+ * Every request gets an answer: the seed drops invalid requests, which would leave the issuer
+ * waiting, so rackemu answers them with an error code (Fig. 9's error field) and counts them.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "libunimem.h"
+#include "rackemu/gsas_proto.h"
+#include "tool.h"
+
+/* ---- software MMU (sec. 2.2.5) ---- */
+
+struct alloc {
+	uint64_t base;       /* first GSAS address */
+	uint64_t pages;
+	uint8_t *mem;        /* the service's local memory backing it */
+	uint64_t owner_node; /* the allocating process: node and tgid from its PID */
+	uint64_t owner_tgid;
+	struct alloc *next;
+};
+
+struct mmu_entry {
+	uint64_t vpage;      /* key: the GSAS page address */
+	uint8_t *page;       /* the local page */
+	struct alloc *attr;  /* attributes: the allocation, its owner */
+	struct mmu_entry *next;
+};
+
+#define MMU_BITS 12
+static struct mmu_entry *mmu[1u << MMU_BITS];
+static struct alloc *allocs;
+static uint64_t next_local = GSAS_FIRST_LOCAL;
+
+static unsigned mmu_hash(uint64_t vpage)
+{
+	return (unsigned)(((vpage >> 12) * 0x9E3779B97F4A7C15ull) >> (64 - MMU_BITS));
+}
+
+static struct mmu_entry *mmu_find(uint64_t addr)
+{
+	uint64_t vpage = addr & ~(uint64_t)(GSAS_PAGE_SIZE - 1);
+	struct mmu_entry *e;
+
+	for (e = mmu[mmu_hash(vpage)]; e; e = e->next)
+		if (e->vpage == vpage)
+			return e;
+	return NULL;
+}
+
+/* ---- state ---- */
+
+static struct unimem u;
+static struct gsas_stats *st;
+static unsigned node_id, node_count;
+static uint64_t max_pages = 8192; /* 32 MiB */
+static unsigned spin_us = 200, reply_timeout_ms = 200;
+static const char *log_dir = "/tmp/gsas";
+static int verbose;
+static volatile sig_atomic_t stop;
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void logmsg(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "gsasd[%u]: ", node_id);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/* ---- replies ---- */
+
+/* Send one packet to the issuer's MIF; retry while its FIFO is full, up to the deadline. */
+static int send_to(uint64_t pid, const uint64_t w[4], uint64_t deadline)
+{
+	uint64_t dest = unimem_mif_gaddr(&u, UNIMEM_PID_NODE(pid), UNIMEM_PID_MIF(pid));
+	unsigned backoff = 10;
+
+	for (;;) {
+		int s = unimem_send(&u, dest, w, 1000000);
+
+		if (s > 0 && (s & PKTZ_ST_ACK))
+			return 0;
+		if (s < 0 || !(s & PKTZ_ST_NACK) || (s & PKTZ_ST_FABRIC_ERR) || now_us() > deadline)
+			return -1;
+		usleep(backoff); /* the issuer's FIFO is full: it drains it while it waits for us */
+		if (backoff < 1000)
+			backoff *= 2;
+	}
+}
+
+static void reply(uint64_t pid, unsigned op, unsigned tag, uint64_t err, uint64_t result, uint64_t addr,
+		  const uint8_t *page4k)
+{
+	uint64_t w[4] = { GSAS_W0(op, tag), err, result, addr };
+	uint64_t deadline = now_us() + (uint64_t)reply_timeout_ms * 1000;
+
+	st->refused[err <= GSAS_E_MAX ? err : 0] += err != GSAS_E_OK;
+	st->served += err == GSAS_E_OK;
+	if (send_to(pid, w, deadline)) {
+		st->replies_dropped++;
+		return;
+	}
+	if (!page4k)
+		return;
+	for (unsigned i = 0; i < GSAS_READ4K_PACKETS; i++) {
+		unsigned off = i * GSAS_READ4K_BYTES_PER_PACKET;
+		unsigned n = GSAS_PAGE_SIZE - off < GSAS_READ4K_BYTES_PER_PACKET ? GSAS_PAGE_SIZE - off
+										  : GSAS_READ4K_BYTES_PER_PACKET;
+
+		w[0] = GSAS_W0(GSAS_OP_DATA, i);
+		w[1] = w[2] = w[3] = 0;
+		memcpy(&w[1], page4k + off, n);
+		if (send_to(pid, w, deadline + (uint64_t)i * 10000)) {
+			st->replies_dropped++;
+			return;
+		}
+	}
+}
+
+/* ---- operations ---- */
+
+static uint64_t op_alloc(uint64_t pid, uint64_t pages, uint64_t *err)
+{
+	struct alloc *a;
+	uint64_t span = (pages + 1) * GSAS_PAGE_SIZE; /* one unmapped guard page after each allocation */
+
+	if (pages == 0 || pages > 0xffff) {
+		*err = GSAS_E_INVAL;
+		return 0;
+	}
+	if (st->pages_in_use + pages > max_pages || next_local + span > GSAS_LOCAL_MASK) {
+		*err = GSAS_E_NOMEM;
+		return 0;
+	}
+	a = calloc(1, sizeof(*a));
+	if (!a) {
+		*err = GSAS_E_NOMEM;
+		return 0;
+	}
+	a->mem = mmap(NULL, pages * GSAS_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+		      -1, 0);
+	if (a->mem == MAP_FAILED) {
+		free(a);
+		*err = GSAS_E_NOMEM;
+		return 0;
+	}
+	for (uint64_t i = 0; i < pages; i++) {
+		struct mmu_entry *e = malloc(sizeof(*e));
+
+		if (!e) { /* undo the pages installed so far */
+			while (i-- > 0) {
+				uint64_t vp = GSAS_ADDR(node_id, next_local + i * GSAS_PAGE_SIZE);
+				struct mmu_entry **pp = &mmu[mmu_hash(vp)], *x = *pp;
+
+				*pp = x->next; /* inserted at the head, so it is the head */
+				free(x);
+			}
+			munmap(a->mem, pages * GSAS_PAGE_SIZE);
+			free(a);
+			*err = GSAS_E_NOMEM;
+			return 0;
+		}
+		e->vpage = GSAS_ADDR(node_id, next_local + i * GSAS_PAGE_SIZE);
+		e->page = a->mem + i * GSAS_PAGE_SIZE;
+		e->attr = a;
+		e->next = mmu[mmu_hash(e->vpage)];
+		mmu[mmu_hash(e->vpage)] = e;
+	}
+	a->base = GSAS_ADDR(node_id, next_local);
+	a->pages = pages;
+	a->owner_node = UNIMEM_PID_NODE(pid);
+	a->owner_tgid = UNIMEM_PID_TGID(pid);
+	a->next = allocs;
+	allocs = a;
+	next_local += span;
+	st->pages_in_use += pages;
+	st->allocations++;
+	if (verbose)
+		logmsg("alloc %llu pages at 0x%016llx for node %u tgid %u", (unsigned long long)pages,
+		       (unsigned long long)a->base, UNIMEM_PID_NODE(pid), UNIMEM_PID_TGID(pid));
+	return a->base;
+}
+
+static int owned_by(const struct alloc *a, uint64_t pid)
+{
+	return a->owner_node == UNIMEM_PID_NODE(pid) && a->owner_tgid == UNIMEM_PID_TGID(pid);
+}
+
+static uint64_t op_free(uint64_t pid, uint64_t addr, uint64_t *err)
+{
+	struct alloc **pa, *a;
+	uint64_t pages;
+
+	for (pa = &allocs; *pa && (*pa)->base != addr; pa = &(*pa)->next)
+		;
+	a = *pa;
+	if (!a) {
+		*err = GSAS_E_BADADDR;
+		return 0;
+	}
+	if (!owned_by(a, pid)) {
+		*err = GSAS_E_PERM;
+		return 0;
+	}
+	for (uint64_t i = 0; i < a->pages; i++) {
+		uint64_t vp = a->base + i * GSAS_PAGE_SIZE;
+		struct mmu_entry **pp = &mmu[mmu_hash(vp)];
+
+		while (*pp && (*pp)->vpage != vp)
+			pp = &(*pp)->next;
+		if (*pp) {
+			struct mmu_entry *x = *pp;
+
+			*pp = x->next;
+			free(x);
+		}
+	}
+	*pa = a->next;
+	pages = a->pages;
+	munmap(a->mem, pages * GSAS_PAGE_SIZE);
+	free(a);
+	st->pages_in_use -= pages;
+	st->allocations--;
+	return pages;
+}
+
+static uint64_t op_fork(uint64_t pid, const uint8_t *page, const struct alloc *a, uint64_t arg, uint64_t *err)
+{
+	char path[GSAS_MAX_FORK_PATH], out[512], errp[512], argv0[GSAS_MAX_FORK_PATH], argbuf[32];
+	struct stat sb;
+	int pfd[2], child_errno = 0;
+	pid_t child;
+
+	if (!owned_by(a, pid)) {
+		*err = GSAS_E_PERM;
+		return 0;
+	}
+	memcpy(path, page, sizeof(path));
+	if (!memchr(path, 0, sizeof(path)) || path[0] != '/' || arg == GSAS_EMPTY_THREAD_ARGUMENT) {
+		*err = GSAS_E_INVAL;
+		return 0;
+	}
+	if (stat(path, &sb))
+		child_errno = errno;
+	else if (!S_ISREG(sb.st_mode))
+		child_errno = EACCES;
+	else if (access(path, X_OK))
+		child_errno = errno;
+	if (child_errno) {
+		*err = GSAS_E_SPAWN;
+		return (uint64_t)child_errno; /* the result carries the errno */
+	}
+	strcpy(argv0, path);
+	snprintf(out, sizeof(out), "%s/%s-%u-stdout.log", log_dir, basename(argv0), node_id);
+	snprintf(errp, sizeof(errp), "%s/%s-%u-stderr.log", log_dir, basename(argv0), node_id);
+	snprintf(argbuf, sizeof(argbuf), "0x%llx", (unsigned long long)arg);
+	if (pipe2(pfd, O_CLOEXEC)) {
+		*err = GSAS_E_SPAWN;
+		return (uint64_t)errno;
+	}
+	child = fork();
+	if (child == 0) {
+		int in = open("/dev/null", O_RDONLY), o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644),
+		    e = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		char *argv[] = { path, NULL };
+
+		if (in < 0 || o < 0 || e < 0 || dup2(in, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 ||
+		    setenv(GSAS_THREAD_ARG_ENV, argbuf, 1)) {
+			child_errno = errno;
+		} else {
+			signal(SIGCHLD, SIG_DFL);
+			signal(SIGTERM, SIG_DFL);
+			setsid();
+			execv(path, argv);
+			child_errno = errno;
+		}
+		if (write(pfd[1], &child_errno, sizeof(child_errno)) < 0)
+			_exit(126);
+		_exit(127);
+	}
+	close(pfd[1]);
+	if (child < 0 || read(pfd[0], &child_errno, sizeof(child_errno)) == (ssize_t)sizeof(child_errno)) {
+		close(pfd[0]);
+		*err = GSAS_E_SPAWN;
+		return child < 0 ? (uint64_t)errno : (uint64_t)child_errno;
+	}
+	close(pfd[0]);
+	st->spawned++;
+	if (verbose)
+		logmsg("remoteFork %s arg %s: pid %d", path, argbuf, (int)child);
+	return (uint64_t)child;
+}
+
+/* The local bytes of [addr, addr + len) if all of it is allocated; a WRITE128 may span two pages. */
+static uint8_t *translate(uint64_t addr, unsigned len, struct alloc **attr)
+{
+	struct mmu_entry *e = mmu_find(addr), *e2;
+	uint64_t off = addr & (GSAS_PAGE_SIZE - 1);
+
+	if (!e)
+		return NULL;
+	*attr = e->attr;
+	if (off + len <= GSAS_PAGE_SIZE)
+		return e->page + off;
+	/* crosses into the next page: allowed only inside one allocation (contiguous locally) */
+	e2 = mmu_find(addr + len - 1);
+	if (!e2 || e2->attr != e->attr)
+		return NULL;
+	return e->page + off;
+}
+
+static void serve(const uint64_t w[4])
+{
+	uint64_t pid = UNIMEM_PACKET_PID(w[0]), addr = w[1], a1 = w[2], a2 = w[3], err = GSAS_E_OK, res = 0;
+	unsigned op = GSAS_W0_OP(w[0]), tag = GSAS_W0_TAG(w[0]), size = gsas_op_size(op);
+	struct alloc *attr = NULL;
+	uint8_t *p = NULL;
+
+	st->requests++;
+	st->ops[op]++;
+	if (UNIMEM_PID_TGID(pid) == 0 || UNIMEM_PID_TID(pid) == 0) {
+		/* the kernel's or a service's PID: no user thread sent this, nobody waits for a reply */
+		st->refused[GSAS_E_SENDER]++;
+		if (verbose)
+			logmsg("dropped a packet with PID 0x%012llx (not a user thread)", (unsigned long long)pid);
+		return;
+	}
+	if (UNIMEM_PID_NODE(pid) >= node_count || UNIMEM_PID_MIF(pid) == UNIMEM_IF_SERVICE) {
+		st->refused[GSAS_E_SENDER]++;
+		return;
+	}
+	if (size) {
+		addr &= ~gsas_align_mask(op); /* Table 1: the low bits are ignored */
+		if (GSAS_ADDR_BOARD(addr) != (int)node_id || !(p = translate(addr, size, &attr)))
+			err = GSAS_E_BADADDR;
+	}
+	if (!err) {
+		switch (op) {
+		case GSAS_OP_PING: res = st->requests; break;
+		case GSAS_OP_ALLOC: res = op_alloc(pid, a1, &err); break;
+		case GSAS_OP_FREE:
+			if (GSAS_ADDR_BOARD(addr & ~gsas_align_mask(op)) != (int)node_id)
+				err = GSAS_E_BADADDR;
+			else
+				res = op_free(pid, addr & ~gsas_align_mask(op), &err);
+			break;
+		case GSAS_OP_FORK: res = op_fork(pid, p, attr, a1, &err); break;
+		case GSAS_OP_READ8: res = *p; break;
+		case GSAS_OP_READ32: res = *(uint32_t *)p; break;
+		case GSAS_OP_READ64: res = *(uint64_t *)p; break;
+		case GSAS_OP_READ4K: res = GSAS_PAGE_SIZE; break;
+		case GSAS_OP_WRITE8:
+			if (a1 > 0xff)
+				err = GSAS_E_INVAL;
+			else
+				*p = (uint8_t)a1;
+			break;
+		case GSAS_OP_WRITE32:
+			if (a1 > 0xffffffffull)
+				err = GSAS_E_INVAL;
+			else
+				*(uint32_t *)p = (uint32_t)a1;
+			break;
+		case GSAS_OP_WRITE64: *(uint64_t *)p = a1; break;
+		case GSAS_OP_WRITE128: memcpy(p, &a1, 8); memcpy(p + 8, &a2, 8); break;
+		case GSAS_OP_CAS:
+			res = *(uint64_t *)p;
+			if (res == a1)
+				*(uint64_t *)p = a2;
+			break;
+		case GSAS_OP_FAD: res = *(uint64_t *)p; *(uint64_t *)p = res + a1; break;
+		case GSAS_OP_SWAP: res = *(uint64_t *)p; *(uint64_t *)p = a1; break;
+		default: err = GSAS_E_BADOP; break;
+		}
+	}
+	if (err && verbose)
+		logmsg("refused op 0x%02x addr 0x%016llx from node %u tgid %u tid %u: error %llu", op,
+		       (unsigned long long)w[1], UNIMEM_PID_NODE(pid), UNIMEM_PID_TGID(pid), UNIMEM_PID_TID(pid),
+		       (unsigned long long)err);
+	if (op == GSAS_OP_READ4K && !err) {
+		uint8_t snap[GSAS_PAGE_SIZE];
+
+		memcpy(snap, p, sizeof(snap)); /* the page as of now: the read is one atomic operation */
+		reply(pid, op, tag, err, res, addr, snap);
+		return;
+	}
+	reply(pid, op, tag, err, res, addr, NULL);
+}
+
+/* ---- main loop ---- */
+
+static void on_term(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+static void usage(void)
+{
+	printf("usage: gsasd [--max-mem SIZE] [--spin-us N] [--reply-timeout-ms N] [--log-dir DIR] [--verbose]\n"
+	       "\n"
+	       "The GSAS atomic service of this board (seed 004 sec. 2.2.4; docs/gsas.md). Takes interface 0\n"
+	       "of the Unimem mailbox and packetizer (root; one service per board), serves allocSharedPage,\n"
+	       "freeSharedPage, remoteFork, READ8/32/64/4K, WRITE8/32/64/128, CAS, FAD and SWAP for this\n"
+	       "board's partition of the global shared address space, and answers every request into the\n"
+	       "issuer's mailbox interface. Runs in the foreground until SIGTERM or SIGINT; init starts it.\n"
+	       "\n"
+	       "  --max-mem SIZE          memory it may hand out (default 32M; K and M suffixes)\n"
+	       "  --spin-us N             poll MIF 0 this long after a request before sleeping on the\n"
+	       "                          arrival interrupt (default 200)\n"
+	       "  --reply-timeout-ms N    give up a reply the issuer's full FIFO refuses this long (default 200)\n"
+	       "  --log-dir DIR           where remoteFork children write NAME-BOARD-stdout.log and\n"
+	       "                          NAME-BOARD-stderr.log (default /tmp/gsas)\n"
+	       "  --verbose               log allocations, spawns and refused requests on stderr\n"
+	       "\n"
+	       "Counters: " GSAS_STATS_PATH " (`gsas stats`).\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "max-mem", required_argument, NULL, 'm' },  { "spin-us", required_argument, NULL, 's' },
+		{ "reply-timeout-ms", required_argument, NULL, 'r' }, { "log-dir", required_argument, NULL, 'l' },
+		{ "verbose", no_argument, NULL, 'v' },      { "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct sigaction sa = { 0 };
+	uint64_t last = 0, partial_since = 0;
+	int c, rc, fd;
+
+	tool_prog = "gsasd";
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm': max_pages = num(optarg, "--max-mem", 1ull << 40) / GSAS_PAGE_SIZE; break;
+		case 's': spin_us = (unsigned)num(optarg, "--spin-us", 10000000); break;
+		case 'r': reply_timeout_ms = (unsigned)num(optarg, "--reply-timeout-ms", 600000); break;
+		case 'l': log_dir = optarg; break;
+		case 'v': verbose = 1; break;
+		case 'h': usage(); return 0;
+		default: usage(); return 2;
+		}
+	}
+	if (optind != argc)
+		die("unexpected argument '%s' (see --help)", argv[optind]);
+	if (!max_pages)
+		die("--max-mem must be at least one page (4K)");
+	setvbuf(stderr, NULL, _IOLBF, 0);
+	if ((rc = unimem_open(&u)))
+		die("cannot open %s: %s (is unimem.ko loaded?)", UNIMEM_DEV_PATH, strerror(-rc));
+	node_id = u.info.node_id;
+	node_count = u.info.node_count;
+	if ((rc = unimem_bind(&u, UNIMEM_IF_SERVICE, UNIMEM_IF_SERVICE)))
+		die("cannot take interface 0 of the mailbox and packetizer: %s (%s)", strerror(-rc),
+		    rc == -EBUSY ? "another atomic service runs on this board" : "run gsasd as root");
+	if ((rc = unimem_map(&u)))
+		die("cannot map interface 0: %s", strerror(-rc));
+	if (mkdir(log_dir, 0755) && errno != EEXIST)
+		die("cannot create the log directory %s: %s", log_dir, strerror(errno));
+	fd = open(GSAS_STATS_PATH, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || ftruncate(fd, sizeof(*st)))
+		die("cannot create %s: %s", GSAS_STATS_PATH, strerror(errno));
+	st = mmap(NULL, sizeof(*st), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (st == MAP_FAILED)
+		die("cannot map %s: %s", GSAS_STATS_PATH, strerror(errno));
+	close(fd);
+	st->pid = (uint64_t)getpid();
+	st->pages_limit = max_pages;
+	st->magic = GSAS_STATS_MAGIC;
+
+	sa.sa_handler = on_term;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sa.sa_handler = SIG_IGN;
+	sa.sa_flags = SA_NOCLDWAIT; /* remoteFork children are reaped by the kernel */
+	sigaction(SIGCHLD, &sa, NULL);
+	logmsg("serving board %u of %u (MIF 0, PID 0x%012llx), up to %llu pages", node_id, node_count,
+	       (unsigned long long)u.info.pid_prefix, (unsigned long long)max_pages);
+
+	while (!stop) {
+		unsigned pending = unimem_pending(&u);
+
+		if (pending >= UNIMEM_PACKET_WORDS) {
+			uint64_t w[UNIMEM_PACKET_WORDS];
+
+			for (unsigned i = 0; i < UNIMEM_PACKET_WORDS; i++)
+				w[i] = u.mif[VMBOX_MIF_DATA / 8];
+			serve(w);
+			last = now_us();
+			partial_since = 0;
+			continue;
+		}
+		if (pending) {
+			/* packets arrive as one 4-word burst: a lone word is debris (the vmbox's
+			 * burst "known issue" mode); drop it after a millisecond */
+			if (!partial_since) {
+				partial_since = now_us();
+			} else if (now_us() - partial_since > 1000) {
+				while (unimem_pending(&u) && unimem_pending(&u) < UNIMEM_PACKET_WORDS)
+					(void)u.mif[VMBOX_MIF_DATA / 8];
+				st->malformed++;
+				partial_since = 0;
+			}
+			continue;
+		}
+		if (now_us() - last < spin_us)
+			continue;
+		{
+			struct unimem_wait wt = { 1000, 0 };
+
+			st->sleeps++;
+			if (ioctl(u.fd, UNIMEM_IOC_WAIT, &wt) < 0 && errno != ETIMEDOUT && errno != EINTR)
+				die("UNIMEM_IOC_WAIT: %s", strerror(errno));
+		}
+	}
+	logmsg("stopping after %llu requests", (unsigned long long)st->requests);
+	st->pid = 0;
+	unimem_close(&u);
+	return 0;
+}

@@ -1,0 +1,420 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libgsas: the atomic.h library (seed 004 sec. 2.2.4, 2.2.6-2.2.8, 2.3) over the Unimem
+ * packetizer and mailbox. Packet formats: rackemu/gsas_proto.h; docs/gsas.md.
+ *
+ * Each thread owns one /dev/unimem file (one MIF, one PIF), opened on its first call and
+ * closed by a thread-specific-data destructor when it exits. A fork child starts without
+ * interfaces (the driver does not let it use its parent's) and takes its own on first use.
+ */
+#define _GNU_SOURCE
+#include "atomic.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "libunimem.h"
+#include "rackemu/gsas_proto.h"
+
+struct gsas_thread {
+	int ready;
+	struct unimem u;
+	uint8_t tag;
+	struct gsas_thread_stats stats;
+};
+
+static __thread struct gsas_thread thr;
+static pthread_key_t thr_key;
+static pthread_once_t thr_once = PTHREAD_ONCE_INIT;
+static unsigned timeout_ms = 10000, spin_us = 50;
+
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void thread_exit(void *p)
+{
+	struct gsas_thread *t = p;
+
+	if (t->ready)
+		unimem_close(&t->u);
+	t->ready = 0;
+}
+
+/* A fork child holds a copy of the parent's file but may not use it, and has no mapping. */
+static void after_fork_child(void)
+{
+	if (thr.ready)
+		close(thr.u.fd);
+	thr.ready = 0;
+	memset(&thr.u, 0, sizeof(thr.u));
+}
+
+static void setup_once(void)
+{
+	const char *s;
+
+	pthread_key_create(&thr_key, thread_exit);
+	pthread_atfork(NULL, NULL, after_fork_child);
+	if ((s = getenv("GSAS_TIMEOUT_MS")) && atoi(s) > 0)
+		timeout_ms = (unsigned)atoi(s);
+	if ((s = getenv("GSAS_SPIN_US")) && atoi(s) >= 0)
+		spin_us = (unsigned)atoi(s);
+}
+
+static int thread_get(struct gsas_thread **out)
+{
+	int rc;
+
+	pthread_once(&thr_once, setup_once);
+	if (!thr.ready) {
+		if ((rc = unimem_open(&thr.u)))
+			return rc;
+		if ((rc = unimem_map(&thr.u))) {
+			unimem_close(&thr.u);
+			return rc;
+		}
+		thr.ready = 1;
+		pthread_setspecific(thr_key, &thr);
+	}
+	*out = &thr;
+	return 0;
+}
+
+static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fatal(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "gsas: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	abort();
+}
+
+const char *gsas_strerror(int err)
+{
+	static const char *const names[] = {
+		[GSAS_E_OK] = "success",
+		[GSAS_E_BADOP] = "unknown operation",
+		[GSAS_E_BADADDR] = "invalid address (not allocated on its board)",
+		[GSAS_E_PERM] = "not permitted (the memory belongs to another process)",
+		[GSAS_E_NOMEM] = "not enough shared memory on the board",
+		[GSAS_E_INVAL] = "invalid argument",
+		[GSAS_E_SPAWN] = "the board could not start the program",
+		[GSAS_E_SENDER] = "not a user thread",
+	};
+
+	if (err >= 0 && err <= GSAS_E_MAX)
+		return names[err];
+	switch (-err) {
+	case EHOSTUNREACH: return "board unreachable (down, or the fabric is gone)";
+	case ETIMEDOUT: return "no answer from the board's atomic service (is gsasd running there? `gsas stats`)";
+	case ENXIO: return "no such board";
+	case ENODEV: return "no mailbox/packetizer interface for this thread (is unimem.ko loaded? 62 threads per board at most)";
+	case EPROTO: return "garbled READ4K answer";
+	default: return strerror(-err);
+	}
+}
+
+/* Next packet of this thread's MIF, spinning briefly and then sleeping on the interrupt. */
+static int recv_packet(struct gsas_thread *t, uint64_t w[4], uint64_t deadline)
+{
+	uint64_t spin_end = now_us() + spin_us;
+
+	while (unimem_pending(&t->u) < UNIMEM_PACKET_WORDS) {
+		uint64_t now = now_us();
+		struct unimem_wait wt;
+
+		if (now < spin_end)
+			continue;
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		wt.timeout_ms = (unsigned)((deadline - now + 999) / 1000);
+		wt.count = 0;
+		t->stats.sleeps++;
+		if (ioctl(t->u.fd, UNIMEM_IOC_WAIT, &wt) < 0 && errno != ETIMEDOUT && errno != EINTR)
+			return -errno;
+	}
+	for (unsigned i = 0; i < UNIMEM_PACKET_WORDS; i++)
+		w[i] = t->u.mif[VMBOX_MIF_DATA / 8];
+	return 0;
+}
+
+int gsas_request(unsigned op, uint64_t bid, uint64_t addr, uint64_t arg1, uint64_t arg2, uint64_t *result,
+		 void *buf)
+{
+	struct gsas_thread *t;
+	uint64_t w[4], deadline, dest, dummy;
+	unsigned tag, backoff = 20, next = 0;
+	int rc;
+
+	if (!result)
+		result = &dummy;
+	if ((rc = thread_get(&t)))
+		return -ENODEV;
+	if (bid >= t->u.info.node_count)
+		return -ENXIO;
+	tag = ++t->tag;
+	deadline = now_us() + (uint64_t)timeout_ms * 1000;
+	dest = unimem_mif_gaddr(&t->u, (unsigned)bid, UNIMEM_IF_SERVICE);
+	w[0] = GSAS_W0(op, tag);
+	w[1] = addr;
+	w[2] = arg1;
+	w[3] = arg2;
+	t->stats.requests++;
+	for (;;) {
+		int s = unimem_send(&t->u, dest, w, 1000000);
+
+		if (s > 0 && (s & PKTZ_ST_ACK))
+			break;
+		if (s < 0)
+			return -ETIMEDOUT;
+		if (s & PKTZ_ST_FABRIC_ERR)
+			return -EHOSTUNREACH;
+		if (!(s & PKTZ_ST_NACK))
+			return s == 0 ? -EPERM : -EINVAL;
+		t->stats.busy++; /* the service's FIFO is full: back off and retry */
+		if (now_us() > deadline)
+			return -ETIMEDOUT;
+		usleep(backoff);
+		if (backoff < 2000)
+			backoff *= 2;
+	}
+	for (;;) {
+		if ((rc = recv_packet(t, w, deadline)))
+			return rc;
+		if (UNIMEM_PACKET_PID(w[0]) != UNIMEM_SERVICE_PID(bid)) {
+			t->stats.forged++; /* someone else's packet in our MIF: never trusted */
+			continue;
+		}
+		if (GSAS_W0_OP(w[0]) != op || GSAS_W0_TAG(w[0]) != tag) {
+			t->stats.stale++;
+			continue;
+		}
+		break;
+	}
+	*result = w[2];
+	if (op != GSAS_OP_READ4K || w[1] != GSAS_E_OK)
+		return (int)w[1];
+	/* READ4K: the page follows in order, 24 bytes per packet */
+	while (next < GSAS_READ4K_PACKETS) {
+		unsigned off = next * GSAS_READ4K_BYTES_PER_PACKET;
+		unsigned n = GSAS_PAGE_SIZE - off < GSAS_READ4K_BYTES_PER_PACKET ? GSAS_PAGE_SIZE - off
+										  : GSAS_READ4K_BYTES_PER_PACKET;
+
+		if ((rc = recv_packet(t, w, deadline)))
+			return rc;
+		if (UNIMEM_PACKET_PID(w[0]) != UNIMEM_SERVICE_PID(bid)) {
+			t->stats.forged++;
+			continue;
+		}
+		if (GSAS_W0_OP(w[0]) != GSAS_OP_DATA || GSAS_W0_TAG(w[0]) != (next & 0xff))
+			return -EPROTO;
+		if (buf)
+			memcpy((char *)buf + off, &w[1], n);
+		next++;
+	}
+	return GSAS_E_OK;
+}
+
+/* The board of a GSAS address, or a fatal error naming the call. */
+static uint64_t board_of(const char *what, const void *addr)
+{
+	int b = GSAS_ADDR_BOARD((uint64_t)(uintptr_t)addr);
+
+	if (b < 0 || (uint64_t)b >= getNumberBoards())
+		fatal("%s(%p): not a GSAS address (partition %u; this rack has %llu boards)", what, addr,
+		      GSAS_ADDR_PARTITION((uint64_t)(uintptr_t)addr), (unsigned long long)getNumberBoards());
+	return (uint64_t)b;
+}
+
+/* A request the seed makes fatal on failure. */
+static uint64_t must(const char *what, unsigned op, void *addr, uint64_t a1, uint64_t a2, void *buf)
+{
+	uint64_t a = (uint64_t)(uintptr_t)addr & ~gsas_align_mask(op), res = 0;
+	int rc = gsas_request(op, board_of(what, addr), a, a1, a2, &res, buf);
+
+	if (rc)
+		fatal("%s(%p) failed: %s", what, addr, gsas_strerror(rc));
+	return res;
+}
+
+static struct unimem_info *info(void)
+{
+	struct gsas_thread *t;
+	int rc = thread_get(&t);
+
+	if (rc)
+		fatal("cannot take a mailbox and packetizer interface from %s: %s (is unimem.ko loaded? at most 62 "
+		      "threads per board use GSAS at once)", UNIMEM_DEV_PATH, strerror(-rc));
+	return &t->u.info;
+}
+
+uint64_t getNumberBoards(void)
+{
+	return info()->node_count;
+}
+
+uint64_t getBoardPid(void)
+{
+	return info()->node_id;
+}
+
+void *allocSharedPage(uint16_t quantity, uint64_t bid)
+{
+	uint64_t res = 0;
+	int rc = gsas_request(GSAS_OP_ALLOC, bid, 0, quantity, 0, &res, NULL);
+
+	if (rc) {
+		errno = rc < 0 ? -rc : rc == GSAS_E_NOMEM ? ENOMEM : EINVAL;
+		return NULL;
+	}
+	return (void *)(uintptr_t)res;
+}
+
+uint64_t freeSharedPage(void *addr)
+{
+	int b = GSAS_ADDR_BOARD((uint64_t)(uintptr_t)addr);
+	int rc;
+
+	if (b < 0)
+		return GSAS_E_BADADDR;
+	rc = gsas_request(GSAS_OP_FREE, (uint64_t)b, (uint64_t)(uintptr_t)addr & ~gsas_align_mask(GSAS_OP_FREE), 0, 0,
+			  NULL, NULL);
+	if (rc < 0)
+		fatal("freeSharedPage(%p) failed: %s", addr, gsas_strerror(rc));
+	return (uint64_t)rc;
+}
+
+char READ8(void *addr)
+{
+	return (char)must("READ8", GSAS_OP_READ8, addr, 0, 0, NULL);
+}
+
+uint32_t READ32(void *addr)
+{
+	return (uint32_t)must("READ32", GSAS_OP_READ32, addr, 0, 0, NULL);
+}
+
+uint64_t READ64(void *addr)
+{
+	return must("READ64", GSAS_OP_READ64, addr, 0, 0, NULL);
+}
+
+uint64_t READ4K(void *addr, char *buffer)
+{
+	return must("READ4K", GSAS_OP_READ4K, addr, 0, 0, buffer);
+}
+
+void WRITE8(void *addr, char val)
+{
+	must("WRITE8", GSAS_OP_WRITE8, addr, (uint8_t)val, 0, NULL);
+}
+
+void WRITE32(void *addr, uint32_t val)
+{
+	must("WRITE32", GSAS_OP_WRITE32, addr, val, 0, NULL);
+}
+
+void WRITE64(void *addr, uint64_t val)
+{
+	must("WRITE64", GSAS_OP_WRITE64, addr, val, 0, NULL);
+}
+
+void WRITE128(void *addr, uint64_t val[2])
+{
+	must("WRITE128", GSAS_OP_WRITE128, addr, val[0], val[1], NULL);
+}
+
+uint64_t CAS64(void *addr, uint64_t old_val, uint64_t new_val)
+{
+	return must("CAS64", GSAS_OP_CAS, addr, old_val, new_val, NULL) == old_val;
+}
+
+int64_t FAD64(void *addr, int64_t val)
+{
+	return (int64_t)must("FAD64", GSAS_OP_FAD, addr, (uint64_t)val, 0, NULL);
+}
+
+uint64_t SWAP64(void *addr, uint64_t val)
+{
+	return must("SWAP64", GSAS_OP_SWAP, addr, val, 0, NULL);
+}
+
+uint64_t remoteFork(const char *filename, uint64_t arg, uint64_t bid)
+{
+	size_t len = filename ? strlen(filename) + 1 : 0;
+	uint64_t res = 0, word;
+	char *page;
+	int rc = 0;
+
+	if (!filename || arg == _EMPTY_THREAD_ARGUMENT_ || filename[0] != '/') {
+		errno = EINVAL;
+		return 0;
+	}
+	if (len > _MAX_FORK_PATH_FILENAME_) {
+		errno = ENAMETOOLONG;
+		return 0;
+	}
+	/* sec. 2.2.8: the path goes into a page allocated on the target board */
+	page = allocSharedPage(1, bid);
+	if (!page)
+		return 0;
+	for (size_t off = 0; off < len && !rc; off += 8) {
+		word = 0;
+		memcpy(&word, filename + off, len - off < 8 ? len - off : 8);
+		rc = gsas_request(GSAS_OP_WRITE64, bid, (uint64_t)(uintptr_t)(page + off), word, 0, NULL, NULL);
+	}
+	if (!rc)
+		rc = gsas_request(GSAS_OP_FORK, bid, (uint64_t)(uintptr_t)page, arg, 0, &res, NULL);
+	gsas_request(GSAS_OP_FREE, bid, (uint64_t)(uintptr_t)page, 0, 0, NULL, NULL);
+	if (rc) {
+		errno = rc < 0 ? -rc : rc == GSAS_E_SPAWN && res ? (int)res : EINVAL;
+		return 0;
+	}
+	return res;
+}
+
+uint64_t readThreadArgument(void)
+{
+	const char *s = getenv(GSAS_THREAD_ARG_ENV);
+	char *end;
+	uint64_t v;
+
+	if (!s || !*s)
+		return _EMPTY_THREAD_ARGUMENT_;
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	return errno || *end ? _EMPTY_THREAD_ARGUMENT_ : v;
+}
+
+void gsas_get_thread_stats(struct gsas_thread_stats *out)
+{
+	*out = thr.stats;
+}
+
+int gsas_thread_interface(unsigned *mif, uint64_t *pid)
+{
+	struct gsas_thread *t;
+	int rc = thread_get(&t);
+
+	if (rc)
+		return rc;
+	*mif = t->u.info.mif;
+	*pid = t->u.info.pid_prefix;
+	return 0;
+}
