@@ -15,13 +15,14 @@ sys_mods=(kernel/drivers/virtio/virtio_mmio.ko kernel/drivers/char/virtio_consol
 extra_deps=()
 [ -f "$g/modules/extra/sys-deps" ] && mapfile -t extra_deps < <(sed '/^$/d' "$g/modules/extra/sys-deps")
 
-inputs=("$BUSYBOX" "$RACKEMU_ROOT/guest/image/init" "$g/bin"/* "$g/modules"/* "$g/modules/extra"/*)
+inputs=("$BUSYBOX" "$RACKEMU_ROOT/guest/image/init" "$RACKEMU_ROOT/guest/image/build-image.sh" "$g/bin"/* "$g/modules"/* "$g/modules/extra"/*)
 for m in "${sys_mods[@]}" "${extra_deps[@]}"; do inputs+=("$MODULES_DIR/$m"); done
 key=$( (for f in "${inputs[@]}"; do [ -f "$f" ] && sha256sum "$f"; done) | sha256sum | cut -c1-32)
 if [ -f "$out" ] && [ "$(cat "$out.key" 2>/dev/null)" = "$key" ]; then
     exit 0
 fi
 root=$(mktemp -d)
+chmod 0755 "$root" # mktemp -d makes it 0700: unprivileged guest processes could not reach any path
 trap 'rm -rf "$root"' EXIT
 mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,run,etc,lib/modules,root}
 cp "$BUSYBOX" "$root/bin/busybox"
