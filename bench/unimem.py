@@ -15,8 +15,14 @@ Measured in one run on a booted cluster (node 0 is the initiator, node 1 the own
   mailbox_rtt_{median,p99}_us
                       user space on node 0 -> node 1's kernel (mbox_echo.ko callback, answer with
                       mailbox_send_message) -> node 0 (`mbox ping`)
+  gsas_{local,remote}_{OP}_{median,p99}_us
+                      one GSAS request (atomic.h through the atomic service) from node 0 to board
+                      0 (local) and board 1 (remote), one thread (`gsas bench`), median over --runs
+  gsas_remote_{OP}_{T}t_ops_s
+                      throughput of T threads on node 0 against board 1, for T in --gsas-threads
 
 usage: bench/unimem.py [--runs 3] [--count 2000] [--bulk 1M] [--dma-sizes 4K,64K,1M,4M] [--memory 256M]
+                      [--gsas-count 300] [--gsas-threads 1,2,4] [--only gas,cdma,mailbox,gsas]
                       [--csv FILE]
 """
 import argparse
@@ -68,11 +74,18 @@ def main():
     ap.add_argument("--bulk", default="1M", help="region size for the bandwidth runs (at most 4M)")
     ap.add_argument("--dma-sizes", default="4K,64K,1M,4M")
     ap.add_argument("--memory", default="256M")
+    ap.add_argument("--gsas-count", type=int, default=300, help="GSAS requests per thread and run")
+    ap.add_argument("--gsas-threads", default="1,2,4", help="thread counts for the GSAS throughput runs")
+    ap.add_argument("--only", default="gas,cdma,mailbox,gsas", help="sections to run (comma-separated)")
     ap.add_argument("--csv", default=str(build_dir() / "bench" / "unimem.csv"))
     a = ap.parse_args()
     def size(x):
         return int(x[:-1]) << {"K": 10, "M": 20}[x[-1]] if x[-1] in "KM" else int(x)
 
+    only = set(a.only.split(","))
+    unknown = only - {"gas", "cdma", "mailbox", "gsas"}
+    if unknown:
+        ap.error(f"--only: unknown sections {sorted(unknown)} (gas, cdma, mailbox, gsas)")
     bulk = size(a.bulk)
     dma_sizes = [size(x) for x in a.dma_sizes.split(",") if x]
     rows = []
@@ -80,55 +93,92 @@ def main():
     log("booting 2 nodes")
     with Cluster(cfg, log=lambda m: None) as c:
         n0, n1 = c.node(0), c.node(1)
-        g_remote = export(n1, bulk, 7, "n1")
-        g_local = export(n0, bulk, 7, "n0")
-        for where, g in (("remote", g_remote), ("local", g_local)):
-            lat = {"load": [], "store": []}
-            p99 = {"load": [], "store": []}
-            for r in range(a.runs):
-                for d in run(n0, f"gas bench --gaddr {g:#x} --count {a.count}"):
-                    lat[d["op"]].append(float(d["median_us"]))
-                    p99[d["op"]].append(float(d["p99_us"]))
-            for op in ("load", "store"):
-                rows.append(("gas", f"{where}_{op}_median_us", statistics.median(lat[op]), "us"))
-                rows.append(("gas", f"{where}_{op}_p99_us", statistics.median(p99[op]), "us"))
-            log(f"gas {where}: load {statistics.median(lat['load']):.1f} us, store {statistics.median(lat['store']):.1f} us")
-            # bandwidth: the bench's stores changed the first word; restore the pattern first
-            run(n0, f"gas fill --gaddr {g:#x} --len 64 --seed 7 --width 8")
-            bw = {"ldr_x": [], "ld1_4q": []}
-            for r in range(a.runs):
-                for d in run(n0, f"gas check --gaddr {g:#x} --len {bulk} --seed 7 --width 8 --width 64"):
-                    bw[d["width"]].append(float(d["mb_per_s"]))
-            for w, v in bw.items():
-                rows.append(("gas", f"{where}_read_{w}_mb_s", statistics.median(v), "MB/s"))
-        log("cDMA copies")
-        run(n0, "insmod /lib/modules/extra/xilinx_dma.ko && insmod /lib/modules/extra/unimem_dma.ko")
-        big = max(dma_sizes)
-        g1 = export(n1, 4 << 20, 7, "dma1")
-        g0 = export(n0, 4 << 20, 7, "dma0")
-        p0 = int(kv_lines(n0.exec("cat /tmp/bench-export-dma0").stdout.decode())[0]["local"], 16)
-        half = 2 << 20
-        for sz in dma_sizes:
-            if sz > half:
-                sz = half
-            for name, src, dst in (("local_to_local", f"p:{p0:#x}", f"p:{p0 + half:#x}"),
-                                   ("remote_to_local", f"g:{g1:#x}", f"p:{p0:#x}"),
-                                   ("local_to_remote", f"p:{p0:#x}", f"g:{g1 + half:#x}")):
-                v = [float(run(n0, f"cdma copy --src {src} --dst {dst} --len {sz} --repeat 5")[0]["mb_per_s"])
-                     for _ in range(a.runs)]
-                rows.append(("cdma", f"{name}_{sz}_mb_s", statistics.median(v), "MB/s"))
-        del big, g0
-        log("mailbox round trips through node 1's kernel")
-        run(n1, "insmod /lib/modules/extra/mbox_echo.ko")
-        rtt, rp99 = [], []
-        for r in range(a.runs):
-            d = run(n0, f"mbox ping --node 1 --count {min(a.count, 1000)}")[-1]
-            rtt.append(float(d["rtt_median_us"]))
-            rp99.append(float(d["rtt_p99_us"]))
-        rows.append(("mailbox", "rtt_median_us", statistics.median(rtt), "us"))
-        rows.append(("mailbox", "rtt_p99_us", statistics.median(rp99), "us"))
-
+        if "gas" in only:
+            gas_section(a, n0, n1, bulk, rows)
+        if "cdma" in only:
+            cdma_section(a, n0, n1, dma_sizes, rows)
+        if "mailbox" in only:
+            mailbox_section(a, n0, n1, rows)
+        if "gsas" in only:
+            gsas_section(a, n0, rows)
     write_results(rows, a.csv)
+
+
+def gas_section(a, n0, n1, bulk, rows):
+    g_remote = export(n1, bulk, 7, "n1")
+    g_local = export(n0, bulk, 7, "n0")
+    for where, g in (("remote", g_remote), ("local", g_local)):
+        lat = {"load": [], "store": []}
+        p99 = {"load": [], "store": []}
+        for r in range(a.runs):
+            for d in run(n0, f"gas bench --gaddr {g:#x} --count {a.count}"):
+                lat[d["op"]].append(float(d["median_us"]))
+                p99[d["op"]].append(float(d["p99_us"]))
+        for op in ("load", "store"):
+            rows.append(("gas", f"{where}_{op}_median_us", statistics.median(lat[op]), "us"))
+            rows.append(("gas", f"{where}_{op}_p99_us", statistics.median(p99[op]), "us"))
+        log(f"gas {where}: load {statistics.median(lat['load']):.1f} us, store {statistics.median(lat['store']):.1f} us")
+        # bandwidth: the bench's stores changed the first word; restore the pattern first
+        run(n0, f"gas fill --gaddr {g:#x} --len 64 --seed 7 --width 8")
+        bw = {"ldr_x": [], "ld1_4q": []}
+        for r in range(a.runs):
+            for d in run(n0, f"gas check --gaddr {g:#x} --len {bulk} --seed 7 --width 8 --width 64"):
+                bw[d["width"]].append(float(d["mb_per_s"]))
+        for w, v in bw.items():
+            rows.append(("gas", f"{where}_read_{w}_mb_s", statistics.median(v), "MB/s"))
+
+
+def cdma_section(a, n0, n1, dma_sizes, rows):
+    log("cDMA copies")
+    run(n0, "insmod /lib/modules/extra/xilinx_dma.ko && insmod /lib/modules/extra/unimem_dma.ko")
+    big = max(dma_sizes)
+    g1 = export(n1, 4 << 20, 7, "dma1")
+    g0 = export(n0, 4 << 20, 7, "dma0")
+    p0 = int(kv_lines(n0.exec("cat /tmp/bench-export-dma0").stdout.decode())[0]["local"], 16)
+    half = 2 << 20
+    for sz in dma_sizes:
+        if sz > half:
+            sz = half
+        for name, src, dst in (("local_to_local", f"p:{p0:#x}", f"p:{p0 + half:#x}"),
+                               ("remote_to_local", f"g:{g1:#x}", f"p:{p0:#x}"),
+                               ("local_to_remote", f"p:{p0:#x}", f"g:{g1 + half:#x}")):
+            v = [float(run(n0, f"cdma copy --src {src} --dst {dst} --len {sz} --repeat 5")[0]["mb_per_s"])
+                 for _ in range(a.runs)]
+            rows.append(("cdma", f"{name}_{sz}_mb_s", statistics.median(v), "MB/s"))
+    del big, g0
+
+
+def mailbox_section(a, n0, n1, rows):
+    log("mailbox round trips through node 1's kernel")
+    run(n1, "insmod /lib/modules/extra/mbox_echo.ko")
+    rtt, rp99 = [], []
+    for r in range(a.runs):
+        d = run(n0, f"mbox ping --node 1 --count {min(a.count, 1000)}")[-1]
+        rtt.append(float(d["rtt_median_us"]))
+        rp99.append(float(d["rtt_p99_us"]))
+    rows.append(("mailbox", "rtt_median_us", statistics.median(rtt), "us"))
+    rows.append(("mailbox", "rtt_p99_us", statistics.median(rp99), "us"))
+
+
+def gsas_section(a, n0, rows):
+    ops = ("ping", "read64", "write64", "cas", "fad", "swap", "write128", "read4k")
+    for where, board in (("local", 0), ("remote", 1)):
+        for op in ops:
+            med, p99 = [], []
+            for _ in range(a.runs):
+                count = max(a.gsas_count // 10, 10) if op == "read4k" else a.gsas_count
+                d = run(n0, f"gsas bench --board {board} --op {op} --count {count}")[-1]
+                med.append(float(d["latency_median_us"]))
+                p99.append(float(d["latency_p99_us"]))
+            rows.append(("gsas", f"{where}_{op}_median_us", statistics.median(med), "us"))
+            rows.append(("gsas", f"{where}_{op}_p99_us", statistics.median(p99), "us"))
+            log(f"gsas {where} {op}: {statistics.median(med):.1f} us")
+    for op in ("read64", "fad"):
+        for t in [int(x) for x in a.gsas_threads.split(",") if x]:
+            v = [float(run(n0, f"gsas bench --board 1 --op {op} --threads {t} --count {a.gsas_count}")[-1]["ops_per_s"])
+                 for _ in range(a.runs)]
+            rows.append(("gsas", f"remote_{op}_{t}t_ops_s", statistics.median(v), "1/s"))
+            log(f"gsas remote {op} x{t} threads: {statistics.median(v):.0f} ops/s")
 
 
 if __name__ == "__main__":
