@@ -17,7 +17,7 @@ mkdir -p "$out"
 build() { # build NAME SOURCES...
     local name=$1; shift
     if [ ! -f "$out/$name" ] || [ -n "$(find "$src" "$RACKEMU_ROOT/hw/include" "$RACKEMU_ROOT/guest/include" -newer "$out/$name" -name '*.[ch]' | head -n1)" ]; then
-        aarch64-linux-gnu-gcc -static -O2 -Wall -Wextra -Werror -I"$RACKEMU_ROOT/hw/include" -I"$RACKEMU_ROOT/guest/include" \
+        aarch64-linux-gnu-gcc -static -O2 -Wall -Wextra -Werror -Wno-format-zero-length -I"$RACKEMU_ROOT/hw/include" -I"$RACKEMU_ROOT/guest/include" \
             -o "$out/$name.tmp" "$@" && mv "$out/$name.tmp" "$out/$name" || die "building guest/user ($name) failed"
     fi
 }

@@ -108,13 +108,10 @@ static int cmd_copy(int argc, char **argv)
 	return c.status ? 1 : 0;
 }
 
-/* /dev/dmabuffers against bad input: one line per check, then checks=N failed=F. */
-static int checks, failures;
-static void check(const char *name, int ok, int e)
+/* /dev/dmabuffers against bad input: one line per check (tool.h), then checks=N failed=F. */
+static void check_errno(const char *name, int ok, int e)
 {
-	checks++;
-	failures += !ok;
-	printf("check=%s ok=%d errno=%d\n", name, ok, e);
+	check(name, ok, "errno=%d", e);
 }
 
 static int cmd_dmabuf_check(void)
@@ -131,56 +128,55 @@ static int cmd_dmabuf_check(void)
 		die("cannot use %s: %s (insmod xilinx_dma.ko and unimem_dma.ko)", DMABUF_DEV_PATH, strerror(errno));
 	a.node = info.node_id;
 	a.size = 8192;
-	check("alloc_local", ioctl(fd, DMABUF_IOC_ALLOC, &a) == 0 && a.id >= 1, errno);
+	check_errno("alloc_local", ioctl(fd, DMABUF_IOC_ALLOC, &a) == 0 && a.id >= 1, errno);
 	b.node = info.node_count; /* no such node */
 	b.size = 4096;
-	check("alloc_no_such_node_einval", ioctl(fd, DMABUF_IOC_ALLOC, &b) < 0 && errno == EINVAL, errno);
+	check_errno("alloc_no_such_node_einval", ioctl(fd, DMABUF_IOC_ALLOC, &b) < 0 && errno == EINVAL, errno);
 	b.node = info.node_id;
 	b.size = DMABUF_MAX_SIZE + 1;
-	check("alloc_too_big_einval", ioctl(fd, DMABUF_IOC_ALLOC, &b) < 0 && errno == EINVAL, errno);
+	check_errno("alloc_too_big_einval", ioctl(fd, DMABUF_IOC_ALLOC, &b) < 0 && errno == EINVAL, errno);
 	b.size = 0;
-	check("alloc_zero_einval", ioctl(fd, DMABUF_IOC_ALLOC, &b) < 0 && errno == EINVAL, errno);
+	check_errno("alloc_zero_einval", ioctl(fd, DMABUF_IOC_ALLOC, &b) < 0 && errno == EINVAL, errno);
 	/* transfers may only touch this file's buffers */
 	x = (struct dmabuf_xfer){ .src = a.gaddr, .dst = a.gaddr + 4096, .size = 4096, .tid = 1 };
 	r = write(fd, &x, sizeof(x));
-	check("transfer_inside_own_buffer", r == (ssize_t)sizeof(x), errno);
+	check_errno("transfer_inside_own_buffer", r == (ssize_t)sizeof(x), errno);
 	x.dst = UNIMEM_GADDR(info.node_id, 0x40000000); /* somebody else's memory */
 	r = write(fd, &x, sizeof(x));
-	check("transfer_to_foreign_memory_einval", r < 0 && errno == EINVAL, errno);
+	check_errno("transfer_to_foreign_memory_einval", r < 0 && errno == EINVAL, errno);
 	x = (struct dmabuf_xfer){ .src = UNIMEM_GADDR(info.node_id, 0x40000000), .dst = a.gaddr, .size = 64 };
 	r = write(fd, &x, sizeof(x));
-	check("transfer_from_foreign_memory_einval", r < 0 && errno == EINVAL, errno);
+	check_errno("transfer_from_foreign_memory_einval", r < 0 && errno == EINVAL, errno);
 	x = (struct dmabuf_xfer){ .src = a.gaddr + 4096, .dst = a.gaddr, .size = 8192 }; /* runs past the end */
 	r = write(fd, &x, sizeof(x));
-	check("transfer_past_buffer_end_einval", r < 0 && errno == EINVAL, errno);
+	check_errno("transfer_past_buffer_end_einval", r < 0 && errno == EINVAL, errno);
 	x.size = 0;
 	r = write(fd, &x, sizeof(x));
-	check("transfer_zero_size_einval", r < 0 && errno == EINVAL, errno);
+	check_errno("transfer_zero_size_einval", r < 0 && errno == EINVAL, errno);
 	r = write(fd, &x, 5);
-	check("write_odd_size_einval", r < 0 && errno == EINVAL, errno);
+	check_errno("write_odd_size_einval", r < 0 && errno == EINVAL, errno);
 	m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, (off_t)(63 * DMABUF_MMAP_STRIDE));
-	check("mmap_unknown_buffer_einval", m == MAP_FAILED && errno == EINVAL, errno);
+	check_errno("mmap_unknown_buffer_einval", m == MAP_FAILED && errno == EINVAL, errno);
 	m = mmap(NULL, 16384, PROT_READ, MAP_SHARED, fd, (off_t)(a.id * DMABUF_MMAP_STRIDE));
-	check("mmap_beyond_buffer_einval", m == MAP_FAILED && errno == EINVAL, errno);
+	check_errno("mmap_beyond_buffer_einval", m == MAP_FAILED && errno == EINVAL, errno);
 	m = mmap(NULL, 8192, PROT_READ, MAP_PRIVATE, fd, (off_t)(a.id * DMABUF_MMAP_STRIDE));
-	check("mmap_private_einval", m == MAP_FAILED && errno == EINVAL, errno);
+	check_errno("mmap_private_einval", m == MAP_FAILED && errno == EINVAL, errno);
 	id = 60;
-	check("free_unknown_enoent", ioctl(fd, DMABUF_IOC_FREE, &id) < 0 && errno == ENOENT, errno);
+	check_errno("free_unknown_enoent", ioctl(fd, DMABUF_IOC_FREE, &id) < 0 && errno == ENOENT, errno);
 	id = 0;
-	check("free_id_0_einval", ioctl(fd, DMABUF_IOC_FREE, &id) < 0 && errno == EINVAL, errno);
+	check_errno("free_id_0_einval", ioctl(fd, DMABUF_IOC_FREE, &id) < 0 && errno == EINVAL, errno);
 	{
 		struct dmabuf_done d[4];
 
 		usleep(100000);
 		r = read(fd, d, sizeof(d));
-		check("completion_of_the_good_transfer", r == (ssize_t)sizeof(d[0]) && d[0].tid == 1 && d[0].status == 0,
+		check_errno("completion_of_the_good_transfer", r == (ssize_t)sizeof(d[0]) && d[0].tid == 1 && d[0].status == 0,
 		      errno);
 	}
 	id = a.id;
-	check("free_own_buffer", ioctl(fd, DMABUF_IOC_FREE, &id) == 0, errno);
+	check_errno("free_own_buffer", ioctl(fd, DMABUF_IOC_FREE, &id) == 0, errno);
 	close(fd);
-	printf("checks=%d failed=%d\n", checks, failures);
-	return failures ? 1 : 0;
+	return check_summary();
 }
 
 /* Allocate on a node through the remote allocator and print the global address. */

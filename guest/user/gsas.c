@@ -522,22 +522,6 @@ static int cmd_bench(int argc, char **argv)
 
 /* ---- checks of the API's rules and the service's refusals ---- */
 
-static int checks, failed;
-
-static void check(const char *name, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void check(const char *name, int ok, const char *fmt, ...)
-{
-	va_list ap;
-
-	checks++;
-	failed += !ok;
-	printf("check=%s ok=%d ", name, ok);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-}
 
 static int raw(unsigned op, uint64_t board, uint64_t addr, uint64_t a1, uint64_t a2, uint64_t *res)
 {
@@ -618,14 +602,14 @@ static int cmd_check(int argc, char **argv)
 	      "addr=%p", (void *)p);
 	if (!p)
 		goto out;
-	check("fresh_memory_is_zero", READ64(p) == 0 && READ64(p + 8184) == 0, " ");
+	check("fresh_memory_is_zero", READ64(p) == 0 && READ64(p + 8184) == 0, "");
 	/* every width, alignment rules of Table 1 */
 	WRITE64(p, 0x1122334455667788ull);
 	check("read8_every_byte", (uint8_t)READ8(p) == 0x88 && (uint8_t)READ8(p + 7) == 0x11 && (uint8_t)READ8(p + 3) == 0x55,
 	      " ");
 	check("read32_ignores_2_bits", READ32(p + 4) == 0x11223344 && READ32(p + 7) == 0x11223344 && READ32(p + 1) == 0x55667788,
 	      " ");
-	check("read64_ignores_3_bits", READ64(p + 5) == 0x1122334455667788ull, " ");
+	check("read64_ignores_3_bits", READ64(p + 5) == 0x1122334455667788ull, "");
 	WRITE8(p + 1, (char)0xAB);
 	WRITE32(p + 9, 0xCAFEF00Du); /* low bits ignored: lands at p + 8 */
 	check("write8_write32", READ64(p) == 0x112233445566AB88ull && READ32(p + 8) == 0xCAFEF00Du, "w0=0x%llx",
@@ -635,12 +619,12 @@ static int cmd_check(int argc, char **argv)
 
 		WRITE128(p + 4096 - 8, v); /* spans the two pages of one allocation */
 		check("write128_across_pages_of_one_allocation",
-		      READ64(p + 4088) == v[0] && READ64(p + 4096) == v[1], " ");
+		      READ64(p + 4088) == v[0] && READ64(p + 4096) == v[1], "");
 	}
-	check("cas_success_returns_1", CAS64(p + 16, 0, 5) == 1 && READ64(p + 16) == 5, " ");
-	check("cas_failure_returns_0", CAS64(p + 16, 4, 9) == 0 && READ64(p + 16) == 5, " ");
-	check("fad_returns_old_and_adds_negative", FAD64(p + 16, -7) == 5 && (int64_t)READ64(p + 16) == -2, " ");
-	check("swap_returns_old", SWAP64(p + 16, 42) == (uint64_t)-2 && READ64(p + 16) == 42, " ");
+	check("cas_success_returns_1", CAS64(p + 16, 0, 5) == 1 && READ64(p + 16) == 5, "");
+	check("cas_failure_returns_0", CAS64(p + 16, 4, 9) == 0 && READ64(p + 16) == 5, "");
+	check("fad_returns_old_and_adds_negative", FAD64(p + 16, -7) == 5 && (int64_t)READ64(p + 16) == -2, "");
+	check("swap_returns_old", SWAP64(p + 16, 42) == (uint64_t)-2 && READ64(p + 16) == 42, "");
 	/* READ4K: the whole page, the seed's sentinel value included */
 	{
 		char page[GSAS_PAGE_SIZE];
@@ -649,7 +633,7 @@ static int cmd_check(int argc, char **argv)
 		WRITE64(p + 32, VMBOX_EMPTY_PATTERN);
 		WRITE64(p + 4080, 0x5a5a5a5a5a5a5a5aull);
 		memset(page, 0x11, sizeof(page));
-		check("read4k_returns_4096", READ4K(p + 100, page) == GSAS_PAGE_SIZE, " ");
+		check("read4k_returns_4096", READ4K(p + 100, page) == GSAS_PAGE_SIZE, "");
 		check("read4k_content", ((uint64_t *)page)[0] == 0x112233445566AB88ull &&
 						 ((uint64_t *)page)[3] == _EMPTY_THREAD_ARGUMENT_ &&
 						 ((uint64_t *)page)[4] == VMBOX_EMPTY_PATTERN &&
@@ -737,12 +721,11 @@ static int cmd_check(int argc, char **argv)
 	}
 	rc = raw(GSAS_OP_PING, board, 0, 0, 0, &res);
 	check("service_alive_after_refusals", rc == 0 && res > 0, "rc=%d requests=%llu", rc, (unsigned long long)res);
-	check("free", freeSharedPage(p) == 0, " ");
+	check("free", freeSharedPage(p) == 0, "");
 	rc = raw(GSAS_OP_READ64, board, (uint64_t)(uintptr_t)p, 0, 0, NULL);
 	check("read_after_free_badaddr", rc == GSAS_E_BADADDR, "rc=%d", rc);
 out:
-	printf("checks=%d failed=%d\n", checks, failed);
-	return failed ? 1 : 0;
+	return check_summary();
 }
 
 static void usage(void)

@@ -327,20 +327,6 @@ static int cmd_ping(int argc, char **argv)
 	return 0;
 }
 
-/* Bad input against the driver: one line per check, `checks=N failed=F` at the end. */
-static int checks, failures;
-static void check(const char *name, int ok, const char *fmt, ...)
-{
-	va_list ap;
-
-	checks++;
-	failures += !ok;
-	printf("check=%s ok=%d ", name, ok);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	putchar('\n');
-}
 
 static int cmd_check(void)
 {
@@ -430,8 +416,7 @@ static int cmd_check(void)
 			close(rfd);
 		}
 	}
-	printf("checks=%d failed=%d\n", checks, failures);
-	return failures ? 1 : 0;
+	return check_summary();
 }
 
 static void usage(FILE *f)

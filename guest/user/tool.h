@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Shared by rackemu's guest command-line tools (gas, mbox, cdma): the usage-error exit and
- * number parsing. Each tool sets tool_prog in main() first.
+ * Shared by rackemu's guest command-line tools (gas, mbox, cdma, gsas, ...): the usage-error
+ * exit, number parsing and check-suite lines. Each tool sets tool_prog in main() first.
  */
 #ifndef RACKEMU_GUEST_TOOL_H
 #define RACKEMU_GUEST_TOOL_H
@@ -49,6 +49,33 @@ static uint64_t __attribute__((unused)) num(const char *s, const char *what, uin
 		die("%s '%s': expected a number up to %llu (K and M suffixes allowed)", what, s,
 		    (unsigned long long)max);
 	return v << shift;
+}
+
+/* Check suites (`unimem-check`, `mbox check`, `unim_dma_test`, `gsas check`): one
+ * `check=NAME ok=0|1 DETAILS` line per check; check_summary() prints `checks=N failed=F` and
+ * returns the exit status (1 if any check failed). */
+static int checks __attribute__((unused)), failures __attribute__((unused));
+
+static void check(const char *name, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4), unused));
+static void check(const char *name, int ok, const char *fmt, ...)
+{
+	va_list ap;
+
+	checks++;
+	failures += !ok;
+	printf("check=%s ok=%d ", name, ok);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+	fflush(stdout);
+}
+
+static int __attribute__((unused)) check_summary(void)
+{
+	printf("checks=%d failed=%d\n", checks, failures);
+	fflush(stdout);
+	return failures ? 1 : 0;
 }
 
 #endif

@@ -21,19 +21,6 @@
 #include "tool.h"
 #include "unim_dma.h"
 
-static int checks, failures;
-static void check(const char *name, int ok, const char *fmt, ...)
-{
-	va_list ap;
-
-	checks++;
-	failures += !ok;
-	printf("check=%s ok=%d ", name, ok);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	putchar('\n');
-}
 
 static uint8_t pat(unsigned seed, uint64_t i)
 {
@@ -235,6 +222,5 @@ int main(int argc, char **argv)
 	check("callbacks_total", callbacks > 0, "callbacks=%d", (int)callbacks);
 out:
 	unim_dma_cleanup();
-	printf("checks=%d failed=%d\n", checks, failures);
-	return failures ? 1 : 0;
+	return check_summary();
 }

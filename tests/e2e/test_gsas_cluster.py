@@ -8,6 +8,8 @@ start processes on other boards with remoteFork. unimem.ko is the atomicity driv
 import re
 import time
 
+import pytest
+
 from guest_tools import kv
 
 CHILD_MAGIC = 0x600dc0de600dc0de
@@ -35,6 +37,14 @@ def hold_page(node, board, pages=1, seconds=600, tag="p"):
             return int(kv(r.stdout)[0]["addr"], 16)
         time.sleep(0.1)
     raise AssertionError(f"gsas alloc on node {node.id} did not answer: {r.stdout!r}")
+
+
+@pytest.fixture(autouse=True)
+def no_holders_left(cluster2):
+    """The shared cluster's interfaces are counted by other tests: stop this test's holders."""
+    yield
+    for n in (cluster2.node(0), cluster2.node(1)):
+        n.exec("killall gsas 2>/dev/null; true")
 
 
 def test_every_board_runs_its_atomic_service_on_interface_0(cluster2):
