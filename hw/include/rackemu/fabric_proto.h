@@ -24,6 +24,7 @@
 /* Capabilities a node announces in rkf_hello.caps (informational, logged by the bridge). */
 #define RKF_CAP_UNIMEM_MBOX (1u << 0)
 #define RKF_CAP_MEM         (1u << 1) /* serves RKF_SVC_MEM against its guest RAM */
+#define RKF_CAP_RMC         (1u << 2) /* has a soNUMA RMC (RKF_SVC_RMC) */
 
 struct rkf_hello {
     uint32_t magic;      /* RKF_HELLO_MAGIC */
@@ -64,6 +65,7 @@ struct rkf_welcome {
 #define RKF_SVC_UNIMEM_MBOX 1u /* packetizer -> remote vmbox delivery (docs/unimem.md) */
 #define RKF_SVC_ECHO        2u /* the port answers REQ with an identical REPLY (tests, benchmarks) */
 #define RKF_SVC_MEM         3u /* one-sided reads/writes of a node's guest RAM (docs/fabric.md) */
+#define RKF_SVC_RMC         4u /* soNUMA RMC requests, data and validation packets (docs/sonuma.md) */
 #define RKF_SVC_COUNT       8u
 
 /* Reply status (rkf_frame_hdr.status of an RKF_T_REPLY) */
