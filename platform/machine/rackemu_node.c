@@ -24,7 +24,10 @@
 #include "rackemu_cdma.h"
 #include "rackemu/xilinx_cdma_regs.h"
 #include "rk_remote_mem.h"
+#include "rackemu/sonuma_regs.h"
+#include "rackemu_rmc.h"
 #include "exec/memory.h"
+#include <libfdt.h>
 #include "qemu/log.h"
 
 #define TYPE_RACKEMU_NODE_MACHINE MACHINE_TYPE_NAME("rackemu-node")
@@ -38,6 +41,7 @@ struct RackemuNodeState {
     uint32_t fifo_depth;
     bool burst_known_issue;
     uint32_t remote_timeout_ms;
+    uint32_t rmc_segment_mb;
     RkFabricPort *port;
     RkRemoteMem *rmem;
 };
@@ -112,6 +116,44 @@ static void rackemu_node_fdt_cdma(MachineState *ms, VirtMachineState *vms)
     g_free(name);
 }
 
+/*
+ * The RMC (docs/sonuma.md): registers, doorbell pages and interrupt, and the reserved segment its
+ * contexts are carved from, at the top of RAM. Not no-map: the kernel keeps it in its linear map
+ * (cacheable, like the rest of RAM) and only keeps its allocators away from it.
+ */
+static void rackemu_node_fdt_rmc(MachineState *ms, RackemuNodeState *rn, uint64_t seg_base, uint64_t seg_size)
+{
+    char *name = g_strdup_printf("/rmc@%" PRIx64, (uint64_t)RACKEMU_RMC_BASE);
+    char *seg = g_strdup_printf("/reserved-memory/rmc-segment@%" PRIx64, seg_base);
+    uint32_t ph = 0;
+
+    if (seg_size) {
+        if (fdt_path_offset(ms->fdt, "/reserved-memory") < 0) {
+            qemu_fdt_add_subnode(ms->fdt, "/reserved-memory");
+            qemu_fdt_setprop_cell(ms->fdt, "/reserved-memory", "#address-cells", 2);
+            qemu_fdt_setprop_cell(ms->fdt, "/reserved-memory", "#size-cells", 2);
+            qemu_fdt_setprop(ms->fdt, "/reserved-memory", "ranges", NULL, 0);
+        }
+        qemu_fdt_add_subnode(ms->fdt, seg);
+        qemu_fdt_setprop_string(ms->fdt, seg, "compatible", RACKEMU_RMC_SEG_COMPAT);
+        qemu_fdt_setprop_sized_cells(ms->fdt, seg, "reg", 2, seg_base, 2, seg_size);
+        ph = qemu_fdt_alloc_phandle(ms->fdt);
+        qemu_fdt_setprop_cell(ms->fdt, seg, "phandle", ph);
+    }
+    qemu_fdt_add_subnode(ms->fdt, name);
+    qemu_fdt_setprop_string(ms->fdt, name, "compatible", RACKEMU_RMC_COMPAT);
+    qemu_fdt_setprop_sized_cells(ms->fdt, name, "reg", 2, RACKEMU_RMC_BASE, 2, RMC_MMIO_SIZE);
+    qemu_fdt_setprop_cells(ms->fdt, name, "interrupts", GIC_FDT_IRQ_TYPE_SPI, RACKEMU_RMC_SPI,
+                           GIC_FDT_IRQ_FLAGS_LEVEL_HI);
+    if (ph) {
+        qemu_fdt_setprop_cell(ms->fdt, name, "memory-region", ph);
+    }
+    qemu_fdt_setprop_cell(ms->fdt, name, "rackemu,node-id", rn->node_id);
+    qemu_fdt_setprop_cell(ms->fdt, name, "rackemu,node-count", rn->node_count);
+    g_free(seg);
+    g_free(name);
+}
+
 static DeviceState *rackemu_node_sysbus(const char *type, hwaddr base, unsigned spi, VirtMachineState *vms)
 {
     DeviceState *dev = qdev_new(type);
@@ -138,7 +180,8 @@ static void rackemu_node_init(MachineState *ms)
     RackemuNodeState *rn = RACKEMU_NODE_MACHINE(ms);
     RackemuNodeClass *rnc = RACKEMU_NODE_MACHINE_GET_CLASS(ms);
     VirtMachineState *vms = VIRT_MACHINE(ms);
-    DeviceState *vmbox, *pktz, *gas, *cdma;
+    DeviceState *vmbox, *pktz, *gas, *cdma, *rmc;
+    uint64_t seg_size, seg_base;
 
     if (rn->node_count < 1 || rn->node_count > RKF_MAX_NODES) {
         error_report("rackemu-node: node-count=%u out of range 1..%u", rn->node_count, RKF_MAX_NODES);
@@ -157,7 +200,15 @@ static void rackemu_node_init(MachineState *ms)
         exit(1);
     }
 
+    seg_size = (uint64_t)rn->rmc_segment_mb << 20;
+    if (seg_size > ms->ram_size / 4) {
+        error_report("rackemu-node: rmc-segment-mb=%u is more than a quarter of RAM (%" PRIu64 " MiB); "
+                     "give the node more memory or a smaller segment", rn->rmc_segment_mb, ms->ram_size >> 20 >> 2);
+        exit(1);
+    }
+
     rnc->parent_init(ms); /* the whole virt machine, its device tree included */
+    seg_base = vms->memmap[VIRT_MEM].base + ms->ram_size - seg_size;
 
     if (rn->fabric && *rn->fabric) {
         char err[256] = "";
@@ -196,6 +247,15 @@ static void rackemu_node_init(MachineState *ms)
     sysbus_connect_irq(SYS_BUS_DEVICE(cdma), 0, qdev_get_gpio_in(vms->gic, RACKEMU_CDMA_SPI));
     rackemu_cdma_connect(cdma, rn->rmem);
 
+    rmc = qdev_new(TYPE_RACKEMU_RMC);
+    qdev_prop_set_uint32(rmc, "node-id", rn->node_id);
+    qdev_prop_set_uint32(rmc, "node-count", rn->node_count);
+    sysbus_realize_and_unref(SYS_BUS_DEVICE(rmc), &error_fatal);
+    sysbus_mmio_map(SYS_BUS_DEVICE(rmc), 0, RACKEMU_RMC_BASE);
+    sysbus_connect_irq(SYS_BUS_DEVICE(rmc), 0, qdev_get_gpio_in(vms->gic, RACKEMU_RMC_SPI));
+    rackemu_rmc_connect(rmc, rn->port, ms->ram ? memory_region_get_ram_ptr(ms->ram) : NULL,
+                        vms->memmap[VIRT_MEM].base, ms->ram_size, seg_size ? seg_base : 0, seg_size, &error_fatal);
+
     if (rn->port) {
         rk_fabric_port_start(rn->port); /* every service of the node is registered now */
     }
@@ -206,6 +266,7 @@ static void rackemu_node_init(MachineState *ms)
                             RACKEMU_PKTZ_SPI, rn);
     rackemu_node_fdt_gas(ms, rn);
     rackemu_node_fdt_cdma(ms, vms);
+    rackemu_node_fdt_rmc(ms, rn, seg_base, seg_size);
     qemu_fdt_setprop_cell(ms->fdt, "/chosen", "rackemu,node-id", rn->node_id);
     qemu_fdt_setprop_cell(ms->fdt, "/chosen", "rackemu,node-count", rn->node_count);
 }
@@ -259,6 +320,7 @@ static void rackemu_node_instance_init(Object *obj)
     rn->node_count = 1;
     rn->fifo_depth = VMBOX_DEFAULT_DEPTH;
     rn->remote_timeout_ms = 2000;
+    rn->rmc_segment_mb = 32;
 }
 
 static void rackemu_node_add_u32(ObjectClass *oc, const char *name, size_t offset, const char *desc)
@@ -273,7 +335,7 @@ static void rackemu_node_class_init(ObjectClass *oc, void *data)
     MachineClass *mc = MACHINE_CLASS(oc);
     RackemuNodeClass *rnc = RACKEMU_NODE_MACHINE_CLASS(oc);
 
-    mc->desc = "rackemu cluster node (ARM virt + Unimem vmbox/packetizer/GAS + fabric port)";
+    mc->desc = "rackemu cluster node (ARM virt + Unimem vmbox/packetizer/GAS/cDMA + soNUMA RMC + fabric port)";
     mc->default_cpu_type = ARM_CPU_TYPE_NAME("cortex-a57");
     rnc->parent_init = mc->init;
     mc->init = rackemu_node_init;
@@ -287,6 +349,9 @@ static void rackemu_node_class_init(ObjectClass *oc, void *data)
     rackemu_node_add_u32(oc, "remote-timeout-ms", offsetof(RackemuNodeState, remote_timeout_ms),
                          "How long a remote memory access waits for the owner node before it "
                          "fails with a bus error / DMA error (1..600000, default 2000)");
+    rackemu_node_add_u32(oc, "rmc-segment-mb", offsetof(RackemuNodeState, rmc_segment_mb),
+                         "MiB of RAM reserved at the top for the RMC's contexts (0..RAM/4, default 32; "
+                         "0: no segment, contexts cannot be registered)");
     object_class_property_add_str(oc, "fabric", rackemu_node_get_fabric, rackemu_node_set_fabric);
     object_class_property_set_description(oc, "fabric",
                                           "Fabric bridge socket (DIR/fabric.sock); none: single node");

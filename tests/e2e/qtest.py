@@ -2,7 +2,7 @@
 
 No guest runs: the test reads and writes MMIO registers exactly as a CPU would, against the
 real qemu-system-aarch64 binary with rackemu's devices compiled in (the QEMU qtest style of
-testing, STYLE.md point 8). Used by tests/e2e/test_unimem_registers.py.
+testing, STYLE.md point 8). Used by tests/e2e/test_*_registers.py.
 """
 import os
 import re
@@ -16,9 +16,9 @@ QEMU = os.path.join(BUILD, "qemu", "qemu-system-aarch64")
 BRIDGE = os.path.join(BUILD, "host", "rackemu-bridge")
 
 
-def regs_header():
-    """Constants of hw/include/rackemu/unimem_regs.h (the one definition), parsed."""
-    path = os.path.join(ROOT, "hw", "include", "rackemu", "unimem_regs.h")
+def regs_header(name="unimem_regs.h"):
+    """Constants of hw/include/rackemu/<name> (the one definition), parsed."""
+    path = os.path.join(ROOT, "hw", "include", "rackemu", name)
     consts = {}
     for m in re.finditer(r"^#define\s+(\w+)\s+\(?([0-9a-fA-Fx]+)u?l{0,2}\)?\s*(?:/\*.*)?$",
                          open(path).read(), re.M):
@@ -31,7 +31,7 @@ def regs_header():
 class QtestNode:
     """One QEMU in qtest mode: readq/writeq against the machine's physical address space."""
 
-    def __init__(self, node_id, node_count, fabric=None, extra_machine="", memory="128M"):
+    def __init__(self, node_id, node_count, fabric=None, extra_machine="", memory="128M", extra_args=()):
         m = f"rackemu-node,node-id={node_id},node-count={node_count}"
         if fabric:
             m += f",fabric={fabric}"
@@ -40,7 +40,7 @@ class QtestNode:
         self.node_id = node_id
         self.proc = subprocess.Popen(
             [QEMU, "-M", m, "-m", memory, "-accel", "qtest", "-qtest", "stdio", "-display", "none",
-             "-nodefaults", "-qtest-log", "/dev/null", "-d", "guest_errors"],
+             "-nodefaults", "-qtest-log", "/dev/null", "-d", "guest_errors", *extra_args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, start_new_session=True)
 

@@ -1,0 +1,581 @@
+// SPDX-License-Identifier: MIT
+// The RMC core (hw/sonuma/rmc.h) end to end without QEMU: two cores over an in-process fabric,
+// driven through their registers, with WQs, CQs and segments in fake guest RAM.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "rmc.h"
+
+using namespace rackemu::sonuma;
+
+namespace {
+
+constexpr uint64_t kRamBase = 0x40000000;
+constexpr uint64_t kRamSize = 8ull << 20;
+constexpr uint64_t kWq = kRamBase + 0x1000;   // QP q: WQ at kWq + q * 0x40000 (up to 4096 entries)
+constexpr uint64_t kCq = kRamBase + 0x200000; // QP q: CQ at kCq + q * 0x20000
+constexpr uint64_t kSeg = kRamBase + 0x400000; // context segments from here (4 MiB)
+constexpr uint64_t kSegSize = 0x200000;       // 2 MiB per node for context 1
+
+struct Cluster;
+
+struct Node {
+    unsigned id;
+    std::vector<uint8_t> ram = std::vector<uint8_t>(kRamSize);
+    std::unique_ptr<Rmc> rmc;
+    std::vector<uint32_t> posted = std::vector<uint32_t>(RMC_QP_COUNT, 0);
+    std::vector<uint32_t> consumed = std::vector<uint32_t>(RMC_QP_COUNT, 0);
+    std::vector<unsigned> depth_log2 = std::vector<unsigned>(RMC_QP_COUNT, 0);
+
+    uint8_t *at(uint64_t pa) { return ram.data() + (pa - kRamBase); }
+    void w(uint64_t off, uint64_t v) { rmc->mmio_write(off, v, 8); }
+    uint64_t r(uint64_t off) { return rmc->mmio_read(off, 8); }
+
+    void ctx(unsigned c, uint64_t base, uint64_t size, uint64_t perm, uint64_t mask, uint64_t layout = 0)
+    {
+        w(RMC_CTX_REG(c, CTX_BASE), base);
+        w(RMC_CTX_REG(c, CTX_SIZE), size);
+        w(RMC_CTX_REG(c, CTX_PERM), perm);
+        w(RMC_CTX_REG(c, CTX_NODEMASK), mask);
+        w(RMC_CTX_REG(c, CTX_LAYOUT), layout);
+        w(RMC_CTX_REG(c, CTX_CTRL), CTX_CTRL_VALID);
+    }
+    void qp(unsigned q, unsigned c, unsigned log2 = 6)
+    {
+        std::memset(at(kWq + q * 0x40000ull), 0, 0x40000);
+        std::memset(at(kCq + q * 0x20000ull), 0, 0x20000);
+        w(RMC_QP_REG(q, QP_WQ_BASE), kWq + q * 0x40000ull);
+        w(RMC_QP_REG(q, QP_CQ_BASE), kCq + q * 0x20000ull);
+        w(RMC_QP_REG(q, QP_DEPTH_LOG2), log2);
+        w(RMC_QP_REG(q, QP_CTX), c);
+        w(RMC_QP_REG(q, QP_CTRL), QP_CTRL_EN);
+        posted[q] = consumed[q] = 0;
+        depth_log2[q] = log2;
+    }
+    void post(unsigned q, const rmc_wqe &e, bool ring = true)
+    {
+        uint32_t i = posted[q]++;
+        std::memcpy(at(kWq + q * 0x40000ull + uint64_t(i & ((1u << depth_log2[q]) - 1)) * 64), &e, sizeof e);
+        if (ring) w(RMC_DB_REG(q, DB_WQ_TAIL), posted[q]);
+    }
+    // Wait for the next CQE of QP q (consumes it); fails the test after `ms`.
+    bool next(unsigned q, rmc_cqe &out, int ms = 5000)
+    {
+        uint32_t k = consumed[q];
+        uint8_t phase = uint8_t(1 ^ ((k >> depth_log2[q]) & 1));
+        uint8_t *p = at(kCq + q * 0x20000ull + uint64_t(k & ((1u << depth_log2[q]) - 1)) * 32);
+        auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+        while ((__atomic_load_n(p + 31, __ATOMIC_ACQUIRE) & RMC_CQE_F_PHASE) != phase) {
+            if (std::chrono::steady_clock::now() > end) return false;
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+        std::memcpy(&out, p, sizeof out);
+        consumed[q]++;
+        w(RMC_DB_REG(q, DB_CQ_HEAD), consumed[q]);
+        return true;
+    }
+    uint64_t cnt(unsigned off) { return r(RMC_COUNTERS + off); }
+};
+
+rmc_wqe wqe(uint8_t op, uint16_t node, uint64_t roff, uint64_t loff, uint32_t len, uint64_t id = 0)
+{
+    rmc_wqe e{};
+    e.op = op;
+    e.node = node;
+    e.remote_off = roff;
+    e.local_off = loff;
+    e.length = len;
+    e.wr_id = id;
+    return e;
+}
+
+// An in-process fabric: frames are delivered synchronously on the sender's thread.
+struct Cluster {
+    std::vector<std::unique_ptr<Node>> nodes;
+    std::atomic<bool> drop{false};  // silently lose every frame (a hung peer)
+    std::atomic<bool> down{false};  // sends fail: link down
+    std::vector<std::pair<rkf_frame_hdr, std::vector<uint8_t>>> held; // frames lost while `drop`
+    std::mutex held_mu;
+
+    explicit Cluster(unsigned n, unsigned timeout_ms = 2000, bool fabric = true)
+    {
+        for (unsigned i = 0; i < n; i++) nodes.push_back(std::make_unique<Node>());
+        for (unsigned i = 0; i < n; i++) {
+            Node &nd = *nodes[i];
+            nd.id = i;
+            RmcConfig cfg;
+            cfg.node_id = i;
+            cfg.node_count = n;
+            cfg.timeout_ms = timeout_ms;
+            RmcHost h;
+            h.ram = nd.ram.data();
+            h.ram_base = kRamBase;
+            h.ram_size = kRamSize;
+            if (fabric) {
+                h.send = [this, i](rkf_frame_hdr &f, const void *p) { return deliver(i, f, p); };
+                h.reply = [this, i](const rkf_frame_hdr &req, uint16_t st, const void *p, uint16_t len) {
+                    rkf_frame_hdr f = req;
+                    f.type = RKF_T_REPLY;
+                    f.dst = req.src;
+                    f.status = st;
+                    f.len = len;
+                    return deliver(i, f, p);
+                };
+                h.fabric_up = [this] { return !down.load(); };
+            }
+            nd.rmc = std::make_unique<Rmc>(cfg, std::move(h));
+            nd.w(RMC_REG_CTRL, RMC_CTRL_EN);
+        }
+    }
+    int deliver(unsigned from, rkf_frame_hdr f, const void *p)
+    {
+        if (down) return -ENOTCONN;
+        f.src = uint16_t(from);
+        if (f.dst >= nodes.size()) return -EINVAL;
+        if (drop) {
+            std::lock_guard lk(held_mu);
+            held.emplace_back(f, std::vector<uint8_t>((const uint8_t *)p, (const uint8_t *)p + f.len));
+            return 0;
+        }
+        Rmc &dst = *nodes[f.dst]->rmc;
+        if (f.type == RKF_T_REPLY) dst.on_reply(f, p);
+        else dst.on_frame(f, p);
+        return 0;
+    }
+    // Deliver what was held back (late frames).
+    void release()
+    {
+        std::vector<std::pair<rkf_frame_hdr, std::vector<uint8_t>>> h;
+        {
+            std::lock_guard lk(held_mu);
+            h.swap(held);
+        }
+        drop = false;
+        for (auto &[f, p] : h) deliver(f.src, f, p.data());
+    }
+    Node &operator[](unsigned i) { return *nodes[i]; }
+};
+
+uint8_t pat(uint64_t seed, uint64_t i)
+{
+    uint64_t x = (seed + i) * 0x9e3779b97f4a7c15ull;
+    return uint8_t(x >> 56);
+}
+
+// Two nodes, context 1 on both: node 0's segment at kSeg, node 1's at kSeg too (separate RAMs).
+struct RmcPair : ::testing::Test {
+    Cluster c{2, 300};
+    void SetUp() override
+    {
+        for (unsigned n = 0; n < 2; n++) {
+            c[n].ctx(1, kSeg, kSegSize, CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC | CTX_PERM_SABRE, 3,
+                     CTX_LAYOUT_VALID | 0);
+            c[n].qp(0, 1);
+        }
+    }
+};
+
+TEST_F(RmcPair, ReadAndWriteIntegrityAtEverySize)
+{
+    const uint32_t sizes[] = {1, 63, 64, 65, 4096, 8192, 1u << 20};
+    const uint64_t roffs[] = {0, 3, 64 * 7 + 5};
+    for (uint32_t len : sizes) {
+        for (uint64_t roff : roffs) {
+            std::vector<uint8_t> want(len);
+            for (uint32_t i = 0; i < len; i++) want[i] = pat(len + roff, i);
+            const uint8_t *src = want.data();
+            std::memcpy(c[0].at(kSeg + roff), src, len);
+            uint64_t loff = 0x100000 - (len > 4096 ? 0 : 1); // unaligned local side too
+            if (loff + len > kSegSize) loff = kSegSize - len;
+            std::memset(c[1].at(kSeg + loff), 0xee, len);
+            c[1].post(0, wqe(RMC_OP_READ, 0, roff, loff, len, len));
+            rmc_cqe e;
+            ASSERT_TRUE(c[1].next(0, e)) << "no completion for a read of " << len;
+            ASSERT_EQ(e.status, RMC_ST_OK) << len << " info " << int(e.info);
+            ASSERT_EQ(e.wr_id, len);
+            ASSERT_EQ(0, std::memcmp(c[1].at(kSeg + loff), src, len)) << "read of " << len << " at " << roff;
+            ASSERT_GT(e.modeled_ns, 0u);
+            // and back: write it to another place on node 0
+            uint64_t woff = kSegSize - len - roff;
+            std::memset(c[0].at(kSeg + woff), 0, len);
+            c[1].post(0, wqe(RMC_OP_WRITE, 0, woff, loff, len));
+            ASSERT_TRUE(c[1].next(0, e));
+            ASSERT_EQ(e.status, RMC_ST_OK);
+            ASSERT_EQ(0, std::memcmp(c[0].at(kSeg + woff), src, len)) << "write of " << len;
+        }
+    }
+    EXPECT_EQ(c[1].cnt(RMC_CNT_STRAY), 0u);
+}
+
+TEST_F(RmcPair, SegmentEndsAndRemoteAccessErrors)
+{
+    rmc_cqe e;
+    // the last byte and the last 64 bytes are reachable
+    c[1].post(0, wqe(RMC_OP_READ, 0, kSegSize - 1, 0, 1));
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    c[1].post(0, wqe(RMC_OP_READ, 0, kSegSize - 64, 0, 64));
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    // one byte beyond
+    c[1].post(0, wqe(RMC_OP_READ, 0, kSegSize - 64, 0, 65));
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_REMOTE_ACCESS);
+    EXPECT_EQ(e.info, RMC_INFO_BOUNDS);
+    c[1].post(0, wqe(RMC_OP_WRITE, 0, kSegSize, 0, 1));
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.info, RMC_INFO_BOUNDS);
+    // read-only context on node 0: context 2
+    c[0].ctx(2, kSeg, 4096, CTX_PERM_READ, 3);
+    c[1].ctx(2, kSeg + 0x100000, 4096, CTX_PERM_READ, 3);
+    c[1].qp(1, 2);
+    c[1].post(1, wqe(RMC_OP_WRITE, 0, 0, 0, 8));
+    ASSERT_TRUE(c[1].next(1, e));
+    EXPECT_EQ(e.status, RMC_ST_REMOTE_ACCESS);
+    EXPECT_EQ(e.info, RMC_INFO_PERM);
+    rmc_wqe f = wqe(RMC_OP_FAA, 0, 0, 0, 8);
+    c[1].post(1, f);
+    ASSERT_TRUE(c[1].next(1, e));
+    EXPECT_EQ(e.info, RMC_INFO_PERM);
+    c[1].post(1, wqe(RMC_OP_SABRE, 0, 0, 0, 64));
+    ASSERT_TRUE(c[1].next(1, e));
+    EXPECT_EQ(e.info, RMC_INFO_PERM);
+    // node 1 not in node 0's mask for context 3
+    c[0].ctx(3, kSeg, 4096, CTX_PERM_READ, 1);
+    c[1].ctx(3, kSeg + 0x100000, 4096, CTX_PERM_READ, 3);
+    c[1].qp(2, 3);
+    c[1].post(2, wqe(RMC_OP_READ, 0, 0, 0, 8));
+    ASSERT_TRUE(c[1].next(2, e));
+    EXPECT_EQ(e.info, RMC_INFO_DENIED);
+    // context 4 only exists on node 1
+    c[1].ctx(4, kSeg + 0x100000, 4096, CTX_PERM_READ, 3);
+    c[1].qp(3, 4);
+    c[1].post(3, wqe(RMC_OP_READ, 0, 0, 0, 8));
+    ASSERT_TRUE(c[1].next(3, e));
+    EXPECT_EQ(e.info, RMC_INFO_NO_CTX);
+    // SABRe on a context without layout
+    c[0].ctx(5, kSeg, 4096, CTX_PERM_READ | CTX_PERM_SABRE, 3);
+    c[1].ctx(5, kSeg + 0x100000, 4096, CTX_PERM_READ, 3);
+    c[1].qp(4, 5);
+    c[1].post(4, wqe(RMC_OP_SABRE, 0, 0, 0, 128));
+    ASSERT_TRUE(c[1].next(4, e));
+    EXPECT_EQ(e.info, RMC_INFO_NO_LAYOUT);
+    EXPECT_EQ(c[0].cnt(RMC_CNT_SRV_REFUSED), 8u);
+}
+
+TEST_F(RmcPair, BadRequestsCompleteAtOnceAndSendNothing)
+{
+    struct Case {
+        rmc_wqe e;
+        uint8_t info;
+    };
+    std::vector<Case> cases;
+    cases.push_back({wqe(9, 0, 0, 0, 8), RMC_INFO_BAD_OP});
+    cases.push_back({wqe(0, 0, 0, 0, 8), RMC_INFO_BAD_OP});
+    cases.push_back({wqe(RMC_OP_READ, 0, 0, 0, 0), RMC_INFO_BAD_LEN});
+    cases.push_back({wqe(RMC_OP_READ, 0, 0, 0, RMC_XFER_MAX + 1), RMC_INFO_BAD_LEN});
+    cases.push_back({wqe(RMC_OP_CAS, 0, 4, 0, 8), RMC_INFO_UNALIGNED});
+    cases.push_back({wqe(RMC_OP_FAA, 0, 0, 0, 4), RMC_INFO_BAD_LEN});
+    cases.push_back({wqe(RMC_OP_SABRE, 0, 32, 0, 64), RMC_INFO_UNALIGNED});
+    cases.push_back({wqe(RMC_OP_SABRE, 0, 0, 0, RMC_SABRE_MAX + 64), RMC_INFO_BAD_LEN});
+    cases.push_back({wqe(RMC_OP_READ, 2, 0, 0, 8), RMC_INFO_BAD_NODE});
+    cases.push_back({wqe(RMC_OP_READ, 0, 0, kSegSize - 4, 8), RMC_INFO_LOCAL_BOUNDS});
+    cases.push_back({wqe(RMC_OP_READ, 0, UINT64_MAX - 2, 0, 8), RMC_INFO_BAD_LEN});
+    rmc_wqe res = wqe(RMC_OP_READ, 0, 0, 0, 8);
+    res.reserved[1] = 1;
+    cases.push_back({res, RMC_INFO_RESERVED});
+    rmc_wqe fl = wqe(RMC_OP_READ, 0, 0, 0, 8);
+    fl.flags = RMC_WQE_F_NOSPEC;
+    cases.push_back({fl, RMC_INFO_RESERVED});
+    uint64_t frames = c[1].cnt(RMC_CNT_REQ_FRAMES);
+    uint64_t id = 100;
+    for (auto &k : cases) {
+        k.e.wr_id = ++id;
+        c[1].post(0, k.e);
+        rmc_cqe e;
+        ASSERT_TRUE(c[1].next(0, e));
+        EXPECT_EQ(e.status, RMC_ST_BAD_REQUEST) << "case " << id;
+        EXPECT_EQ(e.info, k.info) << "case " << id;
+        EXPECT_EQ(e.wr_id, id);
+    }
+    EXPECT_EQ(c[1].cnt(RMC_CNT_REQ_FRAMES), frames) << "a bad request was sent";
+    EXPECT_EQ(c[1].cnt(RMC_CNT_ST_BAD), cases.size());
+    EXPECT_GE(c[1].cnt(RMC_CNT_GUEST_ERRORS), cases.size());
+}
+
+TEST_F(RmcPair, AtomicsReturnTheOldValue)
+{
+    uint64_t *word = reinterpret_cast<uint64_t *>(c[0].at(kSeg + 256));
+    *word = 40;
+    rmc_cqe e;
+    rmc_wqe f = wqe(RMC_OP_FAA, 0, 256, 0, 8);
+    f.operand0 = 2;
+    c[1].post(0, f);
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    EXPECT_EQ(e.value, 40u);
+    EXPECT_EQ(*word, 42u);
+    rmc_wqe cs = wqe(RMC_OP_CAS, 0, 256, 0, 8);
+    cs.operand0 = 41; // wrong expectation: no swap
+    cs.operand1 = 7;
+    c[1].post(0, cs);
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.value, 42u);
+    EXPECT_EQ(*word, 42u);
+    cs.operand0 = 42;
+    c[1].post(0, cs);
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.value, 42u);
+    EXPECT_EQ(*word, 7u);
+}
+
+TEST_F(RmcPair, ConcurrentFetchAndAddFromBothNodesGivesTheTotal)
+{
+    uint64_t *word = reinterpret_cast<uint64_t *>(c[0].at(kSeg + 512));
+    *word = 0;
+    const unsigned k = 500;
+    auto run = [&](unsigned n) {
+        rmc_cqe e;
+        for (unsigned i = 0; i < k; i++) {
+            rmc_wqe f = wqe(RMC_OP_FAA, 0, 512, 0, 8);
+            f.operand0 = 1;
+            c[n].post(0, f);
+            ASSERT_TRUE(c[n].next(0, e));
+            ASSERT_EQ(e.status, RMC_ST_OK);
+        }
+    };
+    std::thread a(run, 0), b(run, 1);
+    a.join();
+    b.join();
+    EXPECT_EQ(*word, 2u * k);
+}
+
+TEST_F(RmcPair, CqPhaseWrapsAtDepthTwoAndFourThousand)
+{
+    for (unsigned log2 : {1u, 12u}) {
+        c[1].w(RMC_QP_REG(5, QP_CTRL), 0);
+        c[1].qp(5, 1, log2);
+        unsigned depth = 1u << log2, total = depth * 3 + 1;
+        uint32_t posted = 0, done = 0;
+        while (done < total) {
+            while (posted < total && posted - done < depth) c[1].post(5, wqe(RMC_OP_READ, 0, posted % 64, 0, 8, posted)), posted++;
+            rmc_cqe e;
+            ASSERT_TRUE(c[1].next(5, e));
+            ASSERT_EQ(e.status, RMC_ST_OK);
+            done++;
+        }
+        EXPECT_EQ(c[1].r(RMC_QP_REG(5, QP_CQ_TAIL)), total);
+    }
+}
+
+TEST_F(RmcPair, DoorbellAndCqHeadValidation)
+{
+    uint64_t errs = c[1].cnt(RMC_CNT_GUEST_ERRORS);
+    c[1].w(RMC_DB_REG(0, DB_WQ_TAIL), 65); // depth 64: more than depth ahead of the head
+    EXPECT_EQ(c[1].r(RMC_DB_REG(0, DB_WQ_TAIL)), 0u);
+    c[1].w(RMC_DB_REG(0, DB_CQ_HEAD), 1); // beyond the CQ tail
+    EXPECT_EQ(c[1].r(RMC_DB_REG(0, DB_CQ_HEAD)), 0u);
+    c[1].w(RMC_DB_REG(9, DB_WQ_TAIL), 1); // QP not enabled
+    c[1].rmc->mmio_write(RMC_REG_CTRL, 1, 4); // not 64-bit
+    EXPECT_EQ(c[1].rmc->mmio_read(RMC_REG_ID, 4), 0u);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_GUEST_ERRORS), errs + 5);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_WQE_FETCHED), 0u);
+    EXPECT_EQ(c[1].r(RMC_REG_ID), RMC_ID_VALUE);
+}
+
+TEST_F(RmcPair, EnableRefusals)
+{
+    c[1].w(RMC_QP_REG(7, QP_WQ_BASE), kRamBase + kRamSize - 64); // WQ runs past RAM
+    c[1].w(RMC_QP_REG(7, QP_CQ_BASE), kCq);
+    c[1].w(RMC_QP_REG(7, QP_DEPTH_LOG2), 4);
+    c[1].w(RMC_QP_REG(7, QP_CTX), 1);
+    c[1].w(RMC_QP_REG(7, QP_CTRL), QP_CTRL_EN);
+    EXPECT_EQ(c[1].r(RMC_QP_REG(7, QP_CTRL)) & QP_CTRL_EN, 0u);
+    EXPECT_TRUE(c[1].r(RMC_QP_REG(7, QP_STATUS)) & QP_ST_CFG_ERR);
+    c[1].w(RMC_QP_REG(7, QP_WQ_BASE), kWq + 7 * 0x40000ull);
+    c[1].w(RMC_QP_REG(7, QP_CTX), 9); // no such context
+    c[1].w(RMC_QP_REG(7, QP_CTRL), QP_CTRL_EN);
+    EXPECT_EQ(c[1].r(RMC_QP_REG(7, QP_CTRL)) & QP_CTRL_EN, 0u);
+    c[1].w(RMC_QP_REG(7, QP_CTX), 1);
+    c[1].w(RMC_QP_REG(7, QP_CTRL), QP_CTRL_EN);
+    EXPECT_EQ(c[1].r(RMC_QP_REG(7, QP_CTRL)) & QP_CTRL_EN, 1u);
+    EXPECT_FALSE(c[1].r(RMC_QP_REG(7, QP_STATUS)) & QP_ST_CFG_ERR);
+    // a context whose size is not a multiple of 64, or that leaves RAM
+    c[1].w(RMC_CTX_REG(8, CTX_BASE), kSeg);
+    c[1].w(RMC_CTX_REG(8, CTX_SIZE), 100);
+    c[1].w(RMC_CTX_REG(8, CTX_CTRL), CTX_CTRL_VALID);
+    EXPECT_EQ(c[1].r(RMC_CTX_REG(8, CTX_CTRL)), 0u);
+    EXPECT_TRUE(c[1].r(RMC_CTX_REG(8, CTX_STATUS)) & CTX_ST_CFG_ERR);
+    c[1].w(RMC_CTX_REG(8, CTX_SIZE), kRamSize);
+    c[1].w(RMC_CTX_REG(8, CTX_CTRL), CTX_CTRL_VALID);
+    EXPECT_EQ(c[1].r(RMC_CTX_REG(8, CTX_CTRL)), 0u);
+    c[1].w(RMC_CTX_REG(8, CTX_SIZE), 4096);
+    c[1].w(RMC_CTX_REG(8, CTX_LAYOUT), CTX_LAYOUT_VALID | 12);
+    c[1].w(RMC_CTX_REG(8, CTX_CTRL), CTX_CTRL_VALID);
+    EXPECT_EQ(c[1].r(RMC_CTX_REG(8, CTX_CTRL)), 0u);
+}
+
+TEST_F(RmcPair, SabreReadsAConsistentObject)
+{
+    uint8_t *obj = c[0].at(kSeg + 4096);
+    for (unsigned i = 8; i < 1024; i++) obj[i] = pat(7, i);
+    *reinterpret_cast<uint64_t *>(obj) = 42;
+    rmc_cqe e;
+    c[1].post(0, wqe(RMC_OP_SABRE, 0, 4096, 8192, 1024, 5));
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    EXPECT_EQ(e.value, 42u);
+    EXPECT_EQ(0, std::memcmp(c[1].at(kSeg + 8192), obj, 1024));
+    uint32_t spec_ns = e.modeled_ns;
+    rmc_wqe ns = wqe(RMC_OP_SABRE, 0, 4096, 8192, 1024, 6);
+    ns.flags = RMC_WQE_F_NOSPEC;
+    c[1].post(0, ns);
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    EXPECT_TRUE(e.flags & RMC_CQE_F_NOSPEC);
+    EXPECT_GT(e.modeled_ns, spec_ns) << "no speculation is slower for a 16-block object";
+    c[1].post(0, wqe(RMC_OP_READ, 0, 4096, 8192, 1024, 7));
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_LE(std::abs(int(spec_ns) - int(e.modeled_ns)), 4) << "SABRe with speculation costs what a read costs";
+    // an odd version: a writer holds the object
+    *reinterpret_cast<uint64_t *>(obj) = 43;
+    c[1].post(0, wqe(RMC_OP_SABRE, 0, 4096, 8192, 1024, 8));
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_SABRE_ABORT);
+    EXPECT_EQ(e.info, RMC_INFO_LOCKED);
+    EXPECT_EQ(c[0].cnt(RMC_CNT_ABORT_LOCKED), 1u);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_ST_ABORT), 1u);
+}
+
+TEST(RmcFabric, HungPeerTimesOutAndLateFramesAreStrays)
+{
+    Cluster c(2, 200);
+    for (unsigned n = 0; n < 2; n++) {
+        c[n].ctx(1, kSeg, kSegSize, CTX_PERM_READ | CTX_PERM_WRITE, 3);
+        c[n].qp(0, 1);
+    }
+    c.drop = true;
+    std::memset(c[1].at(kSeg), 0x11, 256);
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, 256, 1));
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, 256, 2));
+    rmc_cqe e;
+    for (int i = 0; i < 2; i++) {
+        ASSERT_TRUE(c[1].next(0, e, 3000)) << "a request to a silent node never completed";
+        EXPECT_EQ(e.status, RMC_ST_UNREACHABLE);
+        EXPECT_EQ(e.info, RMC_INFO_TIMEOUT);
+        EXPECT_GE(e.wall_ns, 150000000u);
+    }
+    EXPECT_EQ(c[1].cnt(RMC_CNT_TIMEOUTS), 2u);
+    std::memset(c[0].at(kSeg), 0x22, 256);
+    c.release(); // node 0 now serves the held requests: its answers are late
+    EXPECT_GE(c[1].cnt(RMC_CNT_STRAY), 2u);
+    for (unsigned i = 0; i < 256; i++) ASSERT_EQ(c[1].at(kSeg)[i], 0x11) << "a late answer was written";
+    EXPECT_EQ(c[1].r(RMC_QP_REG(0, QP_CQ_TAIL)), 2u) << "a late answer made a CQE";
+}
+
+TEST(RmcFabric, LinkDownAndNoFabricAreUnreachable)
+{
+    Cluster c(2, 2000);
+    for (unsigned n = 0; n < 2; n++) {
+        c[n].ctx(1, kSeg, kSegSize, CTX_PERM_READ, 3);
+        c[n].qp(0, 1);
+    }
+    c.drop = true;
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, 64, 1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    c[1].rmc->on_link(false); // the bridge went away with the request outstanding
+    rmc_cqe e;
+    ASSERT_TRUE(c[1].next(0, e, 1000));
+    EXPECT_EQ(e.status, RMC_ST_UNREACHABLE);
+    EXPECT_EQ(e.info, RMC_INFO_LINK_DOWN);
+    c.down = true;
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, 64, 2));
+    ASSERT_TRUE(c[1].next(0, e, 1000));
+    EXPECT_EQ(e.status, RMC_ST_UNREACHABLE);
+    // and the node's own memory stays reachable
+    c[1].post(0, wqe(RMC_OP_READ, 1, 0, 64, 64, 3));
+    ASSERT_TRUE(c[1].next(0, e, 1000));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+}
+
+TEST(RmcFabric, DisablingAQpOrphansItsTransfers)
+{
+    Cluster c(2, 2000);
+    for (unsigned n = 0; n < 2; n++) {
+        c[n].ctx(1, kSeg, kSegSize, CTX_PERM_READ, 3);
+        c[n].qp(0, 1);
+    }
+    c.drop = true;
+    std::memset(c[1].at(kSeg), 0x11, 128);
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, 128, 1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_TRUE(c[1].r(RMC_QP_REG(0, QP_STATUS)) & QP_ST_BUSY);
+    c[1].w(RMC_QP_REG(0, QP_CTRL), 0);
+    EXPECT_FALSE(c[1].r(RMC_QP_REG(0, QP_STATUS)) & QP_ST_BUSY);
+    std::memset(c[0].at(kSeg), 0x22, 128);
+    c.release();
+    EXPECT_GE(c[1].cnt(RMC_CNT_STRAY), 1u);
+    for (unsigned i = 0; i < 128; i++) ASSERT_EQ(c[1].at(kSeg)[i], 0x11);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_CQE_WRITTEN), 0u);
+}
+
+TEST(RmcFabric, TwoNodesReadingEachOtherDoNotDeadlock)
+{
+    Cluster c(2, 5000);
+    for (unsigned n = 0; n < 2; n++) {
+        c[n].ctx(1, kSeg, kSegSize, CTX_PERM_READ, 3);
+        for (unsigned q = 0; q < 4; q++) c[n].qp(q, 1);
+    }
+    auto run = [&](unsigned n, unsigned q) {
+        rmc_cqe e;
+        for (unsigned i = 0; i < 40; i++) {
+            c[n].post(q, wqe(RMC_OP_READ, 1 - n, 0, 0x100000 + q * 0x10000, 65536));
+            ASSERT_TRUE(c[n].next(q, e, 10000));
+            ASSERT_EQ(e.status, RMC_ST_OK);
+        }
+    };
+    std::vector<std::thread> t;
+    for (unsigned n = 0; n < 2; n++)
+        for (unsigned q = 0; q < 4; q++) t.emplace_back(run, n, q);
+    for (auto &x : t) x.join();
+}
+
+TEST(RmcLoopback, ALoneNodeServesItselfWithoutFabric)
+{
+    Cluster c(1, 1000, false);
+    c[0].ctx(0, kSeg, 8192, CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC | CTX_PERM_SABRE, 1, CTX_LAYOUT_VALID | 8);
+    c[0].qp(3, 0);
+    for (unsigned i = 0; i < 1024; i++) c[0].at(kSeg)[i] = pat(1, i);
+    *reinterpret_cast<uint64_t *>(c[0].at(kSeg + 8)) = 10; // the version word at offset 8
+    rmc_cqe e;
+    c[0].post(3, wqe(RMC_OP_READ, 0, 0, 4096, 1024));
+    ASSERT_TRUE(c[0].next(3, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    EXPECT_EQ(0, std::memcmp(c[0].at(kSeg), c[0].at(kSeg + 4096), 1024));
+    c[0].post(3, wqe(RMC_OP_SABRE, 0, 0, 2048, 512));
+    ASSERT_TRUE(c[0].next(3, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    EXPECT_EQ(e.value, 10u);
+    c[0].post(3, wqe(RMC_OP_SABRE, 0, 0, 2048, 8)); // too short to hold the version at offset 8
+    ASSERT_TRUE(c[0].next(3, e));
+    EXPECT_EQ(e.status, RMC_ST_BAD_REQUEST);
+    EXPECT_EQ(e.info, RMC_INFO_BAD_LEN);
+    c[0].post(3, wqe(RMC_OP_READ, 1, 0, 0, 8)); // no node 1
+    ASSERT_TRUE(c[0].next(3, e));
+    EXPECT_EQ(e.info, RMC_INFO_BAD_NODE);
+    // interrupts: IRQ_EN sets the QP's status bit, W1C clears it
+    c[0].w(RMC_QP_REG(3, QP_CTRL), QP_CTRL_EN | QP_CTRL_IRQ_EN);
+    c[0].post(3, wqe(RMC_OP_READ, 0, 0, 4096, 8));
+    ASSERT_TRUE(c[0].next(3, e));
+    EXPECT_EQ(c[0].r(RMC_REG_IRQ_STATUS), 1ull << 3);
+    EXPECT_TRUE(c[0].rmc->irq_level());
+    c[0].w(RMC_REG_IRQ_STATUS, 1ull << 3);
+    EXPECT_FALSE(c[0].rmc->irq_level());
+}
+
+} // namespace
