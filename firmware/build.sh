@@ -6,9 +6,12 @@ mkdir -p "$out"
 src=$RACKEMU_ROOT/firmware
 cc=aarch64-linux-gnu-gcc
 command -v $cc >/dev/null || die "$cc not found: install gcc-aarch64-linux-gnu"
-elf=$out/unimem-selftest.elf
-if [ ! -f "$elf" ] || [ -n "$(find "$src" "$RACKEMU_ROOT/hw/include" -newer "$elf" -type f | head -n1)" ]; then
-    $cc -O2 -g -Wall -Wextra -Werror -ffreestanding -nostdlib -Wl,--no-warn-rwx-segments -mgeneral-regs-only -mstrict-align \
-        -I"$RACKEMU_ROOT/hw/include" -T "$src/firmware.ld" -o "$elf" "$src/start.S" "$src/unimem_selftest.c"
-    say "firmware: $elf"
-fi
+for t in unimem rmc; do
+    elf=$out/$t-selftest.elf
+    if [ ! -f "$elf" ] || [ -n "$(find "$src" "$RACKEMU_ROOT/hw/include" -newer "$elf" -type f | head -n1)" ]; then
+        $cc -O2 -g -Wall -Wextra -Werror -ffreestanding -nostdlib -Wl,--no-warn-rwx-segments -mgeneral-regs-only -mstrict-align \
+            -I"$RACKEMU_ROOT/hw/include" -T "$src/firmware.ld" -o "$elf" "$src/start.S" "$src/${t}_selftest.c" ||
+            die "building the $t firmware self-test failed"
+        say "firmware: $elf"
+    fi
+done

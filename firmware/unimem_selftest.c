@@ -7,56 +7,12 @@
 #include <stdint.h>
 
 #include "rackemu/unimem_regs.h"
+#include "fw.h"
 
-#define UART0 0x09000000ull
 #define VMBOX RACKEMU_VMBOX_BASE
 #define PKTZ RACKEMU_PKTZ_BASE
 #define TIF (PKTZ + PKTZ_TIF_OFFSET)
 #define VCTRL (VMBOX + VMBOX_CTRL_OFFSET)
-
-static inline void w64(uint64_t a, uint64_t v) { *(volatile uint64_t *)a = v; }
-static inline uint64_t r64(uint64_t a) { return *(volatile uint64_t *)a; }
-
-static void putc_(char c)
-{
-    while (*(volatile uint32_t *)(UART0 + 0x18) & (1u << 5)) /* FR.TXFF */
-        ;
-    *(volatile uint32_t *)UART0 = (uint32_t)c;
-}
-
-static void puts_(const char *s)
-{
-    while (*s) {
-        if (*s == '\n')
-            putc_('\r');
-        putc_(*s++);
-    }
-}
-
-static void puthex(uint64_t v)
-{
-    puts_("0x");
-    for (int i = 60; i >= 0; i -= 4)
-        putc_("0123456789abcdef"[(v >> i) & 0xf]);
-}
-
-static int failures;
-
-static void check(const char *what, uint64_t got, uint64_t want)
-{
-    puts_("rackemu-firmware: ");
-    puts_(what);
-    if (got == want) {
-        puts_(" ok\n");
-        return;
-    }
-    failures++;
-    puts_(" FAIL got ");
-    puthex(got);
-    puts_(" want ");
-    puthex(want);
-    puts_("\n");
-}
 
 static uint64_t pif_send(unsigned pif, uint64_t dest, uint64_t p0lo, uint64_t p0hi, uint64_t p1lo,
                          uint64_t p1hi)
