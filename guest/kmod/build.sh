@@ -9,7 +9,7 @@ out=$RACKEMU_BUILD/guest/modules
 bdir=$RACKEMU_BUILD/guest/kmod-build
 mkdir -p "$out" "$bdir"
 : > "$out/load-order.tmp"
-for m in unimem unimem_gas; do
+for m in unimem unimem_gas sonuma_rmc; do
     # Build out of tree in a copy, so the checkout stays clean.
     mkdir -p "$bdir/$m"
     for f in "$RACKEMU_ROOT/guest/kmod/$m"/*; do cmp -s "$f" "$bdir/$m/$(basename "$f")" || cp "$f" "$bdir/$m/"; done

@@ -8,7 +8,11 @@
 #   unim_dma_test the unim_dma RDMA API against every node (unim_dma_test.c + libunim_dma.c)
 #   gsasd         the GSAS atomic service (gsasd.c + libunimem.c)
 #   gsas          the GSAS environment from the shell, tests and benchmarks (gsas.c + libgsas.c)
-# and libunim_dma.a + unim_dma.h (seed 004 sec. 3.4), libgsas.a + atomic.h (sec. 2.3) for
+#   rmc           the soNUMA RMC from the shell and its check suite (rmc.c + librmc.c)
+#   rmc-bench     remote read vs SABRe microbenchmark (rmc_bench.c + librmc.c)
+#   rmc-kv        the FaRM-style key-value store (rmc_kv.c + librmc.c)
+# and libunim_dma.a + unim_dma.h (seed 004 sec. 3.4), libgsas.a + atomic.h (sec. 2.3), librmc.a +
+# librmc.h (the RMC, docs/rmc-driver.md) for
 # programs built against those APIs.
 source "$(dirname "$0")/../../platform/setup/lib.sh"
 out=$RACKEMU_BUILD/guest/bin
@@ -29,6 +33,7 @@ build cdma "$src/cdma.c"
 build unim_dma_test "$src/unim_dma_test.c" "$src/libunim_dma.c" -lpthread
 build gsasd "$src/gsasd.c" "$src/libunimem.c"
 build gsas "$src/gsas.c" "$src/libgsas.c" "$src/libunimem.c" -lpthread
+build rmc "$src/rmc.c" "$src/librmc.c"
 # the library for programs written against the unim_dma API (link with -lunim_dma -lpthread)
 lib=$RACKEMU_BUILD/guest/lib
 mkdir -p "$lib"
@@ -48,4 +53,11 @@ if [ ! -f "$lib/libgsas.a" ] || [ -n "$(find "$src/libgsas.c" "$src/libunimem.c"
     rm -f "$lib/libgsas.a"
     aarch64-linux-gnu-ar rcs "$lib/libgsas.a" "$lib/libgsas.o" "$lib/libunimem.o" && cp "$src/atomic.h" "$lib/" ||
         die "building libgsas.a failed"
+fi
+# the RMC library (link with -lrmc; include librmc.h with -I for rackemu/sonuma_*.h)
+if [ ! -f "$lib/librmc.a" ] || [ -n "$(find "$src/librmc.c" "$src/librmc.h" "$RACKEMU_ROOT/guest/include" \
+        "$RACKEMU_ROOT/hw/include" -newer "$lib/librmc.a" -name '*.[ch]' | head -n1)" ]; then
+    aarch64-linux-gnu-gcc -O2 -Wall -Wextra -Werror -I"$RACKEMU_ROOT/hw/include" -I"$RACKEMU_ROOT/guest/include" \
+        -c -o "$lib/librmc.o" "$src/librmc.c" && rm -f "$lib/librmc.a" && aarch64-linux-gnu-ar rcs "$lib/librmc.a" "$lib/librmc.o" &&
+        cp "$src/librmc.h" "$lib/" || die "building librmc.a failed"
 fi

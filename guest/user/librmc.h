@@ -87,8 +87,8 @@ void rmc_doorbell(rmc_qp_t *q);
  * arrives or timeout_ms passes (0 when it times out; needs RMC_QP_IRQ to sleep, else it spins). */
 int rmc_poll(rmc_qp_t *q, struct rmc_cqe *out, int max);
 int rmc_wait(rmc_qp_t *q, struct rmc_cqe *out, int max, int timeout_ms);
-/* Wait until a WQ slot is free: 0, -ETIMEDOUT. Completions that arrive meanwhile stay queued
- * for rmc_poll (they are not consumed). */
+/* 0 at once if a WQ slot is free; otherwise wait until the next completion is ready for
+ * rmc_poll (which frees a slot when it consumes it): 0, or -ETIMEDOUT. Consumes nothing. */
 int rmc_wait_slot(rmc_qp_t *q, int timeout_ms);
 
 /* Synchronous operations: post, wait (timeout 10 s), return the completion's RMC_ST_* (>= 0)
