@@ -34,6 +34,8 @@ build unim_dma_test "$src/unim_dma_test.c" "$src/libunim_dma.c" -lpthread
 build gsasd "$src/gsasd.c" "$src/libunimem.c"
 build gsas "$src/gsas.c" "$src/libgsas.c" "$src/libunimem.c" -lpthread
 build rmc "$src/rmc.c" "$src/librmc.c"
+build rmc-kv "$src/rmc_kv.c" "$src/librmc.c" -lpthread
+build rmc-bench "$src/rmc_bench.c" "$src/librmc.c"
 # the library for programs written against the unim_dma API (link with -lunim_dma -lpthread)
 lib=$RACKEMU_BUILD/guest/lib
 mkdir -p "$lib"

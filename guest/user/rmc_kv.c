@@ -1,0 +1,507 @@
+// SPDX-License-Identifier: MIT
+/*
+ * rmc-kv: a FaRM-style key-value store over the soNUMA RMC (seed 000 sec. 6, 7.2, 7.3;
+ * docs/sonuma-workloads.md). Objects live on one node (`serve`, with writer threads that update
+ * them under the odd/even version protocol: concurrent reads, exclusive writes), readers on
+ * another (`read`) fetch random objects one-sidedly and verify every object they accept.
+ *
+ * Two layouts of an object of SIZE bytes (a multiple of 64, at a 64-byte aligned offset):
+ *  - sabre:    [u64 version][u32 key][u32 len][u64 csum][payload ...], contiguous. Readers issue
+ *              one SABRe straight into the application buffer (zero copy) and retry on abort.
+ *  - baseline: FaRM's per-cache-line versions. Line 0 starts with the same 24-byte header; the
+ *              last 8-byte word of every line holds 6 payload bytes and the line version (low
+ *              16 bits of the object version). Writers store a line's last word first, then its
+ *              other words. Readers issue a plain remote read into a staging buffer, check that
+ *              the header version is even and every line version matches it, and copy the
+ *              payload out line by line (the copy SABRes remove).
+ * Every accepted object is verified twice: the checksum, and payload == gen(key, version).
+ * `torn` counts accepted objects that fail: it must stay 0.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "librmc.h"
+#include "tool.h"
+
+#define HDR 24u
+#define MAX_THREADS 8
+
+static const char usage[] =
+	"usage: rmc-kv serve --ctx N --layout sabre|baseline --size S [--objects K] [--writers W] [--seconds T]\n"
+	"       rmc-kv read  --node D --ctx N --layout sabre|baseline --size S [--objects K] [--threads R]\n"
+	"                    [--seconds T] [--nospec] [--csv FILE]\n"
+	"  serve: register context N (objects of S bytes: 128, 1024, 8192, any multiple of 64 up to 64K),\n"
+	"         lay out K objects (default 100) and update them from W writer threads (default 0) for T\n"
+	"         seconds (0: until killed); prints writer updates per second\n"
+	"  read:  R threads (default 1) read random objects of node D for T seconds (default 5), verify\n"
+	"         each; prints reads/s, aborts and retries per read, torn objects, latencies\n";
+
+struct cfg {
+	int serve, sabre, nospec;
+	unsigned ctx, node, size, objects, writers, threads, seconds;
+	const char *csv;
+};
+
+static struct cfg cf;
+static volatile int stop;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t mix(uint64_t x)
+{
+	x ^= x >> 31;
+	x *= 0x7fb5d329728ea185ull;
+	x ^= x >> 27;
+	x *= 0x81dadef4bc2dd44dull;
+	return x ^ (x >> 33);
+}
+
+/* payload byte i of key k at version v */
+static uint8_t gen(uint64_t k, uint64_t v, uint64_t i)
+{
+	return (uint8_t)(mix(k * 0x100000001b3ull ^ v * 0x9e3779b97f4a7c15ull ^ (i >> 3)) >> (8 * (i & 7)));
+}
+
+static uint64_t csum(uint64_t k, uint64_t v, const uint8_t *p, size_t n)
+{
+	uint64_t h = mix(k ^ (v << 1));
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 0x100000001b3ull;
+	return h;
+}
+
+/* payload bytes an object of `size` carries */
+static size_t payload_len(void)
+{
+	return cf.sabre ? cf.size - HDR : (cf.size / 64) * 62 - HDR;
+}
+
+/* ---- writer side ---- */
+
+struct writer {
+	pthread_t t;
+	unsigned id;
+	uint8_t *seg;
+	uint64_t updates;
+	uint8_t *scratch;
+};
+
+static void write_object(uint8_t *o, unsigned key, uint8_t *pl)
+{
+	volatile uint64_t *ver = (volatile uint64_t *)o;
+	uint64_t v = rmc_obj_write_begin(ver), nv = v + 2;
+	size_t n = payload_len();
+
+	for (size_t i = 0; i < n; i++)
+		pl[i] = gen(key, nv, i);
+	if (cf.sabre) {
+		*(volatile uint32_t *)(o + 8) = key;
+		*(volatile uint32_t *)(o + 12) = (uint32_t)n;
+		*(volatile uint64_t *)(o + 16) = csum(key, nv, pl, n);
+		memcpy(o + HDR, pl, n);
+	} else {
+		uint8_t line[64];
+		size_t lines = cf.size / 64;
+		uint64_t c = csum(key, nv, pl, n);
+
+		for (size_t l = 0; l < lines; l++) {
+			/* the line's content: 62 data bytes (header first in line 0), then the line version */
+			for (size_t b = 0; b < 62; b++) {
+				size_t j = l * 62 + b; /* position in header+payload stream */
+
+				if (j < HDR) {
+					uint8_t h[HDR];
+
+					memcpy(h, &nv, 8);
+					memcpy(h + 8, &key, 4);
+					memcpy(h + 12, &(uint32_t){ (uint32_t)n }, 4);
+					memcpy(h + 16, &c, 8);
+					line[b] = h[j];
+				} else {
+					line[b] = pl[j - HDR];
+				}
+			}
+			uint16_t lv = (uint16_t)nv;
+
+			memcpy(line + 62, &lv, 2);
+			/* the last word (6 data bytes + line version) first, then the others; never the
+			 * object's version word (line 0, word 0): rmc_obj_write_end stores it */
+			__atomic_store_n((uint64_t *)(o + l * 64 + 56), *(uint64_t *)(line + 56), __ATOMIC_RELAXED);
+			__asm__ volatile("dmb ishst" ::: "memory");
+			for (unsigned w = l ? 0 : 1; w < 7; w++)
+				__atomic_store_n((uint64_t *)(o + l * 64 + 8 * w), *(uint64_t *)(line + 8 * w), __ATOMIC_RELAXED);
+		}
+	}
+	rmc_obj_write_end(ver, v);
+}
+
+static void *writer_main(void *arg)
+{
+	struct writer *w = arg;
+	cpu_set_t set;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+	CPU_ZERO(&set);
+	CPU_SET(w->id % (unsigned)(ncpu > 0 ? ncpu : 1), &set);
+	sched_setaffinity(0, sizeof(set), &set);
+	while (!stop) {
+		for (unsigned k = w->id; k < cf.objects && !stop; k += cf.writers) {
+			write_object(w->seg + (size_t)k * cf.size, k, w->scratch);
+			w->updates++;
+		}
+	}
+	return NULL;
+}
+
+static void on_signal(int s)
+{
+	(void)s;
+	stop = 1;
+}
+
+static int do_serve(void)
+{
+	struct rmc_layout lay = { 0 };
+	struct writer ws[MAX_THREADS];
+	rmc_t *r;
+	rmc_ctx_t *c;
+	uint8_t *seg, *pl;
+	uint64_t t0, total = 0;
+	int e = rmc_open(&r);
+
+	if (e) {
+		fprintf(stderr, "rmc-kv: %s: %s\n", RMC_DEV_PATH, strerror(-e));
+		return 1;
+	}
+	e = rmc_ctx_register(r, cf.ctx, (size_t)cf.objects * cf.size,
+			     CTX_PERM_READ | (cf.sabre ? CTX_PERM_SABRE : 0), ~0ull, cf.sabre ? &lay : NULL, &c);
+	if (e) {
+		fprintf(stderr, "rmc-kv: register context %u (%u objects of %u bytes): %s\n", cf.ctx, cf.objects, cf.size,
+			strerror(-e));
+		return 1;
+	}
+	seg = rmc_ctx_base(c);
+	pl = malloc(cf.size);
+	for (unsigned k = 0; k < cf.objects; k++) /* every object at version 2, consistent */
+		write_object(seg + (size_t)k * cf.size, k, pl);
+	free(pl);
+	printf("serving ctx=%u layout=%s objects=%u size=%u payload=%zu writers=%u\n", cf.ctx,
+	       cf.sabre ? "sabre" : "baseline", cf.objects, cf.size, payload_len(), cf.writers);
+	fflush(stdout);
+	signal(SIGTERM, on_signal);
+	signal(SIGINT, on_signal);
+	memset(ws, 0, sizeof(ws));
+	t0 = now_ns();
+	for (unsigned i = 0; i < cf.writers; i++) {
+		ws[i].id = i;
+		ws[i].seg = seg;
+		ws[i].scratch = malloc(cf.size);
+		pthread_create(&ws[i].t, NULL, writer_main, &ws[i]);
+	}
+	while (!stop && (!cf.seconds || now_ns() - t0 < (uint64_t)cf.seconds * 1000000000ull))
+		usleep(100000);
+	stop = 1;
+	for (unsigned i = 0; i < cf.writers; i++) {
+		pthread_join(ws[i].t, NULL);
+		total += ws[i].updates;
+	}
+	printf("writers=%u updates=%llu updates_per_s=%.1f\n", cf.writers, (unsigned long long)total,
+	       total / ((double)(now_ns() - t0) / 1e9));
+	rmc_close(r);
+	return 0;
+}
+
+/* ---- reader side ---- */
+
+struct reader {
+	pthread_t t;
+	unsigned id;
+	rmc_t *r;
+	rmc_ctx_t *c;
+	rmc_qp_t *q;
+	uint64_t reads, aborts, retries, torn, errors;
+	uint64_t *wall, *model; /* samples */
+	size_t nsamples, cap;
+	char err[128];
+};
+
+static int verify(unsigned key, const uint8_t *hdr_src, const uint8_t *pl)
+{
+	uint64_t v, c;
+	uint32_t k, n;
+	size_t len = payload_len();
+
+	memcpy(&v, hdr_src, 8);
+	memcpy(&k, hdr_src + 8, 4);
+	memcpy(&n, hdr_src + 12, 4);
+	memcpy(&c, hdr_src + 16, 8);
+	if (k != key || n != len || (v & 1) || c != csum(key, v, pl, len))
+		return 0;
+	for (size_t i = 0; i < len; i++)
+		if (pl[i] != gen(key, v, i))
+			return 0;
+	return 1;
+}
+
+static void *reader_main(void *arg)
+{
+	struct reader *rd = arg;
+	uint8_t *seg = rmc_ctx_base(rd->c);
+	uint8_t *app = seg + (size_t)rd->id * 2 * cf.size;         /* sabre: the application buffer */
+	uint8_t *staging = app + cf.size;                          /* baseline: the staging buffer */
+	uint8_t *copy = malloc(cf.size), hdr[HDR];
+	unsigned seed = 12345 + rd->id * 7919;
+
+	while (!stop) {
+		unsigned key = (unsigned)(rand_r(&seed) % cf.objects);
+		uint64_t roff = (uint64_t)key * cf.size;
+		struct rmc_cqe cqe;
+		int attempts = 0, st;
+
+		for (;;) {
+			uint64_t t0 = now_ns();
+
+			if (cf.sabre)
+				st = rmc_sabre(rd->q, cf.node, roff, (uint64_t)(app - seg), cf.size,
+					       cf.nospec ? RMC_POST_NOSPEC : 0, &cqe);
+			else
+				st = rmc_read(rd->q, cf.node, roff, (uint64_t)(staging - seg), cf.size, &cqe);
+			uint64_t t1 = now_ns();
+
+			if (st < 0 || (st != RMC_ST_OK && st != RMC_ST_SABRE_ABORT)) {
+				snprintf(rd->err, sizeof(rd->err), "%s", st < 0 ? strerror(-st) : rmc_status_str((unsigned)st, cqe.info));
+				rd->errors++;
+				stop = 1;
+				break;
+			}
+			if (rd->nsamples < rd->cap) {
+				rd->wall[rd->nsamples] = t1 - t0;
+				rd->model[rd->nsamples++] = cqe.modeled_ns;
+			}
+			if (st == RMC_ST_SABRE_ABORT) {
+				rd->aborts++;
+				attempts++;
+				continue;
+			}
+			if (cf.sabre) {
+				/* zero copy: the object is in the application buffer as it arrived */
+				if (!verify(key, app, app + HDR))
+					rd->torn++;
+				break;
+			}
+			/* baseline: consistent only if the header version is even and every line agrees */
+			uint64_t v;
+			int ok;
+			size_t lines = cf.size / 64;
+
+			memcpy(&v, staging, 8);
+			ok = !(v & 1);
+			for (size_t l = 0; ok && l < lines; l++) {
+				uint16_t lv;
+
+				memcpy(&lv, staging + l * 64 + 62, 2);
+				ok = lv == (uint16_t)v;
+			}
+			if (!ok) {
+				rd->retries++;
+				attempts++;
+				continue;
+			}
+			/* strip the line versions: copy the 62 data bytes of every line out */
+			for (size_t l = 0; l < lines; l++)
+				memcpy(copy + l * 62, staging + l * 64, 62);
+			memcpy(hdr, copy, HDR);
+			if (!verify(key, hdr, copy + HDR))
+				rd->torn++;
+			break;
+		}
+		if (rd->errors)
+			break;
+		rd->reads++;
+		rd->retries += cf.sabre ? (uint64_t)attempts : 0;
+	}
+	free(copy);
+	return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int do_read(void)
+{
+	struct reader rs[MAX_THREADS];
+	rmc_t *r;
+	rmc_ctx_t *c;
+	uint64_t reads = 0, aborts = 0, retries = 0, torn = 0, errors = 0, *wall, *model;
+	size_t ns = 0;
+	int e = rmc_open(&r);
+	double secs;
+	uint64_t t0;
+
+	if (e) {
+		fprintf(stderr, "rmc-kv: %s: %s\n", RMC_DEV_PATH, strerror(-e));
+		return 1;
+	}
+	e = rmc_ctx_attach(r, cf.ctx, &c);
+	if (e == -ENOENT)
+		e = rmc_ctx_register(r, cf.ctx, (size_t)cf.threads * 2 * cf.size, CTX_PERM_READ, ~0ull, NULL, &c);
+	if (e || rmc_ctx_size(c) < (size_t)cf.threads * 2 * cf.size) {
+		fprintf(stderr, "rmc-kv: local context %u: %s\n", cf.ctx, e ? strerror(-e) : "too small");
+		return 1;
+	}
+	memset(rs, 0, sizeof(rs));
+	for (unsigned i = 0; i < cf.threads; i++) {
+		rs[i].id = i;
+		rs[i].r = r;
+		rs[i].c = c;
+		rs[i].cap = 200000;
+		rs[i].wall = calloc(rs[i].cap, 8);
+		rs[i].model = calloc(rs[i].cap, 8);
+		e = rmc_qp_create(r, c, 4, RMC_QP_IRQ, &rs[i].q);
+		if (e) {
+			fprintf(stderr, "rmc-kv: queue pair: %s\n", strerror(-e));
+			return 1;
+		}
+	}
+	t0 = now_ns();
+	for (unsigned i = 0; i < cf.threads; i++)
+		pthread_create(&rs[i].t, NULL, reader_main, &rs[i]);
+	while (!stop && now_ns() - t0 < (uint64_t)cf.seconds * 1000000000ull)
+		usleep(20000);
+	stop = 1;
+	for (unsigned i = 0; i < cf.threads; i++)
+		pthread_join(rs[i].t, NULL);
+	secs = (double)(now_ns() - t0) / 1e9;
+	wall = calloc(cf.threads * 200000, 8);
+	model = calloc(cf.threads * 200000, 8);
+	for (unsigned i = 0; i < cf.threads; i++) {
+		reads += rs[i].reads;
+		aborts += rs[i].aborts;
+		retries += rs[i].retries;
+		torn += rs[i].torn;
+		errors += rs[i].errors;
+		memcpy(wall + ns, rs[i].wall, rs[i].nsamples * 8);
+		memcpy(model + ns, rs[i].model, rs[i].nsamples * 8);
+		ns += rs[i].nsamples;
+		if (rs[i].errors)
+			fprintf(stderr, "rmc-kv: reader %u stopped: %s\n", i, rs[i].err);
+	}
+	qsort(wall, ns, 8, cmp_u64);
+	qsort(model, ns, 8, cmp_u64);
+	{
+		double rps = reads / secs, ab = reads ? (double)aborts / reads : 0, rt = reads ? (double)retries / reads : 0;
+		double wmed = ns ? wall[ns / 2] / 1000.0 : 0, wp99 = ns ? wall[ns * 99 / 100] / 1000.0 : 0;
+		uint64_t mmed = ns ? model[ns / 2] : 0;
+		const char *lay = cf.sabre ? (cf.nospec ? "sabre-nospec" : "sabre") : "baseline";
+
+		printf("%-13s %6s %7s %8s %10s %10s %10s %6s %12s %12s %12s\n", "layout", "size", "threads", "reads",
+		       "reads/s", "aborts/rd", "retries/rd", "torn", "wall_med_us", "wall_p99_us", "model_med_ns");
+		printf("%-13s %6u %7u %8llu %10.1f %10.4f %10.4f %6llu %12.1f %12.1f %12llu\n", lay, cf.size, cf.threads,
+		       (unsigned long long)reads, rps, ab, rt, (unsigned long long)torn, wmed, wp99,
+		       (unsigned long long)mmed);
+		printf("layout=%s size=%u threads=%u seconds=%.2f reads=%llu reads_per_s=%.1f aborts=%llu retries=%llu "
+		       "torn=%llu errors=%llu wall_med_us=%.1f wall_p99_us=%.1f model_med_ns=%llu\n",
+		       lay, cf.size, cf.threads, secs, (unsigned long long)reads, rps, (unsigned long long)aborts,
+		       (unsigned long long)retries, (unsigned long long)torn, (unsigned long long)errors, wmed, wp99,
+		       (unsigned long long)mmed);
+		if (torn)
+			printf("TORN OBJECTS ACCEPTED: %llu\n", (unsigned long long)torn);
+		if (cf.csv) {
+			FILE *f = fopen(cf.csv, "a");
+
+			if (f) {
+				if (ftell(f) == 0)
+					fprintf(f, "layout,size,threads,seconds,reads,reads_per_s,aborts,retries,torn,errors,"
+						   "wall_med_us,wall_p99_us,model_med_ns\n");
+				fprintf(f, "%s,%u,%u,%.2f,%llu,%.1f,%llu,%llu,%llu,%llu,%.1f,%.1f,%llu\n", lay, cf.size,
+					cf.threads, secs, (unsigned long long)reads, rps, (unsigned long long)aborts,
+					(unsigned long long)retries, (unsigned long long)torn, (unsigned long long)errors,
+					wmed, wp99, (unsigned long long)mmed);
+				fclose(f);
+			}
+		}
+	}
+	rmc_close(r);
+	return torn || errors ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	tool_prog = "rmc-kv";
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		fputs(usage, argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	if (strcmp(argv[1], "serve") && strcmp(argv[1], "read"))
+		die("unknown command '%s' (rmc-kv --help)", argv[1]);
+	cf.serve = !strcmp(argv[1], "serve");
+	cf.objects = 100;
+	cf.threads = 1;
+	cf.seconds = cf.serve ? 0 : 5;
+	cf.ctx = 16; /* none */
+	cf.sabre = -1;
+	for (int i = 2; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(a, "--nospec")) {
+			cf.nospec = 1;
+			continue;
+		}
+		if (!v)
+			die("%s needs a value", a);
+		i++;
+		if (!strcmp(a, "--ctx"))
+			cf.ctx = (unsigned)num(v, a, RMC_CTX_COUNT - 1);
+		else if (!strcmp(a, "--node"))
+			cf.node = (unsigned)num(v, a, 63);
+		else if (!strcmp(a, "--size"))
+			cf.size = (unsigned)num(v, a, RMC_SABRE_MAX);
+		else if (!strcmp(a, "--objects"))
+			cf.objects = (unsigned)num(v, a, 1000000);
+		else if (!strcmp(a, "--writers"))
+			cf.writers = (unsigned)num(v, a, MAX_THREADS);
+		else if (!strcmp(a, "--threads"))
+			cf.threads = (unsigned)num(v, a, MAX_THREADS);
+		else if (!strcmp(a, "--seconds"))
+			cf.seconds = (unsigned)num(v, a, 86400);
+		else if (!strcmp(a, "--csv"))
+			cf.csv = v;
+		else if (!strcmp(a, "--layout")) {
+			if (!strcmp(v, "sabre"))
+				cf.sabre = 1;
+			else if (!strcmp(v, "baseline"))
+				cf.sabre = 0;
+			else
+				die("--layout sabre|baseline");
+		} else
+			die("unknown option '%s' (rmc-kv --help)", a);
+	}
+	if (cf.ctx >= RMC_CTX_COUNT || cf.sabre < 0 || !cf.size)
+		die("--ctx, --layout and --size are required");
+	if (cf.size % 64 || cf.size < 128)
+		die("--size %u: a multiple of 64, at least 128", cf.size);
+	if (!cf.objects || cf.threads < 1)
+		die("--objects and --threads must be at least 1");
+	if (cf.nospec && !cf.sabre)
+		die("--nospec applies to the sabre layout");
+	return cf.serve ? do_serve() : do_read();
+}
