@@ -345,6 +345,7 @@ static int cmd_atomic(const struct opts *o)
 	rmc_ctx_t *c;
 	rmc_qp_t *q;
 	uint64_t old = 0, retries = 0, first = 0;
+	struct rmc_cqe cqe = { 0 };
 	int cas, st = 0;
 
 	need(o, 1, 1);
@@ -356,14 +357,14 @@ static int cmd_atomic(const struct opts *o)
 	q = make_qp(r, c, 4);
 	for (uint64_t k = 0; k < o->count && st == RMC_ST_OK; k++) {
 		if (!cas) {
-			st = rmc_faa(q, (unsigned)o->node, o->off, 1, &old, NULL);
+			st = rmc_faa(q, (unsigned)o->node, o->off, 1, &old, &cqe);
 		} else {
 			uint64_t cur = 0;
 
 			/* a CAS that fails returns the current value: the next attempt expects it */
-			st = rmc_cas(q, (unsigned)o->node, o->off, 0, 0, &cur, NULL);
+			st = rmc_cas(q, (unsigned)o->node, o->off, 0, 0, &cur, &cqe);
 			while (st == RMC_ST_OK) {
-				st = rmc_cas(q, (unsigned)o->node, o->off, cur, cur + 1, &old, NULL);
+				st = rmc_cas(q, (unsigned)o->node, o->off, cur, cur + 1, &old, &cqe);
 				if (st != RMC_ST_OK || old == cur)
 					break;
 				retries++;
@@ -374,7 +375,7 @@ static int cmd_atomic(const struct opts *o)
 			first = old;
 	}
 	if (st != RMC_ST_OK) {
-		printf("op=%s status=%s\n", o->op, st < 0 ? strerror(-st) : rmc_status_str((unsigned)st, 0));
+		printf("op=%s status=%s\n", o->op, st < 0 ? strerror(-st) : rmc_status_str((unsigned)st, cqe.info));
 		rmc_close(r);
 		return 1;
 	}
