@@ -1,5 +1,24 @@
-"""Shared by the benchmark scripts: the result table on stdout and the CSV file."""
+"""Shared by the benchmark scripts: progress lines, guest command helpers, the result table on
+stdout and the CSV file."""
+import sys
 from pathlib import Path
+
+
+def log(msg):
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def kv_lines(text):
+    """The guest tools' `key=value` lines, one dict per line that has any."""
+    return [dict(t.split("=", 1) for t in line.split() if "=" in t) for line in text.splitlines() if "=" in line]
+
+
+def run(node, cmd, timeout=600):
+    """Run cmd on a node; stop the benchmark with its output if it fails. Returns its key=value lines."""
+    r = node.exec(cmd, timeout=timeout)
+    if r.rc != 0:
+        raise SystemExit(f"node {node.id}: `{cmd}` failed (rc {r.rc}): {r.stdout.decode()} {r.stderr.decode()}")
+    return kv_lines(r.stdout.decode())
 
 
 def write_results(rows, csv_path, value_width=14):

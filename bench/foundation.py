@@ -28,11 +28,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from rackemu.cluster import Cluster, run_background  # noqa: E402
 from rackemu.config import build_dir, load_config  # noqa: E402
-from benchlib import write_results  # noqa: E402
-
-
-def log(msg):
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+from benchlib import log, write_results  # noqa: E402
 
 
 def timed(argv, env=None):

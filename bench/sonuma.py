@@ -28,24 +28,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from rackemu.cluster import Cluster  # noqa: E402
 from rackemu.config import build_dir, load_config  # noqa: E402
-from benchlib import write_results  # noqa: E402
+from benchlib import kv_lines, log, run, write_results  # noqa: E402
 
 OPS = ("read", "sabre", "sabre-nospec")
-
-
-def log(msg):
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-def kv_lines(text):
-    return [dict(t.split("=", 1) for t in line.split() if "=" in t) for line in text.splitlines() if "=" in line]
-
-
-def run(node, cmd, timeout=900):
-    r = node.exec(cmd, timeout=timeout)
-    if r.rc != 0:
-        raise SystemExit(f"node {node.id}: `{cmd}` failed (rc {r.rc}): {r.stdout.decode()} {r.stderr.decode()}")
-    return r.stdout.decode()
 
 
 def stop(node, prog):
@@ -60,7 +45,7 @@ def micro(a, n0, n1, rows, raw):
     for i in range(a.runs):
         log(f"micro run {i + 1}/{a.runs}")
         run(n1, f"rmc-bench run --node 0 --ctx 9 --iters {a.iters} --window {a.window} --sizes {sizes} "
-                f"--mode both --csv /tmp/micro.csv")
+                f"--mode both --csv /tmp/micro.csv", timeout=900)
     stop(n0, "rmc-bench")
     text = n1.exec("cat /tmp/micro.csv").stdout.decode()
     raw.write_text(text)
@@ -109,8 +94,8 @@ def kv(a, n0, n1, rows, raw):
                     if b"serving" in n0.exec("cat /tmp/kvs").stdout:
                         break
                     time.sleep(0.1)
-                d = kv_lines(run(n1, f"rmc-kv read --node 0 --ctx 8 --layout {layout} --size {size} --objects 100 "
-                                     f"--threads {a.threads} --seconds {a.seconds} --csv /tmp/kv.csv"))[-1]
+                d = run(n1, f"rmc-kv read --node 0 --ctx 8 --layout {layout} --size {size} --objects 100 "
+                            f"--threads {a.threads} --seconds {a.seconds} --csv /tmp/kv.csv", timeout=900)[-1]
                 stop(n0, "rmc-kv")
                 srv = kv_lines(n0.exec("cat /tmp/kvs").stdout.decode())
                 upd = float(srv[-1].get("updates_per_s", 0)) if srv and "updates_per_s" in srv[-1] else 0.0

@@ -37,22 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from rackemu.cluster import Cluster  # noqa: E402
 from rackemu.config import build_dir, load_config  # noqa: E402
-from benchlib import write_results  # noqa: E402
-
-
-def log(msg):
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-def kv_lines(text):
-    return [dict(t.split("=", 1) for t in line.split() if "=" in t) for line in text.splitlines() if "=" in line]
-
-
-def run(node, cmd, timeout=600):
-    r = node.exec(cmd, timeout=timeout)
-    if r.rc != 0:
-        raise SystemExit(f"node {node.id}: `{cmd}` failed (rc {r.rc}): {r.stdout.decode()} {r.stderr.decode()}")
-    return kv_lines(r.stdout.decode())
+from benchlib import kv_lines, log, run, write_results  # noqa: E402
 
 
 def export(node, size, seed, tag):

@@ -162,6 +162,25 @@ bool Rmc::irq_level() const
 // ---------------------------------------------------------------------------------------------
 // Registers
 
+uint64_t Rmc::qp_status(const Qp &qp)
+{
+    return (qp.err ? QP_ST_ERR : 0) | (qp.cfg_err ? QP_ST_CFG_ERR : 0) | (qp.inflight ? QP_ST_BUSY : 0) |
+           (uint64_t(qp.inflight) << 32);
+}
+
+// Forget the frames of transfer `id` still in flight: their late answers become strays.
+void Rmc::cancel_pending_locked(uint64_t id)
+{
+    for (auto p = pending_.begin(); p != pending_.end();) {
+        if (p->second.xfer == id) {
+            window_[p->second.dst] -= std::min(window_[p->second.dst], p->second.blocks);
+            p = pending_.erase(p);
+        } else {
+            ++p;
+        }
+    }
+}
+
 uint64_t Rmc::mmio_read(uint64_t off, unsigned size)
 {
     if (size != 8 || (off & 7)) {
@@ -178,9 +197,7 @@ uint64_t Rmc::mmio_read(uint64_t off, unsigned size)
         case DB_CQ_HEAD: return qp.cq_head;
         case DB_WQ_HEAD: return qp.wq_head;
         case DB_CQ_TAIL: return qp.cq_tail;
-        case DB_STATUS:
-            return (qp.err ? QP_ST_ERR : 0) | (qp.cfg_err ? QP_ST_CFG_ERR : 0) | (qp.inflight ? QP_ST_BUSY : 0) |
-                   (uint64_t(qp.inflight) << 32);
+        case DB_STATUS: return qp_status(qp);
         default: return 0;
         }
     }
@@ -195,9 +212,7 @@ uint64_t Rmc::mmio_read(uint64_t off, unsigned size)
         case QP_DEPTH_LOG2: return qp.depth_log2;
         case QP_CTX: return qp.ctx;
         case QP_CTRL: return qp.ctrl;
-        case QP_STATUS:
-            return (qp.err ? QP_ST_ERR : 0) | (qp.cfg_err ? QP_ST_CFG_ERR : 0) | (qp.inflight ? QP_ST_BUSY : 0) |
-                   (uint64_t(qp.inflight) << 32);
+        case QP_STATUS: return qp_status(qp);
         case QP_WQ_HEAD: return qp.wq_head;
         case QP_CQ_TAIL: return qp.cq_tail;
         default: return 0;
@@ -492,14 +507,7 @@ void Rmc::orphan_qp_locked(unsigned q)
     for (auto it = xfers_.begin(); it != xfers_.end();) {
         if (it->second.qp == q) {
             uint64_t id = it->first;
-            for (auto p = pending_.begin(); p != pending_.end();) {
-                if (p->second.xfer == id) {
-                    window_[p->second.dst] -= std::min(window_[p->second.dst], p->second.blocks);
-                    p = pending_.erase(p);
-                } else {
-                    ++p;
-                }
-            }
+            cancel_pending_locked(id);
             it = xfers_.erase(it);
         } else {
             ++it;
@@ -518,14 +526,7 @@ void Rmc::orphan_ctx_locked(unsigned c)
             for (auto it = xfers_.begin(); it != xfers_.end(); ++it) {
                 if (it->second.qp != q) continue;
                 uint64_t id = it->first;
-                for (auto p = pending_.begin(); p != pending_.end();) {
-                    if (p->second.xfer == id) {
-                        window_[p->second.dst] -= std::min(window_[p->second.dst], p->second.blocks);
-                        p = pending_.erase(p);
-                    } else {
-                        ++p;
-                    }
-                }
+                cancel_pending_locked(id);
                 it->second.unsent.clear();
                 it->second.outstanding = 0;
                 if (it->second.status == RMC_ST_OK) {
@@ -783,14 +784,7 @@ void Rmc::fail_locked(Transfer &t, uint8_t st, uint8_t info)
         t.status = st;
         t.info = info;
     }
-    for (auto p = pending_.begin(); p != pending_.end();) {
-        if (p->second.xfer == t.id) {
-            window_[p->second.dst] -= std::min(window_[p->second.dst], p->second.blocks);
-            p = pending_.erase(p);
-        } else {
-            ++p;
-        }
-    }
+    cancel_pending_locked(t.id);
     t.unsent.clear();
     t.outstanding = 0;
     finish_locked(t);

@@ -155,6 +155,8 @@ private:
     void finish_locked(Transfer &t);                           // under mu_: CQE if done
     void write_cqe_locked(Qp &qp, unsigned q, const Transfer &t);
     void complete_now_locked(unsigned q, const rmc_wqe &w, uint16_t idx, uint8_t st, uint8_t info);
+    static uint64_t qp_status(const Qp &qp);
+    void cancel_pending_locked(uint64_t xfer_id);
     void orphan_qp_locked(unsigned q);
     void orphan_ctx_locked(unsigned c);
     void check_timeouts_locked(uint64_t now);
