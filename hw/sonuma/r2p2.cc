@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <ctime>
+#include <mutex>
 
 namespace rackemu::sonuma {
 
@@ -21,9 +22,10 @@ int R2p2::find(const SabreId &id) const
     return -1;
 }
 
-bool R2p2::register_sabre(const SabreId &id, uint64_t base, uint32_t nblocks, unsigned ver_off, bool nospec)
+bool R2p2::register_sabre(const SabreId &id, uint64_t base, uint32_t nblocks, unsigned ver_off, bool spec)
 {
-    Queued q{id, base, std::max(1u, nblocks), ver_off, nospec, 0};
+    // the version word must lie inside block 0 (the 8 bytes at ver_off are read from a 64-byte block)
+    Queued q{id, base, std::max(1u, nblocks), ver_off & (RMC_BLOCK_SIZE - 8), !spec, 0};
     for (unsigned i = 0; i < att_.size(); i++) {
         if (att_[i].state == AttState::Free && queue_.empty()) {
             install(i, q);
@@ -84,22 +86,26 @@ bool R2p2::step()
     for (unsigned i = 0; i < att_.size(); i++) {
         unsigned a = (rr_ + i) % unsigned(att_.size());
         AttEntry &e = att_[a];
-        if (e.state != AttState::Registered && e.state != AttState::Speculating && e.state != AttState::Streaming)
+        if (e.state != AttState::Registered && e.state != AttState::Speculating &&
+            e.state != AttState::Streaming)
             continue;
         uint32_t limit = std::min(e.nblocks, e.requests);
         if (e.issued >= limit) continue;
         uint32_t j = e.issued;
-        if (j > 0 && e.spec && (e.nospec || j >= sb_depth_)) {
-            // the stream buffer is full (or this SABRe may not speculate): stall until the
-            // version is known (sec. 4.1: the R2P2 "simply needs to stall")
+        if (j > 0 && e.spec && e.nospec) continue; // no speculation: wait for the version
+        if (j > 0 && e.spec && j >= sb_depth_) {
+            // the stream buffer is full: stall until the version is known (sec. 4.1: the R2P2
+            // "simply needs to stall"). Counted once per SABRe, not once per step() that finds it.
             if (!e.stalled) cnt_.sb_stalls++;
             e.stalled = true;
             continue;
         }
         e.issued++;
         e.in_flight[j] = 1;
-        if (j == 0) e.state = AttState::Speculating;
-        else if (e.spec) cnt_.spec_blocks++;
+        if (j == 0)
+            e.state = AttState::Speculating;
+        else if (e.spec)
+            cnt_.spec_blocks++;
         rr_ = (a + 1) % unsigned(att_.size());
         mem_.issue_load(a, j, e.base + uint64_t(j) * RMC_BLOCK_SIZE);
         return true;
@@ -200,18 +206,24 @@ void R2p2::start_abort(unsigned att, Abort why, uint32_t blk)
     e.abort_block = blk;
     e.issued_at_abort = e.issued;
     switch (why) {
-    case Abort::Locked: cnt_.abort_locked++; break;
-    case Abort::Window: cnt_.abort_window++; break;
-    case Abort::Validate: cnt_.abort_validate++; break;
-    case Abort::None: break;
+    case Abort::Locked:
+        cnt_.abort_locked++;
+        break;
+    case Abort::Window:
+        cnt_.abort_window++;
+        break;
+    case Abort::Validate:
+        cnt_.abort_validate++;
+        break;
+    case Abort::None:
+        break;
     }
     // requests not issued yet are answered now, without data; loads in flight when they complete
+    // (a VALIDATE abort has none left: every block went out with data, the validation packet
+    // carries the verdict)
     while (e.issued < e.requests) {
         e.issued++;
         answer(att, e.issued - 1, nullptr);
-    }
-    if (why == Abort::Validate) {
-        // every block was answered with data already; the validation packet carries the verdict
     }
 }
 
@@ -267,7 +279,7 @@ struct HostSabreServer::Impl : R2p2Mem, R2p2Out {
     // per serve()
     const SabreRequest *req = nullptr;
     const std::function<void(uint32_t, const uint8_t *)> *out = nullptr;
-    std::vector<uint8_t> shadow;       // the copies of the blocks read (the emulated Shared lines)
+    std::vector<uint8_t> shadow; // the copies of the blocks read (the emulated Shared lines)
     std::deque<std::pair<unsigned, uint32_t>> done; // loads completed, to deliver
     bool block0_pending = false;
     unsigned att0 = 0;
@@ -290,17 +302,18 @@ struct HostSabreServer::Impl : R2p2Mem, R2p2Out {
         load_block(&shadow[size_t(j) * RMC_BLOCK_SIZE], blk(j));
         done.emplace_back(att, j);
     }
-    void issue_validate(unsigned att, uint64_t) override
+    void issue_validate(unsigned att, uint64_t ver_addr) override // relative to the object (base 0)
     {
-        uint64_t v = __atomic_load_n(reinterpret_cast<const uint64_t *>(blk(0) + req->ver_off), __ATOMIC_ACQUIRE);
+        uint64_t v =
+            __atomic_load_n(reinterpret_cast<const uint64_t *>(req->obj + ver_addr), __ATOMIC_ACQUIRE);
         vdone.emplace_back(att, v);
     }
-    void before_confirm(unsigned) override
+    void before_confirm(unsigned att) override
     {
         std::atomic_thread_fence(std::memory_order_acquire);
         if (owner->hook_before_confirm) owner->hook_before_confirm();
         uint8_t now[RMC_BLOCK_SIZE];
-        load_block(now, blk(0), req->ver_off / 8);
+        load_block(now, blk(0), r2p2.entry(att).ver_off / 8); // tau2: the version word first
         if (std::memcmp(now, shadow.data(), RMC_BLOCK_SIZE)) r2p2.invalidate(uint64_t(0)); // base block
     }
     void block_reply(const SabreId &, uint32_t j, const uint8_t *data) override { (*out)(j, data); }
@@ -311,15 +324,13 @@ struct HostSabreServer::Impl : R2p2Mem, R2p2Out {
     }
 };
 
-HostSabreServer::HostSabreServer(unsigned att_entries, unsigned sb_depth) : impl_(new Impl(att_entries, sb_depth))
+HostSabreServer::HostSabreServer(unsigned att_entries, unsigned sb_depth)
+    : impl_(std::make_unique<Impl>(att_entries, sb_depth))
 {
     impl_->owner = this;
 }
 
-HostSabreServer::~HostSabreServer()
-{
-    delete impl_;
-}
+HostSabreServer::~HostSabreServer() = default;
 
 R2p2Counters HostSabreServer::counters() const
 {
@@ -327,7 +338,8 @@ R2p2Counters HostSabreServer::counters() const
     return impl_->r2p2.counters();
 }
 
-SabreOutcome HostSabreServer::serve(const SabreRequest &rq, const std::function<void(uint32_t, const uint8_t *)> &out)
+SabreOutcome HostSabreServer::serve(const SabreRequest &rq,
+                                    const std::function<void(uint32_t, const uint8_t *)> &out)
 {
     Impl &m = *impl_;
     std::lock_guard lk(m.mu);
@@ -343,11 +355,12 @@ SabreOutcome HostSabreServer::serve(const SabreRequest &rq, const std::function<
     o.trace.nblocks = rq.nblocks;
     o.trace.spec = rq.spec;
     R2p2 &r = m.r2p2;
-    r.register_sabre(rq.id, 0, rq.nblocks, rq.ver_off, !rq.spec);
+    r.register_sabre(rq.id, 0, rq.nblocks, rq.ver_off, rq.spec);
     r.add_requests(rq.id, rq.nblocks); // every block request came in the registration's frame
     while (!m.finished) {
         bool progress = false;
-        while (r.step()) progress = true;
+        while (r.step())
+            progress = true;
         while (!m.done.empty()) {
             auto [a, j] = m.done.front();
             m.done.pop_front();
@@ -361,8 +374,9 @@ SabreOutcome HostSabreServer::serve(const SabreRequest &rq, const std::function<
             progress = true;
         }
         if (m.finished) break;
-        if (m.block0_pending && !r.step()) {
-            // Window close: nothing more can be issued before the version is known.
+        if (m.block0_pending && !progress) {
+            // Window close: step() issues nothing more before the version is known (stream
+            // buffer full, every block issued, or no speculation) and every copy was delivered.
             m.block0_pending = false;
             if (rq.window_delay_ns) {
                 uint64_t end = now_ns() + rq.window_delay_ns;
@@ -371,11 +385,12 @@ SabreOutcome HostSabreServer::serve(const SabreRequest &rq, const std::function<
             }
             if (hook_window_close) hook_window_close();
             uint8_t *b0 = &m.shadow[0];
-            load_block(b0, m.blk(0), rq.ver_off / 8); // the version first, then the rest of block 0
+            load_block(b0, m.blk(0), r.entry(m.att0).ver_off / 8); // the version first (tau1), then the rest
             // the emulated invalidations: blocks read in the window that changed since
             const AttEntry &e = r.entry(m.att0);
             uint8_t now[RMC_BLOCK_SIZE];
-            for (uint32_t j = 1; j < std::min(rq.nblocks, r.sb_depth()) && e.state == AttState::Speculating; j++) {
+            for (uint32_t j = 1; j < std::min(rq.nblocks, r.sb_depth()) && e.state == AttState::Speculating;
+                 j++) {
                 if (!e.read[j]) continue;
                 load_block(now, m.blk(j));
                 if (std::memcmp(now, &m.shadow[size_t(j) * RMC_BLOCK_SIZE], RMC_BLOCK_SIZE))
@@ -385,6 +400,10 @@ SabreOutcome HostSabreServer::serve(const SabreRequest &rq, const std::function<
             progress = true;
         }
         if (!progress) break; // cannot happen: every state has a next event here
+    }
+    if (!m.finished) { // defensive: never report success for a SABRe the ATT did not finish
+        m.result = AttEntry{};
+        m.result.abort = Abort::Window;
     }
     const AttEntry &e = m.result;
     o.abort = e.abort;

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
+#include <memory>
 #include <vector>
 
 #include "timing.h"
@@ -40,17 +40,17 @@ enum class AttState : uint8_t {
 struct AttEntry {
     AttState state = AttState::Free;
     SabreId id;
-    uint64_t base = 0;          // address of block 0
+    uint64_t base = 0; // address of block 0
     uint32_t nblocks = 0;
     unsigned ver_off = 0;
-    uint32_t requests = 0;      // block requests received
-    uint32_t issued = 0;        // block loads issued
-    uint32_t answered = 0;      // block replies sent (with or without data)
-    bool spec = false;          // the speculation bit
-    bool nospec = false;        // the "no speculation" variant: nothing beyond block 0 while spec is set
-    bool base_inval = false;    // the base block was invalidated after the version was read
+    uint32_t requests = 0;   // block requests received
+    uint32_t issued = 0;     // block loads issued
+    uint32_t answered = 0;   // block replies sent (with or without data)
+    bool spec = false;       // the speculation bit
+    bool nospec = false;     // the "no speculation" variant: nothing beyond block 0 while spec is set
+    bool base_inval = false; // the base block was invalidated after the version was read
     bool validated = false;
-    bool stalled = false;       // a stream-buffer stall was counted for this window
+    bool stalled = false; // a stream-buffer stall was counted for this window
     uint64_t version = 0;
     Abort abort = Abort::None;
     uint32_t abort_block = 0;
@@ -85,9 +85,12 @@ class R2p2 {
 public:
     R2p2(R2p2Mem &, R2p2Out &, unsigned att_entries, unsigned sb_depth);
 
-    // A registration packet. False: the ATT is full, the registration waits in the queue (an ATT
-    // stall; it is never refused).
-    bool register_sabre(const SabreId &, uint64_t base, uint32_t nblocks, unsigned ver_off, bool nospec);
+    // A registration packet. `spec` false: the "no speculation" variant (seed sec. 7.1), nothing
+    // beyond block 0 is issued before the version is known. `ver_off` is the version word's byte
+    // offset in block 0; the caller validated it (CTX_LAYOUT), it is masked to 0..56, 8-aligned,
+    // so a bad value can never make a load leave block 0. False: the ATT is full, the
+    // registration waits in the FIFO queue (an ATT stall; it is never refused).
+    bool register_sabre(const SabreId &, uint64_t base, uint32_t nblocks, unsigned ver_off, bool spec);
     // k block requests of a registered (or queued) SABRe arrived. False: unknown id or more
     // requests than blocks (malformed).
     bool add_requests(const SabreId &, uint32_t k);
@@ -157,8 +160,12 @@ class HostSabreServer {
 public:
     HostSabreServer(unsigned att_entries, unsigned sb_depth);
     ~HostSabreServer();
-    // Thread-safe (serialised). block_out is called once per block before serve returns.
-    SabreOutcome serve(const SabreRequest &, const std::function<void(uint32_t blk, const uint8_t *data)> &block_out);
+    // Thread-safe (serialised internally: the port thread and the local RGP thread may both call
+    // it). block_out(blk, data) is called once for every block 0..nblocks-1 before serve returns;
+    // data is null for a block answered without data after an abort. The hooks run under the
+    // internal lock: they may touch memory but must not call serve() or counters().
+    SabreOutcome serve(const SabreRequest &,
+                       const std::function<void(uint32_t blk, const uint8_t *data)> &block_out);
     R2p2Counters counters() const;
     // Test hooks (empty in production): at the window close before the version read, and before
     // the confirm re-read of block 0.
@@ -166,7 +173,7 @@ public:
 
 private:
     struct Impl;
-    Impl *impl_;
+    std::unique_ptr<Impl> impl_;
 };
 
 } // namespace rackemu::sonuma

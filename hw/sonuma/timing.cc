@@ -66,8 +66,8 @@ double model_r2p2_sabre_ns(const Timing &t, const SabreTrace &tr)
 {
     P p = params(t, true);
     const uint32_t n = std::max(1u, tr.nblocks);
-    const double t0 = 2 * p.c;   // registration + issue of block 0
-    const double tv = t0 + p.M;  // the version is known
+    const double t0 = 2 * p.c;  // registration + issue of block 0
+    const double tv = t0 + p.M; // the version is known
     auto issue = [&](uint32_t j) {
         if (j == 0) return t0;
         if (!tr.spec) return tv + j * p.c;

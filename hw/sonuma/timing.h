@@ -13,13 +13,18 @@
 namespace rackemu::sonuma {
 
 struct Timing { // device properties; defaults from sonuma_regs.h (RMC_DEF_*)
-    uint32_t rmc_mhz = RMC_DEF_RMC_MHZ, mem_ns = RMC_DEF_MEM_NS, llc_ns = RMC_DEF_LLC_NS, hop_ns = RMC_DEF_HOP_NS,
-             hops = RMC_DEF_HOPS, link_gbps = RMC_DEF_LINK_GBPS, r2p2_gbps = RMC_DEF_R2P2_GBPS,
-             r2p2_count = RMC_DEF_R2P2_COUNT, issue_cycles = RMC_DEF_ISSUE_CYC, pkt_hdr = RMC_DEF_PKT_HDR,
-             att_entries = RMC_DEF_ATT_ENTRIES, sb_depth = RMC_DEF_SB_DEPTH;
+    uint32_t rmc_mhz = RMC_DEF_RMC_MHZ, mem_ns = RMC_DEF_MEM_NS, llc_ns = RMC_DEF_LLC_NS,
+             hop_ns = RMC_DEF_HOP_NS, hops = RMC_DEF_HOPS, link_gbps = RMC_DEF_LINK_GBPS,
+             r2p2_gbps = RMC_DEF_R2P2_GBPS, r2p2_count = RMC_DEF_R2P2_COUNT, issue_cycles = RMC_DEF_ISSUE_CYC,
+             pkt_hdr = RMC_DEF_PKT_HDR, att_entries = RMC_DEF_ATT_ENTRIES, sb_depth = RMC_DEF_SB_DEPTH;
 };
 
-enum class Abort : uint8_t { None = 0, Locked = RMC_INFO_LOCKED, Window = RMC_INFO_WINDOW, Validate = RMC_INFO_VALIDATE };
+enum class Abort : uint8_t {
+    None = 0,
+    Locked = RMC_INFO_LOCKED,
+    Window = RMC_INFO_WINDOW,
+    Validate = RMC_INFO_VALIDATE
+};
 
 // `local`: the destination is the source node itself (no network hops). off/len: the remote range.
 double model_read_ns(const Timing &, uint64_t off, uint32_t len, bool local);
@@ -29,7 +34,7 @@ double model_atomic_ns(const Timing &, bool local);
 // What happened to one SABRe in the R2P2.
 struct SabreTrace {
     uint32_t nblocks = 1;
-    bool spec = true;             // served with speculation
+    bool spec = true; // served with speculation
     Abort abort = Abort::None;
     uint32_t issued_at_abort = 0; // block loads issued when the abort was decided
     bool validated = false;       // went through the validate stage

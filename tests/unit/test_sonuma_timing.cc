@@ -38,8 +38,10 @@ TEST(SonumaTiming, SpeculationMatchesAReadUpToTheStreamBuffer)
     for (uint32_t n = 1; n <= t.sb_depth; n++) {
         double rd = model_read_ns(t, 0, n * 64, false);
         EXPECT_NEAR(sabre(t, n * 64, true) - rd, 3.0, 1e-9) << n; // registration, register stage, validation
-        if (n >= 2) EXPECT_NEAR(sabre(t, n * 64, false) - sabre(t, n * 64, true), t.mem_ns, 1e-9) << n;
-        else EXPECT_NEAR(sabre(t, 64, false), sabre(t, 64, true), 1e-9);
+        if (n >= 2)
+            EXPECT_NEAR(sabre(t, n * 64, false) - sabre(t, n * 64, true), t.mem_ns, 1e-9) << n;
+        else
+            EXPECT_NEAR(sabre(t, 64, false), sabre(t, 64, true), 1e-9);
     }
 }
 
@@ -83,10 +85,48 @@ TEST(SonumaTiming, AbortsAndTheValidateStage)
     EXPECT_GT(model_r2p2_sabre_ns(t, val), base);
 }
 
+TEST(SonumaTiming, SlowerR2p2IssueGivesThePapersGapBeyondOneBlock)
+{
+    // design sec. 5: r2p2-issue-cycles=3 (about 20 GB/s per R2P2) is the paper's >2 KB variant
+    Timing t;
+    t.issue_cycles = 3;
+    for (uint32_t n : {2u, 16u, 32u, 64u, 128u}) {
+        double rd = model_read_ns(t, 0, n * 64, false), sp = sabre(t, n * 64, true);
+        EXPECT_NEAR(sp - rd, 3.0 + 2.0 * (n - 1), 1e-9) << n;
+        EXPECT_NEAR(sabre(t, n * 64, false) - sp, 88.0, 1e-9) << n;
+    }
+}
+
+TEST(SonumaTiming, BlocksTouchedCountTheMisalignedEdges)
+{
+    Timing t;
+    // 64 bytes starting mid-block touch two blocks: one more pipelined block (g_r = 1 ns)
+    EXPECT_NEAR(model_read_ns(t, 32, 64, false) - model_read_ns(t, 0, 64, false), 1.0, 1e-9);
+    EXPECT_NEAR(model_read_ns(t, 63, 2, false), model_read_ns(t, 0, 128, false), 1e-9);
+    EXPECT_NEAR(model_read_ns(t, 64, 64, false), model_read_ns(t, 0, 64, false), 1e-9);
+    // WRITE: F + L + (n-1) max(c, s) + c + L
+    EXPECT_NEAR(model_write_ns(t, 0, 64, false), 92.8 + 10 + 1 + 10, 1e-9);
+    EXPECT_NEAR(model_write_ns(t, 0, 4096, false), 92.8 + 10 + 63 + 1 + 10, 1e-9);
+}
+
+TEST(SonumaTiming, PropertiesMoveTheModel)
+{
+    Timing t;
+    t.hops = 3;
+    EXPECT_NEAR(model_read_ns(t, 0, 64, false), 183.8 + 4 * 35, 1e-9);
+    t = Timing{};
+    t.link_gbps = 10; // s = 8 ns: serialisation, not the R2P2, paces the blocks
+    EXPECT_NEAR(model_read_ns(t, 0, 128, false) - model_read_ns(t, 0, 64, false), 8.0, 1e-9);
+    t = Timing{};
+    t.rmc_mhz = 500; // c = 2 ns
+    EXPECT_NEAR(sabre(t, 64, true) - model_read_ns(t, 0, 64, false), 6.0, 1e-9);
+}
+
 TEST(SonumaTiming, LocalRequestsSkipTheNetwork)
 {
     Timing t;
-    EXPECT_NEAR(model_read_ns(t, 0, 64, false) - model_read_ns(t, 0, 64, true), 2.0 * t.hop_ns * t.hops, 1e-9);
+    EXPECT_NEAR(model_read_ns(t, 0, 64, false) - model_read_ns(t, 0, 64, true), 2.0 * t.hop_ns * t.hops,
+                1e-9);
     EXPECT_NEAR(model_atomic_ns(t, false), 183.8 + 1, 0.1);
     EXPECT_GT(model_write_ns(t, 0, 4096, false), model_write_ns(t, 0, 64, false));
 }
