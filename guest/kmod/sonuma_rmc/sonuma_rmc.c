@@ -8,7 +8,11 @@
  * context table, mapped into processes), queue pairs (WQ and CQ in zeroed kernel pages, mapped
  * into the owning process with the QP's doorbell page), completion interrupts and counters.
  * Memory that a process maps stays allocated until the last mapping goes away, whatever the
- * order of close, munmap and destroy.
+ * order of close, munmap and destroy; a doorbell page is revoked when its QP is destroyed.
+ *
+ * A context id is node-global; every registration is a new incarnation (generation). Attaching
+ * and QPs are tied to the incarnation: a file that attached id c, or a QP bound to c, never
+ * reaches the memory of a later registration of c.
  */
 #include <linux/interrupt.h>
 #include <linux/io.h>
@@ -47,6 +51,7 @@ struct rmc_mem {
 struct rmc_ctx {
 	struct rmc_mem *mem;        /* NULL: free */
 	struct rmc_file *owner;
+	u64 gen;                    /* incarnation: set at each registration, never 0 */
 	u32 perm;
 	u64 nodemask;
 	s32 version_off;
@@ -56,6 +61,8 @@ struct rmc_qp {
 	struct rmc_file *owner;     /* NULL: free */
 	struct rmc_mem *wq, *cq;
 	unsigned int ctx, log2;
+	u64 ctx_gen;                /* the incarnation of ctx the QP was created on */
+	bool dead;                  /* disabled: its context id was registered again */
 	wait_queue_head_t wait;
 };
 
@@ -68,7 +75,8 @@ struct rmc_dev {
 	void *seg_kva;
 	int irq;
 	struct miscdevice misc;
-	struct mutex lock;          /* contexts, QPs */
+	struct mutex lock;          /* contexts, QPs, gen_next */
+	u64 gen_next;
 	spinlock_t range_lock;      /* ranges[]: also taken from munmap, under no other lock */
 	struct rmc_ctx ctx[RMC_CTX_COUNT];
 	struct rmc_qp qp[RMC_QP_COUNT];
@@ -78,13 +86,22 @@ struct rmc_dev {
 
 struct rmc_file {
 	struct rmc_dev *rd;
-	u32 ctx_attached;           /* bit c: this file may use context c */
+	struct address_space *mapping; /* of /dev/rmc: revokes doorbell mappings */
+	u64 ctx_gen[RMC_CTX_COUNT];    /* incarnation of context c this file registered/attached, 0: none */
 };
 
 static struct rmc_dev *the_rmc;
 
 static inline u64 rd64(struct rmc_dev *rd, u32 off) { return readq(rd->regs + off); }
 static inline void wr64(struct rmc_dev *rd, u32 off, u64 v) { writeq(v, rd->regs + off); }
+
+/* Context c is registered and this file registered or attached that incarnation (rd->lock). */
+static bool rmc_file_has_ctx(struct rmc_file *f, unsigned int c)
+{
+	struct rmc_ctx *cx = &f->rd->ctx[c];
+
+	return cx->mem && f->ctx_gen[c] == cx->gen;
+}
 
 /* ---- memory objects ---- */
 
@@ -192,6 +209,28 @@ static u64 rmc_seg_free_bytes(struct rmc_dev *rd)
 
 /* ---- contexts ---- */
 
+/*
+ * Context id c is being registered again: the QPs still bound to an earlier incarnation would
+ * reach the new segment. Disable them (the device orphans their in-flight transfers) and wake
+ * their waiters; they stay owned (and mapped) until their file destroys them. Between the drop
+ * of a context and its next registration its QPs stay enabled: the device completes their
+ * requests BAD_REQUEST/NO_LOCAL_CTX, which tells the user what happened.
+ */
+static void rmc_ctx_retire_qps(struct rmc_dev *rd, unsigned int c)
+{
+	unsigned int q;
+
+	for (q = 0; q < RMC_QP_COUNT; q++) {
+		struct rmc_qp *qp = &rd->qp[q];
+
+		if (qp->owner && !qp->dead && qp->ctx == c) {
+			wr64(rd, RMC_QP_REG(q, QP_CTRL), 0);
+			WRITE_ONCE(qp->dead, true);
+			wake_up_all(&qp->wait);
+		}
+	}
+}
+
 static void rmc_ctx_drop(struct rmc_dev *rd, unsigned int c)
 {
 	struct rmc_ctx *cx = &rd->ctx[c];
@@ -212,6 +251,8 @@ static long rmc_ctx_register(struct rmc_file *f, struct rmc_uapi_ctx __user *arg
 
 	if (copy_from_user(&u, arg, sizeof(u)))
 		return -EFAULT;
+	if (!rd->seg_size)
+		return -ENODEV;
 	if (u.id >= RMC_CTX_COUNT || !u.size || u.size > rd->seg_size || u.reserved ||
 	    (u.perm & ~(CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC | CTX_PERM_SABRE)))
 		return -EINVAL;
@@ -220,8 +261,6 @@ static long rmc_ctx_register(struct rmc_file *f, struct rmc_uapi_ctx __user *arg
 			return -EINVAL;
 		layout = CTX_LAYOUT_VALID | (u32)u.version_off;
 	}
-	if (!rd->seg_size)
-		return -ENODEV;
 	u.size = PAGE_ALIGN(u.size);
 	mutex_lock(&rd->lock);
 	if (rd->ctx[u.id].mem) {
@@ -239,19 +278,23 @@ static long rmc_ctx_register(struct rmc_file *f, struct rmc_uapi_ctx __user *arg
 	wr64(rd, RMC_CTX_REG(u.id, CTX_NODEMASK), u.nodemask);
 	wr64(rd, RMC_CTX_REG(u.id, CTX_LAYOUT), layout);
 	wr64(rd, RMC_CTX_REG(u.id, CTX_CTRL), CTX_CTRL_VALID);
-	if (!(rd64(rd, RMC_CTX_REG(u.id, CTX_CTRL)) & CTX_CTRL_VALID)) {
+	if ((rd64(rd, RMC_CTX_REG(u.id, CTX_STATUS)) & CTX_ST_CFG_ERR) ||
+	    !(rd64(rd, RMC_CTX_REG(u.id, CTX_CTRL)) & CTX_CTRL_VALID)) {
 		dev_warn(rd->dev, "context %u refused by the device (status %#llx)\n", u.id,
 			 rd64(rd, RMC_CTX_REG(u.id, CTX_STATUS)));
+		wr64(rd, RMC_CTX_REG(u.id, CTX_CTRL), 0);
 		rmc_mem_put(m);
 		ret = -EIO;
 		goto out;
 	}
+	rmc_ctx_retire_qps(rd, u.id);
+	rd->ctx[u.id].gen = ++rd->gen_next;
 	rd->ctx[u.id].mem = m;
 	rd->ctx[u.id].owner = f;
 	rd->ctx[u.id].perm = u.perm;
 	rd->ctx[u.id].nodemask = u.nodemask;
 	rd->ctx[u.id].version_off = u.version_off;
-	f->ctx_attached |= 1u << u.id;
+	f->ctx_gen[u.id] = rd->ctx[u.id].gen;
 	u.mmap_off = COOKIE(MAP_CTX, u.id);
 	u.phys = m->phys;
 out:
@@ -277,7 +320,7 @@ static long rmc_ctx_attach(struct rmc_file *f, struct rmc_uapi_ctx __user *arg)
 	if (!cx->mem) {
 		ret = -ENOENT;
 	} else {
-		f->ctx_attached |= 1u << u.id;
+		f->ctx_gen[u.id] = cx->gen;
 		u.perm = cx->perm;
 		u.size = cx->mem->size;
 		u.nodemask = cx->nodemask;
@@ -299,11 +342,11 @@ static long rmc_ctx_release(struct rmc_file *f, u32 id)
 	if (id >= RMC_CTX_COUNT)
 		return -EINVAL;
 	mutex_lock(&rd->lock);
-	if (!(f->ctx_attached & (1u << id)))
+	if (!rmc_file_has_ctx(f, id))
 		ret = -ENOENT;
 	else if (rd->ctx[id].owner == f)
 		rmc_ctx_drop(rd, id);
-	f->ctx_attached &= ~(1u << id);
+	f->ctx_gen[id] = 0;
 	mutex_unlock(&rd->lock);
 	return ret;
 }
@@ -316,11 +359,16 @@ static void rmc_qp_drop(struct rmc_dev *rd, unsigned int q)
 
 	/* the device orphans the QP's in-flight transfers before this write returns */
 	wr64(rd, RMC_QP_REG(q, QP_CTRL), 0);
+	/* a doorbell page still mapped would ring the next owner of this QP index: revoke it
+	 * (later accesses fault with SIGBUS); WQ and CQ pages stay with their mappings */
+	if (qp->owner->mapping)
+		unmap_mapping_range(qp->owner->mapping, COOKIE(MAP_DB, q), PAGE_SIZE, 1);
+	WRITE_ONCE(qp->owner, NULL);
 	wake_up_all(&qp->wait);
 	rmc_mem_put(qp->wq);
 	rmc_mem_put(qp->cq);
 	qp->wq = qp->cq = NULL;
-	qp->owner = NULL;
+	qp->dead = false;
 }
 
 static long rmc_qp_create(struct rmc_file *f, struct rmc_uapi_qp __user *arg)
@@ -344,7 +392,7 @@ static long rmc_qp_create(struct rmc_file *f, struct rmc_uapi_qp __user *arg)
 		return -ENOMEM;
 	}
 	mutex_lock(&rd->lock);
-	if (!(f->ctx_attached & (1u << u.ctx)) || !rd->ctx[u.ctx].mem) {
+	if (!rmc_file_has_ctx(f, u.ctx)) {
 		ret = -ENOENT;
 		goto fail;
 	}
@@ -361,7 +409,8 @@ static long rmc_qp_create(struct rmc_file *f, struct rmc_uapi_qp __user *arg)
 	wr64(rd, RMC_QP_REG(q, QP_DEPTH_LOG2), u.depth_log2);
 	wr64(rd, RMC_QP_REG(q, QP_CTX), u.ctx);
 	wr64(rd, RMC_QP_REG(q, QP_CTRL), QP_CTRL_EN | ((u.flags & RMC_UAPI_QP_IRQ) ? QP_CTRL_IRQ_EN : 0));
-	if (!(rd64(rd, RMC_QP_REG(q, QP_CTRL)) & QP_CTRL_EN)) {
+	if ((rd64(rd, RMC_QP_REG(q, QP_STATUS)) & QP_ST_CFG_ERR) || !(rd64(rd, RMC_QP_REG(q, QP_CTRL)) & QP_CTRL_EN)) {
+		wr64(rd, RMC_QP_REG(q, QP_CTRL), 0);
 		dev_warn(rd->dev, "QP %u refused by the device (status %#llx)\n", q,
 			 rd64(rd, RMC_QP_REG(q, QP_STATUS)));
 		ret = -EIO;
@@ -371,6 +420,8 @@ static long rmc_qp_create(struct rmc_file *f, struct rmc_uapi_qp __user *arg)
 	rd->qp[q].wq = wq;
 	rd->qp[q].cq = cq;
 	rd->qp[q].ctx = u.ctx;
+	rd->qp[q].ctx_gen = rd->ctx[u.ctx].gen;
+	rd->qp[q].dead = false;
 	rd->qp[q].log2 = u.depth_log2;
 	mutex_unlock(&rd->lock);
 	u.qp = q;
@@ -403,15 +454,19 @@ static long rmc_qp_destroy(struct rmc_file *f, u32 q)
 	return ret;
 }
 
-static bool rmc_cqe_valid(struct rmc_qp *qp, u32 idx)
+/* The CQE with free-running index idx of a CQ of 1 << log2 entries is valid (its phase). */
+static bool rmc_cqe_valid(const struct rmc_mem *cq, unsigned int log2, u32 idx)
 {
-	const u8 *cqe;
-	u8 phase = 1 ^ ((idx >> qp->log2) & 1);
+	const u8 *cqe = (const u8 *)cq->kva + (size_t)(idx & ((1u << log2) - 1)) * RMC_CQE_SIZE;
+	u8 phase = 1 ^ ((idx >> log2) & 1);
 
-	if (!qp->owner || !qp->cq)
-		return true; /* destroyed: stop waiting */
-	cqe = (const u8 *)qp->cq->kva + (size_t)(idx & ((1u << qp->log2) - 1)) * RMC_CQE_SIZE;
 	return (READ_ONCE(cqe[offsetof(struct rmc_cqe, flags)]) & RMC_CQE_F_PHASE) == phase;
+}
+
+/* The QP this wait started on was destroyed or disabled meanwhile (no lock: pointer compares). */
+static bool rmc_qp_gone(struct rmc_qp *qp, struct rmc_file *f, struct rmc_mem *cq)
+{
+	return READ_ONCE(qp->owner) != f || READ_ONCE(qp->cq) != cq || READ_ONCE(qp->dead);
 }
 
 static long rmc_wait(struct rmc_file *f, struct rmc_uapi_wait __user *arg)
@@ -419,11 +474,13 @@ static long rmc_wait(struct rmc_file *f, struct rmc_uapi_wait __user *arg)
 	struct rmc_dev *rd = f->rd;
 	struct rmc_uapi_wait u;
 	struct rmc_qp *qp;
-	long t;
+	struct rmc_mem *cq;
+	unsigned int log2;
+	long t, ret;
 
 	if (copy_from_user(&u, arg, sizeof(u)))
 		return -EFAULT;
-	if (u.qp >= RMC_QP_COUNT)
+	if (u.qp >= RMC_QP_COUNT || u.reserved)
 		return -EINVAL;
 	qp = &rd->qp[u.qp];
 	mutex_lock(&rd->lock);
@@ -431,15 +488,31 @@ static long rmc_wait(struct rmc_file *f, struct rmc_uapi_wait __user *arg)
 		mutex_unlock(&rd->lock);
 		return -ENOENT;
 	}
-	/* sleeping needs the interrupt: turn it on if the QP was created without */
+	if (qp->dead) {
+		mutex_unlock(&rd->lock);
+		return -ENOLINK;
+	}
+	/* sleeping needs the interrupt: turn it on if the QP was created without
+	 * (the device takes an IRQ_EN change while the QP is enabled) */
 	if (!(rd64(rd, RMC_QP_REG(u.qp, QP_CTRL)) & QP_CTRL_IRQ_EN))
 		wr64(rd, RMC_QP_REG(u.qp, QP_CTRL), QP_CTRL_EN | QP_CTRL_IRQ_EN);
+	/* the CQ pages stay ours while we sleep, whatever another thread destroys */
+	cq = qp->cq;
+	kref_get(&cq->ref);
+	log2 = qp->log2;
 	mutex_unlock(&rd->lock);
-	t = wait_event_interruptible_timeout(qp->wait, rmc_cqe_valid(qp, u.cq_index),
+	t = wait_event_interruptible_timeout(qp->wait, rmc_cqe_valid(cq, log2, u.cq_index) || rmc_qp_gone(qp, f, cq),
 					     u.timeout_ms < 0 ? MAX_SCHEDULE_TIMEOUT : msecs_to_jiffies(u.timeout_ms));
 	if (t < 0)
-		return t; /* -ERESTARTSYS */
-	return t ? 0 : -ETIMEDOUT;
+		ret = t; /* -ERESTARTSYS */
+	else if (rmc_cqe_valid(cq, log2, u.cq_index))
+		ret = 0;
+	else if (rmc_qp_gone(qp, f, cq))
+		ret = READ_ONCE(qp->owner) == f && READ_ONCE(qp->cq) == cq ? -ENOLINK : -ENOENT;
+	else
+		ret = -ETIMEDOUT;
+	rmc_mem_put(cq);
+	return ret;
 }
 
 static irqreturn_t rmc_irq(int irq, void *data)
@@ -519,6 +592,7 @@ static long rmc_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	case RMC_IOC_WAIT:
 		return rmc_wait(f, p);
 	case RMC_IOC_COUNTERS:
+		BUILD_BUG_ON(_IOC_SIZE(RMC_IOC_COUNTERS) != sizeof(c));
 		rmc_read_counters(f->rd, c);
 		return copy_to_user(p, c, sizeof(c)) ? -EFAULT : 0;
 	default:
@@ -560,7 +634,7 @@ static int rmc_mmap(struct file *file, struct vm_area_struct *vma)
 	mutex_lock(&rd->lock);
 	switch (type) {
 	case MAP_CTX:
-		if (idx < RMC_CTX_COUNT && (f->ctx_attached & (1u << idx)) && rd->ctx[idx].mem)
+		if (idx < RMC_CTX_COUNT && rmc_file_has_ctx(f, idx))
 			m = rd->ctx[idx].mem;
 		break;
 	case MAP_WQ:
@@ -572,9 +646,14 @@ static int rmc_mmap(struct file *file, struct vm_area_struct *vma)
 		if (idx < RMC_QP_COUNT && rd->qp[idx].owner == f && len == PAGE_SIZE) {
 			vma->vm_flags |= VM_IO | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP;
 			vma->vm_page_prot = pgprot_device(vma->vm_page_prot);
+			vma->vm_ops = &rmc_vm_ops; /* no private data; a revoked page faults SIGBUS */
 			ret = io_remap_pfn_range(vma, vma->vm_start,
 						 (rd->regs_phys + RMC_DB_REG(idx, 0)) >> PAGE_SHIFT, PAGE_SIZE,
 						 vma->vm_page_prot);
+		} else if (idx < RMC_QP_COUNT && rd->qp[idx].owner == f) {
+			ret = -EINVAL; /* one page exactly */
+		} else {
+			ret = -ENOENT;
 		}
 		mutex_unlock(&rd->lock);
 		return ret;
@@ -603,6 +682,7 @@ static int rmc_open(struct inode *inode, struct file *file)
 	if (!f)
 		return -ENOMEM;
 	f->rd = the_rmc;
+	f->mapping = file->f_mapping;
 	file->private_data = f;
 	return 0;
 }
@@ -614,6 +694,7 @@ static int rmc_release(struct inode *inode, struct file *file)
 	unsigned int i;
 
 	mutex_lock(&rd->lock);
+	f->mapping = NULL; /* no mapping is left: each held the file */
 	for (i = 0; i < RMC_QP_COUNT; i++)
 		if (rd->qp[i].owner == f)
 			rmc_qp_drop(rd, i);
@@ -702,6 +783,12 @@ static int rmc_probe(struct platform_device *pdev)
 	if (ret)
 		return ret;
 	platform_set_drvdata(pdev, rd);
+	/* whatever ran before (firmware, an earlier load) leaves no QP or context behind */
+	for (i = 0; i < RMC_QP_COUNT; i++)
+		wr64(rd, RMC_QP_REG(i, QP_CTRL), 0);
+	for (i = 0; i < RMC_CTX_COUNT; i++)
+		wr64(rd, RMC_CTX_REG(i, CTX_CTRL), 0);
+	wr64(rd, RMC_REG_IRQ_STATUS, ~0ull);
 	wr64(rd, RMC_REG_CTRL, RMC_CTRL_EN);
 	the_rmc = rd;
 	rd->misc.minor = MISC_DYNAMIC_MINOR;
@@ -710,6 +797,7 @@ static int rmc_probe(struct platform_device *pdev)
 	rd->misc.mode = 0666;
 	ret = misc_register(&rd->misc);
 	if (ret) {
+		wr64(rd, RMC_REG_CTRL, 0);
 		the_rmc = NULL;
 		return ret;
 	}
