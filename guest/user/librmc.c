@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -22,6 +23,7 @@ struct rmc_ctx {
 	unsigned id;
 	void *base;
 	size_t size;
+	uint64_t phys;
 };
 
 struct rmc_qp {
@@ -104,6 +106,7 @@ static int ctx_map(rmc_t *r, struct rmc_uapi_ctx *u, rmc_ctx_t **out)
 	c->r = r;
 	c->id = u->id;
 	c->size = u->size;
+	c->phys = u->phys;
 	r->ctxs[u->id] = c;
 	*out = c;
 	return 0;
@@ -140,13 +143,19 @@ int rmc_ctx_attach(rmc_t *r, unsigned id, rmc_ctx_t **out)
 void *rmc_ctx_base(rmc_ctx_t *c) { return c->base; }
 size_t rmc_ctx_size(const rmc_ctx_t *c) { return c->size; }
 unsigned rmc_ctx_id(const rmc_ctx_t *c) { return c->id; }
+uint64_t rmc_ctx_phys(const rmc_ctx_t *c) { return c->phys; }
 
 void rmc_ctx_release(rmc_ctx_t *c)
 {
 	uint32_t id;
+	unsigned i;
 
 	if (!c)
 		return;
+	/* the QPs created on it would keep a pointer to it: they go first */
+	for (i = 0; i < RMC_QP_COUNT; i++)
+		if (c->r->qps[i] && c->r->qps[i]->ctx == c)
+			rmc_qp_destroy(c->r->qps[i]);
 	id = c->id;
 	munmap(c->base, c->size);
 	ioctl(c->r->fd, RMC_IOC_CTX_RELEASE, &id);
@@ -220,10 +229,22 @@ void rmc_qp_destroy(rmc_qp_t *q)
 unsigned rmc_qp_index(const rmc_qp_t *q) { return q->qp; }
 unsigned rmc_qp_outstanding(const rmc_qp_t *q) { return q->posted - q->consumed; }
 
+static void flush_head(rmc_qp_t *q)
+{
+	if (q->head_written != q->consumed) {
+		q->db[DB_CQ_HEAD / 8] = q->consumed;
+		q->head_written = q->consumed;
+	}
+}
+
 void rmc_doorbell(rmc_qp_t *q)
 {
 	if (q->rung == q->posted)
 		return;
+	/* the device fetches WQE i only while i - CQ_HEAD < depth: hand back the consumed CQ slots
+	 * first if the newest WQE would otherwise wait for the next poll */
+	if (q->posted - q->head_written > q->depth)
+		flush_head(q);
 	/* the WQEs (normal memory) must be visible to the device before the doorbell store */
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	__asm__ volatile("dmb oshst" ::: "memory");
@@ -305,14 +326,6 @@ static int cqe_ready(const rmc_qp_t *q, uint32_t k)
 	       phase;
 }
 
-static void flush_head(rmc_qp_t *q)
-{
-	if (q->head_written != q->consumed) {
-		q->db[DB_CQ_HEAD / 8] = q->consumed;
-		q->head_written = q->consumed;
-	}
-}
-
 int rmc_poll(rmc_qp_t *q, struct rmc_cqe *out, int max)
 {
 	int n = 0;
@@ -336,6 +349,15 @@ static int wait_next(rmc_qp_t *q, int timeout_ms)
 	while (now_ns() - start < 20000) /* spin ~20 us */
 		if (cqe_ready(q, q->consumed))
 			return 0;
+	if (!(q->flags & RMC_QP_IRQ)) {
+		/* no completion interrupt: keep polling, yielding the CPU between polls */
+		while (!cqe_ready(q, q->consumed)) {
+			if (now_ns() >= deadline)
+				return -ETIMEDOUT;
+			sched_yield();
+		}
+		return 0;
+	}
 	for (;;) {
 		uint64_t now = now_ns();
 
@@ -450,7 +472,7 @@ const char *rmc_op_str(unsigned op)
 
 const char *rmc_status_str(unsigned status, unsigned info)
 {
-	static char buf[64];
+	static __thread char buf[64]; /* one per thread: callers print it before their next call */
 	static const char *const st[] = { "OK", "SABRE_ABORT", "REMOTE_ACCESS", "BAD_REQUEST", "UNREACHABLE" };
 	const char *in = NULL;
 
@@ -481,7 +503,6 @@ const char *rmc_status_str(unsigned status, unsigned info)
 		return "?";
 	if (!in)
 		return st[status];
-	/* one static buffer: callers print the result before the next call */
 	strcpy(buf, st[status]);
 	strcat(buf, "(");
 	strcat(buf, in);

@@ -54,6 +54,9 @@ int rmc_ctx_attach(rmc_t *r, unsigned id, rmc_ctx_t **out);
 void *rmc_ctx_base(rmc_ctx_t *c); /* this node's segment, mapped */
 size_t rmc_ctx_size(const rmc_ctx_t *c);
 unsigned rmc_ctx_id(const rmc_ctx_t *c);
+uint64_t rmc_ctx_phys(const rmc_ctx_t *c); /* physical base of this node's segment (debugging) */
+/* Releases the context (the owner's release unregisters it on this node) and destroys the QPs
+ * this rmc_t created on it. */
 void rmc_ctx_release(rmc_ctx_t *c);
 
 #define RMC_QP_IRQ (1u << 0) /* rmc_qp_create flag: completion interrupts (rmc_wait can sleep) */

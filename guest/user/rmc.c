@@ -4,18 +4,25 @@
  *
  *   rmc info | counters
  *   rmc ctx-hold --id N --size S [--perm rwas] [--nodemask M] [--version-off O] [--seed S] [--seconds T]
+ *   rmc fill --id N --off O --len L --seed S
  *   rmc read  --id N --node D --roff R --len L [--loff L] [--sabre] [--nospec]
+ *   rmc write --id N --node D --roff R --len L [--loff L]
  *   rmc check-data --id N --node D --roff R --len L --seed S [--loff L]
  *   rmc write-pattern --id N --node D --roff R --len L --seed S [--loff L]
  *   rmc atomic --id N --node D --off O --op faa|cas --count K
  *   rmc async-read --id N --node D --len L --count K [--window W] [--timeout-ms T]
- *   rmc check
+ *   rmc check | check-driver
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,8 +37,12 @@ static const char usage[] =
 	"                            register context N (perm: r read, w write, a atomics, s SABRe; default rwas;\n"
 	"                            nodemask default: every node; --version-off enables SABRes), fill it with\n"
 	"                            pattern S if given, print it and hold it (until killed, or T seconds)\n"
+	"  fill --id N --off O --len L --seed S\n"
+	"                            write pattern S into this node's segment of context N (held by ctx-hold)\n"
 	"  read --id N --node D --roff R --len L [--loff L] [--sabre] [--nospec]\n"
 	"                            one READ (or SABRe) into this node's segment of context N\n"
+	"  write --id N --node D --roff R --len L [--loff L]\n"
+	"                            one WRITE of this node's bytes [loff, loff+len) to node D's segment\n"
 	"  check-data --id N --node D --roff R --len L --seed S [--loff L]\n"
 	"                            read node D's bytes and verify them against pattern S\n"
 	"  write-pattern --id N --node D --roff R --len L --seed S [--loff L]\n"
@@ -40,7 +51,15 @@ static const char usage[] =
 	"                            K increments of the word at O: FAA, or a CAS retry loop\n"
 	"  async-read --id N --node D --len L --count K [--window W] [--timeout-ms T]\n"
 	"                            K reads with W in flight; counts completions per status\n"
-	"  check                     the device and driver checks on this node (the node is its own destination)\n";
+	"  check                     the device checks on this node (the node is its own destination;\n"
+	"                            uses context ids 11-15, which must be free)\n"
+	"  check-driver              the driver's checks: bad arguments, ownership of contexts and QPs, context\n"
+	"                            incarnations, segment full, wait and interrupt, doorbell revocation, close\n"
+	"                            (uses context ids 9-10 and 14, which must be free)\n"
+	"\n"
+	"Context N must be registered on both nodes: run `rmc ctx-hold --id N ...` on the destination\n"
+	"(and, for read/write/check-data/atomic, on this node too, or the command registers a scratch\n"
+	"context N of the needed size for its own lifetime).\n";
 
 /* Byte i of pattern `seed` over a remote range starting at offset `base`: tells a byte that was
  * not copied (0 or stale) from one that landed at the wrong place. */
@@ -50,6 +69,12 @@ static uint8_t pat(uint64_t seed, uint64_t i)
 
 	x ^= x >> 29;
 	return (uint8_t)(x * 0x94d049bb133111ebull >> 56);
+}
+
+/* What a byte of pattern `seed` holds before check-data's READ: never the pattern itself. */
+static uint8_t poison(uint64_t seed, uint64_t i)
+{
+	return (uint8_t)(pat(seed, i) ^ 0xffu);
 }
 
 struct opts {
@@ -259,8 +284,9 @@ static int cmd_ctx_hold(const struct opts *o)
 		for (size_t i = 0; i < rmc_ctx_size(c); i++)
 			b[i] = pat(o->seed, i);
 	}
-	printf("ctx=%u size=%zu perm=%s nodemask=0x%llx version_off=%ld\n", rmc_ctx_id(c), rmc_ctx_size(c), o->perm,
-	       (unsigned long long)o->nodemask, o->version_off);
+	printf("ctx=%u size=%zu phys=0x%llx perm=%s nodemask=0x%llx version_off=%ld seconds=%ld\n", rmc_ctx_id(c),
+	       rmc_ctx_size(c), (unsigned long long)rmc_ctx_phys(c), o->perm, (unsigned long long)o->nodemask,
+	       o->version_off, o->seconds);
 	fflush(stdout);
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
@@ -268,6 +294,69 @@ static int cmd_ctx_hold(const struct opts *o)
 		usleep(100000);
 	rmc_close(r);
 	return 0;
+}
+
+/* This node's segment of a context another process holds (fill, write from it). */
+static rmc_ctx_t *held_ctx(rmc_t *r, unsigned id)
+{
+	rmc_ctx_t *c;
+	int e = rmc_ctx_attach(r, id, &c);
+
+	if (e == -ENOENT) {
+		fprintf(stderr, "rmc: context %u is not registered on this node: hold it first "
+			"(rmc ctx-hold --id %u --size S &)\n", id, id);
+		exit(1);
+	}
+	if (e) {
+		fprintf(stderr, "rmc: attach context %u: %s\n", id, strerror(-e));
+		exit(1);
+	}
+	return c;
+}
+
+static int cmd_fill(const struct opts *o)
+{
+	rmc_t *r;
+	rmc_ctx_t *c;
+	uint8_t *b;
+
+	need(o, 1, 0);
+	if (!o->len || !o->have_seed)
+		die("--len and --seed are required");
+	r = open_rmc();
+	c = held_ctx(r, (unsigned)o->id);
+	if (o->off > rmc_ctx_size(c) || o->len > rmc_ctx_size(c) - o->off) {
+		fprintf(stderr, "rmc: fill [%llu, %llu) is beyond context %ld's %zu bytes\n", (unsigned long long)o->off,
+			(unsigned long long)(o->off + o->len), o->id, rmc_ctx_size(c));
+		return 1;
+	}
+	b = rmc_ctx_base(c);
+	for (uint64_t i = o->off; i < o->off + o->len; i++)
+		b[i] = pat(o->seed, i);
+	printf("ctx=%ld off=%llu len=%llu seed=%llu filled=1\n", o->id, (unsigned long long)o->off,
+	       (unsigned long long)o->len, (unsigned long long)o->seed);
+	rmc_close(r);
+	return 0;
+}
+
+static int cmd_write(const struct opts *o)
+{
+	rmc_t *r;
+	rmc_ctx_t *c;
+	rmc_qp_t *q;
+	struct rmc_cqe cqe;
+	int st;
+
+	need(o, 1, 1);
+	if (!o->len)
+		die("--len is required");
+	r = open_rmc();
+	c = local_ctx(r, (unsigned)o->id, o->loff + o->len);
+	q = make_qp(r, c, 4);
+	st = rmc_write(q, (unsigned)o->node, o->roff, o->loff, (uint32_t)o->len, &cqe);
+	st = report("WRITE", st, &cqe);
+	rmc_close(r);
+	return st;
 }
 
 static int cmd_read(const struct opts *o)
@@ -315,7 +404,10 @@ static int cmd_check_data(const struct opts *o, int write)
 		rmc_close(r);
 		return st;
 	}
-	memset(b, 0, o->len);
+	/* poison: byte i starts as the complement of what it must become, so a byte the READ did
+	 * not write is told from one it wrote with the wrong data */
+	for (uint64_t i = 0; i < o->len; i++)
+		b[i] = poison(o->seed, o->roff + i);
 	st = rmc_read(q, (unsigned)o->node, o->roff, o->loff, (uint32_t)o->len, &cqe);
 	if (report("READ", st, &cqe)) {
 		rmc_close(r);
@@ -324,17 +416,46 @@ static int cmd_check_data(const struct opts *o, int write)
 	for (uint64_t i = 0; i < o->len; i++) {
 		if (b[i] != pat(o->seed, o->roff + i)) {
 			bad++;
-			stale += b[i] == 0;
+			stale += b[i] == poison(o->seed, o->roff + i);
 			if (first == UINT64_MAX)
 				first = i;
 		}
 	}
 	printf("len=%llu bad=%llu", (unsigned long long)o->len, (unsigned long long)bad);
-	if (bad)
-		printf(" first_bad=%llu got=0x%02x want=0x%02x not_copied=%llu misplaced=%llu",
+	if (bad) {
+		/* misplaced: the bytes at first_bad are the pattern of another remote offset */
+		int64_t shift = 0;
+		uint64_t run = o->len - first < 16 ? o->len - first : 16;
+
+		for (int64_t d = -65536; d <= 65536 && !shift; d++) {
+			uint64_t k;
+
+			if (!d || (d < 0 && (uint64_t)-d > o->roff + first))
+				continue;
+			for (k = 0; k < run && b[first + k] == pat(o->seed, o->roff + first + k + (uint64_t)d); k++)
+				;
+			if (k == run)
+				shift = d;
+		}
+		printf(" first_bad=%llu got=0x%02x want=0x%02x not_copied=%llu wrong=%llu verdict=%s",
 		       (unsigned long long)first, b[first], pat(o->seed, o->roff + first), (unsigned long long)stale,
-		       (unsigned long long)(bad - stale));
+		       (unsigned long long)(bad - stale),
+		       b[first] == poison(o->seed, o->roff + first) ? "not_copied" : shift ? "misplaced" : "corrupt");
+		if (shift && b[first] != poison(o->seed, o->roff + first))
+			printf(" source_shift=%lld", (long long)shift);
+	}
 	printf("\n");
+	if (bad) {
+		uint8_t got = b[first], before = poison(o->seed, o->roff + first);
+
+		fprintf(stderr, "rmc: %llu of %llu bytes differ from pattern %llu; the first, local byte %llu (remote "
+			"offset %llu), %s\n", (unsigned long long)bad, (unsigned long long)o->len,
+			(unsigned long long)o->seed, (unsigned long long)(o->loff + first),
+			(unsigned long long)(o->roff + first),
+			got == before ? "was not copied: it still holds the value it had before the READ" :
+			"was written with data that is not the pattern of its remote offset (misplaced if "
+			"source_shift is printed: it came from remote offset + source_shift)");
+	}
 	rmc_close(r);
 	return bad != 0;
 }
@@ -379,8 +500,18 @@ static int cmd_atomic(const struct opts *o)
 		rmc_close(r);
 		return 1;
 	}
-	printf("op=%s count=%llu first_old=%llu last_old=%llu retries=%llu\n", o->op, (unsigned long long)o->count,
-	       (unsigned long long)first, (unsigned long long)old, (unsigned long long)retries);
+	{
+		uint64_t final = 0;
+
+		/* the word after our increments (others may still be adding): a FAA of 0 reads it */
+		st = rmc_faa(q, (unsigned)o->node, o->off, 0, &final, &cqe);
+		printf("op=%s count=%llu first_old=%llu last_old=%llu retries=%llu final=%llu\n", o->op,
+		       (unsigned long long)o->count, (unsigned long long)first, (unsigned long long)old,
+		       (unsigned long long)retries, (unsigned long long)final);
+		if (st != RMC_ST_OK)
+			fprintf(stderr, "rmc: reading the final value failed: %s\n",
+				st < 0 ? strerror(-st) : rmc_status_str((unsigned)st, cqe.info));
+	}
 	rmc_close(r);
 	return 0;
 }
@@ -633,6 +764,354 @@ static int cmd_check(void)
 	return check_summary();
 }
 
+/* ---- check-driver: the driver's own rules, through the raw ioctls where librmc hides them ---- */
+
+#define CD_ID 14     /* shared between two files */
+#define CD_ID_BIG 9  /* the rest of the segment */
+#define CD_ID_CHILD 10
+
+static int raw_open(void)
+{
+	int fd = open(RMC_DEV_PATH, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0) {
+		fprintf(stderr, "rmc: cannot open %s: %s\n", RMC_DEV_PATH, strerror(errno));
+		exit(1);
+	}
+	return fd;
+}
+
+static int xioctl(int fd, unsigned long req, void *arg)
+{
+	return ioctl(fd, req, arg) < 0 ? -errno : 0;
+}
+
+static int raw_register(int fd, unsigned id, uint64_t size, unsigned perm, int32_t version_off,
+			struct rmc_uapi_ctx *out)
+{
+	struct rmc_uapi_ctx u = { .id = id, .perm = perm, .size = size, .nodemask = ~0ull, .version_off = version_off };
+	int e = xioctl(fd, RMC_IOC_CTX_REGISTER, &u);
+
+	if (out)
+		*out = u;
+	return e;
+}
+
+static int raw_qp(int fd, unsigned ctx, unsigned log2, unsigned flags, struct rmc_uapi_qp *out)
+{
+	struct rmc_uapi_qp u = { .ctx = ctx, .depth_log2 = log2, .flags = flags };
+	int e = xioctl(fd, RMC_IOC_QP_CREATE, &u);
+
+	if (out)
+		*out = u;
+	return e;
+}
+
+/* mmap that returns 0 or -errno (and unmaps what it mapped) */
+static int try_map(int fd, uint64_t off, size_t len, int flags)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, flags, fd, (off_t)off);
+
+	if (p == MAP_FAILED)
+		return -errno;
+	munmap(p, len);
+	return 0;
+}
+
+/* The RMC segment as the device tree describes it (/reserved-memory/rmc-segment@...). */
+static int dt_segment(uint64_t *base, uint64_t *size)
+{
+	const char *dir = "/proc/device-tree/reserved-memory";
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int found = 0;
+
+	if (!d)
+		return 0;
+	while (!found && (e = readdir(d))) {
+		char path[512];
+		uint8_t reg[16];
+		FILE *f;
+
+		if (strncmp(e->d_name, "rmc-segment", 11))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s/reg", dir, e->d_name);
+		f = fopen(path, "rb");
+		if (f && fread(reg, 1, 16, f) == 16) {
+			*base = *size = 0;
+			for (int i = 0; i < 8; i++) {
+				*base = *base << 8 | reg[i];
+				*size = *size << 8 | reg[8 + i];
+			}
+			found = 1;
+		}
+		if (f)
+			fclose(f);
+	}
+	closedir(d);
+	return found;
+}
+
+/* Interrupts taken by the RMC's line so far (/proc/interrupts, every CPU). */
+static uint64_t rmc_irqs(void)
+{
+	FILE *f = fopen("/proc/interrupts", "r");
+	char line[1024];
+	uint64_t sum = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		char *p;
+
+		if (!strstr(line, "sonuma-rmc") || !(p = strchr(line, ':')))
+			continue;
+		for (p++;;) {
+			char *end;
+			unsigned long long v = strtoull(p, &end, 10);
+
+			if (end == p)
+				break;
+			sum += v;
+			p = end;
+		}
+	}
+	fclose(f);
+	return sum;
+}
+
+static int cmd_check_driver(void)
+{
+	rmc_t *r = open_rmc(), *rb;
+	struct rmc_uapi_info info;
+	struct rmc_uapi_ctx u, ub;
+	struct rmc_uapi_qp qa, qb;
+	struct rmc_uapi_wait w;
+	struct rmc_cqe cqe;
+	unsigned me = rmc_node_id(r);
+	int fa, fb, e, ok;
+
+	rmc_info(r, &info);
+
+	/* bad arguments never reach the device */
+	fa = raw_open();
+	ok = raw_register(fa, RMC_CTX_COUNT, 4096, CTX_PERM_READ, -1, NULL) == -EINVAL;
+	ok &= raw_register(fa, CD_ID, 0, CTX_PERM_READ, -1, NULL) == -EINVAL;
+	ok &= raw_register(fa, CD_ID, info.seg_size + 1, CTX_PERM_READ, -1, NULL) == -EINVAL;
+	ok &= raw_register(fa, CD_ID, 4096, 0x10, -1, NULL) == -EINVAL;
+	ok &= raw_register(fa, CD_ID, 4096, CTX_PERM_READ, 12, NULL) == -EINVAL;
+	ok &= raw_register(fa, CD_ID, 4096, CTX_PERM_READ, 64, NULL) == -EINVAL;
+	ok &= raw_register(fa, CD_ID, 4096, CTX_PERM_READ, -2, NULL) == -EINVAL;
+	u = (struct rmc_uapi_ctx){ .id = CD_ID, .perm = CTX_PERM_READ, .size = 4096, .version_off = -1, .reserved = 1 };
+	ok &= xioctl(fa, RMC_IOC_CTX_REGISTER, &u) == -EINVAL;
+	check("register_bad_args_einval", ok, "");
+
+	/* the rest of the segment (first, before this suite fragments it): it ends where the segment
+	 * ends, and one page more does not fit */
+	{
+		rmc_ctx_t *big;
+		rmc_qp_t *q;
+		uint64_t free0, dt_base = 0, dt_size = 0;
+		int st = -1;
+
+		rmc_info(r, &info);
+		free0 = info.seg_free;
+		e = rmc_ctx_register(r, CD_ID_BIG, free0, CTX_PERM_READ | CTX_PERM_WRITE, ~0ull, NULL, &big);
+		check("register_rest_of_segment", e == 0, "free=%llu error=%d%s", (unsigned long long)free0, e,
+		      e == -ENOSPC ? " (the free space is fragmented: other processes hold contexts)" : "");
+		if (!e) {
+			uint8_t *b = rmc_ctx_base(big);
+			size_t sz = rmc_ctx_size(big), bad = 0;
+			int have_dt = dt_segment(&dt_base, &dt_size);
+
+			check("context_ends_at_segment_end", have_dt && rmc_ctx_phys(big) + sz == dt_base + dt_size &&
+			      dt_size == info.seg_size, "ctx=0x%llx+0x%zx dt_segment=0x%llx+0x%llx", (unsigned long long)rmc_ctx_phys(big),
+			      sz, (unsigned long long)dt_base, (unsigned long long)dt_size);
+			e = raw_register(fa, CD_ID_CHILD, 4096, CTX_PERM_READ, -1, NULL);
+			check("segment_full_enospc", e == -ENOSPC, "error=%d", e);
+			for (size_t k = 0; k < 4096; k++)
+				b[sz - 4096 + k] = pat(5, k);
+			memset(b, 0, 4096);
+			e = rmc_qp_create(r, big, 2, RMC_QP_IRQ, &q);
+			if (!e)
+				st = rmc_read(q, me, sz - 4096, 0, 4096, &cqe);
+			for (size_t k = 0; k < 4096; k++)
+				bad += b[k] != pat(5, k);
+			check("read_last_page_of_segment", st == RMC_ST_OK && !bad, "status=%d bad=%zu", st, bad);
+			st = e ? e : rmc_write(q, me, sz - 64, 0, 65, &cqe);
+			check("write_past_segment_end", st == RMC_ST_REMOTE_ACCESS && cqe.info == RMC_INFO_BOUNDS, "status=%s",
+			      st < 0 ? strerror(-st) : rmc_status_str((unsigned)st, cqe.info));
+			rmc_ctx_release(big);
+			rmc_info(r, &info);
+			check("release_returns_memory", info.seg_free == free0, "free=%llu before=%llu",
+			      (unsigned long long)info.seg_free, (unsigned long long)free0);
+		}
+	}
+
+	e = raw_register(fa, CD_ID, 8192, CTX_PERM_READ | CTX_PERM_WRITE, -1, &u);
+	check("register", e == 0, "error=%d (context %u must be free on this node)", e, CD_ID);
+	if (e) {
+		close(fa);
+		rmc_close(r);
+		return check_summary();
+	}
+	ok = raw_qp(fa, RMC_CTX_COUNT, 2, 0, NULL) == -EINVAL && raw_qp(fa, CD_ID, 0, 0, NULL) == -EINVAL &&
+	     raw_qp(fa, CD_ID, 13, 0, NULL) == -EINVAL && raw_qp(fa, CD_ID, 2, 2, NULL) == -EINVAL &&
+	     raw_qp(fa, CD_ID - 1, 2, 0, NULL) == -ENOENT;
+	check("qp_create_bad_args", ok, "");
+	w = (struct rmc_uapi_wait){ .qp = RMC_QP_COUNT };
+	ok = xioctl(fa, RMC_IOC_WAIT, &w) == -EINVAL;
+	ok &= xioctl(fa, RMC_IOC_QP_DESTROY, &(uint32_t){ RMC_QP_COUNT }) == -EINVAL;
+	ok &= xioctl(fa, RMC_IOC_CTX_RELEASE, &(uint32_t){ 99 }) == -EINVAL;
+	ok &= xioctl(fa, _IO(RMC_IOC_MAGIC, 0x7f), NULL) == -ENOTTY;
+	ok &= xioctl(fa, RMC_IOC_INFO, (void *)16) == -EFAULT;
+	check("ioctl_bad_args", ok, "");
+
+	/* ownership: a second file maps nothing of the first's until it attaches */
+	fb = raw_open();
+	e = raw_qp(fa, CD_ID, 2, RMC_UAPI_QP_IRQ, &qa);
+	check("qp_create", e == 0, "error=%d", e);
+	ok = try_map(fb, u.mmap_off, 8192, MAP_SHARED) == -ENOENT && try_map(fb, qa.wq_mmap_off, 4096, MAP_SHARED) == -ENOENT &&
+	     try_map(fb, qa.cq_mmap_off, 4096, MAP_SHARED) == -ENOENT && try_map(fb, qa.db_mmap_off, 4096, MAP_SHARED) == -ENOENT;
+	check("foreign_maps_refused", ok, "");
+	ok = try_map(fa, u.mmap_off, 8192, MAP_PRIVATE) == -EINVAL && try_map(fa, u.mmap_off, 3 * 4096, MAP_SHARED) == -EINVAL &&
+	     try_map(fa, qa.db_mmap_off, 2 * 4096, MAP_SHARED) == -EINVAL && try_map(fa, 0, 4096, MAP_SHARED) == -ENOENT;
+	check("mmap_bad_args", ok, "");
+	w = (struct rmc_uapi_wait){ .qp = qa.qp, .timeout_ms = 10 };
+	check("foreign_qp_refused", xioctl(fb, RMC_IOC_WAIT, &w) == -ENOENT &&
+	      xioctl(fb, RMC_IOC_QP_DESTROY, &qa.qp) == -ENOENT, "");
+	e = raw_register(fb, CD_ID, 4096, CTX_PERM_READ, -1, NULL);
+	check("register_busy", e == -EBUSY, "error=%d", e);
+	ub = (struct rmc_uapi_ctx){ .id = CD_ID };
+	e = xioctl(fb, RMC_IOC_CTX_ATTACH, &ub);
+	{
+		uint8_t *pa = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fa, (off_t)u.mmap_off);
+		uint8_t *pb = e ? MAP_FAILED : mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fb, (off_t)ub.mmap_off);
+
+		ok = !e && ub.size == 8192 && ub.phys == u.phys && ub.perm == u.perm && pa != MAP_FAILED && pb != MAP_FAILED;
+		if (ok) {
+			ok = pa[0] == 0 && pa[8191] == 0; /* registration zeroes */
+			pa[100] = 0xa5;
+			ok &= pb[100] == 0xa5;
+		}
+		check("attach_shares_memory", ok, "error=%d", e);
+		if (pa != MAP_FAILED)
+			munmap(pa, 8192);
+		if (pb != MAP_FAILED)
+			munmap(pb, 8192);
+	}
+	check("attached_file_still_cannot_map_foreign_qp", try_map(fb, qa.wq_mmap_off, 4096, MAP_SHARED) == -ENOENT, "");
+
+	/* waiting: a timeout with nothing posted; a sleeping waiter woken by the interrupt */
+	{
+		struct timespec t0, t1;
+		long ms;
+
+		w = (struct rmc_uapi_wait){ .qp = qa.qp, .cq_index = 0, .timeout_ms = 50 };
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		e = xioctl(fa, RMC_IOC_WAIT, &w);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+		check("wait_times_out", e == -ETIMEDOUT && ms >= 40, "error=%d waited_ms=%ld", e, ms);
+	}
+	{
+		rmc_ctx_t *c;
+		rmc_qp_t *q;
+		uint64_t before = rmc_irqs();
+		int st = -1;
+
+		e = rmc_ctx_attach(r, CD_ID, &c);
+		if (!e)
+			e = rmc_qp_create(r, c, 2, RMC_QP_IRQ, &q);
+		if (!e)
+			st = rmc_read(q, me, 0, 4096, 4096, &cqe);
+		check("irq_completion", !e && st == RMC_ST_OK && rmc_irqs() > before, "error=%d status=%d irqs=%llu",
+		      e, st, (unsigned long long)(rmc_irqs() - before));
+		if (!e)
+			rmc_ctx_release(c); /* an attacher's release: the context stays */
+		check("attacher_release_keeps_context", xioctl(fb, RMC_IOC_CTX_ATTACH, &ub) == 0, "");
+	}
+
+	/* the owner releases: an attacher's QP completes NO_LOCAL_CTX; re-registration retires it */
+	{
+		rmc_ctx_t *cb;
+		rmc_qp_t *qb2;
+		int st = -1;
+
+		e = rmc_open(&rb);
+		if (!e)
+			e = rmc_ctx_attach(rb, CD_ID, &cb);
+		if (!e)
+			e = rmc_qp_create(rb, cb, 2, RMC_QP_IRQ, &qb2);
+		if (!e) {
+			xioctl(fa, RMC_IOC_CTX_RELEASE, &(uint32_t){ CD_ID });
+			st = rmc_read(qb2, me, 0, 0, 8, &cqe);
+		}
+		check("unknown_local_context", st == RMC_ST_BAD_REQUEST && cqe.info == RMC_INFO_NO_LOCAL_CTX, "status=%s",
+		      st < 0 ? strerror(-st) : rmc_status_str((unsigned)st, cqe.info));
+		check("released_context_unmappable", try_map(fb, ub.mmap_off, 4096, MAP_SHARED) == -ENOENT &&
+		      xioctl(fb, RMC_IOC_CTX_ATTACH, &(struct rmc_uapi_ctx){ .id = CD_ID }) == -ENOENT, "");
+		/* a new incarnation of the id: the old attacher neither maps it nor reaches it */
+		e = raw_register(fa, CD_ID, 4096, CTX_PERM_READ | CTX_PERM_WRITE, -1, &u);
+		st = e ? e : rmc_read(qb2, me, 0, 0, 8, &cqe);
+		check("stale_qp_retired", !e && st == -ENOLINK, "error=%d result=%d (%s)", e, st,
+		      st < 0 ? strerror(-st) : rmc_status_str((unsigned)st, cqe.info));
+		check("stale_attach_unmappable", try_map(fb, ub.mmap_off, 4096, MAP_SHARED) == -ENOENT &&
+		      raw_qp(fb, CD_ID, 2, 0, NULL) == -ENOENT, "");
+		rmc_close(rb);
+	}
+	close(fb);
+
+	/* QPs are a node-wide resource of RMC_QP_COUNT */
+	{
+		uint32_t made[RMC_QP_COUNT + 1];
+		int n = 0;
+
+		while (n <= (int)RMC_QP_COUNT && !(e = raw_qp(fa, CD_ID, 1, 0, &qb)))
+			made[n++] = qb.qp;
+		check("qp_exhaustion_ebusy", e == -EBUSY && n < (int)RMC_QP_COUNT, "created=%d then error=%d", n, e);
+		while (n > 0)
+			xioctl(fa, RMC_IOC_QP_DESTROY, &made[--n]);
+		e = raw_qp(fa, CD_ID, 1, 0, &qb);
+		check("qp_destroy_frees", e == 0, "error=%d", e);
+		if (!e)
+			xioctl(fa, RMC_IOC_QP_DESTROY, &qb.qp);
+	}
+
+	/* a process that dies: its doorbell page was revoked at destroy, its context goes at close */
+	{
+		pid_t pid = fork();
+		int status = 0;
+
+		if (pid == 0) {
+			int fd = raw_open();
+			struct rmc_uapi_qp cq;
+			volatile uint64_t *db;
+
+			if (raw_register(fd, CD_ID_CHILD, 4096, CTX_PERM_READ, -1, NULL) || raw_qp(fd, CD_ID_CHILD, 1, 0, &cq))
+				_exit(3);
+			db = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)cq.db_mmap_off);
+			if (db == MAP_FAILED)
+				_exit(4);
+			(void)db[DB_WQ_HEAD / 8]; /* mapped: reads the device */
+			if (xioctl(fd, RMC_IOC_QP_DESTROY, &cq.qp))
+				_exit(5);
+			db[DB_WQ_TAIL / 8] = 1; /* revoked: SIGBUS */
+			_exit(6);
+		}
+		waitpid(pid, &status, 0);
+		check("doorbell_revoked_after_destroy", WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS, "status=0x%x", status);
+		ub = (struct rmc_uapi_ctx){ .id = CD_ID_CHILD };
+		e = xioctl(fa, RMC_IOC_CTX_ATTACH, &ub);
+		check("close_releases_context", e == -ENOENT, "error=%d", e);
+	}
+
+	close(fa);
+	rmc_info(r, &info);
+	rmc_close(r);
+	return check_summary();
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o;
@@ -649,8 +1128,14 @@ int main(int argc, char **argv)
 		return cmd_counters();
 	if (!strcmp(argv[1], "ctx-hold"))
 		return cmd_ctx_hold(&o);
+	if (!strcmp(argv[1], "fill"))
+		return cmd_fill(&o);
 	if (!strcmp(argv[1], "read"))
 		return cmd_read(&o);
+	if (!strcmp(argv[1], "write"))
+		return cmd_write(&o);
+	if (!strcmp(argv[1], "check-driver"))
+		return cmd_check_driver();
 	if (!strcmp(argv[1], "check-data"))
 		return cmd_check_data(&o, 0);
 	if (!strcmp(argv[1], "write-pattern"))
