@@ -14,8 +14,12 @@
  *              other words. Readers issue a plain remote read into a staging buffer, check that
  *              the header version is even and every line version matches it, and copy the
  *              payload out line by line (the copy SABRes remove).
- * Every accepted object is verified twice: the checksum, and payload == gen(key, version).
- * `torn` counts accepted objects that fail: it must stay 0.
+ * Writers (serve --writers W, pinned to vCPUs, CREW: writer w owns the keys = w mod W): begin
+ * (CAS even v -> v+1), the stores above, end (dmb ishst, store-release v+2).
+ * Every accepted object is verified twice: the checksum, and payload == gen(key, version) (and,
+ * for SABRes, that its version is the one the CQE reports). `torn` counts accepted objects that
+ * fail: it must stay 0. `--unsafe` is the negative control: it accepts objects without the
+ * consistency check (plain read, version even), so with writers `torn` becomes > 0.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -37,15 +41,18 @@
 static const char usage[] =
 	"usage: rmc-kv serve --ctx N --layout sabre|baseline --size S [--objects K] [--writers W] [--seconds T]\n"
 	"       rmc-kv read  --node D --ctx N --layout sabre|baseline --size S [--objects K] [--threads R]\n"
-	"                    [--seconds T] [--nospec] [--csv FILE]\n"
+	"                    [--seconds T] [--nospec] [--unsafe] [--csv FILE]\n"
 	"  serve: register context N (objects of S bytes: 128, 1024, 8192, any multiple of 64 up to 64K),\n"
 	"         lay out K objects (default 100) and update them from W writer threads (default 0) for T\n"
 	"         seconds (0: until killed); prints writer updates per second\n"
-	"  read:  R threads (default 1) read random objects of node D for T seconds (default 5), verify\n"
-	"         each; prints reads/s, aborts and retries per read, torn objects, latencies\n";
+	"  read:  R threads (default 1, one QP each) read uniformly random objects of node D for T seconds\n"
+	"         (default 5) and verify every accepted one; prints reads/s, aborts and retries per read,\n"
+	"         torn objects (must be 0; exit 1 otherwise), wall and modeled latencies; --csv appends a\n"
+	"         row. --nospec: SABRes without speculation. --unsafe: negative control, accept objects\n"
+	"         without the consistency check (torn > 0 expected under writers)\n";
 
 struct cfg {
-	int serve, sabre, nospec;
+	int serve, sabre, nospec, unsafe;
 	unsigned ctx, node, size, objects, writers, threads, seconds;
 	const char *csv;
 };
@@ -70,17 +77,61 @@ static uint64_t mix(uint64_t x)
 	return x ^ (x >> 33);
 }
 
-/* payload byte i of key k at version v */
-static uint8_t gen(uint64_t k, uint64_t v, uint64_t i)
+/* The payload of key k at version v: byte i is byte (i & 7) of gen_word(k, v, i >> 3). */
+static uint64_t gen_word(uint64_t k, uint64_t v, uint64_t w)
 {
-	return (uint8_t)(mix(k * 0x100000001b3ull ^ v * 0x9e3779b97f4a7c15ull ^ (i >> 3)) >> (8 * (i & 7)));
+	return mix(k * 0x100000001b3ull ^ v * 0x9e3779b97f4a7c15ull ^ w);
 }
 
+static void gen_payload(uint8_t *p, size_t n, uint64_t k, uint64_t v)
+{
+	size_t i;
+
+	for (i = 0; i + 8 <= n; i += 8) {
+		uint64_t w = gen_word(k, v, i >> 3);
+
+		memcpy(p + i, &w, 8);
+	}
+	if (i < n) {
+		uint64_t w = gen_word(k, v, i >> 3);
+
+		memcpy(p + i, &w, n - i);
+	}
+}
+
+/* payload == gen(k, v)? */
+static int payload_ok(const uint8_t *p, size_t n, uint64_t k, uint64_t v)
+{
+	size_t i;
+
+	for (i = 0; i + 8 <= n; i += 8) {
+		uint64_t w = gen_word(k, v, i >> 3), got;
+
+		memcpy(&got, p + i, 8);
+		if (got != w)
+			return 0;
+	}
+	if (i < n) {
+		uint64_t w = gen_word(k, v, i >> 3), got = 0;
+
+		memcpy(&got, p + i, n - i);
+		if ((got ^ w) & ((1ull << (8 * (n - i))) - 1))
+			return 0;
+	}
+	return 1;
+}
+
+/* FNV-1a-style over 8-byte little-endian words (then the tail bytes), seeded by key and version */
 static uint64_t csum(uint64_t k, uint64_t v, const uint8_t *p, size_t n)
 {
-	uint64_t h = mix(k ^ (v << 1));
+	uint64_t h = mix(k ^ (v << 1)), w;
+	size_t i;
 
-	for (size_t i = 0; i < n; i++)
+	for (i = 0; i + 8 <= n; i += 8) {
+		memcpy(&w, p + i, 8);
+		h = (h ^ w) * 0x100000001b3ull;
+	}
+	for (; i < n; i++)
 		h = (h ^ p[i]) * 0x100000001b3ull;
 	return h;
 }
@@ -101,53 +152,45 @@ struct writer {
 	uint8_t *scratch;
 };
 
-static void write_object(uint8_t *o, unsigned key, uint8_t *pl)
+/* One update of the object at `o` under the odd/even protocol (seed 000 sec. 4.2). `buf` is
+ * scratch space of at least cf.size + 64 bytes. */
+static void write_object(uint8_t *o, unsigned key, uint8_t *buf)
 {
 	volatile uint64_t *ver = (volatile uint64_t *)o;
-	uint64_t v = rmc_obj_write_begin(ver), nv = v + 2;
+	uint64_t v = rmc_obj_write_begin(ver), nv = v + 2; /* now odd: readers back off */
 	size_t n = payload_len();
+	uint32_t len = (uint32_t)n;
+	uint8_t *hdr = buf, *pl = buf + HDR; /* the object's header + payload as one stream */
 
-	for (size_t i = 0; i < n; i++)
-		pl[i] = gen(key, nv, i);
+	gen_payload(pl, n, key, nv);
+	uint64_t c = csum(key, nv, pl, n);
+
+	memcpy(hdr, &nv, 8);
+	memcpy(hdr + 8, &key, 4);
+	memcpy(hdr + 12, &len, 4);
+	memcpy(hdr + 16, &c, 8);
 	if (cf.sabre) {
-		*(volatile uint32_t *)(o + 8) = key;
-		*(volatile uint32_t *)(o + 12) = (uint32_t)n;
-		*(volatile uint64_t *)(o + 16) = csum(key, nv, pl, n);
-		memcpy(o + HDR, pl, n);
+		/* contiguous: everything but the version word, which rmc_obj_write_end stores */
+		memcpy(o + 8, buf + 8, cf.size - 8);
 	} else {
-		uint8_t line[64];
 		size_t lines = cf.size / 64;
-		uint64_t c = csum(key, nv, pl, n);
+		uint64_t line[8];
 
 		for (size_t l = 0; l < lines; l++) {
-			/* the line's content: 62 data bytes (header first in line 0), then the line version */
-			for (size_t b = 0; b < 62; b++) {
-				size_t j = l * 62 + b; /* position in header+payload stream */
-
-				if (j < HDR) {
-					uint8_t h[HDR];
-
-					memcpy(h, &nv, 8);
-					memcpy(h + 8, &key, 4);
-					memcpy(h + 12, &(uint32_t){ (uint32_t)n }, 4);
-					memcpy(h + 16, &c, 8);
-					line[b] = h[j];
-				} else {
-					line[b] = pl[j - HDR];
-				}
-			}
+			/* the line: 62 bytes of the stream, then the line version (low 16 bits of nv) */
 			uint16_t lv = (uint16_t)nv;
 
-			memcpy(line + 62, &lv, 2);
+			memcpy(line, buf + l * 62, 62);
+			memcpy((uint8_t *)line + 62, &lv, 2);
 			/* the last word (6 data bytes + line version) first, then the others; never the
 			 * object's version word (line 0, word 0): rmc_obj_write_end stores it */
-			__atomic_store_n((uint64_t *)(o + l * 64 + 56), *(uint64_t *)(line + 56), __ATOMIC_RELAXED);
+			__atomic_store_n((uint64_t *)(o + l * 64 + 56), line[7], __ATOMIC_RELAXED);
 			__asm__ volatile("dmb ishst" ::: "memory");
 			for (unsigned w = l ? 0 : 1; w < 7; w++)
-				__atomic_store_n((uint64_t *)(o + l * 64 + 8 * w), *(uint64_t *)(line + 8 * w), __ATOMIC_RELAXED);
+				__atomic_store_n((uint64_t *)(o + l * 64 + 8 * w), line[w], __ATOMIC_RELAXED);
 		}
 	}
-	rmc_obj_write_end(ver, v);
+	rmc_obj_write_end(ver, v); /* dmb ishst, store-release v + 2 */
 }
 
 static void *writer_main(void *arg)
@@ -196,7 +239,7 @@ static int do_serve(void)
 		return 1;
 	}
 	seg = rmc_ctx_base(c);
-	pl = malloc(cf.size);
+	pl = malloc(cf.size + 64);
 	for (unsigned k = 0; k < cf.objects; k++) /* every object at version 2, consistent */
 		write_object(seg + (size_t)k * cf.size, k, pl);
 	free(pl);
@@ -210,7 +253,7 @@ static int do_serve(void)
 	for (unsigned i = 0; i < cf.writers; i++) {
 		ws[i].id = i;
 		ws[i].seg = seg;
-		ws[i].scratch = malloc(cf.size);
+		ws[i].scratch = malloc(cf.size + 64);
 		pthread_create(&ws[i].t, NULL, writer_main, &ws[i]);
 	}
 	while (!stop && (!cf.seconds || now_ns() - t0 < (uint64_t)cf.seconds * 1000000000ull))
@@ -234,13 +277,15 @@ struct reader {
 	rmc_t *r;
 	rmc_ctx_t *c;
 	rmc_qp_t *q;
-	uint64_t reads, aborts, retries, torn, errors;
-	uint64_t *wall, *model; /* samples */
-	size_t nsamples, cap;
-	char err[128];
+	uint64_t reads, aborts, retries, torn, verr, errors, max_attempts;
+	uint64_t *wall, *model, *op; /* samples: per request (wall, modeled), per accepted read */
+	size_t nsamples, nops, cap;
+	char err[160];
 };
 
-static int verify(unsigned key, const uint8_t *hdr_src, const uint8_t *pl)
+/* An accepted object: key and length right, version even, checksum and payload those of gen(key,
+ * version). 1 if it passes. */
+static int verify(unsigned key, const uint8_t *hdr_src, const uint8_t *pl, uint64_t *version)
 {
 	uint64_t v, c;
 	uint32_t k, n;
@@ -250,33 +295,32 @@ static int verify(unsigned key, const uint8_t *hdr_src, const uint8_t *pl)
 	memcpy(&k, hdr_src + 8, 4);
 	memcpy(&n, hdr_src + 12, 4);
 	memcpy(&c, hdr_src + 16, 8);
-	if (k != key || n != len || (v & 1) || c != csum(key, v, pl, len))
-		return 0;
-	for (size_t i = 0; i < len; i++)
-		if (pl[i] != gen(key, v, i))
-			return 0;
-	return 1;
+	*version = v;
+	return k == key && n == len && !(v & 1) && v >= 2 && c == csum(key, v, pl, len) && payload_ok(pl, len, key, v);
 }
 
 static void *reader_main(void *arg)
 {
 	struct reader *rd = arg;
 	uint8_t *seg = rmc_ctx_base(rd->c);
-	uint8_t *app = seg + (size_t)rd->id * 2 * cf.size;         /* sabre: the application buffer */
-	uint8_t *staging = app + cf.size;                          /* baseline: the staging buffer */
-	uint8_t *copy = malloc(cf.size), hdr[HDR];
-	unsigned seed = 12345 + rd->id * 7919;
+	uint8_t *app = seg + (size_t)rd->id * 2 * cf.size; /* sabre: the application buffer */
+	uint8_t *staging = app + cf.size;                  /* baseline: the staging buffer */
+	uint8_t *copy = malloc(cf.size), hdr[HDR];         /* baseline: the application buffer */
+	unsigned seed = 12345 + rd->id * 7919 + rmc_node_id(rd->r) * 104729;
+	size_t lines = cf.size / 64;
 
 	while (!stop) {
 		unsigned key = (unsigned)(rand_r(&seed) % cf.objects);
-		uint64_t roff = (uint64_t)key * cf.size;
+		uint64_t roff = (uint64_t)key * cf.size, v, attempts = 0, t_start = now_ns();
 		struct rmc_cqe cqe;
-		int attempts = 0, st;
+		int st, accepted = 0, ok = 0;
 
-		for (;;) {
+		while (!stop) {
 			uint64_t t0 = now_ns();
 
-			if (cf.sabre)
+			memset(&cqe, 0, sizeof(cqe));
+			attempts++;
+			if (cf.sabre && !cf.unsafe)
 				st = rmc_sabre(rd->q, cf.node, roff, (uint64_t)(app - seg), cf.size,
 					       cf.nospec ? RMC_POST_NOSPEC : 0, &cqe);
 			else
@@ -284,7 +328,8 @@ static void *reader_main(void *arg)
 			uint64_t t1 = now_ns();
 
 			if (st < 0 || (st != RMC_ST_OK && st != RMC_ST_SABRE_ABORT)) {
-				snprintf(rd->err, sizeof(rd->err), "%s", st < 0 ? strerror(-st) : rmc_status_str((unsigned)st, cqe.info));
+				snprintf(rd->err, sizeof(rd->err), "key %u: %s", key,
+					 st < 0 ? strerror(-st) : rmc_status_str((unsigned)st, cqe.info));
 				rd->errors++;
 				stop = 1;
 				break;
@@ -295,45 +340,72 @@ static void *reader_main(void *arg)
 			}
 			if (st == RMC_ST_SABRE_ABORT) {
 				rd->aborts++;
-				attempts++;
+				rd->retries++;
 				continue;
 			}
-			if (cf.sabre) {
+			if (cf.sabre && !cf.unsafe) {
 				/* zero copy: the object is in the application buffer as it arrived */
-				if (!verify(key, app, app + HDR))
-					rd->torn++;
+				accepted = 1;
+				break;
+			}
+			if (cf.sabre) {
+				/* --unsafe: a plain read of the SABRe layout, accepted if the version is even */
+				memcpy(app, staging, cf.size);
+				memcpy(&v, app, 8);
+				if (v & 1) {
+					rd->retries++;
+					continue;
+				}
+				accepted = 1;
 				break;
 			}
 			/* baseline: consistent only if the header version is even and every line agrees */
-			uint64_t v;
-			int ok;
-			size_t lines = cf.size / 64;
-
 			memcpy(&v, staging, 8);
-			ok = !(v & 1);
-			for (size_t l = 0; ok && l < lines; l++) {
+			int consistent = !(v & 1);
+
+			for (size_t l = 0; consistent && !cf.unsafe && l < lines; l++) {
 				uint16_t lv;
 
 				memcpy(&lv, staging + l * 64 + 62, 2);
-				ok = lv == (uint16_t)v;
+				consistent = lv == (uint16_t)v;
 			}
-			if (!ok) {
+			if (!consistent) {
 				rd->retries++;
-				attempts++;
 				continue;
 			}
-			/* strip the line versions: copy the 62 data bytes of every line out */
+			/* strip the line versions: the 62 data bytes of every line into the application
+			 * buffer (the copy SABRes remove) */
 			for (size_t l = 0; l < lines; l++)
 				memcpy(copy + l * 62, staging + l * 64, 62);
-			memcpy(hdr, copy, HDR);
-			if (!verify(key, hdr, copy + HDR))
-				rd->torn++;
+			accepted = 1;
 			break;
 		}
-		if (rd->errors)
+		if (!accepted)
 			break;
+		if (rd->nops < rd->cap)
+			rd->op[rd->nops++] = now_ns() - t_start;
+		if (cf.sabre) {
+			ok = verify(key, app, app + HDR, &v);
+			if (ok && !cf.unsafe && v != cqe.value) {
+				/* consistent, but not the version the RMC says it validated */
+				if (!rd->verr)
+					snprintf(rd->err, sizeof(rd->err), "key %u: object version %llu, CQE version %llu",
+						 key, (unsigned long long)v, (unsigned long long)cqe.value);
+				rd->verr++;
+			}
+		} else {
+			memcpy(hdr, copy, HDR);
+			ok = verify(key, hdr, copy + HDR, &v);
+		}
+		if (!ok) {
+			if (!rd->torn)
+				fprintf(stderr, "rmc-kv: TORN: reader %u accepted key %u (version %llu) and it fails "
+						"verification\n", rd->id, key, (unsigned long long)v);
+			rd->torn++;
+		}
 		rd->reads++;
-		rd->retries += cf.sabre ? (uint64_t)attempts : 0;
+		if (attempts > rd->max_attempts)
+			rd->max_attempts = attempts;
 	}
 	free(copy);
 	return NULL;
@@ -351,8 +423,8 @@ static int do_read(void)
 	struct reader rs[MAX_THREADS];
 	rmc_t *r;
 	rmc_ctx_t *c;
-	uint64_t reads = 0, aborts = 0, retries = 0, torn = 0, errors = 0, *wall, *model;
-	size_t ns = 0;
+	uint64_t reads = 0, aborts = 0, retries = 0, torn = 0, verr = 0, errors = 0, maxat = 0, *wall, *model, *opl;
+	size_t ns = 0, no = 0, cap = 200000;
 	int e = rmc_open(&r);
 	double secs;
 	uint64_t t0;
@@ -373,15 +445,20 @@ static int do_read(void)
 		rs[i].id = i;
 		rs[i].r = r;
 		rs[i].c = c;
-		rs[i].cap = 200000;
-		rs[i].wall = calloc(rs[i].cap, 8);
-		rs[i].model = calloc(rs[i].cap, 8);
-		e = rmc_qp_create(r, c, 4, RMC_QP_IRQ, &rs[i].q);
+		rs[i].cap = cap;
+		rs[i].wall = calloc(cap, 8);
+		rs[i].model = calloc(cap, 8);
+		rs[i].op = calloc(cap, 8);
+		if (!rs[i].wall || !rs[i].model || !rs[i].op)
+			die("out of memory");
+		e = rmc_qp_create(r, c, 4, RMC_QP_IRQ, &rs[i].q); /* one QP per thread */
 		if (e) {
 			fprintf(stderr, "rmc-kv: queue pair: %s\n", strerror(-e));
 			return 1;
 		}
 	}
+	signal(SIGTERM, on_signal);
+	signal(SIGINT, on_signal);
 	t0 = now_ns();
 	for (unsigned i = 0; i < cf.threads; i++)
 		pthread_create(&rs[i].t, NULL, reader_main, &rs[i]);
@@ -391,57 +468,79 @@ static int do_read(void)
 	for (unsigned i = 0; i < cf.threads; i++)
 		pthread_join(rs[i].t, NULL);
 	secs = (double)(now_ns() - t0) / 1e9;
-	wall = calloc(cf.threads * 200000, 8);
-	model = calloc(cf.threads * 200000, 8);
+	wall = calloc(cf.threads * cap, 8);
+	model = calloc(cf.threads * cap, 8);
+	opl = calloc(cf.threads * cap, 8);
+	if (!wall || !model || !opl)
+		die("out of memory");
 	for (unsigned i = 0; i < cf.threads; i++) {
 		reads += rs[i].reads;
 		aborts += rs[i].aborts;
 		retries += rs[i].retries;
 		torn += rs[i].torn;
+		verr += rs[i].verr;
 		errors += rs[i].errors;
+		maxat = rs[i].max_attempts > maxat ? rs[i].max_attempts : maxat;
 		memcpy(wall + ns, rs[i].wall, rs[i].nsamples * 8);
 		memcpy(model + ns, rs[i].model, rs[i].nsamples * 8);
 		ns += rs[i].nsamples;
-		if (rs[i].errors)
-			fprintf(stderr, "rmc-kv: reader %u stopped: %s\n", i, rs[i].err);
+		memcpy(opl + no, rs[i].op, rs[i].nops * 8);
+		no += rs[i].nops;
+		if (rs[i].errors || rs[i].verr)
+			fprintf(stderr, "rmc-kv: reader %u: %s\n", i, rs[i].err);
 	}
 	qsort(wall, ns, 8, cmp_u64);
 	qsort(model, ns, 8, cmp_u64);
+	qsort(opl, no, 8, cmp_u64);
 	{
 		double rps = reads / secs, ab = reads ? (double)aborts / reads : 0, rt = reads ? (double)retries / reads : 0;
 		double wmed = ns ? wall[ns / 2] / 1000.0 : 0, wp99 = ns ? wall[ns * 99 / 100] / 1000.0 : 0;
-		uint64_t mmed = ns ? model[ns / 2] : 0;
-		const char *lay = cf.sabre ? (cf.nospec ? "sabre-nospec" : "sabre") : "baseline";
+		double omed = no ? opl[no / 2] / 1000.0 : 0;
+		uint64_t mmed = ns ? model[ns / 2] : 0, mp99 = ns ? model[ns * 99 / 100] : 0;
+		const char *lay = cf.unsafe ? (cf.sabre ? "sabre-unsafe" : "baseline-unsafe")
+					    : cf.sabre ? (cf.nospec ? "sabre-nospec" : "sabre") : "baseline";
 
 		printf("%-13s %6s %7s %8s %10s %10s %10s %6s %12s %12s %12s\n", "layout", "size", "threads", "reads",
 		       "reads/s", "aborts/rd", "retries/rd", "torn", "wall_med_us", "wall_p99_us", "model_med_ns");
 		printf("%-13s %6u %7u %8llu %10.1f %10.4f %10.4f %6llu %12.1f %12.1f %12llu\n", lay, cf.size, cf.threads,
 		       (unsigned long long)reads, rps, ab, rt, (unsigned long long)torn, wmed, wp99,
 		       (unsigned long long)mmed);
-		printf("layout=%s size=%u threads=%u seconds=%.2f reads=%llu reads_per_s=%.1f aborts=%llu retries=%llu "
-		       "torn=%llu errors=%llu wall_med_us=%.1f wall_p99_us=%.1f model_med_ns=%llu\n",
-		       lay, cf.size, cf.threads, secs, (unsigned long long)reads, rps, (unsigned long long)aborts,
-		       (unsigned long long)retries, (unsigned long long)torn, (unsigned long long)errors, wmed, wp99,
-		       (unsigned long long)mmed);
-		if (torn)
+		printf("layout=%s size=%u objects=%u threads=%u node=%u seconds=%.2f reads=%llu reads_per_s=%.1f "
+		       "aborts=%llu retries=%llu aborts_per_read=%.4f retries_per_read=%.4f max_attempts=%llu torn=%llu "
+		       "version_mismatch=%llu errors=%llu wall_med_us=%.1f wall_p99_us=%.1f read_med_us=%.1f "
+		       "model_med_ns=%llu model_p99_ns=%llu\n",
+		       lay, cf.size, cf.objects, cf.threads, rmc_node_id(r), secs, (unsigned long long)reads, rps,
+		       (unsigned long long)aborts, (unsigned long long)retries, ab, rt, (unsigned long long)maxat,
+		       (unsigned long long)torn, (unsigned long long)verr, (unsigned long long)errors, wmed, wp99, omed,
+		       (unsigned long long)mmed, (unsigned long long)mp99);
+		if (torn) {
 			printf("TORN OBJECTS ACCEPTED: %llu\n", (unsigned long long)torn);
+			fprintf(stderr, "rmc-kv: TORN OBJECTS ACCEPTED: %llu (of %llu reads)\n", (unsigned long long)torn,
+				(unsigned long long)reads);
+		}
 		if (cf.csv) {
 			FILE *f = fopen(cf.csv, "a");
 
 			if (f) {
 				if (ftell(f) == 0)
-					fprintf(f, "layout,size,threads,seconds,reads,reads_per_s,aborts,retries,torn,errors,"
-						   "wall_med_us,wall_p99_us,model_med_ns\n");
-				fprintf(f, "%s,%u,%u,%.2f,%llu,%.1f,%llu,%llu,%llu,%llu,%.1f,%.1f,%llu\n", lay, cf.size,
-					cf.threads, secs, (unsigned long long)reads, rps, (unsigned long long)aborts,
-					(unsigned long long)retries, (unsigned long long)torn, (unsigned long long)errors,
-					wmed, wp99, (unsigned long long)mmed);
+					fprintf(f, "layout,size,objects,threads,node,seconds,reads,reads_per_s,aborts,retries,"
+						   "aborts_per_read,retries_per_read,max_attempts,torn,version_mismatch,errors,"
+						   "wall_med_us,wall_p99_us,read_med_us,model_med_ns,model_p99_ns\n");
+				fprintf(f, "%s,%u,%u,%u,%u,%.2f,%llu,%.1f,%llu,%llu,%.4f,%.4f,%llu,%llu,%llu,%llu,%.1f,%.1f,%.1f,"
+					   "%llu,%llu\n",
+					lay, cf.size, cf.objects, cf.threads, rmc_node_id(r), secs, (unsigned long long)reads,
+					rps, (unsigned long long)aborts, (unsigned long long)retries, ab, rt,
+					(unsigned long long)maxat, (unsigned long long)torn, (unsigned long long)verr,
+					(unsigned long long)errors, wmed, wp99, omed, (unsigned long long)mmed,
+					(unsigned long long)mp99);
 				fclose(f);
+			} else {
+				fprintf(stderr, "rmc-kv: %s: %s\n", cf.csv, strerror(errno));
 			}
 		}
 	}
 	rmc_close(r);
-	return torn || errors ? 1 : 0;
+	return torn || verr || errors ? 1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -464,6 +563,10 @@ int main(int argc, char **argv)
 
 		if (!strcmp(a, "--nospec")) {
 			cf.nospec = 1;
+			continue;
+		}
+		if (!strcmp(a, "--unsafe")) {
+			cf.unsafe = 1;
 			continue;
 		}
 		if (!v)
@@ -503,5 +606,7 @@ int main(int argc, char **argv)
 		die("--objects and --threads must be at least 1");
 	if (cf.nospec && !cf.sabre)
 		die("--nospec applies to the sabre layout");
+	if (cf.unsafe && (cf.nospec || cf.serve))
+		die("--unsafe is a reader option, without --nospec");
 	return cf.serve ? do_serve() : do_read();
 }
