@@ -368,6 +368,8 @@ static int cmd_read(const struct opts *o)
 	int st;
 
 	need(o, 1, 1);
+	if (!o->len)
+		die("--len is required");
 	r = open_rmc();
 	c = local_ctx(r, (unsigned)o->id, o->loff + o->len);
 	q = make_qp(r, c, 4);
@@ -472,6 +474,8 @@ static int cmd_atomic(const struct opts *o)
 	need(o, 1, 1);
 	if (!o->op || (strcmp(o->op, "faa") && strcmp(o->op, "cas")))
 		die("--op faa|cas is required");
+	if (!o->count)
+		die("--count K (at least 1) is required");
 	cas = !strcmp(o->op, "cas");
 	r = open_rmc();
 	c = local_ctx(r, (unsigned)o->id, 4096);

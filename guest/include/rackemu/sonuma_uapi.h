@@ -50,11 +50,13 @@ struct rmc_uapi_qp {
 	__u64 db_mmap_off;  /* out: the QP's doorbell page (device memory), one page */
 };
 
+/* RMC_IOC_WAIT: 0 (the CQE is valid), -ETIMEDOUT, -EINTR (signal), -ENOENT (not this file's QP,
+ * or destroyed meanwhile), -ENOLINK (the QP was retired: its context id was registered again). */
 struct rmc_uapi_wait {
 	__u32 qp;
 	__u32 cq_index;   /* wait until the CQE with this free-running index is valid */
 	__s32 timeout_ms; /* < 0: no timeout */
-	__u32 reserved;
+	__u32 reserved;   /* must be 0 */
 };
 
 #define RMC_IOC_MAGIC 'R'
