@@ -278,6 +278,7 @@ struct reader {
 	rmc_ctx_t *c;
 	rmc_qp_t *q;
 	uint64_t reads, aborts, retries, torn, verr, errors, max_attempts;
+	uint64_t ab_info[4]; /* aborts by RMC_INFO_* (LOCKED, WINDOW, VALIDATE) */
 	uint64_t *wall, *model, *op; /* samples: per request (wall, modeled), per accepted read */
 	size_t nsamples, nops, cap;
 	char err[160];
@@ -340,6 +341,7 @@ static void *reader_main(void *arg)
 			}
 			if (st == RMC_ST_SABRE_ABORT) {
 				rd->aborts++;
+				rd->ab_info[cqe.info < 4 ? cqe.info : 0]++;
 				rd->retries++;
 				continue;
 			}
@@ -424,6 +426,7 @@ static int do_read(void)
 	rmc_t *r;
 	rmc_ctx_t *c;
 	uint64_t reads = 0, aborts = 0, retries = 0, torn = 0, verr = 0, errors = 0, maxat = 0, *wall, *model, *opl;
+	uint64_t abi[4] = { 0 };
 	size_t ns = 0, no = 0, cap = 200000;
 	int e = rmc_open(&r);
 	double secs;
@@ -479,6 +482,8 @@ static int do_read(void)
 		retries += rs[i].retries;
 		torn += rs[i].torn;
 		verr += rs[i].verr;
+		for (unsigned k = 0; k < 4; k++)
+			abi[k] += rs[i].ab_info[k];
 		errors += rs[i].errors;
 		maxat = rs[i].max_attempts > maxat ? rs[i].max_attempts : maxat;
 		memcpy(wall + ns, rs[i].wall, rs[i].nsamples * 8);
@@ -506,11 +511,13 @@ static int do_read(void)
 		       (unsigned long long)reads, rps, ab, rt, (unsigned long long)torn, wmed, wp99,
 		       (unsigned long long)mmed);
 		printf("layout=%s size=%u objects=%u threads=%u node=%u seconds=%.2f reads=%llu reads_per_s=%.1f "
-		       "aborts=%llu retries=%llu aborts_per_read=%.4f retries_per_read=%.4f max_attempts=%llu torn=%llu "
+		       "aborts=%llu aborts_locked=%llu aborts_window=%llu aborts_validate=%llu retries=%llu aborts_per_read=%.4f retries_per_read=%.4f max_attempts=%llu torn=%llu "
 		       "version_mismatch=%llu errors=%llu wall_med_us=%.1f wall_p99_us=%.1f read_med_us=%.1f "
 		       "model_med_ns=%llu model_p99_ns=%llu\n",
 		       lay, cf.size, cf.objects, cf.threads, rmc_node_id(r), secs, (unsigned long long)reads, rps,
-		       (unsigned long long)aborts, (unsigned long long)retries, ab, rt, (unsigned long long)maxat,
+		       (unsigned long long)aborts, (unsigned long long)abi[RMC_INFO_LOCKED],
+		       (unsigned long long)abi[RMC_INFO_WINDOW], (unsigned long long)abi[RMC_INFO_VALIDATE],
+		       (unsigned long long)retries, ab, rt, (unsigned long long)maxat,
 		       (unsigned long long)torn, (unsigned long long)verr, (unsigned long long)errors, wmed, wp99, omed,
 		       (unsigned long long)mmed, (unsigned long long)mp99);
 		if (torn) {
@@ -523,13 +530,16 @@ static int do_read(void)
 
 			if (f) {
 				if (ftell(f) == 0)
-					fprintf(f, "layout,size,objects,threads,node,seconds,reads,reads_per_s,aborts,retries,"
+					fprintf(f, "layout,size,objects,threads,node,seconds,reads,reads_per_s,aborts,aborts_locked,"
+						   "aborts_window,aborts_validate,retries,"
 						   "aborts_per_read,retries_per_read,max_attempts,torn,version_mismatch,errors,"
 						   "wall_med_us,wall_p99_us,read_med_us,model_med_ns,model_p99_ns\n");
-				fprintf(f, "%s,%u,%u,%u,%u,%.2f,%llu,%.1f,%llu,%llu,%.4f,%.4f,%llu,%llu,%llu,%llu,%.1f,%.1f,%.1f,"
+				fprintf(f, "%s,%u,%u,%u,%u,%.2f,%llu,%.1f,%llu,%llu,%llu,%llu,%llu,%.4f,%.4f,%llu,%llu,%llu,%llu,%.1f,%.1f,%.1f,"
 					   "%llu,%llu\n",
 					lay, cf.size, cf.objects, cf.threads, rmc_node_id(r), secs, (unsigned long long)reads,
-					rps, (unsigned long long)aborts, (unsigned long long)retries, ab, rt,
+					rps, (unsigned long long)aborts, (unsigned long long)abi[RMC_INFO_LOCKED],
+					(unsigned long long)abi[RMC_INFO_WINDOW], (unsigned long long)abi[RMC_INFO_VALIDATE],
+					(unsigned long long)retries, ab, rt,
 					(unsigned long long)maxat, (unsigned long long)torn, (unsigned long long)verr,
 					(unsigned long long)errors, wmed, wp99, omed, (unsigned long long)mmed,
 					(unsigned long long)mp99);
