@@ -1029,6 +1029,9 @@ static int cmd_check_driver(void)
 			e = rmc_qp_create(r, c, 2, RMC_QP_IRQ, &q);
 		if (!e)
 			st = rmc_read(q, me, 0, 4096, 4096, &cqe);
+		/* the CQE can be seen (spinning) before the interrupt is handled: give it a second */
+		for (int k = 0; k < 100 && rmc_irqs() <= before; k++)
+			usleep(10000);
 		check("irq_completion", !e && st == RMC_ST_OK && rmc_irqs() > before, "error=%d status=%d irqs=%llu",
 		      e, st, (unsigned long long)(rmc_irqs() - before));
 		if (!e)
