@@ -309,7 +309,7 @@ def cmd_cp(args: argparse.Namespace) -> int:
 
 
 def agent_put(node, remote: str, data: bytes, mode: int) -> None:
-    node.put(remote, data, mode=mode)
+    node.put(data, remote, mode=mode)
 
 
 def agent_get(node, remote: str) -> bytes:

@@ -41,3 +41,18 @@ def test_killed_node_leaves_peer_and_bridge_running(fresh_cluster):
             break
         time.sleep(0.2)
     assert port1.get("state") != "up"
+
+
+
+def test_cli_cp_copies_a_file_in_and_back_out(cluster2):
+    """`rackemu cp` in both directions, through the CLI's own helpers (a second process cannot
+    connect while this one holds the nodes' agent sockets: docs/agent.md)."""
+    import hashlib
+    from rackemu.cli import agent_get, agent_put
+    data = bytes(range(256)) * 40
+    node = cluster2.node(1)
+    agent_put(node, "/tmp/cp-in.bin", data, 0o640)
+    r = node.exec("md5sum /tmp/cp-in.bin; stat -c %a /tmp/cp-in.bin")
+    assert r.stdout.split()[0].decode() == hashlib.md5(data).hexdigest(), r.stdout
+    assert r.stdout.split()[-1] == b"640"
+    assert agent_get(node, "/tmp/cp-in.bin") == data
