@@ -339,7 +339,8 @@ static int cmd_fill(const struct opts *o)
 	return 0;
 }
 
-static int cmd_write(const struct opts *o)
+/* One READ, SABRe or WRITE between node D's segment and this node's segment of context N. */
+static int cmd_xfer(const struct opts *o, int write)
 {
 	rmc_t *r;
 	rmc_ctx_t *c;
@@ -353,30 +354,13 @@ static int cmd_write(const struct opts *o)
 	r = open_rmc();
 	c = local_ctx(r, (unsigned)o->id, o->loff + o->len);
 	q = make_qp(r, c, 4);
-	st = rmc_write(q, (unsigned)o->node, o->roff, o->loff, (uint32_t)o->len, &cqe);
-	st = report("WRITE", st, &cqe);
-	rmc_close(r);
-	return st;
-}
-
-static int cmd_read(const struct opts *o)
-{
-	rmc_t *r;
-	rmc_ctx_t *c;
-	rmc_qp_t *q;
-	struct rmc_cqe cqe;
-	int st;
-
-	need(o, 1, 1);
-	if (!o->len)
-		die("--len is required");
-	r = open_rmc();
-	c = local_ctx(r, (unsigned)o->id, o->loff + o->len);
-	q = make_qp(r, c, 4);
-	st = o->sabre ? rmc_sabre(q, (unsigned)o->node, o->roff, o->loff, (uint32_t)o->len,
-				  o->nospec ? RMC_POST_NOSPEC : 0, &cqe)
-		      : rmc_read(q, (unsigned)o->node, o->roff, o->loff, (uint32_t)o->len, &cqe);
-	st = report(o->sabre ? "SABRE" : "READ", st, &cqe);
+	if (write)
+		st = report("WRITE", rmc_write(q, (unsigned)o->node, o->roff, o->loff, (uint32_t)o->len, &cqe), &cqe);
+	else if (o->sabre)
+		st = report("SABRE", rmc_sabre(q, (unsigned)o->node, o->roff, o->loff, (uint32_t)o->len,
+				  o->nospec ? RMC_POST_NOSPEC : 0, &cqe), &cqe);
+	else
+		st = report("READ", rmc_read(q, (unsigned)o->node, o->roff, o->loff, (uint32_t)o->len, &cqe), &cqe);
 	rmc_close(r);
 	return st;
 }
@@ -1138,9 +1122,9 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "fill"))
 		return cmd_fill(&o);
 	if (!strcmp(argv[1], "read"))
-		return cmd_read(&o);
+		return cmd_xfer(&o, 0);
 	if (!strcmp(argv[1], "write"))
-		return cmd_write(&o);
+		return cmd_xfer(&o, 1);
 	if (!strcmp(argv[1], "check-driver"))
 		return cmd_check_driver();
 	if (!strcmp(argv[1], "check-data"))
