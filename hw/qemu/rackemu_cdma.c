@@ -41,6 +41,48 @@ static void rackemu_cdma_log(void *opaque, const char *msg)
     qemu_log_mask(LOG_GUEST_ERROR, "%s\n", msg);
 }
 
+/*
+ * The engine moves data between memory only: every byte of [addr, addr + len) must decode to
+ * RAM (for a read also to ROM or flash in its read-array mode, which QEMU reads directly).
+ * Anything else is refused before a byte moves: an address nothing decodes gives DECERR, device
+ * registers (MMIO, flash in command mode) and writes to ROM give SLVERR. Caveat: a real AXI CDMA
+ * can target device registers; here each such access would run a device callback under the big
+ * lock, a few bytes at a time (16 MiB to the flash at 0x0 starved the guest for 23 s), so the
+ * model refuses it and logs it (docs/cdma.md, "Address decoding").
+ */
+static MemTxResult rackemu_cdma_check_ram(RackemuCdmaState *s, uint64_t addr, uint64_t len, bool write)
+{
+    RCU_READ_LOCK_GUARD();
+
+    while (len) {
+        hwaddr xlat, l = len;
+        MemoryRegion *mr = address_space_translate(&address_space_memory, addr, &xlat, &l, write,
+                                                   MEMTXATTRS_UNSPECIFIED);
+        bool direct = write ? memory_region_is_ram(mr) && !mr->readonly && !memory_region_is_ram_device(mr)
+                            : (memory_region_is_ram(mr) && !memory_region_is_ram_device(mr)) ||
+                                  memory_region_is_romd(mr);
+
+        if (!direct) {
+            /* QEMU's hole filler (io_mem_unassigned) is the only region without a name */
+            bool unmapped = !mr->name;
+
+            qemu_log_mask(LOG_GUEST_ERROR,
+                          "rackemu-cdma: node %u: DMA %s 0x%" PRIx64 " hits %s \"%s\": only RAM is "
+                          "reachable by the engine (%s)\n",
+                          s->node_id, write ? "write to" : "read from", addr,
+                          unmapped ? "no device" : "device memory", unmapped ? "-" : mr->name,
+                          unmapped ? "DMADecErr" : "DMASlvErr");
+            return unmapped ? MEMTX_DECODE_ERROR : MEMTX_ERROR;
+        }
+        if (l == 0) {
+            return MEMTX_DECODE_ERROR;
+        }
+        addr += l;
+        len -= MIN(l, len);
+    }
+    return MEMTX_OK;
+}
+
 /* Engine thread: one transfer chunk. */
 static int rackemu_cdma_mem(void *opaque, int write, uint64_t addr, void *buf, uint64_t len)
 {
@@ -73,6 +115,10 @@ static int rackemu_cdma_mem(void *opaque, int write, uint64_t addr, void *buf, u
             len -= n;
         }
         return RK_CDMA_MEM_OK;
+    }
+    r = rackemu_cdma_check_ram(s, addr, len, write);
+    if (r != MEMTX_OK) {
+        return r == MEMTX_DECODE_ERROR ? RK_CDMA_MEM_DECODE_ERR : RK_CDMA_MEM_SLAVE_ERR;
     }
     r = address_space_rw(&address_space_memory, addr, MEMTXATTRS_UNSPECIFIED, buf, len, write);
     return r == MEMTX_OK ? RK_CDMA_MEM_OK : r == MEMTX_DECODE_ERROR ? RK_CDMA_MEM_DECODE_ERR
