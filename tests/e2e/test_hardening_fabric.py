@@ -156,15 +156,18 @@ def rack():
     """A real bridge (4 node ids) and two qtest nodes, 0 and 1; id 2 and 3 free for fakes."""
     with tempfile.TemporaryDirectory(prefix="rackemu-hfab-") as d:
         bridge = RealBridge(d)
-        nodes = [QtestNode(i, 4, bridge.socket) for i in range(2)]
-        wait_for(lambda: len([p for p in bridge.stats()["ports"] if p["state"] == "up"]) == 2,
-                 what="2 nodes connected to the bridge")
-        yield bridge, nodes
-        for n in nodes:
-            if n.proc.poll() is None:
-                os.killpg(n.proc.pid, signal.SIGCONT)
-            n.close()
-        bridge.stop()
+        nodes = []
+        try:
+            nodes += [QtestNode(i, 4, bridge.socket) for i in range(2)]
+            wait_for(lambda: len([p for p in bridge.stats()["ports"] if p["state"] == "up"]) == 2,
+                     what="2 nodes connected to the bridge")
+            yield bridge, nodes
+        finally:
+            for n in nodes:
+                if n.proc.poll() is None:
+                    os.killpg(n.proc.pid, signal.SIGCONT)
+                n.close()
+            bridge.stop()
 
 
 def port(bridge, i):
@@ -212,11 +215,13 @@ def test_a_truncated_guest_ram_file_takes_down_only_its_owner():
     with tempfile.TemporaryDirectory(prefix="rackemu-hfab-ram-") as d:
         bridge = RealBridge(d)
         ram = [os.path.join(d, f"node{i}.ram") for i in range(2)]
-        nodes = [QtestNode(i, 2, bridge.socket, extra_machine="memory-backend=ram",
-                           extra_args=["-object", f"memory-backend-file,id=ram,size=128M,share=on,mem-path={ram[i]}"])
-                 for i in range(2)]
-        n0, n1 = nodes
+        nodes = []
         try:
+            nodes += [QtestNode(i, 2, bridge.socket, extra_machine="memory-backend=ram",
+                                extra_args=["-object",
+                                            f"memory-backend-file,id=ram,size=128M,share=on,mem-path={ram[i]}"])
+                      for i in range(2)]
+            n0, n1 = nodes
             wait_for(lambda: len([p for p in bridge.stats()["ports"] if p["state"] == "up"]) == 2,
                      what="2 nodes up")
             assert gas_round_trip(n0, n1, 0x1234)
@@ -305,8 +310,8 @@ def test_silent_connections_do_not_stall_the_bridge(rack):
 def test_requests_nobody_answers_are_capped_and_answered_congested():
     with tempfile.TemporaryDirectory(prefix="rackemu-hfab-cap-") as d:
         bridge = RealBridge(d, "--max-outstanding", "16")
-        a, b = FakeNode(bridge.socket, 0), FakeNode(bridge.socket, 1)
         try:
+            a, b = FakeNode(bridge.socket, 0), FakeNode(bridge.socket, 1)
             for tag in range(20):
                 a.send(P["RKF_T_REQ"], P["RKF_SVC_ECHO"], 1, 1, tag)
             got = [a.recv() for _ in range(4)]
@@ -318,8 +323,8 @@ def test_requests_nobody_answers_are_capped_and_answered_congested():
             gone = [a.recv() for _ in range(16)]
             assert all(g and g[0][7] == P["RKF_ST_NODE_GONE"] and g[0][4] == 1 for g in gone), gone
             assert bridge.stats()["outstanding"] == 0
-        finally:
             a.close()
+        finally:
             bridge.stop()
 
 
