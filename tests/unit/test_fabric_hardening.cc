@@ -182,6 +182,12 @@ TEST(FabricHardening, AReplyFromANodeTheRequestDidNotGoToIsDropped)
     r.magic = RKF_FRAME_MAGIC;
     r.src = 1;
     ASSERT_EQ(rk_fabric_port_send_raw(n2, &r, &forged), 0);
+    // an error reply in the bridge's name (a requester would fail the operation)
+    rkf_frame_hdr e = r;
+    e.src = 0;
+    e.len = 0;
+    e.status = RKF_ST_NODE_GONE;
+    ASSERT_EQ(rk_fabric_port_send(n2, &e, nullptr), 0);
     // a reply to a request never made
     r.tag = 78;
     ASSERT_EQ(rk_fabric_port_send(n2, &r, &forged), 0);
@@ -198,7 +204,7 @@ TEST(FabricHardening, AReplyFromANodeTheRequestDidNotGoToIsDropped)
     std::memcpy(&got, m0.payloads[0].data(), 8);
     EXPECT_EQ(got, real);
     const std::string s = b.bridge->stats_json();
-    EXPECT_EQ(stat_of(s, "unsolicited"), 3u) << s; // node 2's two, node 1's duplicate
+    EXPECT_EQ(stat_of(s, "unsolicited"), 4u) << s; // node 2's three, node 1's duplicate
     EXPECT_EQ(stat_of(s, "spoofed"), 1u) << s;
     EXPECT_EQ(stat_of(s, "outstanding"), 0u) << s;
     for (auto *p : {n0, n1, n2})
