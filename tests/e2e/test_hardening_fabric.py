@@ -75,9 +75,15 @@ class FakeNode:
             self.bell = mmap.mmap(self.bell_fd, 64)
 
     def _u32(self, off, value=None):
-        if value is None:
-            return struct.unpack_from("<I", self.shm, off)[0]
-        struct.pack_into("<I", self.shm, off, value & 0xFFFFFFFF)
+        """A ring index, read or written with one 4-byte access (struct would go byte by byte,
+        and the bridge, reading a torn index, would rightly drop this port as corrupt)."""
+        word = ctypes.c_uint32.from_buffer(self.shm, off)
+        try:
+            if value is None:
+                return word.value
+            word.value = value & 0xFFFFFFFF
+        finally:
+            del word  # release the export, or the mapping cannot be closed
 
     def ring_bell(self):
         """Wake the bridge's router if it sleeps (as a real port's futex_wake does)."""
