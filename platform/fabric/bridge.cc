@@ -62,7 +62,95 @@ int listen_on(const std::string &path, int type, std::string &err)
     return s;
 }
 
-void welcome(int s, uint16_t status, const char *msg, const int *fds, int nfds)
+// Seals that make a shared-memory object's size final: no holder of a descriptor can shrink it
+// (which makes every other mapping of the lost pages fault with SIGBUS) or grow it.
+constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+
+int sealed_memfd(const char *name, size_t size)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) return -1;
+    if (ftruncate(fd, off_t(size)) < 0 || fcntl(fd, F_ADD_SEALS, kSeals) < 0) {
+        const int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+// Append `s` as the content of a JSON string: quotes, backslashes and control characters
+// escaped, valid UTF-8 kept, every byte that is not part of a valid UTF-8 sequence replaced by
+// U+FFFD. Peer-chosen text (node names, commands) goes through here.
+void json_escape(std::string &o, const std::string &s)
+{
+    static const char hex[] = "0123456789abcdef";
+    const auto *p = reinterpret_cast<const unsigned char *>(s.data());
+    const size_t n = s.size();
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = p[i];
+        if (c == '"' || c == '\\') {
+            o += '\\';
+            o += char(c);
+            i++;
+            continue;
+        }
+        if (c < 0x20 || c == 0x7f) {
+            o += "\\u00";
+            o += hex[c >> 4];
+            o += hex[c & 15];
+            i++;
+            continue;
+        }
+        if (c < 0x80) {
+            o += char(c);
+            i++;
+            continue;
+        }
+        // Multi-byte: the lead byte's length and the ranges of RFC 3629 (no overlong forms,
+        // no surrogates, nothing above U+10FFFF).
+        size_t len = 0;
+        unsigned char lo = 0x80, hi = 0xbf;
+        if (c >= 0xc2 && c <= 0xdf) {
+            len = 2;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            len = 3;
+            if (c == 0xe0) lo = 0xa0;
+            if (c == 0xed) hi = 0x9f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            len = 4;
+            if (c == 0xf0) lo = 0x90;
+            if (c == 0xf4) hi = 0x8f;
+        }
+        bool ok = len && i + len <= n && p[i + 1] >= lo && p[i + 1] <= hi;
+        for (size_t k = 2; ok && k < len; k++) ok = (p[i + k] & 0xc0) == 0x80;
+        if (ok) {
+            o.append(s, i, len);
+            i += len;
+        } else {
+            o += "\\ufffd";
+            i++;
+        }
+    }
+}
+
+// Peer-chosen text for a log line: printable ASCII, everything else as \xNN.
+std::string printable(const std::string &s)
+{
+    std::string o;
+    for (unsigned char c : s) {
+        if (c >= 0x20 && c < 0x7f && c != '\\') {
+            o += char(c);
+        } else {
+            char b[5];
+            snprintf(b, sizeof b, "\\x%02x", c);
+            o += b;
+        }
+    }
+    return o;
+}
+
+bool welcome(int s, uint16_t status, const char *msg, const int *fds, int nfds)
 {
     rkf_welcome w{};
     w.magic = RKF_HELLO_MAGIC;
@@ -86,7 +174,7 @@ void welcome(int s, uint16_t status, const char *msg, const int *fds, int nfds)
         c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
         std::memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
     }
-    (void)sendmsg(s, &mh, MSG_NOSIGNAL);
+    return sendmsg(s, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == ssize_t(sizeof w);
 }
 
 } // namespace
@@ -94,6 +182,8 @@ void welcome(int s, uint16_t status, const char *msg, const int *fds, int nfds)
 Bridge::Bridge(Options o) : opt_(std::move(o))
 {
     if (opt_.max_nodes == 0 || opt_.max_nodes > RKF_MAX_NODES) opt_.max_nodes = RKF_MAX_NODES;
+    if (opt_.max_outstanding == 0) opt_.max_outstanding = 1;
+    if (opt_.max_pending == 0) opt_.max_pending = 1;
 }
 
 Bridge::~Bridge()
@@ -103,6 +193,8 @@ Bridge::~Bridge()
     for (unsigned i = 0; i < RKF_MAX_NODES; i++) {
         if (ports_[i].state == State::Up) drop_port(i, "bridge shutting down");
     }
+    for (Conn &c : conns_) close(c.fd);
+    conns_.clear();
     for (int fd : {listen_fd_, ctl_fd_, wake_pipe_[0], wake_pipe_[1], bell_fd_}) {
         if (fd >= 0) close(fd);
     }
@@ -143,8 +235,8 @@ bool Bridge::start(std::string &err)
         err = std::string("pipe: ") + strerror(errno);
         return false;
     }
-    bell_fd_ = memfd_create("rackemu-bridge-doorbell", MFD_CLOEXEC);
-    if (bell_fd_ < 0 || ftruncate(bell_fd_, sizeof(Doorbell)) < 0) {
+    bell_fd_ = sealed_memfd("rackemu-bridge-doorbell", sizeof(Doorbell));
+    if (bell_fd_ < 0) {
         err = std::string("memfd for the doorbell: ") + strerror(errno);
         return false;
     }
@@ -170,18 +262,114 @@ void Bridge::stop()
     if (bell_) futex_wake(&bell_->sleeping);
 }
 
-void Bridge::accept_node()
+void Bridge::accept_conns(int lfd, bool control)
 {
-    int s = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (s < 0) return;
-    pollfd pfd{s, POLLIN, 0};
-    rkf_hello h{};
-    ssize_t n = -1;
-    if (poll(&pfd, 1, 2000) > 0) n = recv(s, &h, sizeof h, MSG_DONTWAIT);
+    // A handful per round: the other connections and the ports get their turn in between.
+    for (int k = 0; k < 16; k++) {
+        int s = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (s < 0) return;
+        unsigned same = 0;
+        for (const Conn &c : conns_) same += c.control == control;
+        if (same >= opt_.max_pending) {
+            // Too many in progress: the oldest of this kind goes (a flood of silent
+            // connections cannot lock out a client that talks).
+            for (auto it = conns_.begin(); it != conns_.end(); ++it) {
+                if (it->control != control) continue;
+                std::lock_guard lk(mu_);
+                conn_evicted_++;
+                if (!control) {
+                    refused_handshakes_++;
+                    welcome(it->fd, RKF_WELCOME_MALFORMED, "too many handshakes in progress", nullptr, 0);
+                }
+                log("%s connection evicted: %u in progress", control ? "control" : "handshake", same);
+                close(it->fd);
+                conns_.erase(it);
+                break;
+            }
+        }
+        Conn c;
+        c.fd = s;
+        c.control = control;
+        c.deadline_ns = now_ns() + uint64_t(control ? opt_.control_timeout_ms : opt_.handshake_timeout_ms) * 1000000ull;
+        conns_.push_back(std::move(c));
+    }
+}
+
+bool Bridge::service_conn(Conn &c, short revents, uint64_t now)
+{
+    if (!c.control) {
+        if (revents) {
+            rkf_hello h{};
+            ssize_t n = recv(c.fd, &h, sizeof h, MSG_DONTWAIT);
+            if (n < 0 && (errno == EAGAIN || errno == EINTR)) return false;
+            handshake(c.fd, h, n);
+            return true;
+        }
+        if (now < c.deadline_ns) return false;
+        std::lock_guard lk(mu_);
+        conn_timeouts_++;
+        refused_handshakes_++;
+        log("refused a node: no rkf_hello within %u ms", opt_.handshake_timeout_ms);
+        const std::string msg = "no rkf_hello within " + std::to_string(opt_.handshake_timeout_ms) + " ms";
+        welcome(c.fd, RKF_WELCOME_MALFORMED, msg.c_str(), nullptr, 0);
+        close(c.fd);
+        return true;
+    }
+    if (!c.replying) {
+        bool eof = false;
+        if (revents) {
+            char buf[256];
+            ssize_t n = recv(c.fd, buf, sizeof buf - std::min<size_t>(c.in.size(), 255), MSG_DONTWAIT);
+            if (n > 0) {
+                c.in.append(buf, size_t(n));
+            } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+                eof = true;
+            }
+        }
+        std::string trimmed = c.in;
+        while (!trimmed.empty() && (trimmed.back() == '\r' || trimmed.back() == ' ')) trimmed.pop_back();
+        const bool complete = eof || c.in.find('\n') != std::string::npos || c.in.size() >= 128 ||
+                              trimmed == "stats" || trimmed == "shutdown";
+        if (!complete) {
+            if (now < c.deadline_ns) return false;
+            std::lock_guard lk(mu_);
+            conn_timeouts_++;
+        }
+        c.out = control_reply(c.in.substr(0, c.in.find('\n')));
+        c.replying = true;
+        c.deadline_ns = now + 2000000000ull;
+        revents = POLLOUT;
+    }
+    if (revents & (POLLOUT | POLLHUP | POLLERR)) {
+        while (c.sent < c.out.size()) {
+            ssize_t n = send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (n > 0) {
+                c.sent += size_t(n);
+                continue;
+            }
+            if (n < 0 && errno == EAGAIN) break;
+            close(c.fd); // the client went away
+            return true;
+        }
+        if (c.sent == c.out.size()) {
+            close(c.fd);
+            return true;
+        }
+    }
+    if (now < c.deadline_ns) return false;
+    std::lock_guard lk(mu_);
+    conn_timeouts_++;
+    close(c.fd);
+    return true;
+}
+
+void Bridge::handshake(int s, const rkf_hello &hello, ssize_t n)
+{
+    rkf_hello h = hello;
     std::lock_guard lk(mu_);
     auto refuse = [&](uint16_t st, const std::string &msg) {
         refused_handshakes_++;
-        log("refused a node: %s", msg.c_str());
+        log("refused a node: %s", printable(msg).c_str());
         welcome(s, st, msg.c_str(), nullptr, 0);
         close(s);
     };
@@ -202,25 +390,35 @@ void Bridge::accept_node()
     Port &p = ports_[h.node_id];
     if (p.state == State::Up) {
         refuse(RKF_WELCOME_DUPLICATE, "node id " + std::to_string(h.node_id) + " is already connected (" +
-                                          p.name + ")");
+                                          printable(p.name) + ")");
         return;
     }
-    int mfd = memfd_create("rackemu-port", MFD_CLOEXEC);
+    // Sealed: the node can neither shrink the object under the bridge's mapping (SIGBUS in the
+    // router) nor grow it; it may only read and write the rings, which the bridge validates.
+    int mfd = sealed_memfd("rackemu-port", sizeof(PortShm));
     void *m = MAP_FAILED;
-    if (mfd >= 0 && ftruncate(mfd, sizeof(PortShm)) == 0) {
+    if (mfd >= 0) {
         m = mmap(nullptr, sizeof(PortShm), PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
     }
     if (m == MAP_FAILED) {
+        const std::string why = strerror(errno);
         if (mfd >= 0) close(mfd);
-        refuse(RKF_WELCOME_NO_RESOURCES, std::string("bridge cannot allocate port memory: ") + strerror(errno));
+        refuse(RKF_WELCOME_NO_RESOURCES, "bridge cannot allocate port memory: " + why);
         return;
     }
     auto *shm = static_cast<PortShm *>(m);
     shm->magic = RKF_SHM_MAGIC;
     shm->version = RKF_PROTO_VERSION;
     int fds[2] = {mfd, bell_fd_};
-    welcome(s, RKF_WELCOME_OK, "welcome", fds, 2);
+    const bool sent = welcome(s, RKF_WELCOME_OK, "welcome", fds, 2);
     close(mfd);
+    if (!sent) {
+        munmap(shm, sizeof(PortShm));
+        close(s);
+        refused_handshakes_++;
+        log("node %u went away during its handshake", unsigned(h.node_id));
+        return;
+    }
     h.name[sizeof h.name - 1] = 0;
     p.state = State::Up;
     p.sock = s;
@@ -229,10 +427,14 @@ void Bridge::accept_node()
     p.caps = h.caps;
     p.overflow.clear();
     p.c.connects++;
-    log("node %u connected (%s, caps 0x%x, sees %u nodes)", unsigned(h.node_id), p.name.c_str(), h.caps,
+    p.c.outstanding = 0;
+    log("node %u connected (%s, caps 0x%x, sees %u nodes)", unsigned(h.node_id), printable(p.name).c_str(), h.caps,
         h.node_count);
 }
 
+// An error reply on behalf of the destination: src is the node the request went to (not the
+// bridge), so a requester that accepts replies only from the node it asked (docs/fabric.md,
+// "Replies") accepts it; the status says that the bridge answered.
 void Bridge::error_reply_locked(const rkf_frame_hdr &req, uint16_t status)
 {
     if (req.type != RKF_T_REQ) return;
@@ -251,6 +453,16 @@ void Bridge::error_reply_locked(const rkf_frame_hdr &req, uint16_t status)
     }
 }
 
+bool Bridge::settle_locked(uint16_t dst, uint16_t src, uint8_t svc, uint16_t op, uint64_t tag)
+{
+    auto it = outstanding_.find({dst, src, svc, op, tag});
+    if (it == outstanding_.end()) return false;
+    if (--it->second == 0) outstanding_.erase(it);
+    outstanding_total_--;
+    if (ports_[src].c.outstanding) ports_[src].c.outstanding--;
+    return true;
+}
+
 void Bridge::drop_port(unsigned id, const char *why)
 {
     std::lock_guard lk(mu_);
@@ -262,28 +474,35 @@ void Bridge::drop_port(unsigned id, const char *why)
     munmap(p.shm, sizeof(PortShm));
     p.shm = nullptr;
     p.c.disconnects++;
-    // Requests the dead node will never answer: tell their senders.
+    // Requests the dead node will never answer: tell their senders. Requests it sent are
+    // forgotten (a reply to them finds no requester).
     unsigned failed = 0;
     for (auto it = outstanding_.begin(); it != outstanding_.end();) {
-        auto [dst, src, svc, tag] = it->first;
+        auto [dst, src, svc, op, tag] = it->first;
         if (dst == id || src == id) {
-            if (dst == id) {
+            const uint32_t count = it->second;
+            if (dst == id && src != id) {
                 rkf_frame_hdr req{};
                 req.type = RKF_T_REQ;
                 req.svc = svc;
+                req.op = op;
                 req.src = src;
                 req.dst = dst;
                 req.tag = tag;
-                for (uint16_t k = 0; k < it->second; k++) {
+                for (uint32_t k = 0; k < count; k++) {
                     error_reply_locked(req, RKF_ST_NODE_GONE);
                     failed++;
                 }
             }
+            outstanding_total_ -= count;
+            Port &requester = ports_[src];
+            requester.c.outstanding -= std::min<uint64_t>(requester.c.outstanding, count);
             it = outstanding_.erase(it);
         } else {
             ++it;
         }
     }
+    p.c.outstanding = 0;
     p.overflow.clear(); // requests among them are in outstanding_ and were answered above
     log("node %u disconnected (%s); %u outstanding request(s) answered NODE_GONE", id, why, failed);
 }
@@ -309,7 +528,7 @@ bool Bridge::deliver_locked(unsigned dst, const rkf_frame_hdr &h, const unsigned
     log("queue for node %u overflowed (%zu frames); frame from node %u dropped", dst, d.overflow.size(),
         unsigned(h.src));
     if (h.type == RKF_T_REQ) {
-        outstanding_.erase({h.dst, h.src, h.svc, h.tag});
+        settle_locked(h.dst, h.src, h.svc, h.op, h.tag);
         error_reply_locked(h, RKF_ST_CONGESTED);
     }
     return false;
@@ -333,9 +552,6 @@ bool Bridge::route_locked(unsigned src, const rkf_frame_hdr &h, const unsigned c
         return false;
     }
     const bool present = h.dst < opt_.max_nodes && ports_[h.dst].state == State::Up;
-    if (h.type == RKF_T_REPLY) {
-        outstanding_.erase({uint16_t(src), h.dst, h.svc, h.tag});
-    }
     if (!present) {
         noroute_++;
         s.c.drops++;
@@ -344,8 +560,29 @@ bool Bridge::route_locked(unsigned src, const rkf_frame_hdr &h, const unsigned c
         }
         return false;
     }
+    if (h.type == RKF_T_REPLY && !settle_locked(uint16_t(src), h.dst, h.svc, h.op, h.tag)) {
+        // Not the answer to a request the bridge routed from h.dst to this node: a forgery,
+        // a duplicate, or late after the requester went away. The requester never sees it.
+        unsolicited_++;
+        s.c.errors++;
+        s.c.drops++;
+        log("dropped a reply from node %u to node %u (service %u, tag 0x%" PRIx64 ") that answers no request "
+            "routed to node %u",
+            src, unsigned(h.dst), unsigned(h.svc), h.tag, src);
+        return false;
+    }
     if (h.type == RKF_T_REQ) {
-        outstanding_[{h.dst, h.src, h.svc, h.tag}]++;
+        if (s.c.outstanding >= opt_.max_outstanding) {
+            over_cap_++;
+            s.c.drops++;
+            log("node %u has %" PRIu64 " requests outstanding (the cap); request to node %u answered CONGESTED", src,
+                s.c.outstanding, unsigned(h.dst));
+            error_reply_locked(h, RKF_ST_CONGESTED);
+            return false;
+        }
+        outstanding_[{h.dst, h.src, h.svc, h.op, h.tag}]++;
+        outstanding_total_++;
+        s.c.outstanding++;
     }
     return deliver_locked(h.dst, h, payload);
 }
@@ -427,8 +664,10 @@ std::string Bridge::stats_json()
     std::ostringstream o;
     o << "{\"uptime_s\":" << (now_ns() - start_ns_) / 1e9 << ",\"max_nodes\":" << opt_.max_nodes
       << ",\"malformed\":" << malformed_ << ",\"noroute\":" << noroute_ << ",\"spoofed\":" << spoofed_
-      << ",\"congested\":" << congested_ << ",\"refused_handshakes\":" << refused_handshakes_
-      << ",\"outstanding\":" << outstanding_.size() << ",\"router_sleeps\":" << router_sleeps_ << ",\"ports\":[";
+      << ",\"unsolicited\":" << unsolicited_ << ",\"congested\":" << congested_ << ",\"over_cap\":" << over_cap_
+      << ",\"refused_handshakes\":" << refused_handshakes_ << ",\"conn_timeouts\":" << conn_timeouts_
+      << ",\"conn_evicted\":" << conn_evicted_ << ",\"outstanding\":" << outstanding_total_
+      << ",\"max_outstanding\":" << opt_.max_outstanding << ",\"router_sleeps\":" << router_sleeps_ << ",\"ports\":[";
     bool first = true;
     for (unsigned i = 0; i < opt_.max_nodes; i++) {
         const Port &p = ports_[i];
@@ -436,39 +675,29 @@ std::string Bridge::stats_json()
         if (!first) o << ",";
         first = false;
         std::string name;
-        for (char ch : p.name) {
-            if (ch == '"' || ch == '\\') name += '\\';
-            if (static_cast<unsigned char>(ch) >= 0x20) name += ch;
-        }
+        json_escape(name, p.name);
         o << "{\"node\":" << i << ",\"state\":\"" << (p.state == State::Up ? "up" : "down") << "\",\"name\":\""
           << name << "\",\"frames_in\":" << p.c.frames_in << ",\"frames_out\":" << p.c.frames_out
           << ",\"bytes_in\":" << p.c.bytes_in << ",\"bytes_out\":" << p.c.bytes_out << ",\"drops\":" << p.c.drops
           << ",\"errors\":" << p.c.errors << ",\"connects\":" << p.c.connects
-          << ",\"disconnects\":" << p.c.disconnects << ",\"queued\":" << p.overflow.size() << "}";
+          << ",\"disconnects\":" << p.c.disconnects << ",\"queued\":" << p.overflow.size()
+          << ",\"outstanding\":" << p.c.outstanding << "}";
     }
     o << "]}";
     return o.str();
 }
 
-void Bridge::handle_control(int fd)
+std::string Bridge::control_reply(std::string cmd)
 {
-    pollfd pfd{fd, POLLIN, 0};
-    char buf[128] = {};
-    ssize_t n = 0;
-    if (poll(&pfd, 1, 1000) > 0) n = recv(fd, buf, sizeof buf - 1, 0);
-    std::string cmd(buf, n > 0 ? size_t(n) : 0);
     while (!cmd.empty() && (cmd.back() == '\n' || cmd.back() == '\r' || cmd.back() == ' ')) cmd.pop_back();
-    std::string reply;
-    if (cmd == "stats") {
-        reply = stats_json() + "\n";
-    } else if (cmd == "shutdown") {
-        reply = "{\"ok\":true}\n";
+    if (cmd == "stats") return stats_json() + "\n";
+    if (cmd == "shutdown") {
         stop();
-    } else {
-        reply = "{\"error\":\"unknown command '" + cmd.substr(0, 32) + "'; commands: stats, shutdown\"}\n";
+        return "{\"ok\":true}\n";
     }
-    (void)!send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
-    close(fd);
+    std::string reply = "{\"error\":\"unknown command '";
+    json_escape(reply, cmd.substr(0, 32));
+    return reply + "'; commands: stats, shutdown\"}\n";
 }
 
 void Bridge::run()
@@ -486,11 +715,20 @@ void Bridge::run()
                 }
             }
         }
-        if (poll(pfds.data(), pfds.size(), 1000) < 0 && errno != EINTR) break;
-        if (pfds[0].revents & POLLIN) accept_node();
-        if (pfds[1].revents & POLLIN) {
-            int c = accept4(ctl_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-            if (c >= 0) handle_control(c);
+        // Connections in progress, and the nearest of their deadlines.
+        const size_t first_conn = pfds.size();
+        uint64_t now = now_ns(), next = now + 1000000000ull;
+        for (const Conn &c : conns_) {
+            pfds.push_back({c.fd, short(c.replying ? POLLOUT : POLLIN), 0});
+            next = std::min(next, c.deadline_ns);
+        }
+        const int timeout_ms = next > now ? int((next - now + 999999) / 1000000) : 0;
+        if (poll(pfds.data(), pfds.size(), timeout_ms) < 0 && errno != EINTR) break;
+        now = now_ns();
+        if (pfds[2].revents & POLLIN) {
+            char b[64];
+            while (read(wake_pipe_[0], b, sizeof b) > 0) {
+            }
         }
         for (size_t k = 0; k < ids.size(); k++) {
             if (!pfds[3 + k].revents) continue;
@@ -503,8 +741,20 @@ void Bridge::run()
                 ports_[ids[k]].c.errors++; // nothing is expected on the socket after the handshake
             }
         }
+        // Every connection in progress makes what progress it can without blocking; the ones
+        // past their deadline are closed. Then new ones are accepted.
+        std::vector<Conn> keep;
+        keep.reserve(conns_.size());
+        for (size_t k = 0; k < conns_.size(); k++) {
+            if (!service_conn(conns_[k], pfds[first_conn + k].revents, now)) keep.push_back(std::move(conns_[k]));
+        }
+        conns_.swap(keep);
+        if (pfds[0].revents & POLLIN) accept_conns(listen_fd_, false);
+        if (pfds[1].revents & POLLIN) accept_conns(ctl_fd_, true);
     }
     stopping_ = true;
+    for (Conn &c : conns_) close(c.fd);
+    conns_.clear();
     futex_wake(&bell_->sleeping);
     if (router_.joinable()) router_.join();
 }

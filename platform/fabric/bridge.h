@@ -6,6 +6,12 @@
 // every port's to_bridge ring to the destination's to_node ring, answering requests for
 // absent or dead nodes with error replies, so no sender waits forever. A control socket
 // answers `stats` with JSON and `shutdown`.
+//
+// Every peer is untrusted (docs/fabric.md, "Bad input"): the shared memory it is handed is
+// sealed against truncation, its frames are validated, its replies are delivered only if they
+// answer a request the bridge routed to it, its unanswered requests are capped, and its
+// handshake and control connections are non-blocking state machines with deadlines, so no peer
+// can crash the bridge, stall its main loop, or grow its state without bound.
 #pragma once
 
 #include <array>
@@ -26,6 +32,7 @@ namespace rackemu::fabric {
 struct PortCounters {
     uint64_t frames_in = 0, frames_out = 0, bytes_in = 0, bytes_out = 0, drops = 0, errors = 0;
     uint64_t connects = 0, disconnects = 0;
+    uint64_t outstanding = 0; // requests this port sent that are not answered yet
 };
 
 class Bridge {
@@ -35,6 +42,12 @@ public:
         unsigned max_nodes = RKF_MAX_NODES;
         bool verbose = false;
         size_t overflow_limit = 65536; // frames queued per destination beyond its ring
+        // Requests a port may have outstanding (routed, not answered); more are answered
+        // CONGESTED. Covers the RMC's default window (1024 blocks per destination) to 63 peers.
+        size_t max_outstanding = 65536;
+        unsigned handshake_timeout_ms = 2000; // a connection must send its rkf_hello by then
+        unsigned control_timeout_ms = 1000;   // a control client must send its command by then
+        unsigned max_pending = 32; // handshake (and control) connections in progress; the oldest goes
     };
 
     explicit Bridge(Options o);
@@ -54,6 +67,15 @@ public:
 
 private:
     enum class State { Empty, Up };
+    // A handshake or control connection in progress (non-blocking, owned by the main loop).
+    struct Conn {
+        int fd = -1;
+        bool control = false;
+        uint64_t deadline_ns = 0;
+        std::string in, out; // control: command received so far, answer still to send
+        size_t sent = 0;
+        bool replying = false;
+    };
     struct Port {
         State state = State::Empty;
         int sock = -1;
@@ -64,13 +86,18 @@ private:
         PortCounters c;
     };
 
-    void accept_node();
-    void handle_control(int fd);
+    void accept_conns(int lfd, bool control);
+    // Progress one connection; true when it is finished (closed or handed to a port).
+    bool service_conn(Conn &c, short revents, uint64_t now);
+    void handshake(int s, const rkf_hello &h, ssize_t n);
+    std::string control_reply(std::string cmd);
     void drop_port(unsigned id, const char *why);
     void router();
     bool route_locked(unsigned src, const rkf_frame_hdr &h, const unsigned char *payload);
     bool deliver_locked(unsigned dst, const rkf_frame_hdr &h, const unsigned char *payload);
     void error_reply_locked(const rkf_frame_hdr &req, uint16_t status);
+    // A reply from `dst` answers one outstanding request of `src`: forget it. False if none.
+    bool settle_locked(uint16_t dst, uint16_t src, uint8_t svc, uint16_t op, uint64_t tag);
     void log(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
     Options opt_;
@@ -79,10 +106,16 @@ private:
     Doorbell *bell_ = nullptr;
     std::mutex mu_; // ports_, outstanding_, counters
     std::array<Port, RKF_MAX_NODES> ports_;
-    // Requests routed to a node and not yet answered: (dst, src, svc, tag). Used to answer
-    // NODE_GONE for each of them if the destination dies.
-    std::map<std::tuple<uint16_t, uint16_t, uint8_t, uint64_t>, uint16_t> outstanding_;
+    // Requests routed to a node and not yet answered: (dst, src, svc, op, tag). A reply is
+    // delivered only if it settles one (same svc, op and tag, from the node the request went
+    // to); NODE_GONE answers each of them if the destination dies.
+    // The count is of identical keys (a requester may reuse a tag); each reply settles one.
+    // At most Options::max_outstanding per requester (PortCounters::outstanding).
+    std::map<std::tuple<uint16_t, uint16_t, uint8_t, uint16_t, uint64_t>, uint32_t> outstanding_;
+    uint64_t outstanding_total_ = 0;
     uint64_t malformed_ = 0, noroute_ = 0, spoofed_ = 0, congested_ = 0, refused_handshakes_ = 0;
+    uint64_t unsolicited_ = 0, over_cap_ = 0, conn_timeouts_ = 0, conn_evicted_ = 0;
+    std::vector<Conn> conns_; // main loop only
     uint64_t router_sleeps_ = 0;
     std::atomic<bool> stopping_{false};
     std::thread router_;

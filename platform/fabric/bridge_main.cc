@@ -18,7 +18,7 @@ void on_signal(int) { if (g_bridge) g_bridge->stop(); }
 void usage(FILE *f)
 {
     fprintf(f,
-            "usage: rackemu-bridge --run-dir DIR [--max-nodes N] [--verbose]\n"
+            "usage: rackemu-bridge --run-dir DIR [--max-nodes N] [--max-outstanding N] [--verbose]\n"
             "\n"
             "The rackemu fabric bridge: the rack switch that links the nodes of a cluster.\n"
             "Creates DIR/fabric.sock (nodes connect here: -M rackemu-node,fabric=DIR/fabric.sock)\n"
@@ -27,6 +27,9 @@ void usage(FILE *f)
             "\n"
             "  --run-dir DIR    directory for the sockets (created if missing)\n"
             "  --max-nodes N    node ids accepted are 0..N-1 (1..64, default 64)\n"
+            "  --max-outstanding N\n"
+            "                   requests one node may have unanswered; more are answered\n"
+            "                   CONGESTED (1..1048576, default 65536)\n"
             "  --help           this text\n");
 }
 } // namespace
@@ -54,6 +57,15 @@ int main(int argc, char **argv)
                 return 2;
             }
             o.max_nodes = unsigned(n);
+        } else if (a == "--max-outstanding") {
+            const char *v = value("--max-outstanding");
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end || n < 1 || n > 1048576) {
+                fprintf(stderr, "rackemu-bridge: --max-outstanding %s: expected a number from 1 to 1048576\n", v);
+                return 2;
+            }
+            o.max_outstanding = size_t(n);
         } else if (a == "--verbose") {
             o.verbose = true;
         } else if (a == "--help" || a == "-h") {

@@ -11,8 +11,10 @@
 #include <string>
 #include <thread>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -36,6 +38,28 @@ void fmt(char *err, size_t errlen, const char *f, ...)
     va_start(ap, f);
     vsnprintf(err, errlen, f, ap);
     va_end(ap);
+}
+
+// A shared-memory object handed over by the bridge may be mapped only if nobody can change its
+// size any more (a holder that shrinks it makes every mapping of the lost pages fault with
+// SIGBUS) and it is at least `need` bytes. False with the reason in `err`.
+bool safe_to_map(int fd, size_t need, const char *what, char *err, size_t errlen)
+{
+    const int want = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+    const int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & want) != want) {
+        fmt(err, errlen,
+            "the fabric bridge handed over %s that is not sealed against resizing (seals 0x%x): refusing to map it",
+            what, seals < 0 ? 0 : seals);
+        return false;
+    }
+    struct stat st {};
+    if (fstat(fd, &st) < 0 || st.st_size < 0 || size_t(st.st_size) < need) {
+        fmt(err, errlen, "the fabric bridge handed over %s smaller (%lld bytes) than its %zu bytes", what,
+            (long long)st.st_size, need);
+        return false;
+    }
+    return true;
 }
 } // namespace
 
@@ -133,6 +157,10 @@ int RkFabricPort::connect_once(char *err, size_t errlen)
     }
     if (fds[0] < 0 || fds[1] < 0 || w.ring_slots != RKF_RING_SLOTS || w.slot_size != RKF_SLOT_SIZE) {
         fmt(err, errlen, "fabric bridge handshake carried no shared memory or a different ring geometry");
+        return fail(-2);
+    }
+    if (!safe_to_map(fds[0], sizeof(PortShm), "port memory", err, errlen) ||
+        !safe_to_map(fds[1], sizeof(Doorbell), "a doorbell", err, errlen)) {
         return fail(-2);
     }
     void *m = mmap(nullptr, sizeof(PortShm), PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0);

@@ -6,6 +6,11 @@
 // sent, so a reply that overtakes the send is matched. Replies, link-down and timeouts complete
 // chunks under the table's mutex; the waiting thread spins briefly, then sleeps on the call's
 // completion counter (a futex), and is woken only when it announced it sleeps.
+//
+// A reply completes a chunk only if it comes from the node the chunk was sent to (the bridge
+// guarantees a frame's src; its own error replies carry the destination as src) and answers
+// the same operation; anything else is counted in forged_replies and ignored. Tags start at a
+// random value, so they do not tell one requester's traffic from another's.
 #include "rk_remote_mem.h"
 
 #include <algorithm>
@@ -15,7 +20,10 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <random>
 #include <unordered_map>
+
+#include <sys/random.h>
 
 #include "shm_ring.h"
 
@@ -148,11 +156,11 @@ struct RkRemoteMem {
 
     std::mutex mu; // pending table, call statuses
     std::unordered_map<uint64_t, Pending> pending;
-    uint64_t next_tag = 1;
+    uint64_t next_tag = 1; // a random start (rk_rmem_new)
 
     std::atomic<uint64_t> reads{0}, writes{0}, read_bytes{0}, write_bytes{0}, local{0}, frames{0},
         decode_errors{0}, unreachable{0}, timeouts{0}, served_reads{0}, served_writes{0}, served_bytes{0},
-        served_refused{0}, served_malformed{0}, stray_replies{0};
+        served_refused{0}, served_malformed{0}, stray_replies{0}, forged_replies{0};
 
     void log(const char *f, ...) __attribute__((format(printf, 2, 3)));
     bool in_ram(uint64_t addr, uint64_t len) const
@@ -208,6 +216,15 @@ void RkRemoteMem::on_reply(const rkf_frame_hdr &h, const unsigned char *payload)
     auto it = pending.find(h.tag);
     if (it == pending.end()) {
         stray_replies++;
+        return;
+    }
+    const uint16_t op = it->second.call->write ? RKF_OP_MEM_WRITE : RKF_OP_MEM_READ;
+    if (h.src != it->second.call->node || h.op != op) {
+        // Not from the node this chunk went to, or not an answer to its operation: the chunk
+        // stays pending for the genuine answer (or its timeout).
+        forged_replies++;
+        log("rackemu-rmem: ignored a reply from node %u (op %u) to a %s sent to node %u", unsigned(h.src),
+            unsigned(h.op), op == RKF_OP_MEM_WRITE ? "write" : "read", it->second.call->node);
         return;
     }
     Pending p = it->second;
@@ -397,6 +414,11 @@ RkRemoteMem *rk_rmem_new(RkFabricPort *port, unsigned node_id, uint64_t ram_base
     m->timeout_ms = timeout_ms ? timeout_ms : 1;
     m->log_fn = log;
     m->log_opaque = log_opaque;
+    uint64_t seed = 0;
+    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != sizeof seed) {
+        seed = std::random_device{}() ^ (now_ns() << 20);
+    }
+    m->next_tag = seed | 1; // never 0
     if (port) {
         rk_fabric_port_register(port, RKF_SVC_MEM, rmem_on_request, rmem_on_reply, rmem_on_link, m);
     }
@@ -452,6 +474,7 @@ void rk_rmem_get_stats(RkRemoteMem *m, struct rk_rmem_stats *o)
     o->served_refused = m->served_refused;
     o->served_malformed = m->served_malformed;
     o->stray_replies = m->stray_replies;
+    o->forged_replies = m->forged_replies;
 }
 
 } // extern "C"

@@ -4,9 +4,20 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "bridge.h"
 #include "rk_fabric_port.h"
@@ -17,11 +28,13 @@ struct BridgeRig {
     std::string dir;
     Bridge *bridge = nullptr;
     std::thread thr;
-    BridgeRig()
+    explicit BridgeRig(Bridge::Options o = {})
     {
         char tmpl[] = "/tmp/rackemu-test-XXXXXX";
         dir = mkdtemp(tmpl);
-        bridge = new Bridge(Bridge::Options{dir, 8});
+        o.run_dir = dir;
+        o.max_nodes = 8;
+        bridge = new Bridge(o);
         std::string err;
         EXPECT_TRUE(bridge->start(err)) << err;
         thr = std::thread([this] { bridge->run(); });
@@ -49,6 +62,204 @@ struct BridgeRig {
         return p;
     }
 };
+
+inline int unix_connect(const std::string &path, int type, int flags = 0)
+{
+    int s = socket(AF_UNIX, type | SOCK_CLOEXEC | flags, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
+    if (s >= 0 && connect(s, reinterpret_cast<sockaddr *>(&sa), sizeof sa) < 0) {
+        close(s);
+        return -1;
+    }
+    return s;
+}
+
+// One command on the bridge's control socket, the way the launcher sends it; the answer read
+// until EOF, or "" if none came within `timeout_ms`.
+inline std::string control(const std::string &dir, const std::string &cmd, int timeout_ms = 5000)
+{
+    int s = unix_connect(dir + "/bridge.ctl", SOCK_STREAM);
+    if (s < 0) return "";
+    (void)!send(s, cmd.data(), cmd.size(), MSG_NOSIGNAL);
+    std::string out;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+        pollfd pfd{s, POLLIN, 0};
+        if (left.count() <= 0 || poll(&pfd, 1, int(left.count())) <= 0) {
+            out.clear();
+            break;
+        }
+        char buf[4096];
+        ssize_t n = recv(s, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        out.append(buf, size_t(n));
+    }
+    close(s);
+    return out;
+}
+
+// A fake node speaking the handshake by hand: it keeps the file descriptors the bridge hands
+// out (the port's shared memory and the doorbell), which a real port maps and closes.
+struct RawNode {
+    int sock = -1, shm_fd = -1, bell_fd = -1;
+    rkf_welcome w{};
+    ssize_t n = -1;
+    explicit RawNode(const std::string &dir, unsigned id, const char *name = "raw node", size_t name_len = 0)
+    {
+        sock = unix_connect(dir + "/fabric.sock", SOCK_SEQPACKET);
+        if (sock < 0) return;
+        rkf_hello h{};
+        h.magic = RKF_HELLO_MAGIC;
+        h.version = RKF_PROTO_VERSION;
+        h.node_id = uint16_t(id);
+        h.node_count = 8;
+        std::memcpy(h.name, name, std::min(sizeof h.name, name_len ? name_len : std::strlen(name) + 1));
+        if (send(sock, &h, sizeof h, MSG_NOSIGNAL) != sizeof h) return;
+        iovec iov{&w, sizeof w};
+        alignas(cmsghdr) char cbuf[CMSG_SPACE(2 * sizeof(int))];
+        msghdr mh{};
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = cbuf;
+        mh.msg_controllen = sizeof cbuf;
+        pollfd pfd{sock, POLLIN, 0};
+        if (poll(&pfd, 1, 5000) <= 0) return;
+        n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+        for (cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+                int fds[2] = {-1, -1};
+                std::memcpy(fds, CMSG_DATA(c), std::min<size_t>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int), 2) * sizeof(int));
+                shm_fd = fds[0];
+                bell_fd = fds[1];
+            }
+        }
+    }
+    bool welcomed() const { return n == sizeof w && w.status == RKF_WELCOME_OK && shm_fd >= 0 && bell_fd >= 0; }
+    ~RawNode()
+    {
+        for (int fd : {sock, shm_fd, bell_fd})
+            if (fd >= 0) close(fd);
+    }
+};
+
+// A fake bridge: answers one handshake with port memory and a doorbell it made itself (sealed
+// as the real bridge does, or not), then lets the test read what the node sends and inject
+// what the "bridge" delivers, frame by frame.
+struct FakeBridge {
+    std::string dir, path;
+    int lfd = -1, conn = -1, shm_fd = -1, bell_fd = -1;
+    PortShm *shm = nullptr;
+    Doorbell *bell = nullptr;
+    std::thread thr;
+    explicit FakeBridge(bool seal = true, size_t shm_size = sizeof(PortShm))
+    {
+        char tmpl[] = "/tmp/rackemu-fake-XXXXXX";
+        dir = mkdtemp(tmpl);
+        path = dir + "/fabric.sock";
+        lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        sockaddr_un sa{};
+        sa.sun_family = AF_UNIX;
+        std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
+        EXPECT_EQ(bind(lfd, reinterpret_cast<sockaddr *>(&sa), sizeof sa), 0);
+        EXPECT_EQ(listen(lfd, 4), 0);
+        const unsigned flags = MFD_CLOEXEC | (seal ? MFD_ALLOW_SEALING : 0u);
+        shm_fd = memfd_create("fake-port", flags);
+        bell_fd = memfd_create("fake-bell", flags);
+        EXPECT_EQ(ftruncate(shm_fd, off_t(shm_size)), 0);
+        EXPECT_EQ(ftruncate(bell_fd, sizeof(Doorbell)), 0);
+        if (seal) {
+            for (int fd : {shm_fd, bell_fd})
+                EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+        }
+        if (shm_size >= sizeof(PortShm)) {
+            shm = static_cast<PortShm *>(
+                mmap(nullptr, sizeof(PortShm), PROT_READ | PROT_WRITE, MAP_SHARED, shm_fd, 0));
+            shm->magic = RKF_SHM_MAGIC;
+            shm->version = RKF_PROTO_VERSION;
+        }
+        bell = static_cast<Doorbell *>(mmap(nullptr, sizeof(Doorbell), PROT_READ | PROT_WRITE, MAP_SHARED, bell_fd, 0));
+        thr = std::thread([this] {
+            pollfd pfd{lfd, POLLIN, 0};
+            if (poll(&pfd, 1, 5000) <= 0) return;
+            conn = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+            rkf_hello h{};
+            if (conn < 0 || recv(conn, &h, sizeof h, 0) != sizeof h) return;
+            rkf_welcome w{};
+            w.magic = RKF_HELLO_MAGIC;
+            w.version = RKF_PROTO_VERSION;
+            w.status = RKF_WELCOME_OK;
+            w.ring_slots = RKF_RING_SLOTS;
+            w.slot_size = RKF_SLOT_SIZE;
+            w.max_nodes = RKF_MAX_NODES;
+            iovec iov{&w, sizeof w};
+            msghdr mh{};
+            mh.msg_iov = &iov;
+            mh.msg_iovlen = 1;
+            alignas(cmsghdr) char cbuf[CMSG_SPACE(2 * sizeof(int))]{};
+            mh.msg_control = cbuf;
+            mh.msg_controllen = sizeof cbuf;
+            cmsghdr *c = CMSG_FIRSTHDR(&mh);
+            c->cmsg_level = SOL_SOCKET;
+            c->cmsg_type = SCM_RIGHTS;
+            c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+            int fds[2] = {shm_fd, bell_fd};
+            std::memcpy(CMSG_DATA(c), fds, sizeof fds);
+            (void)!sendmsg(conn, &mh, MSG_NOSIGNAL);
+        });
+    }
+    void join()
+    {
+        if (thr.joinable()) thr.join();
+    }
+    // The next frame the node sent, waiting up to 5 s.
+    bool next_from_node(rkf_frame_hdr &h, unsigned char *payload)
+    {
+        const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (std::chrono::steady_clock::now() < end) {
+            if (ring_pop(shm->to_bridge, h, payload) == PopResult::Ok) return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        return false;
+    }
+    // Deliver a frame to the node exactly as given.
+    bool to_node(const rkf_frame_hdr &h, const void *payload)
+    {
+        if (!ring_push(shm->to_node, h, payload)) return false;
+        futex_wake(&shm->to_node.ctl.sleeping);
+        return true;
+    }
+    ~FakeBridge()
+    {
+        join();
+        if (shm) munmap(shm, sizeof(PortShm));
+        if (bell) munmap(bell, sizeof(Doorbell));
+        for (int fd : {lfd, conn, shm_fd, bell_fd})
+            if (fd >= 0) close(fd);
+        std::system(("rm -rf " + dir).c_str());
+    }
+};
+
+// Is `s` valid UTF-8 without raw control characters (what a strict JSON parser accepts)?
+inline bool json_text_ok(const std::string &s)
+{
+    for (size_t i = 0; i < s.size();) {
+        const unsigned char c = static_cast<unsigned char>(s[i]);
+        if (c < 0x20 && c != '\n') return false;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c <= 0xDF ? 2 : 0;
+        if (!len || i + len > s.size()) return false;
+        for (size_t k = 1; k < len; k++)
+            if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+        i += len;
+    }
+    return true;
+}
 
 inline rkf_frame_hdr request(uint8_t svc, uint16_t dst, uint64_t tag, uint16_t len)
 {

@@ -9,6 +9,16 @@
  * descriptors (SCM_RIGHTS): the port's shared-memory object (two single-producer
  * single-consumer frame rings) and the bridge's doorbell page. Frames then travel only
  * through shared memory; the socket stays open for liveness (its hang-up means the peer died).
+ * Both objects are memfds sealed with F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, so no holder
+ * can resize them under another's mapping; a node maps them only if F_GET_SEALS shows those
+ * seals and they are at least as large as the structures they hold.
+ *
+ * Replies (docs/fabric.md, "Replies"): the bridge delivers an RKF_T_REPLY only if it settles a
+ * request it routed from the reply's dst to the port the reply came from, with the same svc, op
+ * and tag; others are dropped and counted ("unsolicited"). Error replies the bridge generates
+ * (RKF_ST_NOROUTE, RKF_ST_NODE_GONE, RKF_ST_CONGESTED) carry src = the node the request was
+ * addressed to, never a bridge id: a requester that accepts a reply only from the node it
+ * asked (as it should) accepts them too, and tells them apart by their status.
  */
 #ifndef RACKEMU_FABRIC_PROTO_H
 #define RACKEMU_FABRIC_PROTO_H
@@ -71,9 +81,11 @@ struct rkf_welcome {
 /* Reply status (rkf_frame_hdr.status of an RKF_T_REPLY) */
 #define RKF_ST_OK        0u
 #define RKF_ST_REFUSED   1u /* service-level refusal (e.g. mailbox FIFO full: NACK) */
+/* The three bridge statuses below come with src = the request's dst (see the top of the file). */
 #define RKF_ST_NOROUTE   2u /* bridge: destination node absent */
 #define RKF_ST_NODE_GONE 3u /* bridge: destination died with the request outstanding */
-#define RKF_ST_CONGESTED 4u /* bridge: destination queue overflowed, request dropped */
+#define RKF_ST_CONGESTED 4u /* bridge: destination queue overflowed, or the requester has the
+                               bridge's --max-outstanding requests unanswered; request dropped */
 #define RKF_ST_BAD_FRAME 5u /* destination could not parse the request */
 #define RKF_ST_LINK_DOWN 6u /* local: this node's fabric link is down */
 
@@ -82,11 +94,13 @@ struct rkf_frame_hdr {
     uint8_t type;     /* RKF_T_* */
     uint8_t svc;      /* RKF_SVC_* */
     uint16_t op;      /* service-specific operation */
-    uint16_t src;     /* sender node; the bridge drops frames whose src is not the port's node */
+    uint16_t src;     /* sender node; the bridge drops frames whose src is not the port's node
+                         (bridge error replies: the request's dst) */
     uint16_t dst;     /* destination node */
     uint16_t len;     /* payload bytes following the header */
     uint16_t status;  /* RKF_ST_* in replies, 0 otherwise */
-    uint64_t tag;     /* chosen by the requester, echoed in the reply */
+    uint64_t tag;     /* chosen by the requester, echoed in the reply (with svc, op: matched by
+                         the bridge against the requests it routed) */
     uint64_t ts_ns;   /* sender's CLOCK_MONOTONIC at send time (for latency figures) */
 };
 
