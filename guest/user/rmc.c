@@ -12,6 +12,7 @@
  *   rmc atomic --id N --node D --off O --op faa|cas --count K
  *   rmc async-read --id N --node D --len L --count K [--window W] [--timeout-ms T]
  *   rmc check | check-driver
+ * Every command that registers or attaches a context takes --key K (default: $RMC_KEY).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -59,7 +60,13 @@ static const char usage[] =
 	"\n"
 	"Context N must be registered on both nodes: run `rmc ctx-hold --id N ...` on the destination\n"
 	"(and, for read/write/check-data/atomic, on this node too, or the command registers a scratch\n"
-	"context N of the needed size for its own lifetime).\n";
+	"context N of the needed size for its own lifetime).\n"
+	"\n"
+	"--key K (a number, or @FILE holding it; default $RMC_KEY, else none): the context's access key.\n"
+	"ctx-hold registers with K (none: a random key) and prints it; other commands attach a context\n"
+	"another user holds with K and register scratch contexts with K. Nodes serve a request only if\n"
+	"its key equals their context's, so every node of a context must use the same key. A key on the\n"
+	"command line is visible to other users (ps): prefer RMC_KEY or @FILE.\n";
 
 /* Byte i of pattern `seed` over a remote range starting at offset `base`: tells a byte that was
  * not copied (0 or stale) from one that landed at the wrong place. */
@@ -79,7 +86,7 @@ static uint8_t poison(uint64_t seed, uint64_t i)
 
 struct opts {
 	long id, node, seconds, window, timeout_ms, version_off;
-	uint64_t size, roff, loff, len, off, count, nodemask, seed;
+	uint64_t size, roff, loff, len, off, count, nodemask, seed, key;
 	const char *perm, *op;
 	int sabre, nospec, have_seed;
 };
@@ -93,6 +100,8 @@ static void parse(int argc, char **argv, struct opts *o)
 	o->timeout_ms = 30000;
 	o->perm = "rwas";
 	o->nodemask = ~0ull;
+	if (rmc_key_parse(NULL, &o->key))
+		die("RMC_KEY: not a number");
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define OPT(name) (!strcmp(a, name) && (v || (die("%s needs a value", name), 0)) && ++i)
@@ -131,6 +140,10 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->have_seed = 1;
 		} else if (OPT("--perm"))
 			o->perm = v;
+		else if (OPT("--key")) {
+			if (rmc_key_parse(v, &o->key))
+				die("--key '%s': a number, or @FILE holding one", v);
+		}
 		else if (OPT("--op"))
 			o->op = v;
 		else
@@ -177,16 +190,17 @@ static rmc_t *open_rmc(void)
 }
 
 /* This node's segment of context id: attach to it, or register a scratch one of `size` bytes. */
-static rmc_ctx_t *local_ctx(rmc_t *r, unsigned id, uint64_t size)
+static rmc_ctx_t *local_ctx(rmc_t *r, unsigned id, uint64_t size, uint64_t key)
 {
 	rmc_ctx_t *c;
-	int e = rmc_ctx_attach(r, id, &c);
+	int e = rmc_ctx_attach_key(r, id, key, &c);
 
 	if (e == -ENOENT)
-		e = rmc_ctx_register(r, id, size < 4096 ? 4096 : size, CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC,
-				     ~0ull, NULL, &c);
+		e = rmc_ctx_register_key(r, id, size < 4096 ? 4096 : size,
+					 CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC, ~0ull, NULL, key, &c);
 	if (e) {
-		fprintf(stderr, "rmc: context %u on this node: %s\n", id, strerror(-e));
+		fprintf(stderr, "rmc: context %u on this node: %s%s\n", id, strerror(-e),
+			e == -EACCES ? " (another user holds it: its key is needed, --key or RMC_KEY)" : "");
 		exit(1);
 	}
 	if (rmc_ctx_size(c) < size) {
@@ -271,8 +285,8 @@ static int cmd_ctx_hold(const struct opts *o)
 	if (!o->size)
 		die("--size is required");
 	r = open_rmc();
-	e = rmc_ctx_register(r, (unsigned)o->id, o->size, parse_perm(o->perm), o->nodemask,
-			     o->version_off >= 0 ? &lay : NULL, &c);
+	e = rmc_ctx_register_key(r, (unsigned)o->id, o->size, parse_perm(o->perm), o->nodemask,
+				 o->version_off >= 0 ? &lay : NULL, o->key, &c);
 	if (e) {
 		fprintf(stderr, "rmc: register context %ld: %s%s\n", o->id, strerror(-e),
 			e == -EBUSY ? " (another process holds it)" : e == -ENOSPC ? " (the RMC segment is full)" : "");
@@ -284,9 +298,9 @@ static int cmd_ctx_hold(const struct opts *o)
 		for (size_t i = 0; i < rmc_ctx_size(c); i++)
 			b[i] = pat(o->seed, i);
 	}
-	printf("ctx=%u size=%zu phys=0x%llx perm=%s nodemask=0x%llx version_off=%ld seconds=%ld\n", rmc_ctx_id(c),
-	       rmc_ctx_size(c), (unsigned long long)rmc_ctx_phys(c), o->perm, (unsigned long long)o->nodemask,
-	       o->version_off, o->seconds);
+	printf("ctx=%u size=%zu phys=0x%llx perm=%s nodemask=0x%llx version_off=%ld seconds=%ld key=0x%llx\n",
+	       rmc_ctx_id(c), rmc_ctx_size(c), (unsigned long long)rmc_ctx_phys(c), o->perm,
+	       (unsigned long long)o->nodemask, o->version_off, o->seconds, (unsigned long long)rmc_ctx_key(c));
 	fflush(stdout);
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
@@ -297,10 +311,10 @@ static int cmd_ctx_hold(const struct opts *o)
 }
 
 /* This node's segment of a context another process holds (fill, write from it). */
-static rmc_ctx_t *held_ctx(rmc_t *r, unsigned id)
+static rmc_ctx_t *held_ctx(rmc_t *r, unsigned id, uint64_t key)
 {
 	rmc_ctx_t *c;
-	int e = rmc_ctx_attach(r, id, &c);
+	int e = rmc_ctx_attach_key(r, id, key, &c);
 
 	if (e == -ENOENT) {
 		fprintf(stderr, "rmc: context %u is not registered on this node: hold it first "
@@ -324,7 +338,7 @@ static int cmd_fill(const struct opts *o)
 	if (!o->len || !o->have_seed)
 		die("--len and --seed are required");
 	r = open_rmc();
-	c = held_ctx(r, (unsigned)o->id);
+	c = held_ctx(r, (unsigned)o->id, o->key);
 	if (o->off > rmc_ctx_size(c) || o->len > rmc_ctx_size(c) - o->off) {
 		fprintf(stderr, "rmc: fill [%llu, %llu) is beyond context %ld's %zu bytes\n", (unsigned long long)o->off,
 			(unsigned long long)(o->off + o->len), o->id, rmc_ctx_size(c));
@@ -352,7 +366,7 @@ static int cmd_xfer(const struct opts *o, int write)
 	if (!o->len)
 		die("--len is required");
 	r = open_rmc();
-	c = local_ctx(r, (unsigned)o->id, o->loff + o->len);
+	c = local_ctx(r, (unsigned)o->id, o->loff + o->len, o->key);
 	q = make_qp(r, c, 4);
 	if (write)
 		st = report("WRITE", rmc_write(q, (unsigned)o->node, o->roff, o->loff, (uint32_t)o->len, &cqe), &cqe);
@@ -379,7 +393,7 @@ static int cmd_check_data(const struct opts *o, int write)
 	if (!o->len || !o->have_seed)
 		die("--len and --seed are required");
 	r = open_rmc();
-	c = local_ctx(r, (unsigned)o->id, o->loff + o->len);
+	c = local_ctx(r, (unsigned)o->id, o->loff + o->len, o->key);
 	q = make_qp(r, c, 4);
 	b = (uint8_t *)rmc_ctx_base(c) + o->loff;
 	if (write) {
@@ -462,7 +476,7 @@ static int cmd_atomic(const struct opts *o)
 		die("--count K (at least 1) is required");
 	cas = !strcmp(o->op, "cas");
 	r = open_rmc();
-	c = local_ctx(r, (unsigned)o->id, 4096);
+	c = local_ctx(r, (unsigned)o->id, 4096, o->key);
 	q = make_qp(r, c, 4);
 	for (uint64_t k = 0; k < o->count && st == RMC_ST_OK; k++) {
 		if (!cas) {
@@ -520,7 +534,7 @@ static int cmd_async_read(const struct opts *o)
 	while (depth < (unsigned)o->window)
 		depth <<= 1;
 	r = open_rmc();
-	c = local_ctx(r, (unsigned)o->id, o->len);
+	c = local_ctx(r, (unsigned)o->id, o->len, o->key);
 	q = make_qp(r, c, depth);
 	while (done < o->count) {
 		while (posted < o->count && rmc_qp_outstanding(q) < (unsigned)o->window &&
