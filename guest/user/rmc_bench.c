@@ -344,7 +344,9 @@ int main(int argc, char **argv)
 	if ((double)info.t_link_gbps < cap_gbps)
 		cap_gbps = (double)info.t_link_gbps;
 	unsigned att_cap = info.att_entries * info.t_r2p2_count; /* SABRes in flight at one destination */
-	unsigned nsamp = iters > tput_ops ? iters : tput_ops;
+	/* latency: every sample; throughput: the modeled latencies of the first 1 M completions */
+	unsigned tput_samp = tput_ops < (1u << 20) ? tput_ops : (1u << 20);
+	unsigned nsamp = iters > tput_samp ? iters : tput_samp;
 	uint64_t *wall = calloc(nsamp, 8), *model = calloc(nsamp, 8), *dev = calloc(nsamp, 8);
 
 	if (!wall || !model || !dev)
