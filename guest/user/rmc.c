@@ -10,7 +10,7 @@
  *   rmc check-data --id N --node D --roff R --len L --seed S [--loff L]
  *   rmc write-pattern --id N --node D --roff R --len L --seed S [--loff L]
  *   rmc atomic --id N --node D --off O --op faa|cas --count K
- *   rmc async-read --id N --node D --len L --count K [--window W] [--timeout-ms T]
+ *   rmc async-read --id N --node D --len L --count K [--window W] [--timeout-ms T] [--keep-going]
  *   rmc check | check-driver
  * Every command that registers or attaches a context takes --key K (default: $RMC_KEY).
  */
@@ -50,8 +50,9 @@ static const char usage[] =
 	"                            write pattern S (as at roff) into node D's segment\n"
 	"  atomic --id N --node D --off O --op faa|cas --count K\n"
 	"                            K increments of the word at O: FAA, or a CAS retry loop\n"
-	"  async-read --id N --node D --len L --count K [--window W] [--timeout-ms T]\n"
-	"                            K reads with W in flight; counts completions per status\n"
+	"  async-read --id N --node D --len L --count K [--window W] [--timeout-ms T] [--keep-going]\n"
+	"                            K reads with W in flight; counts completions per status. Stops posting\n"
+	"                            at the first error (drains what is in flight, exit 1) unless --keep-going\n"
 	"  check                     the device checks on this node (the node is its own destination;\n"
 	"                            uses context ids 11-15, which must be free)\n"
 	"  check-driver              the driver's checks: bad arguments, ownership of contexts and QPs, context\n"
@@ -88,7 +89,7 @@ struct opts {
 	long id, node, seconds, window, timeout_ms, version_off;
 	uint64_t size, roff, loff, len, off, count, nodemask, seed, key;
 	const char *perm, *op;
-	int sabre, nospec, have_seed;
+	int sabre, nospec, have_seed, keep_going;
 };
 
 static void parse(int argc, char **argv, struct opts *o)
@@ -107,6 +108,8 @@ static void parse(int argc, char **argv, struct opts *o)
 #define OPT(name) (!strcmp(a, name) && (v || (die("%s needs a value", name), 0)) && ++i)
 		if (!strcmp(a, "--sabre"))
 			o->sabre = 1;
+		else if (!strcmp(a, "--keep-going"))
+			o->keep_going = 1;
 		else if (!strcmp(a, "--nospec"))
 			o->nospec = o->sabre = 1;
 		else if (OPT("--id"))
@@ -523,8 +526,9 @@ static int cmd_async_read(const struct opts *o)
 	rmc_t *r;
 	rmc_ctx_t *c;
 	rmc_qp_t *q;
-	uint64_t posted = 0, done = 0, per[5] = { 0 }, other = 0;
+	uint64_t posted = 0, done = 0, per[5] = { 0 }, other = 0, count = o->count;
 	struct rmc_cqe cqe[64];
+	int stopped = 0;
 	unsigned depth = 2;
 	time_t t0 = time(NULL);
 
@@ -536,8 +540,8 @@ static int cmd_async_read(const struct opts *o)
 	r = open_rmc();
 	c = local_ctx(r, (unsigned)o->id, o->len, o->key);
 	q = make_qp(r, c, depth);
-	while (done < o->count) {
-		while (posted < o->count && rmc_qp_outstanding(q) < (unsigned)o->window &&
+	while (done < count) {
+		while (posted < count && rmc_qp_outstanding(q) < (unsigned)o->window &&
 		       rmc_post_read(q, (unsigned)o->node, 0, 0, (uint32_t)o->len, posted, 0) == 0)
 			posted++;
 		int n = rmc_wait(q, cqe, 64, 1000);
@@ -547,9 +551,14 @@ static int cmd_async_read(const struct opts *o)
 				per[cqe[i].status]++;
 			else
 				other++;
-			if (cqe[i].status != RMC_ST_OK && per[cqe[i].status] == 1)
+			if (cqe[i].status != RMC_ST_OK && cqe[i].status < 5 && per[cqe[i].status] == 1)
 				printf("first_error=%s wr_id=%llu\n", rmc_status_str(cqe[i].status, cqe[i].info),
 				       (unsigned long long)cqe[i].wr_id);
+			if (cqe[i].status != RMC_ST_OK && !o->keep_going && !stopped) {
+				/* the first failure ends the run: post nothing more, drain what is in flight */
+				stopped = 1;
+				count = posted;
+			}
 		}
 		done += (uint64_t)(n > 0 ? n : 0);
 		if (time(NULL) - t0 > o->timeout_ms / 1000 + 1) {
@@ -558,12 +567,12 @@ static int cmd_async_read(const struct opts *o)
 		}
 	}
 	printf("posted=%llu completed=%llu ok=%llu abort=%llu remote_access=%llu bad_request=%llu unreachable=%llu "
-	       "other=%llu\n",
+	       "other=%llu stopped=%d\n",
 	       (unsigned long long)posted, (unsigned long long)done, (unsigned long long)per[0],
 	       (unsigned long long)per[1], (unsigned long long)per[2], (unsigned long long)per[3],
-	       (unsigned long long)per[4], (unsigned long long)other);
+	       (unsigned long long)per[4], (unsigned long long)other, stopped);
 	rmc_close(r);
-	return 0;
+	return stopped;
 }
 
 /* ---- check suite: this node is its own destination ---- */

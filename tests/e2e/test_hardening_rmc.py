@@ -160,6 +160,12 @@ def test_stopped_killed_node_and_killed_bridge_end_in_errors_on_time(fresh_clust
     c.kill_node(0)
     node_s, _ = _bench_until_error(job, t_kill, "node kill")
     assert node_s < timeout_s + 5
+    # `rmc async-read` stops posting at the first error too (it drains what is in flight)
+    t = time.monotonic()
+    r = n1.exec("rmc async-read --id 2 --node 0 --len 64 --count 1000000 --window 16", timeout=60)
+    d = kv(r.stdout)[-1]
+    assert r.rc == 1 and d["stopped"] == "1" and int(d["completed"]) < 1000, r.stdout
+    assert d["completed"] == d["posted"] and time.monotonic() - t < 10, r.stdout
 
     # --- the bridge killed under rmc-bench ---
     job = in_background(n1, bench.format(KEY=KEY, node=2), timeout=120)

@@ -181,7 +181,7 @@ def test_atomics_from_three_nodes_and_a_killed_node(fresh_cluster, in_background
     assert int(d[0]["first_old"]) == 3 * k, r.stdout
     # node 1 keeps reads to node 2 in flight; node 2 dies: every request completes, unreachable
     job = in_background(nodes[1], "rmc async-read --id 1 --node 2 --len 8192 --count 100000 --window 32 "
-                                  "--timeout-ms 100000", timeout=150)
+                                  "--timeout-ms 100000 --keep-going", timeout=150)
     time.sleep(1.0)
     c.kill_node(2)
     t = time.monotonic()
