@@ -689,8 +689,10 @@ TEST(RmcFabric, WriteTimedOutWhileOwnerPausedCompletesUncertain)
     for (int i = 0; i < 3; i++) {
         ASSERT_TRUE(c[1].next(0, e, 3000));
         EXPECT_EQ(e.info, RMC_INFO_TIMEOUT);
-        if (e.wr_id == 3) EXPECT_EQ(e.status, RMC_ST_UNREACHABLE) << "a read changes nothing remote";
-        else EXPECT_EQ(e.status, RMC_ST_UNCERTAIN) << "op " << int(e.op) << " may land later";
+        if (e.wr_id == 3)
+            EXPECT_EQ(e.status, RMC_ST_UNREACHABLE) << "a read changes nothing remote";
+        else
+            EXPECT_EQ(e.status, RMC_ST_UNCERTAIN) << "op " << int(e.op) << " may land later";
     }
     EXPECT_EQ(c[1].cnt(RMC_CNT_ST_UNREACH), 3u);
     c.release(); // the owner resumes and serves what it had received
