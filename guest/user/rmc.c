@@ -993,6 +993,33 @@ static int cmd_check_driver(void)
 	      xioctl(fb, RMC_IOC_QP_DESTROY, &qa.qp) == -ENOENT, "");
 	e = raw_register(fb, CD_ID, 4096, CTX_PERM_READ, -1, NULL);
 	check("register_busy", e == -EBUSY, "error=%d", e);
+	/* another uid attaches only with the key (docs/rmc-driver.md, "Who may use a context") */
+	check("register_draws_a_key", u.key != 0, "key=0x%llx", (unsigned long long)u.key);
+	{
+		pid_t pid = fork();
+		int status = -1;
+
+		if (pid == 0) {
+			struct rmc_uapi_ctx uc = { .id = CD_ID };
+			int fc, bad = 0;
+
+			if (setgid(1000) || setuid(1000))
+				_exit(2);
+			fc = raw_open();
+			bad |= xioctl(fc, RMC_IOC_CTX_ATTACH, &uc) != -EACCES;
+			uc = (struct rmc_uapi_ctx){ .id = CD_ID, .key = u.key ^ 1 };
+			bad |= xioctl(fc, RMC_IOC_CTX_ATTACH, &uc) != -EACCES;
+			bad |= try_map(fc, u.mmap_off, 8192, MAP_SHARED) != -ENOENT;
+			bad |= raw_qp(fc, CD_ID, 2, 0, NULL) != -ENOENT;
+			uc = (struct rmc_uapi_ctx){ .id = CD_ID, .key = u.key };
+			bad |= xioctl(fc, RMC_IOC_CTX_ATTACH, &uc) != 0 || uc.key != u.key;
+			bad |= try_map(fc, u.mmap_off, 8192, MAP_SHARED) != 0;
+			_exit(bad ? 1 : 0);
+		}
+		if (pid > 0)
+			waitpid(pid, &status, 0);
+		check("other_uid_attaches_only_with_the_key", status == 0, "child status=%d", status);
+	}
 	ub = (struct rmc_uapi_ctx){ .id = CD_ID };
 	e = xioctl(fb, RMC_IOC_CTX_ATTACH, &ub);
 	{

@@ -72,6 +72,12 @@ def test_unprivileged_user_cannot_use_another_users_context(cluster2):
     try:
         for n in (n0, n1):
             add_user(n)
+        # the driver's own checks, among them: another uid (a child dropping to uid 1000) attaches,
+        # maps and binds a QP to root's context only with its key
+        r = n0.exec("rmc check-driver", timeout=120)
+        d = kv(r.stdout)
+        assert [x for x in d if x.get("check") == "other_uid_attaches_only_with_the_key" and x["ok"] == "1"], r.stdout
+        assert r.rc == 0 and d[-1]["failed"] == "0", r.stdout
         hold(n0, 5, 65536, "owner", f"--seed {SEED}")
         check = f"rmc check-data --id 5 --node 0 --roff 0 --len 4096 --seed {SEED}"
 
