@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -24,6 +25,7 @@ struct rmc_ctx {
 	void *base;
 	size_t size;
 	uint64_t phys;
+	uint64_t key;
 };
 
 struct rmc_qp {
@@ -107,6 +109,7 @@ static int ctx_map(rmc_t *r, struct rmc_uapi_ctx *u, rmc_ctx_t **out)
 	c->id = u->id;
 	c->size = u->size;
 	c->phys = u->phys;
+	c->key = u->key;
 	r->ctxs[u->id] = c;
 	*out = c;
 	return 0;
@@ -115,7 +118,13 @@ static int ctx_map(rmc_t *r, struct rmc_uapi_ctx *u, rmc_ctx_t **out)
 int rmc_ctx_register(rmc_t *r, unsigned id, size_t size, unsigned perm, uint64_t nodemask,
 		     const struct rmc_layout *layout, rmc_ctx_t **out)
 {
-	struct rmc_uapi_ctx u = { .id = id, .perm = perm, .size = size, .nodemask = nodemask };
+	return rmc_ctx_register_key(r, id, size, perm, nodemask, layout, 0, out);
+}
+
+int rmc_ctx_register_key(rmc_t *r, unsigned id, size_t size, unsigned perm, uint64_t nodemask,
+			 const struct rmc_layout *layout, uint64_t key, rmc_ctx_t **out)
+{
+	struct rmc_uapi_ctx u = { .id = id, .perm = perm, .size = size, .nodemask = nodemask, .key = key };
 	int ret;
 
 	if (id >= RMC_CTX_COUNT || r->ctxs[id])
@@ -131,7 +140,12 @@ int rmc_ctx_register(rmc_t *r, unsigned id, size_t size, unsigned perm, uint64_t
 
 int rmc_ctx_attach(rmc_t *r, unsigned id, rmc_ctx_t **out)
 {
-	struct rmc_uapi_ctx u = { .id = id };
+	return rmc_ctx_attach_key(r, id, 0, out);
+}
+
+int rmc_ctx_attach_key(rmc_t *r, unsigned id, uint64_t key, rmc_ctx_t **out)
+{
+	struct rmc_uapi_ctx u = { .id = id, .key = key };
 
 	if (id >= RMC_CTX_COUNT || r->ctxs[id])
 		return id >= RMC_CTX_COUNT ? -EINVAL : -EBUSY;
@@ -144,6 +158,40 @@ void *rmc_ctx_base(rmc_ctx_t *c) { return c->base; }
 size_t rmc_ctx_size(const rmc_ctx_t *c) { return c->size; }
 unsigned rmc_ctx_id(const rmc_ctx_t *c) { return c->id; }
 uint64_t rmc_ctx_phys(const rmc_ctx_t *c) { return c->phys; }
+uint64_t rmc_ctx_key(const rmc_ctx_t *c) { return c->key; }
+
+int rmc_key_parse(const char *s, uint64_t *out)
+{
+	char buf[64], *end;
+	unsigned long long v;
+
+	if (!s) {
+		s = getenv("RMC_KEY");
+		if (!s || !*s) {
+			*out = 0;
+			return 0;
+		}
+	}
+	if (*s == '@') {
+		FILE *f = fopen(s + 1, "r");
+		size_t n;
+
+		if (!f)
+			return -errno;
+		n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = 0;
+		while (n && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+			buf[--n] = 0;
+		s = buf;
+	}
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || end == s || *end)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
 
 void rmc_ctx_release(rmc_ctx_t *c)
 {
@@ -473,7 +521,8 @@ const char *rmc_op_str(unsigned op)
 const char *rmc_status_str(unsigned status, unsigned info)
 {
 	static __thread char buf[64]; /* one per thread: callers print it before their next call */
-	static const char *const st[] = { "OK", "SABRE_ABORT", "REMOTE_ACCESS", "BAD_REQUEST", "UNREACHABLE" };
+	static const char *const st[] = { "OK", "SABRE_ABORT", "REMOTE_ACCESS", "BAD_REQUEST", "UNREACHABLE",
+					  "UNCERTAIN" };
 	const char *in = NULL;
 
 	switch (info) {
@@ -485,6 +534,7 @@ const char *rmc_status_str(unsigned status, unsigned info)
 	case RMC_INFO_PERM: in = "PERM"; break;
 	case RMC_INFO_DENIED: in = "DENIED"; break;
 	case RMC_INFO_NO_LAYOUT: in = "NO_LAYOUT"; break;
+	case RMC_INFO_BAD_KEY: in = "BAD_KEY"; break;
 	case RMC_INFO_BAD_OP: in = "BAD_OP"; break;
 	case RMC_INFO_BAD_LEN: in = "BAD_LEN"; break;
 	case RMC_INFO_UNALIGNED: in = "UNALIGNED"; break;
@@ -499,7 +549,7 @@ const char *rmc_status_str(unsigned status, unsigned info)
 	case RMC_INFO_TIMEOUT: in = "TIMEOUT"; break;
 	case RMC_INFO_BAD_REPLY: in = "BAD_REPLY"; break;
 	}
-	if (status >= 5)
+	if (status >= sizeof(st) / sizeof(st[0]))
 		return "?";
 	if (!in)
 		return st[status];

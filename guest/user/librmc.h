@@ -49,8 +49,21 @@ unsigned rmc_node_count(const rmc_t *r);
  * releases it (or closes /dev/rmc). */
 int rmc_ctx_register(rmc_t *r, unsigned id, size_t size, unsigned perm, uint64_t nodemask,
 		     const struct rmc_layout *layout, rmc_ctx_t **out);
-/* Use a context another process of this node registered. */
+/* Use a context another process of this node registered: allowed to the owner's uid and to
+ * CAP_SYS_ADMIN, -EACCES for anyone else (who needs the key: rmc_ctx_attach_key). */
 int rmc_ctx_attach(rmc_t *r, unsigned id, rmc_ctx_t **out);
+/* Access keys (docs/rmc-driver.md, "Who may use a context"). A context's key is drawn at random by
+ * the driver unless the registration names one; every request on the context carries it, and a
+ * destination serves only requests whose key equals its own context's. Nodes that work together
+ * on a context id register it with the same key; sharing the key is how an owner shares the
+ * context, locally (rmc_ctx_attach_key) and with other nodes. rmc_ctx_key returns it. */
+int rmc_ctx_register_key(rmc_t *r, unsigned id, size_t size, unsigned perm, uint64_t nodemask,
+			 const struct rmc_layout *layout, uint64_t key, rmc_ctx_t **out);
+int rmc_ctx_attach_key(rmc_t *r, unsigned id, uint64_t key, rmc_ctx_t **out);
+uint64_t rmc_ctx_key(const rmc_ctx_t *c);
+/* Parse a key for the tools: a number (0x... or decimal), or "@PATH" (the number in that file),
+ * or, if s is NULL, $RMC_KEY, or 0 (none) if that is not set. 0 or -EINVAL/-errno. */
+int rmc_key_parse(const char *s, uint64_t *out);
 void *rmc_ctx_base(rmc_ctx_t *c); /* this node's segment, mapped */
 size_t rmc_ctx_size(const rmc_ctx_t *c);
 unsigned rmc_ctx_id(const rmc_ctx_t *c);

@@ -10,8 +10,9 @@
  *   rmc check-data --id N --node D --roff R --len L --seed S [--loff L]
  *   rmc write-pattern --id N --node D --roff R --len L --seed S [--loff L]
  *   rmc atomic --id N --node D --off O --op faa|cas --count K
- *   rmc async-read --id N --node D --len L --count K [--window W] [--timeout-ms T]
+ *   rmc async-read --id N --node D --len L --count K [--window W] [--timeout-ms T] [--keep-going]
  *   rmc check | check-driver
+ * Every command that registers or attaches a context takes --key K (default: $RMC_KEY).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -49,8 +50,9 @@ static const char usage[] =
 	"                            write pattern S (as at roff) into node D's segment\n"
 	"  atomic --id N --node D --off O --op faa|cas --count K\n"
 	"                            K increments of the word at O: FAA, or a CAS retry loop\n"
-	"  async-read --id N --node D --len L --count K [--window W] [--timeout-ms T]\n"
-	"                            K reads with W in flight; counts completions per status\n"
+	"  async-read --id N --node D --len L --count K [--window W] [--timeout-ms T] [--keep-going]\n"
+	"                            K reads with W in flight; counts completions per status. Stops posting\n"
+	"                            at the first error (drains what is in flight, exit 1) unless --keep-going\n"
 	"  check                     the device checks on this node (the node is its own destination;\n"
 	"                            uses context ids 11-15, which must be free)\n"
 	"  check-driver              the driver's checks: bad arguments, ownership of contexts and QPs, context\n"
@@ -59,7 +61,13 @@ static const char usage[] =
 	"\n"
 	"Context N must be registered on both nodes: run `rmc ctx-hold --id N ...` on the destination\n"
 	"(and, for read/write/check-data/atomic, on this node too, or the command registers a scratch\n"
-	"context N of the needed size for its own lifetime).\n";
+	"context N of the needed size for its own lifetime).\n"
+	"\n"
+	"--key K (a number, or @FILE holding it; default $RMC_KEY, else none): the context's access key.\n"
+	"ctx-hold registers with K (none: a random key) and prints it; other commands attach a context\n"
+	"another user holds with K and register scratch contexts with K. Nodes serve a request only if\n"
+	"its key equals their context's, so every node of a context must use the same key. A key on the\n"
+	"command line is visible to other users (ps): prefer RMC_KEY or @FILE.\n";
 
 /* Byte i of pattern `seed` over a remote range starting at offset `base`: tells a byte that was
  * not copied (0 or stale) from one that landed at the wrong place. */
@@ -79,9 +87,9 @@ static uint8_t poison(uint64_t seed, uint64_t i)
 
 struct opts {
 	long id, node, seconds, window, timeout_ms, version_off;
-	uint64_t size, roff, loff, len, off, count, nodemask, seed;
+	uint64_t size, roff, loff, len, off, count, nodemask, seed, key;
 	const char *perm, *op;
-	int sabre, nospec, have_seed;
+	int sabre, nospec, have_seed, keep_going;
 };
 
 static void parse(int argc, char **argv, struct opts *o)
@@ -93,11 +101,15 @@ static void parse(int argc, char **argv, struct opts *o)
 	o->timeout_ms = 30000;
 	o->perm = "rwas";
 	o->nodemask = ~0ull;
+	if (rmc_key_parse(NULL, &o->key))
+		die("RMC_KEY: not a number");
 	for (int i = 0; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define OPT(name) (!strcmp(a, name) && (v || (die("%s needs a value", name), 0)) && ++i)
 		if (!strcmp(a, "--sabre"))
 			o->sabre = 1;
+		else if (!strcmp(a, "--keep-going"))
+			o->keep_going = 1;
 		else if (!strcmp(a, "--nospec"))
 			o->nospec = o->sabre = 1;
 		else if (OPT("--id"))
@@ -131,6 +143,10 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->have_seed = 1;
 		} else if (OPT("--perm"))
 			o->perm = v;
+		else if (OPT("--key")) {
+			if (rmc_key_parse(v, &o->key))
+				die("--key '%s': a number, or @FILE holding one", v);
+		}
 		else if (OPT("--op"))
 			o->op = v;
 		else
@@ -177,16 +193,17 @@ static rmc_t *open_rmc(void)
 }
 
 /* This node's segment of context id: attach to it, or register a scratch one of `size` bytes. */
-static rmc_ctx_t *local_ctx(rmc_t *r, unsigned id, uint64_t size)
+static rmc_ctx_t *local_ctx(rmc_t *r, unsigned id, uint64_t size, uint64_t key)
 {
 	rmc_ctx_t *c;
-	int e = rmc_ctx_attach(r, id, &c);
+	int e = rmc_ctx_attach_key(r, id, key, &c);
 
 	if (e == -ENOENT)
-		e = rmc_ctx_register(r, id, size < 4096 ? 4096 : size, CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC,
-				     ~0ull, NULL, &c);
+		e = rmc_ctx_register_key(r, id, size < 4096 ? 4096 : size,
+					 CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC, ~0ull, NULL, key, &c);
 	if (e) {
-		fprintf(stderr, "rmc: context %u on this node: %s\n", id, strerror(-e));
+		fprintf(stderr, "rmc: context %u on this node: %s%s\n", id, strerror(-e),
+			e == -EACCES ? " (another user holds it: its key is needed, --key or RMC_KEY)" : "");
 		exit(1);
 	}
 	if (rmc_ctx_size(c) < size) {
@@ -271,8 +288,8 @@ static int cmd_ctx_hold(const struct opts *o)
 	if (!o->size)
 		die("--size is required");
 	r = open_rmc();
-	e = rmc_ctx_register(r, (unsigned)o->id, o->size, parse_perm(o->perm), o->nodemask,
-			     o->version_off >= 0 ? &lay : NULL, &c);
+	e = rmc_ctx_register_key(r, (unsigned)o->id, o->size, parse_perm(o->perm), o->nodemask,
+				 o->version_off >= 0 ? &lay : NULL, o->key, &c);
 	if (e) {
 		fprintf(stderr, "rmc: register context %ld: %s%s\n", o->id, strerror(-e),
 			e == -EBUSY ? " (another process holds it)" : e == -ENOSPC ? " (the RMC segment is full)" : "");
@@ -284,9 +301,9 @@ static int cmd_ctx_hold(const struct opts *o)
 		for (size_t i = 0; i < rmc_ctx_size(c); i++)
 			b[i] = pat(o->seed, i);
 	}
-	printf("ctx=%u size=%zu phys=0x%llx perm=%s nodemask=0x%llx version_off=%ld seconds=%ld\n", rmc_ctx_id(c),
-	       rmc_ctx_size(c), (unsigned long long)rmc_ctx_phys(c), o->perm, (unsigned long long)o->nodemask,
-	       o->version_off, o->seconds);
+	printf("ctx=%u size=%zu phys=0x%llx perm=%s nodemask=0x%llx version_off=%ld seconds=%ld key=0x%llx\n",
+	       rmc_ctx_id(c), rmc_ctx_size(c), (unsigned long long)rmc_ctx_phys(c), o->perm,
+	       (unsigned long long)o->nodemask, o->version_off, o->seconds, (unsigned long long)rmc_ctx_key(c));
 	fflush(stdout);
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
@@ -297,10 +314,10 @@ static int cmd_ctx_hold(const struct opts *o)
 }
 
 /* This node's segment of a context another process holds (fill, write from it). */
-static rmc_ctx_t *held_ctx(rmc_t *r, unsigned id)
+static rmc_ctx_t *held_ctx(rmc_t *r, unsigned id, uint64_t key)
 {
 	rmc_ctx_t *c;
-	int e = rmc_ctx_attach(r, id, &c);
+	int e = rmc_ctx_attach_key(r, id, key, &c);
 
 	if (e == -ENOENT) {
 		fprintf(stderr, "rmc: context %u is not registered on this node: hold it first "
@@ -324,7 +341,7 @@ static int cmd_fill(const struct opts *o)
 	if (!o->len || !o->have_seed)
 		die("--len and --seed are required");
 	r = open_rmc();
-	c = held_ctx(r, (unsigned)o->id);
+	c = held_ctx(r, (unsigned)o->id, o->key);
 	if (o->off > rmc_ctx_size(c) || o->len > rmc_ctx_size(c) - o->off) {
 		fprintf(stderr, "rmc: fill [%llu, %llu) is beyond context %ld's %zu bytes\n", (unsigned long long)o->off,
 			(unsigned long long)(o->off + o->len), o->id, rmc_ctx_size(c));
@@ -352,7 +369,7 @@ static int cmd_xfer(const struct opts *o, int write)
 	if (!o->len)
 		die("--len is required");
 	r = open_rmc();
-	c = local_ctx(r, (unsigned)o->id, o->loff + o->len);
+	c = local_ctx(r, (unsigned)o->id, o->loff + o->len, o->key);
 	q = make_qp(r, c, 4);
 	if (write)
 		st = report("WRITE", rmc_write(q, (unsigned)o->node, o->roff, o->loff, (uint32_t)o->len, &cqe), &cqe);
@@ -379,7 +396,7 @@ static int cmd_check_data(const struct opts *o, int write)
 	if (!o->len || !o->have_seed)
 		die("--len and --seed are required");
 	r = open_rmc();
-	c = local_ctx(r, (unsigned)o->id, o->loff + o->len);
+	c = local_ctx(r, (unsigned)o->id, o->loff + o->len, o->key);
 	q = make_qp(r, c, 4);
 	b = (uint8_t *)rmc_ctx_base(c) + o->loff;
 	if (write) {
@@ -462,7 +479,7 @@ static int cmd_atomic(const struct opts *o)
 		die("--count K (at least 1) is required");
 	cas = !strcmp(o->op, "cas");
 	r = open_rmc();
-	c = local_ctx(r, (unsigned)o->id, 4096);
+	c = local_ctx(r, (unsigned)o->id, 4096, o->key);
 	q = make_qp(r, c, 4);
 	for (uint64_t k = 0; k < o->count && st == RMC_ST_OK; k++) {
 		if (!cas) {
@@ -509,8 +526,9 @@ static int cmd_async_read(const struct opts *o)
 	rmc_t *r;
 	rmc_ctx_t *c;
 	rmc_qp_t *q;
-	uint64_t posted = 0, done = 0, per[5] = { 0 }, other = 0;
+	uint64_t posted = 0, done = 0, per[5] = { 0 }, other = 0, count = o->count;
 	struct rmc_cqe cqe[64];
+	int stopped = 0;
 	unsigned depth = 2;
 	time_t t0 = time(NULL);
 
@@ -520,10 +538,10 @@ static int cmd_async_read(const struct opts *o)
 	while (depth < (unsigned)o->window)
 		depth <<= 1;
 	r = open_rmc();
-	c = local_ctx(r, (unsigned)o->id, o->len);
+	c = local_ctx(r, (unsigned)o->id, o->len, o->key);
 	q = make_qp(r, c, depth);
-	while (done < o->count) {
-		while (posted < o->count && rmc_qp_outstanding(q) < (unsigned)o->window &&
+	while (done < count) {
+		while (posted < count && rmc_qp_outstanding(q) < (unsigned)o->window &&
 		       rmc_post_read(q, (unsigned)o->node, 0, 0, (uint32_t)o->len, posted, 0) == 0)
 			posted++;
 		int n = rmc_wait(q, cqe, 64, 1000);
@@ -533,9 +551,14 @@ static int cmd_async_read(const struct opts *o)
 				per[cqe[i].status]++;
 			else
 				other++;
-			if (cqe[i].status != RMC_ST_OK && per[cqe[i].status] == 1)
+			if (cqe[i].status != RMC_ST_OK && cqe[i].status < 5 && per[cqe[i].status] == 1)
 				printf("first_error=%s wr_id=%llu\n", rmc_status_str(cqe[i].status, cqe[i].info),
 				       (unsigned long long)cqe[i].wr_id);
+			if (cqe[i].status != RMC_ST_OK && !o->keep_going && !stopped) {
+				/* the first failure ends the run: post nothing more, drain what is in flight */
+				stopped = 1;
+				count = posted;
+			}
 		}
 		done += (uint64_t)(n > 0 ? n : 0);
 		if (time(NULL) - t0 > o->timeout_ms / 1000 + 1) {
@@ -544,12 +567,12 @@ static int cmd_async_read(const struct opts *o)
 		}
 	}
 	printf("posted=%llu completed=%llu ok=%llu abort=%llu remote_access=%llu bad_request=%llu unreachable=%llu "
-	       "other=%llu\n",
+	       "other=%llu stopped=%d\n",
 	       (unsigned long long)posted, (unsigned long long)done, (unsigned long long)per[0],
 	       (unsigned long long)per[1], (unsigned long long)per[2], (unsigned long long)per[3],
-	       (unsigned long long)per[4], (unsigned long long)other);
+	       (unsigned long long)per[4], (unsigned long long)other, stopped);
 	rmc_close(r);
-	return 0;
+	return stopped;
 }
 
 /* ---- check suite: this node is its own destination ---- */
@@ -970,6 +993,33 @@ static int cmd_check_driver(void)
 	      xioctl(fb, RMC_IOC_QP_DESTROY, &qa.qp) == -ENOENT, "");
 	e = raw_register(fb, CD_ID, 4096, CTX_PERM_READ, -1, NULL);
 	check("register_busy", e == -EBUSY, "error=%d", e);
+	/* another uid attaches only with the key (docs/rmc-driver.md, "Who may use a context") */
+	check("register_draws_a_key", u.key != 0, "key=0x%llx", (unsigned long long)u.key);
+	{
+		pid_t pid = fork();
+		int status = -1;
+
+		if (pid == 0) {
+			struct rmc_uapi_ctx uc = { .id = CD_ID };
+			int fc, bad = 0;
+
+			if (setgid(1000) || setuid(1000))
+				_exit(2);
+			fc = raw_open();
+			bad |= xioctl(fc, RMC_IOC_CTX_ATTACH, &uc) != -EACCES;
+			uc = (struct rmc_uapi_ctx){ .id = CD_ID, .key = u.key ^ 1 };
+			bad |= xioctl(fc, RMC_IOC_CTX_ATTACH, &uc) != -EACCES;
+			bad |= try_map(fc, u.mmap_off, 8192, MAP_SHARED) != -ENOENT;
+			bad |= raw_qp(fc, CD_ID, 2, 0, NULL) != -ENOENT;
+			uc = (struct rmc_uapi_ctx){ .id = CD_ID, .key = u.key };
+			bad |= xioctl(fc, RMC_IOC_CTX_ATTACH, &uc) != 0 || uc.key != u.key;
+			bad |= try_map(fc, u.mmap_off, 8192, MAP_SHARED) != 0;
+			_exit(bad ? 1 : 0);
+		}
+		if (pid > 0)
+			waitpid(pid, &status, 0);
+		check("other_uid_attaches_only_with_the_key", status == 0, "child status=%d", status);
+	}
 	ub = (struct rmc_uapi_ctx){ .id = CD_ID };
 	e = xioctl(fb, RMC_IOC_CTX_ATTACH, &ub);
 	{

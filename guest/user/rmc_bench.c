@@ -11,7 +11,12 @@
  * Both nodes use the same context id: the destination's segment holds the objects (`serve`
  * fills it: every 64-byte block starts with an even version word, the rest is a pattern of the
  * segment offset), the reader's own segment is the local buffer (it attaches to the context if
- * this node already has it, else registers it).
+ * this node already has it, else registers it). Both use the context's access key (--key or
+ * $RMC_KEY; serve draws one if none is given and prints it).
+ *
+ * A run stops at the first unrecoverable completion (anything but OK and SABRE_ABORT, or a failed
+ * wait): it says what failed, after how many requests and how long since the last success, and
+ * exits 1. Throughput figures count successful completions only.
  */
 #include <errno.h>
 #include <signal.h>
@@ -25,8 +30,8 @@
 #include "tool.h"
 
 static const char usage[] =
-	"usage: rmc-bench serve --ctx N [--size S] [--seconds T]\n"
-	"       rmc-bench [run] --node D --ctx N [--op read|sabre|sabre-nospec|all] [--sizes 64,128,...]\n"
+	"usage: rmc-bench serve --ctx N [--size S] [--seconds T] [--key K]\n"
+	"       rmc-bench [run] --node D --ctx N [--key K] [--op read|sabre|sabre-nospec|all] [--sizes 64,128,...]\n"
 	"                       [--mode lat|tput|both] [--iters K] [--window W] [--tput-ops M] [--spin]\n"
 	"                       [--no-verify] [--csv FILE]\n"
 	"  serve: register context N (default 1 MiB, perm read + SABRe, version word at offset 0) and\n"
@@ -40,7 +45,25 @@ static const char usage[] =
 	"         max(4K, 2000)): ops/s and MB/s wall, and the modeled throughput min(W*size/modeled\n"
 	"         latency, Table 2's R2P2 and link bandwidths; SABRes: at most R2P2s*ATT entries in\n"
 	"         flight) in MB/s. --spin: the QP has no completion interrupt (the wait spins).\n"
-	"         --csv appends one row per (mode, op, size) with every column\n";
+	"         --csv appends one row per (mode, op, size) with every column. The run stops at the first\n"
+	"         unrecoverable error (exit 1); ops/s and MB/s count successful requests only\n"
+	"  --key K: the context's access key (a number or @FILE; default $RMC_KEY; serve: none = random,\n"
+	"         printed as key=): the destination serves only requests carrying its key\n";
+
+/* A completion after which going on measures nothing: the destination refused, or is gone. */
+static int unrecoverable(int st)
+{
+	return st < 0 || (st != RMC_ST_OK && st != RMC_ST_SABRE_ABORT);
+}
+
+static void stopped(const char *op, unsigned size, unsigned done, uint64_t since_ok_ns, const char *why)
+{
+	fprintf(stderr, "rmc-bench: stopped at the first unrecoverable error: %s %u: %s (after %u requests, %.3f s "
+			"after the last success)\n", op, size, why, done, since_ok_ns / 1e9);
+	printf("stopped=1 op=%s size=%u error=%s completed=%u since_last_ok_s=%.3f\n", op, size, why, done,
+	       since_ok_ns / 1e9);
+	fflush(stdout);
+}
 
 static volatile int stop;
 static void on_signal(int s) { (void)s; stop = 1; }
@@ -88,12 +111,12 @@ static rmc_t *open_or_die(void)
 	return r;
 }
 
-static int serve(unsigned ctx, uint64_t size, unsigned seconds)
+static int serve(unsigned ctx, uint64_t size, unsigned seconds, uint64_t key)
 {
 	struct rmc_layout lay = { 0 };
 	rmc_t *r = open_or_die();
 	rmc_ctx_t *c;
-	int e = rmc_ctx_register(r, ctx, size, CTX_PERM_READ | CTX_PERM_SABRE, ~0ull, &lay, &c);
+	int e = rmc_ctx_register_key(r, ctx, size, CTX_PERM_READ | CTX_PERM_SABRE, ~0ull, &lay, key, &c);
 
 	if (e) {
 		fprintf(stderr, "rmc-bench: register context %u: %s\n", ctx, strerror(-e));
@@ -105,7 +128,8 @@ static int serve(unsigned ctx, uint64_t size, unsigned seconds)
 	for (size_t i = 0; i < n; i++)
 		seg[i] = pat_word(i * 8);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	printf("serving ctx=%u size=%zu version_off=0 objects=every_64B_block\n", ctx, rmc_ctx_size(c));
+	printf("serving ctx=%u size=%zu version_off=0 objects=every_64B_block key=0x%llx\n", ctx, rmc_ctx_size(c),
+	       (unsigned long long)rmc_ctx_key(c));
 	fflush(stdout);
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
@@ -176,10 +200,12 @@ int main(int argc, char **argv)
 	unsigned tput_ops = 0;
 	uint32_t sizes[32];
 	int ops[3], lat = 1, tput = 1, have_node = 0, verify = 1, spin = 0, first = 1, is_serve = 0;
-	uint64_t size = 1 << 20;
+	uint64_t size = 1 << 20, key = 0;
 	const char *csv = NULL, *sizes_s = "64,128,256,512,1024,2048,4096,8192", *ops_s = "all";
 
 	tool_prog = "rmc-bench";
+	if (rmc_key_parse(NULL, &key))
+		die("RMC_KEY: not a number");
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		fputs(usage, argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
@@ -224,6 +250,10 @@ int main(int argc, char **argv)
 			tput_ops = (unsigned)num(v, a, 100000000);
 		else if (!strcmp(a, "--csv"))
 			csv = v;
+		else if (!strcmp(a, "--key")) {
+			if (rmc_key_parse(v, &key))
+				die("--key '%s': a number, or @FILE holding one", v);
+		}
 		else if (!strcmp(a, "--sizes"))
 			sizes_s = v;
 		else if (!strcmp(a, "--ops") || !strcmp(a, "--op"))
@@ -241,7 +271,7 @@ int main(int argc, char **argv)
 	if (is_serve) {
 		if (size < 64 || size % 64)
 			die("--size: a non-zero multiple of 64");
-		return serve(ctx, size, seconds);
+		return serve(ctx, size, seconds, key);
 	}
 	if (!have_node)
 		die("--node is required");
@@ -283,9 +313,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/* the local buffers: 16 objects of the largest size in this node's segment of the context */
-	e = rmc_ctx_attach(r, ctx, &c);
+	e = rmc_ctx_attach_key(r, ctx, key, &c);
 	if (e == -ENOENT)
-		e = rmc_ctx_register(r, ctx, (size_t)maxsize * 16, CTX_PERM_READ, ~0ull, NULL, &c);
+		e = rmc_ctx_register_key(r, ctx, (size_t)maxsize * 16, CTX_PERM_READ, ~0ull, NULL, key, &c);
 	if (e || rmc_ctx_size(c) < (size_t)maxsize * 16) {
 		fprintf(stderr, "rmc-bench: local context %u: %s\n", ctx, e ? strerror(-e) : "smaller than 16 objects");
 		return 1;
@@ -314,7 +344,9 @@ int main(int argc, char **argv)
 	if ((double)info.t_link_gbps < cap_gbps)
 		cap_gbps = (double)info.t_link_gbps;
 	unsigned att_cap = info.att_entries * info.t_r2p2_count; /* SABRes in flight at one destination */
-	unsigned nsamp = iters > tput_ops ? iters : tput_ops;
+	/* latency: every sample; throughput: the modeled latencies of the first 1 M completions */
+	unsigned tput_samp = tput_ops < (1u << 20) ? tput_ops : (1u << 20);
+	unsigned nsamp = iters > tput_samp ? iters : tput_samp;
 	uint64_t *wall = calloc(nsamp, 8), *model = calloc(nsamp, 8), *dev = calloc(nsamp, 8);
 
 	if (!wall || !model || !dev)
@@ -325,7 +357,7 @@ int main(int argc, char **argv)
 		for (unsigned s = 0; s < nsizes; s++) {
 			for (unsigned o = 0; o < nops; o++) {
 				unsigned errors = 0, bad = 0, first_err = 1;
-				uint64_t wsum = 0;
+				uint64_t wsum = 0, last_ok = now_ns();
 
 				for (unsigned k = 0; k < iters; k++) {
 					struct rmc_cqe cqe;
@@ -344,6 +376,12 @@ int main(int argc, char **argv)
 					wsum += wall[k];
 					model[k] = cqe.modeled_ns;
 					dev[k] = cqe.wall_ns;
+					if (unrecoverable(st)) {
+						stopped(op_names[ops[o]], sizes[s], k,  now_ns() - last_ok,
+							st < 0 ? strerror(-st) : rmc_status_str((unsigned)st, cqe.info));
+						return 1;
+					}
+					last_ok = now_ns();
 					if (st != RMC_ST_OK) {
 						if (first_err)
 							fprintf(stderr, "rmc-bench: %s %u at %llu: %s\n", op_names[ops[o]], sizes[s],
@@ -392,8 +430,8 @@ int main(int argc, char **argv)
 		       "model_med_ns", "errors");
 		for (unsigned s = 0; s < nsizes; s++) {
 			for (unsigned o = 0; o < nops; o++) {
-				unsigned posted = 0, done = 0, errors = 0, nm = 0;
-				uint64_t t0 = now_ns();
+				unsigned posted = 0, done = 0, errors = 0, nm = 0, ok = 0;
+				uint64_t t0 = now_ns(), last_ok = t0;
 				struct rmc_cqe cs[64];
 
 				while (done < total) {
@@ -413,12 +451,22 @@ int main(int argc, char **argv)
 					int n = rmc_wait(q, cs, 64, 10000);
 
 					if (n <= 0) {
-						fprintf(stderr, "rmc-bench: no completion for 10 s (%u of %u done): %s\n", done,
-							total, n ? strerror(-n) : "timeout");
+						stopped(op_names[ops[o]], sizes[s], done, now_ns() - last_ok,
+							n ? strerror(-n) : "no completion for 10 s");
 						return 1;
 					}
 					for (int k = 0; k < n; k++) {
-						errors += cs[k].status != RMC_ST_OK;
+						if (unrecoverable(cs[k].status)) {
+							stopped(op_names[ops[o]], sizes[s], done + (unsigned)k, now_ns() - last_ok,
+								rmc_status_str(cs[k].status, cs[k].info));
+							return 1;
+						}
+						if (cs[k].status != RMC_ST_OK) {
+							errors++;
+							continue;
+						}
+						ok++;
+						last_ok = now_ns();
 						if (nm < nsamp)
 							model[nm++] = cs[k].modeled_ns;
 					}
@@ -436,13 +484,14 @@ int main(int argc, char **argv)
 
 				if (mg > cap_gbps)
 					mg = cap_gbps;
-				printf("%-13s %6u %10.0f %12.2f %12.0f %13.0f %7u\n", op_names[ops[o]], sizes[s], total / secs,
-				       total * (double)sizes[s] / secs / 1e6, mg * 1e3, mlat, errors);
+				/* successful requests only: a failure is no throughput */
+				printf("%-13s %6u %10.0f %12.2f %12.0f %13.0f %7u\n", op_names[ops[o]], sizes[s], ok / secs,
+				       ok * (double)sizes[s] / secs / 1e6, mg * 1e3, mlat, errors);
 				fflush(stdout);
 				if (out)
 					fprintf(out, "tput,%s,%u,%u,%u,%u,,,%.0f,%.0f,%.2f,%.2f,%.0f,%llu,,,,,%u,%u,%d\n",
-						op_names[ops[o]], sizes[s], total, window, errors, mlat, total / secs,
-						total * (double)sizes[s] / secs / 1e6, mg, mg * 1e3,
+						op_names[ops[o]], sizes[s], total, window, errors, mlat, ok / secs,
+						ok * (double)sizes[s] / secs / 1e6, mg, mg * 1e3,
 						(unsigned long long)(nm ? model[nm * 99 / 100] : 0), rmc_node_id(r), node, spin);
 				failed |= errors != 0;
 			}

@@ -49,12 +49,16 @@ static const char usage[] =
 	"         (default 5) and verify every accepted one; prints reads/s, aborts and retries per read,\n"
 	"         torn objects (must be 0; exit 1 otherwise), wall and modeled latencies; --csv appends a\n"
 	"         row. --nospec: SABRes without speculation. --unsafe: negative control, accept objects\n"
-	"         without the consistency check (torn > 0 expected under writers)\n";
+	"         without the consistency check (torn > 0 expected under writers)\n"
+	"  --key K (both; a number or @FILE, default $RMC_KEY): the context's access key. serve registers\n"
+	"         with it (none: a random one) and prints it; the reader registers or attaches its own\n"
+	"         context N with it: the destination serves only requests that carry its key\n";
 
 struct cfg {
 	int serve, sabre, nospec, unsafe;
 	unsigned ctx, node, size, objects, writers, threads, seconds;
 	const char *csv;
+	uint64_t key; /* --key / $RMC_KEY: the context's access key (0: serve draws one) */
 };
 
 static struct cfg cf;
@@ -231,8 +235,8 @@ static int do_serve(void)
 		fprintf(stderr, "rmc-kv: %s: %s\n", RMC_DEV_PATH, strerror(-e));
 		return 1;
 	}
-	e = rmc_ctx_register(r, cf.ctx, (size_t)cf.objects * cf.size,
-			     CTX_PERM_READ | (cf.sabre ? CTX_PERM_SABRE : 0), ~0ull, cf.sabre ? &lay : NULL, &c);
+	e = rmc_ctx_register_key(r, cf.ctx, (size_t)cf.objects * cf.size,
+				 CTX_PERM_READ | (cf.sabre ? CTX_PERM_SABRE : 0), ~0ull, cf.sabre ? &lay : NULL, cf.key, &c);
 	if (e) {
 		fprintf(stderr, "rmc-kv: register context %u (%u objects of %u bytes): %s\n", cf.ctx, cf.objects, cf.size,
 			strerror(-e));
@@ -243,8 +247,9 @@ static int do_serve(void)
 	for (unsigned k = 0; k < cf.objects; k++) /* every object at version 2, consistent */
 		write_object(seg + (size_t)k * cf.size, k, pl);
 	free(pl);
-	printf("serving ctx=%u layout=%s objects=%u size=%u payload=%zu writers=%u\n", cf.ctx,
-	       cf.sabre ? "sabre" : "baseline", cf.objects, cf.size, payload_len(), cf.writers);
+	printf("serving ctx=%u layout=%s objects=%u size=%u payload=%zu writers=%u key=0x%llx\n", cf.ctx,
+	       cf.sabre ? "sabre" : "baseline", cf.objects, cf.size, payload_len(), cf.writers,
+	       (unsigned long long)rmc_ctx_key(c));
 	fflush(stdout);
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
@@ -436,9 +441,10 @@ static int do_read(void)
 		fprintf(stderr, "rmc-kv: %s: %s\n", RMC_DEV_PATH, strerror(-e));
 		return 1;
 	}
-	e = rmc_ctx_attach(r, cf.ctx, &c);
+	e = rmc_ctx_attach_key(r, cf.ctx, cf.key, &c);
 	if (e == -ENOENT)
-		e = rmc_ctx_register(r, cf.ctx, (size_t)cf.threads * 2 * cf.size, CTX_PERM_READ, ~0ull, NULL, &c);
+		e = rmc_ctx_register_key(r, cf.ctx, (size_t)cf.threads * 2 * cf.size, CTX_PERM_READ, ~0ull, NULL, cf.key,
+					 &c);
 	if (e || rmc_ctx_size(c) < (size_t)cf.threads * 2 * cf.size) {
 		fprintf(stderr, "rmc-kv: local context %u: %s\n", cf.ctx, e ? strerror(-e) : "too small");
 		return 1;
@@ -568,6 +574,8 @@ int main(int argc, char **argv)
 	cf.seconds = cf.serve ? 0 : 5;
 	cf.ctx = 16; /* none */
 	cf.sabre = -1;
+	if (rmc_key_parse(NULL, &cf.key))
+		die("RMC_KEY: not a number");
 	for (int i = 2; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
@@ -598,7 +606,10 @@ int main(int argc, char **argv)
 			cf.seconds = (unsigned)num(v, a, 86400);
 		else if (!strcmp(a, "--csv"))
 			cf.csv = v;
-		else if (!strcmp(a, "--layout")) {
+		else if (!strcmp(a, "--key")) {
+			if (rmc_key_parse(v, &cf.key))
+				die("--key '%s': a number, or @FILE holding one", v);
+		} else if (!strcmp(a, "--layout")) {
 			if (!strcmp(v, "sabre"))
 				cf.sabre = 1;
 			else if (!strcmp(v, "baseline"))

@@ -73,7 +73,7 @@ unsigned status_counter(uint8_t st)
     case RMC_ST_SABRE_ABORT: return RMC_CNT_ST_ABORT;
     case RMC_ST_REMOTE_ACCESS: return RMC_CNT_ST_REMOTE;
     case RMC_ST_BAD_REQUEST: return RMC_CNT_ST_BAD;
-    default: return RMC_CNT_ST_UNREACH;
+    default: return RMC_CNT_ST_UNREACH; // UNREACHABLE, UNCERTAIN
     }
 }
 
@@ -417,7 +417,7 @@ void Rmc::mmio_write(uint64_t off, uint64_t v, unsigned size)
         unsigned c = unsigned((off - RMC_CTX_TABLE) / RMC_CTX_STRIDE);
         uint64_t r = (off - RMC_CTX_TABLE) % RMC_CTX_STRIDE;
         std::unique_lock srv(srv_mu_); // no request of another node is being served meanwhile
-        std::lock_guard lk(mu_);
+        std::unique_lock lk(mu_);
         Ctx &cx = ctxs_[c];
         if (r == CTX_CTRL) {
             if (v & ~uint64_t(CTX_CTRL_VALID))
@@ -446,7 +446,7 @@ void Rmc::mmio_write(uint64_t off, uint64_t v, unsigned size)
                 orphan_ctx_locked(c);
                 cx.ctrl = 0;
             }
-        } else if (cx.valid() && r <= CTX_LAYOUT) {
+        } else if (cx.valid() && (r <= CTX_LAYOUT || r == CTX_KEY)) {
             gerr("context %u: register 0x%llx is read-only while the context is valid; write ignored", c,
                  (unsigned long long)r);
         } else {
@@ -456,9 +456,13 @@ void Rmc::mmio_write(uint64_t off, uint64_t v, unsigned size)
             case CTX_PERM: cx.perm = v; break;
             case CTX_NODEMASK: cx.nodemask = v; break;
             case CTX_LAYOUT: cx.layout = v; break;
+            case CTX_KEY: cx.key = v; break;
             default: gerr("context %u: write to read-only register 0x%llx ignored", c, (unsigned long long)r);
             }
         }
+        lk.unlock();
+        srv.unlock();
+        notify_irq(); // withdrawing a context may have completed transfers
         return;
     }
     if (off < RMC_QP_TABLE) {
@@ -552,6 +556,7 @@ void Rmc::rgp_main()
 {
     std::vector<std::pair<Frame, bool>> out;
     for (;;) {
+        bool notify = false;
         {
             std::unique_lock lk(mu_);
             for (;;) {
@@ -559,7 +564,14 @@ void Rmc::rgp_main()
                 check_timeouts_locked(now_ns());
                 out.clear();
                 kicked_ = false;
-                if (rgp_round(out)) break;
+                bool work = rgp_round(out);
+                // Every CQE this thread wrote (timeouts, requests refused at fetch) notifies the
+                // host like the RCP's do: an interrupt waiter must not sleep past its completion.
+                if (cqe_seq_ != irq_seq_) {
+                    irq_seq_ = cqe_seq_;
+                    notify = true;
+                }
+                if (work || notify) break;
                 if (kicked_) continue;
                 // Sleep until a doorbell, a completion or the next deadline.
                 uint64_t next = UINT64_MAX;
@@ -573,6 +585,7 @@ void Rmc::rgp_main()
                 }
             }
         }
+        if (notify) notify_irq();
         for (auto &[f, local] : out) {
             if (local) {
                 // This node's own R2P2 answers straight into this node's RCP.
@@ -620,7 +633,9 @@ bool Rmc::rgp_round(std::vector<std::pair<Frame, bool>> &out)
             if (window_[dst] && window_[dst] + f.blocks > cfg_.window_blocks) break;
             uint64_t tag = next_tag_++;
             f.hdr.tag = tag;
-            pending_[tag] = Pending{id, f.xoff, f.len, f.blocks, 0, dst};
+            bool modifies = dst != cfg_.node_id && f.hdr.op >= RKF_OP_RMC_WRITE && f.hdr.op <= RKF_OP_RMC_FAA;
+            pending_[tag] = Pending{id, f.xoff, f.len, f.blocks, 0, dst, modifies};
+            if (modifies) t.maybe_applied++;
             window_[dst] += f.blocks;
             t.outstanding++;
             count(RMC_CNT_REQ_FRAMES);
@@ -714,7 +729,7 @@ void Rmc::build_frames(Transfer &t)
         r.len = len;
         r.nblocks = uint16_t(f.blocks);
         r.flags = flags;
-        r.xoff = xoff;
+        r.key = ctxs_[qps_[t.qp].ctx].key;
         f.payload.resize(sizeof r + elen);
         std::memcpy(f.payload.data(), &r, sizeof r);
         if (elen) std::memcpy(f.payload.data() + sizeof r, extra, elen);
@@ -769,6 +784,7 @@ void Rmc::frame_failed(uint64_t tag, uint8_t st, uint8_t info)
         if (p == pending_.end()) return;
         auto t = xfers_.find(p->second.xfer);
         if (t == xfers_.end()) return;
+        not_applied_locked(p->second); // the frame never left this node
         fail_locked(t->second, st, info);
         kicked_ = true;
     }
@@ -778,16 +794,28 @@ void Rmc::frame_failed(uint64_t tag, uint8_t st, uint8_t info)
 
 // The first failure decides the status; the transfer's other frames are cancelled (their late
 // answers become strays) and its unsent frames are dropped.
+// A WRITE/CAS/FAA that fails UNREACHABLE after one of its frames left may still be applied by the
+// destination (a stopped owner resumes, a reply is lost): it completes UNCERTAIN, like an
+// InfiniBand work request in error whose effect is unknown (docs/sonuma.md).
 void Rmc::fail_locked(Transfer &t, uint8_t st, uint8_t info)
 {
     if (t.status == RMC_ST_OK || t.status == RMC_ST_SABRE_ABORT) {
-        t.status = st;
+        t.status = (st == RMC_ST_UNREACHABLE && t.maybe_applied) ? uint8_t(RMC_ST_UNCERTAIN) : st;
         t.info = info;
     }
     cancel_pending_locked(t.id);
     t.unsent.clear();
     t.outstanding = 0;
     finish_locked(t);
+}
+
+// The frame of `pd` certainly did not reach its destination (send failed, bridge NOROUTE or
+// CONGESTED): it no longer makes its transfer's outcome uncertain.
+void Rmc::not_applied_locked(const Pending &pd)
+{
+    if (!pd.modifies) return;
+    auto t = xfers_.find(pd.xfer);
+    if (t != xfers_.end() && t->second.maybe_applied) t->second.maybe_applied--;
 }
 
 // Write the CQE of a transfer whose frames are all answered; erases the transfer.
@@ -819,7 +847,7 @@ void Rmc::write_cqe_locked(Qp &qp, unsigned q, const Transfer &t)
     bool local = t.wqe.node == cfg_.node_id;
     const Timing &tm = cfg_.timing;
     double model = 0;
-    if (t.status != RMC_ST_BAD_REQUEST && t.status != RMC_ST_UNREACHABLE) {
+    if (t.status != RMC_ST_BAD_REQUEST && t.status != RMC_ST_UNREACHABLE && t.status != RMC_ST_UNCERTAIN) {
         switch (t.wqe.op) {
         case RMC_OP_READ: model = model_read_ns(tm, t.wqe.remote_off, t.wqe.length, local); break;
         case RMC_OP_WRITE: model = model_write_ns(tm, t.wqe.remote_off, t.wqe.length, local); break;
@@ -845,6 +873,7 @@ void Rmc::write_cqe_locked(Qp &qp, unsigned q, const Transfer &t)
     mem_store(dst, reinterpret_cast<const uint8_t *>(&c), offsetof(rmc_cqe, flags));
     __atomic_store_n(dst + offsetof(rmc_cqe, flags), uint8_t(t.cqe_flags | phase), __ATOMIC_RELEASE);
     qp.cq_tail++;
+    cqe_seq_++;
     count(RMC_CNT_CQE_WRITTEN);
     count(status_counter(t.status));
     count(RMC_CNT_MODELED_NS, m);
@@ -951,6 +980,7 @@ void Rmc::serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink)
         return refuse(RMC_ST_REMOTE_ACCESS, RMC_INFO_NO_CTX);
     const Ctx &cx = ctxs_[r.ctx];
     if (h.src >= 64 || !((cx.nodemask >> h.src) & 1)) return refuse(RMC_ST_REMOTE_ACCESS, RMC_INFO_DENIED);
+    if (r.key != cx.key) return refuse(RMC_ST_REMOTE_ACCESS, RMC_INFO_BAD_KEY);
     if (!(cx.perm & need[h.op])) return refuse(RMC_ST_REMOTE_ACCESS, RMC_INFO_PERM);
     if (r.off > cx.size || r.len > cx.size - r.off) return refuse(RMC_ST_REMOTE_ACCESS, RMC_INFO_BOUNDS);
     uint8_t *mem = host(cx.base + r.off);
@@ -1076,7 +1106,7 @@ void Rmc::serve_sabre(const rkf_frame_hdr &h, const rkf_rmc_req &r, uint8_t *obj
 
 void Rmc::rcp_data(const rkf_frame_hdr &h, const uint8_t *p)
 {
-    std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
     auto pit = pending_.find(h.tag);
     if (pit == pending_.end() || pit->second.dst != h.src) {
         count(RMC_CNT_STRAY);
@@ -1110,6 +1140,8 @@ void Rmc::rcp_data(const rkf_frame_hdr &h, const uint8_t *p)
         fail_locked(t, RMC_ST_UNREACHABLE, RMC_INFO_BAD_REPLY);
         kicked_ = true;
         cv_.notify_one();
+        lk.unlock();
+        notify_irq();
     }
 }
 
@@ -1118,9 +1150,13 @@ void Rmc::rcp_reply(const rkf_frame_hdr &h, const uint8_t *p)
     {
         std::lock_guard lk(mu_);
         auto pit = pending_.find(h.tag);
-        // the bridge and the port answer for an unreachable node: only a real answer must come
-        // from the node the frame went to
-        if (pit == pending_.end() || (h.status == RKF_ST_OK && pit->second.dst != h.src)) {
+        // Every reply, OK or error, must come from the node the frame went to: the bridge answers
+        // for an unreachable node with src = that node (fabric_proto.h, error_reply_locked), and
+        // it stamps the source of every frame a node sends. Anything else is dropped and counted.
+        if (pit == pending_.end() || pit->second.dst != h.src) {
+            if (pit != pending_.end())
+                gerr("reply (status %u) for a request to node %u came from node %u: dropped", h.status,
+                     pit->second.dst, h.src);
             count(RMC_CNT_STRAY);
             return;
         }
@@ -1136,6 +1172,7 @@ void Rmc::rcp_reply(const rkf_frame_hdr &h, const uint8_t *p)
         t.outstanding--;
         rkf_rmc_done d{};
         if (h.status != RKF_ST_OK) {
+            if (h.status == RKF_ST_NOROUTE || h.status == RKF_ST_CONGESTED) not_applied_locked(pd);
             fail_locked(t, RMC_ST_UNREACHABLE, unreach_info(h.status));
         } else if (h.len != sizeof d) {
             gerr("node %u sent a malformed reply; transfer failed", h.src);

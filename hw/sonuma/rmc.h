@@ -106,7 +106,7 @@ private:
         uint32_t depth() const { return 1u << depth_log2; }
     };
     struct Ctx {
-        uint64_t base = 0, size = 0, perm = 0, nodemask = 0, layout = 0, ctrl = 0;
+        uint64_t base = 0, size = 0, perm = 0, nodemask = 0, layout = 0, ctrl = 0, key = 0;
         bool cfg_err = false;
         uint32_t gen = 0;
         bool valid() const { return ctrl & CTX_CTRL_VALID; }
@@ -132,6 +132,10 @@ private:
         uint64_t value = 0;
         double r2p2_ns = 0;
         uint64_t start_ns = 0, deadline_ns = 0;
+        // WRITE/CAS/FAA frames that left for another node and were not answered "not delivered"
+        // (bridge NOROUTE/CONGESTED, failed send): if the transfer then fails UNREACHABLE, the
+        // destination may have applied them and the CQE says UNCERTAIN.
+        uint32_t maybe_applied = 0;
     };
     struct Pending {
         uint64_t xfer;
@@ -140,6 +144,7 @@ private:
         uint32_t blocks;
         uint32_t next = 0; // bytes of the frame's range answered so far
         uint16_t dst;
+        bool modifies = false; // a WRITE/CAS/FAA frame to another node (counted in maybe_applied)
     };
     // Where the R2P2 sends its answers: the fabric, or this node's own RCP.
     struct Sink {
@@ -161,6 +166,7 @@ private:
     void orphan_ctx_locked(unsigned c);
     void check_timeouts_locked(uint64_t now);
     void frame_failed(uint64_t tag, uint8_t st, uint8_t info);
+    void not_applied_locked(const Pending &pd);
 
     void serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink);
     void serve_sabre(const rkf_frame_hdr &h, const rkf_rmc_req &r, uint8_t *obj, unsigned ver_off,
@@ -192,6 +198,7 @@ private:
     std::unordered_map<uint64_t, Pending> pending_; // by tag
     std::vector<uint32_t> window_;                  // block requests in flight per destination
     uint64_t next_xfer_ = 1, next_tag_ = 1;
+    uint64_t cqe_seq_ = 0, irq_seq_ = 0; // CQEs written / CQEs the RGP has notified the host of
     unsigned rr_qp_ = 0;
     std::array<std::atomic<uint64_t>, RMC_CNT_COUNT> cnt_{};
     R2p2Counters sabre_base_{}; // the SABRe server's counters at the last clear (under mu_)

@@ -12,12 +12,15 @@ import pytest
 from guest_tools import kv
 
 PAT_SEED = 11
+# The access key every node of a test's contexts registers with: a destination serves only
+# requests that carry its context's key (docs/rmc-driver.md, "Who may use a context").
+KEY = "0x5eedc0ffee0fab1e"
 
 
 def hold(node, ctx, size, tag, *opts):
     """Register context `ctx` on `node` in a detached process; wait until it is registered."""
     out = f"/tmp/rmc-hold-{tag}"
-    node.sh(f"rm -f {out}; setsid rmc ctx-hold --id {ctx} --size {size} {' '.join(opts)} "
+    node.sh(f"rm -f {out}; setsid rmc ctx-hold --id {ctx} --size {size} --key {KEY} {' '.join(opts)} "
             f"</dev/null >{out} 2>&1 &")
     for _ in range(300):
         r = node.exec(f"cat {out}")
@@ -113,13 +116,14 @@ def test_out_of_bounds_permission_and_unknown_context(cluster2):
 def test_sabre_under_concurrent_writers_aborts_and_accepts_no_torn_object(cluster2):
     n0, n1 = cluster2.node(0), cluster2.node(1)
     for layout in ("sabre", "baseline"):
-        n0.sh(f"rm -f /tmp/kv; setsid rmc-kv serve --ctx 8 --layout {layout} --size 1024 --objects 100 "
+        n0.sh(f"rm -f /tmp/kv; setsid rmc-kv serve --ctx 8 --key {KEY} --layout {layout} --size 1024 --objects 100 "
               f"--writers 2 --seconds 30 </dev/null >/tmp/kv 2>&1 &")
         for _ in range(100):
             if b"serving" in n0.exec("cat /tmp/kv").stdout:
                 break
             time.sleep(0.1)
-        r = n1.exec(f"rmc-kv read --node 0 --ctx 8 --layout {layout} --size 1024 --objects 100 --seconds 4",
+        r = n1.exec(f"rmc-kv read --node 0 --ctx 8 --key {KEY} --layout {layout} --size 1024 --objects 100 "
+                    "--seconds 4",
                     timeout=60)
         stop_all(n0)
         d = kv(r.stdout)[-1]
@@ -137,10 +141,10 @@ def test_sabre_under_concurrent_writers_aborts_and_accepts_no_torn_object(cluste
 
 def test_microbenchmark_reproduces_the_speculation_shape(cluster2):
     n0, n1 = cluster2.node(0), cluster2.node(1)
-    n0.sh("setsid rmc-bench serve --ctx 9 --seconds 120 </dev/null >/tmp/bench-serve 2>&1 &")
+    n0.sh(f"setsid rmc-bench serve --ctx 9 --key {KEY} --seconds 120 </dev/null >/tmp/bench-serve 2>&1 &")
     n1.exec("rm -f /tmp/bench.csv")
     time.sleep(0.5)
-    r = n1.exec("rmc-bench run --node 0 --ctx 9 --iters 20 --mode lat --sizes 64,128,2048,8192 "
+    r = n1.exec(f"rmc-bench run --node 0 --ctx 9 --key {KEY} --iters 20 --mode lat --sizes 64,128,2048,8192 "
                 "--csv /tmp/bench.csv", timeout=120)
     assert r.rc == 0, r.stdout + r.stderr
     rows = {}
@@ -177,7 +181,7 @@ def test_atomics_from_three_nodes_and_a_killed_node(fresh_cluster, in_background
     assert int(d[0]["first_old"]) == 3 * k, r.stdout
     # node 1 keeps reads to node 2 in flight; node 2 dies: every request completes, unreachable
     job = in_background(nodes[1], "rmc async-read --id 1 --node 2 --len 8192 --count 100000 --window 32 "
-                                  "--timeout-ms 100000", timeout=150)
+                                  "--timeout-ms 100000 --keep-going", timeout=150)
     time.sleep(1.0)
     c.kill_node(2)
     t = time.monotonic()

@@ -6,6 +6,7 @@ doorbell, polls the CQ in guest RAM) exactly as docs/sonuma.md describes. Consta
 hw/include/rackemu/sonuma_regs.h, parsed.
 """
 import os
+import signal
 import struct
 import tempfile
 import time
@@ -240,6 +241,48 @@ def test_killed_node_turns_pending_requests_into_unreachable():
                 assert e["status"] == R["RMC_ST_UNREACHABLE"], e
                 assert e["info"] in (R["RMC_INFO_NOROUTE"], R["RMC_INFO_NODE_GONE"], R["RMC_INFO_TIMEOUT"])
         finally:
+            for n in nodes:
+                n.close()
+            bridge.stop()
+
+
+def test_timed_out_request_raises_the_interrupt_line():
+    """Issue 15, finding 10: a completion written because the destination never answered (node 0
+    stopped) raises the RMC's interrupt line like any other, seen at the GIC's distributor
+    (GICD_ISPENDR reflects a level-triggered SPI's line)."""
+    gicd = 0x08000000  # the virt machine's GICv2 distributor
+    irq = 32 + R["RACKEMU_RMC_SPI"]
+
+    def line(n):
+        return (n.read(gicd + 0x200 + 4 * (irq // 32), 4) >> (irq % 32)) & 1
+
+    with tempfile.TemporaryDirectory(prefix="rackemu-rmc-irq-") as d:
+        bridge = Bridge(d)
+        nodes = [QtestNode(i, 2, bridge.socket, memory=f"{MEM_MB}M") for i in range(2)]
+        n0, n1 = nodes
+        stopped = False
+        try:
+            wait_for(lambda: len([p for p in bridge.stats()["ports"] if p["state"] == "up"]) == 2,
+                     what="2 nodes connected")
+            for n in nodes:
+                n.writeq(BASE + R["RMC_REG_CTRL"], R["RMC_CTRL_EN"])
+                context(n)
+            qp = Qp(n1, 0, log2=4)
+            n1.writeq(qp_reg(0, "QP_CTRL"), R["QP_CTRL_EN"] | R["QP_CTRL_IRQ_EN"])
+            # an answered request raises the line; write-1-to-clear lowers it
+            assert qp.run(wqe(R["RMC_OP_READ"], 0, 0, 0, 64))["status"] == R["RMC_ST_OK"]
+            wait_for(lambda: line(n1) == 1, timeout=2, what="the interrupt line after a completion")
+            n1.writeq(BASE + R["RMC_REG_IRQ_STATUS"], 1)
+            wait_for(lambda: line(n1) == 0, timeout=2, what="the interrupt line to drop")
+            os.killpg(n0.proc.pid, signal.SIGSTOP)
+            stopped = True
+            e = qp.run(wqe(R["RMC_OP_READ"], 0, 0, 0, 64, wr_id=7), timeout=10)
+            assert (e["status"], e["info"]) == (R["RMC_ST_UNREACHABLE"], R["RMC_INFO_TIMEOUT"]), e
+            assert n1.readq(BASE + R["RMC_REG_IRQ_STATUS"]) & 1
+            wait_for(lambda: line(n1) == 1, timeout=2, what="the interrupt line after a timed-out request")
+        finally:
+            if stopped:
+                os.killpg(n0.proc.pid, signal.SIGCONT)
             for n in nodes:
                 n.close()
             bridge.stop()

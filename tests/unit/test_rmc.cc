@@ -3,6 +3,8 @@
 // driven through their registers, with WQs, CQs and segments in fake guest RAM.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -101,6 +103,7 @@ struct Cluster {
     std::atomic<bool> down{false};  // sends fail: link down
     std::vector<std::pair<rkf_frame_hdr, std::vector<uint8_t>>> held; // frames lost while `drop`
     std::mutex held_mu;
+    std::array<std::atomic<unsigned>, 8> irq_calls{}; // RmcHost::irq_changed calls per node
 
     explicit Cluster(unsigned n, unsigned timeout_ms = 2000, bool fabric = true)
     {
@@ -116,6 +119,7 @@ struct Cluster {
             h.ram = nd.ram.data();
             h.ram_base = kRamBase;
             h.ram_size = kRamSize;
+            h.irq_changed = [this, i] { irq_calls[i]++; };
             if (fabric) {
                 h.send = [this, i](rkf_frame_hdr &f, const void *p) { return deliver(i, f, p); };
                 h.reply = [this, i](const rkf_frame_hdr &req, uint16_t st, const void *p, uint16_t len) {
@@ -576,6 +580,167 @@ TEST(RmcLoopback, ALoneNodeServesItselfWithoutFabric)
     EXPECT_TRUE(c[0].rmc->irq_level());
     c[0].w(RMC_REG_IRQ_STATUS, 1ull << 3);
     EXPECT_FALSE(c[0].rmc->irq_level());
+}
+
+// Issue 15, finding 10: a completion written by the RGP thread (a timeout) notifies the host like
+// one written by the RCP, so an interrupt waiter without a timeout of its own wakes up.
+TEST(RmcFabric, TimedOutRequestRaisesItsCompletionInterrupt)
+{
+    Cluster c(2, 200);
+    for (unsigned n = 0; n < 2; n++) {
+        c[n].ctx(1, kSeg, kSegSize, CTX_PERM_READ, 3);
+        c[n].qp(0, 1);
+    }
+    c[1].w(RMC_QP_REG(0, QP_CTRL), QP_CTRL_EN | QP_CTRL_IRQ_EN);
+    c.drop = true; // node 0 never answers
+    unsigned before = c.irq_calls[1];
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, 64, 1));
+    rmc_cqe e;
+    ASSERT_TRUE(c[1].next(0, e, 3000));
+    EXPECT_EQ(e.status, RMC_ST_UNREACHABLE);
+    EXPECT_EQ(e.info, RMC_INFO_TIMEOUT);
+    EXPECT_TRUE(c[1].rmc->irq_level());
+    // the host hears of it at once (the glue re-reads irq_level() on each call)
+    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    while (c.irq_calls[1] == before && std::chrono::steady_clock::now() < end)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_GT(c.irq_calls[1].load(), before) << "the timeout completion never notified the interrupt line";
+    // a request refused at fetch (written by the RGP too) notifies as well
+    c[1].w(RMC_REG_IRQ_STATUS, ~0ull);
+    before = c.irq_calls[1];
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, 0, 2)); // zero length: BAD_REQUEST
+    ASSERT_TRUE(c[1].next(0, e, 1000));
+    EXPECT_EQ(e.status, RMC_ST_BAD_REQUEST);
+    end = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    while (c.irq_calls[1] == before && std::chrono::steady_clock::now() < end)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_GT(c.irq_calls[1].load(), before);
+    EXPECT_TRUE(c[1].rmc->irq_level());
+}
+
+// Issue 15, finding 7: an error reply must come from the node the request went to (the bridge
+// answers for it with src = that node). A third node's forged NODE_GONE is dropped and counted.
+TEST(RmcFabric, ErrorReplyFromAThirdNodeIsDropped)
+{
+    Cluster c(3, 2000);
+    for (unsigned n = 0; n < 3; n++) {
+        c[n].ctx(1, kSeg, kSegSize, CTX_PERM_READ | CTX_PERM_WRITE, 7);
+        c[n].qp(0, 1);
+    }
+    std::memset(c[1].at(kSeg), 0x5a, 64);
+    c.drop = true; // hold node 0's request to node 1
+    c[0].post(0, wqe(RMC_OP_READ, 1, 0, 0, 64, 1));
+    rkf_frame_hdr req{};
+    for (int i = 0; i < 500; i++) {
+        {
+            std::lock_guard lk(c.held_mu);
+            if (!c.held.empty()) {
+                req = c.held[0].first;
+                break;
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(req.type, RKF_T_REQ);
+    uint64_t stray = c[0].cnt(RMC_CNT_STRAY);
+    for (uint16_t st : {RKF_ST_NODE_GONE, RKF_ST_NOROUTE, RKF_ST_BAD_FRAME, RKF_ST_OK}) {
+        rkf_frame_hdr f{};
+        f.magic = RKF_FRAME_MAGIC;
+        f.type = RKF_T_REPLY;
+        f.svc = RKF_SVC_RMC;
+        f.op = req.op;
+        f.src = 2; // node 2 answers for node 1
+        f.dst = 0;
+        f.status = st;
+        f.tag = req.tag;
+        rkf_rmc_done d{};
+        d.nblocks = 1;
+        f.len = st == RKF_ST_OK ? uint16_t(sizeof d) : 0;
+        c[0].rmc->on_reply(f, &d);
+    }
+    EXPECT_EQ(c[0].cnt(RMC_CNT_STRAY), stray + 4);
+    EXPECT_EQ(c[0].r(RMC_QP_REG(0, QP_CQ_TAIL)), 0u) << "a forged reply completed the request";
+    c.release(); // the real answer
+    rmc_cqe e;
+    ASSERT_TRUE(c[0].next(0, e, 2000));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    EXPECT_EQ(c[0].at(kSeg)[0], 0x5a);
+}
+
+// Issue 15, finding 11: a WRITE that times out while its owner is stopped may still be applied when
+// the owner resumes; its completion says so (UNCERTAIN), never plain UNREACHABLE. A READ that
+// times out, and a WRITE that never left, stay UNREACHABLE.
+TEST(RmcFabric, WriteTimedOutWhileOwnerPausedCompletesUncertain)
+{
+    Cluster c(2, 200);
+    for (unsigned n = 0; n < 2; n++) {
+        c[n].ctx(1, kSeg, kSegSize, CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC, 3);
+        c[n].qp(0, 1);
+    }
+    std::memset(c[0].at(kSeg), 0, 1024);
+    std::memset(c[1].at(kSeg), 0x77, 1024);
+    c.drop = true; // node 0 is paused: frames wait in the fabric
+    c[1].post(0, wqe(RMC_OP_WRITE, 0, 0, 0, 1024, 1));
+    rmc_wqe faa = wqe(RMC_OP_FAA, 0, 2048, 0, 8, 2);
+    faa.operand0 = 5;
+    c[1].post(0, faa);
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 4096, 64, 3));
+    rmc_cqe e;
+    for (int i = 0; i < 3; i++) {
+        ASSERT_TRUE(c[1].next(0, e, 3000));
+        EXPECT_EQ(e.info, RMC_INFO_TIMEOUT);
+        if (e.wr_id == 3)
+            EXPECT_EQ(e.status, RMC_ST_UNREACHABLE) << "a read changes nothing remote";
+        else
+            EXPECT_EQ(e.status, RMC_ST_UNCERTAIN) << "op " << int(e.op) << " may land later";
+    }
+    EXPECT_EQ(c[1].cnt(RMC_CNT_ST_UNREACH), 3u);
+    c.release(); // the owner resumes and serves what it had received
+    EXPECT_EQ(c[0].at(kSeg)[0], 0x77) << "the model of a stopped owner: the write lands late";
+    EXPECT_EQ(*reinterpret_cast<uint64_t *>(c[0].at(kSeg + 2048)), 5u);
+    // a write that never left (link down) is certainly not applied
+    c.down = true;
+    c[1].post(0, wqe(RMC_OP_WRITE, 0, 0, 0, 64, 4));
+    ASSERT_TRUE(c[1].next(0, e, 1000));
+    EXPECT_EQ(e.status, RMC_ST_UNREACHABLE);
+    EXPECT_EQ(e.info, RMC_INFO_LINK_DOWN);
+}
+
+// Issue 15, finding 3 (device part): a destination serves a request only if it carries the
+// context's key; CTX_KEY reads 0 and cannot change while the context is valid.
+TEST_F(RmcPair, RequestWithoutTheContextKeyIsRefused)
+{
+    for (unsigned n = 0; n < 2; n++) {
+        c[n].w(RMC_CTX_REG(5, CTX_KEY), n == 0 ? 0x1234567890abcdefull : 0x1111);
+        c[n].ctx(5, kSeg + 0x100000, 4096, CTX_PERM_READ | CTX_PERM_WRITE, 3);
+        c[n].qp(5, 5);
+    }
+    EXPECT_EQ(c[0].r(RMC_CTX_REG(5, CTX_KEY)), 0u) << "the key is write-only";
+    std::memset(c[0].at(kSeg + 0x100000), 0x3c, 64);
+    std::memset(c[1].at(kSeg + 0x100000), 0, 64);
+    rmc_cqe e;
+    c[1].post(5, wqe(RMC_OP_READ, 0, 0, 0, 64));
+    ASSERT_TRUE(c[1].next(5, e));
+    EXPECT_EQ(e.status, RMC_ST_REMOTE_ACCESS);
+    EXPECT_EQ(e.info, RMC_INFO_BAD_KEY);
+    c[1].post(5, wqe(RMC_OP_WRITE, 0, 0, 0, 64));
+    ASSERT_TRUE(c[1].next(5, e));
+    EXPECT_EQ(e.info, RMC_INFO_BAD_KEY);
+    EXPECT_EQ(c[0].at(kSeg + 0x100000)[0], 0x3c) << "a refused write landed";
+    EXPECT_EQ(c[1].at(kSeg + 0x100000)[0], 0) << "a refused read returned data";
+    // the key is read-only while the context is valid
+    c[1].w(RMC_CTX_REG(5, CTX_KEY), 0x1234567890abcdefull);
+    c[1].post(5, wqe(RMC_OP_READ, 0, 0, 0, 64));
+    ASSERT_TRUE(c[1].next(5, e));
+    EXPECT_EQ(e.info, RMC_INFO_BAD_KEY);
+    // re-registered with the owner's key: served
+    c[1].w(RMC_CTX_REG(5, CTX_CTRL), 0);
+    c[1].w(RMC_CTX_REG(5, CTX_KEY), 0x1234567890abcdefull);
+    c[1].w(RMC_CTX_REG(5, CTX_CTRL), CTX_CTRL_VALID);
+    c[1].post(5, wqe(RMC_OP_READ, 0, 0, 0, 64));
+    ASSERT_TRUE(c[1].next(5, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    EXPECT_EQ(c[1].at(kSeg + 0x100000)[0], 0x3c);
 }
 
 } // namespace

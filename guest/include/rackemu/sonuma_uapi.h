@@ -37,6 +37,11 @@ struct rmc_uapi_ctx {
 	__u32 reserved;    /* must be 0 */
 	__u64 mmap_off;    /* out: offset to mmap the segment (size bytes, shared, read/write) */
 	__u64 phys;        /* out: physical base (for tests and debugging) */
+	__u64 key;         /* register: in, the context's access key (0: the driver draws a random one),
+	                    * out, the key. attach: in, the key the owner shared with the caller (0:
+	                    * none; enough for the owner's uid and CAP_SYS_ADMIN), out, the key. Requests
+	                    * on the context carry it; other nodes serve them only if their context of
+	                    * the same id has the same key (docs/rmc-driver.md, "Who may use a context") */
 };
 
 #define RMC_UAPI_QP_IRQ (1u << 0) /* completion interrupts: RMC_IOC_WAIT may sleep */

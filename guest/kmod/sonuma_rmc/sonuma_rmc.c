@@ -13,6 +13,12 @@
  * A context id is node-global; every registration is a new incarnation (generation). Attaching
  * and QPs are tied to the incarnation: a file that attached id c, or a QP bound to c, never
  * reaches the memory of a later registration of c.
+ *
+ * Who may use a context (docs/rmc-driver.md): it belongs to the effective uid that registered it.
+ * Another file attaches it only with that uid, with CAP_SYS_ADMIN, or by presenting the context's
+ * access key, which the driver draws at random unless the owner names one. The key is programmed
+ * into the device (CTX_KEY): every request on the context carries it, and other nodes serve only
+ * requests whose key equals that of their own context of the same id.
  */
 #include <linux/interrupt.h>
 #include <linux/io.h>
@@ -24,6 +30,9 @@
 #include <linux/of_address.h>
 #include <linux/of_reserved_mem.h>
 #include <linux/platform_device.h>
+#include <linux/random.h>
+#include <linux/cred.h>
+#include <linux/capability.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 #include <linux/wait.h>
@@ -51,6 +60,8 @@ struct rmc_mem {
 struct rmc_ctx {
 	struct rmc_mem *mem;        /* NULL: free */
 	struct rmc_file *owner;
+	kuid_t uid;                 /* the owner's effective uid at registration */
+	u64 key;                    /* access key (CTX_KEY), never 0 */
 	u64 gen;                    /* incarnation: set at each registration, never 0 */
 	u32 perm;
 	u64 nodemask;
@@ -262,6 +273,8 @@ static long rmc_ctx_register(struct rmc_file *f, struct rmc_uapi_ctx __user *arg
 		layout = CTX_LAYOUT_VALID | (u32)u.version_off;
 	}
 	u.size = PAGE_ALIGN(u.size);
+	while (!u.key)
+		u.key = get_random_u64();
 	mutex_lock(&rd->lock);
 	if (rd->ctx[u.id].mem) {
 		ret = -EBUSY;
@@ -277,6 +290,7 @@ static long rmc_ctx_register(struct rmc_file *f, struct rmc_uapi_ctx __user *arg
 	wr64(rd, RMC_CTX_REG(u.id, CTX_PERM), u.perm);
 	wr64(rd, RMC_CTX_REG(u.id, CTX_NODEMASK), u.nodemask);
 	wr64(rd, RMC_CTX_REG(u.id, CTX_LAYOUT), layout);
+	wr64(rd, RMC_CTX_REG(u.id, CTX_KEY), u.key);
 	wr64(rd, RMC_CTX_REG(u.id, CTX_CTRL), CTX_CTRL_VALID);
 	if ((rd64(rd, RMC_CTX_REG(u.id, CTX_STATUS)) & CTX_ST_CFG_ERR) ||
 	    !(rd64(rd, RMC_CTX_REG(u.id, CTX_CTRL)) & CTX_CTRL_VALID)) {
@@ -291,6 +305,8 @@ static long rmc_ctx_register(struct rmc_file *f, struct rmc_uapi_ctx __user *arg
 	rd->ctx[u.id].gen = ++rd->gen_next;
 	rd->ctx[u.id].mem = m;
 	rd->ctx[u.id].owner = f;
+	rd->ctx[u.id].uid = current_euid();
+	rd->ctx[u.id].key = u.key;
 	rd->ctx[u.id].perm = u.perm;
 	rd->ctx[u.id].nodemask = u.nodemask;
 	rd->ctx[u.id].version_off = u.version_off;
@@ -319,8 +335,11 @@ static long rmc_ctx_attach(struct rmc_file *f, struct rmc_uapi_ctx __user *arg)
 	cx = &rd->ctx[u.id];
 	if (!cx->mem) {
 		ret = -ENOENT;
+	} else if (!uid_eq(current_euid(), cx->uid) && !capable(CAP_SYS_ADMIN) && (!u.key || u.key != cx->key)) {
+		ret = -EACCES; /* another user's context, not shared with the caller */
 	} else {
 		f->ctx_gen[u.id] = cx->gen;
+		u.key = cx->key;
 		u.perm = cx->perm;
 		u.size = cx->mem->size;
 		u.nodemask = cx->nodemask;

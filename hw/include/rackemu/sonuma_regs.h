@@ -102,6 +102,8 @@
 #define CTX_CTRL_VALID         (1u << 0) /* set: validate and expose; clear: withdraw, orphan */
 #define CTX_STATUS             0x30u    /* R: CTX_ST_* */
 #define CTX_ST_CFG_ERR         (1u << 0)
+#define CTX_KEY                0x38u    /* W (reads 0): access key; requests carry it, the destination
+                                         * serves only those whose key equals its own (docs/sonuma.md) */
 
 /* ---- Doorbell page of QP q: RMC_DB_REG(q, r) (user-mappable) ---- */
 #define DB_WQ_TAIL             0x00u    /* W: producer index (free-running u32); R: last written */
@@ -122,12 +124,13 @@
 #define RMC_CNT_ST_ABORT       0x040u
 #define RMC_CNT_ST_REMOTE      0x048u
 #define RMC_CNT_ST_BAD         0x050u
-#define RMC_CNT_ST_UNREACH     0x058u
+#define RMC_CNT_ST_UNREACH     0x058u   /* UNREACHABLE and UNCERTAIN */
 #define RMC_CNT_TIMEOUTS       0x060u
 #define RMC_CNT_REQ_FRAMES     0x068u   /* request frames sent */
 #define RMC_CNT_REQ_BLOCKS     0x070u   /* 64-byte block requests sent (per-block semantics) */
 #define RMC_CNT_REPLY_BLOCKS   0x078u   /* 64-byte block replies received */
-#define RMC_CNT_STRAY          0x080u   /* frames for no pending request (late, orphaned) */
+#define RMC_CNT_STRAY          0x080u   /* frames for no pending request (late, orphaned) or from
+                                         * another node than the request's destination (dropped) */
 #define RMC_CNT_SRV_RD_BLOCKS  0x088u   /* R2P2: blocks read for other nodes */
 #define RMC_CNT_SRV_WR_BLOCKS  0x090u   /* R2P2: blocks written for other nodes */
 #define RMC_CNT_SRV_ATOMICS    0x098u
@@ -172,7 +175,9 @@ struct rmc_wqe {
 #define RMC_ST_SABRE_ABORT     1u       /* the object was not read atomically (sec. 5.2 success field) */
 #define RMC_ST_REMOTE_ACCESS   2u       /* destination refused: context, bounds, permission */
 #define RMC_ST_BAD_REQUEST     3u       /* malformed WQE; nothing was sent */
-#define RMC_ST_UNREACHABLE     4u       /* node absent, died, link down, congested, timed out */
+#define RMC_ST_UNREACHABLE     4u       /* node absent, died, link down, congested, timed out: not applied */
+#define RMC_ST_UNCERTAIN       5u       /* WRITE/CAS/FAA failed as UNREACHABLE after a request frame left:
+                                         * the destination may have applied it, wholly or partly */
 #define RMC_INFO_NONE          0u
 #define RMC_INFO_LOCKED        1u       /* SABRE_ABORT: version odd */
 #define RMC_INFO_WINDOW        2u       /* SABRE_ABORT: a read block invalidated inside the window */
@@ -182,6 +187,7 @@ struct rmc_wqe {
 #define RMC_INFO_PERM          18u      /* REMOTE_ACCESS: operation not permitted */
 #define RMC_INFO_DENIED        19u      /* REMOTE_ACCESS: source node not in CTX_NODEMASK */
 #define RMC_INFO_NO_LAYOUT     20u      /* REMOTE_ACCESS: SABRe on a context without CTX_LAYOUT */
+#define RMC_INFO_BAD_KEY       21u      /* REMOTE_ACCESS: the request's key is not the context's CTX_KEY */
 #define RMC_INFO_BAD_OP        32u      /* BAD_REQUEST */
 #define RMC_INFO_BAD_LEN       33u
 #define RMC_INFO_UNALIGNED     34u
@@ -247,7 +253,7 @@ struct rkf_rmc_req {
     rk_u32 len;         /* bytes covered by this frame */
     rk_u16 nblocks;     /* 64-byte block requests carried (= blocks covered by [off, off+len)) */
     rk_u16 flags;       /* RKF_RMC_F_* */
-    rk_u64 xoff;        /* offset of this frame's range within the transfer */
+    rk_u64 key;         /* the source's CTX_KEY of ctx: the destination serves it only if equal */
 };
 struct rkf_rmc_atomic {
     rk_u64 operand0;    /* CAS expected / FAA addend */
