@@ -62,8 +62,8 @@ static int cmd_copy(int argc, char **argv)
 			       "another node's memory, or this node's, through the global address space window) or\n"
 			       "p:P / P (this node's physical address). Prints status=ok|EIO|ETIMEDOUT src=.. dst=..\n"
 			       "len=.. elapsed_us=.. mb_per_s=.. (the median copy of K). The first failed copy stops\n"
-			       "the repetitions; its line adds done= (copies that succeeded before) and\n"
-			       "error_after_us= (from the end of the last good copy to the error).\n");
+			       "the repetitions; its line adds done= (copies that succeeded before), error_after_us=\n"
+			       "(how long the failing copy took) and since_last_ok_us= (from the last good copy).\n");
 			return 0;
 		default: return 2;
 		}
@@ -83,12 +83,14 @@ static int cmd_copy(int argc, char **argv)
 	if (!ns)
 		die("out of memory");
 	struct timespec ts;
-	double last_ok, t_err = 0;
+	double last_ok, t_err = 0, t0 = 0;
 	long done = 0;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	last_ok = ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 	for (long i = 0; i < repeat; i++) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		t0 = ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 		if (ioctl(fd, UNIMEM_DMA_IOC_COPY, &c) < 0)
 			die("UNIMEM_DMA_IOC_COPY: %s", strerror(errno));
 		clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -111,7 +113,7 @@ static int cmd_copy(int argc, char **argv)
 	uint64_t med = c.status ? c.elapsed_ns : ns[repeat / 2];
 
 	if (c.status)
-		printf("done=%ld error_after_us=%.0f ", done, t_err - last_ok);
+		printf("done=%ld error_after_us=%.0f since_last_ok_us=%.0f ", done, t_err - t0, t_err - last_ok);
 	printf("status=%s src=0x%llx dst=0x%llx len=%llu elapsed_us=%.1f mb_per_s=%.1f engine_status=0x%x%s%s%s\n",
 	       c.status == 0 ? "ok" : c.status == -ETIMEDOUT ? "ETIMEDOUT" : "EIO", (unsigned long long)c.src,
 	       (unsigned long long)c.dst, (unsigned long long)c.len, med / 1e3, med ? c.len * 1e3 / med : 0.0,

@@ -437,6 +437,7 @@ struct bench_job {
 	uint64_t done;          /* successful requests: only they count (latency, ops/s) */
 	int err;                /* the first error, which stops this thread (and the others) */
 	uint64_t err_ns;        /* when it was reported */
+	uint64_t err_start_ns;  /* when the failing request started */
 	uint64_t last_ok_ns;    /* when the last success before it returned */
 };
 
@@ -462,6 +463,7 @@ static void *bench_thread(void *p)
 			/* every error of a request to a live page is unrecoverable here: stop */
 			j->err = rc;
 			j->err_ns = now_ns();
+			j->err_start_ns = t;
 			bench_stop = 1;
 			break;
 		}
@@ -496,8 +498,8 @@ static int cmd_bench(int argc, char **argv)
 			       "write128) to a page this process allocates on board B, and time each one.\n"
 			       "Prints op= board= threads= ops= latency_median_us= latency_p99_us= ops_per_s= failed=.\n"
 			       "Stops at the first failed request (all threads); ops, latencies and ops/s count only\n"
-			       "successful requests, and a failure adds error= and error_after_ms= (from the last\n"
-			       "success to the error: how long a dead board took to turn into an error); exit 1.\n");
+			       "successful requests, and a failure adds error=, error_after_ms= (how long the failing\n"
+			       "request took: a dead board's time to error) and since_last_ok_ms=; exit 1.\n");
 			return 0;
 		default: die("see gsas bench --help");
 		}
@@ -544,7 +546,8 @@ static int cmd_bench(int argc, char **argv)
 	       done ? all[done / 2] / 1e3 : 0.0, done ? all[done * 99 / 100] / 1e3 : 0.0,
 	       (double)done * 1e9 / (double)wall, first >= 0);
 	if (first >= 0)
-		printf(" error=\"%s\" error_after_ms=%.1f", gsas_strerror(jobs[first].err),
+		printf(" error=\"%s\" error_after_ms=%.1f since_last_ok_ms=%.1f", gsas_strerror(jobs[first].err),
+		       (double)(jobs[first].err_ns - jobs[first].err_start_ns) / 1e6,
 		       (double)(jobs[first].err_ns - jobs[first].last_ok_ns) / 1e6);
 	printf("\n");
 	free(all);

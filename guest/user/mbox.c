@@ -90,8 +90,9 @@ static int cmd_send(int argc, char **argv)
 			       "only failed ones):\n"
 			       "  msg=0x.. node=N result=ok|EBUSY|EHOSTUNREACH|ETIMEDOUT|...\n"
 			       "A full mailbox (EBUSY) is retried by the next message; any other error is\n"
-			       "unrecoverable and stops the loop. Last line: sent= busy= error= error_after_us= (from\n"
-			       "the last accepted message to the error). Exit 0 only if every message was accepted.\n");
+			       "unrecoverable and stops the loop. Last line: sent= busy=, after an error also error=\n"
+			       "error_after_us= (how long the failing write took) since_last_ok_us= (from the last\n"
+			       "accepted message). Exit 0 only if every message was accepted.\n");
 			return 0;
 		default: return 2;
 		}
@@ -106,9 +107,12 @@ static int cmd_send(int argc, char **argv)
 		uint64_t msg = value + (uint64_t)i;
 		ssize_t w;
 		int e;
+		double t0;
 
 		if (opcode >= 0)
 			msg = (msg & ~(0xfull << MAILBOX_OPCODE_SHIFT)) | ((uint64_t)opcode << MAILBOX_OPCODE_SHIFT);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		t0 = ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 		w = write(fd, &msg, sizeof(msg));
 		e = errno;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -126,8 +130,8 @@ static int cmd_send(int argc, char **argv)
 			busy++;
 			continue;
 		}
-		printf("sent=%ld busy=%ld error=%s error_after_us=%.0f\n", sent, busy,
-		       strerrorname_np(e) ? strerrorname_np(e) : "error", t - last_ok);
+		printf("sent=%ld busy=%ld error=%s error_after_us=%.0f since_last_ok_us=%.0f\n", sent, busy,
+		       strerrorname_np(e) ? strerrorname_np(e) : "error", t - t0, t - last_ok);
 		close(fd);
 		return 1;
 	}

@@ -12,7 +12,9 @@ how fast each remote service turns a killed node into an error (issue 15, findin
   - a killed board: GSAS, the mailbox, cDMA remote copies and GAS loads end in an error within
     their documented bounds, and the owner frees what the dead node had allocated.
 """
+import os
 import re
+import signal
 import time
 
 import pytest
@@ -155,35 +157,22 @@ def test_forged_allocator_messages_are_refused_and_requests_are_capped(clean):
             n.exec("rmmod unimem_dma; rmmod xilinx_dma")
 
 
-def _bg(node, cmd, in_background, timeout=120):
-    return in_background(node, cmd, timeout=timeout)
-
-
-def test_killed_board_turns_into_errors_within_the_bounds(fresh_cluster, in_background):
-    """Finding 12 (GSAS) and the error bounds of docs/{gsas,mailbox,rdma,gas}.md: node 2 is
-    killed while node 0 runs a GSAS, a mailbox, a cDMA and a GAS loop against it; each stops at
-    its first error and reports how long after its last success. Node 1 frees what node 2 had
-    allocated there. Figures are printed (pytest -s)."""
-    c = fresh_cluster(nodes=3)
-    n0, n1, n2 = c.node(0), c.node(1), c.node(2)
-    load_dma([n0, n1, n2])
-    # node 2 holds 4 buffers on node 1 through the remote allocator
-    n2.sh("setsid cdma alloc --node 1 --size 1048576 --count 4 --hold 600 </dev/null >/tmp/held 2>&1 &")
-    for _ in range(100):
-        if n2.exec("cat /tmp/held").stdout.count(b"gaddr=") == 4:
-            break
-        time.sleep(0.1)
-    assert dma_param(n1, "served_allocs") == 4
-    g2, _ = export(n2, 1 << 16, 5, "kill2")
-    _, p0 = export(n0, 1 << 16, 6, "kill0")
+def _loops(c, initiator, target, in_background, kill):
+    """GSAS, mailbox, cDMA and GAS loops from node `initiator` against node `target`; kill()
+    after 4 s; each loop must stop at its first error. Returns the figures (ms, guest clock:
+    how long the failing operation took) and the host time until all had ended."""
+    n0, nt = c.node(initiator), c.node(target)
+    gt, _ = export(nt, 1 << 16, 5, f"kill{target}")
+    _, p0 = export(n0, 1 << 16, 6, f"kill{initiator}")
     jobs = {
-        "gsas": _bg(n0, "gsas bench --board 2 --op read64 --count 1000000", in_background),
-        "mailbox": _bg(n0, "mbox send --node 2 --value 0x1000000000000000 --count 100000000 --quiet", in_background),
-        "cdma": _bg(n0, f"cdma copy --src g:{g2:#x} --dst p:{p0:#x} --len 4096 --repeat 1000000", in_background),
-        "gas": _bg(n0, f"gas bench --gaddr {g2:#x} --count 10000000", in_background),
+        "gsas": f"gsas bench --board {target} --op read64 --count 1000000",
+        "mailbox": f"mbox send --node {target} --value 0x1000000000000000 --count 100000000 --quiet",
+        "cdma": f"cdma copy --src g:{gt:#x} --dst p:{p0:#x} --len 4096 --repeat 1000000",
+        "gas": f"gas bench --gaddr {gt:#x} --count 10000000",
     }
+    jobs = {k: in_background(n0, cmd, timeout=120) for k, cmd in jobs.items()}
     time.sleep(4)
-    c.kill_node(2)
+    kill()
     killed = time.monotonic()
     out = {k: j.result(90) for k, j in jobs.items()}
     host_s = time.monotonic() - killed
@@ -194,7 +183,9 @@ def test_killed_board_turns_into_errors_within_the_bounds(fresh_cluster, in_back
     figures["gsas_ms"] = float(d["error_after_ms"])
     r = out["mailbox"]
     d = kv(r.stdout)[-1]
-    assert r.rc == 1 and d["error"] == "EHOSTUNREACH", r.stdout
+    # EHOSTUNREACH from the bridge's answer, or ETIMEDOUT when no answer came within the 200 ms
+    # send timeout (a packet in flight at the kill)
+    assert r.rc == 1 and d["error"] in ("EHOSTUNREACH", "ETIMEDOUT"), r.stdout
     figures["mailbox_ms"] = float(d["error_after_us"]) / 1000
     r = out["cdma"]
     d = kv(r.stdout)[-1]
@@ -204,17 +195,75 @@ def test_killed_board_turns_into_errors_within_the_bounds(fresh_cluster, in_back
     d = kv(r.stdout)[-1]
     assert r.rc == 1 and d["bus_error"] == "1", r.stdout
     figures["gas_load_ms"] = float(d["error_after_us"]) / 1000
-    print(f"\ntime to error after a node kill (guest clock, last success to error): {figures}; "
-          f"all four loops ended {host_s:.1f} s after the kill (host)")
-    # documented bounds: GSAS GSAS_PROBE_MS + a round trip (docs/gsas.md: 1 s), mailbox 200 ms
-    # send timeout (docs/mailbox.md), cDMA the transfer deadline (docs/rdma.md: 2 s), GAS the
-    # window's request timeout (docs/gas.md: 2 s)
+    return figures, host_s
+
+
+def _assert_bounds(figures):
+    # documented bounds: GSAS 1 s (docs/gsas.md, GSAS_PROBE_MS + a round trip), mailbox one
+    # round trip, at most the 200 ms send timeout (docs/mailbox.md; asserted with 300 ms of
+    # slack: the guest clock also counts the host descheduling a vCPU on a loaded machine), cDMA
+    # and GAS the window's 2 s remote timeout (docs/rdma.md, docs/gas.md)
     assert figures["gsas_ms"] < 1000, figures
-    assert figures["mailbox_ms"] < 250, figures
+    assert figures["mailbox_ms"] < 500, figures
     assert figures["cdma_ms"] < 2500, figures
     assert figures["gas_load_ms"] < 2500, figures
+
+
+def test_killed_board_turns_into_errors_within_the_bounds(fresh_cluster, in_background):
+    """Finding 12 and the error bounds of docs/{gsas,mailbox,rdma,gas}.md: node 2 is killed
+    while node 0 runs a GSAS, a mailbox, a cDMA and a GAS loop against it; each stops at its
+    first error and reports how long after its last success. Node 1 frees what node 2 had
+    allocated there. Figures are printed (pytest -s)."""
+    c = fresh_cluster(nodes=3)
+    n1, n2 = c.node(1), c.node(2)
+    load_dma([c.node(0), n1, n2])
+    # node 2 holds 4 buffers on node 1 through the remote allocator
+    n2.sh("setsid cdma alloc --node 1 --size 1048576 --count 4 --hold 600 </dev/null >/tmp/held 2>&1 &")
+    for _ in range(100):
+        if n2.exec("cat /tmp/held").stdout.count(b"gaddr=") == 4:
+            break
+        time.sleep(0.1)
+    assert dma_param(n1, "served_allocs") == 4
+    figures, host_s = _loops(c, 0, 2, in_background, lambda: c.kill_node(2))
+    print(f"\ntime to error after a NODE kill (guest clock, duration of the failing operation): {figures}; "
+          f"all four loops ended {host_s:.1f} s after the kill (host)")
+    _assert_bounds(figures)
     # node 1's allocator probes its requesters and frees what the dead node held
     t0 = time.monotonic()
     while dma_param(n1, "ralloc_reclaimed") < 4:
         assert time.monotonic() - t0 < 5, "node 1 kept the dead node's buffers"
         time.sleep(0.2)
+    print(f"node 1 freed the dead node's 4 buffers {time.monotonic() - t0 + host_s:.1f} s after the kill (host)")
+
+
+def test_gsas_request_outstanding_when_its_board_dies(fresh_cluster, in_background):
+    """Finding 12: the request was delivered, the answer never comes (gsasd stopped), then the
+    board is killed. Before, the caller waited GSAS_TIMEOUT_MS (10 s); the library's probe must
+    report EHOSTUNREACH within the documented 1 s (host-observed: plus the agent's round trip)."""
+    c = fresh_cluster(nodes=2)
+    n0, n1 = c.node(0), c.node(1)
+    assert n0.exec("gsas raw --board 1 --op 0x7f").rc == 0
+    n1.sh("kill -STOP $(pidof gsasd)")
+    job = in_background(n0, "gsas raw --board 1 --op 0x7f", timeout=60)
+    time.sleep(1.5)
+    c.kill_node(1)
+    t0 = time.monotonic()
+    r = job.result(60)
+    after = time.monotonic() - t0
+    print(f"\nGSAS request outstanding at the kill: error {after * 1000:.0f} ms after it (host)")
+    assert r.rc == 1 and kv(r.stdout)[0]["error"] == "-113", r.stdout  # EHOSTUNREACH
+    assert after < 1.5, f"{after:.2f} s"
+
+
+def test_bridge_kill_turns_into_errors_within_the_bounds(fresh_cluster, in_background):
+    """The same loops when the fabric bridge dies: every service ends in an error on time."""
+    c = fresh_cluster(nodes=2)
+    load_dma([c.node(0), c.node(1)])
+
+    def kill_bridge():
+        os.kill(c.bridge.pid, signal.SIGKILL)
+
+    figures, host_s = _loops(c, 0, 1, in_background, kill_bridge)
+    print(f"\ntime to error after a BRIDGE kill (guest clock, duration of the failing operation): {figures}; "
+          f"all four loops ended {host_s:.1f} s after the kill (host)")
+    _assert_bounds(figures)
