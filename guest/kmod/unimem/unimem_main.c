@@ -40,6 +40,11 @@
 static unsigned int max_per_uid = 16;
 module_param(max_per_uid, uint, 0644);
 MODULE_PARM_DESC(max_per_uid, "interfaces one unprivileged user may hold at once (default 16)");
+/* Send GSAS exit notices (tests that count packets exactly turn it off for a while; the notices
+ * of processes that exit meanwhile are sent when it is turned on again). */
+static bool exit_notify = true;
+module_param(exit_notify, bool, 0644);
+MODULE_PARM_DESC(exit_notify, "tell the atomic services when a process exits (default on)");
 static unsigned long refused_uid_cap, exit_notices;
 module_param(refused_uid_cap, ulong, 0444);
 module_param(exit_notices, ulong, 0444);
@@ -95,6 +100,10 @@ static void unimem_exit_fn(struct work_struct *w)
 	bool more;
 	u32 n;
 
+	if (!READ_ONCE(exit_notify)) {
+		schedule_delayed_work(&unimem_exit_work, msecs_to_jiffies(UNIMEM_EXIT_POLL_MS));
+		return;
+	}
 	if (xchg(&unimem_announce_boot, false)) {
 		/* tgid 0: every process of this node (it (re)started: earlier ones are gone) */
 		for (n = 0; n < um->node_count; n++)
