@@ -155,6 +155,11 @@ def test_forged_allocator_messages_are_refused_and_requests_are_capped(clean):
         assert r.rc == 1 and len(lines) == 9 and lines[-1]["error"] == "ENOMEM", r.stdout
         # closing the file freed them: the next ones fit again
         assert n0.exec("cdma alloc --node 1 --size 4194304 --count 8", timeout=120).rc == 0
+        # and an unprivileged user holds at most 16 MiB on other nodes (four 4 MiB buffers), so
+        # one user cannot take the whole per-node budget
+        r = as_user(n0, "cdma alloc --node 1 --size 4194304 --count 5", timeout=120)
+        lines = kv(r.stdout)
+        assert r.rc == 1 and len(lines) == 5 and lines[-1]["error"] == "EDQUOT", r.stdout
     finally:
         for n in (n0, n1):
             n.exec("rmmod unimem_dma; rmmod xilinx_dma")

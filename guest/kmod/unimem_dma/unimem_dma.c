@@ -26,7 +26,9 @@
  * Load order: unimem.ko (mailbox), xilinx_dma.ko, then this module on every node that takes
  * part. While it is loaded it holds the DMA channel (dmatest cannot run then).
  */
+#include <linux/capability.h>
 #include <linux/completion.h>
+#include <linux/cred.h>
 #include <linux/dmaengine.h>
 #include <linux/io.h>
 #include <linux/kfifo.h>
@@ -67,7 +69,12 @@ module_param(ralloc_max_bytes_per_node, ulong, 0644);
 MODULE_PARM_DESC(ralloc_max_bytes_per_node, "bytes one requester node may hold here (default 32 MiB)");
 module_param(ralloc_max_per_node, uint, 0644);
 MODULE_PARM_DESC(ralloc_max_per_node, "allocations one requester node may hold here (default 256)");
-static unsigned long ralloc_refused_user, ralloc_refused_cap, ralloc_reclaimed, ralloc_dropped;
+/* what one unprivileged user may hold on other nodes, all its /dev/dmabuffers files together */
+static unsigned long dmabuf_max_remote_bytes_per_uid = 16ul << 20;
+module_param(dmabuf_max_remote_bytes_per_uid, ulong, 0644);
+MODULE_PARM_DESC(dmabuf_max_remote_bytes_per_uid, "remote buffer bytes one unprivileged user may hold (default 16 MiB)");
+static unsigned long ralloc_refused_user, ralloc_refused_cap, ralloc_reclaimed, ralloc_dropped, dmabuf_refused_uid;
+module_param(dmabuf_refused_uid, ulong, 0444);
 module_param(ralloc_refused_user, ulong, 0444);
 module_param(ralloc_refused_cap, ulong, 0444);
 module_param(ralloc_reclaimed, ulong, 0444);
@@ -88,6 +95,8 @@ struct udma_xfer {
 };
 
 static LIST_HEAD(udma_inflight);
+static LIST_HEAD(udma_files);
+static DEFINE_MUTEX(udma_files_lock);	/* udma_files; taken before a file's lock */
 static DEFINE_SPINLOCK(udma_lock);	/* udma_inflight, file queues */
 static DEFINE_MUTEX(udma_submit_lock);	/* descriptor preparation and terminate */
 static void udma_poll_fn(struct work_struct *w);
@@ -100,6 +109,9 @@ struct udma_buf {
 };
 
 struct udma_file {
+	struct list_head node;		/* in udma_files */
+	kuid_t uid;			/* the opener's: dmabuf_max_remote_bytes_per_uid */
+	bool priv;			/* opened with CAP_SYS_ADMIN: not capped */
 	struct mutex lock;		/* buffers */
 	struct udma_buf bufs[DMABUF_MAX_BUFFERS + 1];	/* index = id, 0 unused */
 	DECLARE_KFIFO(done, struct dmabuf_done, 256);	/* guarded by udma_lock */
@@ -566,8 +578,34 @@ static int dmabuf_open(struct inode *inode, struct file *file)
 	mutex_init(&f->lock);
 	INIT_KFIFO(f->done);
 	init_waitqueue_head(&f->wq);
+	f->uid = current_uid();
+	f->priv = capable(CAP_SYS_ADMIN);
+	mutex_lock(&udma_files_lock);
+	list_add(&f->node, &udma_files);
+	mutex_unlock(&udma_files_lock);
 	file->private_data = f;
 	return nonseekable_open(inode, file);
+}
+
+/* Bytes uid holds on other nodes through all its files. */
+static u64 dmabuf_uid_remote_bytes(kuid_t uid)
+{
+	struct udma_file *f;
+	u64 bytes = 0;
+	unsigned int i;
+
+	mutex_lock(&udma_files_lock);
+	list_for_each_entry(f, &udma_files, node) {
+		if (!uid_eq(f->uid, uid))
+			continue;
+		mutex_lock(&f->lock);
+		for (i = 1; i <= DMABUF_MAX_BUFFERS; i++)
+			if (f->bufs[i].size && !f->bufs[i].virt)
+				bytes += f->bufs[i].size;
+		mutex_unlock(&f->lock);
+	}
+	mutex_unlock(&udma_files_lock);
+	return bytes;
 }
 
 static bool dmabuf_idle(struct udma_file *f)
@@ -588,6 +626,9 @@ static int dmabuf_release(struct inode *inode, struct file *file)
 
 	/* the engine may still write into these buffers: wait (the poller ends late transfers) */
 	wait_event(f->wq, dmabuf_idle(f));
+	mutex_lock(&udma_files_lock);
+	list_del(&f->node);
+	mutex_unlock(&udma_files_lock);
 	for (i = 1; i <= DMABUF_MAX_BUFFERS; i++)
 		if (f->bufs[i].size)
 			ralloc_free(&f->bufs[i]);
@@ -632,6 +673,13 @@ static long dmabuf_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 			return -EFAULT;
 		if (a.node >= udma_nodes || !a.size || a.size > DMABUF_MAX_SIZE)
 			return -EINVAL;
+		/* Caveat: the check and the allocation are not atomic across files; two concurrent
+		 * allocations of one user may pass together (by at most one buffer each) */
+		if (a.node != udma_node && !f->priv &&
+		    dmabuf_uid_remote_bytes(f->uid) + PAGE_ALIGN(a.size) > READ_ONCE(dmabuf_max_remote_bytes_per_uid)) {
+			dmabuf_refused_uid++;
+			return -EDQUOT;
+		}
 		mutex_lock(&f->lock);
 		for (i = 1; i <= DMABUF_MAX_BUFFERS && !b; i++)
 			if (!f->bufs[i].size)
