@@ -55,7 +55,13 @@ done
 for b in "$g/bin"/*; do [ -f "$b" ] && install -m 0755 "$b" "$root/bin/"; done
 # the remoteFork example target (docs/gsas.md): gsas run under this name acts as `gsas child`
 [ -f "$root/bin/gsas" ] && ln -sf gsas "$root/bin/gsas-child"
-echo "root:x:0:0:root:/root:/bin/sh" > "$root/etc/passwd"
+# root, and an unprivileged user for tests and careful use (`su u -c CMD`; docs/trust-model.md);
+# init makes /home/u theirs
+printf 'root:x:0:0:root:/root:/bin/sh\nu:x:1000:1000:unprivileged user:/home/u:/bin/sh\n' > "$root/etc/passwd"
+printf 'root:x:0:\nu:x:1000:\n' > "$root/etc/group"
+printf 'root::0:0:99999:7:::\nu:!:0:0:99999:7:::\n' > "$root/etc/shadow"
+chmod 0600 "$root/etc/shadow"
+mkdir -p "$root/home/u"
 (cd "$root" && find . | LC_ALL=C sort | cpio --quiet -o -H newc --owner=0:0 | gzip -6 > "$out.tmp")
 mv "$out.tmp" "$out"
 echo "$key" > "$out.key"

@@ -83,7 +83,12 @@ struct gsas_thread_stats {
 	uint64_t forged;     /* packets in our MIF that did not come from the addressed service: ignored */
 	uint64_t stale;      /* service answers to an earlier, abandoned request: ignored */
 	uint64_t sleeps;     /* waits that went to sleep on the arrival interrupt */
+	uint64_t probes;     /* liveness probes of a board whose answer was overdue */
 };
+/* While an answer is overdue, the library probes the board every GSAS_PROBE_MS (environment
+ * GSAS_PROBE_MS overrides it): a board that left the fabric fails the request with EHOSTUNREACH
+ * within about GSAS_PROBE_MS plus one fabric round trip (docs/gsas.md, "Error bounds"). */
+#define GSAS_PROBE_MS 200
 void gsas_get_thread_stats(struct gsas_thread_stats *out);
 /* This thread's interfaces: its MIF number and PID (taking them if needed); -errno on failure. */
 int gsas_thread_interface(unsigned *mif, uint64_t *pid);

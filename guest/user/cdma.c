@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rackemu/unimem_dma_uapi.h"
@@ -54,13 +55,15 @@ static int cmd_copy(int argc, char **argv)
 		case 'd': c.dst = addr(optarg, "--dst"); have_d = 1; break;
 		case 'l': c.len = num(optarg, "--len", UINT64_MAX); break;
 		case 't': c.timeout_ms = (uint32_t)num(optarg, "--timeout", 600000); break;
-		case 'r': repeat = (long)num(optarg, "--repeat", 10000); break;
+		case 'r': repeat = (long)num(optarg, "--repeat", 1000000); break;
 		case 'h':
 			printf("usage: cdma copy --src A --dst A --len L [--timeout MS] [--repeat K]\n"
 			       "Copy L bytes (1 .. 64M) with the cDMA engine. An address A is g:G (global address G:\n"
 			       "another node's memory, or this node's, through the global address space window) or\n"
 			       "p:P / P (this node's physical address). Prints status=ok|EIO|ETIMEDOUT src=.. dst=..\n"
-			       "len=.. elapsed_us=.. mb_per_s=.. (the median copy of K).\n");
+			       "len=.. elapsed_us=.. mb_per_s=.. (the median copy of K). The first failed copy stops\n"
+			       "the repetitions; its line adds done= (copies that succeeded before), error_after_us=\n"
+			       "(how long the failing copy took) and since_last_ok_us= (from the last good copy).\n");
 			return 0;
 		default: return 2;
 		}
@@ -69,8 +72,8 @@ static int cmd_copy(int argc, char **argv)
 		die("--src, --dst and --len are required; see --help");
 	if (c.len > UNIMEM_DMA_MAX_LEN)
 		die("--len at most %u", UNIMEM_DMA_MAX_LEN);
-	if (repeat < 1 || repeat > 10000)
-		die("--repeat must be 1 .. 10000");
+	if (repeat < 1 || repeat > 1000000)
+		die("--repeat must be 1 .. 1000000");
 	fd = open(UNIMEM_DMA_DEV_PATH, O_RDWR | O_CLOEXEC);
 	if (fd < 0)
 		die("cannot open %s: %s (insmod xilinx_dma.ko and unimem_dma.ko from /lib/modules/extra; root)",
@@ -79,11 +82,24 @@ static int cmd_copy(int argc, char **argv)
 
 	if (!ns)
 		die("out of memory");
+	struct timespec ts;
+	double last_ok, t_err = 0, t0 = 0;
+	long done = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	last_ok = ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 	for (long i = 0; i < repeat; i++) {
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		t0 = ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 		if (ioctl(fd, UNIMEM_DMA_IOC_COPY, &c) < 0)
 			die("UNIMEM_DMA_IOC_COPY: %s", strerror(errno));
-		if (c.status)
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		if (c.status) {
+			t_err = ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 			break;
+		}
+		last_ok = ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+		done++;
 		ns[i] = c.elapsed_ns;
 		total_ns += c.elapsed_ns;
 		/* insertion sort for the median */
@@ -96,6 +112,8 @@ static int cmd_copy(int argc, char **argv)
 	}
 	uint64_t med = c.status ? c.elapsed_ns : ns[repeat / 2];
 
+	if (c.status)
+		printf("done=%ld error_after_us=%.0f since_last_ok_us=%.0f ", done, t_err - t0, t_err - last_ok);
 	printf("status=%s src=0x%llx dst=0x%llx len=%llu elapsed_us=%.1f mb_per_s=%.1f engine_status=0x%x%s%s%s\n",
 	       c.status == 0 ? "ok" : c.status == -ETIMEDOUT ? "ETIMEDOUT" : "EIO", (unsigned long long)c.src,
 	       (unsigned long long)c.dst, (unsigned long long)c.len, med / 1e3, med ? c.len * 1e3 / med : 0.0,
@@ -184,6 +202,7 @@ static int cmd_alloc(int argc, char **argv)
 {
 	struct dmabuf_alloc a = { .size = 4096 };
 	int fd, have_n = 0;
+	long count = 1, hold = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--node") && i + 1 < argc) {
@@ -191,10 +210,15 @@ static int cmd_alloc(int argc, char **argv)
 			have_n = 1;
 		} else if (!strcmp(argv[i], "--size") && i + 1 < argc) {
 			a.size = num(argv[++i], "--size", UINT32_MAX);
+		} else if (!strcmp(argv[i], "--count") && i + 1 < argc) {
+			count = (long)num(argv[++i], "--count", DMABUF_MAX_BUFFERS);
+		} else if (!strcmp(argv[i], "--hold") && i + 1 < argc) {
+			hold = (long)num(argv[++i], "--hold", 86400);
 		} else if (!strcmp(argv[i], "--help")) {
-			printf("usage: cdma alloc --node N [--size BYTES]\nAllocate an RDMA buffer on node N through "
-			       "/dev/dmabuffers (remote: that node's allocator, over the mailbox), print\n"
-			       "id=.. gaddr=.. size=.., free it again. Exit 1 with error=.. when it fails.\n");
+			printf("usage: cdma alloc --node N [--size BYTES] [--count K] [--hold SECONDS]\nAllocate K (1..64) "
+			       "RDMA buffers on node N through /dev/dmabuffers (remote: that node's allocator, over\n"
+			       "the mailbox), print id=.. gaddr=.. size=.. for each, keep them SECONDS (default 0), free\n"
+			       "them again (closing the file). Exit 1 with error=.. at the first that fails.\n");
 			return 0;
 		} else {
 			die("unknown argument '%s'; see cdma alloc --help", argv[i]);
@@ -205,12 +229,20 @@ static int cmd_alloc(int argc, char **argv)
 	fd = open(DMABUF_DEV_PATH, O_RDWR | O_CLOEXEC);
 	if (fd < 0)
 		die("cannot open %s: %s", DMABUF_DEV_PATH, strerror(errno));
-	if (ioctl(fd, DMABUF_IOC_ALLOC, &a) < 0) {
-		printf("node=%u error=%s\n", a.node, strerrorname_np(errno) ? strerrorname_np(errno) : "?");
-		return 1;
+	if (count < 1)
+		die("--count must be 1 .. %u", DMABUF_MAX_BUFFERS);
+	for (long i = 0; i < count; i++) {
+		struct dmabuf_alloc b = a;
+
+		if (ioctl(fd, DMABUF_IOC_ALLOC, &b) < 0) {
+			printf("node=%u error=%s\n", b.node, strerrorname_np(errno) ? strerrorname_np(errno) : "?");
+			return 1;
+		}
+		printf("node=%u id=%u gaddr=0x%010llx size=%llu\n", b.node, b.id, (unsigned long long)b.gaddr,
+		       (unsigned long long)b.size);
 	}
-	printf("node=%u id=%u gaddr=0x%010llx size=%llu\n", a.node, a.id, (unsigned long long)a.gaddr,
-	       (unsigned long long)a.size);
+	if (hold)
+		sleep((unsigned)hold);
 	close(fd);
 	return 0;
 }

@@ -473,7 +473,9 @@ static int cmd_bench(int argc, char **argv)
 		case 'h':
 			printf("usage: gas bench (--gaddr G | --node N --addr A) [--count K]\n"
 			       "Latency of K 8-byte loads and K 8-byte stores through the window, one at a time\n"
-			       "(wall clock in the guest). Prints op=load|store count= min_us= median_us= p99_us= max_us=.\n");
+			       "(wall clock in the guest). Prints op=load|store count= min_us= median_us= p99_us= max_us=.\n"
+			       "Stops at the first bus error: op= done= bus_error=1 error_after_us= (the failing\n"
+			       "access's duration), exit 1.\n");
 			return 0;
 		default: return 2;
 		}
@@ -498,7 +500,9 @@ static int cmd_bench(int argc, char **argv)
 
 			memcpy(buf, &i, 8);
 			if (guarded(8, (volatile uint8_t *)p, buf, op)) {
-				printf("bus_error=1\n");
+				/* unrecoverable: stop; how long the failing access took to become an error */
+				printf("op=%s done=%ld bus_error=1 error_after_us=%.0f\n", op ? "store" : "load", i,
+				       now_us() - t0);
 				free(t);
 				return 1;
 			}

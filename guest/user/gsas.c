@@ -111,12 +111,13 @@ static int cmd_stats(void)
 	}
 	close(fd);
 	printf("service=%s pid=%llu requests=%llu served=%llu malformed=%llu replies_dropped=%llu pages_in_use=%llu "
-	       "pages_limit=%llu allocations=%llu spawned=%llu sleeps=%llu\n",
+	       "pages_limit=%llu allocations=%llu spawned=%llu sleeps=%llu exit_notices=%llu reclaimed_pages=%llu\n",
 	       s.pid && kill((pid_t)s.pid, 0) == 0 ? "running" : "stopped", (unsigned long long)s.pid,
 	       (unsigned long long)s.requests, (unsigned long long)s.served, (unsigned long long)s.malformed,
 	       (unsigned long long)s.replies_dropped, (unsigned long long)s.pages_in_use,
 	       (unsigned long long)s.pages_limit, (unsigned long long)s.allocations, (unsigned long long)s.spawned,
-	       (unsigned long long)s.sleeps);
+	       (unsigned long long)s.sleeps, (unsigned long long)s.exit_notices,
+	       (unsigned long long)s.reclaimed_pages);
 	for (unsigned e = 1; e <= GSAS_E_MAX; e++)
 		printf("%srefused_%s=%llu", e > 1 ? " " : "", err_names[e], (unsigned long long)s.refused[e]);
 	printf("\n");
@@ -433,8 +434,14 @@ static int cmd_pairs(int argc, char **argv)
 struct bench_job {
 	uint64_t addr, count, *lat;
 	unsigned op;
-	int fails;
+	uint64_t done;          /* successful requests: only they count (latency, ops/s) */
+	int err;                /* the first error, which stops this thread (and the others) */
+	uint64_t err_ns;        /* when it was reported */
+	uint64_t err_start_ns;  /* when the failing request started */
+	uint64_t last_ok_ns;    /* when the last success before it returned */
 };
+
+static volatile int bench_stop;
 
 static void *bench_thread(void *p)
 {
@@ -443,7 +450,8 @@ static void *bench_thread(void *p)
 	uint64_t res;
 	int board = GSAS_ADDR_BOARD(j->addr);
 
-	for (uint64_t i = 0; i < j->count; i++) {
+	j->last_ok_ns = now_ns();
+	for (uint64_t i = 0; i < j->count && !bench_stop; i++) {
 		uint64_t t = now_ns();
 		int rc;
 
@@ -451,8 +459,16 @@ static void *bench_thread(void *p)
 			rc = gsas_request(GSAS_OP_PING, (uint64_t)board, 0, 0, 0, &res, NULL);
 		else
 			rc = gsas_request(j->op, (uint64_t)board, j->addr, 1, 2, &res, j->op == GSAS_OP_READ4K ? page : NULL);
-		j->lat[i] = now_ns() - t;
-		j->fails += rc != 0;
+		if (rc) {
+			/* every error of a request to a live page is unrecoverable here: stop */
+			j->err = rc;
+			j->err_ns = now_ns();
+			j->err_start_ns = t;
+			bench_stop = 1;
+			break;
+		}
+		j->last_ok_ns = now_ns();
+		j->lat[j->done++] = j->last_ok_ns - t;
 	}
 	return NULL;
 }
@@ -465,7 +481,8 @@ static int cmd_bench(int argc, char **argv)
 	struct bench_job jobs[64];
 	pthread_t tids[64];
 	void *page;
-	int c, fails = 0;
+	uint64_t done = 0;
+	int c, first = -1;
 	static const struct option o[] = { { "board", 1, 0, 'b' }, { "op", 1, 0, 'o' }, { "count", 1, 0, 'n' },
 					   { "threads", 1, 0, 't' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
 
@@ -479,7 +496,10 @@ static int cmd_bench(int argc, char **argv)
 			printf("usage: gsas bench [--board B] [--op OP] [--threads T] [--count N]\n"
 			       "T threads each issue N requests of OP (ping, read64, write64, cas, fad, swap, read4k,\n"
 			       "write128) to a page this process allocates on board B, and time each one.\n"
-			       "Prints op= board= threads= ops= latency_median_us= latency_p99_us= ops_per_s= failed=.\n");
+			       "Prints op= board= threads= ops= latency_median_us= latency_p99_us= ops_per_s= failed=.\n"
+			       "Stops at the first failed request (all threads); ops, latencies and ops/s count only\n"
+			       "successful requests, and a failure adds error=, error_after_ms= (how long the failing\n"
+			       "request took: a dead board's time to error) and since_last_ok_ms=; exit 1.\n");
 			return 0;
 		default: die("see gsas bench --help");
 		}
@@ -507,17 +527,31 @@ static int cmd_bench(int argc, char **argv)
 	}
 	for (unsigned i = 0; i < threads; i++) {
 		pthread_join(tids[i], NULL);
-		fails += jobs[i].fails;
+		if (jobs[i].err && (first < 0 || jobs[i].err_ns < jobs[first].err_ns))
+			first = (int)i;
 	}
 	wall = now_ns() - t0;
-	freeSharedPage(page);
-	qsort(all, threads * count, sizeof(uint64_t), cmp_u64);
-	printf("op=%s board=%llu threads=%llu ops=%llu latency_median_us=%.1f latency_p99_us=%.1f ops_per_s=%.0f failed=%d\n",
-	       opname, (unsigned long long)board, (unsigned long long)threads, (unsigned long long)(threads * count),
-	       all[threads * count / 2] / 1e3, all[threads * count * 99 / 100] / 1e3,
-	       (double)(threads * count) * 1e9 / (double)wall, fails);
+	/* compact the successful latencies of every thread */
+	for (unsigned i = 0; i < threads; i++) {
+		memmove(all + done, jobs[i].lat, jobs[i].done * sizeof(uint64_t));
+		done += jobs[i].done;
+	}
+	if (first < 0)
+		freeSharedPage(page);
+	else
+		gsas_request(GSAS_OP_FREE, board, (uint64_t)(uintptr_t)page, 0, 0, NULL, NULL); /* may fail too */
+	qsort(all, done, sizeof(uint64_t), cmp_u64);
+	printf("op=%s board=%llu threads=%llu ops=%llu latency_median_us=%.1f latency_p99_us=%.1f ops_per_s=%.0f failed=%d",
+	       opname, (unsigned long long)board, (unsigned long long)threads, (unsigned long long)done,
+	       done ? all[done / 2] / 1e3 : 0.0, done ? all[done * 99 / 100] / 1e3 : 0.0,
+	       (double)done * 1e9 / (double)wall, first >= 0);
+	if (first >= 0)
+		printf(" error=\"%s\" error_after_ms=%.1f since_last_ok_ms=%.1f", gsas_strerror(jobs[first].err),
+		       (double)(jobs[first].err_ns - jobs[first].err_start_ns) / 1e6,
+		       (double)(jobs[first].err_ns - jobs[first].last_ok_ns) / 1e6);
+	printf("\n");
 	free(all);
-	return fails ? 1 : 0;
+	return first >= 0 ? 1 : 0;
 }
 
 /* ---- checks of the API's rules and the service's refusals ---- */

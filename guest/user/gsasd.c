@@ -32,6 +32,7 @@
 
 #include "libunimem.h"
 #include "rackemu/gsas_proto.h"
+#include "rackemu/unimem_mailbox.h"
 #include "tool.h"
 
 /* ---- software MMU (sec. 2.2.5) ---- */
@@ -79,6 +80,7 @@ static struct unimem u;
 static struct gsas_stats *st;
 static unsigned node_id, node_count;
 static uint64_t max_pages = 8192; /* 32 MiB */
+static uint64_t max_pages_unpriv = 2048; /* 8 MiB: what one unprivileged process may hold */
 static unsigned spin_us = 200, reply_timeout_ms = 200;
 static const char *log_dir = "/tmp/gsas";
 static int verbose;
@@ -169,6 +171,17 @@ static uint64_t op_alloc(uint64_t pid, uint64_t pages, uint64_t *err)
 		*err = GSAS_E_NOMEM;
 		return 0;
 	}
+	if (!UNIMEM_PID_PRIVILEGED(pid)) {
+		uint64_t held = 0;
+
+		for (a = allocs; a; a = a->next)
+			if (a->owner_node == UNIMEM_PID_NODE(pid) && a->owner_tgid == UNIMEM_PID_TGID(pid))
+				held += a->pages;
+		if (held + pages > max_pages_unpriv) {
+			*err = GSAS_E_NOMEM;
+			return 0;
+		}
+	}
 	a = calloc(1, sizeof(*a));
 	if (!a) {
 		*err = GSAS_E_NOMEM;
@@ -223,6 +236,8 @@ static int owned_by(const struct alloc *a, uint64_t pid)
 	return a->owner_node == UNIMEM_PID_NODE(pid) && a->owner_tgid == UNIMEM_PID_TGID(pid);
 }
 
+static void free_alloc(struct alloc *a);
+
 static uint64_t op_free(uint64_t pid, uint64_t addr, uint64_t *err)
 {
 	struct alloc **pa, *a;
@@ -239,6 +254,15 @@ static uint64_t op_free(uint64_t pid, uint64_t addr, uint64_t *err)
 		*err = GSAS_E_PERM;
 		return 0;
 	}
+	*pa = a->next;
+	pages = a->pages;
+	free_alloc(a);
+	return pages;
+}
+
+/* Take a (already unlinked from allocs) out of the MMU and give its memory back. */
+static void free_alloc(struct alloc *a)
+{
 	for (uint64_t i = 0; i < a->pages; i++) {
 		uint64_t vp = a->base + i * GSAS_PAGE_SIZE;
 		struct mmu_entry **pp = &mmu[mmu_hash(vp)];
@@ -252,13 +276,33 @@ static uint64_t op_free(uint64_t pid, uint64_t addr, uint64_t *err)
 			free(x);
 		}
 	}
-	*pa = a->next;
-	pages = a->pages;
-	munmap(a->mem, pages * GSAS_PAGE_SIZE);
-	free(a);
-	st->pages_in_use -= pages;
+	munmap(a->mem, a->pages * GSAS_PAGE_SIZE);
+	st->pages_in_use -= a->pages;
 	st->allocations--;
-	return pages;
+	free(a);
+}
+
+/* GSAS_OP_EXITED from node `node`'s kernel: free what process `tgid` (0: any of that node) held. */
+static void op_exited(unsigned node, unsigned tgid)
+{
+	struct alloc **pa = &allocs, *a;
+	uint64_t pages = 0, n = 0;
+
+	st->exit_notices++;
+	while ((a = *pa)) {
+		if (a->owner_node == node && (tgid == 0 || a->owner_tgid == tgid)) {
+			*pa = a->next;
+			pages += a->pages;
+			n++;
+			free_alloc(a);
+		} else {
+			pa = &a->next;
+		}
+	}
+	st->reclaimed_pages += pages;
+	if (n || verbose)
+		logmsg("node %u %s%u exited: freed %llu allocations, %llu pages", node, tgid ? "tgid " : "all processes ",
+		       tgid, (unsigned long long)n, (unsigned long long)pages);
 }
 
 static uint64_t op_fork(uint64_t pid, const uint8_t *page, const struct alloc *a, uint64_t arg, uint64_t *err)
@@ -268,7 +312,9 @@ static uint64_t op_fork(uint64_t pid, const uint8_t *page, const struct alloc *a
 	int pfd[2], child_errno = 0;
 	pid_t child;
 
-	if (!owned_by(a, pid)) {
+	/* the program runs as root: only a privileged process (its PID's MIF is one of the
+	 * interfaces the driver keeps for CAP_SYS_ADMIN openers) may start one */
+	if (!owned_by(a, pid) || !UNIMEM_PID_PRIVILEGED(pid)) {
 		*err = GSAS_E_PERM;
 		return 0;
 	}
@@ -355,6 +401,12 @@ static void serve(const uint64_t w[4])
 
 	st->requests++;
 	st->ops[op]++;
+	if (op == GSAS_OP_EXITED && pid == UNIMEM_PID(UNIMEM_PID_NODE(pid), MAILBOX_IF, 0, 0) &&
+	    UNIMEM_PID_NODE(pid) < node_count && addr <= UNIMEM_PID_ID_MAX) {
+		/* a node's kernel (its own PIF, which no user thread has) says a process exited */
+		op_exited(UNIMEM_PID_NODE(pid), (unsigned)addr);
+		return;
+	}
 	if (UNIMEM_PID_TGID(pid) == 0 || UNIMEM_PID_TID(pid) == 0) {
 		/* the kernel's or a service's PID: no user thread sent this, nobody waits for a reply */
 		st->refused[GSAS_E_SENDER]++;
@@ -434,7 +486,7 @@ static void on_term(int sig)
 
 static void usage(void)
 {
-	printf("usage: gsasd [--max-mem SIZE] [--spin-us N] [--reply-timeout-ms N] [--log-dir DIR] [--verbose]\n"
+	printf("usage: gsasd [--max-mem SIZE] [--max-mem-unpriv SIZE] [--spin-us N] [--reply-timeout-ms N] [--log-dir DIR] [--verbose]\n"
 	       "\n"
 	       "The GSAS atomic service of this board (seed 004 sec. 2.2.4; docs/gsas.md). Takes interface 0\n"
 	       "of the Unimem mailbox and packetizer (root; one service per board), serves allocSharedPage,\n"
@@ -443,6 +495,7 @@ static void usage(void)
 	       "issuer's mailbox interface. Runs in the foreground until SIGTERM or SIGINT; init starts it.\n"
 	       "\n"
 	       "  --max-mem SIZE          memory it may hand out (default 32M; K and M suffixes)\n"
+	       "  --max-mem-unpriv SIZE   what one unprivileged process may hold (default 8M)\n"
 	       "  --spin-us N             poll MIF 0 this long after a request before sleeping on the\n"
 	       "                          arrival interrupt (default 200)\n"
 	       "  --reply-timeout-ms N    give up a reply the issuer's full FIFO refuses this long (default 200)\n"
@@ -459,6 +512,7 @@ int main(int argc, char **argv)
 		{ "max-mem", required_argument, NULL, 'm' },  { "spin-us", required_argument, NULL, 's' },
 		{ "reply-timeout-ms", required_argument, NULL, 'r' }, { "log-dir", required_argument, NULL, 'l' },
 		{ "verbose", no_argument, NULL, 'v' },      { "help", no_argument, NULL, 'h' },
+		{ "max-mem-unpriv", required_argument, NULL, 'u' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct sigaction sa = { 0 };
@@ -469,6 +523,7 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'm': max_pages = num(optarg, "--max-mem", 1ull << 40) / GSAS_PAGE_SIZE; break;
+		case 'u': max_pages_unpriv = num(optarg, "--max-mem-unpriv", 1ull << 40) / GSAS_PAGE_SIZE; break;
 		case 's': spin_us = (unsigned)num(optarg, "--spin-us", 10000000); break;
 		case 'r': reply_timeout_ms = (unsigned)num(optarg, "--reply-timeout-ms", 600000); break;
 		case 'l': log_dir = optarg; break;

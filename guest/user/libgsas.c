@@ -33,7 +33,7 @@ struct gsas_thread {
 static __thread struct gsas_thread thr;
 static pthread_key_t thr_key;
 static pthread_once_t thr_once = PTHREAD_ONCE_INIT;
-static unsigned timeout_ms = 10000, spin_us = 50;
+static unsigned timeout_ms = 10000, spin_us = 50, probe_ms = GSAS_PROBE_MS;
 
 static uint64_t now_us(void)
 {
@@ -71,6 +71,8 @@ static void setup_once(void)
 		timeout_ms = (unsigned)atoi(s);
 	if ((s = getenv("GSAS_SPIN_US")) && atoi(s) >= 0)
 		spin_us = (unsigned)atoi(s);
+	if ((s = getenv("GSAS_PROBE_MS")) && atoi(s) > 0)
+		probe_ms = (unsigned)atoi(s);
 }
 
 static int thread_get(struct gsas_thread **out)
@@ -130,20 +132,44 @@ const char *gsas_strerror(int err)
 	}
 }
 
-/* Next packet of this thread's MIF, spinning briefly and then sleeping on the interrupt. */
-static int recv_packet(struct gsas_thread *t, uint64_t w[4], uint64_t deadline)
+/*
+ * A liveness probe of board bid while an answer is overdue: a PING whose answer nobody waits for
+ * (it arrives later with probe_tag and is discarded as stale). Only its delivery status counts:
+ * NACK|FABRIC_ERR means the board is gone (its port left the bridge: NODE_GONE/NOROUTE) or this
+ * node's link is down. A busy service (ACK, or NACK with a full FIFO) is alive.
+ */
+static int probe_board(struct gsas_thread *t, uint64_t bid, unsigned probe_tag)
 {
-	uint64_t spin_end = now_us() + spin_us;
+	uint64_t w[4] = { GSAS_W0(GSAS_OP_PING, probe_tag), 0, 0, 0 };
+	int s = unimem_send(&t->u, unimem_mif_gaddr(&t->u, (unsigned)bid, UNIMEM_IF_SERVICE), w, 1000000);
+
+	t->stats.probes++;
+	return s > 0 && (s & PKTZ_ST_FABRIC_ERR) ? -EHOSTUNREACH : 0;
+}
+
+/* Next packet of this thread's MIF, spinning briefly and then sleeping on the interrupt; every
+ * probe_ms without a packet, probe the board (a dead board ends the wait with -EHOSTUNREACH). */
+static int recv_packet(struct gsas_thread *t, uint64_t w[4], uint64_t deadline, uint64_t bid, unsigned probe_tag)
+{
+	uint64_t start = now_us(), spin_end = start + spin_us, next_probe = start + (uint64_t)probe_ms * 1000;
 
 	while (unimem_pending(&t->u) < UNIMEM_PACKET_WORDS) {
-		uint64_t now = now_us();
+		uint64_t now = now_us(), until;
 		struct unimem_wait wt;
+		int rc;
 
 		if (now < spin_end)
 			continue;
 		if (now >= deadline)
 			return -ETIMEDOUT;
-		wt.timeout_ms = (unsigned)((deadline - now + 999) / 1000);
+		if (now >= next_probe) {
+			if ((rc = probe_board(t, bid, probe_tag)))
+				return rc;
+			next_probe = now_us() + (uint64_t)probe_ms * 1000;
+			continue;
+		}
+		until = next_probe < deadline ? next_probe : deadline;
+		wt.timeout_ms = (unsigned)((until - now + 999) / 1000);
 		wt.count = 0;
 		t->stats.sleeps++;
 		if (ioctl(t->u.fd, UNIMEM_IOC_WAIT, &wt) < 0 && errno != ETIMEDOUT && errno != EINTR)
@@ -159,7 +185,7 @@ int gsas_request(unsigned op, uint64_t bid, uint64_t addr, uint64_t arg1, uint64
 {
 	struct gsas_thread *t;
 	uint64_t w[4], deadline, dest, dummy;
-	unsigned tag, backoff = 20, next = 0;
+	unsigned tag, probe_tag, backoff = 20, next = 0;
 	int rc;
 
 	if (!result)
@@ -169,6 +195,7 @@ int gsas_request(unsigned op, uint64_t bid, uint64_t addr, uint64_t arg1, uint64
 	if (bid >= t->u.info.node_count)
 		return -ENXIO;
 	tag = ++t->tag;
+	probe_tag = tag ^ 0x80; /* never the tag of this request: its answer is stale */
 	deadline = now_us() + (uint64_t)timeout_ms * 1000;
 	dest = unimem_mif_gaddr(&t->u, (unsigned)bid, UNIMEM_IF_SERVICE);
 	w[0] = GSAS_W0(op, tag);
@@ -195,7 +222,7 @@ int gsas_request(unsigned op, uint64_t bid, uint64_t addr, uint64_t arg1, uint64
 			backoff *= 2;
 	}
 	for (;;) {
-		if ((rc = recv_packet(t, w, deadline)))
+		if ((rc = recv_packet(t, w, deadline, bid, probe_tag)))
 			return rc;
 		if (UNIMEM_PACKET_PID(w[0]) != UNIMEM_SERVICE_PID(bid)) {
 			t->stats.forged++; /* someone else's packet in our MIF: never trusted */
@@ -216,10 +243,14 @@ int gsas_request(unsigned op, uint64_t bid, uint64_t addr, uint64_t arg1, uint64
 		unsigned n = GSAS_PAGE_SIZE - off < GSAS_READ4K_BYTES_PER_PACKET ? GSAS_PAGE_SIZE - off
 										  : GSAS_READ4K_BYTES_PER_PACKET;
 
-		if ((rc = recv_packet(t, w, deadline)))
+		if ((rc = recv_packet(t, w, deadline, bid, probe_tag)))
 			return rc;
 		if (UNIMEM_PACKET_PID(w[0]) != UNIMEM_SERVICE_PID(bid)) {
 			t->stats.forged++;
+			continue;
+		}
+		if (GSAS_W0_OP(w[0]) == GSAS_OP_PING) {
+			t->stats.stale++; /* a probe's answer (or an earlier request's) */
 			continue;
 		}
 		if (GSAS_W0_OP(w[0]) != GSAS_OP_DATA || GSAS_W0_TAG(w[0]) != (next & 0xff))
@@ -383,7 +414,7 @@ uint64_t remoteFork(const char *filename, uint64_t arg, uint64_t bid)
 		rc = gsas_request(GSAS_OP_FORK, bid, (uint64_t)(uintptr_t)page, arg, 0, &res, NULL);
 	gsas_request(GSAS_OP_FREE, bid, (uint64_t)(uintptr_t)page, 0, 0, NULL, NULL);
 	if (rc) {
-		errno = rc < 0 ? -rc : rc == GSAS_E_SPAWN && res ? (int)res : EINVAL;
+		errno = rc < 0 ? -rc : rc == GSAS_E_SPAWN && res ? (int)res : rc == GSAS_E_PERM ? EPERM : EINVAL;
 		return 0;
 	}
 	return res;

@@ -69,23 +69,30 @@ static int open_mailbox(unsigned node, int flags)
 static int cmd_send(int argc, char **argv)
 {
 	static const struct option opts[] = { { "node", 1, 0, 'n' }, { "value", 1, 0, 'v' }, { "opcode", 1, 0, 'o' },
-					       { "count", 1, 0, 'c' }, { "help", 0, 0, 'h' }, { 0 } };
-	long node = -1, count = 1, opcode = -1;
+					       { "count", 1, 0, 'c' }, { "quiet", 0, 0, 'q' }, { "help", 0, 0, 'h' }, { 0 } };
+	long node = -1, count = 1, opcode = -1, sent = 0, busy = 0;
 	uint64_t value = 0;
-	int have_v = 0, o, failed = 0;
+	int have_v = 0, o, failed = 0, quiet = 0;
+	struct timespec ts;
+	double last_ok, t;
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
 		case 'n': node = (long)num(optarg, "--node", 63); break;
 		case 'v': value = num(optarg, "--value", UINT64_MAX); have_v = 1; break;
 		case 'o': opcode = (long)num(optarg, "--opcode", 15); break;
-		case 'c': count = (long)num(optarg, "--count", 1000000); break;
+		case 'c': count = (long)num(optarg, "--count", 100000000); break;
+		case 'q': quiet = 1; break;
 		case 'h':
-			printf("usage: mbox send --node N --value V [--opcode OP] [--count K]\n"
+			printf("usage: mbox send --node N --value V [--opcode OP] [--count K] [--quiet]\n"
 			       "Write the 64-bit message V (bits [63:60] replaced by OP if given) to node N's\n"
-			       "mailbox device, K times (message i carries V + i). One line per message:\n"
+			       "mailbox device, K times (message i carries V + i). One line per message (--quiet:\n"
+			       "only failed ones):\n"
 			       "  msg=0x.. node=N result=ok|EBUSY|EHOSTUNREACH|ETIMEDOUT|...\n"
-			       "Exit 0 only if every message was accepted.\n");
+			       "A full mailbox (EBUSY) is retried by the next message; any other error is\n"
+			       "unrecoverable and stops the loop. Last line: sent= busy=, after an error also error=\n"
+			       "error_after_us= (how long the failing write took) since_last_ok_us= (from the last\n"
+			       "accepted message). Exit 0 only if every message was accepted.\n");
 			return 0;
 		default: return 2;
 		}
@@ -94,17 +101,41 @@ static int cmd_send(int argc, char **argv)
 		die("--node and --value are required; see --help");
 	int fd = open_mailbox((unsigned)node, O_WRONLY);
 
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	last_ok = ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 	for (long i = 0; i < count; i++) {
 		uint64_t msg = value + (uint64_t)i;
 		ssize_t w;
+		int e;
+		double t0;
 
 		if (opcode >= 0)
 			msg = (msg & ~(0xfull << MAILBOX_OPCODE_SHIFT)) | ((uint64_t)opcode << MAILBOX_OPCODE_SHIFT);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		t0 = ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 		w = write(fd, &msg, sizeof(msg));
-		printf("msg=0x%016llx node=%ld result=%s\n", (unsigned long long)msg, node,
-		       w == (ssize_t)sizeof(msg) ? "ok" : strerrorname_np(errno) ? strerrorname_np(errno) : "error");
-		failed |= w != (ssize_t)sizeof(msg);
+		e = errno;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		t = ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+		if (!quiet || w != (ssize_t)sizeof(msg))
+			printf("msg=0x%016llx node=%ld result=%s\n", (unsigned long long)msg, node,
+			       w == (ssize_t)sizeof(msg) ? "ok" : strerrorname_np(e) ? strerrorname_np(e) : "error");
+		if (w == (ssize_t)sizeof(msg)) {
+			sent++;
+			last_ok = t;
+			continue;
+		}
+		failed = 1;
+		if (e == EBUSY) {
+			busy++;
+			continue;
+		}
+		printf("sent=%ld busy=%ld error=%s error_after_us=%.0f since_last_ok_us=%.0f\n", sent, busy,
+		       strerrorname_np(e) ? strerrorname_np(e) : "error", t - t0, t - last_ok);
+		close(fd);
+		return 1;
 	}
+	printf("sent=%ld busy=%ld\n", sent, busy);
 	close(fd);
 	return failed;
 }

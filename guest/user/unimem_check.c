@@ -151,6 +151,45 @@ static int bind_service(int fd)
 	return ERR(ioctl(fd, UNIMEM_IOC_BIND, &b));
 }
 
+static int bind_privileged(int fd)
+{
+	struct unimem_bind b = { UNIMEM_IF_PRIV_LAST, -1 };
+
+	return ERR(ioctl(fd, UNIMEM_IOC_BIND, &b));
+}
+
+/* 0 if an unprivileged opener got interfaces above the privileged ones. */
+static int unprivileged_interfaces(int fd)
+{
+	struct unimem_info i;
+
+	if (ioctl(fd, UNIMEM_IOC_INFO, &i))
+		return errno;
+	return i.mif > UNIMEM_IF_PRIV_LAST && i.pif > UNIMEM_IF_PRIV_LAST && UNIMEM_PID_PRIVILEGED(i.pid_prefix) == 0
+		       ? 0
+		       : 1;
+}
+
+/* 0 if one unprivileged user gets exactly max_per_uid interfaces, then EBUSY (fd is the first). */
+static int per_uid_cap(int fd)
+{
+	FILE *f = fopen("/sys/module/unimem/parameters/max_per_uid", "r");
+	unsigned cap = 0, k = 1;
+	int e = 0;
+
+	(void)fd;
+	if (!f || fscanf(f, "%u", &cap) != 1)
+		return 3;
+	fclose(f);
+	for (; k < 64; k++) {
+		if (open(UNIMEM_DEV_PATH, O_RDWR | O_CLOEXEC) < 0) {
+			e = errno;
+			break;
+		}
+	}
+	return k == cap && e == EBUSY ? 0 : 1;
+}
+
 static int clear_pidconf(int fd)
 {
 	__u32 v = 0;
@@ -205,6 +244,12 @@ int main(void)
 	check("bind_taken_pif_ebusy", e == EBUSY, "errno=%d", e);
 	e = as_nobody(bind_service);
 	check("bind_service_unprivileged_eperm", e == EPERM, "errno=%d", e);
+	e = as_nobody(bind_privileged);
+	check("bind_privileged_unprivileged_eperm", e == EPERM, "errno=%d", e);
+	e = as_nobody(unprivileged_interfaces);
+	check("unprivileged_opener_gets_interfaces_above_8", e == 0, "status=%d", e);
+	e = as_nobody(per_uid_cap);
+	check("unprivileged_user_capped_at_max_per_uid", e == 0, "status=%d", e);
 	e = ERR(ioctl(fd, UNIMEM_IOC_BIND, NULL));
 	check("bind_null_efault", e == EFAULT, "errno=%d", e);
 	b = (struct unimem_bind){ 62, 62 };

@@ -64,8 +64,15 @@ def test_alloc_shared_page_on_every_board_from_every_board(cluster2):
             assert r.rc == 0, r.stdout + r.stderr
             addr = int(d[0]["addr"], 16)
             assert addr >> 48 == board + 1 and addr % 4096 == 0  # partition = board + 1
-    # the allocating processes exited without freeing: the seed's leak; the pages stay counted
-    assert int(kv(cluster2.node(1).exec("gsas stats").stdout)[0]["pages_in_use"]) >= 6
+    # the allocating processes exited without freeing (the seed's leak): the atomicity driver's
+    # exit notices make each board free them (issue 15, docs/gsas.md)
+    for n in (cluster2.node(0), cluster2.node(1)):
+        for _ in range(50):
+            d = kv(n.exec("gsas stats").stdout)[0]
+            if int(d["reclaimed_pages"]) >= 6 and int(d["pages_in_use"]) == 0:
+                break
+            time.sleep(0.1)
+        assert int(d["reclaimed_pages"]) >= 6 and d["pages_in_use"] == "0", d
 
 
 def test_api_rules_and_refusals_local_and_remote(cluster2):

@@ -65,14 +65,21 @@
 #define GSAS_OP_FAD 0x31      /* w2 = addend (two's complement); result = the old value */
 #define GSAS_OP_SWAP 0x32     /* w2 = new; result = the old value */
 #define GSAS_OP_PING 0x7f     /* rackemu: result = the service's request count (liveness, latency) */
+/* rackemu, kernel notice, never answered: sent by a node's unimem.ko from its kernel PIF
+ * (PID = UNIMEM_PID(node, 63, 0, 0), which no user thread has) to every node's MIF 0 when a
+ * process that used /dev/unimem exited (w1 = its tgid), or w1 = 0 when unimem.ko started (every
+ * earlier process of that node is gone). The service frees the process's allocations. */
+#define GSAS_OP_EXITED 0x7e
 #define GSAS_OP_DATA 0xff     /* READ4K data packets (responses only) */
 
 /* ---- Error codes (response w1) ---- */
 #define GSAS_E_OK 0
 #define GSAS_E_BADOP 1     /* unknown opcode or reserved bits set */
 #define GSAS_E_BADADDR 2   /* not an allocated address of this board */
-#define GSAS_E_PERM 3      /* the issuer may not do this (free or fork with another process's page) */
-#define GSAS_E_NOMEM 4     /* the allocation does not fit the service's memory limit */
+#define GSAS_E_PERM 3      /* the issuer may not do this (free or fork with another process's page,
+                              remoteFork from an unprivileged interface) */
+#define GSAS_E_NOMEM 4     /* the allocation does not fit the service's memory limit, or an
+                              unprivileged process's limit (gsasd --max-mem-unpriv) */
 #define GSAS_E_INVAL 5     /* a bad argument (0 pages, path not terminated or not absolute) */
 #define GSAS_E_SPAWN 6     /* remoteFork could not start the program (missing, not executable) */
 #define GSAS_E_SENDER 7    /* the packet's PID is not a user thread's (kernel or service PID) */
@@ -134,6 +141,8 @@ struct gsas_stats {
 	rk_u64 allocations;      /* live allocations */
 	rk_u64 spawned;          /* processes started by remoteFork */
 	rk_u64 sleeps;           /* times the service went to sleep on the arrival interrupt */
+	rk_u64 exit_notices;     /* GSAS_OP_EXITED notices taken from the kernels */
+	rk_u64 reclaimed_pages;  /* pages freed because their owner exited */
 	rk_u64 ops[256];         /* requests per opcode */
 };
 

@@ -23,11 +23,15 @@
 
 /* The mailbox uses the vmbox FIFO and the packetizer interface with this number on every node
  * (never handed out to /dev/unimem users). On the wire a message is a 256-bit packet:
- * word0 [63:48] = MAILBOX_PKT_MAGIC, [47:0] = the sending kernel's PID (node << 32 | 0);
- * word1 = the message; words 2-3 = 0. Packets with another magic or a user process's PID are
- * dropped and counted as forged. */
+ * word0 [63:48] = MAILBOX_PKT_MAGIC, [47:0] = the sending kernel's PID, UNIMEM_PID(node, 63,
+ * 0, 0), stamped by the packetizer; word1 = the message; word2 = its origin, written by the
+ * sending kernel: MAILBOX_ORIGIN_KERNEL, or MAILBOX_ORIGIN_USER | the writing process's uid for
+ * a message written to /dev/Unimem/mailbox*; word3 = 0. Packets with another magic or a user
+ * process's PID are dropped and counted as forged. */
 #define MAILBOX_IF 63u
 #define MAILBOX_PKT_MAGIC 0x4d42u /* "MB" */
+#define MAILBOX_ORIGIN_KERNEL 0ull
+#define MAILBOX_ORIGIN_USER (1ull << 63)
 
 /* Written to the local mailbox device (seed 004 sec. 3.2.2). */
 struct mailbox_action_t {
@@ -48,6 +52,18 @@ typedef int (*mailbox_callback)(long long unsigned);
 int mailbox_register_callback(unsigned opcode, mailbox_callback cb, char *description);
 int mailbox_unregister_callback(unsigned opcode);
 int mailbox_send_message(int rnode, long long unsigned val);
+
+/* rackemu: who sent a message. `node` comes from the packet's hardware-stamped PID; `user` and
+ * `uid` from the sending node's kernel (word 2): a kernel service must not act on a message a
+ * user process wrote (docs/mailbox.md, "Senders"). */
+struct mailbox_sender {
+	unsigned node;
+	bool user;     /* written by a user process through /dev/Unimem/mailbox* */
+	unsigned uid;  /* that process's uid (user only) */
+};
+typedef int (*mailbox_sender_callback)(long long unsigned msg, const struct mailbox_sender *from);
+/* As mailbox_register_callback; the callback also gets the sender. */
+int mailbox_register_sender_callback(unsigned opcode, mailbox_sender_callback cb, char *description);
 #endif
 
 #endif /* RACKEMU_UNIMEM_MAILBOX_H */

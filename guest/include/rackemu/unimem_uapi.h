@@ -41,6 +41,17 @@
 #define UNIMEM_PID_TID(p) ((unsigned)((p) & UNIMEM_PID_ID_MAX))
 /* The PID of node `node`'s atomic service: what its replies carry. */
 #define UNIMEM_SERVICE_PID(node) UNIMEM_PID(node, 0, 0, 0)
+/*
+ * Privileged interfaces: MIFs (and PIFs) UNIMEM_IF_PRIV_FIRST..UNIMEM_IF_PRIV_LAST are handed out
+ * only to openers with CAP_SYS_ADMIN (who take them first), so the MIF field of a PID tells any
+ * receiver in the rack, from hardware-stamped bits, that the sending process was privileged when
+ * it opened the device. The GSAS atomic service accepts remoteFork only from such senders
+ * (docs/gsas.md). Unprivileged openers get interfaces above UNIMEM_IF_PRIV_LAST, at most the
+ * driver's `max_per_uid` module parameter at once per user (docs/unimem.md).
+ */
+#define UNIMEM_IF_PRIV_FIRST 1u
+#define UNIMEM_IF_PRIV_LAST 8u
+#define UNIMEM_PID_PRIVILEGED(p) (UNIMEM_PID_MIF(p) >= UNIMEM_IF_PRIV_FIRST && UNIMEM_PID_MIF(p) <= UNIMEM_IF_PRIV_LAST)
 #define UNIMEM_MMAP_MIF 0x0
 #define UNIMEM_MMAP_PIF 0x1000
 
@@ -57,7 +68,8 @@ struct unimem_info {
 };
 
 /* Choose specific interfaces (before mmap). -1 keeps the current one. Interface 0 belongs to
- * the atomic service and needs CAP_SYS_ADMIN. EBUSY if taken. */
+ * the atomic service and, like the privileged interfaces 1..8, needs CAP_SYS_ADMIN. EBUSY if
+ * taken. */
 struct unimem_bind {
 	__s32 mif;
 	__s32 pif;

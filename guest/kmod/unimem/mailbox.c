@@ -15,6 +15,7 @@
 #include <linux/fs.h>
 #include <linux/io.h>
 #include <linux/kfifo.h>
+#include <linux/cred.h>
 #include <linux/ktime.h>
 #include <linux/miscdevice.h>
 #include <linux/module.h>
@@ -35,6 +36,7 @@ struct mbox_file;
 /* The owner of one opcode: a kernel callback, or a local file with its notification. */
 struct mbox_owner {
 	mailbox_callback cb;		/* kernel owner */
+	mailbox_sender_callback scb;	/* kernel owner that wants the sender */
 	char desc[32];
 	struct mbox_file *file;		/* user owner */
 	char action;			/* 'r', 's' or 'e' */
@@ -72,9 +74,8 @@ static struct {
 
 /* ---- sending ---- */
 
-int mailbox_send_message(int rnode, long long unsigned val)
+int unimem_kernel_send(struct unimem *um, u32 node, u32 mif, u64 w0, u64 w1, u64 w2, u64 w3)
 {
-	struct unimem *um = &unimem_dev;
 	void __iomem *pif;
 	unsigned long flags;
 	ktime_t deadline;
@@ -83,16 +84,16 @@ int mailbox_send_message(int rnode, long long unsigned val)
 
 	if (!READ_ONCE(mbox.up))
 		return -ENODEV;
-	if (rnode < 0 || rnode >= (int)um->node_count)
+	if (node >= um->node_count || mif >= UNIMEM_IF_COUNT)
 		return -EINVAL;
 	pif = um->pktz + PKTZ_PIF_OFFSET(MAILBOX_IF);
 	spin_lock_irqsave(&mbox.tx_lock, flags);
-	writeq((u64)MAILBOX_PKT_MAGIC << 48, pif + PKTZ_PIF_PAYLOAD0);
-	writeq(val, pif + PKTZ_PIF_PAYLOAD0 + 8);
-	writeq(0, pif + PKTZ_PIF_PAYLOAD1);
-	writeq(0, pif + PKTZ_PIF_PAYLOAD1 + 8);
+	writeq(w0, pif + PKTZ_PIF_PAYLOAD0);
+	writeq(w1, pif + PKTZ_PIF_PAYLOAD0 + 8);
+	writeq(w2, pif + PKTZ_PIF_PAYLOAD1);
+	writeq(w3, pif + PKTZ_PIF_PAYLOAD1 + 8);
 	/* the third register sends the packet */
-	writeq(UNIMEM_GADDR(rnode, um->vmbox_phys + VMBOX_MIF_OFFSET(MAILBOX_IF)), pif + PKTZ_PIF_DEST);
+	writeq(UNIMEM_GADDR(node, um->vmbox_phys + VMBOX_MIF_OFFSET(mif)), pif + PKTZ_PIF_DEST);
 	deadline = ktime_add_us(ktime_get(), MBOX_SEND_TIMEOUT_US);
 	while ((st = readq(pif + PKTZ_PIF_STATUS)) & PKTZ_ST_PEND) {
 		if (ktime_after(ktime_get(), deadline))
@@ -112,6 +113,21 @@ int mailbox_send_message(int rnode, long long unsigned val)
 		ret = -EINVAL; /* ILLEGAL: cannot happen with our own BASE_DEST */
 	}
 	spin_unlock_irqrestore(&mbox.tx_lock, flags);
+	return ret;
+}
+
+/* origin: word 2 of the packet, MAILBOX_ORIGIN_KERNEL or MAILBOX_ORIGIN_USER | uid */
+static int mbox_send(int rnode, u64 val, u64 origin)
+{
+	struct unimem *um = &unimem_dev;
+	unsigned long flags;
+	int ret;
+
+	if (!READ_ONCE(mbox.up))
+		return -ENODEV;
+	if (rnode < 0 || rnode >= (int)um->node_count)
+		return -EINVAL;
+	ret = unimem_kernel_send(um, rnode, MAILBOX_IF, (u64)MAILBOX_PKT_MAGIC << 48, val, origin, 0);
 	spin_lock_irqsave(&mbox.lock, flags);
 	if (ret)
 		mbox.send_errors++;
@@ -120,30 +136,47 @@ int mailbox_send_message(int rnode, long long unsigned val)
 	spin_unlock_irqrestore(&mbox.lock, flags);
 	return ret;
 }
+
+int mailbox_send_message(int rnode, long long unsigned val)
+{
+	return mbox_send(rnode, val, MAILBOX_ORIGIN_KERNEL);
+}
 EXPORT_SYMBOL_GPL(mailbox_send_message);
 
 /* ---- kernel registrations ---- */
 
-int mailbox_register_callback(unsigned opcode, mailbox_callback cb, char *description)
+static int mbox_register(unsigned opcode, mailbox_callback cb, mailbox_sender_callback scb, char *description)
 {
 	struct mbox_owner *o;
 	unsigned long flags;
 	int ret = 0;
 
-	if (opcode >= MAILBOX_OPCODES || !cb)
+	if (opcode >= MAILBOX_OPCODES || (!cb && !scb))
 		return -EINVAL;
 	spin_lock_irqsave(&mbox.lock, flags);
 	o = &mbox.owners[opcode];
-	if (o->cb || o->file) {
+	if (o->cb || o->scb || o->file) {
 		ret = -EBUSY;
 	} else {
 		o->cb = cb;
+		o->scb = scb;
 		strscpy(o->desc, description ? description : "kernel", sizeof(o->desc));
 	}
 	spin_unlock_irqrestore(&mbox.lock, flags);
 	return ret;
 }
+
+int mailbox_register_callback(unsigned opcode, mailbox_callback cb, char *description)
+{
+	return cb ? mbox_register(opcode, cb, NULL, description) : -EINVAL;
+}
 EXPORT_SYMBOL_GPL(mailbox_register_callback);
+
+int mailbox_register_sender_callback(unsigned opcode, mailbox_sender_callback cb, char *description)
+{
+	return cb ? mbox_register(opcode, NULL, cb, description) : -EINVAL;
+}
+EXPORT_SYMBOL_GPL(mailbox_register_sender_callback);
 
 int mailbox_unregister_callback(unsigned opcode)
 {
@@ -153,7 +186,7 @@ int mailbox_unregister_callback(unsigned opcode)
 	if (opcode >= MAILBOX_OPCODES)
 		return -EINVAL;
 	spin_lock_irqsave(&mbox.lock, flags);
-	if (!mbox.owners[opcode].cb)
+	if (!mbox.owners[opcode].cb && !mbox.owners[opcode].scb)
 		ret = -ENOENT;
 	else
 		memset(&mbox.owners[opcode], 0, sizeof(mbox.owners[opcode]));
@@ -164,15 +197,17 @@ EXPORT_SYMBOL_GPL(mailbox_unregister_callback);
 
 /* ---- receiving (hard interrupt context) ---- */
 
-static void mbox_dispatch(u64 msg)
+static void mbox_dispatch(u64 msg, const struct mailbox_sender *from)
 {
 	struct mbox_owner *o = &mbox.owners[MAILBOX_OPCODE(msg)];
 	mailbox_callback cb = NULL;
+	mailbox_sender_callback scb = NULL;
 
 	spin_lock(&mbox.lock);
 	mbox.received++;
-	if (o->cb) {
+	if (o->cb || o->scb) {
 		cb = o->cb;
+		scb = o->scb;
 		mbox.delivered_kernel++;
 	} else if (o->file) {
 		if (kfifo_put(&o->file->fifo, msg)) {
@@ -190,14 +225,18 @@ static void mbox_dispatch(u64 msg)
 		mbox.unclaimed++;
 	}
 	spin_unlock(&mbox.lock);
+	/* outside the lock: a callback may send or (un)register */
 	if (cb)
-		cb(msg); /* outside the lock: a callback may send or (un)register */
+		cb(msg);
+	else if (scb)
+		scb(msg, from);
 }
 
 void unimem_mbox_irq(struct unimem *um)
 {
 	void __iomem *mif = um->vmbox + VMBOX_MIF_OFFSET(MAILBOX_IF);
 	u64 w[UNIMEM_PACKET_WORDS];
+	struct mailbox_sender from;
 	int i;
 
 	while (readq(mif + VMBOX_MIF_COUNT) >= UNIMEM_PACKET_WORDS) {
@@ -211,7 +250,11 @@ void unimem_mbox_irq(struct unimem *um)
 			spin_unlock(&mbox.lock);
 			continue;
 		}
-		mbox_dispatch(w[1]);
+		/* the node from the hardware-stamped PID; the origin word from that node's kernel */
+		from.node = UNIMEM_PID_NODE(UNIMEM_PACKET_PID(w[0]));
+		from.user = !!(w[2] & MAILBOX_ORIGIN_USER);
+		from.uid = (u32)w[2];
+		mbox_dispatch(w[1], &from);
 	}
 	unimem_irq_mask(um, MAILBOX_IF, true);
 }
@@ -301,10 +344,10 @@ static ssize_t mbox_action(struct mbox_file *f, const struct mailbox_action_t *a
 	o = &mbox.owners[a->opcode];
 	if (a->action == 'u') {
 		if (o->file != f)
-			ret = o->file || o->cb ? -EPERM : -ENOENT;
+			ret = o->file || o->cb || o->scb ? -EPERM : -ENOENT;
 		else
 			mbox_owner_clear(o, &old_pid, &old_efd);
-	} else if (o->cb || (o->file && o->file != f)) {
+	} else if (o->cb || o->scb || (o->file && o->file != f)) {
 		ret = -EBUSY;
 	} else {
 		/* (re-)registration by the owner replaces its notification */
@@ -337,7 +380,9 @@ static ssize_t mbox_write(struct file *file, const char __user *buf, size_t len,
 	if (len == sizeof(msg)) {
 		if (copy_from_user(&msg, buf, sizeof(msg)))
 			return -EFAULT;
-		ret = mailbox_send_message(f->nd->node, msg);
+		/* the receiver learns that a user process, and which, wrote this message */
+		ret = mbox_send(f->nd->node, msg,
+				MAILBOX_ORIGIN_USER | from_kuid_munged(&init_user_ns, current_uid()));
 		return ret ? ret : sizeof(msg);
 	}
 	if (len == sizeof(a)) {
@@ -505,7 +550,7 @@ ssize_t unimem_mbox_show(char *buf)
 	c[6] = mbox.unclaimed;
 	c[7] = mbox.forged;
 	for (i = 0; i < MAILBOX_OPCODES; i++) {
-		if (mbox.owners[i].cb)
+		if (mbox.owners[i].cb || mbox.owners[i].scb)
 			kernel |= BIT(i);
 		if (mbox.owners[i].file)
 			user |= BIT(i);

@@ -13,6 +13,7 @@
  */
 #include <linux/bitmap.h>
 #include <linux/capability.h>
+#include <linux/cred.h>
 #include <linux/interrupt.h>
 #include <linux/io.h>
 #include <linux/miscdevice.h>
@@ -23,22 +24,141 @@
 #include <linux/platform_device.h>
 #include <linux/poll.h>
 #include <linux/sched.h>
+#include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 #include <linux/wait.h>
+#include <linux/workqueue.h>
 
 #include "rackemu/unimem_regs.h"
 #include "rackemu/unimem_uapi.h"
 #include "rackemu/unimem_mailbox.h"
+#include "rackemu/gsas_proto.h"
 #include "unimem_internal.h"
+
+/* Interfaces an unprivileged user may hold at once (all its processes together). */
+static unsigned int max_per_uid = 16;
+module_param(max_per_uid, uint, 0644);
+MODULE_PARM_DESC(max_per_uid, "interfaces one unprivileged user may hold at once (default 16)");
+/* Send GSAS exit notices (tests that count packets exactly turn it off for a while; the notices
+ * of processes that exit meanwhile are sent when it is turned on again). */
+static bool exit_notify = true;
+module_param(exit_notify, bool, 0644);
+MODULE_PARM_DESC(exit_notify, "tell the atomic services when a process exits (default on)");
+static unsigned long refused_uid_cap, exit_notices;
+module_param(refused_uid_cap, ulong, 0444);
+module_param(exit_notices, ulong, 0444);
 
 struct unimem_file {
 	struct unimem *um;
 	int mif, pif;
 	bool mapped;
+	bool priv;		/* opened with CAP_SYS_ADMIN: may hold interfaces 1..8 */
+	kuid_t uid;		/* the opener's real uid: max_per_uid */
+	struct list_head node;	/* in unimem_files, under um->lock */
 	struct pid *owner;	/* the process that opened the file */
 	u32 tgid, tid;		/* the opener's ids as the PIDT carries them */
 };
+static LIST_HEAD(unimem_files);
+
+/*
+ * Processes that opened /dev/unimem, watched until they exit: then every node's atomic service
+ * (MIF 0) gets a GSAS_OP_EXITED notice from this kernel's PIF (docs/gsas.md), so it frees what
+ * the process allocated. A struct pid reference cannot be confused with a later process that
+ * reuses the number.
+ */
+struct unimem_proc {
+	struct list_head node;
+	struct pid *pid;
+	u32 tgid;
+};
+static LIST_HEAD(unimem_procs);
+static DEFINE_MUTEX(unimem_procs_lock);
+#define UNIMEM_EXIT_POLL_MS 250
+static bool unimem_announce_boot = true; /* tell every service this node's earlier processes are gone */
+static void unimem_exit_fn(struct work_struct *w);
+static DECLARE_DELAYED_WORK(unimem_exit_work, unimem_exit_fn);
+
+/* Every thread of the process has exited (a zombie waiting for its parent counts as gone). */
+static bool unimem_proc_gone(struct pid *pid)
+{
+	struct task_struct *t;
+	bool gone;
+
+	rcu_read_lock();
+	t = pid_task(pid, PIDTYPE_TGID);
+	gone = !t || atomic_read(&t->signal->live) == 0;
+	rcu_read_unlock();
+	return gone;
+}
+
+static void unimem_exit_fn(struct work_struct *w)
+{
+	struct unimem *um = &unimem_dev;
+	struct unimem_proc *p, *tmp;
+	LIST_HEAD(gone);
+	bool more;
+	u32 n;
+
+	if (!READ_ONCE(exit_notify)) {
+		schedule_delayed_work(&unimem_exit_work, msecs_to_jiffies(UNIMEM_EXIT_POLL_MS));
+		return;
+	}
+	if (xchg(&unimem_announce_boot, false)) {
+		/* tgid 0: every process of this node (it (re)started: earlier ones are gone) */
+		for (n = 0; n < um->node_count; n++)
+			unimem_kernel_send(um, n, UNIMEM_IF_SERVICE, GSAS_W0(GSAS_OP_EXITED, 0), 0, 0, 0);
+	}
+	mutex_lock(&unimem_procs_lock);
+	list_for_each_entry_safe(p, tmp, &unimem_procs, node)
+		if (unimem_proc_gone(p->pid))
+			list_move(&p->node, &gone);
+	more = !list_empty(&unimem_procs);
+	mutex_unlock(&unimem_procs_lock);
+	list_for_each_entry_safe(p, tmp, &gone, node) {
+		for (n = 0; n < um->node_count; n++)
+			unimem_kernel_send(um, n, UNIMEM_IF_SERVICE, GSAS_W0(GSAS_OP_EXITED, 0), p->tgid, 0, 0);
+		exit_notices++;
+		list_del(&p->node);
+		put_pid(p->pid);
+		kfree(p);
+	}
+	if (more)
+		schedule_delayed_work(&unimem_exit_work, msecs_to_jiffies(UNIMEM_EXIT_POLL_MS));
+}
+
+/* Watch the calling process (once). */
+static void unimem_watch_current(void)
+{
+	struct pid *pid = task_tgid(current);
+	struct unimem_proc *p;
+
+	mutex_lock(&unimem_procs_lock);
+	list_for_each_entry(p, &unimem_procs, node)
+		if (p->pid == pid)
+			goto out;
+	p = kzalloc(sizeof(*p), GFP_KERNEL);
+	if (!p)
+		goto out; /* Caveat: its GSAS allocations then live until the service restarts */
+	p->pid = get_pid(pid);
+	p->tgid = task_tgid_nr(current);
+	list_add(&p->node, &unimem_procs);
+	schedule_delayed_work(&unimem_exit_work, msecs_to_jiffies(UNIMEM_EXIT_POLL_MS));
+out:
+	mutex_unlock(&unimem_procs_lock);
+}
+
+/* Interfaces uid holds now; um->lock held. */
+static unsigned int unimem_uid_count(kuid_t uid)
+{
+	struct unimem_file *f;
+	unsigned int n = 0;
+
+	list_for_each_entry(f, &unimem_files, node)
+		if (uid_eq(f->uid, uid))
+			n++;
+	return n;
+}
 
 /* Only the process that opened a file may use its interfaces (seed 004 sec. 2.2.4). */
 static bool unimem_owner(struct unimem_file *uf)
@@ -139,7 +259,8 @@ static void unimem_mif_setup(struct unimem *um, int mif, bool enable)
 		unimem_irq_mask(um, mif, true);
 }
 
-static int unimem_take(unsigned long *used, int want)
+/* A free interface: privileged openers take 1..8 first, then the rest; others only 9..62. */
+static int unimem_take(unsigned long *used, int want, bool priv)
 {
 	int i;
 
@@ -149,7 +270,7 @@ static int unimem_take(unsigned long *used, int want)
 		set_bit(want, used);
 		return want;
 	}
-	for (i = 1; i < UNIMEM_IF_COUNT; i++)
+	for (i = priv ? 1 : UNIMEM_IF_PRIV_LAST + 1; i < UNIMEM_IF_COUNT; i++)
 		if (!test_and_set_bit(i, used))
 			return i;
 	return -EBUSY;
@@ -172,13 +293,20 @@ static int unimem_open(struct inode *inode, struct file *file)
 	uf->um = um;
 	uf->tgid = task_tgid_nr(current);
 	uf->tid = task_pid_nr(current);
+	uf->priv = capable(CAP_SYS_ADMIN);
+	uf->uid = current_uid();
 	mutex_lock(&um->lock);
-	uf->mif = unimem_take(um->mif_used, -1);
+	if (!uf->priv && unimem_uid_count(uf->uid) >= READ_ONCE(max_per_uid)) {
+		refused_uid_cap++;
+		ret = -EBUSY;
+		goto err_unlock;
+	}
+	uf->mif = unimem_take(um->mif_used, -1, uf->priv);
 	if (uf->mif < 0) {
 		ret = -EBUSY;
 		goto err_unlock;
 	}
-	uf->pif = unimem_take(um->pif_used, -1);
+	uf->pif = unimem_take(um->pif_used, -1, uf->priv);
 	if (uf->pif < 0) {
 		clear_bit(uf->mif, um->mif_used);
 		ret = -EBUSY;
@@ -186,7 +314,9 @@ static int unimem_open(struct inode *inode, struct file *file)
 	}
 	unimem_mif_setup(um, uf->mif, true);
 	unimem_pif_setup(um, uf, true);
+	list_add(&uf->node, &unimem_files);
 	mutex_unlock(&um->lock);
+	unimem_watch_current();
 	uf->owner = get_task_pid(current, PIDTYPE_TGID);
 	file->private_data = uf;
 	return nonseekable_open(inode, file);
@@ -207,6 +337,7 @@ static int unimem_release(struct inode *inode, struct file *file)
 	unimem_mif_setup(um, uf->mif, false);
 	clear_bit(uf->pif, um->pif_used);
 	clear_bit(uf->mif, um->mif_used);
+	list_del(&uf->node);
 	mutex_unlock(&um->lock);
 	put_pid(uf->owner);
 	kfree(uf);
@@ -223,18 +354,20 @@ static long unimem_bind(struct unimem_file *uf, struct unimem_bind *b)
 		return -EBUSY;
 	if (b->mif < -1 || b->mif >= (int)UNIMEM_IF_COUNT || b->pif < -1 || b->pif >= (int)UNIMEM_IF_COUNT)
 		return -EINVAL;
-	if ((b->mif == UNIMEM_IF_SERVICE || b->pif == UNIMEM_IF_SERVICE) && !capable(CAP_SYS_ADMIN))
+	/* 0 is the atomic service's; 1..8 mark a privileged sender in the PID */
+	if (((b->mif >= 0 && b->mif <= (int)UNIMEM_IF_PRIV_LAST) || (b->pif >= 0 && b->pif <= (int)UNIMEM_IF_PRIV_LAST)) &&
+	    !(uf->priv && capable(CAP_SYS_ADMIN)))
 		return -EPERM;
 	mutex_lock(&um->lock);
 	if (b->mif >= 0 && b->mif != uf->mif) {
-		m = unimem_take(um->mif_used, b->mif);
+		m = unimem_take(um->mif_used, b->mif, uf->priv);
 		if (m < 0) {
 			ret = m;
 			goto out;
 		}
 	}
 	if (b->pif >= 0 && b->pif != uf->pif) {
-		p = unimem_take(um->pif_used, b->pif);
+		p = unimem_take(um->pif_used, b->pif, uf->priv);
 		if (p < 0) {
 			if (m >= 0)
 				clear_bit(m, um->mif_used);
@@ -557,6 +690,8 @@ static int unimem_publish(struct unimem *um)
 		um->registered = false;
 		return ret;
 	}
+	unimem_announce_boot = true;
+	schedule_delayed_work(&unimem_exit_work, 0);
 	dev_info(um->vmbox_dev, "node %u of %u: /dev/unimem ready (64 MIFs x %u words, 64 PIFs), mailbox on interface %u\n",
 		 um->node_id, um->node_count, um->depth, MAILBOX_IF);
 	return 0;
@@ -565,6 +700,8 @@ static int unimem_publish(struct unimem *um)
 static void unimem_unpublish(struct unimem *um)
 {
 	if (um->registered) {
+		/* no file is open (module references): only exit notices may still be queued */
+		cancel_delayed_work_sync(&unimem_exit_work);
 		unimem_mbox_unpublish(um);
 		misc_deregister(&um->misc);
 		um->registered = false;
@@ -705,7 +842,25 @@ static struct platform_driver unimem_driver = {
 		.suppress_bind_attrs = true,
 	},
 };
-module_platform_driver(unimem_driver);
+static int __init unimem_init(void)
+{
+	return platform_driver_register(&unimem_driver);
+}
+
+static void __exit unimem_exit(void)
+{
+	struct unimem_proc *p, *tmp;
+
+	platform_driver_unregister(&unimem_driver);
+	cancel_delayed_work_sync(&unimem_exit_work);
+	list_for_each_entry_safe(p, tmp, &unimem_procs, node) {
+		list_del(&p->node);
+		put_pid(p->pid);
+		kfree(p);
+	}
+}
+module_init(unimem_init);
+module_exit(unimem_exit);
 
 MODULE_DESCRIPTION("rackemu Unimem virtualized mailbox and packetizer");
 MODULE_AUTHOR("rackemu");

@@ -17,13 +17,18 @@
  *
  * Remote allocator: buffers on another node are allocated by that node's unimem_dma over the
  * mailbox (opcodes RALLOC_OP_*; mailbox callbacks run in interrupt context, so the owner
- * allocates in a work item). Caveat: if a requester node dies, what the owner allocated for it
- * stays allocated until unimem_dma is unloaded on the owner.
+ * allocates in a work item). The owner takes the requester from the packet's hardware-stamped
+ * PID (never from the message text), refuses messages a user process wrote to a mailbox device,
+ * bounds what each requester node holds (ralloc_max_bytes_per_node, ralloc_max_per_node) and
+ * frees it when the requester frees it, when its unimem_dma starts again (a FREE_ALL message at
+ * load), or when a probe every RALLOC_PROBE_MS finds the requester node gone (EHOSTUNREACH).
  *
  * Load order: unimem.ko (mailbox), xilinx_dma.ko, then this module on every node that takes
  * part. While it is loaded it holds the DMA channel (dmatest cannot run then).
  */
+#include <linux/capability.h>
 #include <linux/completion.h>
+#include <linux/cred.h>
 #include <linux/dmaengine.h>
 #include <linux/io.h>
 #include <linux/kfifo.h>
@@ -57,6 +62,23 @@ module_param(errors, ulong, 0444);
 module_param(timeouts, ulong, 0444);
 module_param(remote_allocs, ulong, 0444);
 module_param(served_allocs, ulong, 0444);
+/* what one requester node may hold on this node (docs/rdma.md) */
+static unsigned long ralloc_max_bytes_per_node = 32ul << 20;
+static unsigned int ralloc_max_per_node = 256;
+module_param(ralloc_max_bytes_per_node, ulong, 0644);
+MODULE_PARM_DESC(ralloc_max_bytes_per_node, "bytes one requester node may hold here (default 32 MiB)");
+module_param(ralloc_max_per_node, uint, 0644);
+MODULE_PARM_DESC(ralloc_max_per_node, "allocations one requester node may hold here (default 256)");
+/* what one unprivileged user may hold on other nodes, all its /dev/dmabuffers files together */
+static unsigned long dmabuf_max_remote_bytes_per_uid = 16ul << 20;
+module_param(dmabuf_max_remote_bytes_per_uid, ulong, 0644);
+MODULE_PARM_DESC(dmabuf_max_remote_bytes_per_uid, "remote buffer bytes one unprivileged user may hold (default 16 MiB)");
+static unsigned long ralloc_refused_user, ralloc_refused_cap, ralloc_reclaimed, ralloc_dropped, dmabuf_refused_uid;
+module_param(dmabuf_refused_uid, ulong, 0444);
+module_param(ralloc_refused_user, ulong, 0444);
+module_param(ralloc_refused_cap, ulong, 0444);
+module_param(ralloc_reclaimed, ulong, 0444);
+module_param(ralloc_dropped, ulong, 0444);
 
 /* ---- transfers ---- */
 
@@ -73,6 +95,8 @@ struct udma_xfer {
 };
 
 static LIST_HEAD(udma_inflight);
+static LIST_HEAD(udma_files);
+static DEFINE_MUTEX(udma_files_lock);	/* udma_files; taken before a file's lock */
 static DEFINE_SPINLOCK(udma_lock);	/* udma_inflight, file queues */
 static DEFINE_MUTEX(udma_submit_lock);	/* descriptor preparation and terminate */
 static void udma_poll_fn(struct work_struct *w);
@@ -85,6 +109,9 @@ struct udma_buf {
 };
 
 struct udma_file {
+	struct list_head node;		/* in udma_files */
+	kuid_t uid;			/* the opener's: dmabuf_max_remote_bytes_per_uid */
+	bool priv;			/* opened with CAP_SYS_ADMIN: not capped */
 	struct mutex lock;		/* buffers */
 	struct udma_buf bufs[DMABUF_MAX_BUFFERS + 1];	/* index = id, 0 unused */
 	DECLARE_KFIFO(done, struct dmabuf_done, 256);	/* guarded by udma_lock */
@@ -278,11 +305,19 @@ struct ralloc_owned {			/* what this node allocated for another node */
 static LIST_HEAD(ralloc_owned);
 static DEFINE_MUTEX(ralloc_owned_lock);
 static DEFINE_SPINLOCK(ralloc_fifo_lock);
-static DEFINE_KFIFO(ralloc_fifo, u64, 64);	/* requests and frees from the mailbox */
+struct ralloc_msg {
+	u64 m;
+	u32 from;			/* the sender node, from the packet's PID */
+};
+static DEFINE_KFIFO(ralloc_fifo, struct ralloc_msg, 64);	/* requests and frees from the mailbox */
+#define RALLOC_PROBE_MS 500
+#define RA_FREE_ALL ((1ull << 34) - 1)	/* FREE of this "address": everything held for the sender */
+#define RA_ST_PROBE 3			/* REPLY status of a liveness probe: ignored by the receiver */
 
 #define RALLOC_SLOTS 64
 static struct {				/* this node's requests waiting for a reply */
 	u32 seq;
+	u32 node;			/* the node asked: only its answer counts */
 	bool busy;
 	struct completion done;
 	int status;
@@ -299,22 +334,68 @@ static u32 ralloc_seq;
 #define RA_PHYS(m) ((m) & ((1ull << 34) - 1))
 #define RA_MSG(op, node, hi) (((u64)(op) << MAILBOX_OPCODE_SHIFT) | ((u64)(node) << 54) | (hi))
 
+/* Free what this node holds for `from` (all of it for RA_FREE_ALL); ralloc_owned_lock held. */
+static unsigned int ralloc_free_owned(u32 from, u64 phys)
+{
+	struct ralloc_owned *o, *tmp;
+	unsigned int n = 0;
+
+	list_for_each_entry_safe(o, tmp, &ralloc_owned, node) {
+		if (o->requester == from && (phys == RA_FREE_ALL || o->phys == phys)) {
+			list_del(&o->node);
+			free_pages_exact(o->virt, o->size);
+			kfree(o);
+			n++;
+			if (phys != RA_FREE_ALL)
+				break;
+		}
+	}
+	return n;
+}
+
+/* Whether `from` may take `size` more bytes here; ralloc_owned_lock held. */
+static bool ralloc_within_cap(u32 from, u64 size)
+{
+	struct ralloc_owned *o;
+	u64 bytes = size;
+	unsigned int n = 1;
+
+	list_for_each_entry(o, &ralloc_owned, node) {
+		if (o->requester == from) {
+			bytes += o->size;
+			n++;
+		}
+	}
+	return bytes <= READ_ONCE(ralloc_max_bytes_per_node) && n <= READ_ONCE(ralloc_max_per_node);
+}
+
+static void ralloc_probe_fn(struct work_struct *w);
+static DECLARE_DELAYED_WORK(ralloc_probe_work, ralloc_probe_fn);
+
 static void ralloc_work_fn(struct work_struct *w)
 {
-	u64 m;
+	struct ralloc_msg r;
 
-	while (kfifo_out_spinlocked(&ralloc_fifo, &m, 1, &ralloc_fifo_lock)) {
-		u32 from = RA_NODE(m);
+	while (kfifo_out_spinlocked(&ralloc_fifo, &r, 1, &ralloc_fifo_lock)) {
+		u64 m = r.m;
+		u32 from = r.from;
 
 		if (MAILBOX_OPCODE(m) == RALLOC_OP_REQ) {
 			u64 size = PAGE_ALIGN(RA_SIZE(m));
 			struct ralloc_owned *o = NULL;
 			u32 status = 2;
 			u64 phys = 0;
+			bool room;
 
 			if (size && size <= DMABUF_MAX_SIZE && from < udma_nodes) {
 				status = 1;
-				o = kzalloc(sizeof(*o), GFP_KERNEL);
+				mutex_lock(&ralloc_owned_lock);
+				room = ralloc_within_cap(from, size);
+				mutex_unlock(&ralloc_owned_lock);
+				if (room)
+					o = kzalloc(sizeof(*o), GFP_KERNEL);
+				else
+					ralloc_refused_cap++;
 				if (o)
 					o->virt = alloc_pages_exact(size, GFP_KERNEL | __GFP_ZERO | __GFP_NOWARN);
 				if (o && o->virt) {
@@ -327,48 +408,100 @@ static void ralloc_work_fn(struct work_struct *w)
 					mutex_unlock(&ralloc_owned_lock);
 					served_allocs++;
 					status = 0;
+					schedule_delayed_work(&ralloc_probe_work, msecs_to_jiffies(RALLOC_PROBE_MS));
 				} else {
 					kfree(o);
 				}
 			}
 			if (mailbox_send_message(from, RA_MSG(RALLOC_OP_REPLY, udma_node,
-							      ((u64)RA_SEQ(m) << 40) | ((u64)status << 38) | phys)))
-				pr_warn("unimem_dma: cannot answer node %u's allocation request\n", from);
+							      ((u64)RA_SEQ(m) << 40) | ((u64)status << 38) | phys)) &&
+			    status == 0) {
+				/* nobody will ever free it: the requester is gone or its mailbox is full */
+				pr_warn("unimem_dma: cannot answer node %u's allocation request: freed\n", from);
+				mutex_lock(&ralloc_owned_lock);
+				ralloc_free_owned(from, phys);
+				mutex_unlock(&ralloc_owned_lock);
+			}
 		} else { /* free */
-			struct ralloc_owned *o, *tmp;
+			unsigned int n;
 
 			mutex_lock(&ralloc_owned_lock);
-			list_for_each_entry_safe(o, tmp, &ralloc_owned, node) {
-				if (o->requester == from && o->phys == RA_PHYS(m)) {
-					list_del(&o->node);
-					free_pages_exact(o->virt, o->size);
-					kfree(o);
-					break;
-				}
-			}
+			n = ralloc_free_owned(from, RA_PHYS(m));
 			mutex_unlock(&ralloc_owned_lock);
+			if (RA_PHYS(m) == RA_FREE_ALL && n)
+				pr_info("unimem_dma: node %u restarted: freed %u allocations it held here\n", from, n);
 		}
 	}
 }
 static DECLARE_WORK(ralloc_work, ralloc_work_fn);
 
-/* Mailbox callbacks: interrupt context. */
-static int ralloc_request_cb(long long unsigned m)
+/*
+ * Every RALLOC_PROBE_MS while this node holds allocations for others: send each requester node
+ * a probe (a REPLY with status RA_ST_PROBE, which receivers ignore). EHOSTUNREACH means the
+ * node is gone (the bridge answers NODE_GONE/NOROUTE): free what it held. A stopped node
+ * (timeout) or a full mailbox (EBUSY) keeps its allocations.
+ */
+static void ralloc_probe_fn(struct work_struct *w)
 {
-	if (!kfifo_in_spinlocked(&ralloc_fifo, &m, 1, &ralloc_fifo_lock))
+	DECLARE_BITMAP(nodes, 64);
+	struct ralloc_owned *o;
+	unsigned int n, freed;
+	bool more;
+
+	bitmap_zero(nodes, 64);
+	mutex_lock(&ralloc_owned_lock);
+	list_for_each_entry(o, &ralloc_owned, node)
+		set_bit(o->requester & 63, nodes);
+	mutex_unlock(&ralloc_owned_lock);
+	for_each_set_bit(n, nodes, 64) {
+		if (mailbox_send_message(n, RA_MSG(RALLOC_OP_REPLY, udma_node, (u64)RA_ST_PROBE << 38)) != -EHOSTUNREACH)
+			continue;
+		mutex_lock(&ralloc_owned_lock);
+		freed = ralloc_free_owned(n, RA_FREE_ALL);
+		mutex_unlock(&ralloc_owned_lock);
+		ralloc_reclaimed += freed;
+		pr_info("unimem_dma: node %u is gone: freed %u allocations it held here\n", n, freed);
+	}
+	mutex_lock(&ralloc_owned_lock);
+	more = !list_empty(&ralloc_owned);
+	mutex_unlock(&ralloc_owned_lock);
+	if (more)
+		schedule_delayed_work(&ralloc_probe_work, msecs_to_jiffies(RALLOC_PROBE_MS));
+}
+
+/* Mailbox callbacks: interrupt context. Only another node's kernel may ask or free. */
+static int ralloc_request_cb(long long unsigned m, const struct mailbox_sender *from)
+{
+	struct ralloc_msg r = { .m = m, .from = from->node };
+
+	if (from->user) {
+		ralloc_refused_user++;
+		pr_warn_ratelimited("unimem_dma: refused allocator message 0x%llx written by uid %u on node %u\n", m,
+				    from->uid, from->node);
+		return 0;
+	}
+	if (!kfifo_in_spinlocked(&ralloc_fifo, &r, 1, &ralloc_fifo_lock)) {
+		ralloc_dropped++;
 		pr_warn_ratelimited("unimem_dma: allocator queue full, message 0x%llx dropped\n", m);
+	}
 	schedule_work(&ralloc_work);
 	return 0;
 }
 
-static int ralloc_reply_cb(long long unsigned m)
+static int ralloc_reply_cb(long long unsigned m, const struct mailbox_sender *from)
 {
 	unsigned long flags;
 	int i;
 
+	if (from->user) {
+		ralloc_refused_user++;
+		return 0;
+	}
+	if (RA_STATUS(m) == RA_ST_PROBE)
+		return 0;
 	spin_lock_irqsave(&ralloc_wait_lock, flags);
 	for (i = 0; i < RALLOC_SLOTS; i++) {
-		if (ralloc_wait[i].busy && ralloc_wait[i].seq == RA_SEQ(m)) {
+		if (ralloc_wait[i].busy && ralloc_wait[i].seq == RA_SEQ(m) && ralloc_wait[i].node == from->node) {
 			ralloc_wait[i].status = RA_STATUS(m) == 0 ? 0 : RA_STATUS(m) == 1 ? -ENOMEM : -EINVAL;
 			ralloc_wait[i].phys = RA_PHYS(m);
 			complete(&ralloc_wait[i].done);
@@ -405,6 +538,7 @@ static int ralloc_alloc(u32 node, u64 size, u64 *phys, void **virt)
 		seq = ralloc_seq++ & 0x3fff;
 		ralloc_wait[slot].busy = true;
 		ralloc_wait[slot].seq = seq;
+		ralloc_wait[slot].node = node;
 		reinit_completion(&ralloc_wait[slot].done);
 	}
 	spin_unlock_irqrestore(&ralloc_wait_lock, flags);
@@ -444,8 +578,34 @@ static int dmabuf_open(struct inode *inode, struct file *file)
 	mutex_init(&f->lock);
 	INIT_KFIFO(f->done);
 	init_waitqueue_head(&f->wq);
+	f->uid = current_uid();
+	f->priv = capable(CAP_SYS_ADMIN);
+	mutex_lock(&udma_files_lock);
+	list_add(&f->node, &udma_files);
+	mutex_unlock(&udma_files_lock);
 	file->private_data = f;
 	return nonseekable_open(inode, file);
+}
+
+/* Bytes uid holds on other nodes through all its files. */
+static u64 dmabuf_uid_remote_bytes(kuid_t uid)
+{
+	struct udma_file *f;
+	u64 bytes = 0;
+	unsigned int i;
+
+	mutex_lock(&udma_files_lock);
+	list_for_each_entry(f, &udma_files, node) {
+		if (!uid_eq(f->uid, uid))
+			continue;
+		mutex_lock(&f->lock);
+		for (i = 1; i <= DMABUF_MAX_BUFFERS; i++)
+			if (f->bufs[i].size && !f->bufs[i].virt)
+				bytes += f->bufs[i].size;
+		mutex_unlock(&f->lock);
+	}
+	mutex_unlock(&udma_files_lock);
+	return bytes;
 }
 
 static bool dmabuf_idle(struct udma_file *f)
@@ -466,6 +626,9 @@ static int dmabuf_release(struct inode *inode, struct file *file)
 
 	/* the engine may still write into these buffers: wait (the poller ends late transfers) */
 	wait_event(f->wq, dmabuf_idle(f));
+	mutex_lock(&udma_files_lock);
+	list_del(&f->node);
+	mutex_unlock(&udma_files_lock);
 	for (i = 1; i <= DMABUF_MAX_BUFFERS; i++)
 		if (f->bufs[i].size)
 			ralloc_free(&f->bufs[i]);
@@ -510,6 +673,13 @@ static long dmabuf_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 			return -EFAULT;
 		if (a.node >= udma_nodes || !a.size || a.size > DMABUF_MAX_SIZE)
 			return -EINVAL;
+		/* Caveat: the check and the allocation are not atomic across files; two concurrent
+		 * allocations of one user may pass together (by at most one buffer each) */
+		if (a.node != udma_node && !f->priv &&
+		    dmabuf_uid_remote_bytes(f->uid) + PAGE_ALIGN(a.size) > READ_ONCE(dmabuf_max_remote_bytes_per_uid)) {
+			dmabuf_refused_uid++;
+			return -EDQUOT;
+		}
 		mutex_lock(&f->lock);
 		for (i = 1; i <= DMABUF_MAX_BUFFERS && !b; i++)
 			if (!f->bufs[i].size)
@@ -717,14 +887,14 @@ static int __init udma_init(void)
 	of_node_put(np);
 	for (i = 0; i < RALLOC_SLOTS; i++)
 		init_completion(&ralloc_wait[i].done);
-	ret = mailbox_register_callback(RALLOC_OP_REQ, ralloc_request_cb, "remote allocator");
+	ret = mailbox_register_sender_callback(RALLOC_OP_REQ, ralloc_request_cb, "remote allocator");
 	if (!ret) {
-		ret = mailbox_register_callback(RALLOC_OP_FREE, ralloc_request_cb, "remote allocator free");
+		ret = mailbox_register_sender_callback(RALLOC_OP_FREE, ralloc_request_cb, "remote allocator free");
 		if (ret)
 			mailbox_unregister_callback(RALLOC_OP_REQ);
 	}
 	if (!ret) {
-		ret = mailbox_register_callback(RALLOC_OP_REPLY, ralloc_reply_cb, "remote allocator reply");
+		ret = mailbox_register_sender_callback(RALLOC_OP_REPLY, ralloc_reply_cb, "remote allocator reply");
 		if (ret) {
 			mailbox_unregister_callback(RALLOC_OP_REQ);
 			mailbox_unregister_callback(RALLOC_OP_FREE);
@@ -740,6 +910,10 @@ static int __init udma_init(void)
 	ret = misc_register(&dmabuf_misc);
 	if (ret)
 		goto err_copy;
+	/* a restarted node: what the other nodes still hold for its earlier incarnation is garbage */
+	for (i = 0; i < udma_nodes; i++)
+		if (i != udma_node)
+			mailbox_send_message(i, RA_MSG(RALLOC_OP_FREE, udma_node, RA_FREE_ALL));
 	pr_info("unimem_dma: node %u of %u, %s, /dev/unimem_dma and /dev/dmabuffers ready\n", udma_node, udma_nodes,
 		dma_chan_name(udma_chan));
 	return 0;
@@ -767,6 +941,7 @@ static void __exit udma_exit(void)
 	mailbox_unregister_callback(RALLOC_OP_FREE);
 	mailbox_unregister_callback(RALLOC_OP_REPLY);
 	cancel_work_sync(&ralloc_work);
+	cancel_delayed_work_sync(&ralloc_probe_work);
 	cancel_delayed_work_sync(&udma_poll_work);
 	dmaengine_terminate_sync(udma_chan);
 	udma_fail_all(-EIO, 0);
