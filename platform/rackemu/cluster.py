@@ -505,6 +505,10 @@ class Cluster:
         """The cluster whose state lives in `run_dir` (started by this or another process)."""
         run_dir = Path(run_dir)
         path = run_dir / STATE_FILE
+        if os.path.lexists(path):
+            # The state file says which processes to signal and which files to delete: believe
+            # it only from a directory that no other user controls.
+            verify_private_dir(run_dir, "run dir")
         try:
             st = json.loads(path.read_text())
         except FileNotFoundError:
@@ -1248,7 +1252,13 @@ def prepare_private_dir(path: Path, what: str, create_parents: bool) -> None:
                            f"not a directory") from None
     except OSError as e:
         raise ClusterError(f"cannot create {what} {path}: {_os_error_text(e, path.parent)}") from None
-    _check_ancestors(path, what)     # again: a parent we just created, or one swapped meanwhile
+    verify_private_dir(path, what)
+
+
+def verify_private_dir(path: Path, what: str) -> None:
+    """Refuse (ClusterError) a directory that is not a real directory owned by us, that others
+    may write to (for the guest-RAM directory: read), or whose parents others control."""
+    _check_ancestors(path, what)
     try:
         st = os.lstat(path)
     except OSError as e:

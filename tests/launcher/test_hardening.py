@@ -455,3 +455,25 @@ def test_down_leaves_nothing_behind(fake_build, fake_agent, run_dir):
     assert not ram_dir.exists()
     assert not [p for p in run_dir.iterdir()
                 if stat.S_ISSOCK(p.lstat().st_mode) or p.suffix == ".pid"]
+
+
+def test_state_in_a_run_dir_others_can_write_is_not_believed(fake_build, fake_agent, tmp_path):
+    """`down` signals the processes state.json names and deletes the RAM dir it names: never on
+    the word of a directory another user could have written."""
+    d = tmp_path / "planted"
+    d.mkdir()
+    victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        state = {"version": rc.STATE_VERSION, "status": "up", "config": cfg(d).to_dict(),
+                 "bridge": {"pid": victim.pid, "starttime": rc.proc_starttime(victim.pid),
+                            "argv": ["x"], "log": ""}, "nodes": []}
+        (d / "state.json").write_text(json.dumps(state))
+        os.chmod(d, 0o777)
+        with pytest.raises(ClusterError, match=r"run dir .* has mode 0777"):
+            Cluster.attach(d)
+        r = run("cluster", "down", "--run-dir", str(d))
+        assert r.returncode == 1 and "has mode 0777" in r.stderr, r.stderr
+        assert victim.poll() is None, "the process named by the planted state must live"
+    finally:
+        victim.kill()
+        victim.wait()
