@@ -29,6 +29,12 @@ class AgentError(Exception):
     """The agent could not be reached or could not carry out the request."""
 
 
+class AgentUnreachable(AgentError):
+    """No answer: the socket cannot be reached, the connection closed, or the answer did not
+    come in time (the guest hung, or its agent died). A request the agent answered with an
+    error raises plain AgentError."""
+
+
 @dataclasses.dataclass
 class Result:
     rc: int
@@ -75,8 +81,8 @@ class AgentClient:
             s.connect(self.path)
         except OSError as e:
             s.close()
-            raise AgentError(f"cannot connect to the agent socket {self.path}: {e.strerror} "
-                             f"(is the node running?)") from None
+            raise AgentUnreachable(f"cannot connect to the agent socket {self.path}: {e.strerror} "
+                                   f"(is the node running?)") from None
         s.settimeout(None)
         self._sock = s
         self._reader = threading.Thread(target=self._read_loop, args=(s,), daemon=True,
@@ -138,17 +144,18 @@ class AgentClient:
                 self._sock.sendall(HDR.pack(AG_MAGIC, AG_VERSION, typ, rid, len(body)) + body)
             except OSError as e:
                 self._sock = None
-                raise AgentError(f"agent socket {self.path}: send failed: {e.strerror}") from None
+                raise AgentUnreachable(f"agent socket {self.path}: send failed: {e.strerror}") from None
             sock = self._sock
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:
             while rid not in self._replies:
                 if self._sock is not sock:
-                    raise AgentError(f"agent connection {self.path} closed while waiting "
-                                     f"(did the node stop?)")
+                    raise AgentUnreachable(f"agent connection {self.path} closed while waiting "
+                                           f"(did the node stop?)")
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    raise AgentError(f"no answer from the agent at {self.path} within {timeout:.1f} s")
+                    raise AgentUnreachable(f"no answer from the agent at {self.path} within "
+                                           f"{timeout:.1f} s")
                 self._cv.wait(left if left is not None else 1.0)
             return self._replies.pop(rid)
 

@@ -3,6 +3,8 @@
     rackemu cluster up [--config FILE] [--nodes N] [--name NAME] ...
     rackemu cluster status [--json]
     rackemu cluster down
+    rackemu node restart NODE
+    rackemu bridge restart
     rackemu exec NODE [--timeout S] -- CMD...
     rackemu cp LOCAL NODE:PATH | NODE:PATH LOCAL
     rackemu console NODE [--follow]
@@ -174,6 +176,11 @@ def print_status(st: dict[str, Any]) -> None:
         print(f"bridge:  {b['state']}" + (f" (pid {b['pid']})" if b["pid"] else "") + f", log {b['log']}")
     print()
     print(table(["node", "pid", "state", "agent", "boot s", "console"], _status_rows(st)))
+    problems = st.get("problems") or []
+    if problems:
+        print()
+        for p in problems:
+            print(f"problem: {p}")
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
@@ -210,6 +217,30 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     return 0 if st["status"] == "up" else 3
 
 
+def cmd_node_restart(args: argparse.Namespace) -> int:
+    cluster = _attach(args)
+    i = _node_index(args.node, cluster)
+    t0 = time.monotonic()
+    with _sigterm_as_interrupt():
+        cluster.restart_node(i, timeout=args.boot_timeout)
+    say(f"node {i} restarted ({time.monotonic() - t0:.1f} s): a fresh boot, its previous guest "
+        f"state is gone")
+    print_status(cluster.status_dict())
+    return 0
+
+
+def cmd_bridge_restart(args: argparse.Namespace) -> int:
+    cluster = _attach(args)
+    t0 = time.monotonic()
+    with _sigterm_as_interrupt():
+        ports = cluster.restart_bridge(reconnect_timeout=args.timeout)
+    say(f"fabric bridge restarted ({time.monotonic() - t0:.1f} s); node(s) "
+        f"{', '.join(map(str, ports)) or '-'} reconnected and keep their guest state; fabric "
+        f"operations that were in flight when it stopped have failed (their callers saw errors)")
+    print_status(cluster.status_dict())
+    return 0
+
+
 def cmd_cluster_down(args: argparse.Namespace) -> int:
     run_dir = _select_run_dir(args)
     if not (run_dir / STATE_FILE).exists():
@@ -242,6 +273,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if args.node == "all":
         return _exec_all(cluster, command, args.timeout)
     node = cluster.node(_node_index(args.node, cluster))
+    _check_agent(node)
     r = node.exec(command, timeout=args.timeout)
     _write_out(r.stdout, sys.stdout)
     _write_out(r.stderr, sys.stderr)
@@ -251,15 +283,33 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return r.rc if isinstance(r.rc, int) and 0 <= r.rc < 256 else 1
 
 
+def _check_agent(node) -> None:
+    """Before a command: a node that cannot run it fails now with what to do, instead of after
+    the command's timeout (+30 s) with a bare "no answer"."""
+    from . import cluster as cl
+    node.check_reachable()
+    if not node.ping(cl.AGENT_CHECK_TIMEOUT):
+        node.check_reachable()     # it may have died or been stopped meanwhile
+        raise node.agent_problem(f"no answer to a ping within {cl.AGENT_CHECK_TIMEOUT:g} s")
+
+
 def _exec_all(cluster: Cluster, command: str | list[str], timeout: float) -> int:
+    """Every node: a node that is not running, or whose agent does not answer, is an error
+    (listed, exit status 1), never silently skipped."""
     from .cluster import Background
-    jobs = [(n, Background(n.exec, command, timeout=timeout)) for n in cluster.nodes if n.alive()]
+
+    def run(n):
+        _check_agent(n)
+        return n.exec(command, timeout=timeout)
+
+    jobs = [(n, Background(run, n)) for n in cluster.nodes]
     worst = 0
     for n, job in jobs:
         try:
             r = job.result()
-        except ClusterError as e:
-            error(f"node {n.id}: {e}")
+        except (ClusterError, ConfigError) as e:
+            msg = str(e)
+            error(msg if msg.startswith(f"node {n.id}") else f"node {n.id}: {msg}")
             worst = worst or 1
             continue
         for stream, data in ((sys.stdout, r.stdout), (sys.stderr, r.stderr)):
@@ -456,6 +506,8 @@ examples:
   rackemu cp ./prog 0:/root/            copy a file to node 0
   rackemu console 0 --follow            watch node 0's serial console
   rackemu bridge-stats                  the fabric's per-port counters
+  rackemu node restart 1                restart node 1 (fresh boot), wait for its agent
+  rackemu bridge restart                restart a dead bridge; the nodes reconnect
   rackemu cluster down                  stop everything
   rackemu demo                          4 nodes: packets around a ring, round-trip times
 
@@ -542,6 +594,39 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select_args(co)
     co.set_defaults(func=cmd_console)
 
+    # node
+    pn = sub.add_parser("node", help="restart one node",
+                        description="Act on one node of a running cluster.")
+    nsub = pn.add_subparsers(dest="node_command", metavar="ACTION", required=True)
+    nr = nsub.add_parser("restart", help="restart one node's QEMU and wait for its agent",
+                         description="Stop node NODE's QEMU if it still runs (SIGTERM, then "
+                                     "SIGKILL), start it again with the cluster's configuration "
+                                     "(fresh guest RAM: everything the guest held is lost) and "
+                                     "wait until its guest agent answers. The bridge must run "
+                                     "(see `rackemu bridge restart`). If the agent does not "
+                                     "answer in time, the node is stopped again.")
+    nr.add_argument("node", metavar="NODE", help="node number")
+    nr.add_argument("--boot-timeout", type=_positive_float, metavar="S",
+                    help="seconds to wait for the agent (default: the cluster's boot_timeout)")
+    _add_select_args(nr)
+    nr.set_defaults(func=cmd_node_restart)
+
+    # bridge
+    pb = sub.add_parser("bridge", help="restart the fabric bridge",
+                        description="Act on the fabric bridge of a running cluster.")
+    bsub = pb.add_subparsers(dest="bridge_command", metavar="ACTION", required=True)
+    br = bsub.add_parser("restart", help="restart the bridge; the nodes reconnect",
+                         description="Stop the fabric bridge if it still runs, start it again "
+                                     "with the same arguments in the same run dir (its old log "
+                                     "becomes bridge.log.1) and wait until every running node's "
+                                     "fabric port has reconnected (each retries once a second). "
+                                     "The nodes keep running with their guest state; fabric "
+                                     "operations in flight when the bridge stopped have failed.")
+    br.add_argument("--timeout", type=_positive_float, default=20.0, metavar="S",
+                    help="seconds to wait for the nodes to reconnect (default 20)")
+    _add_select_args(br)
+    br.set_defaults(func=cmd_bridge_restart)
+
     # bridge-stats
     bs = sub.add_parser("bridge-stats", help="the fabric bridge's counters",
                         description="Ask the fabric bridge for its counters (per port: frames and "
@@ -621,6 +706,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError:
             pass
         return 0
+    except OSError as e:
+        # Last resort (the launcher turns the ones it expects into ClusterError at their
+        # source): a message, never a traceback.
+        where = f" ({e.filename})" if e.filename else ""
+        error(f"{e.strerror or e}{where}")
+        return 1
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ pytest leaves nothing behind.
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -40,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .config import RUN_BASE, ClusterConfig, ConfigError
+from .config import RUN_BASE, ClusterConfig, ConfigError, format_mib
 
 STATE_FILE = "state.json"
 STATE_VERSION = 1
@@ -48,6 +50,12 @@ BRIDGE_READY_LINE = "rackemu-bridge: ready"
 BRIDGE_START_TIMEOUT = 30.0
 TERM_GRACE = 5.0        # seconds between SIGTERM and SIGKILL
 KILL_WAIT = 5.0
+SHM_MARGIN_MIB = 32     # free space kept on the guest-RAM file system beyond the nodes' memory
+AGENT_CHECK_TIMEOUT = 10.0   # `rackemu exec`: how long the agent may take to answer a ping
+PORT_RECONNECT_TIMEOUT = 20.0  # `bridge restart`: how long the nodes' ports may take to rejoin
+
+# Injectable for tests (a fake file system size): os.statvfs of the guest-RAM directory.
+_statvfs = os.statvfs
 
 
 class ClusterError(Exception):
@@ -67,6 +75,24 @@ def proc_starttime(pid: int) -> int | None:
     if not rest or rest[0] in ("Z", "X"):
         return None
     return int(rest[19])
+
+
+def proc_state(pid: int) -> str | None:
+    """The process's state letter from /proc (R, S, D, T stopped, t traced, Z ...), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    rest = data[data.rfind(")") + 2:].split()
+    return rest[0] if rest else None
+
+
+def signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
 
 
 def proc_alive(pid: int | None, starttime: int | None) -> bool:
@@ -120,7 +146,18 @@ class Proc:
         if self.popen is None or self.popen.returncode is None:
             return "exited"
         rc = self.popen.returncode
-        return f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc}"
+        if rc >= 0:
+            return f"exited with status {rc}"
+        what = f"was killed by signal {-rc} ({signal_name(-rc)})"
+        if -rc == signal.SIGBUS:
+            # A guest page that the RAM file system (tmpfs) cannot back raises SIGBUS in QEMU.
+            what += (" -- usually a full guest-RAM file system (/dev/shm or shm_dir): see "
+                     "`df` of it")
+        return what
+
+    def stopped(self) -> bool:
+        """True if the process is stopped (SIGSTOP/SIGTSTP) or traced: it answers nothing."""
+        return self.alive() and proc_state(self.pid) in ("T", "t")
 
     def signal_group(self, sig: int) -> None:
         """Signal the process group (the pid leads it), only while the leader is the one we
@@ -205,6 +242,15 @@ def _agent_client_class():
     return AgentClient
 
 
+def _agent_error_classes() -> tuple[tuple, tuple]:
+    """(AgentUnreachable, AgentError) of rackemu.agent, or empty tuples (catch nothing)."""
+    try:
+        from .agent import AgentError, AgentUnreachable
+    except ImportError:
+        return (), ()
+    return (AgentUnreachable,), (AgentError,)
+
+
 class Node:
     """One QEMU node of a cluster. exec/put/get/ping go through the guest agent's socket."""
 
@@ -252,14 +298,47 @@ class Node:
         except Exception:
             return False
 
-    def _with_agent(self, what: str, fn: Callable[[Any], Any]) -> Any:
+    def check_reachable(self) -> None:
+        """Raise ClusterError with what to do if this node cannot take agent requests: the
+        cluster is down, the node's QEMU is not running, or it is stopped (SIGSTOP)."""
         if not self.alive():
             if self.cluster.status in ("down", "failed") or not self.cluster.live_procs():
                 raise ClusterError(f"cluster {self.cluster.config.name!r} is not running "
                                    f"(status: {self.cluster.status}); start it with "
                                    f"`rackemu cluster up`")
-            raise ClusterError(f"node {self.id} is not running (state: {self.state})")
-        return fn(self.agent())
+            state = "dead" if self.state in ("running", "starting") else self.state
+            raise ClusterError(f"node {self.id} is not running (state: {state}); start it again "
+                               f"with `rackemu node restart {self.id}{self.cluster.cli_select()}`")
+        if self.proc.stopped():
+            raise ClusterError(f"node {self.id}'s QEMU (pid {self.pid}) is stopped (SIGSTOP) and "
+                               f"answers nothing; resume it with `kill -CONT {self.pid}` or "
+                               f"restart it with `rackemu node restart {self.id}"
+                               f"{self.cluster.cli_select()}`")
+
+    def agent_problem(self, why: str) -> ClusterError:
+        """The error for an agent that does not answer while QEMU runs: the guest hung,
+        panicked, or its agent died."""
+        last = self.last_console_line()
+        return ClusterError(
+            f"node {self.id}: {why}. Its QEMU runs (pid {self.pid}) but the guest agent does not "
+            f"answer: the guest may have hung or panicked, or its agent died (or another process "
+            f"holds the agent's socket: QEMU serves one client at a time)"
+            + (f" (last console line: {_shorten(last, 100)!r})" if last else "") +
+            f". See `rackemu console {self.id}{self.cluster.cli_select()}`; restart the node "
+            f"with `rackemu node restart {self.id}{self.cluster.cli_select()}`")
+
+    def _with_agent(self, what: str, fn: Callable[[Any], Any]) -> Any:
+        self.check_reachable()
+        unreachable, agent_error = _agent_error_classes()
+        try:
+            return fn(self.agent())
+        except unreachable as e:
+            if not self.alive():
+                raise ClusterError(f"node {self.id}'s QEMU exited during {what}: {e}") from None
+            self.check_reachable()      # stopped meanwhile: say so
+            raise self.agent_problem(f"{what}: {e}") from None
+        except agent_error as e:        # the agent answered: the request itself failed
+            raise ClusterError(f"node {self.id}: {e}") from None
 
     def exec(self, cmd: str | list[str], timeout: float | None = 60.0,
              stdin: bytes | None = None, env: dict[str, str] | None = None):
@@ -375,6 +454,7 @@ class Cluster:
         self.created: float | None = None
         self._lock_fd: int | None = None
         self._state_lock = threading.Lock()
+        self._ram_dir = default_ram_dir(config)
 
     # ---- context manager ----
 
@@ -384,6 +464,12 @@ class Cluster:
 
     def __exit__(self, *exc: Any) -> None:
         self.down()
+
+    def cli_select(self) -> str:
+        """The options that pick this cluster on the command line (for hints in messages)."""
+        if self.run_dir == RUN_BASE / self.config.name:
+            return "" if self.config.name == "default" else f" --name {self.config.name}"
+        return f" --run-dir {shlex.quote(str(self.run_dir))}"
 
     def node(self, i: int) -> Node:
         if not isinstance(i, int) or not 0 <= i < len(self.nodes):
@@ -403,19 +489,26 @@ class Cluster:
                 "bridge": self.bridge.to_dict() if self.bridge else None,
                 "bridge_ctl": str(self.run_dir / "bridge.ctl"),
                 "fabric_sock": str(self.run_dir / "fabric.sock"),
+                "ram_dir": str(self.ram_dir),
                 "nodes": [n.to_dict() for n in self.nodes]}
 
     def save_state(self) -> None:
         with self._state_lock:
-            tmp = self.state_path.with_name(STATE_FILE + f".tmp{os.getpid()}.{threading.get_ident()}")
-            tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-            os.replace(tmp, self.state_path)
+            try:
+                _write_atomic(self.state_path, json.dumps(self.to_dict(), indent=2) + "\n")
+            except OSError as e:
+                raise ClusterError(f"cannot write the cluster's state file {self.state_path}: "
+                                   f"{_os_error_text(e, self.run_dir)}") from None
 
     @classmethod
     def attach(cls, run_dir: str | os.PathLike, log: Callable[[str], None] | None = None) -> "Cluster":
         """The cluster whose state lives in `run_dir` (started by this or another process)."""
         run_dir = Path(run_dir)
         path = run_dir / STATE_FILE
+        if os.path.lexists(path):
+            # The state file says which processes to signal and which files to delete: believe
+            # it only from a directory that no other user controls.
+            verify_private_dir(run_dir, "run dir")
         try:
             st = json.loads(path.read_text())
         except FileNotFoundError:
@@ -430,6 +523,8 @@ class Cluster:
         c.status = st.get("status", "unknown")
         c.created = st.get("created")
         c.bridge = Proc.from_dict(st.get("bridge"))
+        if st.get("ram_dir"):
+            c._ram_dir = Path(st["ram_dir"])
         for n, nd in zip(c.nodes, st.get("nodes", [])):
             n.proc = Proc.from_dict(nd.get("proc"))
             n.state = nd.get("state", "stopped")
@@ -501,15 +596,26 @@ class Cluster:
                 f"use fewer nodes or less memory")
 
     def _acquire_lock(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.run_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        """Create (or check) the run directory and flock() its .lock: one launcher at a time
+        starts, restarts or stops processes of a cluster."""
+        prepare_private_dir(self.run_dir, "run dir", create_parents=True)
+        lock = self.run_dir / ".lock"
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        except OSError as e:
+            raise ClusterError(f"cannot open {lock}: {_os_error_text(e, self.run_dir)}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise ClusterError(f"another rackemu is starting a cluster in {self.run_dir} right now")
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+            raise ClusterError(f"another rackemu is starting or restarting cluster processes in "
+                               f"{self.run_dir} right now")
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as e:
+            os.close(fd)
+            raise ClusterError(f"cannot write {lock}: {_os_error_text(e, self.run_dir)}") from None
         self._lock_fd = fd
 
     def _release_lock(self) -> None:
@@ -541,10 +647,10 @@ class Cluster:
     def _clean_run_dir(self) -> None:
         """Remove sockets and pid files (never logs) left in the run dir, and the guest RAM
         files of nodes that are not running."""
-        if self.ram_dir.is_dir():
+        if owned_private_dir(self.ram_dir):     # never touch a directory someone else made
             live = {n.id for n in self.nodes if n.alive()}
             for f in self.ram_dir.glob("node*.ram"):
-                if int(f.stem[4:] or -1) not in live:
+                if f.stem[4:].isdigit() and int(f.stem[4:]) not in live:
                     f.unlink(missing_ok=True)
             try:
                 self.ram_dir.rmdir()
@@ -563,7 +669,11 @@ class Cluster:
                     pass
 
     def _spawn(self, argv: list[str], log_path: Path) -> Proc:
-        with open(log_path, "wb") as logf:
+        try:
+            logf = open(log_path, "wb")
+        except OSError as e:
+            raise ClusterError(f"cannot create {log_path}: {_os_error_text(e, self.run_dir)}") from None
+        with logf:
             popen = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                 cwd=self.run_dir, start_new_session=True, close_fds=True,
@@ -577,8 +687,68 @@ class Cluster:
     @property
     def ram_dir(self) -> Path:
         """Where the nodes' guest RAM lives as shared-memory files (DESIGN.md, "The data path"):
-        a party executing a one-sided operation can map the target node's memory directly."""
-        return Path("/dev/shm") / f"rackemu-{os.getuid()}-{self.config.name}"
+        a party executing a one-sided operation can map the target node's memory directly.
+        shm_dir/rackemu-EUID-NAME-HASH, HASH from the resolved run dir (default_ram_dir), so
+        two clusters of the same name in different run dirs never share it; private (0700,
+        ours), checked by _prepare_ram_dir before any QEMU gets a path in it."""
+        return self._ram_dir
+
+    def ram_path(self, i: int) -> Path:
+        return self.ram_dir / f"node{i}.ram"
+
+    def _prepare_ram_dir(self) -> None:
+        """Create the guest-RAM directory exclusively for us, or accept an existing one only
+        if it is a real directory (no symlink) that we own with mode 0700. Anything else is
+        refused: its owner could read or swap the guests' memory."""
+        base = self.config.shm_dir
+        if not base.is_dir():
+            raise ClusterError(f"shm_dir {base} (where the guest RAM files go) is not a "
+                               f"directory; create it or set shm_dir in the config")
+        prepare_private_dir(self.ram_dir, "guest-RAM directory", create_parents=False)
+
+    def _check_ram_space(self, starting: list[Node]) -> None:
+        """Refuse to start nodes whose guest RAM does not fit on the file system that holds it.
+        QEMU maps the RAM file sparsely, so a full tmpfs shows up only later, as a SIGBUS in
+        QEMU when the guest touches a page (no message, the node just dies). Counted: the full
+        memory of every node being started, plus what running nodes of this cluster have not
+        yet allocated; kept free: SHM_MARGIN_MIB."""
+        mem = self.config.memory_mib << 20
+        ids = {n.id for n in starting}
+        need = 0
+        for n in self.nodes:
+            if n.id in ids:
+                need += mem
+            elif n.alive():
+                try:
+                    used = os.stat(self.ram_path(n.id)).st_blocks * 512
+                except OSError:
+                    used = 0
+                need += max(0, mem - used)
+        base = self.config.shm_dir
+        try:
+            st = _statvfs(str(base))
+        except OSError as e:
+            raise ClusterError(f"cannot check the free space of shm_dir {base}: "
+                               f"{e.strerror or e}") from None
+        free = st.f_bavail * st.f_frsize
+        total = st.f_blocks * st.f_frsize
+        margin = SHM_MARGIN_MIB << 20
+        if need + margin <= free:
+            return
+        mib = lambda b: b >> 20
+        mount = mount_point(base)
+        want_total = total - free + need + margin
+        size = format_mib(-(-mib(want_total) // 1024) * 1024)   # whole GiB, rounded up
+        raise ClusterError(
+            f"not enough room for guest RAM on {base} (mounted at {mount}): {len(starting)} "
+            f"node(s) x {self.config.memory}"
+            + (" plus what the running nodes have not allocated yet" if need > len(starting) * mem else "")
+            + f" need {mib(need)} MiB + {SHM_MARGIN_MIB} MiB margin, but only {mib(free)} MiB "
+            f"of its {mib(total)} MiB are free. QEMU would die of SIGBUS (nothing logged) when a "
+            f"guest touches memory that does not fit.\nFix: use fewer nodes or less --memory, free "
+            f"space there (other clusters: `rackemu cluster down`), enlarge it (as root: "
+            f"`mount -o remount,size={size} {mount}`), or point shm_dir in the cluster's config at "
+            f"a larger tmpfs")
 
     def node_argv(self, i: int) -> list[str]:
         c, d = self.config, self.run_dir
@@ -591,7 +761,7 @@ class Cluster:
         return [str(c.qemu), "-M", machine, "-cpu", c.cpu, "-smp", str(c.vcpus),
                 "-m", c.memory, "-nographic", "-monitor", "none",
                 "-object", f"memory-backend-file,id=ram,size={c.memory},share=on,"
-                           f"mem-path={self.ram_dir / f'node{i}.ram'}",
+                           f"mem-path={self.ram_path(i)}",
                 "-nic", "none",  # virt's default NIC needs an option ROM the source package lacks
                 "-name", f"rackemu-{c.name}-node{i}",
                 "-serial", f"file:{d / f'node{i}.console'}",
@@ -636,7 +806,9 @@ class Cluster:
                 p.unlink()
             except FileNotFoundError:
                 pass
-        self.ram_dir.mkdir(mode=0o700, exist_ok=True)
+        self._prepare_ram_dir()
+        # A fresh file: QEMU would otherwise map the previous incarnation's memory as is.
+        self.ram_path(i).unlink(missing_ok=True)
         n.proc = self._spawn(self.node_argv(i), n.log_path)
         n.state = "starting"
         n.boot_seconds = None
@@ -734,6 +906,8 @@ class Cluster:
         try:
             self._refuse_if_live()
             self._clean_run_dir()
+            self._prepare_ram_dir()
+            self._check_ram_space(self.nodes)
             self.created = time.time()
             self.status = "starting"
             self.bridge = None
@@ -779,9 +953,19 @@ class Cluster:
             n.state = "stopped"
         if self.run_dir.is_dir():
             self._clean_run_dir()
+        elif owned_private_dir(self.ram_dir):
+            for f in self.ram_dir.glob("node*.ram"):
+                f.unlink(missing_ok=True)
+            try:
+                self.ram_dir.rmdir()
+            except OSError:
+                pass
         self.status = final_status
         if self.run_dir.is_dir():
-            self.save_state()
+            try:
+                self.save_state()
+            except ClusterError as e:   # the processes are stopped: that is what matters here
+                self.log(f"warning: {e}")
         return survivors
 
     def down(self) -> None:
@@ -811,13 +995,117 @@ class Cluster:
         self.save_state()
         self.log(f"node {i}: killed")
 
+    def _require_running_cluster(self) -> None:
+        if self.status in ("down", "failed") or (not self.live_procs() and
+                                                  self.status not in ("up", "degraded", "starting")):
+            raise ClusterError(f"cluster {self.config.name!r} is not running (status: "
+                               f"{self.status}); start it with `rackemu cluster up`")
+        if not self.live_procs():
+            raise ClusterError(f"cluster {self.config.name!r} has no process left running "
+                               f"(status: dead); stop it with `rackemu cluster down"
+                               f"{self.cli_select()}` and start it again with `rackemu cluster up`")
+
+    def _settle_status(self) -> None:
+        """Back to `up` once every node runs (and the bridge, if any); saved."""
+        ok = all(n.alive() and n.state == "running" for n in self.nodes) and \
+            (not self.config.fabric or (self.bridge is not None and self.bridge.alive()))
+        if ok and self.status in ("up", "degraded", "dead", "starting"):
+            self.status = "up"
+        self.save_state()
+
     def restart_node(self, i: int, timeout: float | None = None) -> Node:
-        """Start a stopped or killed node again and wait for its agent."""
-        n = self.start_node(i)
-        self.wait_agents([n], timeout=timeout)
+        """(Re)start node i's QEMU with the cluster's configuration and wait for its agent.
+        A running node is stopped first (SIGTERM, then SIGKILL): its guest state is lost.
+        Its guest RAM file is recreated empty. Needs the bridge running (the node joins the
+        fabric under its id again). If the agent does not answer within `timeout` (the
+        config's boot_timeout), the node is stopped again and ClusterError raised."""
+        n = self.node(i)
+        self._require_running_cluster()
+        if self.config.fabric and not (self.bridge and self.bridge.alive()):
+            raise ClusterError(f"the fabric bridge of cluster {self.config.name!r} is not running, "
+                               f"so node {i} could not join the fabric; restart it first with "
+                               f"`rackemu bridge restart{self.cli_select()}`")
+        self._acquire_lock()
+        try:
+            if n.alive():
+                self.log(f"node {i}: stopping QEMU (pid {n.pid})")
+                if stop_procs([n.proc]):
+                    raise ClusterError(f"node {i}'s QEMU (pid {n.pid}) survived SIGKILL")
+            n.state = "stopped"
+            self.ram_path(i).unlink(missing_ok=True)
+            self._check_ram_space([n])
+            self.start_node(i)
+            try:
+                self.wait_agents([n], timeout=timeout)
+            except BaseException:
+                with _no_interrupts():
+                    if n.proc and n.alive():
+                        stop_procs([n.proc])
+                    if n.state != "dead":
+                        n.state = "stopped"
+                    self.ram_path(i).unlink(missing_ok=True)
+                    self.save_state()
+                raise
+            self._settle_status()
+        finally:
+            self._release_lock()
         return n
 
     # ---- bridge ----
+
+    def restart_bridge(self, reconnect_timeout: float | None = None) -> dict[int, str]:
+        """Start the fabric bridge again (stopping it first if it still runs) with the same
+        arguments, in the same run dir, and wait until the port of every running node has
+        reconnected (each node's fabric port retries once a second; docs/fabric.md). The
+        nodes keep running: their guests keep their state, but fabric operations in flight
+        when the bridge died have failed. Returns {node: port state}; raises ClusterError
+        naming the nodes that did not rejoin within `reconnect_timeout` seconds."""
+        if not self.config.fabric:
+            raise ClusterError(f"machine {self.config.machine!r} has no fabric bridge")
+        self._require_running_cluster()
+        timeout = PORT_RECONNECT_TIMEOUT if reconnect_timeout is None else reconnect_timeout
+        self._acquire_lock()
+        try:
+            if self.bridge and self.bridge.alive():
+                self.log(f"stopping the fabric bridge (pid {self.bridge.pid})")
+                if stop_procs([self.bridge]):
+                    raise ClusterError(f"the fabric bridge (pid {self.bridge.pid}) survived SIGKILL")
+            log = self.run_dir / "bridge.log"
+            if log.exists():    # keep the dead bridge's output for the post-mortem
+                try:
+                    os.replace(log, log.with_name("bridge.log.1"))
+                except OSError as e:
+                    raise ClusterError(f"cannot rotate {log}: {_os_error_text(e, self.run_dir)}") from None
+            for sock in ("fabric.sock", "bridge.ctl"):
+                (self.run_dir / sock).unlink(missing_ok=True)
+            self._start_bridge()
+            running = [n for n in self.nodes if n.alive()]
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    ports = {p.get("node"): p.get("state") for p in
+                             self.bridge_stats(timeout=5.0).get("ports", [])}
+                except ClusterError:
+                    ports = {}
+                missing = [n.id for n in running if ports.get(n.id) != "up"]
+                if not missing:
+                    break
+                if not self.bridge.alive():
+                    raise ClusterError(f"the restarted fabric bridge {self.bridge.exit_status()}; "
+                                       f"its log: {log}")
+                if time.monotonic() >= deadline:
+                    raise ClusterError(
+                        f"the fabric bridge runs again (pid {self.bridge.pid}) but node(s) "
+                        f"{', '.join(map(str, missing))} did not reconnect within {timeout:.0f} s; "
+                        f"restart them with `rackemu node restart N{self.cli_select()}` (their "
+                        f"QEMU output: {', '.join(str(self.node(i).log_path) for i in missing)})")
+                time.sleep(0.2)
+            self.log(f"node(s) {', '.join(str(n.id) for n in running) or '-'} reconnected "
+                     f"to the fabric")
+            self._settle_status()
+            return {n.id: ports.get(n.id, "-") for n in running}
+        finally:
+            self._release_lock()
 
     def bridge_stats(self, timeout: float = 5.0) -> dict[str, Any]:
         """The bridge's `stats` answer: {"ports": [{node, state, frames_in, ...}], ...}."""
@@ -854,6 +1142,8 @@ class Cluster:
         def check(n: Node) -> None:
             if not n.alive():
                 agent[n.id] = "-"
+            elif n.proc.stopped():
+                agent[n.id] = "QEMU stopped (SIGSTOP)"
             elif not ping:
                 agent[n.id] = "?"
             else:
@@ -877,18 +1167,169 @@ class Cluster:
         bridge_alive = bool(self.bridge and self.bridge.alive())
         live = any(x["pid"] for x in nodes) or bridge_alive
         status = self.status
-        if status == "up" and not all(x["state"] == "running" for x in nodes):
+        expected = status in ("up", "degraded", "starting")   # processes should be running
+        sel = self.cli_select()
+        problems = []
+        if self.config.fabric and expected and not bridge_alive and self.bridge is not None:
+            problems.append(f"the fabric bridge is dead (see {self.run_dir / 'bridge.log'}): "
+                            f"restart it with `rackemu bridge restart{sel}`")
+        for x in nodes:
+            if expected and x["state"] in ("dead", "killed", "stopped") and status != "starting":
+                problems.append(f"node {x['node']} is {x['state']}: start it again with "
+                                f"`rackemu node restart {x['node']}{sel}`")
+            elif x["agent"] not in ("ok", "?", "-") and status != "starting":
+                problems.append(f"node {x['node']}: agent {x['agent']}; see `rackemu console "
+                                f"{x['node']}{sel}`, or `rackemu node restart {x['node']}{sel}`")
+        if status == "up" and (not all(x["state"] == "running" for x in nodes) or problems):
             status = "degraded"
         if status in ("up", "degraded", "starting") and not live:
             status = "dead"
+        bridge_state = ("running" if bridge_alive else "-" if not self.config.fabric
+                        else "dead" if expected and self.bridge is not None else "stopped")
         return {"name": self.config.name, "run_dir": str(self.run_dir), "status": status,
                 "created": self.created, "machine": self.config.machine,
                 "memory": self.config.memory, "vcpus": self.config.vcpus,
                 "bridge": {"pid": self.bridge.pid if bridge_alive else None,
-                           "state": "running" if bridge_alive else
-                           ("-" if not self.config.fabric else "stopped"),
+                           "state": bridge_state,
                            "log": str(self.run_dir / "bridge.log")},
+                "ram_dir": str(self.ram_dir),
+                "problems": problems,
                 "nodes": nodes}
+
+
+# ---------------------------------------------------------------- host files and directories
+
+def default_ram_dir(config: ClusterConfig) -> Path:
+    """shm_dir/rackemu-EUID-NAME-HASH: HASH is from the resolved run dir, so the same cluster
+    name in two run dirs (or two users) never shares guest-RAM files."""
+    key = hashlib.sha256(os.fsencode(os.path.realpath(config.run_dir))).hexdigest()[:12]
+    return config.shm_dir / f"rackemu-{os.geteuid()}-{config.name}-{key}"
+
+
+def _trusted_owner(uid: int) -> bool:
+    return uid in (0, os.geteuid())
+
+
+def _check_ancestors(path: Path, what: str) -> None:
+    """Every existing directory above `path` must be owned by root or us, and if others may
+    write to it, sticky (like /tmp and /dev/shm): otherwise its owner (or anyone) could rename
+    our directory away and put their own in its place."""
+    for parent in reversed(path.parents):
+        try:
+            st = os.stat(parent)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise ClusterError(f"{what} {path}: cannot check {parent}: {e.strerror}") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise ClusterError(f"{what} {path} cannot be created: {parent} is a file, not a "
+                               f"directory")
+        if not _trusted_owner(st.st_uid):
+            raise ClusterError(f"{what} {path}: {parent} belongs to uid {st.st_uid}, who could "
+                               f"replace what rackemu puts in it; use a directory of yours")
+        if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise ClusterError(f"{what} {path}: {parent} is writable by other users (mode "
+                               f"{stat.S_IMODE(st.st_mode):04o}) without the sticky bit, so they "
+                               f"could replace what rackemu puts in it; use another directory")
+
+
+def prepare_private_dir(path: Path, what: str, create_parents: bool) -> None:
+    """Create `path` with mode 0700 (parents 0755 if asked), or accept an existing one only if
+    it is a real directory (not a symlink) owned by us that no one else can write to (for
+    the guest-RAM directory: that no one else can even read). Refuse anything else with a
+    ClusterError that says what to do."""
+    _check_ancestors(path, what)
+    try:
+        if create_parents:
+            for parent in reversed(path.parents):
+                if not parent.exists():
+                    os.mkdir(parent, 0o755)
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except NotADirectoryError:
+        raise ClusterError(f"{what} {path} cannot be created: a part of that path is a file, "
+                           f"not a directory") from None
+    except OSError as e:
+        raise ClusterError(f"cannot create {what} {path}: {_os_error_text(e, path.parent)}") from None
+    verify_private_dir(path, what)
+
+
+def verify_private_dir(path: Path, what: str) -> None:
+    """Refuse (ClusterError) a directory that is not a real directory owned by us, that others
+    may write to (for the guest-RAM directory: read), or whose parents others control."""
+    _check_ancestors(path, what)
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        raise ClusterError(f"{what} {path}: {e.strerror}") from None
+    private = what == "guest-RAM directory"
+    if stat.S_ISLNK(st.st_mode):
+        raise ClusterError(f"{what} {path} is a symbolic link; rackemu does not follow it "
+                           f"(remove it)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise ClusterError(f"{what} {path} exists and is not a directory")
+    if st.st_uid != os.geteuid():
+        raise ClusterError(
+            f"{what} {path} exists and belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}); "
+            + ("its owner could read and change the guests' memory. " if private else
+               "its owner could read the consoles and replace the sockets. ")
+            + f"Refusing to use it: remove it (as root: rm -r {shlex.quote(str(path))})"
+            + ("" if private else " or choose another --run-dir"))
+    bad = 0o077 if private else 0o022
+    if st.st_mode & bad:
+        raise ClusterError(
+            f"{what} {path} has mode {stat.S_IMODE(st.st_mode):04o}: other users could "
+            + ("read the guests' memory" if private else "replace its sockets and files")
+            + f". Refusing to use it: remove it, or `chmod 700 {shlex.quote(str(path))}`")
+
+
+def owned_private_dir(path: Path) -> bool:
+    """True if `path` is a real directory (not a symlink) that we own and only we can use:
+    the only kind of guest-RAM directory rackemu puts files in, and so cleans up."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
+
+
+def mount_point(path: Path) -> str:
+    """The mount point of the file system holding `path` (for `mount -o remount` hints)."""
+    p = os.path.realpath(path)
+    while not os.path.ismount(p):
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    return p
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write a file via a temporary and rename: readers see the old or the new file whole."""
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}.{threading.get_ident()}")
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+
+
+def _os_error_text(e: OSError, where: Path) -> str:
+    """An OSError in words, with what to do for the ones a person can fix."""
+    text = e.strerror or str(e)
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        text += f" (the file system holding {where} is full: free space there, see `df {where}`)"
+    elif e.errno == errno.EROFS:
+        text += f" ({where} is on a read-only file system: choose another --run-dir)"
+    elif e.errno in (errno.EACCES, errno.EPERM):
+        text += f" (no permission in {where}: choose another --run-dir)"
+    return text
 
 
 # ---------------------------------------------------------------- small helpers

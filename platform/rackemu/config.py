@@ -30,6 +30,7 @@ MAX_VCPUS = 8
 ROOT = Path(os.environ.get("RACKEMU_ROOT") or Path(__file__).resolve().parents[2])
 DEFAULT_CONFIG_FILE = ROOT / "platform" / "cluster.toml"
 RUN_BASE = Path("/tmp/rackemu")
+SHM_BASE = Path("/dev/shm")      # default home of the guest RAM files (the `shm_dir` key)
 SETUP_HINT = "run `./rackemu setup` first"
 
 
@@ -57,6 +58,7 @@ DEFAULTS: dict[str, Any] = {
     "kernel_cmdline": "",
     "boot_timeout": 300.0,
     "run_dir": "",
+    "shm_dir": "",
     "qemu_args": [],
     "bridge_args": [],
     "paths": {"qemu": "", "bridge": "", "kernel": "", "initrd": ""},
@@ -109,6 +111,7 @@ class ClusterConfig:
     kernel_cmdline: str = DEFAULTS["kernel_cmdline"]
     boot_timeout: float = DEFAULTS["boot_timeout"]
     run_dir: Path = RUN_BASE / "default"
+    shm_dir: Path = SHM_BASE              # guest RAM files live in shm_dir/rackemu-UID-NAME-HASH
     qemu_args: list[str] = dataclasses.field(default_factory=list)
     bridge_args: list[str] = dataclasses.field(default_factory=list)
     qemu: Path = dataclasses.field(default_factory=lambda: build_dir() / "qemu" / "qemu-system-aarch64")
@@ -139,7 +142,7 @@ class ClusterConfig:
         """Rebuild from to_dict() output (the run dir's state file)."""
         fields = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in fields}
-        for k in ("run_dir", "qemu", "bridge", "initrd"):
+        for k in ("run_dir", "shm_dir", "qemu", "bridge", "initrd"):
             if kw.get(k) is not None:
                 kw[k] = Path(kw[k])
         if kw.get("kernel"):
@@ -231,8 +234,22 @@ def _check_type(key: str, value: Any, types: tuple, what: str) -> None:
         raise ConfigError(f"{key}: expected {what}, got {value!r}")
 
 
-def _merge(base: dict[str, Any], layer: dict[str, Any], where: str) -> None:
-    """Merge one TOML document or override dict into base, refusing unknown keys."""
+PATH_KEYS = ("run_dir", "shm_dir")
+
+
+def _relative_to(value: Any, base_dir: Path | None) -> Any:
+    """A relative path written in a config file means relative to that file's directory (not
+    to wherever the launcher happens to run); `~` is expanded first."""
+    if base_dir is None or not isinstance(value, str) or not value:
+        return value
+    p = Path(value).expanduser()
+    return value if p.is_absolute() else str(base_dir / p)
+
+
+def _merge(base: dict[str, Any], layer: dict[str, Any], where: str,
+           base_dir: Path | None = None) -> None:
+    """Merge one TOML document or override dict into base, refusing unknown keys. Relative
+    paths in a file layer (base_dir given) are made relative to base_dir."""
     for key, value in layer.items():
         if key not in DEFAULTS:
             known = ", ".join(sorted(DEFAULTS))
@@ -245,7 +262,9 @@ def _merge(base: dict[str, Any], layer: dict[str, Any], where: str) -> None:
                     known = ", ".join(sorted(DEFAULTS["paths"]))
                     raise ConfigError(f"{where}: unknown key 'paths.{pk}' (known: {known})")
                 _check_type(f"paths.{pk}", pv, (str,), "a path string")
-                base["paths"][pk] = pv
+                base["paths"][pk] = _relative_to(pv, base_dir)
+        elif key in PATH_KEYS:
+            base[key] = _relative_to(value, base_dir)
         else:
             base[key] = value
 
@@ -268,7 +287,12 @@ def load_config(path: str | os.PathLike | None = None,
             raise ConfigError(f"cannot read config file {p}: {e.strerror}") from None
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"config file {p} is not valid TOML: {e}") from None
-        _merge(raw, doc, str(p))
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"config file {p} is not UTF-8 text (byte 0x{e.object[e.start]:02x} "
+                              f"at offset {e.start}); TOML files must be UTF-8") from None
+        except ValueError as e:   # e.g. a directory given as the file, or a NUL in the path
+            raise ConfigError(f"cannot read config file {p}: {e}") from None
+        _merge(raw, doc, str(p), base_dir=Path(os.path.abspath(p)).parent)
         source = str(p)
     if overrides:
         _merge(raw, {k: v for k, v in overrides.items() if v is not None}, "command line")
@@ -329,6 +353,10 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
         raise ConfigError(f"run_dir: {run_dir_path} is too long for UNIX socket paths "
                           f"(keep it under ~85 characters)")
 
+    shm_dir = raw["shm_dir"]
+    _check_type("shm_dir", shm_dir, (str,), "a path string")
+    shm_dir_path = Path(os.path.abspath(Path(shm_dir).expanduser())) if shm_dir else SHM_BASE
+
     lists = {}
     for key in ("qemu_args", "bridge_args"):
         v = raw[key]
@@ -345,6 +373,7 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
     return ClusterConfig(
         name=name, nodes=nodes, memory_mib=memory_mib, vcpus=vcpus, cpu=cpu, machine=machine,
         kernel_cmdline=cmdline.strip(), boot_timeout=float(boot_timeout), run_dir=run_dir_path,
+        shm_dir=shm_dir_path,
         qemu_args=lists["qemu_args"], bridge_args=lists["bridge_args"],
         qemu=pth("qemu", b / "qemu" / "qemu-system-aarch64"),
         bridge=pth("bridge", default_bridge(b)),

@@ -206,6 +206,7 @@ time.sleep(100)
     while pids_referencing(run_dir) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert pids_referencing(run_dir) == []
+    Cluster.attach(run_dir).down()      # nobody ran `down`: remove the guest-RAM files too
 
 
 def _pgid(pid):

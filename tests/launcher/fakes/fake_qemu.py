@@ -8,6 +8,9 @@ and then behaves as FAKE_QEMU_MODE says:
   ignore-term run, ignoring SIGTERM (the launcher must escalate to SIGKILL)
   die         exit with status 3 after one second, as a QEMU with a bad option would
   fork        start a child in the same process group, then hang (group kill must reach it)
+  sigbus      kill itself with SIGBUS after half a second (what a full /dev/shm does to QEMU)
+Like QEMU, it creates the guest-RAM file named by -object memory-backend-file,...,mem-path=
+(sparse, of the given size) and writes its pid into it, so tests can tell whose file it is.
 Every argument is appended to $FAKE_QEMU_ARGV_LOG if set.
 """
 import os
@@ -31,6 +34,14 @@ console = opts["-serial"].removeprefix("file:")
 with open(console, "w") as f:
     f.write("fake-qemu: booting\r\n[    0.000000] Linux version 6.1.0-fake\r\n")
 
+obj = dict(kv.split("=", 1) for kv in opts.get("-object", "").split(",") if "=" in kv)
+if "mem-path" in obj:
+    size = obj["size"]
+    mib = int(size[:-1]) * (1024 if size.endswith("G") else 1)
+    with open(obj["mem-path"], "w+b") as f:
+        f.truncate(mib << 20)
+        f.write(f"{os.getpid()}\n".encode())
+
 socks = []
 chardev = dict(kv.split("=", 1) for kv in opts["-chardev"].split(",") if "=" in kv)
 for path in (chardev["path"], opts["-qmp"].removeprefix("unix:").split(",")[0]):
@@ -45,6 +56,9 @@ elif mode == "die":
     print("qemu-system-aarch64: -M rackemu-node: fake failure", file=sys.stderr)
     time.sleep(1)
     sys.exit(3)
+elif mode == "sigbus":
+    time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGBUS)
 elif mode == "fork":
     if os.fork() == 0:
         os.execvp("sleep", ["sleep", "1000"])
