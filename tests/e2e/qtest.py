@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -38,11 +39,21 @@ class QtestNode:
         if extra_machine:
             m += "," + extra_machine
         self.node_id = node_id
+        # QEMU's log (-d guest_errors) goes to a file, never to a pipe nobody drains: a guest (or
+        # a test) that provokes many log lines would otherwise fill the pipe and block QEMU's
+        # main thread with the big lock held.
+        self.log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
             [QEMU, "-M", m, "-m", memory, "-accel", "qtest", "-qtest", "stdio", "-display", "none",
              "-nodefaults", "-qtest-log", "/dev/null", "-d", "guest_errors", *extra_args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
             text=True, start_new_session=True)
+
+    def stderr_text(self):
+        """Everything QEMU wrote to stderr so far (its guest-error log)."""
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
 
     def _cmd(self, line):
         self.proc.stdin.write(line + "\n")
@@ -50,7 +61,7 @@ class QtestNode:
         while True:
             resp = self.proc.stdout.readline()
             if not resp:
-                raise RuntimeError(f"node {self.node_id}: QEMU exited: {self.proc.stderr.read()}")
+                raise RuntimeError(f"node {self.node_id}: QEMU exited: {self.stderr_text()}")
             if resp.startswith("IRQ"):
                 continue
             return resp.strip()
@@ -101,13 +112,19 @@ class QtestNode:
 
 
 class Bridge:
-    def __init__(self, run_dir, max_nodes=8):
+    def __init__(self, run_dir, max_nodes=8, extra_args=()):
         self.run_dir = run_dir
-        self.proc = subprocess.Popen([BRIDGE, "--run-dir", run_dir, "--max-nodes", str(max_nodes)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        self.log = tempfile.TemporaryFile(mode="w+")  # a file, not an undrained pipe (see QtestNode)
+        self.proc = subprocess.Popen([BRIDGE, "--run-dir", run_dir, "--max-nodes", str(max_nodes), *extra_args],
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      start_new_session=True)
         line = self.proc.stdout.readline()
-        assert "ready" in line, f"bridge did not start: {line}{self.proc.stderr.read()}"
+        assert "ready" in line, f"bridge did not start: {line}{self.stderr_text()}"
+
+    def stderr_text(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
         self.socket = os.path.join(run_dir, "fabric.sock")
 
     def stats(self):

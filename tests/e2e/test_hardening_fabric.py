@@ -137,13 +137,7 @@ class RealBridge(Bridge):
     """qtest.Bridge with extra arguments."""
 
     def __init__(self, run_dir, *args, max_nodes=4):
-        self.run_dir = run_dir
-        self.proc = subprocess.Popen([BRIDGE, "--run-dir", run_dir, "--max-nodes", str(max_nodes), *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True)
-        line = self.proc.stdout.readline()
-        assert "ready" in line, f"bridge did not start: {line}{self.proc.stderr.read()}"
-        self.socket = os.path.join(run_dir, "fabric.sock")
+        super().__init__(run_dir, max_nodes=max_nodes, extra_args=args)
 
     def stats_raw(self, timeout=5.0):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
