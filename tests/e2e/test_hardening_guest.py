@@ -128,6 +128,10 @@ def test_gsas_pages_of_an_exited_process_are_freed(clean):
     print(f"\nGSAS pages of an exited process freed after {freed_after:.2f} s (host-observed)")
     # again, and as the user: the board has its memory back for everyone
     assert n0.exec("gsas alloc --board 1 --pages 8000").rc == 0
+    t0 = time.monotonic()  # that process exited too: wait for its exit notice to free the board
+    while int(gsas_stats(n1)["pages_in_use"]) != before:
+        assert time.monotonic() - t0 < 5, gsas_stats(n1)
+        time.sleep(0.1)
     # an unprivileged process may hold at most --max-mem-unpriv (8 MiB = 2048 pages)
     r = as_user(n0, "gsas alloc --board 1 --pages 2049")
     assert r.rc != 0 and b"Cannot allocate memory" in r.stdout, r.stdout + r.stderr
