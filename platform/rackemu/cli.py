@@ -26,7 +26,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -34,6 +33,7 @@ from typing import Any, Sequence
 from . import __version__
 from .cluster import Cluster, ClusterError, STATE_FILE
 from .config import (ConfigError, DEFAULTS, MAX_NODES, RUN_BASE, ROOT, load_config, run_dir_for)
+from .tables import bridge_stats_table, table
 
 
 # ---------------------------------------------------------------- output helpers
@@ -49,29 +49,6 @@ def say(msg: str) -> None:
 
 def error(msg: str) -> None:
     print(f"{_RED}[rackemu] error:{_RESET} {msg}", file=sys.stderr, flush=True)
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain-text table; numbers right-aligned, None shown as '-'."""
-    def cell(v: Any) -> str:
-        if v is None:
-            return "-"
-        if isinstance(v, float):
-            return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
-        return str(v)
-
-    cells = [[cell(v) for v in r] for r in rows]
-    numeric = [all(isinstance(r[i], (int, float)) or r[i] is None for r in rows) if rows else False
-               for i in range(len(headers))]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-
-    def fmt(vals: Sequence[str]) -> str:
-        return "  ".join(v.rjust(w) if numeric[i] else v.ljust(w)
-                         for i, (v, w) in enumerate(zip(vals, widths))).rstrip()
-
-    lines = [fmt(headers), fmt(["-" * w for w in widths])]
-    lines += [fmt(r) for r in cells]
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- argument types
@@ -345,6 +322,7 @@ def cmd_cp(args: argparse.Namespace) -> int:
         agent_put(node, remote, data, mode)
         say(f"{local} -> node {node.id}:{remote} ({len(data)} bytes)")
     else:       # download
+        assert src_r is not None  # exactly one of the two is a NODE:PATH (checked above)
         node = cluster.node(_node_index(src_r.group(1), cluster))
         remote = src_r.group(2)
         if not remote:
@@ -401,23 +379,6 @@ def cmd_console(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- bridge stats
-
-STAT_COLUMNS = ["node", "state", "frames_in", "frames_out", "bytes_in", "bytes_out", "drops", "errors"]
-
-
-def bridge_stats_table(stats: dict[str, Any]) -> str:
-    ports = stats.get("ports", [])
-    extra = sorted({k for p in ports for k in p} - set(STAT_COLUMNS))
-    cols = STAT_COLUMNS + extra
-    rows = [[p.get(c) for c in cols] for p in ports]
-    out = [table(cols, rows)]
-    others = {k: v for k, v in stats.items() if k != "ports"}
-    for k, v in others.items():
-        if isinstance(v, (dict, list)):
-            v = json.dumps(v)
-        out.append(f"{k}: {v}")
-    return "\n".join(out)
-
 
 def cmd_bridge_stats(args: argparse.Namespace) -> int:
     cluster = _attach(args)

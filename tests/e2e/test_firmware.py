@@ -21,7 +21,7 @@ CHECKS = ["vmbox id", "packetizer id", "empty fifo pattern", "mif load returns t
 def test_unimem_firmware_selftest_passes_every_check():
     out = subprocess.run([QEMU, "-M", "rackemu-node", "-m", "128", "-nographic", "-nic", "none",
                           "-kernel", ELF], capture_output=True, text=True, timeout=60).stdout
-    lines = [l.strip() for l in out.replace("\r", "").splitlines()]
+    lines = [ln.strip() for ln in out.replace("\r", "").splitlines()]
     for c in CHECKS:
         assert f"rackemu-firmware: {c} ok" in lines, f"check '{c}' did not pass:\n{out}"
     assert "rackemu-firmware: ALL PASS" in lines, out
@@ -40,7 +40,7 @@ def test_rmc_firmware_selftest_passes_every_check():
     """The soNUMA RMC without an OS: the node is its own destination (firmware/rmc_selftest.c)."""
     out = subprocess.run([QEMU, "-M", "rackemu-node", "-m", "128", "-nographic", "-nic", "none",
                           "-kernel", RMC_ELF], capture_output=True, text=True, timeout=60).stdout
-    lines = [l.strip() for l in out.replace("\r", "").splitlines()]
+    lines = [ln.strip() for ln in out.replace("\r", "").splitlines()]
     for c in RMC_CHECKS:
         assert f"rackemu-firmware: {c} ok" in lines, f"check '{c}' did not pass:\n{out}"
     assert "rackemu-firmware: ALL PASS" in lines, out
