@@ -407,17 +407,26 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 def cmd_test(args: argparse.Namespace) -> int:
     from .config import build_dir
-    unit_rc = 0
+    unit_rc = style_rc = 0
     host = build_dir() / "host"
+    style = ROOT / "tests" / "style" / "check.sh"
+    style_fix = "tests/style/check.sh --fix"
     if args.pytest_args:
-        say("pytest arguments given: skipping the unit tests (meson test)")
-    elif (host / "build.ninja").exists():
-        say(f"unit tests: meson test -C {host}")
-        unit_rc = subprocess.call(["meson", "test", "-C", str(host), "--print-errorlogs"], cwd=ROOT)
-        if unit_rc:
-            error(f"unit tests failed (meson test exited with {unit_rc}); running the pytest suites anyway")
+        say("pytest arguments given: skipping the style check and the unit tests (meson test)")
     else:
-        say(f"no meson build in {host}: skipping the unit tests (run `./rackemu setup`)")
+        # Formatter, checkpatch and Python lint (docs/style.md): seconds; a violation fails the
+        # command at the end, after every test has run.
+        say("style: tests/style/check.sh")
+        style_rc = subprocess.call(["bash", str(style)], cwd=ROOT)
+        if style_rc:
+            error(f"the style check failed (C++ formatting: `{style_fix}`); running the tests anyway")
+        if (host / "build.ninja").exists():
+            say(f"unit tests: meson test -C {host}")
+            unit_rc = subprocess.call(["meson", "test", "-C", str(host), "--print-errorlogs"], cwd=ROOT)
+            if unit_rc:
+                error(f"unit tests failed (meson test exited with {unit_rc}); running the pytest suites anyway")
+        else:
+            say(f"no meson build in {host}: skipping the unit tests (run `./rackemu setup`)")
     targets = [str(ROOT / "tests" / "launcher"), str(ROOT / "tests" / "e2e")]
     targets = [t for t in targets if Path(t).is_dir()]
     argv = [sys.executable, "-m", "pytest", *targets, *args.pytest_args]
@@ -425,7 +434,10 @@ def cmd_test(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "platform") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     py_rc = subprocess.call(argv, cwd=ROOT, env=env)
-    return py_rc or unit_rc
+    if style_rc:
+        error(f"the style check failed (see its output before the unit tests): run `{style_fix}` for the "
+              f"C++ formatting and fix the rest by hand (docs/style.md)")
+    return py_rc or unit_rc or style_rc
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -626,10 +638,13 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--config", metavar="FILE", help="check the artefacts named by this config")
     se.set_defaults(func=cmd_setup)
 
-    te = sub.add_parser("test", help="run the unit tests (meson) and the launcher and e2e tests (pytest)",
-                        description="Run the unit tests (meson test in $RACKEMU_BUILD/host), then "
-                                    "pytest on tests/launcher and tests/e2e. Extra arguments go to "
-                                    "pytest and skip the unit tests (e.g. rackemu test -k ring -x).")
+    te = sub.add_parser("test", help="run the style check, the unit tests (meson) and the launcher and e2e "
+                                     "tests (pytest)",
+                        description="Run the style check (tests/style/check.sh: clang-format, checkpatch, "
+                                    "flake8, mypy; a violation fails the command after the tests ran), "
+                                    "the unit tests (meson test in $RACKEMU_BUILD/host), then pytest on "
+                                    "tests/launcher and tests/e2e. Extra arguments go to pytest and skip "
+                                    "the style check and the unit tests (e.g. rackemu test -k ring -x).")
     te.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARGS", help="passed to pytest")
     te.set_defaults(func=cmd_test)
     return p
