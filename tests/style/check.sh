@@ -45,7 +45,8 @@ CXX_GLOBS=('hw/*.cc' 'hw/*.h' 'hw/*.cpp' 'hw/*.hpp' 'platform/fabric/*.cc' 'plat
 CXX_EXCLUDE='^hw/qemu/'
 QEMU_GLOBS=('hw/qemu/*.c' 'hw/qemu/*.h' 'platform/machine/*.c' 'platform/machine/*.h')
 KMOD_GLOBS=('guest/kmod/*.c' 'guest/kmod/*.h')
-PY_DIRS=(platform/rackemu bench tests/e2e tests/launcher)
+PY_DIRS=()
+for d in platform/rackemu bench tests/e2e tests/launcher; do [ -d "$d" ] && PY_DIRS+=("$d"); done
 
 # files GLOB...: tracked and new (not ignored) files matching the globs; `*` crosses folders.
 files() {
@@ -116,7 +117,9 @@ if [ -z "$qemu_src" ] && [ -f "$CACHE/qemu-source/unpacked.stamp" ]; then
     qemu_src=$(cat "$CACHE/qemu-source/unpacked.stamp")
 fi
 qcp=$qemu_src/scripts/checkpatch.pl
-if [ -z "$qemu_src" ] || [ ! -f "$qcp" ]; then
+if [ ${#QEMU_GLUE[@]} -eq 0 ]; then
+    echo "no files"
+elif [ -z "$qemu_src" ] || [ ! -f "$qcp" ]; then
     echo "MISSING: QEMU's scripts/checkpatch.pl (the QEMU source tree is unpacked by ./rackemu setup)"
     fail "QEMU checkpatch"
 else
@@ -143,7 +146,9 @@ kcp=${RACKEMU_KERNEL_CHECKPATCH:-}
 if [ -z "$kcp" ]; then
     kcp=$(ls -1d "$CACHE"/kernel-src/*/linux/scripts/checkpatch.pl 2>/dev/null | tail -n1)
 fi
-if [ -z "$kcp" ] || [ ! -f "$kcp" ]; then
+if [ ${#KMOD[@]} -eq 0 ]; then
+    echo "no files"
+elif [ -z "$kcp" ] || [ ! -f "$kcp" ]; then
     echo "SKIPPED: no kernel scripts/checkpatch.pl in $CACHE/kernel-src (set-up extracts it)"
 else
     out=$(for f in "${KMOD[@]}"; do
@@ -161,7 +166,9 @@ fi
 
 # ---- Python: flake8 and mypy (config: setup.cfg) ----
 section flake8
-if ! "$PY" -c 'import flake8' 2>/dev/null; then
+if [ ${#PY_DIRS[@]} -eq 0 ]; then
+    echo "no files"
+elif ! "$PY" -c 'import flake8' 2>/dev/null; then
     echo "MISSING: flake8 for $PY (run ./rackemu setup: platform/setup/packages.txt)"
     fail flake8
 else
@@ -176,7 +183,9 @@ else
 fi
 
 section mypy
-if ! "$PY" -c 'import mypy' 2>/dev/null; then
+if [ ${#PY_DIRS[@]} -eq 0 ]; then
+    echo "no files"
+elif ! "$PY" -c 'import mypy' 2>/dev/null; then
     echo "MISSING: mypy for $PY (run ./rackemu setup: platform/setup/packages.txt)"
     fail mypy
 else
