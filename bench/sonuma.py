@@ -75,13 +75,15 @@ def parse_csv(text):
 
 def micro(a, n0, n1, rows, raw_path):
     sizes = a.micro_sizes
-    start_detached(n0, f"rmc-bench serve --ctx {MICRO_CTX} --key {KEY}", "/tmp/bench-serve", "serving", "rmc-bench serve")
+    start_detached(n0, f"rmc-bench serve --ctx {MICRO_CTX} --key {KEY}", "/tmp/bench-serve", "serving",
+                   "rmc-bench serve")
     head, data = None, []
     try:
         for i in range(a.runs):
             log(f"micro run {i + 1}/{a.runs}")
             n1.exec("rm -f /tmp/micro.csv")
-            run(n1, f"rmc-bench run --node 0 --ctx {MICRO_CTX} --key {KEY} --op all --iters {a.iters} --window {a.window} "
+            run(n1, f"rmc-bench run --node 0 --ctx {MICRO_CTX} --key {KEY} --op all --iters {a.iters} "
+                    f"--window {a.window} "
                     f"--tput-ops {a.tput_ops} --sizes {sizes} --mode both {'--spin ' if a.spin else ''}"
                     f"--csv /tmp/micro.csv", timeout=1800)
             head, d = parse_csv(n1.exec("cat /tmp/micro.csv").stdout.decode())
@@ -167,7 +169,8 @@ def kv(a, nodes, rows, raw_path):
                 start_detached(n0, f"rmc-kv serve --ctx {KV_CTX} --key {KEY} --layout {layout} --size {size} "
                                    f"--objects {a.objects} --writers {w}", "/tmp/kvs", "serving",
                                "rmc-kv serve")
-                cmd = (f"rmc-kv read --node 0 --ctx {KV_CTX} --key {KEY} --layout {layout} --size {size} --objects {a.objects} "
+                cmd = (f"rmc-kv read --node 0 --ctx {KV_CTX} --key {KEY} --layout {layout} --size {size} "
+                       f"--objects {a.objects} "
                        f"--threads {a.threads} --seconds {a.seconds}")
                 try:
                     futs = [pool.submit(n.exec, cmd, a.seconds + 120) for n in readers]

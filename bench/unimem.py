@@ -64,6 +64,7 @@ def main():
     ap.add_argument("--only", default="gas,cdma,mailbox,gsas", help="sections to run (comma-separated)")
     ap.add_argument("--csv", default=str(build_dir() / "bench" / "unimem.csv"))
     a = ap.parse_args()
+
     def size(x):
         return int(x[:-1]) << {"K": 10, "M": 20}[x[-1]] if x[-1] in "KM" else int(x)
 
@@ -102,7 +103,8 @@ def gas_section(a, n0, n1, bulk, rows):
         for op in ("load", "store"):
             rows.append(("gas", f"{where}_{op}_median_us", statistics.median(lat[op]), "us"))
             rows.append(("gas", f"{where}_{op}_p99_us", statistics.median(p99[op]), "us"))
-        log(f"gas {where}: load {statistics.median(lat['load']):.1f} us, store {statistics.median(lat['store']):.1f} us")
+        log(f"gas {where}: load {statistics.median(lat['load']):.1f} us, "
+            f"store {statistics.median(lat['store']):.1f} us")
         # bandwidth: the bench's stores changed the first word; restore the pattern first
         run(n0, f"gas fill --gaddr {g:#x} --len 64 --seed 7 --width 8")
         bw = {"ldr_x": [], "ld1_4q": []}

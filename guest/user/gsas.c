@@ -26,14 +26,6 @@
 #include "rackemu/gsas_proto.h"
 #include "tool.h"
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t parse_addr(const char *s)
 {
 	return num(s, "address", UINT64_MAX);
@@ -42,13 +34,6 @@ static uint64_t parse_addr(const char *s)
 static void *gp(uint64_t a)
 {
 	return (void *)(uintptr_t)a;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 /* ---- single operations ---- */

@@ -84,7 +84,6 @@ static uint64_t max_pages_unpriv = 2048; /* 8 MiB: what one unprivileged process
 static unsigned spin_us = 200, reply_timeout_ms = 200;
 static const char *log_dir = "/tmp/gsas";
 static int verbose;
-static volatile sig_atomic_t stop;
 
 static uint64_t now_us(void)
 {
@@ -478,12 +477,6 @@ static void serve(const uint64_t w[4])
 
 /* ---- main loop ---- */
 
-static void on_term(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
-
 static void usage(void)
 {
 	printf("usage: gsasd [--max-mem SIZE] [--max-mem-unpriv SIZE] [--spin-us N] [--reply-timeout-ms N] [--log-dir DIR] [--verbose]\n"
@@ -559,7 +552,7 @@ int main(int argc, char **argv)
 	st->pages_limit = max_pages;
 	st->magic = GSAS_STATS_MAGIC;
 
-	sa.sa_handler = on_term;
+	sa.sa_handler = on_signal;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	sa.sa_handler = SIG_IGN;

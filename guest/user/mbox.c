@@ -141,7 +141,7 @@ static int cmd_send(int argc, char **argv)
 }
 
 static int signals_seen;
-static void on_signal(int sig)
+static void on_signal_blocked(int sig)
 {
 	(void)sig; /* never runs: the signal stays blocked and is taken with sigtimedwait */
 }
@@ -214,7 +214,7 @@ static int cmd_recv(int argc, char **argv)
 		struct sigaction sa;
 
 		memset(&sa, 0, sizeof(sa));
-		sa.sa_handler = on_signal;
+		sa.sa_handler = on_signal_blocked;
 		sigaction((int)sig, &sa, NULL);
 		sigemptyset(&block);
 		sigaddset(&block, (int)sig);

@@ -274,9 +274,6 @@ static int cmd_counters(void)
 	return 0;
 }
 
-static volatile sig_atomic_t stop;
-static void on_signal(int s) { (void)s; stop = 1; }
-
 static int cmd_ctx_hold(const struct opts *o)
 {
 	struct rmc_layout lay = { .version_off = (unsigned)o->version_off };

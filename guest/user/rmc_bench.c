@@ -65,24 +65,6 @@ static void stopped(const char *op, unsigned size, unsigned done, uint64_t since
 	fflush(stdout);
 }
 
-static volatile int stop;
-static void on_signal(int s) { (void)s; stop = 1; }
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static uint64_t mix(uint64_t x)
 {
 	x ^= x >> 31;

@@ -62,16 +62,6 @@ struct cfg {
 };
 
 static struct cfg cf;
-static volatile int stop;
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t mix(uint64_t x)
 {
 	x ^= x >> 31;
@@ -213,12 +203,6 @@ static void *writer_main(void *arg)
 		}
 	}
 	return NULL;
-}
-
-static void on_signal(int s)
-{
-	(void)s;
-	stop = 1;
 }
 
 static int do_serve(void)
@@ -416,13 +400,6 @@ static void *reader_main(void *arg)
 	}
 	free(copy);
 	return NULL;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 static int do_read(void)

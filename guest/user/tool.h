@@ -1,17 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Shared by rackemu's guest command-line tools (gas, mbox, cdma, gsas, ...): the usage-error
- * exit, number parsing and check-suite lines. Each tool sets tool_prog in main() first.
+ * exit, number parsing, check-suite lines, the monotonic clock, a qsort comparator and the
+ * stop-on-signal flag. Each tool sets tool_prog in main() first.
  */
 #ifndef RACKEMU_GUEST_TOOL_H
 #define RACKEMU_GUEST_TOOL_H
 
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *tool_prog = "rackemu";
 
@@ -76,6 +79,32 @@ static int __attribute__((unused)) check_summary(void)
 	printf("checks=%d failed=%d\n", checks, failures);
 	fflush(stdout);
 	return failures ? 1 : 0;
+}
+
+/* The monotonic clock in nanoseconds. */
+static uint64_t __attribute__((unused)) now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* qsort() comparator of uint64_t values, ascending. */
+static int __attribute__((unused)) cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Long-running loops poll `stop`; on_signal (installed for SIGINT/SIGTERM) sets it. */
+static volatile sig_atomic_t stop __attribute__((unused));
+
+static void __attribute__((unused)) on_signal(int sig)
+{
+	(void)sig;
+	stop = 1;
 }
 
 #endif

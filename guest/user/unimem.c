@@ -15,26 +15,13 @@
 #include <unistd.h>
 
 #include "libunimem.h"
+#include "tool.h"
 
 #define ACK_TIMEOUT_US 5000000u
 #define NOWAIT_MAX 1024
 
-static const char *prog = "unimem";
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	fprintf(stderr, "%s: ", prog);
-	vfprintf(stderr, fmt, ap);
-	fprintf(stderr, "\n");
-	va_end(ap);
-	exit(2);
-}
-
-static long num(const char *s, const char *what, long lo, long hi)
+/* A signed number in [lo, hi] (tool.h's num() is unsigned with K/M suffixes). */
+static long num_range(const char *s, const char *what, long lo, long hi)
 {
 	char *end;
 	long v;
@@ -44,14 +31,6 @@ static long num(const char *s, const char *what, long lo, long hi)
 	if (errno || *end || v < lo || v > hi)
 		die("%s '%s': expected a number from %ld to %ld", what, s, lo, hi);
 	return v;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
 static void open_dev(struct unimem *u, int mif, int pif)
@@ -158,16 +137,16 @@ static int cmd_send(int argc, char **argv, enum send_mode mode)
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
-		case 'n': node = num(optarg, "--node", 0, UNIMEM_GADDR_NODE_MASK); break;
-		case 'm': mif = num(optarg, "--mif", 0, UNIMEM_IF_COUNT - 1); break;
-		case 'c': count = num(optarg, "--count", mode == MODE_PIDCONF ? 0 : 1, 100000000); break;
+		case 'n': node = num_range(optarg, "--node", 0, UNIMEM_GADDR_NODE_MASK); break;
+		case 'm': mif = num_range(optarg, "--mif", 0, UNIMEM_IF_COUNT - 1); break;
+		case 'c': count = num_range(optarg, "--count", mode == MODE_PIDCONF ? 0 : 1, 100000000); break;
 		case 'd': dest = num64(optarg, "--dest"); have_dest = 1; break;
 		case '0': case '1': case '2': case '3':
 			fixed[o - '0'] = num64(optarg, "--wordN");
 			have_word[o - '0'] = 1;
 			break;
 		case 'S': break; /* the default */
-		case 'p': pif = num(optarg, "--pif", 0, UNIMEM_IF_COUNT - 1); break;
+		case 'p': pif = num_range(optarg, "--pif", 0, UNIMEM_IF_COUNT - 1); break;
 		case 'x': nopid = 1; break;
 		case 'w':
 			if (mode != MODE_SEND)
@@ -182,7 +161,7 @@ static int cmd_send(int argc, char **argv, enum send_mode mode)
 	if (mode == MODE_PIDCONF) {
 		if (optind >= argc)
 			die("setpidconf needs 0 or 1; see --help");
-		pidconf = num(argv[optind++], "PID_CONF value", 0, 1);
+		pidconf = num_range(argv[optind++], "PID_CONF value", 0, 1);
 		if (!have_dest && node < 0 && mif < 0)
 			count = 0;
 	}
@@ -276,10 +255,10 @@ static int cmd_recv(int argc, char **argv)
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
-		case 'm': mif = num(optarg, "--mif", 0, 63); break;
-		case 'c': count = num(optarg, "--count", 0, 100000000); break;
-		case 't': timeout = num(optarg, "--timeout", 0, 86400000); break;
-		case 's': delay = num(optarg, "--start-delay", 0, 86400000); break;
+		case 'm': mif = num_range(optarg, "--mif", 0, 63); break;
+		case 'c': count = num_range(optarg, "--count", 0, 100000000); break;
+		case 't': timeout = num_range(optarg, "--timeout", 0, 86400000); break;
+		case 's': delay = num_range(optarg, "--start-delay", 0, 86400000); break;
 		case 'q': quiet = 1; break;
 		case 'h':
 			printf("usage: unimem recv [--mif M] [--count K] [--timeout MS] [--start-delay MS] [--quiet]\n"
@@ -332,19 +311,12 @@ static int cmd_peek(int argc, char **argv)
 		return 0;
 	}
 	if (argc > 2 && !strcmp(argv[1], "--mif"))
-		mif = num(argv[2], "--mif", 0, 63);
+		mif = num_range(argv[2], "--mif", 0, 63);
 	open_dev(&u, mif, -1);
 	printf("mif=%u word=0x%016llx count=%u\n", u.info.mif, (unsigned long long)u.mif[VMBOX_MIF_DATA / 8],
 	       unimem_pending(&u));
 	unimem_close(&u);
 	return 0;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 static int cmd_pingpong(int argc, char **argv)
@@ -360,16 +332,16 @@ static int cmd_pingpong(int argc, char **argv)
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
-		case 'p': peer = num(optarg, "--peer", 0, 63); break;
+		case 'p': peer = num_range(optarg, "--peer", 0, 63); break;
 		case 'r':
 			if (!strcmp(optarg, "client")) server = 0;
 			else if (!strcmp(optarg, "server")) server = 1;
 			else die("--role must be client or server");
 			break;
-		case 'c': count = num(optarg, "--count", 1, 10000000); break;
-		case 'C': cmif = num(optarg, "--client-mif", 1, 63); break;
-		case 'S': smif = num(optarg, "--server-mif", 1, 63); break;
-		case 't': timeout = num(optarg, "--timeout", 1, 86400000); break;
+		case 'c': count = num_range(optarg, "--count", 1, 10000000); break;
+		case 'C': cmif = num_range(optarg, "--client-mif", 1, 63); break;
+		case 'S': smif = num_range(optarg, "--server-mif", 1, 63); break;
+		case 't': timeout = num_range(optarg, "--timeout", 1, 86400000); break;
 		case 's': spin = 1; break;
 		case 'h':
 			printf("usage: unimem pingpong --peer N --role client|server [--count K] [--client-mif C]\n"
@@ -487,6 +459,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+	tool_prog = "unimem";
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;

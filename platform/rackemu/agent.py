@@ -140,6 +140,7 @@ class AgentClient:
             self._connect()
             rid = self._next
             self._next = (self._next + 1) & 0x7FFFFFFF or 1
+            assert self._sock is not None  # _connect() succeeded
             try:
                 self._sock.sendall(HDR.pack(AG_MAGIC, AG_VERSION, typ, rid, len(body)) + body)
             except OSError as e:

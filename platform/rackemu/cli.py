@@ -26,7 +26,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -34,6 +33,7 @@ from typing import Any, Sequence
 from . import __version__
 from .cluster import Cluster, ClusterError, STATE_FILE
 from .config import (ConfigError, DEFAULTS, MAX_NODES, RUN_BASE, ROOT, load_config, run_dir_for)
+from .tables import bridge_stats_table, table
 
 
 # ---------------------------------------------------------------- output helpers
@@ -49,29 +49,6 @@ def say(msg: str) -> None:
 
 def error(msg: str) -> None:
     print(f"{_RED}[rackemu] error:{_RESET} {msg}", file=sys.stderr, flush=True)
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain-text table; numbers right-aligned, None shown as '-'."""
-    def cell(v: Any) -> str:
-        if v is None:
-            return "-"
-        if isinstance(v, float):
-            return f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
-        return str(v)
-
-    cells = [[cell(v) for v in r] for r in rows]
-    numeric = [all(isinstance(r[i], (int, float)) or r[i] is None for r in rows) if rows else False
-               for i in range(len(headers))]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-
-    def fmt(vals: Sequence[str]) -> str:
-        return "  ".join(v.rjust(w) if numeric[i] else v.ljust(w)
-                         for i, (v, w) in enumerate(zip(vals, widths))).rstrip()
-
-    lines = [fmt(headers), fmt(["-" * w for w in widths])]
-    lines += [fmt(r) for r in cells]
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- argument types
@@ -345,6 +322,7 @@ def cmd_cp(args: argparse.Namespace) -> int:
         agent_put(node, remote, data, mode)
         say(f"{local} -> node {node.id}:{remote} ({len(data)} bytes)")
     else:       # download
+        assert src_r is not None  # exactly one of the two is a NODE:PATH (checked above)
         node = cluster.node(_node_index(src_r.group(1), cluster))
         remote = src_r.group(2)
         if not remote:
@@ -402,23 +380,6 @@ def cmd_console(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- bridge stats
 
-STAT_COLUMNS = ["node", "state", "frames_in", "frames_out", "bytes_in", "bytes_out", "drops", "errors"]
-
-
-def bridge_stats_table(stats: dict[str, Any]) -> str:
-    ports = stats.get("ports", [])
-    extra = sorted({k for p in ports for k in p} - set(STAT_COLUMNS))
-    cols = STAT_COLUMNS + extra
-    rows = [[p.get(c) for c in cols] for p in ports]
-    out = [table(cols, rows)]
-    others = {k: v for k, v in stats.items() if k != "ports"}
-    for k, v in others.items():
-        if isinstance(v, (dict, list)):
-            v = json.dumps(v)
-        out.append(f"{k}: {v}")
-    return "\n".join(out)
-
-
 def cmd_bridge_stats(args: argparse.Namespace) -> int:
     cluster = _attach(args)
     stats = cluster.bridge_stats()
@@ -446,17 +407,26 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 def cmd_test(args: argparse.Namespace) -> int:
     from .config import build_dir
-    unit_rc = 0
+    unit_rc = style_rc = 0
     host = build_dir() / "host"
+    style = ROOT / "tests" / "style" / "check.sh"
+    style_fix = "tests/style/check.sh --fix"
     if args.pytest_args:
-        say("pytest arguments given: skipping the unit tests (meson test)")
-    elif (host / "build.ninja").exists():
-        say(f"unit tests: meson test -C {host}")
-        unit_rc = subprocess.call(["meson", "test", "-C", str(host), "--print-errorlogs"], cwd=ROOT)
-        if unit_rc:
-            error(f"unit tests failed (meson test exited with {unit_rc}); running the pytest suites anyway")
+        say("pytest arguments given: skipping the style check and the unit tests (meson test)")
     else:
-        say(f"no meson build in {host}: skipping the unit tests (run `./rackemu setup`)")
+        # Formatter, checkpatch and Python lint (docs/style.md): seconds; a violation fails the
+        # command at the end, after every test has run.
+        say("style: tests/style/check.sh")
+        style_rc = subprocess.call(["bash", str(style)], cwd=ROOT)
+        if style_rc:
+            error(f"the style check failed (C++ formatting: `{style_fix}`); running the tests anyway")
+        if (host / "build.ninja").exists():
+            say(f"unit tests: meson test -C {host}")
+            unit_rc = subprocess.call(["meson", "test", "-C", str(host), "--print-errorlogs"], cwd=ROOT)
+            if unit_rc:
+                error(f"unit tests failed (meson test exited with {unit_rc}); running the pytest suites anyway")
+        else:
+            say(f"no meson build in {host}: skipping the unit tests (run `./rackemu setup`)")
     targets = [str(ROOT / "tests" / "launcher"), str(ROOT / "tests" / "e2e")]
     targets = [t for t in targets if Path(t).is_dir()]
     argv = [sys.executable, "-m", "pytest", *targets, *args.pytest_args]
@@ -464,7 +434,10 @@ def cmd_test(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "platform") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     py_rc = subprocess.call(argv, cwd=ROOT, env=env)
-    return py_rc or unit_rc
+    if style_rc:
+        error(f"the style check failed (see its output before the unit tests): run `{style_fix}` for the "
+              f"C++ formatting and fix the rest by hand (docs/style.md)")
+    return py_rc or unit_rc or style_rc
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -665,10 +638,13 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--config", metavar="FILE", help="check the artefacts named by this config")
     se.set_defaults(func=cmd_setup)
 
-    te = sub.add_parser("test", help="run the unit tests (meson) and the launcher and e2e tests (pytest)",
-                        description="Run the unit tests (meson test in $RACKEMU_BUILD/host), then "
-                                    "pytest on tests/launcher and tests/e2e. Extra arguments go to "
-                                    "pytest and skip the unit tests (e.g. rackemu test -k ring -x).")
+    te = sub.add_parser("test", help="run the style check, the unit tests (meson) and the launcher and e2e "
+                                     "tests (pytest)",
+                        description="Run the style check (tests/style/check.sh: clang-format, checkpatch, "
+                                    "flake8, mypy; a violation fails the command after the tests ran), "
+                                    "the unit tests (meson test in $RACKEMU_BUILD/host), then pytest on "
+                                    "tests/launcher and tests/e2e. Extra arguments go to pytest and skip "
+                                    "the style check and the unit tests (e.g. rackemu test -k ring -x).")
     te.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARGS", help="passed to pytest")
     te.set_defaults(func=cmd_test)
     return p

@@ -36,7 +36,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -309,6 +308,7 @@ class Node:
             state = "dead" if self.state in ("running", "starting") else self.state
             raise ClusterError(f"node {self.id} is not running (state: {state}); start it again "
                                f"with `rackemu node restart {self.id}{self.cluster.cli_select()}`")
+        assert self.proc is not None  # alive()
         if self.proc.stopped():
             raise ClusterError(f"node {self.id}'s QEMU (pid {self.pid}) is stopped (SIGSTOP) and "
                                f"answers nothing; resume it with `kill -CONT {self.pid}` or "
@@ -585,7 +585,7 @@ class Cluster:
     def _check_host_memory(self) -> None:
         try:
             with open("/proc/meminfo") as f:
-                total_kib = next(int(l.split()[1]) for l in f if l.startswith("MemTotal:"))
+                total_kib = next(int(ln.split()[1]) for ln in f if ln.startswith("MemTotal:"))
         except (OSError, StopIteration, ValueError):
             return
         need_mib = self.config.nodes * (self.config.memory_mib + 150)   # + QEMU/TCG overhead
@@ -735,7 +735,10 @@ class Cluster:
         margin = SHM_MARGIN_MIB << 20
         if need + margin <= free:
             return
-        mib = lambda b: b >> 20
+
+        def mib(b: int) -> int:
+            return b >> 20
+
         mount = mount_point(base)
         want_total = total - free + need + margin
         size = format_mib(-(-mib(want_total) // 1024) * 1024)   # whole GiB, rounded up
@@ -981,8 +984,9 @@ class Cluster:
         n = self.node(i)
         if not n.alive():
             raise ClusterError(f"node {i} is not running")
+        assert n.proc is not None  # alive()
         try:
-            os.killpg(n.pid, signal.SIGKILL)
+            os.killpg(n.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         n.proc.wait_gone(KILL_WAIT)
@@ -997,7 +1001,7 @@ class Cluster:
 
     def _require_running_cluster(self) -> None:
         if self.status in ("down", "failed") or (not self.live_procs() and
-                                                  self.status not in ("up", "degraded", "starting")):
+                                                 self.status not in ("up", "degraded", "starting")):
             raise ClusterError(f"cluster {self.config.name!r} is not running (status: "
                                f"{self.status}); start it with `rackemu cluster up`")
         if not self.live_procs():
@@ -1028,6 +1032,7 @@ class Cluster:
         self._acquire_lock()
         try:
             if n.alive():
+                assert n.proc is not None  # alive()
                 self.log(f"node {i}: stopping QEMU (pid {n.pid})")
                 if stop_procs([n.proc]):
                     raise ClusterError(f"node {i}'s QEMU (pid {n.pid}) survived SIGKILL")
@@ -1079,6 +1084,8 @@ class Cluster:
             for sock in ("fabric.sock", "bridge.ctl"):
                 (self.run_dir / sock).unlink(missing_ok=True)
             self._start_bridge()
+            assert self.bridge is not None  # _start_bridge() set it
+            bridge = self.bridge
             running = [n for n in self.nodes if n.alive()]
             deadline = time.monotonic() + timeout
             while True:
@@ -1090,12 +1097,12 @@ class Cluster:
                 missing = [n.id for n in running if ports.get(n.id) != "up"]
                 if not missing:
                     break
-                if not self.bridge.alive():
-                    raise ClusterError(f"the restarted fabric bridge {self.bridge.exit_status()}; "
+                if not bridge.alive():
+                    raise ClusterError(f"the restarted fabric bridge {bridge.exit_status()}; "
                                        f"its log: {log}")
                 if time.monotonic() >= deadline:
                     raise ClusterError(
-                        f"the fabric bridge runs again (pid {self.bridge.pid}) but node(s) "
+                        f"the fabric bridge runs again (pid {bridge.pid}) but node(s) "
                         f"{', '.join(map(str, missing))} did not reconnect within {timeout:.0f} s; "
                         f"restart them with `rackemu node restart N{self.cli_select()}` (their "
                         f"QEMU output: {', '.join(str(self.node(i).log_path) for i in missing)})")
@@ -1142,7 +1149,7 @@ class Cluster:
         def check(n: Node) -> None:
             if not n.alive():
                 agent[n.id] = "-"
-            elif n.proc.stopped():
+            elif n.proc is not None and n.proc.stopped():
                 agent[n.id] = "QEMU stopped (SIGSTOP)"
             elif not ping:
                 agent[n.id] = "?"
@@ -1189,7 +1196,7 @@ class Cluster:
         return {"name": self.config.name, "run_dir": str(self.run_dir), "status": status,
                 "created": self.created, "machine": self.config.machine,
                 "memory": self.config.memory, "vcpus": self.config.vcpus,
-                "bridge": {"pid": self.bridge.pid if bridge_alive else None,
+                "bridge": {"pid": self.bridge.pid if self.bridge is not None and bridge_alive else None,
                            "state": bridge_state,
                            "log": str(self.run_dir / "bridge.log")},
                 "ram_dir": str(self.ram_dir),
@@ -1359,7 +1366,7 @@ def _tail(text: str, lines: int) -> str:
 
 
 def _indent(text: str, prefix: str = "    ") -> str:
-    return "\n".join(prefix + l for l in text.splitlines())
+    return "\n".join(prefix + ln for ln in text.splitlines())
 
 
 def _shorten(s: str, n: int) -> str:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import csv
 import time
-from pathlib import Path
 from typing import Any, Callable
 
-from .cluster import Cluster, ClusterError, command_string, run_background
+from .cluster import Cluster, ClusterError, run_background
 from .config import ClusterConfig
+from .tables import bridge_stats_table, table
 
 SETTLE = 1.0   # seconds between starting a receiver/server and starting its peer
 
@@ -148,8 +148,6 @@ def pingpong_pair(cluster: Cluster, i: int, rounds: int,
 
 def run_demo(cfg: ClusterConfig, packets: int = 100, rounds: int = 200, mif: int = 1,
              keep: bool = False, log: Callable[[str], None] = print) -> int:
-    from .cli import bridge_stats_table, table   # the CLI's table printer
-
     if cfg.nodes < 2:
         raise ClusterError("the demo needs at least 2 nodes (--nodes)")
     if not 1 <= mif < 64:

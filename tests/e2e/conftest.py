@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "platform"))
 
-from rackemu.cluster import Background, Cluster, run_background  # noqa: E402
+from rackemu.cluster import Cluster, run_background  # noqa: E402
 from rackemu.config import ConfigError, load_config  # noqa: E402
 
 _clusters: list[Cluster] = []

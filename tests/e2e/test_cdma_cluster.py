@@ -58,7 +58,7 @@ def test_dmatest_runs_against_the_engine_with_zero_failures(engine):
     try:
         summary = []
         for _ in range(600):
-            summary = [l for l in n0.sh("dmesg").splitlines() if "dmatest" in l and "summary" in l]
+            summary = [ln for ln in n0.sh("dmesg").splitlines() if "dmatest" in ln and "summary" in ln]
             if summary:
                 break
             time.sleep(0.1)

@@ -43,7 +43,6 @@ def test_killed_node_leaves_peer_and_bridge_running(fresh_cluster):
     assert port1.get("state") != "up"
 
 
-
 def test_cli_cp_copies_a_file_in_and_back_out(cluster2):
     """`rackemu cp` in both directions, through the CLI's own helpers (a second process cannot
     connect while this one holds the nodes' agent sockets: docs/agent.md)."""

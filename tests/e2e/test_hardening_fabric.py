@@ -16,7 +16,6 @@ import platform
 import signal
 import socket
 import struct
-import subprocess
 import tempfile
 import threading
 import time
@@ -236,7 +235,8 @@ def test_a_truncated_guest_ram_file_takes_down_only_its_owner():
             assert n1.proc.returncode == -signal.SIGBUS
             assert n0.proc.poll() is None and bridge.proc.poll() is None
             assert port(bridge, 1)["state"] == "down"
-            print(f"\n[fabric] truncated RAM file: node 1 died of SIGBUS, node 0's load failed after {dt * 1000:.0f} ms")
+            print(f"\n[fabric] truncated RAM file: node 1 died of SIGBUS, node 0's load failed after "
+                  f"{dt * 1000:.0f} ms")
         finally:
             for n in nodes:
                 n.close()

@@ -39,7 +39,7 @@ def test_up_runs_bridge_and_nodes_and_down_leaves_nothing(fake_build, fake_agent
         # the node command line is the fixed interface
         argv = c.nodes[1].proc.argv
         assert argv[argv.index("-M") + 1] == (f"rackemu-node,memory-backend=ram,node-id=1,node-count=3,"
-                                             f"fabric={run_dir}/fabric.sock")
+                                              f"fabric={run_dir}/fabric.sock")
         assert "share=on" in argv[argv.index("-object") + 1]  # guest RAM as a shared-memory file
         assert argv[argv.index("-append") + 1] == "console=ttyAMA0 rackemu.node=1"
         assert f"socket,id=agent,path={run_dir}/node1.agent,server=on,wait=off" in argv
@@ -66,7 +66,7 @@ def test_bridge_stats_reads_the_control_socket(fake_build, fake_agent, run_dir):
 def test_a_cluster_whose_run_dir_has_live_processes_is_refused(fake_build, fake_agent, run_dir):
     with Cluster(cfg(run_dir)) as c:
         with pytest.raises(ClusterError, match=r"has live processes.*\n.*pid \d+.*"
-                                                r"(\n.*)*stop it first with `rackemu cluster down"):
+                                               r"(\n.*)*stop it first with `rackemu cluster down"):
             Cluster(cfg(run_dir)).up()
         assert all(n.alive() for n in c.nodes), "the refused up must not touch the running cluster"
 
@@ -168,7 +168,6 @@ def test_children_in_the_process_group_go_too(fake_build, fake_agent, run_dir, m
 def test_down_finds_processes_a_crashed_launcher_did_not_record(fake_build, fake_agent, run_dir):
     c = Cluster(cfg(run_dir), detach=True)
     c.up()
-    pids = [n.pid for n in c.nodes] + [c.bridge.pid]
     (run_dir / "state.json").write_text(json.dumps({**c.to_dict(), "bridge": None, "nodes": [
         {**n.to_dict(), "proc": None} for n in c.nodes]}))
     with pytest.raises(ClusterError, match="has live processes"):
@@ -182,7 +181,8 @@ def test_down_finds_processes_a_crashed_launcher_did_not_record(fake_build, fake
 
 def test_pdeathsig_kills_nodes_when_the_starting_process_dies(fake_build, run_dir, tmp_path):
     """A pytest run that is SIGKILLed must not leave QEMUs behind."""
-    import subprocess, sys
+    import subprocess
+    import sys
     script = tmp_path / "starter.py"
     script.write_text(f"""
 import sys, time

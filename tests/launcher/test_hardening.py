@@ -10,7 +10,6 @@ import os
 import signal
 import stat
 import subprocess
-import sys
 import time
 import types
 from pathlib import Path
@@ -381,7 +380,7 @@ def test_status_reports_a_dead_bridge_and_exits_nonzero(fake_build, fake_agent, 
         out = capsys.readouterr().out
         assert rc_ == 3
         assert "degraded" in out and "bridge:  dead" in out
-        assert f"problem: the fabric bridge is dead" in out
+        assert "problem: the fabric bridge is dead" in out
 
 
 def test_bridge_restart_brings_the_bridge_back_and_keeps_the_nodes(

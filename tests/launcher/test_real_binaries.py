@@ -2,7 +2,6 @@
 64 zero bytes, so the vCPUs spin on garbage while the machine, its fabric port and the
 bridge do their part). Skipped until ./rackemu setup has built them."""
 import time
-from pathlib import Path
 
 import pytest
 

@@ -56,7 +56,7 @@ static void echo_work_fn(struct work_struct *w)
 static DECLARE_WORK(echo_work, echo_work_fn);
 
 /* Interrupt context: queue and hand over to the work item. */
-static int echo_cb(long long unsigned msg)
+static int echo_cb(unsigned long long msg)
 {
 	if (!kfifo_in_spinlocked(&echo_fifo, &msg, 1, &echo_lock))
 		failed++;

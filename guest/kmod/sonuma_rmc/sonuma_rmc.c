@@ -379,7 +379,8 @@ static void rmc_qp_drop(struct rmc_dev *rd, unsigned int q)
 	/* the device orphans the QP's in-flight transfers before this write returns */
 	wr64(rd, RMC_QP_REG(q, QP_CTRL), 0);
 	/* a doorbell page still mapped would ring the next owner of this QP index: revoke it
-	 * (later accesses fault with SIGBUS); WQ and CQ pages stay with their mappings */
+	 * (later accesses fault with SIGBUS); WQ and CQ pages stay with their mappings
+	 */
 	if (qp->owner->mapping)
 		unmap_mapping_range(qp->owner->mapping, COOKIE(MAP_DB, q), PAGE_SIZE, 1);
 	WRITE_ONCE(qp->owner, NULL);
@@ -512,7 +513,8 @@ static long rmc_wait(struct rmc_file *f, struct rmc_uapi_wait __user *arg)
 		return -ENOLINK;
 	}
 	/* sleeping needs the interrupt: turn it on if the QP was created without
-	 * (the device takes an IRQ_EN change while the QP is enabled) */
+	 * (the device takes an IRQ_EN change while the QP is enabled)
+	 */
 	if (!(rd64(rd, RMC_QP_REG(u.qp, QP_CTRL)) & QP_CTRL_IRQ_EN))
 		wr64(rd, RMC_QP_REG(u.qp, QP_CTRL), QP_CTRL_EN | QP_CTRL_IRQ_EN);
 	/* the CQ pages stay ours while we sleep, whatever another thread destroys */

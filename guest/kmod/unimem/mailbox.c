@@ -137,7 +137,7 @@ static int mbox_send(int rnode, u64 val, u64 origin)
 	return ret;
 }
 
-int mailbox_send_message(int rnode, long long unsigned val)
+int mailbox_send_message(int rnode, unsigned long long val)
 {
 	return mbox_send(rnode, val, MAILBOX_ORIGIN_KERNEL);
 }
@@ -145,7 +145,7 @@ EXPORT_SYMBOL_GPL(mailbox_send_message);
 
 /* ---- kernel registrations ---- */
 
-static int mbox_register(unsigned opcode, mailbox_callback cb, mailbox_sender_callback scb, char *description)
+static int mbox_register(unsigned int opcode, mailbox_callback cb, mailbox_sender_callback scb, char *description)
 {
 	struct mbox_owner *o;
 	unsigned long flags;
@@ -166,19 +166,19 @@ static int mbox_register(unsigned opcode, mailbox_callback cb, mailbox_sender_ca
 	return ret;
 }
 
-int mailbox_register_callback(unsigned opcode, mailbox_callback cb, char *description)
+int mailbox_register_callback(unsigned int opcode, mailbox_callback cb, char *description)
 {
 	return cb ? mbox_register(opcode, cb, NULL, description) : -EINVAL;
 }
 EXPORT_SYMBOL_GPL(mailbox_register_callback);
 
-int mailbox_register_sender_callback(unsigned opcode, mailbox_sender_callback cb, char *description)
+int mailbox_register_sender_callback(unsigned int opcode, mailbox_sender_callback cb, char *description)
 {
 	return cb ? mbox_register(opcode, NULL, cb, description) : -EINVAL;
 }
 EXPORT_SYMBOL_GPL(mailbox_register_sender_callback);
 
-int mailbox_unregister_callback(unsigned opcode)
+int mailbox_unregister_callback(unsigned int opcode)
 {
 	unsigned long flags;
 	int ret = 0;
@@ -556,7 +556,7 @@ ssize_t unimem_mbox_show(char *buf)
 			user |= BIT(i);
 	}
 	spin_unlock_irqrestore(&mbox.lock, flags);
-	return sysfs_emit(buf, "sent=%llu send_errors=%llu received=%llu delivered_kernel=%llu delivered_user=%llu "
-			  "dropped=%llu unclaimed=%llu forged=%llu kernel_opcodes=0x%04x user_opcodes=0x%04x\n",
+	return sysfs_emit(buf,
+			  "sent=%llu send_errors=%llu received=%llu delivered_kernel=%llu delivered_user=%llu dropped=%llu unclaimed=%llu forged=%llu kernel_opcodes=0x%04x user_opcodes=0x%04x\n",
 			  c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], kernel, user);
 }

@@ -41,7 +41,8 @@ void unimem_mbox_unpublish(struct unimem *um);	/* um->lock held */
 void unimem_mbox_irq(struct unimem *um);	/* hard irq: the mailbox FIFO is non-empty */
 ssize_t unimem_mbox_show(char *buf);
 /* One 256-bit packet from the kernel's PIF (MAILBOX_IF, PID = node, 63, 0, 0) to MIF `mif` of
- * node `node`; w0 bits [63:48] are sent, [47:0] become the PID. Errors as mailbox_send_message. */
+ * node `node`; w0 bits [63:48] are sent, [47:0] become the PID. Errors as mailbox_send_message.
+ */
 int unimem_kernel_send(struct unimem *um, u32 node, u32 mif, u64 w0, u64 w1, u64 w2, u64 w3);
 
 #endif

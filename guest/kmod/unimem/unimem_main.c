@@ -41,7 +41,8 @@ static unsigned int max_per_uid = 16;
 module_param(max_per_uid, uint, 0644);
 MODULE_PARM_DESC(max_per_uid, "interfaces one unprivileged user may hold at once (default 16)");
 /* Send GSAS exit notices (tests that count packets exactly turn it off for a while; the notices
- * of processes that exit meanwhile are sent when it is turned on again). */
+ * of processes that exit meanwhile are sent when it is turned on again).
+ */
 static bool exit_notify = true;
 module_param(exit_notify, bool, 0644);
 MODULE_PARM_DESC(exit_notify, "tell the atomic services when a process exits (default on)");
@@ -596,9 +597,7 @@ static ssize_t counters_show(struct device *dev, struct device_attribute *attr, 
 
 	unimem_read_counters(&unimem_dev, &k);
 	return sysfs_emit(buf,
-			  "vmbox_enqueued=%llu vmbox_dequeued=%llu vmbox_nacks=%llu vmbox_truncated=%llu "
-			  "pktz_sent=%llu pktz_acked=%llu pktz_nacked=%llu pktz_illegal=%llu pktz_nopid=%llu "
-			  "irqs=%llu\n",
+			  "vmbox_enqueued=%llu vmbox_dequeued=%llu vmbox_nacks=%llu vmbox_truncated=%llu pktz_sent=%llu pktz_acked=%llu pktz_nacked=%llu pktz_illegal=%llu pktz_nopid=%llu irqs=%llu\n",
 			  k.vmbox_enqueued, k.vmbox_dequeued, k.vmbox_nacks, k.vmbox_truncated, k.pktz_sent,
 			  k.pktz_acked, k.pktz_nacked, k.pktz_illegal, k.pktz_nopid, k.irqs);
 }
@@ -758,7 +757,8 @@ static int unimem_probe(struct platform_device *pdev)
 		um->vmbox_dev = dev;
 		um->vmbox_irq = irq;
 		/* open() hands out 1..62: 0 is the atomic service's (UNIMEM_IOC_BIND, root) and
-		 * 63 the mailbox driver's */
+		 * 63 the mailbox driver's
+		 */
 		bitmap_zero(um->mif_used, UNIMEM_IF_COUNT);
 		set_bit(MAILBOX_IF, um->mif_used);
 		ret = devm_request_irq(dev, irq, unimem_irq, 0, "unimem-vmbox", um);

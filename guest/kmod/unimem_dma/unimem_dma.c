@@ -470,7 +470,7 @@ static void ralloc_probe_fn(struct work_struct *w)
 }
 
 /* Mailbox callbacks: interrupt context. Only another node's kernel may ask or free. */
-static int ralloc_request_cb(long long unsigned m, const struct mailbox_sender *from)
+static int ralloc_request_cb(unsigned long long m, const struct mailbox_sender *from)
 {
 	struct ralloc_msg r = { .m = m, .from = from->node };
 
@@ -488,7 +488,7 @@ static int ralloc_request_cb(long long unsigned m, const struct mailbox_sender *
 	return 0;
 }
 
-static int ralloc_reply_cb(long long unsigned m, const struct mailbox_sender *from)
+static int ralloc_reply_cb(unsigned long long m, const struct mailbox_sender *from)
 {
 	unsigned long flags;
 	int i;
@@ -674,7 +674,8 @@ static long dmabuf_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		if (a.node >= udma_nodes || !a.size || a.size > DMABUF_MAX_SIZE)
 			return -EINVAL;
 		/* Caveat: the check and the allocation are not atomic across files; two concurrent
-		 * allocations of one user may pass together (by at most one buffer each) */
+		 * allocations of one user may pass together (by at most one buffer each)
+		 */
 		if (a.node != udma_node && !f->priv &&
 		    dmabuf_uid_remote_bytes(f->uid) + PAGE_ALIGN(a.size) > READ_ONCE(dmabuf_max_remote_bytes_per_uid)) {
 			dmabuf_refused_uid++;
@@ -711,7 +712,8 @@ static long dmabuf_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		if (id < 1 || id > DMABUF_MAX_BUFFERS)
 			return -EINVAL;
 		/* Caveat: a transfer in flight into this buffer is the caller's race, as in hardware;
-		 * wait for the file's transfers so the memory is not freed under the engine. */
+		 * wait for the file's transfers so the memory is not freed under the engine.
+		 */
 		wait_event(f->wq, dmabuf_idle(f));
 		mutex_lock(&f->lock);
 		if (!f->bufs[id].size) {
@@ -743,7 +745,8 @@ static int dmabuf_mmap(struct file *file, struct vm_area_struct *vma)
 		return -EINVAL;
 	}
 	/* Caveat: freeing a buffer that is still mapped leaves the mapping to freed memory, as
-	 * with the hardware's static mappings; the library unmaps before it frees. */
+	 * with the hardware's static mappings; the library unmaps before it frees.
+	 */
 	vma->vm_flags |= VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP;
 	if (b->virt) {
 		ret = remap_pfn_range(vma, vma->vm_start, virt_to_phys(b->virt) >> PAGE_SHIFT, len, vma->vm_page_prot);

@@ -183,10 +183,10 @@ static ssize_t counters_show(struct device *dev, struct device_attribute *attr, 
 	struct unimem_gas_counters c;
 
 	unimem_gas_read_counters(g, &c);
-	return sysfs_emit(buf, "loads=%llu stores=%llu local=%llu bus_errors=%llu served_reads=%llu "
-			  "served_writes=%llu served_refused=%llu timeouts=%llu\n", c.loads, c.stores,
-			  c.local, c.bus_errors, c.served_reads, c.served_writes, c.served_refused,
-			  c.timeouts);
+	return sysfs_emit(buf,
+			  "loads=%llu stores=%llu local=%llu bus_errors=%llu served_reads=%llu served_writes=%llu served_refused=%llu timeouts=%llu\n",
+			  c.loads, c.stores, c.local, c.bus_errors, c.served_reads, c.served_writes,
+			  c.served_refused, c.timeouts);
 }
 static DEVICE_ATTR_RO(counters);
 

@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import sys
-import threading
 
 p = argparse.ArgumentParser()
 p.add_argument("--run-dir", required=True)

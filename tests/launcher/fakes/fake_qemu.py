@@ -20,7 +20,7 @@ import sys
 import time
 
 argv = sys.argv[1:]
-opts = {}
+opts: dict[str, str] = {}
 for i, a in enumerate(argv[:-1]):
     opts.setdefault(a, argv[i + 1])
 mode = os.environ.get("FAKE_QEMU_MODE", "hang")
