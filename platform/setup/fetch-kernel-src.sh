@@ -14,7 +14,8 @@
 source "$(dirname "$0")/lib.sh"
 
 # Kernel-tree files to extract (their quoted includes are added automatically).
-KSRC_FILES=(drivers/dma/xilinx/xilinx_dma.c drivers/dma/dmatest.c drivers/dma/dmaengine.h)
+KSRC_FILES=(drivers/dma/xilinx/xilinx_dma.c drivers/dma/dmatest.c drivers/dma/dmaengine.h
+            scripts/checkpatch.pl scripts/spelling.txt scripts/const_structs.checkpatch)
 
 env_file=$RACKEMU_BUILD/guest/guest.env
 [ -f "$env_file" ] || bash "$RACKEMU_ROOT/platform/setup/fetch-guest.sh"
@@ -30,7 +31,8 @@ top=$RACKEMU_CACHE/kernel-src
 dir=$top/$VER
 src=$dir/linux
 
-if [ -f "$dir/ready" ]; then
+# (a cache from before checkpatch.pl was extracted is fetched again)
+if [ -f "$dir/ready" ] && [ -f "$src/scripts/checkpatch.pl" ]; then
     echo "$src"
     exit 0
 fi
