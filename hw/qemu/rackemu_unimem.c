@@ -41,7 +41,7 @@ struct RackemuPacketizerState {
     qemu_irq irq;
     RkPacketizer *core;
     RackemuVmboxState *vmbox; /* this node's mailbox */
-    RkFabricPort *port;       /* NULL: standalone node, remote destinations fail */
+    RkFabricEndpoint *ep;     /* RKF_SVC_UNIMEM_MBOX; NULL: standalone node, remote destinations fail */
     uint32_t node_id;
 };
 
@@ -169,7 +169,7 @@ static void rackemu_pktz_transmit(void *opaque, unsigned pif, uint64_t tag, uint
         rk_pktz_complete(s->core, tag, ok ? RK_PKTZ_ACK : RK_PKTZ_NACK);
         return;
     }
-    if (!s->port) {
+    if (!s->ep) {
         qemu_log_mask(LOG_GUEST_ERROR, "rackemu-packetizer: PIF %u: node %u is remote and this node "
                       "has no fabric (start it with -M rackemu-node,fabric=PATH)\n", pif, node);
         rk_pktz_complete(s->core, tag, RK_PKTZ_FABRIC_ERR);
@@ -182,14 +182,14 @@ static void rackemu_pktz_transmit(void *opaque, unsigned pif, uint64_t tag, uint
     h.dst = node;
     h.tag = tag;
     h.len = offsetof(struct rkf_mbox_deliver, words) + UNIMEM_PACKET_WORDS * sizeof(uint64_t);
-    rc = rk_fabric_port_send(s->port, &h, &d);
+    rc = rk_fabric_endpoint_send(s->ep, &h, &d);
     if (rc) {
         rk_pktz_complete(s->core, tag, RK_PKTZ_FABRIC_ERR);
     }
 }
 
 /* Fabric port thread: another node's packetizer delivers into this node's vmbox. */
-static void rackemu_unimem_on_request(void *opaque, RkFabricPort *port, const struct rkf_frame_hdr *h,
+static void rackemu_unimem_on_request(void *opaque, RkFabricEndpoint *ep, const struct rkf_frame_hdr *h,
                                       const void *payload)
 {
     RackemuPacketizerState *s = opaque;
@@ -203,7 +203,7 @@ static void rackemu_unimem_on_request(void *opaque, RkFabricPort *port, const st
         g_usleep(1000);
     }
     if (!qatomic_read(&s->vmbox->ready)) {
-        rk_fabric_port_reply(port, h, RKF_ST_BAD_FRAME, NULL, 0);
+        rk_fabric_endpoint_reply(ep, h, RKF_ST_BAD_FRAME, NULL, 0);
         return;
     }
     memset(&d, 0, sizeof(d));
@@ -213,11 +213,11 @@ static void rackemu_unimem_on_request(void *opaque, RkFabricPort *port, const st
         qemu_log_mask(LOG_GUEST_ERROR, "rackemu-vmbox: malformed delivery from node %u (op %u, %u bytes) "
                       "refused\n", h->src, h->op, h->len);
         if (h->type == RKF_T_REQ) {
-            rk_fabric_port_reply(port, h, RKF_ST_BAD_FRAME, NULL, 0);
+            rk_fabric_endpoint_reply(ep, h, RKF_ST_BAD_FRAME, NULL, 0);
         }
         return;
     }
-    rk_fabric_port_reply(port, h,
+    rk_fabric_endpoint_reply(ep, h,
                          rk_vmbox_deliver(s->vmbox->core, d.mif, d.words, d.nwords) ? RKF_ST_OK : RKF_ST_REFUSED,
                          NULL, 0);
 }
@@ -243,13 +243,12 @@ static void rackemu_unimem_on_link(void *opaque, int up)
 void rackemu_unimem_connect(DeviceState *vmbox, DeviceState *packetizer, RkFabricPort *port)
 {
     RackemuPacketizerState *s = RACKEMU_PACKETIZER(packetizer);
+    static const struct rk_fabric_service ops = {
+        rackemu_unimem_on_request, rackemu_unimem_on_reply, rackemu_unimem_on_link,
+    };
 
     s->vmbox = RACKEMU_VMBOX(vmbox);
-    s->port = port;
-    if (port) {
-        rk_fabric_port_register(port, RKF_SVC_UNIMEM_MBOX, rackemu_unimem_on_request,
-                                rackemu_unimem_on_reply, rackemu_unimem_on_link, s);
-    }
+    s->ep = rk_fabric_bind(port, RKF_SVC_UNIMEM_MBOX, &ops, s);
 }
 
 static uint64_t rackemu_pktz_read(void *opaque, hwaddr addr, unsigned size)

@@ -4,7 +4,7 @@
 #define RACKEMU_UNIMEM_QOM_H
 
 #include "hw/sysbus.h"
-#include "rk_fabric_port.h"
+#include "rk_fabric_endpoint.h"
 
 #define TYPE_RACKEMU_VMBOX "rackemu-vmbox"
 #define TYPE_RACKEMU_PACKETIZER "rackemu-packetizer"

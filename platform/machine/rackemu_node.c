@@ -212,7 +212,10 @@ static void rackemu_node_init(MachineState *ms)
 
     if (rn->fabric && *rn->fabric) {
         char err[256] = "";
-        rn->port = rk_fabric_port_new(rn->fabric, rn->node_id, rn->node_count, 5000, err, sizeof(err));
+        /* Announced in the handshake: this node's vmbox takes mailbox deliveries, its RAM is served
+         * one-sided, and it has an RMC. */
+        rn->port = rk_fabric_port_new(rn->fabric, rn->node_id, rn->node_count,
+                                      RKF_CAP_UNIMEM_MBOX | RKF_CAP_MEM | RKF_CAP_RMC, 5000, err, sizeof(err));
         if (!rn->port) {
             error_report("rackemu-node: %s", err);
             exit(1);
