@@ -120,12 +120,12 @@ class Bridge:
                                      start_new_session=True)
         line = self.proc.stdout.readline()
         assert "ready" in line, f"bridge did not start: {line}{self.stderr_text()}"
+        self.socket = os.path.join(run_dir, "fabric.sock")
 
     def stderr_text(self):
         self.log.flush()
         self.log.seek(0)
         return self.log.read()
-        self.socket = os.path.join(run_dir, "fabric.sock")
 
     def stats(self):
         import json
