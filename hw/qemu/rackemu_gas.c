@@ -17,6 +17,7 @@
 
 #include "rackemu/unimem_regs.h"
 #include "unimem_capi.h"
+#include "rackemu_glue.h"
 #include "rk_remote_mem.h"
 #include "rackemu_gas.h"
 
@@ -31,11 +32,6 @@ struct RackemuGasState {
     uint32_t node_id;
     uint32_t node_count;
 };
-
-static void rackemu_gas_log(void *opaque, const char *msg)
-{
-    qemu_log_mask(LOG_GUEST_ERROR, "%s\n", msg);
-}
 
 static int rackemu_gas_access(void *opaque, int write, unsigned node, uint64_t local, void *buf, unsigned len)
 {
@@ -130,7 +126,7 @@ static void rackemu_gas_realize(DeviceState *dev, Error **errp)
                    s->node_id, s->node_count);
         return;
     }
-    s->core = rk_gas_new(s->node_id, s->node_count, rackemu_gas_access, rackemu_gas_counter, rackemu_gas_log, s);
+    s->core = rk_gas_new(s->node_id, s->node_count, rackemu_gas_access, rackemu_gas_counter, rackemu_guest_error, s);
     memory_region_init_io(&s->ctrl, OBJECT(s), &rackemu_gas_ctrl_ops, s, "rackemu-gas-ctrl", GAS_CTRL_SIZE);
     memory_region_init_io(&s->window, OBJECT(s), &rackemu_gas_window_ops, s, "rackemu-gas-window",
                           rk_gas_window_size(s->core));

@@ -18,6 +18,7 @@
 
 #include "rackemu/sonuma_regs.h"
 #include "rmc_capi.h"
+#include "rackemu_glue.h"
 #include "rackemu_rmc.h"
 
 OBJECT_DECLARE_SIMPLE_TYPE(RackemuRmcState, RACKEMU_RMC)
@@ -25,31 +26,25 @@ OBJECT_DECLARE_SIMPLE_TYPE(RackemuRmcState, RACKEMU_RMC)
 struct RackemuRmcState {
     SysBusDevice parent_obj;
     MemoryRegion mmio;
-    qemu_irq irq;
-    QEMUBH *irq_bh;
+    RackemuIrq irq;
     RkRmc *core;
     struct rk_rmc_config cfg;
     bool speculation;
 };
 
-static void rackemu_rmc_log(void *opaque, const char *msg)
-{
-    qemu_log_mask(LOG_GUEST_ERROR, "%s\n", msg);
-}
-
-static void rackemu_rmc_irq_bh(void *opaque)
+static int rackemu_rmc_irq_level(void *opaque)
 {
     RackemuRmcState *s = opaque;
 
-    qemu_set_irq(s->irq, s->core ? rk_rmc_irq_level(s->core) : 0);
+    return s->core ? rk_rmc_irq_level(s->core) : 0;
 }
 
-/* From the RGP thread, the port thread or a vCPU: the line is set in the main loop. */
+/* From the RGP thread, the port thread or a vCPU (rackemu_glue.h). */
 static void rackemu_rmc_irq(void *opaque)
 {
     RackemuRmcState *s = opaque;
 
-    qemu_bh_schedule(s->irq_bh);
+    rackemu_irq_update(&s->irq);
 }
 
 static uint64_t rackemu_rmc_read(void *opaque, hwaddr addr, unsigned size)
@@ -68,9 +63,9 @@ static void rackemu_rmc_write(void *opaque, hwaddr addr, uint64_t data, unsigned
     }
     rk_rmc_write(s->core, addr, data, size);
     /* A W1C of IRQ_STATUS or a CTRL write must lower the line before the guest's handler
-     * returns, not a main-loop iteration later. */
+     * returns, not a main-loop iteration later (a vCPU holds the big lock: set at once). */
     if (addr == RMC_REG_IRQ_STATUS || addr == RMC_REG_CTRL) {
-        qemu_set_irq(s->irq, rk_rmc_irq_level(s->core));
+        rackemu_irq_update(&s->irq);
     }
 }
 
@@ -88,8 +83,7 @@ static void rackemu_rmc_realize(DeviceState *dev, Error **errp)
 
     memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_rmc_ops, s, "rackemu-rmc", RMC_MMIO_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
-    sysbus_init_irq(SYS_BUS_DEVICE(s), &s->irq);
-    s->irq_bh = qemu_bh_new(rackemu_rmc_irq_bh, s);
+    rackemu_irq_init(&s->irq, SYS_BUS_DEVICE(s), rackemu_rmc_irq_level, s);
 }
 
 void rackemu_rmc_connect(DeviceState *dev, RkFabricPort *port, void *ram_host, uint64_t ram_base, uint64_t ram_size,
@@ -104,7 +98,7 @@ void rackemu_rmc_connect(DeviceState *dev, RkFabricPort *port, void *ram_host, u
     s->cfg.ram_size = ram_size;
     s->cfg.seg_base = seg_base;
     s->cfg.seg_size = seg_size;
-    s->core = rk_rmc_new(&s->cfg, port, rackemu_rmc_irq, rackemu_rmc_log, s, err, sizeof(err));
+    s->core = rk_rmc_new(&s->cfg, port, rackemu_rmc_irq, rackemu_guest_error, s, err, sizeof(err));
     if (!s->core) {
         error_setg(errp, "%s", err);
     }
@@ -116,7 +110,7 @@ static void rackemu_rmc_reset(DeviceState *dev)
 
     if (s->core) {
         rk_rmc_reset(s->core);
-        qemu_set_irq(s->irq, 0);
+        rackemu_irq_set(&s->irq, 0);
     }
 }
 

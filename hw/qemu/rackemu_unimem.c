@@ -18,6 +18,7 @@
 #include "rackemu/unimem_regs.h"
 #include "rackemu/fabric_proto.h"
 #include "unimem_capi.h"
+#include "rackemu_glue.h"
 #include "rackemu_unimem.h"
 
 OBJECT_DECLARE_SIMPLE_TYPE(RackemuVmboxState, RACKEMU_VMBOX)
@@ -26,8 +27,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(RackemuPacketizerState, RACKEMU_PACKETIZER)
 struct RackemuVmboxState {
     SysBusDevice parent_obj;
     MemoryRegion mmio;
-    qemu_irq irq;
-    QEMUBH *irq_bh;
+    RackemuIrq irq;
     RkVmbox *core;
     uint32_t node_id;
     uint32_t fifo_depth;
@@ -38,41 +38,29 @@ struct RackemuVmboxState {
 struct RackemuPacketizerState {
     SysBusDevice parent_obj;
     MemoryRegion mmio;
-    qemu_irq irq;
+    qemu_irq irq; /* reserved: the packetizer does not interrupt yet */
     RkPacketizer *core;
     RackemuVmboxState *vmbox; /* this node's mailbox */
     RkFabricEndpoint *ep;     /* RKF_SVC_UNIMEM_MBOX; NULL: standalone node, remote destinations fail */
     uint32_t node_id;
 };
 
-static void rackemu_log(void *opaque, const char *msg)
-{
-    qemu_log_mask(LOG_GUEST_ERROR, "%s\n", msg);
-}
-
 /* ---- vmbox ---- */
 
-static void rackemu_vmbox_update_irq(RackemuVmboxState *s)
+static int rackemu_vmbox_irq_level(void *opaque)
 {
-    qemu_set_irq(s->irq, rk_vmbox_irq_level(s->core));
+    RackemuVmboxState *s = opaque;
+
+    return rk_vmbox_irq_level(s->core);
 }
 
-static void rackemu_vmbox_irq_bh(void *opaque)
-{
-    rackemu_vmbox_update_irq(opaque);
-}
-
-/* Called by the core after the interrupt level may have changed: from a vCPU (BQL held) or
- * from the fabric port thread (no BQL: defer to the main loop, which re-reads the level). */
+/* Called by the core after the interrupt level may have changed: from a vCPU or from the
+ * fabric port thread (rackemu_glue.h). */
 static void rackemu_vmbox_irq(void *opaque, int level)
 {
     RackemuVmboxState *s = opaque;
 
-    if (qemu_mutex_iothread_locked()) {
-        rackemu_vmbox_update_irq(s);
-    } else {
-        qemu_bh_schedule(s->irq_bh);
-    }
+    rackemu_irq_update(&s->irq);
 }
 
 static MemTxResult rackemu_vmbox_read(void *opaque, hwaddr addr, uint64_t *data, unsigned size,
@@ -108,11 +96,10 @@ static void rackemu_vmbox_realize(DeviceState *dev, Error **errp)
                    s->fifo_depth);
         return;
     }
-    s->core = rk_vmbox_new(s->fifo_depth, s->burst_known_issue, rackemu_vmbox_irq, rackemu_log, s);
-    s->irq_bh = qemu_bh_new(rackemu_vmbox_irq_bh, s);
+    s->core = rk_vmbox_new(s->fifo_depth, s->burst_known_issue, rackemu_vmbox_irq, rackemu_guest_error, s);
     memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_vmbox_ops, s, "rackemu-vmbox", VMBOX_MMIO_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
-    sysbus_init_irq(SYS_BUS_DEVICE(s), &s->irq);
+    rackemu_irq_init(&s->irq, SYS_BUS_DEVICE(s), rackemu_vmbox_irq_level, s);
 }
 
 static void rackemu_vmbox_reset(DeviceState *dev)
@@ -121,7 +108,7 @@ static void rackemu_vmbox_reset(DeviceState *dev)
 
     if (s->core) {
         rk_vmbox_reset(s->core);
-        rackemu_vmbox_update_irq(s);
+        rackemu_irq_set(&s->irq, rk_vmbox_irq_level(s->core));
         qatomic_set(&s->ready, true);
     }
 }
@@ -277,7 +264,7 @@ static void rackemu_pktz_realize(DeviceState *dev, Error **errp)
 {
     RackemuPacketizerState *s = RACKEMU_PACKETIZER(dev);
 
-    s->core = rk_pktz_new(rackemu_pktz_transmit, rackemu_log, s);
+    s->core = rk_pktz_new(rackemu_pktz_transmit, rackemu_guest_error, s);
     memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_pktz_ops, s, "rackemu-packetizer", PKTZ_MMIO_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
     sysbus_init_irq(SYS_BUS_DEVICE(s), &s->irq);

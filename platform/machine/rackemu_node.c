@@ -26,6 +26,7 @@
 #include "rk_remote_mem.h"
 #include "rackemu/sonuma_regs.h"
 #include "rackemu_rmc.h"
+#include "rackemu_glue.h"
 #include "exec/memory.h"
 #include <libfdt.h>
 #include "qemu/log.h"
@@ -170,11 +171,6 @@ static DeviceState *rackemu_node_sysbus(const char *type, hwaddr base, unsigned 
     return dev;
 }
 
-static void rackemu_node_rmem_log(void *opaque, const char *msg)
-{
-    qemu_log_mask(LOG_GUEST_ERROR, "%s\n", msg);
-}
-
 static void rackemu_node_init(MachineState *ms)
 {
     RackemuNodeState *rn = RACKEMU_NODE_MACHINE(ms);
@@ -233,7 +229,7 @@ static void rackemu_node_init(MachineState *ms)
      * accesses (the GAS window, DMA engines). */
     rn->rmem = rk_rmem_new(rn->port, rn->node_id, vms->memmap[VIRT_MEM].base, ms->ram_size,
                            ms->ram ? memory_region_get_ram_ptr(ms->ram) : NULL, rn->remote_timeout_ms,
-                           rackemu_node_rmem_log, rn);
+                           rackemu_guest_error, rn);
     gas = qdev_new(TYPE_RACKEMU_GAS);
     qdev_prop_set_uint32(gas, "node-id", rn->node_id);
     qdev_prop_set_uint32(gas, "node-count", rn->node_count);
