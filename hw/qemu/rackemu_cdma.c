@@ -32,7 +32,8 @@ struct RackemuCdmaState {
     MemoryRegion mmio;
     RackemuIrq irq;
     RkCdma *core;
-    RkRemoteMem *rmem; /* set by the machine */
+    RackemuFabric *fabric; /* link "fabric": the node's port (unset: global addresses fail) */
+    RkRemoteMem *rmem;     /* the fabric's remote memory, taken at realize */
     uint32_t node_id;
     uint32_t node_count;
 };
@@ -176,6 +177,7 @@ static void rackemu_cdma_realize(DeviceState *dev, Error **errp)
         error_setg(errp, "rackemu-cdma: node-count %u out of range 1..64", s->node_count);
         return;
     }
+    s->rmem = rackemu_fabric_rmem(s->fabric);
     s->core = rk_cdma_new(rackemu_cdma_mem, rackemu_cdma_irq, rackemu_guest_error, rackemu_cdma_thread, s);
     memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_cdma_ops, s, "rackemu-cdma", RACKEMU_CDMA_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
@@ -192,10 +194,6 @@ static void rackemu_cdma_reset(DeviceState *dev)
     }
 }
 
-void rackemu_cdma_connect(DeviceState *dev, RkRemoteMem *rmem)
-{
-    RACKEMU_CDMA(dev)->rmem = rmem;
-}
 
 /* Caveat: the engine's registers and an in-flight transfer live in the C++ core and are not
  * serialised: snapshots and migration are refused rather than silently losing them. */
@@ -207,6 +205,7 @@ static const VMStateDescription rackemu_cdma_vmstate = {
 static Property rackemu_cdma_props[] = {
     DEFINE_PROP_UINT32("node-id", RackemuCdmaState, node_id, 0),
     DEFINE_PROP_UINT32("node-count", RackemuCdmaState, node_count, 1),
+    DEFINE_PROP_LINK("fabric", RackemuCdmaState, fabric, TYPE_RACKEMU_FABRIC, RackemuFabric *),
     DEFINE_PROP_END_OF_LIST(),
 };
 

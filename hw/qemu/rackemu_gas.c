@@ -28,7 +28,8 @@ struct RackemuGasState {
     MemoryRegion ctrl;
     MemoryRegion window;
     RkGas *core;
-    RkRemoteMem *rmem; /* set by the machine before the first access */
+    RackemuFabric *fabric; /* link "fabric": the node's port (unset: only errors beyond this node) */
+    RkRemoteMem *rmem;     /* the fabric's remote memory, taken at realize */
     uint32_t node_id;
     uint32_t node_count;
 };
@@ -126,6 +127,7 @@ static void rackemu_gas_realize(DeviceState *dev, Error **errp)
                    s->node_id, s->node_count);
         return;
     }
+    s->rmem = rackemu_fabric_rmem(s->fabric);
     s->core = rk_gas_new(s->node_id, s->node_count, rackemu_gas_access, rackemu_gas_counter, rackemu_guest_error, s);
     memory_region_init_io(&s->ctrl, OBJECT(s), &rackemu_gas_ctrl_ops, s, "rackemu-gas-ctrl", GAS_CTRL_SIZE);
     memory_region_init_io(&s->window, OBJECT(s), &rackemu_gas_window_ops, s, "rackemu-gas-window",
@@ -134,10 +136,6 @@ static void rackemu_gas_realize(DeviceState *dev, Error **errp)
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->window);
 }
 
-void rackemu_gas_connect(DeviceState *dev, RkRemoteMem *rmem)
-{
-    RACKEMU_GAS(dev)->rmem = rmem;
-}
 
 /* The window has no state of its own; the counters are statistics. */
 static const VMStateDescription rackemu_gas_vmstate = {
@@ -150,6 +148,7 @@ static const VMStateDescription rackemu_gas_vmstate = {
 static Property rackemu_gas_props[] = {
     DEFINE_PROP_UINT32("node-id", RackemuGasState, node_id, 0),
     DEFINE_PROP_UINT32("node-count", RackemuGasState, node_count, 1),
+    DEFINE_PROP_LINK("fabric", RackemuGasState, fabric, TYPE_RACKEMU_FABRIC, RackemuFabric *),
     DEFINE_PROP_END_OF_LIST(),
 };
 

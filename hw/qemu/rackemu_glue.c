@@ -3,6 +3,7 @@
 #include "qemu/osdep.h"
 #include "qemu/log.h"
 #include "qemu/main-loop.h"
+#include "qemu/module.h"
 #include "hw/irq.h"
 
 #include "rackemu_glue.h"
@@ -40,3 +41,32 @@ void rackemu_guest_error(void *opaque, const char *msg)
 {
     qemu_log_mask(LOG_GUEST_ERROR, "%s\n", msg);
 }
+
+RkFabricEndpoint *rackemu_fabric_bind(RackemuFabric *f, unsigned svc, const struct rk_fabric_service *ops,
+                                      void *opaque)
+{
+    return rk_fabric_bind(rackemu_fabric_port(f), svc, ops, opaque);
+}
+
+RkFabricPort *rackemu_fabric_port(RackemuFabric *f)
+{
+    return f ? f->port : NULL;
+}
+
+RkRemoteMem *rackemu_fabric_rmem(RackemuFabric *f)
+{
+    return f ? f->rmem : NULL;
+}
+
+static const TypeInfo rackemu_fabric_info = {
+    .name = TYPE_RACKEMU_FABRIC,
+    .parent = TYPE_OBJECT,
+    .instance_size = sizeof(RackemuFabric),
+};
+
+static void rackemu_fabric_register(void)
+{
+    type_register_static(&rackemu_fabric_info);
+}
+
+type_init(rackemu_fabric_register)

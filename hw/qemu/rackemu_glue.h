@@ -1,12 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What every rackemu device's QOM glue shares, written once: the interrupt line that a device
- * core may report changed from any thread, and the guest-error log callback of every core.
+ * core may report changed from any thread, the guest-error log callback of every core, and the
+ * node's fabric as a QOM object that devices reach through their "fabric" link property and
+ * bind to with one call.
  */
 #ifndef RACKEMU_GLUE_H
 #define RACKEMU_GLUE_H
 
 #include "hw/sysbus.h"
+#include "qom/object.h"
+#include "rk_fabric_endpoint.h"
+#include "rk_remote_mem.h"
 
 /*
  * An interrupt line whose level the device core computes. The core reports "the level may have
@@ -33,5 +38,30 @@ void rackemu_irq_set(RackemuIrq *irq, int level);
 
 /* The guest-error log callback of every core: one LOG_GUEST_ERROR line (-d guest_errors). */
 void rackemu_guest_error(void *opaque, const char *msg);
+
+/*
+ * The node's port to the rack as a QOM object: the fabric port (NULL for a standalone node) and
+ * one-sided remote memory over it (the GAS window's and the DMA engines' transport). The machine
+ * creates it and fills it in before it creates the devices; a device declares
+ * DEFINE_PROP_LINK("fabric", ..., TYPE_RACKEMU_FABRIC, RackemuFabric *) and the machine sets the
+ * link. A device without the link (created by hand) is a node without fabric.
+ */
+#define TYPE_RACKEMU_FABRIC "rackemu-fabric"
+OBJECT_DECLARE_SIMPLE_TYPE(RackemuFabric, RACKEMU_FABRIC)
+
+struct RackemuFabric {
+    Object parent_obj;
+    RkFabricPort *port; /* NULL: no fabric */
+    RkRemoteMem *rmem;  /* NULL: no remote memory */
+};
+
+/* Bind service `svc` (RKF_SVC_*) of a device to the node's port: the one way any device binds.
+ * NULL (no fabric: sends fail with -ENOTCONN) if `f` or its port is NULL. Call it in realize:
+ * the machine starts the port after every device is realized. */
+RkFabricEndpoint *rackemu_fabric_bind(RackemuFabric *f, unsigned svc, const struct rk_fabric_service *ops,
+                                      void *opaque);
+/* The port (for a core whose C API binds itself, e.g. the RMC) and remote memory; NULL-safe. */
+RkFabricPort *rackemu_fabric_port(RackemuFabric *f);
+RkRemoteMem *rackemu_fabric_rmem(RackemuFabric *f);
 
 #endif /* RACKEMU_GLUE_H */

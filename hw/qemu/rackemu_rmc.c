@@ -30,6 +30,8 @@ struct RackemuRmcState {
     RkRmc *core;
     struct rk_rmc_config cfg;
     bool speculation;
+    RackemuFabric *fabric; /* link "fabric": the node's port (unset: requests to itself only) */
+    MemoryRegion *ram;     /* link "ram": the node's guest RAM, at "ram-base" */
 };
 
 static int rackemu_rmc_irq_level(void *opaque)
@@ -80,25 +82,19 @@ static const MemoryRegionOps rackemu_rmc_ops = {
 static void rackemu_rmc_realize(DeviceState *dev, Error **errp)
 {
     RackemuRmcState *s = RACKEMU_RMC(dev);
+    char err[256] = "";
 
     memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_rmc_ops, s, "rackemu-rmc", RMC_MMIO_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
     rackemu_irq_init(&s->irq, SYS_BUS_DEVICE(s), rackemu_rmc_irq_level, s);
-}
 
-void rackemu_rmc_connect(DeviceState *dev, RkFabricPort *port, void *ram_host, uint64_t ram_base, uint64_t ram_size,
-                         uint64_t seg_base, uint64_t seg_size, Error **errp)
-{
-    RackemuRmcState *s = RACKEMU_RMC(dev);
-    char err[256] = "";
-
+    /* The core: guest RAM, the reserved context segment (properties seg-base, seg-size) and the
+     * node's port, to which it binds the RMC service (before the machine starts the port). */
     s->cfg.speculation = s->speculation;
-    s->cfg.ram_host = ram_host;
-    s->cfg.ram_base = ram_base;
-    s->cfg.ram_size = ram_size;
-    s->cfg.seg_base = seg_base;
-    s->cfg.seg_size = seg_size;
-    s->core = rk_rmc_new(&s->cfg, port, rackemu_rmc_irq, rackemu_guest_error, s, err, sizeof(err));
+    s->cfg.ram_host = s->ram ? memory_region_get_ram_ptr(s->ram) : NULL;
+    s->cfg.ram_size = s->ram ? memory_region_size(s->ram) : 0;
+    s->core = rk_rmc_new(&s->cfg, rackemu_fabric_port(s->fabric), rackemu_rmc_irq, rackemu_guest_error, s, err,
+                         sizeof(err));
     if (!s->core) {
         error_setg(errp, "%s", err);
     }
@@ -124,6 +120,11 @@ static const VMStateDescription rackemu_rmc_vmstate = {
 static Property rackemu_rmc_props[] = {
     DEFINE_PROP_UINT32("node-id", RackemuRmcState, cfg.node_id, 0),
     DEFINE_PROP_UINT32("node-count", RackemuRmcState, cfg.node_count, 1),
+    DEFINE_PROP_LINK("fabric", RackemuRmcState, fabric, TYPE_RACKEMU_FABRIC, RackemuFabric *),
+    DEFINE_PROP_LINK("ram", RackemuRmcState, ram, TYPE_MEMORY_REGION, MemoryRegion *),
+    DEFINE_PROP_UINT64("ram-base", RackemuRmcState, cfg.ram_base, 0),
+    DEFINE_PROP_UINT64("seg-base", RackemuRmcState, cfg.seg_base, 0),
+    DEFINE_PROP_UINT64("seg-size", RackemuRmcState, cfg.seg_size, 0),
     DEFINE_PROP_UINT32("rmc-mhz", RackemuRmcState, cfg.rmc_mhz, RMC_DEF_RMC_MHZ),
     DEFINE_PROP_UINT32("mem-latency-ns", RackemuRmcState, cfg.mem_ns, RMC_DEF_MEM_NS),
     DEFINE_PROP_UINT32("llc-latency-ns", RackemuRmcState, cfg.llc_ns, RMC_DEF_LLC_NS),

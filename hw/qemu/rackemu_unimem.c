@@ -40,7 +40,8 @@ struct RackemuPacketizerState {
     MemoryRegion mmio;
     qemu_irq irq; /* reserved: the packetizer does not interrupt yet */
     RkPacketizer *core;
-    RackemuVmboxState *vmbox; /* this node's mailbox */
+    RackemuVmboxState *vmbox; /* link "vmbox": this node's mailbox (required) */
+    RackemuFabric *fabric;    /* link "fabric": the node's port (optional) */
     RkFabricEndpoint *ep;     /* RKF_SVC_UNIMEM_MBOX; NULL: standalone node, remote destinations fail */
     uint32_t node_id;
 };
@@ -227,16 +228,6 @@ static void rackemu_unimem_on_link(void *opaque, int up)
     }
 }
 
-void rackemu_unimem_connect(DeviceState *vmbox, DeviceState *packetizer, RkFabricPort *port)
-{
-    RackemuPacketizerState *s = RACKEMU_PACKETIZER(packetizer);
-    static const struct rk_fabric_service ops = {
-        rackemu_unimem_on_request, rackemu_unimem_on_reply, rackemu_unimem_on_link,
-    };
-
-    s->vmbox = RACKEMU_VMBOX(vmbox);
-    s->ep = rk_fabric_bind(port, RKF_SVC_UNIMEM_MBOX, &ops, s);
-}
 
 static uint64_t rackemu_pktz_read(void *opaque, hwaddr addr, unsigned size)
 {
@@ -263,8 +254,17 @@ static const MemoryRegionOps rackemu_pktz_ops = {
 static void rackemu_pktz_realize(DeviceState *dev, Error **errp)
 {
     RackemuPacketizerState *s = RACKEMU_PACKETIZER(dev);
+    static const struct rk_fabric_service ops = {
+        rackemu_unimem_on_request, rackemu_unimem_on_reply, rackemu_unimem_on_link,
+    };
 
+    if (!s->vmbox) {
+        error_setg(errp, "rackemu-packetizer: the 'vmbox' link (this node's mailbox) is not set");
+        return;
+    }
     s->core = rk_pktz_new(rackemu_pktz_transmit, rackemu_guest_error, s);
+    /* Serves other nodes' deliveries into the vmbox from the port thread. */
+    s->ep = rackemu_fabric_bind(s->fabric, RKF_SVC_UNIMEM_MBOX, &ops, s);
     memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_pktz_ops, s, "rackemu-packetizer", PKTZ_MMIO_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
     sysbus_init_irq(SYS_BUS_DEVICE(s), &s->irq);
@@ -281,6 +281,8 @@ static void rackemu_pktz_reset(DeviceState *dev)
 
 static Property rackemu_pktz_props[] = {
     DEFINE_PROP_UINT32("node-id", RackemuPacketizerState, node_id, 0),
+    DEFINE_PROP_LINK("vmbox", RackemuPacketizerState, vmbox, TYPE_RACKEMU_VMBOX, RackemuVmboxState *),
+    DEFINE_PROP_LINK("fabric", RackemuPacketizerState, fabric, TYPE_RACKEMU_FABRIC, RackemuFabric *),
     DEFINE_PROP_END_OF_LIST(),
 };
 
