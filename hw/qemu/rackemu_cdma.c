@@ -21,6 +21,7 @@
 #include "rackemu/unimem_regs.h"
 #include "rackemu/xilinx_cdma_regs.h"
 #include "cdma_capi.h"
+#include "rackemu_glue.h"
 #include "rk_remote_mem.h"
 #include "rackemu_cdma.h"
 
@@ -29,17 +30,13 @@ OBJECT_DECLARE_SIMPLE_TYPE(RackemuCdmaState, RACKEMU_CDMA)
 struct RackemuCdmaState {
     SysBusDevice parent_obj;
     MemoryRegion mmio;
-    qemu_irq irq;
+    RackemuIrq irq;
     RkCdma *core;
-    RkRemoteMem *rmem; /* set by the machine */
+    RackemuFabric *fabric; /* link "fabric": the node's port (unset: global addresses fail) */
+    RkRemoteMem *rmem;     /* the fabric's remote memory, taken at realize */
     uint32_t node_id;
     uint32_t node_count;
 };
-
-static void rackemu_cdma_log(void *opaque, const char *msg)
-{
-    qemu_log_mask(LOG_GUEST_ERROR, "%s\n", msg);
-}
 
 /*
  * The engine moves data between memory only: every byte of [addr, addr + len) must decode to
@@ -125,18 +122,19 @@ static int rackemu_cdma_mem(void *opaque, int write, uint64_t addr, void *buf, u
                                                                     : RK_CDMA_MEM_SLAVE_ERR;
 }
 
-/* From a vCPU (big lock held) or from the engine thread, which takes it. */
+static int rackemu_cdma_irq_level(void *opaque)
+{
+    RackemuCdmaState *s = opaque;
+
+    return rk_cdma_irq_level(s->core);
+}
+
+/* From a vCPU (big lock held) or from the engine thread (rackemu_glue.h). */
 static void rackemu_cdma_irq(void *opaque, int level)
 {
     RackemuCdmaState *s = opaque;
 
-    if (qemu_mutex_iothread_locked()) {
-        qemu_set_irq(s->irq, rk_cdma_irq_level(s->core));
-    } else {
-        qemu_mutex_lock_iothread();
-        qemu_set_irq(s->irq, rk_cdma_irq_level(s->core));
-        qemu_mutex_unlock_iothread();
-    }
+    rackemu_irq_update(&s->irq);
 }
 
 /* The engine thread reads guest memory through the memory API: it must be an RCU reader. */
@@ -179,10 +177,11 @@ static void rackemu_cdma_realize(DeviceState *dev, Error **errp)
         error_setg(errp, "rackemu-cdma: node-count %u out of range 1..64", s->node_count);
         return;
     }
-    s->core = rk_cdma_new(rackemu_cdma_mem, rackemu_cdma_irq, rackemu_cdma_log, rackemu_cdma_thread, s);
+    s->rmem = rackemu_fabric_rmem(s->fabric);
+    s->core = rk_cdma_new(rackemu_cdma_mem, rackemu_cdma_irq, rackemu_guest_error, rackemu_cdma_thread, s);
     memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_cdma_ops, s, "rackemu-cdma", RACKEMU_CDMA_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
-    sysbus_init_irq(SYS_BUS_DEVICE(s), &s->irq);
+    rackemu_irq_init(&s->irq, SYS_BUS_DEVICE(s), rackemu_cdma_irq_level, s);
 }
 
 static void rackemu_cdma_reset(DeviceState *dev)
@@ -191,14 +190,10 @@ static void rackemu_cdma_reset(DeviceState *dev)
 
     if (s->core) {
         rk_cdma_reset(s->core);
-        qemu_set_irq(s->irq, rk_cdma_irq_level(s->core));
+        rackemu_irq_set(&s->irq, rk_cdma_irq_level(s->core));
     }
 }
 
-void rackemu_cdma_connect(DeviceState *dev, RkRemoteMem *rmem)
-{
-    RACKEMU_CDMA(dev)->rmem = rmem;
-}
 
 /* Caveat: the engine's registers and an in-flight transfer live in the C++ core and are not
  * serialised: snapshots and migration are refused rather than silently losing them. */
@@ -210,6 +205,7 @@ static const VMStateDescription rackemu_cdma_vmstate = {
 static Property rackemu_cdma_props[] = {
     DEFINE_PROP_UINT32("node-id", RackemuCdmaState, node_id, 0),
     DEFINE_PROP_UINT32("node-count", RackemuCdmaState, node_count, 1),
+    DEFINE_PROP_LINK("fabric", RackemuCdmaState, fabric, TYPE_RACKEMU_FABRIC, RackemuFabric *),
     DEFINE_PROP_END_OF_LIST(),
 };
 

@@ -17,6 +17,7 @@
 
 #include "rackemu/unimem_regs.h"
 #include "unimem_capi.h"
+#include "rackemu_glue.h"
 #include "rk_remote_mem.h"
 #include "rackemu_gas.h"
 
@@ -27,15 +28,11 @@ struct RackemuGasState {
     MemoryRegion ctrl;
     MemoryRegion window;
     RkGas *core;
-    RkRemoteMem *rmem; /* set by the machine before the first access */
+    RackemuFabric *fabric; /* link "fabric": the node's port (unset: only errors beyond this node) */
+    RkRemoteMem *rmem;     /* the fabric's remote memory, taken at realize */
     uint32_t node_id;
     uint32_t node_count;
 };
-
-static void rackemu_gas_log(void *opaque, const char *msg)
-{
-    qemu_log_mask(LOG_GUEST_ERROR, "%s\n", msg);
-}
 
 static int rackemu_gas_access(void *opaque, int write, unsigned node, uint64_t local, void *buf, unsigned len)
 {
@@ -130,7 +127,8 @@ static void rackemu_gas_realize(DeviceState *dev, Error **errp)
                    s->node_id, s->node_count);
         return;
     }
-    s->core = rk_gas_new(s->node_id, s->node_count, rackemu_gas_access, rackemu_gas_counter, rackemu_gas_log, s);
+    s->rmem = rackemu_fabric_rmem(s->fabric);
+    s->core = rk_gas_new(s->node_id, s->node_count, rackemu_gas_access, rackemu_gas_counter, rackemu_guest_error, s);
     memory_region_init_io(&s->ctrl, OBJECT(s), &rackemu_gas_ctrl_ops, s, "rackemu-gas-ctrl", GAS_CTRL_SIZE);
     memory_region_init_io(&s->window, OBJECT(s), &rackemu_gas_window_ops, s, "rackemu-gas-window",
                           rk_gas_window_size(s->core));
@@ -138,10 +136,6 @@ static void rackemu_gas_realize(DeviceState *dev, Error **errp)
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->window);
 }
 
-void rackemu_gas_connect(DeviceState *dev, RkRemoteMem *rmem)
-{
-    RACKEMU_GAS(dev)->rmem = rmem;
-}
 
 /* The window has no state of its own; the counters are statistics. */
 static const VMStateDescription rackemu_gas_vmstate = {
@@ -154,6 +148,7 @@ static const VMStateDescription rackemu_gas_vmstate = {
 static Property rackemu_gas_props[] = {
     DEFINE_PROP_UINT32("node-id", RackemuGasState, node_id, 0),
     DEFINE_PROP_UINT32("node-count", RackemuGasState, node_count, 1),
+    DEFINE_PROP_LINK("fabric", RackemuGasState, fabric, TYPE_RACKEMU_FABRIC, RackemuFabric *),
     DEFINE_PROP_END_OF_LIST(),
 };
 

@@ -4,11 +4,10 @@
 #define RACKEMU_GAS_QOM_H
 
 #include "hw/sysbus.h"
-#include "rk_remote_mem.h"
 
 #define TYPE_RACKEMU_GAS "rackemu-gas"
 
-/* The node's memory transport, which the window's accesses use. */
-void rackemu_gas_connect(DeviceState *gas, RkRemoteMem *rmem);
+/* Link "fabric" (rackemu_glue.h): the node's memory transport, which the window's accesses
+ * use. MMIO region 0 is the control page, region 1 the window (at GAS_WINDOW_BASE). */
 
 #endif

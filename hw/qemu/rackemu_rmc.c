@@ -18,6 +18,7 @@
 
 #include "rackemu/sonuma_regs.h"
 #include "rmc_capi.h"
+#include "rackemu_glue.h"
 #include "rackemu_rmc.h"
 
 OBJECT_DECLARE_SIMPLE_TYPE(RackemuRmcState, RACKEMU_RMC)
@@ -25,31 +26,27 @@ OBJECT_DECLARE_SIMPLE_TYPE(RackemuRmcState, RACKEMU_RMC)
 struct RackemuRmcState {
     SysBusDevice parent_obj;
     MemoryRegion mmio;
-    qemu_irq irq;
-    QEMUBH *irq_bh;
+    RackemuIrq irq;
     RkRmc *core;
     struct rk_rmc_config cfg;
     bool speculation;
+    RackemuFabric *fabric; /* link "fabric": the node's port (unset: requests to itself only) */
+    MemoryRegion *ram;     /* link "ram": the node's guest RAM, at "ram-base" */
 };
 
-static void rackemu_rmc_log(void *opaque, const char *msg)
-{
-    qemu_log_mask(LOG_GUEST_ERROR, "%s\n", msg);
-}
-
-static void rackemu_rmc_irq_bh(void *opaque)
+static int rackemu_rmc_irq_level(void *opaque)
 {
     RackemuRmcState *s = opaque;
 
-    qemu_set_irq(s->irq, s->core ? rk_rmc_irq_level(s->core) : 0);
+    return s->core ? rk_rmc_irq_level(s->core) : 0;
 }
 
-/* From the RGP thread, the port thread or a vCPU: the line is set in the main loop. */
+/* From the RGP thread, the port thread or a vCPU (rackemu_glue.h). */
 static void rackemu_rmc_irq(void *opaque)
 {
     RackemuRmcState *s = opaque;
 
-    qemu_bh_schedule(s->irq_bh);
+    rackemu_irq_update(&s->irq);
 }
 
 static uint64_t rackemu_rmc_read(void *opaque, hwaddr addr, unsigned size)
@@ -68,9 +65,9 @@ static void rackemu_rmc_write(void *opaque, hwaddr addr, uint64_t data, unsigned
     }
     rk_rmc_write(s->core, addr, data, size);
     /* A W1C of IRQ_STATUS or a CTRL write must lower the line before the guest's handler
-     * returns, not a main-loop iteration later. */
+     * returns, not a main-loop iteration later (a vCPU holds the big lock: set at once). */
     if (addr == RMC_REG_IRQ_STATUS || addr == RMC_REG_CTRL) {
-        qemu_set_irq(s->irq, rk_rmc_irq_level(s->core));
+        rackemu_irq_update(&s->irq);
     }
 }
 
@@ -85,26 +82,19 @@ static const MemoryRegionOps rackemu_rmc_ops = {
 static void rackemu_rmc_realize(DeviceState *dev, Error **errp)
 {
     RackemuRmcState *s = RACKEMU_RMC(dev);
+    char err[256] = "";
 
     memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_rmc_ops, s, "rackemu-rmc", RMC_MMIO_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
-    sysbus_init_irq(SYS_BUS_DEVICE(s), &s->irq);
-    s->irq_bh = qemu_bh_new(rackemu_rmc_irq_bh, s);
-}
+    rackemu_irq_init(&s->irq, SYS_BUS_DEVICE(s), rackemu_rmc_irq_level, s);
 
-void rackemu_rmc_connect(DeviceState *dev, RkFabricPort *port, void *ram_host, uint64_t ram_base, uint64_t ram_size,
-                         uint64_t seg_base, uint64_t seg_size, Error **errp)
-{
-    RackemuRmcState *s = RACKEMU_RMC(dev);
-    char err[256] = "";
-
+    /* The core: guest RAM, the reserved context segment (properties seg-base, seg-size) and the
+     * node's port, to which it binds the RMC service (before the machine starts the port). */
     s->cfg.speculation = s->speculation;
-    s->cfg.ram_host = ram_host;
-    s->cfg.ram_base = ram_base;
-    s->cfg.ram_size = ram_size;
-    s->cfg.seg_base = seg_base;
-    s->cfg.seg_size = seg_size;
-    s->core = rk_rmc_new(&s->cfg, port, rackemu_rmc_irq, rackemu_rmc_log, s, err, sizeof(err));
+    s->cfg.ram_host = s->ram ? memory_region_get_ram_ptr(s->ram) : NULL;
+    s->cfg.ram_size = s->ram ? memory_region_size(s->ram) : 0;
+    s->core = rk_rmc_new(&s->cfg, rackemu_fabric_port(s->fabric), rackemu_rmc_irq, rackemu_guest_error, s, err,
+                         sizeof(err));
     if (!s->core) {
         error_setg(errp, "%s", err);
     }
@@ -116,7 +106,7 @@ static void rackemu_rmc_reset(DeviceState *dev)
 
     if (s->core) {
         rk_rmc_reset(s->core);
-        qemu_set_irq(s->irq, 0);
+        rackemu_irq_set(&s->irq, 0);
     }
 }
 
@@ -130,6 +120,11 @@ static const VMStateDescription rackemu_rmc_vmstate = {
 static Property rackemu_rmc_props[] = {
     DEFINE_PROP_UINT32("node-id", RackemuRmcState, cfg.node_id, 0),
     DEFINE_PROP_UINT32("node-count", RackemuRmcState, cfg.node_count, 1),
+    DEFINE_PROP_LINK("fabric", RackemuRmcState, fabric, TYPE_RACKEMU_FABRIC, RackemuFabric *),
+    DEFINE_PROP_LINK("ram", RackemuRmcState, ram, TYPE_MEMORY_REGION, MemoryRegion *),
+    DEFINE_PROP_UINT64("ram-base", RackemuRmcState, cfg.ram_base, 0),
+    DEFINE_PROP_UINT64("seg-base", RackemuRmcState, cfg.seg_base, 0),
+    DEFINE_PROP_UINT64("seg-size", RackemuRmcState, cfg.seg_size, 0),
     DEFINE_PROP_UINT32("rmc-mhz", RackemuRmcState, cfg.rmc_mhz, RMC_DEF_RMC_MHZ),
     DEFINE_PROP_UINT32("mem-latency-ns", RackemuRmcState, cfg.mem_ns, RMC_DEF_MEM_NS),
     DEFINE_PROP_UINT32("llc-latency-ns", RackemuRmcState, cfg.llc_ns, RMC_DEF_LLC_NS),

@@ -3,13 +3,12 @@
 #define RACKEMU_RMC_H
 
 #include "hw/sysbus.h"
-#include "rk_fabric_port.h"
 
 #define TYPE_RACKEMU_RMC "rackemu-rmc"
 
-/* Create the device's core: guest RAM, the reserved context segment and the fabric port (may be
- * NULL). Registers the RMC fabric service, so call it before rk_fabric_port_start(). */
-void rackemu_rmc_connect(DeviceState *dev, RkFabricPort *port, void *ram_host, uint64_t ram_base, uint64_t ram_size,
-                         uint64_t seg_base, uint64_t seg_size, Error **errp);
+/* Wiring (set before realize): link "ram" (the node's RAM region) with property "ram-base" (its
+ * guest physical base), properties "seg-base"/"seg-size" (the reserved context segment, 0: none)
+ * and link "fabric" (rackemu_glue.h; unset: a node without fabric). Realize creates the core and
+ * binds the RMC fabric service, so the machine starts the port after realizing it. */
 
 #endif

@@ -18,6 +18,7 @@
 #include "rackemu/unimem_regs.h"
 #include "rackemu/fabric_proto.h"
 #include "unimem_capi.h"
+#include "rackemu_glue.h"
 #include "rackemu_unimem.h"
 
 OBJECT_DECLARE_SIMPLE_TYPE(RackemuVmboxState, RACKEMU_VMBOX)
@@ -26,8 +27,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(RackemuPacketizerState, RACKEMU_PACKETIZER)
 struct RackemuVmboxState {
     SysBusDevice parent_obj;
     MemoryRegion mmio;
-    qemu_irq irq;
-    QEMUBH *irq_bh;
+    RackemuIrq irq;
     RkVmbox *core;
     uint32_t node_id;
     uint32_t fifo_depth;
@@ -38,41 +38,30 @@ struct RackemuVmboxState {
 struct RackemuPacketizerState {
     SysBusDevice parent_obj;
     MemoryRegion mmio;
-    qemu_irq irq;
+    qemu_irq irq; /* reserved: the packetizer does not interrupt yet */
     RkPacketizer *core;
-    RackemuVmboxState *vmbox; /* this node's mailbox */
-    RkFabricPort *port;       /* NULL: standalone node, remote destinations fail */
+    RackemuVmboxState *vmbox; /* link "vmbox": this node's mailbox (required) */
+    RackemuFabric *fabric;    /* link "fabric": the node's port (optional) */
+    RkFabricEndpoint *ep;     /* RKF_SVC_UNIMEM_MBOX; NULL: standalone node, remote destinations fail */
     uint32_t node_id;
 };
 
-static void rackemu_log(void *opaque, const char *msg)
-{
-    qemu_log_mask(LOG_GUEST_ERROR, "%s\n", msg);
-}
-
 /* ---- vmbox ---- */
 
-static void rackemu_vmbox_update_irq(RackemuVmboxState *s)
+static int rackemu_vmbox_irq_level(void *opaque)
 {
-    qemu_set_irq(s->irq, rk_vmbox_irq_level(s->core));
+    RackemuVmboxState *s = opaque;
+
+    return rk_vmbox_irq_level(s->core);
 }
 
-static void rackemu_vmbox_irq_bh(void *opaque)
-{
-    rackemu_vmbox_update_irq(opaque);
-}
-
-/* Called by the core after the interrupt level may have changed: from a vCPU (BQL held) or
- * from the fabric port thread (no BQL: defer to the main loop, which re-reads the level). */
+/* Called by the core after the interrupt level may have changed: from a vCPU or from the
+ * fabric port thread (rackemu_glue.h). */
 static void rackemu_vmbox_irq(void *opaque, int level)
 {
     RackemuVmboxState *s = opaque;
 
-    if (qemu_mutex_iothread_locked()) {
-        rackemu_vmbox_update_irq(s);
-    } else {
-        qemu_bh_schedule(s->irq_bh);
-    }
+    rackemu_irq_update(&s->irq);
 }
 
 static MemTxResult rackemu_vmbox_read(void *opaque, hwaddr addr, uint64_t *data, unsigned size,
@@ -108,11 +97,10 @@ static void rackemu_vmbox_realize(DeviceState *dev, Error **errp)
                    s->fifo_depth);
         return;
     }
-    s->core = rk_vmbox_new(s->fifo_depth, s->burst_known_issue, rackemu_vmbox_irq, rackemu_log, s);
-    s->irq_bh = qemu_bh_new(rackemu_vmbox_irq_bh, s);
+    s->core = rk_vmbox_new(s->fifo_depth, s->burst_known_issue, rackemu_vmbox_irq, rackemu_guest_error, s);
     memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_vmbox_ops, s, "rackemu-vmbox", VMBOX_MMIO_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
-    sysbus_init_irq(SYS_BUS_DEVICE(s), &s->irq);
+    rackemu_irq_init(&s->irq, SYS_BUS_DEVICE(s), rackemu_vmbox_irq_level, s);
 }
 
 static void rackemu_vmbox_reset(DeviceState *dev)
@@ -121,7 +109,7 @@ static void rackemu_vmbox_reset(DeviceState *dev)
 
     if (s->core) {
         rk_vmbox_reset(s->core);
-        rackemu_vmbox_update_irq(s);
+        rackemu_irq_set(&s->irq, rk_vmbox_irq_level(s->core));
         qatomic_set(&s->ready, true);
     }
 }
@@ -169,7 +157,7 @@ static void rackemu_pktz_transmit(void *opaque, unsigned pif, uint64_t tag, uint
         rk_pktz_complete(s->core, tag, ok ? RK_PKTZ_ACK : RK_PKTZ_NACK);
         return;
     }
-    if (!s->port) {
+    if (!s->ep) {
         qemu_log_mask(LOG_GUEST_ERROR, "rackemu-packetizer: PIF %u: node %u is remote and this node "
                       "has no fabric (start it with -M rackemu-node,fabric=PATH)\n", pif, node);
         rk_pktz_complete(s->core, tag, RK_PKTZ_FABRIC_ERR);
@@ -182,14 +170,14 @@ static void rackemu_pktz_transmit(void *opaque, unsigned pif, uint64_t tag, uint
     h.dst = node;
     h.tag = tag;
     h.len = offsetof(struct rkf_mbox_deliver, words) + UNIMEM_PACKET_WORDS * sizeof(uint64_t);
-    rc = rk_fabric_port_send(s->port, &h, &d);
+    rc = rk_fabric_endpoint_send(s->ep, &h, &d);
     if (rc) {
         rk_pktz_complete(s->core, tag, RK_PKTZ_FABRIC_ERR);
     }
 }
 
 /* Fabric port thread: another node's packetizer delivers into this node's vmbox. */
-static void rackemu_unimem_on_request(void *opaque, RkFabricPort *port, const struct rkf_frame_hdr *h,
+static void rackemu_unimem_on_request(void *opaque, RkFabricEndpoint *ep, const struct rkf_frame_hdr *h,
                                       const void *payload)
 {
     RackemuPacketizerState *s = opaque;
@@ -203,7 +191,7 @@ static void rackemu_unimem_on_request(void *opaque, RkFabricPort *port, const st
         g_usleep(1000);
     }
     if (!qatomic_read(&s->vmbox->ready)) {
-        rk_fabric_port_reply(port, h, RKF_ST_BAD_FRAME, NULL, 0);
+        rk_fabric_endpoint_reply(ep, h, RKF_ST_BAD_FRAME, NULL, 0);
         return;
     }
     memset(&d, 0, sizeof(d));
@@ -213,11 +201,11 @@ static void rackemu_unimem_on_request(void *opaque, RkFabricPort *port, const st
         qemu_log_mask(LOG_GUEST_ERROR, "rackemu-vmbox: malformed delivery from node %u (op %u, %u bytes) "
                       "refused\n", h->src, h->op, h->len);
         if (h->type == RKF_T_REQ) {
-            rk_fabric_port_reply(port, h, RKF_ST_BAD_FRAME, NULL, 0);
+            rk_fabric_endpoint_reply(ep, h, RKF_ST_BAD_FRAME, NULL, 0);
         }
         return;
     }
-    rk_fabric_port_reply(port, h,
+    rk_fabric_endpoint_reply(ep, h,
                          rk_vmbox_deliver(s->vmbox->core, d.mif, d.words, d.nwords) ? RKF_ST_OK : RKF_ST_REFUSED,
                          NULL, 0);
 }
@@ -240,17 +228,6 @@ static void rackemu_unimem_on_link(void *opaque, int up)
     }
 }
 
-void rackemu_unimem_connect(DeviceState *vmbox, DeviceState *packetizer, RkFabricPort *port)
-{
-    RackemuPacketizerState *s = RACKEMU_PACKETIZER(packetizer);
-
-    s->vmbox = RACKEMU_VMBOX(vmbox);
-    s->port = port;
-    if (port) {
-        rk_fabric_port_register(port, RKF_SVC_UNIMEM_MBOX, rackemu_unimem_on_request,
-                                rackemu_unimem_on_reply, rackemu_unimem_on_link, s);
-    }
-}
 
 static uint64_t rackemu_pktz_read(void *opaque, hwaddr addr, unsigned size)
 {
@@ -277,8 +254,17 @@ static const MemoryRegionOps rackemu_pktz_ops = {
 static void rackemu_pktz_realize(DeviceState *dev, Error **errp)
 {
     RackemuPacketizerState *s = RACKEMU_PACKETIZER(dev);
+    static const struct rk_fabric_service ops = {
+        rackemu_unimem_on_request, rackemu_unimem_on_reply, rackemu_unimem_on_link,
+    };
 
-    s->core = rk_pktz_new(rackemu_pktz_transmit, rackemu_log, s);
+    if (!s->vmbox) {
+        error_setg(errp, "rackemu-packetizer: the 'vmbox' link (this node's mailbox) is not set");
+        return;
+    }
+    s->core = rk_pktz_new(rackemu_pktz_transmit, rackemu_guest_error, s);
+    /* Serves other nodes' deliveries into the vmbox from the port thread. */
+    s->ep = rackemu_fabric_bind(s->fabric, RKF_SVC_UNIMEM_MBOX, &ops, s);
     memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_pktz_ops, s, "rackemu-packetizer", PKTZ_MMIO_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
     sysbus_init_irq(SYS_BUS_DEVICE(s), &s->irq);
@@ -295,6 +281,8 @@ static void rackemu_pktz_reset(DeviceState *dev)
 
 static Property rackemu_pktz_props[] = {
     DEFINE_PROP_UINT32("node-id", RackemuPacketizerState, node_id, 0),
+    DEFINE_PROP_LINK("vmbox", RackemuPacketizerState, vmbox, TYPE_RACKEMU_VMBOX, RackemuVmboxState *),
+    DEFINE_PROP_LINK("fabric", RackemuPacketizerState, fabric, TYPE_RACKEMU_FABRIC, RackemuFabric *),
     DEFINE_PROP_END_OF_LIST(),
 };
 

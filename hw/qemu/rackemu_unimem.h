@@ -4,14 +4,12 @@
 #define RACKEMU_UNIMEM_QOM_H
 
 #include "hw/sysbus.h"
-#include "rk_fabric_port.h"
 
 #define TYPE_RACKEMU_VMBOX "rackemu-vmbox"
 #define TYPE_RACKEMU_PACKETIZER "rackemu-packetizer"
 
-/* Wire the packetizer to its node's vmbox (local deliveries) and to the node's fabric port
- * (remote deliveries; NULL for a node without a fabric). Serves remote deliveries into the
- * vmbox from the port thread. */
-void rackemu_unimem_connect(DeviceState *vmbox, DeviceState *packetizer, RkFabricPort *port);
+/* The packetizer's links: "vmbox" (its node's mailbox, for local deliveries; required) and
+ * "fabric" (rackemu_glue.h: remote deliveries; unset for a node without a fabric). It serves
+ * other nodes' deliveries into the vmbox from the port thread. */
 
 #endif

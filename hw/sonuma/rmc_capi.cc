@@ -11,12 +11,12 @@ using namespace rackemu::sonuma;
 
 struct RkRmc {
     std::unique_ptr<Rmc> core;
-    RkFabricPort *port = nullptr;
+    RkFabricEndpoint *ep = nullptr; // RKF_SVC_RMC on the node's port; NULL: no fabric
 };
 
 namespace {
 
-void on_request(void *opaque, RkFabricPort *, const rkf_frame_hdr *h, const void *payload)
+void on_request(void *opaque, RkFabricEndpoint *, const rkf_frame_hdr *h, const void *payload)
 {
     static_cast<RkRmc *>(opaque)->core->on_frame(*h, payload);
 }
@@ -74,17 +74,16 @@ extern "C" RkRmc *rk_rmc_new(const rk_rmc_config *c, RkFabricPort *port, rk_rmc_
     cfg.seg_size = c->seg_size;
 
     auto *r = new RkRmc;
-    r->port = port;
     RmcHost host;
     host.ram = static_cast<uint8_t *>(c->ram_host);
     host.ram_base = c->ram_base;
     host.ram_size = c->ram_host ? c->ram_size : 0;
     if (port) {
-        host.send = [port](rkf_frame_hdr &h, const void *p) { return rk_fabric_port_send(port, &h, p); };
-        host.reply = [port](const rkf_frame_hdr &req, uint16_t st, const void *p, uint16_t len) {
-            return rk_fabric_port_reply(port, &req, st, p, len);
+        host.send = [r](rkf_frame_hdr &h, const void *p) { return rk_fabric_endpoint_send(r->ep, &h, p); };
+        host.reply = [r](const rkf_frame_hdr &req, uint16_t st, const void *p, uint16_t len) {
+            return rk_fabric_endpoint_reply(r->ep, &req, st, p, len);
         };
-        host.fabric_up = [port] { return rk_fabric_port_is_up(port) != 0; };
+        host.fabric_up = [r] { return rk_fabric_endpoint_up(r->ep) != 0; };
     }
     host.irq_changed = [irq, opaque] {
         if (irq) irq(opaque);
@@ -93,14 +92,15 @@ extern "C" RkRmc *rk_rmc_new(const rk_rmc_config *c, RkFabricPort *port, rk_rmc_
         if (log) log(opaque, m.c_str());
     };
     r->core = std::make_unique<Rmc>(cfg, std::move(host));
-    if (port) rk_fabric_port_register(port, RKF_SVC_RMC, on_request, on_reply, on_link, r);
+    static const rk_fabric_service ops = {on_request, on_reply, on_link};
+    r->ep = rk_fabric_bind(port, RKF_SVC_RMC, &ops, r);
     return r;
 }
 
 extern "C" void rk_rmc_free(RkRmc *r)
 {
     if (!r) return;
-    if (r->port) rk_fabric_port_register(r->port, RKF_SVC_RMC, nullptr, nullptr, nullptr, nullptr);
+    rk_fabric_unbind(r->ep);
     delete r;
 }
 

@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "rk_fabric_port.h"
+#include "rk_fabric_endpoint.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,7 +35,8 @@ struct rk_rmc_config {
 typedef void (*rk_rmc_irq_fn)(void *opaque);
 typedef void (*rk_rmc_log_fn)(void *opaque, const char *msg);
 
-/* `port` may be NULL (a node without fabric: only requests to itself). NULL on a bad config,
+/* `port` may be NULL (a node without fabric: only requests to itself); the RMC binds its service
+ * to it with rk_fabric_bind(). NULL on a bad config,
  * with the reason in err. */
 RkRmc *rk_rmc_new(const struct rk_rmc_config *cfg, RkFabricPort *port, rk_rmc_irq_fn irq, rk_rmc_log_fn log,
                   void *opaque, char *err, unsigned errlen);

@@ -30,36 +30,6 @@ uint64_t with_hi(uint64_t v, uint32_t hi)
     return (v & 0xffffffffull) | uint64_t(hi) << 32;
 }
 
-std::string reg_name(uint64_t offset)
-{
-    switch (offset) {
-    case XCDMA_CDMACR:
-        return "CDMACR";
-    case XCDMA_CDMASR:
-        return "CDMASR";
-    case XCDMA_CURDESC_PNTR:
-        return "CURDESC_PNTR";
-    case XCDMA_CURDESC_PNTR_MSB:
-        return "CURDESC_PNTR_MSB";
-    case XCDMA_TAILDESC_PNTR:
-        return "TAILDESC_PNTR";
-    case XCDMA_TAILDESC_PNTR_MSB:
-        return "TAILDESC_PNTR_MSB";
-    case XCDMA_SA:
-        return "SA";
-    case XCDMA_SA_MSB:
-        return "SA_MSB";
-    case XCDMA_DA:
-        return "DA";
-    case XCDMA_DA_MSB:
-        return "DA_MSB";
-    case XCDMA_BTT:
-        return "BTT";
-    default:
-        return hex(offset);
-    }
-}
-
 CdmaConfig sane(CdmaConfig c)
 {
     c.data_width = std::clamp(c.data_width, 1u, 4096u);
@@ -245,35 +215,65 @@ uint64_t Cdma::read(uint64_t offset, unsigned size)
     return v;
 }
 
+// PG034 Table 2-1. All state lives in s_ (the migratable CdmaState): every register is hooked.
+// 32-bit registers; an 8-byte access is two of them, low half first (Cdma::read/write). The write
+// hooks take the raw value: they apply the writable mask themselves and log the bits they drop.
+std::span<const Reg<Cdma, Cdma::Pending>> Cdma::reg_table()
+{
+    using R = Reg<Cdma, Pending>;
+    // The 32-bit half of a 64-bit state field that a *_MSB (offset 4 mod 8) or low register shows.
+    static constexpr auto half = [](const R &r, uint64_t v) -> uint64_t { return uint32_t(r.offset % 8 ? v >> 32 : v); };
+    auto cr = [](Cdma &d, const R &, Pending &) -> uint64_t { return d.s_.cr; };
+    // IRQDelaySts reads 0: no time elapses in the model (see cdma.h)
+    auto sr = [](Cdma &d, const R &, Pending &) -> uint64_t {
+        return (d.s_.sr & 0xffffu) | (d.s_.irq_count & 0xffu) << XCDMA_SR_IRQTHRESHOLDSTS_SHIFT;
+    };
+    auto curdesc = [](Cdma &d, const R &r, Pending &) { return half(r, d.s_.curdesc); };
+    auto taildesc = [](Cdma &d, const R &r, Pending &) { return half(r, d.s_.taildesc); };
+    auto sa = [](Cdma &d, const R &r, Pending &) { return half(r, d.s_.sa); };
+    auto da = [](Cdma &d, const R &r, Pending &) { return half(r, d.s_.da); };
+    auto btt = [](Cdma &d, const R &, Pending &) -> uint64_t { return d.s_.btt; };
+    auto write_cr = [](Cdma &d, const R &, uint64_t, uint64_t raw, Pending &p) { d.write_cr_locked(uint32_t(raw), p); };
+    // Err_Irq, Dly_Irq, IOC_Irq are R/WC (the bank merged the write-1-to-clear); the rest is RO.
+    auto write_sr = [](Cdma &d, const R &, uint64_t merged, uint64_t, Pending &) {
+        d.s_.sr = (d.s_.sr & ~XCDMA_SR_IRQ_ALL) | (uint32_t(merged) & XCDMA_SR_IRQ_ALL);
+    };
+    auto write_desc = [](Cdma &d, const R &r, uint64_t, uint64_t raw, Pending &p) {
+        d.write_desc_ptr_locked(r.offset, uint32_t(raw), p);
+    };
+    auto write_simple = [](Cdma &d, const R &r, uint64_t, uint64_t raw, Pending &p) {
+        d.write_simple_locked(r.offset, uint32_t(raw), p);
+    };
+    static const R table[] = {
+        {"CDMACR", XCDMA_CDMACR, 4, RegAccess::RW, XCDMA_CR_RESET_VALUE, XCDMA_CR_WRITABLE, cr, write_cr},
+        {"CDMASR", XCDMA_CDMASR, 4, RegAccess::W1C, XCDMA_SR_RESET_VALUE, XCDMA_SR_IRQ_ALL, sr, write_sr},
+        {"CURDESC_PNTR", XCDMA_CURDESC_PNTR, 4, RegAccess::RW, 0, XCDMA_DESC_PTR_MASK, curdesc, write_desc},
+        {"CURDESC_PNTR_MSB", XCDMA_CURDESC_PNTR_MSB, 4, RegAccess::RW, 0, 0xffffffffu, curdesc, write_desc},
+        {"TAILDESC_PNTR", XCDMA_TAILDESC_PNTR, 4, RegAccess::RW, 0, XCDMA_DESC_PTR_MASK, taildesc, write_desc},
+        {"TAILDESC_PNTR_MSB", XCDMA_TAILDESC_PNTR_MSB, 4, RegAccess::RW, 0, 0xffffffffu, taildesc, write_desc},
+        {"SA", XCDMA_SA, 4, RegAccess::RW, 0, 0xffffffffu, sa, write_simple},
+        {"SA_MSB", XCDMA_SA_MSB, 4, RegAccess::RW, 0, 0xffffffffu, sa, write_simple},
+        {"DA", XCDMA_DA, 4, RegAccess::RW, 0, 0xffffffffu, da, write_simple},
+        {"DA_MSB", XCDMA_DA_MSB, 4, RegAccess::RW, 0, 0xffffffffu, da, write_simple},
+        {"BTT", XCDMA_BTT, 4, RegAccess::RW, 0, XCDMA_BTT_MASK, btt, write_simple},
+    };
+    return table;
+}
+
+std::string Cdma::reg_name(uint64_t offset) const
+{
+    const char *n = bank_.name(offset);
+    return n ? n : hex(offset);
+}
+
 uint32_t Cdma::read32_locked(uint64_t offset, Pending &p)
 {
-    switch (offset) {
-    case XCDMA_CDMACR:
-        return s_.cr;
-    case XCDMA_CDMASR: // IRQDelaySts reads 0: no time elapses in the model (see cdma.h)
-        return (s_.sr & 0xffffu) | (s_.irq_count & 0xffu) << XCDMA_SR_IRQTHRESHOLDSTS_SHIFT;
-    case XCDMA_CURDESC_PNTR:
-        return uint32_t(s_.curdesc);
-    case XCDMA_CURDESC_PNTR_MSB:
-        return uint32_t(s_.curdesc >> 32);
-    case XCDMA_TAILDESC_PNTR:
-        return uint32_t(s_.taildesc);
-    case XCDMA_TAILDESC_PNTR_MSB:
-        return uint32_t(s_.taildesc >> 32);
-    case XCDMA_SA:
-        return uint32_t(s_.sa);
-    case XCDMA_SA_MSB:
-        return uint32_t(s_.sa >> 32);
-    case XCDMA_DA:
-        return uint32_t(s_.da);
-    case XCDMA_DA_MSB:
-        return uint32_t(s_.da >> 32);
-    case XCDMA_BTT:
-        return s_.btt;
-    default:
+    uint64_t v = 0;
+    if (bank_.read(*this, offset, 4, p, v) != RegResult::Ok) {
         note_locked(p, "load from reserved offset " + hex(offset) + " reads as 0");
         return 0;
     }
+    return uint32_t(v);
 }
 
 void Cdma::write(uint64_t offset, uint64_t value, unsigned size)
@@ -294,27 +294,7 @@ void Cdma::write32_locked(uint64_t offset, uint32_t v, Pending &p)
         note_locked(p, reg_name(offset) + " write of " + hex(v) + " during a soft reset ignored");
         return;
     }
-    switch (offset) {
-    case XCDMA_CDMACR:
-        write_cr_locked(v, p);
-        return;
-    case XCDMA_CDMASR:
-        s_.sr &= ~(v & XCDMA_SR_IRQ_ALL);
-        return; // R/WC bits; the rest is RO
-    case XCDMA_CURDESC_PNTR:
-    case XCDMA_CURDESC_PNTR_MSB:
-    case XCDMA_TAILDESC_PNTR:
-    case XCDMA_TAILDESC_PNTR_MSB:
-        write_desc_ptr_locked(offset, v, p);
-        return;
-    case XCDMA_SA:
-    case XCDMA_SA_MSB:
-    case XCDMA_DA:
-    case XCDMA_DA_MSB:
-    case XCDMA_BTT:
-        write_simple_locked(offset, v, p);
-        return;
-    default:
+    if (bank_.write(*this, offset, v, 4, p) != RegResult::Ok) {
         note_locked(p, "store of " + hex(v) + " to reserved offset " + hex(offset) + " ignored");
     }
 }

@@ -49,10 +49,12 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "rackemu/xilinx_cdma_regs.h"
+#include "regbank.h"
 
 namespace rackemu::unimem {
 
@@ -144,6 +146,9 @@ private:
     enum class Move { Done, Failed, Aborted, Stale };
 
     bool valid_access(uint64_t offset, unsigned size, const std::string &what);
+    // The register file (PG034 Table 2-1): one table, decoded by bank_ (regbank.h).
+    static std::span<const Reg<Cdma, Pending>> reg_table();
+    std::string reg_name(uint64_t offset) const;
     uint32_t read32_locked(uint64_t offset, Pending &p);
     void write32_locked(uint64_t offset, uint32_t value, Pending &p);
     void write_cr_locked(uint32_t value, Pending &p);
@@ -174,6 +179,7 @@ private:
     uint64_t epoch_ = 0;      // bumped by reset()/set_state(): a running process() abandons
     bool in_process_ = false; // process() is between its first and last look at s_
     bool reported_ = false;   // level last handed to host.set_irq
+    RegBank<Cdma, Pending> bank_{reg_table()}; // every register is hooked: its state is s_
 
     std::mutex process_mu_; // serialises process(); guards buf_
     std::atomic<bool> rerun_{false};

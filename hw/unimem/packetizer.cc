@@ -72,10 +72,10 @@ uint64_t Packetizer::read(uint64_t offset, unsigned size)
     bool ok = true;
     if (page < UNIMEM_IF_COUNT) {
         const Pif &p = pifs_[page];
-        if (reg < 0x30) {
+        if (reg < PKTZ_PIF_STATUS) {
             v = p.regs[reg / 8];
-        } else if (reg < 0x40) {
-            v = reg < 0x38 ? p.status : 0; // status is [4:0] of a 128-bit register
+        } else if (reg < PKTZ_PIF_END) {
+            v = reg < PKTZ_PIF_STATUS_HI ? p.status : 0; // status is [4:0] of a 128-bit register
         } else {
             ok = false;
         }
@@ -152,7 +152,7 @@ void Packetizer::write(uint64_t offset, uint64_t value, unsigned size)
             return;
         }
     }
-    if (page >= UNIMEM_IF_COUNT || reg >= 0x30) {
+    if (page >= UNIMEM_IF_COUNT || reg >= PKTZ_PIF_STATUS) {
         ctr_.bad_access++;
         lk.unlock();
         guest_error("store to read-only or unmapped offset " + hex(offset) + " ignored");
@@ -179,7 +179,7 @@ void Packetizer::write(uint64_t offset, uint64_t value, unsigned size)
 
     // Third write: the PIF setup is complete (sec. 5.2.3).
     clear_setup(p);
-    const uint64_t dest = p.regs[4] & PKTZ_DEST_MASK;
+    const uint64_t dest = p.regs[PKTZ_PIF_DEST / 8] & PKTZ_DEST_MASK;
     if (!(pid_conf_ & (1ull << page))) {
         // Table 4: with the PID_CONF bit clear a PIF setup initiates no packet.
         p.status = 0;

@@ -677,7 +677,7 @@ std::string Bridge::stats_json()
         std::string name;
         json_escape(name, p.name);
         o << "{\"node\":" << i << ",\"state\":\"" << (p.state == State::Up ? "up" : "down") << "\",\"name\":\""
-          << name << "\",\"frames_in\":" << p.c.frames_in << ",\"frames_out\":" << p.c.frames_out
+          << name << "\",\"caps\":" << p.caps << ",\"frames_in\":" << p.c.frames_in << ",\"frames_out\":" << p.c.frames_out
           << ",\"bytes_in\":" << p.c.bytes_in << ",\"bytes_out\":" << p.c.bytes_out << ",\"drops\":" << p.c.drops
           << ",\"errors\":" << p.c.errors << ",\"connects\":" << p.c.connects
           << ",\"disconnects\":" << p.c.disconnects << ",\"queued\":" << p.overflow.size()

@@ -101,14 +101,14 @@ int main(int argc, char **argv)
     pid_t npid = fork();
     if (npid == 0) { // node 1: its port thread answers echo requests
         char err[256];
-        RkFabricPort *p = rk_fabric_port_new(sock.c_str(), 1, 2, 5000, err, sizeof err);
+        RkFabricPort *p = rk_fabric_port_new(sock.c_str(), 1, 2, 0, 5000, err, sizeof err);
         if (!p) _exit(1);
         rk_fabric_port_start(p);
         pause();
         _exit(0);
     }
     char err[256];
-    RkFabricPort *p = rk_fabric_port_new(sock.c_str(), 0, 2, 5000, err, sizeof err);
+    RkFabricPort *p = rk_fabric_port_new(sock.c_str(), 0, 2, 0, 5000, err, sizeof err);
     if (!p) {
         fprintf(stderr, "rackemu-fabric-bench: %s\n", err);
         return 1;

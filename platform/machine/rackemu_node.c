@@ -18,14 +18,13 @@
 
 #include "rackemu/unimem_regs.h"
 #include "rackemu/fabric_proto.h"
-#include "rk_fabric_port.h"
 #include "rackemu_unimem.h"
 #include "rackemu_gas.h"
 #include "rackemu_cdma.h"
 #include "rackemu/xilinx_cdma_regs.h"
-#include "rk_remote_mem.h"
 #include "rackemu/sonuma_regs.h"
 #include "rackemu_rmc.h"
+#include "rackemu_glue.h"
 #include "exec/memory.h"
 #include <libfdt.h>
 #include "qemu/log.h"
@@ -42,8 +41,8 @@ struct RackemuNodeState {
     bool burst_known_issue;
     uint32_t remote_timeout_ms;
     uint32_t rmc_segment_mb;
-    RkFabricPort *port;
-    RkRemoteMem *rmem;
+    RackemuFabric *fab; /* the node's port to the rack, linked into every device as "fabric" */
+    uint64_t seg_base, seg_size; /* the RMC's context segment at the top of RAM */
 };
 
 struct RackemuNodeClass {
@@ -51,15 +50,37 @@ struct RackemuNodeClass {
     void (*parent_init)(MachineState *ms);
 };
 
-static void rackemu_node_fdt_device(MachineState *ms, const char *what, hwaddr base, hwaddr size,
-                                    const char *compat, unsigned spi, RackemuNodeState *rn)
+/*
+ * The node's devices: one row each, as virt's base_memmap and irqmap (docs/machine.md has the
+ * same table). The machine creates them in this order, gives each the properties it has among
+ * node-id, node-count, fifo-depth and burst-known-issue, links its "fabric" to the node's port
+ * if it has that link, runs the row's wiring hook, realizes it, maps MMIO region 0 at `base`
+ * (and region 1 at `base2`), connects interrupt output 0 to GIC SPI `spi`, and adds its
+ * device-tree node with the row's DT hook.
+ */
+typedef struct RackemuNodeDevice RackemuNodeDevice;
+struct RackemuNodeDevice {
+    const char *type;   /* QOM type */
+    const char *name;   /* device-tree node name (before the unit address) */
+    hwaddr base, size;  /* MMIO region 0 */
+    hwaddr base2;       /* MMIO region 1 (0: none) */
+    int spi;            /* GIC SPI of interrupt output 0 (-1: none) */
+    const char *compat; /* DT compatible */
+    void (*wire)(MachineState *ms, DeviceState *dev);             /* links beyond "fabric"; NULL: none */
+    void (*dt)(MachineState *ms, const RackemuNodeDevice *d);     /* the device-tree node */
+};
+
+/* A node with reg, interrupts, node id and count, and the vmbox FIFO depth (read by the Unimem
+ * drivers from the vmbox and the packetizer alike). */
+static void rackemu_node_fdt_unimem(MachineState *ms, const RackemuNodeDevice *d)
 {
-    char *name = g_strdup_printf("/%s@%" PRIx64, what, base);
+    RackemuNodeState *rn = RACKEMU_NODE_MACHINE(ms);
+    char *name = g_strdup_printf("/%s@%" PRIx64, d->name, (uint64_t)d->base);
 
     qemu_fdt_add_subnode(ms->fdt, name);
-    qemu_fdt_setprop_string(ms->fdt, name, "compatible", compat);
-    qemu_fdt_setprop_sized_cells(ms->fdt, name, "reg", 2, base, 2, size);
-    qemu_fdt_setprop_cells(ms->fdt, name, "interrupts", GIC_FDT_IRQ_TYPE_SPI, spi,
+    qemu_fdt_setprop_string(ms->fdt, name, "compatible", d->compat);
+    qemu_fdt_setprop_sized_cells(ms->fdt, name, "reg", 2, d->base, 2, d->size);
+    qemu_fdt_setprop_cells(ms->fdt, name, "interrupts", GIC_FDT_IRQ_TYPE_SPI, d->spi,
                            GIC_FDT_IRQ_FLAGS_LEVEL_HI);
     qemu_fdt_setprop_cell(ms->fdt, name, "rackemu,node-id", rn->node_id);
     qemu_fdt_setprop_cell(ms->fdt, name, "rackemu,node-count", rn->node_count);
@@ -68,15 +89,15 @@ static void rackemu_node_fdt_device(MachineState *ms, const char *what, hwaddr b
 }
 
 /* The GAS: control page and window, no interrupt (docs/machine.md). */
-static void rackemu_node_fdt_gas(MachineState *ms, RackemuNodeState *rn)
+static void rackemu_node_fdt_gas(MachineState *ms, const RackemuNodeDevice *d)
 {
-    char *name = g_strdup_printf("/gas@%" PRIx64, (uint64_t)RACKEMU_GAS_BASE);
+    RackemuNodeState *rn = RACKEMU_NODE_MACHINE(ms);
+    char *name = g_strdup_printf("/%s@%" PRIx64, d->name, (uint64_t)d->base);
     uint64_t wsize = (uint64_t)rn->node_count * GAS_WINDOW_NODE_SIZE;
 
     qemu_fdt_add_subnode(ms->fdt, name);
-    qemu_fdt_setprop_string(ms->fdt, name, "compatible", RACKEMU_GAS_COMPAT);
-    qemu_fdt_setprop_sized_cells(ms->fdt, name, "reg", 2, RACKEMU_GAS_BASE, 2, GAS_CTRL_SIZE,
-                                 2, GAS_WINDOW_BASE, 2, wsize);
+    qemu_fdt_setprop_string(ms->fdt, name, "compatible", d->compat);
+    qemu_fdt_setprop_sized_cells(ms->fdt, name, "reg", 2, d->base, 2, d->size, 2, d->base2, 2, wsize);
     qemu_fdt_setprop(ms->fdt, name, "reg-names", "ctrl\0window", sizeof("ctrl\0window"));
     qemu_fdt_setprop_cell(ms->fdt, name, "rackemu,node-id", rn->node_id);
     qemu_fdt_setprop_cell(ms->fdt, name, "rackemu,node-count", rn->node_count);
@@ -90,15 +111,16 @@ static void rackemu_node_fdt_gas(MachineState *ms, RackemuNodeState *rn)
  * xilinx_dma driver binds: a parent with the register page, the two AXI clocks and the address
  * width (64: the engine reaches the global address window at 1 TiB), and one channel child.
  */
-static void rackemu_node_fdt_cdma(MachineState *ms, VirtMachineState *vms)
+static void rackemu_node_fdt_cdma(MachineState *ms, const RackemuNodeDevice *d)
 {
-    char *name = g_strdup_printf("/dma@%" PRIx64, (uint64_t)RACKEMU_CDMA_BASE);
-    char *chan = g_strdup_printf("%s/dma-channel@%" PRIx64, name, (uint64_t)RACKEMU_CDMA_BASE);
+    VirtMachineState *vms = VIRT_MACHINE(ms);
+    char *name = g_strdup_printf("/%s@%" PRIx64, d->name, (uint64_t)d->base);
+    char *chan = g_strdup_printf("%s/dma-channel@%" PRIx64, name, (uint64_t)d->base);
     static const char clock_names[] = "s_axi_lite_aclk\0m_axi_aclk";
 
     qemu_fdt_add_subnode(ms->fdt, name);
-    qemu_fdt_setprop_string(ms->fdt, name, "compatible", RACKEMU_CDMA_COMPAT);
-    qemu_fdt_setprop_sized_cells(ms->fdt, name, "reg", 2, RACKEMU_CDMA_BASE, 2, RACKEMU_CDMA_SIZE);
+    qemu_fdt_setprop_string(ms->fdt, name, "compatible", d->compat);
+    qemu_fdt_setprop_sized_cells(ms->fdt, name, "reg", 2, d->base, 2, d->size);
     qemu_fdt_setprop_cell(ms->fdt, name, "#dma-cells", 1);
     qemu_fdt_setprop_cells(ms->fdt, name, "clocks", vms->clock_phandle, vms->clock_phandle);
     qemu_fdt_setprop(ms->fdt, name, "clock-names", clock_names, sizeof(clock_names));
@@ -107,7 +129,7 @@ static void rackemu_node_fdt_cdma(MachineState *ms, VirtMachineState *vms)
 
     qemu_fdt_add_subnode(ms->fdt, chan);
     qemu_fdt_setprop_string(ms->fdt, chan, "compatible", RACKEMU_CDMA_CHANNEL_COMPAT);
-    qemu_fdt_setprop_cells(ms->fdt, chan, "interrupts", GIC_FDT_IRQ_TYPE_SPI, RACKEMU_CDMA_SPI,
+    qemu_fdt_setprop_cells(ms->fdt, chan, "interrupts", GIC_FDT_IRQ_TYPE_SPI, d->spi,
                            GIC_FDT_IRQ_FLAGS_LEVEL_HI);
     qemu_fdt_setprop_cell(ms->fdt, chan, "xlnx,datawidth", RACKEMU_CDMA_DATAWIDTH);
     /* data realignment engine: any source/destination alignment (the core handles any) */
@@ -121,13 +143,14 @@ static void rackemu_node_fdt_cdma(MachineState *ms, VirtMachineState *vms)
  * contexts are carved from, at the top of RAM. Not no-map: the kernel keeps it in its linear map
  * (cacheable, like the rest of RAM) and only keeps its allocators away from it.
  */
-static void rackemu_node_fdt_rmc(MachineState *ms, RackemuNodeState *rn, uint64_t seg_base, uint64_t seg_size)
+static void rackemu_node_fdt_rmc(MachineState *ms, const RackemuNodeDevice *d)
 {
-    char *name = g_strdup_printf("/rmc@%" PRIx64, (uint64_t)RACKEMU_RMC_BASE);
-    char *seg = g_strdup_printf("/reserved-memory/rmc-segment@%" PRIx64, seg_base);
+    RackemuNodeState *rn = RACKEMU_NODE_MACHINE(ms);
+    char *name = g_strdup_printf("/%s@%" PRIx64, d->name, (uint64_t)d->base);
+    char *seg = g_strdup_printf("/reserved-memory/rmc-segment@%" PRIx64, rn->seg_base);
     uint32_t ph = 0;
 
-    if (seg_size) {
+    if (rn->seg_size) {
         if (fdt_path_offset(ms->fdt, "/reserved-memory") < 0) {
             qemu_fdt_add_subnode(ms->fdt, "/reserved-memory");
             qemu_fdt_setprop_cell(ms->fdt, "/reserved-memory", "#address-cells", 2);
@@ -136,14 +159,14 @@ static void rackemu_node_fdt_rmc(MachineState *ms, RackemuNodeState *rn, uint64_
         }
         qemu_fdt_add_subnode(ms->fdt, seg);
         qemu_fdt_setprop_string(ms->fdt, seg, "compatible", RACKEMU_RMC_SEG_COMPAT);
-        qemu_fdt_setprop_sized_cells(ms->fdt, seg, "reg", 2, seg_base, 2, seg_size);
+        qemu_fdt_setprop_sized_cells(ms->fdt, seg, "reg", 2, rn->seg_base, 2, rn->seg_size);
         ph = qemu_fdt_alloc_phandle(ms->fdt);
         qemu_fdt_setprop_cell(ms->fdt, seg, "phandle", ph);
     }
     qemu_fdt_add_subnode(ms->fdt, name);
-    qemu_fdt_setprop_string(ms->fdt, name, "compatible", RACKEMU_RMC_COMPAT);
-    qemu_fdt_setprop_sized_cells(ms->fdt, name, "reg", 2, RACKEMU_RMC_BASE, 2, RMC_MMIO_SIZE);
-    qemu_fdt_setprop_cells(ms->fdt, name, "interrupts", GIC_FDT_IRQ_TYPE_SPI, RACKEMU_RMC_SPI,
+    qemu_fdt_setprop_string(ms->fdt, name, "compatible", d->compat);
+    qemu_fdt_setprop_sized_cells(ms->fdt, name, "reg", 2, d->base, 2, d->size);
+    qemu_fdt_setprop_cells(ms->fdt, name, "interrupts", GIC_FDT_IRQ_TYPE_SPI, d->spi,
                            GIC_FDT_IRQ_FLAGS_LEVEL_HI);
     if (ph) {
         qemu_fdt_setprop_cell(ms->fdt, name, "memory-region", ph);
@@ -154,25 +177,77 @@ static void rackemu_node_fdt_rmc(MachineState *ms, RackemuNodeState *rn, uint64_
     g_free(name);
 }
 
-static DeviceState *rackemu_node_sysbus(const char *type, hwaddr base, unsigned spi, VirtMachineState *vms)
+/* The packetizer delivers local packets into this node's vmbox (created before it). */
+static void rackemu_node_wire_packetizer(MachineState *ms, DeviceState *dev)
 {
-    DeviceState *dev = qdev_new(type);
-    RackemuNodeState *rn = RACKEMU_NODE_MACHINE(vms);
+    Object *vmbox = object_resolve_path_type("", TYPE_RACKEMU_VMBOX, NULL);
 
-    qdev_prop_set_uint32(dev, "node-id", rn->node_id);
-    if (!strcmp(type, TYPE_RACKEMU_VMBOX)) {
-        qdev_prop_set_uint32(dev, "fifo-depth", rn->fifo_depth);
-        qdev_prop_set_bit(dev, "burst-known-issue", rn->burst_known_issue);
-    }
-    sysbus_realize_and_unref(SYS_BUS_DEVICE(dev), &error_fatal);
-    sysbus_mmio_map(SYS_BUS_DEVICE(dev), 0, base);
-    sysbus_connect_irq(SYS_BUS_DEVICE(dev), 0, qdev_get_gpio_in(vms->gic, spi));
-    return dev;
+    object_property_set_link(OBJECT(dev), "vmbox", vmbox, &error_fatal);
 }
 
-static void rackemu_node_rmem_log(void *opaque, const char *msg)
+/* The RMC reads and writes guest RAM and carves contexts from the segment at its top. */
+static void rackemu_node_wire_rmc(MachineState *ms, DeviceState *dev)
 {
-    qemu_log_mask(LOG_GUEST_ERROR, "%s\n", msg);
+    RackemuNodeState *rn = RACKEMU_NODE_MACHINE(ms);
+
+    if (ms->ram) {
+        object_property_set_link(OBJECT(dev), "ram", OBJECT(ms->ram), &error_fatal);
+    }
+    qdev_prop_set_uint64(dev, "ram-base", VIRT_MACHINE(ms)->memmap[VIRT_MEM].base);
+    qdev_prop_set_uint64(dev, "seg-base", rn->seg_size ? rn->seg_base : 0);
+    qdev_prop_set_uint64(dev, "seg-size", rn->seg_size);
+}
+
+static const RackemuNodeDevice rackemu_node_devices[] = {
+    { TYPE_RACKEMU_VMBOX, "vmbox", RACKEMU_VMBOX_BASE, VMBOX_MMIO_SIZE, 0, RACKEMU_VMBOX_SPI,
+      RACKEMU_VMBOX_COMPAT, NULL, rackemu_node_fdt_unimem },
+    { TYPE_RACKEMU_PACKETIZER, "packetizer", RACKEMU_PKTZ_BASE, PKTZ_MMIO_SIZE, 0, RACKEMU_PKTZ_SPI,
+      RACKEMU_PKTZ_COMPAT, rackemu_node_wire_packetizer, rackemu_node_fdt_unimem },
+    { TYPE_RACKEMU_GAS, "gas", RACKEMU_GAS_BASE, GAS_CTRL_SIZE, GAS_WINDOW_BASE, -1,
+      RACKEMU_GAS_COMPAT, NULL, rackemu_node_fdt_gas },
+    { TYPE_RACKEMU_CDMA, "dma", RACKEMU_CDMA_BASE, RACKEMU_CDMA_SIZE, 0, RACKEMU_CDMA_SPI,
+      RACKEMU_CDMA_COMPAT, NULL, rackemu_node_fdt_cdma },
+    { TYPE_RACKEMU_RMC, "rmc", RACKEMU_RMC_BASE, RMC_MMIO_SIZE, 0, RACKEMU_RMC_SPI,
+      RACKEMU_RMC_COMPAT, rackemu_node_wire_rmc, rackemu_node_fdt_rmc },
+};
+
+/* Set `name` on `dev` if the device has that property (the machine-wide device parameters). */
+static void rackemu_node_set_if_present(DeviceState *dev, const char *name, uint64_t value, bool is_bool)
+{
+    if (!object_property_find(OBJECT(dev), name)) {
+        return;
+    }
+    if (is_bool) {
+        qdev_prop_set_bit(dev, name, value != 0);
+    } else {
+        qdev_prop_set_uint32(dev, name, (uint32_t)value);
+    }
+}
+
+static void rackemu_node_create(MachineState *ms, const RackemuNodeDevice *d)
+{
+    RackemuNodeState *rn = RACKEMU_NODE_MACHINE(ms);
+    VirtMachineState *vms = VIRT_MACHINE(ms);
+    DeviceState *dev = qdev_new(d->type);
+
+    rackemu_node_set_if_present(dev, "node-id", rn->node_id, false);
+    rackemu_node_set_if_present(dev, "node-count", rn->node_count, false);
+    rackemu_node_set_if_present(dev, "fifo-depth", rn->fifo_depth, false);
+    rackemu_node_set_if_present(dev, "burst-known-issue", rn->burst_known_issue, true);
+    if (object_property_find(OBJECT(dev), "fabric")) {
+        object_property_set_link(OBJECT(dev), "fabric", OBJECT(rn->fab), &error_fatal);
+    }
+    if (d->wire) {
+        d->wire(ms, dev);
+    }
+    sysbus_realize_and_unref(SYS_BUS_DEVICE(dev), &error_fatal);
+    sysbus_mmio_map(SYS_BUS_DEVICE(dev), 0, d->base);
+    if (d->base2) {
+        sysbus_mmio_map(SYS_BUS_DEVICE(dev), 1, d->base2);
+    }
+    if (d->spi >= 0) {
+        sysbus_connect_irq(SYS_BUS_DEVICE(dev), 0, qdev_get_gpio_in(vms->gic, d->spi));
+    }
 }
 
 static void rackemu_node_init(MachineState *ms)
@@ -180,8 +255,7 @@ static void rackemu_node_init(MachineState *ms)
     RackemuNodeState *rn = RACKEMU_NODE_MACHINE(ms);
     RackemuNodeClass *rnc = RACKEMU_NODE_MACHINE_GET_CLASS(ms);
     VirtMachineState *vms = VIRT_MACHINE(ms);
-    DeviceState *vmbox, *pktz, *gas, *cdma, *rmc;
-    uint64_t seg_size, seg_base;
+    size_t i;
 
     if (rn->node_count < 1 || rn->node_count > RKF_MAX_NODES) {
         error_report("rackemu-node: node-count=%u out of range 1..%u", rn->node_count, RKF_MAX_NODES);
@@ -200,73 +274,49 @@ static void rackemu_node_init(MachineState *ms)
         exit(1);
     }
 
-    seg_size = (uint64_t)rn->rmc_segment_mb << 20;
-    if (seg_size > ms->ram_size / 4) {
+    rn->seg_size = (uint64_t)rn->rmc_segment_mb << 20;
+    if (rn->seg_size > ms->ram_size / 4) {
         error_report("rackemu-node: rmc-segment-mb=%u is more than a quarter of RAM (%" PRIu64 " MiB); "
                      "give the node more memory or a smaller segment", rn->rmc_segment_mb, ms->ram_size >> 20 >> 2);
         exit(1);
     }
 
     rnc->parent_init(ms); /* the whole virt machine, its device tree included */
-    seg_base = vms->memmap[VIRT_MEM].base + ms->ram_size - seg_size;
+    rn->seg_base = vms->memmap[VIRT_MEM].base + ms->ram_size - rn->seg_size;
 
+    /* The node's port to the rack, which every device with a "fabric" link is linked to. */
+    rn->fab = RACKEMU_FABRIC(object_new(TYPE_RACKEMU_FABRIC));
+    object_property_add_child(OBJECT(ms), "rackemu-fabric", OBJECT(rn->fab));
+    object_unref(OBJECT(rn->fab));
     if (rn->fabric && *rn->fabric) {
         char err[256] = "";
-        rn->port = rk_fabric_port_new(rn->fabric, rn->node_id, rn->node_count, 5000, err, sizeof(err));
-        if (!rn->port) {
+        /* Announced in the handshake: this node's vmbox takes mailbox deliveries, its RAM is served
+         * one-sided, and it has an RMC. */
+        rn->fab->port = rk_fabric_port_new(rn->fabric, rn->node_id, rn->node_count,
+                                            RKF_CAP_UNIMEM_MBOX | RKF_CAP_MEM | RKF_CAP_RMC, 5000, err, sizeof(err));
+        if (!rn->fab->port) {
             error_report("rackemu-node: %s", err);
             exit(1);
         }
-        if (!rk_fabric_port_is_up(rn->port)) {
+        if (!rk_fabric_port_is_up(rn->fab->port)) {
             warn_report("rackemu-node: %s; remote operations fail until the bridge is reachable", err);
         }
     }
-
-    vmbox = rackemu_node_sysbus(TYPE_RACKEMU_VMBOX, RACKEMU_VMBOX_BASE, RACKEMU_VMBOX_SPI, vms);
-    pktz = rackemu_node_sysbus(TYPE_RACKEMU_PACKETIZER, RACKEMU_PKTZ_BASE, RACKEMU_PKTZ_SPI, vms);
-    rackemu_unimem_connect(vmbox, pktz, rn->port);
-
     /* One-sided memory: serves other nodes from this node's RAM, carries this node's remote
      * accesses (the GAS window, DMA engines). */
-    rn->rmem = rk_rmem_new(rn->port, rn->node_id, vms->memmap[VIRT_MEM].base, ms->ram_size,
-                           ms->ram ? memory_region_get_ram_ptr(ms->ram) : NULL, rn->remote_timeout_ms,
-                           rackemu_node_rmem_log, rn);
-    gas = qdev_new(TYPE_RACKEMU_GAS);
-    qdev_prop_set_uint32(gas, "node-id", rn->node_id);
-    qdev_prop_set_uint32(gas, "node-count", rn->node_count);
-    sysbus_realize_and_unref(SYS_BUS_DEVICE(gas), &error_fatal);
-    sysbus_mmio_map(SYS_BUS_DEVICE(gas), 0, RACKEMU_GAS_BASE);
-    sysbus_mmio_map(SYS_BUS_DEVICE(gas), 1, GAS_WINDOW_BASE);
-    rackemu_gas_connect(gas, rn->rmem);
+    rn->fab->rmem = rk_rmem_new(rn->fab->port, rn->node_id, vms->memmap[VIRT_MEM].base, ms->ram_size,
+                                 ms->ram ? memory_region_get_ram_ptr(ms->ram) : NULL, rn->remote_timeout_ms,
+                                 rackemu_guest_error, rn);
 
-    cdma = qdev_new(TYPE_RACKEMU_CDMA);
-    qdev_prop_set_uint32(cdma, "node-id", rn->node_id);
-    qdev_prop_set_uint32(cdma, "node-count", rn->node_count);
-    sysbus_realize_and_unref(SYS_BUS_DEVICE(cdma), &error_fatal);
-    sysbus_mmio_map(SYS_BUS_DEVICE(cdma), 0, RACKEMU_CDMA_BASE);
-    sysbus_connect_irq(SYS_BUS_DEVICE(cdma), 0, qdev_get_gpio_in(vms->gic, RACKEMU_CDMA_SPI));
-    rackemu_cdma_connect(cdma, rn->rmem);
-
-    rmc = qdev_new(TYPE_RACKEMU_RMC);
-    qdev_prop_set_uint32(rmc, "node-id", rn->node_id);
-    qdev_prop_set_uint32(rmc, "node-count", rn->node_count);
-    sysbus_realize_and_unref(SYS_BUS_DEVICE(rmc), &error_fatal);
-    sysbus_mmio_map(SYS_BUS_DEVICE(rmc), 0, RACKEMU_RMC_BASE);
-    sysbus_connect_irq(SYS_BUS_DEVICE(rmc), 0, qdev_get_gpio_in(vms->gic, RACKEMU_RMC_SPI));
-    rackemu_rmc_connect(rmc, rn->port, ms->ram ? memory_region_get_ram_ptr(ms->ram) : NULL,
-                        vms->memmap[VIRT_MEM].base, ms->ram_size, seg_size ? seg_base : 0, seg_size, &error_fatal);
-
-    if (rn->port) {
-        rk_fabric_port_start(rn->port); /* every service of the node is registered now */
+    for (i = 0; i < ARRAY_SIZE(rackemu_node_devices); i++) {
+        rackemu_node_create(ms, &rackemu_node_devices[i]);
     }
-
-    rackemu_node_fdt_device(ms, "vmbox", RACKEMU_VMBOX_BASE, VMBOX_MMIO_SIZE, RACKEMU_VMBOX_COMPAT,
-                            RACKEMU_VMBOX_SPI, rn);
-    rackemu_node_fdt_device(ms, "packetizer", RACKEMU_PKTZ_BASE, PKTZ_MMIO_SIZE, RACKEMU_PKTZ_COMPAT,
-                            RACKEMU_PKTZ_SPI, rn);
-    rackemu_node_fdt_gas(ms, rn);
-    rackemu_node_fdt_cdma(ms, vms);
-    rackemu_node_fdt_rmc(ms, rn, seg_base, seg_size);
+    if (rn->fab->port) {
+        rk_fabric_port_start(rn->fab->port); /* every service of the node is bound now */
+    }
+    for (i = 0; i < ARRAY_SIZE(rackemu_node_devices); i++) {
+        rackemu_node_devices[i].dt(ms, &rackemu_node_devices[i]);
+    }
     qemu_fdt_setprop_cell(ms->fdt, "/chosen", "rackemu,node-id", rn->node_id);
     qemu_fdt_setprop_cell(ms->fdt, "/chosen", "rackemu,node-count", rn->node_count);
 }

@@ -17,16 +17,88 @@ QEMU = os.path.join(BUILD, "qemu", "qemu-system-aarch64")
 BRIDGE = os.path.join(BUILD, "host", "rackemu-bridge")
 
 
+_HEADER_CACHE = {}
+# An object-like macro whose expansion can only be an integer expression (no strings, no commas).
+_INT_EXPR = re.compile(r"^[\w\s()<>+\-*|&~^/%]+$")
+
+
 def regs_header(name="unimem_regs.h"):
-    """Constants of hw/include/rackemu/<name> (the one definition), parsed."""
-    path = os.path.join(ROOT, "hw", "include", "rackemu", name)
-    consts = {}
-    for m in re.finditer(r"^#define\s+(\w+)\s+\(?([0-9a-fA-Fx]+)u?l{0,2}\)?\s*(?:/\*.*)?$",
-                         open(path).read(), re.M):
-        consts[m.group(1)] = int(m.group(2).rstrip("uUlL"), 0)
-    for m in re.finditer(r"^#define\s+(\w+)\s+\(1u << (\d+)\)", open(path).read(), re.M):
-        consts[m.group(1)] = 1 << int(m.group(2))
-    return consts
+    """Constants of hw/include/rackemu/<name> (the one definition), as the C compiler sees them.
+
+    Nothing is parsed out of the header's text: the compiler's preprocessor lists the macros the
+    header (and the rackemu headers it includes) defines, and a small program compiled against
+    the header prints the value of every integer macro and of every counter of its counter tables
+    (X-macros named <DEV>_COUNTER_TABLE, whose offsets are <DEV>_CNT_<NAME> and whose size is
+    <DEV>_CNT_COUNT). Counter names in register order: regs_counters(name)[prefix].
+    """
+    return dict(_header(name)[0])
+
+
+def regs_counters(name):
+    """{"RMC": [(NAME, name, description), ...]}: the counter tables of a header, in order."""
+    return _header(name)[1]
+
+
+def _header(name):
+    if name in _HEADER_CACHE:
+        return _HEADER_CACHE[name]
+    inc = os.path.join(ROOT, "hw", "include")
+    path = os.path.join(inc, "rackemu", name)
+    cc = os.environ.get("CC", "cc")
+    pp = subprocess.run([cc, "-E", "-dD", "-I", inc, "-x", "c", path], capture_output=True, text=True, check=True)
+    ours = os.path.join(inc, "rackemu")
+    current, objs, tables = "", [], []
+    for line in pp.stdout.splitlines():
+        m = re.match(r'^# \d+ "([^"]+)"', line)
+        if m:
+            current = m.group(1)
+            continue
+        m = re.match(r"^#define (\w+)(\(?)\s*(.*)$", line)
+        if not m or not os.path.abspath(current).startswith(ours):
+            continue
+        if m.group(2):
+            if m.group(1).endswith("_COUNTER_TABLE"):
+                tables.append(m.group(1)[: -len("_COUNTER_TABLE")])
+        elif m.group(3) and _INT_EXPR.match(m.group(3)) and not m.group(1).endswith("_H"):
+            objs.append(m.group(1))
+    with tempfile.TemporaryDirectory(prefix="rackemu-regs-") as d:
+        for _ in range(5):
+            lines = ["#include <stdio.h>", f'#include "rackemu/{name}"', "int main(void) {"]
+            first = len(lines) + 1
+            for n in objs:
+                lines.append(f'printf("M %s %llu\\n", "{n}", (unsigned long long)({n}));')
+            for t in tables:
+                lines.append(f'#define RK_DUMP_X(N, n, d) printf("C {t} %s %s %llu %s\\n", #N, #n, '
+                             f'(unsigned long long){t}_CNT_##N, d);')
+                lines.append(f"{t}_COUNTER_TABLE(RK_DUMP_X)")
+                lines.append("#undef RK_DUMP_X")
+                lines.append(f'printf("M %s %llu\\n", "{t}_CNT_COUNT", (unsigned long long){t}_CNT_COUNT);')
+            lines += ["return 0;", "}"]
+            src, exe = os.path.join(d, "dump.c"), os.path.join(d, "dump")
+            with open(src, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            r = subprocess.run([cc, "-w", "-I", inc, "-o", exe, src], capture_output=True, text=True)
+            if r.returncode == 0:
+                break
+            # A macro that is not a value after all (e.g. an expression over a type): drop it, retry.
+            bad = {int(x) for x in re.findall(r"dump\.c:(\d+):", r.stderr)}
+            keep = [n for i, n in enumerate(objs) if first + i not in bad]
+            if len(keep) == len(objs):
+                raise RuntimeError(f"cannot evaluate the constants of {name}:\n{r.stderr}")
+            objs = keep
+        out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
+    consts, counters = {}, {}
+    for line in out.splitlines():
+        kind, rest = line.split(" ", 1)
+        if kind == "M":
+            n, v = rest.split(" ")
+            consts[n] = int(v)
+        else:
+            t, big, small, off, desc = rest.split(" ", 4)
+            consts[f"{t}_CNT_{big}"] = int(off)
+            counters.setdefault(t, []).append((big, small, desc))
+    _HEADER_CACHE[name] = (consts, counters)
+    return _HEADER_CACHE[name]
 
 
 class QtestNode:

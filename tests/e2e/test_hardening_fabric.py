@@ -35,7 +35,7 @@ SCRATCH = RAM + 0x4000000
 pytestmark = pytest.mark.skipif(not (os.path.exists(QEMU) and os.path.exists(BRIDGE)),
                                 reason="build first: ./rackemu setup")
 
-# struct PortShm (platform/fabric/shm_ring.h): a 64-byte header, then two rings, each a
+# struct PortShm (hw/fabric/shm_ring.h): a 64-byte header, then two rings, each a
 # 192-byte control block (head, tail, sleeping: one cache line each) and 1024 slots of 256 bytes.
 SLOTS, SLOT = P["RKF_RING_SLOTS"], P["RKF_SLOT_SIZE"]
 RING = 192 + SLOTS * SLOT

@@ -53,10 +53,10 @@ struct BridgeRig {
         std::system(("rm -rf " + dir).c_str());
     }
     // A connected port; started unless `start` is false (register services first, then start).
-    RkFabricPort *port(unsigned id, std::string *err_out = nullptr, bool start = true)
+    RkFabricPort *port(unsigned id, std::string *err_out = nullptr, bool start = true, uint32_t caps = 0)
     {
         char err[256] = "";
-        RkFabricPort *p = rk_fabric_port_new((dir + "/fabric.sock").c_str(), id, 8, 2000, err, sizeof err);
+        RkFabricPort *p = rk_fabric_port_new((dir + "/fabric.sock").c_str(), id, 8, caps, 2000, err, sizeof err);
         if (p && start) rk_fabric_port_start(p);
         if (err_out) *err_out = err;
         return p;

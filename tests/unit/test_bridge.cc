@@ -101,9 +101,26 @@ TEST(Bridge, DuplicateAndOutOfRangeNodeIdsAreRefusedWithAReason)
     EXPECT_NE(err.find("already connected"), std::string::npos) << err;
     char e2[256];
     // The bridge was started for 8 nodes: node 9 of a 16-node view is out of its range.
-    EXPECT_EQ(rk_fabric_port_new((b.dir + "/fabric.sock").c_str(), 9, 16, 1000, e2, sizeof e2), nullptr);
+    EXPECT_EQ(rk_fabric_port_new((b.dir + "/fabric.sock").c_str(), 9, 16, 0, 1000, e2, sizeof e2), nullptr);
     EXPECT_NE(std::string(e2).find("out of range"), std::string::npos) << e2;
     rk_fabric_port_free(n0);
+}
+
+// Capabilities travel in the handshake: the bridge records what each node announced and reports
+// it per port in its stats (docs/fabric.md, "Handshake").
+TEST(Bridge, CapabilitiesAnnouncedInTheHandshakeAreReportedInStats)
+{
+    BridgeRig b;
+    RkFabricPort *n0 = b.port(0, nullptr, true, RKF_CAP_UNIMEM_MBOX | RKF_CAP_MEM | RKF_CAP_RMC);
+    RkFabricPort *n1 = b.port(1, nullptr, true, RKF_CAP_MEM);
+    ASSERT_TRUE(n0 && n1);
+    EXPECT_EQ(rk_fabric_port_caps(n0), RKF_CAP_UNIMEM_MBOX | RKF_CAP_MEM | RKF_CAP_RMC);
+    const std::string st = b.bridge->stats_json();
+    EXPECT_NE(st.find("{\"node\":0,\"state\":\"up\""), std::string::npos) << st;
+    EXPECT_NE(st.find("\"caps\":7,"), std::string::npos) << st;
+    EXPECT_NE(st.find("\"caps\":2,"), std::string::npos) << st;
+    rk_fabric_port_free(n0);
+    rk_fabric_port_free(n1);
 }
 
 TEST(Bridge, MalformedFramesAreDroppedCountedAndDoNotStallOthers)

@@ -126,7 +126,7 @@ TEST(FabricHardening, APortRefusesSharedMemoryThatIsNotSealed)
 {
     FakeBridge fb(false);
     char err[256] = "";
-    RkFabricPort *p = rk_fabric_port_new(fb.path.c_str(), 0, 2, 2000, err, sizeof err);
+    RkFabricPort *p = rk_fabric_port_new(fb.path.c_str(), 0, 2, 0, 2000, err, sizeof err);
     fb.join();
     EXPECT_EQ(p, nullptr);
     EXPECT_NE(std::string(err).find("sealed"), std::string::npos) << err;
@@ -141,7 +141,7 @@ TEST(FabricHardening, APortRefusesPortMemorySmallerThanTheRings)
         static_cast<PortShm *>(m)->magic = RKF_SHM_MAGIC;
         static_cast<PortShm *>(m)->version = RKF_PROTO_VERSION;
         char err[256] = "";
-        RkFabricPort *p = rk_fabric_port_new(fb.path.c_str(), 0, 2, 2000, err, sizeof err);
+        RkFabricPort *p = rk_fabric_port_new(fb.path.c_str(), 0, 2, 0, 2000, err, sizeof err);
         fb.join();
         if (p) {
             rk_fabric_port_start(p);
@@ -381,7 +381,7 @@ TEST(FabricHardening, RemoteMemIgnoresAReplyFromAnotherNodeThanTheOwner)
 {
     FakeBridge fb;
     char err[256] = "";
-    RkFabricPort *port = rk_fabric_port_new(fb.path.c_str(), 0, 4, 2000, err, sizeof err);
+    RkFabricPort *port = rk_fabric_port_new(fb.path.c_str(), 0, 4, 0, 2000, err, sizeof err);
     fb.join();
     ASSERT_NE(port, nullptr) << err;
     std::vector<unsigned char> ram(4096);

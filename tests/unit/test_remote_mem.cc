@@ -1,4 +1,4 @@
-// Unit tests of one-sided remote memory over the fabric (platform/fabric/remote_mem.cc):
+// Unit tests of one-sided remote memory over the fabric (hw/fabric/remote_mem.cc):
 // two or three in-process "nodes" (fabric ports with a RAM buffer each) and a real bridge.
 #include <gtest/gtest.h>
 

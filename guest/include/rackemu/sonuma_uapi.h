@@ -74,13 +74,8 @@ struct rmc_uapi_wait {
 #define RMC_IOC_WAIT         _IOW(RMC_IOC_MAGIC, 0x06, struct rmc_uapi_wait)
 #define RMC_IOC_COUNTERS     _IOR(RMC_IOC_MAGIC, 0x07, __u64[34])
 
-/* Counter names, in RMC_CNT_* order (sysfs `counters`, `rmc counters`). */
-#define RMC_UAPI_COUNTER_NAMES \
-	"wqe_fetched", "cqe_written", "op_read", "op_write", "op_cas", "op_faa", "op_sabre", "st_ok", \
-	"st_abort", "st_remote", "st_bad", "st_unreach", "timeouts", "req_frames", "req_blocks", \
-	"reply_blocks", "stray", "srv_rd_blocks", "srv_wr_blocks", "srv_atomics", "srv_refused", \
-	"srv_malformed", "sabre_reg", "sabre_ok", "abort_locked", "abort_window", "abort_validate", \
-	"validate_stage", "inval_ignored", "att_stalls", "sb_stalls", "spec_blocks", "modeled_ns", \
-	"guest_errors"
+/* Counter names, in RMC_CNT_* order (sysfs `counters`, `rmc counters`): generated from the one
+ * counter table, RMC_COUNTER_TABLE in rackemu/sonuma_regs.h (include it before using this). */
+#define RMC_UAPI_COUNTER_NAMES RMC_CNT_NAMES
 
 #endif /* RACKEMU_SONUMA_UAPI_H */

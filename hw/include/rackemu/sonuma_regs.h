@@ -112,43 +112,55 @@
 #define DB_CQ_TAIL             0x18u    /* R: mirror of QP_CQ_TAIL */
 #define DB_STATUS              0x20u    /* R: mirror of QP_STATUS */
 
-/* ---- Counters: RMC_COUNTERS + RMC_CNT_* (R, 64-bit) ---- */
-#define RMC_CNT_WQE_FETCHED    0x000u
-#define RMC_CNT_CQE_WRITTEN    0x008u
-#define RMC_CNT_OP_READ        0x010u   /* requests issued by this node, per opcode */
-#define RMC_CNT_OP_WRITE       0x018u
-#define RMC_CNT_OP_CAS         0x020u
-#define RMC_CNT_OP_FAA         0x028u
-#define RMC_CNT_OP_SABRE       0x030u
-#define RMC_CNT_ST_OK          0x038u   /* completions, per status */
-#define RMC_CNT_ST_ABORT       0x040u
-#define RMC_CNT_ST_REMOTE      0x048u
-#define RMC_CNT_ST_BAD         0x050u
-#define RMC_CNT_ST_UNREACH     0x058u   /* UNREACHABLE and UNCERTAIN */
-#define RMC_CNT_TIMEOUTS       0x060u
-#define RMC_CNT_REQ_FRAMES     0x068u   /* request frames sent */
-#define RMC_CNT_REQ_BLOCKS     0x070u   /* 64-byte block requests sent (per-block semantics) */
-#define RMC_CNT_REPLY_BLOCKS   0x078u   /* 64-byte block replies received */
-#define RMC_CNT_STRAY          0x080u   /* frames for no pending request (late, orphaned) or from
-                                         * another node than the request's destination (dropped) */
-#define RMC_CNT_SRV_RD_BLOCKS  0x088u   /* R2P2: blocks read for other nodes */
-#define RMC_CNT_SRV_WR_BLOCKS  0x090u   /* R2P2: blocks written for other nodes */
-#define RMC_CNT_SRV_ATOMICS    0x098u
-#define RMC_CNT_SRV_REFUSED    0x0a0u   /* R2P2: remote access errors answered */
-#define RMC_CNT_SRV_MALFORMED  0x0a8u
-#define RMC_CNT_SABRE_REG      0x0b0u   /* R2P2: SABRes registered in the ATT */
-#define RMC_CNT_SABRE_OK       0x0b8u
-#define RMC_CNT_ABORT_LOCKED   0x0c0u   /* version odd when read */
-#define RMC_CNT_ABORT_WINDOW   0x0c8u   /* invalidation of a read block inside the window */
-#define RMC_CNT_ABORT_VALIDATE 0x0d0u   /* validate stage read another version */
-#define RMC_CNT_VALIDATE_STAGE 0x0d8u   /* base-block invalidations that led to the validate stage */
-#define RMC_CNT_INVAL_IGNORED  0x0e0u   /* invalidations after the version was read (not base) */
-#define RMC_CNT_ATT_STALLS     0x0e8u   /* registrations that waited for a free ATT entry */
-#define RMC_CNT_SB_STALLS      0x0f0u   /* unroll stopped: stream buffer full in the window */
-#define RMC_CNT_SPEC_BLOCKS    0x0f8u   /* blocks read speculatively (inside the window) */
-#define RMC_CNT_MODELED_NS     0x100u   /* sum of CQE modeled_ns */
-#define RMC_CNT_GUEST_ERRORS   0x108u
-#define RMC_CNT_COUNT          34u
+/* ---- Counters: RMC_COUNTERS + RMC_CNT_* (R, 64-bit) ----
+ * The one list of the RMC's counters, in register order (counter i at RMC_COUNTERS + 8 * i):
+ * X(NAME, name, description). From it come the offsets RMC_CNT_NAME, RMC_CNT_COUNT, the guest's
+ * names (RMC_CNT_NAMES: the driver's sysfs `counters`, `rmc counters`), the core's storage, and the
+ * tables that the tests and the docs read (tests/e2e/qtest.py reads it through the compiler). */
+#define RMC_COUNTER_TABLE(X) \
+    X(WQE_FETCHED,    wqe_fetched,    "WQEs fetched from the work queues") \
+    X(CQE_WRITTEN,    cqe_written,    "CQEs written to the completion queues") \
+    X(OP_READ,        op_read,        "requests issued by this node, per opcode: read") \
+    X(OP_WRITE,       op_write,       "requests issued: write") \
+    X(OP_CAS,         op_cas,         "requests issued: compare-and-swap") \
+    X(OP_FAA,         op_faa,         "requests issued: fetch-and-add") \
+    X(OP_SABRE,       op_sabre,       "requests issued: SABRe") \
+    X(ST_OK,          st_ok,          "completions, per status: OK") \
+    X(ST_ABORT,       st_abort,       "completions: SABRe aborted") \
+    X(ST_REMOTE,      st_remote,      "completions: remote access error") \
+    X(ST_BAD,         st_bad,         "completions: bad request") \
+    X(ST_UNREACH,     st_unreach,     "completions: UNREACHABLE and UNCERTAIN") \
+    X(TIMEOUTS,       timeouts,       "requests that timed out") \
+    X(REQ_FRAMES,     req_frames,     "request frames sent") \
+    X(REQ_BLOCKS,     req_blocks,     "64-byte block requests sent (per-block semantics)") \
+    X(REPLY_BLOCKS,   reply_blocks,   "64-byte block replies received") \
+    X(STRAY,          stray,          "frames for no pending request (late, orphaned) or from another node " \
+                                      "than the request's destination (dropped)") \
+    X(SRV_RD_BLOCKS,  srv_rd_blocks,  "R2P2: blocks read for other nodes") \
+    X(SRV_WR_BLOCKS,  srv_wr_blocks,  "R2P2: blocks written for other nodes") \
+    X(SRV_ATOMICS,    srv_atomics,    "R2P2: atomics executed for other nodes") \
+    X(SRV_REFUSED,    srv_refused,    "R2P2: remote access errors answered") \
+    X(SRV_MALFORMED,  srv_malformed,  "R2P2: malformed requests answered") \
+    X(SABRE_REG,      sabre_reg,      "R2P2: SABRes registered in the ATT") \
+    X(SABRE_OK,       sabre_ok,       "R2P2: SABRes completed without conflict") \
+    X(ABORT_LOCKED,   abort_locked,   "SABRe aborts: version odd when read") \
+    X(ABORT_WINDOW,   abort_window,   "SABRe aborts: invalidation of a read block inside the window") \
+    X(ABORT_VALIDATE, abort_validate, "SABRe aborts: validate stage read another version") \
+    X(VALIDATE_STAGE, validate_stage, "base-block invalidations that led to the validate stage") \
+    X(INVAL_IGNORED,  inval_ignored,  "invalidations after the version was read (not base)") \
+    X(ATT_STALLS,     att_stalls,     "registrations that waited for a free ATT entry") \
+    X(SB_STALLS,      sb_stalls,      "unroll stopped: stream buffer full in the window") \
+    X(SPEC_BLOCKS,    spec_blocks,    "blocks read speculatively (inside the window)") \
+    X(MODELED_NS,     modeled_ns,     "sum of CQE modeled_ns") \
+    X(GUEST_ERRORS,   guest_errors,   "guest errors logged")
+
+#define RMC_CNT_X_INDEX_(N, n, d) RMC_CNT_INDEX_##N,
+#define RMC_CNT_X_OFFSET_(N, n, d) RMC_CNT_##N = 8 * RMC_CNT_INDEX_##N,
+#define RMC_CNT_X_NAME_(N, n, d) #n,
+enum rmc_counter_index { RMC_COUNTER_TABLE(RMC_CNT_X_INDEX_) RMC_CNT_COUNT };
+enum rmc_counter_offset { RMC_COUNTER_TABLE(RMC_CNT_X_OFFSET_) };
+/* The counters' names in register order, for an initializer: { RMC_CNT_NAMES } */
+#define RMC_CNT_NAMES RMC_COUNTER_TABLE(RMC_CNT_X_NAME_)
 
 /* ---- Work Queue entry (64 bytes, written by software) ---- */
 #define RMC_OP_READ            1u       /* remote -> local buffer */
@@ -287,11 +299,13 @@ struct rkf_rmc_done {
 #define RACKEMU_RMC_SEG_COMPAT "rackemu,rmc-segment"
 
 #ifdef __cplusplus
+static_assert(RMC_CNT_COUNT == 34, "RMC_IOC_COUNTERS (sonuma_uapi.h) carries 34 counters");
 static_assert(sizeof(struct rmc_wqe) == RMC_WQE_SIZE, "WQE is 64 bytes");
 static_assert(sizeof(struct rmc_cqe) == RMC_CQE_SIZE, "CQE is 32 bytes");
 static_assert(sizeof(struct rkf_rmc_req) == 32 && sizeof(struct rkf_rmc_done) == 32, "wire");
 static_assert(sizeof(struct rkf_rmc_data) + RMC_WIRE_DATA_MAX <= 224, "a data chunk fits a slot");
 #elif !defined(__KERNEL__)
+_Static_assert(RMC_CNT_COUNT == 34, "RMC_IOC_COUNTERS (sonuma_uapi.h) carries 34 counters");
 _Static_assert(sizeof(struct rmc_wqe) == RMC_WQE_SIZE, "WQE is 64 bytes");
 _Static_assert(sizeof(struct rmc_cqe) == RMC_CQE_SIZE, "CQE is 32 bytes");
 #endif

@@ -72,6 +72,8 @@
 #define PKTZ_PIF_PAYLOAD1      0x10u   /* bits [127:0] are transmitted */
 #define PKTZ_PIF_DEST          0x20u   /* bits [39:0]: global address of the target MIF */
 #define PKTZ_PIF_STATUS        0x30u   /* R: status bits below */
+#define PKTZ_PIF_STATUS_HI     0x38u   /* R: 0 (STATUS is a 128-bit register; bits [127:64]) */
+#define PKTZ_PIF_END           0x40u   /* end of a PIF's registers; the rest of the page is unmapped */
 #define PKTZ_ST_PEND           (1u << 0) /* packet under preparation/transmission */
 #define PKTZ_ST_ILLEGAL        (1u << 1) /* destination outside the BASE_DEST window */
 #define PKTZ_ST_NACK           (1u << 2) /* negative acknowledgement received */

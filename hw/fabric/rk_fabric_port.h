@@ -33,10 +33,12 @@ typedef void (*rk_fabric_reply_fn)(void *opaque, const struct rkf_frame_hdr *hdr
 typedef void (*rk_fabric_link_fn)(void *opaque, int up);
 
 /* Create the port and try to connect to the bridge at `socket_path` for up to
- * `connect_timeout_ms` (0: one attempt). A refused handshake (bad node id, duplicate) is
+ * `connect_timeout_ms` (0: one attempt). `caps` (RKF_CAP_*: the services this node's devices
+ * serve) is announced in the handshake, on the first connect and on every reconnect; the bridge
+ * records it and reports it in its stats. A refused handshake (bad node id, duplicate) is
  * fatal: returns NULL with the bridge's reason in `err`. An absent bridge is not: the port is
  * returned down and reconnects in the background. */
-RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsigned node_count,
+RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsigned node_count, uint32_t caps,
                                  unsigned connect_timeout_ms, char *err, size_t errlen);
 /* Start the port's service thread. Frames that arrive before it starts wait in the ring, so
  * register every service first, then start. */
@@ -59,6 +61,7 @@ int rk_fabric_port_send_raw(RkFabricPort *port, const struct rkf_frame_hdr *hdr,
 
 int rk_fabric_port_is_up(RkFabricPort *port);
 unsigned rk_fabric_port_node_id(RkFabricPort *port);
+uint32_t rk_fabric_port_caps(RkFabricPort *port);
 
 struct rk_fabric_port_stats {
     uint64_t frames_tx, frames_rx, bytes_tx, bytes_rx, bad_frames, send_failures, link_downs,

@@ -66,6 +66,7 @@ bool safe_to_map(int fd, size_t need, const char *what, char *err, size_t errlen
 struct RkFabricPort {
     std::string path;
     unsigned node_id = 0, node_count = 0;
+    uint32_t caps = 0; // RKF_CAP_* announced in every rkf_hello (first connect and reconnects)
     std::mutex tx_mu; // producers on to_bridge; also guards the mapping
     std::atomic<bool> up{false};
     int sock = -1;
@@ -112,7 +113,7 @@ int RkFabricPort::connect_once(char *err, size_t errlen)
     hello.version = RKF_PROTO_VERSION;
     hello.node_id = node_id;
     hello.node_count = node_count;
-    hello.caps = RKF_CAP_UNIMEM_MBOX;
+    hello.caps = caps;
     snprintf(hello.name, sizeof hello.name, "node%u pid %d", node_id, int(getpid()));
     if (send(s, &hello, sizeof hello, MSG_NOSIGNAL) != sizeof hello) {
         fmt(err, errlen, "handshake send failed: %s", strerror(errno));
@@ -341,7 +342,7 @@ void RkFabricPort::run()
 
 extern "C" {
 
-RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsigned node_count,
+RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsigned node_count, uint32_t caps,
                                  unsigned connect_timeout_ms, char *err, size_t errlen)
 {
     if (!socket_path || !*socket_path) {
@@ -357,6 +358,7 @@ RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsi
     p->path = socket_path;
     p->node_id = node_id;
     p->node_count = node_count;
+    p->caps = caps;
     const uint64_t deadline = now_ns() + uint64_t(connect_timeout_ms) * 1000000ull;
     for (;;) {
         int rc = p->connect_once(err, errlen);
@@ -450,6 +452,7 @@ int rk_fabric_port_send_raw(RkFabricPort *p, const struct rkf_frame_hdr *h, cons
 
 int rk_fabric_port_is_up(RkFabricPort *p) { return p->up.load() ? 1 : 0; }
 unsigned rk_fabric_port_node_id(RkFabricPort *p) { return p->node_id; }
+uint32_t rk_fabric_port_caps(RkFabricPort *p) { return p->caps; }
 
 void rk_fabric_port_get_stats(RkFabricPort *p, struct rk_fabric_port_stats *o)
 {

@@ -146,7 +146,7 @@ int worse(int a, int b)
 } // namespace
 
 struct RkRemoteMem {
-    RkFabricPort *port = nullptr;
+    RkFabricEndpoint *ep = nullptr; // RKF_SVC_MEM on the node's port; NULL: no fabric
     unsigned node_id = 0;
     uint64_t ram_base = 0, ram_size = 0;
     unsigned char *ram = nullptr;
@@ -170,7 +170,7 @@ struct RkRemoteMem {
     int local_access(Call &c);
     int remote_access(Call &c);
     void complete_locked(const Pending &p, int status);
-    void serve(RkFabricPort *port, const rkf_frame_hdr &h, const unsigned char *payload);
+    void serve(RkFabricEndpoint *ep, const rkf_frame_hdr &h, const unsigned char *payload);
     void on_reply(const rkf_frame_hdr &h, const unsigned char *payload);
     void on_link(bool up);
     int account(Call &c, int status);
@@ -254,7 +254,7 @@ void RkRemoteMem::on_link(bool up)
 
 int RkRemoteMem::remote_access(Call &c)
 {
-    if (!port) return RK_RMEM_UNREACHABLE;
+    if (!ep) return RK_RMEM_UNREACHABLE;
     const uint32_t nchunks = uint32_t((c.len + RKF_MEM_CHUNK - 1) / RKF_MEM_CHUNK);
     const uint64_t deadline = now_ns() + uint64_t(timeout_ms) * 1000000ull;
     uint32_t sent = 0, stop_at = nchunks;
@@ -285,7 +285,7 @@ int RkRemoteMem::remote_access(Call &c)
                 pending[h.tag] = Pending{&c, off, len};
             }
             frames++;
-            if (rk_fabric_port_send(port, &h, buf) != 0) {
+            if (rk_fabric_endpoint_send(ep, &h, buf) != 0) {
                 std::lock_guard lk(mu);
                 auto it = pending.find(h.tag);
                 if (it != pending.end()) { // not completed by a link-down meanwhile
@@ -351,7 +351,7 @@ int RkRemoteMem::account(Call &c, int status)
 }
 
 // Port thread: another node reads or writes this node's RAM.
-void RkRemoteMem::serve(RkFabricPort *p, const rkf_frame_hdr &h, const unsigned char *payload)
+void RkRemoteMem::serve(RkFabricEndpoint *p, const rkf_frame_hdr &h, const unsigned char *payload)
 {
     rkf_mem_req req{};
     if (h.type != RKF_T_REQ) return; // one-way messages are not part of this service
@@ -362,12 +362,12 @@ void RkRemoteMem::serve(RkFabricPort *p, const rkf_frame_hdr &h, const unsigned 
         served_malformed++;
         log("rackemu-rmem: malformed memory request from node %u (op %u, %u bytes) refused", unsigned(h.src),
             unsigned(h.op), unsigned(h.len));
-        rk_fabric_port_reply(p, &h, RKF_ST_BAD_FRAME, nullptr, 0);
+        rk_fabric_endpoint_reply(p, &h, RKF_ST_BAD_FRAME, nullptr, 0);
         return;
     }
     if (!in_ram(req.addr, req.len)) {
         served_refused++;
-        rk_fabric_port_reply(p, &h, RKF_ST_REFUSED, nullptr, 0);
+        rk_fabric_endpoint_reply(p, &h, RKF_ST_REFUSED, nullptr, 0);
         return;
     }
     unsigned char *ramp = ram + (req.addr - ram_base);
@@ -375,18 +375,18 @@ void RkRemoteMem::serve(RkFabricPort *p, const rkf_frame_hdr &h, const unsigned 
     if (is_write) {
         served_writes++;
         ram_store(ramp, payload + sizeof req, req.len);
-        rk_fabric_port_reply(p, &h, RKF_ST_OK, nullptr, 0);
+        rk_fabric_endpoint_reply(p, &h, RKF_ST_OK, nullptr, 0);
     } else {
         served_reads++;
         unsigned char data[RKF_MEM_CHUNK];
         ram_load(data, ramp, req.len);
-        rk_fabric_port_reply(p, &h, RKF_ST_OK, data, uint16_t(req.len));
+        rk_fabric_endpoint_reply(p, &h, RKF_ST_OK, data, uint16_t(req.len));
     }
 }
 
 extern "C" {
 
-static void rmem_on_request(void *opaque, RkFabricPort *port, const struct rkf_frame_hdr *h,
+static void rmem_on_request(void *opaque, RkFabricEndpoint *port, const struct rkf_frame_hdr *h,
                             const void *payload)
 {
     static_cast<RkRemoteMem *>(opaque)->serve(port, *h, static_cast<const unsigned char *>(payload));
@@ -406,7 +406,6 @@ RkRemoteMem *rk_rmem_new(RkFabricPort *port, unsigned node_id, uint64_t ram_base
                          void *ram_host, unsigned timeout_ms, rk_rmem_log_fn log, void *log_opaque)
 {
     auto *m = new RkRemoteMem;
-    m->port = port;
     m->node_id = node_id;
     m->ram_base = ram_base;
     m->ram_size = ram_host ? ram_size : 0;
@@ -419,16 +418,15 @@ RkRemoteMem *rk_rmem_new(RkFabricPort *port, unsigned node_id, uint64_t ram_base
         seed = std::random_device{}() ^ (now_ns() << 20);
     }
     m->next_tag = seed | 1; // never 0
-    if (port) {
-        rk_fabric_port_register(port, RKF_SVC_MEM, rmem_on_request, rmem_on_reply, rmem_on_link, m);
-    }
+    static const rk_fabric_service ops = {rmem_on_request, rmem_on_reply, rmem_on_link};
+    m->ep = rk_fabric_bind(port, RKF_SVC_MEM, &ops, m);
     return m;
 }
 
 void rk_rmem_free(RkRemoteMem *m)
 {
     if (!m) return;
-    if (m->port) rk_fabric_port_register(m->port, RKF_SVC_MEM, nullptr, nullptr, nullptr, nullptr);
+    rk_fabric_unbind(m->ep);
     delete m;
 }
 

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rk_fabric_port.h"
+#include "rk_fabric_endpoint.h"
 
 #ifdef __cplusplus
 extern "C" {
