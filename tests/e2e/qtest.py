@@ -17,7 +17,7 @@ QEMU = os.path.join(BUILD, "qemu", "qemu-system-aarch64")
 BRIDGE = os.path.join(BUILD, "host", "rackemu-bridge")
 
 
-_HEADER_CACHE = {}
+_HEADER_CACHE: dict[str, tuple] = {}  # header name -> its constants and tables
 # An object-like macro whose expansion can only be an integer expression (no strings, no commas).
 _INT_EXPR = re.compile(r"^[\w\s()<>+\-*|&~^/%]+$")
 

@@ -10,6 +10,8 @@
  */
 #ifndef RACKEMU_UNIMEM_REGS_H
 #define RACKEMU_UNIMEM_REGS_H
+/* Register and packet tables are aligned by hand: clang-format leaves them alone (docs/style.md). */
+/* clang-format off */
 
 #include "rackemu/rk_types.h"
 
@@ -152,4 +154,5 @@
 #define RACKEMU_PKTZ_COMPAT    "rackemu,unimem-packetizer"
 #define RACKEMU_GAS_COMPAT     "rackemu,unimem-gas"
 
+/* clang-format on */
 #endif /* RACKEMU_UNIMEM_REGS_H */

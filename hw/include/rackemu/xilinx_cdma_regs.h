@@ -17,6 +17,8 @@
  */
 #ifndef RACKEMU_XILINX_CDMA_REGS_H
 #define RACKEMU_XILINX_CDMA_REGS_H
+/* Register and packet tables are aligned by hand: clang-format leaves them alone (docs/style.md). */
+/* clang-format off */
 
 #include "rackemu/rk_types.h"
 
@@ -121,4 +123,5 @@ struct xcdma_desc {
 #define RACKEMU_CDMA_ADDRWIDTH 64u    /* DT xlnx,addrwidth (parent node) */
 #define RACKEMU_CDMA_DATAWIDTH 64u    /* DT xlnx,datawidth (channel node), in bits */
 
+/* clang-format on */
 #endif /* RACKEMU_XILINX_CDMA_REGS_H */
