@@ -195,8 +195,10 @@ static void rackemu_cdma_reset(DeviceState *dev)
 }
 
 
-/* Caveat: the engine's registers and an in-flight transfer live in the C++ core and are not
- * serialised: snapshots and migration are refused rather than silently losing them. */
+/*
+ * Caveat: the engine's registers and an in-flight transfer live in the C++ core and are not
+ * serialised: snapshots and migration are refused rather than silently losing them.
+ */
 static const VMStateDescription rackemu_cdma_vmstate = {
     .name = "rackemu-cdma",
     .unmigratable = 1,

@@ -7,7 +7,9 @@
 
 #define TYPE_RACKEMU_CDMA "rackemu-cdma"
 
-/* Link "fabric" (rackemu_glue.h): the node's memory transport for transfers to and from other
- * nodes. */
+/*
+ * Link "fabric" (rackemu_glue.h): the node's memory transport for transfers to and from other
+ * nodes.
+ */
 
 #endif

@@ -7,7 +7,9 @@
 
 #define TYPE_RACKEMU_GAS "rackemu-gas"
 
-/* Link "fabric" (rackemu_glue.h): the node's memory transport, which the window's accesses
- * use. MMIO region 0 is the control page, region 1 the window (at GAS_WINDOW_BASE). */
+/*
+ * Link "fabric" (rackemu_glue.h): the node's memory transport, which the window's accesses
+ * use. MMIO region 0 is the control page, region 1 the window (at GAS_WINDOW_BASE).
+ */
 
 #endif

@@ -55,9 +55,11 @@ struct RackemuFabric {
     RkRemoteMem *rmem;  /* NULL: no remote memory */
 };
 
-/* Bind service `svc` (RKF_SVC_*) of a device to the node's port: the one way any device binds.
+/*
+ * Bind service `svc` (RKF_SVC_*) of a device to the node's port: the one way any device binds.
  * NULL (no fabric: sends fail with -ENOTCONN) if `f` or its port is NULL. Call it in realize:
- * the machine starts the port after every device is realized. */
+ * the machine starts the port after every device is realized.
+ */
 RkFabricEndpoint *rackemu_fabric_bind(RackemuFabric *f, unsigned svc, const struct rk_fabric_service *ops,
                                       void *opaque);
 /* The port (for a core whose C API binds itself, e.g. the RMC) and remote memory; NULL-safe. */

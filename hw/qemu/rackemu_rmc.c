@@ -64,8 +64,10 @@ static void rackemu_rmc_write(void *opaque, hwaddr addr, uint64_t data, unsigned
         return;
     }
     rk_rmc_write(s->core, addr, data, size);
-    /* A W1C of IRQ_STATUS or a CTRL write must lower the line before the guest's handler
-     * returns, not a main-loop iteration later (a vCPU holds the big lock: set at once). */
+    /*
+     * A W1C of IRQ_STATUS or a CTRL write must lower the line before the guest's handler
+     * returns, not a main-loop iteration later (a vCPU holds the big lock: set at once).
+     */
     if (addr == RMC_REG_IRQ_STATUS || addr == RMC_REG_CTRL) {
         rackemu_irq_update(&s->irq);
     }
@@ -88,8 +90,10 @@ static void rackemu_rmc_realize(DeviceState *dev, Error **errp)
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
     rackemu_irq_init(&s->irq, SYS_BUS_DEVICE(s), rackemu_rmc_irq_level, s);
 
-    /* The core: guest RAM, the reserved context segment (properties seg-base, seg-size) and the
-     * node's port, to which it binds the RMC service (before the machine starts the port). */
+    /*
+     * The core: guest RAM, the reserved context segment (properties seg-base, seg-size) and the
+     * node's port, to which it binds the RMC service (before the machine starts the port).
+     */
     s->cfg.speculation = s->speculation;
     s->cfg.ram_host = s->ram ? memory_region_get_ram_ptr(s->ram) : NULL;
     s->cfg.ram_size = s->ram ? memory_region_size(s->ram) : 0;
@@ -110,8 +114,10 @@ static void rackemu_rmc_reset(DeviceState *dev)
     }
 }
 
-/* Caveat: queue pairs, contexts and in-flight transfers live in the C++ core and are not
- * serialised: snapshots and migration are refused rather than silently losing them. */
+/*
+ * Caveat: queue pairs, contexts and in-flight transfers live in the C++ core and are not
+ * serialised: snapshots and migration are refused rather than silently losing them.
+ */
 static const VMStateDescription rackemu_rmc_vmstate = {
     .name = "rackemu-rmc",
     .unmigratable = 1,

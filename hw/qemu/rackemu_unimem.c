@@ -55,8 +55,10 @@ static int rackemu_vmbox_irq_level(void *opaque)
     return rk_vmbox_irq_level(s->core);
 }
 
-/* Called by the core after the interrupt level may have changed: from a vCPU or from the
- * fabric port thread (rackemu_glue.h). */
+/*
+ * Called by the core after the interrupt level may have changed: from a vCPU or from the
+ * fabric port thread (rackemu_glue.h).
+ */
 static void rackemu_vmbox_irq(void *opaque, int level)
 {
     RackemuVmboxState *s = opaque;
@@ -114,8 +116,10 @@ static void rackemu_vmbox_reset(DeviceState *dev)
     }
 }
 
-/* Caveat: FIFO contents and PIF state live in the C++ cores and are not serialised yet, so
- * snapshots and migration are refused instead of silently losing them. */
+/*
+ * Caveat: FIFO contents and PIF state live in the C++ cores and are not serialised yet, so
+ * snapshots and migration are refused instead of silently losing them.
+ */
 static const VMStateDescription rackemu_unimem_vmstate = {
     .name = "rackemu-unimem",
     .unmigratable = 1,
@@ -184,9 +188,11 @@ static void rackemu_unimem_on_request(void *opaque, RkFabricEndpoint *ep, const 
     struct rkf_mbox_deliver d;
     size_t hdr = offsetof(struct rkf_mbox_deliver, words);
 
-    /* The fabric port connects during machine init, before QEMU's first system reset, which
+    /*
+     * The fabric port connects during machine init, before QEMU's first system reset, which
      * empties the FIFOs: hold a delivery that arrives in that window until the reset is done,
-     * rather than acknowledge a packet that the reset then discards. */
+     * rather than acknowledge a packet that the reset then discards.
+     */
     for (int i = 0; i < 5000 && !qatomic_read(&s->vmbox->ready); i++) {
         g_usleep(1000);
     }

@@ -8,8 +8,10 @@
 #define TYPE_RACKEMU_VMBOX "rackemu-vmbox"
 #define TYPE_RACKEMU_PACKETIZER "rackemu-packetizer"
 
-/* The packetizer's links: "vmbox" (its node's mailbox, for local deliveries; required) and
+/*
+ * The packetizer's links: "vmbox" (its node's mailbox, for local deliveries; required) and
  * "fabric" (rackemu_glue.h: remote deliveries; unset for a node without a fabric). It serves
- * other nodes' deliveries into the vmbox from the port thread. */
+ * other nodes' deliveries into the vmbox from the port thread.
+ */
 
 #endif

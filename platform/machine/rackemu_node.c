@@ -70,8 +70,10 @@ struct RackemuNodeDevice {
     void (*dt)(MachineState *ms, const RackemuNodeDevice *d);     /* the device-tree node */
 };
 
-/* A node with reg, interrupts, node id and count, and the vmbox FIFO depth (read by the Unimem
- * drivers from the vmbox and the packetizer alike). */
+/*
+ * A node with reg, interrupts, node id and count, and the vmbox FIFO depth (read by the Unimem
+ * drivers from the vmbox and the packetizer alike).
+ */
 static void rackemu_node_fdt_unimem(MachineState *ms, const RackemuNodeDevice *d)
 {
     RackemuNodeState *rn = RACKEMU_NODE_MACHINE(ms);
@@ -290,8 +292,10 @@ static void rackemu_node_init(MachineState *ms)
     object_unref(OBJECT(rn->fab));
     if (rn->fabric && *rn->fabric) {
         char err[256] = "";
-        /* Announced in the handshake: this node's vmbox takes mailbox deliveries, its RAM is served
-         * one-sided, and it has an RMC. */
+        /*
+         * Announced in the handshake: this node's vmbox takes mailbox deliveries, its RAM is served
+         * one-sided, and it has an RMC.
+         */
         rn->fab->port = rk_fabric_port_new(rn->fabric, rn->node_id, rn->node_count,
                                             RKF_CAP_UNIMEM_MBOX | RKF_CAP_MEM | RKF_CAP_RMC, 5000, err, sizeof(err));
         if (!rn->fab->port) {
@@ -302,8 +306,10 @@ static void rackemu_node_init(MachineState *ms)
             warn_report("rackemu-node: %s; remote operations fail until the bridge is reachable", err);
         }
     }
-    /* One-sided memory: serves other nodes from this node's RAM, carries this node's remote
-     * accesses (the GAS window, DMA engines). */
+    /*
+     * One-sided memory: serves other nodes from this node's RAM, carries this node's remote
+     * accesses (the GAS window, DMA engines).
+     */
     rn->fab->rmem = rk_rmem_new(rn->fab->port, rn->node_id, vms->memmap[VIRT_MEM].base, ms->ram_size,
                                  ms->ram ? memory_region_get_ram_ptr(ms->ram) : NULL, rn->remote_timeout_ms,
                                  rackemu_guest_error, rn);
