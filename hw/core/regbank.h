@@ -42,8 +42,8 @@ template <class Dev, class Ctx> struct Reg {
 
 enum class RegResult : uint8_t {
     Ok,
-    Unmapped,  // no register there, or the access straddles a register's end
-    ReadOnly,  // a write to an RO register (nothing changed)
+    Unmapped, // no register there, or the access straddles a register's end
+    ReadOnly, // a write to an RO register (nothing changed)
 };
 
 template <class Dev, class Ctx> class RegBank {
@@ -55,7 +55,8 @@ public:
     // Reload the reset value of every bank-stored register.
     void reset()
     {
-        for (size_t i = 0; i < regs_.size(); i++) vals_[i] = regs_[i].reset;
+        for (size_t i = 0; i < regs_.size(); i++)
+            vals_[i] = regs_[i].reset;
     }
 
     // The register that contains `offset`, or nullptr.
@@ -92,7 +93,8 @@ public:
         const uint64_t lane = mask(size) << sh, raw = (data & mask(size)) << sh;
         const uint64_t old = value(dev, *r, ctx);
         const uint64_t bits = r->writable & lane;
-        const uint64_t merged = r->access == RegAccess::W1C ? old & ~(raw & bits) : (old & ~bits) | (raw & bits);
+        const uint64_t merged =
+            r->access == RegAccess::W1C ? old & ~(raw & bits) : (old & ~bits) | (raw & bits);
         if (r->write) {
             r->write(dev, *r, merged & mask(r->width), raw, ctx);
         } else {

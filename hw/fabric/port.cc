@@ -67,7 +67,7 @@ struct RkFabricPort {
     std::string path;
     unsigned node_id = 0, node_count = 0;
     uint32_t caps = 0; // RKF_CAP_* announced in every rkf_hello (first connect and reconnects)
-    std::mutex tx_mu; // producers on to_bridge; also guards the mapping
+    std::mutex tx_mu;  // producers on to_bridge; also guards the mapping
     std::atomic<bool> up{false};
     int sock = -1;
     PortShm *shm = nullptr;
@@ -143,7 +143,8 @@ int RkFabricPort::connect_once(char *err, size_t errlen)
         }
     }
     auto fail = [&](int rc) {
-        for (int fd : fds) if (fd >= 0) close(fd);
+        for (int fd : fds)
+            if (fd >= 0) close(fd);
         close(s);
         return rc;
     };
@@ -305,7 +306,8 @@ void RkFabricPort::run()
             handled++;
             if (const char *why = frame_defect(h)) {
                 bad_frames++;
-                fprintf(stderr, "rackemu-fabric: node %u: dropped a frame from the bridge: %s\n", node_id, why);
+                fprintf(stderr, "rackemu-fabric: node %u: dropped a frame from the bridge: %s\n", node_id,
+                        why);
                 continue;
             }
             frames_rx++;
@@ -342,8 +344,8 @@ void RkFabricPort::run()
 
 extern "C" {
 
-RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsigned node_count, uint32_t caps,
-                                 unsigned connect_timeout_ms, char *err, size_t errlen)
+RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsigned node_count,
+                                 uint32_t caps, unsigned connect_timeout_ms, char *err, size_t errlen)
 {
     if (!socket_path || !*socket_path) {
         fmt(err, errlen, "no fabric socket path given");
@@ -450,9 +452,18 @@ int rk_fabric_port_send_raw(RkFabricPort *p, const struct rkf_frame_hdr *h, cons
     return 0;
 }
 
-int rk_fabric_port_is_up(RkFabricPort *p) { return p->up.load() ? 1 : 0; }
-unsigned rk_fabric_port_node_id(RkFabricPort *p) { return p->node_id; }
-uint32_t rk_fabric_port_caps(RkFabricPort *p) { return p->caps; }
+int rk_fabric_port_is_up(RkFabricPort *p)
+{
+    return p->up.load() ? 1 : 0;
+}
+unsigned rk_fabric_port_node_id(RkFabricPort *p)
+{
+    return p->node_id;
+}
+uint32_t rk_fabric_port_caps(RkFabricPort *p)
+{
+    return p->caps;
+}
 
 void rk_fabric_port_get_stats(RkFabricPort *p, struct rk_fabric_port_stats *o)
 {

@@ -25,7 +25,8 @@ typedef struct RkFabricEndpoint RkFabricEndpoint;
  * for long; see rk_fabric_port.h for the contract of each. A request must be answered with
  * rk_fabric_endpoint_reply() (now or later). */
 struct rk_fabric_service {
-    void (*on_request)(void *opaque, RkFabricEndpoint *ep, const struct rkf_frame_hdr *hdr, const void *payload);
+    void (*on_request)(void *opaque, RkFabricEndpoint *ep, const struct rkf_frame_hdr *hdr,
+                       const void *payload);
     void (*on_reply)(void *opaque, const struct rkf_frame_hdr *hdr, const void *payload);
     void (*on_link)(void *opaque, int up);
 };

@@ -38,8 +38,8 @@ typedef void (*rk_fabric_link_fn)(void *opaque, int up);
  * records it and reports it in its stats. A refused handshake (bad node id, duplicate) is
  * fatal: returns NULL with the bridge's reason in `err`. An absent bridge is not: the port is
  * returned down and reconnects in the background. */
-RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsigned node_count, uint32_t caps,
-                                 unsigned connect_timeout_ms, char *err, size_t errlen);
+RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsigned node_count,
+                                 uint32_t caps, unsigned connect_timeout_ms, char *err, size_t errlen);
 /* Start the port's service thread. Frames that arrive before it starts wait in the ring, so
  * register every service first, then start. */
 void rk_fabric_port_start(RkFabricPort *port);
@@ -64,8 +64,8 @@ unsigned rk_fabric_port_node_id(RkFabricPort *port);
 uint32_t rk_fabric_port_caps(RkFabricPort *port);
 
 struct rk_fabric_port_stats {
-    uint64_t frames_tx, frames_rx, bytes_tx, bytes_rx, bad_frames, send_failures, link_downs,
-        connects, wakeups_sent, sleeps;
+    uint64_t frames_tx, frames_rx, bytes_tx, bytes_rx, bad_frames, send_failures, link_downs, connects,
+        wakeups_sent, sleeps;
 };
 void rk_fabric_port_get_stats(RkFabricPort *port, struct rk_fabric_port_stats *out);
 

@@ -60,7 +60,7 @@ struct rk_rmem_stats {
     uint64_t frames; /* request frames sent */
     uint64_t decode_errors, unreachable, timeouts;
     uint64_t served_reads, served_writes, served_bytes, served_refused, served_malformed;
-    uint64_t stray_replies; /* replies for no pending request (late after a timeout) */
+    uint64_t stray_replies;  /* replies for no pending request (late after a timeout) */
     uint64_t forged_replies; /* replies with a pending tag from another node than the owner, or
                                 for another operation: ignored (the chunk keeps waiting) */
 };

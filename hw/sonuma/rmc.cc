@@ -39,7 +39,8 @@ void mem_load(uint8_t *dst, const uint8_t *src, size_t len)
         uint64_t v = __atomic_load_n(reinterpret_cast<const uint64_t *>(src + i), __ATOMIC_ACQUIRE);
         std::memcpy(dst + i, &v, 8);
     }
-    for (; i < len; i++) dst[i] = __atomic_load_n(src + i, __ATOMIC_ACQUIRE);
+    for (; i < len; i++)
+        dst[i] = __atomic_load_n(src + i, __ATOMIC_ACQUIRE);
 }
 
 void mem_store(uint8_t *dst, const uint8_t *src, size_t len)
@@ -52,28 +53,39 @@ void mem_store(uint8_t *dst, const uint8_t *src, size_t len)
         std::memcpy(&v, src + i, 8);
         __atomic_store_n(reinterpret_cast<uint64_t *>(dst + i), v, __ATOMIC_RELAXED);
     }
-    for (; i < len; i++) __atomic_store_n(dst + i, src[i], __ATOMIC_RELAXED);
+    for (; i < len; i++)
+        __atomic_store_n(dst + i, src[i], __ATOMIC_RELAXED);
 }
 
 uint8_t unreach_info(uint16_t fabric_status)
 {
     switch (fabric_status) {
-    case RKF_ST_NOROUTE: return RMC_INFO_NOROUTE;
-    case RKF_ST_NODE_GONE: return RMC_INFO_NODE_GONE;
-    case RKF_ST_CONGESTED: return RMC_INFO_CONGESTED;
-    case RKF_ST_LINK_DOWN: return RMC_INFO_LINK_DOWN;
-    default: return RMC_INFO_BAD_REPLY; // BAD_FRAME, REFUSED: the peer did not understand us
+    case RKF_ST_NOROUTE:
+        return RMC_INFO_NOROUTE;
+    case RKF_ST_NODE_GONE:
+        return RMC_INFO_NODE_GONE;
+    case RKF_ST_CONGESTED:
+        return RMC_INFO_CONGESTED;
+    case RKF_ST_LINK_DOWN:
+        return RMC_INFO_LINK_DOWN;
+    default:
+        return RMC_INFO_BAD_REPLY; // BAD_FRAME, REFUSED: the peer did not understand us
     }
 }
 
 unsigned status_counter(uint8_t st)
 {
     switch (st) {
-    case RMC_ST_OK: return RMC_CNT_ST_OK;
-    case RMC_ST_SABRE_ABORT: return RMC_CNT_ST_ABORT;
-    case RMC_ST_REMOTE_ACCESS: return RMC_CNT_ST_REMOTE;
-    case RMC_ST_BAD_REQUEST: return RMC_CNT_ST_BAD;
-    default: return RMC_CNT_ST_UNREACH; // UNREACHABLE, UNCERTAIN
+    case RMC_ST_OK:
+        return RMC_CNT_ST_OK;
+    case RMC_ST_SABRE_ABORT:
+        return RMC_CNT_ST_ABORT;
+    case RMC_ST_REMOTE_ACCESS:
+        return RMC_CNT_ST_REMOTE;
+    case RMC_ST_BAD_REQUEST:
+        return RMC_CNT_ST_BAD;
+    default:
+        return RMC_CNT_ST_UNREACH; // UNREACHABLE, UNCERTAIN
     }
 }
 
@@ -139,17 +151,28 @@ uint64_t Rmc::counter(unsigned off) const
         b = sabre_base_;
     }
     switch (off) {
-    case RMC_CNT_SABRE_REG: return c.sabre_reg - b.sabre_reg;
-    case RMC_CNT_SABRE_OK: return c.sabre_ok - b.sabre_ok;
-    case RMC_CNT_ABORT_LOCKED: return c.abort_locked - b.abort_locked;
-    case RMC_CNT_ABORT_WINDOW: return c.abort_window - b.abort_window;
-    case RMC_CNT_ABORT_VALIDATE: return c.abort_validate - b.abort_validate;
-    case RMC_CNT_VALIDATE_STAGE: return c.validate_stage - b.validate_stage;
-    case RMC_CNT_INVAL_IGNORED: return c.inval_ignored - b.inval_ignored;
-    case RMC_CNT_ATT_STALLS: return c.att_stalls - b.att_stalls;
-    case RMC_CNT_SB_STALLS: return c.sb_stalls - b.sb_stalls;
-    case RMC_CNT_SPEC_BLOCKS: return c.spec_blocks - b.spec_blocks;
-    default: return off / 8 < RMC_CNT_COUNT ? cnt_[off / 8].load(std::memory_order_relaxed) : 0;
+    case RMC_CNT_SABRE_REG:
+        return c.sabre_reg - b.sabre_reg;
+    case RMC_CNT_SABRE_OK:
+        return c.sabre_ok - b.sabre_ok;
+    case RMC_CNT_ABORT_LOCKED:
+        return c.abort_locked - b.abort_locked;
+    case RMC_CNT_ABORT_WINDOW:
+        return c.abort_window - b.abort_window;
+    case RMC_CNT_ABORT_VALIDATE:
+        return c.abort_validate - b.abort_validate;
+    case RMC_CNT_VALIDATE_STAGE:
+        return c.validate_stage - b.validate_stage;
+    case RMC_CNT_INVAL_IGNORED:
+        return c.inval_ignored - b.inval_ignored;
+    case RMC_CNT_ATT_STALLS:
+        return c.att_stalls - b.att_stalls;
+    case RMC_CNT_SB_STALLS:
+        return c.sb_stalls - b.sb_stalls;
+    case RMC_CNT_SPEC_BLOCKS:
+        return c.spec_blocks - b.spec_blocks;
+    default:
+        return off / 8 < RMC_CNT_COUNT ? cnt_[off / 8].load(std::memory_order_relaxed) : 0;
     }
 }
 
@@ -184,7 +207,8 @@ void Rmc::cancel_pending_locked(uint64_t id)
 uint64_t Rmc::mmio_read(uint64_t off, unsigned size)
 {
     if (size != 8 || (off & 7)) {
-        gerr("%u-byte read at 0x%llx: registers are 64-bit, aligned (reads 0)", size, (unsigned long long)off);
+        gerr("%u-byte read at 0x%llx: registers are 64-bit, aligned (reads 0)", size,
+             (unsigned long long)off);
         return 0;
     }
     if (off >= RMC_DB_BASE && off < RMC_DB_BASE + RMC_QP_COUNT * RMC_DB_STRIDE) {
@@ -193,12 +217,18 @@ uint64_t Rmc::mmio_read(uint64_t off, unsigned size)
         std::lock_guard lk(mu_);
         const Qp &qp = qps_[q];
         switch (r) {
-        case DB_WQ_TAIL: return qp.wq_tail;
-        case DB_CQ_HEAD: return qp.cq_head;
-        case DB_WQ_HEAD: return qp.wq_head;
-        case DB_CQ_TAIL: return qp.cq_tail;
-        case DB_STATUS: return qp_status(qp);
-        default: return 0;
+        case DB_WQ_TAIL:
+            return qp.wq_tail;
+        case DB_CQ_HEAD:
+            return qp.cq_head;
+        case DB_WQ_HEAD:
+            return qp.wq_head;
+        case DB_CQ_TAIL:
+            return qp.cq_tail;
+        case DB_STATUS:
+            return qp_status(qp);
+        default:
+            return 0;
         }
     }
     if (off >= RMC_QP_TABLE && off < RMC_QP_TABLE + RMC_QP_COUNT * RMC_QP_STRIDE) {
@@ -207,15 +237,24 @@ uint64_t Rmc::mmio_read(uint64_t off, unsigned size)
         std::lock_guard lk(mu_);
         const Qp &qp = qps_[q];
         switch (r) {
-        case QP_WQ_BASE: return qp.wq_base;
-        case QP_CQ_BASE: return qp.cq_base;
-        case QP_DEPTH_LOG2: return qp.depth_log2;
-        case QP_CTX: return qp.ctx;
-        case QP_CTRL: return qp.ctrl;
-        case QP_STATUS: return qp_status(qp);
-        case QP_WQ_HEAD: return qp.wq_head;
-        case QP_CQ_TAIL: return qp.cq_tail;
-        default: return 0;
+        case QP_WQ_BASE:
+            return qp.wq_base;
+        case QP_CQ_BASE:
+            return qp.cq_base;
+        case QP_DEPTH_LOG2:
+            return qp.depth_log2;
+        case QP_CTX:
+            return qp.ctx;
+        case QP_CTRL:
+            return qp.ctrl;
+        case QP_STATUS:
+            return qp_status(qp);
+        case QP_WQ_HEAD:
+            return qp.wq_head;
+        case QP_CQ_TAIL:
+            return qp.cq_tail;
+        default:
+            return 0;
         }
     }
     if (off >= RMC_CTX_TABLE && off < RMC_CTX_TABLE + RMC_CTX_COUNT * RMC_CTX_STRIDE) {
@@ -224,14 +263,22 @@ uint64_t Rmc::mmio_read(uint64_t off, unsigned size)
         std::lock_guard lk(mu_);
         const Ctx &cx = ctxs_[c];
         switch (r) {
-        case CTX_BASE: return cx.base;
-        case CTX_SIZE: return cx.size;
-        case CTX_PERM: return cx.perm;
-        case CTX_NODEMASK: return cx.nodemask;
-        case CTX_LAYOUT: return cx.layout;
-        case CTX_CTRL: return cx.ctrl;
-        case CTX_STATUS: return cx.cfg_err ? CTX_ST_CFG_ERR : 0;
-        default: return 0;
+        case CTX_BASE:
+            return cx.base;
+        case CTX_SIZE:
+            return cx.size;
+        case CTX_PERM:
+            return cx.perm;
+        case CTX_NODEMASK:
+            return cx.nodemask;
+        case CTX_LAYOUT:
+            return cx.layout;
+        case CTX_CTRL:
+            return cx.ctrl;
+        case CTX_STATUS:
+            return cx.cfg_err ? CTX_ST_CFG_ERR : 0;
+        default:
+            return 0;
         }
     }
     if (off >= RMC_COUNTERS && off < RMC_COUNTERS + RMC_CNT_COUNT * 8) {
@@ -245,13 +292,20 @@ uint64_t Rmc::global_read(uint64_t off)
 {
     const Timing &t = cfg_.timing;
     switch (off) {
-    case RMC_REG_ID: return RMC_ID_VALUE;
-    case RMC_REG_NODE_ID: return cfg_.node_id;
-    case RMC_REG_NODE_COUNT: return cfg_.node_count;
-    case RMC_REG_QP_COUNT: return RMC_QP_COUNT;
-    case RMC_REG_CTX_COUNT: return RMC_CTX_COUNT;
-    case RMC_REG_ATT_ENTRIES: return t.att_entries;
-    case RMC_REG_SB_DEPTH: return t.sb_depth;
+    case RMC_REG_ID:
+        return RMC_ID_VALUE;
+    case RMC_REG_NODE_ID:
+        return cfg_.node_id;
+    case RMC_REG_NODE_COUNT:
+        return cfg_.node_count;
+    case RMC_REG_QP_COUNT:
+        return RMC_QP_COUNT;
+    case RMC_REG_CTX_COUNT:
+        return RMC_CTX_COUNT;
+    case RMC_REG_ATT_ENTRIES:
+        return t.att_entries;
+    case RMC_REG_SB_DEPTH:
+        return t.sb_depth;
     case RMC_REG_CTRL: {
         std::lock_guard lk(mu_);
         return ctrl_;
@@ -263,20 +317,34 @@ uint64_t Rmc::global_read(uint64_t off)
         std::lock_guard lk(mu_);
         return irq_status_;
     }
-    case RMC_REG_SEG_BASE: return cfg_.seg_base;
-    case RMC_REG_SEG_SIZE: return cfg_.seg_size;
-    case RMC_REG_T_RMC_MHZ: return t.rmc_mhz;
-    case RMC_REG_T_MEM_NS: return t.mem_ns;
-    case RMC_REG_T_LLC_NS: return t.llc_ns;
-    case RMC_REG_T_HOP_NS: return t.hop_ns;
-    case RMC_REG_T_HOPS: return t.hops;
-    case RMC_REG_T_LINK_GBPS: return t.link_gbps;
-    case RMC_REG_T_R2P2_GBPS: return t.r2p2_gbps;
-    case RMC_REG_T_R2P2_COUNT: return t.r2p2_count;
-    case RMC_REG_T_ISSUE_CYC: return t.issue_cycles;
-    case RMC_REG_TIMEOUT_MS: return cfg_.timeout_ms;
-    case RMC_REG_WINDOW_BLOCKS: return cfg_.window_blocks;
-    default: return 0;
+    case RMC_REG_SEG_BASE:
+        return cfg_.seg_base;
+    case RMC_REG_SEG_SIZE:
+        return cfg_.seg_size;
+    case RMC_REG_T_RMC_MHZ:
+        return t.rmc_mhz;
+    case RMC_REG_T_MEM_NS:
+        return t.mem_ns;
+    case RMC_REG_T_LLC_NS:
+        return t.llc_ns;
+    case RMC_REG_T_HOP_NS:
+        return t.hop_ns;
+    case RMC_REG_T_HOPS:
+        return t.hops;
+    case RMC_REG_T_LINK_GBPS:
+        return t.link_gbps;
+    case RMC_REG_T_R2P2_GBPS:
+        return t.r2p2_gbps;
+    case RMC_REG_T_R2P2_COUNT:
+        return t.r2p2_count;
+    case RMC_REG_T_ISSUE_CYC:
+        return t.issue_cycles;
+    case RMC_REG_TIMEOUT_MS:
+        return cfg_.timeout_ms;
+    case RMC_REG_WINDOW_BLOCKS:
+        return cfg_.window_blocks;
+    default:
+        return 0;
     }
 }
 
@@ -285,9 +353,11 @@ void Rmc::global_write(uint64_t off, uint64_t v)
     switch (off) {
     case RMC_REG_CTRL: {
         if (v & ~uint64_t(RMC_CTRL_EN | RMC_CTRL_CNT_CLEAR))
-            gerr("CTRL: reserved bits 0x%llx ignored", (unsigned long long)(v & ~uint64_t(RMC_CTRL_EN | RMC_CTRL_CNT_CLEAR)));
+            gerr("CTRL: reserved bits 0x%llx ignored",
+                 (unsigned long long)(v & ~uint64_t(RMC_CTRL_EN | RMC_CTRL_CNT_CLEAR)));
         if (v & RMC_CTRL_CNT_CLEAR) {
-            for (auto &c : cnt_) c.store(0, std::memory_order_relaxed);
+            for (auto &c : cnt_)
+                c.store(0, std::memory_order_relaxed);
             std::lock_guard lk(mu_);
             sabre_base_ = sabre_.counters();
         }
@@ -343,8 +413,8 @@ void Rmc::mmio_write(uint64_t off, uint64_t v, unsigned size)
                 }
             } else if (r == DB_CQ_HEAD) {
                 if (v > 0xffffffffull || uint32_t(idx - qp.cq_head) > uint32_t(qp.cq_tail - qp.cq_head)) {
-                    gerr("QP %u: CQ head %llu refused (head %u, tail %u)", q, (unsigned long long)v, qp.cq_head,
-                         qp.cq_tail);
+                    gerr("QP %u: CQ head %llu refused (head %u, tail %u)", q, (unsigned long long)v,
+                         qp.cq_head, qp.cq_tail);
                 } else {
                     qp.cq_head = idx;
                     wake = kicked_ = true;
@@ -401,10 +471,18 @@ void Rmc::mmio_write(uint64_t off, uint64_t v, unsigned size)
                      (unsigned long long)r);
             } else {
                 switch (r) {
-                case QP_WQ_BASE: qp.wq_base = v; break;
-                case QP_CQ_BASE: qp.cq_base = v; break;
-                case QP_DEPTH_LOG2: qp.depth_log2 = v; break;
-                case QP_CTX: qp.ctx = v; break;
+                case QP_WQ_BASE:
+                    qp.wq_base = v;
+                    break;
+                case QP_CQ_BASE:
+                    qp.cq_base = v;
+                    break;
+                case QP_DEPTH_LOG2:
+                    qp.depth_log2 = v;
+                    break;
+                case QP_CTX:
+                    qp.ctx = v;
+                    break;
                 default:
                     gerr("QP %u: write to read-only register 0x%llx ignored", q, (unsigned long long)r);
                 }
@@ -421,15 +499,20 @@ void Rmc::mmio_write(uint64_t off, uint64_t v, unsigned size)
         Ctx &cx = ctxs_[c];
         if (r == CTX_CTRL) {
             if (v & ~uint64_t(CTX_CTRL_VALID))
-                gerr("context %u CTRL: reserved bits 0x%llx ignored", c, (unsigned long long)(v & ~uint64_t(CTX_CTRL_VALID)));
+                gerr("context %u CTRL: reserved bits 0x%llx ignored", c,
+                     (unsigned long long)(v & ~uint64_t(CTX_CTRL_VALID)));
             bool valid = v & CTX_CTRL_VALID;
             if (valid && !cx.valid()) {
                 const char *why = nullptr;
                 unsigned vo = unsigned(cx.layout & CTX_LAYOUT_VER_OFF_MASK);
-                if (cx.base % 64) why = "CTX_BASE not 64-byte aligned";
-                else if (!cx.size || cx.size % 64) why = "CTX_SIZE not a non-zero multiple of 64";
-                else if (!in_ram(cx.base, cx.size)) why = "the segment is not entirely in RAM";
-                else if (cx.perm & ~uint64_t(CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC | CTX_PERM_SABRE))
+                if (cx.base % 64)
+                    why = "CTX_BASE not 64-byte aligned";
+                else if (!cx.size || cx.size % 64)
+                    why = "CTX_SIZE not a non-zero multiple of 64";
+                else if (!in_ram(cx.base, cx.size))
+                    why = "the segment is not entirely in RAM";
+                else if (cx.perm &
+                         ~uint64_t(CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC | CTX_PERM_SABRE))
                     why = "CTX_PERM has unknown bits";
                 else if ((cx.layout & CTX_LAYOUT_VALID) && (vo % 8 || vo > 56))
                     why = "CTX_LAYOUT version offset not a multiple of 8 in 0..56";
@@ -451,13 +534,26 @@ void Rmc::mmio_write(uint64_t off, uint64_t v, unsigned size)
                  (unsigned long long)r);
         } else {
             switch (r) {
-            case CTX_BASE: cx.base = v; break;
-            case CTX_SIZE: cx.size = v; break;
-            case CTX_PERM: cx.perm = v; break;
-            case CTX_NODEMASK: cx.nodemask = v; break;
-            case CTX_LAYOUT: cx.layout = v; break;
-            case CTX_KEY: cx.key = v; break;
-            default: gerr("context %u: write to read-only register 0x%llx ignored", c, (unsigned long long)r);
+            case CTX_BASE:
+                cx.base = v;
+                break;
+            case CTX_SIZE:
+                cx.size = v;
+                break;
+            case CTX_PERM:
+                cx.perm = v;
+                break;
+            case CTX_NODEMASK:
+                cx.nodemask = v;
+                break;
+            case CTX_LAYOUT:
+                cx.layout = v;
+                break;
+            case CTX_KEY:
+                cx.key = v;
+                break;
+            default:
+                gerr("context %u: write to read-only register 0x%llx ignored", c, (unsigned long long)r);
             }
         }
         lk.unlock();
@@ -493,7 +589,8 @@ void Rmc::reset()
         ctrl_ = 0;
         irq_status_ = 0;
     }
-    for (auto &c : cnt_) c.store(0, std::memory_order_relaxed);
+    for (auto &c : cnt_)
+        c.store(0, std::memory_order_relaxed);
     {
         std::lock_guard lk(mu_);
         sabre_base_ = sabre_.counters();
@@ -575,12 +672,14 @@ void Rmc::rgp_main()
                 if (kicked_) continue;
                 // Sleep until a doorbell, a completion or the next deadline.
                 uint64_t next = UINT64_MAX;
-                for (auto &[id, t] : xfers_) next = std::min(next, t.deadline_ns);
+                for (auto &[id, t] : xfers_)
+                    next = std::min(next, t.deadline_ns);
                 if (next == UINT64_MAX) {
                     cv_.wait(lk, [this] { return stop_ || kicked_; });
                 } else {
                     uint64_t now = now_ns();
-                    auto d = std::chrono::nanoseconds(next > now ? next - now : 0) + std::chrono::milliseconds(1);
+                    auto d =
+                        std::chrono::nanoseconds(next > now ? next - now : 0) + std::chrono::milliseconds(1);
                     cv_.wait_for(lk, d, [this] { return stop_ || kicked_; });
                 }
             }
@@ -607,7 +706,8 @@ void Rmc::rgp_main()
             } else {
                 int rc = host_.send ? host_.send(f.hdr, f.payload.data()) : -ENOTCONN;
                 if (rc) {
-                    frame_failed(f.hdr.tag, RMC_ST_UNREACHABLE, rc == -EAGAIN ? RMC_INFO_CONGESTED : RMC_INFO_LINK_DOWN);
+                    frame_failed(f.hdr.tag, RMC_ST_UNREACHABLE,
+                                 rc == -EAGAIN ? RMC_INFO_CONGESTED : RMC_INFO_LINK_DOWN);
                 }
             }
         }
@@ -656,36 +756,44 @@ bool Rmc::fetch_one(unsigned q)
     uint32_t idx = qp.wq_head;
     rmc_wqe w;
     std::atomic_thread_fence(std::memory_order_acquire);
-    mem_load(reinterpret_cast<uint8_t *>(&w), host(qp.wq_base + uint64_t(idx & (qp.depth() - 1)) * RMC_WQE_SIZE),
-             sizeof w);
+    mem_load(reinterpret_cast<uint8_t *>(&w),
+             host(qp.wq_base + uint64_t(idx & (qp.depth() - 1)) * RMC_WQE_SIZE), sizeof w);
     qp.wq_head++;
     count(RMC_CNT_WQE_FETCHED);
 
     const Ctx &cx = ctxs_[qp.ctx];
     uint8_t info = RMC_INFO_NONE;
     bool local_buf = w.op == RMC_OP_READ || w.op == RMC_OP_WRITE || w.op == RMC_OP_SABRE;
-    if (w.op < RMC_OP_READ || w.op > RMC_OP_SABRE) info = RMC_INFO_BAD_OP;
+    if (w.op < RMC_OP_READ || w.op > RMC_OP_SABRE)
+        info = RMC_INFO_BAD_OP;
     else if ((w.flags & ~RMC_WQE_F_NOSPEC) || ((w.flags & RMC_WQE_F_NOSPEC) && w.op != RMC_OP_SABRE) ||
              w.reserved[0] || w.reserved[1])
         info = RMC_INFO_RESERVED;
-    else if (w.node >= cfg_.node_count) info = RMC_INFO_BAD_NODE;
+    else if (w.node >= cfg_.node_count)
+        info = RMC_INFO_BAD_NODE;
     else if ((w.op == RMC_OP_READ || w.op == RMC_OP_WRITE) && (w.length < 1 || w.length > RMC_XFER_MAX))
         info = RMC_INFO_BAD_LEN;
-    else if ((w.op == RMC_OP_CAS || w.op == RMC_OP_FAA) && w.length != 8) info = RMC_INFO_BAD_LEN;
-    else if (w.op == RMC_OP_SABRE && (w.length < 8 || w.length > RMC_SABRE_MAX)) info = RMC_INFO_BAD_LEN;
-    else if (w.remote_off > UINT64_MAX - w.length) info = RMC_INFO_BAD_LEN;
+    else if ((w.op == RMC_OP_CAS || w.op == RMC_OP_FAA) && w.length != 8)
+        info = RMC_INFO_BAD_LEN;
+    else if (w.op == RMC_OP_SABRE && (w.length < 8 || w.length > RMC_SABRE_MAX))
+        info = RMC_INFO_BAD_LEN;
+    else if (w.remote_off > UINT64_MAX - w.length)
+        info = RMC_INFO_BAD_LEN;
     else if (((w.op == RMC_OP_CAS || w.op == RMC_OP_FAA) && w.remote_off % 8) ||
              (w.op == RMC_OP_SABRE && w.remote_off % RMC_BLOCK_SIZE))
         info = RMC_INFO_UNALIGNED;
-    else if (!cx.valid()) info = RMC_INFO_NO_LOCAL_CTX;
-    else if (local_buf && (w.local_off > cx.size || w.length > cx.size - w.local_off)) info = RMC_INFO_LOCAL_BOUNDS;
+    else if (!cx.valid())
+        info = RMC_INFO_NO_LOCAL_CTX;
+    else if (local_buf && (w.local_off > cx.size || w.length > cx.size - w.local_off))
+        info = RMC_INFO_LOCAL_BOUNDS;
     if (info != RMC_INFO_NONE) {
-        gerr("QP %u WQE %u (op %u, node %u, length %u): bad request, info %u", q, idx, w.op, w.node, w.length, info);
+        gerr("QP %u WQE %u (op %u, node %u, length %u): bad request, info %u", q, idx, w.op, w.node, w.length,
+             info);
         complete_now_locked(q, w, uint16_t(idx), RMC_ST_BAD_REQUEST, info);
         return true;
     }
-    static const unsigned op_cnt[] = {0, RMC_CNT_OP_READ, RMC_CNT_OP_WRITE, RMC_CNT_OP_CAS, RMC_CNT_OP_FAA,
-                                      RMC_CNT_OP_SABRE};
+    static const unsigned op_cnt[] = {
+        0, RMC_CNT_OP_READ, RMC_CNT_OP_WRITE, RMC_CNT_OP_CAS, RMC_CNT_OP_FAA, RMC_CNT_OP_SABRE};
     count(op_cnt[w.op]);
     if (w.node != cfg_.node_id && (!host_.send || (host_.fabric_up && !host_.fabric_up()))) {
         complete_now_locked(q, w, uint16_t(idx), RMC_ST_UNREACHABLE,
@@ -711,7 +819,8 @@ bool Rmc::fetch_one(unsigned q)
 void Rmc::build_frames(Transfer &t)
 {
     const rmc_wqe &w = t.wqe;
-    auto frame = [&](uint16_t op, uint64_t xoff, uint32_t len, uint16_t flags, const void *extra, size_t elen) {
+    auto frame = [&](uint16_t op, uint64_t xoff, uint32_t len, uint16_t flags, const void *extra,
+                     size_t elen) {
         Frame f;
         f.hdr.type = RKF_T_REQ;
         f.hdr.svc = RKF_SVC_RMC;
@@ -739,7 +848,8 @@ void Rmc::build_frames(Transfer &t)
     switch (w.op) {
     case RMC_OP_READ:
         for (uint64_t x = 0; x < w.length; x += RMC_WIRE_READ_MAX)
-            frame(RKF_OP_RMC_READ, x, uint32_t(std::min<uint64_t>(RMC_WIRE_READ_MAX, w.length - x)), 0, nullptr, 0);
+            frame(RKF_OP_RMC_READ, x, uint32_t(std::min<uint64_t>(RMC_WIRE_READ_MAX, w.length - x)), 0,
+                  nullptr, 0);
         break;
     case RMC_OP_WRITE: {
         uint8_t buf[RMC_WIRE_DATA_MAX];
@@ -849,11 +959,19 @@ void Rmc::write_cqe_locked(Qp &qp, unsigned q, const Transfer &t)
     double model = 0;
     if (t.status != RMC_ST_BAD_REQUEST && t.status != RMC_ST_UNREACHABLE && t.status != RMC_ST_UNCERTAIN) {
         switch (t.wqe.op) {
-        case RMC_OP_READ: model = model_read_ns(tm, t.wqe.remote_off, t.wqe.length, local); break;
-        case RMC_OP_WRITE: model = model_write_ns(tm, t.wqe.remote_off, t.wqe.length, local); break;
+        case RMC_OP_READ:
+            model = model_read_ns(tm, t.wqe.remote_off, t.wqe.length, local);
+            break;
+        case RMC_OP_WRITE:
+            model = model_write_ns(tm, t.wqe.remote_off, t.wqe.length, local);
+            break;
         case RMC_OP_CAS:
-        case RMC_OP_FAA: model = model_atomic_ns(tm, local); break;
-        case RMC_OP_SABRE: model = model_sabre_ns(tm, t.r2p2_ns, local); break;
+        case RMC_OP_FAA:
+            model = model_atomic_ns(tm, local);
+            break;
+        case RMC_OP_SABRE:
+            model = model_sabre_ns(tm, t.r2p2_ns, local);
+            break;
         }
     }
     rmc_cqe c{};
@@ -916,7 +1034,8 @@ void Rmc::on_link(bool up)
         std::lock_guard lk(mu_);
         for (auto it = xfers_.begin(); it != xfers_.end();) {
             auto next = std::next(it);
-            if (it->second.wqe.node != cfg_.node_id) fail_locked(it->second, RMC_ST_UNREACHABLE, RMC_INFO_LINK_DOWN);
+            if (it->second.wqe.node != cfg_.node_id)
+                fail_locked(it->second, RMC_ST_UNREACHABLE, RMC_INFO_LINK_DOWN);
             it = next;
         }
         kicked_ = true;
@@ -954,10 +1073,13 @@ void Rmc::serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink)
         if (r.len != 8) bad = "atomic length is not 8";
         break;
     case RKF_OP_RMC_SABRE:
-        if (!(r.flags & RKF_RMC_F_REG)) bad = "SABRe without its registration packet";
-        else if (r.len < 8 || r.len > RMC_SABRE_MAX) bad = "SABRe length out of range";
+        if (!(r.flags & RKF_RMC_F_REG))
+            bad = "SABRe without its registration packet";
+        else if (r.len < 8 || r.len > RMC_SABRE_MAX)
+            bad = "SABRe length out of range";
         break;
-    default: bad = "unknown operation";
+    default:
+        bad = "unknown operation";
     }
     if (bad) return malformed(bad);
     if (h.len != want) return malformed("payload length does not match the request");
@@ -974,7 +1096,8 @@ void Rmc::serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink)
         d.info = info;
         sink.reply(RKF_ST_OK, &d, sizeof d);
     };
-    static const uint64_t need[] = {0, CTX_PERM_READ, CTX_PERM_WRITE, CTX_PERM_ATOMIC, CTX_PERM_ATOMIC, CTX_PERM_SABRE};
+    static const uint64_t need[] = {
+        0, CTX_PERM_READ, CTX_PERM_WRITE, CTX_PERM_ATOMIC, CTX_PERM_ATOMIC, CTX_PERM_SABRE};
     // The tables change only under srv_mu_ held exclusively: reading them here is safe.
     if (!(ctrl_ & RMC_CTRL_EN) || r.ctx >= RMC_CTX_COUNT || !ctxs_[r.ctx].valid())
         return refuse(RMC_ST_REMOTE_ACCESS, RMC_INFO_NO_CTX);
@@ -1042,7 +1165,8 @@ void Rmc::serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink)
     sink.reply(RKF_ST_OK, &d, sizeof d);
 }
 
-void Rmc::serve_sabre(const rkf_frame_hdr &h, const rkf_rmc_req &r, uint8_t *obj, unsigned ver_off, const Sink &sink)
+void Rmc::serve_sabre(const rkf_frame_hdr &h, const rkf_rmc_req &r, uint8_t *obj, unsigned ver_off,
+                      const Sink &sink)
 {
     uint32_t n = r.nblocks;
     std::vector<uint8_t> buf(size_t(n) * RMC_BLOCK_SIZE);
@@ -1070,12 +1194,14 @@ void Rmc::serve_sabre(const rkf_frame_hdr &h, const rkf_rmc_req &r, uint8_t *obj
         dd.off = j * RMC_BLOCK_SIZE;
         uint32_t k = j;
         if (have[j]) {
-            while (k < n && have[k] && k - j < RMC_WIRE_DATA_MAX / RMC_BLOCK_SIZE) k++;
+            while (k < n && have[k] && k - j < RMC_WIRE_DATA_MAX / RMC_BLOCK_SIZE)
+                k++;
             uint32_t end = std::min<uint32_t>(k * RMC_BLOCK_SIZE, r.len);
             dd.len = uint16_t(end - dd.off);
             std::memcpy(msgbuf + sizeof dd, &buf[dd.off], dd.len);
         } else {
-            while (k < n && !have[k] && k - j < 0xffff) k++;
+            while (k < n && !have[k] && k - j < 0xffff)
+                k++;
             dd.flags = RKF_RMC_DF_ABORTED;
         }
         dd.nblocks = uint16_t(k - j);
@@ -1123,9 +1249,10 @@ void Rmc::rcp_data(const rkf_frame_hdr &h, const uint8_t *p)
     bool ok = h.len >= sizeof d;
     if (ok) {
         std::memcpy(&d, p, sizeof d);
-        uint64_t span = (d.flags & RKF_RMC_DF_ABORTED) ? std::min<uint64_t>(uint64_t(d.nblocks) * RMC_BLOCK_SIZE,
-                                                                            pd.len > d.off ? pd.len - d.off : 0)
-                                                       : d.len;
+        uint64_t span = (d.flags & RKF_RMC_DF_ABORTED)
+                            ? std::min<uint64_t>(uint64_t(d.nblocks) * RMC_BLOCK_SIZE,
+                                                 pd.len > d.off ? pd.len - d.off : 0)
+                            : d.len;
         ok = d.len <= RMC_WIRE_DATA_MAX && h.len == sizeof d + d.len && d.off == pd.next && span &&
              d.off + span <= pd.len && !((d.flags & RKF_RMC_DF_ABORTED) && d.len) &&
              (t.wqe.op == RMC_OP_READ || t.wqe.op == RMC_OP_SABRE);

@@ -52,16 +52,16 @@ struct RmcConfig {
     unsigned node_id = 0;
     unsigned node_count = 1;
     Timing timing;
-    bool speculation = true;           // LightSABRes speculation (false: sec. 7.1 "no speculation")
-    uint64_t window_delay_ns = 0;      // test property: widen the host window of vulnerability
-    uint32_t timeout_ms = 2000;        // a transfer not answered by then completes UNREACHABLE
+    bool speculation = true;      // LightSABRes speculation (false: sec. 7.1 "no speculation")
+    uint64_t window_delay_ns = 0; // test property: widen the host window of vulnerability
+    uint32_t timeout_ms = 2000;   // a transfer not answered by then completes UNREACHABLE
     uint32_t window_blocks = RMC_DEF_WINDOW_BLOCKS; // block requests in flight per destination
-    uint64_t seg_base = 0, seg_size = 0; // the machine's reserved segment (informational)
+    uint64_t seg_base = 0, seg_size = 0;            // the machine's reserved segment (informational)
 };
 
 // What the core needs from its host (the QEMU glue, or a test).
 struct RmcHost {
-    uint8_t *ram = nullptr;  // host mapping of guest RAM [ram_base, ram_base + ram_size)
+    uint8_t *ram = nullptr; // host mapping of guest RAM [ram_base, ram_base + ram_size)
     uint64_t ram_base = 0, ram_size = 0;
     // Send a frame through the node's fabric port (null: no fabric, only this node is reachable).
     // Returns 0 or -errno (-ENOTCONN link down, -EAGAIN congested).
@@ -69,8 +69,8 @@ struct RmcHost {
     // Answer a request frame.
     std::function<int(const rkf_frame_hdr &, uint16_t status, const void *, uint16_t)> reply;
     std::function<bool()> fabric_up;
-    std::function<void()> irq_changed;                     // any thread; the glue re-reads irq_level()
-    std::function<void(const std::string &)> guest_error;  // rate limiting is the host's business
+    std::function<void()> irq_changed;                    // any thread; the glue re-reads irq_level()
+    std::function<void(const std::string &)> guest_error; // rate limiting is the host's business
 };
 
 class Rmc {
@@ -154,10 +154,10 @@ private:
 
     void rgp_main();
     bool rgp_round(std::vector<std::pair<Frame, bool>> &out); // under mu_
-    bool fetch_one(unsigned q);                                // under mu_
-    void build_frames(Transfer &t);                            // under mu_
-    void fail_locked(Transfer &t, uint8_t st, uint8_t info);   // under mu_
-    void finish_locked(Transfer &t);                           // under mu_: CQE if done
+    bool fetch_one(unsigned q);                               // under mu_
+    void build_frames(Transfer &t);                           // under mu_
+    void fail_locked(Transfer &t, uint8_t st, uint8_t info);  // under mu_
+    void finish_locked(Transfer &t);                          // under mu_: CQE if done
     void write_cqe_locked(Qp &qp, unsigned q, const Transfer &t);
     void complete_now_locked(unsigned q, const rmc_wqe &w, uint16_t idx, uint8_t st, uint8_t info);
     static uint64_t qp_status(const Qp &qp);
@@ -179,7 +179,10 @@ private:
     bool in_ram(uint64_t addr, uint64_t len) const;
     uint8_t *host(uint64_t addr) const { return host_.ram + (addr - host_.ram_base); }
     void gerr(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-    void count(unsigned cnt_off, uint64_t n = 1) { cnt_[cnt_off / 8].fetch_add(n, std::memory_order_relaxed); }
+    void count(unsigned cnt_off, uint64_t n = 1)
+    {
+        cnt_[cnt_off / 8].fetch_add(n, std::memory_order_relaxed);
+    }
     void kick();
     void notify_irq();
 
@@ -194,7 +197,7 @@ private:
     uint64_t ctrl_ = 0, irq_status_ = 0;
     std::array<Qp, RMC_QP_COUNT> qps_{};
     std::array<Ctx, RMC_CTX_COUNT> ctxs_{};
-    std::map<uint64_t, Transfer> xfers_; // by id; ordered so the RGP serves old transfers first
+    std::map<uint64_t, Transfer> xfers_;            // by id; ordered so the RGP serves old transfers first
     std::unordered_map<uint64_t, Pending> pending_; // by tag
     std::vector<uint32_t> window_;                  // block requests in flight per destination
     uint64_t next_xfer_ = 1, next_tag_ = 1;

@@ -21,8 +21,8 @@ typedef struct RkRmc RkRmc;
 struct rk_rmc_config {
     uint32_t node_id, node_count;
     /* timing model (Table 2) and sizing: device properties */
-    uint32_t rmc_mhz, mem_ns, llc_ns, hop_ns, hops, link_gbps, r2p2_gbps, r2p2_count, issue_cycles,
-        pkt_hdr, att_entries, sb_depth;
+    uint32_t rmc_mhz, mem_ns, llc_ns, hop_ns, hops, link_gbps, r2p2_gbps, r2p2_count, issue_cycles, pkt_hdr,
+        att_entries, sb_depth;
     int speculation;
     uint64_t window_delay_ns;
     uint32_t timeout_ms, window_blocks;

@@ -222,7 +222,9 @@ std::span<const Reg<Cdma, Cdma::Pending>> Cdma::reg_table()
 {
     using R = Reg<Cdma, Pending>;
     // The 32-bit half of a 64-bit state field that a *_MSB (offset 4 mod 8) or low register shows.
-    static constexpr auto half = [](const R &r, uint64_t v) -> uint64_t { return uint32_t(r.offset % 8 ? v >> 32 : v); };
+    static constexpr auto half = [](const R &r, uint64_t v) -> uint64_t {
+        return uint32_t(r.offset % 8 ? v >> 32 : v);
+    };
     auto cr = [](Cdma &d, const R &, Pending &) -> uint64_t { return d.s_.cr; };
     // IRQDelaySts reads 0: no time elapses in the model (see cdma.h)
     auto sr = [](Cdma &d, const R &, Pending &) -> uint64_t {
@@ -233,7 +235,9 @@ std::span<const Reg<Cdma, Cdma::Pending>> Cdma::reg_table()
     auto sa = [](Cdma &d, const R &r, Pending &) { return half(r, d.s_.sa); };
     auto da = [](Cdma &d, const R &r, Pending &) { return half(r, d.s_.da); };
     auto btt = [](Cdma &d, const R &, Pending &) -> uint64_t { return d.s_.btt; };
-    auto write_cr = [](Cdma &d, const R &, uint64_t, uint64_t raw, Pending &p) { d.write_cr_locked(uint32_t(raw), p); };
+    auto write_cr = [](Cdma &d, const R &, uint64_t, uint64_t raw, Pending &p) {
+        d.write_cr_locked(uint32_t(raw), p);
+    };
     // Err_Irq, Dly_Irq, IOC_Irq are R/WC (the bank merged the write-1-to-clear); the rest is RO.
     auto write_sr = [](Cdma &d, const R &, uint64_t merged, uint64_t, Pending &) {
         d.s_.sr = (d.s_.sr & ~XCDMA_SR_IRQ_ALL) | (uint32_t(merged) & XCDMA_SR_IRQ_ALL);
@@ -249,8 +253,10 @@ std::span<const Reg<Cdma, Cdma::Pending>> Cdma::reg_table()
         {"CDMASR", XCDMA_CDMASR, 4, RegAccess::W1C, XCDMA_SR_RESET_VALUE, XCDMA_SR_IRQ_ALL, sr, write_sr},
         {"CURDESC_PNTR", XCDMA_CURDESC_PNTR, 4, RegAccess::RW, 0, XCDMA_DESC_PTR_MASK, curdesc, write_desc},
         {"CURDESC_PNTR_MSB", XCDMA_CURDESC_PNTR_MSB, 4, RegAccess::RW, 0, 0xffffffffu, curdesc, write_desc},
-        {"TAILDESC_PNTR", XCDMA_TAILDESC_PNTR, 4, RegAccess::RW, 0, XCDMA_DESC_PTR_MASK, taildesc, write_desc},
-        {"TAILDESC_PNTR_MSB", XCDMA_TAILDESC_PNTR_MSB, 4, RegAccess::RW, 0, 0xffffffffu, taildesc, write_desc},
+        {"TAILDESC_PNTR", XCDMA_TAILDESC_PNTR, 4, RegAccess::RW, 0, XCDMA_DESC_PTR_MASK, taildesc,
+         write_desc},
+        {"TAILDESC_PNTR_MSB", XCDMA_TAILDESC_PNTR_MSB, 4, RegAccess::RW, 0, 0xffffffffu, taildesc,
+         write_desc},
         {"SA", XCDMA_SA, 4, RegAccess::RW, 0, 0xffffffffu, sa, write_simple},
         {"SA_MSB", XCDMA_SA_MSB, 4, RegAccess::RW, 0, 0xffffffffu, sa, write_simple},
         {"DA", XCDMA_DA, 4, RegAccess::RW, 0, 0xffffffffu, da, write_simple},

@@ -176,9 +176,9 @@ private:
     mutable std::mutex mu_; // guards s_, ctr_, epoch_, in_process_, reported_
     CdmaState s_;
     CdmaCounters ctr_;
-    uint64_t epoch_ = 0;      // bumped by reset()/set_state(): a running process() abandons
-    bool in_process_ = false; // process() is between its first and last look at s_
-    bool reported_ = false;   // level last handed to host.set_irq
+    uint64_t epoch_ = 0;                       // bumped by reset()/set_state(): a running process() abandons
+    bool in_process_ = false;                  // process() is between its first and last look at s_
+    bool reported_ = false;                    // level last handed to host.set_irq
     RegBank<Cdma, Pending> bank_{reg_table()}; // every register is hooked: its state is s_
 
     std::mutex process_mu_; // serialises process(); guards buf_

@@ -47,8 +47,9 @@ struct RkCdma {
 
 static MemStatus to_status(int rc)
 {
-    return rc == RK_CDMA_MEM_OK ? MemStatus::Ok : rc == RK_CDMA_MEM_DECODE_ERR ? MemStatus::DecodeError
-                                                                              : MemStatus::SlaveError;
+    return rc == RK_CDMA_MEM_OK           ? MemStatus::Ok
+           : rc == RK_CDMA_MEM_DECODE_ERR ? MemStatus::DecodeError
+                                          : MemStatus::SlaveError;
 }
 
 extern "C" {
@@ -86,9 +87,21 @@ void rk_cdma_free(RkCdma *c)
     delete c;
 }
 
-uint64_t rk_cdma_read(RkCdma *c, uint64_t offset, unsigned size) { return c->core->read(offset, size); }
-void rk_cdma_write(RkCdma *c, uint64_t offset, uint64_t value, unsigned size) { c->core->write(offset, value, size); }
-void rk_cdma_reset(RkCdma *c) { c->core->reset(); }
-int rk_cdma_irq_level(RkCdma *c) { return c->core->irq_level() ? 1 : 0; }
+uint64_t rk_cdma_read(RkCdma *c, uint64_t offset, unsigned size)
+{
+    return c->core->read(offset, size);
+}
+void rk_cdma_write(RkCdma *c, uint64_t offset, uint64_t value, unsigned size)
+{
+    c->core->write(offset, value, size);
+}
+void rk_cdma_reset(RkCdma *c)
+{
+    c->core->reset();
+}
+int rk_cdma_irq_level(RkCdma *c)
+{
+    return c->core->irq_level() ? 1 : 0;
+}
 
 } // extern "C"

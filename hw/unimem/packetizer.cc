@@ -59,7 +59,10 @@ bool Packetizer::setup_complete(const Pif &p) const
     return true;
 }
 
-void Packetizer::clear_setup(Pif &p) { std::memset(p.written, 0, sizeof p.written); }
+void Packetizer::clear_setup(Pif &p)
+{
+    std::memset(p.written, 0, sizeof p.written);
+}
 
 uint64_t Packetizer::read(uint64_t offset, unsigned size)
 {
@@ -84,16 +87,36 @@ uint64_t Packetizer::read(uint64_t offset, unsigned size)
             v = pidt_[reg / 8];
         } else {
             switch (reg & ~7ull) {
-            case PKTZ_TIF_BASE_DEST: v = base_dest_; break;
-            case PKTZ_TIF_PID_CONF: v = pid_conf_; break;
-            case PKTZ_TIF_CLR_REQ: v = 0; break;
-            case PKTZ_TIF_ID: v = PKTZ_ID_VALUE; break;
-            case PKTZ_TIF_SENT: v = ctr_.sent; break;
-            case PKTZ_TIF_ACKED: v = ctr_.acked; break;
-            case PKTZ_TIF_NACKED: v = ctr_.nacked; break;
-            case PKTZ_TIF_ILLEGAL: v = ctr_.illegal; break;
-            case PKTZ_TIF_NOPID: v = ctr_.nopid; break;
-            default: ok = false; break;
+            case PKTZ_TIF_BASE_DEST:
+                v = base_dest_;
+                break;
+            case PKTZ_TIF_PID_CONF:
+                v = pid_conf_;
+                break;
+            case PKTZ_TIF_CLR_REQ:
+                v = 0;
+                break;
+            case PKTZ_TIF_ID:
+                v = PKTZ_ID_VALUE;
+                break;
+            case PKTZ_TIF_SENT:
+                v = ctr_.sent;
+                break;
+            case PKTZ_TIF_ACKED:
+                v = ctr_.acked;
+                break;
+            case PKTZ_TIF_NACKED:
+                v = ctr_.nacked;
+                break;
+            case PKTZ_TIF_ILLEGAL:
+                v = ctr_.illegal;
+                break;
+            case PKTZ_TIF_NOPID:
+                v = ctr_.nopid;
+                break;
+            default:
+                ok = false;
+                break;
             }
         }
     } else {
@@ -130,8 +153,12 @@ void Packetizer::write(uint64_t offset, uint64_t value, unsigned size)
             return;
         }
         switch (reg & ~7ull) {
-        case PKTZ_TIF_BASE_DEST: base_dest_ = merge(base_dest_) & PKTZ_BASE_DEST_MASK; return;
-        case PKTZ_TIF_PID_CONF: pid_conf_ = merge(pid_conf_); return;
+        case PKTZ_TIF_BASE_DEST:
+            base_dest_ = merge(base_dest_) & PKTZ_BASE_DEST_MASK;
+            return;
+        case PKTZ_TIF_PID_CONF:
+            pid_conf_ = merge(pid_conf_);
+            return;
         case PKTZ_TIF_CLR_REQ: {
             const uint64_t bits = (value & fieldmask) << (byte * 8);
             for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
@@ -225,8 +252,14 @@ void Packetizer::complete(uint64_t tag, Completion c)
     p.waiting = false;
     const uint32_t keep = p.status & PKTZ_ST_OVERWR_BUF;
     switch (c) {
-    case Completion::Ack: p.status = keep | PKTZ_ST_ACK; ctr_.acked++; break;
-    case Completion::Nack: p.status = keep | PKTZ_ST_NACK; ctr_.nacked++; break;
+    case Completion::Ack:
+        p.status = keep | PKTZ_ST_ACK;
+        ctr_.acked++;
+        break;
+    case Completion::Nack:
+        p.status = keep | PKTZ_ST_NACK;
+        ctr_.nacked++;
+        break;
     case Completion::FabricError:
         p.status = keep | PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR;
         ctr_.nacked++;

@@ -37,8 +37,8 @@ struct PacketizerHost {
 };
 
 struct PacketizerCounters {
-    uint64_t sent = 0, acked = 0, nacked = 0, fabric_errors = 0, illegal = 0, nopid = 0,
-             overwrites = 0, stale_completions = 0, bad_access = 0;
+    uint64_t sent = 0, acked = 0, nacked = 0, fabric_errors = 0, illegal = 0, nopid = 0, overwrites = 0,
+             stale_completions = 0, bad_access = 0;
 };
 
 class Packetizer {
@@ -81,6 +81,9 @@ private:
 };
 
 // tag layout: PIF index in bits [63:56], sequence number in [31:0]
-constexpr uint64_t pktz_tag(unsigned pif, uint32_t seq) { return (uint64_t(pif) << 56) | seq; }
+constexpr uint64_t pktz_tag(unsigned pif, uint32_t seq)
+{
+    return (uint64_t(pif) << 56) | seq;
+}
 
 } // namespace rackemu::unimem

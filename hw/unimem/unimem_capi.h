@@ -16,7 +16,8 @@ typedef struct RkVmbox RkVmbox;
 typedef struct RkPacketizer RkPacketizer;
 typedef void (*rk_irq_fn)(void *opaque, int level);
 typedef void (*rk_log_fn)(void *opaque, const char *msg);
-typedef void (*rk_pktz_tx_fn)(void *opaque, unsigned pif, uint64_t tag, uint64_t dest, const uint64_t words[4]);
+typedef void (*rk_pktz_tx_fn)(void *opaque, unsigned pif, uint64_t tag, uint64_t dest,
+                              const uint64_t words[4]);
 
 enum { RK_PKTZ_ACK = 0, RK_PKTZ_NACK = 1, RK_PKTZ_FABRIC_ERR = 2 };
 
@@ -41,7 +42,8 @@ void rk_pktz_reset(RkPacketizer *p);
 /* Global address space window (gas.h). The access callback returns RK_GAS_*. */
 typedef struct RkGas RkGas;
 enum { RK_GAS_OK = 0, RK_GAS_DECODE_ERR = 1, RK_GAS_UNREACHABLE = 2 };
-typedef int (*rk_gas_access_fn)(void *opaque, int write, unsigned node, uint64_t local, void *buf, unsigned len);
+typedef int (*rk_gas_access_fn)(void *opaque, int write, unsigned node, uint64_t local, void *buf,
+                                unsigned len);
 typedef uint64_t (*rk_gas_counter_fn)(void *opaque, unsigned ctrl_offset);
 
 RkGas *rk_gas_new(unsigned node_id, unsigned node_count, rk_gas_access_fn access, rk_gas_counter_fn counter,

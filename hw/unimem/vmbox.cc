@@ -9,8 +9,7 @@
 namespace rackemu::unimem {
 
 Vmbox::Vmbox(VmboxHost host, unsigned depth, bool burst_known_issue)
-    : host_(std::move(host)), depth_(std::clamp(depth, 1u, 65536u)),
-      burst_known_issue_(burst_known_issue)
+    : host_(std::move(host)), depth_(std::clamp(depth, 1u, 65536u)), burst_known_issue_(burst_known_issue)
 {
     for (auto &f : fifos_) {
         f.slots.assign(depth_, 0);
@@ -47,7 +46,10 @@ uint64_t Vmbox::nonempty_locked() const
     return m;
 }
 
-bool Vmbox::level_locked() const { return (nonempty_locked() & irq_enable_) != 0; }
+bool Vmbox::level_locked() const
+{
+    return (nonempty_locked() & irq_enable_) != 0;
+}
 
 bool Vmbox::irq_level() const
 {
@@ -101,8 +103,8 @@ Vmbox::Result Vmbox::read(uint64_t offset, unsigned size, uint64_t &value)
             if (size != 8 || (reg & 7)) {
                 ctr_.bad_access++;
                 lk.unlock();
-                guest_error("MIF " + std::to_string(page) + ": " + std::to_string(size) +
-                            "-byte load at " + hex(reg) + " (the FIFO is read with aligned 64-bit loads)");
+                guest_error("MIF " + std::to_string(page) + ": " + std::to_string(size) + "-byte load at " +
+                            hex(reg) + " (the FIFO is read with aligned 64-bit loads)");
                 return Result::BusError;
             }
             Fifo &f = fifos_[page];
@@ -126,17 +128,38 @@ Vmbox::Result Vmbox::read(uint64_t offset, unsigned size, uint64_t &value)
         }
     } else if (page == UNIMEM_IF_COUNT) {
         switch (reg) {
-        case VMBOX_CTRL_ID: value = VMBOX_ID_VALUE; return Result::Ok;
-        case VMBOX_CTRL_DEPTH: value = depth_; return Result::Ok;
-        case VMBOX_CTRL_IRQ_STATUS: value = nonempty_locked() & irq_enable_; return Result::Ok;
-        case VMBOX_CTRL_IRQ_ENABLE: value = irq_enable_; return Result::Ok;
-        case VMBOX_CTRL_NONEMPTY: value = nonempty_locked(); return Result::Ok;
-        case VMBOX_CTRL_FLUSH: value = 0; return Result::Ok;
-        case VMBOX_CTRL_NACKS: value = ctr_.nacks; return Result::Ok;
-        case VMBOX_CTRL_TRUNCATED: value = ctr_.truncated; return Result::Ok;
-        case VMBOX_CTRL_ENQUEUED: value = ctr_.enqueued; return Result::Ok;
-        case VMBOX_CTRL_DEQUEUED: value = ctr_.dequeued; return Result::Ok;
-        default: break;
+        case VMBOX_CTRL_ID:
+            value = VMBOX_ID_VALUE;
+            return Result::Ok;
+        case VMBOX_CTRL_DEPTH:
+            value = depth_;
+            return Result::Ok;
+        case VMBOX_CTRL_IRQ_STATUS:
+            value = nonempty_locked() & irq_enable_;
+            return Result::Ok;
+        case VMBOX_CTRL_IRQ_ENABLE:
+            value = irq_enable_;
+            return Result::Ok;
+        case VMBOX_CTRL_NONEMPTY:
+            value = nonempty_locked();
+            return Result::Ok;
+        case VMBOX_CTRL_FLUSH:
+            value = 0;
+            return Result::Ok;
+        case VMBOX_CTRL_NACKS:
+            value = ctr_.nacks;
+            return Result::Ok;
+        case VMBOX_CTRL_TRUNCATED:
+            value = ctr_.truncated;
+            return Result::Ok;
+        case VMBOX_CTRL_ENQUEUED:
+            value = ctr_.enqueued;
+            return Result::Ok;
+        case VMBOX_CTRL_DEQUEUED:
+            value = ctr_.dequeued;
+            return Result::Ok;
+        default:
+            break;
         }
     }
     ctr_.bad_access++;
@@ -155,8 +178,8 @@ Vmbox::Result Vmbox::write(uint64_t offset, uint64_t value, unsigned size)
         if (size != 8 || (reg & 7)) {
             ctr_.bad_access++;
             lk.unlock();
-            guest_error("MIF " + std::to_string(page) + ": " + std::to_string(size) +
-                        "-byte store at " + hex(reg) + " refused (the FIFO takes aligned 64-bit stores)");
+            guest_error("MIF " + std::to_string(page) + ": " + std::to_string(size) + "-byte store at " +
+                        hex(reg) + " refused (the FIFO takes aligned 64-bit stores)");
             return Result::BusError;
         }
         if (!push_locked(page, value)) {

@@ -31,8 +31,8 @@ struct VmboxHost {
 };
 
 struct VmboxCounters {
-    uint64_t enqueued = 0;   // words enqueued (CPU stores and deliveries)
-    uint64_t dequeued = 0;   // words dequeued by loads
+    uint64_t enqueued = 0; // words enqueued (CPU stores and deliveries)
+    uint64_t dequeued = 0; // words dequeued by loads
     uint64_t empty_reads = 0;
     uint64_t nacks = 0;      // stores or deliveries refused because the FIFO was full
     uint64_t truncated = 0;  // words dropped under the burst known-issue mode

@@ -123,7 +123,8 @@ void json_escape(std::string &o, const std::string &s)
             if (c == 0xf4) hi = 0x8f;
         }
         bool ok = len && i + len <= n && p[i + 1] >= lo && p[i + 1] <= hi;
-        for (size_t k = 2; ok && k < len; k++) ok = (p[i + k] & 0xc0) == 0x80;
+        for (size_t k = 2; ok && k < len; k++)
+            ok = (p[i + k] & 0xc0) == 0x80;
         if (ok) {
             o.append(s, i, len);
             i += len;
@@ -193,7 +194,8 @@ Bridge::~Bridge()
     for (unsigned i = 0; i < RKF_MAX_NODES; i++) {
         if (ports_[i].state == State::Up) drop_port(i, "bridge shutting down");
     }
-    for (Conn &c : conns_) close(c.fd);
+    for (Conn &c : conns_)
+        close(c.fd);
     conns_.clear();
     for (int fd : {listen_fd_, ctl_fd_, wake_pipe_[0], wake_pipe_[1], bell_fd_}) {
         if (fd >= 0) close(fd);
@@ -269,7 +271,8 @@ void Bridge::accept_conns(int lfd, bool control)
         int s = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (s < 0) return;
         unsigned same = 0;
-        for (const Conn &c : conns_) same += c.control == control;
+        for (const Conn &c : conns_)
+            same += c.control == control;
         if (same >= opt_.max_pending) {
             // Too many in progress: the oldest of this kind goes (a flood of silent
             // connections cannot lock out a client that talks).
@@ -290,7 +293,8 @@ void Bridge::accept_conns(int lfd, bool control)
         Conn c;
         c.fd = s;
         c.control = control;
-        c.deadline_ns = now_ns() + uint64_t(control ? opt_.control_timeout_ms : opt_.handshake_timeout_ms) * 1000000ull;
+        c.deadline_ns =
+            now_ns() + uint64_t(control ? opt_.control_timeout_ms : opt_.handshake_timeout_ms) * 1000000ull;
         conns_.push_back(std::move(c));
     }
 }
@@ -327,7 +331,8 @@ bool Bridge::service_conn(Conn &c, short revents, uint64_t now)
             }
         }
         std::string trimmed = c.in;
-        while (!trimmed.empty() && (trimmed.back() == '\r' || trimmed.back() == ' ')) trimmed.pop_back();
+        while (!trimmed.empty() && (trimmed.back() == '\r' || trimmed.back() == ' '))
+            trimmed.pop_back();
         const bool complete = eof || c.in.find('\n') != std::string::npos || c.in.size() >= 128 ||
                               trimmed == "stats" || trimmed == "shutdown";
         if (!complete) {
@@ -389,8 +394,8 @@ void Bridge::handshake(int s, const rkf_hello &hello, ssize_t n)
     }
     Port &p = ports_[h.node_id];
     if (p.state == State::Up) {
-        refuse(RKF_WELCOME_DUPLICATE, "node id " + std::to_string(h.node_id) + " is already connected (" +
-                                          printable(p.name) + ")");
+        refuse(RKF_WELCOME_DUPLICATE,
+               "node id " + std::to_string(h.node_id) + " is already connected (" + printable(p.name) + ")");
         return;
     }
     // Sealed: the node can neither shrink the object under the bridge's mapping (SIGBUS in the
@@ -428,8 +433,8 @@ void Bridge::handshake(int s, const rkf_hello &hello, ssize_t n)
     p.overflow.clear();
     p.c.connects++;
     p.c.outstanding = 0;
-    log("node %u connected (%s, caps 0x%x, sees %u nodes)", unsigned(h.node_id), printable(p.name).c_str(), h.caps,
-        h.node_count);
+    log("node %u connected (%s, caps 0x%x, sees %u nodes)", unsigned(h.node_id), printable(p.name).c_str(),
+        h.caps, h.node_count);
 }
 
 // An error reply on behalf of the destination: src is the node the request went to (not the
@@ -566,7 +571,8 @@ bool Bridge::route_locked(unsigned src, const rkf_frame_hdr &h, const unsigned c
         unsolicited_++;
         s.c.errors++;
         s.c.drops++;
-        log("dropped a reply from node %u to node %u (service %u, tag 0x%" PRIx64 ") that answers no request "
+        log("dropped a reply from node %u to node %u (service %u, tag 0x%" PRIx64
+            ") that answers no request "
             "routed to node %u",
             src, unsigned(h.dst), unsigned(h.svc), h.tag, src);
         return false;
@@ -575,8 +581,9 @@ bool Bridge::route_locked(unsigned src, const rkf_frame_hdr &h, const unsigned c
         if (s.c.outstanding >= opt_.max_outstanding) {
             over_cap_++;
             s.c.drops++;
-            log("node %u has %" PRIu64 " requests outstanding (the cap); request to node %u answered CONGESTED", src,
-                s.c.outstanding, unsigned(h.dst));
+            log("node %u has %" PRIu64
+                " requests outstanding (the cap); request to node %u answered CONGESTED",
+                src, s.c.outstanding, unsigned(h.dst));
             error_reply_locked(h, RKF_ST_CONGESTED);
             return false;
         }
@@ -664,10 +671,11 @@ std::string Bridge::stats_json()
     std::ostringstream o;
     o << "{\"uptime_s\":" << (now_ns() - start_ns_) / 1e9 << ",\"max_nodes\":" << opt_.max_nodes
       << ",\"malformed\":" << malformed_ << ",\"noroute\":" << noroute_ << ",\"spoofed\":" << spoofed_
-      << ",\"unsolicited\":" << unsolicited_ << ",\"congested\":" << congested_ << ",\"over_cap\":" << over_cap_
-      << ",\"refused_handshakes\":" << refused_handshakes_ << ",\"conn_timeouts\":" << conn_timeouts_
-      << ",\"conn_evicted\":" << conn_evicted_ << ",\"outstanding\":" << outstanding_total_
-      << ",\"max_outstanding\":" << opt_.max_outstanding << ",\"router_sleeps\":" << router_sleeps_ << ",\"ports\":[";
+      << ",\"unsolicited\":" << unsolicited_ << ",\"congested\":" << congested_
+      << ",\"over_cap\":" << over_cap_ << ",\"refused_handshakes\":" << refused_handshakes_
+      << ",\"conn_timeouts\":" << conn_timeouts_ << ",\"conn_evicted\":" << conn_evicted_
+      << ",\"outstanding\":" << outstanding_total_ << ",\"max_outstanding\":" << opt_.max_outstanding
+      << ",\"router_sleeps\":" << router_sleeps_ << ",\"ports\":[";
     bool first = true;
     for (unsigned i = 0; i < opt_.max_nodes; i++) {
         const Port &p = ports_[i];
@@ -676,12 +684,12 @@ std::string Bridge::stats_json()
         first = false;
         std::string name;
         json_escape(name, p.name);
-        o << "{\"node\":" << i << ",\"state\":\"" << (p.state == State::Up ? "up" : "down") << "\",\"name\":\""
-          << name << "\",\"caps\":" << p.caps << ",\"frames_in\":" << p.c.frames_in << ",\"frames_out\":" << p.c.frames_out
-          << ",\"bytes_in\":" << p.c.bytes_in << ",\"bytes_out\":" << p.c.bytes_out << ",\"drops\":" << p.c.drops
-          << ",\"errors\":" << p.c.errors << ",\"connects\":" << p.c.connects
-          << ",\"disconnects\":" << p.c.disconnects << ",\"queued\":" << p.overflow.size()
-          << ",\"outstanding\":" << p.c.outstanding << "}";
+        o << "{\"node\":" << i << ",\"state\":\"" << (p.state == State::Up ? "up" : "down")
+          << "\",\"name\":\"" << name << "\",\"caps\":" << p.caps << ",\"frames_in\":" << p.c.frames_in
+          << ",\"frames_out\":" << p.c.frames_out << ",\"bytes_in\":" << p.c.bytes_in
+          << ",\"bytes_out\":" << p.c.bytes_out << ",\"drops\":" << p.c.drops << ",\"errors\":" << p.c.errors
+          << ",\"connects\":" << p.c.connects << ",\"disconnects\":" << p.c.disconnects
+          << ",\"queued\":" << p.overflow.size() << ",\"outstanding\":" << p.c.outstanding << "}";
     }
     o << "]}";
     return o.str();
@@ -689,7 +697,8 @@ std::string Bridge::stats_json()
 
 std::string Bridge::control_reply(std::string cmd)
 {
-    while (!cmd.empty() && (cmd.back() == '\n' || cmd.back() == '\r' || cmd.back() == ' ')) cmd.pop_back();
+    while (!cmd.empty() && (cmd.back() == '\n' || cmd.back() == '\r' || cmd.back() == ' '))
+        cmd.pop_back();
     if (cmd == "stats") return stats_json() + "\n";
     if (cmd == "shutdown") {
         stop();
@@ -704,7 +713,8 @@ void Bridge::run()
 {
     router_ = std::thread([this] { router(); });
     while (!stopping_) {
-        std::vector<pollfd> pfds = {{listen_fd_, POLLIN, 0}, {ctl_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
+        std::vector<pollfd> pfds = {
+            {listen_fd_, POLLIN, 0}, {ctl_fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
         std::vector<unsigned> ids;
         {
             std::lock_guard lk(mu_);
@@ -746,14 +756,16 @@ void Bridge::run()
         std::vector<Conn> keep;
         keep.reserve(conns_.size());
         for (size_t k = 0; k < conns_.size(); k++) {
-            if (!service_conn(conns_[k], pfds[first_conn + k].revents, now)) keep.push_back(std::move(conns_[k]));
+            if (!service_conn(conns_[k], pfds[first_conn + k].revents, now))
+                keep.push_back(std::move(conns_[k]));
         }
         conns_.swap(keep);
         if (pfds[0].revents & POLLIN) accept_conns(listen_fd_, false);
         if (pfds[1].revents & POLLIN) accept_conns(ctl_fd_, true);
     }
     stopping_ = true;
-    for (Conn &c : conns_) close(c.fd);
+    for (Conn &c : conns_)
+        close(c.fd);
     conns_.clear();
     futex_wake(&bell_->sleeping);
     if (router_.joinable()) router_.join();

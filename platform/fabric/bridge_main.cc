@@ -13,7 +13,10 @@
 namespace {
 rackemu::fabric::Bridge *g_bridge;
 
-void on_signal(int) { if (g_bridge) g_bridge->stop(); }
+void on_signal(int)
+{
+    if (g_bridge) g_bridge->stop();
+}
 
 void usage(FILE *f)
 {
@@ -53,7 +56,8 @@ int main(int argc, char **argv)
             char *end;
             long n = strtol(v, &end, 10);
             if (*end || n < 1 || n > RKF_MAX_NODES) {
-                fprintf(stderr, "rackemu-bridge: --max-nodes %s: expected a number from 1 to %u\n", v, RKF_MAX_NODES);
+                fprintf(stderr, "rackemu-bridge: --max-nodes %s: expected a number from 1 to %u\n", v,
+                        RKF_MAX_NODES);
                 return 2;
             }
             o.max_nodes = unsigned(n);
@@ -62,7 +66,8 @@ int main(int argc, char **argv)
             char *end;
             long n = strtol(v, &end, 10);
             if (*end || n < 1 || n > 1048576) {
-                fprintf(stderr, "rackemu-bridge: --max-outstanding %s: expected a number from 1 to 1048576\n", v);
+                fprintf(stderr, "rackemu-bridge: --max-outstanding %s: expected a number from 1 to 1048576\n",
+                        v);
                 return 2;
             }
             o.max_outstanding = size_t(n);

@@ -43,7 +43,8 @@ Stats raw_pingpong(unsigned iters)
     pid_t c = fork();
     if (c == 0) {
         for (uint64_t i = 1; i <= iters; i++) {
-            while (w[0].load(std::memory_order_acquire) != i) cpu_relax();
+            while (w[0].load(std::memory_order_acquire) != i)
+                cpu_relax();
             w[8].store(i, std::memory_order_release);
         }
         _exit(0);
@@ -53,7 +54,8 @@ Stats raw_pingpong(unsigned iters)
     for (uint64_t i = 1; i <= iters; i++) {
         uint64_t t0 = now_ns();
         w[0].store(i, std::memory_order_release);
-        while (w[8].load(std::memory_order_acquire) != i) cpu_relax();
+        while (w[8].load(std::memory_order_acquire) != i)
+            cpu_relax();
         rtt.push_back((now_ns() - t0) / 1000.0);
     }
     waitpid(c, nullptr, 0);
@@ -76,8 +78,10 @@ int main(int argc, char **argv)
     std::string csv;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
-        if (a == "--iters" && i + 1 < argc) iters = std::max(100, atoi(argv[++i]));
-        else if (a == "--csv" && i + 1 < argc) csv = argv[++i];
+        if (a == "--iters" && i + 1 < argc)
+            iters = std::max(100, atoi(argv[++i]));
+        else if (a == "--csv" && i + 1 < argc)
+            csv = argv[++i];
         else {
             fprintf(stderr, "usage: rackemu-fabric-bench [--iters N] [--csv FILE]\n");
             return a == "--help" ? 0 : 2;
@@ -128,7 +132,8 @@ int main(int argc, char **argv)
         uint64_t want = w.replies + 1;
         h.tag = i;
         if (rk_fabric_port_send(p, &h, payload)) break;
-        while (w.replies.load(std::memory_order_acquire) < want) sched_yield();
+        while (w.replies.load(std::memory_order_acquire) < want)
+            sched_yield();
     }
     std::vector<double> rtt;
     rtt.reserve(iters);
@@ -140,7 +145,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "send failed\n");
             return 1;
         }
-        while (w.replies.load(std::memory_order_acquire) < want) sched_yield();
+        while (w.replies.load(std::memory_order_acquire) < want)
+            sched_yield();
         rtt.push_back((now_ns() - t0) / 1000.0);
     }
     Stats br = summarize(rtt);
@@ -155,7 +161,8 @@ int main(int argc, char **argv)
             cpu_relax();
         }
     }
-    while (w.replies - base < sent && now_ns() - t0 < 5000000000ull) cpu_relax();
+    while (w.replies - base < sent && now_ns() - t0 < 5000000000ull)
+        cpu_relax();
     const double secs = (now_ns() - t0) / 1e9;
     const double fps = (w.replies - base) / secs;
     Stats raw = raw_pingpong(iters);
@@ -175,8 +182,10 @@ int main(int argc, char **argv)
     if (!csv.empty()) {
         FILE *f = fopen(csv.c_str(), "a");
         if (f) {
-            fprintf(f, "fabric,raw_pingpong_median_us,%.3f\nfabric,raw_pingpong_p99_us,%.3f\n", raw.median_us, raw.p99_us);
-            fprintf(f, "fabric,bridge_rtt_median_us,%.3f\nfabric,bridge_rtt_p99_us,%.3f\n", br.median_us, br.p99_us);
+            fprintf(f, "fabric,raw_pingpong_median_us,%.3f\nfabric,raw_pingpong_p99_us,%.3f\n", raw.median_us,
+                    raw.p99_us);
+            fprintf(f, "fabric,bridge_rtt_median_us,%.3f\nfabric,bridge_rtt_p99_us,%.3f\n", br.median_us,
+                    br.p99_us);
             fprintf(f, "fabric,bridge_frames_per_s,%.0f\n", fps);
             fclose(f);
         }

@@ -56,7 +56,8 @@ struct BridgeRig {
     RkFabricPort *port(unsigned id, std::string *err_out = nullptr, bool start = true, uint32_t caps = 0)
     {
         char err[256] = "";
-        RkFabricPort *p = rk_fabric_port_new((dir + "/fabric.sock").c_str(), id, 8, caps, 2000, err, sizeof err);
+        RkFabricPort *p =
+            rk_fabric_port_new((dir + "/fabric.sock").c_str(), id, 8, caps, 2000, err, sizeof err);
         if (p && start) rk_fabric_port_start(p);
         if (err_out) *err_out = err;
         return p;
@@ -86,7 +87,8 @@ inline std::string control(const std::string &dir, const std::string &cmd, int t
     std::string out;
     const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     for (;;) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
         pollfd pfd{s, POLLIN, 0};
         if (left.count() <= 0 || poll(&pfd, 1, int(left.count())) <= 0) {
             out.clear();
@@ -131,13 +133,17 @@ struct RawNode {
         for (cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
             if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
                 int fds[2] = {-1, -1};
-                std::memcpy(fds, CMSG_DATA(c), std::min<size_t>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int), 2) * sizeof(int));
+                std::memcpy(fds, CMSG_DATA(c),
+                            std::min<size_t>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int), 2) * sizeof(int));
                 shm_fd = fds[0];
                 bell_fd = fds[1];
             }
         }
     }
-    bool welcomed() const { return n == sizeof w && w.status == RKF_WELCOME_OK && shm_fd >= 0 && bell_fd >= 0; }
+    bool welcomed() const
+    {
+        return n == sizeof w && w.status == RKF_WELCOME_OK && shm_fd >= 0 && bell_fd >= 0;
+    }
     ~RawNode()
     {
         for (int fd : {sock, shm_fd, bell_fd})
@@ -180,7 +186,8 @@ struct FakeBridge {
             shm->magic = RKF_SHM_MAGIC;
             shm->version = RKF_PROTO_VERSION;
         }
-        bell = static_cast<Doorbell *>(mmap(nullptr, sizeof(Doorbell), PROT_READ | PROT_WRITE, MAP_SHARED, bell_fd, 0));
+        bell = static_cast<Doorbell *>(
+            mmap(nullptr, sizeof(Doorbell), PROT_READ | PROT_WRITE, MAP_SHARED, bell_fd, 0));
         thr = std::thread([this] {
             pollfd pfd{lfd, POLLIN, 0};
             if (poll(&pfd, 1, 5000) <= 0) return;

@@ -344,7 +344,8 @@ TEST(FabricHardening, AFloodOfSilentConnectionsEvictsTheOldestAndStatsStillAnswe
     BridgeRig b;
     std::vector<int> silent;
     for (int i = 0; i < 200; i++) {
-        int fd = unix_connect(b.dir + (i % 2 ? "/bridge.ctl" : "/fabric.sock"), i % 2 ? SOCK_STREAM : SOCK_SEQPACKET,
+        int fd = unix_connect(b.dir + (i % 2 ? "/bridge.ctl" : "/fabric.sock"),
+                              i % 2 ? SOCK_STREAM : SOCK_SEQPACKET,
                               SOCK_NONBLOCK); // a full backlog fails instead of waiting
         if (fd >= 0) silent.push_back(fd);
     }
@@ -364,7 +365,9 @@ TEST(FabricHardening, NamesAndCommandsAreEscapedIntoValidJson)
     ASSERT_TRUE(evil.welcomed());
     const std::string s = b.bridge->stats_json();
     EXPECT_TRUE(json_text_ok(s)) << s;
-    EXPECT_NE(s.find(R"("name":"n\ufffd\ufffd\"\\\u0001\u001b[2J)" "\xc3\xa9" R"(\ufffd\ufffd\ufffdz")"),
+    EXPECT_NE(s.find(R"("name":"n\ufffd\ufffd\"\\\u0001\u001b[2J)"
+                     "\xc3\xa9"
+                     R"(\ufffd\ufffd\ufffdz")"),
               std::string::npos)
         << s;
     const std::string c = control(b.dir, "st\"a\xff\x02ts\n");

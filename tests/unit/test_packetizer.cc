@@ -16,11 +16,10 @@ struct Sent {
 struct Rig {
     std::vector<Sent> sent;
     std::vector<std::string> errors;
-    Packetizer p{PacketizerHost{
-        [this](unsigned pif, uint64_t tag, uint64_t dest, const uint64_t w[4]) {
-            sent.push_back({pif, tag, dest, {w[0], w[1], w[2], w[3]}});
-        },
-        [this](const std::string &m) { errors.push_back(m); }}};
+    Packetizer p{PacketizerHost{[this](unsigned pif, uint64_t tag, uint64_t dest, const uint64_t w[4]) {
+                                    sent.push_back({pif, tag, dest, {w[0], w[1], w[2], w[3]}});
+                                },
+                                [this](const std::string &m) { errors.push_back(m); }}};
     static constexpr uint64_t kBase = 0x0b000000;
     Rig()
     {

@@ -702,12 +702,13 @@ TEST(R2p2, HostMemStressNeverAcceptsATornObject)
     auto c = s.counters();
     EXPECT_EQ(c.sabre_ok, ok.load());
     EXPECT_EQ(c.abort_locked + c.abort_window + c.abort_validate, aborted.load());
-    std::printf("[ stress ] %llu writes; %llu ok (%llu validated), %llu aborted (locked %llu, window %llu, "
-                "validate %llu)\n",
-                (unsigned long long)writes.load(), (unsigned long long)ok.load(),
-                (unsigned long long)validated.load(), (unsigned long long)aborted.load(),
-                (unsigned long long)c.abort_locked, (unsigned long long)c.abort_window,
-                (unsigned long long)c.abort_validate);
+    std::printf(
+        "[ stress ] %llu writes; %llu ok (%llu validated), %llu aborted (locked %llu, window %llu, "
+        "validate %llu)\n",
+        (unsigned long long)writes.load(), (unsigned long long)ok.load(),
+        (unsigned long long)validated.load(), (unsigned long long)aborted.load(),
+        (unsigned long long)c.abort_locked, (unsigned long long)c.abort_window,
+        (unsigned long long)c.abort_validate);
 }
 
 } // namespace

@@ -19,10 +19,10 @@ namespace {
 
 constexpr uint64_t kRamBase = 0x40000000;
 constexpr uint64_t kRamSize = 8ull << 20;
-constexpr uint64_t kWq = kRamBase + 0x1000;   // QP q: WQ at kWq + q * 0x40000 (up to 4096 entries)
-constexpr uint64_t kCq = kRamBase + 0x200000; // QP q: CQ at kCq + q * 0x20000
+constexpr uint64_t kWq = kRamBase + 0x1000;    // QP q: WQ at kWq + q * 0x40000 (up to 4096 entries)
+constexpr uint64_t kCq = kRamBase + 0x200000;  // QP q: CQ at kCq + q * 0x20000
 constexpr uint64_t kSeg = kRamBase + 0x400000; // context segments from here (4 MiB)
-constexpr uint64_t kSegSize = 0x200000;       // 2 MiB per node for context 1
+constexpr uint64_t kSegSize = 0x200000;        // 2 MiB per node for context 1
 
 struct Cluster;
 
@@ -99,15 +99,16 @@ rmc_wqe wqe(uint8_t op, uint16_t node, uint64_t roff, uint64_t loff, uint32_t le
 // An in-process fabric: frames are delivered synchronously on the sender's thread.
 struct Cluster {
     std::vector<std::unique_ptr<Node>> nodes;
-    std::atomic<bool> drop{false};  // silently lose every frame (a hung peer)
-    std::atomic<bool> down{false};  // sends fail: link down
+    std::atomic<bool> drop{false}; // silently lose every frame (a hung peer)
+    std::atomic<bool> down{false}; // sends fail: link down
     std::vector<std::pair<rkf_frame_hdr, std::vector<uint8_t>>> held; // frames lost while `drop`
     std::mutex held_mu;
     std::array<std::atomic<unsigned>, 8> irq_calls{}; // RmcHost::irq_changed calls per node
 
     explicit Cluster(unsigned n, unsigned timeout_ms = 2000, bool fabric = true)
     {
-        for (unsigned i = 0; i < n; i++) nodes.push_back(std::make_unique<Node>());
+        for (unsigned i = 0; i < n; i++)
+            nodes.push_back(std::make_unique<Node>());
         for (unsigned i = 0; i < n; i++) {
             Node &nd = *nodes[i];
             nd.id = i;
@@ -147,8 +148,10 @@ struct Cluster {
             return 0;
         }
         Rmc &dst = *nodes[f.dst]->rmc;
-        if (f.type == RKF_T_REPLY) dst.on_reply(f, p);
-        else dst.on_frame(f, p);
+        if (f.type == RKF_T_REPLY)
+            dst.on_reply(f, p);
+        else
+            dst.on_frame(f, p);
         return 0;
     }
     // Deliver what was held back (late frames).
@@ -160,7 +163,8 @@ struct Cluster {
             h.swap(held);
         }
         drop = false;
-        for (auto &[f, p] : h) deliver(f.src, f, p.data());
+        for (auto &[f, p] : h)
+            deliver(f.src, f, p.data());
     }
     Node &operator[](unsigned i) { return *nodes[i]; }
 };
@@ -191,7 +195,8 @@ TEST_F(RmcPair, ReadAndWriteIntegrityAtEverySize)
     for (uint32_t len : sizes) {
         for (uint64_t roff : roffs) {
             std::vector<uint8_t> want(len);
-            for (uint32_t i = 0; i < len; i++) want[i] = pat(len + roff, i);
+            for (uint32_t i = 0; i < len; i++)
+                want[i] = pat(len + roff, i);
             const uint8_t *src = want.data();
             std::memcpy(c[0].at(kSeg + roff), src, len);
             uint64_t loff = 0x100000 - (len > 4096 ? 0 : 1); // unaligned local side too
@@ -367,7 +372,8 @@ TEST_F(RmcPair, CqPhaseWrapsAtDepthTwoAndFourThousand)
         unsigned depth = 1u << log2, total = depth * 3 + 1;
         uint32_t posted = 0, done = 0;
         while (done < total) {
-            while (posted < total && posted - done < depth) c[1].post(5, wqe(RMC_OP_READ, 0, posted % 64, 0, 8, posted)), posted++;
+            while (posted < total && posted - done < depth)
+                c[1].post(5, wqe(RMC_OP_READ, 0, posted % 64, 0, 8, posted)), posted++;
             rmc_cqe e;
             ASSERT_TRUE(c[1].next(5, e));
             ASSERT_EQ(e.status, RMC_ST_OK);
@@ -384,7 +390,7 @@ TEST_F(RmcPair, DoorbellAndCqHeadValidation)
     EXPECT_EQ(c[1].r(RMC_DB_REG(0, DB_WQ_TAIL)), 0u);
     c[1].w(RMC_DB_REG(0, DB_CQ_HEAD), 1); // beyond the CQ tail
     EXPECT_EQ(c[1].r(RMC_DB_REG(0, DB_CQ_HEAD)), 0u);
-    c[1].w(RMC_DB_REG(9, DB_WQ_TAIL), 1); // QP not enabled
+    c[1].w(RMC_DB_REG(9, DB_WQ_TAIL), 1);     // QP not enabled
     c[1].rmc->mmio_write(RMC_REG_CTRL, 1, 4); // not 64-bit
     EXPECT_EQ(c[1].rmc->mmio_read(RMC_REG_ID, 4), 0u);
     EXPECT_EQ(c[1].cnt(RMC_CNT_GUEST_ERRORS), errs + 5);
@@ -427,7 +433,8 @@ TEST_F(RmcPair, EnableRefusals)
 TEST_F(RmcPair, SabreReadsAConsistentObject)
 {
     uint8_t *obj = c[0].at(kSeg + 4096);
-    for (unsigned i = 8; i < 1024; i++) obj[i] = pat(7, i);
+    for (unsigned i = 8; i < 1024; i++)
+        obj[i] = pat(7, i);
     *reinterpret_cast<uint64_t *>(obj) = 42;
     rmc_cqe e;
     c[1].post(0, wqe(RMC_OP_SABRE, 0, 4096, 8192, 1024, 5));
@@ -445,7 +452,8 @@ TEST_F(RmcPair, SabreReadsAConsistentObject)
     EXPECT_GT(e.modeled_ns, spec_ns) << "no speculation is slower for a 16-block object";
     c[1].post(0, wqe(RMC_OP_READ, 0, 4096, 8192, 1024, 7));
     ASSERT_TRUE(c[1].next(0, e));
-    EXPECT_LE(std::abs(int(spec_ns) - int(e.modeled_ns)), 4) << "SABRe with speculation costs what a read costs";
+    EXPECT_LE(std::abs(int(spec_ns) - int(e.modeled_ns)), 4)
+        << "SABRe with speculation costs what a read costs";
     // an odd version: a writer holds the object
     *reinterpret_cast<uint64_t *>(obj) = 43;
     c[1].post(0, wqe(RMC_OP_SABRE, 0, 4096, 8192, 1024, 8));
@@ -478,7 +486,8 @@ TEST(RmcFabric, HungPeerTimesOutAndLateFramesAreStrays)
     std::memset(c[0].at(kSeg), 0x22, 256);
     c.release(); // node 0 now serves the held requests: its answers are late
     EXPECT_GE(c[1].cnt(RMC_CNT_STRAY), 2u);
-    for (unsigned i = 0; i < 256; i++) ASSERT_EQ(c[1].at(kSeg)[i], 0x11) << "a late answer was written";
+    for (unsigned i = 0; i < 256; i++)
+        ASSERT_EQ(c[1].at(kSeg)[i], 0x11) << "a late answer was written";
     EXPECT_EQ(c[1].r(RMC_QP_REG(0, QP_CQ_TAIL)), 2u) << "a late answer made a CQE";
 }
 
@@ -524,7 +533,8 @@ TEST(RmcFabric, DisablingAQpOrphansItsTransfers)
     std::memset(c[0].at(kSeg), 0x22, 128);
     c.release();
     EXPECT_GE(c[1].cnt(RMC_CNT_STRAY), 1u);
-    for (unsigned i = 0; i < 128; i++) ASSERT_EQ(c[1].at(kSeg)[i], 0x11);
+    for (unsigned i = 0; i < 128; i++)
+        ASSERT_EQ(c[1].at(kSeg)[i], 0x11);
     EXPECT_EQ(c[1].cnt(RMC_CNT_CQE_WRITTEN), 0u);
 }
 
@@ -533,7 +543,8 @@ TEST(RmcFabric, TwoNodesReadingEachOtherDoNotDeadlock)
     Cluster c(2, 5000);
     for (unsigned n = 0; n < 2; n++) {
         c[n].ctx(1, kSeg, kSegSize, CTX_PERM_READ, 3);
-        for (unsigned q = 0; q < 4; q++) c[n].qp(q, 1);
+        for (unsigned q = 0; q < 4; q++)
+            c[n].qp(q, 1);
     }
     auto run = [&](unsigned n, unsigned q) {
         rmc_cqe e;
@@ -545,16 +556,20 @@ TEST(RmcFabric, TwoNodesReadingEachOtherDoNotDeadlock)
     };
     std::vector<std::thread> t;
     for (unsigned n = 0; n < 2; n++)
-        for (unsigned q = 0; q < 4; q++) t.emplace_back(run, n, q);
-    for (auto &x : t) x.join();
+        for (unsigned q = 0; q < 4; q++)
+            t.emplace_back(run, n, q);
+    for (auto &x : t)
+        x.join();
 }
 
 TEST(RmcLoopback, ALoneNodeServesItselfWithoutFabric)
 {
     Cluster c(1, 1000, false);
-    c[0].ctx(0, kSeg, 8192, CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC | CTX_PERM_SABRE, 1, CTX_LAYOUT_VALID | 8);
+    c[0].ctx(0, kSeg, 8192, CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC | CTX_PERM_SABRE, 1,
+             CTX_LAYOUT_VALID | 8);
     c[0].qp(3, 0);
-    for (unsigned i = 0; i < 1024; i++) c[0].at(kSeg)[i] = pat(1, i);
+    for (unsigned i = 0; i < 1024; i++)
+        c[0].at(kSeg)[i] = pat(1, i);
     *reinterpret_cast<uint64_t *>(c[0].at(kSeg + 8)) = 10; // the version word at offset 8
     rmc_cqe e;
     c[0].post(3, wqe(RMC_OP_READ, 0, 0, 4096, 1024));

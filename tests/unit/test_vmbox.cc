@@ -15,7 +15,9 @@ struct Rig {
     explicit Rig(unsigned depth = 8, bool known_issue = false)
         : vm(VmboxHost{[this](bool l) { irq_changes.push_back(l); },
                        [this](const std::string &m) { errors.push_back(m); }},
-             depth, known_issue) {}
+             depth, known_issue)
+    {
+    }
     uint64_t load(uint64_t off, unsigned size = 8)
     {
         uint64_t v = 0;
@@ -48,10 +50,12 @@ TEST(Vmbox, StoresEnqueueAndLoadsDequeueInOrderPerFifo)
 TEST(Vmbox, StoreToFullFifoIsABusErrorAndKeepsTheData)
 {
     Rig r(4);
-    for (uint64_t i = 0; i < 4; i++) ASSERT_EQ(r.vm.write(VMBOX_MIF_OFFSET(1), i, 8), Vmbox::Result::Ok);
+    for (uint64_t i = 0; i < 4; i++)
+        ASSERT_EQ(r.vm.write(VMBOX_MIF_OFFSET(1), i, 8), Vmbox::Result::Ok);
     EXPECT_EQ(r.vm.write(VMBOX_MIF_OFFSET(1), 99, 8), Vmbox::Result::BusError);
     EXPECT_EQ(r.vm.counters().nacks, 1u);
-    for (uint64_t i = 0; i < 4; i++) EXPECT_EQ(r.load(VMBOX_MIF_OFFSET(1)), i);
+    for (uint64_t i = 0; i < 4; i++)
+        EXPECT_EQ(r.load(VMBOX_MIF_OFFSET(1)), i);
 }
 
 TEST(Vmbox, NarrowFifoAccessIsRefusedAndLogged)
