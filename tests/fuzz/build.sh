@@ -34,6 +34,12 @@ for n in $names; do
   [[ -n "${SRCS[$n]:-}" ]] || { echo "unknown harness $n (known: $ALL)" >&2; exit 2; }
   srcs=()
   for s in ${SRCS[$n]}; do srcs+=("$root/$s"); done
+  # up to date: newer than its sources, every header of the tree and this script
+  if [[ -x $out/fuzz_$n ]] && [[ -z $(find "$here/fuzz_$n.cc" "$here/fuzz_input.h" "$0" "${srcs[@]}" \
+        "$root/hw" "$root/platform/fabric" -name '*.h' -newer "$out/fuzz_$n" -o \
+        \( -name '*.cc' -o -name build.sh \) -newer "$out/fuzz_$n" 2>/dev/null | grep -E "fuzz_$n.cc|fuzz_input.h|build.sh|\.h$|$(echo ${SRCS[$n]} | tr ' ' '|')" | head -1) ]]; then
+    continue
+  fi
   (
     "$CXX" "${FLAGS[@]}" -o "$out/fuzz_$n.tmp" "$here/fuzz_$n.cc" "${srcs[@]}" -lpthread &&
       mv "$out/fuzz_$n.tmp" "$out/fuzz_$n" && echo "built $out/fuzz_$n"
