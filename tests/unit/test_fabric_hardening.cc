@@ -262,7 +262,10 @@ TEST(FabricHardening, OutstandingRequestsPerPortAreCappedAndAnsweredCongested)
     rkf_frame_hdr h = request(RKF_SVC_MEM, 1, 1u << 30, 0);
     ASSERT_EQ(rk_fabric_port_send(n2, &h, nullptr), 0);
     ASSERT_TRUE(m1.wait([&] { return m1.requests.size() == cap + 1; }));
-    EXPECT_TRUE(m2.replies.empty());
+    {
+        std::lock_guard lk(m2.mu); // n2's port thread appends to it
+        EXPECT_TRUE(m2.replies.empty());
+    }
     const std::string s = b.bridge->stats_json();
     EXPECT_EQ(stat_of(s, "over_cap"), extra) << s.substr(0, 400);
     EXPECT_EQ(stat_of(s, "outstanding"), cap + 1) << s.substr(0, 400);
