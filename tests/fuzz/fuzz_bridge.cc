@@ -121,7 +121,7 @@ struct Node {
             h.node_count = kMaxNodes;
             std::snprintf(h.name, sizeof h.name, "fuzz node %u", id);
             rkf_welcome w{};
-            int fds[2];
+            int fds[2] = {-1, -1};
             const bool ok = handshake(sock, &h, sizeof h, w, fds);
             if (ok && w.status == RKF_WELCOME_OK && fds[0] >= 0 && fds[1] >= 0) {
                 shm = static_cast<PortShm *>(mmap(nullptr, sizeof(PortShm), PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0));
@@ -292,7 +292,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const int s = unix_connect(r->sock());
             if (s < 0) break;
             rkf_welcome w{};
-            int fds[2];
+            int fds[2] = {-1, -1};
             if (len && handshake(s, hello, len, w, fds)) {
                 FUZZ_CHECK(w.magic == RKF_HELLO_MAGIC);
                 FUZZ_CHECK((w.status == RKF_WELCOME_OK) == (fds[0] >= 0));
