@@ -253,9 +253,12 @@ TEST(FabricHardening, OutstandingRequestsPerPortAreCappedAndAnsweredCongested)
         }
     }
     ASSERT_TRUE(m0.wait([&] { return m0.replies.size() == extra; }, 30s)) << m0.nreplies();
-    for (auto &r : m0.replies) {
-        EXPECT_EQ(r.status, RKF_ST_CONGESTED);
-        EXPECT_GE(r.tag, cap);
+    {
+        std::lock_guard lk(m0.mu); // n0's port thread appends to it
+        for (auto &r : m0.replies) {
+            EXPECT_EQ(r.status, RKF_ST_CONGESTED);
+            EXPECT_GE(r.tag, cap);
+        }
     }
     ASSERT_TRUE(m1.wait([&] { return m1.requests.size() == cap; }, 30s)) << m1.requests.size();
     // another port still gets through
