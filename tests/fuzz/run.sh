@@ -29,19 +29,22 @@ esac
 
 fail=0
 for n in $names; do
-  work=$out/work/$n art=$out/artifacts/$n
-  # a smoke run starts from the seeds alone, so its time does not grow with earlier runs' corpora
-  [[ $mode == --smoke ]] && rm -rf "$work"
+  work=$out/work/$n art=$out/artifacts/$n log=$out/$n.log
+  if [[ $mode == --smoke ]]; then
+    # from the seeds alone, so its time does not grow with earlier runs' corpora, and apart from
+    # a long run that may be going on
+    work=$out/smoke/$n art=$out/smoke/artifacts/$n log=$out/smoke/$n.log
+    rm -rf "$work" "$art"
+  fi
   mkdir -p "$work" "$art"
-  log=$out/$n.log
   start=$(date +%s)
   "$out/fuzz_$n" -max_total_time="$secs" -timeout=30 -rss_limit_mb=2048 -print_final_stats=1 \
       -artifact_prefix="$art/" "$work" "$here/corpus/$n" >"$log" 2>&1
   rc=$?
-  stats=$(grep -E '^#[0-9]+.*(DONE|pulse|NEW|REDUCE|INITED)' "$log" | tail -1 | grep -oE 'cov: [0-9]+ ft: [0-9]+.*exec/s: [0-9]+' || true)
+  stats=$(grep -aE '^#[0-9]+.*(DONE|pulse|NEW|REDUCE|INITED)' "$log" | tail -1 | grep -oE 'cov: [0-9]+ ft: [0-9]+.*exec/s: [0-9]+' || true)
   if (( rc != 0 )) || ls "$art" | grep -q .; then
     echo "fuzz $n: FAILED after $(( $(date +%s) - start )) s ($stats); artifacts in $art, log $log" >&2
-    grep -E 'ERROR|SUMMARY|invariant|runtime error' "$log" | head -5 >&2
+    grep -aE 'ERROR|SUMMARY|invariant|runtime error' "$log" | head -5 >&2
     fail=1
   else
     echo "fuzz $n: ok, $(( $(date +%s) - start )) s, $stats"
