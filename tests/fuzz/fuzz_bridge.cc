@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <set>
 #include <string>
@@ -50,6 +51,9 @@ struct Rig {
     {
         char tmpl[] = "/tmp/rackemu-fuzz-bridge-XXXXXX";
         dir = mkdtemp(tmpl);
+        static std::string rm_at_exit;
+        rm_at_exit = dir;
+        std::atexit([] { std::error_code ec; std::filesystem::remove_all(rm_at_exit, ec); });
         Bridge::Options o;
         o.run_dir = dir;
         o.max_nodes = kMaxNodes;

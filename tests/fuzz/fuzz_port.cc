@@ -19,6 +19,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -59,6 +60,9 @@ struct FakeBridge {
     {
         char tmpl[] = "/tmp/rackemu-fuzz-port-XXXXXX";
         dir = mkdtemp(tmpl);
+        static std::string rm_at_exit;
+        rm_at_exit = dir;
+        std::atexit([] { std::error_code ec; std::filesystem::remove_all(rm_at_exit, ec); });
         path = dir + "/fabric.sock";
         lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
         sockaddr_un sa{};
