@@ -134,7 +134,8 @@ TEST(Bridge, MalformedFramesAreDroppedCountedAndDoNotStallOthers)
     ASSERT_EQ(rk_fabric_port_send_raw(n0, &bad, "xxxxxxxx"), 0);
     bad.magic = RKF_FRAME_MAGIC;
     bad.len = 4000; // oversized / truncated
-    ASSERT_EQ(rk_fabric_port_send_raw(n0, &bad, "xxxxxxxx"), 0);
+    const char slot[RKF_MAX_PAYLOAD] = "xxxxxxxx"; // send_raw reads up to a slot's payload
+    ASSERT_EQ(rk_fabric_port_send_raw(n0, &bad, slot), 0);
     bad.len = 0;
     bad.type = 99; // unknown type
     ASSERT_EQ(rk_fabric_port_send_raw(n0, &bad, nullptr), 0);

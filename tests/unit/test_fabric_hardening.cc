@@ -253,16 +253,22 @@ TEST(FabricHardening, OutstandingRequestsPerPortAreCappedAndAnsweredCongested)
         }
     }
     ASSERT_TRUE(m0.wait([&] { return m0.replies.size() == extra; }, 30s)) << m0.nreplies();
-    for (auto &r : m0.replies) {
-        EXPECT_EQ(r.status, RKF_ST_CONGESTED);
-        EXPECT_GE(r.tag, cap);
+    {
+        std::lock_guard lk(m0.mu); // n0's port thread appends to it
+        for (auto &r : m0.replies) {
+            EXPECT_EQ(r.status, RKF_ST_CONGESTED);
+            EXPECT_GE(r.tag, cap);
+        }
     }
     ASSERT_TRUE(m1.wait([&] { return m1.requests.size() == cap; }, 30s)) << m1.requests.size();
     // another port still gets through
     rkf_frame_hdr h = request(RKF_SVC_MEM, 1, 1u << 30, 0);
     ASSERT_EQ(rk_fabric_port_send(n2, &h, nullptr), 0);
     ASSERT_TRUE(m1.wait([&] { return m1.requests.size() == cap + 1; }));
-    EXPECT_TRUE(m2.replies.empty());
+    {
+        std::lock_guard lk(m2.mu); // n2's port thread appends to it
+        EXPECT_TRUE(m2.replies.empty());
+    }
     const std::string s = b.bridge->stats_json();
     EXPECT_EQ(stat_of(s, "over_cap"), extra) << s.substr(0, 400);
     EXPECT_EQ(stat_of(s, "outstanding"), cap + 1) << s.substr(0, 400);
@@ -422,6 +428,6 @@ TEST(FabricHardening, RemoteMemIgnoresAReplyFromAnotherNodeThanTheOwner)
     rk_rmem_get_stats(mem, &st);
     EXPECT_EQ(st.forged_replies, 2u);
     EXPECT_NE(h.tag, 1u); // tags are not a counter from 1 (they start at a random value)
+    rk_rmem_free(mem); // unregisters from the port: before the port goes
     rk_fabric_port_free(port);
-    rk_rmem_free(mem);
 }

@@ -33,8 +33,8 @@ struct Node {
     }
     ~Node()
     {
+        rk_rmem_free(mem); // unregisters from the port: before the port goes
         rk_fabric_port_free(port);
-        rk_rmem_free(mem);
     }
     static void log(void *o, const char *m) { static_cast<Node *>(o)->logs.push_back(m); }
     rk_rmem_stats stats() const

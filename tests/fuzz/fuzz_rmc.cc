@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: MIT
+// libFuzzer harness of the soNUMA RMC core (hw/sonuma/rmc.h, with the R2P2's HostSabreServer);
+// docs/fuzzing.md. The R2P2 state machine alone is fuzzed by fuzz_r2p2.
+//
+// Guest RAM is a 64 KiB buffer at kRamBase filled from the input (WQs, CQs, segments). The
+// node's fabric is the adapter below: frames the RGP sends are recorded; the input answers them.
+// Input: one config byte (node count, speculation), then operations
+//   0 MMIO store (region, register, value, size)   1 MMIO load
+//   2 write guest RAM (offset, length, bytes)       3 a request frame from another node (R2P2)
+//   4 answer a recorded frame: DATA chunk(s) and/or reply, faithful or made up by the input
+//   5 a stray DATA message or reply (random tag)   6 link down / up
+//   7 let the RGP run (wait until it fetched every posted WQE, at most ~2 ms)   8 reset
+//   9 shortcut: configure a valid context and QP (so the input reaches the pipelines at once)
+// The RGP runs on its own thread as in QEMU, so a run is not exactly repeatable; the checks are
+// the sanitizers' plus: every frame the core sends or replies with is well formed.
+#include "fuzz_input.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rmc.h"
+
+using namespace rackemu::sonuma;
+using rackemu::fuzz::Input;
+
+namespace {
+
+constexpr uint64_t kRamBase = 0x40000000, kRamSize = 0x10000;
+
+// ---- adapter: the host side of the core (the one place that knows today's RmcHost) ----
+struct Sent {
+    rkf_frame_hdr h;
+    std::vector<uint8_t> payload;
+};
+struct Host {
+    uint8_t *ram = static_cast<uint8_t *>(std::aligned_alloc(4096, kRamSize));
+    std::mutex mu;
+    std::vector<Sent> sent; // frames the core sent (RGP thread, R2P2 data messages)
+    std::vector<Sent> replies;
+    bool up = true;
+    unsigned irqs = 0, errors = 0;
+    Host() { std::memset(ram, 0, kRamSize); }
+    ~Host() { std::free(ram); }
+    static void check_frame(const rkf_frame_hdr &h, const void *p)
+    {
+        FUZZ_CHECK(h.len <= RKF_MAX_PAYLOAD && (h.len == 0 || p));
+        FUZZ_CHECK(h.svc == RKF_SVC_RMC && h.dst < RKF_MAX_NODES);
+    }
+    RmcHost make()
+    {
+        RmcHost h;
+        h.ram = ram;
+        h.ram_base = kRamBase;
+        h.ram_size = kRamSize;
+        h.send = [this](rkf_frame_hdr &f, const void *p) {
+            check_frame(f, p);
+            std::lock_guard lk(mu);
+            if (!up) return -ENOTCONN;
+            if (sent.size() < 4096) {
+                const auto *b = static_cast<const uint8_t *>(p);
+                sent.push_back(Sent{f, std::vector<uint8_t>(b, b + f.len)});
+            }
+            return 0;
+        };
+        h.reply = [this](const rkf_frame_hdr &req, uint16_t st, const void *p, uint16_t len) {
+            FUZZ_CHECK(len <= RKF_MAX_PAYLOAD && (len == 0 || p));
+            FUZZ_CHECK(st != RKF_ST_OK || len == sizeof(rkf_rmc_done));
+            std::lock_guard lk(mu);
+            rkf_frame_hdr r = req;
+            r.type = RKF_T_REPLY;
+            r.status = st;
+            r.len = len;
+            const auto *b = static_cast<const uint8_t *>(p);
+            if (replies.size() < 4096) replies.push_back(Sent{r, std::vector<uint8_t>(b, b + len)});
+            return 0;
+        };
+        h.fabric_up = [this] {
+            std::lock_guard lk(mu);
+            return up;
+        };
+        h.irq_changed = [this] { __atomic_fetch_add(&irqs, 1, __ATOMIC_RELAXED); };
+        h.guest_error = [this](const std::string &) { __atomic_fetch_add(&errors, 1, __ATOMIC_RELAXED); };
+        return h;
+    }
+};
+// ---- end of adapter ----
+
+const unsigned kSizes[] = {8, 8, 8, 4, 1, 16};
+
+uint64_t reg_offset(Input &in)
+{
+    const uint8_t region = in.u8();
+    const uint16_t r = in.u16();
+    switch (region % 6) {
+    case 0: return (r % 0xc0) & ~7u;                                                  // global
+    case 1: return RMC_QP_REG(r % 4, (r >> 8) % RMC_QP_STRIDE & ~7u);                 // QP 0..3
+    case 2: return RMC_CTX_REG(r % 4, (r >> 8) % RMC_CTX_STRIDE & ~7u);               // context 0..3
+    case 3: return RMC_DB_REG(r % 4, (r >> 8) % 0x28 & ~7u);                         // doorbells
+    case 4: return RMC_COUNTERS + (r % (RMC_CNT_COUNT * 8 + 16));                     // counters
+    default: return in.u32() % (RMC_MMIO_SIZE + 0x100);                               // anywhere
+    }
+}
+
+void settle(Rmc &rmc)
+{
+    for (int i = 0; i < 100; i++) {
+        bool idle = true;
+        for (unsigned q = 0; q < 4 && idle; q++)
+            idle = rmc.mmio_read(RMC_DB_REG(q, DB_WQ_HEAD), 8) == rmc.mmio_read(RMC_DB_REG(q, DB_WQ_TAIL), 8) ||
+                   !(rmc.mmio_read(RMC_QP_REG(q, QP_CTRL), 8) & QP_CTRL_EN);
+        if (idle) return;
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+}
+
+void answer(Host &host, Rmc &rmc, Input &in)
+{
+    Sent f;
+    {
+        std::lock_guard lk(host.mu);
+        if (host.sent.empty()) return;
+        f = host.sent[in.u16() % host.sent.size()];
+    }
+    if (f.h.type != RKF_T_REQ || f.payload.size() < sizeof(rkf_rmc_req)) return;
+    rkf_rmc_req req;
+    std::memcpy(&req, f.payload.data(), sizeof req);
+    rkf_frame_hdr h{};
+    h.magic = RKF_FRAME_MAGIC;
+    h.svc = RKF_SVC_RMC;
+    h.src = in.u8() < 0xf0 ? f.h.dst : uint16_t(in.u8() % RKF_MAX_NODES);
+    h.dst = f.h.src;
+    h.tag = f.h.tag;
+    const uint8_t mode = in.u8();
+    uint8_t buf[RKF_MAX_PAYLOAD] = {};
+    const bool data_op = f.h.op == RKF_OP_RMC_READ || f.h.op == RKF_OP_RMC_SABRE;
+    if (data_op && (mode & 1)) { // DATA chunks, faithful unless the input bends them
+        for (uint32_t x = 0; x < req.len; x += RMC_WIRE_DATA_MAX) {
+            rkf_rmc_data d{};
+            d.off = x;
+            d.len = uint16_t(std::min<uint32_t>(RMC_WIRE_DATA_MAX, req.len - x));
+            d.nblocks = uint16_t((d.len + RMC_BLOCK_SIZE - 1) / RMC_BLOCK_SIZE);
+            if (mode & 4) {
+                d.off = in.u32() % (req.len + 256);
+                d.len = in.u16() % 256;
+                d.flags = in.u8() % 4;
+                d.nblocks = in.u16();
+            }
+            std::memcpy(buf, &d, sizeof d);
+            in.bytes(buf + sizeof d, std::min<size_t>(d.len, RMC_WIRE_DATA_MAX));
+            h.type = RKF_T_MSG;
+            h.op = RKF_OP_RMC_DATA;
+            h.len = uint16_t(sizeof d + std::min<size_t>(d.len, RMC_WIRE_DATA_MAX));
+            if (mode & 8) h.len = in.u8() % (RKF_MAX_PAYLOAD + 1);
+            rmc.on_frame(h, buf);
+            if (mode & 4) break;
+        }
+    }
+    if (mode & 2) { // the reply
+        rkf_rmc_done d{};
+        d.status = mode & 0x10 ? in.u8() % 8 : RMC_ST_OK;
+        d.info = in.u8();
+        d.flags = in.u8() % 4;
+        d.nblocks = req.nblocks;
+        d.value = in.u64();
+        d.r2p2_ns = in.u32();
+        h.type = RKF_T_REPLY;
+        h.op = f.h.op;
+        h.status = mode & 0x20 ? in.u8() % 8 : RKF_ST_OK;
+        h.len = mode & 0x40 ? in.u8() % (RKF_MAX_PAYLOAD + 1) : sizeof d;
+        std::memcpy(buf, &d, sizeof d);
+        rmc.on_reply(h, buf);
+    }
+}
+
+void incoming_request(Rmc &rmc, Input &in, unsigned node_count)
+{
+    rkf_frame_hdr h{};
+    h.magic = RKF_FRAME_MAGIC;
+    h.type = in.u8() % 4;
+    h.svc = RKF_SVC_RMC;
+    h.op = in.u8() % 8;
+    h.src = in.u8() % (node_count + 1);
+    h.tag = in.u64();
+    uint8_t buf[RKF_MAX_PAYLOAD] = {};
+    const uint8_t shape = in.u8();
+    if (shape & 1) { // shaped like a real request
+        rkf_rmc_req r{};
+        r.ctx = in.u8() % 5;
+        r.qp = in.u8();
+        r.xfer = in.u32();
+        r.off = (shape & 2) ? in.u64() : in.u16() % 0x2100;
+        r.len = (shape & 4) ? in.u32() : in.u16() % 0x2100;
+        r.nblocks = uint16_t(r.len ? ((r.off % RMC_BLOCK_SIZE) + r.len + RMC_BLOCK_SIZE - 1) / RMC_BLOCK_SIZE : 0);
+        if (shape & 8) r.nblocks = in.u16();
+        r.flags = (shape & 0x10) ? in.u16() : (h.op == RKF_OP_RMC_SABRE ? RKF_RMC_F_REG : 0);
+        r.key = (shape & 0x20) ? in.u64() : 0;
+        std::memcpy(buf, &r, sizeof r);
+        size_t extra = h.op == RKF_OP_RMC_WRITE ? r.len : (h.op == RKF_OP_RMC_CAS || h.op == RKF_OP_RMC_FAA) ? 16 : 0;
+        h.len = uint16_t(std::min<size_t>(sizeof r + extra, RKF_MAX_PAYLOAD));
+        if (shape & 0x40) h.len = in.u8() % (RKF_MAX_PAYLOAD + 1);
+        in.bytes(buf + sizeof r, h.len > sizeof r ? h.len - sizeof r : 0);
+    } else {
+        h.len = in.u8() % (RKF_MAX_PAYLOAD + 1);
+        in.bytes(buf, h.len);
+    }
+    rmc.on_frame(h, buf);
+}
+
+void configure(Rmc &rmc, Input &in)
+{
+    const unsigned c = in.u8() % 4, q = in.u8() % 4;
+    const uint8_t v = in.u8();
+    rmc.mmio_write(RMC_CTX_REG(c, CTX_CTRL), 0, 8);
+    rmc.mmio_write(RMC_CTX_REG(c, CTX_BASE), kRamBase + 0x8000, 8);
+    rmc.mmio_write(RMC_CTX_REG(c, CTX_SIZE), 0x8000, 8);
+    rmc.mmio_write(RMC_CTX_REG(c, CTX_PERM), 0xf, 8);
+    rmc.mmio_write(RMC_CTX_REG(c, CTX_NODEMASK), ~0ull, 8);
+    rmc.mmio_write(RMC_CTX_REG(c, CTX_LAYOUT), CTX_LAYOUT_VALID | ((v & 7) * 8), 8);
+    rmc.mmio_write(RMC_CTX_REG(c, CTX_CTRL), CTX_CTRL_VALID, 8);
+    rmc.mmio_write(RMC_QP_REG(q, QP_CTRL), 0, 8);
+    rmc.mmio_write(RMC_QP_REG(q, QP_WQ_BASE), kRamBase + q * 0x1000, 8);
+    rmc.mmio_write(RMC_QP_REG(q, QP_CQ_BASE), kRamBase + 0x4000 + q * 0x800, 8);
+    rmc.mmio_write(RMC_QP_REG(q, QP_DEPTH_LOG2), 1 + (v >> 4) % 5, 8);
+    rmc.mmio_write(RMC_QP_REG(q, QP_CTX), c, 8);
+    rmc.mmio_write(RMC_QP_REG(q, QP_CTRL), QP_CTRL_EN | QP_CTRL_IRQ_EN, 8);
+    rmc.mmio_write(RMC_REG_CTRL, RMC_CTRL_EN, 8);
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    Input in(data, size);
+    const uint8_t cfg_byte = in.u8();
+    RmcConfig cfg;
+    cfg.node_id = 0;
+    cfg.node_count = 1 + (cfg_byte & 3);
+    cfg.speculation = !(cfg_byte & 4);
+    cfg.timing.att_entries = 1 + ((cfg_byte >> 3) & 3);
+    cfg.timing.sb_depth = 1 + ((cfg_byte >> 5) & 7);
+    Host host;
+    {
+        Rmc rmc(cfg, host.make());
+        for (unsigned ops = 0; !in.empty() && ops < 512; ops++) {
+            switch (in.u8() % 10) {
+            case 0: {
+                const uint64_t off = reg_offset(in);
+                const uint64_t v = in.u64();
+                rmc.mmio_write(off, v, kSizes[in.u8() % 6]);
+                break;
+            }
+            case 1: {
+                const uint64_t off = reg_offset(in);
+                (void)rmc.mmio_read(off, kSizes[in.u8() % 6]);
+                break;
+            }
+            case 2: {
+                const uint32_t off = in.u16() % kRamSize;
+                const uint32_t len = std::min<uint32_t>(in.u8(), uint32_t(kRamSize - off));
+                uint8_t tmp[256];
+                in.bytes(tmp, len);
+                for (uint32_t i = 0; i < len; i++) __atomic_store_n(host.ram + off + i, tmp[i], __ATOMIC_RELAXED);
+                break;
+            }
+            case 3:
+                incoming_request(rmc, in, cfg.node_count);
+                break;
+            case 4:
+                answer(host, rmc, in);
+                break;
+            case 5: {
+                rkf_frame_hdr h{};
+                h.magic = RKF_FRAME_MAGIC;
+                h.svc = RKF_SVC_RMC;
+                h.type = (in.u8() & 1) ? RKF_T_MSG : RKF_T_REPLY;
+                h.op = h.type == RKF_T_MSG ? RKF_OP_RMC_DATA : in.u8() % 8;
+                h.src = in.u8() % RKF_MAX_NODES;
+                h.tag = in.u8();
+                h.status = in.u8() % 8;
+                h.len = in.u8() % (RKF_MAX_PAYLOAD + 1);
+                uint8_t buf[RKF_MAX_PAYLOAD];
+                in.bytes(buf, h.len);
+                if (h.type == RKF_T_MSG) rmc.on_frame(h, buf);
+                else rmc.on_reply(h, buf);
+                break;
+            }
+            case 6: {
+                const bool up = in.u8() & 1;
+                {
+                    std::lock_guard lk(host.mu);
+                    host.up = up;
+                }
+                rmc.on_link(up);
+                break;
+            }
+            case 7:
+                settle(rmc);
+                break;
+            case 8:
+                rmc.reset();
+                break;
+            case 9:
+                configure(rmc, in);
+                break;
+            }
+        }
+        settle(rmc);
+    }
+    return 0;
+}

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Writes the seed corpus of every fuzz harness into tests/fuzz/corpus/<name>/ (docs/fuzzing.md).
+
+Each seed is a short, valid operation sequence in the byte format the harness documents at its
+top (fuzz_input.h: little-endian fields from the front), so the fuzzers start from inputs that
+reach the devices' pipelines instead of discovering the formats by chance."""
+import os
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+u8 = lambda v: struct.pack('<B', v & 0xff)
+u16 = lambda v: struct.pack('<H', v & 0xffff)
+u32 = lambda v: struct.pack('<I', v & 0xffffffff)
+u64 = lambda v: struct.pack('<Q', v & 0xffffffffffffffff)
+
+MAGIC = 0x524b4646
+
+
+def vmbox():
+    st = lambda off, val, size=3: u8(0) + u32(off) + u64(val) + u8(size)   # size index 3 = 8 bytes
+    ld = lambda off, size=3: u8(1) + u32(off) + u8(size)
+    def frame(mif, words, typ=1, op=1, ln=None):
+        payload = u32(mif) + u32(len(words)) + b''.join(u64(w) for w in words)
+        ln = len(payload) if ln is None else ln
+        return u8(2) + u8(typ) + u16(op) + u8(2) + u16(ln) + u64(7) + payload
+    yield 'store-load', u8(3) + st(0x40018, 1) + st(0, 0x1122) + st(0, 0x3344) + ld(0x800) + ld(0) + ld(0x40010) + ld(0)
+    yield 'full-nack', u8(1) + st(0x1000, 1) + st(0x1000, 2) + st(0x1000, 3) + ld(0x40030)
+    yield 'delivery', u8(7) + st(0x40018, ~0) + frame(5, [1, 2, 3, 4]) + frame(5, [9] * 8) + ld(0x5000) + ld(0x40020)
+    yield 'bad-delivery', u8(7) + frame(64, [1]) + frame(1, [1, 2], ln=13) + frame(1, [1], typ=3)
+    yield 'burst-issue', u8(0x83) + u8(3) + u8(9) + u8(6) + u64(1) * 20 + st(0x40028, 1 << 9) + u8(4)
+    yield 'sub-word', u8(3) + st(0, 5, 0) + st(4, 5, 2) + ld(0, 2) + ld(0x40000, 1)
+
+
+def packetizer():
+    st = lambda off, val, size=3: u8(0) + u32(off) + u64(val) + u8(size)
+    ld = lambda off, size=3: u8(1) + u32(off) + u8(size)
+    tif = 0x40000
+    setup = st(tif + 0x208, ~0) + st(tif + 0x200, 0) + st(tif + 8, 0xabcdef)
+    def packet(pif, dest):
+        b = pif << 12
+        return st(b, 0x1111) + st(b + 8, 0x2222) + st(b + 0x10, 3) + st(b + 0x18, 4) + st(b + 0x20, dest) + st(b + 0x28, 0)
+    yield 'send-ack', setup + packet(1, 0x2000) + ld(0x1030) + u8(2) + u8(0) + u8(0) + ld(0x1030) + ld(tif + 0x310)
+    yield 'send-nack', setup + packet(2, 0x3000) + u8(2) + u8(0) + u8(1) + ld(0x2030)
+    yield 'inline-ack', u8(5) + u8(0) + setup + packet(3, 0x4000) + ld(0x3030)
+    yield 'illegal', st(tif + 0x208, ~0) + st(tif + 0x200, 0x40000) + packet(4, 0x1000) + ld(0x4030) + ld(tif + 0x320)
+    yield 'overwrite-clr', setup + packet(5, 0) + st(0x5000, 1) + st(tif + 0x210, 1 << 5) + ld(0x5030) + u8(3) + u8(4)
+    yield 'bytes', setup + st(0x6000, 1, 0) + st(0x6001, 2, 1) + st(0x6004, 3, 2) + ld(0x6000, 0)
+
+
+def cdma():
+    RAM = 0x1000
+    st = lambda off, val, size=0: u8(0) + u16(off) + u64(val) + u8(size)   # size index 0 = 4 bytes
+    ld = lambda off: u8(1) + u16(off) + u8(0)
+    mem = lambda off, data: u8(2) + u16(off) + u8(len(data)) + data
+    def desc(nxt, sa, da, btt, status=0):
+        return u32(nxt) + u32(0) + u32(sa) + u32(0) + u32(da) + u32(0) + u32(btt) + u32(status)
+    yield 'simple', u8(0x13) + mem(0, bytes(range(64))) + st(0, 0x1001) + st(0x18, RAM) + st(0x20, RAM + 0x800) + st(0x28, 64) + ld(4)
+    chain = mem(0x100, desc(RAM + 0x140, RAM, RAM + 0x400, 32)) + mem(0x140, desc(RAM + 0x100, RAM + 0x20, RAM + 0x600, 100))
+    sg = st(0, 0x1008 | 0x3000 | 0x10000) + st(0x08, RAM + 0x100) + st(0x0c, 0) + st(0x10, RAM + 0x140) + st(0x14, 0)
+    yield 'sg-chain', u8(0x0b) + mem(0, bytes(range(128))) + chain + sg + ld(4) + ld(0x08) + st(4, 0x7000)
+    yield 'sg-error', u8(0x0b) + mem(0x100, desc(RAM + 0x140, 0x8000, RAM, 16)) + st(0, 0x5008) + st(0x08, RAM + 0x100) + st(0x14, 0) + ld(4)
+    yield 'keyhole', u8(0x02) + st(0, 0x30) + st(0x18, RAM) + st(0x20, RAM + 0x100) + st(0x28, 300) + ld(4) + st(0, 4) + ld(0)
+    yield 'state', u8(0) + u8(6) + u8(5) + u32(0x10002) + u32(2) + u64(RAM) + u64(RAM) + u64(0) * 2 + u32(0) + u32(1) + u32(0) + u8(2) + u8(0) + u64(0) * 2 + u8(3)
+
+
+def gas():
+    RAM = 0x40000000
+    def win(node, local_off, kind=0):
+        return u8(node) + u8(kind) + u16(local_off + 0x10)   # local = RAM - 0x10 + u16
+    ld = lambda node, off, size=3: u8(0) + win(node, off) + u8(size)
+    st = lambda node, off, val, size=3: u8(1) + win(node, off) + u64(val) + u8(size)
+    yield 'local', u8(0x05) + st(1, 0x100, 0x1234) + ld(1, 0x100) + ld(1, 0x100, 0) + u8(2) + u16(0x40) + u8(3) + u8(0)
+    yield 'remote', u8(0x01) + st(1, 0x80, 0x55) + u8(0) + ld(1, 0x80) + u8(1) + u64(0x99) + ld(1, 8) + u8(2) + u8(1)
+    yield 'remote-forged', u8(0x01) + ld(1, 0x10) + u8(4) + u8(1) + u8(3) + ld(1, 0x20) + u8(3) + u8(7) + ld(1, 0x30) + u8(5) + u8(0)
+    yield 'edges', u8(0x02) + ld(0, 0xff8, 0) + u8(0) + u8(0) + u8(0xd0) + u8(3) + u8(3) + ld(3, 0) + u8(2) + u16(0x1000) + u8(3) + u8(0)
+    def serve(op, addr_off, ln, data=b''):
+        return u8(4) + u8(0) + u8(op) + u8(2) + u8(0) + u64(9) + u8(1) + u16(addr_off + 8) + u8(ln) + data
+    yield 'serve', u8(0x01) + u8(3) + u16(0) + u8(16) + bytes(range(16)) + serve(1, 0, 16) + serve(2, 0x20, 8, b'ABCDEFGH') + serve(1, 0xff8, 16) + serve(2, 0, 0)
+    yield 'stray', u8(0x01) + u8(5) + u8(1) + u8(1) + u8(0) + u8(8) + u64(1) + u8(6) + u8(0)
+
+
+def rmc():
+    RAM = 0x40000000
+    WQ0, CQ0 = RAM, RAM + 0x4000
+    cfg = lambda c=0, q=0, v=0x10: u8(9) + u8(c) + u8(q) + u8(v)
+    poke = lambda off, data: u8(2) + u16(off) + u8(len(data)) + data
+    def wqe(op, node, length, roff=0, loff=0, a=0, b=0, flags=0):
+        return u8(op) + u8(flags) + u16(node) + u32(length) + u64(1) + u64(roff) + u64(loff) + u64(a) + u64(b) + u64(0) * 2
+    db = lambda q, tail: u8(0) + u8(3) + u16(q | (0 << 8)) + u64(tail) + u8(0)
+    settle = u8(7)
+    ld = lambda region, r: u8(1) + u8(region) + u16(r) + u8(0)
+    # local (node 0 to itself) requests through all three pipelines
+    local = poke(0, wqe(1, 0, 256, 0, 0x1000)) + poke(64, wqe(2, 0, 100, 0x200, 0)) + poke(128, wqe(3, 0, 8, 0x40, 0, 0, 7))
+    yield 'local', u8(0x00) + cfg(0, 0, 0x20) + local + db(0, 3) + settle + ld(4, 0) + ld(3, 0x1800)
+    yield 'sabre', u8(0x00) + cfg(1, 0, 0x20) + poke(0x8000, u64(2)) + poke(0, wqe(5, 0, 256, 0, 0x2000)) + db(0, 1) + settle + ld(4, 0xb8)
+    remote = poke(0, wqe(1, 1, 300, 0, 0)) + poke(64, wqe(4, 1, 8, 8, 0, 5))
+    ans = lambda idx, mode: u8(4) + u16(idx) + u8(0) + u8(mode)
+    yield 'remote', u8(0x01) + cfg() + remote + db(0, 2) + settle + ans(0, 3) + u64(0) * 40 + ans(1, 2) + u8(0) + u8(0) + u64(6) + u32(0) + settle
+    def req(op, off, ln, ctx=0, extra=b''):
+        nblk = ((off % 64) + ln + 63) // 64 if ln else 0
+        return (u8(3) + u8(1) + u8(op) + u8(1) + u64(5) + u8(1) + u8(ctx) + u8(0) + u32(1) +
+                u16(off) + u16(ln) + extra)
+    yield 'serve', u8(0x01) + cfg() + req(1, 0, 200) + req(2, 64, 16, extra=b'x' * 16) + req(3, 8, 8, extra=u64(0) + u64(1)) + req(5, 0, 128) + ld(4, 0x88)
+    yield 'bad-wqe', u8(0x00) + cfg() + poke(0, wqe(9, 0, 8)) + poke(64, wqe(1, 7, 0)) + db(0, 2) + settle + u8(6) + u8(0) + u8(8)
+
+
+def r2p2():
+    reg = lambda src, qp, x, base, nb, vo, spec: u8(0) + u8(src) + u8(qp) + u8(x) + u8(base) + u8(nb) + u8(vo) + u8(spec)
+    req = lambda idx, k: u8(1) + u8(idx) + u8(k)
+    step = u8(2)
+    done = lambda idx, ver: u8(3) + u8(idx) + u64(ver) + bytes(56)
+    yield 'ok', u8(0x1b) + reg(0, 0, 0, 1, 4, 0, 1) + req(0, 4) + step * 5 + done(0, 2) + done(0, 0) + done(0, 0) + done(0, 0)
+    yield 'locked', u8(0x1b) + reg(0, 0, 1, 2, 6, 8, 1) + req(0, 6) + step * 3 + done(0, 3) + done(0, 0) + done(0, 0)
+    yield 'window', u8(0x1b) + reg(1, 0, 0, 3, 8, 0, 1) + req(0, 8) + step * 4 + done(1, 0) + u8(5) + u64(0x10000 + 3 * 64 + 64 + 3 * 0) + done(0, 4)
+    yield 'stall', u8(0x00) + reg(0, 0, 0, 1, 2, 0, 1) + reg(0, 1, 0, 2, 2, 0, 0) + req(0, 2) + req(1, 2) + step * 4 + done(0, 0) + done(0, 0) + step * 4 + done(0, 0)
+
+
+def bridge():
+    def frame(node, typ, svc, dst, ln, tag, op=1, flags=0, status=0, payload=b''):
+        return (u8(0) + u8(node) + u8(flags) + u8(typ - 1) + u8(svc) + u8(op) + u8(dst) + u8(ln) +
+                u8(status) + u8(tag) + payload.ljust(ln, b'\0'))
+    yield 'req-reply', u8(1) + frame(0, 1, 2, 1, 8, 5) + frame(1, 2, 2, 0, 8, 5) + frame(1, 2, 2, 0, 0, 6)
+    yield 'noroute', u8(1) + frame(0, 1, 1, 3, 0, 1) + frame(0, 3, 1, 1, 16, 2)
+    yield 'malformed', u8(2) + frame(0, 1, 1, 1, 0, 1, flags=1) + u32(0) + frame(1, 1, 1, 0, 0, 2, flags=8) + u16(3)
+    yield 'congested', u8(1) + u8(2) + u8(1) + frame(0, 1, 1, 1, 4, 1) * 8 + u8(3) + u8(1)
+    yield 'corrupt', u8(1) + frame(0, 1, 1, 1, 0, 9) + u8(1) + u8(1) + u32(5000)
+    yield 'handshake', u8(0) + u8(5) + u8(0) + u8(48) + u32(0x524b4648) + u16(1) + u16(3) + u32(8) + u32(0) + b'n' * 32 + u8(1) + u8(5) + u8(0) + u8(10) + b'x' * 10 + u8(0)
+
+
+def port():
+    def frame(typ, svc, ln, tag, flags=0, op=1):
+        return u8(0) + u8(flags) + u8(typ - 1) + u8(svc) + u8(op) + u8(0) + u8(ln) + u8(0) + u8(tag) + bytes(ln)
+    yield 'echo', u8(0) + frame(1, 2, 16, 1) + frame(1, 3, 12, 2) + frame(2, 4, 0, 3) + frame(3, 1, 32, 4) + u8(2)
+    yield 'bad-frames', u8(0) + frame(1, 1, 0, 1, flags=1) + u32(7) + frame(1, 9, 0, 2, flags=4) + u8(9) + frame(1, 1, 0, 3, flags=16) + u16(900)
+    yield 'corrupt', u8(0) + frame(1, 2, 4, 1) + u8(1) + u32(4096)
+    yield 'unsealed', u8(1) + frame(1, 2, 4, 1)
+    yield 'short-shm', u8(2)
+    yield 'bad-magic', u8(4) + u32(1)
+    yield 'bad-geometry', u8(8) + u32(512) + u32(256)
+    yield 'refused', u8(16 | 64) + u16(2) + b'r' * 104
+    yield 'no-fds', u8(32)
+
+
+HARNESSES = dict(vmbox=vmbox, packetizer=packetizer, cdma=cdma, gas=gas, rmc=rmc, r2p2=r2p2, bridge=bridge, port=port)
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, 'corpus')
+    for name, gen in HARNESSES.items():
+        d = os.path.join(out, name)
+        os.makedirs(d, exist_ok=True)
+        for seed, data in gen():
+            with open(os.path.join(d, 'seed-' + seed), 'wb') as f:
+                f.write(data)
+
+
+if __name__ == '__main__':
+    main()
