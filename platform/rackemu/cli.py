@@ -407,12 +407,12 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 def cmd_test(args: argparse.Namespace) -> int:
     from .config import build_dir
-    unit_rc = style_rc = 0
+    unit_rc = style_rc = fuzz_rc = 0
     host = build_dir() / "host"
     style = ROOT / "tests" / "style" / "check.sh"
     style_fix = "tests/style/check.sh --fix"
     if args.pytest_args:
-        say("pytest arguments given: skipping the style check and the unit tests (meson test)")
+        say("pytest arguments given: skipping the style check, the unit tests, fuzz smoke runs and sanitizers")
     else:
         # Formatter, checkpatch and Python lint (docs/style.md): seconds; a violation fails the
         # command at the end, after every test has run.
@@ -427,6 +427,20 @@ def cmd_test(args: argparse.Namespace) -> int:
                 error(f"unit tests failed (meson test exited with {unit_rc}); running the pytest suites anyway")
         else:
             say(f"no meson build in {host}: skipping the unit tests (run `./rackemu setup`)")
+        # Fuzz smoke runs (every harness a few seconds over its corpus) and the unit tests under
+        # ASan+UBSan and TSan (docs/fuzzing.md); each in a clang or sanitizer build of its own.
+        fuzz = ROOT / "tests" / "fuzz"
+        steps = () if not (fuzz / "run.sh").exists() else (
+            ("fuzz smoke: tests/fuzz/build.sh && tests/fuzz/run.sh --smoke",
+             f"bash {shlex.quote(str(fuzz / 'build.sh'))} && bash {shlex.quote(str(fuzz / 'run.sh'))} --smoke"),
+            ("sanitizers: tests/fuzz/sanitize.sh (unit tests under ASan+UBSan, TSan)",
+             f"bash {shlex.quote(str(fuzz / 'sanitize.sh'))}"))
+        for what, cmd in steps:
+            say(what)
+            rc = subprocess.call(["bash", "-c", cmd], cwd=ROOT)
+            if rc:
+                error(f"{what.split(':')[0]} failed (exit {rc}); running the pytest suites anyway")
+                fuzz_rc = fuzz_rc or rc
     targets = [str(ROOT / "tests" / "launcher"), str(ROOT / "tests" / "e2e")]
     targets = [t for t in targets if Path(t).is_dir()]
     argv = [sys.executable, "-m", "pytest", *targets, *args.pytest_args]
@@ -437,7 +451,7 @@ def cmd_test(args: argparse.Namespace) -> int:
     if style_rc:
         error(f"the style check failed (see its output before the unit tests): run `{style_fix}` for the "
               f"C++ formatting and fix the rest by hand (docs/style.md)")
-    return py_rc or unit_rc or style_rc
+    return py_rc or unit_rc or fuzz_rc or style_rc
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -15,19 +15,19 @@ CXX=${CXX_FUZZ:-clang++}
 declare -A SRCS=(
   [vmbox]="hw/unimem/vmbox.cc"
   [packetizer]="hw/unimem/packetizer.cc"
-  [gas]="hw/unimem/gas.cc platform/fabric/remote_mem.cc"
+  [gas]="hw/unimem/gas.cc hw/fabric/remote_mem.cc hw/fabric/endpoint.cc"
   [cdma]="hw/unimem/cdma.cc"
   [rmc]="hw/sonuma/rmc.cc hw/sonuma/r2p2.cc hw/sonuma/timing.cc"
   [r2p2]="hw/sonuma/r2p2.cc hw/sonuma/timing.cc"
   [bridge]="platform/fabric/bridge.cc"
-  [port]="platform/fabric/port.cc"
+  [port]="hw/fabric/port.cc"
 )
 ALL="vmbox packetizer gas cdma rmc r2p2 bridge port"
 names=${*:-$ALL}
 
 FLAGS=(-std=c++20 -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-unused-parameter
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-       -I"$root/hw/include" -I"$root/hw/unimem" -I"$root/hw/sonuma" -I"$root/platform/fabric" -I"$here")
+       -I"$root/hw/include" -I"$root/hw/unimem" -I"$root/hw/sonuma" -I"$root/hw/core" -I"$root/hw/fabric" -I"$root/platform/fabric" -I"$here")
 
 pids=()
 for n in $names; do

@@ -217,7 +217,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         p.send_fds = !no_fds;
     }
     char err[256] = "";
-    RkFabricPort *port = rk_fabric_port_new(b->path.c_str(), kNode, 4, 0, err, sizeof err);
+    RkFabricPort *port = rk_fabric_port_new(b->path.c_str(), kNode, 4, 0 /* caps */, 0, err, sizeof err);
     FUZZ_CHECK(std::strlen(err) < sizeof err);
     Services svc;
     if (port && rk_fabric_port_is_up(port) && !short_shm) {
