@@ -53,7 +53,10 @@ struct Rig {
         dir = mkdtemp(tmpl);
         static std::string rm_at_exit;
         rm_at_exit = dir;
-        std::atexit([] { std::error_code ec; std::filesystem::remove_all(rm_at_exit, ec); });
+        std::atexit([] {
+            std::error_code ec;
+            std::filesystem::remove_all(rm_at_exit, ec);
+        });
         Bridge::Options o;
         o.run_dir = dir;
         o.max_nodes = kMaxNodes;
@@ -100,7 +103,8 @@ bool handshake(int s, const void *hello, size_t n, rkf_welcome &w, int fds[2])
     const ssize_t got = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
     for (cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            std::memcpy(fds, CMSG_DATA(c), std::min<size_t>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int), 2) * sizeof(int));
+            std::memcpy(fds, CMSG_DATA(c),
+                        std::min<size_t>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int), 2) * sizeof(int));
     }
     return got == ssize_t(sizeof w);
 }
@@ -128,8 +132,10 @@ struct Node {
             int fds[2] = {-1, -1};
             const bool ok = handshake(sock, &h, sizeof h, w, fds);
             if (ok && w.status == RKF_WELCOME_OK && fds[0] >= 0 && fds[1] >= 0) {
-                shm = static_cast<PortShm *>(mmap(nullptr, sizeof(PortShm), PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0));
-                bell = static_cast<Doorbell *>(mmap(nullptr, sizeof(Doorbell), PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0));
+                shm = static_cast<PortShm *>(
+                    mmap(nullptr, sizeof(PortShm), PROT_READ | PROT_WRITE, MAP_SHARED, fds[0], 0));
+                bell = static_cast<Doorbell *>(
+                    mmap(nullptr, sizeof(Doorbell), PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0));
                 close(fds[0]);
                 close(fds[1]);
                 FUZZ_CHECK(shm != MAP_FAILED && bell != MAP_FAILED);
@@ -239,7 +245,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             unsigned char *slot = ring.slots[head % RKF_RING_SLOTS];
             std::memcpy(slot, &h, sizeof h);
             std::memcpy(slot + sizeof h, payload, std::min<uint32_t>(h.len, RKF_MAX_PAYLOAD));
-            if (h.type == RKF_T_REQ && !frame_defect(h) && h.src == x.id) x.asked.insert({h.dst, h.svc, h.op, h.tag});
+            if (h.type == RKF_T_REQ && !frame_defect(h) && h.src == x.id)
+                x.asked.insert({h.dst, h.svc, h.op, h.tag});
             ring.ctl.head.store(head + 1, std::memory_order_release);
             futex_wake(&x.bell->sleeping);
             break;
@@ -248,7 +255,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const uint32_t bogus = in.u32() | 0x800; // more than a ring's worth ahead
             if (x.dead) break;
             wait_router(nodes, n);
-            x.shm->to_bridge.ctl.head.store(x.shm->to_bridge.ctl.tail.load() + bogus, std::memory_order_release);
+            x.shm->to_bridge.ctl.head.store(x.shm->to_bridge.ctl.tail.load() + bogus,
+                                            std::memory_order_release);
             futex_wake(&x.bell->sleeping);
             // the router must drop the port (its ring indices are corrupt)
             const std::string down = "{\"node\":" + std::to_string(x.id) + ",\"state\":\"down\"";
@@ -266,7 +274,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             wait_router(nodes, n);
             x.drain();
             // the consumer index a full ring's worth behind: the bridge sees no room
-            x.shm->to_node.ctl.tail.store(x.shm->to_node.ctl.head.load() - RKF_RING_SLOTS, std::memory_order_release);
+            x.shm->to_node.ctl.tail.store(x.shm->to_node.ctl.head.load() - RKF_RING_SLOTS,
+                                          std::memory_order_release);
             x.stalled = true;
             break;
         case 3:

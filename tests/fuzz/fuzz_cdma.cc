@@ -84,8 +84,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     Input in(data, size);
     const uint8_t cfg_byte = in.u8();
     CdmaConfig cfg;
-    cfg.data_width = 1u << (cfg_byte & 7);         // 1..128 bytes per key-hole beat
-    cfg.chunk = 64u << ((cfg_byte >> 3) & 7);      // 64 B .. 8 KiB per chunk
+    cfg.data_width = 1u << (cfg_byte & 7);    // 1..128 bytes per key-hole beat
+    cfg.chunk = 64u << ((cfg_byte >> 3) & 7); // 64 B .. 8 KiB per chunk
     cfg.max_descriptors = 64;
     cfg.cyclic_slice = 16;
     Host host;

@@ -98,8 +98,10 @@ int rk_fabric_port_send(RkFabricPort *p, struct rkf_frame_hdr *h, const void *pa
     case 4: // forged source or operation, then the genuine one
     {
         rkf_frame_hdr f = r;
-        if (in.u8() & 1) f.src = uint16_t(in.u8() % RKF_MAX_NODES);
-        else f.op = in.u16();
+        if (in.u8() & 1)
+            f.src = uint16_t(in.u8() % RKF_MAX_NODES);
+        else
+            f.op = in.u16();
         std::memset(data, 0, sizeof data);
         f.len = h->op == RKF_OP_MEM_READ ? uint16_t(req.len) : 0;
         p->on_reply(p->opaque, &f, data);
@@ -122,8 +124,8 @@ int rk_fabric_port_send(RkFabricPort *p, struct rkf_frame_hdr *h, const void *pa
     return 0;
 }
 
-int rk_fabric_port_reply(RkFabricPort *p, const struct rkf_frame_hdr *req, uint16_t status, const void *payload,
-                         uint16_t len)
+int rk_fabric_port_reply(RkFabricPort *p, const struct rkf_frame_hdr *req, uint16_t status,
+                         const void *payload, uint16_t len)
 {
     FUZZ_CHECK(len <= RKF_MAX_PAYLOAD && (len == 0 || payload));
     p->replied = true;
@@ -148,14 +150,18 @@ struct Host {
     {
         GasHost h;
         h.access = [this](bool write, unsigned node, uint64_t local, void *buf, unsigned len) {
-            const int rc = write ? rk_rmem_write(rmem, node, local, buf, len) : rk_rmem_read(rmem, node, local, buf, len);
-            return rc == RK_RMEM_OK ? GasAccess::Ok : rc == RK_RMEM_DECODE_ERR ? GasAccess::DecodeError
-                                                                             : GasAccess::Unreachable;
+            const int rc = write ? rk_rmem_write(rmem, node, local, buf, len)
+                                 : rk_rmem_read(rmem, node, local, buf, len);
+            return rc == RK_RMEM_OK           ? GasAccess::Ok
+                   : rc == RK_RMEM_DECODE_ERR ? GasAccess::DecodeError
+                                              : GasAccess::Unreachable;
         };
         h.service_counter = [this](unsigned off) {
             rk_rmem_stats st;
             rk_rmem_get_stats(rmem, &st);
-            return off == GAS_CTRL_SERVED_READS ? st.served_reads : off == GAS_CTRL_TIMEOUTS ? st.timeouts : 0;
+            return off == GAS_CTRL_SERVED_READS ? st.served_reads
+                   : off == GAS_CTRL_TIMEOUTS   ? st.timeouts
+                                                : 0;
         };
         h.guest_error = [this](const std::string &) { errors++; };
         return h;
@@ -170,9 +176,12 @@ uint64_t window_offset(Input &in, unsigned node_count)
     const unsigned node = in.u8() % (node_count + 1);
     const uint8_t kind = in.u8();
     uint64_t local;
-    if (kind < 0xc0) local = kRamBase - 0x10 + in.u16() % (kRamSize + 0x20);
-    else if (kind < 0xe0) local = GAS_WINDOW_NODE_SIZE - 1 - in.u8() % 16;
-    else local = in.u64();
+    if (kind < 0xc0)
+        local = kRamBase - 0x10 + in.u16() % (kRamSize + 0x20);
+    else if (kind < 0xe0)
+        local = GAS_WINDOW_NODE_SIZE - 1 - in.u8() % 16;
+    else
+        local = in.u64();
     return uint64_t(node) * GAS_WINDOW_NODE_SIZE + local;
 }
 } // namespace
@@ -186,8 +195,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     std::vector<uint8_t> ram(kRamSize);
     RkFabricPort port;
     port.node_id = node_id;
-    RkRemoteMem *rmem = rk_rmem_new((cfg & 0x80) ? nullptr : &port, node_id, kRamBase, kRamSize, ram.data(), 1,
-                                    nullptr, nullptr);
+    RkRemoteMem *rmem = rk_rmem_new((cfg & 0x80) ? nullptr : &port, node_id, kRamBase, kRamSize, ram.data(),
+                                    1, nullptr, nullptr);
     Host host;
     host.rmem = rmem;
     Gas gas(host.make(), node_id, node_count);
@@ -209,8 +218,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 2: {
             const uint64_t off = in.u16() % (GAS_CTRL_SIZE + 0x10);
             const unsigned sz = kSizes[in.u8() % 7];
-            if (in.u8() & 1) gas.ctrl_write(off, in.u64(), sz);
-            else (void)gas.ctrl_read(off, sz);
+            if (in.u8() & 1)
+                gas.ctrl_write(off, in.u64(), sz);
+            else
+                (void)gas.ctrl_read(off, sz);
             break;
         }
         case 3: {
@@ -235,8 +246,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 req.addr = kRamBase - 8 + in.u16() % (kRamSize + 16);
                 req.len = in.u8();
                 std::memcpy(payload, &req, sizeof req);
-                h.len = uint16_t(std::min<uint32_t>(uint32_t(sizeof req) + (h.op == RKF_OP_MEM_WRITE ? req.len : 0),
-                                                     RKF_MAX_PAYLOAD));
+                h.len = uint16_t(std::min<uint32_t>(
+                    uint32_t(sizeof req) + (h.op == RKF_OP_MEM_WRITE ? req.len : 0), RKF_MAX_PAYLOAD));
                 in.bytes(payload + sizeof req, h.len - sizeof req);
             } else {
                 in.bytes(payload, h.len);

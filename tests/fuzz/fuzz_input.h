@@ -55,7 +55,7 @@ private:
 
 } // namespace rackemu::fuzz
 
-#define FUZZ_CHECK(cond)                                                                             \
-    do {                                                                                             \
-        if (!(cond)) ::rackemu::fuzz::invariant_failed(__FILE__, __LINE__, #cond);                   \
+#define FUZZ_CHECK(cond) \
+    do { \
+        if (!(cond)) ::rackemu::fuzz::invariant_failed(__FILE__, __LINE__, #cond); \
     } while (0)

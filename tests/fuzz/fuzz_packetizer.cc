@@ -47,7 +47,7 @@ struct Host {
     // rackemu_unimem_on_reply).
     void mbox_reply(const rkf_frame_hdr &h)
     {
-        core->complete(h.tag, h.status == RKF_ST_OK       ? Completion::Ack
+        core->complete(h.tag, h.status == RKF_ST_OK        ? Completion::Ack
                               : h.status == RKF_ST_REFUSED ? Completion::Nack
                                                            : Completion::FabricError);
     }

@@ -62,7 +62,10 @@ struct FakeBridge {
         dir = mkdtemp(tmpl);
         static std::string rm_at_exit;
         rm_at_exit = dir;
-        std::atexit([] { std::error_code ec; std::filesystem::remove_all(rm_at_exit, ec); });
+        std::atexit([] {
+            std::error_code ec;
+            std::filesystem::remove_all(rm_at_exit, ec);
+        });
         path = dir + "/fabric.sock";
         lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
         sockaddr_un sa{};
@@ -122,7 +125,8 @@ struct FakeBridge {
     void close_conns()
     {
         std::lock_guard lk(mu);
-        for (int c : conns) close(c);
+        for (int c : conns)
+            close(c);
         conns.clear();
     }
 };
@@ -209,7 +213,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         p.w.status = refuse ? uint16_t(in.u16()) : uint16_t(RKF_WELCOME_OK);
         p.w.ring_slots = bad_geometry ? in.u32() : RKF_RING_SLOTS;
         p.w.slot_size = bad_geometry ? in.u32() : RKF_SLOT_SIZE;
-        if (bad_geometry && p.w.ring_slots == RKF_RING_SLOTS && p.w.slot_size == RKF_SLOT_SIZE) p.w.slot_size++;
+        if (bad_geometry && p.w.ring_slots == RKF_RING_SLOTS && p.w.slot_size == RKF_SLOT_SIZE)
+            p.w.slot_size++;
         p.w.max_nodes = RKF_MAX_NODES;
         in.bytes(p.w.message, (wb & 64) ? sizeof p.w.message : 0); // not NUL-terminated
         p.shm_fd = shm_fd;
@@ -222,7 +227,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     Services svc;
     if (port && rk_fabric_port_is_up(port) && !short_shm) {
         for (unsigned s : {RKF_SVC_UNIMEM_MBOX, RKF_SVC_MEM, RKF_SVC_RMC})
-            rk_fabric_port_register(port, s, Services::on_request, Services::on_reply, Services::on_link, &svc);
+            rk_fabric_port_register(port, s, Services::on_request, Services::on_reply, Services::on_link,
+                                    &svc);
         rk_fabric_port_start(port);
         Ring &ring = shm->to_node;
         for (unsigned ops = 0; !in.empty() && ops < 512; ops++) {

@@ -30,13 +30,16 @@ struct Load {
 };
 struct Script : R2p2Mem, R2p2Out {
     R2p2 *r2p2 = nullptr;
-    std::vector<Load> loads;                    // issued, not completed
+    std::vector<Load> loads; // issued, not completed
     std::vector<std::pair<unsigned, uint64_t>> validates;
     // per SABRe id: blocks answered, validation seen
     std::map<std::tuple<uint16_t, uint16_t, uint32_t>, std::vector<uint8_t>> answered;
     std::map<std::tuple<uint16_t, uint16_t, uint32_t>, uint32_t> requested;
     std::map<std::tuple<uint16_t, uint16_t, uint32_t>, bool> validated;
-    static std::tuple<uint16_t, uint16_t, uint32_t> key(const SabreId &id) { return {id.src, id.qp, id.xfer}; }
+    static std::tuple<uint16_t, uint16_t, uint32_t> key(const SabreId &id)
+    {
+        return {id.src, id.qp, id.xfer};
+    }
 
     void issue_load(unsigned att, uint32_t blk, uint64_t addr) override
     {
@@ -126,7 +129,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         case 5: {
             uint64_t addr = in.u64();
-            if (!s.loads.empty() && (addr & 1)) addr = s.loads[(addr >> 8) % s.loads.size()].addr + ((addr >> 1) & 63);
+            if (!s.loads.empty() && (addr & 1))
+                addr = s.loads[(addr >> 8) % s.loads.size()].addr + ((addr >> 1) & 63);
             r2p2.invalidate(addr);
             break;
         }

@@ -96,12 +96,18 @@ uint64_t reg_offset(Input &in)
     const uint8_t region = in.u8();
     const uint16_t r = in.u16();
     switch (region % 6) {
-    case 0: return (r % 0xc0) & ~7u;                                                  // global
-    case 1: return RMC_QP_REG(r % 4, (r >> 8) % RMC_QP_STRIDE & ~7u);                 // QP 0..3
-    case 2: return RMC_CTX_REG(r % 4, (r >> 8) % RMC_CTX_STRIDE & ~7u);               // context 0..3
-    case 3: return RMC_DB_REG(r % 4, (r >> 8) % 0x28 & ~7u);                         // doorbells
-    case 4: return RMC_COUNTERS + (r % (RMC_CNT_COUNT * 8 + 16));                     // counters
-    default: return in.u32() % (RMC_MMIO_SIZE + 0x100);                               // anywhere
+    case 0:
+        return (r % 0xc0) & ~7u; // global
+    case 1:
+        return RMC_QP_REG(r % 4, (r >> 8) % RMC_QP_STRIDE & ~7u); // QP 0..3
+    case 2:
+        return RMC_CTX_REG(r % 4, (r >> 8) % RMC_CTX_STRIDE & ~7u); // context 0..3
+    case 3:
+        return RMC_DB_REG(r % 4, (r >> 8) % 0x28 & ~7u); // doorbells
+    case 4:
+        return RMC_COUNTERS + (r % (RMC_CNT_COUNT * 8 + 16)); // counters
+    default:
+        return in.u32() % (RMC_MMIO_SIZE + 0x100); // anywhere
     }
 }
 
@@ -110,8 +116,9 @@ void settle(Rmc &rmc)
     for (int i = 0; i < 100; i++) {
         bool idle = true;
         for (unsigned q = 0; q < 4 && idle; q++)
-            idle = rmc.mmio_read(RMC_DB_REG(q, DB_WQ_HEAD), 8) == rmc.mmio_read(RMC_DB_REG(q, DB_WQ_TAIL), 8) ||
-                   !(rmc.mmio_read(RMC_QP_REG(q, QP_CTRL), 8) & QP_CTRL_EN);
+            idle =
+                rmc.mmio_read(RMC_DB_REG(q, DB_WQ_HEAD), 8) == rmc.mmio_read(RMC_DB_REG(q, DB_WQ_TAIL), 8) ||
+                !(rmc.mmio_read(RMC_QP_REG(q, QP_CTRL), 8) & QP_CTRL_EN);
         if (idle) return;
         std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
@@ -194,12 +201,15 @@ void incoming_request(Rmc &rmc, Input &in, unsigned node_count)
         r.xfer = in.u32();
         r.off = (shape & 2) ? in.u64() : in.u16() % 0x2100;
         r.len = (shape & 4) ? in.u32() : in.u16() % 0x2100;
-        r.nblocks = uint16_t(r.len ? ((r.off % RMC_BLOCK_SIZE) + r.len + RMC_BLOCK_SIZE - 1) / RMC_BLOCK_SIZE : 0);
+        r.nblocks =
+            uint16_t(r.len ? ((r.off % RMC_BLOCK_SIZE) + r.len + RMC_BLOCK_SIZE - 1) / RMC_BLOCK_SIZE : 0);
         if (shape & 8) r.nblocks = in.u16();
         r.flags = (shape & 0x10) ? in.u16() : (h.op == RKF_OP_RMC_SABRE ? RKF_RMC_F_REG : 0);
         r.key = (shape & 0x20) ? in.u64() : 0;
         std::memcpy(buf, &r, sizeof r);
-        size_t extra = h.op == RKF_OP_RMC_WRITE ? r.len : (h.op == RKF_OP_RMC_CAS || h.op == RKF_OP_RMC_FAA) ? 16 : 0;
+        size_t extra = h.op == RKF_OP_RMC_WRITE                             ? r.len
+                       : (h.op == RKF_OP_RMC_CAS || h.op == RKF_OP_RMC_FAA) ? 16
+                                                                            : 0;
         h.len = uint16_t(std::min<size_t>(sizeof r + extra, RKF_MAX_PAYLOAD));
         if (shape & 0x40) h.len = in.u8() % (RKF_MAX_PAYLOAD + 1);
         in.bytes(buf + sizeof r, h.len > sizeof r ? h.len - sizeof r : 0);
@@ -263,7 +273,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 const uint32_t len = std::min<uint32_t>(in.u8(), uint32_t(kRamSize - off));
                 uint8_t tmp[256];
                 in.bytes(tmp, len);
-                for (uint32_t i = 0; i < len; i++) __atomic_store_n(host.ram + off + i, tmp[i], __ATOMIC_RELAXED);
+                for (uint32_t i = 0; i < len; i++)
+                    __atomic_store_n(host.ram + off + i, tmp[i], __ATOMIC_RELAXED);
                 break;
             }
             case 3:
@@ -284,8 +295,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 h.len = in.u8() % (RKF_MAX_PAYLOAD + 1);
                 uint8_t buf[RKF_MAX_PAYLOAD];
                 in.bytes(buf, h.len);
-                if (h.type == RKF_T_MSG) rmc.on_frame(h, buf);
-                else rmc.on_reply(h, buf);
+                if (h.type == RKF_T_MSG)
+                    rmc.on_frame(h, buf);
+                else
+                    rmc.on_reply(h, buf);
                 break;
             }
             case 6: {

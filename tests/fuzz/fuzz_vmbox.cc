@@ -46,7 +46,8 @@ struct Host {
             d.nwords > 8 || h.len != hdr + d.nwords * 8 || d.mif >= UNIMEM_IF_COUNT) {
             return h.type == RKF_T_REQ ? int(RKF_ST_BAD_FRAME) : -1;
         }
-        return v.deliver(d.mif, d.words, d.nwords) == Vmbox::Delivery::Ack ? int(RKF_ST_OK) : int(RKF_ST_REFUSED);
+        return v.deliver(d.mif, d.words, d.nwords) == Vmbox::Delivery::Ack ? int(RKF_ST_OK)
+                                                                           : int(RKF_ST_REFUSED);
     }
 };
 // ---- end of adapter ----
@@ -90,7 +91,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             unsigned char payload[RKF_MAX_PAYLOAD];
             in.bytes(payload, h.len);
             const int st = host.mbox_request(v, h, payload);
-            FUZZ_CHECK(st == -1 || st == int(RKF_ST_OK) || st == int(RKF_ST_REFUSED) || st == int(RKF_ST_BAD_FRAME));
+            FUZZ_CHECK(st == -1 || st == int(RKF_ST_OK) || st == int(RKF_ST_REFUSED) ||
+                       st == int(RKF_ST_BAD_FRAME));
             break;
         }
         case 3: {
@@ -107,6 +109,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         FUZZ_CHECK(host.irq == v.irq_level());
     }
-    for (unsigned m = 0; m < UNIMEM_IF_COUNT; m++) FUZZ_CHECK(v.fill(m) <= depth);
+    for (unsigned m = 0; m < UNIMEM_IF_COUNT; m++)
+        FUZZ_CHECK(v.fill(m) <= depth);
     return 0;
 }

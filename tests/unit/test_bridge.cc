@@ -133,7 +133,7 @@ TEST(Bridge, MalformedFramesAreDroppedCountedAndDoNotStallOthers)
     bad.magic = 0xdeadbeef; // bad magic
     ASSERT_EQ(rk_fabric_port_send_raw(n0, &bad, "xxxxxxxx"), 0);
     bad.magic = RKF_FRAME_MAGIC;
-    bad.len = 4000; // oversized / truncated
+    bad.len = 4000;                                // oversized / truncated
     const char slot[RKF_MAX_PAYLOAD] = "xxxxxxxx"; // send_raw reads up to a slot's payload
     ASSERT_EQ(rk_fabric_port_send_raw(n0, &bad, slot), 0);
     bad.len = 0;

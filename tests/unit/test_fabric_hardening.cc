@@ -428,6 +428,6 @@ TEST(FabricHardening, RemoteMemIgnoresAReplyFromAnotherNodeThanTheOwner)
     rk_rmem_get_stats(mem, &st);
     EXPECT_EQ(st.forged_replies, 2u);
     EXPECT_NE(h.tag, 1u); // tags are not a counter from 1 (they start at a random value)
-    rk_rmem_free(mem); // unregisters from the port: before the port goes
+    rk_rmem_free(mem);    // unregisters from the port: before the port goes
     rk_fabric_port_free(port);
 }
