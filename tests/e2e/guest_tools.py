@@ -32,3 +32,19 @@ def check(node, gaddr, length, seed, widths=None, poff=0):
     r = node.exec(f"gas check --gaddr {gaddr:#x} --len {length} --seed {seed} --pattern-offset {poff} {wopts}",
                   timeout=120)
     return r, kv(r.stdout)
+
+
+def rmc_hold(node, ctx, size, tag, key, *opts):
+    """Register RMC context `ctx` (`size` bytes, access key `key`) on `node` in a detached
+    `rmc ctx-hold`, and wait until it is registered; returns its key=value line as a dict."""
+    out = f"/tmp/rmc-hold-{tag}"
+    node.sh(f"rm -f {out}; setsid rmc ctx-hold --id {ctx} --size {size} --key {key} {' '.join(opts)} "
+            f"</dev/null >{out} 2>&1 &")
+    for _ in range(300):
+        r = node.exec(f"cat {out}")
+        if b"ctx=" in r.stdout:
+            return kv(r.stdout)[0]
+        if b"rmc:" in r.stdout:
+            raise AssertionError(r.stdout)
+        time.sleep(0.1)
+    raise AssertionError(f"rmc ctx-hold on node {node.id} did not start")

@@ -18,7 +18,7 @@ import shlex
 import signal
 import time
 
-from guest_tools import kv
+from guest_tools import kv, rmc_hold
 
 KEY = "0x6b65795f726d6331"
 SEED = 21
@@ -38,18 +38,8 @@ def as_user(node, cmd, timeout=60):
 
 
 def hold(node, ctx, size, tag, *opts):
-    """Root registers context `ctx` with KEY in a detached `rmc ctx-hold`; wait until it is up."""
-    out = f"/tmp/rmc-hard-{tag}"
-    node.sh(f"rm -f {out}; setsid rmc ctx-hold --id {ctx} --size {size} --key {KEY} {' '.join(opts)} "
-            f"</dev/null >{out} 2>&1 &")
-    for _ in range(300):
-        r = node.exec(f"cat {out}")
-        if b"ctx=" in r.stdout:
-            return kv(r.stdout)[0]
-        if b"rmc:" in r.stdout:
-            raise AssertionError(r.stdout)
-        time.sleep(0.1)
-    raise AssertionError(f"rmc ctx-hold on node {node.id} did not start")
+    """Root registers context `ctx` with KEY (guest_tools.rmc_hold)."""
+    return rmc_hold(node, ctx, size, "hard-" + tag, KEY, *opts)
 
 
 def start_detached(node, cmd, out, ready):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from guest_tools import kv
+from guest_tools import kv, rmc_hold
 
 PAT_SEED = 11
 # The access key every node of a test's contexts registers with: a destination serves only
@@ -18,18 +18,8 @@ KEY = "0x5eedc0ffee0fab1e"
 
 
 def hold(node, ctx, size, tag, *opts):
-    """Register context `ctx` on `node` in a detached process; wait until it is registered."""
-    out = f"/tmp/rmc-hold-{tag}"
-    node.sh(f"rm -f {out}; setsid rmc ctx-hold --id {ctx} --size {size} --key {KEY} {' '.join(opts)} "
-            f"</dev/null >{out} 2>&1 &")
-    for _ in range(300):
-        r = node.exec(f"cat {out}")
-        if b"ctx=" in r.stdout:
-            return kv(r.stdout)[0]
-        if b"rmc:" in r.stdout:
-            raise AssertionError(r.stdout)
-        time.sleep(0.1)
-    raise AssertionError(f"rmc ctx-hold on node {node.id} did not start")
+    """Register context `ctx` with KEY (guest_tools.rmc_hold)."""
+    return rmc_hold(node, ctx, size, "" + tag, KEY, *opts)
 
 
 def rmc(node, cmd, timeout=120):
