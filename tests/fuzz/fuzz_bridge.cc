@@ -119,7 +119,10 @@ struct Node {
     bool connect(const Rig &rig, unsigned node_id)
     {
         id = node_id;
-        for (int attempt = 0; attempt < 2000; attempt++) { // the previous run's node may still be up
+        // The previous run's node may still be up: the bridge learns of its hang-up on its own
+        // thread; on a loaded machine that took longer than 0.2 s once (a 10-minute run), so
+        // wait up to 2 s before calling a refusal a failure.
+        for (int attempt = 0; attempt < 2000; attempt++) {
             sock = unix_connect(rig.sock());
             if (sock < 0) return false;
             rkf_hello h{};
@@ -146,7 +149,7 @@ struct Node {
             close(sock);
             sock = -1;
             if (!ok || w.status != RKF_WELCOME_DUPLICATE) return false;
-            std::this_thread::sleep_for(std::chrono::microseconds(100));
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
         return false;
     }
