@@ -7,33 +7,73 @@ env_file=$RACKEMU_BUILD/guest/guest.env
 source "$env_file"
 out=$RACKEMU_BUILD/guest/modules
 bdir=$RACKEMU_BUILD/guest/kmod-build
-mkdir -p "$out" "$bdir"
-: > "$out/load-order.tmp"
-for m in unimem unimem_gas sonuma_rmc; do
+mkdir -p "$out/extra" "$bdir"
+
+# rackemu's modules are discovered: every guest/kmod/<m>/ with a Kbuild building <m>.ko (xilinx/,
+# below, is Linux's own code and built apart). Adding a module is adding its directory. A module
+# that uses another's symbols is built after it (tried again once the others are built). Where it
+# goes follows from what it is:
+#   - a driver, i.e. a module with an OF device table (modinfo alias of:...), binds to the
+#     device-tree node of its device and is loaded at boot: $out/<m>.ko, in load order
+#     (dependencies first, then by name) in $out/load-order;
+#   - any other module (examples, test helpers, modules tests insmod with parameters) is packed
+#     but not loaded at boot: $out/extra/<m>.ko (tests insmod them from /lib/modules/extra/).
+mods=()
+for d in "$RACKEMU_ROOT"/guest/kmod/*/; do
+    m=$(basename "$d")
+    [ "$m" != xilinx ] && [ -f "$d/Kbuild" ] && grep -q "^obj-m *:= *$m\.o" "$d/Kbuild" && mods+=("$m")
+done
+[ ${#mods[@]} -gt 0 ] || die "no kernel modules found under guest/kmod"
+build_mod() { # build_mod M: 0 built, 2 needs symbols of a module not built yet; dies on an error
+    local m=$1 syms=() b
+    for b in "${built[@]}"; do syms+=("$bdir/$b/Module.symvers"); done
     # Build out of tree in a copy, so the checkout stays clean.
     mkdir -p "$bdir/$m"
     for f in "$RACKEMU_ROOT/guest/kmod/$m"/*; do cmp -s "$f" "$bdir/$m/$(basename "$f")" || cp "$f" "$bdir/$m/"; done
     make -s -C "$KBUILD_DIR" M="$bdir/$m" ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu- \
-        RACKEMU_ROOT="$RACKEMU_ROOT" modules > "$bdir/$m.log" 2>&1 ||
-        { cat "$bdir/$m.log" >&2; die "building kernel module $m failed (log: $bdir/$m.log)"; }
+        KBUILD_EXTRA_SYMBOLS="${syms[*]}" RACKEMU_ROOT="$RACKEMU_ROOT" modules > "$bdir/$m.log" 2>&1 || {
+        # modpost refuses symbols no module built so far exports: try again after the others
+        if grep -q "modpost: .* undefined!" "$bdir/$m.log"; then return 2; fi
+        cat "$bdir/$m.log" >&2; die "building kernel module $m failed (log: $bdir/$m.log)"
+    }
     if grep -q "warning:" "$bdir/$m.log"; then cat "$bdir/$m.log" >&2; die "kernel module $m built with warnings"; fi
-    cmp -s "$bdir/$m/$m.ko" "$out/$m.ko" || cp "$bdir/$m/$m.ko" "$out/$m.ko"
-    echo "$m.ko" >> "$out/load-order.tmp"
+    return 0
+}
+built=()
+pending=("${mods[@]}")
+while [ ${#pending[@]} -gt 0 ]; do
+    left=()
+    for m in "${pending[@]}"; do
+        if build_mod "$m"; then built+=("$m"); else left+=("$m"); fi
+    done
+    if [ ${#left[@]} -eq ${#pending[@]} ]; then
+        cat "$bdir/${left[0]}.log" >&2
+        die "kernel modules ${left[*]} need symbols no module of guest/kmod exports (logs: $bdir/*.log)"
+    fi
+    pending=("${left[@]}")
 done
+# boot drivers in load order: depth in the dependency graph among them first, then by name
+depth() { # depth M: 0 for a module without rackemu dependencies
+    local d n=0 x
+    for d in $(modinfo -F depends "$bdir/$1/$1.ko" | tr ',' ' '); do
+        case " ${mods[*]} " in *" $d "*) x=$(( $(depth "$d") + 1 )); [ $x -gt $n ] && n=$x ;; esac
+    done
+    echo $n
+}
+order=()
+for m in "${built[@]}"; do
+    ko=$bdir/$m/$m.ko
+    if modinfo -F alias "$ko" | grep -q '^of:'; then
+        order+=("$(depth "$m") $m")
+        rm -f "$out/extra/$m.ko"
+        cmp -s "$ko" "$out/$m.ko" || cp "$ko" "$out/$m.ko"
+    else
+        rm -f "$out/$m.ko"
+        cmp -s "$ko" "$out/extra/$m.ko" || cp "$ko" "$out/extra/$m.ko"
+    fi
+done
+printf '%s\n' "${order[@]}" | sort -k1,1n -k2 | awk 'NF {print $2 ".ko"}' > "$out/load-order.tmp"
 mv "$out/load-order.tmp" "$out/load-order"
-
-# Modules that are packed into the image but not loaded at boot (tests and examples insmod them
-# from /lib/modules/extra/); they may use the symbols of the boot modules above.
-mkdir -p "$out/extra"
-for m in mbox_echo unimem_dma; do
-    mkdir -p "$bdir/$m"
-    for f in "$RACKEMU_ROOT/guest/kmod/$m"/*; do cmp -s "$f" "$bdir/$m/$(basename "$f")" || cp "$f" "$bdir/$m/"; done
-    make -s -C "$KBUILD_DIR" M="$bdir/$m" ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu- \
-        KBUILD_EXTRA_SYMBOLS="$bdir/unimem/Module.symvers" RACKEMU_ROOT="$RACKEMU_ROOT" modules > "$bdir/$m.log" 2>&1 ||
-        { cat "$bdir/$m.log" >&2; die "building kernel module $m failed (log: $bdir/$m.log)"; }
-    if grep -q "warning:" "$bdir/$m.log"; then cat "$bdir/$m.log" >&2; die "kernel module $m built with warnings"; fi
-    cmp -s "$bdir/$m/$m.ko" "$out/extra/$m.ko" || cp "$bdir/$m/$m.ko" "$out/extra/$m.ko"
-done
 
 # Linux's own xilinx_dma and dmatest drivers, unmodified, from the guest kernel's exact Debian
 # source version (platform/setup/fetch-kernel-src.sh): Debian's arm64 kernel does not build them.

@@ -43,27 +43,34 @@ uint64_t getBoardPid(void);      /* the board this process runs on */
 void *allocSharedPage(uint16_t quantity, uint64_t bid);
 uint64_t freeSharedPage(void *addr);
 
-/* sec. 2.3.3 */
-char READ8(void *addr);
-uint32_t READ32(void *addr);
-uint64_t READ64(void *addr);
+/* sec. 2.3.3 and 2.3.4, with the deliverable's prototypes verbatim (typed pointers; READ32
+ * takes a uint64_t * as printed there), so a program that declares them itself compiles against
+ * this header. C converts the void * of allocSharedPage to any of them without a cast; C++
+ * callers cast. The address is a GSAS address: only its value is used, never dereferenced. */
+char READ8(char *addr);
+uint32_t READ32(uint64_t *addr);
+uint64_t READ64(uint64_t *addr);
 uint64_t READ4K(void *addr, char *buffer); /* the page in one atomic operation; returns 4096 */
-void WRITE8(void *addr, char val);
-void WRITE32(void *addr, uint32_t val);
-void WRITE64(void *addr, uint64_t val);
-void WRITE128(void *addr, uint64_t val[2]); /* both words in one atomic operation */
+void WRITE8(char *addr, char val);
+void WRITE32(uint32_t *addr, uint32_t val);
+void WRITE64(uint64_t *addr, uint64_t val);
+void WRITE128(uint64_t *addr, uint64_t val[2]); /* both words in one atomic operation */
 
-/* sec. 2.3.4 */
-uint64_t CAS64(void *addr, uint64_t old_val, uint64_t new_val); /* 1 if swapped, else 0 */
-int64_t FAD64(void *addr, int64_t val);                          /* the value before the add */
-uint64_t SWAP64(void *addr, uint64_t val);                       /* the value before the swap */
+uint64_t CAS64(uint64_t *addr, uint64_t old_val, uint64_t new_val); /* 1 if swapped, else 0 */
+int64_t FAD64(int64_t *addr, int64_t val);                          /* the value before the add */
+uint64_t SWAP64(uint64_t *addr, uint64_t val);                      /* the value before the swap */
 
-/* sec. 2.3.5: run filename (an absolute path on board bid's file system) there with arg;
- * its stdout and stderr go to NAME-BID-stdout.log / -stderr.log in the service's log directory
- * (/tmp/gsas). Returns the new process's pid on that board, 0 if it could not be started
- * (errno: EINVAL for a relative path or arg == _EMPTY_THREAD_ARGUMENT_, ENAMETOOLONG, ENOMEM if
- * the board had no page for the path, or the board's reason: ENOENT, EACCES, ...). */
-uint64_t remoteFork(const char *filename, uint64_t arg, uint64_t bid);
+/* sec. 2.3.5: run filename on board bid with arg (seed prototype: char *, not modified). An
+ * absolute path names a file of board bid's file system. A relative path (the seed only
+ * advises against it) is resolved against the caller's current working directory, on the
+ * caller's board, before it is sent: "gsas-child" called from /bin starts /bin/gsas-child on
+ * board bid; the result must fit in _MAX_FORK_PATH_FILENAME_ (else ENAMETOOLONG). Its stdout
+ * and stderr go to NAME-BID-stdout.log / -stderr.log in the service's log directory
+ * (/tmp/gsas), NAME the file name without directories. Returns the new process's pid on that
+ * board, 0 if it could not be started (errno: EINVAL for an empty path or arg ==
+ * _EMPTY_THREAD_ARGUMENT_, ENAMETOOLONG, ENOMEM if the board had no page for the path, the
+ * getcwd() error for a relative path, or the board's reason: ENOENT, EACCES, EPERM, ...). */
+uint64_t remoteFork(char *filename, uint64_t arg, uint64_t bid);
 uint64_t readThreadArgument(void); /* the parent's arg, or _EMPTY_THREAD_ARGUMENT_ */
 
 /* ---- rackemu extensions ---- */

@@ -1,41 +1,42 @@
 #!/usr/bin/env bash
-# Build the static aarch64 user programs into $RACKEMU_BUILD/guest/bin/:
-#   unimem        the Unimem tool (unimem.c + libunimem.c)
-#   unimem-check  bad-input checks of /dev/unimem (unimem_check.c + libunimem.c)
-#   gas           loads and stores through the global address space window (gas.c)
-#   mbox          the mailbox from user space (mbox.c)
-#   cdma          copies with the cDMA engine, local and remote (cdma.c)
-#   unim_dma_test the unim_dma RDMA API against every node (unim_dma_test.c + libunim_dma.c)
-#   gsasd         the GSAS atomic service (gsasd.c + libunimem.c)
-#   gsas          the GSAS environment from the shell, tests and benchmarks (gsas.c + libgsas.c)
-#   rmc           the soNUMA RMC from the shell and its check suite (rmc.c + librmc.c)
-#   rmc-bench     remote read vs SABRe microbenchmark (rmc_bench.c + librmc.c)
-#   rmc-kv        the FaRM-style key-value store (rmc_kv.c + librmc.c)
-# and libunim_dma.a + unim_dma.h (seed 004 sec. 3.4), libgsas.a + atomic.h (sec. 2.3), librmc.a +
-# librmc.h (the RMC, docs/rmc-driver.md) for
-# programs built against those APIs.
+# Build the static aarch64 user programs into $RACKEMU_BUILD/guest/bin/, discovered: every
+# guest/user/<name>.c with a main() is a program (adding a tool is adding its file), linked
+# with the guest libraries (every guest/user/lib*.c, as one archive: a program gets the ones it
+# uses) and -lpthread. The program is called <name> with '_' turned into '-' (unimem_check.c:
+# unimem-check), except *_test programs, which keep their file's name (unim_dma_test, as seed
+# 004 sec. 3.4 names it). What each one does: the comment at the top of its file (e.g. unimem,
+# gas, mbox, cdma, gsasd, gsas, rmc, rmc-bench, rmc-kv, unimem-check, unim_dma_test).
+# Then the libraries for programs built against rackemu's APIs: libunim_dma.a + unim_dma.h (seed
+# 004 sec. 3.4), libgsas.a + atomic.h (sec. 2.3), librmc.a + librmc.h (the RMC,
+# docs/rmc-driver.md).
 source "$(dirname "$0")/../../platform/setup/lib.sh"
 out=$RACKEMU_BUILD/guest/bin
 src=$RACKEMU_ROOT/guest/user
-mkdir -p "$out"
-build() { # build NAME SOURCES...
-    local name=$1; shift
-    if [ ! -f "$out/$name" ] || [ -n "$(find "$src" "$RACKEMU_ROOT/hw/include" "$RACKEMU_ROOT/guest/include" -newer "$out/$name" -name '*.[ch]' | head -n1)" ]; then
-        aarch64-linux-gnu-gcc -static -O2 -Wall -Wextra -Werror -Wno-format-zero-length -I"$RACKEMU_ROOT/hw/include" -I"$RACKEMU_ROOT/guest/include" \
-            -o "$out/$name.tmp" "$@" && mv "$out/$name.tmp" "$out/$name" || die "building guest/user ($name) failed"
+obj=$RACKEMU_BUILD/guest/user-obj
+mkdir -p "$out" "$obj"
+CC=aarch64-linux-gnu-gcc
+CFLAGS=(-O2 -Wall -Wextra -Werror -Wno-format-zero-length -I"$RACKEMU_ROOT/hw/include" -I"$RACKEMU_ROOT/guest/include")
+# stale: TARGET is missing or older than a source or header of the guest tools or their headers
+stale() { [ ! -f "$1" ] || [ -n "$(find "$src" "$RACKEMU_ROOT/hw/include" "$RACKEMU_ROOT/guest/include" "$0" -newer "$1" \( -name '*.[ch]' -o -name build.sh \) | head -n1)" ]; }
+
+guestlib=$obj/libguest.a
+if stale "$guestlib"; then
+    rm -f "$guestlib"
+    for c in "$src"/lib*.c; do
+        $CC "${CFLAGS[@]}" -c -o "$obj/$(basename "$c" .c).o" "$c" || die "building guest/user/$(basename "$c") failed"
+    done
+    aarch64-linux-gnu-ar rcs "$guestlib" "$obj"/lib*.o || die "building the guest tools' library failed"
+fi
+for c in "$src"/*.c; do
+    stem=$(basename "$c" .c)
+    case $stem in lib*) continue ;; esac
+    grep -qE '^int main\(' "$c" || continue
+    case $stem in *_test) name=$stem ;; *) name=${stem//_/-} ;; esac
+    if stale "$out/$name"; then
+        $CC -static "${CFLAGS[@]}" -o "$out/$name.tmp" "$c" "$guestlib" -lpthread && mv "$out/$name.tmp" "$out/$name" ||
+            die "building guest/user ($name) failed"
     fi
-}
-build unimem "$src/unimem.c" "$src/libunimem.c"
-build unimem-check "$src/unimem_check.c" "$src/libunimem.c"
-build gas "$src/gas.c"
-build mbox "$src/mbox.c"
-build cdma "$src/cdma.c"
-build unim_dma_test "$src/unim_dma_test.c" "$src/libunim_dma.c" -lpthread
-build gsasd "$src/gsasd.c" "$src/libunimem.c"
-build gsas "$src/gsas.c" "$src/libgsas.c" "$src/libunimem.c" -lpthread
-build rmc "$src/rmc.c" "$src/librmc.c"
-build rmc-kv "$src/rmc_kv.c" "$src/librmc.c" -lpthread
-build rmc-bench "$src/rmc_bench.c" "$src/librmc.c"
+done
 # the library for programs written against the unim_dma API (link with -lunim_dma -lpthread)
 lib=$RACKEMU_BUILD/guest/lib
 mkdir -p "$lib"

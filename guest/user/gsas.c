@@ -36,6 +36,9 @@ static void *gp(uint64_t a)
 	return (void *)(uintptr_t)a;
 }
 
+/* A GSAS address computed with byte offsets, passed to the seed's typed prototypes. */
+#define G(x) ((void *)(x))
+
 /* ---- single operations ---- */
 
 static const struct {
@@ -325,7 +328,7 @@ static int cmd_counter(int argc, char **argv)
 		switch (c) {
 		case 'A': addr = parse_addr(optarg); break;
 		case 'n': iters = num(optarg, "--iters", 10000000); break;
-		case 't': threads = num(optarg, "--threads", 62); break;
+		case 't': threads = num(optarg, "--threads", 63); break;
 		case 'o':
 			op = !strcmp(optarg, "fad") ? GSAS_OP_FAD : !strcmp(optarg, "cas") ? GSAS_OP_CAS
 							 : !strcmp(optarg, "swap") ? GSAS_OP_SWAP : 0;
@@ -476,7 +479,7 @@ static int cmd_bench(int argc, char **argv)
 		case 'b': board = num(optarg, "--board", 63); break;
 		case 'o': opname = optarg; break;
 		case 'n': count = num(optarg, "--count", 1000000); break;
-		case 't': threads = num(optarg, "--threads", 62); break;
+		case 't': threads = num(optarg, "--threads", 63); break;
 		case 'h':
 			printf("usage: gsas bench [--board B] [--op OP] [--threads T] [--count N]\n"
 			       "T threads each issue N requests of OP (ping, read64, write64, cas, fad, swap, read4k,\n"
@@ -621,38 +624,38 @@ static int cmd_check(int argc, char **argv)
 	      "addr=%p", (void *)p);
 	if (!p)
 		goto out;
-	check("fresh_memory_is_zero", READ64(p) == 0 && READ64(p + 8184) == 0, "");
+	check("fresh_memory_is_zero", READ64(G(p)) == 0 && READ64(G(p + 8184)) == 0, "");
 	/* every width, alignment rules of Table 1 */
-	WRITE64(p, 0x1122334455667788ull);
-	check("read8_every_byte", (uint8_t)READ8(p) == 0x88 && (uint8_t)READ8(p + 7) == 0x11 && (uint8_t)READ8(p + 3) == 0x55,
+	WRITE64(G(p), 0x1122334455667788ull);
+	check("read8_every_byte", (uint8_t)READ8(G(p)) == 0x88 && (uint8_t)READ8(G(p + 7)) == 0x11 && (uint8_t)READ8(G(p + 3)) == 0x55,
 	      " ");
-	check("read32_ignores_2_bits", READ32(p + 4) == 0x11223344 && READ32(p + 7) == 0x11223344 && READ32(p + 1) == 0x55667788,
+	check("read32_ignores_2_bits", READ32(G(p + 4)) == 0x11223344 && READ32(G(p + 7)) == 0x11223344 && READ32(G(p + 1)) == 0x55667788,
 	      " ");
-	check("read64_ignores_3_bits", READ64(p + 5) == 0x1122334455667788ull, "");
-	WRITE8(p + 1, (char)0xAB);
-	WRITE32(p + 9, 0xCAFEF00Du); /* low bits ignored: lands at p + 8 */
-	check("write8_write32", READ64(p) == 0x112233445566AB88ull && READ32(p + 8) == 0xCAFEF00Du, "w0=0x%llx",
-	      (unsigned long long)READ64(p));
+	check("read64_ignores_3_bits", READ64(G(p + 5)) == 0x1122334455667788ull, "");
+	WRITE8(G(p + 1), (char)0xAB);
+	WRITE32(G(p + 9), 0xCAFEF00Du); /* low bits ignored: lands at p + 8 */
+	check("write8_write32", READ64(G(p)) == 0x112233445566AB88ull && READ32(G(p + 8)) == 0xCAFEF00Du, "w0=0x%llx",
+	      (unsigned long long)READ64(G(p)));
 	{
 		uint64_t v[2] = { 0x0123456789abcdefull, 0xfedcba9876543210ull };
 
-		WRITE128(p + 4096 - 8, v); /* spans the two pages of one allocation */
+		WRITE128(G(p + 4096 - 8), v); /* spans the two pages of one allocation */
 		check("write128_across_pages_of_one_allocation",
-		      READ64(p + 4088) == v[0] && READ64(p + 4096) == v[1], "");
+		      READ64(G(p + 4088)) == v[0] && READ64(G(p + 4096)) == v[1], "");
 	}
-	check("cas_success_returns_1", CAS64(p + 16, 0, 5) == 1 && READ64(p + 16) == 5, "");
-	check("cas_failure_returns_0", CAS64(p + 16, 4, 9) == 0 && READ64(p + 16) == 5, "");
-	check("fad_returns_old_and_adds_negative", FAD64(p + 16, -7) == 5 && (int64_t)READ64(p + 16) == -2, "");
-	check("swap_returns_old", SWAP64(p + 16, 42) == (uint64_t)-2 && READ64(p + 16) == 42, "");
+	check("cas_success_returns_1", CAS64(G(p + 16), 0, 5) == 1 && READ64(G(p + 16)) == 5, "");
+	check("cas_failure_returns_0", CAS64(G(p + 16), 4, 9) == 0 && READ64(G(p + 16)) == 5, "");
+	check("fad_returns_old_and_adds_negative", FAD64(G(p + 16), -7) == 5 && (int64_t)READ64(G(p + 16)) == -2, "");
+	check("swap_returns_old", SWAP64(G(p + 16), 42) == (uint64_t)-2 && READ64(G(p + 16)) == 42, "");
 	/* READ4K: the whole page, the seed's sentinel value included */
 	{
 		char page[GSAS_PAGE_SIZE];
 
-		WRITE64(p + 24, _EMPTY_THREAD_ARGUMENT_);
-		WRITE64(p + 32, VMBOX_EMPTY_PATTERN);
-		WRITE64(p + 4080, 0x5a5a5a5a5a5a5a5aull);
+		WRITE64(G(p + 24), _EMPTY_THREAD_ARGUMENT_);
+		WRITE64(G(p + 32), VMBOX_EMPTY_PATTERN);
+		WRITE64(G(p + 4080), 0x5a5a5a5a5a5a5a5aull);
 		memset(page, 0x11, sizeof(page));
-		check("read4k_returns_4096", READ4K(p + 100, page) == GSAS_PAGE_SIZE, "");
+		check("read4k_returns_4096", READ4K(G(p + 100), page) == GSAS_PAGE_SIZE, "");
 		check("read4k_content", ((uint64_t *)page)[0] == 0x112233445566AB88ull &&
 						 ((uint64_t *)page)[3] == _EMPTY_THREAD_ARGUMENT_ &&
 						 ((uint64_t *)page)[4] == VMBOX_EMPTY_PATTERN &&
@@ -675,7 +678,7 @@ static int cmd_check(int argc, char **argv)
 	rc = raw(GSAS_OP_DATA, board, (uint64_t)(uintptr_t)p, 0, 0, NULL);
 	check("data_opcode_as_request_badop", rc == GSAS_E_BADOP, "rc=%d", rc);
 	rc = raw(GSAS_OP_WRITE8, board, (uint64_t)(uintptr_t)p, 0x1ff, 0, NULL);
-	check("write8_value_too_wide_inval", rc == GSAS_E_INVAL && (uint8_t)READ8(p) == 0x88, "rc=%d", rc);
+	check("write8_value_too_wide_inval", rc == GSAS_E_INVAL && (uint8_t)READ8(G(p)) == 0x88, "rc=%d", rc);
 	rc = raw(GSAS_OP_WRITE32, board, (uint64_t)(uintptr_t)p, 1ull << 32, 0, NULL);
 	check("write32_value_too_wide_inval", rc == GSAS_E_INVAL, "rc=%d", rc);
 	rc = raw(GSAS_OP_ALLOC, board, 0, 0, 0, &res);
@@ -688,12 +691,17 @@ static int cmd_check(int argc, char **argv)
 	rc = in_child(child_free, p);
 	check("free_by_another_process_perm", rc == GSAS_E_PERM, "rc=%d", rc);
 	rc = in_child(child_write, p + 64);
-	check("shared_memory_writable_by_another_process", rc == 0 && READ64(p + 64) == 0x77, "rc=%d", rc);
-	WRITE64(p + 72, 0x1234);
+	check("shared_memory_writable_by_another_process", rc == 0 && READ64(G(p + 64)) == 0x77, "rc=%d", rc);
+	WRITE64(G(p + 72), 0x1234);
 	rc = in_child(child_read_after_fork, p + 72);
 	check("fork_child_takes_its_own_interfaces", rc == 0, "rc=%d", rc);
 	errno = 0;
-	check("remotefork_relative_path_refused", remoteFork("bin/gsas", 1, board) == 0 && errno == EINVAL, "errno=%d", errno);
+	check("remotefork_empty_path_refused", remoteFork("", 1, board) == 0 && errno == EINVAL, "errno=%d", errno);
+	/* a relative path is resolved against the caller's working directory (docs/gsas.md): the
+	 * board answers for /no/such/program, not the library for a relative path */
+	errno = 0;
+	check("remotefork_relative_path_resolved", chdir("/") == 0 && remoteFork("no/such/program", 1, board) == 0 &&
+							   errno == ENOENT, "errno=%d", errno);
 	errno = 0;
 	check("remotefork_empty_argument_refused", remoteFork("/bin/gsas", _EMPTY_THREAD_ARGUMENT_, board) == 0 &&
 							   errno == EINVAL, "errno=%d", errno);
@@ -716,7 +724,7 @@ static int cmd_check(int argc, char **argv)
 	q = allocSharedPage(1, board);
 	if (q) {
 		for (unsigned off = 0; off < GSAS_PAGE_SIZE; off += 8)
-			WRITE64(q + off, 0x2f2f2f2f2f2f2f2full);
+			WRITE64(G(q + off), 0x2f2f2f2f2f2f2f2full);
 		rc = raw(GSAS_OP_FORK, board, (uint64_t)(uintptr_t)q, 1, 0, NULL);
 		check("fork_unterminated_path_inval", rc == GSAS_E_INVAL, "rc=%d", rc);
 		freeSharedPage(q);
@@ -732,8 +740,8 @@ static int cmd_check(int argc, char **argv)
 		gsas_thread_interface(&f.mif, &pid);
 		gsas_get_thread_stats(&before);
 		rc = in_child(child_forge, &f);
-		WRITE64(p + 80, 0x600d);
-		check("forged_replies_ignored", rc == 0 && READ64(p + 80) == 0x600d, "rc=%d", rc);
+		WRITE64(G(p + 80), 0x600d);
+		check("forged_replies_ignored", rc == 0 && READ64(G(p + 80)) == 0x600d, "rc=%d", rc);
 		gsas_get_thread_stats(&after);
 		check("forged_replies_counted", after.forged - before.forged == 8, "forged=%llu",
 		      (unsigned long long)(after.forged - before.forged));

@@ -400,7 +400,7 @@ static void serve(const uint64_t w[4])
 
 	st->requests++;
 	st->ops[op]++;
-	if (op == GSAS_OP_EXITED && pid == UNIMEM_PID(UNIMEM_PID_NODE(pid), MAILBOX_IF, 0, 0) &&
+	if (op == GSAS_OP_EXITED && pid == UNIMEM_KERNEL_PID(UNIMEM_PID_NODE(pid)) &&
 	    UNIMEM_PID_NODE(pid) < node_count && addr <= UNIMEM_PID_ID_MAX) {
 		/* a node's kernel (its own PIF, which no user thread has) says a process exited */
 		op_exited(UNIMEM_PID_NODE(pid), (unsigned)addr);

@@ -126,10 +126,45 @@ const char *gsas_strerror(int err)
 	case EHOSTUNREACH: return "board unreachable (down, or the fabric is gone)";
 	case ETIMEDOUT: return "no answer from the board's atomic service (is gsasd running there? `gsas stats`)";
 	case ENXIO: return "no such board";
-	case ENODEV: return "no mailbox/packetizer interface for this thread (is unimem.ko loaded? 62 threads per board at most)";
+	case ENODEV: return "no mailbox/packetizer interface for this thread (is unimem.ko loaded? at most 63 threads per board, 62 while the mailbox driver holds interface 63)";
 	case EPROTO: return "garbled READ4K answer";
 	default: return strerror(-err);
 	}
+}
+
+/*
+ * Send one packet from this thread's PIF and wait for the destination's answer (ACK or NACK) until
+ * `deadline` (-1 past it, with the packet possibly still pending). The packetizer raises no
+ * interrupt, so the status is polled: for spin_us, then with sleeps growing from 20 us to 1 ms.
+ * Many threads polling a remote answer at full speed starve the emulated CPUs and the fabric
+ * (63 threads of one board against another board did not get their answers within a second).
+ */
+static int wait_pif(struct gsas_thread *t, uint64_t deadline)
+{
+	uint64_t spin_end = now_us() + spin_us;
+	unsigned nap = 20;
+	int s;
+
+	while ((s = unimem_wait_status(&t->u, 0)) < 0) {
+		uint64_t now = now_us();
+
+		if (now > deadline)
+			return -1;
+		if (now < spin_end)
+			continue;
+		usleep(nap);
+		if (nap < 1000)
+			nap *= 2;
+	}
+	return s;
+}
+
+static int send_packet(struct gsas_thread *t, uint64_t dest, const uint64_t w[4], uint64_t deadline)
+{
+	if (wait_pif(t, deadline) < 0) /* one buffer per PIF (sec. 5.2.4): the previous packet must have left */
+		return -1;
+	unimem_post(&t->u, dest, w);
+	return wait_pif(t, deadline);
 }
 
 /*
@@ -141,7 +176,7 @@ const char *gsas_strerror(int err)
 static int probe_board(struct gsas_thread *t, uint64_t bid, unsigned probe_tag)
 {
 	uint64_t w[4] = { GSAS_W0(GSAS_OP_PING, probe_tag), 0, 0, 0 };
-	int s = unimem_send(&t->u, unimem_mif_gaddr(&t->u, (unsigned)bid, UNIMEM_IF_SERVICE), w, 1000000);
+	int s = send_packet(t, unimem_mif_gaddr(&t->u, (unsigned)bid, UNIMEM_IF_SERVICE), w, now_us() + 1000000);
 
 	t->stats.probes++;
 	return s > 0 && (s & PKTZ_ST_FABRIC_ERR) ? -EHOSTUNREACH : 0;
@@ -204,7 +239,7 @@ int gsas_request(unsigned op, uint64_t bid, uint64_t addr, uint64_t arg1, uint64
 	w[3] = arg2;
 	t->stats.requests++;
 	for (;;) {
-		int s = unimem_send(&t->u, dest, w, 1000000);
+		int s = send_packet(t, dest, w, deadline);
 
 		if (s > 0 && (s & PKTZ_ST_ACK))
 			break;
@@ -290,8 +325,8 @@ static struct unimem_info *info(void)
 	int rc = thread_get(&t);
 
 	if (rc)
-		fatal("cannot take a mailbox and packetizer interface from %s: %s (is unimem.ko loaded? at most 62 "
-		      "threads per board use GSAS at once)", UNIMEM_DEV_PATH, strerror(-rc));
+		fatal("cannot take a mailbox and packetizer interface from %s: %s (is unimem.ko loaded? at most 63 "
+		      "threads per board use GSAS at once, 62 while the mailbox driver holds interface 63)", UNIMEM_DEV_PATH, strerror(-rc));
 	return &t->u.info;
 }
 
@@ -331,17 +366,17 @@ uint64_t freeSharedPage(void *addr)
 	return (uint64_t)rc;
 }
 
-char READ8(void *addr)
+char READ8(char *addr)
 {
 	return (char)must("READ8", GSAS_OP_READ8, addr, 0, 0, NULL);
 }
 
-uint32_t READ32(void *addr)
+uint32_t READ32(uint64_t *addr)
 {
 	return (uint32_t)must("READ32", GSAS_OP_READ32, addr, 0, 0, NULL);
 }
 
-uint64_t READ64(void *addr)
+uint64_t READ64(uint64_t *addr)
 {
 	return must("READ64", GSAS_OP_READ64, addr, 0, 0, NULL);
 }
@@ -351,52 +386,67 @@ uint64_t READ4K(void *addr, char *buffer)
 	return must("READ4K", GSAS_OP_READ4K, addr, 0, 0, buffer);
 }
 
-void WRITE8(void *addr, char val)
+void WRITE8(char *addr, char val)
 {
 	must("WRITE8", GSAS_OP_WRITE8, addr, (uint8_t)val, 0, NULL);
 }
 
-void WRITE32(void *addr, uint32_t val)
+void WRITE32(uint32_t *addr, uint32_t val)
 {
 	must("WRITE32", GSAS_OP_WRITE32, addr, val, 0, NULL);
 }
 
-void WRITE64(void *addr, uint64_t val)
+void WRITE64(uint64_t *addr, uint64_t val)
 {
 	must("WRITE64", GSAS_OP_WRITE64, addr, val, 0, NULL);
 }
 
-void WRITE128(void *addr, uint64_t val[2])
+void WRITE128(uint64_t *addr, uint64_t val[2])
 {
 	must("WRITE128", GSAS_OP_WRITE128, addr, val[0], val[1], NULL);
 }
 
-uint64_t CAS64(void *addr, uint64_t old_val, uint64_t new_val)
+uint64_t CAS64(uint64_t *addr, uint64_t old_val, uint64_t new_val)
 {
 	return must("CAS64", GSAS_OP_CAS, addr, old_val, new_val, NULL) == old_val;
 }
 
-int64_t FAD64(void *addr, int64_t val)
+int64_t FAD64(int64_t *addr, int64_t val)
 {
 	return (int64_t)must("FAD64", GSAS_OP_FAD, addr, (uint64_t)val, 0, NULL);
 }
 
-uint64_t SWAP64(void *addr, uint64_t val)
+uint64_t SWAP64(uint64_t *addr, uint64_t val)
 {
 	return must("SWAP64", GSAS_OP_SWAP, addr, val, 0, NULL);
 }
 
-uint64_t remoteFork(const char *filename, uint64_t arg, uint64_t bid)
+uint64_t remoteFork(char *filename, uint64_t arg, uint64_t bid)
 {
-	size_t len = filename ? strlen(filename) + 1 : 0;
+	char abs[_MAX_FORK_PATH_FILENAME_];
+	size_t len;
 	uint64_t res = 0, word;
 	char *page;
 	int rc = 0;
 
-	if (!filename || arg == _EMPTY_THREAD_ARGUMENT_ || filename[0] != '/') {
+	if (!filename || !filename[0] || arg == _EMPTY_THREAD_ARGUMENT_) {
 		errno = EINVAL;
 		return 0;
 	}
+	/* sec. 2.3.5 only advises absolute paths: a relative one means the caller's working
+	 * directory (on its own board) joined with it, and is sent as that absolute path */
+	if (filename[0] != '/') {
+		if (!getcwd(abs, sizeof(abs)))
+			return 0; /* errno from getcwd: ERANGE for a directory too long to hold anything */
+		len = strlen(abs);
+		if (len + 1 + strlen(filename) + 1 > sizeof(abs)) {
+			errno = ENAMETOOLONG;
+			return 0;
+		}
+		snprintf(abs + len, sizeof(abs) - len, "%s%s", abs[len - 1] == '/' ? "" : "/", filename);
+		filename = abs;
+	}
+	len = strlen(filename) + 1;
 	if (len > _MAX_FORK_PATH_FILENAME_) {
 		errno = ENAMETOOLONG;
 		return 0;

@@ -3,9 +3,12 @@
  * unim_dma library (seed 004 sec. 3.4) over /dev/dmabuffers; see unim_dma.h and docs/rdma.md.
  *
  * State: one open /dev/dmabuffers, the buffers by ID, and a ring of the last UNIM_TRACKED
- * transfers by ID. A completion thread reads finished transfers from the device, finishes the
- * _to_mem copies, updates the statuses and runs the callbacks. _from_mem/_to_mem stage the data
- * in internal local RDMA buffers (sec. 3.4.4), kept in a small pool for reuse.
+ * transfers by ID. As sec. 3.1.2 describes, a submitted transfer is stored in the library's
+ * transfer list with status DMA_PENDING; the submitter thread takes the pending transfers in
+ * the order they were submitted and hands them to the device (DMA_STARTED). A completion thread
+ * reads finished transfers from the device, finishes the _to_mem copies, updates the statuses
+ * and runs the callbacks. _from_mem/_to_mem stage the data in internal local RDMA buffers
+ * (sec. 3.4.4), kept in a small pool for reuse.
  */
 #define _GNU_SOURCE
 #include "unim_dma.h"
@@ -47,25 +50,110 @@ struct unim_dma_transfer {
 	unim_dma_buffer_t *staging; /* returned to the pool when done */
 	void *to_mem;               /* _to_mem: copy the staging buffer here when done */
 	uint64_t to_mem_size;
+	struct dmabuf_xfer xfer;    /* what the submitter writes to the device */
 };
 
 static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t changed;
+	pthread_cond_t pending_cv;	/* the submitter's: a transfer was queued, or resume/stop */
 	int fd, stop_fd;
-	pthread_t thread;
-	int up;
+	pthread_t thread, submitter;
+	int up, stopping, paused;
+	/* the transfer list of sec. 3.1.2: IDs of DMA_PENDING transfers in submission order */
+	unim_dma_transfer_id_t pending[UNIM_TRACKED];
+	unsigned pending_head, pending_count;
 	unim_node_id_t node, nodes;
 	struct unim_dma_node node_objs[64];
 	unim_dma_buffer_t *bufs[DMABUF_MAX_BUFFERS + 1];
 	unim_dma_transfer_t xfers[UNIM_TRACKED];
 	uint64_t seq;
 	unim_dma_buffer_t *pool[UNIM_POOL];
-} U = { .lock = PTHREAD_MUTEX_INITIALIZER, .changed = PTHREAD_COND_INITIALIZER, .fd = -1, .stop_fd = -1 };
+} U = { .lock = PTHREAD_MUTEX_INITIALIZER,
+	.changed = PTHREAD_COND_INITIALIZER,
+	.pending_cv = PTHREAD_COND_INITIALIZER,
+	.fd = -1,
+	.stop_fd = -1 };
 
 static unim_dma_transfer_t *slot(unim_dma_transfer_id_t id)
 {
 	return &U.xfers[(id & 0xffffffffffffull) % UNIM_TRACKED];
+}
+
+/* A finished transfer's internal buffer goes back to the pool (or is freed at cleanup); U.lock held. */
+static void staging_put(unim_dma_transfer_t *t)
+{
+	unsigned k;
+
+	if (!t->staging)
+		return;
+	for (k = 0; k < UNIM_POOL && U.pool[k]; k++)
+		;
+	if (k < UNIM_POOL)
+		U.pool[k] = t->staging;
+	else
+		t->staging->staging = 2; /* freed by cleanup */
+	t->staging = NULL;
+}
+
+/*
+ * The submitter (sec. 3.1.2): scans the transfer list and submits every pending transfer, in the
+ * order they were requested. A transfer the device refuses fails (DMA_FAILED, its callback runs).
+ * At cleanup it submits what is still pending, then stops.
+ */
+static void *submitter_thread(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&U.lock);
+	for (;;) {
+		unim_dma_transfer_id_t id;
+		unim_dma_transfer_t *t;
+		struct dmabuf_xfer x;
+		unim_comp_cb_t cb;
+		void *cb_arg;
+
+		while (!U.stopping && (U.paused || !U.pending_count))
+			pthread_cond_wait(&U.pending_cv, &U.lock);
+		if (!U.pending_count)
+			break; /* stopping, nothing left */
+		id = U.pending[U.pending_head];
+		U.pending_head = (U.pending_head + 1) % UNIM_TRACKED;
+		U.pending_count--;
+		t = slot(id);
+		if (t->id != id || t->status != DMA_PENDING)
+			continue;
+		x = t->xfer;
+		t->status = DMA_STARTED; /* before the write: the completion may come at once */
+		pthread_cond_broadcast(&U.changed);
+		pthread_mutex_unlock(&U.lock);
+		if (write(U.fd, &x, sizeof(x)) == (ssize_t)sizeof(x)) {
+			pthread_mutex_lock(&U.lock);
+			continue;
+		}
+		pthread_mutex_lock(&U.lock);
+		if (t->id != id || t->status != DMA_STARTED)
+			continue;
+		cb = t->cb;
+		cb_arg = t->cb_arg;
+		staging_put(t);
+		pthread_mutex_unlock(&U.lock);
+		if (cb)
+			cb(cb_arg);
+		pthread_mutex_lock(&U.lock);
+		if (t->id == id)
+			t->status = DMA_FAILED;
+		pthread_cond_broadcast(&U.changed);
+	}
+	pthread_mutex_unlock(&U.lock);
+	return NULL;
+}
+
+void unim_dma_submitter_pause(int paused)
+{
+	pthread_mutex_lock(&U.lock);
+	U.paused = !!paused;
+	pthread_cond_broadcast(&U.pending_cv);
+	pthread_mutex_unlock(&U.lock);
 }
 
 static void *completion_thread(void *arg)
@@ -97,17 +185,7 @@ static void *completion_thread(void *arg)
 					memcpy(t->to_mem, t->staging->mem, t->to_mem_size);
 				cb = t->cb;
 				arg_ = t->cb_arg;
-				if (t->staging) {
-					unsigned k;
-
-					for (k = 0; k < UNIM_POOL && U.pool[k]; k++)
-						;
-					if (k < UNIM_POOL)
-						U.pool[k] = t->staging;
-					else
-						t->staging->staging = 2; /* freed by cleanup */
-					t->staging = NULL;
-				}
+				staging_put(t);
 			}
 			pthread_mutex_unlock(&U.lock);
 			if (!known)
@@ -153,11 +231,27 @@ int unim_dma_init(unim_node_id_t node_id)
 	for (unsigned i = 0; i < 64; i++)
 		U.node_objs[i].id = i;
 	U.stop_fd = eventfd(0, EFD_CLOEXEC);
+	U.stopping = U.paused = 0;
+	U.pending_head = U.pending_count = 0;
 	if (U.stop_fd < 0 || pthread_create(&U.thread, NULL, completion_thread, NULL)) {
 		int e = errno ? errno : EAGAIN;
 
 		if (U.stop_fd >= 0)
 			close(U.stop_fd);
+		close(U.fd);
+		U.fd = U.stop_fd = -1;
+		pthread_mutex_unlock(&U.lock);
+		errno = e;
+		return -1;
+	}
+	if (pthread_create(&U.submitter, NULL, submitter_thread, NULL)) {
+		uint64_t one = 1;
+		int e = errno ? errno : EAGAIN;
+
+		if (write(U.stop_fd, &one, sizeof(one)) != sizeof(one))
+			abort();
+		pthread_join(U.thread, NULL);
+		close(U.stop_fd);
 		close(U.fd);
 		U.fd = U.stop_fd = -1;
 		pthread_mutex_unlock(&U.lock);
@@ -187,7 +281,10 @@ void unim_dma_cleanup(void)
 		return;
 	}
 	U.up = 0;
+	U.stopping = 1; /* the submitter hands over what is still pending, then ends */
+	pthread_cond_broadcast(&U.pending_cv);
 	pthread_mutex_unlock(&U.lock);
+	pthread_join(U.submitter, NULL);
 	if (write(U.stop_fd, &one, sizeof(one)) != sizeof(one))
 		abort();
 	pthread_join(U.thread, NULL);
@@ -293,7 +390,6 @@ static unim_dma_transfer_id_t submit(unim_dma_buffer_t *src, unim_dma_buffer_t *
 				     uint64_t dst_off, uint64_t size, unim_comp_cb_t cb, void *cb_arg,
 				     unim_dma_buffer_t *staging, void *to_mem)
 {
-	struct dmabuf_xfer x;
 	unim_dma_transfer_t *t;
 	unim_dma_transfer_id_t id;
 
@@ -301,17 +397,21 @@ static unim_dma_transfer_id_t submit(unim_dma_buffer_t *src, unim_dma_buffer_t *
 	    dst_off > dst->size || size > dst->size - dst_off)
 		return 0;
 	pthread_mutex_lock(&U.lock);
-	id = ((uint64_t)U.node << 48) | (++U.seq & 0xffffffffffffull);
+	id = ((uint64_t)U.node << 48) | ((U.seq + 1) & 0xffffffffffffull);
 	t = slot(id);
-	*t = (unim_dma_transfer_t){ .id = id, .status = DMA_PENDING, .cb = cb, .cb_arg = cb_arg,
-				    .staging = staging, .to_mem = to_mem, .to_mem_size = size };
-	x = (struct dmabuf_xfer){ .src = src->gaddr + src_off, .dst = dst->gaddr + dst_off, .size = size, .tid = id };
-	t->status = DMA_STARTED; /* before the write: the completion may come at once */
-	if (write(U.fd, &x, sizeof(x)) != (ssize_t)sizeof(x)) {
-		t->id = 0;
+	/* the list holds at most UNIM_TRACKED pending transfers: their slots are not reused */
+	if (t->id && t->status == DMA_PENDING) {
 		pthread_mutex_unlock(&U.lock);
+		errno = EAGAIN;
 		return 0;
 	}
+	U.seq++;
+	*t = (unim_dma_transfer_t){ .id = id, .status = DMA_PENDING, .cb = cb, .cb_arg = cb_arg,
+				    .staging = staging, .to_mem = to_mem, .to_mem_size = size };
+	t->xfer = (struct dmabuf_xfer){ .src = src->gaddr + src_off, .dst = dst->gaddr + dst_off, .size = size, .tid = id };
+	U.pending[(U.pending_head + U.pending_count) % UNIM_TRACKED] = id;
+	U.pending_count++;
+	pthread_cond_signal(&U.pending_cv);
 	pthread_mutex_unlock(&U.lock);
 	return id;
 }

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "rackemu/unimem_mailbox.h"
+#include "rackemu/unimem_mailbox_action.h"
 #include "rackemu/unimem_uapi.h"
 #include "tool.h"
 

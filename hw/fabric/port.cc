@@ -7,6 +7,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -74,10 +75,18 @@ struct RkFabricPort {
     Doorbell *bell = nullptr;
     Svc svcs[RKF_SVC_COUNT];
     std::mutex svc_mu;
+    // Service callbacks running now (any thread), so that re-registering a service (unbinding
+    // an endpoint) waits until no callback still uses the old one's opaque.
+    unsigned svc_busy = 0;
+    std::condition_variable svc_idle;
     std::thread thr;
     std::atomic<bool> stop{false};
     std::atomic<uint64_t> frames_tx{0}, frames_rx{0}, bytes_tx{0}, bytes_rx{0}, bad_frames{0},
         send_failures{0}, link_downs{0}, connects{0}, wakeups_sent{0}, sleeps{0};
+    rk_fabric_port_hooks hooks{}; // set before the thread starts and before any send; then read-only
+
+    void log(rk_fabric_log_level level, const char *f, ...) __attribute__((format(printf, 3, 4)));
+    void report_link(int up);
 
     // 0: connected; -1: bridge not reachable (retry later); -2: refused (fatal).
     int connect_once(char *err, size_t errlen);
@@ -85,7 +94,48 @@ struct RkFabricPort {
     void run();
     int push(const rkf_frame_hdr &h, const void *payload);
     void dispatch(const rkf_frame_hdr &h, const unsigned char *payload);
+    void callback_done();
 };
+
+namespace {
+// Service callbacks this thread is inside (a callback may re-register its own service).
+thread_local unsigned tl_in_callback = 0;
+} // namespace
+
+void RkFabricPort::callback_done()
+{
+    tl_in_callback--;
+    std::lock_guard lk(svc_mu);
+    if (--svc_busy == 0) svc_idle.notify_all();
+}
+
+void RkFabricPort::log(rk_fabric_log_level level, const char *f, ...)
+{
+    if (!hooks.log) return;
+    char buf[384];
+    va_list ap;
+    va_start(ap, f);
+    vsnprintf(buf, sizeof buf, f, ap);
+    va_end(ap);
+    hooks.log(hooks.opaque, level, buf);
+}
+
+// Tell every service, then the observer, that the link went up or down.
+void RkFabricPort::report_link(int is_up)
+{
+    Svc copy[RKF_SVC_COUNT];
+    {
+        std::lock_guard lk(svc_mu);
+        std::copy(std::begin(svcs), std::end(svcs), copy);
+        svc_busy++;
+    }
+    tl_in_callback++;
+    for (auto &s : copy) {
+        if (s.on_link) s.on_link(s.opaque, is_up);
+    }
+    callback_done();
+    if (hooks.link) hooks.link(hooks.opaque, is_up);
+}
 
 int RkFabricPort::connect_once(char *err, size_t errlen)
 {
@@ -208,27 +258,24 @@ void RkFabricPort::link_down(const char *why)
         sock = -1;
     }
     link_downs++;
-    fprintf(stderr, "rackemu-fabric: node %u: link down (%s); pending operations fail, reconnecting\n",
-            node_id, why);
-    Svc copy[RKF_SVC_COUNT];
-    {
-        std::lock_guard lk(svc_mu);
-        std::copy(std::begin(svcs), std::end(svcs), copy);
-    }
-    for (auto &s : copy) {
-        if (s.on_link) s.on_link(s.opaque, 0);
-    }
+    log(RK_FABRIC_LOG_WARN, "rackemu-fabric: node %u: link down (%s); pending operations fail, reconnecting",
+        node_id, why);
+    report_link(0);
 }
 
 int RkFabricPort::push(const rkf_frame_hdr &h, const void *payload)
 {
     const uint64_t deadline = now_ns() + 100000000ull;
     std::unique_lock lk(tx_mu);
+    bool reported = false;
     for (;;) {
         if (!up) {
             send_failures++;
             return -ENOTCONN;
         }
+        // Reported before it is pushed, so that a trace never shows the reply before its request.
+        if (!reported && hooks.frame) hooks.frame(hooks.opaque, RK_FABRIC_OUT, &h);
+        reported = true;
         if (ring_push(shm->to_bridge, h, payload)) {
             frames_tx++;
             bytes_tx += sizeof h + h.len;
@@ -255,20 +302,19 @@ void RkFabricPort::dispatch(const rkf_frame_hdr &h, const unsigned char *payload
     {
         std::lock_guard lk(svc_mu);
         s = svcs[h.svc];
+        svc_busy++;
     }
+    tl_in_callback++;
     if (h.type == RKF_T_REPLY) {
         if (s.on_reply) s.on_reply(s.opaque, &h, payload);
-        return;
-    }
-    if (h.svc == RKF_SVC_ECHO && h.type == RKF_T_REQ) {
+    } else if (h.svc == RKF_SVC_ECHO && h.type == RKF_T_REQ) {
         rk_fabric_port_reply(this, &h, RKF_ST_OK, payload, h.len);
-        return;
-    }
-    if (s.on_request) {
+    } else if (s.on_request) {
         s.on_request(s.opaque, this, &h, payload);
     } else if (h.type == RKF_T_REQ) {
         rk_fabric_port_reply(this, &h, RKF_ST_BAD_FRAME, nullptr, 0);
     }
+    callback_done();
 }
 
 void RkFabricPort::run()
@@ -282,15 +328,9 @@ void RkFabricPort::run()
                 char err[256];
                 int rc = connect_once(err, sizeof err);
                 if (rc == 0) {
-                    fprintf(stderr, "rackemu-fabric: node %u: connected to %s\n", node_id, path.c_str());
-                    Svc copy[RKF_SVC_COUNT];
-                    {
-                        std::lock_guard lk(svc_mu);
-                        std::copy(std::begin(svcs), std::end(svcs), copy);
-                    }
-                    for (auto &s : copy) {
-                        if (s.on_link) s.on_link(s.opaque, 1);
-                    }
+                    log(RK_FABRIC_LOG_INFO, "rackemu-fabric: node %u: connected to %s", node_id,
+                        path.c_str());
+                    report_link(1);
                     continue;
                 }
                 next_connect = now_ns() + 1000000000ull;
@@ -306,12 +346,13 @@ void RkFabricPort::run()
             handled++;
             if (const char *why = frame_defect(h)) {
                 bad_frames++;
-                fprintf(stderr, "rackemu-fabric: node %u: dropped a frame from the bridge: %s\n", node_id,
-                        why);
+                log(RK_FABRIC_LOG_BAD_INPUT, "rackemu-fabric: node %u: dropped a frame from the bridge: %s",
+                    node_id, why);
                 continue;
             }
             frames_rx++;
             bytes_rx += sizeof h + h.len;
+            if (hooks.frame) hooks.frame(hooks.opaque, RK_FABRIC_IN, &h);
             dispatch(h, payload);
         }
         if (handled == 0 && pr == PopResult::Corrupt) {
@@ -382,6 +423,15 @@ void rk_fabric_port_start(RkFabricPort *p)
     }
 }
 
+void rk_fabric_port_set_hooks(RkFabricPort *p, const struct rk_fabric_port_hooks *hooks)
+{
+    p->hooks = hooks ? *hooks : rk_fabric_port_hooks{};
+    if (p->up.load()) {
+        p->log(RK_FABRIC_LOG_INFO, "rackemu-fabric: node %u: connected to %s", p->node_id, p->path.c_str());
+        if (p->hooks.link) p->hooks.link(p->hooks.opaque, 1);
+    }
+}
+
 void rk_fabric_port_free(RkFabricPort *p)
 {
     if (!p) return;
@@ -403,8 +453,12 @@ void rk_fabric_port_register(RkFabricPort *p, unsigned svc, rk_fabric_request_fn
                              rk_fabric_reply_fn on_reply, rk_fabric_link_fn on_link, void *opaque)
 {
     if (svc >= RKF_SVC_COUNT) return;
-    std::lock_guard lk(p->svc_mu);
+    std::unique_lock lk(p->svc_mu);
     p->svcs[svc] = Svc{on_request, on_reply, on_link, opaque};
+    // A callback that took the old entry may still run: wait until it has returned, so the
+    // caller may free the old opaque (rk_fabric_unbind). Callbacks of this very thread are
+    // not waited for (a handler may re-register its own service).
+    p->svc_idle.wait(lk, [p] { return p->svc_busy <= tl_in_callback; });
 }
 
 int rk_fabric_port_send(RkFabricPort *p, struct rkf_frame_hdr *h, const void *payload)

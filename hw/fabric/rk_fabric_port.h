@@ -40,11 +40,44 @@ typedef void (*rk_fabric_link_fn)(void *opaque, int up);
  * returned down and reconnects in the background. */
 RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsigned node_count,
                                  uint32_t caps, unsigned connect_timeout_ms, char *err, size_t errlen);
+/*
+ * Observability: how the port reports what happens on it, so that inside QEMU it prints nothing
+ * on its own (the machine connects these to QEMU's logging and trace points; docs/tracing.md).
+ * Every member may be NULL: that report is dropped (a port without hooks, as in the unit tests
+ * and the bridge's tools, is silent). The hooks run on whichever thread the event happens on
+ * (the port's service thread, or a device's thread that sends), so they must be thread-safe and
+ * cheap: `frame` runs for every frame. Set them once, after rk_fabric_port_new and before
+ * rk_fabric_port_start and before any device sends; a port that is already up reports that at
+ * once (`link(opaque, 1)`), so a trace always shows the link's state.
+ */
+enum rk_fabric_log_level {
+    RK_FABRIC_LOG_INFO,      /* connected to the bridge */
+    RK_FABRIC_LOG_WARN,      /* link down: pending operations fail, the port reconnects */
+    RK_FABRIC_LOG_BAD_INPUT, /* a malformed frame or request from the bridge or a peer, dropped */
+};
+enum rk_fabric_dir {
+    RK_FABRIC_OUT, /* a valid frame being queued to the bridge while the link is up (reported just
+                    * before the push, so it precedes its reply; a push that then fails because the
+                    * ring stayed full, -EAGAIN, was reported too); rk_fabric_port_send_raw is not */
+    RK_FABRIC_IN,  /* a valid frame from the bridge, before it is dispatched to its service */
+};
+struct rk_fabric_port_hooks {
+    void (*log)(void *opaque, enum rk_fabric_log_level level, const char *msg);
+    void (*frame)(void *opaque, enum rk_fabric_dir dir, const struct rkf_frame_hdr *hdr);
+    void (*link)(void *opaque, int up); /* after the services were told */
+    void *opaque;
+};
+void rk_fabric_port_set_hooks(RkFabricPort *port, const struct rk_fabric_port_hooks *hooks);
+
 /* Start the port's service thread. Frames that arrive before it starts wait in the ring, so
  * register every service first, then start. */
 void rk_fabric_port_start(RkFabricPort *port);
 void rk_fabric_port_free(RkFabricPort *port);
 
+/* Set (or, with NULLs, clear) service `svc`'s callbacks. Returns once no callback that may
+ * still use the previous entry is running on another thread, so the caller may then free the
+ * previous opaque (rk_fabric_unbind does). Do not call it while holding a lock that a service
+ * callback takes. */
 void rk_fabric_port_register(RkFabricPort *port, unsigned svc, rk_fabric_request_fn on_request,
                              rk_fabric_reply_fn on_reply, rk_fabric_link_fn on_link, void *opaque);
 

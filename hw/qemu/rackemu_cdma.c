@@ -2,140 +2,41 @@
 /*
  * QOM glue of rackemu's Xilinx AXI CDMA-compatible engine (PG034; docs/cdma.md). The device
  * logic is the C++ core (hw/unimem/cdma.{h,cc}), whose engine runs on a thread of its own
- * (cdma_capi.cc). This file maps the register page and the interrupt line, and gives the
- * engine the node's view of memory: its physical address space (RAM, and devices through the
- * memory API) plus the global address space window, whose transfers go straight to the
- * fabric's one-sided memory service in large requests instead of 8-byte window accesses.
+ * (cdma_capi.cc). This file maps the register page and gives the core the node's host
+ * (rackemu_glue.h): the interrupt line, and DMA over the node's physical address space, RAM
+ * only, plus the global address space window, whose transfers go straight to the fabric's
+ * one-sided memory service in large requests instead of 8-byte window accesses. The engine is
+ * quiesced while the VM is stopped, so a saved state and the saved RAM agree.
  */
 #include "qemu/osdep.h"
 #include "qemu/log.h"
 #include "qemu/main-loop.h"
 #include "qemu/rcu.h"
 #include "qapi/error.h"
-#include "exec/address-spaces.h"
-#include "hw/irq.h"
 #include "hw/qdev-properties.h"
 #include "hw/sysbus.h"
 #include "migration/vmstate.h"
+#include "sysemu/runstate.h"
 
-#include "rackemu/unimem_regs.h"
 #include "rackemu/xilinx_cdma_regs.h"
 #include "cdma_capi.h"
 #include "rackemu_glue.h"
-#include "rk_remote_mem.h"
 #include "rackemu_cdma.h"
+#include "trace.h"
 
 OBJECT_DECLARE_SIMPLE_TYPE(RackemuCdmaState, RACKEMU_CDMA)
 
 struct RackemuCdmaState {
     SysBusDevice parent_obj;
     MemoryRegion mmio;
-    RackemuIrq irq;
+    RackemuHost host; /* cdma_introut (line 0), DMA, guest errors */
     RkCdma *core;
+    VMChangeStateEntry *vmse;
     RackemuFabric *fabric; /* link "fabric": the node's port (unset: global addresses fail) */
-    RkRemoteMem *rmem;     /* the fabric's remote memory, taken at realize */
     uint32_t node_id;
     uint32_t node_count;
+    RkCdmaState mig; /* the core's state while it is saved or loaded */
 };
-
-/*
- * The engine moves data between memory only: every byte of [addr, addr + len) must decode to
- * RAM (for a read also to ROM or flash in its read-array mode, which QEMU reads directly).
- * Anything else is refused before a byte moves: an address nothing decodes gives DECERR, device
- * registers (MMIO, flash in command mode) and writes to ROM give SLVERR. Caveat: a real AXI CDMA
- * can target device registers; here each such access would run a device callback under the big
- * lock, a few bytes at a time (16 MiB to the flash at 0x0 starved the guest for 23 s), so the
- * model refuses it and logs it (docs/cdma.md, "Address decoding").
- */
-static MemTxResult rackemu_cdma_check_ram(RackemuCdmaState *s, uint64_t addr, uint64_t len, bool write)
-{
-    RCU_READ_LOCK_GUARD();
-
-    while (len) {
-        hwaddr xlat, l = len;
-        MemoryRegion *mr = address_space_translate(&address_space_memory, addr, &xlat, &l, write,
-                                                   MEMTXATTRS_UNSPECIFIED);
-        bool direct = write ? memory_region_is_ram(mr) && !mr->readonly && !memory_region_is_ram_device(mr)
-                            : (memory_region_is_ram(mr) && !memory_region_is_ram_device(mr)) ||
-                                  memory_region_is_romd(mr);
-
-        if (!direct) {
-            /* QEMU's hole filler (io_mem_unassigned) is the only region without a name */
-            bool unmapped = !mr->name;
-
-            qemu_log_mask(LOG_GUEST_ERROR,
-                          "rackemu-cdma: node %u: DMA %s 0x%" PRIx64 " hits %s \"%s\": only RAM is "
-                          "reachable by the engine (%s)\n",
-                          s->node_id, write ? "write to" : "read from", addr,
-                          unmapped ? "no device" : "device memory", unmapped ? "-" : mr->name,
-                          unmapped ? "DMADecErr" : "DMASlvErr");
-            return unmapped ? MEMTX_DECODE_ERROR : MEMTX_ERROR;
-        }
-        if (l == 0) {
-            return MEMTX_DECODE_ERROR;
-        }
-        addr += l;
-        len -= MIN(l, len);
-    }
-    return MEMTX_OK;
-}
-
-/* Engine thread: one transfer chunk. */
-static int rackemu_cdma_mem(void *opaque, int write, uint64_t addr, void *buf, uint64_t len)
-{
-    RackemuCdmaState *s = opaque;
-    uint64_t wsize = (uint64_t)s->node_count * GAS_WINDOW_NODE_SIZE;
-    MemTxResult r;
-
-    if (addr >= GAS_WINDOW_BASE && addr - GAS_WINDOW_BASE < wsize) {
-        uint64_t g = addr - GAS_WINDOW_BASE;
-        uint8_t *p = buf;
-
-        if (len > wsize - g) {
-            return RK_CDMA_MEM_DECODE_ERR; /* runs off the end of the cluster */
-        }
-        while (len) {
-            /* one owner per piece: split where the range crosses into the next node */
-            uint64_t n = MIN(len, GAS_WINDOW_NODE_SIZE - UNIMEM_GADDR_LOCAL(g));
-            int rc = !s->rmem ? RK_RMEM_UNREACHABLE
-                     : write ? rk_rmem_write(s->rmem, UNIMEM_GADDR_NODE(g), UNIMEM_GADDR_LOCAL(g), p, n)
-                             : rk_rmem_read(s->rmem, UNIMEM_GADDR_NODE(g), UNIMEM_GADDR_LOCAL(g), p, n);
-
-            if (rc == RK_RMEM_DECODE_ERR) {
-                return RK_CDMA_MEM_DECODE_ERR;
-            }
-            if (rc != RK_RMEM_OK) {
-                return RK_CDMA_MEM_SLAVE_ERR; /* node down, unreachable or not answering */
-            }
-            g += n;
-            p += n;
-            len -= n;
-        }
-        return RK_CDMA_MEM_OK;
-    }
-    r = rackemu_cdma_check_ram(s, addr, len, write);
-    if (r != MEMTX_OK) {
-        return r == MEMTX_DECODE_ERROR ? RK_CDMA_MEM_DECODE_ERR : RK_CDMA_MEM_SLAVE_ERR;
-    }
-    r = address_space_rw(&address_space_memory, addr, MEMTXATTRS_UNSPECIFIED, buf, len, write);
-    return r == MEMTX_OK ? RK_CDMA_MEM_OK : r == MEMTX_DECODE_ERROR ? RK_CDMA_MEM_DECODE_ERR
-                                                                    : RK_CDMA_MEM_SLAVE_ERR;
-}
-
-static int rackemu_cdma_irq_level(void *opaque)
-{
-    RackemuCdmaState *s = opaque;
-
-    return rk_cdma_irq_level(s->core);
-}
-
-/* From a vCPU (big lock held) or from the engine thread (rackemu_glue.h). */
-static void rackemu_cdma_irq(void *opaque, int level)
-{
-    RackemuCdmaState *s = opaque;
-
-    rackemu_irq_update(&s->irq);
-}
 
 /* The engine thread reads guest memory through the memory API: it must be an RCU reader. */
 static void rackemu_cdma_thread(void *opaque, int start)
@@ -150,14 +51,17 @@ static void rackemu_cdma_thread(void *opaque, int start)
 static uint64_t rackemu_cdma_read(void *opaque, hwaddr addr, unsigned size)
 {
     RackemuCdmaState *s = opaque;
+    uint64_t val = rk_cdma_read(s->core, addr, size);
 
-    return rk_cdma_read(s->core, addr, size);
+    trace_rackemu_mmio_read("rackemu-cdma", s->node_id, addr, size, val);
+    return val;
 }
 
 static void rackemu_cdma_write(void *opaque, hwaddr addr, uint64_t data, unsigned size)
 {
     RackemuCdmaState *s = opaque;
 
+    trace_rackemu_mmio_write("rackemu-cdma", s->node_id, addr, size, data);
     rk_cdma_write(s->core, addr, data, size);
 }
 
@@ -169,6 +73,23 @@ static const MemoryRegionOps rackemu_cdma_ops = {
     .impl = { .min_access_size = 1, .max_access_size = 8 },
 };
 
+/*
+ * The engine moves guest memory only while the VM runs: when it stops (savevm, migration's
+ * last phase, gdb, `stop`) the engine finishes the transfer or descriptor it is in and waits
+ * (the main loop waits for it here; it never needs the big lock to get there).
+ */
+static void rackemu_cdma_vm_state(void *opaque, bool running, RunState state)
+{
+    RackemuCdmaState *s = opaque;
+
+    if (running) {
+        rk_cdma_resume(s->core);
+    } else {
+        rk_cdma_pause(s->core);
+    }
+    trace_rackemu_cdma_quiesce(s->node_id, !running);
+}
+
 static void rackemu_cdma_realize(DeviceState *dev, Error **errp)
 {
     RackemuCdmaState *s = RACKEMU_CDMA(dev);
@@ -177,11 +98,11 @@ static void rackemu_cdma_realize(DeviceState *dev, Error **errp)
         error_setg(errp, "rackemu-cdma: node-count %u out of range 1..64", s->node_count);
         return;
     }
-    s->rmem = rackemu_fabric_rmem(s->fabric);
-    s->core = rk_cdma_new(rackemu_cdma_mem, rackemu_cdma_irq, rackemu_guest_error, rackemu_cdma_thread, s);
     memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_cdma_ops, s, "rackemu-cdma", RACKEMU_CDMA_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
-    rackemu_irq_init(&s->irq, SYS_BUS_DEVICE(s), rackemu_cdma_irq_level, s);
+    rackemu_host_init(&s->host, SYS_BUS_DEVICE(s), "rackemu-cdma", 1, s->fabric, s->node_id, s->node_count);
+    s->core = rk_cdma_new(&s->host.host, rackemu_cdma_thread, s);
+    s->vmse = qemu_add_vm_change_state_handler(rackemu_cdma_vm_state, s);
 }
 
 static void rackemu_cdma_reset(DeviceState *dev)
@@ -190,18 +111,61 @@ static void rackemu_cdma_reset(DeviceState *dev)
 
     if (s->core) {
         rk_cdma_reset(s->core);
-        rackemu_irq_set(&s->irq, rk_cdma_irq_level(s->core));
+        rackemu_host_irq_sync(&s->host, 0, rk_cdma_irq_level(s->core));
     }
 }
 
+/* With the VM stopped the engine is already at a boundary; pausing again costs nothing. */
+static int rackemu_cdma_pre_save(void *opaque)
+{
+    RackemuCdmaState *s = opaque;
+    bool running = runstate_is_running();
 
-/*
- * Caveat: the engine's registers and an in-flight transfer live in the C++ core and are not
- * serialised: snapshots and migration are refused rather than silently losing them.
- */
+    rk_cdma_pause(s->core);
+    rk_cdma_save(s->core, &s->mig);
+    if (running) {
+        rk_cdma_resume(s->core);
+    }
+    return 0;
+}
+
+/* Refuses anything out of range; a transfer in flight at save ends halted with DMASlvErr. */
+static int rackemu_cdma_post_load(void *opaque, int version_id)
+{
+    RackemuCdmaState *s = opaque;
+    int rc = rk_cdma_load(s->core, &s->mig);
+
+    trace_rackemu_cdma_load(s->node_id, s->mig.phase, s->mig.cr, s->mig.sr, rc);
+    if (rc != 0) {
+        return -EINVAL;
+    }
+    rackemu_host_irq_sync(&s->host, 0, rk_cdma_irq_level(s->core));
+    return 0;
+}
+
+/* The registers and engine state (CdmaState, cdma.h); docs/cdma.md "Migration". */
 static const VMStateDescription rackemu_cdma_vmstate = {
     .name = "rackemu-cdma",
-    .unmigratable = 1,
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .pre_save = rackemu_cdma_pre_save,
+    .post_load = rackemu_cdma_post_load,
+    .fields = (VMStateField[]) {
+        VMSTATE_UINT32(mig.cr, RackemuCdmaState),
+        VMSTATE_UINT32(mig.sr, RackemuCdmaState),
+        VMSTATE_UINT64(mig.curdesc, RackemuCdmaState),
+        VMSTATE_UINT64(mig.taildesc, RackemuCdmaState),
+        VMSTATE_UINT64(mig.sa, RackemuCdmaState),
+        VMSTATE_UINT64(mig.da, RackemuCdmaState),
+        VMSTATE_UINT32(mig.btt, RackemuCdmaState),
+        VMSTATE_UINT32(mig.irq_count, RackemuCdmaState),
+        VMSTATE_UINT32(mig.unsignalled, RackemuCdmaState),
+        VMSTATE_UINT32(mig.phase, RackemuCdmaState),
+        VMSTATE_UINT32(mig.resume_valid, RackemuCdmaState),
+        VMSTATE_UINT64(mig.resume_next, RackemuCdmaState),
+        VMSTATE_UINT64(mig.session_descriptors, RackemuCdmaState),
+        VMSTATE_END_OF_LIST()
+    },
 };
 
 static Property rackemu_cdma_props[] = {

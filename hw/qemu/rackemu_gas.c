@@ -18,8 +18,8 @@
 #include "rackemu/unimem_regs.h"
 #include "unimem_capi.h"
 #include "rackemu_glue.h"
-#include "rk_remote_mem.h"
 #include "rackemu_gas.h"
+#include "trace.h"
 
 OBJECT_DECLARE_SIMPLE_TYPE(RackemuGasState, RACKEMU_GAS)
 
@@ -27,65 +27,42 @@ struct RackemuGasState {
     SysBusDevice parent_obj;
     MemoryRegion ctrl;
     MemoryRegion window;
+    RackemuHost host; /* DMA to the window's owners (remote memory), guest errors, node */
     RkGas *core;
     RackemuFabric *fabric; /* link "fabric": the node's port (unset: only errors beyond this node) */
-    RkRemoteMem *rmem;     /* the fabric's remote memory, taken at realize */
     uint32_t node_id;
     uint32_t node_count;
+    RkGasState mig; /* the core's state while it is saved or loaded */
 };
 
-static int rackemu_gas_access(void *opaque, int write, unsigned node, uint64_t local, void *buf, unsigned len)
-{
-    RackemuGasState *s = opaque;
-    bool locked = qemu_mutex_iothread_locked();
-    int rc;
-
-    if (!s->rmem) {
-        return RK_GAS_UNREACHABLE;
-    }
-    /* The core and the transport are thread-safe and keep no state across this call. */
-    if (locked) {
-        qemu_mutex_unlock_iothread();
-    }
-    rc = write ? rk_rmem_write(s->rmem, node, local, buf, len) : rk_rmem_read(s->rmem, node, local, buf, len);
-    if (locked) {
-        qemu_mutex_lock_iothread();
-    }
-    return rc == RK_RMEM_OK ? RK_GAS_OK : rc == RK_RMEM_DECODE_ERR ? RK_GAS_DECODE_ERR : RK_GAS_UNREACHABLE;
-}
-
-static uint64_t rackemu_gas_counter(void *opaque, unsigned off)
-{
-    RackemuGasState *s = opaque;
-    struct rk_rmem_stats st;
-
-    if (!s->rmem) {
-        return 0;
-    }
-    rk_rmem_get_stats(s->rmem, &st);
-    switch (off) {
-    case GAS_CTRL_SERVED_READS: return st.served_reads;
-    case GAS_CTRL_SERVED_WRITES: return st.served_writes;
-    case GAS_CTRL_SERVED_REFUSED: return st.served_refused;
-    case GAS_CTRL_TIMEOUTS: return st.timeouts;
-    default: return 0;
-    }
-}
-
+/*
+ * A window access runs on its vCPU; the core hands it to the host's DMA at GAS_WINDOW_BASE + G,
+ * which drops the big lock while the owner answers (rackemu_glue.c).
+ */
 static MemTxResult rackemu_gas_window_read(void *opaque, hwaddr addr, uint64_t *data, unsigned size,
                                            MemTxAttrs attrs)
 {
     RackemuGasState *s = opaque;
+    rk_status st = rk_gas_window_read(s->core, addr, size, data);
 
-    return rk_gas_window_read(s->core, addr, size, data) == 0 ? MEMTX_OK : MEMTX_ERROR;
+    trace_rackemu_mmio_read("rackemu-gas-window", s->node_id, addr, size, *data);
+    if (st != RK_OK) {
+        trace_rackemu_gas_bus_error(s->node_id, 0, addr, size, rk_status_name(st));
+    }
+    return rackemu_status_to_memtx(st);
 }
 
 static MemTxResult rackemu_gas_window_write(void *opaque, hwaddr addr, uint64_t data, unsigned size,
                                             MemTxAttrs attrs)
 {
     RackemuGasState *s = opaque;
+    rk_status st = rk_gas_window_write(s->core, addr, data, size);
 
-    return rk_gas_window_write(s->core, addr, data, size) == 0 ? MEMTX_OK : MEMTX_ERROR;
+    trace_rackemu_mmio_write("rackemu-gas-window", s->node_id, addr, size, data);
+    if (st != RK_OK) {
+        trace_rackemu_gas_bus_error(s->node_id, 1, addr, size, rk_status_name(st));
+    }
+    return rackemu_status_to_memtx(st);
 }
 
 static const MemoryRegionOps rackemu_gas_window_ops = {
@@ -99,14 +76,17 @@ static const MemoryRegionOps rackemu_gas_window_ops = {
 static uint64_t rackemu_gas_ctrl_read(void *opaque, hwaddr addr, unsigned size)
 {
     RackemuGasState *s = opaque;
+    uint64_t val = rk_gas_ctrl_read(s->core, addr, size);
 
-    return rk_gas_ctrl_read(s->core, addr, size);
+    trace_rackemu_mmio_read("rackemu-gas", s->node_id, addr, size, val);
+    return val;
 }
 
 static void rackemu_gas_ctrl_write(void *opaque, hwaddr addr, uint64_t data, unsigned size)
 {
     RackemuGasState *s = opaque;
 
+    trace_rackemu_mmio_write("rackemu-gas", s->node_id, addr, size, data);
     rk_gas_ctrl_write(s->core, addr, data, size);
 }
 
@@ -127,8 +107,8 @@ static void rackemu_gas_realize(DeviceState *dev, Error **errp)
                    s->node_id, s->node_count);
         return;
     }
-    s->rmem = rackemu_fabric_rmem(s->fabric);
-    s->core = rk_gas_new(s->node_id, s->node_count, rackemu_gas_access, rackemu_gas_counter, rackemu_guest_error, s);
+    rackemu_host_init(&s->host, SYS_BUS_DEVICE(s), "rackemu-gas", 0, s->fabric, s->node_id, s->node_count);
+    s->core = rk_gas_new(&s->host.host);
     memory_region_init_io(&s->ctrl, OBJECT(s), &rackemu_gas_ctrl_ops, s, "rackemu-gas-ctrl", GAS_CTRL_SIZE);
     memory_region_init_io(&s->window, OBJECT(s), &rackemu_gas_window_ops, s, "rackemu-gas-window",
                           rk_gas_window_size(s->core));
@@ -136,13 +116,41 @@ static void rackemu_gas_realize(DeviceState *dev, Error **errp)
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->window);
 }
 
+static int rackemu_gas_pre_save(void *opaque)
+{
+    RackemuGasState *s = opaque;
 
-/* The window has no state of its own; the counters are statistics. */
+    rk_gas_save(s->core, &s->mig);
+    return 0;
+}
+
+/* A stream of another node or rack size (or a corrupt one) is refused. */
+static int rackemu_gas_post_load(void *opaque, int version_id)
+{
+    RackemuGasState *s = opaque;
+    int rc = rk_gas_load(s->core, &s->mig);
+
+    trace_rackemu_gas_load(s->node_id, s->mig.node_id, s->mig.node_count, rc);
+    return rc == 0 ? 0 : -EINVAL;
+}
+
+/*
+ * The window's own counter registers (GAS_CTRL_LOADS .. BUS_ERRORS). Nothing is ever in flight
+ * in the device at save: a window access completes on its vCPU before the VM stops. The service
+ * counters (SERVED_*, TIMEOUTS) are the fabric's remote memory statistics, not device state.
+ */
 static const VMStateDescription rackemu_gas_vmstate = {
     .name = "rackemu-gas",
     .version_id = 1,
     .minimum_version_id = 1,
-    .fields = (VMStateField[]) { VMSTATE_END_OF_LIST() },
+    .pre_save = rackemu_gas_pre_save,
+    .post_load = rackemu_gas_post_load,
+    .fields = (VMStateField[]) {
+        VMSTATE_UINT32(mig.node_id, RackemuGasState),
+        VMSTATE_UINT32(mig.node_count, RackemuGasState),
+        VMSTATE_UINT64_ARRAY(mig.counters, RackemuGasState, RK_GAS_STATE_COUNTERS),
+        VMSTATE_END_OF_LIST()
+    },
 };
 
 static Property rackemu_gas_props[] = {

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * What every rackemu device's QOM glue shares, written once: the interrupt line that a device
- * core may report changed from any thread, the guest-error log callback of every core, and the
- * node's fabric as a QOM object that devices reach through their "fabric" link property and
- * bind to with one call.
+ * What every rackemu device's QOM glue shares, written once: the node's fabric as a QOM object
+ * that devices reach through their "fabric" link property and bind to with one call, and the
+ * glue's implementation of the one host interface of the device cores (rackemu/host.h:
+ * interrupts from any thread, guest errors, DMA, time).
  */
 #ifndef RACKEMU_GLUE_H
 #define RACKEMU_GLUE_H
@@ -12,32 +12,7 @@
 #include "qom/object.h"
 #include "rk_fabric_endpoint.h"
 #include "rk_remote_mem.h"
-
-/*
- * An interrupt line whose level the device core computes. The core reports "the level may have
- * changed" from whatever thread it runs on: a vCPU in an MMIO handler (big lock held: the line
- * is set at once, so a W1C or a disable lowers it before the guest's handler returns), or a
- * thread of its own, the fabric port thread, a DMA engine (no big lock: a bottom half sets the
- * line in the main loop and reads the level only then, so no thread ever waits for the big lock
- * and a burst of changes costs one update). The line is level-triggered: coalesced reports
- * lose nothing.
- */
-typedef struct RackemuIrq {
-    qemu_irq line;
-    QEMUBH *bh;
-    int (*level)(void *opaque); /* the core's current level (0/1) */
-    void *opaque;
-} RackemuIrq;
-
-/* Create the sysbus interrupt output (index = the order of the calls) and its bottom half. */
-void rackemu_irq_init(RackemuIrq *irq, SysBusDevice *sbd, int (*level)(void *opaque), void *opaque);
-/* From any thread: bring the line to the core's level. */
-void rackemu_irq_update(RackemuIrq *irq);
-/* With the big lock held (reset): set the line to `level` now. */
-void rackemu_irq_set(RackemuIrq *irq, int level);
-
-/* The guest-error log callback of every core: one LOG_GUEST_ERROR line (-d guest_errors). */
-void rackemu_guest_error(void *opaque, const char *msg);
+#include "rackemu/host.h"
 
 /*
  * The node's port to the rack as a QOM object: the fabric port (NULL for a standalone node) and
@@ -65,5 +40,45 @@ RkFabricEndpoint *rackemu_fabric_bind(RackemuFabric *f, unsigned svc, const stru
 /* The port (for a core whose C API binds itself, e.g. the RMC) and remote memory; NULL-safe. */
 RkFabricPort *rackemu_fabric_port(RackemuFabric *f);
 RkRemoteMem *rackemu_fabric_rmem(RackemuFabric *f);
+
+/*
+ * The glue's implementation of the one host interface (rackemu/host.h), shared by every device:
+ *  - interrupts: up to RACKEMU_HOST_MAX_IRQS sysbus outputs (index = line). set_irq from a vCPU
+ *    with the big lock held sets the line at once (a W1C or a disable lowers it before the
+ *    guest's handler returns); from any other thread it records the level and schedules one
+ *    bottom half that applies the latest recorded level of every line in the main loop, so no
+ *    thread ever waits for the big lock and a burst of changes costs one update.
+ *  - DMA: the node's physical address space through the memory API (dirty tracking and
+ *    translated-code invalidation stay correct). Only RAM is reachable (and ROM/flash in
+ *    read-array mode for reads): device registers give RK_SLAVE_ERROR, holes RK_DECODE_ERROR,
+ *    each logged once per access. Addresses in the global address space window
+ *    [GAS_WINDOW_BASE, + node_count * GAS_WINDOW_NODE_SIZE) go to their owner through remote
+ *    memory (this node's own window too), with the big lock dropped while they wait.
+ *  - time: QEMU_CLOCK_VIRTUAL; guest errors: qemu_log_mask(LOG_GUEST_ERROR) prefixed with the
+ *    device's name and node.
+ */
+#define RACKEMU_HOST_MAX_IRQS 4
+
+typedef struct RackemuHost {
+    RkHost host; /* what the core gets (rackemu::Host in C++) */
+    const char *name;
+    unsigned nirqs;
+    qemu_irq lines[RACKEMU_HOST_MAX_IRQS];
+    int pending[RACKEMU_HOST_MAX_IRQS]; /* latest level from a thread without the big lock */
+    QEMUBH *bh;
+} RackemuHost;
+
+/*
+ * Fill in `h` for a device called `name` (for logs) on node `node_id` of `node_count`, with
+ * `nirqs` sysbus interrupt outputs created now (index 0..nirqs-1, after any the device created
+ * before) and the node's fabric `f` (NULL: a node without fabric). Call it in realize.
+ */
+void rackemu_host_init(RackemuHost *h, SysBusDevice *sbd, const char *name, unsigned nirqs,
+                       RackemuFabric *f, unsigned node_id, unsigned node_count);
+/* The core's interrupt line `line` to `level` now (big lock held: reset, post_load). */
+void rackemu_host_irq_sync(RackemuHost *h, unsigned line, int level);
+/* rk_status from a MemTxResult and back (for MMIO handlers using *_with_attrs). */
+rk_status rackemu_status_from_memtx(MemTxResult r);
+MemTxResult rackemu_status_to_memtx(rk_status s);
 
 #endif /* RACKEMU_GLUE_H */

@@ -7,10 +7,11 @@
 #define TYPE_RACKEMU_RMC "rackemu-rmc"
 
 /*
- * Wiring (set before realize): link "ram" (the node's RAM region) with property "ram-base" (its
- * guest physical base), properties "seg-base"/"seg-size" (the reserved context segment, 0: none)
- * and link "fabric" (rackemu_glue.h; unset: a node without fabric). Realize creates the core and
- * binds the RMC fabric service, so the machine starts the port after realizing it.
+ * Wiring (set before realize): properties "node-id"/"node-count", "seg-base"/"seg-size" (the
+ * reserved context segment, 0: none) and link "fabric" (rackemu_glue.h; unset: a node without
+ * fabric). Guest memory is reached through the host interface (the memory API), so the device
+ * needs no link to RAM. Realize creates the core and binds the RMC fabric service, so the machine
+ * starts the port after realizing it.
  */
 
 #endif

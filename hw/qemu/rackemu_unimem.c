@@ -2,8 +2,10 @@
 /*
  * QOM glue of the Unimem virtualized mailbox and packetizer (seed 004 sec. 5.1, 5.2).
  * The device logic lives in the QEMU-independent C++ cores (hw/unimem); this file maps them
- * to MMIO regions, an interrupt line, properties and reset, and carries packets between the
- * packetizer and a vmbox, local or on another node through the fabric port.
+ * to MMIO regions, the host interface (rackemu_glue.h: interrupt line, guest-error log),
+ * properties, reset, migration and trace points, and carries packets between the packetizer and
+ * a vmbox, local or on another node through the fabric port (the packetizer's transmit link; the
+ * RKF_SVC_UNIMEM_MBOX service is bound with rackemu_fabric_bind on the "fabric" link).
  */
 #include "qemu/osdep.h"
 #include "qemu/log.h"
@@ -13,6 +15,7 @@
 #include "hw/irq.h"
 #include "hw/qdev-properties.h"
 #include "migration/vmstate.h"
+#include "sysemu/runstate.h"
 #include "hw/sysbus.h"
 
 #include "rackemu/unimem_regs.h"
@@ -20,6 +23,7 @@
 #include "unimem_capi.h"
 #include "rackemu_glue.h"
 #include "rackemu_unimem.h"
+#include "trace.h"
 
 OBJECT_DECLARE_SIMPLE_TYPE(RackemuVmboxState, RACKEMU_VMBOX)
 OBJECT_DECLARE_SIMPLE_TYPE(RackemuPacketizerState, RACKEMU_PACKETIZER)
@@ -27,51 +31,39 @@ OBJECT_DECLARE_SIMPLE_TYPE(RackemuPacketizerState, RACKEMU_PACKETIZER)
 struct RackemuVmboxState {
     SysBusDevice parent_obj;
     MemoryRegion mmio;
-    RackemuIrq irq;
+    RackemuHost host; /* line 0: the arrival interrupt; no DMA, no fabric of its own */
     RkVmbox *core;
     uint32_t node_id;
+    uint32_t node_count;
     uint32_t fifo_depth;
     bool burst_known_issue;
     bool ready; /* set by the first reset; deliveries before it would be wiped by it */
+    RkVmboxState mig; /* migration: filled by pre_save, read by post_load */
 };
 
 struct RackemuPacketizerState {
     SysBusDevice parent_obj;
     MemoryRegion mmio;
-    qemu_irq irq; /* reserved: the packetizer does not interrupt yet */
+    RackemuHost host; /* line 0 reserved: the packetizer does not interrupt (the seed defines none) */
     RkPacketizer *core;
     RackemuVmboxState *vmbox; /* link "vmbox": this node's mailbox (required) */
     RackemuFabric *fabric;    /* link "fabric": the node's port (optional) */
     RkFabricEndpoint *ep;     /* RKF_SVC_UNIMEM_MBOX; NULL: standalone node, remote destinations fail */
     uint32_t node_id;
+    uint32_t node_count;
+    RkPktzState mig; /* migration: filled by pre_save, read by post_load */
 };
 
 /* ---- vmbox ---- */
-
-static int rackemu_vmbox_irq_level(void *opaque)
-{
-    RackemuVmboxState *s = opaque;
-
-    return rk_vmbox_irq_level(s->core);
-}
-
-/*
- * Called by the core after the interrupt level may have changed: from a vCPU or from the
- * fabric port thread (rackemu_glue.h).
- */
-static void rackemu_vmbox_irq(void *opaque, int level)
-{
-    RackemuVmboxState *s = opaque;
-
-    rackemu_irq_update(&s->irq);
-}
 
 static MemTxResult rackemu_vmbox_read(void *opaque, hwaddr addr, uint64_t *data, unsigned size,
                                       MemTxAttrs attrs)
 {
     RackemuVmboxState *s = opaque;
+    rk_status st = rk_vmbox_read(s->core, addr, size, data);
 
-    return rk_vmbox_read(s->core, addr, size, data) == 0 ? MEMTX_OK : MEMTX_ERROR;
+    trace_rackemu_mmio_read(TYPE_RACKEMU_VMBOX, s->node_id, addr, size, *data);
+    return rackemu_status_to_memtx(st);
 }
 
 static MemTxResult rackemu_vmbox_write(void *opaque, hwaddr addr, uint64_t data, unsigned size,
@@ -79,7 +71,9 @@ static MemTxResult rackemu_vmbox_write(void *opaque, hwaddr addr, uint64_t data,
 {
     RackemuVmboxState *s = opaque;
 
-    return rk_vmbox_write(s->core, addr, data, size) == 0 ? MEMTX_OK : MEMTX_ERROR;
+    trace_rackemu_mmio_write(TYPE_RACKEMU_VMBOX, s->node_id, addr, size, data);
+    /* a store to a full FIFO (RK_NACK) ends in SLVERR, as sec. 5.1.1 says */
+    return rackemu_status_to_memtx(rk_vmbox_write(s->core, addr, data, size));
 }
 
 static const MemoryRegionOps rackemu_vmbox_ops = {
@@ -90,6 +84,16 @@ static const MemoryRegionOps rackemu_vmbox_ops = {
     .impl = { .min_access_size = 1, .max_access_size = 8 },
 };
 
+/* The VM runs again (after savevm, or a migration that failed): deliveries are taken again. */
+static void rackemu_vmbox_run_state(void *opaque, bool running, RunState state)
+{
+    RackemuVmboxState *s = opaque;
+
+    if (running) {
+        rk_vmbox_freeze(s->core, 0);
+    }
+}
+
 static void rackemu_vmbox_realize(DeviceState *dev, Error **errp)
 {
     RackemuVmboxState *s = RACKEMU_VMBOX(dev);
@@ -99,10 +103,11 @@ static void rackemu_vmbox_realize(DeviceState *dev, Error **errp)
                    s->fifo_depth);
         return;
     }
-    s->core = rk_vmbox_new(s->fifo_depth, s->burst_known_issue, rackemu_vmbox_irq, rackemu_guest_error, s);
-    memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_vmbox_ops, s, "rackemu-vmbox", VMBOX_MMIO_SIZE);
+    memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_vmbox_ops, s, TYPE_RACKEMU_VMBOX, VMBOX_MMIO_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
-    rackemu_irq_init(&s->irq, SYS_BUS_DEVICE(s), rackemu_vmbox_irq_level, s);
+    rackemu_host_init(&s->host, SYS_BUS_DEVICE(s), TYPE_RACKEMU_VMBOX, 1, NULL, s->node_id, s->node_count);
+    s->core = rk_vmbox_new(&s->host.host, s->fifo_depth, s->burst_known_issue);
+    qemu_add_vm_change_state_handler(rackemu_vmbox_run_state, s);
 }
 
 static void rackemu_vmbox_reset(DeviceState *dev)
@@ -111,22 +116,88 @@ static void rackemu_vmbox_reset(DeviceState *dev)
 
     if (s->core) {
         rk_vmbox_reset(s->core);
-        rackemu_irq_set(&s->irq, rk_vmbox_irq_level(s->core));
+        rackemu_host_irq_sync(&s->host, 0, rk_vmbox_irq_level(s->core));
         qatomic_set(&s->ready, true);
     }
 }
 
 /*
- * Caveat: FIFO contents and PIF state live in the C++ cores and are not serialised yet, so
- * snapshots and migration are refused instead of silently losing them.
+ * Migration (docs/unimem.md): FIFO contents, IRQ_ENABLE and the counters. pre_save freezes the
+ * FIFOs against the fabric port thread first (a peer's delivery is refused with a NACK until the
+ * VM runs again), so no packet is acknowledged after the snapshot and lost with it.
  */
-static const VMStateDescription rackemu_unimem_vmstate = {
-    .name = "rackemu-unimem",
-    .unmigratable = 1,
+static int rackemu_vmbox_pre_save(void *opaque)
+{
+    RackemuVmboxState *s = opaque;
+
+    rk_vmbox_freeze(s->core, 1);
+    rk_vmbox_save(s->core, &s->mig);
+    return 0;
+}
+
+static int rackemu_vmbox_post_save(void *opaque)
+{
+    RackemuVmboxState *s = opaque;
+
+    rk_vmbox_state_free(&s->mig);
+    return 0;
+}
+
+static int rackemu_vmbox_pre_load(void *opaque)
+{
+    RackemuVmboxState *s = opaque;
+
+    rk_vmbox_state_free(&s->mig);
+    return 0;
+}
+
+/* Before the words are allocated: never more than the FIFOs hold (a hostile stream). */
+static bool rackemu_vmbox_nwords_ok(void *opaque, int version_id)
+{
+    RackemuVmboxState *s = opaque;
+
+    return s->mig.nwords <= (uint64_t)UNIMEM_IF_COUNT * s->fifo_depth;
+}
+
+static int rackemu_vmbox_post_load(void *opaque, int version_id)
+{
+    RackemuVmboxState *s = opaque;
+    int rc = rk_vmbox_load(s->core, &s->mig);
+
+    trace_rackemu_unimem_load(TYPE_RACKEMU_VMBOX, s->node_id, rc == 0);
+    rk_vmbox_state_free(&s->mig);
+    if (rc) {
+        qemu_log_mask(LOG_GUEST_ERROR, "%s: node %u: migration state refused (depth %u, device %u)\n",
+                      TYPE_RACKEMU_VMBOX, s->node_id, s->mig.depth, s->fifo_depth);
+        return -EINVAL;
+    }
+    rackemu_host_irq_sync(&s->host, 0, rk_vmbox_irq_level(s->core));
+    return 0;
+}
+
+static const VMStateDescription rackemu_vmbox_vmstate = {
+    .name = TYPE_RACKEMU_VMBOX,
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .pre_save = rackemu_vmbox_pre_save,
+    .post_save = rackemu_vmbox_post_save,
+    .pre_load = rackemu_vmbox_pre_load,
+    .post_load = rackemu_vmbox_post_load,
+    .fields = (VMStateField[]) {
+        VMSTATE_UINT32(mig.depth, RackemuVmboxState),
+        VMSTATE_UINT64(mig.irq_enable, RackemuVmboxState),
+        VMSTATE_UINT32_ARRAY(mig.fill, RackemuVmboxState, UNIMEM_IF_COUNT),
+        VMSTATE_UINT64_ARRAY(mig.counters, RackemuVmboxState, RK_VMBOX_SAVED_COUNTERS),
+        VMSTATE_UINT32(mig.nwords, RackemuVmboxState),
+        VMSTATE_VALIDATE("rackemu-vmbox words fit the FIFOs", rackemu_vmbox_nwords_ok),
+        VMSTATE_VARRAY_UINT32_ALLOC(mig.words, RackemuVmboxState, mig.nwords, 0, vmstate_info_uint64, uint64_t),
+        VMSTATE_END_OF_LIST()
+    },
 };
 
 static Property rackemu_vmbox_props[] = {
     DEFINE_PROP_UINT32("node-id", RackemuVmboxState, node_id, 0),
+    DEFINE_PROP_UINT32("node-count", RackemuVmboxState, node_count, 1),
     DEFINE_PROP_UINT32("fifo-depth", RackemuVmboxState, fifo_depth, VMBOX_DEFAULT_DEPTH),
     DEFINE_PROP_BOOL("burst-known-issue", RackemuVmboxState, burst_known_issue, false),
     DEFINE_PROP_END_OF_LIST(),
@@ -139,13 +210,14 @@ static void rackemu_vmbox_class_init(ObjectClass *oc, void *data)
     dc->desc = "Unimem virtualized mailbox (64 FIFOs), rackemu";
     dc->realize = rackemu_vmbox_realize;
     dc->reset = rackemu_vmbox_reset;
-    dc->vmsd = &rackemu_unimem_vmstate;
+    dc->vmsd = &rackemu_vmbox_vmstate;
     dc->user_creatable = false; /* created and wired by the rackemu-node machine */
     device_class_set_props(dc, rackemu_vmbox_props);
 }
 
 /* ---- packetizer ---- */
 
+/* The packetizer's transmit link: into this node's vmbox, or to another node's over the fabric. */
 static void rackemu_pktz_transmit(void *opaque, unsigned pif, uint64_t tag, uint64_t dest,
                                   const uint64_t words[4])
 {
@@ -154,17 +226,21 @@ static void rackemu_pktz_transmit(void *opaque, unsigned pif, uint64_t tag, uint
     unsigned mif = PKTZ_DEST_MIF(dest);
     struct rkf_mbox_deliver d = { .mif = mif, .nwords = UNIMEM_PACKET_WORDS };
     struct rkf_frame_hdr h = { 0 };
+    rk_status st;
     int rc;
 
+    trace_rackemu_unimem_send(s->node_id, pif, node, mif, tag);
     if (node == s->node_id) {
-        int ok = s->vmbox && rk_vmbox_deliver(s->vmbox->core, mif, words, UNIMEM_PACKET_WORDS);
-        rk_pktz_complete(s->core, tag, ok ? RK_PKTZ_ACK : RK_PKTZ_NACK);
+        st = s->vmbox ? rk_vmbox_deliver(s->vmbox->core, mif, words, UNIMEM_PACKET_WORDS) : RK_UNREACHABLE;
+        trace_rackemu_unimem_complete(s->node_id, tag, rk_status_name(st));
+        rk_pktz_complete(s->core, tag, st);
         return;
     }
     if (!s->ep) {
         qemu_log_mask(LOG_GUEST_ERROR, "rackemu-packetizer: PIF %u: node %u is remote and this node "
                       "has no fabric (start it with -M rackemu-node,fabric=PATH)\n", pif, node);
-        rk_pktz_complete(s->core, tag, RK_PKTZ_FABRIC_ERR);
+        trace_rackemu_unimem_complete(s->node_id, tag, rk_status_name(RK_UNREACHABLE));
+        rk_pktz_complete(s->core, tag, RK_UNREACHABLE);
         return;
     }
     memcpy(d.words, words, UNIMEM_PACKET_WORDS * sizeof(uint64_t));
@@ -176,7 +252,8 @@ static void rackemu_pktz_transmit(void *opaque, unsigned pif, uint64_t tag, uint
     h.len = offsetof(struct rkf_mbox_deliver, words) + UNIMEM_PACKET_WORDS * sizeof(uint64_t);
     rc = rk_fabric_endpoint_send(s->ep, &h, &d);
     if (rc) {
-        rk_pktz_complete(s->core, tag, RK_PKTZ_FABRIC_ERR);
+        trace_rackemu_unimem_complete(s->node_id, tag, rk_status_name(RK_UNREACHABLE));
+        rk_pktz_complete(s->core, tag, RK_UNREACHABLE);
     }
 }
 
@@ -185,8 +262,7 @@ static void rackemu_unimem_on_request(void *opaque, RkFabricEndpoint *ep, const 
                                       const void *payload)
 {
     RackemuPacketizerState *s = opaque;
-    struct rkf_mbox_deliver d;
-    size_t hdr = offsetof(struct rkf_mbox_deliver, words);
+    int reply;
 
     /*
      * The fabric port connects during machine init, before QEMU's first system reset, which
@@ -196,33 +272,23 @@ static void rackemu_unimem_on_request(void *opaque, RkFabricEndpoint *ep, const 
     for (int i = 0; i < 5000 && !qatomic_read(&s->vmbox->ready); i++) {
         g_usleep(1000);
     }
-    if (!qatomic_read(&s->vmbox->ready)) {
-        rk_fabric_endpoint_reply(ep, h, RKF_ST_BAD_FRAME, NULL, 0);
-        return;
+    /* validated and delivered by the core (vmbox.h, serve_frame) */
+    reply = qatomic_read(&s->vmbox->ready) ? rk_vmbox_serve_frame(s->vmbox->core, h, payload)
+                                           : (h->type == RKF_T_REQ ? (int)RKF_ST_BAD_FRAME : -1);
+    trace_rackemu_unimem_serve(s->node_id, h->src, h->len, reply);
+    if (reply >= 0) {
+        rk_fabric_endpoint_reply(ep, h, reply, NULL, 0);
     }
-    memset(&d, 0, sizeof(d));
-    memcpy(&d, payload, MIN((size_t)h->len, sizeof(d)));
-    if (h->type != RKF_T_REQ || h->op != RKF_OP_MBOX_DELIVER || h->len < hdr + 8 ||
-        d.nwords < 1 || d.nwords > 8 || h->len != hdr + d.nwords * 8 || d.mif >= UNIMEM_IF_COUNT) {
-        qemu_log_mask(LOG_GUEST_ERROR, "rackemu-vmbox: malformed delivery from node %u (op %u, %u bytes) "
-                      "refused\n", h->src, h->op, h->len);
-        if (h->type == RKF_T_REQ) {
-            rk_fabric_endpoint_reply(ep, h, RKF_ST_BAD_FRAME, NULL, 0);
-        }
-        return;
-    }
-    rk_fabric_endpoint_reply(ep, h,
-                         rk_vmbox_deliver(s->vmbox->core, d.mif, d.words, d.nwords) ? RKF_ST_OK : RKF_ST_REFUSED,
-                         NULL, 0);
 }
 
 static void rackemu_unimem_on_reply(void *opaque, const struct rkf_frame_hdr *h, const void *payload)
 {
     RackemuPacketizerState *s = opaque;
 
-    rk_pktz_complete(s->core, h->tag,
-                     h->status == RKF_ST_OK ? RK_PKTZ_ACK
-                     : h->status == RKF_ST_REFUSED ? RK_PKTZ_NACK : RK_PKTZ_FABRIC_ERR);
+    trace_rackemu_unimem_complete(s->node_id, h->tag, h->status == RKF_ST_OK ? rk_status_name(RK_OK)
+                                  : h->status == RKF_ST_REFUSED ? rk_status_name(RK_NACK)
+                                  : rk_status_name(RK_UNREACHABLE));
+    rk_pktz_serve_reply(s->core, h);
 }
 
 static void rackemu_unimem_on_link(void *opaque, int up)
@@ -234,18 +300,20 @@ static void rackemu_unimem_on_link(void *opaque, int up)
     }
 }
 
-
 static uint64_t rackemu_pktz_read(void *opaque, hwaddr addr, unsigned size)
 {
     RackemuPacketizerState *s = opaque;
+    uint64_t v = rk_pktz_read(s->core, addr, size);
 
-    return rk_pktz_read(s->core, addr, size);
+    trace_rackemu_mmio_read(TYPE_RACKEMU_PACKETIZER, s->node_id, addr, size, v);
+    return v;
 }
 
 static void rackemu_pktz_write(void *opaque, hwaddr addr, uint64_t data, unsigned size)
 {
     RackemuPacketizerState *s = opaque;
 
+    trace_rackemu_mmio_write(TYPE_RACKEMU_PACKETIZER, s->node_id, addr, size, data);
     rk_pktz_write(s->core, addr, data, size);
 }
 
@@ -268,12 +336,13 @@ static void rackemu_pktz_realize(DeviceState *dev, Error **errp)
         error_setg(errp, "rackemu-packetizer: the 'vmbox' link (this node's mailbox) is not set");
         return;
     }
-    s->core = rk_pktz_new(rackemu_pktz_transmit, rackemu_guest_error, s);
+    memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_pktz_ops, s, TYPE_RACKEMU_PACKETIZER, PKTZ_MMIO_SIZE);
+    sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
+    rackemu_host_init(&s->host, SYS_BUS_DEVICE(s), TYPE_RACKEMU_PACKETIZER, 1, s->fabric, s->node_id,
+                      s->node_count);
+    s->core = rk_pktz_new(&s->host.host, rackemu_pktz_transmit, s);
     /* Serves other nodes' deliveries into the vmbox from the port thread. */
     s->ep = rackemu_fabric_bind(s->fabric, RKF_SVC_UNIMEM_MBOX, &ops, s);
-    memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_pktz_ops, s, "rackemu-packetizer", PKTZ_MMIO_SIZE);
-    sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
-    sysbus_init_irq(SYS_BUS_DEVICE(s), &s->irq);
 }
 
 static void rackemu_pktz_reset(DeviceState *dev)
@@ -282,11 +351,60 @@ static void rackemu_pktz_reset(DeviceState *dev)
 
     if (s->core) {
         rk_pktz_reset(s->core);
+        rackemu_host_irq_sync(&s->host, 0, 0);
     }
 }
 
+/*
+ * Migration (docs/unimem.md): PIF registers and their written-bytes tracking, PIF status, PIDT,
+ * BASE_DEST, PID_CONF and the counters. A PIF waiting for its acknowledgement at save completes
+ * in post_load with NACK | FABRIC_ERR: its answer went to the saved machine.
+ */
+static int rackemu_pktz_pre_save(void *opaque)
+{
+    RackemuPacketizerState *s = opaque;
+
+    rk_pktz_save(s->core, &s->mig);
+    return 0;
+}
+
+static int rackemu_pktz_post_load(void *opaque, int version_id)
+{
+    RackemuPacketizerState *s = opaque;
+    int rc = rk_pktz_load(s->core, &s->mig);
+
+    trace_rackemu_unimem_load(TYPE_RACKEMU_PACKETIZER, s->node_id, rc == 0);
+    if (rc) {
+        qemu_log_mask(LOG_GUEST_ERROR, "%s: node %u: migration state refused\n", TYPE_RACKEMU_PACKETIZER,
+                      s->node_id);
+        return -EINVAL;
+    }
+    rackemu_host_irq_sync(&s->host, 0, 0);
+    return 0;
+}
+
+static const VMStateDescription rackemu_pktz_vmstate = {
+    .name = TYPE_RACKEMU_PACKETIZER,
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .pre_save = rackemu_pktz_pre_save,
+    .post_load = rackemu_pktz_post_load,
+    .fields = (VMStateField[]) {
+        VMSTATE_UINT64_ARRAY(mig.pif_regs, RackemuPacketizerState, UNIMEM_IF_COUNT * 6),
+        VMSTATE_UINT16_ARRAY(mig.pif_written, RackemuPacketizerState, UNIMEM_IF_COUNT * 3),
+        VMSTATE_UINT32_ARRAY(mig.pif_status, RackemuPacketizerState, UNIMEM_IF_COUNT),
+        VMSTATE_UINT8_ARRAY(mig.pif_waiting, RackemuPacketizerState, UNIMEM_IF_COUNT),
+        VMSTATE_UINT64_ARRAY(mig.pidt, RackemuPacketizerState, UNIMEM_IF_COUNT),
+        VMSTATE_UINT64(mig.base_dest, RackemuPacketizerState),
+        VMSTATE_UINT64(mig.pid_conf, RackemuPacketizerState),
+        VMSTATE_UINT64_ARRAY(mig.counters, RackemuPacketizerState, RK_PKTZ_SAVED_COUNTERS),
+        VMSTATE_END_OF_LIST()
+    },
+};
+
 static Property rackemu_pktz_props[] = {
     DEFINE_PROP_UINT32("node-id", RackemuPacketizerState, node_id, 0),
+    DEFINE_PROP_UINT32("node-count", RackemuPacketizerState, node_count, 1),
     DEFINE_PROP_LINK("vmbox", RackemuPacketizerState, vmbox, TYPE_RACKEMU_VMBOX, RackemuVmboxState *),
     DEFINE_PROP_LINK("fabric", RackemuPacketizerState, fabric, TYPE_RACKEMU_FABRIC, RackemuFabric *),
     DEFINE_PROP_END_OF_LIST(),
@@ -299,7 +417,7 @@ static void rackemu_pktz_class_init(ObjectClass *oc, void *data)
     dc->desc = "Unimem virtualized packetizer (64 PIFs + TIF), rackemu";
     dc->realize = rackemu_pktz_realize;
     dc->reset = rackemu_pktz_reset;
-    dc->vmsd = &rackemu_unimem_vmstate;
+    dc->vmsd = &rackemu_pktz_vmstate;
     dc->user_creatable = false; /* created and wired by the rackemu-node machine */
     device_class_set_props(dc, rackemu_pktz_props);
 }

@@ -3,22 +3,27 @@
 #include "rmc.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
+
+#include "regbank.h"
 
 namespace rackemu::sonuma {
 
 namespace {
 
-uint64_t now_ns()
+// Transfer deadlines and the CQE's wall_ns: a host monotonic clock. Not host.now_ns() (in QEMU
+// QEMU_CLOCK_VIRTUAL): under qtest that clock only moves with clock_step, so deadlines would never
+// pass and wall_ns would read 0 (tests/e2e/test_rmc_registers.py). See docs/sonuma.md.
+uint64_t mono_ns()
 {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch())
+                        .count());
 }
 
 uint32_t blocks_touched(uint64_t off, uint64_t len)
@@ -27,9 +32,10 @@ uint32_t blocks_touched(uint64_t off, uint64_t len)
     return uint32_t(((off % RMC_BLOCK_SIZE) + len + RMC_BLOCK_SIZE - 1) / RMC_BLOCK_SIZE);
 }
 
-// Guest memory as the R2P2 and RCP see it: every aligned 8-byte word is one single-copy atomic
-// access, and the words of a range are accessed in ascending address order (docs/sonuma.md,
-// "What differs from the hardware"). Loads are acquire loads.
+// Guest memory as the R2P2 and RCP see it, on a host mapping (Rmc::mem_read/mem_write): every
+// aligned 8-byte word is one single-copy atomic access, and the words of a range are accessed in
+// ascending address order (docs/sonuma.md, "What differs from the hardware"). Loads are acquire
+// loads.
 void mem_load(uint8_t *dst, const uint8_t *src, size_t len)
 {
     size_t i = 0;
@@ -94,9 +100,10 @@ constexpr uint32_t kFetchPerQp = 16;     // WQEs one QP may have fetched per rou
 
 } // namespace
 
-Rmc::Rmc(const RmcConfig &cfg, RmcHost host)
-    : cfg_(cfg), host_(std::move(host)), sabre_(cfg.timing.att_entries, cfg.timing.sb_depth),
-      window_(std::max(1u, cfg.node_count), 0)
+Rmc::Rmc(const RmcConfig &cfg, Host host, RmcFabric fabric)
+    : cfg_(cfg), host_(host), fab_(std::move(fabric)), node_id_(host.node_id()),
+      node_count_(std::max(1u, host.node_count())), sabre_(cfg.timing.att_entries, cfg.timing.sb_depth),
+      window_(node_count_, 0), bank_(std::make_unique<Bank>())
 {
     rgp_ = std::thread([this] { rgp_main(); });
 }
@@ -119,13 +126,65 @@ void Rmc::gerr(const char *fmt, ...)
     std::vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
     count(RMC_CNT_GUEST_ERRORS);
-    if (host_.guest_error) host_.guest_error(std::string("rackemu-rmc: ") + buf);
+    host_.guest_error(buf); // the host prefixes the device's name and node
 }
 
-bool Rmc::in_ram(uint64_t addr, uint64_t len) const
+// ---------------------------------------------------------------------------------------------
+// Guest memory through the host: a mapping for the duration of one access, else DMA.
+
+Status Rmc::mem_read(uint64_t addr, void *dst, uint64_t len) const
 {
-    return host_.ram && addr >= host_.ram_base && addr - host_.ram_base <= host_.ram_size &&
-           len <= host_.ram_size - (addr - host_.ram_base);
+    auto *d = static_cast<uint8_t *>(dst);
+    while (len) {
+        uint64_t n = len;
+        void *p = host_.dma_map(addr, n, false);
+        if (!p || n == 0 || n > len) {
+            host_.dma_unmap(p, n, false, 0);
+            return host_.dma_read(addr, d, len);
+        }
+        mem_load(d, static_cast<const uint8_t *>(p), size_t(n));
+        host_.dma_unmap(p, n, false, n);
+        addr += n;
+        d += n;
+        len -= n;
+    }
+    return RK_OK;
+}
+
+Status Rmc::mem_write(uint64_t addr, const void *src, uint64_t len) const
+{
+    const auto *s = static_cast<const uint8_t *>(src);
+    while (len) {
+        uint64_t n = len;
+        void *p = host_.dma_map(addr, n, true);
+        if (!p || n == 0 || n > len) {
+            host_.dma_unmap(p, n, true, 0);
+            return host_.dma_write(addr, s, len);
+        }
+        mem_store(static_cast<uint8_t *>(p), s, size_t(n));
+        host_.dma_unmap(p, n, true, n);
+        addr += n;
+        s += n;
+        len -= n;
+    }
+    return RK_OK;
+}
+
+// What "entirely in RAM" means now: the host maps every byte of it for writing (RAM, not a
+// device, not the global address space window). Nothing is accessed.
+bool Rmc::mappable(uint64_t addr, uint64_t len) const
+{
+    if (addr > UINT64_MAX - len) return false;
+    while (len) {
+        uint64_t n = len;
+        void *p = host_.dma_map(addr, n, true);
+        if (!p) return false;
+        host_.dma_unmap(p, n, true, 0);
+        if (n == 0 || n > len) return false;
+        addr += n;
+        len -= n;
+    }
+    return true;
 }
 
 void Rmc::kick()
@@ -139,17 +198,20 @@ void Rmc::kick()
 
 void Rmc::notify_irq()
 {
-    if (host_.irq_changed) host_.irq_changed();
+    std::lock_guard lk(mu_);
+    host_.set_irq(0, irq_level_locked());
 }
 
 uint64_t Rmc::counter(unsigned off) const
 {
+    std::lock_guard lk(mu_);
+    return counter_locked(off);
+}
+
+uint64_t Rmc::counter_locked(unsigned off) const
+{
     // The R2P2's SABRe counters live in the ATT model; the rest here.
-    R2p2Counters c = sabre_.counters(), b;
-    {
-        std::lock_guard lk(mu_);
-        b = sabre_base_;
-    }
+    R2p2Counters c = sabre_.counters(), b = sabre_base_;
     switch (off) {
     case RMC_CNT_SABRE_REG:
         return c.sabre_reg - b.sabre_reg;
@@ -179,7 +241,7 @@ uint64_t Rmc::counter(unsigned off) const
 bool Rmc::irq_level() const
 {
     std::lock_guard lk(mu_);
-    return irq_status_ != 0 && (ctrl_ & RMC_CTRL_EN);
+    return irq_level_locked();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -204,6 +266,305 @@ void Rmc::cancel_pending_locked(uint64_t id)
     }
 }
 
+// The register bank: one table for the global registers, the QP and context tables (register
+// arrays, the element index is the QP or context), the counters (one row per counter, from
+// RMC_COUNTER_TABLE) and the doorbell pages. Hooks run with mu_ held (and srv_mu_ held
+// exclusively for writes to CTRL and the context table, so no request of another node is being
+// served meanwhile).
+struct RmcWrite {
+    bool wake = false; // kick the RGP
+};
+
+struct RmcRegs {
+    using R = Reg<Rmc, RmcWrite>;
+    static const R table[];
+    static const size_t size;
+
+    static uint64_t qp_cfg_read(Rmc &d, uint64_t Rmc::Qp::*f, unsigned q) { return d.qps_[q].*f; }
+    static void qp_cfg_write(Rmc &d, const R &r, unsigned q, uint64_t Rmc::Qp::*f, uint64_t v)
+    {
+        Rmc::Qp &qp = d.qps_[q];
+        if (qp.enabled()) {
+            d.gerr("QP %u: %s is read-only while the QP is enabled; write ignored", q, r.name);
+            return;
+        }
+        qp.*f = v;
+    }
+    static void ctx_cfg_write(Rmc &d, const R &r, unsigned c, uint64_t Rmc::Ctx::*f, uint64_t v)
+    {
+        Rmc::Ctx &cx = d.ctxs_[c];
+        if (cx.valid()) {
+            d.gerr("context %u: %s is read-only while the context is valid; write ignored", c, r.name);
+            return;
+        }
+        cx.*f = v;
+    }
+    static void ctrl_write(Rmc &d, uint64_t v)
+    {
+        if (v & ~uint64_t(RMC_CTRL_EN | RMC_CTRL_CNT_CLEAR))
+            d.gerr("CTRL: reserved bits 0x%llx ignored",
+                   (unsigned long long)(v & ~uint64_t(RMC_CTRL_EN | RMC_CTRL_CNT_CLEAR)));
+        if (v & RMC_CTRL_CNT_CLEAR) {
+            for (auto &c : d.cnt_)
+                c.store(0, std::memory_order_relaxed);
+            d.sabre_base_ = d.sabre_.counters();
+        }
+        d.ctrl_ = v & RMC_CTRL_EN;
+    }
+    static void qp_ctrl_write(Rmc &d, unsigned q, uint64_t v)
+    {
+        Rmc::Qp &qp = d.qps_[q];
+        if (v & ~uint64_t(QP_CTRL_EN | QP_CTRL_IRQ_EN))
+            d.gerr("QP %u CTRL: reserved bits 0x%llx ignored", q,
+                   (unsigned long long)(v & ~uint64_t(QP_CTRL_EN | QP_CTRL_IRQ_EN)));
+        bool en = v & QP_CTRL_EN;
+        if (en && !qp.enabled()) {
+            const char *why = nullptr;
+            uint64_t n = 1ull << std::min<uint64_t>(qp.depth_log2, 63);
+            if (qp.depth_log2 < RMC_DEPTH_LOG2_MIN || qp.depth_log2 > RMC_DEPTH_LOG2_MAX)
+                why = "DEPTH_LOG2 out of range 1..12";
+            else if ((qp.wq_base | qp.cq_base) % 64)
+                why = "WQ_BASE/CQ_BASE not 64-byte aligned";
+            else if (!d.mappable(qp.wq_base, n * RMC_WQE_SIZE))
+                why = "the WQ is not entirely in RAM";
+            else if (!d.mappable(qp.cq_base, n * RMC_CQE_SIZE))
+                why = "the CQ is not entirely in RAM";
+            else if (qp.ctx >= RMC_CTX_COUNT || !d.ctxs_[qp.ctx].valid())
+                why = "QP_CTX names no valid context";
+            if (why) {
+                d.gerr("QP %u: enable refused: %s", q, why);
+                qp.cfg_err = true;
+                qp.ctrl = v & QP_CTRL_IRQ_EN;
+            } else {
+                qp.cfg_err = qp.err = false;
+                qp.wq_tail = qp.wq_head = qp.cq_head = qp.cq_tail = 0;
+                qp.ctrl = v & (QP_CTRL_EN | QP_CTRL_IRQ_EN);
+            }
+        } else if (!en && qp.enabled()) {
+            d.orphan_qp_locked(q);
+            qp.ctrl = v & QP_CTRL_IRQ_EN;
+            d.irq_status_ &= ~(1ull << q);
+        } else {
+            qp.ctrl = (qp.ctrl & QP_CTRL_EN) | (v & QP_CTRL_IRQ_EN);
+        }
+    }
+    static void ctx_ctrl_write(Rmc &d, unsigned c, uint64_t v)
+    {
+        Rmc::Ctx &cx = d.ctxs_[c];
+        if (v & ~uint64_t(CTX_CTRL_VALID))
+            d.gerr("context %u CTRL: reserved bits 0x%llx ignored", c,
+                   (unsigned long long)(v & ~uint64_t(CTX_CTRL_VALID)));
+        bool valid = v & CTX_CTRL_VALID;
+        if (valid && !cx.valid()) {
+            const char *why = nullptr;
+            unsigned vo = unsigned(cx.layout & CTX_LAYOUT_VER_OFF_MASK);
+            if (cx.base % 64)
+                why = "CTX_BASE not 64-byte aligned";
+            else if (!cx.size || cx.size % 64)
+                why = "CTX_SIZE not a non-zero multiple of 64";
+            else if (!d.mappable(cx.base, cx.size))
+                why = "the segment is not entirely in RAM";
+            else if (cx.perm & ~uint64_t(CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC | CTX_PERM_SABRE))
+                why = "CTX_PERM has unknown bits";
+            else if ((cx.layout & CTX_LAYOUT_VALID) && (vo % 8 || vo > 56))
+                why = "CTX_LAYOUT version offset not a multiple of 8 in 0..56";
+            else if (cx.layout & ~uint64_t(CTX_LAYOUT_VALID | CTX_LAYOUT_VER_OFF_MASK))
+                why = "CTX_LAYOUT has unknown bits";
+            if (why) {
+                d.gerr("context %u: enable refused: %s", c, why);
+                cx.cfg_err = true;
+            } else {
+                cx.cfg_err = false;
+                cx.ctrl = CTX_CTRL_VALID;
+            }
+        } else if (!valid && cx.valid()) {
+            d.orphan_ctx_locked(c);
+            cx.ctrl = 0;
+        }
+    }
+    static void db_write(Rmc &d, unsigned q, uint64_t v, bool wq_tail, RmcWrite &w)
+    {
+        Rmc::Qp &qp = d.qps_[q];
+        uint32_t idx = uint32_t(v);
+        if (!qp.enabled()) {
+            d.gerr("doorbell of QP %u ignored: the QP is not enabled", q);
+        } else if (wq_tail) {
+            if (!(d.ctrl_ & RMC_CTRL_EN)) {
+                d.gerr("doorbell of QP %u ignored: the RMC is disabled (CTRL.EN clear)", q);
+            } else if (v > 0xffffffffull || uint32_t(idx - qp.wq_head) > qp.depth() ||
+                       uint32_t(idx - qp.wq_head) < uint32_t(qp.wq_tail - qp.wq_head)) {
+                d.gerr("QP %u: WQ tail %llu refused (head %u, tail %u, depth %u)", q, (unsigned long long)v,
+                       qp.wq_head, qp.wq_tail, qp.depth());
+            } else {
+                qp.wq_tail = idx;
+                w.wake = d.kicked_ = true;
+            }
+        } else if (v > 0xffffffffull || uint32_t(idx - qp.cq_head) > uint32_t(qp.cq_tail - qp.cq_head)) {
+            d.gerr("QP %u: CQ head %llu refused (head %u, tail %u)", q, (unsigned long long)v, qp.cq_head,
+                   qp.cq_tail);
+        } else {
+            qp.cq_head = idx;
+            w.wake = d.kicked_ = true;
+        }
+    }
+};
+
+struct Rmc::Bank : RegBank<Rmc, RmcWrite> {
+    Bank() : RegBank(std::span<const RmcRegs::R>(RmcRegs::table, RmcRegs::size)) {}
+};
+
+// Row builders (captureless lambdas become the hooks).
+#define RMC_RO(name, off, expr) \
+    RmcRegs::R \
+    { \
+        name, off, 8, RegAccess::RO, 0, 0, \
+            [](Rmc &d, const RmcRegs::R &, unsigned, RmcWrite &) -> uint64_t { \
+                (void)d; \
+                return (expr); \
+            } \
+    }
+#define RMC_QP_ROW(name, off, access, rd, wr) \
+    RmcRegs::R \
+    { \
+        name, RMC_QP_TABLE + (off), 8, RegAccess::access, 0, ~0ull, rd, wr, RMC_QP_COUNT, RMC_QP_STRIDE \
+    }
+#define RMC_QP_CFG(name, off, field) \
+    RMC_QP_ROW( \
+        name, off, RW, \
+        [](Rmc &d, const RmcRegs::R &, unsigned q, RmcWrite &) { \
+            return RmcRegs::qp_cfg_read(d, &Rmc::Qp::field, q); \
+        }, \
+        [](Rmc &d, const RmcRegs::R &r, unsigned q, uint64_t, uint64_t v, RmcWrite &) { \
+            RmcRegs::qp_cfg_write(d, r, q, &Rmc::Qp::field, v); \
+        })
+#define RMC_CTX_ROW(name, off, access, rd, wr) \
+    RmcRegs::R \
+    { \
+        name, RMC_CTX_TABLE + (off), 8, RegAccess::access, 0, ~0ull, rd, wr, RMC_CTX_COUNT, RMC_CTX_STRIDE \
+    }
+#define RMC_CTX_CFG(name, off, field, rd) \
+    RMC_CTX_ROW(name, off, RW, rd, \
+                [](Rmc &d, const RmcRegs::R &r, unsigned c, uint64_t, uint64_t v, RmcWrite &) { \
+                    RmcRegs::ctx_cfg_write(d, r, c, &Rmc::Ctx::field, v); \
+                })
+#define RMC_CTX_READ(field) \
+    [](Rmc &d, const RmcRegs::R &, unsigned c, RmcWrite &) -> uint64_t { return d.ctxs_[c].field; }
+#define RMC_DB_ROW(name, off, access, rd, wr) \
+    RmcRegs::R \
+    { \
+        name, RMC_DB_BASE + (off), 8, RegAccess::access, 0, ~0ull, rd, wr, RMC_QP_COUNT, RMC_DB_STRIDE \
+    }
+#define RMC_QP_READ(expr) \
+    [](Rmc &d, const RmcRegs::R &, unsigned q, RmcWrite &) -> uint64_t { return (expr); }
+#define RMC_CNT_ROW(N, n, desc) \
+    RmcRegs::R{"CNT_" #N, \
+               RMC_COUNTERS + RMC_CNT_##N, \
+               8, \
+               RegAccess::RO, \
+               0, \
+               0, \
+               [](Rmc &d, const RmcRegs::R &r, unsigned, RmcWrite &) -> uint64_t { \
+                   return d.counter_locked(unsigned(r.offset - RMC_COUNTERS)); \
+               }},
+
+const RmcRegs::R RmcRegs::table[] = {
+    RMC_RO("ID", RMC_REG_ID, RMC_ID_VALUE),
+    RMC_RO("NODE_ID", RMC_REG_NODE_ID, d.node_id_),
+    RMC_RO("NODE_COUNT", RMC_REG_NODE_COUNT, d.node_count_),
+    RMC_RO("QP_COUNT", RMC_REG_QP_COUNT, RMC_QP_COUNT),
+    RMC_RO("CTX_COUNT", RMC_REG_CTX_COUNT, RMC_CTX_COUNT),
+    RMC_RO("ATT_ENTRIES", RMC_REG_ATT_ENTRIES, d.cfg_.timing.att_entries),
+    RMC_RO("SB_DEPTH", RMC_REG_SB_DEPTH, d.cfg_.timing.sb_depth),
+    R{"CTRL", RMC_REG_CTRL, 8, RegAccess::RW, 0, ~0ull,
+      [](Rmc &d, const R &, unsigned, RmcWrite &) -> uint64_t { return d.ctrl_; },
+      [](Rmc &d, const R &, unsigned, uint64_t, uint64_t v, RmcWrite &w) {
+          ctrl_write(d, v);
+          w.wake = d.kicked_ = true;
+      }},
+    RMC_RO("STATUS", RMC_REG_STATUS,
+           (d.cfg_.speculation ? RMC_STATUS_SPEC : 0u) | (d.fabric_up() ? RMC_STATUS_FABRIC_UP : 0u)),
+    R{"IRQ_STATUS", RMC_REG_IRQ_STATUS, 8, RegAccess::W1C, 0, ~0ull,
+      [](Rmc &d, const R &, unsigned, RmcWrite &) -> uint64_t { return d.irq_status_; },
+      [](Rmc &d, const R &, unsigned, uint64_t merged, uint64_t, RmcWrite &) { d.irq_status_ = merged; }},
+    RMC_RO("SEG_BASE", RMC_REG_SEG_BASE, d.cfg_.seg_base),
+    RMC_RO("SEG_SIZE", RMC_REG_SEG_SIZE, d.cfg_.seg_size),
+    RMC_RO("T_RMC_MHZ", RMC_REG_T_RMC_MHZ, d.cfg_.timing.rmc_mhz),
+    RMC_RO("T_MEM_NS", RMC_REG_T_MEM_NS, d.cfg_.timing.mem_ns),
+    RMC_RO("T_LLC_NS", RMC_REG_T_LLC_NS, d.cfg_.timing.llc_ns),
+    RMC_RO("T_HOP_NS", RMC_REG_T_HOP_NS, d.cfg_.timing.hop_ns),
+    RMC_RO("T_HOPS", RMC_REG_T_HOPS, d.cfg_.timing.hops),
+    RMC_RO("T_LINK_GBPS", RMC_REG_T_LINK_GBPS, d.cfg_.timing.link_gbps),
+    RMC_RO("T_R2P2_GBPS", RMC_REG_T_R2P2_GBPS, d.cfg_.timing.r2p2_gbps),
+    RMC_RO("T_R2P2_COUNT", RMC_REG_T_R2P2_COUNT, d.cfg_.timing.r2p2_count),
+    RMC_RO("T_ISSUE_CYC", RMC_REG_T_ISSUE_CYC, d.cfg_.timing.issue_cycles),
+    RMC_RO("TIMEOUT_MS", RMC_REG_TIMEOUT_MS, d.cfg_.timeout_ms),
+    RMC_RO("WINDOW_BLOCKS", RMC_REG_WINDOW_BLOCKS, d.cfg_.window_blocks),
+
+    RMC_QP_CFG("QP_WQ_BASE", QP_WQ_BASE, wq_base),
+    RMC_QP_CFG("QP_CQ_BASE", QP_CQ_BASE, cq_base),
+    RMC_QP_CFG("QP_DEPTH_LOG2", QP_DEPTH_LOG2, depth_log2),
+    RMC_QP_CFG("QP_CTX", QP_CTX, ctx),
+    RMC_QP_ROW(
+        "QP_CTRL", QP_CTRL, RW, RMC_QP_READ(d.qps_[q].ctrl),
+        [](Rmc &d, const R &, unsigned q, uint64_t, uint64_t v, RmcWrite &) { qp_ctrl_write(d, q, v); }),
+    RMC_QP_ROW("QP_STATUS", QP_STATUS, RO, RMC_QP_READ(Rmc::qp_status(d.qps_[q])), nullptr),
+    RMC_QP_ROW("QP_WQ_HEAD", QP_WQ_HEAD, RO, RMC_QP_READ(d.qps_[q].wq_head), nullptr),
+    RMC_QP_ROW("QP_CQ_TAIL", QP_CQ_TAIL, RO, RMC_QP_READ(d.qps_[q].cq_tail), nullptr),
+
+    RMC_CTX_CFG("CTX_BASE", CTX_BASE, base, RMC_CTX_READ(base)),
+    RMC_CTX_CFG("CTX_SIZE", CTX_SIZE, size, RMC_CTX_READ(size)),
+    RMC_CTX_CFG("CTX_PERM", CTX_PERM, perm, RMC_CTX_READ(perm)),
+    RMC_CTX_CFG("CTX_NODEMASK", CTX_NODEMASK, nodemask, RMC_CTX_READ(nodemask)),
+    RMC_CTX_CFG("CTX_LAYOUT", CTX_LAYOUT, layout, RMC_CTX_READ(layout)),
+    RMC_CTX_ROW(
+        "CTX_CTRL", CTX_CTRL, RW, RMC_CTX_READ(ctrl),
+        [](Rmc &d, const R &, unsigned c, uint64_t, uint64_t v, RmcWrite &) { ctx_ctrl_write(d, c, v); }),
+    RMC_CTX_ROW(
+        "CTX_STATUS", CTX_STATUS, RO,
+        [](Rmc &d, const R &, unsigned c,
+           RmcWrite &) -> uint64_t { return d.ctxs_[c].cfg_err ? CTX_ST_CFG_ERR : 0; },
+        nullptr),
+    // write-only: reads 0
+    RMC_CTX_CFG("CTX_KEY", CTX_KEY, key,
+                [](Rmc &, const R &, unsigned, RmcWrite &) -> uint64_t { return 0; }),
+
+    RMC_COUNTER_TABLE(RMC_CNT_ROW)
+
+        RMC_DB_ROW("DB_WQ_TAIL", DB_WQ_TAIL, RW, RMC_QP_READ(d.qps_[q].wq_tail),
+                   [](Rmc &d, const R &, unsigned q, uint64_t, uint64_t v, RmcWrite &w) {
+                       db_write(d, q, v, true, w);
+                   }),
+    RMC_DB_ROW("DB_CQ_HEAD", DB_CQ_HEAD, RW, RMC_QP_READ(d.qps_[q].cq_head),
+               [](Rmc &d, const R &, unsigned q, uint64_t, uint64_t v, RmcWrite &w) {
+                   db_write(d, q, v, false, w);
+               }),
+    RMC_DB_ROW("DB_WQ_HEAD", DB_WQ_HEAD, RO, RMC_QP_READ(d.qps_[q].wq_head), nullptr),
+    RMC_DB_ROW("DB_CQ_TAIL", DB_CQ_TAIL, RO, RMC_QP_READ(d.qps_[q].cq_tail), nullptr),
+    RMC_DB_ROW("DB_STATUS", DB_STATUS, RO, RMC_QP_READ(Rmc::qp_status(d.qps_[q])), nullptr),
+};
+const size_t RmcRegs::size = sizeof(RmcRegs::table) / sizeof(RmcRegs::table[0]);
+
+#undef RMC_RO
+#undef RMC_QP_ROW
+#undef RMC_QP_CFG
+#undef RMC_CTX_ROW
+#undef RMC_CTX_CFG
+#undef RMC_CTX_READ
+#undef RMC_DB_ROW
+#undef RMC_QP_READ
+#undef RMC_CNT_ROW
+
+std::string Rmc::reg_name(uint64_t off) const
+{
+    return bank_->describe(off);
+}
+
+bool Rmc::fabric_up() const
+{
+    if (!fab_.send) return false;
+    return fab_.up ? fab_.up() : true;
+}
+
 uint64_t Rmc::mmio_read(uint64_t off, unsigned size)
 {
     if (size != 8 || (off & 7)) {
@@ -211,177 +572,11 @@ uint64_t Rmc::mmio_read(uint64_t off, unsigned size)
              (unsigned long long)off);
         return 0;
     }
-    if (off >= RMC_DB_BASE && off < RMC_DB_BASE + RMC_QP_COUNT * RMC_DB_STRIDE) {
-        unsigned q = unsigned((off - RMC_DB_BASE) / RMC_DB_STRIDE);
-        uint64_t r = (off - RMC_DB_BASE) % RMC_DB_STRIDE;
-        std::lock_guard lk(mu_);
-        const Qp &qp = qps_[q];
-        switch (r) {
-        case DB_WQ_TAIL:
-            return qp.wq_tail;
-        case DB_CQ_HEAD:
-            return qp.cq_head;
-        case DB_WQ_HEAD:
-            return qp.wq_head;
-        case DB_CQ_TAIL:
-            return qp.cq_tail;
-        case DB_STATUS:
-            return qp_status(qp);
-        default:
-            return 0;
-        }
-    }
-    if (off >= RMC_QP_TABLE && off < RMC_QP_TABLE + RMC_QP_COUNT * RMC_QP_STRIDE) {
-        unsigned q = unsigned((off - RMC_QP_TABLE) / RMC_QP_STRIDE);
-        uint64_t r = (off - RMC_QP_TABLE) % RMC_QP_STRIDE;
-        std::lock_guard lk(mu_);
-        const Qp &qp = qps_[q];
-        switch (r) {
-        case QP_WQ_BASE:
-            return qp.wq_base;
-        case QP_CQ_BASE:
-            return qp.cq_base;
-        case QP_DEPTH_LOG2:
-            return qp.depth_log2;
-        case QP_CTX:
-            return qp.ctx;
-        case QP_CTRL:
-            return qp.ctrl;
-        case QP_STATUS:
-            return qp_status(qp);
-        case QP_WQ_HEAD:
-            return qp.wq_head;
-        case QP_CQ_TAIL:
-            return qp.cq_tail;
-        default:
-            return 0;
-        }
-    }
-    if (off >= RMC_CTX_TABLE && off < RMC_CTX_TABLE + RMC_CTX_COUNT * RMC_CTX_STRIDE) {
-        unsigned c = unsigned((off - RMC_CTX_TABLE) / RMC_CTX_STRIDE);
-        uint64_t r = (off - RMC_CTX_TABLE) % RMC_CTX_STRIDE;
-        std::lock_guard lk(mu_);
-        const Ctx &cx = ctxs_[c];
-        switch (r) {
-        case CTX_BASE:
-            return cx.base;
-        case CTX_SIZE:
-            return cx.size;
-        case CTX_PERM:
-            return cx.perm;
-        case CTX_NODEMASK:
-            return cx.nodemask;
-        case CTX_LAYOUT:
-            return cx.layout;
-        case CTX_CTRL:
-            return cx.ctrl;
-        case CTX_STATUS:
-            return cx.cfg_err ? CTX_ST_CFG_ERR : 0;
-        default:
-            return 0;
-        }
-    }
-    if (off >= RMC_COUNTERS && off < RMC_COUNTERS + RMC_CNT_COUNT * 8) {
-        return counter(unsigned(off - RMC_COUNTERS));
-    }
-    if (off < RMC_QP_TABLE) return global_read(off);
-    return 0;
-}
-
-uint64_t Rmc::global_read(uint64_t off)
-{
-    const Timing &t = cfg_.timing;
-    switch (off) {
-    case RMC_REG_ID:
-        return RMC_ID_VALUE;
-    case RMC_REG_NODE_ID:
-        return cfg_.node_id;
-    case RMC_REG_NODE_COUNT:
-        return cfg_.node_count;
-    case RMC_REG_QP_COUNT:
-        return RMC_QP_COUNT;
-    case RMC_REG_CTX_COUNT:
-        return RMC_CTX_COUNT;
-    case RMC_REG_ATT_ENTRIES:
-        return t.att_entries;
-    case RMC_REG_SB_DEPTH:
-        return t.sb_depth;
-    case RMC_REG_CTRL: {
-        std::lock_guard lk(mu_);
-        return ctrl_;
-    }
-    case RMC_REG_STATUS:
-        return (cfg_.speculation ? RMC_STATUS_SPEC : 0) |
-               (host_.fabric_up && host_.fabric_up() ? RMC_STATUS_FABRIC_UP : 0);
-    case RMC_REG_IRQ_STATUS: {
-        std::lock_guard lk(mu_);
-        return irq_status_;
-    }
-    case RMC_REG_SEG_BASE:
-        return cfg_.seg_base;
-    case RMC_REG_SEG_SIZE:
-        return cfg_.seg_size;
-    case RMC_REG_T_RMC_MHZ:
-        return t.rmc_mhz;
-    case RMC_REG_T_MEM_NS:
-        return t.mem_ns;
-    case RMC_REG_T_LLC_NS:
-        return t.llc_ns;
-    case RMC_REG_T_HOP_NS:
-        return t.hop_ns;
-    case RMC_REG_T_HOPS:
-        return t.hops;
-    case RMC_REG_T_LINK_GBPS:
-        return t.link_gbps;
-    case RMC_REG_T_R2P2_GBPS:
-        return t.r2p2_gbps;
-    case RMC_REG_T_R2P2_COUNT:
-        return t.r2p2_count;
-    case RMC_REG_T_ISSUE_CYC:
-        return t.issue_cycles;
-    case RMC_REG_TIMEOUT_MS:
-        return cfg_.timeout_ms;
-    case RMC_REG_WINDOW_BLOCKS:
-        return cfg_.window_blocks;
-    default:
-        return 0;
-    }
-}
-
-void Rmc::global_write(uint64_t off, uint64_t v)
-{
-    switch (off) {
-    case RMC_REG_CTRL: {
-        if (v & ~uint64_t(RMC_CTRL_EN | RMC_CTRL_CNT_CLEAR))
-            gerr("CTRL: reserved bits 0x%llx ignored",
-                 (unsigned long long)(v & ~uint64_t(RMC_CTRL_EN | RMC_CTRL_CNT_CLEAR)));
-        if (v & RMC_CTRL_CNT_CLEAR) {
-            for (auto &c : cnt_)
-                c.store(0, std::memory_order_relaxed);
-            std::lock_guard lk(mu_);
-            sabre_base_ = sabre_.counters();
-        }
-        {
-            std::unique_lock srv(srv_mu_);
-            std::lock_guard lk(mu_);
-            ctrl_ = v & RMC_CTRL_EN;
-            kicked_ = true;
-        }
-        cv_.notify_one();
-        notify_irq();
-        return;
-    }
-    case RMC_REG_IRQ_STATUS: {
-        std::lock_guard lk(mu_);
-        irq_status_ &= ~v;
-        break;
-    }
-    default:
-        gerr("write of 0x%llx to read-only or unknown register 0x%llx ignored", (unsigned long long)v,
-             (unsigned long long)off);
-        return;
-    }
-    notify_irq();
+    RmcWrite w;
+    uint64_t v = 0;
+    std::lock_guard lk(mu_);
+    (void)bank_->read(*this, off, size, w, v); // unmapped offsets read 0
+    return v;
 }
 
 void Rmc::mmio_write(uint64_t off, uint64_t v, unsigned size)
@@ -390,183 +585,26 @@ void Rmc::mmio_write(uint64_t off, uint64_t v, unsigned size)
         gerr("%u-byte write at 0x%llx ignored: registers are 64-bit, aligned", size, (unsigned long long)off);
         return;
     }
-    if (off >= RMC_DB_BASE && off < RMC_DB_BASE + RMC_QP_COUNT * RMC_DB_STRIDE) {
-        unsigned q = unsigned((off - RMC_DB_BASE) / RMC_DB_STRIDE);
-        uint64_t r = (off - RMC_DB_BASE) % RMC_DB_STRIDE;
-        bool wake = false;
-        {
-            std::lock_guard lk(mu_);
-            Qp &qp = qps_[q];
-            uint32_t idx = uint32_t(v);
-            if (!qp.enabled()) {
-                gerr("doorbell of QP %u ignored: the QP is not enabled", q);
-            } else if (r == DB_WQ_TAIL) {
-                if (!(ctrl_ & RMC_CTRL_EN)) {
-                    gerr("doorbell of QP %u ignored: the RMC is disabled (CTRL.EN clear)", q);
-                } else if (v > 0xffffffffull || uint32_t(idx - qp.wq_head) > qp.depth() ||
-                           uint32_t(idx - qp.wq_head) < uint32_t(qp.wq_tail - qp.wq_head)) {
-                    gerr("QP %u: WQ tail %llu refused (head %u, tail %u, depth %u)", q, (unsigned long long)v,
-                         qp.wq_head, qp.wq_tail, qp.depth());
-                } else {
-                    qp.wq_tail = idx;
-                    wake = kicked_ = true;
-                }
-            } else if (r == DB_CQ_HEAD) {
-                if (v > 0xffffffffull || uint32_t(idx - qp.cq_head) > uint32_t(qp.cq_tail - qp.cq_head)) {
-                    gerr("QP %u: CQ head %llu refused (head %u, tail %u)", q, (unsigned long long)v,
-                         qp.cq_head, qp.cq_tail);
-                } else {
-                    qp.cq_head = idx;
-                    wake = kicked_ = true;
-                }
-            } else {
-                gerr("QP %u: write to read-only doorbell register 0x%llx ignored", q, (unsigned long long)r);
-            }
-        }
-        if (wake) cv_.notify_one();
-        return;
+    RmcWrite w;
+    RegResult res;
+    {
+        // CTRL (EN) and the context table change what the R2P2 serves: no request of another
+        // node is being served meanwhile.
+        std::unique_lock<std::shared_mutex> srv(srv_mu_, std::defer_lock);
+        if (off == RMC_REG_CTRL ||
+            (off >= RMC_CTX_TABLE && off < RMC_CTX_TABLE + RMC_CTX_COUNT * RMC_CTX_STRIDE))
+            srv.lock();
+        std::lock_guard lk(mu_);
+        res = bank_->write(*this, off, v, size, w);
     }
-    if (off >= RMC_QP_TABLE && off < RMC_QP_TABLE + RMC_QP_COUNT * RMC_QP_STRIDE) {
-        unsigned q = unsigned((off - RMC_QP_TABLE) / RMC_QP_STRIDE);
-        uint64_t r = (off - RMC_QP_TABLE) % RMC_QP_STRIDE;
-        {
-            std::lock_guard lk(mu_);
-            Qp &qp = qps_[q];
-            if (r == QP_CTRL) {
-                if (v & ~uint64_t(QP_CTRL_EN | QP_CTRL_IRQ_EN))
-                    gerr("QP %u CTRL: reserved bits 0x%llx ignored", q,
-                         (unsigned long long)(v & ~uint64_t(QP_CTRL_EN | QP_CTRL_IRQ_EN)));
-                bool en = v & QP_CTRL_EN;
-                if (en && !qp.enabled()) {
-                    const char *why = nullptr;
-                    uint64_t n = 1ull << std::min<uint64_t>(qp.depth_log2, 63);
-                    if (qp.depth_log2 < RMC_DEPTH_LOG2_MIN || qp.depth_log2 > RMC_DEPTH_LOG2_MAX)
-                        why = "DEPTH_LOG2 out of range 1..12";
-                    else if ((qp.wq_base | qp.cq_base) % 64)
-                        why = "WQ_BASE/CQ_BASE not 64-byte aligned";
-                    else if (!in_ram(qp.wq_base, n * RMC_WQE_SIZE))
-                        why = "the WQ is not entirely in RAM";
-                    else if (!in_ram(qp.cq_base, n * RMC_CQE_SIZE))
-                        why = "the CQ is not entirely in RAM";
-                    else if (qp.ctx >= RMC_CTX_COUNT || !ctxs_[qp.ctx].valid())
-                        why = "QP_CTX names no valid context";
-                    if (why) {
-                        gerr("QP %u: enable refused: %s", q, why);
-                        qp.cfg_err = true;
-                        qp.ctrl = v & QP_CTRL_IRQ_EN;
-                    } else {
-                        qp.cfg_err = qp.err = false;
-                        qp.wq_tail = qp.wq_head = qp.cq_head = qp.cq_tail = 0;
-                        qp.ctrl = v & (QP_CTRL_EN | QP_CTRL_IRQ_EN);
-                    }
-                } else if (!en && qp.enabled()) {
-                    orphan_qp_locked(q);
-                    qp.ctrl = v & QP_CTRL_IRQ_EN;
-                    irq_status_ &= ~(1ull << q);
-                } else {
-                    qp.ctrl = (qp.ctrl & QP_CTRL_EN) | (v & QP_CTRL_IRQ_EN);
-                }
-            } else if (qp.enabled() && r <= QP_CTX) {
-                gerr("QP %u: register 0x%llx is read-only while the QP is enabled; write ignored", q,
-                     (unsigned long long)r);
-            } else {
-                switch (r) {
-                case QP_WQ_BASE:
-                    qp.wq_base = v;
-                    break;
-                case QP_CQ_BASE:
-                    qp.cq_base = v;
-                    break;
-                case QP_DEPTH_LOG2:
-                    qp.depth_log2 = v;
-                    break;
-                case QP_CTX:
-                    qp.ctx = v;
-                    break;
-                default:
-                    gerr("QP %u: write to read-only register 0x%llx ignored", q, (unsigned long long)r);
-                }
-            }
-        }
-        notify_irq();
-        return;
-    }
-    if (off >= RMC_CTX_TABLE && off < RMC_CTX_TABLE + RMC_CTX_COUNT * RMC_CTX_STRIDE) {
-        unsigned c = unsigned((off - RMC_CTX_TABLE) / RMC_CTX_STRIDE);
-        uint64_t r = (off - RMC_CTX_TABLE) % RMC_CTX_STRIDE;
-        std::unique_lock srv(srv_mu_); // no request of another node is being served meanwhile
-        std::unique_lock lk(mu_);
-        Ctx &cx = ctxs_[c];
-        if (r == CTX_CTRL) {
-            if (v & ~uint64_t(CTX_CTRL_VALID))
-                gerr("context %u CTRL: reserved bits 0x%llx ignored", c,
-                     (unsigned long long)(v & ~uint64_t(CTX_CTRL_VALID)));
-            bool valid = v & CTX_CTRL_VALID;
-            if (valid && !cx.valid()) {
-                const char *why = nullptr;
-                unsigned vo = unsigned(cx.layout & CTX_LAYOUT_VER_OFF_MASK);
-                if (cx.base % 64)
-                    why = "CTX_BASE not 64-byte aligned";
-                else if (!cx.size || cx.size % 64)
-                    why = "CTX_SIZE not a non-zero multiple of 64";
-                else if (!in_ram(cx.base, cx.size))
-                    why = "the segment is not entirely in RAM";
-                else if (cx.perm &
-                         ~uint64_t(CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC | CTX_PERM_SABRE))
-                    why = "CTX_PERM has unknown bits";
-                else if ((cx.layout & CTX_LAYOUT_VALID) && (vo % 8 || vo > 56))
-                    why = "CTX_LAYOUT version offset not a multiple of 8 in 0..56";
-                else if (cx.layout & ~uint64_t(CTX_LAYOUT_VALID | CTX_LAYOUT_VER_OFF_MASK))
-                    why = "CTX_LAYOUT has unknown bits";
-                if (why) {
-                    gerr("context %u: enable refused: %s", c, why);
-                    cx.cfg_err = true;
-                } else {
-                    cx.cfg_err = false;
-                    cx.ctrl = CTX_CTRL_VALID;
-                }
-            } else if (!valid && cx.valid()) {
-                orphan_ctx_locked(c);
-                cx.ctrl = 0;
-            }
-        } else if (cx.valid() && (r <= CTX_LAYOUT || r == CTX_KEY)) {
-            gerr("context %u: register 0x%llx is read-only while the context is valid; write ignored", c,
-                 (unsigned long long)r);
-        } else {
-            switch (r) {
-            case CTX_BASE:
-                cx.base = v;
-                break;
-            case CTX_SIZE:
-                cx.size = v;
-                break;
-            case CTX_PERM:
-                cx.perm = v;
-                break;
-            case CTX_NODEMASK:
-                cx.nodemask = v;
-                break;
-            case CTX_LAYOUT:
-                cx.layout = v;
-                break;
-            case CTX_KEY:
-                cx.key = v;
-                break;
-            default:
-                gerr("context %u: write to read-only register 0x%llx ignored", c, (unsigned long long)r);
-            }
-        }
-        lk.unlock();
-        srv.unlock();
-        notify_irq(); // withdrawing a context may have completed transfers
-        return;
-    }
-    if (off < RMC_QP_TABLE) {
-        global_write(off, v);
-        return;
-    }
-    gerr("write of 0x%llx to read-only or unknown offset 0x%llx ignored", (unsigned long long)v,
-         (unsigned long long)off);
+    if (res == RegResult::ReadOnly)
+        gerr("write of 0x%llx to read-only register %s ignored", (unsigned long long)v,
+             reg_name(off).c_str());
+    else if (res == RegResult::Unmapped)
+        gerr("write of 0x%llx to unknown offset 0x%llx ignored", (unsigned long long)v,
+             (unsigned long long)off);
+    if (w.wake) cv_.notify_one();
+    notify_irq(); // IRQ_STATUS, CTRL.EN, a QP's IRQ_EN, completions of orphaned transfers
 }
 
 void Rmc::reset()
@@ -588,6 +626,7 @@ void Rmc::reset()
         }
         ctrl_ = 0;
         irq_status_ = 0;
+        bank_->reset();
     }
     for (auto &c : cnt_)
         c.store(0, std::memory_order_relaxed);
@@ -656,9 +695,15 @@ void Rmc::rgp_main()
         bool notify = false;
         {
             std::unique_lock lk(mu_);
+            rgp_busy_ = false;
+            idle_cv_.notify_all();
             for (;;) {
                 if (stop_) return;
-                check_timeouts_locked(now_ns());
+                if (paused_) {
+                    cv_.wait(lk, [this] { return stop_ || !paused_; });
+                    continue;
+                }
+                check_timeouts_locked(mono_ns());
                 out.clear();
                 kicked_ = false;
                 bool work = rgp_round(out);
@@ -668,7 +713,10 @@ void Rmc::rgp_main()
                     irq_seq_ = cqe_seq_;
                     notify = true;
                 }
-                if (work || notify) break;
+                if (work || notify) {
+                    rgp_busy_ = true;
+                    break;
+                }
                 if (kicked_) continue;
                 // Sleep until a doorbell, a completion or the next deadline.
                 uint64_t next = UINT64_MAX;
@@ -677,7 +725,8 @@ void Rmc::rgp_main()
                 if (next == UINT64_MAX) {
                     cv_.wait(lk, [this] { return stop_ || kicked_; });
                 } else {
-                    uint64_t now = now_ns();
+                    // a host timer only: the deadline is checked against host.now_ns() again
+                    uint64_t now = mono_ns();
                     auto d =
                         std::chrono::nanoseconds(next > now ? next - now : 0) + std::chrono::milliseconds(1);
                     cv_.wait_for(lk, d, [this] { return stop_ || kicked_; });
@@ -690,21 +739,21 @@ void Rmc::rgp_main()
                 // This node's own R2P2 answers straight into this node's RCP.
                 Sink sink;
                 sink.msg = [this](rkf_frame_hdr &h, const void *p) {
-                    h.src = uint16_t(cfg_.node_id);
-                    rcp_data(h, static_cast<const uint8_t *>(p));
+                    h.src = uint16_t(node_id_);
+                    rcp_data(h, static_cast<const uint8_t *>(p), true);
                 };
                 const rkf_frame_hdr req = f.hdr;
                 sink.reply = [this, &req](uint16_t st, const void *p, uint16_t len) {
                     rkf_frame_hdr h = req;
-                    h.src = uint16_t(cfg_.node_id);
+                    h.src = uint16_t(node_id_);
                     h.type = RKF_T_REPLY;
                     h.status = st;
                     h.len = len;
-                    rcp_reply(h, static_cast<const uint8_t *>(p));
+                    rcp_reply(h, static_cast<const uint8_t *>(p), true);
                 };
-                serve(f.hdr, f.payload.data(), sink);
+                serve(f.hdr, f.payload.data(), sink, true);
             } else {
-                int rc = host_.send ? host_.send(f.hdr, f.payload.data()) : -ENOTCONN;
+                int rc = fab_.send ? fab_.send(f.hdr, f.payload.data()) : -ENOTCONN;
                 if (rc) {
                     frame_failed(f.hdr.tag, RMC_ST_UNREACHABLE,
                                  rc == -EAGAIN ? RMC_INFO_CONGESTED : RMC_INFO_LINK_DOWN);
@@ -733,14 +782,15 @@ bool Rmc::rgp_round(std::vector<std::pair<Frame, bool>> &out)
             if (window_[dst] && window_[dst] + f.blocks > cfg_.window_blocks) break;
             uint64_t tag = next_tag_++;
             f.hdr.tag = tag;
-            bool modifies = dst != cfg_.node_id && f.hdr.op >= RKF_OP_RMC_WRITE && f.hdr.op <= RKF_OP_RMC_FAA;
+            bool modifies = dst != node_id_ && f.hdr.op >= RKF_OP_RMC_WRITE && f.hdr.op <= RKF_OP_RMC_FAA;
             pending_[tag] = Pending{id, f.xoff, f.len, f.blocks, 0, dst, modifies};
             if (modifies) t.maybe_applied++;
+            t.frames_sent++;
             window_[dst] += f.blocks;
             t.outstanding++;
             count(RMC_CNT_REQ_FRAMES);
             count(RMC_CNT_REQ_BLOCKS, f.blocks);
-            out.emplace_back(std::move(f), dst == cfg_.node_id);
+            out.emplace_back(std::move(f), dst == node_id_);
             t.unsent.pop_front();
         }
         if (out.size() >= kFramesPerRound) break;
@@ -756,8 +806,13 @@ bool Rmc::fetch_one(unsigned q)
     uint32_t idx = qp.wq_head;
     rmc_wqe w;
     std::atomic_thread_fence(std::memory_order_acquire);
-    mem_load(reinterpret_cast<uint8_t *>(&w),
-             host(qp.wq_base + uint64_t(idx & (qp.depth() - 1)) * RMC_WQE_SIZE), sizeof w);
+    Status st = mem_read(qp.wq_base + uint64_t(idx & (qp.depth() - 1)) * RMC_WQE_SIZE, &w, sizeof w);
+    if (st != RK_OK) {
+        // cannot happen once validated (the WQ was RAM at enable): the QP stops
+        gerr("QP %u: WQE %u unreadable (%s): the QP stops (QP_ST_ERR)", q, idx, rk_status_name(st));
+        qp.err = true;
+        return false;
+    }
     qp.wq_head++;
     count(RMC_CNT_WQE_FETCHED);
 
@@ -769,7 +824,7 @@ bool Rmc::fetch_one(unsigned q)
     else if ((w.flags & ~RMC_WQE_F_NOSPEC) || ((w.flags & RMC_WQE_F_NOSPEC) && w.op != RMC_OP_SABRE) ||
              w.reserved[0] || w.reserved[1])
         info = RMC_INFO_RESERVED;
-    else if (w.node >= cfg_.node_count)
+    else if (w.node >= node_count_)
         info = RMC_INFO_BAD_NODE;
     else if ((w.op == RMC_OP_READ || w.op == RMC_OP_WRITE) && (w.length < 1 || w.length > RMC_XFER_MAX))
         info = RMC_INFO_BAD_LEN;
@@ -795,9 +850,9 @@ bool Rmc::fetch_one(unsigned q)
     static const unsigned op_cnt[] = {
         0, RMC_CNT_OP_READ, RMC_CNT_OP_WRITE, RMC_CNT_OP_CAS, RMC_CNT_OP_FAA, RMC_CNT_OP_SABRE};
     count(op_cnt[w.op]);
-    if (w.node != cfg_.node_id && (!host_.send || (host_.fabric_up && !host_.fabric_up()))) {
+    if (w.node != node_id_ && !fabric_up()) {
         complete_now_locked(q, w, uint16_t(idx), RMC_ST_UNREACHABLE,
-                            host_.send ? RMC_INFO_LINK_DOWN : RMC_INFO_NOROUTE);
+                            fab_.send ? RMC_INFO_LINK_DOWN : RMC_INFO_NOROUTE);
         return true;
     }
     uint64_t id = next_xfer_++;
@@ -809,7 +864,7 @@ bool Rmc::fetch_one(unsigned q)
     t.wqe = w;
     t.wq_index = uint16_t(idx);
     t.local_addr = cx.base + w.local_off;
-    t.start_ns = now_ns();
+    t.start_ns = mono_ns();
     t.deadline_ns = t.start_ns + uint64_t(cfg_.timeout_ms) * 1000000ull;
     build_frames(t);
     qp.inflight++;
@@ -826,7 +881,7 @@ void Rmc::build_frames(Transfer &t)
         f.hdr.svc = RKF_SVC_RMC;
         f.hdr.op = op;
         f.hdr.dst = w.node;
-        f.hdr.src = uint16_t(cfg_.node_id); // the port sets it again for the fabric
+        f.hdr.src = uint16_t(node_id_); // the port sets it again for the fabric
         f.xoff = xoff;
         f.len = len;
         f.blocks = blocks_touched(w.remote_off + xoff, len);
@@ -855,7 +910,9 @@ void Rmc::build_frames(Transfer &t)
         uint8_t buf[RMC_WIRE_DATA_MAX];
         for (uint64_t x = 0; x < w.length; x += RMC_WIRE_DATA_MAX) {
             uint32_t n = uint32_t(std::min<uint64_t>(RMC_WIRE_DATA_MAX, w.length - x));
-            mem_load(buf, host(t.local_addr + x), n); // the data leaves when the RGP unrolls
+            // the data leaves when the RGP unrolls (the local buffer was checked RAM with its
+            // context; a failure cannot happen, and would send what was read)
+            if (mem_read(t.local_addr + x, buf, n) != RK_OK) std::memset(buf, 0, n);
             frame(RKF_OP_RMC_WRITE, x, n, 0, buf, n);
         }
         break;
@@ -948,13 +1005,13 @@ void Rmc::complete_now_locked(unsigned q, const rmc_wqe &w, uint16_t idx, uint8_
     t.wq_index = idx;
     t.status = st;
     t.info = info;
-    t.start_ns = now_ns();
+    t.start_ns = mono_ns();
     write_cqe_locked(qps_[q], q, t);
 }
 
 void Rmc::write_cqe_locked(Qp &qp, unsigned q, const Transfer &t)
 {
-    bool local = t.wqe.node == cfg_.node_id;
+    bool local = t.wqe.node == node_id_;
     const Timing &tm = cfg_.timing;
     double model = 0;
     if (t.status != RMC_ST_BAD_REQUEST && t.status != RMC_ST_UNREACHABLE && t.status != RMC_ST_UNCERTAIN) {
@@ -979,7 +1036,8 @@ void Rmc::write_cqe_locked(Qp &qp, unsigned q, const Transfer &t)
     c.value = t.value;
     uint64_t m = uint64_t(std::llround(model));
     c.modeled_ns = uint32_t(std::min<uint64_t>(m, UINT32_MAX));
-    uint64_t wall = now_ns() - t.start_ns;
+    const uint64_t now = mono_ns();
+    uint64_t wall = now > t.start_ns ? now - t.start_ns : 0;
     c.wall_ns = uint32_t(std::min<uint64_t>(wall, UINT32_MAX));
     c.wq_index = t.wq_index;
     c.op = t.wqe.op;
@@ -987,9 +1045,28 @@ void Rmc::write_cqe_locked(Qp &qp, unsigned q, const Transfer &t)
     c.info = t.info;
     uint32_t k = qp.cq_tail;
     uint8_t phase = uint8_t(1 ^ ((k >> qp.depth_log2) & 1));
-    uint8_t *dst = host(qp.cq_base + uint64_t(k & (qp.depth() - 1)) * RMC_CQE_SIZE);
-    mem_store(dst, reinterpret_cast<const uint8_t *>(&c), offsetof(rmc_cqe, flags));
-    __atomic_store_n(dst + offsetof(rmc_cqe, flags), uint8_t(t.cqe_flags | phase), __ATOMIC_RELEASE);
+    c.flags = uint8_t(t.cqe_flags | phase);
+    const uint64_t addr = qp.cq_base + uint64_t(k & (qp.depth() - 1)) * RMC_CQE_SIZE;
+    // The entry, then its flags byte with release semantics: software that sees the phase sees
+    // the entry.
+    uint64_t n = RMC_CQE_SIZE;
+    Status st = RK_OK;
+    if (void *p = host_.dma_map(addr, n, true); p && n == RMC_CQE_SIZE) {
+        auto *dst = static_cast<uint8_t *>(p);
+        mem_store(dst, reinterpret_cast<const uint8_t *>(&c), offsetof(rmc_cqe, flags));
+        __atomic_store_n(dst + offsetof(rmc_cqe, flags), c.flags, __ATOMIC_RELEASE);
+        host_.dma_unmap(p, n, true, n);
+    } else {
+        host_.dma_unmap(p, n, true, 0);
+        st = host_.dma_write(addr, &c, offsetof(rmc_cqe, flags));
+        std::atomic_thread_fence(std::memory_order_release);
+        if (st == RK_OK) st = host_.dma_write(addr + offsetof(rmc_cqe, flags), &c.flags, 1);
+    }
+    if (st != RK_OK) {
+        // cannot happen once validated (the CQ was RAM at enable): the QP stops
+        gerr("QP %u: CQE %u unwritable (%s): the QP stops (QP_ST_ERR)", q, k, rk_status_name(st));
+        qp.err = true;
+    }
     qp.cq_tail++;
     cqe_seq_++;
     count(RMC_CNT_CQE_WRITTEN);
@@ -1005,26 +1082,90 @@ void Rmc::on_frame(const rkf_frame_hdr &h, const void *payload)
 {
     const uint8_t *p = static_cast<const uint8_t *>(payload);
     if (h.type == RKF_T_MSG && h.op == RKF_OP_RMC_DATA) {
-        rcp_data(h, p);
+        rcp_data(h, p, false);
         return;
     }
     if (h.type != RKF_T_REQ) {
         count(RMC_CNT_SRV_MALFORMED);
         return;
     }
-    Sink sink;
-    sink.msg = [this](rkf_frame_hdr &m, const void *d) {
-        if (host_.send) (void)host_.send(m, d);
-    };
-    sink.reply = [this, &h](uint16_t st, const void *d, uint16_t len) {
-        if (host_.reply) (void)host_.reply(h, st, d, len);
-    };
-    serve(h, p, sink);
+    serve(h, p, fabric_sink(h), false);
 }
 
 void Rmc::on_reply(const rkf_frame_hdr &h, const void *payload)
 {
-    rcp_reply(h, static_cast<const uint8_t *>(payload));
+    rcp_reply(h, static_cast<const uint8_t *>(payload), false);
+}
+
+Rmc::Sink Rmc::fabric_sink(const rkf_frame_hdr &h)
+{
+    Sink sink;
+    sink.msg = [this](rkf_frame_hdr &m, const void *d) {
+        if (fab_.send) (void)fab_.send(m, d);
+    };
+    sink.reply = [this, h](uint16_t st, const void *d, uint16_t len) {
+        if (fab_.reply) (void)fab_.reply(h, st, d, len);
+    };
+    return sink;
+}
+
+// A frame that arrived while paused (mu_ held): kept for pause(false), in arrival order.
+bool Rmc::hold_locked(const rkf_frame_hdr &h, const uint8_t *p, Held::Kind kind)
+{
+    if (held_.size() >= kPausedFrames) return false;
+    Held f{h, std::vector<uint8_t>(p, p + (p ? h.len : 0)), kind};
+    held_.push_back(std::move(f));
+    return true;
+}
+
+void Rmc::pause(bool on)
+{
+    if (on) {
+        {
+            std::unique_lock srv(srv_mu_); // no request of another node is being served
+            std::lock_guard lk(mu_);
+            paused_ = true;
+        }
+        std::unique_lock lk(mu_);
+        idle_cv_.wait(lk, [this] { return !rgp_busy_; }); // the RGP's last round has left
+        return;
+    }
+    // Resume: the frames held meanwhile first, in order; frames arriving during that are
+    // appended and handled here too, so none overtakes another.
+    for (;;) {
+        Held f;
+        {
+            std::lock_guard lk(mu_);
+            if (!paused_) return;
+            if (held_.empty()) {
+                paused_ = false;
+                kicked_ = true;
+                break;
+            }
+            f = std::move(held_.front());
+            held_.pop_front();
+        }
+        const uint8_t *p = f.payload.data();
+        switch (f.kind) {
+        case Held::Request:
+            serve(f.h, p, fabric_sink(f.h), true);
+            break;
+        case Held::Data:
+            rcp_data(f.h, p, true);
+            break;
+        case Held::Reply:
+            rcp_reply(f.h, p, true);
+            break;
+        }
+    }
+    bool lost;
+    {
+        std::lock_guard lk(mu_);
+        lost = link_lost_;
+    }
+    if (lost) on_link(false);
+    cv_.notify_all();
+    notify_irq();
 }
 
 void Rmc::on_link(bool up)
@@ -1032,9 +1173,14 @@ void Rmc::on_link(bool up)
     if (up) return;
     {
         std::lock_guard lk(mu_);
+        if (paused_) { // no CQE is written while paused: pause(false) fails them
+            link_lost_ = true;
+            return;
+        }
+        link_lost_ = false;
         for (auto it = xfers_.begin(); it != xfers_.end();) {
             auto next = std::next(it);
-            if (it->second.wqe.node != cfg_.node_id)
+            if (it->second.wqe.node != node_id_)
                 fail_locked(it->second, RMC_ST_UNREACHABLE, RMC_INFO_LINK_DOWN);
             it = next;
         }
@@ -1047,8 +1193,25 @@ void Rmc::on_link(bool up)
 // ---------------------------------------------------------------------------------------------
 // R2P2: serve a request frame against this node's memory.
 
-void Rmc::serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink)
+void Rmc::serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink, bool now)
 {
+    // The tables change only under srv_mu_ held exclusively: reading them below is safe, and
+    // pause() cannot begin while a request is being served.
+    std::shared_lock srv(srv_mu_);
+    if (!now) {
+        // While paused (VM stopped, state being saved) nothing touches guest memory: the request
+        // waits for pause(false), or is answered CONGESTED (not applied) if too many wait.
+        bool held = false, full = false;
+        {
+            std::lock_guard lk(mu_);
+            if (paused_) {
+                held = true;
+                full = !hold_locked(h, p, Held::Request);
+            }
+        }
+        if (full) sink.reply(RKF_ST_CONGESTED, nullptr, 0);
+        if (held) return;
+    }
     rkf_rmc_req r{};
     auto malformed = [&](const char *why) {
         count(RMC_CNT_SRV_MALFORMED);
@@ -1089,7 +1252,6 @@ void Rmc::serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink)
 
     rkf_rmc_done d{};
     d.nblocks = r.nblocks;
-    std::shared_lock srv(srv_mu_);
     auto refuse = [&](uint8_t st, uint8_t info) {
         count(RMC_CNT_SRV_REFUSED);
         d.status = st;
@@ -1098,7 +1260,6 @@ void Rmc::serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink)
     };
     static const uint64_t need[] = {
         0, CTX_PERM_READ, CTX_PERM_WRITE, CTX_PERM_ATOMIC, CTX_PERM_ATOMIC, CTX_PERM_SABRE};
-    // The tables change only under srv_mu_ held exclusively: reading them here is safe.
     if (!(ctrl_ & RMC_CTRL_EN) || r.ctx >= RMC_CTX_COUNT || !ctxs_[r.ctx].valid())
         return refuse(RMC_ST_REMOTE_ACCESS, RMC_INFO_NO_CTX);
     const Ctx &cx = ctxs_[r.ctx];
@@ -1106,7 +1267,7 @@ void Rmc::serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink)
     if (r.key != cx.key) return refuse(RMC_ST_REMOTE_ACCESS, RMC_INFO_BAD_KEY);
     if (!(cx.perm & need[h.op])) return refuse(RMC_ST_REMOTE_ACCESS, RMC_INFO_PERM);
     if (r.off > cx.size || r.len > cx.size - r.off) return refuse(RMC_ST_REMOTE_ACCESS, RMC_INFO_BOUNDS);
-    uint8_t *mem = host(cx.base + r.off);
+    const uint64_t mem = cx.base + r.off; // guest physical: checked RAM when the context became valid
     const uint8_t *data = p + sizeof r;
 
     switch (h.op) {
@@ -1119,7 +1280,11 @@ void Rmc::serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink)
             dd.len = uint16_t(n);
             dd.nblocks = uint16_t(blocks_touched(r.off + x, n));
             std::memcpy(buf, &dd, sizeof dd);
-            mem_load(buf + sizeof dd, mem + x, n);
+            if (mem_read(mem + x, buf + sizeof dd, n) != RK_OK) {
+                gerr("context %u: read of 0x%llx for node %u failed", r.ctx, (unsigned long long)(mem + x),
+                     h.src);
+                return refuse(RMC_ST_REMOTE_ACCESS, RMC_INFO_BOUNDS);
+            }
             rkf_frame_hdr m{};
             m.type = RKF_T_MSG;
             m.svc = RKF_SVC_RMC;
@@ -1133,7 +1298,10 @@ void Rmc::serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink)
         break;
     }
     case RKF_OP_RMC_WRITE:
-        mem_store(mem, data, r.len);
+        if (mem_write(mem, data, r.len) != RK_OK) {
+            gerr("context %u: write of 0x%llx for node %u failed", r.ctx, (unsigned long long)mem, h.src);
+            return refuse(RMC_ST_REMOTE_ACCESS, RMC_INFO_BOUNDS);
+        }
         count(RMC_CNT_SRV_WR_BLOCKS, r.nblocks);
         break;
     case RKF_OP_RMC_CAS:
@@ -1141,7 +1309,17 @@ void Rmc::serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink)
         if (r.off % 8) return refuse(RMC_ST_BAD_REQUEST, RMC_INFO_UNALIGNED);
         rkf_rmc_atomic a;
         std::memcpy(&a, data, sizeof a);
-        auto *w = reinterpret_cast<uint64_t *>(mem);
+        // The word is mapped and the host's atomic instruction runs on it: atomic with respect to
+        // the vCPUs (TCG's atomics are host atomics on the same RAM) and to every other request.
+        uint64_t n = 8;
+        void *pw = host_.dma_map(mem, n, true);
+        if (!pw || n < 8) {
+            host_.dma_unmap(pw, n, true, 0);
+            gerr("context %u: atomic at 0x%llx for node %u: not mappable RAM", r.ctx, (unsigned long long)mem,
+                 h.src);
+            return refuse(RMC_ST_REMOTE_ACCESS, RMC_INFO_BOUNDS);
+        }
+        auto *w = static_cast<uint64_t *>(pw);
         if (h.op == RKF_OP_RMC_CAS) {
             uint64_t expect = a.operand0;
             __atomic_compare_exchange_n(w, &expect, a.operand1, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
@@ -1149,6 +1327,7 @@ void Rmc::serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink)
         } else {
             d.value = __atomic_fetch_add(w, a.operand0, __ATOMIC_SEQ_CST);
         }
+        host_.dma_unmap(pw, n, true, 8);
         count(RMC_CNT_SRV_ATOMICS);
         break;
     }
@@ -1165,10 +1344,28 @@ void Rmc::serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink)
     sink.reply(RKF_ST_OK, &d, sizeof d);
 }
 
-void Rmc::serve_sabre(const rkf_frame_hdr &h, const rkf_rmc_req &r, uint8_t *obj, unsigned ver_off,
+void Rmc::serve_sabre(const rkf_frame_hdr &h, const rkf_rmc_req &r, uint64_t addr, unsigned ver_off,
                       const Sink &sink)
 {
     uint32_t n = r.nblocks;
+    // The whole object stays mapped while it is served: the emulated coherence compares live
+    // memory with what was read (r2p2.h). Whole blocks: within the segment (64-byte multiple).
+    const uint64_t span = uint64_t(n) * RMC_BLOCK_SIZE;
+    uint64_t mlen = span;
+    void *map = host_.dma_map(addr, mlen, false);
+    if (!map || mlen < span) {
+        host_.dma_unmap(map, mlen, false, 0);
+        gerr("context %u: SABRe object at 0x%llx for node %u: not mappable RAM", r.ctx,
+             (unsigned long long)addr, h.src);
+        count(RMC_CNT_SRV_REFUSED);
+        rkf_rmc_done d{};
+        d.nblocks = n;
+        d.status = RMC_ST_REMOTE_ACCESS;
+        d.info = RMC_INFO_BOUNDS;
+        sink.reply(RKF_ST_OK, &d, sizeof d);
+        return;
+    }
+    uint8_t *obj = static_cast<uint8_t *>(map);
     std::vector<uint8_t> buf(size_t(n) * RMC_BLOCK_SIZE);
     std::vector<uint8_t> have(n, 0);
     SabreRequest sr;
@@ -1185,6 +1382,7 @@ void Rmc::serve_sabre(const rkf_frame_hdr &h, const rkf_rmc_req &r, uint8_t *obj
             have[blk] = 1;
         }
     });
+    host_.dma_unmap(map, mlen, false, mlen);
     count(RMC_CNT_SRV_RD_BLOCKS, n);
     // Block replies, coalesced: runs of data blocks 3 per DATA message, runs of blocks answered
     // without data after an abort one message per run.
@@ -1230,9 +1428,13 @@ void Rmc::serve_sabre(const rkf_frame_hdr &h, const rkf_rmc_req &r, uint8_t *obj
 // ---------------------------------------------------------------------------------------------
 // RCP
 
-void Rmc::rcp_data(const rkf_frame_hdr &h, const uint8_t *p)
+void Rmc::rcp_data(const rkf_frame_hdr &h, const uint8_t *p, bool now)
 {
     std::unique_lock lk(mu_);
+    if (paused_ && !now) {
+        (void)hold_locked(h, p, Held::Data); // dropped if too many wait: its transfer times out
+        return;
+    }
     auto pit = pending_.find(h.tag);
     if (pit == pending_.end() || pit->second.dst != h.src) {
         count(RMC_CNT_STRAY);
@@ -1257,7 +1459,10 @@ void Rmc::rcp_data(const rkf_frame_hdr &h, const uint8_t *p)
              d.off + span <= pd.len && !((d.flags & RKF_RMC_DF_ABORTED) && d.len) &&
              (t.wqe.op == RMC_OP_READ || t.wqe.op == RMC_OP_SABRE);
         if (ok) {
-            if (d.len) mem_store(host(t.local_addr + pd.xoff + d.off), p + sizeof d, d.len);
+            // the local buffer was checked RAM with its context
+            if (d.len && mem_write(t.local_addr + pd.xoff + d.off, p + sizeof d, d.len) != RK_OK)
+                gerr("QP %u: reply data to 0x%llx not written", t.qp,
+                     (unsigned long long)(t.local_addr + pd.xoff + d.off));
             pd.next += uint32_t(span);
             count(RMC_CNT_REPLY_BLOCKS, d.nblocks);
         }
@@ -1272,10 +1477,14 @@ void Rmc::rcp_data(const rkf_frame_hdr &h, const uint8_t *p)
     }
 }
 
-void Rmc::rcp_reply(const rkf_frame_hdr &h, const uint8_t *p)
+void Rmc::rcp_reply(const rkf_frame_hdr &h, const uint8_t *p, bool now)
 {
     {
         std::lock_guard lk(mu_);
+        if (paused_ && !now) {
+            (void)hold_locked(h, p, Held::Reply); // dropped if too many wait: its transfer times out
+            return;
+        }
         auto pit = pending_.find(h.tag);
         // Every reply, OK or error, must come from the node the frame went to: the bridge answers
         // for an unreachable node with src = that node (fabric_proto.h, error_reply_locked), and
@@ -1333,6 +1542,180 @@ void Rmc::rcp_reply(const rkf_frame_hdr &h, const uint8_t *p)
     }
     cv_.notify_one();
     notify_irq();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Migration
+
+namespace {
+
+// The SABRe counters, which live in the R2P2 model (counter_locked), as a table.
+struct SabreCnt {
+    unsigned off;
+    uint64_t R2p2Counters::*f;
+};
+const SabreCnt kSabreCnt[] = {
+    {RMC_CNT_SABRE_REG, &R2p2Counters::sabre_reg},
+    {RMC_CNT_SABRE_OK, &R2p2Counters::sabre_ok},
+    {RMC_CNT_ABORT_LOCKED, &R2p2Counters::abort_locked},
+    {RMC_CNT_ABORT_WINDOW, &R2p2Counters::abort_window},
+    {RMC_CNT_ABORT_VALIDATE, &R2p2Counters::abort_validate},
+    {RMC_CNT_VALIDATE_STAGE, &R2p2Counters::validate_stage},
+    {RMC_CNT_INVAL_IGNORED, &R2p2Counters::inval_ignored},
+    {RMC_CNT_ATT_STALLS, &R2p2Counters::att_stalls},
+    {RMC_CNT_SB_STALLS, &R2p2Counters::sb_stalls},
+    {RMC_CNT_SPEC_BLOCKS, &R2p2Counters::spec_blocks},
+};
+
+bool modifying(uint8_t op)
+{
+    return op == RMC_OP_WRITE || op == RMC_OP_CAS || op == RMC_OP_FAA;
+}
+
+} // namespace
+
+RmcState Rmc::save() const
+{
+    RmcState st;
+    std::lock_guard lk(mu_);
+    rk_rmc_state &r = st.regs;
+    r.ctrl = ctrl_;
+    r.irq_status = irq_status_;
+    for (unsigned q = 0; q < RMC_QP_COUNT; q++) {
+        const Qp &a = qps_[q];
+        r.qp[q] = rk_rmc_qp_state{a.wq_base, a.cq_base,  a.depth_log2,       a.ctx,
+                                  a.ctrl,    a.wq_tail,  a.wq_head,          a.cq_head,
+                                  a.cq_tail, a.inflight, uint8_t(a.cfg_err), uint8_t(a.err)};
+    }
+    for (unsigned c = 0; c < RMC_CTX_COUNT; c++) {
+        const Ctx &a = ctxs_[c];
+        r.ctx[c] =
+            rk_rmc_ctx_state{a.base, a.size, a.perm, a.nodemask, a.layout, a.ctrl, a.key, uint8_t(a.cfg_err)};
+    }
+    for (unsigned i = 0; i < RMC_CNT_COUNT; i++)
+        r.counters[i] = counter_locked(8 * i);
+    for (const auto &[id, t] : xfers_) {
+        if (qps_[t.qp].gen != t.qp_gen) continue; // orphaned: completes as nothing
+        // A WRITE/CAS/FAA of which a frame was served here or left for another node may have
+        // been applied: UNCERTAIN; anything else certainly was not: UNREACHABLE.
+        const bool maybe =
+            modifying(t.wqe.op) && (t.maybe_applied || (t.wqe.node == node_id_ && t.frames_sent));
+        st.xfer.push_back(rk_rmc_xfer_state{t.wqe.wr_id, t.start_ns, t.qp, t.wq_index, t.wqe.op,
+                                            uint8_t(maybe ? RMC_ST_UNCERTAIN : RMC_ST_UNREACHABLE)});
+    }
+    return st;
+}
+
+bool Rmc::load(const RmcState &s)
+{
+    const rk_rmc_state &r = s.regs;
+    if (r.ctrl & ~uint64_t(RMC_CTRL_EN)) return false;
+    for (unsigned c = 0; c < RMC_CTX_COUNT; c++) {
+        const rk_rmc_ctx_state &x = r.ctx[c];
+        const unsigned vo = unsigned(x.layout & CTX_LAYOUT_VER_OFF_MASK);
+        if ((x.ctrl & ~uint64_t(CTX_CTRL_VALID)) || x.cfg_err > 1) return false;
+        if (!(x.ctrl & CTX_CTRL_VALID)) continue;
+        if (x.base % 64 || !x.size || x.size % 64 || !mappable(x.base, x.size)) return false;
+        if (x.perm & ~uint64_t(CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC | CTX_PERM_SABRE))
+            return false;
+        if (x.layout & ~uint64_t(CTX_LAYOUT_VALID | CTX_LAYOUT_VER_OFF_MASK)) return false;
+        if ((x.layout & CTX_LAYOUT_VALID) && (vo % 8 || vo > 56)) return false;
+    }
+    std::array<uint32_t, RMC_QP_COUNT> recs{};
+    if (s.xfer.size() > RmcState::kMaxXfers) return false;
+    for (const rk_rmc_xfer_state &x : s.xfer) {
+        if (x.qp >= RMC_QP_COUNT || x.op < RMC_OP_READ || x.op > RMC_OP_SABRE || x.wq_index > 0xffff)
+            return false;
+        if (x.status != RMC_ST_UNREACHABLE && x.status != RMC_ST_UNCERTAIN) return false;
+        recs[x.qp]++;
+    }
+    for (unsigned q = 0; q < RMC_QP_COUNT; q++) {
+        const rk_rmc_qp_state &x = r.qp[q];
+        if ((x.ctrl & ~uint64_t(QP_CTRL_EN | QP_CTRL_IRQ_EN)) || x.cfg_err > 1 || x.err > 1) return false;
+        if (x.inflight != recs[q]) return false;
+        if (!(x.ctrl & QP_CTRL_EN)) {
+            if (x.inflight) return false;
+            continue;
+        }
+        if (x.depth_log2 < RMC_DEPTH_LOG2_MIN || x.depth_log2 > RMC_DEPTH_LOG2_MAX) return false;
+        const uint32_t n = 1u << x.depth_log2;
+        if ((x.wq_base | x.cq_base) % 64 || !mappable(x.wq_base, uint64_t(n) * RMC_WQE_SIZE) ||
+            !mappable(x.cq_base, uint64_t(n) * RMC_CQE_SIZE))
+            return false;
+        if (x.ctx >= RMC_CTX_COUNT) return false; // (a withdrawn context leaves its QPs enabled)
+        // cq_head <= cq_tail <= wq_head <= wq_tail (free-running), every fetched request owns a
+        // CQ slot, and the requests fetched but not completed are the transfers in flight
+        if (uint32_t(x.cq_tail - x.cq_head) > uint32_t(x.wq_head - x.cq_head) ||
+            uint32_t(x.wq_head - x.cq_head) > n || uint32_t(x.wq_tail - x.wq_head) > n ||
+            uint32_t(x.wq_head - x.cq_tail) != x.inflight)
+            return false;
+    }
+
+    {
+        std::unique_lock srv(srv_mu_);
+        std::lock_guard lk(mu_);
+        xfers_.clear();
+        pending_.clear();
+        held_.clear();
+        link_lost_ = false;
+        std::fill(window_.begin(), window_.end(), 0);
+        ctrl_ = r.ctrl;
+        irq_status_ = r.irq_status;
+        for (unsigned q = 0; q < RMC_QP_COUNT; q++) {
+            const rk_rmc_qp_state &x = r.qp[q];
+            Qp &a = qps_[q];
+            a.wq_base = x.wq_base;
+            a.cq_base = x.cq_base;
+            a.depth_log2 = x.depth_log2;
+            a.ctx = x.ctx;
+            a.ctrl = x.ctrl;
+            a.wq_tail = x.wq_tail;
+            a.wq_head = x.wq_head;
+            a.cq_head = x.cq_head;
+            a.cq_tail = x.cq_tail;
+            a.inflight = x.inflight;
+            a.cfg_err = x.cfg_err;
+            a.err = x.err;
+            a.gen++;
+        }
+        for (unsigned c = 0; c < RMC_CTX_COUNT; c++) {
+            const rk_rmc_ctx_state &x = r.ctx[c];
+            Ctx &a = ctxs_[c];
+            a.base = x.base;
+            a.size = x.size;
+            a.perm = x.perm;
+            a.nodemask = x.nodemask;
+            a.layout = x.layout;
+            a.ctrl = x.ctrl;
+            a.key = x.key;
+            a.cfg_err = x.cfg_err;
+            a.gen++;
+        }
+        for (unsigned i = 0; i < RMC_CNT_COUNT; i++)
+            cnt_[i].store(r.counters[i], std::memory_order_relaxed);
+        const R2p2Counters now = sabre_.counters();
+        for (const SabreCnt &k : kSabreCnt)
+            sabre_base_.*k.f = now.*k.f - r.counters[k.off / 8];
+        // The transfers in flight at save complete now: their requests and answers are lost.
+        for (const rk_rmc_xfer_state &x : s.xfer) {
+            Transfer t;
+            t.qp = x.qp;
+            t.wqe.op = x.op;
+            t.wqe.wr_id = x.wr_id;
+            t.wqe.node = uint16_t(node_id_);
+            t.wq_index = uint16_t(x.wq_index);
+            t.status = x.status;
+            t.info = RMC_INFO_LINK_DOWN;
+            t.start_ns = x.start_ns;
+            Qp &qp = qps_[x.qp];
+            write_cqe_locked(qp, x.qp, t);
+            qp.inflight--;
+        }
+        kicked_ = true;
+    }
+    cv_.notify_one();
+    notify_irq();
+    return true;
 }
 
 } // namespace rackemu::sonuma

@@ -18,11 +18,36 @@
 // A request to this node itself takes the same path without the fabric (hops = 0), so a lone
 // node (qtest, firmware) exercises all three pipelines.
 //
+// Host (rackemu/host.h): the core reaches guest memory, its interrupt line, the guest-error log
+// and the clock only through a rackemu::Host; its fabric link (RmcFabric) is the RMC service's
+// endpoint on host.port(), bound by the C API (rmc_capi.cc) and given to the core as a separate,
+// device-specific link so that the unit tests and the fuzzer run a cluster over an in-process
+// fabric.
+//  - Guest memory: every access (WQEs, CQEs, local buffers, the served side's segments, SABRe
+//    objects) maps the range with host.dma_map for the duration of that access and unmaps it at
+//    once (so QEMU's dirty tracking and translated-code invalidation see every write), and goes
+//    through host.dma_read/dma_write if the range cannot be mapped. On a mapping, every aligned
+//    8-byte word is one single-copy atomic access, in ascending order; CAS and FAA on the served
+//    side map their 8-byte word and run the host's atomic instruction on it, so they are atomic
+//    with respect to the vCPUs (TCG's atomics are host atomics on the same RAM) and to other
+//    nodes' requests. A SABRe maps its whole object (read) for the time it is served: the
+//    conflict detection reads live memory. WQ, CQ and context segments are checked mappable
+//    (RAM) when the QP or context is enabled, as "entirely in RAM" was checked before.
+//  - Time: transfer deadlines and the CQE's wall_ns use a host monotonic clock (mono_ns in
+//    rmc.cc), not host.now_ns(): QEMU_CLOCK_VIRTUAL does not move under qtest. The SABRe window
+//    delay is a host wall-clock spin in r2p2.cc.
+//  - Interrupt: line 0, its level (IRQ_STATUS & CTRL.EN) computed and passed to host.set_irq
+//    under mu_, so the last call always carries the current level.
+//
 // Locks: mu_ guards the QP and context tables, transfers and the pending-tag table; every write
 // into guest memory on the source side (reply data, CQ entries) happens under it, so disabling a
 // QP or a context orphans its in-flight transfers before the register write returns. srv_mu_
 // (shared by the R2P2, exclusive for context changes) keeps a segment from changing under a
-// request being served. No lock is held while a frame is sent or a callback runs.
+// request being served. No lock is held while a frame is sent.
+//
+// Migration (docs/sonuma.md "Migration"): save() exports the architectural state (RmcState) with
+// the threads quiesced (pause()); load() validates it and completes the transfers that were in
+// flight with UNREACHABLE/LINK_DOWN (UNCERTAIN for a WRITE/CAS/FAA whose frame had left).
 #ifndef RACKEMU_SONUMA_RMC_H
 #define RACKEMU_SONUMA_RMC_H
 
@@ -42,15 +67,15 @@
 #include <vector>
 
 #include "rackemu/fabric_proto.h"
+#include "rackemu/host.h"
 #include "rackemu/sonuma_regs.h"
 #include "r2p2.h"
+#include "rmc_capi.h"
 #include "timing.h"
 
 namespace rackemu::sonuma {
 
 struct RmcConfig {
-    unsigned node_id = 0;
-    unsigned node_count = 1;
     Timing timing;
     bool speculation = true;      // LightSABRes speculation (false: sec. 7.1 "no speculation")
     uint64_t window_delay_ns = 0; // test property: widen the host window of vulnerability
@@ -59,29 +84,38 @@ struct RmcConfig {
     uint64_t seg_base = 0, seg_size = 0;            // the machine's reserved segment (informational)
 };
 
-// What the core needs from its host (the QEMU glue, or a test).
-struct RmcHost {
-    uint8_t *ram = nullptr; // host mapping of guest RAM [ram_base, ram_base + ram_size)
-    uint64_t ram_base = 0, ram_size = 0;
-    // Send a frame through the node's fabric port (null: no fabric, only this node is reachable).
-    // Returns 0 or -errno (-ENOTCONN link down, -EAGAIN congested).
+// The RMC service's link to the node's fabric port (a device-specific link, not a host service):
+// in QEMU the endpoint that rk_fabric_bind(host.port(), RKF_SVC_RMC, ...) returned (rmc_capi.cc);
+// in the unit tests and the fuzzer an in-process fabric. Empty `send`: no fabric, only this node
+// is reachable.
+struct RmcFabric {
+    // Send a frame; 0 or -errno (-ENOTCONN link down, -EAGAIN congested).
     std::function<int(rkf_frame_hdr &, const void *)> send;
     // Answer a request frame.
     std::function<int(const rkf_frame_hdr &, uint16_t status, const void *, uint16_t)> reply;
-    std::function<bool()> fabric_up;
-    std::function<void()> irq_changed;                    // any thread; the glue re-reads irq_level()
-    std::function<void(const std::string &)> guest_error; // rate limiting is the host's business
+    std::function<bool()> up; // the link state (empty: up whenever `send` exists)
 };
+
+// The architectural state (save()/load()): the C structs of rmc_capi.h, which the glue's VMState
+// describes, plus the records of the transfers in flight.
+struct RmcState {
+    static constexpr uint32_t kMaxXfers = RMC_QP_COUNT << RMC_DEPTH_LOG2_MAX; // every WQ slot
+    rk_rmc_state regs{};
+    std::vector<rk_rmc_xfer_state> xfer;
+};
+
+struct RmcWrite; // what a register write leaves to do after the locks (rmc.cc)
+struct RmcRegs;  // the register bank's table and hooks (rmc.cc)
 
 class Rmc {
 public:
-    Rmc(const RmcConfig &, RmcHost);
+    Rmc(const RmcConfig &, Host host, RmcFabric fabric = {});
     ~Rmc();
     Rmc(const Rmc &) = delete;
     Rmc &operator=(const Rmc &) = delete;
 
-    // MMIO (offset from the device base). Registers are 64-bit; other widths read 0, writes are
-    // ignored, both logged.
+    // MMIO (offset from the device base), decoded by the register bank (rmc.cc). Registers are
+    // 64-bit; other widths read 0, writes are ignored, both logged.
     uint64_t mmio_read(uint64_t off, unsigned size);
     void mmio_write(uint64_t off, uint64_t value, unsigned size);
     void reset();
@@ -94,6 +128,19 @@ public:
 
     uint64_t counter(unsigned cnt_off) const; // RMC_CNT_* offset
     HostSabreServer &sabre_server() { return sabre_; }
+    // "NAME" or "NAME[i]" of the register at `off` (logs, traces), "unmapped" if none.
+    std::string reg_name(uint64_t off) const;
+
+    // Migration. pause(true) quiesces the core: the RGP thread stops, and frames arriving from
+    // the fabric are queued (up to kPausedFrames; beyond, a request is answered CONGESTED and a
+    // data message or reply is dropped: its transfer times out) until pause(false) handles them
+    // in order. The glue pauses while the VM is stopped. save() takes the state (any time: under
+    // the locks); load() validates `s`, refuses anything out of range (false, nothing changed),
+    // else replaces the state, forgets the transfers in flight here and completes those of `s`.
+    void pause(bool on);
+    RmcState save() const;
+    bool load(const RmcState &s);
+    static constexpr size_t kPausedFrames = 4096;
 
 private:
     struct Qp {
@@ -131,11 +178,12 @@ private:
         uint8_t cqe_flags = 0;
         uint64_t value = 0;
         double r2p2_ns = 0;
-        uint64_t start_ns = 0, deadline_ns = 0;
+        uint64_t start_ns = 0, deadline_ns = 0; // mono_ns()
         // WRITE/CAS/FAA frames that left for another node and were not answered "not delivered"
         // (bridge NOROUTE/CONGESTED, failed send): if the transfer then fails UNREACHABLE, the
         // destination may have applied them and the CQE says UNCERTAIN.
         uint32_t maybe_applied = 0;
+        uint32_t frames_sent = 0; // frames that left the RGP (to the fabric or this node's R2P2)
     };
     struct Pending {
         uint64_t xfer;
@@ -168,32 +216,52 @@ private:
     void frame_failed(uint64_t tag, uint8_t st, uint8_t info);
     void not_applied_locked(const Pending &pd);
 
-    void serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink);
-    void serve_sabre(const rkf_frame_hdr &h, const rkf_rmc_req &r, uint8_t *obj, unsigned ver_off,
+    // `now`: handle it even while paused (the RGP's own requests, frames held while paused).
+    void serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink, bool now);
+    void serve_sabre(const rkf_frame_hdr &h, const rkf_rmc_req &r, uint64_t addr, unsigned ver_off,
                      const Sink &sink);
-    void rcp_data(const rkf_frame_hdr &h, const uint8_t *p);
-    void rcp_reply(const rkf_frame_hdr &h, const uint8_t *p);
+    Sink fabric_sink(const rkf_frame_hdr &req);
+    void rcp_data(const rkf_frame_hdr &h, const uint8_t *p, bool now);
+    void rcp_reply(const rkf_frame_hdr &h, const uint8_t *p, bool now);
+    bool fabric_up() const;
 
-    uint64_t global_read(uint64_t off);
-    void global_write(uint64_t off, uint64_t v);
-    bool in_ram(uint64_t addr, uint64_t len) const;
-    uint8_t *host(uint64_t addr) const { return host_.ram + (addr - host_.ram_base); }
+    // Guest memory (see "Host" above): word-atomic through a mapping, else dma_read/dma_write.
+    Status mem_read(uint64_t addr, void *dst, uint64_t len) const;
+    Status mem_write(uint64_t addr, const void *src, uint64_t len) const;
+    bool mappable(uint64_t addr, uint64_t len) const; // every byte is RAM the host maps
+    uint64_t counter_locked(unsigned cnt_off) const;
+    bool irq_level_locked() const { return irq_status_ != 0 && (ctrl_ & RMC_CTRL_EN); }
     void gerr(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
     void count(unsigned cnt_off, uint64_t n = 1)
     {
         cnt_[cnt_off / 8].fetch_add(n, std::memory_order_relaxed);
     }
     void kick();
-    void notify_irq();
+    void notify_irq(); // host.set_irq(0, level) under mu_
+
+    friend struct RmcRegs;
+    struct Bank; // the register bank (rmc.cc)
 
     RmcConfig cfg_;
-    RmcHost host_;
+    Host host_;
+    RmcFabric fab_;
+    unsigned node_id_, node_count_;
     HostSabreServer sabre_;
 
     mutable std::mutex mu_;
     std::shared_mutex srv_mu_;
     std::condition_variable cv_;
     bool stop_ = false, kicked_ = false;
+    bool paused_ = false;    // pause(): the RGP waits, frames are queued (under mu_)
+    bool link_lost_ = false; // the link went down while paused
+    struct Held {
+        enum Kind : uint8_t { Request, Data, Reply };
+        rkf_frame_hdr h{};
+        std::vector<uint8_t> payload;
+        Kind kind = Request;
+    };
+    std::deque<Held> held_; // frames that arrived while paused (under mu_)
+    bool hold_locked(const rkf_frame_hdr &h, const uint8_t *p, Held::Kind kind);
     uint64_t ctrl_ = 0, irq_status_ = 0;
     std::array<Qp, RMC_QP_COUNT> qps_{};
     std::array<Ctx, RMC_CTX_COUNT> ctxs_{};
@@ -205,7 +273,10 @@ private:
     unsigned rr_qp_ = 0;
     std::array<std::atomic<uint64_t>, RMC_CNT_COUNT> cnt_{};
     R2p2Counters sabre_base_{}; // the SABRe server's counters at the last clear (under mu_)
+    std::unique_ptr<Bank> bank_;
     std::thread rgp_;
+    bool rgp_busy_ = false;           // the RGP is sending a round's frames (mu_ released)
+    std::condition_variable idle_cv_; // rgp_busy_ went false
 };
 
 } // namespace rackemu::sonuma

@@ -2,8 +2,12 @@
 // C interface of the soNUMA RMC core; see rmc_capi.h.
 #include "rmc_capi.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <string>
 
 #include "rmc.h"
 
@@ -18,29 +22,32 @@ namespace {
 
 void on_request(void *opaque, RkFabricEndpoint *, const rkf_frame_hdr *h, const void *payload)
 {
-    static_cast<RkRmc *>(opaque)->core->on_frame(*h, payload);
+    auto *r = static_cast<RkRmc *>(opaque);
+    if (r->core) r->core->on_frame(*h, payload);
 }
 
 void on_reply(void *opaque, const rkf_frame_hdr *h, const void *payload)
 {
-    static_cast<RkRmc *>(opaque)->core->on_reply(*h, payload);
+    auto *r = static_cast<RkRmc *>(opaque);
+    if (r->core) r->core->on_reply(*h, payload);
 }
 
 void on_link(void *opaque, int up)
 {
-    static_cast<RkRmc *>(opaque)->core->on_link(up != 0);
+    auto *r = static_cast<RkRmc *>(opaque);
+    if (r->core) r->core->on_link(up != 0);
 }
 
 } // namespace
 
-extern "C" RkRmc *rk_rmc_new(const rk_rmc_config *c, RkFabricPort *port, rk_rmc_irq_fn irq, rk_rmc_log_fn log,
-                             void *opaque, char *err, unsigned errlen)
+extern "C" RkRmc *rk_rmc_new(const rk_rmc_config *c, const RkHost *host, char *err, unsigned errlen)
 {
     auto bad = [&](const char *why) -> RkRmc * {
         std::snprintf(err, errlen, "rackemu-rmc: %s", why);
         return nullptr;
     };
-    if (c->node_count < 1 || c->node_count > RKF_MAX_NODES || c->node_id >= c->node_count)
+    if (!host || !host->ops) return bad("no host interface");
+    if (host->node_count < 1 || host->node_count > RKF_MAX_NODES || host->node_id >= host->node_count)
         return bad("node-id/node-count out of range (node-id < node-count <= 64)");
     if (c->att_entries < 1 || c->att_entries > RMC_ATT_MAX) return bad("att-entries out of range 1..64");
     if (c->sb_depth < 1 || c->sb_depth > RMC_SB_MAX) return bad("sb-depth out of range 1..64");
@@ -52,8 +59,6 @@ extern "C" RkRmc *rk_rmc_new(const rk_rmc_config *c, RkFabricPort *port, rk_rmc_
     if (c->window_delay_ns > 1000000000ull) return bad("sabre-window-delay-ns above 1 s");
 
     RmcConfig cfg;
-    cfg.node_id = c->node_id;
-    cfg.node_count = c->node_count;
     cfg.timing.rmc_mhz = c->rmc_mhz;
     cfg.timing.mem_ns = c->mem_ns;
     cfg.timing.llc_ns = c->llc_ns;
@@ -74,26 +79,19 @@ extern "C" RkRmc *rk_rmc_new(const rk_rmc_config *c, RkFabricPort *port, rk_rmc_
     cfg.seg_size = c->seg_size;
 
     auto *r = new RkRmc;
-    RmcHost host;
-    host.ram = static_cast<uint8_t *>(c->ram_host);
-    host.ram_base = c->ram_base;
-    host.ram_size = c->ram_host ? c->ram_size : 0;
-    if (port) {
-        host.send = [r](rkf_frame_hdr &h, const void *p) { return rk_fabric_endpoint_send(r->ep, &h, p); };
-        host.reply = [r](const rkf_frame_hdr &req, uint16_t st, const void *p, uint16_t len) {
+    // The RMC's link to the fabric: its service's endpoint on the host's port (bound before the
+    // core exists, so the callbacks above check for it; the machine starts the port later).
+    static const rk_fabric_service ops = {on_request, on_reply, on_link};
+    r->ep = rk_fabric_bind(host->port, RKF_SVC_RMC, &ops, r);
+    RmcFabric fab;
+    if (r->ep) {
+        fab.send = [r](rkf_frame_hdr &h, const void *p) { return rk_fabric_endpoint_send(r->ep, &h, p); };
+        fab.reply = [r](const rkf_frame_hdr &req, uint16_t st, const void *p, uint16_t len) {
             return rk_fabric_endpoint_reply(r->ep, &req, st, p, len);
         };
-        host.fabric_up = [r] { return rk_fabric_endpoint_up(r->ep) != 0; };
+        fab.up = [r] { return rk_fabric_endpoint_up(r->ep) != 0; };
     }
-    host.irq_changed = [irq, opaque] {
-        if (irq) irq(opaque);
-    };
-    host.guest_error = [log, opaque](const std::string &m) {
-        if (log) log(opaque, m.c_str());
-    };
-    r->core = std::make_unique<Rmc>(cfg, std::move(host));
-    static const rk_fabric_service ops = {on_request, on_reply, on_link};
-    r->ep = rk_fabric_bind(port, RKF_SVC_RMC, &ops, r);
+    r->core = std::make_unique<Rmc>(cfg, rackemu::Host(*host), std::move(fab));
     return r;
 }
 
@@ -122,4 +120,41 @@ extern "C" void rk_rmc_reset(RkRmc *r)
 extern "C" int rk_rmc_irq_level(RkRmc *r)
 {
     return r->core->irq_level() ? 1 : 0;
+}
+
+extern "C" const char *rk_rmc_reg_name(RkRmc *r, uint64_t offset)
+{
+    static thread_local std::string name;
+    name = r->core->reg_name(offset);
+    return name.c_str();
+}
+
+extern "C" void rk_rmc_pause(RkRmc *r, int on)
+{
+    r->core->pause(on != 0);
+}
+
+extern "C" void rk_rmc_save(RkRmc *r, rk_rmc_state *st, rk_rmc_xfer_state **xfer, uint32_t *nxfer)
+{
+    RmcState s = r->core->save();
+    *st = s.regs;
+    *nxfer = uint32_t(s.xfer.size());
+    *xfer = nullptr;
+    if (!s.xfer.empty()) {
+        *xfer = static_cast<rk_rmc_xfer_state *>(std::calloc(s.xfer.size(), sizeof(rk_rmc_xfer_state)));
+        if (!*xfer) {
+            *nxfer = 0;
+            return;
+        }
+        std::memcpy(*xfer, s.xfer.data(), s.xfer.size() * sizeof(rk_rmc_xfer_state));
+    }
+}
+
+extern "C" int rk_rmc_load(RkRmc *r, const rk_rmc_state *st, const rk_rmc_xfer_state *xfer, uint32_t nxfer)
+{
+    if (nxfer > RmcState::kMaxXfers || (nxfer && !xfer)) return -EINVAL;
+    RmcState s;
+    s.regs = *st;
+    s.xfer.assign(xfer, xfer + nxfer);
+    return r->core->load(s) ? 0 : -EINVAL;
 }

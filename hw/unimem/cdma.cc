@@ -29,6 +29,11 @@ uint64_t with_hi(uint64_t v, uint32_t hi)
 {
     return (v & 0xffffffffull) | uint64_t(hi) << 32;
 }
+// The 64-bit field `v` with the half that register `r` shows (high for *_MSB) replaced by `half`.
+template <class R> uint64_t merge_half(const R &r, uint64_t v, uint32_t half)
+{
+    return r.offset % 8 ? with_hi(v, half) : with_lo(v, half);
+}
 
 CdmaConfig sane(CdmaConfig c)
 {
@@ -42,7 +47,8 @@ CdmaConfig sane(CdmaConfig c)
 
 } // namespace
 
-Cdma::Cdma(CdmaHost host, CdmaConfig config) : host_(std::move(host)), cfg_(sane(config))
+Cdma::Cdma(Host host, std::function<void()> kick, CdmaConfig config)
+    : host_(host), kick_(std::move(kick)), cfg_(sane(config))
 {
     buf_.resize(cfg_.chunk);
 }
@@ -59,11 +65,9 @@ void Cdma::note_locked(Pending &p, std::string msg)
 void Cdma::finish(Pending &p)
 {
     update_irq();
-    if (host_.guest_error) {
-        for (const auto &m : p.errors)
-            host_.guest_error("rackemu-cdma: " + m);
-    }
-    if (p.kick && host_.kick) host_.kick();
+    for (const auto &m : p.errors)
+        host_.guest_error(m);
+    if (p.kick && kick_) kick_();
 }
 
 uint32_t Cdma::threshold_locked() const
@@ -79,25 +83,17 @@ bool Cdma::level_locked() const
     return (s_.sr & s_.cr & XCDMA_SR_IRQ_ALL) != 0;
 }
 
-// The one place that drives the line. No lock is held across set_irq (the QEMU glue takes the
-// big lock in it, which a vCPU inside write() already holds), so calls from a vCPU and the
-// engine thread can land out of order; each caller therefore re-reads the level after its call
-// and calls again if it moved, which makes the last call carry the current level.
+// The one place that drives the line: the level is computed and handed to the host under mu_,
+// so calls from a vCPU and the engine thread reach the host in the order the level changed and
+// the last call carries the current level (host.h: set_irq never calls back into the core).
 void Cdma::update_irq()
 {
-    std::unique_lock lk(mu_);
-    bool level = level_locked();
+    std::lock_guard lk(mu_);
+    const bool level = level_locked();
     if (level == reported_) return;
-    for (;;) {
-        if (level && !reported_) ctr_.irqs_raised++;
-        reported_ = level;
-        lk.unlock();
-        if (host_.set_irq) host_.set_irq(level);
-        lk.lock();
-        const bool now = level_locked();
-        if (now == level) return;
-        level = now;
-    }
+    if (level) ctr_.irqs_raised++;
+    reported_ = level;
+    host_.set_irq(0, level);
 }
 
 bool Cdma::irq_level() const
@@ -118,10 +114,32 @@ CdmaCounters Cdma::counters() const
     return ctr_;
 }
 
-CdmaState Cdma::state() const
+CdmaState Cdma::save() const
 {
     std::lock_guard lk(mu_);
     return s_;
+}
+
+void Cdma::pause()
+{
+    {
+        std::lock_guard lk(mu_);
+        paused_ = true;
+    }
+    // A running process() returns at its next boundary; wait for it.
+    std::lock_guard pl(process_mu_);
+}
+
+void Cdma::resume()
+{
+    bool work;
+    {
+        std::lock_guard lk(mu_);
+        if (!paused_) return;
+        paused_ = false;
+        work = s_.phase == CdmaPhase::Simple || s_.phase == CdmaPhase::Fetch;
+    }
+    if (work && kick_) kick_();
 }
 
 // PG034 CDMACR.Reset: every register returns to its reset value, pending work is dropped.
@@ -158,31 +176,46 @@ void Cdma::reset()
     update_irq();
 }
 
-bool Cdma::set_state(const CdmaState &st)
+bool Cdma::load(const CdmaState &st)
 {
     const uint32_t thr = (st.cr & XCDMA_CR_IRQTHRESHOLD_MASK) >> XCDMA_CR_IRQTHRESHOLD_SHIFT;
     const bool sg = (st.cr & XCDMA_CR_SGMODE) != 0;
     if (st.phase > CdmaPhase::Halted || st.irq_count == 0 || st.irq_count > 0xff || thr == 0 ||
-        (st.cr & XCDMA_CR_RESET) || (st.btt & ~XCDMA_BTT_MASK) ||
-        ((st.curdesc | st.taildesc | st.resume_next) & ~kDescMask64) ||
+        (st.btt & ~XCDMA_BTT_MASK) || ((st.curdesc | st.taildesc | st.resume_next) & ~kDescMask64) ||
         (st.phase == CdmaPhase::Simple && sg) ||
         (!sg && st.phase >= CdmaPhase::Fetch && st.phase <= CdmaPhase::WriteBack)) {
         return false;
     }
     CdmaState n = st;
-    n.cr = (n.cr & XCDMA_CR_WRITABLE) | XCDMA_CR_TAILPNTREN;
-    n.sr = (n.sr & (XCDMA_SR_ERR_ALL | XCDMA_SR_IRQ_ALL)) | XCDMA_SR_SGINCLD;
-    if (n.phase == CdmaPhase::Transfer || n.phase == CdmaPhase::WriteBack) n.phase = CdmaPhase::Fetch;
-    const bool work = n.phase == CdmaPhase::Simple || n.phase == CdmaPhase::Fetch;
-    if (!work) n.sr |= XCDMA_SR_IDLE;
+    bool in_flight = false, soft_reset = false;
+    if (n.cr & XCDMA_CR_RESET) {
+        soft_reset = true; // pending at save: it completes now
+    } else {
+        n.cr = (n.cr & XCDMA_CR_WRITABLE) | XCDMA_CR_TAILPNTREN;
+        n.sr = (n.sr & (XCDMA_SR_ERR_ALL | XCDMA_SR_IRQ_ALL)) | XCDMA_SR_SGINCLD;
+        in_flight = n.phase != CdmaPhase::Idle && n.phase != CdmaPhase::Halted;
+        if (n.phase == CdmaPhase::Halted || in_flight) n.resume_valid = false;
+        if (!in_flight) n.sr |= XCDMA_SR_IDLE;
+    }
+    Pending p;
     {
         std::lock_guard lk(mu_);
-        s_ = n;
-        epoch_++;
+        epoch_++; // a running process() finds its state gone and returns
         in_process_ = false;
+        if (soft_reset) {
+            s_ = CdmaState{};
+            ctr_.soft_resets++;
+        } else {
+            s_ = n;
+            if (in_flight) {
+                note_locked(p, std::string(sg ? "SG chain (descriptor at " + hex(n.curdesc) + ")"
+                                              : "simple transfer of " + std::to_string(n.btt) + " bytes") +
+                                   " was in flight when the state was saved: DMASlvErr, engine halted");
+                halt_locked(XCDMA_SR_DMASLVERR);
+            }
+        }
     }
-    update_irq();
-    if (work && host_.kick) host_.kick();
+    finish(p);
     return true;
 }
 
@@ -225,43 +258,55 @@ std::span<const Reg<Cdma, Cdma::Pending>> Cdma::reg_table()
     static constexpr auto half = [](const R &r, uint64_t v) -> uint64_t {
         return uint32_t(r.offset % 8 ? v >> 32 : v);
     };
-    auto cr = [](Cdma &d, const R &, Pending &) -> uint64_t { return d.s_.cr; };
+    auto cr = [](Cdma &d, const R &, unsigned, Pending &) -> uint64_t { return d.s_.cr; };
     // IRQDelaySts reads 0: no time elapses in the model (see cdma.h)
-    auto sr = [](Cdma &d, const R &, Pending &) -> uint64_t {
+    auto sr = [](Cdma &d, const R &, unsigned, Pending &) -> uint64_t {
         return (d.s_.sr & 0xffffu) | (d.s_.irq_count & 0xffu) << XCDMA_SR_IRQTHRESHOLDSTS_SHIFT;
     };
-    auto curdesc = [](Cdma &d, const R &r, Pending &) { return half(r, d.s_.curdesc); };
-    auto taildesc = [](Cdma &d, const R &r, Pending &) { return half(r, d.s_.taildesc); };
-    auto sa = [](Cdma &d, const R &r, Pending &) { return half(r, d.s_.sa); };
-    auto da = [](Cdma &d, const R &r, Pending &) { return half(r, d.s_.da); };
-    auto btt = [](Cdma &d, const R &, Pending &) -> uint64_t { return d.s_.btt; };
-    auto write_cr = [](Cdma &d, const R &, uint64_t, uint64_t raw, Pending &p) {
+    auto curdesc = [](Cdma &d, const R &r, unsigned, Pending &) { return half(r, d.s_.curdesc); };
+    auto taildesc = [](Cdma &d, const R &r, unsigned, Pending &) { return half(r, d.s_.taildesc); };
+    auto sa = [](Cdma &d, const R &r, unsigned, Pending &) { return half(r, d.s_.sa); };
+    auto da = [](Cdma &d, const R &r, unsigned, Pending &) { return half(r, d.s_.da); };
+    auto btt = [](Cdma &d, const R &, unsigned, Pending &) -> uint64_t { return d.s_.btt; };
+    auto write_cr = [](Cdma &d, const R &, unsigned, uint64_t, uint64_t raw, Pending &p) {
         d.write_cr_locked(uint32_t(raw), p);
     };
     // Err_Irq, Dly_Irq, IOC_Irq are R/WC (the bank merged the write-1-to-clear); the rest is RO.
-    auto write_sr = [](Cdma &d, const R &, uint64_t merged, uint64_t, Pending &) {
+    auto write_sr = [](Cdma &d, const R &, unsigned, uint64_t merged, uint64_t, Pending &) {
         d.s_.sr = (d.s_.sr & ~XCDMA_SR_IRQ_ALL) | (uint32_t(merged) & XCDMA_SR_IRQ_ALL);
     };
-    auto write_desc = [](Cdma &d, const R &r, uint64_t, uint64_t raw, Pending &p) {
-        d.write_desc_ptr_locked(r.offset, uint32_t(raw), p);
+    // A *_MSB register (offset 4 mod 8) is the high half of its 64-bit state field.
+    auto write_curdesc = [](Cdma &d, const R &r, unsigned, uint64_t, uint64_t raw, Pending &p) {
+        d.write_desc_ptr_locked(r, false, r.offset % 8 != 0, uint32_t(raw), p);
     };
-    auto write_simple = [](Cdma &d, const R &r, uint64_t, uint64_t raw, Pending &p) {
-        d.write_simple_locked(r.offset, uint32_t(raw), p);
+    auto write_taildesc = [](Cdma &d, const R &r, unsigned, uint64_t, uint64_t raw, Pending &p) {
+        d.write_desc_ptr_locked(r, true, r.offset % 8 != 0, uint32_t(raw), p);
+    };
+    auto write_sa = [](Cdma &d, const R &r, unsigned, uint64_t, uint64_t raw, Pending &p) {
+        if (d.simple_writable_locked(r, uint32_t(raw), p)) d.s_.sa = merge_half(r, d.s_.sa, uint32_t(raw));
+    };
+    auto write_da = [](Cdma &d, const R &r, unsigned, uint64_t, uint64_t raw, Pending &p) {
+        if (d.simple_writable_locked(r, uint32_t(raw), p)) d.s_.da = merge_half(r, d.s_.da, uint32_t(raw));
+    };
+    auto write_btt = [](Cdma &d, const R &r, unsigned, uint64_t, uint64_t raw, Pending &p) {
+        if (d.simple_writable_locked(r, uint32_t(raw), p)) d.write_btt_locked(uint32_t(raw), p);
     };
     static const R table[] = {
         {"CDMACR", XCDMA_CDMACR, 4, RegAccess::RW, XCDMA_CR_RESET_VALUE, XCDMA_CR_WRITABLE, cr, write_cr},
         {"CDMASR", XCDMA_CDMASR, 4, RegAccess::W1C, XCDMA_SR_RESET_VALUE, XCDMA_SR_IRQ_ALL, sr, write_sr},
-        {"CURDESC_PNTR", XCDMA_CURDESC_PNTR, 4, RegAccess::RW, 0, XCDMA_DESC_PTR_MASK, curdesc, write_desc},
-        {"CURDESC_PNTR_MSB", XCDMA_CURDESC_PNTR_MSB, 4, RegAccess::RW, 0, 0xffffffffu, curdesc, write_desc},
+        {"CURDESC_PNTR", XCDMA_CURDESC_PNTR, 4, RegAccess::RW, 0, XCDMA_DESC_PTR_MASK, curdesc,
+         write_curdesc},
+        {"CURDESC_PNTR_MSB", XCDMA_CURDESC_PNTR_MSB, 4, RegAccess::RW, 0, 0xffffffffu, curdesc,
+         write_curdesc},
         {"TAILDESC_PNTR", XCDMA_TAILDESC_PNTR, 4, RegAccess::RW, 0, XCDMA_DESC_PTR_MASK, taildesc,
-         write_desc},
+         write_taildesc},
         {"TAILDESC_PNTR_MSB", XCDMA_TAILDESC_PNTR_MSB, 4, RegAccess::RW, 0, 0xffffffffu, taildesc,
-         write_desc},
-        {"SA", XCDMA_SA, 4, RegAccess::RW, 0, 0xffffffffu, sa, write_simple},
-        {"SA_MSB", XCDMA_SA_MSB, 4, RegAccess::RW, 0, 0xffffffffu, sa, write_simple},
-        {"DA", XCDMA_DA, 4, RegAccess::RW, 0, 0xffffffffu, da, write_simple},
-        {"DA_MSB", XCDMA_DA_MSB, 4, RegAccess::RW, 0, 0xffffffffu, da, write_simple},
-        {"BTT", XCDMA_BTT, 4, RegAccess::RW, 0, XCDMA_BTT_MASK, btt, write_simple},
+         write_taildesc},
+        {"SA", XCDMA_SA, 4, RegAccess::RW, 0, 0xffffffffu, sa, write_sa},
+        {"SA_MSB", XCDMA_SA_MSB, 4, RegAccess::RW, 0, 0xffffffffu, sa, write_sa},
+        {"DA", XCDMA_DA, 4, RegAccess::RW, 0, 0xffffffffu, da, write_da},
+        {"DA_MSB", XCDMA_DA_MSB, 4, RegAccess::RW, 0, 0xffffffffu, da, write_da},
+        {"BTT", XCDMA_BTT, 4, RegAccess::RW, 0, XCDMA_BTT_MASK, btt, write_btt},
     };
     return table;
 }
@@ -336,11 +381,9 @@ void Cdma::write_cr_locked(uint32_t v, Pending &p)
     }
 }
 
-void Cdma::write_desc_ptr_locked(uint64_t offset, uint32_t v, Pending &p)
+void Cdma::write_desc_ptr_locked(const Reg<Cdma, Pending> &r, bool tail, bool msb, uint32_t v, Pending &p)
 {
-    const bool tail = offset == XCDMA_TAILDESC_PNTR || offset == XCDMA_TAILDESC_PNTR_MSB;
-    const bool msb = offset == XCDMA_CURDESC_PNTR_MSB || offset == XCDMA_TAILDESC_PNTR_MSB;
-    const std::string name = reg_name(offset);
+    const std::string name = r.name;
     if (!(s_.cr & XCDMA_CR_SGMODE)) {
         note_locked(p, name + " = " + hex(v) +
                            " written with CDMACR.SGMode = 0: ignored (cleared in simple mode)");
@@ -377,28 +420,16 @@ void Cdma::write_desc_ptr_locked(uint64_t offset, uint32_t v, Pending &p)
     p.kick = true;
 }
 
-void Cdma::write_simple_locked(uint64_t offset, uint32_t v, Pending &p)
+// SA, DA and BTT are written only while the engine is idle.
+bool Cdma::simple_writable_locked(const Reg<Cdma, Pending> &r, uint32_t v, Pending &p)
 {
-    if (!idle_locked()) {
-        note_locked(p, reg_name(offset) + " = " + hex(v) + " written while the engine is busy: ignored");
-        return;
-    }
-    switch (offset) {
-    case XCDMA_SA:
-        s_.sa = with_lo(s_.sa, v);
-        return;
-    case XCDMA_SA_MSB:
-        s_.sa = with_hi(s_.sa, v);
-        return;
-    case XCDMA_DA:
-        s_.da = with_lo(s_.da, v);
-        return;
-    case XCDMA_DA_MSB:
-        s_.da = with_hi(s_.da, v);
-        return;
-    default:
-        break; // BTT
-    }
+    if (idle_locked()) return true;
+    note_locked(p, std::string(r.name) + " = " + hex(v) + " written while the engine is busy: ignored");
+    return false;
+}
+
+void Cdma::write_btt_locked(uint32_t v, Pending &p)
+{
     if (v & ~XCDMA_BTT_MASK) note_locked(p, "BTT = " + hex(v) + ": bits [31:26] are reserved and ignored");
     s_.btt = v & XCDMA_BTT_MASK;
     if (s_.cr & XCDMA_CR_SGMODE) {
@@ -421,15 +452,24 @@ void Cdma::write_simple_locked(uint64_t offset, uint32_t v, Pending &p)
 
 // ---- engine ----
 
-MemStatus Cdma::read_mem(uint64_t addr, void *buf, uint64_t len)
+Status Cdma::read_mem(uint64_t addr, void *buf, uint64_t len)
 {
-    return host_.mem_read ? host_.mem_read(addr, buf, len) : MemStatus::DecodeError;
+    return host_.dma_read(addr, buf, len);
 }
 
-MemStatus Cdma::write_mem(uint64_t addr, const void *buf, uint64_t len)
+Status Cdma::write_mem(uint64_t addr, const void *buf, uint64_t len)
 {
-    return host_.mem_write ? host_.mem_write(addr, buf, len) : MemStatus::DecodeError;
+    return host_.dma_write(addr, buf, len);
 }
+
+namespace {
+// The AXI response the data mover got: DECERR where nothing decodes, SLVERR for everything else
+// (a refused access, an owner that is down or does not answer).
+bool decode_error(Status st)
+{
+    return st == RK_DECODE_ERROR;
+}
+} // namespace
 
 void Cdma::process()
 {
@@ -444,7 +484,7 @@ void Cdma::process()
             // A cyclic ring yields every cfg_.cyclic_slice descriptors so that the host's engine
             // thread can stop; the kick brings it back. process_mu_ is still held, so a host
             // that calls process() from kick() returns at once instead of recursing.
-            if (host_.kick) host_.kick();
+            if (kick_) kick_();
             rerun_ = false;
             return;
         }
@@ -455,29 +495,29 @@ void Cdma::process()
 
 // Moves len bytes in chunks through buf_. Between chunks: gone if reset()/set_state()
 // replaced the state (Stale), stop if CDMACR.Reset is pending (Aborted).
-Cdma::Move Cdma::move(uint64_t src, uint64_t dst, uint64_t len, uint32_t cr, uint64_t epoch, MemStatus &st)
+Cdma::Move Cdma::move(uint64_t src, uint64_t dst, uint64_t len, uint32_t cr, uint64_t epoch, Status &st)
 {
     const bool fixed_rd = cr & XCDMA_CR_KEYHOLE_READ, fixed_wr = cr & XCDMA_CR_KEYHOLE_WRITE;
     const uint64_t dw = cfg_.data_width;
     for (uint64_t done = 0; done < len;) {
         const uint64_t n = std::min<uint64_t>(len - done, buf_.size());
-        st = MemStatus::Ok;
+        st = RK_OK;
         if (fixed_rd) {
-            for (uint64_t off = 0; off < n && st == MemStatus::Ok; off += dw) {
+            for (uint64_t off = 0; off < n && st == RK_OK; off += dw) {
                 st = read_mem(src, buf_.data() + off, std::min(dw, n - off));
             }
         } else {
             st = read_mem(src + done, buf_.data(), n);
         }
-        if (st != MemStatus::Ok) return Move::Failed;
+        if (st != RK_OK) return Move::Failed;
         if (fixed_wr) {
-            for (uint64_t off = 0; off < n && st == MemStatus::Ok; off += dw) {
+            for (uint64_t off = 0; off < n && st == RK_OK; off += dw) {
                 st = write_mem(dst, buf_.data() + off, std::min(dw, n - off));
             }
         } else {
             st = write_mem(dst + done, buf_.data(), n);
         }
-        if (st != MemStatus::Ok) return Move::Failed;
+        if (st != RK_OK) return Move::Failed;
         done += n;
         std::lock_guard lk(mu_);
         if (epoch_ != epoch) return Move::Stale;
@@ -545,6 +585,12 @@ bool Cdma::run_engine()
             finish(p);
             return false;
         }
+        if (paused_ && (s_.phase == CdmaPhase::Simple || s_.phase == CdmaPhase::Fetch)) {
+            in_process_ = false; // pause(): stop before the next transfer or descriptor
+            lk.unlock();
+            finish(p);
+            return false;
+        }
         const uint32_t cr = s_.cr;
         switch (s_.phase) {
         case CdmaPhase::Idle:
@@ -557,14 +603,14 @@ bool Cdma::run_engine()
         case CdmaPhase::Simple: {
             const uint64_t src = s_.sa, dst = s_.da, len = s_.btt;
             lk.unlock();
-            MemStatus st = MemStatus::Ok;
+            Status st = RK_OK;
             const Move m = move(src, dst, len, cr, epoch, st);
             if (m == Move::Stale) return false;
             if (m == Move::Aborted) continue;
             lk.lock();
             if (epoch_ != epoch) return false;
             if (m == Move::Failed) {
-                halt_locked(st == MemStatus::DecodeError ? XCDMA_SR_DMADECERR : XCDMA_SR_DMASLVERR);
+                halt_locked(decode_error(st) ? XCDMA_SR_DMADECERR : XCDMA_SR_DMASLVERR);
             } else {
                 s_.sr |= XCDMA_SR_IOC_IRQ | XCDMA_SR_IDLE;
                 s_.phase = CdmaPhase::Idle;
@@ -590,12 +636,12 @@ bool Cdma::run_engine()
             d.addr = s_.curdesc; // CURDESC_PNTR shows the descriptor being worked on
             lk.unlock();
             uint8_t raw[XCDMA_DESC_SIZE];
-            const MemStatus st = read_mem(d.addr, raw, sizeof raw);
+            const Status st = read_mem(d.addr, raw, sizeof raw);
             lk.lock();
             if (epoch_ != epoch) return false;
             if (s_.cr & XCDMA_CR_RESET) continue;
-            if (st != MemStatus::Ok) {
-                halt_locked(st == MemStatus::DecodeError ? XCDMA_SR_SGDECERR : XCDMA_SR_SGSLVERR);
+            if (st != RK_OK) {
+                halt_locked(decode_error(st) ? XCDMA_SR_SGDECERR : XCDMA_SR_SGSLVERR);
                 break;
             }
             d.next = lohi(le32(raw + XCDMA_DESC_NXTDESC), le32(raw + XCDMA_DESC_NXTDESC_MSB));
@@ -625,14 +671,14 @@ bool Cdma::run_engine()
 
         case CdmaPhase::Transfer: {
             lk.unlock();
-            MemStatus st = MemStatus::Ok;
+            Status st = RK_OK;
             const Move m = move(d.sa, d.da, d.control & XCDMA_DESC_CTRL_BTT_MASK, cr, epoch, st);
             if (m == Move::Stale) return false;
             if (m == Move::Aborted) continue;
             lk.lock();
             if (epoch_ != epoch) return false;
             if (m == Move::Failed) {
-                const bool dec = st == MemStatus::DecodeError;
+                const bool dec = decode_error(st);
                 wb_status = dec ? XCDMA_DESC_STS_DECERR : XCDMA_DESC_STS_SLVERR;
                 wb_sr_err = dec ? XCDMA_SR_DMADECERR : XCDMA_SR_DMASLVERR;
             } else {
@@ -648,13 +694,12 @@ bool Cdma::run_engine()
             // Only the STATUS word is stored: software may be editing the rest (NXTDESC).
             const uint8_t w[4] = {uint8_t(wb_status), uint8_t(wb_status >> 8), uint8_t(wb_status >> 16),
                                   uint8_t(wb_status >> 24)};
-            const MemStatus st = write_mem(d.addr + XCDMA_DESC_STATUS, w, sizeof w);
+            const Status st = write_mem(d.addr + XCDMA_DESC_STATUS, w, sizeof w);
             lk.lock();
             if (epoch_ != epoch) return false;
             if (s_.cr & XCDMA_CR_RESET) continue;
-            if (st != MemStatus::Ok) {
-                halt_locked(wb_sr_err |
-                            (st == MemStatus::DecodeError ? XCDMA_SR_SGDECERR : XCDMA_SR_SGSLVERR));
+            if (st != RK_OK) {
+                halt_locked(wb_sr_err | (decode_error(st) ? XCDMA_SR_SGDECERR : XCDMA_SR_SGSLVERR));
             } else if (wb_sr_err) {
                 halt_locked(wb_sr_err);
             } else {

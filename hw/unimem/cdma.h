@@ -3,8 +3,10 @@
 // Xilinx AXI Central DMA (AXI CDMA v4.1, Xilinx/AMD PG034) device core: memory-to-memory DMA
 // with a simple mode and a scatter-gather (SG) mode, register-compatible with the IP so that
 // Linux's unmodified drivers/dma/xilinx/xilinx_dma.c ("xlnx,axi-cdma-1.00.a") drives it. The
-// register map is rackemu/xilinx_cdma_regs.h. QEMU-independent: the host (QEMU glue through
-// cdma_capi.h, a unit test) injects memory access, interrupt, log and wake-up callbacks.
+// register map is rackemu/xilinx_cdma_regs.h. QEMU-independent: it reaches memory, its
+// interrupt line (line 0, cdma_introut) and the guest-error log through the one host interface
+// (rackemu/host.h; the QEMU glue through cdma_capi.h, a unit test through TestHost), and asks for
+// its engine to run through a wake-up link of its own (`kick`, not a host service).
 //
 // Engine states (CdmaPhase) and the pipeline process() walks:
 //
@@ -22,7 +24,7 @@
 //   value; then it reads 0 (the driver polls it). With no process() running it completes at once.
 //
 // Register writes never move data: a write that starts work (BTT, TAILDESC_PNTR_MSB) marks it
-// pending and calls host.kick() after releasing the lock; the host then calls process() (an
+// pending and calls kick() after releasing the lock; the host then calls process() (an
 // engine thread in QEMU, synchronously in tests), which runs the work to completion, moving
 // data in chunks through a bounce buffer with no lock held, so registers stay readable and a
 // soft reset can stop a long transfer.
@@ -31,11 +33,16 @@
 // runs on the engine thread. process() calls are serialised: a call made while another is
 // running returns at once and the running one goes round again.
 //
-// Caveat: data movement is not cycle-timed: a transfer takes as long as the host's memory
-// callbacks, not BTT / bus width cycles, and CDMASR.IRQDelaySts always reads 0. The IRQDelay
+// Quiescing (migration, a stopped VM): pause() lets a running process() finish the data
+// movement it is in (a simple transfer, or the current descriptor up to its STATUS write-back)
+// and stop at the next boundary; work stays pending (CDMASR.Idle = 0) until resume(). save() is
+// then a consistent snapshot. load() (migration) halts a transfer or chain that was in flight at
+// save with DMASlvErr: see load().
+//
+// Caveat: data movement is not cycle-timed: a transfer takes as long as the host's DMA, not BTT / bus width cycles, and CDMASR.IRQDelaySts always reads 0. The IRQDelay
 // timer is modelled at its only observable point: it "expires" when a chain ends with
 // completions that the threshold has not signalled yet (no time elapses in the model).
-// Caveat: the engine's address space is whatever the host's mem_read/mem_write decode: in
+// Caveat: the engine's address space is whatever the host's dma_read/dma_write decode: in
 // rackemu the node's physical map (its RAM) plus the global address space window at
 // GAS_WINDOW_BASE, so one descriptor can copy between nodes; a remote access may block.
 // Caveat: the data realignment engine is always present: any source/destination alignment
@@ -53,47 +60,24 @@
 #include <string>
 #include <vector>
 
+#include "rackemu/host.h"
 #include "rackemu/xilinx_cdma_regs.h"
 #include "regbank.h"
 
 namespace rackemu::unimem {
 
-enum class MemStatus { Ok, DecodeError, SlaveError };
-
-struct CdmaHost {
-    // Read/write guest memory at an address of the node's physical address space (local RAM,
-    // or the global address space window: the host decides). Called from whatever thread calls
-    // process(), without the core's lock held. May block (remote memory).
-    std::function<MemStatus(uint64_t addr, void *buf, uint64_t len)> mem_read;
-    std::function<MemStatus(uint64_t addr, const void *buf, uint64_t len)> mem_write;
-    // Level of cdma_introut changed. Called without the core's lock held, possibly from two
-    // threads at once; the last call carries the current level (the host may as well re-read
-    // irq_level()).
-    std::function<void(bool level)> set_irq;
-    // Wrong guest use (LOG_GUEST_ERROR in QEMU). The access still gets a defined result.
-    std::function<void(const std::string &)> guest_error;
-    // A register write started work: the host must arrange for process() to be called.
-    std::function<void()> kick;
-};
-
 struct CdmaConfig {
     unsigned data_width = RACKEMU_CDMA_DATAWIDTH / 8; // bytes per beat (key-hole accesses)
-    uint64_t chunk = 64 * 1024;                       // bytes per mem_read/mem_write pair
+    uint64_t chunk = 64 * 1024;                       // bytes per dma_read/dma_write pair
     uint64_t max_descriptors = 1u << 20;              // per SG session, then SGIntErr
     uint64_t cyclic_slice = 1024;                     // descriptors per process() in cyclic mode
 };
 
+// The model's counters, named as in CDMA_COUNTER_TABLE (rackemu/xilinx_cdma_regs.h).
 struct CdmaCounters {
-    uint64_t transfers = 0;   // simple-mode transfers completed
-    uint64_t chains = 0;      // SG sessions that reached TAILDESC
-    uint64_t descriptors = 0; // SG descriptors completed
-    uint64_t bytes = 0;       // bytes written to destinations
-    uint64_t dma_int_errors = 0, dma_slv_errors = 0, dma_dec_errors = 0;
-    uint64_t sg_int_errors = 0, sg_slv_errors = 0, sg_dec_errors = 0;
-    uint64_t soft_resets = 0; // CDMACR.Reset completions
-    uint64_t aborted = 0;     // transfers or chains cut short by CDMACR.Reset
-    uint64_t guest_errors = 0;
-    uint64_t irqs_raised = 0; // rising edges of cdma_introut
+#define CDMA_CNT_X_FIELD_(N, n, d) uint64_t n = 0;
+    CDMA_COUNTER_TABLE(CDMA_CNT_X_FIELD_)
+#undef CDMA_CNT_X_FIELD_
 };
 
 enum class CdmaPhase : uint32_t { Idle, Simple, Fetch, Transfer, WriteBack, Halted };
@@ -115,7 +99,9 @@ struct CdmaState {
 
 class Cdma {
 public:
-    explicit Cdma(CdmaHost host, CdmaConfig config = {});
+    // `kick`: a register write started work; the caller must arrange for process() to be called
+    // (the engine thread's wake-up in cdma_capi.cc; process() itself in a synchronous test).
+    Cdma(Host host, std::function<void()> kick, CdmaConfig config = {});
 
     // 32-bit registers; 8-byte accesses at 8-aligned offsets act as low then high half.
     uint64_t read(uint64_t offset, unsigned size);
@@ -129,10 +115,22 @@ public:
     bool busy() const; // work started and not finished (CDMASR.Idle = 0)
     CdmaCounters counters() const;
 
-    CdmaState state() const;
-    // Load a saved state (migration). Returns false, changing nothing, if it is inconsistent.
-    // A transfer or descriptor that was in flight restarts from its beginning.
-    bool set_state(const CdmaState &st);
+    // Stop the engine at its next boundary and wait for it (see the header comment); work that
+    // is started meanwhile stays pending. resume() lets it go on (and kicks it if work is
+    // pending). Both may be called from any thread but process()'s own.
+    void pause();
+    void resume();
+
+    // Migration. save(): the registers and the engine state (call pause() first for a snapshot
+    // at a boundary; without it, a consistent snapshot of a moving engine).
+    CdmaState save() const;
+    // Load a saved state. Returns false, changing nothing, if anything is out of range or
+    // inconsistent. A soft reset pending at save completes at load. A transfer or chain in
+    // flight at save (phase Simple, Fetch, Transfer or WriteBack) does not resume: the engine is
+    // halted with CDMASR.DMASlvErr + Err_Irq (Idle = 1; CURDESC_PNTR still points at the
+    // descriptor that did not complete, whose STATUS is not written), as if the data mover had
+    // got a slave error, so the driver's error path resets the engine and resubmits.
+    bool load(const CdmaState &st);
 
 private:
     struct Pending {
@@ -152,8 +150,9 @@ private:
     uint32_t read32_locked(uint64_t offset, Pending &p);
     void write32_locked(uint64_t offset, uint32_t value, Pending &p);
     void write_cr_locked(uint32_t value, Pending &p);
-    void write_desc_ptr_locked(uint64_t offset, uint32_t value, Pending &p);
-    void write_simple_locked(uint64_t offset, uint32_t value, Pending &p);
+    void write_desc_ptr_locked(const Reg<Cdma, Pending> &r, bool tail, bool msb, uint32_t value, Pending &p);
+    bool simple_writable_locked(const Reg<Cdma, Pending> &r, uint32_t value, Pending &p);
+    void write_btt_locked(uint32_t value, Pending &p);
     void finish(Pending &p);
     void note_locked(Pending &p, std::string msg);
 
@@ -166,19 +165,21 @@ private:
     void update_irq();
 
     bool run_engine(); // true: a cyclic slice ended with work left
-    Move move(uint64_t src, uint64_t dst, uint64_t len, uint32_t cr, uint64_t epoch, MemStatus &st);
-    MemStatus read_mem(uint64_t addr, void *buf, uint64_t len);
-    MemStatus write_mem(uint64_t addr, const void *buf, uint64_t len);
+    Move move(uint64_t src, uint64_t dst, uint64_t len, uint32_t cr, uint64_t epoch, Status &st);
+    Status read_mem(uint64_t addr, void *buf, uint64_t len);
+    Status write_mem(uint64_t addr, const void *buf, uint64_t len);
 
-    CdmaHost host_;
+    Host host_;
+    std::function<void()> kick_;
     const CdmaConfig cfg_;
 
-    mutable std::mutex mu_; // guards s_, ctr_, epoch_, in_process_, reported_
+    mutable std::mutex mu_; // guards s_, ctr_, epoch_, in_process_, reported_, paused_
     CdmaState s_;
     CdmaCounters ctr_;
     uint64_t epoch_ = 0;                       // bumped by reset()/set_state(): a running process() abandons
     bool in_process_ = false;                  // process() is between its first and last look at s_
     bool reported_ = false;                    // level last handed to host.set_irq
+    bool paused_ = false;                      // pause(): process() stops at the next boundary
     RegBank<Cdma, Pending> bank_{reg_table()}; // every register is hooked: its state is s_
 
     std::mutex process_mu_; // serialises process(); guards buf_

@@ -45,32 +45,14 @@ struct RkCdma {
     }
 };
 
-static MemStatus to_status(int rc)
-{
-    return rc == RK_CDMA_MEM_OK           ? MemStatus::Ok
-           : rc == RK_CDMA_MEM_DECODE_ERR ? MemStatus::DecodeError
-                                          : MemStatus::SlaveError;
-}
-
 extern "C" {
 
-RkCdma *rk_cdma_new(rk_cdma_mem_fn mem, rk_cdma_irq_fn irq, rk_cdma_log_fn log, rk_cdma_thread_fn thread,
-                    void *opaque)
+RkCdma *rk_cdma_new(const RkHost *host, rk_cdma_thread_fn thread, void *opaque)
 {
     auto *c = new RkCdma;
     c->thread_hook = thread;
     c->opaque = opaque;
-    CdmaHost h;
-    h.mem_read = [mem, opaque](uint64_t addr, void *buf, uint64_t len) {
-        return to_status(mem(opaque, 0, addr, buf, len));
-    };
-    h.mem_write = [mem, opaque](uint64_t addr, const void *buf, uint64_t len) {
-        return to_status(mem(opaque, 1, addr, const_cast<void *>(buf), len));
-    };
-    h.set_irq = [irq, opaque](bool level) { irq(opaque, level); };
-    h.guest_error = [log, opaque](const std::string &m) { log(opaque, m.c_str()); };
-    h.kick = [c] { c->kick(); };
-    c->core = std::make_unique<Cdma>(std::move(h));
+    c->core = std::make_unique<Cdma>(rackemu::Host(*host), [c] { c->kick(); });
     c->engine = std::thread([c] { c->run(); });
     return c;
 }
@@ -102,6 +84,50 @@ void rk_cdma_reset(RkCdma *c)
 int rk_cdma_irq_level(RkCdma *c)
 {
     return c->core->irq_level() ? 1 : 0;
+}
+void rk_cdma_pause(RkCdma *c)
+{
+    c->core->pause();
+}
+void rk_cdma_resume(RkCdma *c)
+{
+    c->core->resume();
+}
+void rk_cdma_save(RkCdma *c, RkCdmaState *st)
+{
+    const CdmaState s = c->core->save();
+    *st = RkCdmaState{s.cr,
+                      s.sr,
+                      s.curdesc,
+                      s.taildesc,
+                      s.sa,
+                      s.da,
+                      s.btt,
+                      s.irq_count,
+                      s.unsignalled,
+                      uint32_t(s.phase),
+                      s.resume_valid ? 1u : 0u,
+                      s.resume_next,
+                      s.session_descriptors};
+}
+int rk_cdma_load(RkCdma *c, const RkCdmaState *st)
+{
+    if (st->resume_valid > 1) return -1; // the core validates the rest
+    CdmaState s;
+    s.cr = st->cr;
+    s.sr = st->sr;
+    s.curdesc = st->curdesc;
+    s.taildesc = st->taildesc;
+    s.sa = st->sa;
+    s.da = st->da;
+    s.btt = st->btt;
+    s.irq_count = st->irq_count;
+    s.unsignalled = st->unsignalled;
+    s.phase = CdmaPhase(st->phase);
+    s.resume_valid = st->resume_valid != 0;
+    s.resume_next = st->resume_next;
+    s.session_descriptors = st->session_descriptors;
+    return c->core->load(s) ? 0 : -1;
 }
 
 } // extern "C"

@@ -1,31 +1,82 @@
 // SPDX-License-Identifier: MIT
-// Unimem global address space window core; see gas.h and docs/unimem.md.
+// Unimem global address space window core; see gas.h and docs/gas.md.
 #include "gas.h"
 
 #include "format.h"
+#include "rk_remote_mem.h"
 
 #include <algorithm>
 
 namespace rackemu::unimem {
 
-Gas::Gas(GasHost host, unsigned node_id, unsigned node_count)
-    : host_(std::move(host)), node_id_(node_id), node_count_(std::clamp(node_count, 1u, 64u))
+// The counters of GAS_COUNTER_TABLE are the registers GAS_CTRL_* the guest's driver reads.
+static_assert(GAS_CNT_LOADS == GAS_CTRL_LOADS && GAS_CNT_STORES == GAS_CTRL_STORES &&
+              GAS_CNT_LOCAL == GAS_CTRL_LOCAL && GAS_CNT_BUS_ERRORS == GAS_CTRL_BUS_ERRORS &&
+              GAS_CNT_SERVED_READS == GAS_CTRL_SERVED_READS &&
+              GAS_CNT_SERVED_WRITES == GAS_CTRL_SERVED_WRITES &&
+              GAS_CNT_SERVED_REFUSED == GAS_CTRL_SERVED_REFUSED && GAS_CNT_TIMEOUTS == GAS_CTRL_TIMEOUTS &&
+              GAS_CNT_COUNT == 8);
+
+Gas::Gas(Host host)
+    : host_(host), node_id_(host.node_id()), node_count_(std::clamp(host.node_count(), 1u, 64u))
 {
+}
+
+// The control page (docs/gas.md): identification, then the counters from GAS_COUNTER_TABLE.
+// Every register is 64-bit and read-only; the rest of the page is reserved (reads as zero).
+std::span<const Reg<Gas, Gas::Ctx>> Gas::reg_table()
+{
+    using R = Reg<Gas, Ctx>;
+    auto id = [](Gas &, const R &, unsigned, Ctx &) -> uint64_t { return GAS_ID_VALUE; };
+    auto node_id = [](Gas &g, const R &, unsigned, Ctx &) -> uint64_t { return g.node_id_; };
+    auto node_count = [](Gas &g, const R &, unsigned, Ctx &) -> uint64_t { return g.node_count_; };
+    auto base = [](Gas &, const R &, unsigned, Ctx &) -> uint64_t { return GAS_WINDOW_BASE; };
+    auto size = [](Gas &g, const R &, unsigned, Ctx &) { return g.window_size(); };
+    auto cnt = [](Gas &g, const R &r, unsigned, Ctx &) { return g.counter((r.offset - GAS_CNT_BASE) / 8); };
+    static const R table[] = {
+        {"GAS_CTRL_ID", GAS_CTRL_ID, 8, RegAccess::RO, 0, 0, id},
+        {"GAS_CTRL_NODE_ID", GAS_CTRL_NODE_ID, 8, RegAccess::RO, 0, 0, node_id},
+        {"GAS_CTRL_NODE_COUNT", GAS_CTRL_NODE_COUNT, 8, RegAccess::RO, 0, 0, node_count},
+        {"GAS_CTRL_WINDOW_BASE", GAS_CTRL_WINDOW_BASE, 8, RegAccess::RO, 0, 0, base},
+        {"GAS_CTRL_WINDOW_SIZE", GAS_CTRL_WINDOW_SIZE, 8, RegAccess::RO, 0, 0, size},
+#define GAS_CNT_X_ROW_(N, n, d) {"GAS_CTRL_" #N, GAS_CNT_##N, 8, RegAccess::RO, 0, 0, cnt},
+        GAS_COUNTER_TABLE(GAS_CNT_X_ROW_)
+#undef GAS_CNT_X_ROW_
+    };
+    return table;
+}
+
+uint64_t Gas::counter(unsigned index) const
+{
+    if (index < kGasOwnCounters) return own_[index].load(std::memory_order_relaxed);
+    if (!host_.rmem()) return 0; // a node without fabric serves nobody
+    rk_rmem_stats st{};
+    rk_rmem_get_stats(host_.rmem(), &st);
+    switch (index) {
+    case GAS_CNT_INDEX_SERVED_READS:
+        return st.served_reads;
+    case GAS_CNT_INDEX_SERVED_WRITES:
+        return st.served_writes;
+    case GAS_CNT_INDEX_SERVED_REFUSED:
+        return st.served_refused;
+    case GAS_CNT_INDEX_TIMEOUTS:
+        return st.timeouts;
+    default:
+        return 0;
+    }
 }
 
 void Gas::guest_error(const std::string &msg)
 {
     bad_access_++;
-    if (host_.guest_error) {
-        host_.guest_error("rackemu-gas: " + msg);
-    }
+    host_.guest_error(msg);
 }
 
 Gas::Result Gas::access(bool write, uint64_t offset, unsigned size, uint64_t &value)
 {
-    (write ? stores_ : loads_)++;
+    bump(write ? GAS_CNT_INDEX_STORES : GAS_CNT_INDEX_LOADS);
     if (size == 0 || size > 8 || offset >= window_size() || window_size() - offset < size) {
-        bus_errors_++;
+        bump(GAS_CNT_INDEX_BUS_ERRORS);
         guest_error(std::string(write ? "store" : "load") + " of " + std::to_string(size) +
                     " bytes at window offset " + hex(offset) + " outside the " + std::to_string(node_count_) +
                     "-node window");
@@ -35,22 +86,27 @@ Gas::Result Gas::access(bool write, uint64_t offset, unsigned size, uint64_t &va
     const uint64_t local = UNIMEM_GADDR_LOCAL(offset);
     if (UNIMEM_GADDR_LOCAL(offset + size - 1) < local) {
         // Crosses from one node's window into the next: no single owner can serve it.
-        bus_errors_++;
+        bump(GAS_CNT_INDEX_BUS_ERRORS);
         guest_error("access at " + hex(offset) + " crosses a node boundary");
         return Result::BusError;
     }
     if (node == node_id_) {
-        local_++;
+        bump(GAS_CNT_INDEX_LOCAL);
     }
     uint64_t buf = write ? value : 0;
-    GasAccess r = host_.access ? host_.access(write, node, local, &buf, size) : GasAccess::Unreachable;
-    if (r != GasAccess::Ok) {
-        bus_errors_++;
+    // The host routes its own window to the owner (remote memory; may block, never under a lock
+    // of ours: the core holds none here).
+    const Status st = write ? host_.dma_write(GAS_WINDOW_BASE + offset, &buf, size)
+                            : host_.dma_read(GAS_WINDOW_BASE + offset, &buf, size);
+    if (st != RK_OK) {
+        bump(GAS_CNT_INDEX_BUS_ERRORS);
         // A bus error is the architected result (the guest gets an external abort); log it as
         // a guest error since it is the guest's access that failed.
         guest_error(std::string(write ? "store to" : "load from") + " node " + std::to_string(node) +
                     " address " + hex(local) + ": " +
-                    (r == GasAccess::DecodeError ? "not memory on that node" : "node unreachable") +
+                    (st == RK_DECODE_ERROR  ? std::string("not memory on that node")
+                     : st == RK_UNREACHABLE ? std::string("node unreachable")
+                                            : std::string("refused (") + rk_status_name(st) + ")") +
                     " (bus error)");
         return Result::BusError;
     }
@@ -78,50 +134,45 @@ uint64_t Gas::ctrl_read(uint64_t offset, unsigned size)
                     " (registers are 64-bit, aligned)");
         return 0;
     }
-    switch (offset) {
-    case GAS_CTRL_ID:
-        return GAS_ID_VALUE;
-    case GAS_CTRL_NODE_ID:
-        return node_id_;
-    case GAS_CTRL_NODE_COUNT:
-        return node_count_;
-    case GAS_CTRL_WINDOW_BASE:
-        return GAS_WINDOW_BASE;
-    case GAS_CTRL_WINDOW_SIZE:
-        return window_size();
-    case GAS_CTRL_LOADS:
-        return loads_;
-    case GAS_CTRL_STORES:
-        return stores_;
-    case GAS_CTRL_LOCAL:
-        return local_;
-    case GAS_CTRL_BUS_ERRORS:
-        return bus_errors_;
-    case GAS_CTRL_SERVED_READS:
-    case GAS_CTRL_SERVED_WRITES:
-    case GAS_CTRL_SERVED_REFUSED:
-    case GAS_CTRL_TIMEOUTS:
-        return host_.service_counter ? host_.service_counter(unsigned(offset)) : 0;
-    default:
-        return 0; // reserved: reads as zero
-    }
+    Ctx ctx;
+    uint64_t v = 0;
+    (void)bank_.read(*this, offset, size, ctx, v); // reserved: reads as zero
+    return v;
 }
 
 void Gas::ctrl_write(uint64_t offset, uint64_t value, unsigned size)
 {
     guest_error("write of " + hex(value) + " (" + std::to_string(size) +
-                " bytes) to read-only control register " + hex(offset) + " ignored");
+                " bytes) to read-only control register " + hex(offset) + " (" + bank_.describe(offset) +
+                ") ignored");
 }
 
 GasCounters Gas::counters() const
 {
     GasCounters c;
-    c.loads = loads_;
-    c.stores = stores_;
-    c.local = local_;
-    c.bus_errors = bus_errors_;
+#define GAS_CNT_X_GET_(N, n, d) c.n = counter(GAS_CNT_INDEX_##N);
+    GAS_COUNTER_TABLE(GAS_CNT_X_GET_)
+#undef GAS_CNT_X_GET_
     c.bad_access = bad_access_;
     return c;
+}
+
+GasState Gas::save() const
+{
+    GasState st;
+    st.node_id = node_id_;
+    st.node_count = node_count_;
+    for (unsigned i = 0; i < kGasOwnCounters; i++)
+        st.counters[i] = own_[i].load(std::memory_order_relaxed);
+    return st;
+}
+
+bool Gas::load(const GasState &st)
+{
+    if (st.node_id != node_id_ || st.node_count != node_count_) return false;
+    for (unsigned i = 0; i < kGasOwnCounters; i++)
+        own_[i].store(st.counters[i], std::memory_order_relaxed);
+    return true;
 }
 
 } // namespace rackemu::unimem

@@ -3,47 +3,59 @@
 // Unimem global address space (GAS) window device core (seed 004 sec. 1 and sec. 3.1.6).
 //
 // A node's CPU reaches every node's memory at GAS_WINDOW_BASE + global address, the global
-// address carrying the owner's node id in bits [39:34]. The core decodes a window access into
-// (node, node-local address), hands it to the host's memory transport (the fabric's one-sided
-// memory service, or this node's own RAM), and turns a failed access into a bus error. A
-// read-only control page identifies the window and exposes the counters.
+// address carrying the owner's node id in bits [39:34]. The core checks a window access (size,
+// inside the rack's window, inside one node's 16 GiB), hands it to the host as a DMA access at
+// its physical address GAS_WINDOW_BASE + G (rackemu/host.h: the host routes the window to the
+// owner through the fabric's one-sided memory service, this node's own window included), and
+// turns a failed access into a bus error. A read-only control page (a register bank) identifies
+// the window and exposes the counters (GAS_COUNTER_TABLE in rackemu/unimem_regs.h): the
+// window's own, and the node's memory service's (remote memory statistics, host.rmem()).
 //
 // Thread safety: window accesses come from any vCPU thread, without the big lock, and may block
 // in the transport; the core holds no lock while they do (counters are atomics).
 //
 // Caveat: in hardware the window is uncached and the interconnect carries each access as one
 // transaction; here each access is one synchronous request to the owner, served by its fabric
-// thread, so a load costs a fabric round trip (docs/unimem.md gives the measured figures).
+// thread, so a load costs a fabric round trip (docs/gas.md gives the measured figures).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
-#include <functional>
+#include <span>
 #include <string>
 
+#include "rackemu/host.h"
 #include "rackemu/unimem_regs.h"
+#include "regbank.h"
 
 namespace rackemu::unimem {
 
-enum class GasAccess { Ok, DecodeError, Unreachable };
+// The window's own counters are the first rows of GAS_COUNTER_TABLE; the rest are the service's.
+constexpr unsigned kGasOwnCounters = GAS_CNT_INDEX_SERVED_READS;
 
-struct GasHost {
-    // Move `len` bytes between `buf` and node `node`'s physical address `local` (may block).
-    std::function<GasAccess(bool write, unsigned node, uint64_t local, void *buf, unsigned len)> access;
-    // Counters of the memory service that serves other nodes (GAS_CTRL_SERVED_*, TIMEOUTS).
-    std::function<uint64_t(unsigned ctrl_offset)> service_counter;
-    std::function<void(const std::string &msg)> guest_error;
+// Every counter of the control page (named as in GAS_COUNTER_TABLE), plus the core's count of
+// wrong guest accesses (not a register).
+struct GasCounters {
+#define GAS_CNT_X_FIELD_(N, n, d) uint64_t n = 0;
+    GAS_COUNTER_TABLE(GAS_CNT_X_FIELD_)
+#undef GAS_CNT_X_FIELD_
+    uint64_t bad_access = 0;
 };
 
-struct GasCounters {
-    uint64_t loads = 0, stores = 0, local = 0, bus_errors = 0, bad_access = 0;
+// The architectural state as plain data (the glue maps it to a VMStateDescription): the
+// window's own counter registers; node id and count identify the node the state belongs to.
+struct GasState {
+    uint32_t node_id = 0, node_count = 1;
+    std::array<uint64_t, kGasOwnCounters> counters{};
 };
 
 class Gas {
 public:
     enum class Result { Ok, BusError };
 
-    Gas(GasHost host, unsigned node_id, unsigned node_count);
+    // node id and count come from the host (clamped to 1..64 nodes).
+    explicit Gas(Host host);
 
     uint64_t window_size() const { return uint64_t(node_count_) * GAS_WINDOW_NODE_SIZE; }
     // `offset` is relative to GAS_WINDOW_BASE, i.e. the global address.
@@ -53,16 +65,30 @@ public:
     // Control page: 64-bit read-only registers; writes are refused and logged.
     uint64_t ctrl_read(uint64_t offset, unsigned size);
     void ctrl_write(uint64_t offset, uint64_t value, unsigned size);
+    // The register's name at a control page offset ("unmapped" where none), for logs and traces.
+    std::string describe(uint64_t offset) const { return bank_.describe(offset); }
 
     GasCounters counters() const;
 
+    // Migration: save() is a consistent snapshot; load() refuses (false, nothing changed) a
+    // state of another node or rack size. No access is ever in flight inside the core between
+    // two calls: a window access is synchronous on its vCPU (QEMU completes it before saving).
+    GasState save() const;
+    bool load(const GasState &st);
+
 private:
+    struct Ctx {};
+    static std::span<const Reg<Gas, Ctx>> reg_table();
+    uint64_t counter(unsigned index) const;
     Result access(bool write, uint64_t offset, unsigned size, uint64_t &value);
     void guest_error(const std::string &msg);
+    void bump(unsigned index) { own_[index].fetch_add(1, std::memory_order_relaxed); }
 
-    GasHost host_;
+    Host host_;
     const unsigned node_id_, node_count_;
-    std::atomic<uint64_t> loads_{0}, stores_{0}, local_{0}, bus_errors_{0}, bad_access_{0};
+    std::array<std::atomic<uint64_t>, kGasOwnCounters> own_{};
+    std::atomic<uint64_t> bad_access_{0};
+    RegBank<Gas, Ctx> bank_{reg_table()}; // every register is read-only and hooked
 };
 
 } // namespace rackemu::unimem

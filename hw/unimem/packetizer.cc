@@ -4,282 +4,306 @@
 
 #include "format.h"
 
-#include <cstring>
+#include <algorithm>
 
 namespace rackemu::unimem {
 
 namespace {
 // Valid bytes per PIF register (Table 5): payload0 and payload1 all 16, dest bits [39:0].
-constexpr unsigned kNeeded[3] = {16, 16, 5};
+constexpr uint16_t kNeeded[3] = {0xffff, 0xffff, 0x001f};
+constexpr uint32_t kStatusBits =
+    PKTZ_ST_PEND | PKTZ_ST_ILLEGAL | PKTZ_ST_NACK | PKTZ_ST_ACK | PKTZ_ST_OVERWR_BUF | PKTZ_ST_FABRIC_ERR;
 } // namespace
 
-Packetizer::Packetizer(PacketizerHost host) : host_(std::move(host)) {}
-
-void Packetizer::guest_error(const std::string &msg)
+Packetizer::Packetizer(Host host, PacketizerTransmit transmit) : host_(host), transmit_(std::move(transmit))
 {
-    if (host_.guest_error) {
-        host_.guest_error("rackemu-packetizer: " + msg);
+}
+
+// ---- the register table (Tables 4 and 5; ID and counters are rackemu extensions) ----
+
+std::span<const Reg<Packetizer, Packetizer::Ctx>> Packetizer::reg_table()
+{
+    using R = Reg<Packetizer, Ctx>;
+    constexpr uint32_t t = PKTZ_TIF_OFFSET, page = UNIMEM_IF_PAGE_SIZE, n = UNIMEM_IF_COUNT;
+    // PIF registers: the 64-bit half r.offset / 8 (0..5) of payload0, payload1, dest
+    auto pif = [](Packetizer &d, const R &r, unsigned i, Ctx &) { return d.s_.pifs[i].regs[r.offset / 8]; };
+    auto set_pif = [](Packetizer &d, const R &r, unsigned i, uint64_t merged, uint64_t, Ctx &c) {
+        d.write_pif_locked(i, r.offset / 8, merged, c);
+    };
+    auto status = [](Packetizer &d, const R &, unsigned i, Ctx &) -> uint64_t { return d.s_.pifs[i].status; };
+    auto zero = [](Packetizer &, const R &, unsigned, Ctx &) -> uint64_t { return 0; };
+    auto pidt = [](Packetizer &d, const R &, unsigned i, Ctx &) { return d.s_.pidt[i]; };
+    auto set_pidt = [](Packetizer &d, const R &, unsigned i, uint64_t merged, uint64_t, Ctx &) {
+        d.s_.pidt[i] = merged;
+    };
+    auto base_dest = [](Packetizer &d, const R &, unsigned, Ctx &) { return d.s_.base_dest; };
+    auto set_base_dest = [](Packetizer &d, const R &, unsigned, uint64_t merged, uint64_t, Ctx &) {
+        d.s_.base_dest = merged;
+    };
+    auto pid_conf = [](Packetizer &d, const R &, unsigned, Ctx &) { return d.s_.pid_conf; };
+    auto set_pid_conf = [](Packetizer &d, const R &, unsigned, uint64_t merged, uint64_t, Ctx &) {
+        d.s_.pid_conf = merged;
+    };
+    auto clr_req = [](Packetizer &d, const R &, unsigned, uint64_t, uint64_t raw, Ctx &) {
+        d.clear_request_locked(raw);
+    };
+    auto counter = [](Packetizer &d, const R &r, unsigned, Ctx &) {
+        return d.s_.counters[(r.offset - PKTZ_TIF_OFFSET - PKTZ_TIF_COUNTERS) / 8];
+    };
+#define PKTZ_CNT_ROW_(N, n, d) {#N, t + PKTZ_TIF_COUNTERS + PKTZ_CNT_##N, 8, RegAccess::RO, 0, 0, counter},
+    static const R table[] = {
+        // PIF page n (Table 5): 128-bit registers written as two 64-bit halves
+        {"PAYLOAD0_LO", PKTZ_PIF_PAYLOAD0, 8, RegAccess::RW, 0, ~0ull, pif, set_pif, n, page},
+        {"PAYLOAD0_HI", PKTZ_PIF_PAYLOAD0 + 8, 8, RegAccess::RW, 0, ~0ull, pif, set_pif, n, page},
+        {"PAYLOAD1_LO", PKTZ_PIF_PAYLOAD1, 8, RegAccess::RW, 0, ~0ull, pif, set_pif, n, page},
+        {"PAYLOAD1_HI", PKTZ_PIF_PAYLOAD1 + 8, 8, RegAccess::RW, 0, ~0ull, pif, set_pif, n, page},
+        {"DEST_LO", PKTZ_PIF_DEST, 8, RegAccess::RW, 0, ~0ull, pif, set_pif, n, page},
+        {"DEST_HI", PKTZ_PIF_DEST + 8, 8, RegAccess::RW, 0, ~0ull, pif, set_pif, n, page},
+        {"STATUS", PKTZ_PIF_STATUS, 8, RegAccess::RO, 0, 0, status, nullptr, n, page},
+        {"STATUS_HI", PKTZ_PIF_STATUS_HI, 8, RegAccess::RO, 0, 0, zero, nullptr, n, page},
+        // TIF page (Table 4)
+        {"PIDT", t + PKTZ_TIF_PIDT(0), 8, RegAccess::RW, 0, PKTZ_PID_MASK, pidt, set_pidt, n, 8},
+        {"BASE_DEST", t + PKTZ_TIF_BASE_DEST, 8, RegAccess::RW, 0, PKTZ_BASE_DEST_MASK, base_dest,
+         set_base_dest},
+        {"PID_CONF", t + PKTZ_TIF_PID_CONF, 8, RegAccess::RW, 0, ~0ull, pid_conf, set_pid_conf},
+        {"CLR_REQ", t + PKTZ_TIF_CLR_REQ, 8, RegAccess::RW, 0, ~0ull, zero, clr_req}, // WC, reads 0
+        {"ID", t + PKTZ_TIF_ID, 8, RegAccess::RO, PKTZ_ID_VALUE, 0},
+        PKTZ_COUNTER_TABLE(PKTZ_CNT_ROW_)};
+#undef PKTZ_CNT_ROW_
+    return table;
+}
+
+// ---- helpers (mu_ held) ----
+
+void Packetizer::guest_error_locked(const std::string &msg)
+{
+    host_.guest_error(msg); // host ops never call back into the core
+}
+
+bool Packetizer::setup_complete(const PacketizerState::Pif &p)
+{
+    for (unsigned r = 0; r < 3; r++) {
+        if ((p.written[r] & kNeeded[r]) != kNeeded[r]) return false;
+    }
+    return true;
+}
+
+void Packetizer::fail_locked(PacketizerState::Pif &p)
+{
+    p.waiting = false;
+    p.status = (p.status & PKTZ_ST_OVERWR_BUF) | PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR;
+    s_.counters[PKTZ_CNT_INDEX_NACKED]++;
+    s_.fabric_errors++;
+}
+
+void Packetizer::clear_request_locked(uint64_t mask)
+{
+    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+        if (mask & (1ull << i)) {
+            PacketizerState::Pif &p = s_.pifs[i];
+            p.written = {};
+            p.status = 0;
+            p.waiting = false;
+            seq_[i]++; // a late acknowledgement is now stale
+        }
     }
 }
+
+// A store to half `reg` (0..5) of PIF `pif`'s registers; `merged` is its new value.
+void Packetizer::write_pif_locked(unsigned pif, unsigned reg, uint64_t merged, Ctx &ctx)
+{
+    PacketizerState::Pif &p = s_.pifs[pif];
+    if (p.waiting) {
+        // Sec. 5.2.4: one hardware buffer per PIF; the write is lost, OVERWR_BUF records it.
+        p.status |= PKTZ_ST_OVERWR_BUF;
+        s_.overwrites++;
+        guest_error_locked("PIF " + std::to_string(pif) + " written while a packet is pending (OVERWR_BUF)");
+        return;
+    }
+    p.regs[reg] = merged;
+    const unsigned first = (reg & 1) * 8 + unsigned(ctx.offset & 7);
+    p.written[reg / 2] |= uint16_t(((1u << ctx.size) - 1) << first);
+    if (!setup_complete(p)) return;
+
+    // Third write: the PIF setup is complete (sec. 5.2.3).
+    p.written = {};
+    const uint64_t dest = p.regs[PKTZ_PIF_DEST / 8] & PKTZ_DEST_MASK;
+    if (!(s_.pid_conf & (1ull << pif))) {
+        // Table 4: with the PID_CONF bit clear a PIF setup initiates no packet.
+        p.status = 0;
+        s_.counters[PKTZ_CNT_INDEX_NOPID]++;
+        guest_error_locked("PIF " + std::to_string(pif) + ": PID_CONF bit clear, no packet initiated");
+        return;
+    }
+    if ((dest & PKTZ_BASE_DEST_MASK) != s_.base_dest) {
+        p.status = PKTZ_ST_ILLEGAL;
+        s_.counters[PKTZ_CNT_INDEX_ILLEGAL]++;
+        guest_error_locked("PIF " + std::to_string(pif) + ": destination " + hex(dest) +
+                           " outside BASE_DEST window " + hex(s_.base_dest) + " (ILLEGAL)");
+        return;
+    }
+    ctx.words[0] = (p.regs[0] & ~PKTZ_PID_MASK) | s_.pidt[pif]; // PID from the PIDT only
+    ctx.words[1] = p.regs[1];
+    ctx.words[2] = p.regs[2];
+    ctx.words[3] = p.regs[3];
+    p.status = PKTZ_ST_PEND;
+    p.waiting = true;
+    ctx.send = true;
+    ctx.pif = pif;
+    ctx.dest = dest;
+    ctx.tag = pktz_tag(pif, ++seq_[pif]);
+    s_.counters[PKTZ_CNT_INDEX_SENT]++;
+}
+
+// ---- public interface ----
 
 void Packetizer::reset()
 {
     std::lock_guard lk(mu_);
-    for (auto &p : pifs_) {
-        uint32_t seq = p.seq + 1; // outstanding acknowledgements become stale
-        p = Pif{};
-        p.seq = seq;
-    }
-    pidt_.fill(0);
-    base_dest_ = pid_conf_ = 0;
-    ctr_ = {};
+    s_ = PacketizerState{};
+    for (auto &q : seq_)
+        q++; // outstanding acknowledgements become stale
 }
 
 uint32_t Packetizer::status(unsigned pif) const
 {
     std::lock_guard lk(mu_);
-    return pif < UNIMEM_IF_COUNT ? pifs_[pif].status : 0;
+    return pif < UNIMEM_IF_COUNT ? s_.pifs[pif].status : 0;
 }
 
 PacketizerCounters Packetizer::counters() const
 {
     std::lock_guard lk(mu_);
-    return ctr_;
-}
-
-bool Packetizer::setup_complete(const Pif &p) const
-{
-    for (unsigned r = 0; r < 3; r++) {
-        for (unsigned b = 0; b < kNeeded[r]; b++) {
-            if (!p.written[r][b]) {
-                return false;
-            }
-        }
-    }
-    return true;
-}
-
-void Packetizer::clear_setup(Pif &p)
-{
-    std::memset(p.written, 0, sizeof p.written);
+    PacketizerCounters c;
+#define PKTZ_CNT_COPY_(N, n, d) c.n = s_.counters[PKTZ_CNT_INDEX_##N];
+    PKTZ_COUNTER_TABLE(PKTZ_CNT_COPY_)
+#undef PKTZ_CNT_COPY_
+    c.fabric_errors = s_.fabric_errors;
+    c.overwrites = s_.overwrites;
+    c.stale_completions = s_.stale_completions;
+    c.bad_access = s_.bad_access;
+    return c;
 }
 
 uint64_t Packetizer::read(uint64_t offset, unsigned size)
 {
-    const unsigned page = offset >> UNIMEM_IF_PAGE_SHIFT;
-    const uint64_t reg = offset & (UNIMEM_IF_PAGE_SIZE - 1);
-    const unsigned shift = (reg & 7) * 8;
-    const uint64_t mask = size >= 8 ? ~0ull : ((1ull << (size * 8)) - 1);
-    std::unique_lock lk(mu_);
+    Ctx ctx;
+    ctx.offset = offset;
+    ctx.size = size;
     uint64_t v = 0;
-    bool ok = true;
-    if (page < UNIMEM_IF_COUNT) {
-        const Pif &p = pifs_[page];
-        if (reg < PKTZ_PIF_STATUS) {
-            v = p.regs[reg / 8];
-        } else if (reg < PKTZ_PIF_END) {
-            v = reg < PKTZ_PIF_STATUS_HI ? p.status : 0; // status is [4:0] of a 128-bit register
-        } else {
-            ok = false;
-        }
-    } else if (page == UNIMEM_IF_COUNT) {
-        if (reg < PKTZ_TIF_BASE_DEST) {
-            v = pidt_[reg / 8];
-        } else {
-            switch (reg & ~7ull) {
-            case PKTZ_TIF_BASE_DEST:
-                v = base_dest_;
-                break;
-            case PKTZ_TIF_PID_CONF:
-                v = pid_conf_;
-                break;
-            case PKTZ_TIF_CLR_REQ:
-                v = 0;
-                break;
-            case PKTZ_TIF_ID:
-                v = PKTZ_ID_VALUE;
-                break;
-            case PKTZ_TIF_SENT:
-                v = ctr_.sent;
-                break;
-            case PKTZ_TIF_ACKED:
-                v = ctr_.acked;
-                break;
-            case PKTZ_TIF_NACKED:
-                v = ctr_.nacked;
-                break;
-            case PKTZ_TIF_ILLEGAL:
-                v = ctr_.illegal;
-                break;
-            case PKTZ_TIF_NOPID:
-                v = ctr_.nopid;
-                break;
-            default:
-                ok = false;
-                break;
-            }
-        }
-    } else {
-        ok = false;
-    }
-    if (!ok) {
-        ctr_.bad_access++;
-        lk.unlock();
-        guest_error("load from unmapped offset " + hex(offset) + " (reads as 0)");
+    std::lock_guard lk(mu_);
+    if (bank_.read(*this, offset, size, ctx, v) != RegResult::Ok) {
+        s_.bad_access++;
+        guest_error_locked("load from unmapped offset " + hex(offset) + " (reads as 0)");
         return 0;
     }
-    return (v >> shift) & mask;
+    return v;
 }
 
 void Packetizer::write(uint64_t offset, uint64_t value, unsigned size)
 {
-    const unsigned page = offset >> UNIMEM_IF_PAGE_SHIFT;
-    const uint64_t reg = offset & (UNIMEM_IF_PAGE_SIZE - 1);
-    const unsigned byte = reg & 7;
-    if (size == 0 || size > 8 || byte + size > 8) {
-        guest_error("unsupported " + std::to_string(size) + "-byte store at " + hex(offset));
+    if (size == 0 || size > 8 || (offset & 7) + size > 8) {
+        host_.guest_error("unsupported " + std::to_string(size) + "-byte store at " + hex(offset));
         return;
     }
-    const uint64_t fieldmask = size == 8 ? ~0ull : ((1ull << (size * 8)) - 1);
-    auto merge = [&](uint64_t old) {
-        return (old & ~(fieldmask << (byte * 8))) | ((value & fieldmask) << (byte * 8));
-    };
-
-    std::unique_lock lk(mu_);
-    if (page == UNIMEM_IF_COUNT) { // TIF
-        if (reg < PKTZ_TIF_BASE_DEST) {
-            uint64_t &e = pidt_[reg / 8];
-            e = merge(e) & PKTZ_PID_MASK;
-            return;
-        }
-        switch (reg & ~7ull) {
-        case PKTZ_TIF_BASE_DEST:
-            base_dest_ = merge(base_dest_) & PKTZ_BASE_DEST_MASK;
-            return;
-        case PKTZ_TIF_PID_CONF:
-            pid_conf_ = merge(pid_conf_);
-            return;
-        case PKTZ_TIF_CLR_REQ: {
-            const uint64_t bits = (value & fieldmask) << (byte * 8);
-            for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
-                if (bits & (1ull << i)) {
-                    Pif &p = pifs_[i];
-                    clear_setup(p);
-                    p.status = 0;
-                    p.waiting = false;
-                    p.seq++; // a late acknowledgement is now stale
-                }
-            }
-            return;
-        }
-        default:
-            ctr_.bad_access++;
-            lk.unlock();
-            guest_error("store to read-only or unmapped TIF offset " + hex(reg) + " ignored");
+    Ctx ctx;
+    ctx.offset = offset;
+    ctx.size = size;
+    {
+        std::lock_guard lk(mu_);
+        if (bank_.write(*this, offset, value, size, ctx) != RegResult::Ok) {
+            s_.bad_access++;
+            guest_error_locked("store of " + hex(value) + " to " + hex(offset) + " (" +
+                               bank_.describe(offset) + ") ignored (read-only or unmapped)");
             return;
         }
     }
-    if (page >= UNIMEM_IF_COUNT || reg >= PKTZ_PIF_STATUS) {
-        ctr_.bad_access++;
-        lk.unlock();
-        guest_error("store to read-only or unmapped offset " + hex(offset) + " ignored");
-        return;
-    }
-
-    Pif &p = pifs_[page];
-    if (p.waiting) {
-        // Sec. 5.2.4: one hardware buffer per PIF; the write is lost, OVERWR_BUF records it.
-        p.status |= PKTZ_ST_OVERWR_BUF;
-        ctr_.overwrites++;
-        lk.unlock();
-        guest_error("PIF " + std::to_string(page) + " written while a packet is pending (OVERWR_BUF)");
-        return;
-    }
-    const unsigned r = reg / 16, half = (reg / 8) & 1;
-    p.regs[reg / 8] = merge(p.regs[reg / 8]);
-    for (unsigned b = 0; b < size; b++) {
-        p.written[r][half * 8 + byte + b] = 1;
-    }
-    if (!setup_complete(p)) {
-        return;
-    }
-
-    // Third write: the PIF setup is complete (sec. 5.2.3).
-    clear_setup(p);
-    const uint64_t dest = p.regs[PKTZ_PIF_DEST / 8] & PKTZ_DEST_MASK;
-    if (!(pid_conf_ & (1ull << page))) {
-        // Table 4: with the PID_CONF bit clear a PIF setup initiates no packet.
-        p.status = 0;
-        ctr_.nopid++;
-        lk.unlock();
-        guest_error("PIF " + std::to_string(page) + ": PID_CONF bit clear, no packet initiated");
-        return;
-    }
-    if ((dest & PKTZ_BASE_DEST_MASK) != base_dest_) {
-        p.status = PKTZ_ST_ILLEGAL;
-        ctr_.illegal++;
-        lk.unlock();
-        guest_error("PIF " + std::to_string(page) + ": destination " + hex(dest) +
-                    " outside BASE_DEST window " + hex(base_dest_) + " (ILLEGAL)");
-        return;
-    }
-    uint64_t words[UNIMEM_PACKET_WORDS];
-    words[0] = (p.regs[0] & ~PKTZ_PID_MASK) | pidt_[page]; // PID from the PIDT only
-    words[1] = p.regs[1];
-    words[2] = p.regs[2];
-    words[3] = p.regs[3];
-    p.status = PKTZ_ST_PEND;
-    p.waiting = true;
-    const uint64_t tag = pktz_tag(page, ++p.seq);
-    ctr_.sent++;
-    lk.unlock();
-    if (host_.transmit) {
-        host_.transmit(page, tag, dest, words);
+    if (!ctx.send) return;
+    if (transmit_) {
+        transmit_(ctx.pif, ctx.tag, ctx.dest, ctx.words);
     } else {
-        complete(tag, Completion::FabricError);
+        complete(ctx.tag, RK_UNREACHABLE);
     }
 }
 
-void Packetizer::complete(uint64_t tag, Completion c)
+void Packetizer::complete(uint64_t tag, Status st)
 {
-    const unsigned pif = tag >> 56;
+    const unsigned pif = unsigned(tag >> 56);
     std::lock_guard lk(mu_);
-    if (pif >= UNIMEM_IF_COUNT || !pifs_[pif].waiting || pifs_[pif].seq != uint32_t(tag)) {
-        ctr_.stale_completions++;
+    if (pif >= UNIMEM_IF_COUNT || !s_.pifs[pif].waiting || seq_[pif] != uint32_t(tag)) {
+        s_.stale_completions++;
         return;
     }
-    Pif &p = pifs_[pif];
-    p.waiting = false;
+    PacketizerState::Pif &p = s_.pifs[pif];
     const uint32_t keep = p.status & PKTZ_ST_OVERWR_BUF;
-    switch (c) {
-    case Completion::Ack:
+    if (st == RK_OK) {
+        p.waiting = false;
         p.status = keep | PKTZ_ST_ACK;
-        ctr_.acked++;
-        break;
-    case Completion::Nack:
+        s_.counters[PKTZ_CNT_INDEX_ACKED]++;
+    } else if (st == RK_NACK) {
+        p.waiting = false;
         p.status = keep | PKTZ_ST_NACK;
-        ctr_.nacked++;
-        break;
-    case Completion::FabricError:
-        p.status = keep | PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR;
-        ctr_.nacked++;
-        ctr_.fabric_errors++;
-        break;
+        s_.counters[PKTZ_CNT_INDEX_NACKED]++;
+    } else {
+        fail_locked(p);
     }
+}
+
+void Packetizer::serve_reply(const rkf_frame_hdr &h)
+{
+    complete(h.tag, h.status == RKF_ST_OK ? RK_OK : h.status == RKF_ST_REFUSED ? RK_NACK : RK_UNREACHABLE);
 }
 
 void Packetizer::fail_all_pending()
 {
     std::lock_guard lk(mu_);
-    for (auto &p : pifs_) {
-        if (p.waiting) {
-            p.waiting = false;
-            p.seq++;
-            p.status = (p.status & PKTZ_ST_OVERWR_BUF) | PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR;
-            ctr_.nacked++;
-            ctr_.fabric_errors++;
+    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+        if (s_.pifs[i].waiting) {
+            seq_[i]++;
+            fail_locked(s_.pifs[i]);
         }
     }
+}
+
+// ---- migration ----
+
+PacketizerState Packetizer::save() const
+{
+    std::lock_guard lk(mu_);
+    return s_;
+}
+
+// A PIF state the device can reach (see the pipeline in packetizer.h).
+bool Packetizer::valid_pif(const PacketizerState::Pif &p)
+{
+    const uint32_t s = p.status;
+    const bool pend = s & PKTZ_ST_PEND, ack = s & PKTZ_ST_ACK, nack = s & PKTZ_ST_NACK;
+    if ((s & ~kStatusBits) || p.waiting != pend || (ack && nack)) return false;
+    if ((s & PKTZ_ST_FABRIC_ERR) && !nack) return false;
+    if (pend && (s & (PKTZ_ST_ILLEGAL | PKTZ_ST_ACK | PKTZ_ST_NACK))) return false;
+    if ((s & PKTZ_ST_ILLEGAL) && s != PKTZ_ST_ILLEGAL) return false;
+    if ((s & PKTZ_ST_OVERWR_BUF) && !(pend || ack || nack)) return false;
+    if (p.waiting && (p.written[0] | p.written[1] | p.written[2])) return false; // writes are dropped
+    return !setup_complete(p); // a complete setup is sent at once
+}
+
+bool Packetizer::load(const PacketizerState &st)
+{
+    if (st.base_dest & ~PKTZ_BASE_DEST_MASK) return false;
+    for (uint64_t e : st.pidt) {
+        if (e & ~PKTZ_PID_MASK) return false;
+    }
+    for (const auto &p : st.pifs) {
+        if (!valid_pif(p)) return false;
+    }
+    std::lock_guard lk(mu_);
+    s_ = st;
+    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+        seq_[i]++; // tags sent before the load are stale
+        // The acknowledgement went to the saved machine: complete as a fabric failure.
+        if (s_.pifs[i].waiting) fail_locked(s_.pifs[i]);
+    }
+    return true;
 }
 
 } // namespace rackemu::unimem

@@ -7,51 +7,84 @@
 //   IDLE --(payload0, payload1, dest all written)--> check PID_CONF and BASE_DEST
 //     PID_CONF bit clear  -> dropped, status 0, NOPID counter          -> IDLE
 //     dest outside window -> ILLEGAL                                   -> IDLE
-//     otherwise           -> PEND, packet handed to the host (transmit) -> WAIT_ACK
-//   WAIT_ACK --complete(tag, ACK|NACK|FABRIC_ERR)--> status bits       -> IDLE
+//     otherwise           -> PEND, packet handed to the transmit link   -> WAIT_ACK
+//   WAIT_ACK --complete(tag, RK_OK | RK_NACK | other)--> ACK | NACK | NACK+FABRIC_ERR -> IDLE
 // Writes during WAIT_ACK set OVERWR_BUF and are dropped (one hardware buffer per PIF,
 // sec. 5.2.4). CLR_REQ returns the PIF to IDLE and forgets the outstanding tag.
 //
 // A 128-bit register counts as written once all of its valid bytes have been stored since the
 // last packet: payload0 and payload1 need both 64-bit halves, dest needs bytes 0-4 (bits 39:0).
+//
+// Host and link: the core gets the guest-error log from its rackemu::Host (rackemu/host.h; the
+// packetizer raises no interrupt: the seed defines none). Its transmit side is a device link,
+// not a host service: the PacketizerTransmit given to the constructor carries a packet to the
+// destination vmbox (the local one, or another node's through the fabric) and the answer comes
+// back through complete().
+//
+// Decode: every register (PIF registers as arrays of 64, one per PIF page; PIDT as an array of
+// 64; BASE_DEST, PID_CONF, CLR_REQ, ID and the counters of PKTZ_COUNTER_TABLE) is a row of one
+// register table decoded by the register bank (regbank.h).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <span>
 #include <string>
 
+#include "rackemu/fabric_proto.h"
+#include "rackemu/host.h"
 #include "rackemu/unimem_regs.h"
+#include "regbank.h"
 
 namespace rackemu::unimem {
 
-enum class Completion { Ack, Nack, FabricError };
+// The transmit link: send the 256-bit packet of PIF `pif` to global address `dest`. Called
+// without the core lock held; the answer comes back through Packetizer::complete(tag, ...),
+// possibly before the call returns. An empty function: every packet fails with FABRIC_ERR.
+using PacketizerTransmit =
+    std::function<void(unsigned pif, uint64_t tag, uint64_t dest, const uint64_t words[4])>;
 
-struct PacketizerHost {
-    // Send the 256-bit packet of PIF `pif` to global address `dest`. Called without the core
-    // lock held; the answer comes back through Packetizer::complete(tag, ...), possibly
-    // before transmit() returns.
-    std::function<void(unsigned pif, uint64_t tag, uint64_t dest, const uint64_t words[4])> transmit;
-    std::function<void(const std::string &msg)> guest_error;
+// A snapshot of the counters: those of PKTZ_COUNTER_TABLE (guest-visible TIF registers) and the
+// core-only ones (no register; tests and logs).
+struct PacketizerCounters {
+#define PKTZ_COUNTERS_FIELD_(N, n, d) uint64_t n = 0;
+    PKTZ_COUNTER_TABLE(PKTZ_COUNTERS_FIELD_)
+#undef PKTZ_COUNTERS_FIELD_
+    uint64_t fabric_errors = 0, overwrites = 0, stale_completions = 0, bad_access = 0;
 };
 
-struct PacketizerCounters {
-    uint64_t sent = 0, acked = 0, nacked = 0, fabric_errors = 0, illegal = 0, nopid = 0, overwrites = 0,
-             stale_completions = 0, bad_access = 0;
+// The architectural state as plain data (the glue maps it to a VMStateDescription).
+struct PacketizerState {
+    struct Pif {
+        std::array<uint64_t, 6> regs{}; // payload0 lo/hi, payload1 lo/hi, dest lo/hi
+        std::array<uint16_t, 3>
+            written{};        // bit b: byte b of payload0/payload1/dest stored since the last packet
+        uint32_t status = 0;  // PKTZ_ST_*
+        bool waiting = false; // a packet awaits its acknowledgement (status PEND)
+    };
+    std::array<Pif, UNIMEM_IF_COUNT> pifs{};
+    std::array<uint64_t, UNIMEM_IF_COUNT> pidt{};
+    uint64_t base_dest = 0, pid_conf = 0;
+    std::array<uint64_t, PKTZ_CNT_COUNT> counters{}; // PKTZ_COUNTER_TABLE order
+    uint64_t fabric_errors = 0, overwrites = 0, stale_completions = 0, bad_access = 0;
 };
 
 class Packetizer {
 public:
-    explicit Packetizer(PacketizerHost host);
+    Packetizer(Host host, PacketizerTransmit transmit);
 
     // MMIO. Loads never fault; stores to read-only or unmapped offsets are logged and ignored.
     uint64_t read(uint64_t offset, unsigned size);
     void write(uint64_t offset, uint64_t value, unsigned size);
 
-    // The acknowledgement for a transmitted packet. Unknown or stale tags are counted and
-    // ignored (a reply after CLR_REQ, a forged reply).
-    void complete(uint64_t tag, Completion c);
+    // The acknowledgement for a transmitted packet: RK_OK = ACK, RK_NACK = NACK (the vmbox was
+    // full), anything else = NACK | FABRIC_ERR. Unknown or stale tags are counted and ignored
+    // (a reply after CLR_REQ, a forged reply).
+    void complete(uint64_t tag, Status st);
+    // A RKF_SVC_UNIMEM_MBOX reply frame from the destination node (or the bridge).
+    void serve_reply(const rkf_frame_hdr &h);
     // The fabric went down: every PIF waiting for an acknowledgement gets NACK|FABRIC_ERR.
     void fail_all_pending();
 
@@ -59,25 +92,38 @@ public:
     uint32_t status(unsigned pif) const;
     PacketizerCounters counters() const;
 
-private:
-    struct Pif {
-        std::array<uint64_t, 6> regs{}; // payload0 lo/hi, payload1 lo/hi, dest lo/hi
-        uint8_t written[3][16]{};       // bytes stored since the last packet, per register
-        uint32_t status = 0;
-        uint32_t seq = 0;
-        bool waiting = false;
-    };
-    bool setup_complete(const Pif &p) const;
-    void clear_setup(Pif &p);
-    void guest_error(const std::string &msg);
+    // Migration: save() is a consistent snapshot (core lock held); load() validates everything
+    // and returns false, changing nothing, on any inconsistency. A PIF that was waiting for its
+    // acknowledgement at save completes in load() with NACK | FABRIC_ERR (as fail_all_pending():
+    // the answer went to the saved machine), and every tag sent before load() is stale.
+    PacketizerState save() const;
+    bool load(const PacketizerState &st);
 
-    PacketizerHost host_;
-    mutable std::mutex mu_;
-    std::array<Pif, UNIMEM_IF_COUNT> pifs_;
-    std::array<uint64_t, UNIMEM_IF_COUNT> pidt_{};
-    uint64_t base_dest_ = 0;
-    uint64_t pid_conf_ = 0;
-    PacketizerCounters ctr_;
+    // The register table (for tests and docs).
+    struct Ctx {
+        uint64_t offset = 0; // the access being decoded
+        unsigned size = 0;
+        bool send = false; // a setup completed: transmit after the lock is released
+        unsigned pif = 0;
+        uint64_t tag = 0, dest = 0;
+        uint64_t words[UNIMEM_PACKET_WORDS] = {};
+    };
+    static std::span<const Reg<Packetizer, Ctx>> reg_table();
+
+private:
+    static bool setup_complete(const PacketizerState::Pif &p);
+    static bool valid_pif(const PacketizerState::Pif &p);
+    void write_pif_locked(unsigned pif, unsigned reg, uint64_t merged, Ctx &ctx);
+    void clear_request_locked(uint64_t mask);
+    void fail_locked(PacketizerState::Pif &p);
+    void guest_error_locked(const std::string &msg);
+
+    Host host_;
+    PacketizerTransmit transmit_;
+    mutable std::mutex mu_; // guards everything below
+    PacketizerState s_;
+    std::array<uint32_t, UNIMEM_IF_COUNT> seq_{}; // tag sequence per PIF (not architectural)
+    RegBank<Packetizer, Ctx> bank_{reg_table()};
 };
 
 // tag layout: PIF index in bits [63:56], sequence number in [31:0]

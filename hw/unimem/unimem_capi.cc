@@ -6,6 +6,9 @@
 #include "packetizer.h"
 #include "vmbox.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 using namespace rackemu::unimem;
 
 struct RkVmbox {
@@ -20,27 +23,29 @@ struct RkGas {
 
 extern "C" {
 
-RkVmbox *rk_vmbox_new(unsigned depth, int burst_known_issue, rk_irq_fn irq, rk_log_fn log, void *opaque)
+RkVmbox *rk_vmbox_new(const RkHost *host, unsigned depth, int burst_known_issue)
 {
-    VmboxHost h{[irq, opaque](bool level) { irq(opaque, level); },
-                [log, opaque](const std::string &m) { log(opaque, m.c_str()); }};
-    return new RkVmbox{Vmbox(std::move(h), depth, burst_known_issue != 0)};
+    return new RkVmbox{Vmbox(rackemu::Host(*host), depth, burst_known_issue != 0)};
 }
 void rk_vmbox_free(RkVmbox *v)
 {
     delete v;
 }
-int rk_vmbox_read(RkVmbox *v, uint64_t offset, unsigned size, uint64_t *value)
+rk_status rk_vmbox_read(RkVmbox *v, uint64_t offset, unsigned size, uint64_t *value)
 {
-    return v->core.read(offset, size, *value) == Vmbox::Result::Ok ? 0 : -1;
+    return v->core.read(offset, size, *value);
 }
-int rk_vmbox_write(RkVmbox *v, uint64_t offset, uint64_t value, unsigned size)
+rk_status rk_vmbox_write(RkVmbox *v, uint64_t offset, uint64_t value, unsigned size)
 {
-    return v->core.write(offset, value, size) == Vmbox::Result::Ok ? 0 : -1;
+    return v->core.write(offset, value, size);
 }
-int rk_vmbox_deliver(RkVmbox *v, unsigned mif, const uint64_t *words, unsigned nwords)
+rk_status rk_vmbox_deliver(RkVmbox *v, unsigned mif, const uint64_t *words, unsigned nwords)
 {
-    return v->core.deliver(mif, words, nwords) == Vmbox::Delivery::Ack;
+    return v->core.deliver(mif, words, nwords);
+}
+int rk_vmbox_serve_frame(RkVmbox *v, const struct rkf_frame_hdr *h, const void *payload)
+{
+    return v->core.serve_frame(*h, payload);
 }
 int rk_vmbox_irq_level(RkVmbox *v)
 {
@@ -50,14 +55,69 @@ void rk_vmbox_reset(RkVmbox *v)
 {
     v->core.reset();
 }
-
-RkPacketizer *rk_pktz_new(rk_pktz_tx_fn tx, rk_log_fn log, void *opaque)
+void rk_vmbox_freeze(RkVmbox *v, int on)
 {
-    PacketizerHost h{[tx, opaque](unsigned pif, uint64_t tag, uint64_t dest, const uint64_t w[4]) {
-                         tx(opaque, pif, tag, dest, w);
-                     },
-                     [log, opaque](const std::string &m) { log(opaque, m.c_str()); }};
-    return new RkPacketizer{Packetizer(std::move(h))};
+    v->core.freeze(on != 0);
+}
+void rk_vmbox_state_free(RkVmboxState *st)
+{
+    free(st->words);
+    st->words = nullptr;
+    st->nwords = 0;
+}
+void rk_vmbox_save(RkVmbox *v, RkVmboxState *st)
+{
+    const VmboxState s = v->core.save();
+    rk_vmbox_state_free(st);
+    st->depth = s.depth;
+    st->irq_enable = s.irq_enable;
+    size_t n = 0;
+    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+        st->fill[i] = uint32_t(s.fifos[i].size());
+        n += s.fifos[i].size();
+    }
+    st->words = static_cast<uint64_t *>(malloc(std::max<size_t>(n, 1) * sizeof(uint64_t)));
+    for (const auto &f : s.fifos) {
+        std::copy(f.begin(), f.end(), st->words + st->nwords);
+        st->nwords += uint32_t(f.size());
+    }
+    for (unsigned i = 0; i < VMBOX_CNT_COUNT; i++)
+        st->counters[i] = s.counters[i];
+    st->counters[VMBOX_CNT_COUNT] = s.empty_reads;
+    st->counters[VMBOX_CNT_COUNT + 1] = s.bad_access;
+}
+int rk_vmbox_load(RkVmbox *v, const RkVmboxState *st)
+{
+    VmboxState s;
+    s.depth = st->depth;
+    s.irq_enable = st->irq_enable;
+    uint64_t total = 0;
+    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+        if (st->fill[i] > st->depth) return -1;
+        total += st->fill[i];
+    }
+    if (total != st->nwords || (total && !st->words)) return -1;
+    uint64_t at = 0;
+    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+        s.fifos[i].assign(st->words + at, st->words + at + st->fill[i]);
+        at += st->fill[i];
+    }
+    for (unsigned i = 0; i < VMBOX_CNT_COUNT; i++)
+        s.counters[i] = st->counters[i];
+    s.empty_reads = st->counters[VMBOX_CNT_COUNT];
+    s.bad_access = st->counters[VMBOX_CNT_COUNT + 1];
+    return v->core.load(s) ? 0 : -1;
+}
+
+RkPacketizer *rk_pktz_new(const RkHost *host, rk_pktz_tx_fn tx, void *tx_opaque)
+{
+    PacketizerTransmit link;
+    if (tx) {
+        link = [tx, tx_opaque](unsigned pif, uint64_t tag, uint64_t dest, const uint64_t w[4]) {
+            tx(tx_opaque, pif, tag, dest, w);
+        };
+    }
+    return new RkPacketizer{Packetizer(rackemu::Host(*host), std::move(link))};
 }
 void rk_pktz_free(RkPacketizer *p)
 {
@@ -71,11 +131,13 @@ void rk_pktz_write(RkPacketizer *p, uint64_t offset, uint64_t value, unsigned si
 {
     p->core.write(offset, value, size);
 }
-void rk_pktz_complete(RkPacketizer *p, uint64_t tag, int result)
+void rk_pktz_complete(RkPacketizer *p, uint64_t tag, rk_status st)
 {
-    p->core.complete(tag, result == RK_PKTZ_ACK    ? Completion::Ack
-                          : result == RK_PKTZ_NACK ? Completion::Nack
-                                                   : Completion::FabricError);
+    p->core.complete(tag, st);
+}
+void rk_pktz_serve_reply(RkPacketizer *p, const struct rkf_frame_hdr *h)
+{
+    p->core.serve_reply(*h);
 }
 void rk_pktz_fail_all(RkPacketizer *p)
 {
@@ -85,23 +147,56 @@ void rk_pktz_reset(RkPacketizer *p)
 {
     p->core.reset();
 }
-
-RkGas *rk_gas_new(unsigned node_id, unsigned node_count, rk_gas_access_fn access, rk_gas_counter_fn counter,
-                  rk_log_fn log, void *opaque)
+uint32_t rk_pktz_status(RkPacketizer *p, unsigned pif)
 {
-    GasHost h{[access, opaque](bool write, unsigned node, uint64_t local, void *buf, unsigned len) {
-                  switch (access(opaque, write, node, local, buf, len)) {
-                  case RK_GAS_OK:
-                      return GasAccess::Ok;
-                  case RK_GAS_DECODE_ERR:
-                      return GasAccess::DecodeError;
-                  default:
-                      return GasAccess::Unreachable;
-                  }
-              },
-              [counter, opaque](unsigned off) { return counter ? counter(opaque, off) : 0; },
-              [log, opaque](const std::string &m) { log(opaque, m.c_str()); }};
-    return new RkGas{Gas(std::move(h), node_id, node_count)};
+    return p->core.status(pif);
+}
+void rk_pktz_save(RkPacketizer *p, RkPktzState *st)
+{
+    const PacketizerState s = p->core.save();
+    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+        const auto &f = s.pifs[i];
+        std::copy(f.regs.begin(), f.regs.end(), st->pif_regs + 6 * i);
+        std::copy(f.written.begin(), f.written.end(), st->pif_written + 3 * i);
+        st->pif_status[i] = f.status;
+        st->pif_waiting[i] = f.waiting;
+        st->pidt[i] = s.pidt[i];
+    }
+    st->base_dest = s.base_dest;
+    st->pid_conf = s.pid_conf;
+    for (unsigned i = 0; i < PKTZ_CNT_COUNT; i++)
+        st->counters[i] = s.counters[i];
+    st->counters[PKTZ_CNT_COUNT] = s.fabric_errors;
+    st->counters[PKTZ_CNT_COUNT + 1] = s.overwrites;
+    st->counters[PKTZ_CNT_COUNT + 2] = s.stale_completions;
+    st->counters[PKTZ_CNT_COUNT + 3] = s.bad_access;
+}
+int rk_pktz_load(RkPacketizer *p, const RkPktzState *st)
+{
+    PacketizerState s;
+    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+        auto &f = s.pifs[i];
+        if (st->pif_waiting[i] > 1) return -1;
+        std::copy(st->pif_regs + 6 * i, st->pif_regs + 6 * i + 6, f.regs.begin());
+        std::copy(st->pif_written + 3 * i, st->pif_written + 3 * i + 3, f.written.begin());
+        f.status = st->pif_status[i];
+        f.waiting = st->pif_waiting[i] != 0;
+        s.pidt[i] = st->pidt[i];
+    }
+    s.base_dest = st->base_dest;
+    s.pid_conf = st->pid_conf;
+    for (unsigned i = 0; i < PKTZ_CNT_COUNT; i++)
+        s.counters[i] = st->counters[i];
+    s.fabric_errors = st->counters[PKTZ_CNT_COUNT];
+    s.overwrites = st->counters[PKTZ_CNT_COUNT + 1];
+    s.stale_completions = st->counters[PKTZ_CNT_COUNT + 2];
+    s.bad_access = st->counters[PKTZ_CNT_COUNT + 3];
+    return p->core.load(s) ? 0 : -1;
+}
+
+RkGas *rk_gas_new(const RkHost *host)
+{
+    return new RkGas{Gas(rackemu::Host(*host))};
 }
 void rk_gas_free(RkGas *g)
 {
@@ -111,13 +206,13 @@ uint64_t rk_gas_window_size(RkGas *g)
 {
     return g->core.window_size();
 }
-int rk_gas_window_read(RkGas *g, uint64_t offset, unsigned size, uint64_t *value)
+rk_status rk_gas_window_read(RkGas *g, uint64_t offset, unsigned size, uint64_t *value)
 {
-    return g->core.window_read(offset, size, *value) == Gas::Result::Ok ? 0 : -1;
+    return g->core.window_read(offset, size, *value) == Gas::Result::Ok ? RK_OK : RK_SLAVE_ERROR;
 }
-int rk_gas_window_write(RkGas *g, uint64_t offset, uint64_t value, unsigned size)
+rk_status rk_gas_window_write(RkGas *g, uint64_t offset, uint64_t value, unsigned size)
 {
-    return g->core.window_write(offset, value, size) == Gas::Result::Ok ? 0 : -1;
+    return g->core.window_write(offset, value, size) == Gas::Result::Ok ? RK_OK : RK_SLAVE_ERROR;
 }
 uint64_t rk_gas_ctrl_read(RkGas *g, uint64_t offset, unsigned size)
 {
@@ -126,6 +221,24 @@ uint64_t rk_gas_ctrl_read(RkGas *g, uint64_t offset, unsigned size)
 void rk_gas_ctrl_write(RkGas *g, uint64_t offset, uint64_t value, unsigned size)
 {
     g->core.ctrl_write(offset, value, size);
+}
+static_assert(RK_GAS_STATE_COUNTERS == kGasOwnCounters, "RkGasState carries the window's own counters");
+void rk_gas_save(RkGas *g, RkGasState *st)
+{
+    const GasState s = g->core.save();
+    st->node_id = s.node_id;
+    st->node_count = s.node_count;
+    for (unsigned i = 0; i < RK_GAS_STATE_COUNTERS; i++)
+        st->counters[i] = s.counters[i];
+}
+int rk_gas_load(RkGas *g, const RkGasState *st)
+{
+    GasState s;
+    s.node_id = st->node_id;
+    s.node_count = st->node_count;
+    for (unsigned i = 0; i < RK_GAS_STATE_COUNTERS; i++)
+        s.counters[i] = st->counters[i];
+    return g->core.load(s) ? 0 : -1;
 }
 
 } // extern "C"

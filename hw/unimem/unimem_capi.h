@@ -6,7 +6,12 @@
 #ifndef RACKEMU_UNIMEM_CAPI_H
 #define RACKEMU_UNIMEM_CAPI_H
 
+#include "rackemu/fabric_proto.h"
+#include "rackemu/host.h"
+#include "rackemu/unimem_regs.h"
 #include <stdint.h>
+
+#include "rackemu/host.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -14,47 +19,97 @@ extern "C" {
 
 typedef struct RkVmbox RkVmbox;
 typedef struct RkPacketizer RkPacketizer;
-typedef void (*rk_irq_fn)(void *opaque, int level);
-typedef void (*rk_log_fn)(void *opaque, const char *msg);
+/* The packetizer's transmit link (packetizer.h, PacketizerTransmit): carries PIF `pif`'s packet
+ * to global address `dest`; the answer comes back through rk_pktz_complete(tag). */
 typedef void (*rk_pktz_tx_fn)(void *opaque, unsigned pif, uint64_t tag, uint64_t dest,
                               const uint64_t words[4]);
 
-enum { RK_PKTZ_ACK = 0, RK_PKTZ_NACK = 1, RK_PKTZ_FABRIC_ERR = 2 };
+/* The vmbox's architectural state (vmbox.h, VmboxState) as C data for the glue's VMState. */
+#define RK_VMBOX_SAVED_COUNTERS (VMBOX_CNT_COUNT + 2)
+typedef struct RkVmboxState {
+    uint32_t depth;                             /* words per FIFO: must match the device's */
+    uint32_t fill[UNIMEM_IF_COUNT];             /* words queued per FIFO */
+    uint64_t irq_enable;                        /* IRQ_ENABLE */
+    uint64_t counters[RK_VMBOX_SAVED_COUNTERS]; /* VMBOX_COUNTER_TABLE order, then empty_reads, bad_access */
+    uint32_t nwords;                            /* sum of fill[] */
+    uint64_t *words; /* FIFO 0's words oldest first, then FIFO 1's, ...; malloc'd (free()) */
+} RkVmboxState;
 
-RkVmbox *rk_vmbox_new(unsigned depth, int burst_known_issue, rk_irq_fn irq, rk_log_fn log, void *opaque);
+/* The packetizer's architectural state (packetizer.h, PacketizerState) as C data. */
+#define RK_PKTZ_SAVED_COUNTERS (PKTZ_CNT_COUNT + 4)
+typedef struct RkPktzState {
+    uint64_t pif_regs[UNIMEM_IF_COUNT * 6];    /* per PIF: payload0 lo/hi, payload1 lo/hi, dest lo/hi */
+    uint16_t pif_written[UNIMEM_IF_COUNT * 3]; /* per PIF and register: bytes written since the last packet */
+    uint32_t pif_status[UNIMEM_IF_COUNT];      /* PKTZ_ST_* */
+    uint8_t pif_waiting[UNIMEM_IF_COUNT];      /* 1: the packet awaits its acknowledgement */
+    uint64_t pidt[UNIMEM_IF_COUNT];
+    uint64_t base_dest, pid_conf;
+    /* PKTZ_COUNTER_TABLE order, then fabric_errors, overwrites, stale_completions, bad_access */
+    uint64_t counters[RK_PKTZ_SAVED_COUNTERS];
+} RkPktzState;
+
+/* `host`: interrupt line 0 = the arrival interrupt, guest errors (copied: the RkHost may go). */
+RkVmbox *rk_vmbox_new(const RkHost *host, unsigned depth, int burst_known_issue);
 void rk_vmbox_free(RkVmbox *v);
-/* 0 on success, -1 when the access must end in a bus error (full FIFO, bad access size). */
-int rk_vmbox_read(RkVmbox *v, uint64_t offset, unsigned size, uint64_t *value);
-int rk_vmbox_write(RkVmbox *v, uint64_t offset, uint64_t value, unsigned size);
-/* 1 = acknowledged, 0 = refused (NACK). */
-int rk_vmbox_deliver(RkVmbox *v, unsigned mif, const uint64_t *words, unsigned nwords);
+/* RK_OK; RK_NACK (full FIFO) or RK_SLAVE_ERROR (bad FIFO access): the access ends in a bus error. */
+rk_status rk_vmbox_read(RkVmbox *v, uint64_t offset, unsigned size, uint64_t *value);
+rk_status rk_vmbox_write(RkVmbox *v, uint64_t offset, uint64_t value, unsigned size);
+/* RK_OK = acknowledged, RK_NACK = refused. */
+rk_status rk_vmbox_deliver(RkVmbox *v, unsigned mif, const uint64_t *words, unsigned nwords);
+/* A RKF_SVC_UNIMEM_MBOX request from a peer (`payload`: h->len bytes): the reply status
+ * (RKF_ST_*), or -1 when no reply is due. */
+int rk_vmbox_serve_frame(RkVmbox *v, const struct rkf_frame_hdr *h, const void *payload);
 int rk_vmbox_irq_level(RkVmbox *v);
 void rk_vmbox_reset(RkVmbox *v);
+/* Migration: freeze(1) refuses deliveries (NACK) until freeze(0), so none is acknowledged after
+ * the snapshot; save replaces st->words; load returns 0, or -1 (refused, nothing changed). */
+void rk_vmbox_freeze(RkVmbox *v, int on);
+void rk_vmbox_save(RkVmbox *v, RkVmboxState *st);
+int rk_vmbox_load(RkVmbox *v, const RkVmboxState *st);
+void rk_vmbox_state_free(RkVmboxState *st);
 
-RkPacketizer *rk_pktz_new(rk_pktz_tx_fn tx, rk_log_fn log, void *opaque);
+/* `host`: guest errors (the packetizer raises no interrupt); `tx`: the transmit link. */
+RkPacketizer *rk_pktz_new(const RkHost *host, rk_pktz_tx_fn tx, void *tx_opaque);
 void rk_pktz_free(RkPacketizer *p);
 uint64_t rk_pktz_read(RkPacketizer *p, uint64_t offset, unsigned size);
 void rk_pktz_write(RkPacketizer *p, uint64_t offset, uint64_t value, unsigned size);
-void rk_pktz_complete(RkPacketizer *p, uint64_t tag, int result);
+/* RK_OK = ACK, RK_NACK = NACK, anything else = NACK | FABRIC_ERR. */
+void rk_pktz_complete(RkPacketizer *p, uint64_t tag, rk_status st);
+/* A RKF_SVC_UNIMEM_MBOX reply frame. */
+void rk_pktz_serve_reply(RkPacketizer *p, const struct rkf_frame_hdr *h);
 void rk_pktz_fail_all(RkPacketizer *p);
 void rk_pktz_reset(RkPacketizer *p);
+uint32_t rk_pktz_status(RkPacketizer *p, unsigned pif);
+/* Migration: load returns 0, or -1 (refused, nothing changed); a PIF waiting for its
+ * acknowledgement at save completes with NACK | FABRIC_ERR. */
+void rk_pktz_save(RkPacketizer *p, RkPktzState *st);
+int rk_pktz_load(RkPacketizer *p, const RkPktzState *st);
 
-/* Global address space window (gas.h). The access callback returns RK_GAS_*. */
+/*
+ * Global address space window (gas.h). The core reaches the window's owners through the host's
+ * DMA (rackemu/host.h: dma_rw at GAS_WINDOW_BASE + G) and reads the service counters from
+ * host->rmem; node id and count come from the host.
+ */
 typedef struct RkGas RkGas;
-enum { RK_GAS_OK = 0, RK_GAS_DECODE_ERR = 1, RK_GAS_UNREACHABLE = 2 };
-typedef int (*rk_gas_access_fn)(void *opaque, int write, unsigned node, uint64_t local, void *buf,
-                                unsigned len);
-typedef uint64_t (*rk_gas_counter_fn)(void *opaque, unsigned ctrl_offset);
+/* The window's architectural state for migration (GasState): its own counter registers
+ * (GAS_CTRL_LOADS .. GAS_CTRL_BUS_ERRORS, in table order) and the node it belongs to. */
+#define RK_GAS_STATE_COUNTERS 4
+typedef struct RkGasState {
+    uint32_t node_id, node_count;
+    uint64_t counters[RK_GAS_STATE_COUNTERS];
+} RkGasState;
 
-RkGas *rk_gas_new(unsigned node_id, unsigned node_count, rk_gas_access_fn access, rk_gas_counter_fn counter,
-                  rk_log_fn log, void *opaque);
+RkGas *rk_gas_new(const struct RkHost *host);
 void rk_gas_free(RkGas *g);
 uint64_t rk_gas_window_size(RkGas *g);
-/* 0 on success, -1 when the access must end in a bus error. */
-int rk_gas_window_read(RkGas *g, uint64_t offset, unsigned size, uint64_t *value);
-int rk_gas_window_write(RkGas *g, uint64_t offset, uint64_t value, unsigned size);
+/* RK_OK, or RK_SLAVE_ERROR when the access must end in a bus error. */
+rk_status rk_gas_window_read(RkGas *g, uint64_t offset, unsigned size, uint64_t *value);
+rk_status rk_gas_window_write(RkGas *g, uint64_t offset, uint64_t value, unsigned size);
 uint64_t rk_gas_ctrl_read(RkGas *g, uint64_t offset, unsigned size);
 void rk_gas_ctrl_write(RkGas *g, uint64_t offset, uint64_t value, unsigned size);
+void rk_gas_save(RkGas *g, RkGasState *st);
+/* 0, or -1 (nothing changed) for a state of another node or rack size. */
+int rk_gas_load(RkGas *g, const RkGasState *st);
 
 #ifdef __cplusplus
 }

@@ -5,33 +5,72 @@
 #include "format.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 
 namespace rackemu::unimem {
 
-Vmbox::Vmbox(VmboxHost host, unsigned depth, bool burst_known_issue)
-    : host_(std::move(host)), depth_(std::clamp(depth, 1u, 65536u)), burst_known_issue_(burst_known_issue)
+Vmbox::Vmbox(Host host, unsigned depth, bool burst_known_issue)
+    : host_(host), depth_(std::clamp(depth, 1u, 65536u)), burst_known_issue_(burst_known_issue)
 {
-    for (auto &f : fifos_) {
+    for (auto &f : fifos_)
         f.slots.assign(depth_, 0);
-    }
 }
 
-void Vmbox::guest_error(const std::string &msg)
+// ---- the register table (Table 3 is not in the source text: these are rackemu's) ----
+
+std::span<const Reg<Vmbox, Vmbox::Ctx>> Vmbox::reg_table()
 {
-    if (host_.guest_error) {
-        host_.guest_error("rackemu-vmbox: " + msg);
-    }
+    using R = Reg<Vmbox, Ctx>;
+    constexpr uint32_t c = VMBOX_CTRL_OFFSET;
+    auto mif_count = [](Vmbox &d, const R &, unsigned i, Ctx &) -> uint64_t { return d.fifos_[i].count; };
+    auto depth = [](Vmbox &d, const R &, unsigned, Ctx &) -> uint64_t { return d.depth_; };
+    auto irq_status = [](Vmbox &d, const R &, unsigned, Ctx &) {
+        return d.nonempty_locked() & d.irq_enable_;
+    };
+    auto irq_enable = [](Vmbox &d, const R &, unsigned, Ctx &) { return d.irq_enable_; };
+    auto set_irq_enable = [](Vmbox &d, const R &, unsigned, uint64_t merged, uint64_t, Ctx &) {
+        d.irq_enable_ = merged;
+    };
+    auto nonempty = [](Vmbox &d, const R &, unsigned, Ctx &) { return d.nonempty_locked(); };
+    auto zero = [](Vmbox &, const R &, unsigned, Ctx &) -> uint64_t { return 0; };
+    auto flush = [](Vmbox &d, const R &, unsigned, uint64_t, uint64_t raw, Ctx &) { d.flush_locked(raw); };
+    auto counter = [](Vmbox &d, const R &r, unsigned, Ctx &) {
+        return d.cnt_[(r.offset - VMBOX_CTRL_OFFSET - VMBOX_CTRL_COUNTERS) / 8];
+    };
+#define VMBOX_CNT_ROW_(N, n, d) \
+    {#N, c + VMBOX_CTRL_COUNTERS + VMBOX_CNT_##N, 8, RegAccess::RO, 0, 0, counter},
+    static const R table[] = {
+        // MIF page n (Fig. 6): the FIFO window [0x00, 0x40) is decoded by fifo_access_locked()
+        {"MIF_COUNT", VMBOX_MIF_COUNT, 8, RegAccess::RO, 0, 0, mif_count, nullptr, UNIMEM_IF_COUNT,
+         UNIMEM_IF_PAGE_SIZE},
+        // control page (rackemu extension)
+        {"ID", c + VMBOX_CTRL_ID, 8, RegAccess::RO, VMBOX_ID_VALUE, 0},
+        {"DEPTH", c + VMBOX_CTRL_DEPTH, 8, RegAccess::RO, 0, 0, depth},
+        {"IRQ_STATUS", c + VMBOX_CTRL_IRQ_STATUS, 8, RegAccess::RO, 0, 0, irq_status},
+        {"IRQ_ENABLE", c + VMBOX_CTRL_IRQ_ENABLE, 8, RegAccess::RW, 0, ~0ull, irq_enable, set_irq_enable},
+        {"NONEMPTY", c + VMBOX_CTRL_NONEMPTY, 8, RegAccess::RO, 0, 0, nonempty},
+        {"FLUSH", c + VMBOX_CTRL_FLUSH, 8, RegAccess::RW, 0, ~0ull, zero, flush}, // WC, reads 0
+        VMBOX_COUNTER_TABLE(VMBOX_CNT_ROW_)};
+#undef VMBOX_CNT_ROW_
+    return table;
+}
+
+// ---- helpers (mu_ held) ----
+
+void Vmbox::guest_error_locked(const std::string &msg)
+{
+    bad_access_++;
+    host_.guest_error(msg); // host ops never call back into the core
 }
 
 bool Vmbox::push_locked(unsigned mif, uint64_t word)
 {
     Fifo &f = fifos_[mif];
-    if (f.count == depth_) {
-        return false;
-    }
+    if (f.count == depth_) return false;
     f.slots[(f.head + f.count) % depth_] = word;
     f.count++;
-    ctr_.enqueued++;
+    cnt_[VMBOX_CNT_INDEX_ENQUEUED]++;
     return true;
 }
 
@@ -39,9 +78,7 @@ uint64_t Vmbox::nonempty_locked() const
 {
     uint64_t m = 0;
     for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
-        if (fifos_[i].count) {
-            m |= 1ull << i;
-        }
+        if (fifos_[i].count) m |= 1ull << i;
     }
     return m;
 }
@@ -51,18 +88,28 @@ bool Vmbox::level_locked() const
     return (nonempty_locked() & irq_enable_) != 0;
 }
 
+// The one place that drives the arrival interrupt: after every change, under the lock.
+void Vmbox::sync_irq_locked()
+{
+    const bool level = level_locked();
+    if (level == reported_) return;
+    reported_ = level;
+    host_.set_irq(0, level);
+}
+
+void Vmbox::flush_locked(uint64_t mask)
+{
+    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+        if (mask & (1ull << i)) fifos_[i].head = fifos_[i].count = 0;
+    }
+}
+
+// ---- public interface ----
+
 bool Vmbox::irq_level() const
 {
     std::lock_guard lk(mu_);
     return level_locked();
-}
-
-void Vmbox::update_irq(bool before)
-{
-    bool now = irq_level();
-    if (now != before && host_.set_irq) {
-        host_.set_irq(now);
-    }
 }
 
 unsigned Vmbox::fill(unsigned mif) const
@@ -74,169 +121,171 @@ unsigned Vmbox::fill(unsigned mif) const
 VmboxCounters Vmbox::counters() const
 {
     std::lock_guard lk(mu_);
-    return ctr_;
+    VmboxCounters c;
+#define VMBOX_CNT_COPY_(N, n, d) c.n = cnt_[VMBOX_CNT_INDEX_##N];
+    VMBOX_COUNTER_TABLE(VMBOX_CNT_COPY_)
+#undef VMBOX_CNT_COPY_
+    c.empty_reads = empty_reads_;
+    c.bad_access = bad_access_;
+    return c;
+}
+
+void Vmbox::freeze(bool on)
+{
+    std::lock_guard lk(mu_);
+    frozen_ = on;
 }
 
 void Vmbox::reset()
 {
-    bool before;
-    {
-        std::lock_guard lk(mu_);
-        before = level_locked();
-        for (auto &f : fifos_) {
-            f.head = f.count = 0;
-        }
-        irq_enable_ = 0;
-        ctr_ = {};
-    }
-    update_irq(before);
+    std::lock_guard lk(mu_);
+    for (auto &f : fifos_)
+        f.head = f.count = 0;
+    irq_enable_ = 0;
+    cnt_.fill(0);
+    empty_reads_ = bad_access_ = 0;
+    sync_irq_locked();
 }
 
-Vmbox::Result Vmbox::read(uint64_t offset, unsigned size, uint64_t &value)
+Status Vmbox::fifo_access_locked(unsigned mif, uint64_t reg, bool is_write, unsigned size, uint64_t &value)
+{
+    if (size != 8 || (reg & 7)) {
+        guest_error_locked("MIF " + std::to_string(mif) + ": " + std::to_string(size) + "-byte " +
+                           (is_write
+                                ? "store at " + hex(reg) + " refused (the FIFO takes aligned 64-bit stores)"
+                                : "load at " + hex(reg) + " (the FIFO is read with aligned 64-bit loads)"));
+        return RK_SLAVE_ERROR;
+    }
+    Fifo &f = fifos_[mif];
+    if (is_write) {
+        // Sec. 5.1.1: a write to a full FIFO is negatively acknowledged (AXI SLVERR).
+        if (!push_locked(mif, value)) {
+            cnt_[VMBOX_CNT_INDEX_NACKS]++;
+            return RK_NACK;
+        }
+    } else if (f.count == 0) {
+        empty_reads_++;
+        value = VMBOX_EMPTY_PATTERN;
+        return RK_OK;
+    } else {
+        value = f.slots[f.head];
+        f.head = (f.head + 1) % depth_;
+        f.count--;
+        cnt_[VMBOX_CNT_INDEX_DEQUEUED]++;
+    }
+    sync_irq_locked();
+    return RK_OK;
+}
+
+Status Vmbox::read(uint64_t offset, unsigned size, uint64_t &value)
 {
     value = 0;
-    const unsigned page = offset >> UNIMEM_IF_PAGE_SHIFT;
+    const uint64_t page = offset >> UNIMEM_IF_PAGE_SHIFT;
     const uint64_t reg = offset & (UNIMEM_IF_PAGE_SIZE - 1);
-    std::unique_lock lk(mu_);
-    if (page < UNIMEM_IF_COUNT) {
-        if (reg < VMBOX_MIF_DATA_SPAN) {
-            if (size != 8 || (reg & 7)) {
-                ctr_.bad_access++;
-                lk.unlock();
-                guest_error("MIF " + std::to_string(page) + ": " + std::to_string(size) + "-byte load at " +
-                            hex(reg) + " (the FIFO is read with aligned 64-bit loads)");
-                return Result::BusError;
-            }
-            Fifo &f = fifos_[page];
-            if (f.count == 0) {
-                ctr_.empty_reads++;
-                value = VMBOX_EMPTY_PATTERN;
-                return Result::Ok;
-            }
-            bool before = level_locked();
-            value = f.slots[f.head];
-            f.head = (f.head + 1) % depth_;
-            f.count--;
-            ctr_.dequeued++;
-            lk.unlock();
-            update_irq(before);
-            return Result::Ok;
-        }
-        if (reg == VMBOX_MIF_COUNT) {
-            value = fifos_[page].count;
-            return Result::Ok;
-        }
-    } else if (page == UNIMEM_IF_COUNT) {
-        switch (reg) {
-        case VMBOX_CTRL_ID:
-            value = VMBOX_ID_VALUE;
-            return Result::Ok;
-        case VMBOX_CTRL_DEPTH:
-            value = depth_;
-            return Result::Ok;
-        case VMBOX_CTRL_IRQ_STATUS:
-            value = nonempty_locked() & irq_enable_;
-            return Result::Ok;
-        case VMBOX_CTRL_IRQ_ENABLE:
-            value = irq_enable_;
-            return Result::Ok;
-        case VMBOX_CTRL_NONEMPTY:
-            value = nonempty_locked();
-            return Result::Ok;
-        case VMBOX_CTRL_FLUSH:
-            value = 0;
-            return Result::Ok;
-        case VMBOX_CTRL_NACKS:
-            value = ctr_.nacks;
-            return Result::Ok;
-        case VMBOX_CTRL_TRUNCATED:
-            value = ctr_.truncated;
-            return Result::Ok;
-        case VMBOX_CTRL_ENQUEUED:
-            value = ctr_.enqueued;
-            return Result::Ok;
-        case VMBOX_CTRL_DEQUEUED:
-            value = ctr_.dequeued;
-            return Result::Ok;
-        default:
-            break;
-        }
-    }
-    ctr_.bad_access++;
-    lk.unlock();
-    guest_error("load from unmapped offset " + hex(offset) + " (reads as 0)");
-    return Result::Ok;
-}
-
-Vmbox::Result Vmbox::write(uint64_t offset, uint64_t value, unsigned size)
-{
-    const unsigned page = offset >> UNIMEM_IF_PAGE_SHIFT;
-    const uint64_t reg = offset & (UNIMEM_IF_PAGE_SIZE - 1);
-    std::unique_lock lk(mu_);
-    const bool before = level_locked();
+    std::lock_guard lk(mu_);
     if (page < UNIMEM_IF_COUNT && reg < VMBOX_MIF_DATA_SPAN) {
-        if (size != 8 || (reg & 7)) {
-            ctr_.bad_access++;
-            lk.unlock();
-            guest_error("MIF " + std::to_string(page) + ": " + std::to_string(size) + "-byte store at " +
-                        hex(reg) + " refused (the FIFO takes aligned 64-bit stores)");
-            return Result::BusError;
-        }
-        if (!push_locked(page, value)) {
-            // Sec. 5.1.1: a write to a full FIFO is negatively acknowledged (AXI SLVERR).
-            ctr_.nacks++;
-            return Result::BusError;
-        }
-        lk.unlock();
-        update_irq(before);
-        return Result::Ok;
+        const Status st = fifo_access_locked(unsigned(page), reg, false, size, value);
+        if (st != RK_OK) value = 0;
+        return st;
     }
-    if (page == UNIMEM_IF_COUNT && size == 8) {
-        if (reg == VMBOX_CTRL_IRQ_ENABLE) {
-            irq_enable_ = value;
-            lk.unlock();
-            update_irq(before);
-            return Result::Ok;
-        }
-        if (reg == VMBOX_CTRL_FLUSH) {
-            for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
-                if (value & (1ull << i)) {
-                    fifos_[i].head = fifos_[i].count = 0;
-                }
-            }
-            lk.unlock();
-            update_irq(before);
-            return Result::Ok;
-        }
+    // Registers are read at their own offset (any access size: the low bytes).
+    Ctx ctx;
+    if ((offset & 7) || bank_.read(*this, offset, size, ctx, value) != RegResult::Ok) {
+        value = 0;
+        guest_error_locked("load from unmapped offset " + hex(offset) + " (reads as 0)");
     }
-    ctr_.bad_access++;
-    lk.unlock();
-    guest_error(std::to_string(size) + "-byte store of " + hex(value) + " to " + hex(offset) +
-                " ignored (read-only or unmapped register)");
-    return Result::Ok;
+    return RK_OK;
 }
 
-Vmbox::Delivery Vmbox::deliver(unsigned mif, const uint64_t *words, unsigned nwords)
+Status Vmbox::write(uint64_t offset, uint64_t value, unsigned size)
 {
-    if (mif >= UNIMEM_IF_COUNT || nwords == 0) {
-        return Delivery::Nack;
+    const uint64_t page = offset >> UNIMEM_IF_PAGE_SHIFT;
+    const uint64_t reg = offset & (UNIMEM_IF_PAGE_SIZE - 1);
+    std::lock_guard lk(mu_);
+    if (page < UNIMEM_IF_COUNT && reg < VMBOX_MIF_DATA_SPAN)
+        return fifo_access_locked(unsigned(page), reg, true, size, value);
+    // Registers take aligned 64-bit stores only.
+    Ctx ctx;
+    if (size != 8 || (offset & 7) || bank_.write(*this, offset, value, size, ctx) != RegResult::Ok) {
+        guest_error_locked(std::to_string(size) + "-byte store of " + hex(value) + " to " + hex(offset) +
+                           " (" + bank_.describe(offset) + ") ignored (read-only or unmapped register)");
+        return RK_OK;
     }
-    std::unique_lock lk(mu_);
-    const bool before = level_locked();
-    Fifo &f = fifos_[mif];
-    const unsigned room = depth_ - f.count;
+    sync_irq_locked();
+    return RK_OK;
+}
+
+Status Vmbox::deliver(unsigned mif, const uint64_t *words, unsigned nwords)
+{
+    if (mif >= UNIMEM_IF_COUNT || nwords == 0) return RK_NACK;
+    std::lock_guard lk(mu_);
+    if (frozen_) return RK_NACK; // a snapshot is being taken: the sender may retry
+    const unsigned room = depth_ - fifos_[mif].count;
     if (room == 0 || (room < nwords && !burst_known_issue_)) {
-        ctr_.nacks++;
-        return Delivery::Nack;
+        cnt_[VMBOX_CNT_INDEX_NACKS]++;
+        return RK_NACK;
     }
     const unsigned n = std::min(room, nwords);
-    for (unsigned i = 0; i < n; i++) {
+    for (unsigned i = 0; i < n; i++)
         push_locked(mif, words[i]);
+    cnt_[VMBOX_CNT_INDEX_TRUNCATED] += nwords - n; // sec. 5.1.2: dropped, yet acknowledged
+    sync_irq_locked();
+    return RK_OK;
+}
+
+int Vmbox::serve_frame(const rkf_frame_hdr &h, const void *payload)
+{
+    rkf_mbox_deliver d{};
+    const size_t hdr = offsetof(rkf_mbox_deliver, words);
+    std::memcpy(&d, payload, std::min<size_t>(h.len, sizeof d));
+    if (h.type != RKF_T_REQ || h.op != RKF_OP_MBOX_DELIVER || h.len < hdr + 8 || d.nwords < 1 ||
+        d.nwords > 8 || h.len != hdr + d.nwords * 8 || d.mif >= UNIMEM_IF_COUNT) {
+        host_.guest_error("malformed delivery from node " + std::to_string(h.src) + " (op " +
+                          std::to_string(h.op) + ", " + std::to_string(h.len) + " bytes) refused");
+        return h.type == RKF_T_REQ ? int(RKF_ST_BAD_FRAME) : -1;
     }
-    ctr_.truncated += nwords - n; // sec. 5.1.2: dropped, yet acknowledged
-    lk.unlock();
-    update_irq(before);
-    return Delivery::Ack;
+    return deliver(d.mif, d.words, d.nwords) == RK_OK ? int(RKF_ST_OK) : int(RKF_ST_REFUSED);
+}
+
+// ---- migration ----
+
+VmboxState Vmbox::save() const
+{
+    std::lock_guard lk(mu_);
+    VmboxState st;
+    st.depth = depth_;
+    st.irq_enable = irq_enable_;
+    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+        const Fifo &f = fifos_[i];
+        st.fifos[i].resize(f.count);
+        for (unsigned k = 0; k < f.count; k++)
+            st.fifos[i][k] = f.slots[(f.head + k) % depth_];
+    }
+    st.counters = cnt_;
+    st.empty_reads = empty_reads_;
+    st.bad_access = bad_access_;
+    return st;
+}
+
+bool Vmbox::load(const VmboxState &st)
+{
+    if (st.depth != depth_) return false;
+    for (const auto &f : st.fifos) {
+        if (f.size() > depth_) return false;
+    }
+    std::lock_guard lk(mu_);
+    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+        Fifo &f = fifos_[i];
+        f.head = 0;
+        f.count = unsigned(st.fifos[i].size());
+        std::copy(st.fifos[i].begin(), st.fifos[i].end(), f.slots.begin());
+    }
+    irq_enable_ = st.irq_enable;
+    cnt_ = st.counters;
+    empty_reads_ = st.empty_reads;
+    bad_access_ = st.bad_access;
+    sync_irq_locked();
+    return true;
 }
 
 } // namespace rackemu::unimem

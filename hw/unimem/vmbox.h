@@ -2,10 +2,18 @@
 //
 // Unimem virtualized mailbox (vmbox) device core: 64 hardware FIFOs of 64-bit words, one
 // 4 KiB MIF page each (seed 004 sec. 2.2.3 Fig. 6, sec. 5.1), plus rackemu's control page.
-// QEMU-independent: the host (QEMU glue, unit test) injects interrupt and log callbacks.
+// QEMU-independent: it reaches the outside world only through its rackemu::Host
+// (rackemu/host.h): interrupt line 0 (the arrival interrupt) and the guest-error log.
+//
+// Decode: each MIF page's FIFO window [0x00, 0x40) is a data window decoded here (a load
+// dequeues, a store enqueues); every register (MIF_COUNT of each page, the control page, the
+// counters of VMBOX_COUNTER_TABLE) is a row of one register table decoded by the register bank
+// (regbank.h), which also names offsets in the guest-error log.
 //
 // Thread safety: every public method may be called from any thread. Remote deliveries arrive
-// on the fabric thread while vCPUs load and store through the MIF pages.
+// on the fabric thread while vCPUs load and store through the MIF pages. The interrupt level is
+// computed and handed to host.set_irq() under the core's lock, so the last call carries the
+// current level.
 //
 // Caveat: the hardware accepts multi-word AXI bursts. QEMU hands CPU bursts (stp, st1 of q
 // registers) to the device as consecutive 64-bit accesses, so a CPU store enqueues one word at
@@ -14,46 +22,61 @@
 
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "rackemu/fabric_proto.h"
+#include "rackemu/host.h"
 #include "rackemu/unimem_regs.h"
+#include "regbank.h"
 
 namespace rackemu::unimem {
 
-struct VmboxHost {
-    // Level of the arrival interrupt changed (called without the core's lock held).
-    std::function<void(bool level)> set_irq;
-    // Wrong guest use (LOG_GUEST_ERROR in QEMU). The access still gets a defined result.
-    std::function<void(const std::string &msg)> guest_error;
+// A snapshot of the counters: those of VMBOX_COUNTER_TABLE (guest-visible registers of the
+// control page) and the core-only ones (no register; tests and logs).
+struct VmboxCounters {
+#define VMBOX_COUNTERS_FIELD_(N, n, d) uint64_t n = 0;
+    VMBOX_COUNTER_TABLE(VMBOX_COUNTERS_FIELD_)
+#undef VMBOX_COUNTERS_FIELD_
+    uint64_t empty_reads = 0; // loads of an empty FIFO (core only)
+    uint64_t bad_access = 0;  // guest errors (core only)
 };
 
-struct VmboxCounters {
-    uint64_t enqueued = 0; // words enqueued (CPU stores and deliveries)
-    uint64_t dequeued = 0; // words dequeued by loads
-    uint64_t empty_reads = 0;
-    uint64_t nacks = 0;      // stores or deliveries refused because the FIFO was full
-    uint64_t truncated = 0;  // words dropped under the burst known-issue mode
-    uint64_t bad_access = 0; // guest errors
+// The architectural state as plain data (the glue maps it to a VMStateDescription).
+struct VmboxState {
+    uint32_t depth = 0;      // words per FIFO; load() requires the device's own depth
+    uint64_t irq_enable = 0; // IRQ_ENABLE
+    std::array<std::vector<uint64_t>, UNIMEM_IF_COUNT> fifos; // contents, oldest word first
+    std::array<uint64_t, VMBOX_CNT_COUNT> counters{};         // VMBOX_COUNTER_TABLE order
+    uint64_t empty_reads = 0, bad_access = 0;
 };
 
 class Vmbox {
 public:
-    enum class Result { Ok, BusError };
-    enum class Delivery { Ack, Nack };
-
     // depth: words per FIFO (1..65536). burst_known_issue: model sec. 5.1.2 (a burst into an
     // almost full FIFO keeps the words that fit, drops the rest and is still acknowledged).
-    Vmbox(VmboxHost host, unsigned depth = VMBOX_DEFAULT_DEPTH, bool burst_known_issue = false);
+    explicit Vmbox(Host host, unsigned depth = VMBOX_DEFAULT_DEPTH, bool burst_known_issue = false);
 
-    Result read(uint64_t offset, unsigned size, uint64_t &value);
-    Result write(uint64_t offset, uint64_t value, unsigned size);
+    // MMIO. RK_OK; RK_NACK: a store to a full FIFO (the bus answers SLVERR, sec. 5.1.1);
+    // RK_SLAVE_ERROR: a FIFO access other than an aligned 64-bit one. Register loads and stores
+    // never fault: unmapped or read-only ones are logged, loads read 0, stores are ignored.
+    Status read(uint64_t offset, unsigned size, uint64_t &value);
+    Status write(uint64_t offset, uint64_t value, unsigned size);
 
-    // A packetizer's burst for FIFO `mif` (local or from the fabric). All-or-nothing unless
-    // the known-issue mode is on; a full FIFO always NACKs.
-    Delivery deliver(unsigned mif, const uint64_t *words, unsigned nwords);
+    // A packetizer's burst for FIFO `mif` (local or from the fabric): RK_OK (ACK) or RK_NACK.
+    // All-or-nothing unless the known-issue mode is on; a full FIFO always NACKs.
+    Status deliver(unsigned mif, const uint64_t *words, unsigned nwords);
+
+    // A RKF_SVC_UNIMEM_MBOX request from another node's packetizer (`payload`: h.len bytes).
+    // Validates it, delivers it and returns the reply status (RKF_ST_OK = ACK, RKF_ST_REFUSED =
+    // NACK, RKF_ST_BAD_FRAME = malformed, logged), or -1 when no reply is due (not a request).
+    int serve_frame(const rkf_frame_hdr &h, const void *payload);
+
+    // While frozen (migration: from pre_save until the VM runs again) deliveries are refused
+    // with RK_NACK and not counted, so that none is acknowledged after a snapshot of the state.
+    void freeze(bool on);
 
     void reset();
     bool irq_level() const;
@@ -61,24 +84,39 @@ public:
     unsigned fill(unsigned mif) const;
     VmboxCounters counters() const;
 
+    // Migration: save() is a consistent snapshot (core lock held); load() validates everything
+    // (depth, FIFO sizes) and returns false, changing nothing, on any inconsistency.
+    VmboxState save() const;
+    bool load(const VmboxState &st);
+
+    // The register table (for tests and docs).
+    struct Ctx {};
+    static std::span<const Reg<Vmbox, Ctx>> reg_table();
+
 private:
     struct Fifo {
         std::vector<uint64_t> slots;
         unsigned head = 0, count = 0;
     };
     bool push_locked(unsigned mif, uint64_t word);
-    bool level_locked() const;
     uint64_t nonempty_locked() const;
-    void update_irq(bool before);
-    void guest_error(const std::string &msg);
+    bool level_locked() const;
+    void sync_irq_locked();
+    void guest_error_locked(const std::string &msg);
+    void flush_locked(uint64_t mask);
+    Status fifo_access_locked(unsigned mif, uint64_t reg, bool is_write, unsigned size, uint64_t &value);
 
-    VmboxHost host_;
+    Host host_;
     const unsigned depth_;
     const bool burst_known_issue_;
-    mutable std::mutex mu_;
+    mutable std::mutex mu_; // guards everything below
     std::array<Fifo, UNIMEM_IF_COUNT> fifos_;
     uint64_t irq_enable_ = 0;
-    VmboxCounters ctr_;
+    std::array<uint64_t, VMBOX_CNT_COUNT> cnt_{}; // VMBOX_COUNTER_TABLE
+    uint64_t empty_reads_ = 0, bad_access_ = 0;
+    bool reported_ = false; // level last handed to host.set_irq
+    bool frozen_ = false;
+    RegBank<Vmbox, Ctx> bank_{reg_table()};
 };
 
 } // namespace rackemu::unimem

@@ -16,6 +16,7 @@
 #include "sysemu/device_tree.h"
 #include "target/arm/cpu-qom.h"
 
+#include "rackemu/board.h"
 #include "rackemu/unimem_regs.h"
 #include "rackemu/fabric_proto.h"
 #include "rackemu_unimem.h"
@@ -28,6 +29,7 @@
 #include "exec/memory.h"
 #include <libfdt.h>
 #include "qemu/log.h"
+#include "../../hw/qemu/trace.h" /* the overlay's trace points (a bare "trace.h" finds another directory's) */
 
 #define TYPE_RACKEMU_NODE_MACHINE MACHINE_TYPE_NAME("rackemu-node")
 OBJECT_DECLARE_TYPE(RackemuNodeState, RackemuNodeClass, RACKEMU_NODE_MACHINE)
@@ -52,11 +54,13 @@ struct RackemuNodeClass {
 
 /*
  * The node's devices: one row each, as virt's base_memmap and irqmap (docs/machine.md has the
- * same table). The machine creates them in this order, gives each the properties it has among
- * node-id, node-count, fifo-depth and burst-known-issue, links its "fabric" to the node's port
- * if it has that link, runs the row's wiring hook, realizes it, maps MMIO region 0 at `base`
- * (and region 1 at `base2`), connects interrupt output 0 to GIC SPI `spi`, and adds its
- * device-tree node with the row's DT hook.
+ * same table; the addresses and SPIs come from rackemu/board.h). The machine announces the
+ * rows' fabric capabilities in the port's handshake, creates the devices in this order, gives
+ * each the properties it has among node-id, node-count, fifo-depth and burst-known-issue,
+ * links its "fabric" to the node's port if it has that link, runs the row's wiring hook,
+ * realizes it, maps MMIO region 0 at `base` (and region 1 at `base2`), connects interrupt
+ * output 0 to GIC SPI `spi`, and adds its device-tree node with the row's DT hook. Nothing
+ * else in the machine knows a device type.
  */
 typedef struct RackemuNodeDevice RackemuNodeDevice;
 struct RackemuNodeDevice {
@@ -66,6 +70,7 @@ struct RackemuNodeDevice {
     hwaddr base2;       /* MMIO region 1 (0: none) */
     int spi;            /* GIC SPI of interrupt output 0 (-1: none) */
     const char *compat; /* DT compatible */
+    uint32_t caps;      /* RKF_CAP_* the device serves to other nodes (announced in the handshake) */
     void (*wire)(MachineState *ms, DeviceState *dev);             /* links beyond "fabric"; NULL: none */
     void (*dt)(MachineState *ms, const RackemuNodeDevice *d);     /* the device-tree node */
 };
@@ -187,31 +192,71 @@ static void rackemu_node_wire_packetizer(MachineState *ms, DeviceState *dev)
     object_property_set_link(OBJECT(dev), "vmbox", vmbox, &error_fatal);
 }
 
-/* The RMC reads and writes guest RAM and carves contexts from the segment at its top. */
+/* The RMC carves contexts from the segment at the top of RAM (which it reaches by DMA). */
 static void rackemu_node_wire_rmc(MachineState *ms, DeviceState *dev)
 {
     RackemuNodeState *rn = RACKEMU_NODE_MACHINE(ms);
 
-    if (ms->ram) {
-        object_property_set_link(OBJECT(dev), "ram", OBJECT(ms->ram), &error_fatal);
-    }
-    qdev_prop_set_uint64(dev, "ram-base", VIRT_MACHINE(ms)->memmap[VIRT_MEM].base);
     qdev_prop_set_uint64(dev, "seg-base", rn->seg_size ? rn->seg_base : 0);
     qdev_prop_set_uint64(dev, "seg-size", rn->seg_size);
 }
 
 static const RackemuNodeDevice rackemu_node_devices[] = {
+    /* type, DT name, base, size, base2, spi, compatible, caps, wiring, DT */
     { TYPE_RACKEMU_VMBOX, "vmbox", RACKEMU_VMBOX_BASE, VMBOX_MMIO_SIZE, 0, RACKEMU_VMBOX_SPI,
-      RACKEMU_VMBOX_COMPAT, NULL, rackemu_node_fdt_unimem },
+      RACKEMU_VMBOX_COMPAT, RKF_CAP_UNIMEM_MBOX, NULL, rackemu_node_fdt_unimem },
     { TYPE_RACKEMU_PACKETIZER, "packetizer", RACKEMU_PKTZ_BASE, PKTZ_MMIO_SIZE, 0, RACKEMU_PKTZ_SPI,
-      RACKEMU_PKTZ_COMPAT, rackemu_node_wire_packetizer, rackemu_node_fdt_unimem },
+      RACKEMU_PKTZ_COMPAT, 0, rackemu_node_wire_packetizer, rackemu_node_fdt_unimem },
     { TYPE_RACKEMU_GAS, "gas", RACKEMU_GAS_BASE, GAS_CTRL_SIZE, GAS_WINDOW_BASE, -1,
-      RACKEMU_GAS_COMPAT, NULL, rackemu_node_fdt_gas },
+      RACKEMU_GAS_COMPAT, 0, NULL, rackemu_node_fdt_gas },
     { TYPE_RACKEMU_CDMA, "dma", RACKEMU_CDMA_BASE, RACKEMU_CDMA_SIZE, 0, RACKEMU_CDMA_SPI,
-      RACKEMU_CDMA_COMPAT, NULL, rackemu_node_fdt_cdma },
+      RACKEMU_CDMA_COMPAT, 0, NULL, rackemu_node_fdt_cdma },
     { TYPE_RACKEMU_RMC, "rmc", RACKEMU_RMC_BASE, RMC_MMIO_SIZE, 0, RACKEMU_RMC_SPI,
-      RACKEMU_RMC_COMPAT, rackemu_node_wire_rmc, rackemu_node_fdt_rmc },
+      RACKEMU_RMC_COMPAT, RKF_CAP_RMC, rackemu_node_wire_rmc, rackemu_node_fdt_rmc },
 };
+
+/*
+ * The port's and remote memory's reports (docs/tracing.md): link changes and connects through
+ * QEMU's error reporting (they were always printed: the node's log shows them), malformed input
+ * from the rack as a guest error (-d guest_errors), frames and link changes as trace points.
+ */
+static void rackemu_node_fabric_log(void *opaque, enum rk_fabric_log_level level, const char *msg)
+{
+    switch (level) {
+    case RK_FABRIC_LOG_BAD_INPUT:
+        qemu_log_mask(LOG_GUEST_ERROR, "%s\n", msg);
+        break;
+    case RK_FABRIC_LOG_WARN:
+        warn_report("%s", msg);
+        break;
+    default:
+        info_report("%s", msg);
+        break;
+    }
+}
+
+static void rackemu_node_fabric_frame(void *opaque, enum rk_fabric_dir dir, const struct rkf_frame_hdr *h)
+{
+    RackemuNodeState *rn = opaque;
+
+    if (dir == RK_FABRIC_OUT) {
+        trace_rackemu_frame_out(rn->node_id, h->dst, h->svc, h->type, h->op, h->len, h->status, h->tag);
+    } else {
+        trace_rackemu_frame_in(rn->node_id, h->src, h->svc, h->type, h->op, h->len, h->status, h->tag);
+    }
+}
+
+static void rackemu_node_fabric_link(void *opaque, int up)
+{
+    RackemuNodeState *rn = opaque;
+
+    trace_rackemu_link(rn->node_id, up);
+}
+
+static void rackemu_node_rmem_log(void *opaque, const char *msg)
+{
+    qemu_log_mask(LOG_GUEST_ERROR, "%s\n", msg);
+}
 
 /* Set `name` on `dev` if the device has that property (the machine-wide device parameters). */
 static void rackemu_node_set_if_present(DeviceState *dev, const char *name, uint64_t value, bool is_bool)
@@ -292,16 +337,24 @@ static void rackemu_node_init(MachineState *ms)
     object_unref(OBJECT(rn->fab));
     if (rn->fabric && *rn->fabric) {
         char err[256] = "";
-        /*
-         * Announced in the handshake: this node's vmbox takes mailbox deliveries, its RAM is served
-         * one-sided, and it has an RMC.
-         */
-        rn->fab->port = rk_fabric_port_new(rn->fabric, rn->node_id, rn->node_count,
-                                            RKF_CAP_UNIMEM_MBOX | RKF_CAP_MEM | RKF_CAP_RMC, 5000, err, sizeof(err));
+        /* Announced in the handshake: this node's RAM is served one-sided, and the rows' services. */
+        uint32_t caps = RKF_CAP_MEM;
+        const struct rk_fabric_port_hooks hooks = {
+            .log = rackemu_node_fabric_log,
+            .frame = rackemu_node_fabric_frame,
+            .link = rackemu_node_fabric_link,
+            .opaque = rn,
+        };
+
+        for (i = 0; i < ARRAY_SIZE(rackemu_node_devices); i++) {
+            caps |= rackemu_node_devices[i].caps;
+        }
+        rn->fab->port = rk_fabric_port_new(rn->fabric, rn->node_id, rn->node_count, caps, 5000, err, sizeof(err));
         if (!rn->fab->port) {
             error_report("rackemu-node: %s", err);
             exit(1);
         }
+        rk_fabric_port_set_hooks(rn->fab->port, &hooks);
         if (!rk_fabric_port_is_up(rn->fab->port)) {
             warn_report("rackemu-node: %s; remote operations fail until the bridge is reachable", err);
         }
@@ -312,7 +365,7 @@ static void rackemu_node_init(MachineState *ms)
      */
     rn->fab->rmem = rk_rmem_new(rn->fab->port, rn->node_id, vms->memmap[VIRT_MEM].base, ms->ram_size,
                                  ms->ram ? memory_region_get_ram_ptr(ms->ram) : NULL, rn->remote_timeout_ms,
-                                 rackemu_guest_error, rn);
+                                 rackemu_node_rmem_log, rn);
 
     for (i = 0; i < ARRAY_SIZE(rackemu_node_devices); i++) {
         rackemu_node_create(ms, &rackemu_node_devices[i]);

@@ -4,6 +4,7 @@
     rackemu cluster status [--json]
     rackemu cluster down
     rackemu node restart NODE
+    rackemu node save NODE FILE [--stop] | node restore NODE FILE
     rackemu bridge restart
     rackemu exec NODE [--timeout S] -- CMD...
     rackemu cp LOCAL NODE:PATH | NODE:PATH LOCAL
@@ -166,6 +167,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     if args.cmdline is not None:
         overrides["kernel_cmdline"] = args.cmdline
     cfg = load_config(args.config, overrides)
+    for pattern in args.trace or []:  # after the config's qemu_args
+        cfg.qemu_args += ["-trace", pattern]
     cluster = Cluster(cfg, log=say, detach=True)
     t0 = time.monotonic()
     with _sigterm_as_interrupt():
@@ -202,6 +205,36 @@ def cmd_node_restart(args: argparse.Namespace) -> int:
         cluster.restart_node(i, timeout=args.boot_timeout)
     say(f"node {i} restarted ({time.monotonic() - t0:.1f} s): a fresh boot, its previous guest "
         f"state is gone")
+    print_status(cluster.status_dict())
+    return 0
+
+
+def cmd_node_save(args: argparse.Namespace) -> int:
+    cluster = _attach(args)
+    i = _node_index(args.node, cluster)
+    t0 = time.monotonic()
+    with _sigterm_as_interrupt():
+        meta = cluster.save_node(i, args.file, stop=args.stop, force=args.force,
+                                 timeout=args.timeout)
+    from .snapshot import meta_path
+    say(f"node {i} saved to {args.file} ({meta['size'] / 1048576:.1f} MiB, "
+        f"{time.monotonic() - t0:.1f} s; metadata {meta_path(args.file)}); "
+        + ("its QEMU is stopped" if args.stop else "the node runs on"))
+    print(f"\nrestore: rackemu node restore {i} {shlex.quote(args.file)}{cluster.cli_select()}")
+    return 0
+
+
+def cmd_node_restore(args: argparse.Namespace) -> int:
+    from .snapshot import read_meta
+    read_meta(args.file)    # a missing or foreign file is named before anything else
+    cluster = _attach(args)
+    i = _node_index(args.node, cluster)
+    t0 = time.monotonic()
+    with _sigterm_as_interrupt():
+        cluster.restore_node(i, args.file, verify=not args.no_verify, timeout=args.timeout,
+                             agent_timeout=args.boot_timeout)
+    say(f"node {i} restored from {args.file} ({time.monotonic() - t0:.1f} s): it continues "
+        f"from the saved state")
     print_status(cluster.status_dict())
     return 0
 
@@ -495,6 +528,8 @@ examples:
   rackemu bridge-stats                  the fabric's per-port counters
   rackemu node restart 1                restart node 1 (fresh boot), wait for its agent
   rackemu bridge restart                restart a dead bridge; the nodes reconnect
+  rackemu node save 1 n1.snap           save node 1's whole state to a file
+  rackemu node restore 1 n1.snap        put node 1 back into that state
   rackemu cluster down                  stop everything
   rackemu demo                          4 nodes: packets around a ring, round-trip times
 
@@ -531,6 +566,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds to wait for every agent (default 300)")
     up.add_argument("--machine", metavar="M", help="rackemu-node (default) or virt (development: no fabric)")
     up.add_argument("--cmdline", metavar="ARGS", help="extra kernel command line (replaces kernel_cmdline)")
+    up.add_argument("--trace", metavar="PATTERN", action="append",
+                    help="enable QEMU trace events matching PATTERN on every node, e.g. 'rackemu_*' "
+                         "(repeatable); they go to the node's log, RUN_DIR/nodeI.log (docs/tracing.md)")
     up.set_defaults(func=cmd_cluster_up)
 
     st = csub.add_parser("status", help="show the cluster's processes and agents",
@@ -582,7 +620,7 @@ def build_parser() -> argparse.ArgumentParser:
     co.set_defaults(func=cmd_console)
 
     # node
-    pn = sub.add_parser("node", help="restart one node",
+    pn = sub.add_parser("node", help="restart, save or restore one node",
                         description="Act on one node of a running cluster.")
     nsub = pn.add_subparsers(dest="node_command", metavar="ACTION", required=True)
     nr = nsub.add_parser("restart", help="restart one node's QEMU and wait for its agent",
@@ -597,6 +635,47 @@ def build_parser() -> argparse.ArgumentParser:
                     help="seconds to wait for the agent (default: the cluster's boot_timeout)")
     _add_select_args(nr)
     nr.set_defaults(func=cmd_node_restart)
+    nsv = nsub.add_parser("save", help="save one node's whole state to a file",
+                          description="Stop node NODE's vCPUs, write its whole state (guest RAM, "
+                                      "CPUs, interrupt controller, virtio, every rackemu device) "
+                                      "to FILE with QEMU's migration, and FILE.meta.json beside it "
+                                      "(node, cluster shape, checksums of QEMU, kernel, initramfs "
+                                      "and FILE). Then the node runs on (or, with --stop, its QEMU "
+                                      "is stopped). The other nodes keep running; fabric requests "
+                                      "they send to the node while it is stopped wait for it.",
+                          epilog="Restore with `rackemu node restore NODE FILE`, into the same "
+                                 "node of a cluster started with the same build and shape. "
+                                 "docs/launcher.md, \"Save and restore\", has what is saved and "
+                                 "the limits.")
+    nsv.add_argument("node", metavar="NODE", help="node number")
+    nsv.add_argument("file", metavar="FILE", help="the snapshot file to write")
+    nsv.add_argument("--stop", action="store_true", help="stop the node's QEMU after saving")
+    nsv.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    nsv.add_argument("--timeout", type=_positive_float, metavar="S",
+                     help="seconds QEMU may take to write the state (default 300)")
+    _add_select_args(nsv)
+    nsv.set_defaults(func=cmd_node_save)
+    nrs = nsub.add_parser("restore", help="put one node back into a saved state",
+                          description="Check FILE and FILE.meta.json (same node, same cluster shape, "
+                                      "same QEMU, kernel and initramfs, checksum), stop node NODE's "
+                                      "QEMU if it runs, wait until the fabric bridge has seen it go, "
+                                      "start a new QEMU on the node's command line that loads FILE "
+                                      "(-incoming), resume its vCPUs and wait until its guest agent "
+                                      "answers. If QEMU refuses the file, its message is shown and "
+                                      "the node stays stopped.",
+                          epilog="The node rejoins the fabric under its id; the other nodes keep "
+                                 "running. Device operations in flight at the save complete with "
+                                 "an error after the restore (docs/launcher.md).")
+    nrs.add_argument("node", metavar="NODE", help="node number")
+    nrs.add_argument("file", metavar="FILE", help="a snapshot written by `rackemu node save`")
+    nrs.add_argument("--no-verify", action="store_true",
+                     help="skip the checksum test of FILE (QEMU still checks the stream)")
+    nrs.add_argument("--timeout", type=_positive_float, metavar="S",
+                     help="seconds QEMU may take to load the state (default 300)")
+    nrs.add_argument("--boot-timeout", type=_positive_float, metavar="S",
+                     help="seconds to wait for the guest agent afterwards (default 60)")
+    _add_select_args(nrs)
+    nrs.set_defaults(func=cmd_node_restore)
 
     # bridge
     pb = sub.add_parser("bridge", help="restart the fabric bridge",

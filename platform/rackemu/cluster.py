@@ -14,6 +14,8 @@ can be killed as a group. The run directory holds:
   nodeI.agent         the guest agent's socket (virtio-serial port rackemu.agent)
   nodeI.qmp, nodeI.pid  QMP socket and QEMU's pid file
 
+`save_node`/`restore_node` (snapshot.py) write one node's state to a file and bring it back.
+
 `down` (and a failed or interrupted `up`) sends SIGTERM to every group, waits, sends SIGKILL to
 what is left, waits again, then removes the sockets and pid files. Logs and consoles stay for
 post-mortems. Because the state is on disk, `status`, `exec` and `down` work from any process
@@ -799,8 +801,9 @@ class Cluster:
             time.sleep(0.05)
         self.log(f"bridge ready (pid {self.bridge.pid}, control socket {self.run_dir / 'bridge.ctl'})")
 
-    def start_node(self, i: int) -> Node:
-        """Start (or restart) node i's QEMU; does not wait for the guest."""
+    def start_node(self, i: int, extra_args: Iterable[str] = ()) -> Node:
+        """Start (or restart) node i's QEMU; does not wait for the guest. `extra_args` go after
+        the node's usual command line (a restore adds `-incoming ...`)."""
         n = self.node(i)
         if n.alive():
             raise ClusterError(f"node {i} is already running (pid {n.pid})")
@@ -812,7 +815,7 @@ class Cluster:
         self._prepare_ram_dir()
         # A fresh file: QEMU would otherwise map the previous incarnation's memory as is.
         self.ram_path(i).unlink(missing_ok=True)
-        n.proc = self._spawn(self.node_argv(i), n.log_path)
+        n.proc = self._spawn(self.node_argv(i) + list(extra_args), n.log_path)
         n.state = "starting"
         n.boot_seconds = None
         n.started_at = time.time()
@@ -1055,6 +1058,25 @@ class Cluster:
         finally:
             self._release_lock()
         return n
+
+    # ---- save and restore (snapshot.py) ----
+
+    def save_node(self, i: int, path: str | os.PathLike, stop: bool = False, force: bool = False,
+                  timeout: float | None = None) -> dict[str, Any]:
+        """Save node i's whole state (RAM, CPUs, devices) to `path` and its metadata to
+        `path`.meta.json; the node runs on afterwards, or is stopped with stop=True. Returns
+        the metadata. See rackemu.snapshot.save_node."""
+        from .snapshot import save_node
+        return save_node(self, i, path, stop=stop, force=force, timeout=timeout)
+
+    def restore_node(self, i: int, path: str | os.PathLike, verify: bool = True,
+                     timeout: float | None = None, agent_timeout: float | None = None) -> Node:
+        """Replace node i by the state saved in `path` (its QEMU is restarted on the same
+        command line plus -incoming) and wait for its guest agent. See
+        rackemu.snapshot.restore_node."""
+        from .snapshot import restore_node
+        return restore_node(self, i, path, verify=verify, timeout=timeout,
+                            agent_timeout=agent_timeout)
 
     # ---- bridge ----
 

@@ -2,8 +2,9 @@
 # Build qemu-system-aarch64 with rackemu's devices and machine compiled in.
 #
 #  1. fetch-qemu.sh provides a QEMU 7.2 tree (Debian's source package, or RACKEMU_QEMU_SRC).
-#  2. The overlay is applied: hw/rackemu/{meson.build,Kconfig} link to platform/qemu/overlay,
-#     hw/rackemu/src links to this checkout, and platform/qemu/qemu-hook.patch adds the
+#  2. The overlay is applied: hw/rackemu/{meson.build,Kconfig,trace-events} link to
+#     platform/qemu/overlay, hw/rackemu/src links to this checkout, qemu-trace-hook.patch lists
+#     hw/rackemu among QEMU's trace-event directories, and platform/qemu/qemu-hook.patch adds the
 #     subdir()/source lines to QEMU's hw/meson.build and hw/Kconfig.
 #  3. QEMU is configured once for aarch64-softmmu only and built with ninja and ccache.
 #     The build directory is kept in $RACKEMU_CACHE/qemu-build (shared by every checkout on
@@ -23,13 +24,16 @@ flock -w 3600 9 || die "another rackemu QEMU build holds $RACKEMU_CACHE/qemu-bui
 mkdir -p "$src/hw/rackemu"
 ln -sfn "$RACKEMU_ROOT/platform/qemu/overlay/meson.build" "$src/hw/rackemu/meson.build"
 ln -sfn "$RACKEMU_ROOT/platform/qemu/overlay/Kconfig" "$src/hw/rackemu/Kconfig"
+ln -sfn "$RACKEMU_ROOT/platform/qemu/overlay/trace-events" "$src/hw/rackemu/trace-events"
 ln -sfn "$RACKEMU_ROOT" "$src/hw/rackemu/src"
-if patch -d "$src" -p1 -R --dry-run -s -f < "$RACKEMU_ROOT/platform/qemu/qemu-hook.patch" >/dev/null 2>&1; then
-    : # already applied
-else
-    patch -d "$src" -p1 -s -f < "$RACKEMU_ROOT/platform/qemu/qemu-hook.patch" ||
-        die "could not apply platform/qemu/qemu-hook.patch to $src (is it a pristine QEMU 7.2 tree?)"
-fi
+for hook in qemu-hook.patch qemu-trace-hook.patch; do
+    if patch -d "$src" -p1 -R --dry-run -s -f < "$RACKEMU_ROOT/platform/qemu/$hook" >/dev/null 2>&1; then
+        : # already applied
+    else
+        patch -d "$src" -p1 -s -f < "$RACKEMU_ROOT/platform/qemu/$hook" ||
+            die "could not apply platform/qemu/$hook to $src (is it a pristine QEMU 7.2 tree?)"
+    fi
+done
 
 export CCACHE_DIR=${CCACHE_DIR:-$RACKEMU_CACHE/ccache}
 export CCACHE_NOHASHDIR=1 CCACHE_BASEDIR=$src
@@ -54,12 +58,25 @@ fi
 
 # The build tree is shared by every checkout on the machine, and ninja decides by mtimes: after
 # another checkout built, ours may hold different files with older mtimes. So when the checkout
-# changes, drop rackemu's objects (ccache makes their rebuild cheap when nothing differs) and
-# make meson re-read the overlay (its file list may differ).
+# changes, drop rackemu's objects - the overlay's libraries (hw/rackemu/), the glue and machine
+# objects in QEMU's target library (hw_rackemu_*) - and the trace files generated from the
+# overlay's trace-events (ccache makes their rebuild cheap when nothing differs), and make meson
+# re-read the overlay (its file list may differ). QEMU's own objects do not depend on the
+# checkout and stay.
 if [ "$(cat "$bdir/.rackemu-src" 2>/dev/null)" != "$RACKEMU_ROOT" ]; then
-    find "$bdir" -name '*.o' -path '*rackemu*' -delete
+    find "$bdir" \( -path "$bdir/hw/rackemu/*" -o -name 'hw_rackemu_*' -o -name '*trace-hw_rackemu*' \) \
+        \( -name '*.o' -o -name '*.a' \) -delete
+    rm -f "$bdir"/trace/trace-hw_rackemu.[ch]
     touch "$RACKEMU_ROOT/platform/qemu/overlay/meson.build"
     echo "$RACKEMU_ROOT" > "$bdir/.rackemu-src"
+fi
+# The generated trace files follow the trace-events' content, not its mtime: a checkout's file can
+# be older than a header generated from another checkout's (ninja would then keep the stale one).
+trace_key=$(sha256sum < "$RACKEMU_ROOT/platform/qemu/overlay/trace-events" | cut -c1-16)
+if [ "$(cat "$bdir/.rackemu-trace" 2>/dev/null)" != "$trace_key" ]; then
+    rm -f "$bdir"/trace/trace-hw_rackemu.[ch]
+    find "$bdir" -name '*trace-hw_rackemu*.o' -delete
+    echo "$trace_key" > "$bdir/.rackemu-trace"
 fi
 
 if ninja -C "$bdir" -n qemu-system-aarch64 2>/dev/null | grep -q '^\['; then

@@ -5,12 +5,14 @@ the CPU's loads and stores). Covers the scenarios of seed 004 sec. 5.1-5.2 end t
 the fabric: delivery with the PIDT prefix, ACK, NACK on a full FIFO, ILLEGAL, a cleared
 PID_CONF bit, the empty pattern, a dead destination and the bridge serving the others.
 """
+import json
 import os
 import tempfile
+import time
 
 import pytest
 
-from qtest import QEMU, BRIDGE, Bridge, QtestNode, regs_header, wait_for
+from qtest import QEMU, BRIDGE, Bridge, QtestNode, regs_counters, regs_header, wait_for
 
 R = regs_header()
 VMBOX = R["RACKEMU_VMBOX_BASE"]
@@ -158,3 +160,119 @@ def test_a_killed_node_restarts_and_is_accepted_again(rack):
     assert send(n0, 15, mif_addr(1, 3), 0, 0x51, 0x52, 0x53) == ACK
     assert recv(n1, 3)[1:] == [0x51, 0x52, 0x53]
     assert {p["node"]: p for p in bridge.stats()["ports"]}[1]["connects"] == 2
+
+
+class Qmp:
+    """A minimal QMP client (one command at a time; events are skipped)."""
+
+    def __init__(self, path):
+        import socket
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.sock.connect(path)
+                break
+            except OSError:
+                self.sock.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        self.f = self.sock.makefile("rw")
+        json.loads(self.f.readline())  # greeting
+        self.cmd("qmp_capabilities")
+
+    def cmd(self, name, **args):
+        self.f.write(json.dumps({"execute": name, "arguments": args}) + "\n")
+        self.f.flush()
+        while True:
+            r = json.loads(self.f.readline())
+            if "event" not in r:
+                return r
+
+    def close(self):
+        self.sock.close()
+
+
+def unimem_registers(node):
+    """Every vmbox and packetizer register that a load does not change (no FIFO data window)."""
+    regs = {}
+    c = VMBOX + R["VMBOX_CTRL_OFFSET"]
+    for name in ("ID", "DEPTH", "IRQ_STATUS", "IRQ_ENABLE", "NONEMPTY"):
+        regs["VMBOX_" + name] = node.readq(c + R["VMBOX_CTRL_" + name])
+    for cnt, _, _ in regs_counters("unimem_regs.h")["VMBOX"]:
+        regs["VMBOX_" + cnt] = node.readq(c + R["VMBOX_CTRL_COUNTERS"] + R["VMBOX_CNT_" + cnt])
+    for mif in range(64):
+        regs[f"MIF_COUNT[{mif}]"] = node.readq(VMBOX + mif * 0x1000 + R["VMBOX_MIF_COUNT"])
+    for pif in range(64):
+        for off in range(0, 0x40, 8):
+            regs[f"PIF[{pif}]+{off:#x}"] = node.readq(PKTZ + pif * 0x1000 + off)
+        regs[f"PIDT[{pif}]"] = node.readq(TIF + 8 * pif)
+    for name in ("BASE_DEST", "PID_CONF", "ID"):
+        regs["TIF_" + name] = node.readq(TIF + R["PKTZ_TIF_" + name])
+    for cnt, _, _ in regs_counters("unimem_regs.h")["PKTZ"]:
+        regs["PKTZ_" + cnt] = node.readq(TIF + R["PKTZ_TIF_COUNTERS"] + R["PKTZ_CNT_" + cnt])
+    return regs
+
+
+def test_a_migrated_node_keeps_its_fifos_and_packetizer_state():
+    """Migration to a file and back (docs/unimem.md, Migration): register state, FIFO contents in
+    order, a half-written PIF setup that completes after the load, and the interrupt enables."""
+    with tempfile.TemporaryDirectory(prefix="rackemu-mbox-mig-") as d:
+        src_qmp, dst_qmp, state = os.path.join(d, "src.qmp"), os.path.join(d, "dst.qmp"), os.path.join(d, "state")
+        src = QtestNode(0, 1, extra_machine="fifo-depth=16",
+                        extra_args=("-qmp", f"unix:{src_qmp},server=on,wait=off"))
+        dst = None
+        try:
+            src.writeq(TIF + R["PKTZ_TIF_BASE_DEST"], VMBOX)
+            for pif in (2, 9):
+                src.writeq(TIF + 8 * pif, pid(0, pif))
+            src.writeq(TIF + R["PKTZ_TIF_PID_CONF"], (1 << 2) | (1 << 9))
+            assert send(src, 2, mif_addr(0, 5), 0xBEEF_0000_0000_0000, 0x21, 0x22, 0x23) == ACK
+            for w in (0x71, 0x72, 0x73):
+                src.writeq(VMBOX + 7 * 0x1000, w)
+            assert src.readq(VMBOX + 7 * 0x1000) == 0x71  # the ring's head moves
+            src.writeq(VMBOX + R["VMBOX_CTRL_OFFSET"] + R["VMBOX_CTRL_IRQ_ENABLE"], 1 << 7)
+            b9 = PKTZ + 9 * 0x1000
+            src.writeq(b9 + 0x00, 0x9000_0000_0000_0000)
+            src.writeq(b9 + 0x08, 0x91)
+            src.writeq(b9 + 0x10, 0x92)
+            src.writeq(b9 + 0x20, mif_addr(0, 6))  # payload1's upper half is still missing
+            before = unimem_registers(src)
+            assert before["VMBOX_IRQ_STATUS"] == 1 << 7 and before["MIF_COUNT[5]"] == 4
+
+            qmp = Qmp(src_qmp)
+            r = qmp.cmd("migrate", uri=f"exec:cat > {state}")
+            desc = r.get("error", {}).get("desc", "")
+            if "non-migratable" in desc and "rackemu-vmbox" not in desc and "rackemu-packetizer" not in desc:
+                pytest.skip(f"another device of the node is not migratable yet: {desc}")
+            assert "error" not in r, r
+            wait_for(lambda: qmp.cmd("query-migrate")["return"].get("status") in ("completed", "failed"),
+                     timeout=120, what="migration to the file")
+            assert qmp.cmd("query-migrate")["return"]["status"] == "completed"
+            qmp.close()
+
+            dst = QtestNode(0, 1, extra_machine="fifo-depth=16",
+                            extra_args=("-qmp", f"unix:{dst_qmp},server=on,wait=off",
+                                        "-incoming", f"exec:cat {state}"))
+            qmp = Qmp(dst_qmp)
+            wait_for(lambda: qmp.cmd("query-status")["return"]["status"] != "inmigrate",
+                     timeout=120, what="the incoming migration")
+            assert qmp.cmd("query-migrate")["return"].get("status") == "completed", dst.stderr_text()
+            qmp.close()
+
+            after = unimem_registers(dst)
+            assert {k: v for k, v in after.items() if v != before[k]} == {}
+            words = recv(dst, 5)
+            assert words[0] & PID_MASK == pid(0, 2) and words[1:] == [0x21, 0x22, 0x23]
+            assert [dst.readq(VMBOX + 7 * 0x1000) for _ in range(3)] == [0x72, 0x73, EMPTY]
+            assert dst.readq(VMBOX + R["VMBOX_CTRL_OFFSET"] + R["VMBOX_CTRL_IRQ_STATUS"]) == 0
+            # the written-bytes tracking came along: the missing half sends the packet
+            dst.writeq(b9 + 0x18, 0x93)
+            assert wait_for(lambda: dst.readq(b9 + 0x30) & ~PEND or None, what="PIF 9's answer") == ACK
+            words = recv(dst, 6)
+            assert words[0] == 0x9000_0000_0000_0000 | pid(0, 9) and words[1:] == [0x91, 0x92, 0x93]
+        finally:
+            src.close()
+            if dst:
+                dst.close()

@@ -87,12 +87,26 @@ int unix_connect(const std::string &path)
 }
 
 // Send `hello` (n bytes) and read the welcome; the descriptors handed over, if any, in fds.
+// Why the last handshake() failed (for the failure message), and how long it took.
+char handshake_error[96] = "";
+
 bool handshake(int s, const void *hello, size_t n, rkf_welcome &w, int fds[2])
 {
     fds[0] = fds[1] = -1;
-    if (send(s, hello, n, MSG_NOSIGNAL) != ssize_t(n)) return false;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto fail = [&](const char *what, long v) {
+        const long ms =
+            long(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+                     .count());
+        std::snprintf(handshake_error, sizeof handshake_error, "%s %ld (errno %d) after %ld ms", what, v,
+                      errno, ms);
+        return false;
+    };
+    const ssize_t sent = send(s, hello, n, MSG_NOSIGNAL);
+    if (sent != ssize_t(n)) return fail("send returned", long(sent));
     pollfd pfd{s, POLLIN, 0};
-    if (poll(&pfd, 1, 5000) <= 0) return false;
+    const int pr = poll(&pfd, 1, 5000);
+    if (pr <= 0) return fail("poll returned", pr);
     iovec iov{&w, sizeof w};
     alignas(cmsghdr) char cbuf[CMSG_SPACE(2 * sizeof(int))];
     msghdr mh{};
@@ -106,7 +120,8 @@ bool handshake(int s, const void *hello, size_t n, rkf_welcome &w, int fds[2])
             std::memcpy(fds, CMSG_DATA(c),
                         std::min<size_t>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int), 2) * sizeof(int));
     }
-    return got == ssize_t(sizeof w);
+    if (got != ssize_t(sizeof w)) return fail("recvmsg returned", long(got));
+    return true;
 }
 
 struct Node {
@@ -115,6 +130,9 @@ struct Node {
     PortShm *shm = nullptr;
     Doorbell *bell = nullptr;
     bool stalled = false, dead = false;
+    bool last_ok = false; // the last refused handshake, for the failure message
+    unsigned last_status = 0;
+    char last_message[112] = "";
     std::multiset<std::tuple<uint16_t, uint8_t, uint16_t, uint64_t>> asked; // (dst, svc, op, tag)
     bool connect(const Rig &rig, unsigned node_id)
     {
@@ -148,6 +166,9 @@ struct Node {
                 if (fd >= 0) close(fd);
             close(sock);
             sock = -1;
+            last_ok = ok;
+            last_status = w.status;
+            std::snprintf(last_message, sizeof last_message, "%.*s", int(sizeof w.message), w.message);
             if (!ok || w.status != RKF_WELCOME_DUPLICATE) return false;
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
@@ -218,7 +239,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     Node nodes[4];
     for (unsigned i = 0; i < n; i++) {
         if (!nodes[i].connect(*r, i)) {
-            std::fprintf(stderr, "fuzz_bridge: node %u could not connect\n", i);
+            std::fprintf(
+                stderr, "fuzz_bridge: node %u could not connect (handshake %s, welcome status %u: %s)\n", i,
+                nodes[i].last_ok ? "answered" : "failed", nodes[i].last_status, nodes[i].last_message);
             std::abort();
         }
     }

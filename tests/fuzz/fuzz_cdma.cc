@@ -8,8 +8,8 @@
 //   0 register store (offset, value, size)   1 register load (offset, size)
 //   2 write guest memory (offset, length, bytes): descriptors, chains, data
 //   3 process() (the engine thread's turn; also run after every store that kicked)
-//   4 reset()   5 set_state() with a state from the input (migration stream is untrusted)
-//   6 state() -> set_state() round trip (must be accepted)
+//   4 reset()   5 load() of a state from the input (migration stream is untrusted)
+//   6 pause(), save() -> load() round trip (must be accepted), resume()
 // Checked: the engine never touches memory outside what it was asked to (the buffer's guard
 // bytes), IRQ line seen by the host == irq_level(), CDMASR.Idle agrees with busy().
 #include "fuzz_input.h"
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cdma.h"
+#include "test_host.h"
 
 using namespace rackemu::unimem;
 using rackemu::fuzz::Input;
@@ -28,42 +29,40 @@ constexpr uint64_t kRamBase = 0x1000, kRamSize = 0x2000;
 constexpr uint64_t kSlvBase = 0x8000, kSlvSize = 0x1000;
 constexpr uint64_t kBudget = 1 << 20;
 
-// ---- adapter: the host side of the core (the one place that knows today's CdmaHost) ----
+// ---- adapter: the core's host (rackemu/host.h through TestHost) and its engine wake-up ----
 struct Host {
-    std::vector<uint8_t> ram = std::vector<uint8_t>(kRamSize);
+    rackemu::test::TestHost th;
     uint64_t moved = 0;
     bool irq = false, kicked = false;
     unsigned errors = 0;
-    MemStatus decode(uint64_t addr, uint64_t len, uint8_t **p)
+    rackemu::Status decode(uint64_t addr, uint64_t len, uint8_t **p)
     {
-        if (moved + len > kBudget) return MemStatus::SlaveError;
+        if (moved + len > kBudget) return RK_SLAVE_ERROR;
         moved += len;
-        if (addr >= kRamBase && addr - kRamBase <= kRamSize && len <= kRamSize - (addr - kRamBase)) {
-            *p = ram.data() + (addr - kRamBase);
-            return MemStatus::Ok;
+        if (th.in_ram(addr, len)) {
+            *p = th.ram.data() + (addr - kRamBase);
+            return RK_OK;
         }
-        if (addr >= kSlvBase && addr - kSlvBase < kSlvSize) return MemStatus::SlaveError;
-        return MemStatus::DecodeError;
+        if (addr >= kSlvBase && addr - kSlvBase < kSlvSize) return RK_SLAVE_ERROR;
+        return RK_DECODE_ERROR;
     }
-    CdmaHost make()
+    Host() : th(kRamSize, kRamBase)
     {
-        CdmaHost h;
-        h.mem_read = [this](uint64_t addr, void *buf, uint64_t len) {
+        th.dma_rw = [this](uint64_t addr, void *buf, uint64_t len, bool write) {
             uint8_t *p = nullptr;
-            MemStatus st = decode(addr, len, &p);
-            if (st == MemStatus::Ok) std::memcpy(buf, p, len);
+            const rackemu::Status st = decode(addr, len, &p);
+            if (st == RK_OK) write ? std::memcpy(p, buf, len) : std::memcpy(buf, p, len);
             return st;
         };
-        h.mem_write = [this](uint64_t addr, const void *buf, uint64_t len) {
-            uint8_t *p = nullptr;
-            MemStatus st = decode(addr, len, &p);
-            if (st == MemStatus::Ok) std::memcpy(p, buf, len);
-            return st;
+        th.set_irq = [this](unsigned line, bool level) {
+            FUZZ_CHECK(line == 0);
+            irq = level;
         };
-        h.set_irq = [this](bool level) { irq = level; };
-        h.guest_error = [this](const std::string &) { errors++; };
-        h.kick = [this] { kicked = true; };
-        return h;
+        th.guest_error = [this](const std::string &) { errors++; };
+    }
+    std::function<void()> kick()
+    {
+        return [this] { kicked = true; };
     }
 };
 // ---- end of adapter ----
@@ -89,7 +88,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.max_descriptors = 64;
     cfg.cyclic_slice = 16;
     Host host;
-    Cdma c(host.make(), cfg);
+    Cdma c(host.th.host(), host.kick(), cfg);
     for (unsigned ops = 0; !in.empty() && ops < 1024; ops++) {
         switch (in.u8() % 7) {
         case 0: {
@@ -106,7 +105,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 2: {
             const uint32_t off = in.u16() % kRamSize;
             const uint32_t len = std::min<uint32_t>(in.u8(), uint32_t(kRamSize - off));
-            in.bytes(host.ram.data() + off, len);
+            in.bytes(host.th.ram.data() + off, len);
             break;
         }
         case 3:
@@ -130,11 +129,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             st.resume_valid = in.u8() & 1;
             st.resume_next = in.u64();
             st.session_descriptors = in.u64();
-            (void)c.set_state(st);
+            (void)c.load(st);
             break;
         }
-        case 6:
-            FUZZ_CHECK(c.set_state(c.state()));
+        case 6: // quiesce, save, load back (a consistent state is always accepted), go on
+            c.pause();
+            FUZZ_CHECK(c.load(c.save()));
+            c.resume();
             break;
         }
         if (host.kicked) {

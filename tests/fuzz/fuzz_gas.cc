@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // libFuzzer harness of the Unimem global address space window core (hw/unimem/gas.h) over the
-// one-sided remote memory transport it uses in a node (platform/fabric/rk_remote_mem.h);
+// one-sided remote memory transport it uses in a node (hw/fabric/rk_remote_mem.h);
 // docs/fuzzing.md.
 //
 // The node's RAM is a small buffer (kRamSize bytes at kRamBase) filled from the input. The
@@ -13,8 +13,9 @@
 //   2 control page load / store           3 write guest RAM (offset, length, bytes)
 //   4 an RKF_SVC_MEM request from another node (header fields + payload), served by the transport
 //   5 a stray or late RKF_SVC_MEM reply   6 link down
-// Checked: a load's value fits its size; every reply the service sends is well formed (an OK
-// read reply carries exactly the bytes asked for and they are the RAM's).
+// Checked: a load's value fits its size; the counter registers are the core's counters and a
+// saved state loads back; every reply the service sends is well formed (an OK read reply carries
+// exactly the bytes asked for and they are the RAM's).
 #include "fuzz_input.h"
 
 #include <cerrno>
@@ -23,6 +24,7 @@
 
 #include "gas.h"
 #include "rk_remote_mem.h"
+#include "test_host.h"
 
 using namespace rackemu::unimem;
 using rackemu::fuzz::Input;
@@ -143,28 +145,22 @@ int rk_fabric_port_reply(RkFabricPort *p, const struct rkf_frame_hdr *req, uint1
 } // extern "C"
 
 namespace {
+// The core's host: the window's DMA goes through remote memory, as the QEMU glue routes it.
 struct Host {
     RkRemoteMem *rmem = nullptr;
-    unsigned errors = 0;
-    GasHost make()
+    rackemu::test::TestHost th;
+    rackemu::Host make(RkFabricPort *port, unsigned node_id, unsigned node_count)
     {
-        GasHost h;
-        h.access = [this](bool write, unsigned node, uint64_t local, void *buf, unsigned len) {
-            const int rc = write ? rk_rmem_write(rmem, node, local, buf, len)
-                                 : rk_rmem_read(rmem, node, local, buf, len);
-            return rc == RK_RMEM_OK           ? GasAccess::Ok
-                   : rc == RK_RMEM_DECODE_ERR ? GasAccess::DecodeError
-                                              : GasAccess::Unreachable;
+        th.dma_rw = [this](uint64_t addr, void *buf, uint64_t len, bool write) {
+            FUZZ_CHECK(addr >= GAS_WINDOW_BASE && len >= 1 && len <= 8);
+            const uint64_t g = addr - GAS_WINDOW_BASE;
+            const unsigned node = unsigned(UNIMEM_GADDR_NODE(g));
+            const int rc = write ? rk_rmem_write(rmem, node, UNIMEM_GADDR_LOCAL(g), buf, len)
+                                 : rk_rmem_read(rmem, node, UNIMEM_GADDR_LOCAL(g), buf, len);
+            return rc == RK_RMEM_OK ? RK_OK : rc == RK_RMEM_DECODE_ERR ? RK_DECODE_ERROR : RK_UNREACHABLE;
         };
-        h.service_counter = [this](unsigned off) {
-            rk_rmem_stats st;
-            rk_rmem_get_stats(rmem, &st);
-            return off == GAS_CTRL_SERVED_READS ? st.served_reads
-                   : off == GAS_CTRL_TIMEOUTS   ? st.timeouts
-                                                : 0;
-        };
-        h.guest_error = [this](const std::string &) { errors++; };
-        return h;
+        th.guest_error = [](const std::string &) {};
+        return th.host(port, rmem, node_id, node_count);
     }
 };
 // ---- end of adapter ----
@@ -199,7 +195,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                     1, nullptr, nullptr);
     Host host;
     host.rmem = rmem;
-    Gas gas(host.make(), node_id, node_count);
+    Gas gas(host.make((cfg & 0x80) ? nullptr : &port, node_id, node_count));
     for (unsigned ops = 0; !in.empty() && ops < 1024; ops++) {
         switch (in.u8() % 7) {
         case 0: {
@@ -222,6 +218,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 gas.ctrl_write(off, in.u64(), sz);
             else
                 (void)gas.ctrl_read(off, sz);
+            // the counter registers are the core's counters; a saved state loads back unchanged
+            FUZZ_CHECK(gas.ctrl_read(GAS_CTRL_BUS_ERRORS, 8) == gas.counters().bus_errors);
+            FUZZ_CHECK(gas.load(gas.save()));
+            FUZZ_CHECK(gas.ctrl_read(GAS_CTRL_LOADS, 8) == gas.counters().loads);
             break;
         }
         case 3: {

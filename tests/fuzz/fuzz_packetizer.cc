@@ -8,6 +8,8 @@
 //   3 link down (fail_all_pending)       4 reset
 //   5 set the host's mode: transmit answers at once (ACK/NACK/fabric error, inside transmit) or
 //     later (op 2)
+//   6 save, optionally corrupt one field, load into a second core: a corrupt state is refused,
+//     a sound one reads back identically, its waiting PIFs completed with NACK|FABRIC_ERR
 // Checked: every packet handed to transmit() has a PIF in range and a destination inside the
 // 40-bit global address space; a PIF's status never shows ACK and NACK together.
 #include "fuzz_input.h"
@@ -15,46 +17,97 @@
 #include <string>
 #include <vector>
 
-#include "rackemu/fabric_proto.h"
 #include "packetizer.h"
+#include "rackemu/fabric_proto.h"
+#include "test_host.h"
 
 using namespace rackemu::unimem;
 using rackemu::fuzz::Input;
 
 namespace {
 
-// ---- adapter: the host side of the core (the one place that knows today's PacketizerHost) ----
+// The host side (tests/unit/test_host.h) and the transmit link, which answers at once or later.
 struct Host {
+    rackemu::test::TestHost th;
     Packetizer *core = nullptr;
-    int inline_answer = -1; // -1: answer later; else Completion to give inside transmit()
+    int inline_answer = -1; // -1: answer later; else the rk_status to give inside transmit()
     std::vector<uint64_t> tags;
-    unsigned errors = 0;
-    PacketizerHost make()
+    rackemu::Host make()
     {
-        PacketizerHost h;
-        h.transmit = [this](unsigned pif, uint64_t tag, uint64_t dest, const uint64_t words[4]) {
+        th.guest_error = [](const std::string &) {};
+        return th.host();
+    }
+    PacketizerTransmit link()
+    {
+        return [this](unsigned pif, uint64_t tag, uint64_t dest, const uint64_t words[4]) {
             FUZZ_CHECK(pif < UNIMEM_IF_COUNT);
             FUZZ_CHECK((dest & ~PKTZ_DEST_MASK) == 0);
             FUZZ_CHECK(tag >> 56 == pif);
             (void)words[3];
             tags.push_back(tag);
-            if (inline_answer >= 0) core->complete(tag, Completion(inline_answer));
+            if (inline_answer >= 0) core->complete(tag, rackemu::Status(inline_answer));
         };
-        h.guest_error = [this](const std::string &) { errors++; };
-        return h;
-    }
-    // The RKF_SVC_UNIMEM_MBOX reply handler (today in hw/qemu/rackemu_unimem.c,
-    // rackemu_unimem_on_reply).
-    void mbox_reply(const rkf_frame_hdr &h)
-    {
-        core->complete(h.tag, h.status == RKF_ST_OK        ? Completion::Ack
-                              : h.status == RKF_ST_REFUSED ? Completion::Nack
-                                                           : Completion::FabricError);
     }
 };
-// ---- end of adapter ----
 
 const unsigned kSizes[] = {1, 2, 4, 8, 3, 16, 0};
+
+// Every register of the device, read as the guest would.
+std::vector<uint64_t> registers(Packetizer &p)
+{
+    std::vector<uint64_t> r;
+    for (const auto &reg : Packetizer::reg_table()) {
+        for (unsigned k = 0; k < reg.count; k++)
+            r.push_back(p.read(reg.offset + uint64_t(k) * reg.step(), 8));
+    }
+    return r;
+}
+
+void save_load(Packetizer &p, uint8_t how, uint8_t which, uint64_t val)
+{
+    PacketizerState st = p.save();
+    auto &pif = st.pifs[which % UNIMEM_IF_COUNT];
+    switch (how % 6) {
+    case 1:
+        st.pidt[which % UNIMEM_IF_COUNT] = val;
+        break;
+    case 2:
+        st.base_dest = val;
+        break;
+    case 3:
+        pif.status = uint32_t(val);
+        break;
+    case 4:
+        pif.waiting = (val & 1) != 0;
+        break;
+    case 5:
+        pif.written[val % 3] = uint16_t(val >> 8);
+        break;
+    }
+    Host h2;
+    Packetizer q(h2.make(), h2.link());
+    h2.core = &q;
+    const std::vector<uint64_t> before = registers(q);
+    if (!q.load(st)) {
+        FUZZ_CHECK(how % 6 != 0); // an unchanged state always loads
+        FUZZ_CHECK(registers(q) == before);
+        return;
+    }
+    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+        const uint32_t s = q.status(i);
+        FUZZ_CHECK(!(s & PKTZ_ST_PEND)); // nothing waits after a load
+        if (st.pifs[i].waiting)
+            FUZZ_CHECK((s & (PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR)) == (PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR));
+    }
+    const PacketizerState back = q.save();
+    FUZZ_CHECK(back.pidt == st.pidt && back.base_dest == st.base_dest && back.pid_conf == st.pid_conf);
+    if (how % 6 == 0) {
+        bool waiting = false;
+        for (const auto &f : st.pifs)
+            waiting |= f.waiting;
+        if (!waiting) FUZZ_CHECK(registers(q) == registers(p));
+    }
+}
 
 } // namespace
 
@@ -62,10 +115,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     Input in(data, size);
     Host host;
-    Packetizer p(host.make());
+    Packetizer p(host.make(), host.link());
     host.core = &p;
+    unsigned saves = 0;
     for (unsigned ops = 0; !in.empty() && ops < 4096; ops++) {
-        switch (in.u8() % 6) {
+        switch (in.u8() % 7) {
         case 0: {
             const uint64_t off = in.u32() % (PKTZ_MMIO_SIZE + 0x100);
             const uint64_t val = in.u64();
@@ -89,7 +143,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             } else {
                 h.tag = in.u64();
             }
-            host.mbox_reply(h);
+            p.serve_reply(h); // the node's RKF_SVC_UNIMEM_MBOX reply handler
             break;
         }
         case 3:
@@ -100,7 +154,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         case 5: {
             const uint8_t m = in.u8() % 4;
-            host.inline_answer = m == 3 ? -1 : int(m);
+            host.inline_answer = m == 3   ? -1
+                                 : m == 2 ? int(RK_UNREACHABLE)
+                                          : int(m); // OK, NACK, fabric error
+            break;
+        }
+        case 6: {
+            const uint8_t how = in.u8(), which = in.u8();
+            const uint64_t val = in.u64();
+            if (saves++ < 2) save_load(p, how, which, val); // costly: twice per input is enough
             break;
         }
         }

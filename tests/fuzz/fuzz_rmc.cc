@@ -11,8 +11,13 @@
 //   5 a stray DATA message or reply (random tag)   6 link down / up
 //   7 let the RGP run (wait until it fetched every posted WQE, at most ~2 ms)   8 reset
 //   9 shortcut: configure a valid context and QP (so the input reaches the pipelines at once)
+//  10 pause / resume (frames arriving meanwhile are held)
+//  11 save -> (optionally corrupted) load into the same core; an intact state must load
+//  12 host faults: DMA maps refused (the core falls back to dma_read/dma_write) or DMA failing
 // The RGP runs on its own thread as in QEMU, so a run is not exactly repeatable; the checks are
-// the sanitizers' plus: every frame the core sends or replies with is well formed.
+// the sanitizers' plus: every frame the core sends or replies with is well formed, every DMA map
+// is unmapped, and a saved state loads.
+// The host (RAM, interrupt line, guest errors, clock) is tests/unit/test_host.h.
 #include "fuzz_input.h"
 
 #include <chrono>
@@ -23,39 +28,61 @@
 #include <vector>
 
 #include "rmc.h"
+#include "test_host.h"
 
 using namespace rackemu::sonuma;
 using rackemu::fuzz::Input;
+using rackemu::test::TestHost;
 
 namespace {
 
 constexpr uint64_t kRamBase = 0x40000000, kRamSize = 0x10000;
 
-// ---- adapter: the host side of the core (the one place that knows today's RmcHost) ----
+// ---- adapter: the core's fabric link (RmcFabric) and its host (TestHost) ----
 struct Sent {
     rkf_frame_hdr h;
     std::vector<uint8_t> payload;
 };
 struct Host {
-    uint8_t *ram = static_cast<uint8_t *>(std::aligned_alloc(4096, kRamSize));
+    TestHost th{kRamSize, kRamBase};
+    uint8_t *ram = th.ram.data();
     std::mutex mu;
     std::vector<Sent> sent; // frames the core sent (RGP thread, R2P2 data messages)
     std::vector<Sent> replies;
     bool up = true;
     unsigned irqs = 0, errors = 0;
-    Host() { std::memset(ram, 0, kRamSize); }
-    ~Host() { std::free(ram); }
+    std::atomic<unsigned> fault{0}; // op 12: 1 maps refused, 2 DMA fails too
+    Host()
+    {
+        auto set_irq = th.set_irq;
+        th.set_irq = [this, set_irq](unsigned line, bool level) {
+            FUZZ_CHECK(line == 0);
+            __atomic_fetch_add(&irqs, 1, __ATOMIC_RELAXED);
+            set_irq(line, level);
+        };
+        th.guest_error = [this](const std::string &) { __atomic_fetch_add(&errors, 1, __ATOMIC_RELAXED); };
+        auto map = th.dma_map;
+        th.dma_map = [this, map](uint64_t addr, uint64_t &len, bool write) -> void * {
+            return fault.load() ? nullptr : map(addr, len, write);
+        };
+        auto rw = th.dma_rw;
+        th.dma_rw = [this, rw](uint64_t addr, void *buf, uint64_t len, bool write) {
+            return fault.load() == 2 ? RK_SLAVE_ERROR : rw(addr, buf, len, write);
+        };
+        th.now_ns = [] {
+            return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::steady_clock::now().time_since_epoch())
+                                .count());
+        };
+    }
     static void check_frame(const rkf_frame_hdr &h, const void *p)
     {
         FUZZ_CHECK(h.len <= RKF_MAX_PAYLOAD && (h.len == 0 || p));
         FUZZ_CHECK(h.svc == RKF_SVC_RMC && h.dst < RKF_MAX_NODES);
     }
-    RmcHost make()
+    RmcFabric make()
     {
-        RmcHost h;
-        h.ram = ram;
-        h.ram_base = kRamBase;
-        h.ram_size = kRamSize;
+        RmcFabric h;
         h.send = [this](rkf_frame_hdr &f, const void *p) {
             check_frame(f, p);
             std::lock_guard lk(mu);
@@ -78,12 +105,10 @@ struct Host {
             if (replies.size() < 4096) replies.push_back(Sent{r, std::vector<uint8_t>(b, b + len)});
             return 0;
         };
-        h.fabric_up = [this] {
+        h.up = [this] {
             std::lock_guard lk(mu);
             return up;
         };
-        h.irq_changed = [this] { __atomic_fetch_add(&irqs, 1, __ATOMIC_RELAXED); };
-        h.guest_error = [this](const std::string &) { __atomic_fetch_add(&errors, 1, __ATOMIC_RELAXED); };
         return h;
     }
 };
@@ -247,16 +272,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     Input in(data, size);
     const uint8_t cfg_byte = in.u8();
     RmcConfig cfg;
-    cfg.node_id = 0;
-    cfg.node_count = 1 + (cfg_byte & 3);
+    const unsigned node_count = 1 + (cfg_byte & 3);
     cfg.speculation = !(cfg_byte & 4);
     cfg.timing.att_entries = 1 + ((cfg_byte >> 3) & 3);
     cfg.timing.sb_depth = 1 + ((cfg_byte >> 5) & 7);
     Host host;
     {
-        Rmc rmc(cfg, host.make());
+        Rmc rmc(cfg, host.th.host(nullptr, nullptr, 0, node_count), host.make());
+        bool paused = false;
         for (unsigned ops = 0; !in.empty() && ops < 512; ops++) {
-            switch (in.u8() % 10) {
+            switch (in.u8() % 13) {
             case 0: {
                 const uint64_t off = reg_offset(in);
                 const uint64_t v = in.u64();
@@ -278,7 +303,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 break;
             }
             case 3:
-                incoming_request(rmc, in, cfg.node_count);
+                incoming_request(rmc, in, node_count);
                 break;
             case 4:
                 answer(host, rmc, in);
@@ -319,9 +344,35 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             case 9:
                 configure(rmc, in);
                 break;
+            case 10:
+                paused = !paused;
+                rmc.pause(paused);
+                break;
+            case 11: {
+                RmcState st = rmc.save();
+                const uint8_t how = in.u8();
+                if (how & 1) { // corrupt one byte of the registers, or a transfer record
+                    auto *b = reinterpret_cast<uint8_t *>(&st.regs);
+                    b[in.u32() % sizeof st.regs] ^= uint8_t(1 + in.u8() % 255);
+                    (void)rmc.load(st);
+                } else if ((how & 2) && !st.xfer.empty()) {
+                    auto *b = reinterpret_cast<uint8_t *>(&st.xfer[in.u16() % st.xfer.size()]);
+                    b[in.u8() % sizeof(rk_rmc_xfer_state)] ^= uint8_t(1 + in.u8() % 255);
+                    (void)rmc.load(st);
+                } else if (!host.fault.load()) {
+                    FUZZ_CHECK(rmc.load(st)); // an intact state always loads (RAM is mappable)
+                }
+                break;
+            }
+            case 12:
+                host.fault = in.u8() % 3;
+                break;
             }
         }
+        if (paused) rmc.pause(false);
+        host.fault = 0;
         settle(rmc);
     }
+    FUZZ_CHECK(host.th.maps.load() == 0);
     return 0;
 }

@@ -5,14 +5,18 @@
 //   0 MMIO store (offset, value, size)   1 MMIO load (offset, size)
 //   2 fabric frame for RKF_SVC_UNIMEM_MBOX (header fields + payload), parsed as the node does
 //   3 packetizer burst deliver(mif, nwords, words)   4 reset
+//   5 save, optionally corrupt one field, load into a second core: a corrupt state is refused,
+//     a sound one reads back identically (every register and FIFO)
 // Checked: after every operation the interrupt line the host saw equals irq_level(); at the end
 // no FIFO holds more than its depth.
 #include "fuzz_input.h"
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "rackemu/fabric_proto.h"
+#include "test_host.h"
 #include "vmbox.h"
 
 using namespace rackemu::unimem;
@@ -20,39 +24,69 @@ using rackemu::fuzz::Input;
 
 namespace {
 
-// ---- adapter: the host side of the core (the one place that knows today's VmboxHost) ----
+// The host side: tests/unit/test_host.h, with the interrupt line recorded per call.
 struct Host {
+    rackemu::test::TestHost th;
     bool irq = false;
-    unsigned irq_calls = 0, errors = 0;
-    VmboxHost make()
+    unsigned irq_calls = 0;
+    rackemu::Host make()
     {
-        VmboxHost h;
-        h.set_irq = [this](bool level) {
+        th.set_irq = [this](unsigned line, bool level) {
+            FUZZ_CHECK(line == 0);
             irq = level;
             irq_calls++;
         };
-        h.guest_error = [this](const std::string &) { errors++; };
-        return h;
-    }
-    // The RKF_SVC_UNIMEM_MBOX request handler. Today it lives in the QEMU glue
-    // (hw/qemu/rackemu_unimem.c, rackemu_unimem_on_request); this is the same validation, so that
-    // the core sees what a peer can make it see. Returns the reply status (-1: no reply).
-    int mbox_request(Vmbox &v, const rkf_frame_hdr &h, const void *payload)
-    {
-        rkf_mbox_deliver d{};
-        const size_t hdr = offsetof(rkf_mbox_deliver, words);
-        std::memcpy(&d, payload, std::min<size_t>(h.len, sizeof d));
-        if (h.type != RKF_T_REQ || h.op != RKF_OP_MBOX_DELIVER || h.len < hdr + 8 || d.nwords < 1 ||
-            d.nwords > 8 || h.len != hdr + d.nwords * 8 || d.mif >= UNIMEM_IF_COUNT) {
-            return h.type == RKF_T_REQ ? int(RKF_ST_BAD_FRAME) : -1;
-        }
-        return v.deliver(d.mif, d.words, d.nwords) == Vmbox::Delivery::Ack ? int(RKF_ST_OK)
-                                                                           : int(RKF_ST_REFUSED);
+        th.guest_error = [](const std::string &) {};
+        return th.host();
     }
 };
-// ---- end of adapter ----
 
 const unsigned kSizes[] = {1, 2, 4, 8, 3, 16, 0};
+
+// Every register of the device, read as the guest would (FIFO fills, control page, counters).
+std::vector<uint64_t> registers(Vmbox &v)
+{
+    std::vector<uint64_t> r;
+    for (const auto &reg : Vmbox::reg_table()) {
+        for (unsigned k = 0; k < reg.count; k++) {
+            uint64_t val = 0;
+            FUZZ_CHECK(v.read(reg.offset + uint64_t(k) * reg.step(), 8, val) == RK_OK);
+            r.push_back(val);
+        }
+    }
+    return r;
+}
+
+void save_load(Vmbox &v, uint8_t how, uint8_t which, uint16_t val)
+{
+    VmboxState st = v.save();
+    bool corrupt = false;
+    switch (how % 4) {
+    case 1: // another depth
+        st.depth = val;
+        corrupt = val != v.depth();
+        break;
+    case 2: // a FIFO fuller than the depth
+        st.fifos[which % UNIMEM_IF_COUNT].resize(v.depth() + 1 + val % 4);
+        corrupt = true;
+        break;
+    case 3: // any contents that fit
+        st.fifos[which % UNIMEM_IF_COUNT].resize(val % (v.depth() + 1), val);
+        break;
+    }
+    Host h2;
+    Vmbox w(h2.make(), v.depth());
+    const std::vector<uint64_t> before = registers(w);
+    FUZZ_CHECK(w.load(st) == !corrupt);
+    if (corrupt) {
+        FUZZ_CHECK(registers(w) == before);
+        return;
+    }
+    FUZZ_CHECK(h2.irq == w.irq_level());
+    const VmboxState back = w.save();
+    FUZZ_CHECK(back.fifos == st.fifos && back.counters == st.counters && back.irq_enable == st.irq_enable);
+    if ((how % 4) == 0) FUZZ_CHECK(registers(w) == registers(v));
+}
 
 } // namespace
 
@@ -64,8 +98,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     Host host;
     Vmbox v(host.make(), depth, (cfg & 0x80) != 0);
     FUZZ_CHECK(v.depth() == depth);
+    unsigned saves = 0;
     for (unsigned ops = 0; !in.empty() && ops < 4096; ops++) {
-        switch (in.u8() % 5) {
+        switch (in.u8() % 6) {
         case 0: {
             const uint64_t off = in.u32() % (VMBOX_MMIO_SIZE + 0x100);
             const uint64_t val = in.u64();
@@ -76,7 +111,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const uint64_t off = in.u32() % (VMBOX_MMIO_SIZE + 0x100);
             uint64_t val = 1;
             const unsigned sz = kSizes[in.u8() % 7];
-            if (v.read(off, sz, val) == Vmbox::Result::BusError) FUZZ_CHECK(val == 0);
+            const rackemu::Status st = v.read(off, sz, val);
+            FUZZ_CHECK(st == RK_OK || st == RK_SLAVE_ERROR);
+            if (st != RK_OK) FUZZ_CHECK(val == 0);
             break;
         }
         case 2: {
@@ -90,7 +127,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             h.tag = in.u64();
             unsigned char payload[RKF_MAX_PAYLOAD];
             in.bytes(payload, h.len);
-            const int st = host.mbox_request(v, h, payload);
+            const int st = v.serve_frame(h, payload); // the node's RKF_SVC_UNIMEM_MBOX handler
             FUZZ_CHECK(st == -1 || st == int(RKF_ST_OK) || st == int(RKF_ST_REFUSED) ||
                        st == int(RKF_ST_BAD_FRAME));
             break;
@@ -100,12 +137,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const unsigned nwords = in.u8() % 20;
             uint64_t words[20];
             in.bytes(words, sizeof words);
-            v.deliver(mif, words, nwords);
+            const rackemu::Status st = v.deliver(mif, words, nwords);
+            FUZZ_CHECK(st == RK_OK || st == RK_NACK);
             break;
         }
         case 4:
             v.reset();
             break;
+        case 5: {
+            const uint8_t how = in.u8(), which = in.u8();
+            const uint16_t val = in.u16();
+            if (saves++ < 2) save_load(v, how, which, val); // costly: twice per input is enough
+            break;
+        }
         }
         FUZZ_CHECK(host.irq == v.irq_level());
     }

@@ -31,6 +31,9 @@ def vmbox():
     yield 'bad-delivery', u8(7) + frame(64, [1]) + frame(1, [1, 2], ln=13) + frame(1, [1], typ=3)
     yield 'burst-issue', u8(0x83) + u8(3) + u8(9) + u8(6) + u64(1) * 20 + st(0x40028, 1 << 9) + u8(4)
     yield 'sub-word', u8(3) + st(0, 5, 0) + st(4, 5, 2) + ld(0, 2) + ld(0x40000, 1)
+    save = lambda how, which=0, val=0: u8(5) + u8(how) + u8(which) + u16(val)   # how: 0 as is, 1 depth, 2 overfull, 3 contents
+    yield 'save-load', (u8(7) + st(0x40018, 1 << 3) + st(0x3000, 0x33) + st(0x3000, 0x34) + ld(0x3000) + frame(63, [5, 6])
+                        + save(0) + save(1, 0, 9) + save(2, 3) + save(3, 4, 5))
 
 
 def packetizer():
@@ -47,6 +50,9 @@ def packetizer():
     yield 'illegal', st(tif + 0x208, ~0) + st(tif + 0x200, 0x40000) + packet(4, 0x1000) + ld(0x4030) + ld(tif + 0x320)
     yield 'overwrite-clr', setup + packet(5, 0) + st(0x5000, 1) + st(tif + 0x210, 1 << 5) + ld(0x5030) + u8(3) + u8(4)
     yield 'bytes', setup + st(0x6000, 1, 0) + st(0x6001, 2, 1) + st(0x6004, 3, 2) + ld(0x6000, 0)
+    save = lambda how, which=0, val=0: u8(6) + u8(how) + u8(which) + u64(val)  # how: 0 as is, 1-5 one field changed
+    yield 'save-load', (setup + packet(1, 0x2000) + st(0x7000, 7) + st(0x7020, 0x2000) + save(0) + save(1, 1, 1 << 48)
+                        + save(3, 1, 0x3) + save(4, 7, 1) + save(5, 7, 0xff00) + save(2, 0, 0x40000))
 
 
 def cdma():
@@ -104,6 +110,14 @@ def rmc():
                 u16(off) + u16(ln) + extra)
     yield 'serve', u8(0x01) + cfg() + req(1, 0, 200) + req(2, 64, 16, extra=b'x' * 16) + req(3, 8, 8, extra=u64(0) + u64(1)) + req(5, 0, 128) + ld(4, 0x88)
     yield 'bad-wqe', u8(0x00) + cfg() + poke(0, wqe(9, 0, 8)) + poke(64, wqe(1, 7, 0)) + db(0, 2) + settle + u8(6) + u8(0) + u8(8)
+    pause, save_load, fault = u8(10), lambda how: u8(11) + u8(how), lambda mode: u8(12) + u8(mode)
+    # a remote request in flight, the core paused (the VM stopped), saved and loaded (the transfer
+    # completes UNREACHABLE), resumed; then a corrupted load
+    yield 'migrate', (u8(0x01) + cfg() + remote + db(0, 2) + settle + pause + req(1, 0, 64) + save_load(0) + pause +
+                      settle + ld(2, 0x20) + save_load(1) + u32(0x30) + u8(5))
+    # DMA maps refused (fallback to dma_read/dma_write), then DMA failing too
+    yield 'faults', (u8(0x00) + cfg(0, 0, 0x20) + fault(1) + local + db(0, 3) + settle + req(3, 8, 8, extra=u64(0) + u64(1)) +
+                     fault(2) + poke(192, wqe(1, 0, 64, 0, 0x1000)) + db(0, 4) + settle + fault(0))
 
 
 def r2p2():

@@ -10,7 +10,8 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 out=${RACKEMU_BUILD:-$root/build}/fuzz
-ALL="vmbox packetizer gas cdma rmc r2p2 bridge port"
+# every harness: each tests/fuzz/fuzz_NAME.cc (a new harness is a new file and its seed corpus)
+ALL=$(cd "$here" && ls fuzz_*.cc | sed "s/^fuzz_//; s/\.cc$//" | tr "\n" " ")
 
 mode=${1:---smoke}
 shift || true

@@ -33,7 +33,12 @@ def style_tree(tmp_path: Path, use_git: bool) -> Path:
     tree = tmp_path / "tree"
     (tree / "tests" / "style").mkdir(parents=True)
     shutil.copy(CHECK, tree / "tests" / "style" / "check.sh")
+    # the doc-table generator and the register reader it imports (no docs here: no tables)
+    shutil.copy(ROOT / "tests" / "style" / "doc_tables.py", tree / "tests" / "style" / "doc_tables.py")
+    (tree / "tests" / "e2e").mkdir()
+    shutil.copy(ROOT / "tests" / "e2e" / "qtest.py", tree / "tests" / "e2e" / "qtest.py")
     shutil.copy(ROOT / ".clang-format", tree / ".clang-format")
+    shutil.copy(ROOT / "setup.cfg", tree / "setup.cfg")
     (tree / "hw" / "demo").mkdir(parents=True)
     (tree / "hw" / "demo" / "good.cc").write_text(GOOD_CC)
     (tree / "hw" / "demo" / "bad.cc").write_text(BAD_CC)

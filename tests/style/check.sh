@@ -14,8 +14,10 @@
 #                   from the QEMU source tree set-up unpacked; one exception: line length
 #   kernel checkpatch  the kernel modules (guest/kmod), the guest kernel's own
 #                   scripts/checkpatch.pl from Debian's linux-source package
-#   flake8, mypy    the launcher (platform/rackemu), benches (bench), pytest suites (tests);
-#                   config: setup.cfg
+#   flake8, mypy    the launcher (platform/rackemu), benches (bench), pytest suites (tests),
+#                   this folder's scripts; config: setup.cfg
+#   doc tables      the counter tables in docs/*.md are what tests/style/doc_tables.py generates
+#                   from the register headers' <DEV>_COUNTER_TABLE X-macros (--fix rewrites them)
 # Nothing is installed here: the tools come from platform/setup/packages.txt (set-up). A missing
 # tool is a failure, except the kernel checkpatch, which is reported as skipped until set-up
 # has extracted it (see KERNEL_CHECKPATCH below).
@@ -32,7 +34,7 @@ case "${1:-}" in
     "") ;;
     --fix) mode=fix ;;
     --list) mode=list ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "usage: tests/style/check.sh [--fix | --list]" >&2; exit 2 ;;
 esac
 
@@ -46,7 +48,7 @@ CXX_EXCLUDE='^hw/qemu/'
 QEMU_GLOBS=('hw/qemu/*.c' 'hw/qemu/*.h' 'platform/machine/*.c' 'platform/machine/*.h')
 KMOD_GLOBS=('guest/kmod/*.c' 'guest/kmod/*.h')
 PY_DIRS=()
-for d in platform/rackemu bench tests/e2e tests/launcher; do [ -d "$d" ] && PY_DIRS+=("$d"); done
+for d in platform/rackemu bench tests/e2e tests/launcher tests/style; do [ -d "$d" ] && PY_DIRS+=("$d"); done
 
 # files GLOB...: tracked and new (not ignored) files matching the globs; `*` crosses folders.
 files() {
@@ -204,9 +206,23 @@ else
     fi
 fi
 
+# ---- generated doc tables (counters declared once, in the register headers) ----
+section "doc tables"
+if [ "$mode" = fix ]; then
+    out=$("$PY" tests/style/doc_tables.py --fix 2>&1)
+else
+    out=$("$PY" tests/style/doc_tables.py 2>&1)
+fi
+if [ $? -eq 0 ]; then
+    echo "ok ($out)"
+else
+    echo "FAIL: $out"
+    fail "doc tables"
+fi
+
 if [ ${#failed[@]} -gt 0 ]; then
-    echo "style: FAILED: ${failed[*]}. C++ formatting: run tests/style/check.sh --fix; the rest is" \
-         "fixed by hand (docs/style.md)."
+    echo "style: FAILED: ${failed[*]}. C++ formatting and doc tables: run tests/style/check.sh --fix;" \
+         "the rest is fixed by hand (docs/style.md)."
     exit 1
 fi
 echo "style: all checks passed"

@@ -1,6 +1,7 @@
 // Unit tests of the fabric bridge and the node-side fabric port (platform/fabric).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -72,6 +73,41 @@ TEST(Bridge, RoutesARequestAndItsReplyBetweenTwoNodes)
     EXPECT_EQ(m.replies[0].tag, 0x1234u);
     EXPECT_EQ(m.replies[0].src, 1u);
     EXPECT_EQ(std::string(m.payloads[0].begin(), m.payloads[0].end() - 1), "ring packet 42");
+    rk_fabric_port_free(n0);
+    rk_fabric_port_free(n1);
+}
+
+// Unbinding a service while the port thread is inside its handler waits for the handler to
+// return, so the caller may free what the handler uses (issue 10: rk_fabric_unbind freed the
+// endpoint under a running handler).
+TEST(Bridge, UnregisteringAServiceWaitsForItsRunningHandler)
+{
+    BridgeRig b;
+    RkFabricPort *n0 = b.port(0), *n1 = b.port(1);
+    ASSERT_TRUE(n0 && n1);
+    struct State {
+        std::atomic<bool> entered{false}, finished{false};
+    };
+    static State st;
+    st.entered = false;
+    st.finished = false;
+    rk_fabric_port_register(
+        n1, RKF_SVC_RMC,
+        [](void *, RkFabricPort *, const rkf_frame_hdr *, const void *) {
+            st.entered = true;
+            std::this_thread::sleep_for(300ms);
+            st.finished = true;
+        },
+        nullptr, nullptr, nullptr);
+    rkf_frame_hdr h = request(RKF_SVC_RMC, 1, 7, 0);
+    h.type = RKF_T_MSG;
+    ASSERT_EQ(rk_fabric_port_send(n0, &h, nullptr), 0);
+    const auto end = std::chrono::steady_clock::now() + 5s;
+    while (!st.entered && std::chrono::steady_clock::now() < end)
+        std::this_thread::sleep_for(1ms);
+    ASSERT_TRUE(st.entered);
+    rk_fabric_port_register(n1, RKF_SVC_RMC, nullptr, nullptr, nullptr, nullptr);
+    EXPECT_TRUE(st.finished) << "register returned while the old handler was still running";
     rk_fabric_port_free(n0);
     rk_fabric_port_free(n1);
 }
@@ -192,6 +228,87 @@ TEST(Bridge, BridgeDeathTakesTheLinkDownAndSendsFailFast)
     rkf_frame_hdr h = request(RKF_SVC_ECHO, 1, 1, 0);
     EXPECT_EQ(rk_fabric_port_send(n0, &h, nullptr), -ENOTCONN);
     rk_fabric_port_free(n0);
+}
+
+namespace {
+// What a port's observability hooks report (rk_fabric_port_set_hooks).
+struct Observer {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::pair<rk_fabric_dir, rkf_frame_hdr>> frames;
+    std::vector<int> links;
+    std::vector<std::pair<rk_fabric_log_level, std::string>> logs;
+    rk_fabric_port_hooks hooks{&Observer::log, &Observer::frame, &Observer::link, this};
+
+    static void log(void *o, rk_fabric_log_level level, const char *msg)
+    {
+        auto *ob = static_cast<Observer *>(o);
+        std::lock_guard lk(ob->mu);
+        ob->logs.emplace_back(level, msg);
+        ob->cv.notify_all();
+    }
+    static void frame(void *o, rk_fabric_dir dir, const rkf_frame_hdr *h)
+    {
+        auto *ob = static_cast<Observer *>(o);
+        std::lock_guard lk(ob->mu);
+        ob->frames.emplace_back(dir, *h);
+        ob->cv.notify_all();
+    }
+    static void link(void *o, int up)
+    {
+        auto *ob = static_cast<Observer *>(o);
+        std::lock_guard lk(ob->mu);
+        ob->links.push_back(up);
+        ob->cv.notify_all();
+    }
+    template <typename P> bool wait(P pred)
+    {
+        std::unique_lock lk(mu);
+        return cv.wait_for(lk, 5s, pred);
+    }
+};
+} // namespace
+
+TEST(Bridge, PortHooksReportFramesBothWaysAndLinkChanges)
+{
+    BridgeRig b;
+    RkFabricPort *n0 = b.port(0, nullptr, false), *n1 = b.port(1);
+    ASSERT_TRUE(n0 && n1);
+    Observer ob;
+    rk_fabric_port_set_hooks(n0, &ob.hooks); // already up: reported at once
+    ASSERT_EQ(ob.links, std::vector<int>{1});
+    ASSERT_EQ(ob.logs.size(), 1u);
+    EXPECT_EQ(ob.logs[0].first, RK_FABRIC_LOG_INFO);
+    EXPECT_NE(ob.logs[0].second.find("connected"), std::string::npos);
+    Mailbox m;
+    rk_fabric_port_register(n0, RKF_SVC_ECHO, nullptr, Mailbox::on_reply, Mailbox::on_link, &m);
+    rk_fabric_port_start(n0);
+
+    const char msg[] = "traced";
+    rkf_frame_hdr h = request(RKF_SVC_ECHO, 1, 0xabc, sizeof msg);
+    ASSERT_EQ(rk_fabric_port_send(n0, &h, msg), 0);
+    ASSERT_TRUE(m.wait([&] { return !m.replies.empty(); }));
+    ASSERT_TRUE(ob.wait([&] { return ob.frames.size() >= 2; }));
+    EXPECT_EQ(ob.frames[0].first, RK_FABRIC_OUT);
+    EXPECT_EQ(ob.frames[0].second.dst, 1u);
+    EXPECT_EQ(ob.frames[0].second.src, 0u);
+    EXPECT_EQ(ob.frames[0].second.type, RKF_T_REQ);
+    EXPECT_EQ(ob.frames[0].second.tag, 0xabcu);
+    EXPECT_EQ(ob.frames[0].second.len, sizeof msg);
+    EXPECT_EQ(ob.frames[1].first, RK_FABRIC_IN);
+    EXPECT_EQ(ob.frames[1].second.src, 1u);
+    EXPECT_EQ(ob.frames[1].second.type, RKF_T_REPLY);
+    EXPECT_EQ(ob.frames[1].second.tag, 0xabcu);
+
+    b.stop(); // the services hear of it first, then the observer, with a warning
+    ASSERT_TRUE(ob.wait([&] { return ob.links.size() == 2; }));
+    EXPECT_EQ(ob.links[1], 0);
+    EXPECT_EQ(m.links, std::vector<int>{0});
+    ASSERT_EQ(ob.logs.size(), 2u);
+    EXPECT_EQ(ob.logs[1].first, RK_FABRIC_LOG_WARN);
+    EXPECT_NE(ob.logs[1].second.find("link down"), std::string::npos);
+    rk_fabric_port_free(n0);
+    rk_fabric_port_free(n1);
 }
 
 TEST(Bridge, ManyFramesArriveInOrderWithoutLoss)

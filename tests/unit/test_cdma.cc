@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "cdma.h"
+#include "test_host.h"
 #include "rackemu/unimem_regs.h" // both register headers in one unit: rk_u32/rk_u64 defined once
 
 using namespace rackemu::unimem;
@@ -49,49 +51,56 @@ struct Rig {
     bool sync = true;                              // kick() runs process() at once
     std::function<void(const Access &)> on_access; // test hook, runs before the access
     std::function<void(bool)> on_irq;
+    rackemu::test::TestHost th;
     Cdma cdma;
 
     explicit Rig(CdmaConfig cfg = {})
-        : cdma(CdmaHost{[this](uint64_t a, void *b, uint64_t l) { return mem(false, a, b, l); },
-                        [this](uint64_t a, const void *b, uint64_t l) {
-                            return mem(true, a, const_cast<void *>(b), l);
-                        },
-                        [this](bool l) {
-                            irq_changes.push_back(l);
-                            if (on_irq) on_irq(l);
-                        },
-                        [this](const std::string &m) { errors.push_back(m); },
-                        [this] {
-                            kicks++;
-                            if (sync) cdma.process();
-                        }},
-               cfg)
+        : cdma(
+              hooked(),
+              [this] {
+                  kicks++;
+                  if (sync) cdma.process();
+              },
+              cfg)
     {
     }
 
-    MemStatus mem(bool write, uint64_t addr, void *buf, uint64_t len)
+    // The host: DMA into the maps below, interrupt line 0 and guest errors recorded here.
+    rackemu::Host hooked()
+    {
+        th.dma_rw = [this](uint64_t a, void *b, uint64_t l, bool w) { return mem(w, a, b, l); };
+        th.set_irq = [this](unsigned line, bool l) {
+            EXPECT_EQ(line, 0u);
+            irq_changes.push_back(l);
+            if (on_irq) on_irq(l);
+        };
+        th.guest_error = [this](const std::string &m) { errors.push_back(m); };
+        return th.host();
+    }
+
+    rackemu::Status mem(bool write, uint64_t addr, void *buf, uint64_t len)
     {
         accesses.push_back({write, addr, len});
         if (on_access) on_access(accesses.back());
         auto in = [&](uint64_t base, uint64_t size) { return addr >= base && addr - base + len <= size; };
-        if (addr >= kSlave && addr < kSlave + 0x10000) return MemStatus::SlaveError;
+        if (addr >= kSlave && addr < kSlave + 0x10000) return RK_SLAVE_ERROR;
         uint8_t *p = nullptr;
         if (in(kRam, kRamSize)) {
             p = ram.data() + (addr - kRam);
         } else if (in(kHigh, kHighSize)) {
             p = high.data() + (addr - kHigh);
         } else if (in(kRom, rom.size())) {
-            if (write) return MemStatus::Ok;
+            if (write) return RK_OK;
             p = rom.data() + (addr - kRom);
         } else {
-            return MemStatus::DecodeError;
+            return RK_DECODE_ERROR;
         }
         if (write) {
             std::memcpy(p, buf, len);
         } else {
             std::memcpy(buf, p, len);
         }
-        return MemStatus::Ok;
+        return RK_OK;
     }
 
     uint8_t *at(uint64_t addr)
@@ -558,7 +567,7 @@ TEST(Cdma, EightByteAccessesActAsLowThenHighHalf)
 TEST(Cdma, BadOffsetsAndSizesAreLoggedAndHarmless)
 {
     Rig r;
-    const CdmaState before = r.cdma.state();
+    const CdmaState before = r.cdma.save();
     EXPECT_EQ(r.cdma.read(XCDMA_CDMACR, 2), 0u); // size
     EXPECT_EQ(r.cdma.read(XCDMA_CDMACR, 1), 0u);
     EXPECT_EQ(r.cdma.read(0x02, 4), 0u);              // unaligned
@@ -572,11 +581,11 @@ TEST(Cdma, BadOffsetsAndSizesAreLoggedAndHarmless)
     r.cdma.write(XCDMA_BTT, 16ull << 32, 8); // BTT = 0 (DMAIntErr), reserved 0x2C
     EXPECT_EQ(r.errors.size(), 12u);
     EXPECT_EQ(r.cdma.counters().guest_errors, 12u);
-    CdmaState after = r.cdma.state();
+    CdmaState after = r.cdma.save();
     EXPECT_EQ(after.cr, before.cr);
     EXPECT_EQ(after.btt, 0u) << "BTT = 0 got DMAIntErr, not a transfer";
     EXPECT_EQ(r.kicks, 0u);
-    EXPECT_NE(r.errors[0].find("rackemu-cdma: 2-byte load at 0x0"), std::string::npos) << r.errors[0];
+    EXPECT_EQ(r.errors[0].rfind("2-byte load at 0x0", 0), 0u) << r.errors[0]; // the host adds the device name
 }
 
 TEST(Cdma, WritesOutsideTheirModeAreLoggedAndStartNothing)
@@ -714,32 +723,205 @@ TEST(Cdma, SynchronousKickSurvivesCyclicRecursion)
 TEST(Cdma, StateRoundTripsAndRejectsInconsistentState)
 {
     Rig r;
-    r.wr(XCDMA_CDMACR, XCDMA_CR_SGMODE | threshold(4));
+    r.wr(XCDMA_CDMACR, XCDMA_CR_SGMODE | threshold(4) | kIrqEnAll);
     r.wr64(XCDMA_CURDESC_PNTR, kRam + 0x40);
-    CdmaState st = r.cdma.state();
+    r.wr64(XCDMA_SA, kRam + 0x1234); // stored in SG mode, no transfer
+    r.wr(XCDMA_BTT, 77);
+    CdmaState st = r.cdma.save();
     Rig q;
-    ASSERT_TRUE(q.cdma.set_state(st));
-    EXPECT_EQ(q.rd(XCDMA_CDMACR), r.rd(XCDMA_CDMACR));
-    EXPECT_EQ(q.rd(XCDMA_CURDESC_PNTR), uint32_t(kRam + 0x40));
+    ASSERT_TRUE(q.cdma.load(st));
+    for (uint64_t off = 0; off < XCDMA_REG_END; off += 4)
+        EXPECT_EQ(q.rd(off), r.rd(off)) << "register " << off;
+    EXPECT_EQ(q.kicks, 0u);
+    const CdmaState loaded = q.cdma.save();
+    auto bad_is_refused = [&](const CdmaState &bad) {
+        EXPECT_FALSE(q.cdma.load(bad));
+        for (uint64_t off = 0; off < XCDMA_REG_END; off += 4)
+            EXPECT_EQ(q.rd(off), r.rd(off)) << "refused load changed register " << off;
+        EXPECT_EQ(q.cdma.save().phase, loaded.phase);
+    };
     CdmaState bad = st;
     bad.phase = CdmaPhase(42);
-    EXPECT_FALSE(q.cdma.set_state(bad));
+    bad_is_refused(bad);
     bad = st;
     bad.irq_count = 0;
-    EXPECT_FALSE(q.cdma.set_state(bad));
+    bad_is_refused(bad);
+    bad = st;
+    bad.irq_count = 0x100;
+    bad_is_refused(bad);
     bad = st;
     bad.curdesc |= 4;
-    EXPECT_FALSE(q.cdma.set_state(bad));
-    // A transfer in flight at save time restarts after load (the load kicks the engine).
+    bad_is_refused(bad);
+    bad = st;
+    bad.resume_next |= 1;
+    bad_is_refused(bad);
+    bad = st;
+    bad.btt = XCDMA_BTT_MASK + 1;
+    bad_is_refused(bad);
+    bad = st;
+    bad.cr &= ~XCDMA_CR_IRQTHRESHOLD_MASK; // threshold 0
+    bad_is_refused(bad);
+    bad = st;
+    bad.phase = CdmaPhase::Simple; // a simple transfer in SG mode
+    bad_is_refused(bad);
+    bad = st;
+    bad.cr &= ~XCDMA_CR_SGMODE;
+    bad.phase = CdmaPhase::Fetch; // a chain in simple mode
+    bad_is_refused(bad);
+    EXPECT_TRUE(q.errors.empty());
+}
+
+// A transfer in flight at save does not vanish and does not hang: after load the engine is
+// halted with DMASlvErr and Err_Irq (cdma.h, Cdma::load), moves nothing, and a soft reset makes
+// it usable again.
+TEST(Cdma, TransferInFlightAtSaveEndsWithDmaSlvErrAfterLoad)
+{
     Rig s;
-    s.sync = false;
+    s.sync = false; // the engine never ran: the transfer is in flight
+    s.wr(XCDMA_CDMACR, kIrqEnAll);
     s.fill(kRam, 64, true);
     s.simple(kRam, kRam + 0x100, 64);
+    const CdmaState st = s.cdma.save();
+    ASSERT_EQ(st.phase, CdmaPhase::Simple);
+
     Rig t;
+    t.fill(kRam + 0x100, 64, false);
+    ASSERT_TRUE(t.cdma.load(st));
+    const uint32_t sr = t.rd(XCDMA_CDMASR);
+    EXPECT_TRUE(sr & XCDMA_SR_DMASLVERR) << std::hex << sr;
+    EXPECT_TRUE(sr & XCDMA_SR_ERR_IRQ);
+    EXPECT_TRUE(sr & XCDMA_SR_IDLE);
+    EXPECT_FALSE(t.cdma.busy());
+    EXPECT_TRUE(t.cdma.irq_level());
+    ASSERT_FALSE(t.irq_changes.empty());
+    EXPECT_TRUE(t.irq_changes.back()) << "the host saw the error interrupt";
+    EXPECT_EQ(t.kicks, 0u);
+    EXPECT_TRUE(t.accesses.empty());
+    EXPECT_EQ(t.at(kRam + 0x100)[0], kDstFill);
+    EXPECT_EQ(t.cdma.counters().dma_slv_errors, 1u);
+    ASSERT_EQ(t.errors.size(), 1u);
+    EXPECT_NE(t.errors[0].find("in flight"), std::string::npos) << t.errors[0];
+    EXPECT_EQ(t.rd(XCDMA_SA), uint32_t(kRam)); // the registers are the saved ones
+    EXPECT_EQ(t.rd(XCDMA_BTT), 64u);
+    // The driver's error path: soft reset, then the transfer again.
+    t.wr(XCDMA_CDMACR, XCDMA_CR_RESET);
+    EXPECT_EQ(t.rd(XCDMA_CDMASR), XCDMA_SR_RESET_VALUE);
     t.fill(kRam, 64, true);
-    ASSERT_TRUE(t.cdma.set_state(s.cdma.state()));
-    EXPECT_EQ(t.kicks, 1u);
+    t.simple(kRam, kRam + 0x100, 64);
     EXPECT_EQ(t.at(kRam + 0x100)[63], pattern(63));
+    EXPECT_TRUE(t.rd(XCDMA_CDMASR) & XCDMA_SR_IOC_IRQ);
+    // The saving side is not affected: its engine goes on.
+    s.cdma.process();
+    EXPECT_EQ(s.at(kRam + 0x100)[63], pattern(63));
+}
+
+TEST(Cdma, ChainInFlightAtSaveEndsWithDmaSlvErrAndPendingSoftResetCompletesAtLoad)
+{
+    Rig s;
+    s.sync = false;
+    s.desc(kRam, kRam + 0x40, kRam + 0x1000, kRam + 0x2000, 16);
+    s.desc(kRam + 0x40, kRam, kRam + 0x1000, kRam + 0x3000, 16);
+    s.wr(XCDMA_CDMACR, XCDMA_CR_SGMODE | XCDMA_CR_ERR_IRQEN);
+    s.start_sg(kRam, kRam + 0x40);
+    const CdmaState st = s.cdma.save();
+    ASSERT_EQ(st.phase, CdmaPhase::Fetch);
+    Rig t;
+    t.desc(kRam, kRam + 0x40, kRam + 0x1000, kRam + 0x2000, 16);
+    ASSERT_TRUE(t.cdma.load(st));
+    EXPECT_TRUE(t.rd(XCDMA_CDMASR) & XCDMA_SR_DMASLVERR);
+    EXPECT_TRUE(t.rd(XCDMA_CDMASR) & XCDMA_SR_IDLE);
+    EXPECT_EQ(t.rd(XCDMA_CURDESC_PNTR), uint32_t(kRam)); // the descriptor that did not complete
+    EXPECT_EQ(t.status_of(kRam), 0u);                    // its STATUS is not written
+    EXPECT_TRUE(t.cdma.irq_level());
+    EXPECT_TRUE(t.accesses.empty());
+    t.wr64(XCDMA_TAILDESC_PNTR, kRam + 0x40); // halted: no restart until a reset
+    EXPECT_TRUE(t.accesses.empty());
+
+    CdmaState pending_reset = st;
+    pending_reset.cr |= XCDMA_CR_RESET;
+    Rig u;
+    ASSERT_TRUE(u.cdma.load(pending_reset));
+    EXPECT_EQ(u.rd(XCDMA_CDMACR), XCDMA_CR_RESET_VALUE);
+    EXPECT_EQ(u.rd(XCDMA_CDMASR), XCDMA_SR_RESET_VALUE);
+    EXPECT_EQ(u.cdma.counters().soft_resets, 1u);
+    EXPECT_FALSE(u.cdma.irq_level());
+}
+
+TEST(Cdma, PauseHoldsNewWorkUntilResume)
+{
+    Rig r;
+    r.sync = false;
+    r.fill(kRam, 256, true);
+    r.cdma.pause();
+    r.simple(kRam, kRam + 0x400, 256);
+    EXPECT_EQ(r.kicks, 1u);
+    r.cdma.process(); // the engine thread's turn: paused, it moves nothing
+    EXPECT_TRUE(r.accesses.empty());
+    EXPECT_TRUE(r.cdma.busy());
+    EXPECT_EQ(r.cdma.save().phase, CdmaPhase::Simple);
+    r.cdma.resume();
+    EXPECT_EQ(r.kicks, 2u) << "resume wakes the engine for the pending work";
+    r.cdma.process();
+    EXPECT_FALSE(r.cdma.busy());
+    EXPECT_EQ(r.at(kRam + 0x400)[255], pattern(255));
+    r.cdma.resume(); // not paused: nothing to do
+    EXPECT_EQ(r.kicks, 2u);
+}
+
+// pause() from another thread while the engine is inside a chain returns once the engine has
+// finished the descriptor it is on (data and STATUS) and stopped before the next one.
+TEST(Cdma, PauseWaitsForTheDescriptorInProgressAndStopsTheChain)
+{
+    Rig r;
+    r.sync = false;
+    constexpr unsigned kDescs = 4;
+    for (unsigned i = 0; i < kDescs; i++)
+        r.desc(kRam + 0x40 * i, kRam + 0x40 * (i + 1), kRam + 0x1000, kRam + 0x2000 + 0x100 * i, 64);
+    r.fill(kRam + 0x1000, 64, true);
+    std::mutex mu;
+    std::condition_variable cv;
+    bool in_transfer = false, go = false;
+    r.on_access = [&](const Rig::Access &a) {
+        if (a.addr != kRam + 0x1000 || in_transfer) return; // the first data read only
+        std::unique_lock lk(mu);
+        in_transfer = true;
+        cv.notify_all();
+        cv.wait(lk, [&] { return go; });
+    };
+    r.wr(XCDMA_CDMACR, XCDMA_CR_SGMODE);
+    r.start_sg(kRam, kRam + 0x40 * (kDescs - 1));
+    std::thread engine([&] { r.cdma.process(); });
+    {
+        std::unique_lock lk(mu);
+        cv.wait(lk, [&] { return in_transfer; });
+    }
+    std::atomic<bool> paused{false};
+    std::thread pauser([&] {
+        r.cdma.pause();
+        paused = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_FALSE(paused.load()) << "pause() must wait for the descriptor in progress";
+    {
+        std::lock_guard lk(mu);
+        go = true;
+        cv.notify_all();
+    }
+    pauser.join();
+    engine.join();
+    EXPECT_TRUE(paused.load());
+    EXPECT_EQ(r.status_of(kRam), XCDMA_DESC_STS_CMPLT);
+    EXPECT_EQ(r.status_of(kRam + 0x40), 0u);
+    const CdmaState st = r.cdma.save();
+    EXPECT_EQ(st.phase, CdmaPhase::Fetch);
+    EXPECT_EQ(st.curdesc, kRam + 0x40);
+    EXPECT_TRUE(r.cdma.busy());
+    r.cdma.resume();
+    r.cdma.process();
+    for (unsigned i = 0; i < kDescs; i++)
+        EXPECT_EQ(r.status_of(kRam + 0x40 * i), XCDMA_DESC_STS_CMPLT) << i;
+    EXPECT_FALSE(r.cdma.busy());
+    EXPECT_TRUE(r.errors.empty());
 }
 
 // The register sequence of drivers/dma/xilinx/xilinx_dma.c (Linux 6.1) for an SG-capable CDMA:
@@ -791,7 +973,6 @@ TEST(Cdma, LinuxDriverSequenceRunsTwoMemcpysWithOneInterrupt)
 // accesses from a vCPU thread, set_irq from both. Transfers with soft resets in the middle.
 TEST(Cdma, EngineThreadAndVcpuThreadStayConsistent)
 {
-    std::vector<uint8_t> ram(kRamSize);
     std::mutex mu;
     std::condition_variable cv;
     bool kicked = false, stop = false;
@@ -800,23 +981,18 @@ TEST(Cdma, EngineThreadAndVcpuThreadStayConsistent)
     CdmaConfig cfg;
     cfg.chunk = 4096;
     Cdma *core = nullptr;
-    Cdma cdma(CdmaHost{[&](uint64_t a, void *b, uint64_t l) {
-                           if (a < kRam || a - kRam + l > kRamSize) return MemStatus::DecodeError;
-                           std::memcpy(b, ram.data() + (a - kRam), l);
-                           return MemStatus::Ok;
-                       },
-                       [&](uint64_t a, const void *b, uint64_t l) {
-                           if (a < kRam || a - kRam + l > kRamSize) return MemStatus::DecodeError;
-                           std::memcpy(ram.data() + (a - kRam), b, l);
-                           return MemStatus::Ok;
-                       },
-                       [&](bool l) { host_level = l; }, [&](const std::string &) { errors++; },
-                       [&] {
-                           std::lock_guard lk(mu);
-                           kicked = true;
-                           cv.notify_one();
-                       }},
-              cfg);
+    rackemu::test::TestHost th(kRamSize, kRam); // the host's RAM, DMA outside it a decode error
+    th.set_irq = [&](unsigned, bool l) { host_level = l; };
+    th.guest_error = [&](const std::string &) { errors++; };
+    Cdma cdma(
+        th.host(),
+        [&] {
+            std::lock_guard lk(mu);
+            kicked = true;
+            cv.notify_one();
+        },
+        cfg);
+    std::vector<uint8_t> &ram = th.ram;
     core = &cdma;
     std::thread engine([&] {
         std::unique_lock lk(mu);

@@ -295,11 +295,19 @@ TEST(FabricHardening, TheOutstandingCapIsAnOption)
         ASSERT_EQ(rk_fabric_port_send(n0, &h, nullptr), 0);
     }
     ASSERT_TRUE(m0.wait([&] { return m0.replies.size() == 2; }));
-    EXPECT_EQ(m0.replies[0].tag, 8u);
-    EXPECT_EQ(m0.replies[1].status, RKF_ST_CONGESTED);
+    {
+        std::lock_guard lk(m0.mu); // the port thread appends to the same vectors
+        EXPECT_EQ(m0.replies[0].tag, 8u);
+        EXPECT_EQ(m0.replies[1].status, RKF_ST_CONGESTED);
+    }
     // answering one makes room for one more
     ASSERT_TRUE(m1.wait([&] { return m1.requests.size() == 8; }));
-    ASSERT_EQ(rk_fabric_port_reply(n1, &m1.requests[0], RKF_ST_OK, nullptr, 0), 0);
+    rkf_frame_hdr first;
+    {
+        std::lock_guard lk(m1.mu);
+        first = m1.requests[0];
+    }
+    ASSERT_EQ(rk_fabric_port_reply(n1, &first, RKF_ST_OK, nullptr, 0), 0);
     ASSERT_TRUE(m0.wait([&] { return m0.replies.size() == 3; }));
     rkf_frame_hdr h = request(RKF_SVC_MEM, 1, 100, 0);
     ASSERT_EQ(rk_fabric_port_send(n0, &h, nullptr), 0);

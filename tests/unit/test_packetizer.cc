@@ -1,10 +1,13 @@
 // Unit tests of the Unimem packetizer core (hw/unimem/packetizer.cc).
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "packetizer.h"
+#include "test_host.h"
 
+using namespace rackemu;
 using namespace rackemu::unimem;
 
 namespace {
@@ -14,12 +17,12 @@ struct Sent {
     uint64_t w[4];
 };
 struct Rig {
+    test::TestHost th;
     std::vector<Sent> sent;
-    std::vector<std::string> errors;
-    Packetizer p{PacketizerHost{[this](unsigned pif, uint64_t tag, uint64_t dest, const uint64_t w[4]) {
-                                    sent.push_back({pif, tag, dest, {w[0], w[1], w[2], w[3]}});
-                                },
-                                [this](const std::string &m) { errors.push_back(m); }}};
+    Packetizer p{th.host(), [this](unsigned pif, uint64_t tag, uint64_t dest, const uint64_t w[4]) {
+                     sent.push_back({pif, tag, dest, {w[0], w[1], w[2], w[3]}});
+                 }};
+    std::vector<std::string> errors() { return th.guest_errors(); }
     static constexpr uint64_t kBase = 0x0b000000;
     Rig()
     {
@@ -67,11 +70,11 @@ TEST(Packetizer, AckAndNackLandInTheStatusAndClearOnTheNextPacket)
 {
     Rig r;
     r.setup(4, kDest);
-    r.p.complete(r.sent[0].tag, Completion::Ack);
+    r.p.complete(r.sent[0].tag, RK_OK);
     EXPECT_EQ(r.p.status(4), PKTZ_ST_ACK);
     r.setup(4, kDest);
     EXPECT_EQ(r.p.status(4), PKTZ_ST_PEND);
-    r.p.complete(r.sent[1].tag, Completion::Nack);
+    r.p.complete(r.sent[1].tag, RK_NACK);
     EXPECT_EQ(r.p.status(4), PKTZ_ST_NACK);
     EXPECT_EQ(r.p.counters().acked, 1u);
     EXPECT_EQ(r.p.counters().nacked, 1u);
@@ -102,7 +105,7 @@ TEST(Packetizer, WriteWhilePendingSetsOverwrBufAndIsDropped)
     r.p.write(PKTZ_PIF_OFFSET(4) + PKTZ_PIF_PAYLOAD1, 0xDEAD, 8);
     EXPECT_EQ(r.p.status(4), PKTZ_ST_PEND | PKTZ_ST_OVERWR_BUF);
     EXPECT_EQ(r.p.read(PKTZ_PIF_OFFSET(4) + PKTZ_PIF_PAYLOAD1, 8), 0x3333u);
-    r.p.complete(r.sent[0].tag, Completion::Ack);
+    r.p.complete(r.sent[0].tag, RK_OK);
     EXPECT_EQ(r.p.status(4), PKTZ_ST_ACK | PKTZ_ST_OVERWR_BUF);
 }
 
@@ -126,7 +129,7 @@ TEST(Packetizer, ClrReqAbandonsThePendingPacketAndIgnoresItsLateAck)
     r.setup(4, kDest);
     r.p.write(PKTZ_TIF_OFFSET + PKTZ_TIF_CLR_REQ, 1ull << 4, 8);
     EXPECT_EQ(r.p.status(4), 0u);
-    r.p.complete(r.sent[0].tag, Completion::Ack);
+    r.p.complete(r.sent[0].tag, RK_OK);
     EXPECT_EQ(r.p.status(4), 0u);
     EXPECT_EQ(r.p.counters().stale_completions, 1u);
     EXPECT_EQ(r.p.read(PKTZ_TIF_OFFSET + PKTZ_TIF_CLR_REQ, 8), 0u); // write-clear reads 0
@@ -142,7 +145,7 @@ TEST(Packetizer, LinkDownFailsEveryPendingPif)
     r.p.fail_all_pending();
     EXPECT_EQ(r.p.status(4), PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR);
     EXPECT_EQ(r.p.status(9), PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR);
-    r.p.complete(r.sent[0].tag, Completion::Ack); // too late
+    r.p.complete(r.sent[0].tag, RK_OK); // too late
     EXPECT_EQ(r.p.status(4), PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR);
 }
 
@@ -153,9 +156,136 @@ TEST(Packetizer, TifMasksReservedBitsAndForgedTagsAreIgnored)
     EXPECT_EQ(r.p.read(PKTZ_TIF_OFFSET + PKTZ_TIF_PIDT(1), 8), PKTZ_PID_MASK);
     r.p.write(PKTZ_TIF_OFFSET + PKTZ_TIF_BASE_DEST, ~0ull, 8);
     EXPECT_EQ(r.p.read(PKTZ_TIF_OFFSET + PKTZ_TIF_BASE_DEST, 8), PKTZ_BASE_DEST_MASK);
-    r.p.complete(~0ull, Completion::Ack);
-    r.p.complete(pktz_tag(3, 77), Completion::Ack);
+    r.p.complete(~0ull, RK_OK);
+    r.p.complete(pktz_tag(3, 77), RK_OK);
     EXPECT_EQ(r.p.counters().stale_completions, 2u);
     EXPECT_EQ(r.p.read(0x7ffff0, 8), 0u); // beyond the TIF: logged, reads 0
-    EXPECT_FALSE(r.errors.empty());
+    EXPECT_FALSE(r.errors().empty());
+}
+
+TEST(Packetizer, CountersReadBackThroughTheirTableOffsets)
+{
+    Rig r;
+    r.setup(4, kDest);
+    r.p.complete(r.sent[0].tag, RK_UNREACHABLE); // a fabric failure: NACK | FABRIC_ERR
+    EXPECT_EQ(r.p.status(4), PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR);
+    r.setup(5, kDest); // NOPID
+    const uint64_t c = PKTZ_TIF_OFFSET + PKTZ_TIF_COUNTERS;
+    EXPECT_EQ(r.p.read(c + PKTZ_CNT_SENT, 8), 1u);
+    EXPECT_EQ(r.p.read(c + PKTZ_CNT_NACKED, 8), 1u);
+    EXPECT_EQ(r.p.read(c + PKTZ_CNT_NOPID, 8), 1u);
+    EXPECT_EQ(r.p.read(PKTZ_TIF_OFFSET + PKTZ_TIF_SENT, 8), 1u); // the driver's names
+    EXPECT_EQ(r.p.read(PKTZ_TIF_OFFSET + PKTZ_TIF_ID, 8), PKTZ_ID_VALUE);
+    const PacketizerCounters k = r.p.counters();
+    EXPECT_EQ(k.sent, 1u);
+    EXPECT_EQ(k.fabric_errors, 1u);
+    EXPECT_EQ(k.nopid, 1u);
+    const char *names[] = {PKTZ_CNT_NAMES};
+    EXPECT_STREQ(names[PKTZ_CNT_INDEX_ILLEGAL], "illegal");
+}
+
+TEST(Packetizer, ReadOnlyRegistersAreNamedInTheLogAndKeepTheirValue)
+{
+    Rig r;
+    r.p.write(PKTZ_TIF_OFFSET + PKTZ_TIF_SENT, 99, 8);
+    r.p.write(PKTZ_PIF_OFFSET(7) + PKTZ_PIF_STATUS, 0xff, 8);
+    EXPECT_EQ(r.p.read(PKTZ_TIF_OFFSET + PKTZ_TIF_SENT, 8), 0u);
+    EXPECT_EQ(r.p.status(7), 0u);
+    ASSERT_EQ(r.errors().size(), 2u);
+    EXPECT_NE(r.errors()[0].find("SENT"), std::string::npos) << r.errors()[0];
+    EXPECT_NE(r.errors()[1].find("STATUS[7]"), std::string::npos) << r.errors()[1];
+    EXPECT_EQ(r.p.counters().bad_access, 2u);
+    EXPECT_EQ(r.p.read(PKTZ_PIF_OFFSET(7) + PKTZ_PIF_END, 8), 0u); // the rest of a PIF page
+    EXPECT_EQ(r.p.counters().bad_access, 3u);
+}
+
+TEST(Packetizer, FabricRepliesMapToAckNackAndFabricError)
+{
+    Rig r;
+    rkf_frame_hdr h{};
+    h.type = RKF_T_REPLY;
+    for (uint16_t st : {uint16_t(RKF_ST_OK), uint16_t(RKF_ST_REFUSED), uint16_t(RKF_ST_NOROUTE)}) {
+        r.setup(4, kDest);
+        h.tag = r.sent.back().tag;
+        h.status = st;
+        r.p.serve_reply(h);
+    }
+    EXPECT_EQ(r.p.status(4), PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR);
+    const PacketizerCounters k = r.p.counters();
+    EXPECT_EQ(k.acked, 1u);
+    EXPECT_EQ(k.nacked, 2u);
+    EXPECT_EQ(k.fabric_errors, 1u);
+}
+
+TEST(Packetizer, SaveAndLoadKeepTheRegistersAndTheHalfWrittenSetup)
+{
+    Rig a;
+    a.setup(4, kDest);
+    a.p.complete(a.sent[0].tag, RK_OK);
+    const uint64_t b9 = PKTZ_PIF_OFFSET(9);
+    a.p.write(b9 + PKTZ_PIF_PAYLOAD0, 0x99, 8);
+    a.p.write(b9 + PKTZ_PIF_PAYLOAD0 + 8, 0x98, 8);
+    a.p.write(b9 + PKTZ_PIF_PAYLOAD1, 0x97, 8);
+    a.p.write(b9 + PKTZ_PIF_DEST, kDest, 8); // payload1's upper half still missing
+    a.p.write(PKTZ_TIF_OFFSET + PKTZ_TIF_PIDT(9), 0x900, 8);
+    a.p.write(PKTZ_TIF_OFFSET + PKTZ_TIF_PID_CONF, (1ull << 4) | (1ull << 9), 8);
+    const PacketizerState st = a.p.save();
+
+    Rig b; // its constructor programs other TIF values: load replaces them
+    ASSERT_TRUE(b.p.load(st));
+    for (uint64_t off : std::initializer_list<uint64_t>{
+             PKTZ_TIF_OFFSET + PKTZ_TIF_BASE_DEST, PKTZ_TIF_OFFSET + PKTZ_TIF_PID_CONF,
+             PKTZ_TIF_OFFSET + PKTZ_TIF_PIDT(4), PKTZ_TIF_OFFSET + PKTZ_TIF_PIDT(9),
+             PKTZ_TIF_OFFSET + PKTZ_TIF_SENT, PKTZ_TIF_OFFSET + PKTZ_TIF_ACKED,
+             PKTZ_PIF_OFFSET(4) + PKTZ_PIF_STATUS, PKTZ_PIF_OFFSET(4) + PKTZ_PIF_PAYLOAD1 + 8,
+             b9 + PKTZ_PIF_PAYLOAD0, b9 + PKTZ_PIF_DEST})
+        EXPECT_EQ(b.p.read(off, 8), a.p.read(off, 8)) << std::hex << off;
+    // The written-bytes tracking came along: the missing half completes the setup.
+    b.p.write(b9 + PKTZ_PIF_PAYLOAD1 + 8, 0x96, 8);
+    ASSERT_EQ(b.sent.size(), 1u);
+    EXPECT_EQ(b.sent[0].pif, 9u);
+    EXPECT_EQ(b.sent[0].w[0], 0x900u);
+    EXPECT_EQ(b.sent[0].w[3], 0x96u);
+}
+
+TEST(Packetizer, APifWaitingAtSaveCompletesAfterLoadWithFabricError)
+{
+    Rig a;
+    a.setup(4, kDest);
+    a.p.write(PKTZ_PIF_OFFSET(4) + PKTZ_PIF_PAYLOAD1, 1, 8); // OVERWR_BUF while pending
+    const PacketizerState st = a.p.save();
+    ASSERT_TRUE(st.pifs[4].waiting);
+
+    Rig b;
+    ASSERT_TRUE(b.p.load(st));
+    EXPECT_EQ(b.p.status(4), PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR | PKTZ_ST_OVERWR_BUF);
+    EXPECT_EQ(b.p.counters().fabric_errors, 1u);
+    EXPECT_EQ(b.p.read(PKTZ_TIF_OFFSET + PKTZ_TIF_NACKED, 8), 1u);
+    b.p.complete(a.sent[0].tag, RK_OK); // the saved machine's acknowledgement is stale here
+    EXPECT_EQ(b.p.status(4), PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR | PKTZ_ST_OVERWR_BUF);
+    EXPECT_EQ(b.p.counters().stale_completions, 1u);
+    b.setup(4, kDest); // and the PIF works again
+    ASSERT_EQ(b.sent.size(), 1u);
+    b.p.complete(b.sent[0].tag, RK_OK);
+    EXPECT_EQ(b.p.status(4), PKTZ_ST_ACK);
+}
+
+TEST(Packetizer, LoadRefusesImpossibleStatesAndChangesNothing)
+{
+    Rig a;
+    const PacketizerState good = a.p.save();
+    std::vector<PacketizerState> bad(8, good);
+    bad[0].pidt[3] = 1ull << 48;          // beyond the PID's 48 bits
+    bad[1].base_dest = 1;                 // outside bits [33:18]
+    bad[2].pifs[1].status = 1u << 7;      // unknown status bit
+    bad[3].pifs[1].status = PKTZ_ST_PEND; // PEND without a waiting packet
+    bad[4].pifs[1].waiting = true;        // waiting without PEND
+    bad[5].pifs[1].status = PKTZ_ST_ACK | PKTZ_ST_NACK;
+    bad[6].pifs[1].written = {0xffff, 0xffff, 0x1f}; // a complete setup is never at rest
+    bad[7].pifs[1].status = PKTZ_ST_FABRIC_ERR;      // FABRIC_ERR only with NACK
+    for (size_t i = 0; i < bad.size(); i++)
+        EXPECT_FALSE(a.p.load(bad[i])) << i;
+    EXPECT_EQ(a.p.read(PKTZ_TIF_OFFSET + PKTZ_TIF_BASE_DEST, 8), Rig::kBase);
+    EXPECT_EQ(a.p.read(PKTZ_TIF_OFFSET + PKTZ_TIF_PIDT(4), 8), 0xABCD12345678ull);
+    EXPECT_TRUE(a.p.load(good));
 }

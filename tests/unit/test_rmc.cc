@@ -7,13 +7,16 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "rmc.h"
+#include "test_host.h"
 
 using namespace rackemu::sonuma;
+using rackemu::test::TestHost;
 
 namespace {
 
@@ -28,7 +31,8 @@ struct Cluster;
 
 struct Node {
     unsigned id;
-    std::vector<uint8_t> ram = std::vector<uint8_t>(kRamSize);
+    TestHost th{kRamSize, kRamBase}; // guest RAM, interrupt line, guest errors, clock
+    std::vector<uint8_t> &ram = th.ram;
     std::unique_ptr<Rmc> rmc;
     std::vector<uint32_t> posted = std::vector<uint32_t>(RMC_QP_COUNT, 0);
     std::vector<uint32_t> consumed = std::vector<uint32_t>(RMC_QP_COUNT, 0);
@@ -103,7 +107,7 @@ struct Cluster {
     std::atomic<bool> down{false}; // sends fail: link down
     std::vector<std::pair<rkf_frame_hdr, std::vector<uint8_t>>> held; // frames lost while `drop`
     std::mutex held_mu;
-    std::array<std::atomic<unsigned>, 8> irq_calls{}; // RmcHost::irq_changed calls per node
+    std::array<std::atomic<unsigned>, 8> irq_calls{}; // host set_irq calls per node
 
     explicit Cluster(unsigned n, unsigned timeout_ms = 2000, bool fabric = true)
     {
@@ -113,14 +117,19 @@ struct Cluster {
             Node &nd = *nodes[i];
             nd.id = i;
             RmcConfig cfg;
-            cfg.node_id = i;
-            cfg.node_count = n;
             cfg.timeout_ms = timeout_ms;
-            RmcHost h;
-            h.ram = nd.ram.data();
-            h.ram_base = kRamBase;
-            h.ram_size = kRamSize;
-            h.irq_changed = [this, i] { irq_calls[i]++; };
+            // the host's clock runs (timeouts, wall_ns); every set_irq call is counted
+            nd.th.now_ns = [] {
+                return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    std::chrono::steady_clock::now().time_since_epoch())
+                                    .count());
+            };
+            auto record = nd.th.set_irq;
+            nd.th.set_irq = [this, i, record](unsigned line, bool level) {
+                irq_calls[i]++;
+                record(line, level);
+            };
+            RmcFabric h;
             if (fabric) {
                 h.send = [this, i](rkf_frame_hdr &f, const void *p) { return deliver(i, f, p); };
                 h.reply = [this, i](const rkf_frame_hdr &req, uint16_t st, const void *p, uint16_t len) {
@@ -131,11 +140,19 @@ struct Cluster {
                     f.len = len;
                     return deliver(i, f, p);
                 };
-                h.fabric_up = [this] { return !down.load(); };
+                h.up = [this] { return !down.load(); };
             }
-            nd.rmc = std::make_unique<Rmc>(cfg, std::move(h));
+            nd.rmc = std::make_unique<Rmc>(cfg, nd.th.host(nullptr, nullptr, i, n), std::move(h));
             nd.w(RMC_REG_CTRL, RMC_CTRL_EN);
         }
+    }
+    // Quiesce before the cores go: frames are delivered on the sender's thread, so a node's RGP
+    // may be inside another node while that one is destroyed. Paused, no RGP is sending.
+    ~Cluster()
+    {
+        down = true;
+        for (auto &nd : nodes)
+            nd->rmc->pause(true);
     }
     int deliver(unsigned from, rkf_frame_hdr f, const void *p)
     {
@@ -756,6 +773,278 @@ TEST_F(RmcPair, RequestWithoutTheContextKeyIsRefused)
     ASSERT_TRUE(c[1].next(5, e));
     EXPECT_EQ(e.status, RMC_ST_OK);
     EXPECT_EQ(c[1].at(kSeg + 0x100000)[0], 0x3c);
+}
+
+// ---- Host interface, register bank, migration ----
+
+// Every register of the map read once, in offset order (the guest-visible state).
+std::vector<uint64_t> read_all(Node &n)
+{
+    std::vector<uint64_t> v;
+    for (uint64_t off = 0; off < RMC_COUNTERS + RMC_CNT_COUNT * 8; off += 8)
+        v.push_back(n.r(off));
+    for (unsigned q = 0; q < RMC_QP_COUNT; q++)
+        for (uint64_t r = 0; r <= DB_STATUS; r += 8)
+            v.push_back(n.r(RMC_DB_REG(q, r)));
+    return v;
+}
+
+TEST(RmcHost, GuestMemoryGoesThroughTheHostAndEveryMapIsUnmapped)
+{
+    Cluster c(2, 2000);
+    for (unsigned n = 0; n < 2; n++) {
+        c[n].ctx(1, kSeg, kSegSize, CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC | CTX_PERM_SABRE, 3,
+                 CTX_LAYOUT_VALID);
+        c[n].qp(0, 1);
+    }
+    std::memset(c[0].at(kSeg), 0x42, 4096);
+    rmc_cqe e;
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, 4096, 1));
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    EXPECT_EQ(c[1].at(kSeg + 4095)[0], 0x42);
+    EXPECT_EQ(c[0].th.maps.load(), 0) << "a DMA map of the served side was not unmapped";
+    EXPECT_EQ(c[1].th.maps.load(), 0);
+    // Maps refused (a host that has no direct access): reads, writes and CQEs take dma_rw;
+    // atomics and SABRes, which need the live word or object, are refused REMOTE_ACCESS/BOUNDS.
+    std::atomic<unsigned> rw{0};
+    for (unsigned n = 0; n < 2; n++) {
+        c[n].th.dma_map = [](uint64_t, uint64_t &, bool) -> void * { return nullptr; };
+        auto old = c[n].th.dma_rw;
+        c[n].th.dma_rw = [old, &rw](uint64_t a, void *b, uint64_t l, bool w) {
+            rw++;
+            return old(a, b, l, w);
+        };
+    }
+    std::memset(c[0].at(kSeg), 0x17, 256);
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 512, 256, 2));
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    EXPECT_EQ(e.wr_id, 2u);
+    EXPECT_EQ(c[1].at(kSeg + 512)[255], 0x17);
+    EXPECT_GT(rw.load(), 0u);
+    rmc_wqe faa = wqe(RMC_OP_FAA, 0, 0, 0, 8, 3);
+    faa.operand0 = 1;
+    c[1].post(0, faa);
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_REMOTE_ACCESS);
+    EXPECT_EQ(e.info, RMC_INFO_BOUNDS);
+    // and a QP whose WQ the host cannot map is not enabled ("not entirely in RAM")
+    c[1].w(RMC_QP_REG(2, QP_WQ_BASE), kWq + 2 * 0x40000ull);
+    c[1].w(RMC_QP_REG(2, QP_CQ_BASE), kCq + 2 * 0x20000ull);
+    c[1].w(RMC_QP_REG(2, QP_DEPTH_LOG2), 4);
+    c[1].w(RMC_QP_REG(2, QP_CTX), 1);
+    c[1].w(RMC_QP_REG(2, QP_CTRL), QP_CTRL_EN);
+    EXPECT_TRUE(c[1].r(RMC_QP_REG(2, QP_STATUS)) & QP_ST_CFG_ERR);
+}
+
+TEST(RmcRegs, NamesComeFromTheBank)
+{
+    Cluster c(1);
+    Rmc &r = *c[0].rmc;
+    EXPECT_EQ(r.reg_name(RMC_REG_IRQ_STATUS), "IRQ_STATUS");
+    EXPECT_EQ(r.reg_name(RMC_QP_REG(3, QP_CTX)), "QP_CTX[3]");
+    EXPECT_EQ(r.reg_name(RMC_CTX_REG(15, CTX_KEY)), "CTX_KEY[15]");
+    EXPECT_EQ(r.reg_name(RMC_COUNTERS + RMC_CNT_STRAY), "CNT_STRAY");
+    EXPECT_EQ(r.reg_name(RMC_DB_REG(63, DB_STATUS)), "DB_STATUS[63]");
+    EXPECT_EQ(r.reg_name(RMC_REG_WINDOW_BLOCKS + 8), "unmapped");
+    EXPECT_EQ(r.reg_name(RMC_DB_REG(1, DB_STATUS + 8)), "unmapped");
+    // writes to read-only and unmapped registers change nothing and are counted
+    const uint64_t ge = c[0].cnt(RMC_CNT_GUEST_ERRORS);
+    c[0].w(RMC_REG_ID, 1);
+    c[0].w(RMC_QP_REG(0, QP_STATUS), 1);
+    c[0].w(RMC_COUNTERS + RMC_CNT_STRAY, 5);
+    c[0].w(RMC_REG_WINDOW_BLOCKS + 8, 1);
+    EXPECT_EQ(c[0].r(RMC_REG_ID), RMC_ID_VALUE);
+    EXPECT_EQ(c[0].r(RMC_REG_WINDOW_BLOCKS + 8), 0u);
+    EXPECT_EQ(c[0].cnt(RMC_CNT_STRAY), 0u);
+    EXPECT_EQ(c[0].cnt(RMC_CNT_GUEST_ERRORS), ge + 4);
+}
+
+// A node configured and used, saved, and loaded into a freshly created core with the same RAM:
+// every register reads back the same.
+TEST(RmcMigration, SaveLoadReadsBackTheSameRegisters)
+{
+    Cluster a(1);
+    a[0].w(RMC_CTX_REG(1, CTX_KEY), 0x77);
+    a[0].ctx(1, kSeg, kSegSize, CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC, 1);
+    a[0].ctx(4, kSeg + 0x1000, 0x1000, CTX_PERM_READ, 1, CTX_LAYOUT_VALID | 8);
+    a[0].w(RMC_CTX_REG(6, CTX_BASE), 3); // configured, not valid
+    a[0].qp(0, 1, 2);
+    a[0].qp(7, 4, 5);
+    a[0].w(RMC_QP_REG(7, QP_CTRL), QP_CTRL_EN | QP_CTRL_IRQ_EN);
+    rmc_cqe e;
+    for (unsigned i = 0; i < 5; i++) { // wraps the depth-4 CQ
+        a[0].post(0, wqe(RMC_OP_READ, 0, 0, 4096, 64, i));
+        ASSERT_TRUE(a[0].next(0, e));
+    }
+    a[0].post(7, wqe(RMC_OP_READ, 0, 0, 0, 64, 9));
+    ASSERT_TRUE(a[0].next(7, e, 2000));
+    a[0].post(7, wqe(RMC_OP_READ, 0, 0, 0, 0, 10)); // BAD_REQUEST, CQE not consumed
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (a[0].r(RMC_QP_REG(7, QP_CQ_TAIL)) != 2 && std::chrono::steady_clock::now() < end)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    a[0].w(RMC_QP_REG(9, QP_DEPTH_LOG2), 13); // a disabled QP keeps what was written
+    ASSERT_TRUE(a[0].rmc->irq_level());
+    const std::vector<uint64_t> before = read_all(a[0]);
+    RmcState st = a[0].rmc->save();
+    EXPECT_TRUE(st.xfer.empty());
+
+    Cluster b(1);
+    b[0].ram = a[0].ram;
+    ASSERT_TRUE(b[0].rmc->load(st));
+    EXPECT_EQ(read_all(b[0]), before);
+    EXPECT_TRUE(b[0].rmc->irq_level());
+    EXPECT_EQ(b[0].r(RMC_CTX_REG(1, CTX_KEY)), 0u);
+    // the driver keeps working: the key, the queue indices and the phase carry on
+    b[0].posted[0] = a[0].posted[0];
+    b[0].consumed[0] = a[0].consumed[0];
+    b[0].depth_log2[0] = 2;
+    std::memset(b[0].at(kSeg), 0x5e, 64);
+    b[0].post(0, wqe(RMC_OP_READ, 0, 0, 8192, 64, 11));
+    ASSERT_TRUE(b[0].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    EXPECT_EQ(e.wr_id, 11u);
+    EXPECT_EQ(b[0].at(kSeg + 8192)[63], 0x5e);
+    EXPECT_EQ(b[0].cnt(RMC_CNT_CQE_WRITTEN), a[0].cnt(RMC_CNT_CQE_WRITTEN) + 1);
+}
+
+// Transfers in flight at save complete after load: UNREACHABLE/LINK_DOWN, or UNCERTAIN for a
+// WRITE or an atomic whose request had left; the QP is idle and works again.
+TEST(RmcMigration, InFlightTransfersCompleteUnreachableAfterLoad)
+{
+    Cluster a(2, 5000);
+    for (unsigned n = 0; n < 2; n++) {
+        a[n].ctx(1, kSeg, kSegSize, CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC, 3);
+        a[n].qp(0, 1);
+    }
+    a.drop = true; // node 0 holds everything: node 1's requests stay in flight
+    a[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, 64, 1));
+    a[1].post(0, wqe(RMC_OP_WRITE, 0, 0, 0, 64, 2));
+    rmc_wqe cas = wqe(RMC_OP_CAS, 0, 64, 0, 8, 3);
+    a[1].post(0, cas);
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while ((a[1].r(RMC_QP_REG(0, QP_STATUS)) >> 32) != 3 && std::chrono::steady_clock::now() < end)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    a[1].rmc->pause(true);
+    RmcState st = a[1].rmc->save();
+    a[1].rmc->pause(false);
+    ASSERT_EQ(st.xfer.size(), 3u);
+
+    Cluster b(2, 5000);
+    b[0].ctx(1, kSeg, kSegSize, CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC, 3);
+    b[1].ram = a[1].ram;
+    b[1].posted[0] = a[1].posted[0];
+    b[1].depth_log2[0] = a[1].depth_log2[0];
+    ASSERT_TRUE(b[1].rmc->load(st));
+    EXPECT_EQ(b[1].r(RMC_QP_REG(0, QP_CQ_TAIL)), 3u) << "the in-flight transfers completed at load";
+    EXPECT_FALSE(b[1].r(RMC_QP_REG(0, QP_STATUS)) & QP_ST_BUSY);
+    rmc_cqe e;
+    for (uint64_t id = 1; id <= 3; id++) {
+        ASSERT_TRUE(b[1].next(0, e, 100));
+        EXPECT_EQ(e.wr_id, id);
+        EXPECT_EQ(e.status, id == 1 ? RMC_ST_UNREACHABLE : RMC_ST_UNCERTAIN) << "wr_id " << id;
+        EXPECT_EQ(e.info, RMC_INFO_LINK_DOWN);
+        EXPECT_EQ(e.wq_index, id - 1);
+    }
+    EXPECT_EQ(b[1].cnt(RMC_CNT_ST_UNREACH), 3u);
+    std::memset(b[0].at(kSeg), 0x33, 64);
+    b[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, 64, 4));
+    ASSERT_TRUE(b[1].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    EXPECT_EQ(b[1].at(kSeg)[0], 0x33);
+    a.release(); // the old node 0 answers the old node 1: it completes normally there
+    ASSERT_TRUE(a[1].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+}
+
+TEST(RmcMigration, CorruptStatesAreRefusedAndChangeNothing)
+{
+    Cluster c(1);
+    c[0].ctx(1, kSeg, kSegSize, CTX_PERM_READ, 1);
+    c[0].qp(0, 1, 3);
+    rmc_cqe e;
+    c[0].post(0, wqe(RMC_OP_READ, 0, 0, 64, 64, 1));
+    ASSERT_TRUE(c[0].next(0, e));
+    const RmcState good = c[0].rmc->save();
+    const std::vector<uint64_t> before = read_all(c[0]);
+    rk_rmc_xfer_state x{7, 0, 0, 1, RMC_OP_READ, RMC_ST_UNREACHABLE};
+    std::vector<std::function<void(RmcState &)>> bad = {
+        [](RmcState &s) { s.regs.ctrl |= 2; },
+        [](RmcState &s) { s.regs.qp[0].depth_log2 = 13; },
+        [](RmcState &s) { s.regs.qp[0].ctrl |= 4; },
+        [](RmcState &s) { s.regs.qp[0].wq_base += 8; },
+        [](RmcState &s) { s.regs.qp[0].cq_base = kRamBase + kRamSize; },
+        [](RmcState &s) { s.regs.qp[0].ctx = RMC_CTX_COUNT; },
+        [](RmcState &s) { s.regs.qp[0].cq_tail += 1; }, // beyond wq_head
+        [](RmcState &s) { s.regs.qp[0].wq_tail += 9; }, // more than the depth posted
+        [](RmcState &s) { s.regs.qp[0].inflight = 1; }, // without its record
+        [x](RmcState &s) { s.xfer.push_back(x); },      // a record without its WQE
+        [x](RmcState &s) {
+            s.regs.qp[0].wq_head++;
+            s.regs.qp[0].wq_tail++;
+            s.regs.qp[0].inflight = 1;
+            auto y = x;
+            y.status = RMC_ST_OK; // only UNREACHABLE or UNCERTAIN
+            s.xfer.push_back(y);
+        },
+        [x](RmcState &s) {
+            auto y = x;
+            y.qp = RMC_QP_COUNT;
+            s.xfer.push_back(y);
+        },
+        [](RmcState &s) { s.regs.qp[5].inflight = 1; }, // a disabled QP with transfers
+        [](RmcState &s) { s.regs.ctx[1].base = kRamBase + kRamSize - 64; },
+        [](RmcState &s) { s.regs.ctx[1].size = 100; },
+        [](RmcState &s) { s.regs.ctx[1].perm = 0x10; },
+        [](RmcState &s) { s.regs.ctx[1].layout = CTX_LAYOUT_VALID | 60; },
+        [](RmcState &s) { s.regs.ctx[2].ctrl = 2; },
+        [](RmcState &s) { s.regs.ctx[2].cfg_err = 2; },
+        [](RmcState &s) { s.regs.qp[0].err = 7; },
+    };
+    for (size_t i = 0; i < bad.size(); i++) {
+        RmcState s = good;
+        bad[i](s);
+        EXPECT_FALSE(c[0].rmc->load(s)) << "corruption " << i << " was loaded";
+        EXPECT_EQ(read_all(c[0]), before) << "corruption " << i << " changed the state";
+    }
+    // the same state with a consistent in-flight record loads, and that transfer completes
+    RmcState s = good;
+    s.regs.qp[0].wq_head++;
+    s.regs.qp[0].wq_tail++;
+    s.regs.qp[0].inflight = 1;
+    s.xfer.push_back(x);
+    ASSERT_TRUE(c[0].rmc->load(s));
+    ASSERT_TRUE(c[0].next(0, e, 100));
+    EXPECT_EQ(e.wr_id, 7u);
+    EXPECT_EQ(e.status, RMC_ST_UNREACHABLE);
+}
+
+// While paused (the VM stopped) the core touches no guest memory: its RGP fetches nothing and
+// other nodes' requests wait; on resume they are served in order.
+TEST(RmcMigration, PauseHoldsEverythingUntilResume)
+{
+    Cluster c(2, 5000);
+    for (unsigned n = 0; n < 2; n++) {
+        c[n].ctx(1, kSeg, kSegSize, CTX_PERM_READ | CTX_PERM_WRITE, 3);
+        c[n].qp(0, 1);
+    }
+    std::memset(c[0].at(kSeg), 0x11, 64);
+    c[0].rmc->pause(true);
+    c[1].post(0, wqe(RMC_OP_WRITE, 0, 0, 0, 64, 1)); // node 1's 0x00 bytes over node 0's 0x11
+    std::memset(c[1].at(kSeg), 0, 64);
+    c[0].post(0, wqe(RMC_OP_READ, 0, 0, 128, 64, 2));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(c[0].at(kSeg)[0], 0x11) << "a paused node's memory was written";
+    EXPECT_EQ(c[0].r(RMC_QP_REG(0, QP_WQ_HEAD)), 0u) << "a paused RGP fetched";
+    EXPECT_EQ(c[1].r(RMC_QP_REG(0, QP_CQ_TAIL)), 0u);
+    c[0].rmc->pause(false);
+    rmc_cqe e;
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    EXPECT_EQ(c[0].at(kSeg)[0], 0);
+    ASSERT_TRUE(c[0].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
 }
 
 } // namespace

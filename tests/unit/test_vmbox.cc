@@ -1,27 +1,34 @@
 // Unit tests of the Unimem vmbox core (hw/unimem/vmbox.cc).
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
+#include "test_host.h"
 #include "vmbox.h"
 
+using namespace rackemu;
 using namespace rackemu::unimem;
 
 namespace {
 struct Rig {
-    std::vector<bool> irq_changes;
-    std::vector<std::string> errors;
+    test::TestHost th;
+    std::vector<bool> irq_changes; // every set_irq call of the core
     Vmbox vm;
-    explicit Rig(unsigned depth = 8, bool known_issue = false)
-        : vm(VmboxHost{[this](bool l) { irq_changes.push_back(l); },
-                       [this](const std::string &m) { errors.push_back(m); }},
-             depth, known_issue)
+    explicit Rig(unsigned depth = 8, bool known_issue = false) : vm(hooked(), depth, known_issue) {}
+    Host hooked()
     {
+        th.set_irq = [this](unsigned line, bool l) {
+            EXPECT_EQ(line, 0u);
+            irq_changes.push_back(l);
+        };
+        return th.host();
     }
+    std::vector<std::string> errors() { return th.guest_errors(); }
     uint64_t load(uint64_t off, unsigned size = 8)
     {
         uint64_t v = 0;
-        EXPECT_EQ(vm.read(off, size, v), Vmbox::Result::Ok);
+        EXPECT_EQ(vm.read(off, size, v), RK_OK);
         return v;
     }
 };
@@ -37,9 +44,9 @@ TEST(Vmbox, EmptyFifoReadsThePattern)
 TEST(Vmbox, StoresEnqueueAndLoadsDequeueInOrderPerFifo)
 {
     Rig r;
-    ASSERT_EQ(r.vm.write(VMBOX_MIF_OFFSET(3), 0x11, 8), Vmbox::Result::Ok);
-    ASSERT_EQ(r.vm.write(VMBOX_MIF_OFFSET(3) + 8, 0x22, 8), Vmbox::Result::Ok); // burst's second beat
-    ASSERT_EQ(r.vm.write(VMBOX_MIF_OFFSET(6), 0x66, 8), Vmbox::Result::Ok);
+    ASSERT_EQ(r.vm.write(VMBOX_MIF_OFFSET(3), 0x11, 8), RK_OK);
+    ASSERT_EQ(r.vm.write(VMBOX_MIF_OFFSET(3) + 8, 0x22, 8), RK_OK); // burst's second beat
+    ASSERT_EQ(r.vm.write(VMBOX_MIF_OFFSET(6), 0x66, 8), RK_OK);
     EXPECT_EQ(r.load(VMBOX_MIF_OFFSET(3) + VMBOX_MIF_COUNT), 2u);
     EXPECT_EQ(r.load(VMBOX_MIF_OFFSET(3)), 0x11u);
     EXPECT_EQ(r.load(VMBOX_MIF_OFFSET(6)), 0x66u);
@@ -51,8 +58,8 @@ TEST(Vmbox, StoreToFullFifoIsABusErrorAndKeepsTheData)
 {
     Rig r(4);
     for (uint64_t i = 0; i < 4; i++)
-        ASSERT_EQ(r.vm.write(VMBOX_MIF_OFFSET(1), i, 8), Vmbox::Result::Ok);
-    EXPECT_EQ(r.vm.write(VMBOX_MIF_OFFSET(1), 99, 8), Vmbox::Result::BusError);
+        ASSERT_EQ(r.vm.write(VMBOX_MIF_OFFSET(1), i, 8), RK_OK);
+    EXPECT_EQ(r.vm.write(VMBOX_MIF_OFFSET(1), 99, 8), RK_NACK); // the bus answers SLVERR
     EXPECT_EQ(r.vm.counters().nacks, 1u);
     for (uint64_t i = 0; i < 4; i++)
         EXPECT_EQ(r.load(VMBOX_MIF_OFFSET(1)), i);
@@ -62,18 +69,18 @@ TEST(Vmbox, NarrowFifoAccessIsRefusedAndLogged)
 {
     Rig r;
     uint64_t v;
-    EXPECT_EQ(r.vm.write(VMBOX_MIF_OFFSET(0), 1, 4), Vmbox::Result::BusError);
-    EXPECT_EQ(r.vm.read(VMBOX_MIF_OFFSET(0), 4, v), Vmbox::Result::BusError);
+    EXPECT_EQ(r.vm.write(VMBOX_MIF_OFFSET(0), 1, 4), RK_SLAVE_ERROR);
+    EXPECT_EQ(r.vm.read(VMBOX_MIF_OFFSET(0), 4, v), RK_SLAVE_ERROR);
     EXPECT_EQ(r.vm.fill(0), 0u);
-    EXPECT_EQ(r.errors.size(), 2u);
+    EXPECT_EQ(r.errors().size(), 2u);
 }
 
 TEST(Vmbox, BurstIsAllOrNothingByDefault)
 {
     Rig r(6);
     const uint64_t pkt[4] = {1, 2, 3, 4};
-    EXPECT_EQ(r.vm.deliver(2, pkt, 4), Vmbox::Delivery::Ack);
-    EXPECT_EQ(r.vm.deliver(2, pkt, 4), Vmbox::Delivery::Nack); // 2 slots left
+    EXPECT_EQ(r.vm.deliver(2, pkt, 4), RK_OK);
+    EXPECT_EQ(r.vm.deliver(2, pkt, 4), RK_NACK); // 2 slots left
     EXPECT_EQ(r.vm.fill(2), 4u);
 }
 
@@ -81,20 +88,20 @@ TEST(Vmbox, KnownIssueModeTruncatesAndStillAcks)
 {
     Rig r(6, true);
     const uint64_t pkt[4] = {1, 2, 3, 4};
-    EXPECT_EQ(r.vm.deliver(2, pkt, 4), Vmbox::Delivery::Ack);
-    EXPECT_EQ(r.vm.deliver(2, pkt, 4), Vmbox::Delivery::Ack); // sec. 5.1.2
+    EXPECT_EQ(r.vm.deliver(2, pkt, 4), RK_OK);
+    EXPECT_EQ(r.vm.deliver(2, pkt, 4), RK_OK); // sec. 5.1.2
     EXPECT_EQ(r.vm.fill(2), 6u);
     EXPECT_EQ(r.vm.counters().truncated, 2u);
-    EXPECT_EQ(r.vm.deliver(2, pkt, 4), Vmbox::Delivery::Nack); // full FIFO always NACKs
+    EXPECT_EQ(r.vm.deliver(2, pkt, 4), RK_NACK); // full FIFO always NACKs
 }
 
 TEST(Vmbox, InterruptFollowsEnabledNonEmptyFifos)
 {
     Rig r;
     const uint64_t c = VMBOX_CTRL_OFFSET;
-    ASSERT_EQ(r.vm.write(VMBOX_MIF_OFFSET(7), 5, 8), Vmbox::Result::Ok);
+    ASSERT_EQ(r.vm.write(VMBOX_MIF_OFFSET(7), 5, 8), RK_OK);
     EXPECT_FALSE(r.vm.irq_level()); // not enabled yet
-    ASSERT_EQ(r.vm.write(c + VMBOX_CTRL_IRQ_ENABLE, 1ull << 7, 8), Vmbox::Result::Ok);
+    ASSERT_EQ(r.vm.write(c + VMBOX_CTRL_IRQ_ENABLE, 1ull << 7, 8), RK_OK);
     EXPECT_TRUE(r.vm.irq_level());
     EXPECT_EQ(r.load(c + VMBOX_CTRL_IRQ_STATUS), 1ull << 7);
     EXPECT_EQ(r.load(VMBOX_MIF_OFFSET(7)), 5u);
@@ -117,10 +124,129 @@ TEST(Vmbox, OutOfRangeDeliveryAndUnmappedAccessAreHarmless)
 {
     Rig r;
     const uint64_t w = 1;
-    EXPECT_EQ(r.vm.deliver(64, &w, 1), Vmbox::Delivery::Nack);
-    EXPECT_EQ(r.vm.deliver(3, &w, 0), Vmbox::Delivery::Nack);
+    EXPECT_EQ(r.vm.deliver(64, &w, 1), RK_NACK);
+    EXPECT_EQ(r.vm.deliver(3, &w, 0), RK_NACK);
     EXPECT_EQ(r.load(VMBOX_MIF_OFFSET(3) + 0x900), 0u);
-    EXPECT_EQ(r.vm.write(VMBOX_CTRL_OFFSET + VMBOX_CTRL_ID, 1, 8), Vmbox::Result::Ok);
+    EXPECT_EQ(r.vm.write(VMBOX_CTRL_OFFSET + VMBOX_CTRL_ID, 1, 8), RK_OK);
     EXPECT_EQ(r.load(VMBOX_CTRL_OFFSET + VMBOX_CTRL_ID), VMBOX_ID_VALUE);
     EXPECT_EQ(r.load(VMBOX_CTRL_OFFSET + VMBOX_CTRL_DEPTH), 8u);
+}
+
+TEST(Vmbox, CountersReadBackThroughTheirTableOffsets)
+{
+    Rig r(4);
+    const uint64_t c = VMBOX_CTRL_OFFSET + VMBOX_CTRL_COUNTERS;
+    for (uint64_t i = 0; i < 5; i++)
+        r.vm.write(VMBOX_MIF_OFFSET(2), i, 8); // 4 enqueued, 1 NACK
+    r.load(VMBOX_MIF_OFFSET(2));
+    const VmboxCounters k = r.vm.counters();
+    EXPECT_EQ(k.enqueued, 4u);
+    EXPECT_EQ(k.nacks, 1u);
+    EXPECT_EQ(k.dequeued, 1u);
+    EXPECT_EQ(r.load(c + VMBOX_CNT_ENQUEUED), 4u);
+    EXPECT_EQ(r.load(c + VMBOX_CNT_NACKS), 1u);
+    EXPECT_EQ(r.load(c + VMBOX_CNT_DEQUEUED), 1u);
+    EXPECT_EQ(r.load(VMBOX_CTRL_OFFSET + VMBOX_CTRL_ENQUEUED), 4u); // the driver's names
+    const char *names[] = {VMBOX_CNT_NAMES};
+    EXPECT_STREQ(names[VMBOX_CNT_INDEX_TRUNCATED], "truncated");
+}
+
+TEST(Vmbox, RegisterStoresNeedAlignedDoublewordsAndAreNamedInTheLog)
+{
+    Rig r;
+    const uint64_t c = VMBOX_CTRL_OFFSET;
+    EXPECT_EQ(r.vm.write(c + VMBOX_CTRL_IRQ_ENABLE, 0xff, 4), RK_OK); // ignored: 64-bit registers
+    EXPECT_EQ(r.load(c + VMBOX_CTRL_IRQ_ENABLE), 0u);
+    EXPECT_EQ(r.vm.write(c + VMBOX_CTRL_DEPTH, 5, 8), RK_OK); // read-only
+    EXPECT_EQ(r.load(c + VMBOX_CTRL_DEPTH), 8u);
+    ASSERT_EQ(r.errors().size(), 2u);
+    EXPECT_NE(r.errors()[1].find("DEPTH"), std::string::npos) << r.errors()[1];
+    EXPECT_EQ(r.load(c + VMBOX_CTRL_ID + 4, 4), 0u); // registers are read at their own offset
+    EXPECT_EQ(r.load(c + VMBOX_CTRL_ID, 4), VMBOX_ID_VALUE & 0xffffffffu);
+    EXPECT_EQ(r.vm.counters().bad_access, 3u);
+}
+
+TEST(Vmbox, FabricDeliveriesAreValidatedBeforeTheyReachAFifo)
+{
+    Rig r(8);
+    rkf_frame_hdr h{};
+    h.type = RKF_T_REQ;
+    h.svc = RKF_SVC_UNIMEM_MBOX;
+    h.op = RKF_OP_MBOX_DELIVER;
+    rkf_mbox_deliver d{};
+    d.mif = 9;
+    d.nwords = 4;
+    for (unsigned i = 0; i < 4; i++)
+        d.words[i] = 0x100 + i;
+    h.len = offsetof(rkf_mbox_deliver, words) + 4 * 8;
+    EXPECT_EQ(r.vm.serve_frame(h, &d), int(RKF_ST_OK));
+    EXPECT_EQ(r.vm.serve_frame(h, &d), int(RKF_ST_OK));
+    EXPECT_EQ(r.vm.serve_frame(h, &d), int(RKF_ST_REFUSED)); // full
+    EXPECT_EQ(r.load(VMBOX_MIF_OFFSET(9)), 0x100u);
+    h.len += 8; // length disagrees with nwords
+    EXPECT_EQ(r.vm.serve_frame(h, &d), int(RKF_ST_BAD_FRAME));
+    h.len -= 8;
+    d.mif = 64;
+    EXPECT_EQ(r.vm.serve_frame(h, &d), int(RKF_ST_BAD_FRAME));
+    h.type = RKF_T_REPLY;
+    EXPECT_EQ(r.vm.serve_frame(h, &d), -1); // no reply to a reply
+    EXPECT_EQ(r.vm.fill(9), 7u);
+}
+
+TEST(Vmbox, SaveAndLoadKeepFifosEnablesAndCountersAndTheLine)
+{
+    Rig a(8);
+    const uint64_t c = VMBOX_CTRL_OFFSET;
+    for (uint64_t i = 0; i < 6; i++)
+        a.vm.write(VMBOX_MIF_OFFSET(3), 0x30 + i, 8);
+    a.load(VMBOX_MIF_OFFSET(3)); // head moves: the ring wraps below
+    const uint64_t pkt[4] = {1, 2, 3, 4};
+    ASSERT_EQ(a.vm.deliver(3, pkt, 3), RK_OK);
+    a.vm.write(VMBOX_MIF_OFFSET(63), 0x63, 8);
+    a.vm.write(c + VMBOX_CTRL_IRQ_ENABLE, 1ull << 63, 8);
+    ASSERT_TRUE(a.vm.irq_level());
+    const VmboxState st = a.vm.save();
+
+    Rig b(8);
+    ASSERT_TRUE(b.vm.load(st));
+    EXPECT_TRUE(b.vm.irq_level());
+    EXPECT_EQ(b.irq_changes, (std::vector<bool>{true}));
+    for (uint64_t off : std::initializer_list<uint64_t>{
+             c + VMBOX_CTRL_IRQ_ENABLE, c + VMBOX_CTRL_IRQ_STATUS, c + VMBOX_CTRL_NONEMPTY,
+             c + VMBOX_CTRL_NACKS, c + VMBOX_CTRL_ENQUEUED, c + VMBOX_CTRL_DEQUEUED,
+             VMBOX_MIF_OFFSET(3) + VMBOX_MIF_COUNT, VMBOX_MIF_OFFSET(63) + VMBOX_MIF_COUNT})
+        EXPECT_EQ(b.load(off), a.load(off)) << std::hex << off;
+    for (uint64_t want : std::initializer_list<uint64_t>{0x31, 0x32, 0x33, 0x34, 0x35, 1, 2, 3})
+        EXPECT_EQ(b.load(VMBOX_MIF_OFFSET(3)), uint64_t(want));
+    EXPECT_EQ(b.load(VMBOX_MIF_OFFSET(3)), VMBOX_EMPTY_PATTERN);
+    EXPECT_EQ(b.load(VMBOX_MIF_OFFSET(63)), 0x63u);
+    EXPECT_FALSE(b.vm.irq_level());
+}
+
+TEST(Vmbox, LoadRefusesAStateThatDoesNotFitAndChangesNothing)
+{
+    Rig a(8);
+    a.vm.write(VMBOX_MIF_OFFSET(1), 7, 8);
+    VmboxState st = a.vm.save();
+    Rig b(4);
+    EXPECT_FALSE(b.vm.load(st)); // another depth
+    Rig c(8);
+    c.vm.write(VMBOX_MIF_OFFSET(5), 5, 8);
+    st.fifos[2].assign(9, 0); // more words than the FIFO holds
+    EXPECT_FALSE(c.vm.load(st));
+    EXPECT_EQ(c.vm.fill(5), 1u);
+    EXPECT_EQ(c.vm.fill(1), 0u);
+}
+
+TEST(Vmbox, AFrozenVmboxRefusesDeliveriesWithoutCountingThem)
+{
+    Rig r;
+    const uint64_t w = 1;
+    r.vm.freeze(true);
+    EXPECT_EQ(r.vm.deliver(4, &w, 1), RK_NACK);
+    EXPECT_EQ(r.vm.fill(4), 0u);
+    EXPECT_EQ(r.vm.counters().nacks, 0u); // the saved state does not change
+    r.vm.freeze(false);
+    EXPECT_EQ(r.vm.deliver(4, &w, 1), RK_OK);
+    EXPECT_EQ(r.vm.fill(4), 1u);
 }

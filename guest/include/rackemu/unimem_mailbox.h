@@ -21,33 +21,42 @@
 #define MAILBOX_DEV_DIR "/dev/Unimem" /* the seed's path; /dev/unimem is the vmbox/packetizer device */
 #define MAILBOX_FILE_QUEUE 256u /* messages queued per open file; more are dropped and counted */
 
-/* The mailbox uses the vmbox FIFO and the packetizer interface with this number on every node
- * (never handed out to /dev/unimem users). On the wire a message is a 256-bit packet:
- * word0 [63:48] = MAILBOX_PKT_MAGIC, [47:0] = the sending kernel's PID, UNIMEM_PID(node, 63,
- * 0, 0), stamped by the packetizer; word1 = the message; word2 = its origin, written by the
- * sending kernel: MAILBOX_ORIGIN_KERNEL, or MAILBOX_ORIGIN_USER | the writing process's uid for
- * a message written to /dev/Unimem/mailbox*; word3 = 0. Packets with another magic or a user
- * process's PID are dropped and counted as forged. */
+/* The mailbox uses the vmbox FIFO and the packetizer interface with the number given by
+ * unimem.ko's `mailbox_if` parameter, MAILBOX_IF by default, on every node (never handed out to
+ * /dev/unimem users while the mailbox holds it; 0 turns the mailbox off and leaves interfaces
+ * 1..63 to users, as seed 004 sec. 2.2.3 counts them; docs/mailbox.md). The value must be the
+ * same on every node. On the wire a message is a 256-bit packet:
+ * word0 [63:48] = MAILBOX_PKT_MAGIC, [47:0] = the sending kernel's PID, UNIMEM_KERNEL_PID(node)
+ * = UNIMEM_PID(node, 63, 0, 0), stamped by the packetizer; word1 = the message; word2 = its
+ * origin, written by the sending kernel: MAILBOX_ORIGIN_KERNEL, or MAILBOX_ORIGIN_USER | the
+ * writing process's uid for a message written to /dev/Unimem/mailbox*; word3 = 0. Packets with
+ * another magic or a user process's PID are dropped and counted as forged. */
 #define MAILBOX_IF 63u
 #define MAILBOX_PKT_MAGIC 0x4d42u /* "MB" */
 #define MAILBOX_ORIGIN_KERNEL 0ull
 #define MAILBOX_ORIGIN_USER (1ull << 63)
 
-/* Written to the local mailbox device (seed 004 sec. 3.2.2). */
-struct mailbox_action_t {
-	char action;     /* 'r' register (read), 's' register + signal `val`,
-	                  * 'e' register + eventfd descriptor `val`, 'u' unregister */
-	unsigned opcode; /* 0x0 .. 0xf */
-	int val;
-};
+/* The registration record written to the local mailbox device (seed 004 sec. 3.2.2) is
+ * struct mailbox_action_t { char action; unsigned opcode; int val; }: 12 bytes on every Linux
+ * ABI rackemu guests use (action at 0, opcode at 4, val at 8). This header does not define it,
+ * so that a program written as the seed shows, which defines the struct itself, can include
+ * this header; rackemu/unimem_mailbox_action.h defines it for everyone else. */
+#define MAILBOX_ACTION_SIZE 12u
+#define MAILBOX_ACTION_REGISTER 'r'     /* register the opcode; messages are read with read() */
+#define MAILBOX_ACTION_SIGNAL 's'       /* register, and send signal `val` per message */
+#define MAILBOX_ACTION_EVENTFD 'e'      /* register, and signal eventfd descriptor `val` */
+#define MAILBOX_ACTION_UNREGISTER 'u'
 
 #ifdef __KERNEL__
-/* Kernel interface (seed 004 sec. 3.2.1). Callbacks run in interrupt context and receive the
+/* Kernel interface (seed 004 sec. 3.2.1), exported with EXPORT_SYMBOL (not _GPL): modules
+ * under any license may use it, as the seed presents it to "kernel drivers" without condition
+ * (docs/mailbox.md). Callbacks run in interrupt context and receive the
  * whole 64-bit message, opcode included. All return 0 on success or a negative errno:
  * register: -EINVAL (opcode > 0xf, no callback), -EBUSY (opcode taken), -ENODEV (no mailbox);
  * unregister: -EINVAL, -ENOENT (not registered by a kernel callback);
  * send: -EINVAL (no such node), -EBUSY (the destination mailbox is full), -EHOSTUNREACH (node
- * absent, down, or the fabric is down), -ETIMEDOUT (no answer within 200 ms), -ENODEV. */
+ * absent, down, or the fabric is down), -ETIMEDOUT (no answer within 200 ms), -ENODEV (the
+ * driver is not bound, or the mailbox is off: mailbox_if=0). */
 typedef int (*mailbox_callback)(long long unsigned);
 int mailbox_register_callback(unsigned opcode, mailbox_callback cb, char *description);
 int mailbox_unregister_callback(unsigned opcode);

@@ -27,7 +27,8 @@
  * node sent a packet, and where to reply (seed 004 sec. 2.2.3-2.2.4):
  *   [47:42] node id   [41:36] the sender's MIF   [35:18] its tgid   [17:0] its tid
  * tgid = tid = 0 never belongs to a user thread: the atomic service (PIF 0, MIF 0) and the
- * mailbox driver's kernel PIF (interface 63) carry it. Processes and threads whose ids do not fit
+ * node's kernel (UNIMEM_KERNEL_PID: the mailbox driver and the atomicity driver's exit notices)
+ * carry it. Processes and threads whose ids do not fit
  * in 18 bits cannot open /dev/unimem (EOVERFLOW; the guest's pid_max is 32768).
  */
 #define UNIMEM_PID_ID_BITS 18
@@ -41,6 +42,10 @@
 #define UNIMEM_PID_TID(p) ((unsigned)((p) & UNIMEM_PID_ID_MAX))
 /* The PID of node `node`'s atomic service: what its replies carry. */
 #define UNIMEM_SERVICE_PID(node) UNIMEM_PID(node, 0, 0, 0)
+/* The PID of node `node`'s kernel: MIF field 63 with tgid = tid = 0, whichever PIF it sends from
+ * (the mailbox's interface, unimem's `mailbox_if` parameter, or a free one borrowed for an exit
+ * notice while the mailbox is off; docs/unimem.md). */
+#define UNIMEM_KERNEL_PID(node) UNIMEM_PID(node, 63, 0, 0)
 /*
  * Privileged interfaces: MIFs (and PIFs) UNIMEM_IF_PRIV_FIRST..UNIMEM_IF_PRIV_LAST are handed out
  * only to openers with CAP_SYS_ADMIN (who take them first), so the MIF field of a PID tells any

@@ -5,14 +5,17 @@
  * (interrupt context) or to user processes (read, poll, a signal or an eventfd).
  * Interface: rackemu/unimem_mailbox.h; documentation: docs/mailbox.md.
  *
- * Transport: every node reserves FIFO MAILBOX_IF of its vmbox as its mailbox and PIF
- * MAILBOX_IF of its packetizer for sending; a message travels as one 256-bit packet whose
- * word 1 is the message. The packetizer stamps the kernel's PID (node, MIF 63, tgid 0, tid 0), so packets a
- * user process aims at the mailbox FIFO are recognised and dropped.
+ * Transport: every node reserves one vmbox FIFO as its mailbox and the packetizer interface
+ * with the same number for sending: interface `mailbox_if` (module parameter, MAILBOX_IF = 63 by
+ * default, 0 = mailbox off, which leaves interfaces 1..63 to /dev/unimem users). A message
+ * travels as one 256-bit packet whose word 1 is the message. The packetizer stamps the kernel's
+ * PID (UNIMEM_KERNEL_PID: node, MIF field 63, tgid 0, tid 0), so packets a user process aims at
+ * the mailbox FIFO are recognised and dropped.
  */
 #include <linux/delay.h>
 #include <linux/eventfd.h>
 #include <linux/fs.h>
+#include <linux/interrupt.h>
 #include <linux/io.h>
 #include <linux/kfifo.h>
 #include <linux/cred.h>
@@ -26,6 +29,7 @@
 
 #include "rackemu/unimem_regs.h"
 #include "rackemu/unimem_mailbox.h"
+#include "rackemu/unimem_mailbox_action.h"
 #include "rackemu/unimem_uapi.h"
 #include "unimem_internal.h"
 
@@ -65,7 +69,8 @@ static struct {
 	struct mbox_owner owners[MAILBOX_OPCODES];
 	struct mbox_node_dev *devs;
 	unsigned int ndevs;
-	bool up;
+	unsigned int ifno;		/* the mailbox's interface, 0 = off; changed under tx_lock */
+	bool up;			/* ifno is set up: messages can be sent (under tx_lock) */
 	u64 sent, send_errors, received, delivered_kernel, delivered_user, dropped, unclaimed, forged;
 } mbox = {
 	.lock = __SPIN_LOCK_UNLOCKED(mbox.lock),
@@ -74,20 +79,18 @@ static struct {
 
 /* ---- sending ---- */
 
-int unimem_kernel_send(struct unimem *um, u32 node, u32 mif, u64 w0, u64 w1, u64 w2, u64 w3)
+unsigned int unimem_mbox_if(void)
 {
-	void __iomem *pif;
-	unsigned long flags;
+	return READ_ONCE(mbox.ifno);
+}
+
+/* One packet from PIF `pif`, spinning until the destination answered or 200 ms passed. */
+static int pif_send(struct unimem *um, unsigned int pif_no, u32 node, u32 mif, u64 w0, u64 w1, u64 w2, u64 w3)
+{
+	void __iomem *pif = um->pktz + PKTZ_PIF_OFFSET(pif_no);
 	ktime_t deadline;
 	u64 st;
-	int ret;
 
-	if (!READ_ONCE(mbox.up))
-		return -ENODEV;
-	if (node >= um->node_count || mif >= UNIMEM_IF_COUNT)
-		return -EINVAL;
-	pif = um->pktz + PKTZ_PIF_OFFSET(MAILBOX_IF);
-	spin_lock_irqsave(&mbox.tx_lock, flags);
 	writeq(w0, pif + PKTZ_PIF_PAYLOAD0);
 	writeq(w1, pif + PKTZ_PIF_PAYLOAD0 + 8);
 	writeq(w2, pif + PKTZ_PIF_PAYLOAD1);
@@ -101,19 +104,80 @@ int unimem_kernel_send(struct unimem *um, u32 node, u32 mif, u64 w0, u64 w1, u64
 		udelay(1);
 	}
 	if (st & PKTZ_ST_PEND) {
-		unimem_tif_write(um, PKTZ_TIF_CLR_REQ, BIT_ULL(MAILBOX_IF));
-		ret = -ETIMEDOUT;
-	} else if (st & PKTZ_ST_ACK) {
-		ret = 0;
-	} else if (st & PKTZ_ST_FABRIC_ERR) {
-		ret = -EHOSTUNREACH;
-	} else if (st & PKTZ_ST_NACK) {
-		ret = -EBUSY;
-	} else {
-		ret = -EINVAL; /* ILLEGAL: cannot happen with our own BASE_DEST */
+		unimem_tif_write(um, PKTZ_TIF_CLR_REQ, BIT_ULL(pif_no));
+		return -ETIMEDOUT;
+	}
+	if (st & PKTZ_ST_ACK)
+		return 0;
+	if (st & PKTZ_ST_FABRIC_ERR)
+		return -EHOSTUNREACH;
+	if (st & PKTZ_ST_NACK)
+		return -EBUSY;
+	return -EINVAL; /* ILLEGAL: cannot happen with our own BASE_DEST */
+}
+
+/*
+ * The mailbox is off: send from a free PIF, programmed with the kernel's PID for this one packet.
+ * Process context. A trylock, because the driver's removal holds um->lock while it waits for
+ * the exit-notice work, the only caller: -EAGAIN then, and when every PIF is taken.
+ */
+static int borrowed_send(struct unimem *um, u32 node, u32 mif, u64 w0, u64 w1, u64 w2, u64 w3)
+{
+	unsigned int pif;
+	int ret;
+
+	if (in_interrupt() || irqs_disabled())
+		return -ENODEV;
+	if (!mutex_trylock(&um->lock))
+		return -EAGAIN;
+	if (!um->registered) {
+		mutex_unlock(&um->lock);
+		return -ENODEV;
+	}
+	pif = find_next_zero_bit(um->pif_used, UNIMEM_IF_COUNT, 1);
+	if (pif >= UNIMEM_IF_COUNT) {
+		mutex_unlock(&um->lock);
+		return -EAGAIN;
+	}
+	set_bit(pif, um->pif_used);
+	unimem_tif_write(um, PKTZ_TIF_CLR_REQ, BIT_ULL(pif));
+	unimem_tif_write(um, PKTZ_TIF_PIDT(pif), UNIMEM_KERNEL_PID(um->node_id));
+	um->pid_conf |= BIT_ULL(pif);
+	unimem_tif_write(um, PKTZ_TIF_PID_CONF, um->pid_conf);
+	ret = pif_send(um, pif, node, mif, w0, w1, w2, w3);
+	um->pid_conf &= ~BIT_ULL(pif);
+	unimem_tif_write(um, PKTZ_TIF_PID_CONF, um->pid_conf);
+	unimem_tif_write(um, PKTZ_TIF_CLR_REQ, BIT_ULL(pif));
+	clear_bit(pif, um->pif_used);
+	mutex_unlock(&um->lock);
+	return ret;
+}
+
+/* mif == MBOX_DEST: the destination's mailbox FIFO (same number as ours); never borrows */
+#define MBOX_DEST UNIMEM_IF_COUNT
+
+static int kernel_send(struct unimem *um, u32 node, u32 mif, u64 w0, u64 w1, u64 w2, u64 w3)
+{
+	unsigned long flags;
+	int ret;
+
+	if (node >= um->node_count || mif > MBOX_DEST)
+		return -EINVAL;
+	spin_lock_irqsave(&mbox.tx_lock, flags);
+	if (mbox.up) {
+		ret = pif_send(um, mbox.ifno, node, mif == MBOX_DEST ? mbox.ifno : mif, w0, w1, w2, w3);
+		spin_unlock_irqrestore(&mbox.tx_lock, flags);
+		return ret;
 	}
 	spin_unlock_irqrestore(&mbox.tx_lock, flags);
-	return ret;
+	if (mif == MBOX_DEST)
+		return -ENODEV; /* the mailbox is off (mailbox_if=0) or not bound */
+	return borrowed_send(um, node, mif, w0, w1, w2, w3);
+}
+
+int unimem_kernel_send(struct unimem *um, u32 node, u32 mif, u64 w0, u64 w1, u64 w2, u64 w3)
+{
+	return mif < UNIMEM_IF_COUNT ? kernel_send(um, node, mif, w0, w1, w2, w3) : -EINVAL;
 }
 
 /* origin: word 2 of the packet, MAILBOX_ORIGIN_KERNEL or MAILBOX_ORIGIN_USER | uid */
@@ -124,10 +188,10 @@ static int mbox_send(int rnode, u64 val, u64 origin)
 	int ret;
 
 	if (!READ_ONCE(mbox.up))
-		return -ENODEV;
+		return -ENODEV; /* not bound, or mailbox_if=0 */
 	if (rnode < 0 || rnode >= (int)um->node_count)
 		return -EINVAL;
-	ret = unimem_kernel_send(um, rnode, MAILBOX_IF, (u64)MAILBOX_PKT_MAGIC << 48, val, origin, 0);
+	ret = kernel_send(um, rnode, MBOX_DEST, (u64)MAILBOX_PKT_MAGIC << 48, val, origin, 0);
 	spin_lock_irqsave(&mbox.lock, flags);
 	if (ret)
 		mbox.send_errors++;
@@ -141,7 +205,7 @@ int mailbox_send_message(int rnode, unsigned long long val)
 {
 	return mbox_send(rnode, val, MAILBOX_ORIGIN_KERNEL);
 }
-EXPORT_SYMBOL_GPL(mailbox_send_message);
+EXPORT_SYMBOL(mailbox_send_message);
 
 /* ---- kernel registrations ---- */
 
@@ -170,13 +234,13 @@ int mailbox_register_callback(unsigned int opcode, mailbox_callback cb, char *de
 {
 	return cb ? mbox_register(opcode, cb, NULL, description) : -EINVAL;
 }
-EXPORT_SYMBOL_GPL(mailbox_register_callback);
+EXPORT_SYMBOL(mailbox_register_callback);
 
 int mailbox_register_sender_callback(unsigned int opcode, mailbox_sender_callback cb, char *description)
 {
 	return cb ? mbox_register(opcode, NULL, cb, description) : -EINVAL;
 }
-EXPORT_SYMBOL_GPL(mailbox_register_sender_callback);
+EXPORT_SYMBOL(mailbox_register_sender_callback);
 
 int mailbox_unregister_callback(unsigned int opcode)
 {
@@ -193,7 +257,7 @@ int mailbox_unregister_callback(unsigned int opcode)
 	spin_unlock_irqrestore(&mbox.lock, flags);
 	return ret;
 }
-EXPORT_SYMBOL_GPL(mailbox_unregister_callback);
+EXPORT_SYMBOL(mailbox_unregister_callback);
 
 /* ---- receiving (hard interrupt context) ---- */
 
@@ -234,17 +298,20 @@ static void mbox_dispatch(u64 msg, const struct mailbox_sender *from)
 
 void unimem_mbox_irq(struct unimem *um)
 {
-	void __iomem *mif = um->vmbox + VMBOX_MIF_OFFSET(MAILBOX_IF);
+	unsigned int ifno = READ_ONCE(mbox.ifno);
+	void __iomem *mif = um->vmbox + VMBOX_MIF_OFFSET(ifno);
 	u64 w[UNIMEM_PACKET_WORDS];
 	struct mailbox_sender from;
 	int i;
 
+	if (!ifno)
+		return;
 	while (readq(mif + VMBOX_MIF_COUNT) >= UNIMEM_PACKET_WORDS) {
 		for (i = 0; i < UNIMEM_PACKET_WORDS; i++)
 			w[i] = readq(mif + VMBOX_MIF_DATA);
-		/* only a mailbox driver's kernel PIF (tgid = tid = 0, interface 63) may post here */
+		/* only a node's kernel (tgid = tid = 0, MIF field 63) may post here */
 		if ((w[0] >> 48) != MAILBOX_PKT_MAGIC ||
-		    UNIMEM_PACKET_PID(w[0]) != UNIMEM_PID(UNIMEM_PID_NODE(UNIMEM_PACKET_PID(w[0])), MAILBOX_IF, 0, 0)) {
+		    UNIMEM_PACKET_PID(w[0]) != UNIMEM_KERNEL_PID(UNIMEM_PID_NODE(UNIMEM_PACKET_PID(w[0])))) {
 			spin_lock(&mbox.lock);
 			mbox.forged++;
 			spin_unlock(&mbox.lock);
@@ -256,7 +323,7 @@ void unimem_mbox_irq(struct unimem *um)
 		from.uid = (u32)w[2];
 		mbox_dispatch(w[1], &from);
 	}
-	unimem_irq_mask(um, MAILBOX_IF, true);
+	unimem_irq_mask(um, ifno, true);
 }
 
 /* ---- user interface: /dev/unimem/mailboxX ---- */
@@ -310,6 +377,8 @@ static int mbox_release(struct inode *inode, struct file *file)
 	kfree(f);
 	return 0;
 }
+
+static_assert(sizeof(struct mailbox_action_t) == MAILBOX_ACTION_SIZE, "the seed's record, as user space writes it");
 
 static ssize_t mbox_action(struct mbox_file *f, const struct mailbox_action_t *a)
 {
@@ -472,22 +541,77 @@ static void mbox_letters(unsigned int node, char *out)
 	}
 }
 
-int unimem_mbox_publish(struct unimem *um)
+/* Stop the transport and give its interface back; um->lock held. */
+static void mbox_detach(struct unimem *um)
+{
+	unsigned int old = mbox.ifno;
+	unsigned long flags;
+
+	/* sends hold tx_lock for their whole packet: none is in flight after this */
+	spin_lock_irqsave(&mbox.tx_lock, flags);
+	WRITE_ONCE(mbox.up, false);
+	WRITE_ONCE(mbox.ifno, 0);
+	spin_unlock_irqrestore(&mbox.tx_lock, flags);
+	if (!old)
+		return;
+	if (um->vmbox) {
+		unimem_irq_mask(um, old, false);
+		synchronize_irq(um->vmbox_irq); /* a handler still draining the old FIFO is done */
+		unimem_irq_mask(um, old, false); /* which re-enabled it on its way out */
+		writeq(BIT_ULL(old), um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_FLUSH);
+	}
+	if (um->pktz) {
+		um->pid_conf &= ~BIT_ULL(old);
+		unimem_tif_write(um, PKTZ_TIF_PID_CONF, um->pid_conf);
+		unimem_tif_write(um, PKTZ_TIF_CLR_REQ, BIT_ULL(old));
+	}
+	clear_bit(old, um->mif_used);
+	clear_bit(old, um->pif_used);
+}
+
+int unimem_mbox_attach(struct unimem *um, unsigned int ifno)
+{
+	unsigned long flags;
+
+	if (ifno >= UNIMEM_IF_COUNT)
+		return -EINVAL;
+	if (ifno == mbox.ifno)
+		return 0;
+	if (ifno && (test_bit(ifno, um->mif_used) || test_bit(ifno, um->pif_used)))
+		return -EBUSY; /* a /dev/unimem file (or the atomic service, for 0) holds it */
+	mbox_detach(um);
+	if (!ifno)
+		return 0;
+	set_bit(ifno, um->mif_used);
+	set_bit(ifno, um->pif_used);
+	/* the kernel's sending PIF: PID = (node, MIF field 63, tgid 0, tid 0) */
+	unimem_tif_write(um, PKTZ_TIF_CLR_REQ, BIT_ULL(ifno));
+	unimem_tif_write(um, PKTZ_TIF_PIDT(ifno), UNIMEM_KERNEL_PID(um->node_id));
+	um->pid_conf |= BIT_ULL(ifno);
+	unimem_tif_write(um, PKTZ_TIF_PID_CONF, um->pid_conf);
+	writeq(BIT_ULL(ifno), um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_FLUSH);
+	spin_lock_irqsave(&mbox.tx_lock, flags);
+	WRITE_ONCE(mbox.ifno, ifno);
+	WRITE_ONCE(mbox.up, true);
+	spin_unlock_irqrestore(&mbox.tx_lock, flags);
+	unimem_irq_mask(um, ifno, true);
+	return 0;
+}
+
+int unimem_mbox_publish(struct unimem *um, unsigned int ifno)
 {
 	unsigned int i;
 	char letters[4];
 	int ret;
 
-	/* the kernel's sending PIF: PID = (node, MIF 63, tgid 0, tid 0) */
-	unimem_tif_write(um, PKTZ_TIF_CLR_REQ, BIT_ULL(MAILBOX_IF));
-	unimem_tif_write(um, PKTZ_TIF_PIDT(MAILBOX_IF), UNIMEM_PID(um->node_id, MAILBOX_IF, 0, 0));
-	um->pid_conf |= BIT_ULL(MAILBOX_IF);
-	unimem_tif_write(um, PKTZ_TIF_PID_CONF, um->pid_conf);
-	writeq(BIT_ULL(MAILBOX_IF), um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_FLUSH);
-
+	ret = unimem_mbox_attach(um, ifno);
+	if (ret)
+		return ret;
 	mbox.devs = kcalloc(um->node_count, sizeof(*mbox.devs), GFP_KERNEL);
-	if (!mbox.devs)
+	if (!mbox.devs) {
+		mbox_detach(um);
 		return -ENOMEM;
+	}
 	mbox.ndevs = um->node_count;
 	for (i = 0; i < mbox.ndevs; i++) {
 		struct mbox_node_dev *nd = &mbox.devs[i];
@@ -509,8 +633,6 @@ int unimem_mbox_publish(struct unimem *um)
 		}
 		nd->registered = true;
 	}
-	WRITE_ONCE(mbox.up, true);
-	unimem_irq_mask(um, MAILBOX_IF, true);
 	return 0;
 }
 
@@ -518,19 +640,13 @@ void unimem_mbox_unpublish(struct unimem *um)
 {
 	unsigned int i;
 
-	WRITE_ONCE(mbox.up, false);
-	if (um->vmbox)
-		unimem_irq_mask(um, MAILBOX_IF, false);
+	mbox_detach(um);
 	for (i = 0; i < mbox.ndevs; i++)
 		if (mbox.devs[i].registered)
 			misc_deregister(&mbox.devs[i].misc);
 	kfree(mbox.devs);
 	mbox.devs = NULL;
 	mbox.ndevs = 0;
-	if (um->pktz) {
-		um->pid_conf &= ~BIT_ULL(MAILBOX_IF);
-		unimem_tif_write(um, PKTZ_TIF_PID_CONF, um->pid_conf);
-	}
 }
 
 ssize_t unimem_mbox_show(char *buf)

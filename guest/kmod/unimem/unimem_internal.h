@@ -36,12 +36,18 @@ void unimem_irq_mask(struct unimem *um, int mif, bool enable);
 void unimem_tif_write(struct unimem *um, u32 reg, u64 val);
 
 /* mailbox.c (seed 004 sec. 3.2) */
-int unimem_mbox_publish(struct unimem *um);	/* um->lock held, both devices bound */
+int unimem_mbox_publish(struct unimem *um, unsigned int ifno);	/* um->lock held, both devices bound */
 void unimem_mbox_unpublish(struct unimem *um);	/* um->lock held */
+/* The interface the mailbox uses now: 1..63, 0 while it is off (mailbox_if=0). */
+unsigned int unimem_mbox_if(void);
+/* Move the mailbox to interface `ifno` (0: off); um->lock held. -EBUSY if a file holds it. */
+int unimem_mbox_attach(struct unimem *um, unsigned int ifno);
 void unimem_mbox_irq(struct unimem *um);	/* hard irq: the mailbox FIFO is non-empty */
 ssize_t unimem_mbox_show(char *buf);
-/* One 256-bit packet from the kernel's PIF (MAILBOX_IF, PID = node, 63, 0, 0) to MIF `mif` of
- * node `node`; w0 bits [63:48] are sent, [47:0] become the PID. Errors as mailbox_send_message.
+/* One 256-bit packet from the kernel (PID UNIMEM_KERNEL_PID(node)) to MIF `mif` of node `node`;
+ * w0 bits [63:48] are sent, [47:0] become the PID. Sent from the mailbox's PIF; while the
+ * mailbox is off, from a free PIF borrowed for the one packet (process context only; -EAGAIN
+ * when every PIF is taken). Errors otherwise as mailbox_send_message.
  */
 int unimem_kernel_send(struct unimem *um, u32 node, u32 mif, u64 w0, u64 w1, u64 w2, u64 w3);
 

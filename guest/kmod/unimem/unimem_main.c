@@ -7,7 +7,8 @@
  * it programs BASE_DEST, one PIDT entry per handed-out PIF (PID = node, MIF, tgid, tid: see
  * UNIMEM_PID in rackemu/unimem_uapi.h) and the PID_CONF bits. It is the GSAS atomicity driver
  * (seed 004 sec. 2.2.4): each open of /dev/unimem gets one mailbox interface (MIF) and one
- * packetizer interface (PIF) from 1..62 (0 is the atomic service's, 63 the mailbox driver's),
+ * packetizer interface (PIF) from 1..63 (0 is the atomic service's; the mailbox driver holds
+ * interface `mailbox_if`, 63 by default, unless it is 0),
  * and only the opening process may map exactly those two pages (never inherited by fork
  * children), bind, wait or read. Arrival interrupts wake readers, pollers and UNIMEM_IOC_WAIT.
  */
@@ -46,6 +47,37 @@ MODULE_PARM_DESC(max_per_uid, "interfaces one unprivileged user may hold at once
 static bool exit_notify = true;
 module_param(exit_notify, bool, 0644);
 MODULE_PARM_DESC(exit_notify, "tell the atomic services when a process exits (default on)");
+/*
+ * The mailbox driver's interface (mailbox.c): 63 by default, any of 1..63, or 0 = mailbox off,
+ * which leaves all 63 interfaces 1..63 to /dev/unimem users (seed 004 sec. 2.2.3) and makes the
+ * mailbox API answer -ENODEV. Writable at run time: the mailbox moves (EBUSY if a file holds the
+ * new interface). Every node must use the same value.
+ */
+static unsigned int mailbox_if = MAILBOX_IF;
+static int mailbox_if_set(const char *val, const struct kernel_param *kp)
+{
+	struct unimem *um = &unimem_dev;
+	unsigned int v;
+	int ret = kstrtouint(val, 0, &v);
+
+	if (ret)
+		return ret;
+	if (v >= UNIMEM_IF_COUNT)
+		return -EINVAL;
+	mutex_lock(&um->lock);
+	if (um->registered)
+		ret = unimem_mbox_attach(um, v);
+	if (!ret)
+		mailbox_if = v;
+	mutex_unlock(&um->lock);
+	return ret;
+}
+static const struct kernel_param_ops mailbox_if_ops = {
+	.set = mailbox_if_set,
+	.get = param_get_uint,
+};
+module_param_cb(mailbox_if, &mailbox_if_ops, &mailbox_if, 0644);
+MODULE_PARM_DESC(mailbox_if, "the mailbox driver's vmbox/packetizer interface, 1..63 (default 63); 0: no mailbox, users get 1..63");
 static unsigned long refused_uid_cap, exit_notices;
 module_param(refused_uid_cap, ulong, 0444);
 module_param(exit_notices, ulong, 0444);
@@ -98,7 +130,7 @@ static void unimem_exit_fn(struct work_struct *w)
 	struct unimem *um = &unimem_dev;
 	struct unimem_proc *p, *tmp;
 	LIST_HEAD(gone);
-	bool more;
+	bool more, retry = false;
 	u32 n;
 
 	if (!READ_ONCE(exit_notify)) {
@@ -108,22 +140,38 @@ static void unimem_exit_fn(struct work_struct *w)
 	if (xchg(&unimem_announce_boot, false)) {
 		/* tgid 0: every process of this node (it (re)started: earlier ones are gone) */
 		for (n = 0; n < um->node_count; n++)
-			unimem_kernel_send(um, n, UNIMEM_IF_SERVICE, GSAS_W0(GSAS_OP_EXITED, 0), 0, 0, 0);
+			if (unimem_kernel_send(um, n, UNIMEM_IF_SERVICE, GSAS_W0(GSAS_OP_EXITED, 0), 0, 0, 0) == -EAGAIN)
+				retry = true;
+		if (retry)
+			WRITE_ONCE(unimem_announce_boot, true);
 	}
 	mutex_lock(&unimem_procs_lock);
 	list_for_each_entry_safe(p, tmp, &unimem_procs, node)
 		if (unimem_proc_gone(p->pid))
 			list_move(&p->node, &gone);
-	more = !list_empty(&unimem_procs);
 	mutex_unlock(&unimem_procs_lock);
 	list_for_each_entry_safe(p, tmp, &gone, node) {
+		bool again = false;
+
+		/* -EAGAIN: the mailbox is off and no PIF was free to borrow; try again next round */
 		for (n = 0; n < um->node_count; n++)
-			unimem_kernel_send(um, n, UNIMEM_IF_SERVICE, GSAS_W0(GSAS_OP_EXITED, 0), p->tgid, 0, 0);
+			if (unimem_kernel_send(um, n, UNIMEM_IF_SERVICE, GSAS_W0(GSAS_OP_EXITED, 0), p->tgid, 0, 0) == -EAGAIN)
+				again = true;
+		if (again) {
+			retry = true;
+			mutex_lock(&unimem_procs_lock);
+			list_move(&p->node, &unimem_procs);
+			mutex_unlock(&unimem_procs_lock);
+			continue;
+		}
 		exit_notices++;
 		list_del(&p->node);
 		put_pid(p->pid);
 		kfree(p);
 	}
+	mutex_lock(&unimem_procs_lock);
+	more = retry || !list_empty(&unimem_procs);
+	mutex_unlock(&unimem_procs_lock);
 	if (more)
 		schedule_delayed_work(&unimem_exit_work, msecs_to_jiffies(UNIMEM_EXIT_POLL_MS));
 }
@@ -200,6 +248,7 @@ static irqreturn_t unimem_irq(int irq, void *data)
 {
 	struct unimem *um = data;
 	unsigned long flags;
+	unsigned int mbox_if;
 	u64 status;
 	int i;
 
@@ -213,10 +262,11 @@ static irqreturn_t unimem_irq(int irq, void *data)
 	spin_unlock_irqrestore(&um->irq_lock, flags);
 	if (!status)
 		return IRQ_NONE;
-	if (status & BIT_ULL(MAILBOX_IF))
+	mbox_if = unimem_mbox_if();
+	if (mbox_if && (status & BIT_ULL(mbox_if)))
 		unimem_mbox_irq(um); /* drains the mailbox FIFO here and re-enables it */
 	for (i = 0; i < UNIMEM_IF_COUNT; i++)
-		if (i != MAILBOX_IF && (status & BIT_ULL(i)))
+		if ((!mbox_if || i != mbox_if) && (status & BIT_ULL(i)))
 			wake_up_interruptible(&um->wq[i]);
 	return IRQ_HANDLED;
 }
@@ -260,7 +310,10 @@ static void unimem_mif_setup(struct unimem *um, int mif, bool enable)
 		unimem_irq_mask(um, mif, true);
 }
 
-/* A free interface: privileged openers take 1..8 first, then the rest; others only 9..62. */
+/*
+ * A free interface: privileged openers take 1..8 first, then the rest; others only 9..63 (the
+ * mailbox's interface is marked used).
+ */
 static int unimem_take(unsigned long *used, int want, bool priv)
 {
 	int i;
@@ -671,6 +724,12 @@ static int unimem_publish(struct unimem *um)
 	unimem_tif_write(um, PKTZ_TIF_PID_CONF, 0);
 	unimem_tif_write(um, PKTZ_TIF_CLR_REQ, ~0ULL);
 	um->pid_conf = 0;
+	/* the mailbox takes its interface before any file can */
+	ret = unimem_mbox_publish(um, mailbox_if);
+	if (ret) {
+		dev_err(um->vmbox_dev, "cannot set up the mailbox on interface %u: %d\n", mailbox_if, ret);
+		return ret;
+	}
 	um->misc.minor = MISC_DYNAMIC_MINOR;
 	um->misc.name = "unimem";
 	um->misc.fops = &unimem_fops;
@@ -679,20 +738,14 @@ static int unimem_publish(struct unimem *um)
 	ret = misc_register(&um->misc);
 	if (ret) {
 		dev_err(um->vmbox_dev, "cannot register /dev/unimem: %d\n", ret);
+		unimem_mbox_unpublish(um);
 		return ret;
 	}
 	um->registered = true;
-	ret = unimem_mbox_publish(um);
-	if (ret) {
-		dev_err(um->vmbox_dev, "cannot set up the mailbox: %d\n", ret);
-		misc_deregister(&um->misc);
-		um->registered = false;
-		return ret;
-	}
 	unimem_announce_boot = true;
 	schedule_delayed_work(&unimem_exit_work, 0);
-	dev_info(um->vmbox_dev, "node %u of %u: /dev/unimem ready (64 MIFs x %u words, 64 PIFs), mailbox on interface %u\n",
-		 um->node_id, um->node_count, um->depth, MAILBOX_IF);
+	dev_info(um->vmbox_dev, "node %u of %u: /dev/unimem ready (64 MIFs x %u words, 64 PIFs), mailbox on interface %u%s\n",
+		 um->node_id, um->node_count, um->depth, mailbox_if, mailbox_if ? "" : " (off)");
 	return 0;
 }
 
@@ -756,11 +809,10 @@ static int unimem_probe(struct platform_device *pdev)
 		um->vmbox_phys = res->start;
 		um->vmbox_dev = dev;
 		um->vmbox_irq = irq;
-		/* open() hands out 1..62: 0 is the atomic service's (UNIMEM_IOC_BIND, root) and
-		 * 63 the mailbox driver's
+		/* open() hands out 1..63: 0 is the atomic service's (UNIMEM_IOC_BIND, root); the
+		 * mailbox takes its interface when both devices are bound (unimem_publish)
 		 */
 		bitmap_zero(um->mif_used, UNIMEM_IF_COUNT);
-		set_bit(MAILBOX_IF, um->mif_used);
 		ret = devm_request_irq(dev, irq, unimem_irq, 0, "unimem-vmbox", um);
 		if (ret) {
 			dev_err(dev, "cannot request irq %d: %d\n", irq, ret);
@@ -776,7 +828,6 @@ static int unimem_probe(struct platform_device *pdev)
 		um->pktz_phys = res->start;
 		um->pktz_dev = dev;
 		bitmap_zero(um->pif_used, UNIMEM_IF_COUNT);
-		set_bit(MAILBOX_IF, um->pif_used);
 	}
 	ret = unimem_publish(um);
 	if (ret)

@@ -29,6 +29,8 @@
 #include <linux/capability.h>
 #include <linux/completion.h>
 #include <linux/cred.h>
+#include <linux/dma-direct.h>
+#include <linux/dma-mapping.h>
 #include <linux/dmaengine.h>
 #include <linux/io.h>
 #include <linux/kfifo.h>
@@ -119,6 +121,55 @@ struct udma_file {
 	unsigned int inflight;		/* guarded by udma_lock */
 	u64 lost;			/* completions dropped: queue full */
 };
+
+/*
+ * Buffer memory: physically contiguous, zeroed. Up to UDMA_PIECE (4 MiB, the buddy allocator's
+ * largest block) from the page allocator; larger buffers, up to DMABUF_MAX_SIZE (256 MiB, seed
+ * 004 sec. 3.1.1), from the contiguous memory area (CMA) through the DMA API on the cDMA's
+ * device. The guest kernel reserves 64 MiB of CMA by default (cma= on the kernel command line
+ * changes it, within the node's RAM): a size that cannot be met fails with -ENOMEM and a log
+ * line that says so.
+ */
+static unsigned long cma_refused;
+module_param(cma_refused, ulong, 0444);
+
+static struct device *udma_dev(void)
+{
+	return udma_chan->device->dev;
+}
+
+static void *udma_mem_alloc(u64 size)
+{
+	struct page *page;
+	dma_addr_t dma;
+	void *virt;
+
+	if (size <= UDMA_PIECE)
+		return alloc_pages_exact(size, GFP_KERNEL | __GFP_ZERO | __GFP_NOWARN);
+	page = dma_alloc_pages(udma_dev(), size, &dma, DMA_BIDIRECTIONAL, GFP_KERNEL | __GFP_NOWARN);
+	if (!page) {
+		cma_refused++;
+		pr_warn_ratelimited("unimem_dma: no %llu MiB of contiguous memory for a buffer (the CMA area is too small or taken: boot the node with more memory and cma=SIZE)\n",
+				    size >> 20);
+		return NULL;
+	}
+	virt = page_address(page);
+	if (dma != phys_to_dma(udma_dev(), virt_to_phys(virt))) {
+		dma_free_pages(udma_dev(), size, page, dma, DMA_BIDIRECTIONAL);
+		return NULL; /* a translated DMA address: the global address would be wrong */
+	}
+	memset(virt, 0, size);
+	return virt;
+}
+
+static void udma_mem_free(void *virt, u64 size)
+{
+	if (size <= UDMA_PIECE)
+		free_pages_exact(virt, size);
+	else
+		dma_free_pages(udma_dev(), size, virt_to_page(virt), phys_to_dma(udma_dev(), virt_to_phys(virt)),
+			       DMA_BIDIRECTIONAL);
+}
 
 /* Whoever removes x from udma_inflight finishes it (callback, poller or terminate). */
 static void udma_finish(struct udma_xfer *x, int status)
@@ -215,7 +266,8 @@ static int udma_submit(struct udma_xfer *x, u64 src, u64 dst, u64 len, unsigned 
 	dma_cookie_t cookie;
 	u64 off, n;
 
-	if (!len || len > UNIMEM_DMA_MAX_LEN || src + len < src || dst + len < dst)
+	/* the larger of the two limits: /dev/unimem_dma checks its own UNIMEM_DMA_MAX_LEN */
+	if (!len || len > max_t(u64, UNIMEM_DMA_MAX_LEN, DMABUF_MAX_SIZE) || src + len < src || dst + len < dst)
 		return -EINVAL;
 	INIT_LIST_HEAD(&x->node);
 	x->deadline = jiffies + msecs_to_jiffies(timeout_ms ? timeout_ms : 2000 + 100 * (len >> 20));
@@ -270,6 +322,8 @@ static long udma_copy_ioctl(struct file *file, unsigned int cmd, unsigned long a
 		return -ENOTTY;
 	if (copy_from_user(&c, (void __user *)arg, sizeof(c)))
 		return -EFAULT;
+	if (c.len > UNIMEM_DMA_MAX_LEN)
+		return -EINVAL;
 	t0 = ktime_get();
 	ret = udma_submit(&x, c.src, c.dst, c.len, c.timeout_ms);
 	if (ret)
@@ -343,7 +397,7 @@ static unsigned int ralloc_free_owned(u32 from, u64 phys)
 	list_for_each_entry_safe(o, tmp, &ralloc_owned, node) {
 		if (o->requester == from && (phys == RA_FREE_ALL || o->phys == phys)) {
 			list_del(&o->node);
-			free_pages_exact(o->virt, o->size);
+			udma_mem_free(o->virt, o->size);
 			kfree(o);
 			n++;
 			if (phys != RA_FREE_ALL)
@@ -397,7 +451,7 @@ static void ralloc_work_fn(struct work_struct *w)
 				else
 					ralloc_refused_cap++;
 				if (o)
-					o->virt = alloc_pages_exact(size, GFP_KERNEL | __GFP_ZERO | __GFP_NOWARN);
+					o->virt = udma_mem_alloc(size);
 				if (o && o->virt) {
 					o->requester = from;
 					o->size = size;
@@ -524,7 +578,7 @@ static int ralloc_alloc(u32 node, u64 size, u64 *phys, void **virt)
 	if (!size || size > DMABUF_MAX_SIZE)
 		return -EINVAL;
 	if (node == udma_node) {
-		*virt = alloc_pages_exact(size, GFP_KERNEL | __GFP_ZERO | __GFP_NOWARN);
+		*virt = udma_mem_alloc(size);
 		if (!*virt)
 			return -ENOMEM;
 		*phys = virt_to_phys(*virt);
@@ -561,7 +615,7 @@ static int ralloc_alloc(u32 node, u64 size, u64 *phys, void **virt)
 static void ralloc_free(struct udma_buf *b)
 {
 	if (b->virt)
-		free_pages_exact(b->virt, b->size);
+		udma_mem_free(b->virt, b->size);
 	else if (mailbox_send_message(b->node, RA_MSG(RALLOC_OP_FREE, udma_node, UNIMEM_GADDR_LOCAL(b->gaddr))))
 		pr_warn("unimem_dma: could not tell node %u to free 0x%llx\n", b->node, b->gaddr);
 	memset(b, 0, sizeof(*b));
@@ -951,7 +1005,7 @@ static void __exit udma_exit(void)
 	list_for_each_entry_safe(o, tmp, &ralloc_owned, node) {
 		pr_warn("unimem_dma: freeing %llu bytes still allocated for node %u\n", o->size, o->requester);
 		list_del(&o->node);
-		free_pages_exact(o->virt, o->size);
+		udma_mem_free(o->virt, o->size);
 		kfree(o);
 	}
 	if (udma_regs)

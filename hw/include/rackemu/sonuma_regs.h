@@ -294,9 +294,8 @@ struct rkf_rmc_done {
     rk_u64 reserved;
 };
 
-/* ---- rackemu-node placement (docs/machine.md) ---- */
-#define RACKEMU_RMC_BASE       0x0b400000ull
-#define RACKEMU_RMC_SPI        51u
+/* ---- device-tree binding (address and interrupt on the board: rackemu/board.h) ---- */
+#include "rackemu/board.h"
 #define RACKEMU_RMC_COMPAT     "rackemu,sonuma-rmc"
 #define RACKEMU_RMC_SEG_COMPAT "rackemu,rmc-segment"
 

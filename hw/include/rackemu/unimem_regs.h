@@ -57,10 +57,29 @@
 #define VMBOX_CTRL_IRQ_ENABLE  0x18u   /* R/W: bit n enables FIFO n's arrival interrupt */
 #define VMBOX_CTRL_NONEMPTY    0x20u   /* R: bit n = FIFO n non-empty */
 #define VMBOX_CTRL_FLUSH       0x28u   /* WC: bit n empties FIFO n */
-#define VMBOX_CTRL_NACKS       0x30u   /* R: writes refused because a FIFO was full */
-#define VMBOX_CTRL_TRUNCATED   0x38u   /* R: words dropped by the burst "known issue" mode */
-#define VMBOX_CTRL_ENQUEUED    0x40u   /* R: words enqueued since reset */
-#define VMBOX_CTRL_DEQUEUED    0x48u   /* R: words dequeued since reset */
+#define VMBOX_CTRL_COUNTERS    0x30u   /* R: the counters below, 64-bit each */
+/* The one list of the vmbox's counters, in register order (counter i at VMBOX_CTRL_COUNTERS +
+ * 8 * i of the control page): X(NAME, name, description). From it come the offsets
+ * VMBOX_CNT_NAME (from VMBOX_CTRL_COUNTERS), VMBOX_CNT_COUNT, VMBOX_CTRL_NAME, the names
+ * (VMBOX_CNT_NAMES), the core's storage and the tables the tests and the docs read
+ * (tests/e2e/qtest.py reads it through the compiler). */
+#define VMBOX_COUNTER_TABLE(X) \
+    X(NACKS,     nacks,     "stores and bursts refused because a FIFO was full") \
+    X(TRUNCATED, truncated, "words dropped by the burst known-issue mode (burst-known-issue=on)") \
+    X(ENQUEUED,  enqueued,  "words enqueued since reset (stores and deliveries)") \
+    X(DEQUEUED,  dequeued,  "words dequeued since reset (loads)")
+#define VMBOX_CNT_X_INDEX_(N, n, d) VMBOX_CNT_INDEX_##N,
+#define VMBOX_CNT_X_OFFSET_(N, n, d) VMBOX_CNT_##N = 8 * VMBOX_CNT_INDEX_##N,
+#define VMBOX_CNT_X_NAME_(N, n, d) #n,
+enum vmbox_counter_index { VMBOX_COUNTER_TABLE(VMBOX_CNT_X_INDEX_) VMBOX_CNT_COUNT };
+enum vmbox_counter_offset { VMBOX_COUNTER_TABLE(VMBOX_CNT_X_OFFSET_) };
+/* The counters' names in register order, for an initializer: { VMBOX_CNT_NAMES } */
+#define VMBOX_CNT_NAMES VMBOX_COUNTER_TABLE(VMBOX_CNT_X_NAME_)
+/* Control-page offsets of the counters (the names the driver and the docs use). */
+#define VMBOX_CTRL_NACKS       (VMBOX_CTRL_COUNTERS + VMBOX_CNT_NACKS)     /* 0x30 */
+#define VMBOX_CTRL_TRUNCATED   (VMBOX_CTRL_COUNTERS + VMBOX_CNT_TRUNCATED) /* 0x38 */
+#define VMBOX_CTRL_ENQUEUED    (VMBOX_CTRL_COUNTERS + VMBOX_CNT_ENQUEUED)  /* 0x40 */
+#define VMBOX_CTRL_DEQUEUED    (VMBOX_CTRL_COUNTERS + VMBOX_CNT_DEQUEUED)  /* 0x48 */
 #define VMBOX_ID_VALUE         0x524b564d42580001ull /* "RKVMBX" v1 */
 #define VMBOX_MMIO_SIZE        (VMBOX_CTRL_OFFSET + UNIMEM_IF_PAGE_SIZE)
 #define VMBOX_DEFAULT_DEPTH    256u    /* words per FIFO = 64 packets of 256 bits */
@@ -92,11 +111,27 @@
 #define PKTZ_TIF_CLR_REQ       0x210u  /* WC: bit n clears PIF n's pending request */
 /* rackemu extension, read-only counters in the TIF page */
 #define PKTZ_TIF_ID            0x300u  /* R: PKTZ_ID_VALUE */
-#define PKTZ_TIF_SENT          0x308u  /* R: packets transmitted */
-#define PKTZ_TIF_ACKED         0x310u  /* R: ACKs received */
-#define PKTZ_TIF_NACKED        0x318u  /* R: NACKs received (vmbox full or fabric error) */
-#define PKTZ_TIF_ILLEGAL       0x320u  /* R: setups refused for an illegal destination */
-#define PKTZ_TIF_NOPID         0x328u  /* R: setups dropped because the PID_CONF bit was clear */
+#define PKTZ_TIF_COUNTERS      0x308u  /* R: the counters below, 64-bit each */
+/* The one list of the packetizer's counters, in register order (counter i at PKTZ_TIF_COUNTERS
+ * + 8 * i of the TIF page), as VMBOX_COUNTER_TABLE: offsets PKTZ_CNT_NAME (from
+ * PKTZ_TIF_COUNTERS), PKTZ_CNT_COUNT, PKTZ_TIF_NAME, names PKTZ_CNT_NAMES. */
+#define PKTZ_COUNTER_TABLE(X) \
+    X(SENT,    sent,    "packets transmitted") \
+    X(ACKED,   acked,   "ACKs received") \
+    X(NACKED,  nacked,  "NACKs received (vmbox full or fabric error)") \
+    X(ILLEGAL, illegal, "setups refused for an illegal destination") \
+    X(NOPID,   nopid,   "setups dropped because the PID_CONF bit was clear")
+#define PKTZ_CNT_X_INDEX_(N, n, d) PKTZ_CNT_INDEX_##N,
+#define PKTZ_CNT_X_OFFSET_(N, n, d) PKTZ_CNT_##N = 8 * PKTZ_CNT_INDEX_##N,
+#define PKTZ_CNT_X_NAME_(N, n, d) #n,
+enum pktz_counter_index { PKTZ_COUNTER_TABLE(PKTZ_CNT_X_INDEX_) PKTZ_CNT_COUNT };
+enum pktz_counter_offset { PKTZ_COUNTER_TABLE(PKTZ_CNT_X_OFFSET_) };
+#define PKTZ_CNT_NAMES PKTZ_COUNTER_TABLE(PKTZ_CNT_X_NAME_)
+#define PKTZ_TIF_SENT          (PKTZ_TIF_COUNTERS + PKTZ_CNT_SENT)    /* 0x308 */
+#define PKTZ_TIF_ACKED         (PKTZ_TIF_COUNTERS + PKTZ_CNT_ACKED)   /* 0x310 */
+#define PKTZ_TIF_NACKED        (PKTZ_TIF_COUNTERS + PKTZ_CNT_NACKED)  /* 0x318 */
+#define PKTZ_TIF_ILLEGAL       (PKTZ_TIF_COUNTERS + PKTZ_CNT_ILLEGAL) /* 0x320 */
+#define PKTZ_TIF_NOPID         (PKTZ_TIF_COUNTERS + PKTZ_CNT_NOPID)   /* 0x328 */
 #define PKTZ_ID_VALUE          0x524b504b545a0001ull /* "RKPKTZ" v1 */
 #define PKTZ_MMIO_SIZE         (PKTZ_TIF_OFFSET + UNIMEM_IF_PAGE_SIZE)
 
@@ -144,12 +179,31 @@
 #define GAS_CTRL_SIZE          0x1000u
 #define GAS_ID_VALUE           0x00524b4741530001ull /* "RKGAS" v1 */
 
-/* ---- rackemu-node placement (see docs/machine.md) ---- */
-#define RACKEMU_VMBOX_BASE     0x0b000000ull
-#define RACKEMU_PKTZ_BASE      0x0b100000ull
-#define RACKEMU_VMBOX_SPI      48u
-#define RACKEMU_PKTZ_SPI       49u
-#define RACKEMU_GAS_BASE       0x0b300000ull  /* GAS control page; the window is at GAS_WINDOW_BASE */
+/* The control page's counters, declared once: X(NAME, name, description) in register order from
+ * GAS_CNT_BASE, one 64-bit register each (GAS_CNT_<NAME> is the offset in the control page and
+ * equals GAS_CTRL_<NAME> above). LOADS..BUS_ERRORS are the window's own; SERVED_* and TIMEOUTS
+ * are the node's one-sided memory service's (remote memory statistics). */
+#define GAS_COUNTER_TABLE(X) \
+    X(LOADS,          loads,          "CPU loads through the window") \
+    X(STORES,         stores,         "CPU stores through the window") \
+    X(LOCAL,          local,          "of those, to this node's own window") \
+    X(BUS_ERRORS,     bus_errors,     "accesses answered with a bus error") \
+    X(SERVED_READS,   served_reads,   "other nodes' reads served from this node's RAM") \
+    X(SERVED_WRITES,  served_writes,  "other nodes' writes into this node's RAM") \
+    X(SERVED_REFUSED, served_refused, "other nodes' accesses refused (not RAM)") \
+    X(TIMEOUTS,       timeouts,       "remote accesses of this node that timed out")
+
+#define GAS_CNT_BASE           GAS_CTRL_LOADS
+#define GAS_CNT_X_INDEX_(N, n, d) GAS_CNT_INDEX_##N,
+#define GAS_CNT_X_OFFSET_(N, n, d) GAS_CNT_##N = GAS_CNT_BASE + 8 * GAS_CNT_INDEX_##N,
+#define GAS_CNT_X_NAME_(N, n, d) #n,
+enum gas_counter_index { GAS_COUNTER_TABLE(GAS_CNT_X_INDEX_) GAS_CNT_COUNT };
+enum gas_counter_offset { GAS_COUNTER_TABLE(GAS_CNT_X_OFFSET_) };
+/* The counters' names in register order, for an initializer: { GAS_CNT_NAMES } */
+#define GAS_CNT_NAMES GAS_COUNTER_TABLE(GAS_CNT_X_NAME_)
+
+/* ---- device-tree binding (addresses and interrupts on the board: rackemu/board.h) ---- */
+#include "rackemu/board.h"
 #define RACKEMU_VMBOX_COMPAT   "rackemu,unimem-vmbox"
 #define RACKEMU_PKTZ_COMPAT    "rackemu,unimem-packetizer"
 #define RACKEMU_GAS_COMPAT     "rackemu,unimem-gas"

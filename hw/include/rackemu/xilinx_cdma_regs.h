@@ -114,10 +114,38 @@ struct xcdma_desc {
     rk_u32 status;
 };
 
-/* ---- rackemu-node placement (see docs/machine.md) ---- */
-#define RACKEMU_CDMA_BASE      0x0b200000ull
+/* ---- rackemu's model counters (not registers: PG034 has none; the guest cannot read them) ----
+ * Declared once: X(NAME, name, description). CDMA_CNT_<NAME> is the counter's offset in a block
+ * of 64-bit counters (for tools and traces), CDMA_CNT_INDEX_<NAME> its index; the core's
+ * storage (CdmaCounters, hw/unimem/cdma.h) and the docs table come from this list. */
+#define CDMA_COUNTER_TABLE(X) \
+    X(TRANSFERS,      transfers,      "simple-mode transfers completed") \
+    X(CHAINS,         chains,         "SG sessions that reached TAILDESC") \
+    X(DESCRIPTORS,    descriptors,    "SG descriptors completed") \
+    X(BYTES,          bytes,          "bytes written to destinations") \
+    X(DMA_INT_ERRORS, dma_int_errors, "DMAIntErr raised (BTT of 0)") \
+    X(DMA_SLV_ERRORS, dma_slv_errors, "DMASlvErr raised (data read or write refused, owner unreachable, " \
+                                      "or a transfer in flight at save, after load)") \
+    X(DMA_DEC_ERRORS, dma_dec_errors, "DMADecErr raised (data address decodes to nothing)") \
+    X(SG_INT_ERRORS,  sg_int_errors,  "SGIntErr raised (stale descriptor, chain too long)") \
+    X(SG_SLV_ERRORS,  sg_slv_errors,  "SGSlvErr raised (descriptor fetch or update refused)") \
+    X(SG_DEC_ERRORS,  sg_dec_errors,  "SGDecErr raised (descriptor address decodes to nothing)") \
+    X(SOFT_RESETS,    soft_resets,    "CDMACR.Reset completions") \
+    X(ABORTED,        aborted,        "transfers or chains cut short by CDMACR.Reset") \
+    X(GUEST_ERRORS,   guest_errors,   "guest errors logged") \
+    X(IRQS_RAISED,    irqs_raised,    "rising edges of cdma_introut")
+
+#define CDMA_CNT_X_INDEX_(N, n, d) CDMA_CNT_INDEX_##N,
+#define CDMA_CNT_X_OFFSET_(N, n, d) CDMA_CNT_##N = 8 * CDMA_CNT_INDEX_##N,
+#define CDMA_CNT_X_NAME_(N, n, d) #n,
+enum cdma_counter_index { CDMA_COUNTER_TABLE(CDMA_CNT_X_INDEX_) CDMA_CNT_COUNT };
+enum cdma_counter_offset { CDMA_COUNTER_TABLE(CDMA_CNT_X_OFFSET_) };
+/* The counters' names in order, for an initializer: { CDMA_CNT_NAMES } */
+#define CDMA_CNT_NAMES CDMA_COUNTER_TABLE(CDMA_CNT_X_NAME_)
+
+/* ---- page size and device-tree binding (address and interrupt on the board: rackemu/board.h) ---- */
+#include "rackemu/board.h"
 #define RACKEMU_CDMA_SIZE      0x1000u
-#define RACKEMU_CDMA_SPI       50u
 #define RACKEMU_CDMA_COMPAT    "xlnx,axi-cdma-1.00.a"
 #define RACKEMU_CDMA_CHANNEL_COMPAT "xlnx,axi-cdma-channel" /* the child node's compatible */
 #define RACKEMU_CDMA_ADDRWIDTH 64u    /* DT xlnx,addrwidth (parent node) */

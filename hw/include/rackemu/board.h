@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The rackemu-node board: where the node's devices sit in the guest physical address map and
+ * which GIC SPI each one's interrupt output drives. The one place for these numbers
+ * (docs/machine.md): the machine's device table (platform/machine/rackemu_node.c) is built
+ * from them, the firmware self-tests and the e2e register tests address the devices with them.
+ * Linux drivers never use them: they find their device through its device-tree node.
+ *
+ * What a device is (register layout and page size, DT compatible, counters) stays in its
+ * register header under rackemu/, which includes this file so that the users of a register
+ * header see where the board puts the device. The global address space window
+ * (GAS_WINDOW_BASE, rackemu/unimem_regs.h) is part of the Unimem architecture (the GAS reports
+ * it in a register), not a board choice.
+ *
+ * Plain C, no types: usable by QEMU, the kernel modules, the firmware and Python's C probe.
+ * A new device adds its base and SPI here and one row to the machine's table.
+ */
+#ifndef RACKEMU_BOARD_H
+#define RACKEMU_BOARD_H
+
+/* clang-format off */
+/* ---- MMIO bases: 1 MiB apart from 0x0b000000, below virt's PCIe MMIO window ---- */
+#define RACKEMU_VMBOX_BASE     0x0b000000ull /* Unimem vmbox (docs/unimem.md) */
+#define RACKEMU_PKTZ_BASE      0x0b100000ull /* Unimem packetizer */
+#define RACKEMU_CDMA_BASE      0x0b200000ull /* AXI CDMA compatible engine (docs/cdma.md) */
+#define RACKEMU_GAS_BASE       0x0b300000ull /* GAS control page; its window is at GAS_WINDOW_BASE */
+#define RACKEMU_RMC_BASE       0x0b400000ull /* soNUMA RMC (docs/sonuma.md) */
+
+/* ---- GIC SPIs (level, active high); virt uses SPIs below 48 ---- */
+#define RACKEMU_VMBOX_SPI      48u
+#define RACKEMU_PKTZ_SPI       49u
+#define RACKEMU_CDMA_SPI       50u
+#define RACKEMU_RMC_SPI        51u
+/* the GAS has no interrupt */
+/* clang-format on */
+
+#endif /* RACKEMU_BOARD_H */

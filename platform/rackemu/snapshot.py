@@ -1,0 +1,533 @@
+"""Save one node of a running cluster to a file and restore it (docs/launcher.md, "Save and
+restore").
+
+A snapshot is QEMU's own migration stream, written by `migrate` to `exec:cat > FILE` (QEMU 7.2
+has no `file:` transport) while the node's vCPUs are stopped, and read back by a new QEMU
+started with the node's usual command line plus `-incoming exec:cat FILE`. It holds the whole
+node: guest RAM (the stream carries it: the node's RAM file in shm_dir is not kept, so a
+snapshot stays valid after the node has run on, restarted, or the cluster was stopped),
+vCPUs, the GIC, virtio (the guest agent's port) and every rackemu device's VMState.
+
+Beside FILE the launcher writes FILE.meta.json: the node and cluster shape, the SHA-256 of the
+QEMU binary, the kernel and the initramfs, and the size and SHA-256 of FILE. A restore refuses
+a snapshot of another node, another cluster shape or another build, and (unless verify=False)
+a file whose size or checksum changed; QEMU itself refuses a stream it cannot load (exit status 1,
+`load of migration failed`), which the launcher reports with QEMU's words.
+
+The fabric: the restored QEMU joins the bridge under the same node id. The bridge accepts a
+node id again once it has seen the previous connection close (docs/fabric.md, "Handshake"),
+so the launcher stops the old QEMU and waits until the bridge reports that node's port down
+before it starts the new one. The other nodes keep running throughout; requests they had
+outstanding to the saved node when its old QEMU stopped were answered NODE_GONE by the bridge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import __version__
+from .cluster import (KILL_WAIT, ClusterError, _no_interrupts, _os_error_text, _shorten,
+                      _write_atomic, stop_procs)
+
+if TYPE_CHECKING:
+    from .cluster import Cluster, Node
+
+SNAPSHOT_FORMAT = 1
+META_SUFFIX = ".meta.json"
+SAVE_TIMEOUT = 300.0     # seconds for QEMU to write the stream
+LOAD_TIMEOUT = 300.0     # seconds for a new QEMU to read it
+QMP_TIMEOUT = 30.0       # one QMP command
+PORT_DOWN_TIMEOUT = 10.0  # the bridge noticing that the old QEMU's connection closed
+# Keys of the metadata that must match the cluster a snapshot is restored into.
+SHAPE_KEYS = ("node", "node_count", "machine", "cpu", "vcpus", "memory", "qemu_args")
+BUILD_KEYS = ("qemu_sha256", "kernel_sha256", "initrd_sha256")
+
+
+class SnapshotError(ClusterError):
+    """A snapshot could not be written, is not usable here, or QEMU refused it."""
+
+
+# ---------------------------------------------------------------- QMP
+
+class QmpError(SnapshotError):
+    """QEMU answered a QMP command with an error (its class and description are kept)."""
+
+    def __init__(self, cmd: str, klass: str, desc: str):
+        super().__init__(f"QMP {cmd}: {desc}")
+        self.cmd, self.klass, self.desc = cmd, klass, desc
+
+
+class Qmp:
+    """A minimal QMP client: one command at a time, asynchronous events skipped."""
+
+    def __init__(self, path: str | os.PathLike, timeout: float = QMP_TIMEOUT):
+        self.path = str(path)
+        self.timeout = timeout
+        self._sock: socket.socket | None = None
+        self._buf = b""
+
+    def __enter__(self) -> "Qmp":
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def connect(self) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        try:
+            s.connect(self.path)
+        except OSError as e:
+            s.close()
+            raise SnapshotError(f"cannot connect to QEMU's QMP socket {self.path}: "
+                                f"{e.strerror or e}") from None
+        self._sock = s
+        greeting = self._read()
+        if "QMP" not in greeting:
+            raise SnapshotError(f"{self.path} did not greet like QMP: {_shorten(str(greeting), 120)}")
+        self.execute("qmp_capabilities")
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _read(self) -> dict[str, Any]:
+        assert self._sock is not None
+        while b"\n" not in self._buf:
+            try:
+                chunk = self._sock.recv(65536)
+            except socket.timeout:
+                raise SnapshotError(f"QEMU did not answer on {self.path} within "
+                                    f"{self.timeout:.0f} s") from None
+            except OSError as e:
+                raise SnapshotError(f"QMP socket {self.path}: {e.strerror or e}") from None
+            if not chunk:
+                raise SnapshotError(f"QEMU closed its QMP socket {self.path} (did it exit?)")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            raise SnapshotError(f"QEMU sent something that is not JSON on {self.path}: "
+                                f"{line[:120]!r}") from None
+        return msg if isinstance(msg, dict) else {}
+
+    def execute(self, cmd: str, **arguments: Any) -> Any:
+        """Run one command; its `return` value, or QmpError with QEMU's description."""
+        if self._sock is None:
+            raise SnapshotError("QMP client is not connected")
+        req: dict[str, Any] = {"execute": cmd}
+        if arguments:
+            req["arguments"] = arguments
+        try:
+            self._sock.sendall(json.dumps(req).encode() + b"\n")
+        except OSError as e:
+            raise SnapshotError(f"QMP socket {self.path}: {e.strerror or e}") from None
+        while True:
+            msg = self._read()
+            if "event" in msg:
+                continue
+            if "error" in msg:
+                err = msg["error"] if isinstance(msg["error"], dict) else {}
+                raise QmpError(cmd, str(err.get("class", "")), str(err.get("desc", msg["error"])))
+            if "return" in msg:
+                return msg["return"]
+
+    def hmp(self, line: str) -> str:
+        """A human-monitor command (e.g. `xp /1gx 0x0b040020`); its output text."""
+        return str(self.execute("human-monitor-command", **{"command-line": line}))
+
+
+def connect_qmp(node: "Node", timeout: float = QMP_TIMEOUT) -> Qmp:
+    """Connect to a running node's QMP socket, retrying while QEMU creates it (start-up)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            q = Qmp(node.qmp_path)
+            q.connect()
+            return q
+        except SnapshotError as e:
+            if not node.alive():
+                raise SnapshotError(f"node {node.id}'s QEMU is not running") from None
+            if time.monotonic() >= deadline:
+                raise SnapshotError(f"node {node.id}: {e}") from None
+        time.sleep(0.1)
+
+
+def read_phys(qmp: Qmp, addr: int, count: int = 1, width: int = 8) -> list[int]:
+    """`count` words of `width` bytes at guest-physical `addr`, read through HMP `xp` (an MMIO
+    register is read through the device's read handler, so registers with read side effects,
+    e.g. a FIFO's data register, are popped)."""
+    unit = {1: "b", 2: "h", 4: "w", 8: "g"}[width]
+    text = qmp.hmp(f"xp /{count}{unit}x {addr:#x}")
+    words: list[int] = []
+    for line in text.splitlines():
+        if ":" not in line:
+            continue
+        words += [int(tok, 16) for tok in line.split(":", 1)[1].split()]
+    if len(words) != count:
+        raise SnapshotError(f"xp /{count}{unit}x {addr:#x} answered {text!r}")
+    return words
+
+
+# ---------------------------------------------------------------- metadata
+
+def meta_path(path: str | os.PathLike) -> Path:
+    return Path(str(path) + META_SUFFIX)
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except OSError as e:
+        raise SnapshotError(f"cannot read {path}: {e.strerror or e}") from None
+    return h.hexdigest()
+
+
+def node_identity(cluster: "Cluster", i: int) -> dict[str, Any]:
+    """What a snapshot of node i depends on: the node's place and shape in the cluster and the
+    exact QEMU binary, kernel and initramfs it runs (device models and RAM layout must be the
+    same on both sides of a migration stream)."""
+    c = cluster.config
+    ident: dict[str, Any] = {
+        "node": i, "node_count": c.nodes, "machine": c.machine, "cpu": c.cpu, "vcpus": c.vcpus,
+        "memory": c.memory, "qemu_args": list(c.qemu_args),
+        "qemu": str(c.qemu), "kernel": str(c.kernel_image()), "initrd": str(c.initrd)}
+    for key, p in (("qemu", c.qemu), ("kernel", c.kernel_image()), ("initrd", c.initrd)):
+        ident[f"{key}_sha256"] = file_sha256(p)
+    version = Path(c.qemu).parent / "VERSION"
+    try:
+        ident["qemu_version"] = version.read_text().strip()
+    except OSError:
+        ident["qemu_version"] = "unknown"
+    return ident
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """The metadata of snapshot `path`, checked for form; SnapshotError says what is wrong."""
+    path = Path(path)
+    mp = meta_path(path)
+    if not path.exists():
+        raise SnapshotError(f"no snapshot file {path}")
+    if not path.is_file():
+        raise SnapshotError(f"{path} is not a regular file")
+    try:
+        meta = json.loads(mp.read_text())
+    except FileNotFoundError:
+        raise SnapshotError(f"{path} has no metadata file {mp.name} beside it: it was not written "
+                            f"by `rackemu node save` (or the .meta.json was not copied with it)") from None
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise SnapshotError(f"cannot read the snapshot metadata {mp}: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != SNAPSHOT_FORMAT:
+        got = meta.get("format") if isinstance(meta, dict) else None
+        raise SnapshotError(f"{mp} has snapshot format {got!r}; this rackemu reads format "
+                            f"{SNAPSHOT_FORMAT}")
+    missing = [k for k in (*SHAPE_KEYS, *BUILD_KEYS, "size", "sha256") if k not in meta]
+    if missing:
+        raise SnapshotError(f"{mp} lacks {', '.join(missing)}: not a rackemu snapshot's metadata")
+    return meta
+
+
+def compatibility_problems(meta: dict[str, Any], here: dict[str, Any]) -> list[str]:
+    """Why a snapshot with `meta` cannot be loaded into a node described by `here` (empty: it
+    can)."""
+    problems = []
+    names = {"node": "node id", "node_count": "cluster size (nodes)", "machine": "machine",
+             "cpu": "CPU model", "vcpus": "vCPUs", "memory": "guest RAM", "qemu_args": "qemu_args"}
+    for k in SHAPE_KEYS:
+        if meta.get(k) != here.get(k):
+            problems.append(f"{names[k]}: snapshot {meta.get(k)!r}, this node {here.get(k)!r}")
+    for k, what in (("qemu_sha256", "QEMU binary"), ("kernel_sha256", "guest kernel"),
+                    ("initrd_sha256", "guest initramfs")):
+        if meta.get(k) != here.get(k):
+            src = k.removesuffix("_sha256")
+            problems.append(f"{what} differs: the snapshot was made with {meta.get(src, '?')} "
+                            f"(sha256 {str(meta.get(k))[:12]}...), this cluster runs "
+                            f"{here.get(src)} (sha256 {str(here.get(k))[:12]}...)")
+    return problems
+
+
+# ---------------------------------------------------------------- save
+
+def save_node(cluster: "Cluster", i: int, path: str | os.PathLike, stop: bool = False,
+              force: bool = False, timeout: float | None = None) -> dict[str, Any]:
+    """Save node i of a running cluster to `path` (+ `path`.meta.json) and return the metadata.
+    The node's vCPUs are stopped while QEMU writes the stream; afterwards the node runs on
+    (or, with stop=True, its QEMU is stopped: restore it later with restore_node)."""
+    timeout = SAVE_TIMEOUT if timeout is None else timeout
+    path = Path(path).absolute()
+    n = cluster.node(i)
+    cluster._require_running_cluster()
+    if not n.alive():
+        sel = cluster.cli_select()
+        raise SnapshotError(f"node {i} is not running (state: {n.state}): there is nothing to save; "
+                            f"bring it back with `rackemu node restore {i} FILE{sel}` or "
+                            f"`rackemu node restart {i}{sel}`")
+    n.check_reachable()
+    if path.exists() and not force:
+        raise SnapshotError(f"{path} exists; remove it or pass --force to overwrite it")
+    if path.is_dir():
+        raise SnapshotError(f"{path} is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise SnapshotError(f"cannot write {path}: {path.parent} is not a directory")
+    if not os.access(path.parent, os.W_OK):
+        raise SnapshotError(f"cannot write {path}: no permission in {path.parent}")
+    ident = node_identity(cluster, i)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    cluster._acquire_lock()
+    t0 = time.monotonic()
+    try:
+        with connect_qmp(n) as qmp:
+            was = qmp.execute("query-status").get("status")
+            cluster.log(f"node {i}: stopping its vCPUs and writing its state to {path}")
+            qmp.execute("stop")
+            try:
+                _migrate_out(qmp, i, tmp, timeout)
+            except BaseException:
+                with _no_interrupts():
+                    tmp.unlink(missing_ok=True)
+                    if was == "running":     # nothing saved: the node runs on
+                        try:
+                            qmp.execute("cont")
+                        except ClusterError:
+                            pass
+                raise
+            size = tmp.stat().st_size
+            meta = {"format": SNAPSHOT_FORMAT, "rackemu": __version__, "created": time.time(),
+                    "cluster": cluster.config.name, "run_dir": str(cluster.run_dir),
+                    **ident, "size": size, "sha256": file_sha256(tmp),
+                    "save_seconds": round(time.monotonic() - t0, 2)}
+            try:
+                _write_atomic(meta_path(path), json.dumps(meta, indent=2) + "\n")
+                os.replace(tmp, path)
+            except OSError as e:
+                tmp.unlink(missing_ok=True)
+                raise SnapshotError(f"cannot write {path}: {_os_error_text(e, path.parent)}") from None
+            if stop:
+                qmp.close()
+            elif was == "running":
+                qmp.execute("cont")
+        cluster.log(f"node {i}: saved {size / 1048576:.1f} MiB in {time.monotonic() - t0:.1f} s "
+                    f"({path}, metadata {meta_path(path).name})")
+        if stop:
+            _stop_node(cluster, n)
+            cluster.log(f"node {i}: QEMU stopped; restore it with `rackemu node restore {i} "
+                        f"{shlex.quote(str(path))}{cluster.cli_select()}`")
+        return meta
+    finally:
+        cluster._release_lock()
+
+
+def _migrate_out(qmp: Qmp, i: int, tmp: Path, timeout: float) -> None:
+    # Everything in one pass: the vCPUs are stopped, so no downtime to bound; QEMU 7.2's
+    # default bandwidth cap (32 MiB/s) would only slow the write down.
+    qmp.execute("migrate-set-parameters", **{"max-bandwidth": 1 << 40, "downtime-limit": 600000})
+    try:
+        qmp.execute("migrate", uri=f"exec:cat > {shlex.quote(str(tmp))}")
+    except QmpError as e:
+        hint = (" (a device of this build cannot be migrated yet: its VMState is marked "
+                "unmigratable)" if "non-migratable" in e.desc or "blocked" in e.desc else "")
+        raise SnapshotError(f"node {i} cannot be saved: QEMU refused to migrate: {e.desc}{hint}") from None
+    deadline = time.monotonic() + timeout
+    while True:
+        st = qmp.execute("query-migrate")
+        status = st.get("status")
+        if status == "completed":
+            return
+        if status in ("failed", "cancelled"):
+            raise SnapshotError(f"node {i}: QEMU could not save its state: "
+                                f"{st.get('error-desc', status)}")
+        if time.monotonic() >= deadline:
+            try:
+                qmp.execute("migrate_cancel")
+            except ClusterError:
+                pass
+            raise SnapshotError(f"node {i}: saving did not finish within {timeout:.0f} s "
+                                f"(status {status}); cancelled")
+        time.sleep(0.1)
+
+
+def _stop_node(cluster: "Cluster", n: "Node") -> None:
+    """Stop a node's QEMU (TERM, then KILL) and forget its sockets and RAM file."""
+    if n.proc is not None and n.alive():
+        if stop_procs([n.proc]):
+            raise SnapshotError(f"node {n.id}'s QEMU (pid {n.pid}) survived SIGKILL")
+    n.state = "stopped"
+    for p in (n.agent_path, n.qmp_path, n.pid_path):
+        p.unlink(missing_ok=True)
+    cluster.ram_path(n.id).unlink(missing_ok=True)
+    _forget_agent(n)
+    cluster.save_state()
+
+
+def _forget_agent(n: "Node") -> None:
+    """Drop this process's shared agent connection of the node: the next request connects to
+    the new QEMU's socket."""
+    try:
+        from .agent import AgentClient
+    except ImportError:
+        return
+    with AgentClient._shared_lock:
+        c = AgentClient._shared.pop(str(n.agent_path), None)
+    if c is not None:
+        c.close()
+
+
+# ---------------------------------------------------------------- restore
+
+def check_restorable(cluster: "Cluster", i: int, path: str | os.PathLike,
+                     verify: bool = True) -> dict[str, Any]:
+    """Everything a restore checks before it touches the node: the file and its metadata, the
+    node, the cluster's shape and build, and (verify) the file's checksum. The metadata."""
+    path = Path(path)
+    meta = read_meta(path)
+    n = cluster.node(i)
+    if meta["node"] != i:
+        raise SnapshotError(f"{path} is a snapshot of node {meta['node']}, not of node {i}: a node's "
+                            f"id is part of its hardware state (restore it into node {meta['node']})")
+    problems = compatibility_problems(meta, node_identity(cluster, n.id))
+    if problems:
+        raise SnapshotError(f"{path} cannot be restored into node {i} of cluster "
+                            f"{cluster.config.name!r}: it was saved from another configuration "
+                            f"or build:\n" + "\n".join(f"  {p}" for p in problems) +
+                            "\nrestore it into a cluster started with the same build and shape")
+    if not verify:
+        return meta
+    size = path.stat().st_size
+    if size != meta["size"]:
+        raise SnapshotError(f"{path} is {size} bytes, its metadata says {meta['size']}: the file "
+                            f"is truncated or was changed after it was saved")
+    if file_sha256(path) != meta["sha256"]:
+        raise SnapshotError(f"{path} does not match the checksum recorded when it was saved: it "
+                            f"is corrupt or was changed (pass --no-verify to let QEMU try it "
+                            f"anyway)")
+    return meta
+
+
+def restore_node(cluster: "Cluster", i: int, path: str | os.PathLike, verify: bool = True,
+                 timeout: float | None = None, agent_timeout: float | None = None) -> "Node":
+    """Replace node i (running or not) by the state saved in `path`: stop its QEMU, start a new
+    one on the same command line that loads the snapshot, resume its vCPUs and wait until its
+    guest agent answers again. QEMU refusing the stream raises SnapshotError with QEMU's words;
+    the node is then stopped (restart it or restore another snapshot)."""
+    timeout = LOAD_TIMEOUT if timeout is None else timeout
+    agent_timeout = 60.0 if agent_timeout is None else agent_timeout
+    path = Path(path).absolute()
+    n = cluster.node(i)
+    cluster._require_running_cluster()
+    if cluster.config.fabric and not (cluster.bridge and cluster.bridge.alive()):
+        raise SnapshotError(f"the fabric bridge of cluster {cluster.config.name!r} is not running, "
+                            f"so node {i} could not rejoin the fabric; restart it first with "
+                            f"`rackemu bridge restart{cluster.cli_select()}`")
+    check_restorable(cluster, i, path, verify=verify)
+    cluster._acquire_lock()
+    t0 = time.monotonic()
+    try:
+        if n.alive():
+            cluster.log(f"node {i}: stopping the running QEMU (pid {n.pid}); its state is replaced")
+        _stop_node(cluster, n)
+        if cluster.config.fabric:
+            wait_port_down(cluster, i)
+        cluster._check_ram_space([n])
+        cluster.start_node(i, extra_args=["-incoming", f"exec:cat {shlex.quote(str(path))}"])
+        try:
+            cluster.log(f"node {i}: loading {path}")
+            _load_and_resume(cluster, n, timeout)
+            cluster.log(f"node {i}: state loaded and vCPUs resumed after "
+                        f"{time.monotonic() - t0:.1f} s; waiting for its guest agent")
+            cluster.wait_agents([n], timeout=agent_timeout)
+        except BaseException:
+            with _no_interrupts():
+                if n.state != "dead":
+                    _stop_node(cluster, n)
+                else:
+                    cluster.ram_path(i).unlink(missing_ok=True)
+                    cluster.save_state()
+            raise
+        cluster._settle_status()
+        cluster.log(f"node {i}: restored from {path} in {time.monotonic() - t0:.1f} s")
+        return n
+    finally:
+        cluster._release_lock()
+
+
+def _qemu_complaint(n: "Node") -> str:
+    lines = [ln for ln in n.log_tail(40).splitlines() if ln.strip()]
+    picked = [ln for ln in lines if "qemu-system" in ln or "error" in ln.lower() or "fail" in ln.lower()]
+    return "\n".join(f"    {ln}" for ln in (picked or lines)[-8:]) or "    (no output)"
+
+
+def _load_and_resume(cluster: "Cluster", n: "Node", timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    qmp: Qmp | None = None
+    try:
+        while True:
+            if not n.alive():
+                if n.proc is not None:
+                    n.proc.wait_gone(KILL_WAIT)
+                    if n.proc.popen is not None:     # started here: its exit status
+                        try:
+                            n.proc.popen.wait(KILL_WAIT)
+                        except subprocess.TimeoutExpired:
+                            pass
+                n.state = "dead"
+                why = n.proc.exit_status() if n.proc is not None else "exited"
+                raise SnapshotError(f"node {n.id}: QEMU refused the snapshot and {why}; its output "
+                                    f"({n.log_path}):\n{_qemu_complaint(n)}\nthe node is stopped: "
+                                    f"`rackemu node restart {n.id}{cluster.cli_select()}` boots it "
+                                    f"afresh")
+            if time.monotonic() >= deadline:
+                raise SnapshotError(f"node {n.id}: QEMU did not finish loading the snapshot within "
+                                    f"{timeout:.0f} s; stopped it")
+            if qmp is None and n.qmp_path.exists():
+                try:
+                    qmp = Qmp(n.qmp_path)
+                    qmp.connect()
+                except SnapshotError:
+                    qmp = None
+            if qmp is not None:
+                try:
+                    status = qmp.execute("query-status").get("status")
+                except SnapshotError:
+                    qmp.close()
+                    qmp = None
+                    status = None
+                if status in ("paused", "postmigrate"):
+                    qmp.execute("cont")  # type: ignore[union-attr]
+                    return
+                if status == "running":
+                    return
+                if status not in (None, "inmigrate"):
+                    raise SnapshotError(f"node {n.id}: after loading the snapshot QEMU is in state "
+                                        f"{status!r}:\n{_qemu_complaint(n)}")
+            time.sleep(0.1)
+    finally:
+        if qmp is not None:
+            qmp.close()
+
+
+def wait_port_down(cluster: "Cluster", i: int, timeout: float = PORT_DOWN_TIMEOUT) -> None:
+    """Wait until the bridge reports node i's port not up (it has seen the old QEMU's fabric
+    connection close), so that the new QEMU's handshake is not refused as a duplicate."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ports = {p.get("node"): p.get("state") for p in cluster.bridge_stats().get("ports", [])}
+        if ports.get(i) != "up":
+            return
+        if time.monotonic() >= deadline:
+            raise SnapshotError(f"the fabric bridge still reports node {i} connected {timeout:.0f} s "
+                                f"after its QEMU stopped; see {cluster.run_dir / 'bridge.log'}")
+        time.sleep(0.05)

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: MIT
+//
+// The host interface (rackemu/host.h) for unit tests and fuzzers: every op is a std::function a
+// test may replace, with defaults that model a node with `ram` as its RAM at `ram_base` (DMA
+// outside it is a decode error), interrupt levels recorded per line, guest errors collected, and
+// a clock the test sets. The same device cores run under QEMU through hw/qemu/rackemu_glue.c.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "rackemu/host.h"
+
+namespace rackemu::test {
+
+class TestHost {
+public:
+    explicit TestHost(uint64_t ram_size = 0, uint64_t ram_base = 0) : ram(ram_size), ram_base(ram_base)
+    {
+        ops_.set_irq = [](void *o, unsigned line, int level) { self(o)->set_irq(line, level != 0); };
+        ops_.guest_error = [](void *o, const char *msg) { self(o)->guest_error(msg); };
+        ops_.dma_rw = [](void *o, uint64_t addr, void *buf, uint64_t len, int write) {
+            return self(o)->dma_rw(addr, buf, len, write != 0);
+        };
+        ops_.dma_map = [](void *o, uint64_t addr, uint64_t *len, int write) {
+            return self(o)->dma_map(addr, *len, write != 0);
+        };
+        ops_.dma_unmap = [](void *o, void *p, uint64_t len, int write, uint64_t access_len) {
+            self(o)->dma_unmap(p, len, write != 0, access_len);
+        };
+        ops_.now_ns = [](void *o) { return self(o)->now_ns(); };
+        set_irq = [this](unsigned line, bool level) {
+            std::lock_guard lk(mu);
+            if (line >= irq.size()) irq.resize(line + 1, false);
+            if (level && !irq[line]) irq_raised++;
+            irq[line] = level;
+        };
+        guest_error = [this](const std::string &m) {
+            std::lock_guard lk(mu);
+            errors.push_back(m);
+        };
+        dma_rw = [this](uint64_t addr, void *buf, uint64_t len, bool write) {
+            if (!in_ram(addr, len)) return RK_DECODE_ERROR;
+            // Byte by byte through atomic_ref, like a bus that other agents (a test polling a
+            // completion queue, another core) observe concurrently: never a data race, and a
+            // byte written last (a valid/phase byte) is seen only with what precedes it.
+            uint8_t *p = ram.data() + (addr - this->ram_base), *b = static_cast<uint8_t *>(buf);
+            for (uint64_t i = 0; i < len; i++) {
+                if (write) {
+                    std::atomic_ref<uint8_t>(p[i]).store(b[i], std::memory_order_release);
+                } else {
+                    b[i] = std::atomic_ref<uint8_t>(p[i]).load(std::memory_order_acquire);
+                }
+            }
+            return RK_OK;
+        };
+        dma_map = [this](uint64_t addr, uint64_t &len, bool) -> void * {
+            if (!in_ram(addr, len) || len == 0) return nullptr;
+            maps++;
+            return ram.data() + (addr - this->ram_base);
+        };
+        dma_unmap = [this](void *, uint64_t, bool, uint64_t) { maps--; };
+        now_ns = [this] { return clock_ns.load(); };
+    }
+    TestHost(const TestHost &) = delete;
+    TestHost &operator=(const TestHost &) = delete;
+
+    // The RkHost to hand to a core (points at this object: keep it alive longer than the core).
+    RkHost raw(RkFabricPort *port = nullptr, RkRemoteMem *rmem = nullptr, unsigned node_id = 0,
+               unsigned node_count = 1)
+    {
+        return RkHost{&ops_, this, port, rmem, node_id, node_count};
+    }
+    Host host(RkFabricPort *port = nullptr, RkRemoteMem *rmem = nullptr, unsigned node_id = 0,
+              unsigned node_count = 1)
+    {
+        return Host(raw(port, rmem, node_id, node_count));
+    }
+
+    bool in_ram(uint64_t addr, uint64_t len) const
+    {
+        return addr >= ram_base && addr - ram_base <= ram.size() && len <= ram.size() - (addr - ram_base);
+    }
+    bool irq_level(unsigned line = 0)
+    {
+        std::lock_guard lk(mu);
+        return line < irq.size() && irq[line];
+    }
+    std::vector<std::string> guest_errors()
+    {
+        std::lock_guard lk(mu);
+        return errors;
+    }
+
+    // Replaceable behaviour (tests and fuzzers inject faults here).
+    std::function<void(unsigned, bool)> set_irq;
+    std::function<void(const std::string &)> guest_error;
+    std::function<Status(uint64_t, void *, uint64_t, bool)> dma_rw;
+    std::function<void *(uint64_t, uint64_t &, bool)> dma_map;
+    std::function<void(void *, uint64_t, bool, uint64_t)> dma_unmap;
+    std::function<uint64_t()> now_ns;
+
+    // State of the default behaviour.
+    std::vector<uint8_t> ram;
+    uint64_t ram_base;
+    std::atomic<uint64_t> clock_ns{0};
+    std::atomic<int> maps{0}; // maps not yet unmapped
+    std::mutex mu;
+    std::vector<bool> irq;
+    uint64_t irq_raised = 0; // rising edges over all lines
+    std::vector<std::string> errors;
+
+private:
+    static TestHost *self(void *o) { return static_cast<TestHost *>(o); }
+    RkHostOps ops_{};
+};
+
+} // namespace rackemu::test
