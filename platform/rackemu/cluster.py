@@ -41,9 +41,12 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .config import RUN_BASE, ClusterConfig, ConfigError, format_mib
+
+if TYPE_CHECKING:
+    from .qmp import Qmp
 
 STATE_FILE = "state.json"
 STATE_VERSION = 1
@@ -279,6 +282,14 @@ class Node:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.alive()
+
+    def qmp(self, timeout: float | None = None) -> Qmp:
+        """A connected rackemu.qmp.Qmp client of this node's QMP socket (use it in a `with`
+        block), waiting up to `timeout` seconds (default 30) while QEMU creates the socket;
+        QmpError at once if the QEMU is not running."""
+        from .qmp import QMP_TIMEOUT, connect_qmp
+        wait = QMP_TIMEOUT if timeout is None else timeout
+        return connect_qmp(self.qmp_path, wait, alive=self.alive, what=f"node {self.id}")
 
     # ---- guest agent ----
 

@@ -27,15 +27,15 @@ import hashlib
 import json
 import os
 import shlex
-import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .cluster import (KILL_WAIT, ClusterError, _no_interrupts, _os_error_text, _shorten,
-                      _write_atomic, stop_procs)
+from .cluster import (KILL_WAIT, ClusterError, _no_interrupts, _os_error_text, _write_atomic,
+                      stop_procs)
+from .qmp import Qmp, QmpCommandError, QmpError
 
 if TYPE_CHECKING:
     from .cluster import Cluster, Node
@@ -44,7 +44,6 @@ SNAPSHOT_FORMAT = 1
 META_SUFFIX = ".meta.json"
 SAVE_TIMEOUT = 300.0     # seconds for QEMU to write the stream
 LOAD_TIMEOUT = 300.0     # seconds for a new QEMU to read it
-QMP_TIMEOUT = 30.0       # one QMP command
 PORT_DOWN_TIMEOUT = 10.0  # the bridge noticing that the old QEMU's connection closed
 # Keys of the metadata that must match the cluster a snapshot is restored into.
 SHAPE_KEYS = ("node", "node_count", "machine", "cpu", "vcpus", "memory", "qemu_args")
@@ -53,131 +52,6 @@ BUILD_KEYS = ("qemu_sha256", "kernel_sha256", "initrd_sha256")
 
 class SnapshotError(ClusterError):
     """A snapshot could not be written, is not usable here, or QEMU refused it."""
-
-
-# ---------------------------------------------------------------- QMP
-
-class QmpError(SnapshotError):
-    """QEMU answered a QMP command with an error (its class and description are kept)."""
-
-    def __init__(self, cmd: str, klass: str, desc: str):
-        super().__init__(f"QMP {cmd}: {desc}")
-        self.cmd, self.klass, self.desc = cmd, klass, desc
-
-
-class Qmp:
-    """A minimal QMP client: one command at a time, asynchronous events skipped."""
-
-    def __init__(self, path: str | os.PathLike, timeout: float = QMP_TIMEOUT):
-        self.path = str(path)
-        self.timeout = timeout
-        self._sock: socket.socket | None = None
-        self._buf = b""
-
-    def __enter__(self) -> "Qmp":
-        self.connect()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def connect(self) -> None:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        try:
-            s.connect(self.path)
-        except OSError as e:
-            s.close()
-            raise SnapshotError(f"cannot connect to QEMU's QMP socket {self.path}: "
-                                f"{e.strerror or e}") from None
-        self._sock = s
-        greeting = self._read()
-        if "QMP" not in greeting:
-            raise SnapshotError(f"{self.path} did not greet like QMP: {_shorten(str(greeting), 120)}")
-        self.execute("qmp_capabilities")
-
-    def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-
-    def _read(self) -> dict[str, Any]:
-        assert self._sock is not None
-        while b"\n" not in self._buf:
-            try:
-                chunk = self._sock.recv(65536)
-            except socket.timeout:
-                raise SnapshotError(f"QEMU did not answer on {self.path} within "
-                                    f"{self.timeout:.0f} s") from None
-            except OSError as e:
-                raise SnapshotError(f"QMP socket {self.path}: {e.strerror or e}") from None
-            if not chunk:
-                raise SnapshotError(f"QEMU closed its QMP socket {self.path} (did it exit?)")
-            self._buf += chunk
-        line, self._buf = self._buf.split(b"\n", 1)
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            raise SnapshotError(f"QEMU sent something that is not JSON on {self.path}: "
-                                f"{line[:120]!r}") from None
-        return msg if isinstance(msg, dict) else {}
-
-    def execute(self, cmd: str, **arguments: Any) -> Any:
-        """Run one command; its `return` value, or QmpError with QEMU's description."""
-        if self._sock is None:
-            raise SnapshotError("QMP client is not connected")
-        req: dict[str, Any] = {"execute": cmd}
-        if arguments:
-            req["arguments"] = arguments
-        try:
-            self._sock.sendall(json.dumps(req).encode() + b"\n")
-        except OSError as e:
-            raise SnapshotError(f"QMP socket {self.path}: {e.strerror or e}") from None
-        while True:
-            msg = self._read()
-            if "event" in msg:
-                continue
-            if "error" in msg:
-                err = msg["error"] if isinstance(msg["error"], dict) else {}
-                raise QmpError(cmd, str(err.get("class", "")), str(err.get("desc", msg["error"])))
-            if "return" in msg:
-                return msg["return"]
-
-    def hmp(self, line: str) -> str:
-        """A human-monitor command (e.g. `xp /1gx 0x0b040020`); its output text."""
-        return str(self.execute("human-monitor-command", **{"command-line": line}))
-
-
-def connect_qmp(node: "Node", timeout: float = QMP_TIMEOUT) -> Qmp:
-    """Connect to a running node's QMP socket, retrying while QEMU creates it (start-up)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            q = Qmp(node.qmp_path)
-            q.connect()
-            return q
-        except SnapshotError as e:
-            if not node.alive():
-                raise SnapshotError(f"node {node.id}'s QEMU is not running") from None
-            if time.monotonic() >= deadline:
-                raise SnapshotError(f"node {node.id}: {e}") from None
-        time.sleep(0.1)
-
-
-def read_phys(qmp: Qmp, addr: int, count: int = 1, width: int = 8) -> list[int]:
-    """`count` words of `width` bytes at guest-physical `addr`, read through HMP `xp` (an MMIO
-    register is read through the device's read handler, so registers with read side effects,
-    e.g. a FIFO's data register, are popped)."""
-    unit = {1: "b", 2: "h", 4: "w", 8: "g"}[width]
-    text = qmp.hmp(f"xp /{count}{unit}x {addr:#x}")
-    words: list[int] = []
-    for line in text.splitlines():
-        if ":" not in line:
-            continue
-        words += [int(tok, 16) for tok in line.split(":", 1)[1].split()]
-    if len(words) != count:
-        raise SnapshotError(f"xp /{count}{unit}x {addr:#x} answered {text!r}")
-    return words
 
 
 # ---------------------------------------------------------------- metadata
@@ -290,7 +164,7 @@ def save_node(cluster: "Cluster", i: int, path: str | os.PathLike, stop: bool = 
     cluster._acquire_lock()
     t0 = time.monotonic()
     try:
-        with connect_qmp(n) as qmp:
+        with n.qmp() as qmp:
             was = qmp.execute("query-status").get("status")
             cluster.log(f"node {i}: stopping its vCPUs and writing its state to {path}")
             qmp.execute("stop")
@@ -337,7 +211,7 @@ def _migrate_out(qmp: Qmp, i: int, tmp: Path, timeout: float) -> None:
     qmp.execute("migrate-set-parameters", **{"max-bandwidth": 1 << 40, "downtime-limit": 600000})
     try:
         qmp.execute("migrate", uri=f"exec:cat > {shlex.quote(str(tmp))}")
-    except QmpError as e:
+    except QmpCommandError as e:
         hint = (" (a device of this build cannot be migrated yet: its VMState is marked "
                 "unmigratable)" if "non-migratable" in e.desc or "blocked" in e.desc else "")
         raise SnapshotError(f"node {i} cannot be saved: QEMU refused to migrate: {e.desc}{hint}") from None
@@ -496,12 +370,12 @@ def _load_and_resume(cluster: "Cluster", n: "Node", timeout: float) -> None:
                 try:
                     qmp = Qmp(n.qmp_path)
                     qmp.connect()
-                except SnapshotError:
+                except QmpError:
                     qmp = None
             if qmp is not None:
                 try:
                     status = qmp.execute("query-status").get("status")
-                except SnapshotError:
+                except QmpError:
                     qmp.close()
                     qmp = None
                     status = None

@@ -104,13 +104,17 @@ def _header(name):
 class QtestNode:
     """One QEMU in qtest mode: readq/writeq against the machine's physical address space."""
 
-    def __init__(self, node_id, node_count, fabric=None, extra_machine="", memory="128M", extra_args=()):
+    def __init__(self, node_id, node_count, fabric=None, extra_machine="", memory="128M", extra_args=(),
+                 qmp_path=None):
         m = f"rackemu-node,node-id={node_id},node-count={node_count}"
         if fabric:
             m += f",fabric={fabric}"
         if extra_machine:
             m += "," + extra_machine
         self.node_id = node_id
+        self.qmp_path = qmp_path
+        if qmp_path:
+            extra_args = ("-qmp", f"unix:{qmp_path},server=on,wait=off", *extra_args)
         # QEMU's log (-d guest_errors) goes to a file, never to a pipe nobody drains: a guest (or
         # a test) that provokes many log lines would otherwise fill the pipe and block QEMU's
         # main thread with the big lock held.
@@ -126,6 +130,14 @@ class QtestNode:
         self.log.flush()
         self.log.seek(0)
         return self.log.read()
+
+    def qmp(self, timeout=30.0):
+        """A connected rackemu.qmp.Qmp client of this QEMU's QMP socket (the node was made with
+        qmp_path=...), waiting while QEMU creates it; use it in a `with` block."""
+        from rackemu.qmp import connect_qmp  # platform/ is on sys.path (conftest.py)
+        assert self.qmp_path, "this QtestNode was started without qmp_path"
+        return connect_qmp(self.qmp_path, timeout, alive=lambda: self.proc.poll() is None,
+                           what=f"node {self.node_id}")
 
     def _cmd(self, line):
         self.proc.stdin.write(line + "\n")

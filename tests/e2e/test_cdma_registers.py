@@ -13,6 +13,7 @@ import time
 import pytest
 
 from qtest import QEMU, QtestNode, regs_header
+from rackemu.qmp import QmpCommandError
 
 R = regs_header("xilinx_cdma_regs.h")
 BASE = R["RACKEMU_CDMA_BASE"]
@@ -150,54 +151,6 @@ def test_random_register_writes_never_stall_the_node(node):
     assert sr & ERRS == 0 and node.memread(DST, len(pattern)) == pattern
 
 
-class Qmp:
-    """A minimal QMP client over a UNIX socket (one command at a time; events are skipped)."""
-
-    def __init__(self, path, timeout=10.0):
-        import json
-        import socket
-        self._json = json
-        end = time.monotonic() + timeout
-        while True:
-            try:
-                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                self.sock.connect(path)
-                break
-            except OSError:
-                self.sock.close()
-                assert time.monotonic() < end, f"no QMP socket at {path}"
-                time.sleep(0.05)
-        self.file = self.sock.makefile("rw")
-        self.file.readline()  # greeting
-        self.cmd("qmp_capabilities")
-
-    def cmd(self, name, **args):
-        """The command's "return" value, or {"error": {...}}."""
-        self.file.write(self._json.dumps({"execute": name, "arguments": args}) + "\n")
-        self.file.flush()
-        while True:
-            line = self.file.readline()
-            assert line, "QMP connection closed"
-            msg = self._json.loads(line)
-            if "return" in msg:
-                return msg["return"]
-            if "error" in msg:
-                return msg
-
-    def close(self):
-        self.sock.close()
-
-
-def _wait_migration(qmp, timeout=60.0):
-    end = time.monotonic() + timeout
-    while True:
-        st = qmp.cmd("query-migrate")
-        if st.get("status") in ("completed", "failed", "cancelled"):
-            return st
-        assert time.monotonic() < end, f"migration did not finish: {st}"
-        time.sleep(0.05)
-
-
 def test_node_migration_keeps_registers_and_fails_the_transfer_in_flight():
     """Migration to a file and back into a fresh QEMU (docs/cdma.md "Migration", docs/gas.md):
     the engine's registers and the GAS window's counter registers come back as they were; a
@@ -209,11 +162,11 @@ def test_node_migration_keeps_registers_and_fails_the_transfer_in_flight():
     ctrl = gas["RACKEMU_GAS_BASE"]
     counters = [gas[f"GAS_CTRL_{n}"] for n in ("LOADS", "STORES", "LOCAL", "BUS_ERRORS")]
     with tempfile.TemporaryDirectory(prefix="rackemu-cdma-mig-") as d:
-        src_sock, dst_sock, image = (os.path.join(d, n) for n in ("src.qmp", "dst.qmp", "state.bin"))
-        src = QtestNode(0, 1, memory="128M", extra_args=("-qmp", f"unix:{src_sock},server=on,wait=off"))
+        image = os.path.join(d, "state.bin")
+        src = QtestNode(0, 1, memory="128M", qmp_path=os.path.join(d, "src.qmp"))
         dst = None
         try:
-            qs = Qmp(src_sock)
+            qs = src.qmp()
             # Some register state: a completed transfer with threshold and enables set.
             pattern = bytes((i * 13 + 1) & 0xff for i in range(4096))
             src.memwrite(SRC, pattern)
@@ -227,29 +180,29 @@ def test_node_migration_keeps_registers_and_fails_the_transfer_in_flight():
                 except AssertionError:
                     pass  # a bus error on a node without fabric
             # Stop the VM, then start a transfer: it stays pending (in flight at save).
-            assert qs.cmd("stop") == {}
+            assert qs.execute("stop") == {}
             for name, v in (("XCDMA_SA", SRC + 1024), ("XCDMA_DA", DST + 4096), ("XCDMA_BTT", 2048)):
                 src.write(BASE + R[name], v & 0xffffffff, 4)
             time.sleep(0.2)
             assert not reg(src, R["XCDMA_CDMASR"]) & R["XCDMA_SR_IDLE"], "the engine ran while the VM was stopped"
             before = {off: reg(src, off) for off in range(0, R["XCDMA_REG_END"], 4)}
             gas_before = [src.readq(ctrl + c) for c in counters]
-            r = qs.cmd("migrate", uri=f"exec:cat > {image}")
-            if "error" in r:
-                desc = r["error"].get("desc", "")
-                if "rackemu-unimem" in desc or "rackemu-rmc" in desc:
-                    pytest.skip(f"another device is not migratable yet: {desc}")
-                raise AssertionError(f"migrate: {r}")
-            st = _wait_migration(qs)
+            try:
+                qs.execute("migrate", uri=f"exec:cat > {image}")
+            except QmpCommandError as e:
+                if "rackemu-unimem" in e.desc or "rackemu-rmc" in e.desc:
+                    pytest.skip(f"another device is not migratable yet: {e.desc}")
+                raise
+            st = qs.wait_migration(timeout=60)
             assert st["status"] == "completed", st
 
-            dst = QtestNode(0, 1, memory="128M", extra_args=("-qmp", f"unix:{dst_sock},server=on,wait=off",
-                                                             "-incoming", f"exec:cat {image}"))
-            qd = Qmp(dst_sock)
+            dst = QtestNode(0, 1, memory="128M", qmp_path=os.path.join(d, "dst.qmp"),
+                            extra_args=("-incoming", f"exec:cat {image}"))
+            qd = dst.qmp()
             end = time.monotonic() + 60
             # The source was stopped, so the destination ends the load paused (QEMU carries the
             # run state in the stream), or running if it was not.
-            while qd.cmd("query-status")["status"] not in ("running", "paused"):
+            while qd.execute("query-status")["status"] not in ("running", "paused"):
                 assert time.monotonic() < end, "the destination did not finish the load"
                 time.sleep(0.05)
             after = {off: reg(dst, off) for off in range(0, R["XCDMA_REG_END"], 4)}
@@ -267,7 +220,7 @@ def test_node_migration_keeps_registers_and_fails_the_transfer_in_flight():
             assert dst.memread(DST + 4096, 2048) == pattern[1024:3072]
             qd.close()
             # The saving side goes on once the VM runs again.
-            assert qs.cmd("cont") == {}
+            assert qs.execute("cont") == {}
             end = time.monotonic() + 10
             while not reg(src, R["XCDMA_CDMASR"]) & R["XCDMA_SR_IDLE"]:
                 assert time.monotonic() < end, "the source's transfer did not complete after cont"

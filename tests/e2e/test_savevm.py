@@ -31,7 +31,8 @@ from qtest import regs_counters, regs_header
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "platform"))
 
-from rackemu.snapshot import SnapshotError, connect_qmp, meta_path, read_phys  # noqa: E402
+from rackemu.qmp import read_phys  # noqa: E402
+from rackemu.snapshot import SnapshotError, meta_path  # noqa: E402
 
 KEY = "0x5a7e5a7e5a7e5a7e"
 MIF = 9             # a user MIF of node 1 that nobody binds: its FIFO keeps what arrives
@@ -49,7 +50,7 @@ def registers(node):
     rmc, cdma = s["RACKEMU_RMC_BASE"], x["RACKEMU_CDMA_BASE"]
     tif = pktz + u["PKTZ_TIF_OFFSET"]
     out = {}
-    with connect_qmp(node) as q:
+    with node.qmp() as q:
         out["vmbox ctrl"] = read_phys(q, vmbox + u["VMBOX_CTRL_OFFSET"], u["VMBOX_CTRL_DEQUEUED"] // 8 + 1)
         out["vmbox fifo counts"] = [read_phys(q, vmbox + m * page + u["VMBOX_MIF_COUNT"])[0] for m in range(64)]
         out["pktz tif"] = read_phys(q, tif, u["PKTZ_TIF_CLR_REQ"] // 8)
@@ -69,7 +70,7 @@ def registers(node):
 def pop_fifo(node, mif, words):
     """Dequeue `words` words of node's vmbox FIFO `mif` (loads of its data register)."""
     u = regs_header("unimem_regs.h")
-    with connect_qmp(node) as q:
+    with node.qmp() as q:
         return read_phys(q, u["RACKEMU_VMBOX_BASE"] + (mif << u["UNIMEM_IF_PAGE_SHIFT"]) + u["VMBOX_MIF_DATA"], words)
 
 
@@ -98,7 +99,7 @@ def device_sections(data):
 
 
 def vcpus(node, run):
-    with connect_qmp(node) as q:
+    with node.qmp() as q:
         q.execute("cont" if run else "stop")
 
 

@@ -5,14 +5,13 @@ the CPU's loads and stores). Covers the scenarios of seed 004 sec. 5.1-5.2 end t
 the fabric: delivery with the PIDT prefix, ACK, NACK on a full FIFO, ILLEGAL, a cleared
 PID_CONF bit, the empty pattern, a dead destination and the bridge serving the others.
 """
-import json
 import os
 import tempfile
-import time
 
 import pytest
 
 from qtest import QEMU, BRIDGE, Bridge, QtestNode, regs_counters, regs_header, wait_for
+from rackemu.qmp import QmpCommandError
 
 R = regs_header()
 VMBOX = R["RACKEMU_VMBOX_BASE"]
@@ -162,38 +161,6 @@ def test_a_killed_node_restarts_and_is_accepted_again(rack):
     assert {p["node"]: p for p in bridge.stats()["ports"]}[1]["connects"] == 2
 
 
-class Qmp:
-    """A minimal QMP client (one command at a time; events are skipped)."""
-
-    def __init__(self, path):
-        import socket
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                self.sock.connect(path)
-                break
-            except OSError:
-                self.sock.close()
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        self.f = self.sock.makefile("rw")
-        json.loads(self.f.readline())  # greeting
-        self.cmd("qmp_capabilities")
-
-    def cmd(self, name, **args):
-        self.f.write(json.dumps({"execute": name, "arguments": args}) + "\n")
-        self.f.flush()
-        while True:
-            r = json.loads(self.f.readline())
-            if "event" not in r:
-                return r
-
-    def close(self):
-        self.sock.close()
-
-
 def unimem_registers(node):
     """Every vmbox and packetizer register that a load does not change (no FIFO data window)."""
     regs = {}
@@ -219,9 +186,8 @@ def test_a_migrated_node_keeps_its_fifos_and_packetizer_state():
     """Migration to a file and back (docs/unimem.md, Migration): register state, FIFO contents in
     order, a half-written PIF setup that completes after the load, and the interrupt enables."""
     with tempfile.TemporaryDirectory(prefix="rackemu-mbox-mig-") as d:
-        src_qmp, dst_qmp, state = os.path.join(d, "src.qmp"), os.path.join(d, "dst.qmp"), os.path.join(d, "state")
-        src = QtestNode(0, 1, extra_machine="fifo-depth=16",
-                        extra_args=("-qmp", f"unix:{src_qmp},server=on,wait=off"))
+        state = os.path.join(d, "state")
+        src = QtestNode(0, 1, extra_machine="fifo-depth=16", qmp_path=os.path.join(d, "src.qmp"))
         dst = None
         try:
             src.writeq(TIF + R["PKTZ_TIF_BASE_DEST"], VMBOX)
@@ -241,25 +207,22 @@ def test_a_migrated_node_keeps_its_fifos_and_packetizer_state():
             before = unimem_registers(src)
             assert before["VMBOX_IRQ_STATUS"] == 1 << 7 and before["MIF_COUNT[5]"] == 4
 
-            qmp = Qmp(src_qmp)
-            r = qmp.cmd("migrate", uri=f"exec:cat > {state}")
-            desc = r.get("error", {}).get("desc", "")
-            if "non-migratable" in desc and "rackemu-vmbox" not in desc and "rackemu-packetizer" not in desc:
-                pytest.skip(f"another device of the node is not migratable yet: {desc}")
-            assert "error" not in r, r
-            wait_for(lambda: qmp.cmd("query-migrate")["return"].get("status") in ("completed", "failed"),
-                     timeout=120, what="migration to the file")
-            assert qmp.cmd("query-migrate")["return"]["status"] == "completed"
-            qmp.close()
+            with src.qmp() as qmp:
+                try:
+                    qmp.execute("migrate", uri=f"exec:cat > {state}")
+                except QmpCommandError as e:
+                    if "non-migratable" in e.desc and "rackemu-vmbox" not in e.desc \
+                            and "rackemu-packetizer" not in e.desc:
+                        pytest.skip(f"another device of the node is not migratable yet: {e.desc}")
+                    raise
+                assert qmp.wait_migration(timeout=120)["status"] == "completed"
 
-            dst = QtestNode(0, 1, extra_machine="fifo-depth=16",
-                            extra_args=("-qmp", f"unix:{dst_qmp},server=on,wait=off",
-                                        "-incoming", f"exec:cat {state}"))
-            qmp = Qmp(dst_qmp)
-            wait_for(lambda: qmp.cmd("query-status")["return"]["status"] != "inmigrate",
-                     timeout=120, what="the incoming migration")
-            assert qmp.cmd("query-migrate")["return"].get("status") == "completed", dst.stderr_text()
-            qmp.close()
+            dst = QtestNode(0, 1, extra_machine="fifo-depth=16", qmp_path=os.path.join(d, "dst.qmp"),
+                            extra_args=("-incoming", f"exec:cat {state}"))
+            with dst.qmp() as qmp:
+                wait_for(lambda: qmp.execute("query-status")["status"] != "inmigrate",
+                         timeout=120, what="the incoming migration")
+                assert qmp.execute("query-migrate").get("status") == "completed", dst.stderr_text()
 
             after = unimem_registers(dst)
             assert {k: v for k, v in after.items() if v != before[k]} == {}

@@ -1,19 +1,17 @@
 """`rackemu node save/restore` without QEMU: the checks a restore makes before it touches a node
-(file, metadata, node, cluster shape, build, checksum), the CLI's messages, and the QMP client
-against a scripted QMP server. The real save and restore: tests/e2e/test_savevm.py."""
+(file, metadata, node, cluster shape, build, checksum) and the CLI's messages. The QMP client:
+test_qmp.py. The real save and restore: tests/e2e/test_savevm.py."""
 import json
 import os
-import socket
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
 
 from rackemu.cluster import Cluster, ClusterError
 from rackemu.config import load_config
-from rackemu.snapshot import (SNAPSHOT_FORMAT, Qmp, QmpError, SnapshotError, check_restorable,
-                              file_sha256, meta_path, node_identity, read_meta)
+from rackemu.snapshot import (SNAPSHOT_FORMAT, SnapshotError, check_restorable, file_sha256,
+                              meta_path, node_identity, read_meta)
 
 ROOT = Path(__file__).resolve().parents[2]
 RACKEMU = str(ROOT / "rackemu")
@@ -141,55 +139,3 @@ def test_cli_restore_reports_a_mismatch_before_touching_the_node(tmp_path, fake_
         assert c.node(1).alive() and c.node(1).pid == pid
     finally:
         c.down()
-
-
-class ScriptedQmp:
-    """A QMP server on a UNIX socket answering from a table; records what it was asked."""
-
-    def __init__(self, path, answers):
-        self.asked = []
-        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.srv.bind(str(path))
-        self.srv.listen(1)
-        self.answers = answers
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
-
-    def serve(self):
-        conn, _ = self.srv.accept()
-        with conn:
-            conn.sendall(b'{"QMP": {"version": {}, "capabilities": []}}\r\n')
-            f = conn.makefile("rb")
-            for line in f:
-                req = json.loads(line)
-                self.asked.append(req)
-                cmd = req["execute"]
-                if cmd == "qmp_capabilities":
-                    conn.sendall(b'{"return": {}}\r\n')
-                    continue
-                conn.sendall(b'{"event": "STOP", "data": {}}\r\n')     # events are skipped
-                conn.sendall(json.dumps(self.answers[cmd]).encode() + b"\r\n")
-
-
-def test_qmp_client_returns_values_raises_errors_and_reads_memory(tmp_path):
-    path = tmp_path / "q.sock"
-    srv = ScriptedQmp(path, {
-        "query-status": {"return": {"status": "paused", "running": False}},
-        "migrate": {"error": {"class": "GenericError",
-                              "desc": "State blocked by non-migratable device 'rackemu-unimem'"}},
-        "human-monitor-command": {"return": "000000000b040000: 0x524b564d42580001 0x0000000000000100\r\n"},
-    })
-    with Qmp(path, timeout=5) as q:
-        assert q.execute("query-status")["status"] == "paused"
-        with pytest.raises(QmpError) as e:
-            q.execute("migrate", uri="exec:cat > x")
-        assert e.value.klass == "GenericError" and "non-migratable" in e.value.desc
-        from rackemu.snapshot import read_phys
-        assert read_phys(q, 0x0b040000, 2) == [0x524b564d42580001, 0x100]
-    assert srv.asked[2] == {"execute": "migrate", "arguments": {"uri": "exec:cat > x"}}
-    assert srv.asked[3]["arguments"] == {"command-line": "xp /2gx 0xb040000"}
-
-
-def test_qmp_client_names_a_socket_without_qemu(tmp_path):
-    with pytest.raises(SnapshotError, match="cannot connect to QEMU's QMP socket"):
-        Qmp(tmp_path / "absent.sock", timeout=1).connect()
