@@ -57,6 +57,7 @@ KILL_WAIT = 5.0
 SHM_MARGIN_MIB = 32     # free space kept on the guest-RAM file system beyond the nodes' memory
 AGENT_CHECK_TIMEOUT = 10.0   # `rackemu exec`: how long the agent may take to answer a ping
 PORT_RECONNECT_TIMEOUT = 20.0  # `bridge restart`: how long the nodes' ports may take to rejoin
+PORT_DOWN_TIMEOUT = 10.0  # the bridge noticing that a stopped QEMU's fabric connection closed
 
 # Injectable for tests (a fake file system size): os.statvfs of the guest-RAM directory.
 _statvfs = os.statvfs
@@ -147,6 +148,13 @@ class Proc:
         return proc_alive(self.pid, self.starttime)
 
     def exit_status(self) -> str:
+        if self.popen is not None and self.popen.returncode is None and not self.alive():
+            # A multi-threaded process (QEMU) shows its leader as a zombie while its other
+            # threads still exit; waitpid() has its status a moment later.
+            try:
+                self.popen.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
         if self.popen is None or self.popen.returncode is None:
             return "exited"
         rc = self.popen.returncode
@@ -1035,7 +1043,8 @@ class Cluster:
         """(Re)start node i's QEMU with the cluster's configuration and wait for its agent.
         A running node is stopped first (SIGTERM, then SIGKILL): its guest state is lost.
         Its guest RAM file is recreated empty. Needs the bridge running (the node joins the
-        fabric under its id again). If the agent does not answer within `timeout` (the
+        fabric under its id again, once the bridge has seen the old QEMU's connection close:
+        _clear_node_for_rejoin). If the agent does not answer within `timeout` (the
         config's boot_timeout), the node is stopped again and ClusterError raised."""
         n = self.node(i)
         self._require_running_cluster()
@@ -1046,12 +1055,8 @@ class Cluster:
         self._acquire_lock()
         try:
             if n.alive():
-                assert n.proc is not None  # alive()
                 self.log(f"node {i}: stopping QEMU (pid {n.pid})")
-                if stop_procs([n.proc]):
-                    raise ClusterError(f"node {i}'s QEMU (pid {n.pid}) survived SIGKILL")
-            n.state = "stopped"
-            self.ram_path(i).unlink(missing_ok=True)
+            self._clear_node_for_rejoin(n)
             self._check_ram_space([n])
             self.start_node(i)
             try:
@@ -1069,6 +1074,43 @@ class Cluster:
         finally:
             self._release_lock()
         return n
+
+    def _stop_node(self, n: Node) -> None:
+        """Stop node n's QEMU if it runs (TERM, then KILL) and forget its sockets, pid file,
+        guest-RAM file and this process's agent connection to it; saved."""
+        if n.proc is not None and n.alive():
+            if stop_procs([n.proc]):
+                raise ClusterError(f"node {n.id}'s QEMU (pid {n.pid}) survived SIGKILL")
+        n.state = "stopped"
+        for p in (n.agent_path, n.qmp_path, n.pid_path):
+            p.unlink(missing_ok=True)
+        self.ram_path(n.id).unlink(missing_ok=True)
+        _forget_agent(n)
+        self.save_state()
+
+    def wait_port_down(self, i: int, timeout: float = PORT_DOWN_TIMEOUT) -> None:
+        """Wait until the bridge reports node i's port not up: it has seen the old QEMU's
+        fabric connection close."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ports = {p.get("node"): p.get("state") for p in self.bridge_stats().get("ports", [])}
+            if ports.get(i) != "up":
+                return
+            if time.monotonic() >= deadline:
+                raise ClusterError(f"the fabric bridge still reports node {i} connected "
+                                   f"{timeout:.0f} s after its QEMU stopped; see "
+                                   f"{self.run_dir / 'bridge.log'}")
+            time.sleep(0.05)
+
+    def _clear_node_for_rejoin(self, n: Node) -> None:
+        """Before a new QEMU takes node n's id (restart_node, restore_node): stop the old one
+        (_stop_node) and, with a fabric, wait until the bridge has seen its connection close.
+        The bridge refuses a handshake under an id it still sees connected (DUPLICATE,
+        docs/fabric.md "Handshake") and the refused QEMU exits; a QEMU killed a moment ago
+        (or by `node kill`) may not have been noticed yet."""
+        self._stop_node(n)
+        if self.config.fabric:
+            self.wait_port_down(n.id)
 
     # ---- save and restore (snapshot.py) ----
 
@@ -1343,6 +1385,19 @@ def mount_point(path: Path) -> str:
             break
         p = parent
     return p
+
+
+def _forget_agent(n: Node) -> None:
+    """Drop this process's shared agent connection of the node: the next request connects to
+    the new QEMU's socket."""
+    try:
+        from .agent import AgentClient
+    except ImportError:
+        return
+    with AgentClient._shared_lock:
+        c = AgentClient._shared.pop(str(n.agent_path), None)
+    if c is not None:
+        c.close()
 
 
 def _write_atomic(path: Path, text: str) -> None:

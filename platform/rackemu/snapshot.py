@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .cluster import (KILL_WAIT, ClusterError, _no_interrupts, _os_error_text, _write_atomic,
-                      stop_procs)
+from .cluster import KILL_WAIT, ClusterError, _no_interrupts, _os_error_text, _write_atomic
 from .qmp import Qmp, QmpCommandError, QmpError
 
 if TYPE_CHECKING:
@@ -44,7 +43,6 @@ SNAPSHOT_FORMAT = 1
 META_SUFFIX = ".meta.json"
 SAVE_TIMEOUT = 300.0     # seconds for QEMU to write the stream
 LOAD_TIMEOUT = 300.0     # seconds for a new QEMU to read it
-PORT_DOWN_TIMEOUT = 10.0  # the bridge noticing that the old QEMU's connection closed
 # Keys of the metadata that must match the cluster a snapshot is restored into.
 SHAPE_KEYS = ("node", "node_count", "machine", "cpu", "vcpus", "memory", "qemu_args")
 BUILD_KEYS = ("qemu_sha256", "kernel_sha256", "initrd_sha256")
@@ -197,7 +195,7 @@ def save_node(cluster: "Cluster", i: int, path: str | os.PathLike, stop: bool = 
         cluster.log(f"node {i}: saved {size / 1048576:.1f} MiB in {time.monotonic() - t0:.1f} s "
                     f"({path}, metadata {meta_path(path).name})")
         if stop:
-            _stop_node(cluster, n)
+            cluster._stop_node(n)
             cluster.log(f"node {i}: QEMU stopped; restore it with `rackemu node restore {i} "
                         f"{shlex.quote(str(path))}{cluster.cli_select()}`")
         return meta
@@ -232,32 +230,6 @@ def _migrate_out(qmp: Qmp, i: int, tmp: Path, timeout: float) -> None:
             raise SnapshotError(f"node {i}: saving did not finish within {timeout:.0f} s "
                                 f"(status {status}); cancelled")
         time.sleep(0.1)
-
-
-def _stop_node(cluster: "Cluster", n: "Node") -> None:
-    """Stop a node's QEMU (TERM, then KILL) and forget its sockets and RAM file."""
-    if n.proc is not None and n.alive():
-        if stop_procs([n.proc]):
-            raise SnapshotError(f"node {n.id}'s QEMU (pid {n.pid}) survived SIGKILL")
-    n.state = "stopped"
-    for p in (n.agent_path, n.qmp_path, n.pid_path):
-        p.unlink(missing_ok=True)
-    cluster.ram_path(n.id).unlink(missing_ok=True)
-    _forget_agent(n)
-    cluster.save_state()
-
-
-def _forget_agent(n: "Node") -> None:
-    """Drop this process's shared agent connection of the node: the next request connects to
-    the new QEMU's socket."""
-    try:
-        from .agent import AgentClient
-    except ImportError:
-        return
-    with AgentClient._shared_lock:
-        c = AgentClient._shared.pop(str(n.agent_path), None)
-    if c is not None:
-        c.close()
 
 
 # ---------------------------------------------------------------- restore
@@ -312,9 +284,7 @@ def restore_node(cluster: "Cluster", i: int, path: str | os.PathLike, verify: bo
     try:
         if n.alive():
             cluster.log(f"node {i}: stopping the running QEMU (pid {n.pid}); its state is replaced")
-        _stop_node(cluster, n)
-        if cluster.config.fabric:
-            wait_port_down(cluster, i)
+        cluster._clear_node_for_rejoin(n)
         cluster._check_ram_space([n])
         cluster.start_node(i, extra_args=["-incoming", f"exec:cat {shlex.quote(str(path))}"])
         try:
@@ -326,7 +296,7 @@ def restore_node(cluster: "Cluster", i: int, path: str | os.PathLike, verify: bo
         except BaseException:
             with _no_interrupts():
                 if n.state != "dead":
-                    _stop_node(cluster, n)
+                    cluster._stop_node(n)
                 else:
                     cluster.ram_path(i).unlink(missing_ok=True)
                     cluster.save_state()
@@ -391,17 +361,3 @@ def _load_and_resume(cluster: "Cluster", n: "Node", timeout: float) -> None:
     finally:
         if qmp is not None:
             qmp.close()
-
-
-def wait_port_down(cluster: "Cluster", i: int, timeout: float = PORT_DOWN_TIMEOUT) -> None:
-    """Wait until the bridge reports node i's port not up (it has seen the old QEMU's fabric
-    connection close), so that the new QEMU's handshake is not refused as a duplicate."""
-    deadline = time.monotonic() + timeout
-    while True:
-        ports = {p.get("node"): p.get("state") for p in cluster.bridge_stats().get("ports", [])}
-        if ports.get(i) != "up":
-            return
-        if time.monotonic() >= deadline:
-            raise SnapshotError(f"the fabric bridge still reports node {i} connected {timeout:.0f} s "
-                                f"after its QEMU stopped; see {cluster.run_dir / 'bridge.log'}")
-        time.sleep(0.05)

@@ -98,6 +98,29 @@ def test_kill_node_kills_one_qemu_only(fake_build, fake_agent, run_dir):
     assert pids_referencing(run_dir) == []
 
 
+def test_restart_node_waits_until_the_bridge_has_seen_the_old_qemu_go(
+        fake_build, fake_agent, run_dir, monkeypatch):
+    """The bridge refuses a node id while it still sees that node's previous connection up
+    (DUPLICATE, docs/fabric.md "Handshake") and the refused QEMU exits. The fake bridge notices
+    a hang-up 1.5 s late, as a loaded bridge may: restart_node, of a running and of a killed
+    node, must wait for the port to go down before it starts the new QEMU."""
+    monkeypatch.setenv("FAKE_BRIDGE_HANGUP_DELAY", "1.5")
+    with Cluster(cfg(run_dir, nodes=2)) as c:
+        old = c.node(1).pid
+        c.restart_node(1)
+        ports = {p["node"]: p for p in c.bridge_stats()["ports"]}
+        assert c.node(1).alive() and c.node(1).pid != old and c.node(1).state == "running"
+        assert ports[1]["state"] == "up" and ports[1]["connects"] == 2
+        c.kill_node(1)
+        c.restart_node(1)
+        stats = c.bridge_stats()
+        ports = {p["node"]: p for p in stats["ports"]}
+        assert c.node(1).alive() and ports[1]["state"] == "up" and ports[1]["connects"] == 3
+        assert stats["refused_handshakes"] == 0
+        assert ports[0]["connects"] == 1, "the other node stayed connected"
+    assert pids_referencing(run_dir) == []
+
+
 def test_qemu_that_dies_during_boot_fails_up_with_its_output_and_cleans_up(
         fake_build, fake_agent, run_dir, monkeypatch):
     monkeypatch.setenv("FAKE_QEMU_MODE", "die")

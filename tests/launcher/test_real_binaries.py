@@ -35,6 +35,17 @@ def test_real_qemu_nodes_join_the_real_bridge_and_leave_nothing(tmp_path, monkey
         ports = _ports(c)
         assert sorted(ports) == [0, 1] and all(p["state"] == "up" for p in ports.values()), ports
         assert all((run_dir / f"node{i}.qmp").is_socket() for i in (0, 1))
+        # A running node restarted at once: the new QEMU joins under the same id only after
+        # the bridge has seen the old connection close (else it is refused DUPLICATE and exits).
+        old = c.node(0).pid
+        c.restart_node(0)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and _ports(c)[0]["state"] != "up":
+            time.sleep(0.2)
+        ports = _ports(c)
+        assert c.node(0).alive() and c.node(0).pid != old
+        assert ports[0]["state"] == "up" and ports[0]["connects"] == 2, ports
+        assert c.bridge_stats()["refused_handshakes"] == 0
         c.kill_node(1)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and _ports(c).get(1, {}).get("state") == "up":

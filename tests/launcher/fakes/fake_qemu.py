@@ -11,12 +11,16 @@ and then behaves as FAKE_QEMU_MODE says:
   sigbus      kill itself with SIGBUS after half a second (what a full /dev/shm does to QEMU)
 Like QEMU, it creates the guest-RAM file named by -object memory-backend-file,...,mem-path=
 (sparse, of the given size) and writes its pid into it, so tests can tell whose file it is.
+Like rackemu-node, with `fabric=PATH` in -M it joins the bridge before it opens its agent
+socket (the fake bridge's `hello N` line, fakes/fake_bridge.py), exits with status 1 and the
+bridge's reason if refused, and reconnects every half second while the bridge is gone.
 Every argument is appended to $FAKE_QEMU_ARGV_LOG if set.
 """
 import os
 import signal
 import socket
 import sys
+import threading
 import time
 
 argv = sys.argv[1:]
@@ -38,9 +42,47 @@ obj = dict(kv.split("=", 1) for kv in opts.get("-object", "").split(",") if "=" 
 if "mem-path" in obj:
     size = obj["size"]
     mib = int(size[:-1]) * (1024 if size.endswith("G") else 1)
-    with open(obj["mem-path"], "w+b") as f:
-        f.truncate(mib << 20)
-        f.write(f"{os.getpid()}\n".encode())
+    with open(obj["mem-path"], "w+b") as ram:
+        ram.truncate(mib << 20)
+        ram.write(f"{os.getpid()}\n".encode())
+
+machine = dict(kv.split("=", 1) for kv in opts.get("-M", "").split(",") if "=" in kv)
+
+
+def join_fabric() -> socket.socket | None:
+    """The connection to the bridge, or None if the bridge is not there; exits if refused."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(machine["fabric"])
+        s.sendall(f"hello {machine['node-id']}\n".encode())
+        answer = s.makefile("rb").readline().decode().strip()
+    except OSError:
+        s.close()
+        return None
+    if answer != "ok":
+        print(f"rackemu-node: the fabric bridge refused node {machine['node-id']}: {answer}",
+              file=sys.stderr, flush=True)
+        os._exit(1)
+    return s
+
+
+def fabric_port(link: socket.socket | None) -> None:
+    while True:
+        while link is not None and link.recv(4096):
+            pass
+        if link is not None:
+            link.close()
+        time.sleep(0.5)
+        link = join_fabric()
+
+
+if "fabric" in machine:
+    link = join_fabric()
+    if link is None:
+        print(f"rackemu-node: cannot connect to the fabric bridge at {machine['fabric']}",
+              file=sys.stderr, flush=True)
+        sys.exit(1)
+    threading.Thread(target=fabric_port, args=(link,), daemon=True).start()
 
 socks = []
 chardev = dict(kv.split("=", 1) for kv in opts["-chardev"].split(",") if "=" in kv)
