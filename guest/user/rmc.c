@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,7 +68,9 @@ static const char usage[] =
 	"ctx-hold registers with K (none: a random key) and prints it; other commands attach a context\n"
 	"another user holds with K and register scratch contexts with K. Nodes serve a request only if\n"
 	"its key equals their context's, so every node of a context must use the same key. A key on the\n"
-	"command line is visible to other users (ps): prefer RMC_KEY or @FILE.\n";
+	"command line is visible to other users (ps): prefer RMC_KEY or @FILE.\n"
+	"\n"
+	"An option the command does not take (e.g. info --id) is refused; COMMAND --help prints this.\n";
 
 /* Byte i of pattern `seed` over a remote range starting at offset `base`: tells a byte that was
  * not copied (0 or stale) from one that landed at the wrong place. */
@@ -92,8 +95,39 @@ struct opts {
 	int sabre, nospec, have_seed, keep_going;
 };
 
-static void parse(int argc, char **argv, struct opts *o)
+/* Every option of every command, by its getopt value; commands[] says which ones each takes. */
+static const struct option long_opts[] = {
+	{ "id", 1, 0, 'i' }, { "node", 1, 0, 'n' }, { "size", 1, 0, 'z' }, { "roff", 1, 0, 'R' },
+	{ "loff", 1, 0, 'L' }, { "len", 1, 0, 'l' }, { "off", 1, 0, 'o' }, { "count", 1, 0, 'c' },
+	{ "window", 1, 0, 'w' }, { "timeout-ms", 1, 0, 't' }, { "seconds", 1, 0, 'S' }, { "nodemask", 1, 0, 'm' },
+	{ "version-off", 1, 0, 'V' }, { "seed", 1, 0, 's' }, { "perm", 1, 0, 'p' }, { "key", 1, 0, 'k' },
+	{ "op", 1, 0, 'O' }, { "sabre", 0, 0, 'b' }, { "nospec", 0, 0, 'N' }, { "keep-going", 0, 0, 'K' },
+	{ "help", 0, 0, 'h' }, { 0 }
+};
+
+static const struct command {
+	const char *name;
+	const char *takes; /* getopt values of its options */
+} commands[] = {
+	{ "info", "" }, { "counters", "" }, { "ctx-hold", "izpmVsSk" }, { "fill", "iolsk" },
+	{ "read", "inRLlbNk" }, { "write", "inRLlk" }, { "check-data", "inRLlsk" },
+	{ "write-pattern", "inRLlsk" }, { "atomic", "inoOck" }, { "async-read", "inlcwtKk" },
+	{ "check", "" }, { "check-driver", "" },
+};
+
+static const struct command *find_command(const char *name)
 {
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (!strcmp(commands[i].name, name))
+			return &commands[i];
+	die("unknown command '%s' (rmc --help)", name);
+}
+
+/* argv[0] is the command: its options into *o; one it does not take is a usage error. */
+static void parse(int argc, char **argv, const struct command *cmd, struct opts *o)
+{
+	int c, li;
+
 	memset(o, 0, sizeof(*o));
 	o->id = o->node = -1;
 	o->version_off = -1;
@@ -103,56 +137,47 @@ static void parse(int argc, char **argv, struct opts *o)
 	o->nodemask = ~0ull;
 	if (rmc_key_parse(NULL, &o->key))
 		die("RMC_KEY: not a number");
-	for (int i = 0; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define OPT(name) (!strcmp(a, name) && (v || (die("%s needs a value", name), 0)) && ++i)
-		if (!strcmp(a, "--sabre"))
-			o->sabre = 1;
-		else if (!strcmp(a, "--keep-going"))
-			o->keep_going = 1;
-		else if (!strcmp(a, "--nospec"))
-			o->nospec = o->sabre = 1;
-		else if (OPT("--id"))
-			o->id = (long)num(v, "--id", RMC_CTX_COUNT - 1);
-		else if (OPT("--node"))
-			o->node = (long)num(v, "--node", 63);
-		else if (OPT("--size"))
-			o->size = num(v, "--size", 1ull << 34);
-		else if (OPT("--roff"))
-			o->roff = num(v, "--roff", UINT64_MAX);
-		else if (OPT("--loff"))
-			o->loff = num(v, "--loff", 1ull << 34);
-		else if (OPT("--len"))
-			o->len = num(v, "--len", RMC_XFER_MAX);
-		else if (OPT("--off"))
-			o->off = num(v, "--off", UINT64_MAX);
-		else if (OPT("--count"))
-			o->count = num(v, "--count", 100000000);
-		else if (OPT("--window"))
-			o->window = (long)num(v, "--window", 4096);
-		else if (OPT("--timeout-ms"))
-			o->timeout_ms = (long)num(v, "--timeout-ms", 3600000);
-		else if (OPT("--seconds"))
-			o->seconds = (long)num(v, "--seconds", 86400);
-		else if (OPT("--nodemask"))
-			o->nodemask = num(v, "--nodemask", UINT64_MAX);
-		else if (OPT("--version-off"))
-			o->version_off = (long)num(v, "--version-off", 56);
-		else if (OPT("--seed")) {
-			o->seed = num(v, "--seed", UINT64_MAX);
-			o->have_seed = 1;
-		} else if (OPT("--perm"))
-			o->perm = v;
-		else if (OPT("--key")) {
-			if (rmc_key_parse(v, &o->key))
-				die("--key '%s': a number, or @FILE holding one", v);
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":", long_opts, &li)) != -1) {
+		if (c == ':' || c == '?')
+			bad_option(c, argv, "rmc --help");
+		if (c == 'h') {
+			fputs(usage, stdout);
+			exit(0);
 		}
-		else if (OPT("--op"))
-			o->op = v;
-		else
-			die("unknown option '%s' (rmc --help)", a);
-#undef OPT
+		if (!strchr(cmd->takes, c))
+			die("--%s does not apply to `rmc %s` (rmc --help)", long_opts[li].name, cmd->name);
+		switch (c) {
+		case 'b': o->sabre = 1; break;
+		case 'K': o->keep_going = 1; break;
+		case 'N': o->nospec = o->sabre = 1; break;
+		case 'i': o->id = (long)num(optarg, "--id", RMC_CTX_COUNT - 1); break;
+		case 'n': o->node = (long)num(optarg, "--node", 63); break;
+		case 'z': o->size = num(optarg, "--size", 1ull << 34); break;
+		case 'R': o->roff = num(optarg, "--roff", UINT64_MAX); break;
+		case 'L': o->loff = num(optarg, "--loff", 1ull << 34); break;
+		case 'l': o->len = num(optarg, "--len", RMC_XFER_MAX); break;
+		case 'o': o->off = num(optarg, "--off", UINT64_MAX); break;
+		case 'c': o->count = num(optarg, "--count", 100000000); break;
+		case 'w': o->window = (long)num(optarg, "--window", 4096); break;
+		case 't': o->timeout_ms = (long)num(optarg, "--timeout-ms", 3600000); break;
+		case 'S': o->seconds = (long)num(optarg, "--seconds", 86400); break;
+		case 'm': o->nodemask = num(optarg, "--nodemask", UINT64_MAX); break;
+		case 'V': o->version_off = (long)num(optarg, "--version-off", 56); break;
+		case 's':
+			o->seed = num(optarg, "--seed", UINT64_MAX);
+			o->have_seed = 1;
+			break;
+		case 'p': o->perm = optarg; break;
+		case 'k':
+			if (rmc_key_parse(optarg, &o->key))
+				die("--key '%s': a number, or @FILE holding one", optarg);
+			break;
+		case 'O': o->op = optarg; break;
+		}
 	}
+	if (optind < argc)
+		die("unexpected argument '%s' (rmc --help)", argv[optind]);
 }
 
 static unsigned parse_perm(const char *s)
@@ -1152,6 +1177,7 @@ static int cmd_check_driver(void)
 
 int main(int argc, char **argv)
 {
+	const struct command *cmd;
 	struct opts o;
 
 	tool_prog = "rmc";
@@ -1159,30 +1185,29 @@ int main(int argc, char **argv)
 		fputs(usage, argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
-	parse(argc - 2, argv + 2, &o);
-	if (!strcmp(argv[1], "info"))
+	cmd = find_command(argv[1]);
+	parse(argc - 1, argv + 1, cmd, &o);
+	if (!strcmp(cmd->name, "info"))
 		return cmd_info();
-	if (!strcmp(argv[1], "counters"))
+	if (!strcmp(cmd->name, "counters"))
 		return cmd_counters();
-	if (!strcmp(argv[1], "ctx-hold"))
+	if (!strcmp(cmd->name, "ctx-hold"))
 		return cmd_ctx_hold(&o);
-	if (!strcmp(argv[1], "fill"))
+	if (!strcmp(cmd->name, "fill"))
 		return cmd_fill(&o);
-	if (!strcmp(argv[1], "read"))
+	if (!strcmp(cmd->name, "read"))
 		return cmd_xfer(&o, 0);
-	if (!strcmp(argv[1], "write"))
+	if (!strcmp(cmd->name, "write"))
 		return cmd_xfer(&o, 1);
-	if (!strcmp(argv[1], "check-driver"))
+	if (!strcmp(cmd->name, "check-driver"))
 		return cmd_check_driver();
-	if (!strcmp(argv[1], "check-data"))
+	if (!strcmp(cmd->name, "check-data"))
 		return cmd_check_data(&o, 0);
-	if (!strcmp(argv[1], "write-pattern"))
+	if (!strcmp(cmd->name, "write-pattern"))
 		return cmd_check_data(&o, 1);
-	if (!strcmp(argv[1], "atomic"))
+	if (!strcmp(cmd->name, "atomic"))
 		return cmd_atomic(&o);
-	if (!strcmp(argv[1], "async-read"))
+	if (!strcmp(cmd->name, "async-read"))
 		return cmd_async_read(&o);
-	if (!strcmp(argv[1], "check"))
-		return cmd_check();
-	die("unknown command '%s' (rmc --help)", argv[1]);
+	return cmd_check();
 }

@@ -19,6 +19,7 @@
  * exits 1. Throughput figures count successful completions only.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +49,8 @@ static const char usage[] =
 	"         --csv appends one row per (mode, op, size) with every column. The run stops at the first\n"
 	"         unrecoverable error (exit 1); ops/s and MB/s count successful requests only\n"
 	"  --key K: the context's access key (a number or @FILE; default $RMC_KEY; serve: none = random,\n"
-	"         printed as key=): the destination serves only requests carrying its key\n";
+	"         printed as key=): the destination serves only requests carrying its key\n"
+	"  An option the command does not take (e.g. run --seconds) is refused; --help prints this.\n";
 
 /* A completion after which going on measures nothing: the destination refused, or is gone. */
 static int unrecoverable(int st)
@@ -176,12 +178,23 @@ static void add_ops(int *ops, unsigned *nops, const char *s)
 	}
 }
 
+/* Every option, by its getopt value; SERVE_OPTS and RUN_OPTS say which ones each command takes. */
+static const struct option long_opts[] = {
+	{ "node", 1, 0, 'n' }, { "ctx", 1, 0, 'c' }, { "size", 1, 0, 'z' }, { "seconds", 1, 0, 'S' },
+	{ "iters", 1, 0, 'i' }, { "window", 1, 0, 'w' }, { "tput-ops", 1, 0, 'T' }, { "csv", 1, 0, 'C' },
+	{ "key", 1, 0, 'k' }, { "sizes", 1, 0, 's' }, { "ops", 1, 0, 'O' }, { "op", 1, 0, 'O' },
+	{ "mode", 1, 0, 'm' }, { "no-verify", 0, 0, 'V' }, { "spin", 0, 0, 'P' }, { "help", 0, 0, 'h' },
+	{ 0 }
+};
+#define SERVE_OPTS "czSk"
+#define RUN_OPTS "nciwTCksOmVP"
+
 int main(int argc, char **argv)
 {
 	unsigned node = 0, ctx = RMC_CTX_COUNT, iters = 200, window = 16, seconds = 0, nsizes = 0, nops = 0;
 	unsigned tput_ops = 0;
 	uint32_t sizes[32];
-	int ops[3], lat = 1, tput = 1, have_node = 0, verify = 1, spin = 0, first = 1, is_serve = 0;
+	int ops[3], lat = 1, tput = 1, have_node = 0, verify = 1, spin = 0, is_serve = 0, opt, li;
 	uint64_t size = 1 << 20, key = 0;
 	const char *csv = NULL, *sizes_s = "64,128,256,512,1024,2048,4096,8192", *ops_s = "all";
 
@@ -194,60 +207,50 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "serve") || !strcmp(argv[1], "run")) {
 		is_serve = !strcmp(argv[1], "serve");
-		first = 2;
+		argc--, argv++; /* argv[0]: the command; without one (an option first): run */
 	} else if (strncmp(argv[1], "--", 2))
 		die("unknown command '%s' (rmc-bench --help)", argv[1]);
-	for (int i = first; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":", long_opts, &li)) != -1) {
+		if (opt == ':' || opt == '?')
+			bad_option(opt, argv, "rmc-bench --help");
+		if (opt == 'h') {
 			fputs(usage, stdout);
 			return 0;
 		}
-		if (!strcmp(a, "--no-verify")) {
-			verify = 0;
-			continue;
-		}
-		if (!strcmp(a, "--spin")) {
-			spin = 1;
-			continue;
-		}
-		if (!v)
-			die("%s needs a value", a);
-		i++;
-		if (!strcmp(a, "--node")) {
-			node = (unsigned)num(v, a, 63);
+		if (!strchr(is_serve ? SERVE_OPTS : RUN_OPTS, opt))
+			die("--%s does not apply to `rmc-bench %s` (rmc-bench --help)", long_opts[li].name,
+			    is_serve ? "serve" : "run");
+		switch (opt) {
+		case 'V': verify = 0; break;
+		case 'P': spin = 1; break;
+		case 'n':
+			node = (unsigned)num(optarg, "--node", 63);
 			have_node = 1;
-		} else if (!strcmp(a, "--ctx"))
-			ctx = (unsigned)num(v, a, RMC_CTX_COUNT - 1);
-		else if (!strcmp(a, "--size"))
-			size = num(v, a, 1ull << 30);
-		else if (!strcmp(a, "--seconds"))
-			seconds = (unsigned)num(v, a, 86400);
-		else if (!strcmp(a, "--iters"))
-			iters = (unsigned)num(v, a, 1000000);
-		else if (!strcmp(a, "--window"))
-			window = (unsigned)num(v, a, 1024);
-		else if (!strcmp(a, "--tput-ops"))
-			tput_ops = (unsigned)num(v, a, 100000000);
-		else if (!strcmp(a, "--csv"))
-			csv = v;
-		else if (!strcmp(a, "--key")) {
-			if (rmc_key_parse(v, &key))
-				die("--key '%s': a number, or @FILE holding one", v);
-		}
-		else if (!strcmp(a, "--sizes"))
-			sizes_s = v;
-		else if (!strcmp(a, "--ops") || !strcmp(a, "--op"))
-			ops_s = v;
-		else if (!strcmp(a, "--mode")) {
-			lat = !strcmp(v, "lat") || !strcmp(v, "both");
-			tput = !strcmp(v, "tput") || !strcmp(v, "both");
+			break;
+		case 'c': ctx = (unsigned)num(optarg, "--ctx", RMC_CTX_COUNT - 1); break;
+		case 'z': size = num(optarg, "--size", 1ull << 30); break;
+		case 'S': seconds = (unsigned)num(optarg, "--seconds", 86400); break;
+		case 'i': iters = (unsigned)num(optarg, "--iters", 1000000); break;
+		case 'w': window = (unsigned)num(optarg, "--window", 1024); break;
+		case 'T': tput_ops = (unsigned)num(optarg, "--tput-ops", 100000000); break;
+		case 'C': csv = optarg; break;
+		case 'k':
+			if (rmc_key_parse(optarg, &key))
+				die("--key '%s': a number, or @FILE holding one", optarg);
+			break;
+		case 's': sizes_s = optarg; break;
+		case 'O': ops_s = optarg; break;
+		case 'm':
+			lat = !strcmp(optarg, "lat") || !strcmp(optarg, "both");
+			tput = !strcmp(optarg, "tput") || !strcmp(optarg, "both");
 			if (!lat && !tput)
 				die("--mode lat|tput|both");
-		} else
-			die("unknown option '%s' (rmc-bench --help)", a);
+			break;
+		}
 	}
+	if (optind < argc)
+		die("unexpected argument '%s' (rmc-bench --help)", argv[optind]);
 	if (ctx >= RMC_CTX_COUNT)
 		die("--ctx is required");
 	if (is_serve) {

@@ -23,6 +23,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <getopt.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -52,7 +53,8 @@ static const char usage[] =
 	"         without the consistency check (torn > 0 expected under writers)\n"
 	"  --key K (both; a number or @FILE, default $RMC_KEY): the context's access key. serve registers\n"
 	"         with it (none: a random one) and prints it; the reader registers or attaches its own\n"
-	"         context N with it: the destination serves only requests that carry its key\n";
+	"         context N with it: the destination serves only requests that carry its key\n"
+	"  An option the command does not take (e.g. serve --threads) is refused; --help prints this.\n";
 
 struct cfg {
 	int serve, sabre, nospec, unsafe;
@@ -536,8 +538,20 @@ static int do_read(void)
 	return torn || verr || errors ? 1 : 0;
 }
 
+/* Every option, by its getopt value; SERVE_OPTS and READ_OPTS say which ones each command takes. */
+static const struct option long_opts[] = {
+	{ "ctx", 1, 0, 'c' }, { "node", 1, 0, 'n' }, { "size", 1, 0, 'z' }, { "objects", 1, 0, 'o' },
+	{ "writers", 1, 0, 'w' }, { "threads", 1, 0, 't' }, { "seconds", 1, 0, 'S' }, { "csv", 1, 0, 'C' },
+	{ "key", 1, 0, 'k' }, { "layout", 1, 0, 'l' }, { "nospec", 0, 0, 'N' }, { "unsafe", 0, 0, 'U' },
+	{ "help", 0, 0, 'h' }, { 0 }
+};
+#define SERVE_OPTS "czowSkl"
+#define READ_OPTS "nczotSCklNU"
+
 int main(int argc, char **argv)
 {
+	int opt, li;
+
 	tool_prog = "rmc-kv";
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		fputs(usage, argc < 2 ? stderr : stdout);
@@ -553,49 +567,43 @@ int main(int argc, char **argv)
 	cf.sabre = -1;
 	if (rmc_key_parse(NULL, &cf.key))
 		die("RMC_KEY: not a number");
-	for (int i = 2; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (!strcmp(a, "--nospec")) {
-			cf.nospec = 1;
-			continue;
+	opterr = 0;
+	while ((opt = getopt_long(argc - 1, argv + 1, ":", long_opts, &li)) != -1) {
+		if (opt == ':' || opt == '?')
+			bad_option(opt, argv + 1, "rmc-kv --help");
+		if (opt == 'h') {
+			fputs(usage, stdout);
+			return 0;
 		}
-		if (!strcmp(a, "--unsafe")) {
-			cf.unsafe = 1;
-			continue;
-		}
-		if (!v)
-			die("%s needs a value", a);
-		i++;
-		if (!strcmp(a, "--ctx"))
-			cf.ctx = (unsigned)num(v, a, RMC_CTX_COUNT - 1);
-		else if (!strcmp(a, "--node"))
-			cf.node = (unsigned)num(v, a, 63);
-		else if (!strcmp(a, "--size"))
-			cf.size = (unsigned)num(v, a, RMC_SABRE_MAX);
-		else if (!strcmp(a, "--objects"))
-			cf.objects = (unsigned)num(v, a, 1000000);
-		else if (!strcmp(a, "--writers"))
-			cf.writers = (unsigned)num(v, a, MAX_THREADS);
-		else if (!strcmp(a, "--threads"))
-			cf.threads = (unsigned)num(v, a, MAX_THREADS);
-		else if (!strcmp(a, "--seconds"))
-			cf.seconds = (unsigned)num(v, a, 86400);
-		else if (!strcmp(a, "--csv"))
-			cf.csv = v;
-		else if (!strcmp(a, "--key")) {
-			if (rmc_key_parse(v, &cf.key))
-				die("--key '%s': a number, or @FILE holding one", v);
-		} else if (!strcmp(a, "--layout")) {
-			if (!strcmp(v, "sabre"))
+		if (!strchr(cf.serve ? SERVE_OPTS : READ_OPTS, opt))
+			die("--%s does not apply to `rmc-kv %s` (rmc-kv --help)", long_opts[li].name, argv[1]);
+		switch (opt) {
+		case 'N': cf.nospec = 1; break;
+		case 'U': cf.unsafe = 1; break;
+		case 'c': cf.ctx = (unsigned)num(optarg, "--ctx", RMC_CTX_COUNT - 1); break;
+		case 'n': cf.node = (unsigned)num(optarg, "--node", 63); break;
+		case 'z': cf.size = (unsigned)num(optarg, "--size", RMC_SABRE_MAX); break;
+		case 'o': cf.objects = (unsigned)num(optarg, "--objects", 1000000); break;
+		case 'w': cf.writers = (unsigned)num(optarg, "--writers", MAX_THREADS); break;
+		case 't': cf.threads = (unsigned)num(optarg, "--threads", MAX_THREADS); break;
+		case 'S': cf.seconds = (unsigned)num(optarg, "--seconds", 86400); break;
+		case 'C': cf.csv = optarg; break;
+		case 'k':
+			if (rmc_key_parse(optarg, &cf.key))
+				die("--key '%s': a number, or @FILE holding one", optarg);
+			break;
+		case 'l':
+			if (!strcmp(optarg, "sabre"))
 				cf.sabre = 1;
-			else if (!strcmp(v, "baseline"))
+			else if (!strcmp(optarg, "baseline"))
 				cf.sabre = 0;
 			else
 				die("--layout sabre|baseline");
-		} else
-			die("unknown option '%s' (rmc-kv --help)", a);
+			break;
+		}
 	}
+	if (optind < argc - 1)
+		die("unexpected argument '%s' (rmc-kv --help)", argv[1 + optind]);
 	if (cf.ctx >= RMC_CTX_COUNT || cf.sabre < 0 || !cf.size)
 		die("--ctx, --layout and --size are required");
 	if (cf.size % 64 || cf.size < 128)
@@ -604,7 +612,7 @@ int main(int argc, char **argv)
 		die("--objects and --threads must be at least 1");
 	if (cf.nospec && !cf.sabre)
 		die("--nospec applies to the sabre layout");
-	if (cf.unsafe && (cf.nospec || cf.serve))
+	if (cf.unsafe && cf.nospec)
 		die("--unsafe is a reader option, without --nospec");
 	return cf.serve ? do_serve() : do_read();
 }

@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Shared by rackemu's guest command-line tools (gas, mbox, cdma, gsas, ...): the usage-error
- * exit, number parsing, check-suite lines, the monotonic clock, a qsort comparator and the
- * stop-on-signal flag. Each tool sets tool_prog in main() first.
+ * Shared by rackemu's guest command-line tools (gas, mbox, cdma, gsas, rmc, ...): the usage-error
+ * exit, getopt_long's errors, number parsing, check-suite lines, the monotonic clock, a qsort
+ * comparator and the stop-on-signal flag. Each tool sets tool_prog in main() first.
  */
 #ifndef RACKEMU_GUEST_TOOL_H
 #define RACKEMU_GUEST_TOOL_H
 
 #include <errno.h>
+#include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -30,6 +31,23 @@ static void die(const char *fmt, ...)
 	va_end(ap);
 	fputc('\n', stderr);
 	exit(2);
+}
+
+/* getopt_long's '?' or ':' (with opterr = 0 and an optstring starting with ':') as a usage error
+ * that names the option; `help` says where the options are listed (e.g. "rmc --help"). */
+static void bad_option(int c, char **argv, const char *help) __attribute__((noreturn, unused));
+static void bad_option(int c, char **argv, const char *help)
+{
+	const char *a = argv[optind - 1];
+	int is_long = !strncmp(a, "--", 2);
+
+	if (c == ':')
+		die("%s needs a value (%s)", is_long ? a : (char[]){ '-', (char)optopt, 0 }, help);
+	if (is_long && optopt)
+		die("%s takes no value (%s)", a, help);
+	if (!is_long && optopt)
+		die("unknown option '-%c' (%s)", optopt, help);
+	die("unknown or ambiguous option '%s' (%s)", a, help);
 }
 
 /* An unsigned number (decimal, 0x hex, 0 octal), optionally with a K or M suffix, at most max;

@@ -54,6 +54,36 @@ def test_driver_binds_on_every_node_and_the_check_suite_passes(cluster2):
         assert d[-1]["checks"] == "44" and d[-1]["failed"] == "0"
 
 
+@pytest.mark.parametrize("cmd,rc,says", [
+    ("rmc read --help", 0, "usage: rmc COMMAND"),
+    ("rmc-bench run --help", 0, "usage: rmc-bench serve"),
+    ("rmc-kv serve --help", 0, "usage: rmc-kv serve"),
+    ("rmc info --id 1", 2, "rmc: --id does not apply to `rmc info`"),
+    ("rmc read --id 1 --node 0 --len 8 --count 3", 2, "rmc: --count does not apply to `rmc read`"),
+    ("rmc read --id 1 --node 0 --len", 2, "rmc: --len needs a value"),
+    ("rmc read --id 1 --node 0 --len 8 --bogus", 2, "rmc: unknown or ambiguous option '--bogus'"),
+    ("rmc read --id 1 --node 0 --len 8 --sabre=1", 2, "rmc: --sabre=1 takes no value"),
+    ("rmc read --id 1 --node 0 --len 8 extra", 2, "rmc: unexpected argument 'extra'"),
+    ("rmc read --id 99 --node 0 --len 8", 2, "rmc: --id '99': expected a number up to 15"),
+    ("rmc frobnicate", 2, "rmc: unknown command 'frobnicate'"),
+    ("rmc-bench serve --ctx 9 --node 0", 2, "rmc-bench: --node does not apply to `rmc-bench serve`"),
+    ("rmc-bench --node 0 --ctx 9 --seconds 3", 2, "rmc-bench: --seconds does not apply to `rmc-bench run`"),
+    ("rmc-bench run --node 0 --ctx 9 --mode fast", 2, "rmc-bench: --mode lat|tput|both"),
+    ("rmc-kv serve --ctx 8 --layout sabre --size 1024 --threads 3", 2,
+     "rmc-kv: --threads does not apply to `rmc-kv serve`"),
+    ("rmc-kv read --node 0 --ctx 8 --layout sabre --size 1024 --unsafe --nospec", 2,
+     "rmc-kv: --unsafe is a reader option, without --nospec"),
+])
+def test_rmc_tools_refuse_bad_arguments_with_a_usage_error(cluster2, cmd, rc, says):
+    """Every option of the RMC tools is parsed by getopt_long: --help after any command, exit 2
+    with the reason for an option the command does not take, a missing value, an unknown
+    option or a stray argument."""
+    n = cluster2.node(0)
+    r = n.exec(cmd, timeout=30)
+    out = (r.stdout if rc == 0 else r.stderr).decode()
+    assert r.rc == rc and says in out, f"{cmd}: rc {r.rc}: {r.stdout!r} {r.stderr!r}"
+
+
 @pytest.mark.parametrize("length", [1, 63, 64, 65, 4096, 8192, 1 << 20])
 def test_remote_read_and_write_integrity(cluster2, length):
     n0, n1 = cluster2.node(0), cluster2.node(1)
