@@ -210,6 +210,8 @@ int main(int argc, char **argv)
 		}
 		if (!strcmp(a, "--spin")) {
 			spin = 1;
+			/* spin the whole wait (librmc naps after RMC_SPIN_US), unless the caller chose */
+			setenv("RMC_SPIN_US", "1000000", 0);
 			continue;
 		}
 		if (!v)
