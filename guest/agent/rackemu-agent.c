@@ -7,6 +7,11 @@
  * group, output is collected, and the whole response is written when the command has exited.
  * A malformed frame is answered with an error and skipped (the reader resynchronises on the
  * magic); nothing the host sends can crash the agent.
+ *
+ * Idle means asleep: poll() has no timeout unless a command has a deadline or a grace period
+ * running. Children's exits arrive as SIGCHLD on a signalfd. While no host is connected the
+ * port reports POLLHUP at once, so it leaves the poll set; the driver sends SIGIO (O_ASYNC)
+ * when the host opens the port again, which brings it back.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -19,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -45,6 +51,7 @@ struct job {
 };
 
 static int port = -1;
+static sigset_t old_mask; /* the mask commands start with (the agent blocks SIGCHLD and SIGIO) */
 static struct buf rx;
 static struct job jobs[AG_MAX_JOBS];
 
@@ -196,6 +203,7 @@ static void start_exec(uint32_t id, const unsigned char *b, uint32_t len)
 	j->pid = fork();
 	if (j->pid == 0) {
 		setsid();
+		sigprocmask(SIG_SETMASK, &old_mask, NULL);
 		dup2(in[0], 0);
 		dup2(o[1], 1);
 		dup2(e[1], 2);
@@ -393,9 +401,41 @@ static int open_port(void)
 	return fd;
 }
 
+/* Milliseconds until the next job deadline or end of a grace period; -1: none (sleep until an event). */
+static int next_timeout(uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+
+	for (unsigned int i = 0; i < AG_MAX_JOBS; i++) {
+		const struct job *j = &jobs[i];
+
+		if (!j->used)
+			continue;
+		if (!j->exited && j->deadline_ms && j->deadline_ms < next)
+			next = j->deadline_ms;
+		if (j->exited && j->exit_ms + 201 < next)
+			next = j->exit_ms + 201;
+	}
+	if (next == UINT64_MAX)
+		return -1;
+	return next <= now ? 0 : (int)(next - now > 60000 ? 60000 : next - now);
+}
+
 int main(void)
 {
+	sigset_t mask;
+	int sfd, port_hup = 0;
+
 	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	sigaddset(&mask, SIGIO);
+	sigprocmask(SIG_BLOCK, &mask, &old_mask);
+	sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (sfd < 0) {
+		logmsg("signalfd: %s", strerror(errno));
+		return 1;
+	}
 	for (int tries = 0; (port = open_port()) < 0; tries++) {
 		if (tries == 50) {
 			logmsg("no virtio-serial port named rackemu.agent (is virtio_console loaded and the "
@@ -404,16 +444,25 @@ int main(void)
 		}
 		usleep(100000);
 	}
+	/* SIGIO when the host opens or closes the port, or data arrives */
+	if (fcntl(port, F_SETOWN, getpid()) < 0 || fcntl(port, F_SETFL, O_NONBLOCK | O_ASYNC) < 0) {
+		logmsg("cannot enable SIGIO on the port: %s", strerror(errno));
+		return 1;
+	}
 	logmsg("serving on the rackemu.agent port");
 	for (;;) {
-		struct pollfd pfds[1 + 3 * AG_MAX_JOBS];
-		struct job *owner[1 + 3 * AG_MAX_JOBS];
-		int n = 0, timeout = 100;
+		struct pollfd pfds[2 + 3 * AG_MAX_JOBS];
+		struct job *owner[2 + 3 * AG_MAX_JOBS];
+		int n = 0, first_job;
 		uint64_t now = now_ms();
 
-		pfds[n].fd = port;
-		pfds[n].events = POLLIN;
+		pfds[n] = (struct pollfd){ sfd, POLLIN, 0 };
 		owner[n++] = NULL;
+		if (!port_hup) {
+			pfds[n] = (struct pollfd){ port, POLLIN, 0 };
+			owner[n++] = NULL;
+		}
+		first_job = n;
 		for (unsigned int i = 0; i < AG_MAX_JOBS; i++) {
 			struct job *j = &jobs[i];
 			if (!j->used)
@@ -431,20 +480,27 @@ int main(void)
 				owner[n++] = j;
 			}
 		}
-		poll(pfds, n, timeout);
+		poll(pfds, n, next_timeout(now));
 		if (pfds[0].revents & POLLIN) {
+			struct signalfd_siginfo si;
+
+			while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+				if (si.ssi_signo == SIGIO)
+					port_hup = 0; /* the host may have connected: look again */
+		}
+		if (first_job == 2 && (pfds[1].revents & POLLIN)) {
 			unsigned char chunk[65536];
 			ssize_t r = read(port, chunk, sizeof(chunk));
 			if (r > 0) {
 				buf_add(&rx, chunk, r, (size_t)AG_MAX_BODY + AG_HDR_SIZE * 2);
 				handle_rx();
 			} else if (r == 0) {
-				usleep(50000); /* host not connected */
+				port_hup = 1; /* host not connected: wait for its SIGIO */
 			}
-		} else if (pfds[0].revents & (POLLHUP | POLLERR)) {
-			usleep(50000);
+		} else if (first_job == 2 && (pfds[1].revents & (POLLHUP | POLLERR))) {
+			port_hup = 1;
 		}
-		for (int k = 1; k < n; k++) {
+		for (int k = first_job; k < n; k++) {
 			struct job *j = owner[k];
 			unsigned char chunk[65536];
 			ssize_t r;

@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <libgen.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -33,6 +34,7 @@
 #include "libunimem.h"
 #include "rackemu/gsas_proto.h"
 #include "rackemu/unimem_mailbox.h"
+#include "spin.h"
 #include "tool.h"
 
 /* ---- software MMU (sec. 2.2.5) ---- */
@@ -84,6 +86,7 @@ static uint64_t max_pages_unpriv = 2048; /* 8 MiB: what one unprivileged process
 static unsigned spin_us = 200, reply_timeout_ms = 200;
 static const char *log_dir = "/tmp/gsas";
 static int verbose;
+static sigset_t run_mask; /* the mask gsasd started with: unblocked while it sleeps, and in children */
 
 static uint64_t now_us(void)
 {
@@ -352,6 +355,7 @@ static uint64_t op_fork(uint64_t pid, const uint8_t *page, const struct alloc *a
 		} else {
 			signal(SIGCHLD, SIG_DFL);
 			signal(SIGTERM, SIG_DFL);
+			sigprocmask(SIG_SETMASK, &run_mask, NULL);
 			setsid();
 			execv(path, argv);
 			child_errno = errno;
@@ -552,9 +556,19 @@ int main(int argc, char **argv)
 	st->pages_limit = max_pages;
 	st->magic = GSAS_STATS_MAGIC;
 
+	/* SIGTERM and SIGINT are taken only while sleeping (ppoll), so one that comes just before
+	 * the sleep still ends it: the sleep has no timeout */
 	sa.sa_handler = on_signal;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	{
+		sigset_t block;
+
+		sigemptyset(&block);
+		sigaddset(&block, SIGTERM);
+		sigaddset(&block, SIGINT);
+		sigprocmask(SIG_BLOCK, &block, &run_mask);
+	}
 	sa.sa_handler = SIG_IGN;
 	sa.sa_flags = SA_NOCLDWAIT; /* remoteFork children are reaped by the kernel */
 	sigaction(SIGCHLD, &sa, NULL);
@@ -585,16 +599,22 @@ int main(int argc, char **argv)
 				st->malformed++;
 				partial_since = 0;
 			}
+			spin_relax();
 			continue;
 		}
-		if (now_us() - last < spin_us)
+		if (now_us() - last < spin_us) {
+			spin_relax();
 			continue;
+		}
 		{
-			struct unimem_wait wt = { 1000, 0 };
+			/* sleep on the arrival interrupt until a request comes (no timeout: idle is asleep) */
+			struct pollfd pfd = { u.fd, POLLIN, 0 };
 
 			st->sleeps++;
-			if (ioctl(u.fd, UNIMEM_IOC_WAIT, &wt) < 0 && errno != ETIMEDOUT && errno != EINTR)
-				die("UNIMEM_IOC_WAIT: %s", strerror(errno));
+			if (ppoll(&pfd, 1, NULL, &run_mask) < 0 && errno != EINTR)
+				die("ppoll on /dev/unimem: %s", strerror(errno));
+			if (pfd.revents & (POLLERR | POLLNVAL))
+				die("/dev/unimem reports an error on interface 0");
 		}
 	}
 	logmsg("stopping after %llu requests", (unsigned long long)st->requests);

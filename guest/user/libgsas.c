@@ -22,6 +22,7 @@
 
 #include "libunimem.h"
 #include "rackemu/gsas_proto.h"
+#include "spin.h"
 
 struct gsas_thread {
 	int ready;
@@ -150,11 +151,11 @@ static int wait_pif(struct gsas_thread *t, uint64_t deadline)
 
 		if (now > deadline)
 			return -1;
-		if (now < spin_end)
+		if (now < spin_end) {
+			spin_relax();
 			continue;
-		usleep(nap);
-		if (nap < 1000)
-			nap *= 2;
+		}
+		spin_nap(&nap);
 	}
 	return s;
 }
@@ -193,8 +194,10 @@ static int recv_packet(struct gsas_thread *t, uint64_t w[4], uint64_t deadline, 
 		struct unimem_wait wt;
 		int rc;
 
-		if (now < spin_end)
+		if (now < spin_end) {
+			spin_relax();
 			continue;
+		}
 		if (now >= deadline)
 			return -ETIMEDOUT;
 		if (now >= next_probe) {

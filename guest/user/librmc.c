@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 /* librmc: see librmc.h and docs/rmc-driver.md. */
 #include "librmc.h"
+#include "spin.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -388,21 +388,36 @@ int rmc_poll(rmc_qp_t *q, struct rmc_cqe *out, int max)
 	return n;
 }
 
+/* RMC_SPIN_US (default 20): how long a wait spins on the CQ before it sleeps */
+static unsigned rmc_spin_us(void)
+{
+	static int cached = -1;
+
+	if (cached < 0)
+		cached = (int)spin_budget_us("RMC_SPIN_US", 20);
+	return (unsigned)cached;
+}
+
 static int wait_next(rmc_qp_t *q, int timeout_ms)
 {
 	uint64_t start = now_ns(), deadline = timeout_ms < 0 ? UINT64_MAX : start + (uint64_t)timeout_ms * 1000000ull;
+	uint64_t spin_ns = (uint64_t)rmc_spin_us() * 1000;
 	struct rmc_uapi_wait w = { .qp = q->qp };
 
 	flush_head(q);
-	while (now_ns() - start < 20000) /* spin ~20 us */
+	while (now_ns() - start < spin_ns) {
 		if (cqe_ready(q, q->consumed))
 			return 0;
+		spin_relax();
+	}
 	if (!(q->flags & RMC_QP_IRQ)) {
-		/* no completion interrupt: keep polling, yielding the CPU between polls */
+		/* no completion interrupt: poll, napping 20 us .. 1 ms between polls */
+		unsigned nap = 20;
+
 		while (!cqe_ready(q, q->consumed)) {
 			if (now_ns() >= deadline)
 				return -ETIMEDOUT;
-			sched_yield();
+			spin_nap(&nap);
 		}
 		return 0;
 	}
@@ -568,6 +583,7 @@ uint64_t rmc_obj_write_begin(volatile uint64_t *version)
 		v = __atomic_load_n(version, __ATOMIC_RELAXED);
 		if (!(v & 1) && __atomic_compare_exchange_n(version, &v, v + 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 			break;
+		spin_relax();
 	}
 	/* the odd version is visible before any store to the object */
 	__asm__ volatile("dmb ish" ::: "memory");

@@ -99,8 +99,10 @@ int rmc_post_raw(rmc_qp_t *q, const struct rmc_wqe *wqe, unsigned fl);
 void rmc_doorbell(rmc_qp_t *q);
 
 /* Completions: copy up to `max` CQEs into `out` (completion order, not posting order).
- * rmc_poll never blocks; rmc_wait spins ~20 us, then sleeps until at least one completion
- * arrives or timeout_ms passes (0 when it times out; needs RMC_QP_IRQ to sleep, else it spins). */
+ * rmc_poll never blocks; rmc_wait spins (with the CPU's hint) for RMC_SPIN_US (environment,
+ * default 20) microseconds, then sleeps in the driver until at least one completion arrives or
+ * timeout_ms passes (0 when it times out). A QP without RMC_QP_IRQ has no interrupt to sleep
+ * on: it polls with naps growing from 20 us to 1 ms. */
 int rmc_poll(rmc_qp_t *q, struct rmc_cqe *out, int max);
 int rmc_wait(rmc_qp_t *q, struct rmc_cqe *out, int max, int timeout_ms);
 /* 0 at once if a WQ slot is free; otherwise wait until the next completion is ready for

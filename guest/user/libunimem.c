@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 #include "libunimem.h"
+#include "spin.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -77,18 +78,40 @@ uint64_t unimem_mif_gaddr(const struct unimem *u, unsigned node, unsigned mif)
 	return UNIMEM_GADDR(node, u->info.vmbox_base + VMBOX_MIF_OFFSET(mif));
 }
 
+/* UNIMEM_SPIN_US (default 50): how long a wait for PEND spins before it naps */
+static unsigned unimem_spin_us(void)
+{
+	static int cached = -1;
+
+	if (cached < 0)
+		cached = (int)spin_budget_us("UNIMEM_SPIN_US", 50);
+	return (unsigned)cached;
+}
+
 int unimem_wait_status(struct unimem *u, unsigned timeout_us)
 {
 	volatile uint64_t *p = u->pif;
-	uint64_t deadline = now_us() + timeout_us;
+	uint64_t start = now_us(), deadline = start + timeout_us, spin_end = start + unimem_spin_us();
+	unsigned nap = 20;
 	uint32_t st;
 
+	/* the packetizer raises no interrupt: spin with the CPU hint, then nap 20 us .. 1 ms */
 	for (;;) {
+		uint64_t now;
+
 		st = (uint32_t)p[PKTZ_PIF_STATUS / 8];
 		if (!(st & PKTZ_ST_PEND))
 			return (int)st;
-		if (now_us() > deadline)
+		now = now_us();
+		if (now > deadline)
 			return -1;
+		if (now < spin_end) {
+			spin_relax();
+			continue;
+		}
+		if (nap > deadline - now)
+			nap = (unsigned)(deadline - now) + 1;
+		spin_nap(&nap);
 	}
 }
 
@@ -117,7 +140,7 @@ int unimem_recv(struct unimem *u, uint64_t words[4], int timeout_ms)
 {
 	if (timeout_ms < 0) {
 		while (unimem_pending(u) < UNIMEM_PACKET_WORDS)
-			;
+			spin_relax();
 	} else if (unimem_pending(u) < UNIMEM_PACKET_WORDS) {
 		struct unimem_wait w = { (unsigned)timeout_ms, 0 };
 

@@ -31,17 +31,18 @@ void unimem_close(struct unimem *u);
 uint64_t unimem_mif_gaddr(const struct unimem *u, unsigned node, unsigned mif);
 
 /* Send a 256-bit packet: words[0] bits 63:48, words[1..3] (words[0] bits 47:0 are replaced by
- * the PID the driver programmed). Waits (spinning, up to timeout_us) until the PIF is free,
- * writes payload0, payload1 and the destination (the third register sends the packet), then
- * spins until PEND clears. Returns the final PIF status (PKTZ_ST_* bits: ACK, NACK,
+ * the PID the driver programmed). Waits (up to timeout_us) until the PIF is free, writes
+ * payload0, payload1 and the destination (the third register sends the packet), then waits
+ * until PEND clears. The packetizer raises no interrupt: a wait spins with the CPU's hint for
+ * UNIMEM_SPIN_US (environment, default 50), then naps from 20 us to 1 ms (guest/user/spin.h). Returns the final PIF status (PKTZ_ST_* bits: ACK, NACK,
  * NACK|FABRIC_ERR, ILLEGAL; 0 means nothing was sent because the PIF's PID_CONF bit is clear),
  * or -1 if PEND did not clear within timeout_us. */
 int unimem_send(struct unimem *u, uint64_t dest, const uint64_t words[4], unsigned timeout_us);
 
 /* The two halves of unimem_send. unimem_post writes the five register halves without looking
  * at PEND (a write while PEND is set is dropped and sets OVERWR_BUF) and returns the status
- * read right after; unimem_wait_status spins until PEND clears and returns the status, or -1
- * after timeout_us. */
+ * read right after; unimem_wait_status waits (as above) until PEND clears and returns the
+ * status, or -1 after timeout_us. */
 int unimem_post(struct unimem *u, uint64_t dest, const uint64_t words[4]);
 int unimem_wait_status(struct unimem *u, unsigned timeout_us);
 
@@ -51,7 +52,7 @@ static inline unsigned unimem_pending(const struct unimem *u)
 	return (unsigned)u->mif[VMBOX_MIF_COUNT / 8];
 }
 
-/* Receive one packet (4 words). timeout_ms < 0: spin without sleeping (lowest latency);
+/* Receive one packet (4 words). timeout_ms < 0: spin (with the CPU hint) without sleeping;
  * 0: sleep until one arrives; > 0: sleep at most that long. 0 on success, -errno otherwise. */
 int unimem_recv(struct unimem *u, uint64_t words[4], int timeout_ms);
 

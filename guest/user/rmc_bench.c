@@ -223,7 +223,11 @@ int main(int argc, char **argv)
 			    is_serve ? "serve" : "run");
 		switch (opt) {
 		case 'V': verify = 0; break;
-		case 'P': spin = 1; break;
+		case 'P':
+			spin = 1;
+			/* spin the whole wait (librmc naps after RMC_SPIN_US), unless the caller chose */
+			setenv("RMC_SPIN_US", "1000000", 0);
+			break;
 		case 'n':
 			node = (unsigned)num(optarg, "--node", 63);
 			have_node = 1;

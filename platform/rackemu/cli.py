@@ -560,12 +560,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--nodes", type=_nodes_arg, metavar="N", help=f"number of nodes, 1..{MAX_NODES} (default 2)")
     up.add_argument("--name", help="cluster name; run dir /tmp/rackemu/NAME (default 'default')")
     up.add_argument("--memory", metavar="SIZE", help="guest RAM per node, e.g. 256M, 1G (default 256M)")
-    up.add_argument("--vcpus", type=_positive_int, metavar="N", help="vCPUs per node (default 2)")
+    up.add_argument("--vcpus", type=_positive_int, metavar="N", help="vCPUs per node (default 1)")
     up.add_argument("--run-dir", metavar="DIR", help="run directory (default /tmp/rackemu/NAME)")
     up.add_argument("--boot-timeout", type=_positive_float, metavar="S",
                     help="seconds to wait for every agent (default 300)")
     up.add_argument("--machine", metavar="M", help="rackemu-node (default) or virt (development: no fabric)")
-    up.add_argument("--cmdline", metavar="ARGS", help="extra kernel command line (replaces kernel_cmdline)")
+    up.add_argument("--cmdline", metavar="ARGS", help="kernel command line after console= and rackemu.node= "
+                    "(replaces kernel_cmdline and its default, cluster.toml)")
     up.add_argument("--trace", metavar="PATTERN", action="append",
                     help="enable QEMU trace events matching PATTERN on every node, e.g. 'rackemu_*' "
                          "(repeatable); they go to the node's log, RUN_DIR/nodeI.log (docs/tracing.md)")

@@ -18,7 +18,7 @@ def make_build(base: Path, qemu: Path, bridge: Path) -> Path:
     kernel = base / "Image"
     kernel.write_bytes(b"\x00" * 64)     # not a kernel: enough for process-lifecycle tests
     (build / "guest" / "guest.env").write_text(f'KVER=6.1.0-fake\nKERNEL_IMAGE="{kernel}"\n')
-    (build / "guest" / "initramfs.cpio.gz").write_bytes(b"\x00" * 64)
+    (build / "guest" / "initramfs.cpio").write_bytes(b"\x00" * 64)
     return build
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import rackemu.cluster as rc
 from rackemu.cluster import Cluster, ClusterError
-from rackemu.config import load_config
+from rackemu.config import GUEST_CMDLINE, load_config
 
 from launcher_fakes import pids_referencing
 
@@ -41,7 +41,7 @@ def test_up_runs_bridge_and_nodes_and_down_leaves_nothing(fake_build, fake_agent
         assert argv[argv.index("-M") + 1] == (f"rackemu-node,memory-backend=ram,node-id=1,node-count=3,"
                                               f"fabric={run_dir}/fabric.sock")
         assert "share=on" in argv[argv.index("-object") + 1]  # guest RAM as a shared-memory file
-        assert argv[argv.index("-append") + 1] == "console=ttyAMA0 rackemu.node=1"
+        assert argv[argv.index("-append") + 1] == f"console=ttyAMA0 rackemu.node=1 {GUEST_CMDLINE}"
         assert f"socket,id=agent,path={run_dir}/node1.agent,server=on,wait=off" in argv
         st = json.loads((run_dir / "state.json").read_text())
         assert st["status"] == "up" and [n["proc"]["pid"] for n in st["nodes"]] == [n.pid for n in c.nodes]

@@ -24,7 +24,7 @@ def test_cluster_toml_documents_exactly_the_builtin_defaults():
 
 def test_defaults_give_two_small_nodes_in_tmp_rackemu_default():
     c = load_config()
-    assert (c.nodes, c.memory, c.vcpus, c.cpu, c.machine) == (2, "256M", 2, "cortex-a57", "rackemu-node")
+    assert (c.nodes, c.memory, c.vcpus, c.cpu, c.machine) == (2, "256M", 1, "cortex-a57", "rackemu-node")
     assert c.run_dir == RUN_BASE / "default"
     assert c.fabric
 

@@ -45,8 +45,6 @@ MODULE_PARM_DESC(max_per_uid, "interfaces one unprivileged user may hold at once
  * of processes that exit meanwhile are sent when it is turned on again).
  */
 static bool exit_notify = true;
-module_param(exit_notify, bool, 0644);
-MODULE_PARM_DESC(exit_notify, "tell the atomic services when a process exits (default on)");
 /*
  * The mailbox driver's interface (mailbox.c): 63 by default, any of 1..63, or 0 = mailbox off,
  * which leaves all 63 interfaces 1..63 to /dev/unimem users (seed 004 sec. 2.2.3) and makes the
@@ -104,13 +102,55 @@ struct unimem_proc {
 	struct list_head node;
 	struct pid *pid;
 	u32 tgid;
+	struct wait_queue_entry wait; /* on pid->wait_pidfd: woken when the process has exited */
 };
 static LIST_HEAD(unimem_procs);
 static DEFINE_MUTEX(unimem_procs_lock);
-#define UNIMEM_EXIT_POLL_MS 250
+/*
+ * The notices go out this long after an exit (a request the process sent just before it died is
+ * delivered by then); a round that found no free PIF is retried after UNIMEM_EXIT_RETRY_MS.
+ */
+#define UNIMEM_EXIT_GRACE_MS 50
+#define UNIMEM_EXIT_RETRY_MS 250
 static bool unimem_announce_boot = true; /* tell every service this node's earlier processes are gone */
 static void unimem_exit_fn(struct work_struct *w);
 static DECLARE_DELAYED_WORK(unimem_exit_work, unimem_exit_fn);
+
+/* Turning exit_notify on sends what was held back. */
+static int exit_notify_set(const char *val, const struct kernel_param *kp)
+{
+	int ret = param_set_bool(val, kp);
+
+	if (!ret && READ_ONCE(exit_notify) && READ_ONCE(unimem_dev.registered))
+		schedule_delayed_work(&unimem_exit_work, 0);
+	return ret;
+}
+
+static const struct kernel_param_ops exit_notify_ops = {
+	.set = exit_notify_set,
+	.get = param_get_bool,
+};
+module_param_cb(exit_notify, &exit_notify_ops, &exit_notify, 0644);
+MODULE_PARM_DESC(exit_notify, "tell the atomic services when a process exits (default on)");
+
+/*
+ * The exit of a watched process wakes its pid's pidfd waiters (do_notify_pidfd, with
+ * tasklist_lock held and interrupts off): queue the round, nothing more. Event driven, so an
+ * idle node has no timer running for the processes it watches.
+ */
+static int unimem_proc_exited(struct wait_queue_entry *wait, unsigned int mode, int sync, void *key)
+{
+	if (READ_ONCE(unimem_dev.registered)) /* unbound: the next publish runs a round */
+		schedule_delayed_work(&unimem_exit_work, msecs_to_jiffies(UNIMEM_EXIT_GRACE_MS));
+	return 0;
+}
+
+static void unimem_proc_free(struct unimem_proc *p)
+{
+	remove_wait_queue(&p->pid->wait_pidfd, &p->wait);
+	put_pid(p->pid);
+	kfree(p);
+}
 
 /* Every thread of the process has exited (a zombie waiting for its parent counts as gone). */
 static bool unimem_proc_gone(struct pid *pid)
@@ -130,13 +170,11 @@ static void unimem_exit_fn(struct work_struct *w)
 	struct unimem *um = &unimem_dev;
 	struct unimem_proc *p, *tmp;
 	LIST_HEAD(gone);
-	bool more, retry = false;
+	bool retry = false;
 	u32 n;
 
-	if (!READ_ONCE(exit_notify)) {
-		schedule_delayed_work(&unimem_exit_work, msecs_to_jiffies(UNIMEM_EXIT_POLL_MS));
-		return;
-	}
+	if (!READ_ONCE(exit_notify))
+		return; /* exit_notify_set runs the round when it is turned on again */
 	if (xchg(&unimem_announce_boot, false)) {
 		/* tgid 0: every process of this node (it (re)started: earlier ones are gone) */
 		for (n = 0; n < um->node_count; n++)
@@ -166,14 +204,10 @@ static void unimem_exit_fn(struct work_struct *w)
 		}
 		exit_notices++;
 		list_del(&p->node);
-		put_pid(p->pid);
-		kfree(p);
+		unimem_proc_free(p);
 	}
-	mutex_lock(&unimem_procs_lock);
-	more = retry || !list_empty(&unimem_procs);
-	mutex_unlock(&unimem_procs_lock);
-	if (more)
-		schedule_delayed_work(&unimem_exit_work, msecs_to_jiffies(UNIMEM_EXIT_POLL_MS));
+	if (retry)
+		schedule_delayed_work(&unimem_exit_work, msecs_to_jiffies(UNIMEM_EXIT_RETRY_MS));
 }
 
 /* Watch the calling process (once). */
@@ -191,8 +225,9 @@ static void unimem_watch_current(void)
 		goto out; /* Caveat: its GSAS allocations then live until the service restarts */
 	p->pid = get_pid(pid);
 	p->tgid = task_tgid_nr(current);
+	init_waitqueue_func_entry(&p->wait, unimem_proc_exited);
+	add_wait_queue(&p->pid->wait_pidfd, &p->wait);
 	list_add(&p->node, &unimem_procs);
-	schedule_delayed_work(&unimem_exit_work, msecs_to_jiffies(UNIMEM_EXIT_POLL_MS));
 out:
 	mutex_unlock(&unimem_procs_lock);
 }
@@ -904,11 +939,13 @@ static void __exit unimem_exit(void)
 
 	platform_driver_unregister(&unimem_driver);
 	cancel_delayed_work_sync(&unimem_exit_work);
+	mutex_lock(&unimem_procs_lock);
 	list_for_each_entry_safe(p, tmp, &unimem_procs, node) {
 		list_del(&p->node);
-		put_pid(p->pid);
-		kfree(p);
+		unimem_proc_free(p); /* off the pid's wait queue: no wake can queue the work after this */
 	}
+	mutex_unlock(&unimem_procs_lock);
+	cancel_delayed_work_sync(&unimem_exit_work);
 }
 module_init(unimem_init);
 module_exit(unimem_exit);
