@@ -3,7 +3,8 @@
 A private snapshot cache (RACKEMU_CACHE in tmp_path). The first 2-node `up` boots the nodes and
 saves them into the cache; the second starts both from their snapshots: each node knows its
 own id, its guest clock is the host's (not the save's), and the drivers work across nodes
-through the new bridge: a mailbox round trip each way, RMC reads each way, GAS loads each way.
+through the new bridge: a mailbox round trip each way, RMC reads each way, GAS loads each way
+(and a second boot from the same snapshot draws other random numbers).
 Then node 1's cached stream is damaged in a way only QEMU can see (metadata and checksum made to
 match): the third `up` starts node 0 from its snapshot, reports node 1's refusal, boots node 1
 afresh and saves it again. A changed kernel command line is another configuration: the fourth
@@ -70,6 +71,7 @@ def test_nodes_boot_from_their_cached_snapshots_and_work_across_the_new_fabric(
     c = fresh_cluster(nodes=2, snapshot="auto")
     assert booted_from(c) == [str(p) for p in snaps]
     n0, n1 = c.node(0), c.node(1)
+    boot_id = n0.sh("cat /proc/sys/kernel/random/boot_id").strip()
     for n in (n0, n1):
         assert n.sh("hostname").strip() == f"node{n.id}"
         guest_time = int(n.sh("date +%s"))
@@ -100,6 +102,8 @@ def test_nodes_boot_from_their_cached_snapshots_and_work_across_the_new_fabric(
     try:
         c.up()
         assert booted_from(c) == [str(snaps[0]), None]
+        # node 0 again from the same snapshot: its randomness does not repeat
+        assert c.node(0).sh("cat /proc/sys/kernel/random/boot_id").strip() != boot_id
         text = "\n".join(lines)
         assert f"node 1: cached snapshot {snaps[1]} failed" in text, text
         assert "QEMU refused the snapshot" in text and "load of migration failed" in text, text
