@@ -33,7 +33,8 @@ from typing import Any, Sequence
 
 from . import __version__
 from .cluster import Cluster, ClusterError, STATE_FILE
-from .config import (ConfigError, DEFAULTS, MAX_NODES, RUN_BASE, ROOT, load_config, run_dir_for)
+from .config import (ConfigError, DEFAULTS, MAX_NODES, RUN_BASE, ROOT, SNAPSHOT_MODES, load_config,
+                     run_dir_for)
 from .tables import bridge_stats_table, table
 
 
@@ -163,7 +164,8 @@ def print_status(st: dict[str, Any]) -> None:
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
     overrides = {"nodes": args.nodes, "name": args.name, "memory": args.memory, "vcpus": args.vcpus,
-                 "run_dir": args.run_dir, "boot_timeout": args.boot_timeout, "machine": args.machine}
+                 "run_dir": args.run_dir, "boot_timeout": args.boot_timeout, "machine": args.machine,
+                 "snapshot": args.snapshot}
     if args.cmdline is not None:
         overrides["kernel_cmdline"] = args.cmdline
     cfg = load_config(args.config, overrides)
@@ -567,6 +569,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--machine", metavar="M", help="rackemu-node (default) or virt (development: no fabric)")
     up.add_argument("--cmdline", metavar="ARGS", help="kernel command line after console= and rackemu.node= "
                     "(replaces kernel_cmdline and its default, cluster.toml)")
+    up.add_argument("--snapshot", choices=SNAPSHOT_MODES,
+                    help="boot nodes from cached snapshots of booted nodes of the same "
+                         "configuration: auto (use the cache; boot and save the nodes it lacks), "
+                         "refresh (boot all, save anew), off (no cache); default: the config's "
+                         "`snapshot` (built in: off). Cache: ~/.cache/rackemu/snapshots")
     up.add_argument("--trace", metavar="PATTERN", action="append",
                     help="enable QEMU trace events matching PATTERN on every node, e.g. 'rackemu_*' "
                          "(repeatable); they go to the node's log, RUN_DIR/nodeI.log (docs/tracing.md)")

@@ -280,6 +280,7 @@ class Node:
         self.boot_seconds: float | None = None
         self.started_at: float | None = None   # wall clock (time.time) of the QEMU start
         self._t0: float | None = None           # monotonic time of the QEMU start
+        self.snapshot: str | None = None        # the snapshot this QEMU started from, if any
 
     def __repr__(self) -> str:
         return f"<Node {self.id} {self.state} pid={self.pid}>"
@@ -412,7 +413,8 @@ class Node:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "state": self.state, "boot_seconds": self.boot_seconds,
-                "started_at": self.started_at, "proc": self.proc.to_dict() if self.proc else None,
+                "started_at": self.started_at, "snapshot": self.snapshot,
+                "proc": self.proc.to_dict() if self.proc else None,
                 "agent": str(self.agent_path), "qmp": str(self.qmp_path),
                 "console": str(self.console_path), "log": str(self.log_path)}
 
@@ -551,6 +553,7 @@ class Cluster:
             n.state = nd.get("state", "stopped")
             n.boot_seconds = nd.get("boot_seconds")
             n.started_at = nd.get("started_at")
+            n.snapshot = nd.get("snapshot")
             if n.state in ("running", "starting") and not n.alive():
                 n.state = "dead"
         return c
@@ -836,6 +839,7 @@ class Cluster:
         self.ram_path(i).unlink(missing_ok=True)
         n.proc = self._spawn(self.node_argv(i) + list(extra_args), n.log_path)
         n.state = "starting"
+        n.snapshot = None
         n.boot_seconds = None
         n.started_at = time.time()
         n._t0 = time.monotonic()
@@ -944,11 +948,15 @@ class Cluster:
             try:
                 if c.fabric:
                     self._start_bridge()
-                for i in range(c.nodes):
-                    self.start_node(i)
-                self.log(f"waiting for {c.nodes} guest agent(s) (TCG boot takes ~5-20 s a node; "
-                         f"timeout {c.boot_timeout:.0f} s)")
-                self.wait_agents()
+                if c.snapshot != "off":     # boot from (and fill) the snapshot cache
+                    from .snapcache import start_nodes
+                    start_nodes(self, c.snapshot)
+                else:
+                    for i in range(c.nodes):
+                        self.start_node(i)
+                    self.log(f"waiting for {c.nodes} guest agent(s) (TCG boot takes ~5-20 s a "
+                             f"node; timeout {c.boot_timeout:.0f} s)")
+                    self.wait_agents()
             except BaseException:
                 self.status = "failed"
                 with _no_interrupts():
@@ -1245,6 +1253,7 @@ class Cluster:
             state = n.state if alive or n.state in ("killed", "stopped") else "dead"
             nodes.append({"node": n.id, "pid": n.pid if alive else None, "state": state,
                           "agent": agent[n.id], "boot_seconds": n.boot_seconds,
+                          "snapshot": n.snapshot if alive else None,
                           "console": str(n.console_path)})
         bridge_alive = bool(self.bridge and self.bridge.alive())
         live = any(x["pid"] for x in nodes) or bridge_alive

@@ -67,6 +67,7 @@ DEFAULTS: dict[str, Any] = {
     "machine": "rackemu-node",
     "kernel_cmdline": GUEST_CMDLINE,
     "boot_timeout": 300.0,
+    "snapshot": "off",
     "run_dir": "",
     "shm_dir": "",
     "qemu_args": [],
@@ -75,6 +76,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 MACHINES = ("rackemu-node", "virt")
+SNAPSHOT_MODES = ("auto", "off", "refresh")   # rackemu.snapcache
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 _CPU_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _MEM_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
@@ -120,6 +122,7 @@ class ClusterConfig:
     machine: str = DEFAULTS["machine"]
     kernel_cmdline: str = DEFAULTS["kernel_cmdline"]
     boot_timeout: float = DEFAULTS["boot_timeout"]
+    snapshot: str = DEFAULTS["snapshot"]   # boot from cached snapshots: auto, off, refresh
     run_dir: Path = RUN_BASE / "default"
     shm_dir: Path = SHM_BASE              # guest RAM files live in shm_dir/rackemu-UID-NAME-HASH
     qemu_args: list[str] = dataclasses.field(default_factory=list)
@@ -352,6 +355,12 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
     if not 1 <= boot_timeout <= 24 * 3600:
         raise ConfigError(f"boot_timeout: {boot_timeout} is out of range (1 to 86400 seconds)")
 
+    snapshot = raw["snapshot"]
+    _check_type("snapshot", snapshot, (str,), "a string")
+    if snapshot not in SNAPSHOT_MODES:
+        raise ConfigError(f"snapshot: {snapshot!r} is not a mode (use one of: "
+                          f"{', '.join(SNAPSHOT_MODES)})")
+
     run_dir = raw["run_dir"]
     _check_type("run_dir", run_dir, (str,), "a path string")
     run_dir_path = Path(run_dir).expanduser() if run_dir else RUN_BASE / name
@@ -382,7 +391,8 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
 
     return ClusterConfig(
         name=name, nodes=nodes, memory_mib=memory_mib, vcpus=vcpus, cpu=cpu, machine=machine,
-        kernel_cmdline=cmdline.strip(), boot_timeout=float(boot_timeout), run_dir=run_dir_path,
+        kernel_cmdline=cmdline.strip(), boot_timeout=float(boot_timeout), snapshot=snapshot,
+        run_dir=run_dir_path,
         shm_dir=shm_dir_path,
         qemu_args=lists["qemu_args"], bridge_args=lists["bridge_args"],
         qemu=pth("qemu", b / "qemu" / "qemu-system-aarch64"),

@@ -28,6 +28,7 @@ import json
 import os
 import shlex
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,8 @@ META_SUFFIX = ".meta.json"
 SAVE_TIMEOUT = 300.0     # seconds for QEMU to write the stream
 LOAD_TIMEOUT = 300.0     # seconds for a new QEMU to read it
 # Keys of the metadata that must match the cluster a snapshot is restored into.
-SHAPE_KEYS = ("node", "node_count", "machine", "cpu", "vcpus", "memory", "qemu_args")
+SHAPE_KEYS = ("node", "node_count", "machine", "cpu", "vcpus", "memory", "kernel_cmdline",
+              "qemu_args")
 BUILD_KEYS = ("qemu_sha256", "kernel_sha256", "initrd_sha256")
 
 
@@ -69,6 +71,25 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+_artefact_sums: dict[tuple, str] = {}
+_artefact_lock = threading.Lock()
+
+
+def artefact_sha256(path: str | os.PathLike) -> str:
+    """file_sha256 of a build artefact (QEMU, kernel, initramfs), computed once per process for
+    a given file version (device, inode, size, mtime, ctime): a 16-node cluster would otherwise
+    hash the ~90 MB QEMU binary 16 times."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise SnapshotError(f"cannot read {path}: {e.strerror or e}") from None
+    key = (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    with _artefact_lock:
+        if key not in _artefact_sums:
+            _artefact_sums[key] = file_sha256(path)
+        return _artefact_sums[key]
+
+
 def node_identity(cluster: "Cluster", i: int) -> dict[str, Any]:
     """What a snapshot of node i depends on: the node's place and shape in the cluster and the
     exact QEMU binary, kernel and initramfs it runs (device models and RAM layout must be the
@@ -76,10 +97,10 @@ def node_identity(cluster: "Cluster", i: int) -> dict[str, Any]:
     c = cluster.config
     ident: dict[str, Any] = {
         "node": i, "node_count": c.nodes, "machine": c.machine, "cpu": c.cpu, "vcpus": c.vcpus,
-        "memory": c.memory, "qemu_args": list(c.qemu_args),
+        "memory": c.memory, "kernel_cmdline": c.kernel_cmdline, "qemu_args": list(c.qemu_args),
         "qemu": str(c.qemu), "kernel": str(c.kernel_image()), "initrd": str(c.initrd)}
     for key, p in (("qemu", c.qemu), ("kernel", c.kernel_image()), ("initrd", c.initrd)):
-        ident[f"{key}_sha256"] = file_sha256(p)
+        ident[f"{key}_sha256"] = artefact_sha256(p)
     version = Path(c.qemu).parent / "VERSION"
     try:
         ident["qemu_version"] = version.read_text().strip()
@@ -107,7 +128,10 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
         got = meta.get("format") if isinstance(meta, dict) else None
         raise SnapshotError(f"{mp} has snapshot format {got!r}; this rackemu reads format "
                             f"{SNAPSHOT_FORMAT}")
-    missing = [k for k in (*SHAPE_KEYS, *BUILD_KEYS, "size", "sha256") if k not in meta]
+    # kernel_cmdline joined the metadata later: an older file lacks it and is refused by
+    # compatibility_problems as made for another command line, not as foreign
+    missing = [k for k in (*SHAPE_KEYS, *BUILD_KEYS, "size", "sha256")
+               if k not in meta and k != "kernel_cmdline"]
     if missing:
         raise SnapshotError(f"{mp} lacks {', '.join(missing)}: not a rackemu snapshot's metadata")
     return meta
@@ -118,7 +142,8 @@ def compatibility_problems(meta: dict[str, Any], here: dict[str, Any]) -> list[s
     can)."""
     problems = []
     names = {"node": "node id", "node_count": "cluster size (nodes)", "machine": "machine",
-             "cpu": "CPU model", "vcpus": "vCPUs", "memory": "guest RAM", "qemu_args": "qemu_args"}
+             "cpu": "CPU model", "vcpus": "vCPUs", "memory": "guest RAM",
+             "kernel_cmdline": "kernel command line", "qemu_args": "qemu_args"}
     for k in SHAPE_KEYS:
         if meta.get(k) != here.get(k):
             problems.append(f"{names[k]}: snapshot {meta.get(k)!r}, this node {here.get(k)!r}")
@@ -139,7 +164,6 @@ def save_node(cluster: "Cluster", i: int, path: str | os.PathLike, stop: bool = 
     """Save node i of a running cluster to `path` (+ `path`.meta.json) and return the metadata.
     The node's vCPUs are stopped while QEMU writes the stream; afterwards the node runs on
     (or, with stop=True, its QEMU is stopped: restore it later with restore_node)."""
-    timeout = SAVE_TIMEOUT if timeout is None else timeout
     path = Path(path).absolute()
     n = cluster.node(i)
     cluster._require_running_cluster()
@@ -157,50 +181,59 @@ def save_node(cluster: "Cluster", i: int, path: str | os.PathLike, stop: bool = 
         raise SnapshotError(f"cannot write {path}: {path.parent} is not a directory")
     if not os.access(path.parent, os.W_OK):
         raise SnapshotError(f"cannot write {path}: no permission in {path.parent}")
-    ident = node_identity(cluster, i)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     cluster._acquire_lock()
-    t0 = time.monotonic()
     try:
-        with n.qmp() as qmp:
-            was = qmp.execute("query-status").get("status")
-            cluster.log(f"node {i}: stopping its vCPUs and writing its state to {path}")
-            qmp.execute("stop")
-            try:
-                _migrate_out(qmp, i, tmp, timeout)
-            except BaseException:
-                with _no_interrupts():
-                    tmp.unlink(missing_ok=True)
-                    if was == "running":     # nothing saved: the node runs on
-                        try:
-                            qmp.execute("cont")
-                        except ClusterError:
-                            pass
-                raise
-            size = tmp.stat().st_size
-            meta = {"format": SNAPSHOT_FORMAT, "rackemu": __version__, "created": time.time(),
-                    "cluster": cluster.config.name, "run_dir": str(cluster.run_dir),
-                    **ident, "size": size, "sha256": file_sha256(tmp),
-                    "save_seconds": round(time.monotonic() - t0, 2)}
-            try:
-                _write_atomic(meta_path(path), json.dumps(meta, indent=2) + "\n")
-                os.replace(tmp, path)
-            except OSError as e:
-                tmp.unlink(missing_ok=True)
-                raise SnapshotError(f"cannot write {path}: {_os_error_text(e, path.parent)}") from None
-            if stop:
-                qmp.close()
-            elif was == "running":
-                qmp.execute("cont")
-        cluster.log(f"node {i}: saved {size / 1048576:.1f} MiB in {time.monotonic() - t0:.1f} s "
-                    f"({path}, metadata {meta_path(path).name})")
-        if stop:
-            cluster._stop_node(n)
-            cluster.log(f"node {i}: QEMU stopped; restore it with `rackemu node restore {i} "
-                        f"{shlex.quote(str(path))}{cluster.cli_select()}`")
-        return meta
+        return save_node_locked(cluster, i, path, stop=stop, timeout=timeout)
     finally:
         cluster._release_lock()
+
+
+def save_node_locked(cluster: "Cluster", i: int, path: Path, stop: bool = False,
+                     timeout: float | None = None) -> dict[str, Any]:
+    """save_node's work, for a caller that holds the cluster's lock and checked the node and
+    `path` (cluster up saving a node into the snapshot cache)."""
+    timeout = SAVE_TIMEOUT if timeout is None else timeout
+    n = cluster.node(i)
+    ident = node_identity(cluster, i)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    t0 = time.monotonic()
+    with n.qmp() as qmp:
+        was = qmp.execute("query-status").get("status")
+        cluster.log(f"node {i}: stopping its vCPUs and writing its state to {path}")
+        qmp.execute("stop")
+        try:
+            _migrate_out(qmp, i, tmp, timeout)
+        except BaseException:
+            with _no_interrupts():
+                tmp.unlink(missing_ok=True)
+                if was == "running":     # nothing saved: the node runs on
+                    try:
+                        qmp.execute("cont")
+                    except ClusterError:
+                        pass
+            raise
+        size = tmp.stat().st_size
+        meta = {"format": SNAPSHOT_FORMAT, "rackemu": __version__, "created": time.time(),
+                "cluster": cluster.config.name, "run_dir": str(cluster.run_dir),
+                **ident, "size": size, "sha256": file_sha256(tmp),
+                "save_seconds": round(time.monotonic() - t0, 2)}
+        try:
+            _write_atomic(meta_path(path), json.dumps(meta, indent=2) + "\n")
+            os.replace(tmp, path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise SnapshotError(f"cannot write {path}: {_os_error_text(e, path.parent)}") from None
+        if stop:
+            qmp.close()
+        elif was == "running":
+            qmp.execute("cont")
+    cluster.log(f"node {i}: saved {size / 1048576:.1f} MiB in {time.monotonic() - t0:.1f} s "
+                f"({path}, metadata {meta_path(path).name})")
+    if stop:
+        cluster._stop_node(n)
+        cluster.log(f"node {i}: QEMU stopped; restore it with `rackemu node restore {i} "
+                    f"{shlex.quote(str(path))}{cluster.cli_select()}`")
+    return meta
 
 
 def _migrate_out(qmp: Qmp, i: int, tmp: Path, timeout: float) -> None:
@@ -287,6 +320,7 @@ def restore_node(cluster: "Cluster", i: int, path: str | os.PathLike, verify: bo
         cluster._clear_node_for_rejoin(n)
         cluster._check_ram_space([n])
         cluster.start_node(i, extra_args=["-incoming", f"exec:cat {shlex.quote(str(path))}"])
+        n.snapshot = str(path)
         try:
             cluster.log(f"node {i}: loading {path}")
             _load_and_resume(cluster, n, timeout)

@@ -1,0 +1,165 @@
+"""The snapshot cache of `cluster up --snapshot` without QEMU: what the cache key covers (and
+what it leaves out), how an entry is judged before a node loads it (metadata, the stat recorded
+after the save, else the checksum), the size limit, and the option's validation. Booting from
+the cache for real: tests/e2e/test_snapshot_boot.py."""
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from rackemu.cluster import Cluster
+from rackemu.config import ConfigError, load_config
+from rackemu.snapcache import Entry, cache_key, cache_root, key_material, normalized_argv, prune
+from rackemu.snapshot import SNAPSHOT_FORMAT, SnapshotError, file_sha256, meta_path, node_identity
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cluster(run_dir, **kw):
+    over = {"run_dir": str(run_dir), "name": "sc", "nodes": 2}
+    over.update(kw)
+    return Cluster(load_config(overrides=over))
+
+
+def key(c):
+    return cache_key(key_material(c))
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("RACKEMU_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "snapshots"
+
+
+def test_the_key_ignores_where_and_under_which_name_a_cluster_runs(tmp_path, fake_build):
+    a = cluster(tmp_path / "a")
+    b = Cluster(load_config(overrides={"run_dir": str(tmp_path / "elsewhere" / "b"), "name": "other",
+                                       "nodes": 2}))
+    assert key(a) == key(b)
+    argv = normalized_argv(a, 1)
+    assert argv == normalized_argv(b, 1)
+    text = " ".join(argv)
+    assert str(tmp_path) not in text and "RUN_DIR/node1.agent" in text and "RAM_DIR/node1.ram" in text
+    assert argv[0] == "QEMU" and "KERNEL" in argv and "INITRD" in argv
+    assert "rackemu-NAME-node1" in argv and "rackemu.node=1" in text
+
+
+@pytest.mark.parametrize("change", [{"nodes": 3}, {"memory": "512M"}, {"vcpus": 1},
+                                    {"cpu": "cortex-a53"}, {"kernel_cmdline": "cma=128M"},
+                                    {"qemu_args": ["-d", "guest_errors"]}])
+def test_the_key_changes_with_what_reaches_qemu_or_the_guest(tmp_path, fake_build, change):
+    assert key(cluster(tmp_path / "a")) != key(cluster(tmp_path / "a", **change))
+
+
+@pytest.mark.parametrize("artefact", ["qemu/qemu-system-aarch64", "guest/initramfs.cpio.gz", "kernel"])
+def test_the_key_changes_with_the_contents_of_qemu_kernel_and_initramfs(tmp_path, fake_build, artefact):
+    before = key(cluster(tmp_path / "a"))
+    path = tmp_path / "Image" if artefact == "kernel" else fake_build / artefact
+    if path.is_symlink():            # the fake QEMU is a link to a script: replace it by a copy
+        data = path.read_bytes()
+        path.unlink()
+        path.write_bytes(data)
+        path.chmod(0o755)
+        assert key(cluster(tmp_path / "a")) == before    # same contents, same key
+    path.write_bytes(path.read_bytes() + b"\n# rebuilt\n")
+    assert key(cluster(tmp_path / "a")) != before
+
+
+def test_the_boot_timeout_and_the_mode_do_not_change_the_key(tmp_path, fake_build):
+    assert key(cluster(tmp_path / "a")) == key(cluster(tmp_path / "a", boot_timeout=5,
+                                                       snapshot="refresh"))
+
+
+def snapshot_in(entry, c, i, data=b"QEVM\x00\x00\x00\x03 stream"):
+    """Node i's entry as `cluster up` leaves it after a save (metadata, then its stat)."""
+    entry.dir.mkdir(parents=True, exist_ok=True)
+    path = entry.snap(i)
+    path.write_bytes(data)
+    meta = {"format": SNAPSHOT_FORMAT, **node_identity(c, i), "size": len(data),
+            "sha256": file_sha256(path)}
+    meta_path(path).write_text(json.dumps(meta))
+    entry.stamp(i)
+    return path
+
+
+def test_an_entry_is_trusted_while_its_file_is_the_one_written_else_checked(tmp_path, fake_build, cache):
+    c = cluster(tmp_path / "r")
+    m = key_material(c)
+    e = Entry(cache_root(), cache_key(m), m)
+    e.open()
+    assert e.dir.parent == cache and oct(e.dir.stat().st_mode & 0o777) == "0o700"
+    assert json.loads((e.dir / "key.json").read_text()) == json.loads(json.dumps(m))
+    path = snapshot_in(e, c, 1)
+    e.check(c, 1)
+    snapshot_in(e, c, 0)
+    meta_path(e.snap(0)).write_text(meta_path(path).read_text())   # node 1's metadata
+    with pytest.raises(SnapshotError, match="not of node 0"):
+        e.check(c, 0)
+    # rewritten in place with other bytes of the same size: the stat changed, the checksum is
+    # checked and refuses it
+    time.sleep(0.01)
+    path.write_bytes(b"QEVM\x00\x00\x00\x03 strean")
+    with pytest.raises(SnapshotError, match="checksum"):
+        e.check(c, 1)
+    path.write_bytes(b"QEVM")
+    with pytest.raises(SnapshotError, match="truncated"):
+        e.check(c, 1)
+    # the right bytes again (copied back, say): verified once, then trusted by their stat
+    path.write_bytes(b"QEVM\x00\x00\x00\x03 stream")
+    e.check(c, 1)
+    assert json.loads(meta_path(path).read_text())["cache_stat"][2] == path.stat().st_size
+    # another configuration: refused by the metadata before any checksum
+    with pytest.raises(SnapshotError, match="guest RAM"):
+        e.check(cluster(tmp_path / "r", memory="512M"), 1)
+    e.drop(1)
+    assert not path.exists() and not meta_path(path).exists()
+    e.close()
+
+
+def test_entry_locks_exclude_a_writer_while_another_reads(tmp_path, fake_build, cache):
+    c = cluster(tmp_path / "r")
+    m = key_material(c)
+    reader, writer = Entry(cache_root(), cache_key(m), m), Entry(cache_root(), cache_key(m), m)
+    reader.open()
+    writer.open()
+    assert reader.lock(exclusive=False)
+    assert not writer.lock(exclusive=True)
+    assert writer.lock(exclusive=False)
+    reader.close()
+    assert writer.lock(exclusive=True)     # alone now: the shared lock becomes exclusive
+    writer.close()
+
+
+def test_prune_drops_the_least_recently_used_entries_beyond_the_limit(tmp_path, cache, monkeypatch):
+    cache.mkdir(parents=True)
+    now = time.time()
+    for k, name in enumerate(["old", "mid", "new", "current"]):
+        d = cache / name
+        d.mkdir()
+        (d / "node0.snap").write_bytes(os.urandom(1 << 20))
+        (d / "last-used").write_text("x")
+        os.utime(d / "last-used", (now - 1000 + 100 * k, now - 1000 + 100 * k))
+    os.utime(cache / "current" / "last-used", (now - 5000, now - 5000))   # oldest, but in use now
+    gone = prune(keep=cache / "current", limit=(2 << 20) + (64 << 10))
+    assert sorted(d.name for d in gone) == ["mid", "old"]
+    assert sorted(d.name for d in cache.iterdir()) == ["current", "new"]
+    monkeypatch.setenv("RACKEMU_SNAPSHOT_CACHE_MB", "0")
+    assert [d.name for d in prune(keep=cache / "current")] == ["new"]
+
+
+def test_the_mode_is_validated_and_offered_on_the_command_line():
+    assert load_config().snapshot == "off"
+    for mode in ("auto", "off", "refresh"):
+        assert load_config(overrides={"snapshot": mode}).snapshot == mode
+    with pytest.raises(ConfigError, match=r"snapshot: 'on' is not a mode \(use one of: auto, off, refresh\)"):
+        load_config(overrides={"snapshot": "on"})
+    import subprocess
+    r = subprocess.run([str(ROOT / "rackemu"), "cluster", "up", "--help"], capture_output=True,
+                       text=True, env=dict(os.environ, RACKEMU_SKIP_SETUP="1"), timeout=60)
+    assert r.returncode == 0 and "--snapshot {auto,off,refresh}" in r.stdout
+    assert "snapshots" in r.stdout
+    r = subprocess.run([str(ROOT / "rackemu"), "cluster", "up", "--snapshot", "yes"], capture_output=True,
+                       text=True, env=dict(os.environ, RACKEMU_SKIP_SETUP="1"), timeout=60)
+    assert r.returncode == 2 and "invalid choice: 'yes'" in r.stderr
