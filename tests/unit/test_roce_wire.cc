@@ -54,8 +54,7 @@ WireError parse(const Bytes &f)
 }
 
 // Offsets in a frame.
-constexpr size_t kIp = ROCE_ETH_LEN, kUdp = kIp + ROCE_IPV4_LEN, kBth = kUdp + ROCE_UDP_LEN,
-                 kExt = kBth + ROCE_BTH_LEN;
+constexpr size_t kIp = ROCE_ETH_LEN, kUdp = kIp + ROCE_IPV4_LEN, kBth = kUdp + ROCE_UDP_LEN;
 
 Packet base_packet(uint8_t opcode)
 {
