@@ -11,6 +11,13 @@
 // guarantees a frame's src; its own error replies carry the destination as src) and answers
 // the same operation; anything else is counted in forged_replies and ignored. Tags start at a
 // random value, so they do not tell one requester's traffic from another's.
+//
+// Direct path: each peer has a fixed address range, reserved once (PROT_NONE), over which the
+// peer's RAM file (RAM plus its tail page) is mapped with MAP_FIXED for one incarnation, named by
+// the bridge's liveness word for it. Replacing a mapping in place is atomic for concurrent
+// readers, so the range is never unmapped under a copy in flight: a peer that is gone is
+// replaced by an anonymous placeholder (a copy in flight then reads zeros and fails its
+// liveness recheck), a new incarnation by its file.
 #include "rk_remote_mem.h"
 
 #include <algorithm>
@@ -21,9 +28,14 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <string>
 #include <unordered_map>
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "shm_ring.h"
 
@@ -143,6 +155,26 @@ int worse(int a, int b)
     return a == RK_RMEM_OK ? b : a;
 }
 
+constexpr int kNoDirect = -1; // direct_access: take the fabric
+
+// One peer's mapping (direct path).
+struct Peer {
+    std::atomic<uint64_t> word{0}; // liveness word of the incarnation mapped at `base`; 0: none
+    unsigned char *base = nullptr; // reserved range of ram_size + RK_RMEM_TAIL_SIZE bytes
+    uint64_t refused_word = 0;     // an incarnation whose file was refused (logged once)
+    uint64_t retry_ns = 0;         // no new attempt before (file not there or not published yet)
+};
+
+uint64_t atomic_add(uint64_t *p, uint64_t v)
+{
+    return __atomic_add_fetch(p, v, __ATOMIC_RELAXED);
+}
+
+uint64_t atomic_get(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
 } // namespace
 
 struct RkRemoteMem {
@@ -161,6 +193,19 @@ struct RkRemoteMem {
     std::atomic<uint64_t> reads{0}, writes{0}, read_bytes{0}, write_bytes{0}, local{0}, frames{0},
         decode_errors{0}, unreachable{0}, timeouts{0}, served_reads{0}, served_writes{0}, served_bytes{0},
         served_refused{0}, served_malformed{0}, stray_replies{0}, forged_replies{0};
+    std::atomic<uint64_t> direct_reads{0}, direct_writes{0}, direct_fallbacks{0}, direct_maps{0};
+
+    // Direct path (rk_rmem_enable_direct); off while `live` is NULL.
+    const rkf_live_table *live = nullptr;
+    std::string ram_dir;
+    rk_rmem_tail *own_tail = nullptr; // this node's tail page (peers' direct accesses to it)
+    std::mutex map_mu;                // mapping and unmapping peers
+    Peer peers[RKF_MAX_NODES];
+
+    ~RkRemoteMem();
+    int direct_access(Call &c);
+    bool map_peer(unsigned node, uint64_t w);
+    void drop_peer(unsigned node);
 
     void log(const char *f, ...) __attribute__((format(printf, 2, 3)));
     bool in_ram(uint64_t addr, uint64_t len) const
@@ -185,6 +230,135 @@ void RkRemoteMem::log(const char *f, ...)
     vsnprintf(buf, sizeof buf, f, ap);
     va_end(ap);
     log_fn(log_opaque, buf);
+}
+
+RkRemoteMem::~RkRemoteMem()
+{
+    const size_t span = ram_size + RK_RMEM_TAIL_SIZE;
+    for (Peer &p : peers) {
+        if (p.base) munmap(p.base, span);
+    }
+    if (own_tail) munmap(own_tail, RK_RMEM_TAIL_SIZE);
+}
+
+// Map `node`'s RAM file for its incarnation `w` (map_mu not held). False: use the fabric.
+bool RkRemoteMem::map_peer(unsigned node, uint64_t w)
+{
+    std::lock_guard lk(map_mu);
+    Peer &p = peers[node];
+    if (p.word.load(std::memory_order_acquire) == w) return true; // another thread did it
+    if (p.refused_word == w || now_ns() < p.retry_ns) return false;
+    const size_t span = ram_size + RK_RMEM_TAIL_SIZE;
+    if (!p.base) {
+        void *r = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (r == MAP_FAILED) {
+            p.refused_word = w;
+            log("rackemu-rmem: cannot reserve %zu bytes of address space for node %u's RAM: %s; using the "
+                "fabric",
+                span, node, strerror(errno));
+            return false;
+        }
+        p.base = static_cast<unsigned char *>(r);
+    }
+    p.word.store(0, std::memory_order_release);
+    const std::string path = ram_dir + "/node" + std::to_string(node) + ".ram";
+    char why[256] = "";
+    bool retry = false;
+    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st {};
+    if (fd < 0) {
+        snprintf(why, sizeof why, "cannot open %s: %s", path.c_str(), strerror(errno));
+        retry = errno == ENOENT;
+    } else if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        snprintf(why, sizeof why, "%s is not a regular file", path.c_str());
+    } else if (uint64_t(st.st_size) == ram_size) {
+        retry = true; // the owner has not published its tail page yet
+    } else if (uint64_t(st.st_size) != span) {
+        snprintf(why, sizeof why, "%s has %lld bytes; this node's RAM is %llu (plus a %u-byte tail)",
+                 path.c_str(), (long long)st.st_size, (unsigned long long)ram_size, RK_RMEM_TAIL_SIZE);
+    } else if (mmap(p.base, span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        snprintf(why, sizeof why, "mmap of %s: %s", path.c_str(), strerror(errno));
+        drop_peer(node);
+    } else {
+        auto *tail = reinterpret_cast<rk_rmem_tail *>(p.base + ram_size);
+        if (__atomic_load_n(&tail->magic, __ATOMIC_ACQUIRE) != RK_RMEM_TAIL_MAGIC) {
+            retry = true; // grown, not initialised yet
+            drop_peer(node);
+        } else if (tail->ram_size != ram_size) {
+            snprintf(why, sizeof why, "%s says its RAM is %llu bytes, not %llu", path.c_str(),
+                     (unsigned long long)tail->ram_size, (unsigned long long)ram_size);
+            drop_peer(node);
+        } else if (__atomic_load_n(&live->node[node], __ATOMIC_ACQUIRE) != w) {
+            retry = true; // the node changed meanwhile: the file may be another incarnation's
+            drop_peer(node);
+        } else {
+            close(fd);
+            direct_maps++;
+            p.retry_ns = 0;
+            p.word.store(w, std::memory_order_release);
+            return true;
+        }
+    }
+    if (fd >= 0) close(fd);
+    if (retry) {
+        p.retry_ns = now_ns() + 20000000ull; // 20 ms: the fabric carries the calls meanwhile
+    } else {
+        p.refused_word = w;
+        log("rackemu-rmem: node %u's RAM is not mapped directly (%s); its accesses use the fabric", node,
+            why);
+    }
+    return false;
+}
+
+// Replace `node`'s mapping by an anonymous placeholder of the same size (map_mu held): drops the
+// reference to a dead node's RAM, while a copy still in flight reads zeros instead of faulting.
+void RkRemoteMem::drop_peer(unsigned node)
+{
+    Peer &p = peers[node];
+    p.word.store(0, std::memory_order_release);
+    if (p.base) {
+        mmap(p.base, ram_size + RK_RMEM_TAIL_SIZE, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    }
+}
+
+// The direct path: a copy from or to the peer's mapped RAM, checked against the bridge's word for
+// the peer before and after. kNoDirect: not available for this call; take the fabric.
+int RkRemoteMem::direct_access(Call &c)
+{
+    if (__atomic_load_n(&live->magic, __ATOMIC_ACQUIRE) != RKF_LIVE_MAGIC) return kNoDirect; // link down
+    const uint64_t *wp = &live->node[c.node];
+    const uint64_t w = __atomic_load_n(wp, __ATOMIC_ACQUIRE);
+    Peer &p = peers[c.node];
+    if (!(w & RKF_LIVE_UP)) {
+        if (p.word.load(std::memory_order_relaxed) != 0) {
+            std::unique_lock lk(map_mu, std::try_to_lock); // release the dead node's RAM, lazily
+            if (lk.owns_lock() && p.word.load(std::memory_order_relaxed) != 0) drop_peer(c.node);
+        }
+        return RK_RMEM_UNREACHABLE; // what the bridge answers for an absent node (NOROUTE/NODE_GONE)
+    }
+    if (p.word.load(std::memory_order_acquire) != w && !map_peer(c.node, w)) {
+        direct_fallbacks++;
+        return kNoDirect;
+    }
+    auto *tail = reinterpret_cast<rk_rmem_tail *>(p.base + ram_size);
+    if (!in_ram(c.addr, c.len)) {
+        atomic_add(&tail->served_refused, 1);
+        return RK_RMEM_DECODE_ERR;
+    }
+    unsigned char *ramp = p.base + (c.addr - ram_base);
+    if (c.write) {
+        ram_store(ramp, c.wbuf, c.len);
+    } else {
+        ram_load(c.rbuf, ramp, c.len);
+    }
+    // The copy is ordered before the recheck (relaxed atomics and memcpy above).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (__atomic_load_n(wp, __ATOMIC_ACQUIRE) != w) return RK_RMEM_UNREACHABLE; // gone meanwhile
+    atomic_add(c.write ? &tail->served_writes : &tail->served_reads, 1);
+    atomic_add(&tail->served_bytes, c.len);
+    (c.write ? direct_writes : direct_reads)++;
+    return RK_RMEM_OK;
 }
 
 int RkRemoteMem::local_access(Call &c)
@@ -423,6 +597,58 @@ RkRemoteMem *rk_rmem_new(RkFabricPort *port, unsigned node_id, uint64_t ram_base
     return m;
 }
 
+int rk_rmem_enable_direct(RkRemoteMem *m, const char *ram_dir, int own_fd, const struct rkf_live_table *live,
+                          char *err, size_t errlen)
+{
+    auto fail = [&](int fd, const char *f, auto... args) {
+        if (fd >= 0) close(fd);
+        if (err && errlen) snprintf(err, errlen, f, args...);
+        return -1;
+    };
+    if (!ram_dir || !*ram_dir) return fail(-1, "no RAM directory given");
+    if (!live) return fail(-1, "no liveness table (no fabric)");
+    if (m->live) return fail(-1, "the direct path is on already");
+    if (!m->ram) return fail(-1, "this node has no RAM mapping");
+    const long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || RK_RMEM_TAIL_SIZE % uint64_t(page) != 0 || m->ram_size % uint64_t(page) != 0) {
+        return fail(-1, "RAM size %llu is not a multiple of the page size %ld",
+                    (unsigned long long)m->ram_size, page);
+    }
+    const std::string path = std::string(ram_dir) + "/node" + std::to_string(m->node_id) + ".ram";
+    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return fail(-1, "cannot open %s: %s", path.c_str(), strerror(errno));
+    struct stat st {
+    }, own{};
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) return fail(fd, "%s is not a regular file", path.c_str());
+    if (own_fd >= 0 && (fstat(own_fd, &own) < 0 || own.st_dev != st.st_dev || own.st_ino != st.st_ino)) {
+        return fail(fd, "%s is not this node's RAM (its memory backend uses another file)", path.c_str());
+    }
+    const uint64_t span = m->ram_size + RK_RMEM_TAIL_SIZE;
+    if (uint64_t(st.st_size) != m->ram_size && uint64_t(st.st_size) != span) {
+        return fail(fd, "%s has %lld bytes, this node's RAM %llu", path.c_str(), (long long)st.st_size,
+                    (unsigned long long)m->ram_size);
+    }
+    if (ftruncate(fd, off_t(span)) < 0) {
+        return fail(fd, "cannot grow %s by its tail page: %s", path.c_str(), strerror(errno));
+    }
+    void *t = mmap(nullptr, RK_RMEM_TAIL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off_t(m->ram_size));
+    if (t == MAP_FAILED) return fail(fd, "cannot map the tail page of %s: %s", path.c_str(), strerror(errno));
+    close(fd);
+    auto *tail = static_cast<rk_rmem_tail *>(t);
+    __atomic_store_n(&tail->magic, 0u, __ATOMIC_RELAXED); // a previous incarnation's page: start again
+    tail->version = 1;
+    tail->ram_size = m->ram_size;
+    for (uint64_t *c :
+         {&tail->served_reads, &tail->served_writes, &tail->served_bytes, &tail->served_refused}) {
+        __atomic_store_n(c, uint64_t(0), __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&tail->magic, RK_RMEM_TAIL_MAGIC, __ATOMIC_RELEASE);
+    m->own_tail = tail;
+    m->ram_dir = ram_dir;
+    m->live = live;
+    return 0;
+}
+
 void rk_rmem_free(RkRemoteMem *m)
 {
     if (!m) return;
@@ -439,7 +665,12 @@ int rk_rmem_read(RkRemoteMem *m, unsigned node, uint64_t addr, void *buf, uint64
     c.len = len;
     if (len == 0) return RK_RMEM_OK;
     if (node >= RKF_MAX_NODES) return m->account(c, RK_RMEM_UNREACHABLE);
-    return m->account(c, node == m->node_id ? m->local_access(c) : m->remote_access(c));
+    if (node == m->node_id) return m->account(c, m->local_access(c));
+    if (m->live) {
+        const int st = m->direct_access(c);
+        if (st != kNoDirect) return m->account(c, st);
+    }
+    return m->account(c, m->remote_access(c));
 }
 
 int rk_rmem_write(RkRemoteMem *m, unsigned node, uint64_t addr, const void *buf, uint64_t len)
@@ -452,7 +683,12 @@ int rk_rmem_write(RkRemoteMem *m, unsigned node, uint64_t addr, const void *buf,
     c.len = len;
     if (len == 0) return RK_RMEM_OK;
     if (node >= RKF_MAX_NODES) return m->account(c, RK_RMEM_UNREACHABLE);
-    return m->account(c, node == m->node_id ? m->local_access(c) : m->remote_access(c));
+    if (node == m->node_id) return m->account(c, m->local_access(c));
+    if (m->live) {
+        const int st = m->direct_access(c);
+        if (st != kNoDirect) return m->account(c, st);
+    }
+    return m->account(c, m->remote_access(c));
 }
 
 void rk_rmem_get_stats(RkRemoteMem *m, struct rk_rmem_stats *o)
@@ -473,6 +709,16 @@ void rk_rmem_get_stats(RkRemoteMem *m, struct rk_rmem_stats *o)
     o->served_malformed = m->served_malformed;
     o->stray_replies = m->stray_replies;
     o->forged_replies = m->forged_replies;
+    o->direct_reads = m->direct_reads;
+    o->direct_writes = m->direct_writes;
+    o->direct_fallbacks = m->direct_fallbacks;
+    o->direct_maps = m->direct_maps;
+    if (const rk_rmem_tail *t = m->own_tail) { // what peers did directly to this node's RAM
+        o->served_reads += atomic_get(&t->served_reads);
+        o->served_writes += atomic_get(&t->served_writes);
+        o->served_bytes += atomic_get(&t->served_bytes);
+        o->served_refused += atomic_get(&t->served_refused);
+    }
 }
 
 } // extern "C"

@@ -104,7 +104,9 @@ private:
     int listen_fd_ = -1, ctl_fd_ = -1, wake_pipe_[2] = {-1, -1};
     int bell_fd_ = -1;
     Doorbell *bell_ = nullptr;
-    std::mutex mu_; // ports_, outstanding_, counters
+    int live_fd_ = -1;               // the liveness table (fabric_proto.h), handed to every node
+    rkf_live_table *live_ = nullptr; // written under mu_ on connect and disconnect
+    std::mutex mu_;                  // ports_, outstanding_, counters
     std::array<Port, RKF_MAX_NODES> ports_;
     // Requests routed to a node and not yet answered: (dst, src, svc, op, tag). A reply is
     // delivered only if it settles one (same svc, op and tag, from the node the request went
