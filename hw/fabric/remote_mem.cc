@@ -18,6 +18,12 @@
 // readers, so the range is never unmapped under a copy in flight: a peer that is gone is
 // replaced by an anonymous placeholder (a copy in flight then reads zeros and fails its
 // liveness recheck), a new incarnation by its file.
+//
+// A peer's file that someone truncates under the mapping makes a copy fault with SIGBUS. The
+// fabric path confines that to the owner (only it touches its RAM); the direct path keeps it so:
+// a copy runs under a SIGBUS guard (a process-wide handler, chained to the one it replaced, that
+// jumps out of a guarded copy whose fault lies in the peer's range), the access fails
+// UNREACHABLE and the peer's incarnation is not touched again.
 #include "rk_remote_mem.h"
 
 #include <algorithm>
@@ -31,7 +37,11 @@
 #include <string>
 #include <unordered_map>
 
+#include <csetjmp>
+#include <csignal>
+
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -157,12 +167,82 @@ int worse(int a, int b)
 
 constexpr int kNoDirect = -1; // direct_access: take the fabric
 
+// The SIGBUS guard of a direct copy (thread-local: each thread guards its own copy).
+struct BusGuard {
+    sigjmp_buf jb;
+    uintptr_t lo, hi; // the peer's mapped range
+};
+thread_local BusGuard *tl_bus = nullptr;
+thread_local bool tl_bus_unblocked = false;
+struct sigaction g_prev_bus;
+std::once_flag g_bus_once;
+
+void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    BusGuard *g = tl_bus;
+    const auto a = reinterpret_cast<uintptr_t>(si->si_addr);
+    if (g && a >= g->lo && a < g->hi) {
+        tl_bus = nullptr;
+        siglongjmp(g->jb, 1); // SA_NODEFER: SIGBUS is not left blocked
+    }
+    if (g_prev_bus.sa_flags & SA_SIGINFO) {
+        g_prev_bus.sa_sigaction(sig, si, uc);
+    } else if (g_prev_bus.sa_handler != SIG_DFL && g_prev_bus.sa_handler != SIG_IGN) {
+        g_prev_bus.sa_handler(sig);
+    } else {
+        signal(SIGBUS, SIG_DFL); // the faulting access runs again and ends the process, as before
+    }
+}
+
+// Install the handler once per process; let this thread take SIGBUS (QEMU's threads start with
+// every signal blocked but the synchronous ones it names, and a blocked synchronous SIGBUS kills
+// the process whatever the handler).
+void bus_guard_thread();
+
+// The magic and RAM size of the tail page of a peer's file mapped at `base` (0 if the file shrank
+// under the mapping since it was checked: the caller tries again later).
+uint32_t read_tail(unsigned char *base, size_t span, uint64_t *ram)
+{
+    auto *tail = reinterpret_cast<rk_rmem_tail *>(base + span - RK_RMEM_TAIL_SIZE);
+    BusGuard g;
+    g.lo = uintptr_t(base);
+    g.hi = g.lo + span;
+    bus_guard_thread();
+    if (sigsetjmp(g.jb, 0) != 0) return 0;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    tl_bus = &g;
+    const uint32_t magic = __atomic_load_n(&tail->magic, __ATOMIC_ACQUIRE);
+    *ram = tail->ram_size;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    tl_bus = nullptr;
+    return magic;
+}
+
+void bus_guard_thread()
+{
+    std::call_once(g_bus_once, [] {
+        struct sigaction sa {};
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGBUS, &sa, &g_prev_bus);
+    });
+    if (!tl_bus_unblocked) {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGBUS);
+        pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+        tl_bus_unblocked = true;
+    }
+}
+
 // One peer's mapping (direct path).
 struct Peer {
-    std::atomic<uint64_t> word{0}; // liveness word of the incarnation mapped at `base`; 0: none
-    unsigned char *base = nullptr; // reserved range of ram_size + RK_RMEM_TAIL_SIZE bytes
-    uint64_t refused_word = 0;     // an incarnation whose file was refused (logged once)
-    uint64_t retry_ns = 0;         // no new attempt before (file not there or not published yet)
+    std::atomic<uint64_t> word{0};         // liveness word of the incarnation mapped at `base`; 0: none
+    unsigned char *base = nullptr;         // reserved range of ram_size + RK_RMEM_TAIL_SIZE bytes
+    uint64_t refused_word = 0;             // an incarnation whose file was refused (logged once)
+    std::atomic<uint64_t> faulted_word{0}; // an incarnation whose file faulted (truncated): unreachable
+    uint64_t retry_ns = 0;                 // no new attempt before (file not there or not published yet)
 };
 
 uint64_t atomic_add(uint64_t *p, uint64_t v)
@@ -193,7 +273,8 @@ struct RkRemoteMem {
     std::atomic<uint64_t> reads{0}, writes{0}, read_bytes{0}, write_bytes{0}, local{0}, frames{0},
         decode_errors{0}, unreachable{0}, timeouts{0}, served_reads{0}, served_writes{0}, served_bytes{0},
         served_refused{0}, served_malformed{0}, stray_replies{0}, forged_replies{0};
-    std::atomic<uint64_t> direct_reads{0}, direct_writes{0}, direct_fallbacks{0}, direct_maps{0};
+    std::atomic<uint64_t> direct_reads{0}, direct_writes{0}, direct_fallbacks{0}, direct_maps{0},
+        direct_faults{0};
 
     // Direct path (rk_rmem_enable_direct); off while `live` is NULL.
     const rkf_live_table *live = nullptr;
@@ -204,6 +285,8 @@ struct RkRemoteMem {
 
     ~RkRemoteMem();
     int direct_access(Call &c);
+    int direct_copy(Call &c, Peer &p, const uint64_t *wp, uint64_t w);
+    int direct_fault(unsigned node, uint64_t w);
     bool map_peer(unsigned node, uint64_t w);
     void drop_peer(unsigned node);
 
@@ -280,13 +363,13 @@ bool RkRemoteMem::map_peer(unsigned node, uint64_t w)
         snprintf(why, sizeof why, "mmap of %s: %s", path.c_str(), strerror(errno));
         drop_peer(node);
     } else {
-        auto *tail = reinterpret_cast<rk_rmem_tail *>(p.base + ram_size);
-        if (__atomic_load_n(&tail->magic, __ATOMIC_ACQUIRE) != RK_RMEM_TAIL_MAGIC) {
+        uint64_t tail_ram = 0;
+        if (read_tail(p.base, span, &tail_ram) != RK_RMEM_TAIL_MAGIC) {
             retry = true; // grown, not initialised yet
             drop_peer(node);
-        } else if (tail->ram_size != ram_size) {
+        } else if (tail_ram != ram_size) {
             snprintf(why, sizeof why, "%s says its RAM is %llu bytes, not %llu", path.c_str(),
-                     (unsigned long long)tail->ram_size, (unsigned long long)ram_size);
+                     (unsigned long long)tail_ram, (unsigned long long)ram_size);
             drop_peer(node);
         } else if (__atomic_load_n(&live->node[node], __ATOMIC_ACQUIRE) != w) {
             retry = true; // the node changed meanwhile: the file may be another incarnation's
@@ -337,10 +420,27 @@ int RkRemoteMem::direct_access(Call &c)
         }
         return RK_RMEM_UNREACHABLE; // what the bridge answers for an absent node (NOROUTE/NODE_GONE)
     }
+    if (p.faulted_word.load(std::memory_order_relaxed) == w) return RK_RMEM_UNREACHABLE;
     if (p.word.load(std::memory_order_acquire) != w && !map_peer(c.node, w)) {
         direct_fallbacks++;
         return kNoDirect;
     }
+    bus_guard_thread();
+    BusGuard g;
+    g.lo = uintptr_t(p.base);
+    g.hi = g.lo + ram_size + RK_RMEM_TAIL_SIZE;
+    if (sigsetjmp(g.jb, 0) != 0) return direct_fault(c.node, w);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    tl_bus = &g;
+    const int st = direct_copy(c, p, wp, w);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    tl_bus = nullptr;
+    return st;
+}
+
+// The guarded part of a direct access: nothing here may own a resource (a fault jumps out).
+int RkRemoteMem::direct_copy(Call &c, Peer &p, const uint64_t *wp, uint64_t w)
+{
     auto *tail = reinterpret_cast<rk_rmem_tail *>(p.base + ram_size);
     if (!in_ram(c.addr, c.len)) {
         atomic_add(&tail->served_refused, 1);
@@ -359,6 +459,23 @@ int RkRemoteMem::direct_access(Call &c)
     atomic_add(&tail->served_bytes, c.len);
     (c.write ? direct_writes : direct_reads)++;
     return RK_RMEM_OK;
+}
+
+// A direct copy faulted: the peer's file is shorter than its mapping (truncated under it). This
+// incarnation of the peer is unreachable from now on (its owner dies of the same fault when it
+// touches the lost pages); its mapping is dropped.
+int RkRemoteMem::direct_fault(unsigned node, uint64_t w)
+{
+    direct_faults++;
+    Peer &p = peers[node];
+    if (p.faulted_word.exchange(w) != w) {
+        log("rackemu-rmem: node %u's RAM file %s/node%u.ram faulted under a direct access (truncated?); "
+            "node %u is unreachable until it reconnects",
+            node, ram_dir.c_str(), node, node);
+    }
+    std::unique_lock lk(map_mu, std::try_to_lock);
+    if (lk.owns_lock() && p.word.load(std::memory_order_relaxed) == w) drop_peer(node);
+    return RK_RMEM_UNREACHABLE;
 }
 
 int RkRemoteMem::local_access(Call &c)
@@ -713,6 +830,7 @@ void rk_rmem_get_stats(RkRemoteMem *m, struct rk_rmem_stats *o)
     o->direct_writes = m->direct_writes;
     o->direct_fallbacks = m->direct_fallbacks;
     o->direct_maps = m->direct_maps;
+    o->direct_faults = m->direct_faults;
     if (const rk_rmem_tail *t = m->own_tail) { // what peers did directly to this node's RAM
         o->served_reads += atomic_get(&t->served_reads);
         o->served_writes += atomic_get(&t->served_writes);

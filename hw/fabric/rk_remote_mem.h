@@ -15,7 +15,9 @@
  * mapped RAM, done by the calling thread: no frame, no owner thread. The liveness word is read
  * before and after the copy; a peer that is gone (or replaced by a new QEMU) during the copy makes
  * the access RK_RMEM_UNREACHABLE, as the fabric's NODE_GONE would. A peer whose RAM cannot be
- * mapped (no file, another size, not published yet) is reached over the fabric instead.
+ * mapped (no file, another size, not published yet) is reached over the fabric instead. A copy
+ * that faults because someone truncated the peer's file (SIGBUS, caught by a guard the direct
+ * path installs, chained to the process's previous SIGBUS handler) fails RK_RMEM_UNREACHABLE.
  *
  * Caveat: the owner's RAM is written through its host mapping, not through QEMU's memory API:
  * TCG's translated code in a page that a remote node overwrites is not invalidated, and dirty
@@ -95,8 +97,9 @@ struct rk_rmem_stats {
                                 for another operation: ignored (the chunk keeps waiting) */
     /* Direct path (calls of this node): done by a copy, of reads / writes; fallbacks: calls that
      * went over the fabric because the peer's RAM could not be mapped; maps: peer RAM files
-     * mapped (one per peer incarnation). served_* above include what peers did directly. */
-    uint64_t direct_reads, direct_writes, direct_fallbacks, direct_maps;
+     * mapped (one per peer incarnation); faults: copies that hit a truncated peer file (SIGBUS,
+     * caught: UNREACHABLE). served_* above include what peers did directly. */
+    uint64_t direct_reads, direct_writes, direct_fallbacks, direct_maps, direct_faults;
 };
 void rk_rmem_get_stats(RkRemoteMem *m, struct rk_rmem_stats *out);
 

@@ -233,6 +233,33 @@ TEST(RemoteMemDirect, PeerFileOfAnotherSizeIsRefusedWithALogLineAndTheFabricServ
     EXPECT_EQ(n0.logs.size(), 1u);
 }
 
+// Someone truncates a peer's RAM file under the mapping: the copy faults (SIGBUS), which the
+// direct path catches. The requester lives and gets UNREACHABLE, as on the fabric the owner alone
+// dies of its lost pages (tests/e2e/test_hardening_fabric.py).
+TEST(RemoteMemDirect, TruncatedPeerFileFaultsIntoUnreachableNotACrash)
+{
+    BridgeRig b;
+    FileNode n0(b, 0), n1(b, 1);
+    uint64_t v = 0;
+    ASSERT_EQ(rk_rmem_read(n0.mem, 1, kBase + 4096, &v, 8), RK_RMEM_OK);
+    ASSERT_EQ(ftruncate(n1.fd, 0), 0);
+    EXPECT_EQ(rk_rmem_read(n0.mem, 1, kBase + 4096, &v, 8), RK_RMEM_UNREACHABLE);
+    EXPECT_EQ(rk_rmem_write(n0.mem, 1, kBase + 8192, &v, 8), RK_RMEM_UNREACHABLE); // not tried again
+    std::thread other([&] { // another thread is guarded too, and the handler still works
+        uint64_t x;
+        EXPECT_EQ(rk_rmem_read(n0.mem, 1, kBase, &x, 8), RK_RMEM_UNREACHABLE);
+    });
+    other.join();
+    const auto s0 = n0.stats();
+    EXPECT_EQ(s0.direct_faults, 1u);
+    EXPECT_EQ(s0.unreachable, 3u);
+    EXPECT_EQ(s0.frames, 0u); // the owner (in this process) is not asked to touch its lost pages
+    ASSERT_EQ(n0.logs.size(), 1u);
+    EXPECT_NE(n0.logs[0].find("faulted under a direct access"), std::string::npos) << n0.logs[0];
+    // Node 0's own RAM and other peers are unaffected.
+    EXPECT_EQ(rk_rmem_read(n0.mem, 0, kBase, &v, 8), RK_RMEM_OK);
+}
+
 TEST(RemoteMemDirect, EnableRefusesAFileThatIsNotTheNodesRam)
 {
     BridgeRig b;
