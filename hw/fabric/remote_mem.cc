@@ -675,6 +675,20 @@ void RkRemoteMem::serve(RkFabricEndpoint *p, const rkf_frame_hdr &h, const unsig
     }
 }
 
+// rk_rmem_enable_direct's refusal: close `fd` (if open), the reason into `err`, -1.
+__attribute__((format(printf, 4, 5))) static int enable_fail(int fd, char *err, size_t errlen, const char *f,
+                                                             ...)
+{
+    if (fd >= 0) close(fd);
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, f);
+        vsnprintf(err, errlen, f, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 extern "C" {
 
 static void rmem_on_request(void *opaque, RkFabricEndpoint *port, const struct rkf_frame_hdr *h,
@@ -717,39 +731,39 @@ RkRemoteMem *rk_rmem_new(RkFabricPort *port, unsigned node_id, uint64_t ram_base
 int rk_rmem_enable_direct(RkRemoteMem *m, const char *ram_dir, int own_fd, const struct rkf_live_table *live,
                           char *err, size_t errlen)
 {
-    auto fail = [&](int fd, const char *f, auto... args) {
-        if (fd >= 0) close(fd);
-        if (err && errlen) snprintf(err, errlen, f, args...);
-        return -1;
-    };
-    if (!ram_dir || !*ram_dir) return fail(-1, "no RAM directory given");
-    if (!live) return fail(-1, "no liveness table (no fabric)");
-    if (m->live) return fail(-1, "the direct path is on already");
-    if (!m->ram) return fail(-1, "this node has no RAM mapping");
+    if (!ram_dir || !*ram_dir) return enable_fail(-1, err, errlen, "no RAM directory given");
+    if (!live) return enable_fail(-1, err, errlen, "no liveness table (no fabric)");
+    if (m->live) return enable_fail(-1, err, errlen, "the direct path is on already");
+    if (!m->ram) return enable_fail(-1, err, errlen, "this node has no RAM mapping");
     const long page = sysconf(_SC_PAGESIZE);
     if (page <= 0 || RK_RMEM_TAIL_SIZE % uint64_t(page) != 0 || m->ram_size % uint64_t(page) != 0) {
-        return fail(-1, "RAM size %llu is not a multiple of the page size %ld",
-                    (unsigned long long)m->ram_size, page);
+        return enable_fail(-1, err, errlen, "RAM size %llu is not a multiple of the page size %ld",
+                           (unsigned long long)m->ram_size, page);
     }
     const std::string path = std::string(ram_dir) + "/node" + std::to_string(m->node_id) + ".ram";
     int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return fail(-1, "cannot open %s: %s", path.c_str(), strerror(errno));
+    if (fd < 0) return enable_fail(-1, err, errlen, "cannot open %s: %s", path.c_str(), strerror(errno));
     struct stat st {
     }, own{};
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) return fail(fd, "%s is not a regular file", path.c_str());
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        return enable_fail(fd, err, errlen, "%s is not a regular file", path.c_str());
     if (own_fd >= 0 && (fstat(own_fd, &own) < 0 || own.st_dev != st.st_dev || own.st_ino != st.st_ino)) {
-        return fail(fd, "%s is not this node's RAM (its memory backend uses another file)", path.c_str());
+        return enable_fail(fd, err, errlen,
+                           "%s is not this node's RAM (its memory backend uses another file)", path.c_str());
     }
     const uint64_t span = m->ram_size + RK_RMEM_TAIL_SIZE;
     if (uint64_t(st.st_size) != m->ram_size && uint64_t(st.st_size) != span) {
-        return fail(fd, "%s has %lld bytes, this node's RAM %llu", path.c_str(), (long long)st.st_size,
-                    (unsigned long long)m->ram_size);
+        return enable_fail(fd, err, errlen, "%s has %lld bytes, this node's RAM %llu", path.c_str(),
+                           (long long)st.st_size, (unsigned long long)m->ram_size);
     }
     if (ftruncate(fd, off_t(span)) < 0) {
-        return fail(fd, "cannot grow %s by its tail page: %s", path.c_str(), strerror(errno));
+        return enable_fail(fd, err, errlen, "cannot grow %s by its tail page: %s", path.c_str(),
+                           strerror(errno));
     }
     void *t = mmap(nullptr, RK_RMEM_TAIL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off_t(m->ram_size));
-    if (t == MAP_FAILED) return fail(fd, "cannot map the tail page of %s: %s", path.c_str(), strerror(errno));
+    if (t == MAP_FAILED)
+        return enable_fail(fd, err, errlen, "cannot map the tail page of %s: %s", path.c_str(),
+                           strerror(errno));
     close(fd);
     auto *tail = static_cast<rk_rmem_tail *>(t);
     __atomic_store_n(&tail->magic, 0u, __ATOMIC_RELAXED); // a previous incarnation's page: start again
