@@ -262,6 +262,7 @@ void RkFabricPort::link_down(const char *why)
     {
         std::lock_guard lk(tx_mu);
         if (!up) return;
+        clear_live(); // every peer's state is unknown now: direct accesses fall back and fail
         up = false;
         munmap(shm, sizeof(PortShm));
         munmap(bell, sizeof(Doorbell));
@@ -269,7 +270,6 @@ void RkFabricPort::link_down(const char *why)
         shm = nullptr;
         bell = nullptr;
         sock = -1;
-        clear_live(); // every peer's state is unknown now: direct accesses fall back and fail
     }
     link_downs++;
     log(RK_FABRIC_LOG_WARN, "rackemu-fabric: node %u: link down (%s); pending operations fail, reconnecting",

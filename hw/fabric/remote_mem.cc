@@ -12,12 +12,12 @@
 // the same operation; anything else is counted in forged_replies and ignored. Tags start at a
 // random value, so they do not tell one requester's traffic from another's.
 //
-// Direct path: each peer has a fixed address range, reserved once (PROT_NONE), over which the
-// peer's RAM file (RAM plus its tail page) is mapped with MAP_FIXED for one incarnation, named by
-// the bridge's liveness word for it. Replacing a mapping in place is atomic for concurrent
-// readers, so the range is never unmapped under a copy in flight: a peer that is gone is
-// replaced by an anonymous placeholder (a copy in flight then reads zeros and fails its
-// liveness recheck), a new incarnation by its file.
+// Direct path: each incarnation of a peer (named by the bridge's liveness word for it) gets its
+// own mapping of the peer's RAM file (RAM plus its tail page), at a fresh address. A mapping is
+// never unmapped while the node runs: when its incarnation is gone or replaced, an anonymous
+// placeholder is mapped over it in place (atomic for concurrent accesses), so a copy still in
+// flight reads zeros or writes into nothing and fails its liveness recheck, and a write of an old
+// incarnation can never land in a new incarnation's RAM. Placeholders cost address space only.
 //
 // A peer's file that someone truncates under the mapping makes a copy fault with SIGBUS. The
 // fabric path confines that to the owner (only it touches its RAM); the direct path keeps it so:
@@ -32,10 +32,12 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include <csetjmp>
 #include <csignal>
@@ -236,13 +238,19 @@ void bus_guard_thread()
     }
 }
 
-// One peer's mapping (direct path).
+// One incarnation of a peer, mapped (direct path); kept until the RkRemoteMem goes.
+struct Mapping {
+    uint64_t word;       // the bridge's liveness word of that incarnation
+    unsigned char *base; // its file: ram_size + RK_RMEM_TAIL_SIZE bytes (later a placeholder)
+};
+
+// A peer, for the direct path.
 struct Peer {
-    std::atomic<uint64_t> word{0};         // liveness word of the incarnation mapped at `base`; 0: none
-    unsigned char *base = nullptr;         // reserved range of ram_size + RK_RMEM_TAIL_SIZE bytes
-    uint64_t refused_word = 0;             // an incarnation whose file was refused (logged once)
-    std::atomic<uint64_t> faulted_word{0}; // an incarnation whose file faulted (truncated): unreachable
-    uint64_t retry_ns = 0;                 // no new attempt before (file not there or not published yet)
+    std::atomic<const Mapping *> cur{nullptr}; // the live incarnation's mapping; NULL: none
+    std::vector<std::unique_ptr<Mapping>> all; // every mapping it had (guarded by map_mu)
+    uint64_t refused_word = 0;                 // an incarnation whose file was refused (logged once)
+    std::atomic<uint64_t> faulted_word{0};     // an incarnation whose file faulted (truncated): unreachable
+    uint64_t retry_ns = 0;                     // no new attempt before (file not there or not published yet)
 };
 
 uint64_t atomic_add(uint64_t *p, uint64_t v)
@@ -285,9 +293,10 @@ struct RkRemoteMem {
 
     ~RkRemoteMem();
     int direct_access(Call &c);
-    int direct_copy(Call &c, Peer &p, const uint64_t *wp, uint64_t w);
+    int direct_guarded(Call &c, unsigned char *base, const uint64_t *wp, uint64_t w);
+    int direct_copy(Call &c, unsigned char *base, const uint64_t *wp, uint64_t w);
     int direct_fault(unsigned node, uint64_t w);
-    bool map_peer(unsigned node, uint64_t w);
+    const Mapping *map_peer(unsigned node, uint64_t w);
     void drop_peer(unsigned node);
 
     void log(const char *f, ...) __attribute__((format(printf, 2, 3)));
@@ -319,34 +328,25 @@ RkRemoteMem::~RkRemoteMem()
 {
     const size_t span = ram_size + RK_RMEM_TAIL_SIZE;
     for (Peer &p : peers) {
-        if (p.base) munmap(p.base, span);
+        for (auto &mp : p.all)
+            munmap(mp->base, span);
     }
     if (own_tail) munmap(own_tail, RK_RMEM_TAIL_SIZE);
 }
 
-// Map `node`'s RAM file for its incarnation `w` (map_mu not held). False: use the fabric.
-bool RkRemoteMem::map_peer(unsigned node, uint64_t w)
+// Map `node`'s RAM file for its incarnation `w` (map_mu not held). NULL: use the fabric.
+const Mapping *RkRemoteMem::map_peer(unsigned node, uint64_t w)
 {
     std::lock_guard lk(map_mu);
     Peer &p = peers[node];
-    if (p.word.load(std::memory_order_acquire) == w) return true; // another thread did it
-    if (p.refused_word == w || now_ns() < p.retry_ns) return false;
+    const Mapping *cur = p.cur.load(std::memory_order_acquire);
+    if (cur && cur->word == w) return cur; // another thread did it
+    if (p.refused_word == w || now_ns() < p.retry_ns) return nullptr;
     const size_t span = ram_size + RK_RMEM_TAIL_SIZE;
-    if (!p.base) {
-        void *r = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (r == MAP_FAILED) {
-            p.refused_word = w;
-            log("rackemu-rmem: cannot reserve %zu bytes of address space for node %u's RAM: %s; using the "
-                "fabric",
-                span, node, strerror(errno));
-            return false;
-        }
-        p.base = static_cast<unsigned char *>(r);
-    }
-    p.word.store(0, std::memory_order_release);
     const std::string path = ram_dir + "/node" + std::to_string(node) + ".ram";
     char why[256] = "";
     bool retry = false;
+    void *m = MAP_FAILED;
     int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     struct stat st {};
     if (fd < 0) {
@@ -359,28 +359,30 @@ bool RkRemoteMem::map_peer(unsigned node, uint64_t w)
     } else if (uint64_t(st.st_size) != span) {
         snprintf(why, sizeof why, "%s has %lld bytes; this node's RAM is %llu (plus a %u-byte tail)",
                  path.c_str(), (long long)st.st_size, (unsigned long long)ram_size, RK_RMEM_TAIL_SIZE);
-    } else if (mmap(p.base, span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+    } else if ((m = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
         snprintf(why, sizeof why, "mmap of %s: %s", path.c_str(), strerror(errno));
-        drop_peer(node);
     } else {
+        // Nobody else knows this mapping yet: on refusal it can simply go.
+        auto *base = static_cast<unsigned char *>(m);
         uint64_t tail_ram = 0;
-        if (read_tail(p.base, span, &tail_ram) != RK_RMEM_TAIL_MAGIC) {
+        if (read_tail(base, span, &tail_ram) != RK_RMEM_TAIL_MAGIC) {
             retry = true; // grown, not initialised yet
-            drop_peer(node);
         } else if (tail_ram != ram_size) {
             snprintf(why, sizeof why, "%s says its RAM is %llu bytes, not %llu", path.c_str(),
                      (unsigned long long)tail_ram, (unsigned long long)ram_size);
-            drop_peer(node);
         } else if (__atomic_load_n(&live->node[node], __ATOMIC_ACQUIRE) != w) {
             retry = true; // the node changed meanwhile: the file may be another incarnation's
-            drop_peer(node);
         } else {
             close(fd);
+            p.all.push_back(std::make_unique<Mapping>(Mapping{w, base}));
+            const Mapping *nm = p.all.back().get();
+            drop_peer(node); // the previous incarnation's mapping, if any
+            p.cur.store(nm, std::memory_order_release);
             direct_maps++;
             p.retry_ns = 0;
-            p.word.store(w, std::memory_order_release);
-            return true;
+            return nm;
         }
+        munmap(m, span);
     }
     if (fd >= 0) close(fd);
     if (retry) {
@@ -390,17 +392,18 @@ bool RkRemoteMem::map_peer(unsigned node, uint64_t w)
         log("rackemu-rmem: node %u's RAM is not mapped directly (%s); its accesses use the fabric", node,
             why);
     }
-    return false;
+    return nullptr;
 }
 
-// Replace `node`'s mapping by an anonymous placeholder of the same size (map_mu held): drops the
-// reference to a dead node's RAM, while a copy still in flight reads zeros instead of faulting.
+// Retire `node`'s current mapping (map_mu held): an anonymous placeholder of the same size takes
+// its place, which drops the reference to the peer's RAM while a copy still in flight reads zeros
+// (or writes into nothing) instead of faulting.
 void RkRemoteMem::drop_peer(unsigned node)
 {
     Peer &p = peers[node];
-    p.word.store(0, std::memory_order_release);
-    if (p.base) {
-        mmap(p.base, ram_size + RK_RMEM_TAIL_SIZE, PROT_READ | PROT_WRITE,
+    const Mapping *old = p.cur.exchange(nullptr, std::memory_order_acq_rel);
+    if (old) {
+        mmap(old->base, ram_size + RK_RMEM_TAIL_SIZE, PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
     }
 }
@@ -413,40 +416,47 @@ int RkRemoteMem::direct_access(Call &c)
     const uint64_t *wp = &live->node[c.node];
     const uint64_t w = __atomic_load_n(wp, __ATOMIC_ACQUIRE);
     Peer &p = peers[c.node];
+    const Mapping *mp = p.cur.load(std::memory_order_acquire);
     if (!(w & RKF_LIVE_UP)) {
-        if (p.word.load(std::memory_order_relaxed) != 0) {
+        if (mp) {
             std::unique_lock lk(map_mu, std::try_to_lock); // release the dead node's RAM, lazily
-            if (lk.owns_lock() && p.word.load(std::memory_order_relaxed) != 0) drop_peer(c.node);
+            if (lk.owns_lock()) drop_peer(c.node);
         }
         return RK_RMEM_UNREACHABLE; // what the bridge answers for an absent node (NOROUTE/NODE_GONE)
     }
     if (p.faulted_word.load(std::memory_order_relaxed) == w) return RK_RMEM_UNREACHABLE;
-    if (p.word.load(std::memory_order_acquire) != w && !map_peer(c.node, w)) {
+    if ((!mp || mp->word != w) && !(mp = map_peer(c.node, w))) {
         direct_fallbacks++;
         return kNoDirect;
     }
+    return direct_guarded(c, mp->base, wp, w);
+}
+
+// direct_copy under the SIGBUS guard for the mapping at `base`.
+int RkRemoteMem::direct_guarded(Call &c, unsigned char *base, const uint64_t *wp, uint64_t w)
+{
     bus_guard_thread();
     BusGuard g;
-    g.lo = uintptr_t(p.base);
+    g.lo = uintptr_t(base);
     g.hi = g.lo + ram_size + RK_RMEM_TAIL_SIZE;
     if (sigsetjmp(g.jb, 0) != 0) return direct_fault(c.node, w);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     tl_bus = &g;
-    const int st = direct_copy(c, p, wp, w);
+    const int st = direct_copy(c, base, wp, w);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     tl_bus = nullptr;
     return st;
 }
 
 // The guarded part of a direct access: nothing here may own a resource (a fault jumps out).
-int RkRemoteMem::direct_copy(Call &c, Peer &p, const uint64_t *wp, uint64_t w)
+int RkRemoteMem::direct_copy(Call &c, unsigned char *base, const uint64_t *wp, uint64_t w)
 {
-    auto *tail = reinterpret_cast<rk_rmem_tail *>(p.base + ram_size);
+    auto *tail = reinterpret_cast<rk_rmem_tail *>(base + ram_size);
     if (!in_ram(c.addr, c.len)) {
         atomic_add(&tail->served_refused, 1);
         return RK_RMEM_DECODE_ERR;
     }
-    unsigned char *ramp = p.base + (c.addr - ram_base);
+    unsigned char *ramp = base + (c.addr - ram_base);
     if (c.write) {
         ram_store(ramp, c.wbuf, c.len);
     } else {
@@ -474,7 +484,8 @@ int RkRemoteMem::direct_fault(unsigned node, uint64_t w)
             node, ram_dir.c_str(), node, node);
     }
     std::unique_lock lk(map_mu, std::try_to_lock);
-    if (lk.owns_lock() && p.word.load(std::memory_order_relaxed) == w) drop_peer(node);
+    const Mapping *cur = p.cur.load(std::memory_order_relaxed);
+    if (lk.owns_lock() && cur && cur->word == w) drop_peer(node);
     return RK_RMEM_UNREACHABLE;
 }
 

@@ -445,9 +445,15 @@ void Bridge::handshake(int s, const rkf_hello &hello, ssize_t n)
     shm->magic = RKF_SHM_MAGIC;
     shm->version = RKF_PROTO_VERSION;
     int fds[3] = {mfd, bell_fd_, live_fd_};
+    // Published before the welcome: once the node has it, every peer sees it up (a peer reading
+    // the table does not take mu_ as the router does). A new generation for every attempt, so a
+    // failed one's word is never reused by the next QEMU under this id.
+    p.live_gen++;
+    __atomic_store_n(&live_->node[h.node_id], (p.live_gen << 1) | RKF_LIVE_UP, __ATOMIC_RELEASE);
     const bool sent = welcome(s, RKF_WELCOME_OK, "welcome", fds, 3);
     close(mfd);
     if (!sent) {
+        __atomic_store_n(&live_->node[h.node_id], p.live_gen << 1, __ATOMIC_RELEASE);
         munmap(shm, sizeof(PortShm));
         close(s);
         refused_handshakes_++;
@@ -463,7 +469,6 @@ void Bridge::handshake(int s, const rkf_hello &hello, ssize_t n)
     p.overflow.clear();
     p.c.connects++;
     p.c.outstanding = 0;
-    __atomic_store_n(&live_->node[h.node_id], (p.c.connects << 1) | RKF_LIVE_UP, __ATOMIC_RELEASE);
     log("node %u connected (%s, caps 0x%x, sees %u nodes)", unsigned(h.node_id), printable(p.name).c_str(),
         h.caps, h.node_count);
 }
@@ -506,7 +511,7 @@ void Bridge::drop_port(unsigned id, const char *why)
     if (p.state != State::Up) return;
     p.state = State::Empty;
     // First, so that a peer reaching this node's RAM directly sees it gone before anything else.
-    __atomic_store_n(&live_->node[id], p.c.connects << 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&live_->node[id], p.live_gen << 1, __ATOMIC_RELEASE);
     close(p.sock);
     p.sock = -1;
     munmap(p.shm, sizeof(PortShm));

@@ -82,6 +82,7 @@ private:
         PortShm *shm = nullptr;
         std::string name;
         uint32_t caps = 0;
+        uint64_t live_gen = 0; // handshakes accepted for this id: its word in the liveness table
         std::deque<std::vector<unsigned char>> overflow; // frames waiting for ring space
         PortCounters c;
     };

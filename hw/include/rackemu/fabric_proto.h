@@ -142,8 +142,9 @@ struct rkf_mem_req {
  * against new writable mappings: nodes map it read-only). It lets a node that reaches a peer's
  * RAM directly (the one-sided direct path) tell, with one load, whether the peer is connected
  * and which incarnation of it is: node[i] is the bridge's word for node i, bit 0 set while
- * node i is connected, bits 63..1 the number of its connections so far (it changes when a
- * node dies and a new QEMU takes its id). The bridge writes it on connect and disconnect.
+ * node i is connected, bits 63..1 a generation the bridge increments at every handshake it
+ * accepts for id i (so it changes when a node dies and a new QEMU takes its id). The bridge
+ * writes it just before it sends the welcome, and on disconnect.
  */
 #define RKF_LIVE_MAGIC 0x524b464cu /* "RKFL" */
 #define RKF_LIVE_UP    1ull        /* node[i] bit 0: connected */
@@ -152,7 +153,7 @@ struct rkf_live_table {
     uint32_t magic;   /* RKF_LIVE_MAGIC once the bridge filled it in */
     uint32_t version; /* RKF_PROTO_VERSION */
     uint64_t reserved[7];
-    uint64_t node[RKF_MAX_NODES]; /* (connections << 1) | RKF_LIVE_UP */
+    uint64_t node[RKF_MAX_NODES]; /* (generation << 1) | RKF_LIVE_UP */
 };
 
 #ifdef __cplusplus
