@@ -21,9 +21,16 @@ Measured in one run on a booted cluster (node 0 is the initiator, node 1 the own
   gsas_remote_{OP}_{T}t_ops_s
                       throughput of T threads on node 0 against board 1, for T in --gsas-threads
 
+--transport direct,fabric boots one cluster per transport of one-sided memory (docs/fabric.md,
+"Direct path"): direct (the default: a live peer's RAM file is copied directly) and fabric
+(every access a request over the bridge; the machine's ram-dir is cleared). The gas and cdma
+rows of the fabric cluster are in sections gas.fabric and cdma.fabric, and section "ratio" holds
+fabric/direct for each metric both have (latency: >1 means direct is faster; MB/s: <1); a PNG
+bar chart of those ratios is written beside the CSV.
+
 usage: bench/unimem.py [--runs 3] [--count 2000] [--bulk 1M] [--dma-sizes 4K,64K,1M,4M] [--memory 256M]
                       [--gsas-count 300] [--gsas-threads 1,2,4] [--only gas,cdma,mailbox,gsas]
-                      [--csv FILE]
+                      [--transport direct[,fabric]] [--csv FILE]
 """
 import argparse
 import statistics
@@ -62,6 +69,8 @@ def main():
     ap.add_argument("--gsas-count", type=int, default=300, help="GSAS requests per thread and run")
     ap.add_argument("--gsas-threads", default="1,2,4", help="thread counts for the GSAS throughput runs")
     ap.add_argument("--only", default="gas,cdma,mailbox,gsas", help="sections to run (comma-separated)")
+    ap.add_argument("--transport", default="direct",
+                    help="one-sided memory transports to compare: direct, fabric (comma-separated)")
     ap.add_argument("--csv", default=str(build_dir() / "bench" / "unimem.csv"))
     a = ap.parse_args()
 
@@ -72,22 +81,69 @@ def main():
     unknown = only - {"gas", "cdma", "mailbox", "gsas"}
     if unknown:
         ap.error(f"--only: unknown sections {sorted(unknown)} (gas, cdma, mailbox, gsas)")
+    transports = [t for t in a.transport.split(",") if t]
+    if not transports or set(transports) - {"direct", "fabric"}:
+        ap.error("--transport: direct and/or fabric")
     bulk = size(a.bulk)
     dma_sizes = [size(x) for x in a.dma_sizes.split(",") if x]
     rows = []
-    cfg = load_config(None, {"nodes": 2, "name": "bench-unimem", "memory": a.memory})
-    log("booting 2 nodes")
-    with Cluster(cfg, log=lambda m: None) as c:
-        n0, n1 = c.node(0), c.node(1)
-        if "gas" in only:
-            gas_section(a, n0, n1, bulk, rows)
-        if "cdma" in only:
-            cdma_section(a, n0, n1, dma_sizes, rows)
-        if "mailbox" in only:
-            mailbox_section(a, n0, n1, rows)
-        if "gsas" in only:
-            gsas_section(a, n0, rows)
+    for t in transports:
+        # fabric: clear the machine's ram-dir (a later -machine option is merged over the launcher's)
+        over = {"qemu_args": ["-machine", "ram-dir="]} if t == "fabric" else {}
+        cfg = load_config(None, {"nodes": 2, "name": "bench-unimem", "memory": a.memory, **over})
+        log(f"booting 2 nodes (one-sided memory: {t})")
+        sub = []
+        with Cluster(cfg, log=lambda m: None) as c:
+            n0, n1 = c.node(0), c.node(1)
+            if "gas" in only:
+                gas_section(a, n0, n1, bulk, sub)
+            if "cdma" in only:
+                cdma_section(a, n0, n1, dma_sizes, sub)
+            if only & {"gas", "cdma"}:
+                check_transport(n0, t)
+            if t == transports[0] and "mailbox" in only:
+                mailbox_section(a, n0, n1, sub)
+            if t == transports[0] and "gsas" in only:
+                gsas_section(a, n0, sub)
+        rows += [(sec if t == "direct" else f"{sec}.{t}", m, v, u) for sec, m, v, u in sub]
+    if len(transports) > 1:
+        ratios(rows, a.csv)
     write_results(rows, a.csv)
+
+
+def check_transport(n0, transport):
+    """The cluster used the transport it was asked for: node 0's direct copies (GAS counters)."""
+    c = run(n0, "gas info")[-1]
+    direct = int(c["direct_reads"]) + int(c["direct_writes"])
+    log(f"node 0: {direct} direct one-sided accesses, {c['timeouts']} timeouts")
+    if (direct > 0) != (transport == "direct"):
+        raise SystemExit(f"transport {transport}, but node 0 made {direct} direct accesses")
+
+
+def ratios(rows, csv_path):
+    """Append fabric/direct for every metric measured with both; plot them."""
+    direct = {(sec, m): v for sec, m, v, _ in rows if "." not in sec}
+    out = []
+    for sec, m, v, u in rows:
+        if sec.endswith(".fabric") and direct.get((sec[:-7], m)):
+            out.append(("ratio", f"{sec[:-7]}_{m}_fabric_over_direct", v / direct[(sec[:-7], m)], "x"))
+    rows += out
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("no matplotlib: no plot")
+        return
+    fig, ax = plt.subplots(figsize=(10, 0.3 * len(out) + 1.5))
+    ax.barh([m for _, m, _, _ in out], [v for _, _, v, _ in out])
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("fabric / direct (latency >1: direct faster; MB/s <1: direct faster)")
+    fig.tight_layout()
+    png = str(Path(csv_path).with_suffix(".png"))
+    fig.savefig(png, dpi=100)
+    log(f"plot: {png}")
 
 
 def gas_section(a, n0, n1, bulk, rows):

@@ -528,10 +528,12 @@ static int cmd_info(void)
 	       info.node_count, (unsigned long long)info.window_base, (unsigned long long)info.window_size,
 	       info.node_shift);
 	printf("loads=%llu stores=%llu local=%llu bus_errors=%llu served_reads=%llu served_writes=%llu "
-	       "served_refused=%llu timeouts=%llu\n", (unsigned long long)c.loads, (unsigned long long)c.stores,
-	       (unsigned long long)c.local, (unsigned long long)c.bus_errors, (unsigned long long)c.served_reads,
+	       "served_refused=%llu timeouts=%llu direct_reads=%llu direct_writes=%llu\n",
+	       (unsigned long long)c.loads, (unsigned long long)c.stores, (unsigned long long)c.local,
+	       (unsigned long long)c.bus_errors, (unsigned long long)c.served_reads,
 	       (unsigned long long)c.served_writes, (unsigned long long)c.served_refused,
-	       (unsigned long long)c.timeouts);
+	       (unsigned long long)c.timeouts, (unsigned long long)c.direct_reads,
+	       (unsigned long long)c.direct_writes);
 	return 0;
 }
 

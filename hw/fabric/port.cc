@@ -73,6 +73,9 @@ struct RkFabricPort {
     int sock = -1;
     PortShm *shm = nullptr;
     Doorbell *bell = nullptr;
+    // The bridge's liveness table, mapped read-only at this fixed address for the port's life:
+    // zeros (no magic: nobody's state is known) while the link is down or the bridge sent none.
+    rkf_live_table *live = nullptr;
     Svc svcs[RKF_SVC_COUNT];
     std::mutex svc_mu;
     // Service callbacks running now (any thread), so that re-registering a service (unbinding
@@ -85,11 +88,18 @@ struct RkFabricPort {
         send_failures{0}, link_downs{0}, connects{0}, wakeups_sent{0}, sleeps{0};
     rk_fabric_port_hooks hooks{}; // set before the thread starts and before any send; then read-only
 
+    ~RkFabricPort()
+    {
+        if (live) munmap(live, RKF_LIVE_SIZE);
+    }
+
     void log(rk_fabric_log_level level, const char *f, ...) __attribute__((format(printf, 3, 4)));
     void report_link(int up);
 
     // 0: connected; -1: bridge not reachable (retry later); -2: refused (fatal).
     int connect_once(char *err, size_t errlen);
+    void map_live(int fd);
+    void clear_live();
     void link_down(const char *why);
     void run();
     int push(const rkf_frame_hdr &h, const void *payload);
@@ -178,18 +188,18 @@ int RkFabricPort::connect_once(char *err, size_t errlen)
     }
     rkf_welcome w{};
     iovec iov{&w, sizeof w};
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(2 * sizeof(int))];
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(3 * sizeof(int))];
     msghdr mh{};
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
     mh.msg_control = cbuf;
     mh.msg_controllen = sizeof cbuf;
     ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
-    int fds[2] = {-1, -1};
+    int fds[3] = {-1, -1, -1}; // port memory, doorbell, liveness table (optional)
     for (cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
             size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            std::memcpy(fds, CMSG_DATA(c), std::min<size_t>(nfd, 2) * sizeof(int));
+            std::memcpy(fds, CMSG_DATA(c), std::min<size_t>(nfd, 3) * sizeof(int));
         }
     }
     auto fail = [&](int rc) {
@@ -225,14 +235,17 @@ int RkFabricPort::connect_once(char *err, size_t errlen)
     }
     close(fds[0]);
     close(fds[1]);
+    fds[0] = fds[1] = -1;
     auto *ps = static_cast<PortShm *>(m);
     if (ps->magic != RKF_SHM_MAGIC || ps->version != RKF_PROTO_VERSION) {
         munmap(m, sizeof(PortShm));
         munmap(b, sizeof(Doorbell));
         close(s);
         fmt(err, errlen, "fabric port memory has a bad magic/version");
-        return -2;
+        return fail(-2);
     }
+    map_live(fds[2]);
+    if (fds[2] >= 0) close(fds[2]);
     {
         std::lock_guard lk(tx_mu);
         sock = s;
@@ -249,6 +262,7 @@ void RkFabricPort::link_down(const char *why)
     {
         std::lock_guard lk(tx_mu);
         if (!up) return;
+        clear_live(); // every peer's state is unknown now: direct accesses fall back and fail
         up = false;
         munmap(shm, sizeof(PortShm));
         munmap(bell, sizeof(Doorbell));
@@ -261,6 +275,39 @@ void RkFabricPort::link_down(const char *why)
     log(RK_FABRIC_LOG_WARN, "rackemu-fabric: node %u: link down (%s); pending operations fail, reconnecting",
         node_id, why);
     report_link(0);
+}
+
+// Map the bridge's liveness table over `live`. A table that is missing, resizable, writable by
+// its holders or malformed is not used (the direct path then stays off); the port works on.
+void RkFabricPort::map_live(int fd)
+{
+    char why[160] = "";
+    const int want = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL | F_SEAL_FUTURE_WRITE;
+    struct stat st {};
+    const int seals = fd >= 0 ? fcntl(fd, F_GET_SEALS) : -1;
+    if (fd < 0) {
+        snprintf(why, sizeof why, "the bridge handed over none");
+    } else if (seals < 0 || (seals & want) != want) {
+        snprintf(why, sizeof why, "it is not sealed against resizing and writing (seals 0x%x)",
+                 seals < 0 ? 0 : seals);
+    } else if (fstat(fd, &st) < 0 || st.st_size != off_t(RKF_LIVE_SIZE)) {
+        snprintf(why, sizeof why, "it has %lld bytes, not %u", (long long)st.st_size, RKF_LIVE_SIZE);
+    } else if (mmap(live, RKF_LIVE_SIZE, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        snprintf(why, sizeof why, "mmap: %s", strerror(errno));
+    } else if (__atomic_load_n(&live->magic, __ATOMIC_ACQUIRE) != RKF_LIVE_MAGIC ||
+               live->version != RKF_PROTO_VERSION) {
+        snprintf(why, sizeof why, "bad magic/version");
+        clear_live();
+    } else {
+        return;
+    }
+    log(RK_FABRIC_LOG_WARN,
+        "rackemu-fabric: node %u: no liveness table (%s); one-sided accesses use the fabric", node_id, why);
+}
+
+void RkFabricPort::clear_live()
+{
+    mmap(live, RKF_LIVE_SIZE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 }
 
 int RkFabricPort::push(const rkf_frame_hdr &h, const void *payload)
@@ -397,7 +444,13 @@ RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsi
             node_count, RKF_MAX_NODES);
         return nullptr;
     }
+    void *live = mmap(nullptr, RKF_LIVE_SIZE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (live == MAP_FAILED) {
+        fmt(err, errlen, "mmap of the liveness table's page failed: %s", strerror(errno));
+        return nullptr;
+    }
     auto *p = new RkFabricPort;
+    p->live = static_cast<rkf_live_table *>(live);
     p->path = socket_path;
     p->node_id = node_id;
     p->node_count = node_count;
@@ -504,6 +557,11 @@ int rk_fabric_port_send_raw(RkFabricPort *p, const struct rkf_frame_hdr *h, cons
     std::memcpy(r.slots[last % RKF_RING_SLOTS], &copy, sizeof copy);
     futex_wake(&p->bell->sleeping);
     return 0;
+}
+
+const struct rkf_live_table *rk_fabric_port_liveness(RkFabricPort *p)
+{
+    return p->live;
 }
 
 int rk_fabric_port_is_up(RkFabricPort *p)

@@ -11,6 +11,19 @@
 // guarantees a frame's src; its own error replies carry the destination as src) and answers
 // the same operation; anything else is counted in forged_replies and ignored. Tags start at a
 // random value, so they do not tell one requester's traffic from another's.
+//
+// Direct path: each incarnation of a peer (named by the bridge's liveness word for it) gets its
+// own mapping of the peer's RAM file (RAM plus its tail page), at a fresh address. A mapping is
+// never unmapped while the node runs: when its incarnation is gone or replaced, an anonymous
+// placeholder is mapped over it in place (atomic for concurrent accesses), so a copy still in
+// flight reads zeros or writes into nothing and fails its liveness recheck, and a write of an old
+// incarnation can never land in a new incarnation's RAM. Placeholders cost address space only.
+//
+// A peer's file that someone truncates under the mapping makes a copy fault with SIGBUS. The
+// fabric path confines that to the owner (only it touches its RAM); the direct path keeps it so:
+// a copy runs under a SIGBUS guard (a process-wide handler, chained to the one it replaced, that
+// jumps out of a guarded copy whose fault lies in the peer's range), the access fails
+// UNREACHABLE and the peer's incarnation is not touched again.
 #include "rk_remote_mem.h"
 
 #include <algorithm>
@@ -19,11 +32,22 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <random>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
+#include <csetjmp>
+#include <csignal>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "shm_ring.h"
 
@@ -143,6 +167,102 @@ int worse(int a, int b)
     return a == RK_RMEM_OK ? b : a;
 }
 
+constexpr int kNoDirect = -1; // direct_access: take the fabric
+
+// The SIGBUS guard of a direct copy (thread-local: each thread guards its own copy).
+struct BusGuard {
+    sigjmp_buf jb;
+    uintptr_t lo, hi; // the peer's mapped range
+};
+thread_local BusGuard *tl_bus = nullptr;
+thread_local bool tl_bus_unblocked = false;
+struct sigaction g_prev_bus;
+std::once_flag g_bus_once;
+
+void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    BusGuard *g = tl_bus;
+    const auto a = reinterpret_cast<uintptr_t>(si->si_addr);
+    if (g && a >= g->lo && a < g->hi) {
+        tl_bus = nullptr;
+        siglongjmp(g->jb, 1); // SA_NODEFER: SIGBUS is not left blocked
+    }
+    if (g_prev_bus.sa_flags & SA_SIGINFO) {
+        g_prev_bus.sa_sigaction(sig, si, uc);
+    } else if (g_prev_bus.sa_handler != SIG_DFL && g_prev_bus.sa_handler != SIG_IGN) {
+        g_prev_bus.sa_handler(sig);
+    } else {
+        signal(SIGBUS, SIG_DFL); // the faulting access runs again and ends the process, as before
+    }
+}
+
+// Install the handler once per process; let this thread take SIGBUS (QEMU's threads start with
+// every signal blocked but the synchronous ones it names, and a blocked synchronous SIGBUS kills
+// the process whatever the handler).
+void bus_guard_thread();
+
+// The magic and RAM size of the tail page of a peer's file mapped at `base` (0 if the file shrank
+// under the mapping since it was checked: the caller tries again later).
+uint32_t read_tail(unsigned char *base, size_t span, uint64_t *ram)
+{
+    auto *tail = reinterpret_cast<rk_rmem_tail *>(base + span - RK_RMEM_TAIL_SIZE);
+    BusGuard g;
+    g.lo = uintptr_t(base);
+    g.hi = g.lo + span;
+    bus_guard_thread();
+    if (sigsetjmp(g.jb, 0) != 0) return 0;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    tl_bus = &g;
+    const uint32_t magic = __atomic_load_n(&tail->magic, __ATOMIC_ACQUIRE);
+    *ram = tail->ram_size;
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    tl_bus = nullptr;
+    return magic;
+}
+
+void bus_guard_thread()
+{
+    std::call_once(g_bus_once, [] {
+        struct sigaction sa {};
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGBUS, &sa, &g_prev_bus);
+    });
+    if (!tl_bus_unblocked) {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGBUS);
+        pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+        tl_bus_unblocked = true;
+    }
+}
+
+// One incarnation of a peer, mapped (direct path); kept until the RkRemoteMem goes.
+struct Mapping {
+    uint64_t word;       // the bridge's liveness word of that incarnation
+    unsigned char *base; // its file: ram_size + RK_RMEM_TAIL_SIZE bytes (later a placeholder)
+};
+
+// A peer, for the direct path.
+struct Peer {
+    std::atomic<const Mapping *> cur{nullptr}; // the live incarnation's mapping; NULL: none
+    std::vector<std::unique_ptr<Mapping>> all; // every mapping it had (guarded by map_mu)
+    uint64_t refused_word = 0;                 // an incarnation whose file was refused (logged once)
+    std::atomic<uint64_t> faulted_word{0};     // an incarnation whose file faulted (truncated): unreachable
+    uint64_t retry_ns = 0;                     // no new attempt before (file not there or not published yet)
+};
+
+uint64_t atomic_add(uint64_t *p, uint64_t v)
+{
+    return __atomic_add_fetch(p, v, __ATOMIC_RELAXED);
+}
+
+uint64_t atomic_get(const uint64_t *p)
+{
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+
 } // namespace
 
 struct RkRemoteMem {
@@ -161,6 +281,23 @@ struct RkRemoteMem {
     std::atomic<uint64_t> reads{0}, writes{0}, read_bytes{0}, write_bytes{0}, local{0}, frames{0},
         decode_errors{0}, unreachable{0}, timeouts{0}, served_reads{0}, served_writes{0}, served_bytes{0},
         served_refused{0}, served_malformed{0}, stray_replies{0}, forged_replies{0};
+    std::atomic<uint64_t> direct_reads{0}, direct_writes{0}, direct_fallbacks{0}, direct_maps{0},
+        direct_faults{0};
+
+    // Direct path (rk_rmem_enable_direct); off while `live` is NULL.
+    const rkf_live_table *live = nullptr;
+    std::string ram_dir;
+    rk_rmem_tail *own_tail = nullptr; // this node's tail page (peers' direct accesses to it)
+    std::mutex map_mu;                // mapping and unmapping peers
+    Peer peers[RKF_MAX_NODES];
+
+    ~RkRemoteMem();
+    int direct_access(Call &c);
+    int direct_guarded(Call &c, unsigned char *base, const uint64_t *wp, uint64_t w);
+    int direct_copy(Call &c, unsigned char *base, const uint64_t *wp, uint64_t w);
+    int direct_fault(unsigned node, uint64_t w);
+    const Mapping *map_peer(unsigned node, uint64_t w);
+    void drop_peer(unsigned node);
 
     void log(const char *f, ...) __attribute__((format(printf, 2, 3)));
     bool in_ram(uint64_t addr, uint64_t len) const
@@ -185,6 +322,171 @@ void RkRemoteMem::log(const char *f, ...)
     vsnprintf(buf, sizeof buf, f, ap);
     va_end(ap);
     log_fn(log_opaque, buf);
+}
+
+RkRemoteMem::~RkRemoteMem()
+{
+    const size_t span = ram_size + RK_RMEM_TAIL_SIZE;
+    for (Peer &p : peers) {
+        for (auto &mp : p.all)
+            munmap(mp->base, span);
+    }
+    if (own_tail) munmap(own_tail, RK_RMEM_TAIL_SIZE);
+}
+
+// Map `node`'s RAM file for its incarnation `w` (map_mu not held). NULL: use the fabric.
+const Mapping *RkRemoteMem::map_peer(unsigned node, uint64_t w)
+{
+    std::lock_guard lk(map_mu);
+    Peer &p = peers[node];
+    const Mapping *cur = p.cur.load(std::memory_order_acquire);
+    if (cur && cur->word == w) return cur; // another thread did it
+    if (p.refused_word == w || now_ns() < p.retry_ns) return nullptr;
+    const size_t span = ram_size + RK_RMEM_TAIL_SIZE;
+    const std::string path = ram_dir + "/node" + std::to_string(node) + ".ram";
+    char why[256] = "";
+    bool retry = false;
+    void *m = MAP_FAILED;
+    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st {};
+    if (fd < 0) {
+        snprintf(why, sizeof why, "cannot open %s: %s", path.c_str(), strerror(errno));
+        retry = errno == ENOENT;
+    } else if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        snprintf(why, sizeof why, "%s is not a regular file", path.c_str());
+    } else if (uint64_t(st.st_size) == ram_size) {
+        retry = true; // the owner has not published its tail page yet
+    } else if (uint64_t(st.st_size) != span) {
+        snprintf(why, sizeof why, "%s has %lld bytes; this node's RAM is %llu (plus a %u-byte tail)",
+                 path.c_str(), (long long)st.st_size, (unsigned long long)ram_size, RK_RMEM_TAIL_SIZE);
+    } else if ((m = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        snprintf(why, sizeof why, "mmap of %s: %s", path.c_str(), strerror(errno));
+    } else {
+        // Nobody else knows this mapping yet: on refusal it can simply go.
+        auto *base = static_cast<unsigned char *>(m);
+        uint64_t tail_ram = 0;
+        if (read_tail(base, span, &tail_ram) != RK_RMEM_TAIL_MAGIC) {
+            retry = true; // grown, not initialised yet
+        } else if (tail_ram != ram_size) {
+            snprintf(why, sizeof why, "%s says its RAM is %llu bytes, not %llu", path.c_str(),
+                     (unsigned long long)tail_ram, (unsigned long long)ram_size);
+        } else if (__atomic_load_n(&live->node[node], __ATOMIC_ACQUIRE) != w) {
+            retry = true; // the node changed meanwhile: the file may be another incarnation's
+        } else {
+            close(fd);
+            p.all.push_back(std::make_unique<Mapping>(Mapping{w, base}));
+            const Mapping *nm = p.all.back().get();
+            drop_peer(node); // the previous incarnation's mapping, if any
+            p.cur.store(nm, std::memory_order_release);
+            direct_maps++;
+            p.retry_ns = 0;
+            return nm;
+        }
+        munmap(m, span);
+    }
+    if (fd >= 0) close(fd);
+    if (retry) {
+        p.retry_ns = now_ns() + 20000000ull; // 20 ms: the fabric carries the calls meanwhile
+    } else {
+        p.refused_word = w;
+        log("rackemu-rmem: node %u's RAM is not mapped directly (%s); its accesses use the fabric", node,
+            why);
+    }
+    return nullptr;
+}
+
+// Retire `node`'s current mapping (map_mu held): an anonymous placeholder of the same size takes
+// its place, which drops the reference to the peer's RAM while a copy still in flight reads zeros
+// (or writes into nothing) instead of faulting.
+void RkRemoteMem::drop_peer(unsigned node)
+{
+    Peer &p = peers[node];
+    const Mapping *old = p.cur.exchange(nullptr, std::memory_order_acq_rel);
+    if (old) {
+        mmap(old->base, ram_size + RK_RMEM_TAIL_SIZE, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    }
+}
+
+// The direct path: a copy from or to the peer's mapped RAM, checked against the bridge's word for
+// the peer before and after. kNoDirect: not available for this call; take the fabric.
+int RkRemoteMem::direct_access(Call &c)
+{
+    if (__atomic_load_n(&live->magic, __ATOMIC_ACQUIRE) != RKF_LIVE_MAGIC) return kNoDirect; // link down
+    const uint64_t *wp = &live->node[c.node];
+    const uint64_t w = __atomic_load_n(wp, __ATOMIC_ACQUIRE);
+    Peer &p = peers[c.node];
+    const Mapping *mp = p.cur.load(std::memory_order_acquire);
+    if (!(w & RKF_LIVE_UP)) {
+        if (mp) {
+            std::unique_lock lk(map_mu, std::try_to_lock); // release the dead node's RAM, lazily
+            if (lk.owns_lock()) drop_peer(c.node);
+        }
+        return RK_RMEM_UNREACHABLE; // what the bridge answers for an absent node (NOROUTE/NODE_GONE)
+    }
+    if (p.faulted_word.load(std::memory_order_relaxed) == w) return RK_RMEM_UNREACHABLE;
+    if ((!mp || mp->word != w) && !(mp = map_peer(c.node, w))) {
+        direct_fallbacks++;
+        return kNoDirect;
+    }
+    return direct_guarded(c, mp->base, wp, w);
+}
+
+// direct_copy under the SIGBUS guard for the mapping at `base`.
+int RkRemoteMem::direct_guarded(Call &c, unsigned char *base, const uint64_t *wp, uint64_t w)
+{
+    bus_guard_thread();
+    BusGuard g;
+    g.lo = uintptr_t(base);
+    g.hi = g.lo + ram_size + RK_RMEM_TAIL_SIZE;
+    if (sigsetjmp(g.jb, 0) != 0) return direct_fault(c.node, w);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    tl_bus = &g;
+    const int st = direct_copy(c, base, wp, w);
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    tl_bus = nullptr;
+    return st;
+}
+
+// The guarded part of a direct access: nothing here may own a resource (a fault jumps out).
+int RkRemoteMem::direct_copy(Call &c, unsigned char *base, const uint64_t *wp, uint64_t w)
+{
+    auto *tail = reinterpret_cast<rk_rmem_tail *>(base + ram_size);
+    if (!in_ram(c.addr, c.len)) {
+        atomic_add(&tail->served_refused, 1);
+        return RK_RMEM_DECODE_ERR;
+    }
+    unsigned char *ramp = base + (c.addr - ram_base);
+    if (c.write) {
+        ram_store(ramp, c.wbuf, c.len);
+    } else {
+        ram_load(c.rbuf, ramp, c.len);
+    }
+    // The copy is ordered before the recheck (relaxed atomics and memcpy above).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (__atomic_load_n(wp, __ATOMIC_ACQUIRE) != w) return RK_RMEM_UNREACHABLE; // gone meanwhile
+    atomic_add(c.write ? &tail->served_writes : &tail->served_reads, 1);
+    atomic_add(&tail->served_bytes, c.len);
+    (c.write ? direct_writes : direct_reads)++;
+    return RK_RMEM_OK;
+}
+
+// A direct copy faulted: the peer's file is shorter than its mapping (truncated under it). This
+// incarnation of the peer is unreachable from now on (its owner dies of the same fault when it
+// touches the lost pages); its mapping is dropped.
+int RkRemoteMem::direct_fault(unsigned node, uint64_t w)
+{
+    direct_faults++;
+    Peer &p = peers[node];
+    if (p.faulted_word.exchange(w) != w) {
+        log("rackemu-rmem: node %u's RAM file %s/node%u.ram faulted under a direct access (truncated?); "
+            "node %u is unreachable until it reconnects",
+            node, ram_dir.c_str(), node, node);
+    }
+    std::unique_lock lk(map_mu, std::try_to_lock);
+    const Mapping *cur = p.cur.load(std::memory_order_relaxed);
+    if (lk.owns_lock() && cur && cur->word == w) drop_peer(node);
+    return RK_RMEM_UNREACHABLE;
 }
 
 int RkRemoteMem::local_access(Call &c)
@@ -384,6 +686,20 @@ void RkRemoteMem::serve(RkFabricEndpoint *p, const rkf_frame_hdr &h, const unsig
     }
 }
 
+// rk_rmem_enable_direct's refusal: close `fd` (if open), the reason into `err`, -1.
+__attribute__((format(printf, 4, 5))) static int enable_fail(int fd, char *err, size_t errlen, const char *f,
+                                                             ...)
+{
+    if (fd >= 0) close(fd);
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, f);
+        vsnprintf(err, errlen, f, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 extern "C" {
 
 static void rmem_on_request(void *opaque, RkFabricEndpoint *port, const struct rkf_frame_hdr *h,
@@ -423,6 +739,58 @@ RkRemoteMem *rk_rmem_new(RkFabricPort *port, unsigned node_id, uint64_t ram_base
     return m;
 }
 
+int rk_rmem_enable_direct(RkRemoteMem *m, const char *ram_dir, int own_fd, const struct rkf_live_table *live,
+                          char *err, size_t errlen)
+{
+    if (!ram_dir || !*ram_dir) return enable_fail(-1, err, errlen, "no RAM directory given");
+    if (!live) return enable_fail(-1, err, errlen, "no liveness table (no fabric)");
+    if (m->live) return enable_fail(-1, err, errlen, "the direct path is on already");
+    if (!m->ram) return enable_fail(-1, err, errlen, "this node has no RAM mapping");
+    const long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0 || RK_RMEM_TAIL_SIZE % uint64_t(page) != 0 || m->ram_size % uint64_t(page) != 0) {
+        return enable_fail(-1, err, errlen, "RAM size %llu is not a multiple of the page size %ld",
+                           (unsigned long long)m->ram_size, page);
+    }
+    const std::string path = std::string(ram_dir) + "/node" + std::to_string(m->node_id) + ".ram";
+    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return enable_fail(-1, err, errlen, "cannot open %s: %s", path.c_str(), strerror(errno));
+    struct stat st {
+    }, own{};
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        return enable_fail(fd, err, errlen, "%s is not a regular file", path.c_str());
+    if (own_fd >= 0 && (fstat(own_fd, &own) < 0 || own.st_dev != st.st_dev || own.st_ino != st.st_ino)) {
+        return enable_fail(fd, err, errlen,
+                           "%s is not this node's RAM (its memory backend uses another file)", path.c_str());
+    }
+    const uint64_t span = m->ram_size + RK_RMEM_TAIL_SIZE;
+    if (uint64_t(st.st_size) != m->ram_size && uint64_t(st.st_size) != span) {
+        return enable_fail(fd, err, errlen, "%s has %lld bytes, this node's RAM %llu", path.c_str(),
+                           (long long)st.st_size, (unsigned long long)m->ram_size);
+    }
+    if (ftruncate(fd, off_t(span)) < 0) {
+        return enable_fail(fd, err, errlen, "cannot grow %s by its tail page: %s", path.c_str(),
+                           strerror(errno));
+    }
+    void *t = mmap(nullptr, RK_RMEM_TAIL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off_t(m->ram_size));
+    if (t == MAP_FAILED)
+        return enable_fail(fd, err, errlen, "cannot map the tail page of %s: %s", path.c_str(),
+                           strerror(errno));
+    close(fd);
+    auto *tail = static_cast<rk_rmem_tail *>(t);
+    __atomic_store_n(&tail->magic, 0u, __ATOMIC_RELAXED); // a previous incarnation's page: start again
+    tail->version = 1;
+    tail->ram_size = m->ram_size;
+    for (uint64_t *c :
+         {&tail->served_reads, &tail->served_writes, &tail->served_bytes, &tail->served_refused}) {
+        __atomic_store_n(c, uint64_t(0), __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&tail->magic, RK_RMEM_TAIL_MAGIC, __ATOMIC_RELEASE);
+    m->own_tail = tail;
+    m->ram_dir = ram_dir;
+    m->live = live;
+    return 0;
+}
+
 void rk_rmem_free(RkRemoteMem *m)
 {
     if (!m) return;
@@ -439,7 +807,12 @@ int rk_rmem_read(RkRemoteMem *m, unsigned node, uint64_t addr, void *buf, uint64
     c.len = len;
     if (len == 0) return RK_RMEM_OK;
     if (node >= RKF_MAX_NODES) return m->account(c, RK_RMEM_UNREACHABLE);
-    return m->account(c, node == m->node_id ? m->local_access(c) : m->remote_access(c));
+    if (node == m->node_id) return m->account(c, m->local_access(c));
+    if (m->live) {
+        const int st = m->direct_access(c);
+        if (st != kNoDirect) return m->account(c, st);
+    }
+    return m->account(c, m->remote_access(c));
 }
 
 int rk_rmem_write(RkRemoteMem *m, unsigned node, uint64_t addr, const void *buf, uint64_t len)
@@ -452,7 +825,12 @@ int rk_rmem_write(RkRemoteMem *m, unsigned node, uint64_t addr, const void *buf,
     c.len = len;
     if (len == 0) return RK_RMEM_OK;
     if (node >= RKF_MAX_NODES) return m->account(c, RK_RMEM_UNREACHABLE);
-    return m->account(c, node == m->node_id ? m->local_access(c) : m->remote_access(c));
+    if (node == m->node_id) return m->account(c, m->local_access(c));
+    if (m->live) {
+        const int st = m->direct_access(c);
+        if (st != kNoDirect) return m->account(c, st);
+    }
+    return m->account(c, m->remote_access(c));
 }
 
 void rk_rmem_get_stats(RkRemoteMem *m, struct rk_rmem_stats *o)
@@ -473,6 +851,17 @@ void rk_rmem_get_stats(RkRemoteMem *m, struct rk_rmem_stats *o)
     o->served_malformed = m->served_malformed;
     o->stray_replies = m->stray_replies;
     o->forged_replies = m->forged_replies;
+    o->direct_reads = m->direct_reads;
+    o->direct_writes = m->direct_writes;
+    o->direct_fallbacks = m->direct_fallbacks;
+    o->direct_maps = m->direct_maps;
+    o->direct_faults = m->direct_faults;
+    if (const rk_rmem_tail *t = m->own_tail) { // what peers did directly to this node's RAM
+        o->served_reads += atomic_get(&t->served_reads);
+        o->served_writes += atomic_get(&t->served_writes);
+        o->served_bytes += atomic_get(&t->served_bytes);
+        o->served_refused += atomic_get(&t->served_refused);
+    }
 }
 
 } // extern "C"

@@ -93,6 +93,10 @@ int rk_fabric_port_reply(RkFabricPort *port, const struct rkf_frame_hdr *req, ui
 int rk_fabric_port_send_raw(RkFabricPort *port, const struct rkf_frame_hdr *hdr, const void *payload);
 
 int rk_fabric_port_is_up(RkFabricPort *port);
+/* The bridge's liveness table (fabric_proto.h), read-only, at an address that stays valid for the
+ * port's life. While the link is down, or if the bridge handed over no usable table, it reads as
+ * zeros (magic 0: no node's state is known); a reconnect maps the bridge's table again in place. */
+const struct rkf_live_table *rk_fabric_port_liveness(RkFabricPort *port);
 unsigned rk_fabric_port_node_id(RkFabricPort *port);
 uint32_t rk_fabric_port_caps(RkFabricPort *port);
 

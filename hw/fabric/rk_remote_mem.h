@@ -9,6 +9,16 @@
  * every chunk is answered, with up to RK_RMEM_WINDOW chunks in flight; they never hold a lock
  * while they wait, so two nodes reading each other at the same moment cannot deadlock.
  *
+ * Direct path (docs/fabric.md, "Direct path"): on one host every node's RAM is a shared file
+ * (<ram_dir>/node<i>.ram). Once rk_rmem_enable_direct() was called, an access to a peer that the
+ * bridge's liveness table shows connected is a copy between the caller's buffer and the peer's
+ * mapped RAM, done by the calling thread: no frame, no owner thread. The liveness word is read
+ * before and after the copy; a peer that is gone (or replaced by a new QEMU) during the copy makes
+ * the access RK_RMEM_UNREACHABLE, as the fabric's NODE_GONE would. A peer whose RAM cannot be
+ * mapped (no file, another size, not published yet) is reached over the fabric instead. A copy
+ * that faults because someone truncated the peer's file (SIGBUS, caught by a guard the direct
+ * path installs, chained to the process's previous SIGBUS handler) fails RK_RMEM_UNREACHABLE.
+ *
  * Caveat: the owner's RAM is written through its host mapping, not through QEMU's memory API:
  * TCG's translated code in a page that a remote node overwrites is not invalidated, and dirty
  * tracking does not see the write (the devices refuse migration anyway).
@@ -42,9 +52,31 @@ enum {
  * NULL (a standalone node: only its own RAM is reachable). Registers RKF_SVC_MEM with the port,
  * so create it before rk_fabric_port_start(). `timeout_ms`: how long a call waits for an
  * answer before it gives up (RK_RMEM_TIMEOUT). `log` reports malformed peer requests. */
+/* Published by each node at the end of its RAM file (file offset ram_size, one page): the
+ * counters of the accesses that peers made directly, kept by the peers with atomic adds, so that
+ * the owner's served_* statistics count them as if it had served them. */
+#define RK_RMEM_TAIL_MAGIC 0x524b4d54u /* "RKMT" */
+#define RK_RMEM_TAIL_SIZE  4096u
+struct rk_rmem_tail {
+    uint32_t magic;    /* RK_RMEM_TAIL_MAGIC once the owner initialised the page */
+    uint32_t version;  /* 1 */
+    uint64_t ram_size; /* the owner's RAM size: the file's size minus this page */
+    uint64_t served_reads, served_writes, served_bytes, served_refused;
+};
+
 RkRemoteMem *rk_rmem_new(RkFabricPort *port, unsigned node_id, uint64_t ram_base, uint64_t ram_size,
                          void *ram_host, unsigned timeout_ms, rk_rmem_log_fn log, void *log_opaque);
 void rk_rmem_free(RkRemoteMem *m);
+
+/* Turn the direct path on. `ram_dir` holds every node's RAM file as node<i>.ram (the launcher's
+ * layout); this node's file must be the same file as `own_fd` (QEMU's descriptor of its RAM; -1:
+ * not checked) and `ram_size` bytes long (or already carry a tail page). This node's file grows
+ * by one page, the rk_rmem_tail. `live` is the bridge's liveness table (rk_fabric_port_liveness);
+ * it must stay mapped while `m` lives. Call before the node's devices run. Returns 0, or -1 with
+ * the reason in `err` (nothing changed: the node stays on the fabric). */
+struct rkf_live_table;
+int rk_rmem_enable_direct(RkRemoteMem *m, const char *ram_dir, int own_fd, const struct rkf_live_table *live,
+                          char *err, size_t errlen);
 
 /* Read or write `len` bytes at node-local physical address `addr` of node `node` (this node's
  * own RAM included, served directly). Accesses of 1, 2, 4 or 8 bytes aligned to their size are
@@ -63,6 +95,11 @@ struct rk_rmem_stats {
     uint64_t stray_replies;  /* replies for no pending request (late after a timeout) */
     uint64_t forged_replies; /* replies with a pending tag from another node than the owner, or
                                 for another operation: ignored (the chunk keeps waiting) */
+    /* Direct path (calls of this node): done by a copy, of reads / writes; fallbacks: calls that
+     * went over the fabric because the peer's RAM could not be mapped; maps: peer RAM files
+     * mapped (one per peer incarnation); faults: copies that hit a truncated peer file (SIGBUS,
+     * caught: UNREACHABLE). served_* above include what peers did directly. */
+    uint64_t direct_reads, direct_writes, direct_fallbacks, direct_maps, direct_faults;
 };
 void rk_rmem_get_stats(RkRemoteMem *m, struct rk_rmem_stats *out);
 

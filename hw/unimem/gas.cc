@@ -15,7 +15,8 @@ static_assert(GAS_CNT_LOADS == GAS_CTRL_LOADS && GAS_CNT_STORES == GAS_CTRL_STOR
               GAS_CNT_SERVED_READS == GAS_CTRL_SERVED_READS &&
               GAS_CNT_SERVED_WRITES == GAS_CTRL_SERVED_WRITES &&
               GAS_CNT_SERVED_REFUSED == GAS_CTRL_SERVED_REFUSED && GAS_CNT_TIMEOUTS == GAS_CTRL_TIMEOUTS &&
-              GAS_CNT_COUNT == 8);
+              GAS_CNT_DIRECT_READS == GAS_CTRL_DIRECT_READS &&
+              GAS_CNT_DIRECT_WRITES == GAS_CTRL_DIRECT_WRITES && GAS_CNT_COUNT == 10);
 
 Gas::Gas(Host host)
     : host_(host), node_id_(host.node_id()), node_count_(std::clamp(host.node_count(), 1u, 64u))
@@ -61,6 +62,10 @@ uint64_t Gas::counter(unsigned index) const
         return st.served_refused;
     case GAS_CNT_INDEX_TIMEOUTS:
         return st.timeouts;
+    case GAS_CNT_INDEX_DIRECT_READS:
+        return st.direct_reads;
+    case GAS_CNT_INDEX_DIRECT_WRITES:
+        return st.direct_writes;
     default:
         return 0;
     }

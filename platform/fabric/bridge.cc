@@ -79,6 +79,30 @@ int sealed_memfd(const char *name, size_t size)
     return fd;
 }
 
+// The liveness table's memfd: sized and mapped writable here, then sealed against resizing and
+// against any new writable mapping, so the nodes it is handed to can only map it read-only.
+int live_memfd(rkf_live_table **out)
+{
+    int fd = memfd_create("rackemu-bridge-liveness", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) return -1;
+    void *m = MAP_FAILED;
+    if (ftruncate(fd, RKF_LIVE_SIZE) == 0) {
+        m = mmap(nullptr, RKF_LIVE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    if (m == MAP_FAILED || fcntl(fd, F_ADD_SEALS, kSeals | F_SEAL_FUTURE_WRITE) < 0) {
+        const int e = errno;
+        if (m != MAP_FAILED) munmap(m, RKF_LIVE_SIZE);
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    auto *t = static_cast<rkf_live_table *>(m);
+    t->version = RKF_PROTO_VERSION;
+    __atomic_store_n(&t->magic, RKF_LIVE_MAGIC, __ATOMIC_RELEASE);
+    *out = t;
+    return fd;
+}
+
 // Append `s` as the content of a JSON string: quotes, backslashes and control characters
 // escaped, valid UTF-8 kept, every byte that is not part of a valid UTF-8 sequence replaced by
 // U+FFFD. Peer-chosen text (node names, commands) goes through here.
@@ -165,7 +189,7 @@ bool welcome(int s, uint16_t status, const char *msg, const int *fds, int nfds)
     msghdr mh{};
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(2 * sizeof(int))]{};
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(3 * sizeof(int))]{};
     if (nfds) {
         mh.msg_control = cbuf;
         mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
@@ -197,10 +221,11 @@ Bridge::~Bridge()
     for (Conn &c : conns_)
         close(c.fd);
     conns_.clear();
-    for (int fd : {listen_fd_, ctl_fd_, wake_pipe_[0], wake_pipe_[1], bell_fd_}) {
+    for (int fd : {listen_fd_, ctl_fd_, wake_pipe_[0], wake_pipe_[1], bell_fd_, live_fd_}) {
         if (fd >= 0) close(fd);
     }
     if (bell_) munmap(bell_, sizeof(Doorbell));
+    if (live_) munmap(live_, RKF_LIVE_SIZE);
     if (listen_fd_ >= 0) unlink(fabric_socket().c_str());
     if (ctl_fd_ >= 0) unlink(control_socket().c_str());
 }
@@ -248,6 +273,11 @@ bool Bridge::start(std::string &err)
         return false;
     }
     bell_ = static_cast<Doorbell *>(b);
+    live_fd_ = live_memfd(&live_);
+    if (live_fd_ < 0) {
+        err = std::string("memfd for the liveness table: ") + strerror(errno);
+        return false;
+    }
     listen_fd_ = listen_on(fabric_socket(), SOCK_SEQPACKET, err);
     if (listen_fd_ < 0) return false;
     ctl_fd_ = listen_on(control_socket(), SOCK_STREAM, err);
@@ -414,10 +444,16 @@ void Bridge::handshake(int s, const rkf_hello &hello, ssize_t n)
     auto *shm = static_cast<PortShm *>(m);
     shm->magic = RKF_SHM_MAGIC;
     shm->version = RKF_PROTO_VERSION;
-    int fds[2] = {mfd, bell_fd_};
-    const bool sent = welcome(s, RKF_WELCOME_OK, "welcome", fds, 2);
+    int fds[3] = {mfd, bell_fd_, live_fd_};
+    // Published before the welcome: once the node has it, every peer sees it up (a peer reading
+    // the table does not take mu_ as the router does). A new generation for every attempt, so a
+    // failed one's word is never reused by the next QEMU under this id.
+    p.live_gen++;
+    __atomic_store_n(&live_->node[h.node_id], (p.live_gen << 1) | RKF_LIVE_UP, __ATOMIC_RELEASE);
+    const bool sent = welcome(s, RKF_WELCOME_OK, "welcome", fds, 3);
     close(mfd);
     if (!sent) {
+        __atomic_store_n(&live_->node[h.node_id], p.live_gen << 1, __ATOMIC_RELEASE);
         munmap(shm, sizeof(PortShm));
         close(s);
         refused_handshakes_++;
@@ -474,6 +510,8 @@ void Bridge::drop_port(unsigned id, const char *why)
     Port &p = ports_[id];
     if (p.state != State::Up) return;
     p.state = State::Empty;
+    // First, so that a peer reaching this node's RAM directly sees it gone before anything else.
+    __atomic_store_n(&live_->node[id], p.live_gen << 1, __ATOMIC_RELEASE);
     close(p.sock);
     p.sock = -1;
     munmap(p.shm, sizeof(PortShm));

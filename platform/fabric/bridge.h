@@ -82,6 +82,7 @@ private:
         PortShm *shm = nullptr;
         std::string name;
         uint32_t caps = 0;
+        uint64_t live_gen = 0; // handshakes accepted for this id: its word in the liveness table
         std::deque<std::vector<unsigned char>> overflow; // frames waiting for ring space
         PortCounters c;
     };
@@ -104,7 +105,9 @@ private:
     int listen_fd_ = -1, ctl_fd_ = -1, wake_pipe_[2] = {-1, -1};
     int bell_fd_ = -1;
     Doorbell *bell_ = nullptr;
-    std::mutex mu_; // ports_, outstanding_, counters
+    int live_fd_ = -1;               // the liveness table (fabric_proto.h), handed to every node
+    rkf_live_table *live_ = nullptr; // written under mu_ on connect and disconnect
+    std::mutex mu_;                  // ports_, outstanding_, counters
     std::array<Port, RKF_MAX_NODES> ports_;
     // Requests routed to a node and not yet answered: (dst, src, svc, op, tag). A reply is
     // delivered only if it settles one (same svc, op and tag, from the node the request went

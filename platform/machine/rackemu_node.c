@@ -27,6 +27,7 @@
 #include "rackemu_rmc.h"
 #include "rackemu_glue.h"
 #include "exec/memory.h"
+#include "exec/cpu-common.h"
 #include <libfdt.h>
 #include "qemu/log.h"
 #include "../../hw/qemu/trace.h" /* the overlay's trace points (a bare "trace.h" finds another directory's) */
@@ -39,6 +40,7 @@ struct RackemuNodeState {
     uint32_t node_id;
     uint32_t node_count;
     char *fabric;
+    char *ram_dir; /* every node's RAM file (node<i>.ram): the one-sided direct path; NULL/"": off */
     uint32_t fifo_depth;
     bool burst_known_issue;
     uint32_t remote_timeout_ms;
@@ -366,6 +368,27 @@ static void rackemu_node_init(MachineState *ms)
     rn->fab->rmem = rk_rmem_new(rn->fab->port, rn->node_id, vms->memmap[VIRT_MEM].base, ms->ram_size,
                                  ms->ram ? memory_region_get_ram_ptr(ms->ram) : NULL, rn->remote_timeout_ms,
                                  rackemu_node_rmem_log, rn);
+    if (rn->ram_dir && *rn->ram_dir) {
+        /* The direct path: peers' RAM files mapped here, this node's published (docs/fabric.md). */
+        char err[384] = "";
+
+        if (!rn->fab->port) {
+            error_report("rackemu-node: ram-dir=%s needs a fabric (fabric=DIR/fabric.sock)", rn->ram_dir);
+            exit(1);
+        }
+        if (!ms->ram || memory_region_get_fd(ms->ram) < 0 || !ms->ram->ram_block ||
+            !qemu_ram_is_shared(ms->ram->ram_block)) {
+            error_report("rackemu-node: ram-dir=%s needs the RAM in a shared file "
+                         "(-object memory-backend-file,id=ram,share=on,mem-path=%s/node%u.ram "
+                         "-M memory-backend=ram)", rn->ram_dir, rn->ram_dir, rn->node_id);
+            exit(1);
+        }
+        if (rk_rmem_enable_direct(rn->fab->rmem, rn->ram_dir, memory_region_get_fd(ms->ram),
+                                  rk_fabric_port_liveness(rn->fab->port), err, sizeof(err)) < 0) {
+            error_report("rackemu-node: ram-dir=%s: %s", rn->ram_dir, err);
+            exit(1);
+        }
+    }
 
     for (i = 0; i < ARRAY_SIZE(rackemu_node_devices); i++) {
         rackemu_node_create(ms, &rackemu_node_devices[i]);
@@ -378,6 +401,19 @@ static void rackemu_node_init(MachineState *ms)
     }
     qemu_fdt_setprop_cell(ms->fdt, "/chosen", "rackemu,node-id", rn->node_id);
     qemu_fdt_setprop_cell(ms->fdt, "/chosen", "rackemu,node-count", rn->node_count);
+}
+
+static char *rackemu_node_get_ram_dir(Object *obj, Error **errp)
+{
+    return g_strdup(RACKEMU_NODE_MACHINE(obj)->ram_dir ?: "");
+}
+
+static void rackemu_node_set_ram_dir(Object *obj, const char *value, Error **errp)
+{
+    RackemuNodeState *rn = RACKEMU_NODE_MACHINE(obj);
+
+    g_free(rn->ram_dir);
+    rn->ram_dir = g_strdup(value);
 }
 
 static char *rackemu_node_get_fabric(Object *obj, Error **errp)
@@ -464,6 +500,11 @@ static void rackemu_node_class_init(ObjectClass *oc, void *data)
     object_class_property_add_str(oc, "fabric", rackemu_node_get_fabric, rackemu_node_set_fabric);
     object_class_property_set_description(oc, "fabric",
                                           "Fabric bridge socket (DIR/fabric.sock); none: single node");
+    object_class_property_add_str(oc, "ram-dir", rackemu_node_get_ram_dir, rackemu_node_set_ram_dir);
+    object_class_property_set_description(oc, "ram-dir",
+                                          "Directory of every node's RAM file nodeN.ram (shared file "
+                                          "backends): one-sided accesses to a live peer copy directly "
+                                          "from/to its RAM; empty (default): over the fabric");
     object_class_property_add_bool(oc, "burst-known-issue", rackemu_node_get_burst, rackemu_node_set_burst);
     object_class_property_set_description(oc, "burst-known-issue",
                                           "Model the vmbox burst known issue of seed 004 sec. 5.1.2");

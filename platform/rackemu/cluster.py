@@ -781,7 +781,10 @@ class Cluster:
         c, d = self.config, self.run_dir
         machine = c.machine + ",memory-backend=ram"
         if c.fabric:
-            machine += f",node-id={i},node-count={c.nodes},fabric={d / 'fabric.sock'}"
+            # ram-dir: one-sided accesses copy straight from/to a live peer's RAM file
+            # (docs/fabric.md, "Direct path"); qemu_args "-machine ram-dir=" turns that off
+            machine += (f",node-id={i},node-count={c.nodes},fabric={d / 'fabric.sock'}"
+                        f",ram-dir={self.ram_dir}")
         append = f"console=ttyAMA0 rackemu.node={i}"
         if c.kernel_cmdline:
             append += " " + c.kernel_cmdline

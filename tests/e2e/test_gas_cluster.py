@@ -67,6 +67,22 @@ def test_two_nodes_load_from_each_other_at_the_same_time(cluster2, exported, run
     assert ra.rc == 0 and rb.rc == 0, ra.stdout + rb.stdout
 
 
+def test_remote_loads_are_direct_copies_that_the_owner_counts_as_served(cluster2, exported):
+    """In a launcher cluster the window reaches a live peer's RAM directly (docs/fabric.md,
+    "Direct path"): node 0's loads are counted as direct reads, and node 1's SERVED_READS count
+    them as if its port had served them."""
+    n0, n1 = cluster2.node(0), cluster2.node(1)
+    _, g1 = exported
+    before0, before1 = kv(n0.exec("gas info").stdout)[1], kv(n1.exec("gas info").stdout)[1]
+    r, _ = check(n0, g1, 4096, 7, widths=[8])  # 512 8-byte loads
+    assert r.rc == 0, r.stdout
+    after0, after1 = kv(n0.exec("gas info").stdout)[1], kv(n1.exec("gas info").stdout)[1]
+    direct = int(after0["direct_reads"]) - int(before0["direct_reads"])
+    assert direct >= 512, (before0, after0)
+    assert int(after1["served_reads"]) - int(before1["served_reads"]) >= direct
+    assert int(after0["timeouts"]) == int(before0["timeouts"])
+
+
 def test_window_address_that_is_not_ram_gives_the_process_sigbus(cluster2):
     n0 = cluster2.node(0)
     before = kv(n0.exec("gas info").stdout)[1]
@@ -92,3 +108,9 @@ def test_dead_node_gives_a_bus_error_not_a_hang(fresh_cluster):
     assert time.monotonic() - t0 < 20
     r, _ = check(n0, g2, 4096, 5)  # the live node is still reachable
     assert r.rc == 0, r.stdout
+    # A new QEMU under id 1 (a new RAM file): node 0 maps it and reads its bytes, not the old ones.
+    n1 = c.restart_node(1)
+    g1, _ = export(n1, 4096, 9, "n1")
+    r, _ = check(n0, g1, 4096, 9, widths=[8])
+    assert r.rc == 0, r.stdout
+    assert int(kv(n0.exec("gas info").stdout)[1]["direct_reads"]) > 0

@@ -63,10 +63,10 @@ class FakeNode:
         self.s.connect(sock_path)
         self.s.send(struct.pack("<IHHII32s", P["RKF_HELLO_MAGIC"], P["RKF_PROTO_VERSION"], node_id,
                                 node_count, 0, name))
-        msg, fds, _, _ = socket.recv_fds(self.s, 128, 2)
+        msg, fds, _, _ = socket.recv_fds(self.s, 128, 3)
         _, _, self.status, _, _, _, _ = struct.unpack_from("<IHHIIII", msg)
         self.message = msg[24:].split(b"\0")[0].decode(errors="replace")
-        self.shm_fd, self.bell_fd = (fds + [-1, -1])[:2]
+        self.shm_fd, self.bell_fd, self.live_fd = (fds + [-1, -1, -1])[:3]
         self.shm = self.bell = None
         if self.status == 0:
             assert os.fstat(self.shm_fd).st_size == SHM_SIZE, "ring layout changed: update this test"
@@ -126,7 +126,7 @@ class FakeNode:
         for m in (self.shm, self.bell):
             if m is not None:
                 m.close()
-        for fd in (self.shm_fd, self.bell_fd):
+        for fd in (self.shm_fd, self.bell_fd, self.live_fd):
             if fd >= 0:
                 os.close(fd)
         self.s.close()
@@ -193,30 +193,38 @@ def test_a_fake_node_cannot_truncate_its_rings_or_the_doorbell(rack):
     fake = FakeNode(bridge.socket, 2)
     assert fake.status == 0, fake.message
     refused = []
-    for fd in (fake.shm_fd, fake.bell_fd):
+    for fd in (fake.shm_fd, fake.bell_fd, fake.live_fd):
         try:
             os.ftruncate(fd, 0)
         except PermissionError:
             refused.append(fd)
+    # the liveness table (which node is up) is the bridge's alone: no writable mapping of it
+    with pytest.raises(PermissionError):
+        mmap.mmap(fake.live_fd, 4096)
     time.sleep(0.3)
     # nobody died: the bridge routes, both QEMUs (which ring the doorbell) still work
     assert bridge.proc.poll() is None, f"the bridge died: {bridge.proc.returncode}"
     assert n0.proc.poll() is None and n1.proc.poll() is None, "a QEMU died"
     assert gas_round_trip(n0, n1, 0x600DF00D)
-    assert refused == [fake.shm_fd, fake.bell_fd], "a truncation was allowed"
+    assert refused == [fake.shm_fd, fake.bell_fd, fake.live_fd], "a truncation was allowed"
     fake.close()
 
 
-def test_a_truncated_guest_ram_file_takes_down_only_its_owner():
-    """Each QEMU maps only its own RAM file; others reach it through the fabric. Truncating
-    node 1's file (only a host user with write access to it can) kills node 1 at its next
-    touch of the lost pages; node 0 gets a bus error, the bridge lives."""
+@pytest.mark.parametrize("direct", [False, True], ids=["fabric", "direct"])
+def test_a_truncated_guest_ram_file_takes_down_only_its_owner(direct):
+    """Over the fabric, only a QEMU maps its own RAM file. Truncating node 1's file (only a host
+    user with write access to it can) kills node 1 at its next touch of the lost pages; node 0
+    gets a bus error, the bridge lives. With the direct path (ram-dir), node 0 maps node 1's file
+    too: its copy faults, which it catches: a bus error, node 0 lives, and it does not touch that
+    file again (node 1 dies when its own vCPUs or port touch the lost pages; under qtest nothing
+    does)."""
     with tempfile.TemporaryDirectory(prefix="rackemu-hfab-ram-") as d:
         bridge = RealBridge(d)
         ram = [os.path.join(d, f"node{i}.ram") for i in range(2)]
         nodes = []
+        machine = "memory-backend=ram" + (f",ram-dir={d}" if direct else "")
         try:
-            nodes += [QtestNode(i, 2, bridge.socket, extra_machine="memory-backend=ram",
+            nodes += [QtestNode(i, 2, bridge.socket, extra_machine=machine,
                                 extra_args=["-object",
                                             f"memory-backend-file,id=ram,size=128M,share=on,mem-path={ram[i]}"])
                       for i in range(2)]
@@ -224,13 +232,21 @@ def test_a_truncated_guest_ram_file_takes_down_only_its_owner():
             wait_for(lambda: len([p for p in bridge.stats()["ports"] if p["state"] == "up"]) == 2,
                      what="2 nodes up")
             assert gas_round_trip(n0, n1, 0x1234)
+            assert (ctr(n0, "GAS_CTRL_DIRECT_READS") > 0) == direct
             os.truncate(ram[1], 0)
             before = ctr(n0, "GAS_CTRL_BUS_ERRORS")
             t0 = time.monotonic()
-            n0.read(win(1, SCRATCH), 8)  # node 1's port thread touches its lost RAM
+            n0.read(win(1, SCRATCH), 8)  # node 1's port thread (or node 0's copy) touches lost RAM
             dt = time.monotonic() - t0
             assert ctr(n0, "GAS_CTRL_BUS_ERRORS") == before + 1
             assert dt < 5
+            if direct:
+                n0.write(win(1, SCRATCH), 1, 8)
+                assert ctr(n0, "GAS_CTRL_BUS_ERRORS") == before + 2
+                assert n0.proc.poll() is None and bridge.proc.poll() is None
+                print(f"\n[fabric] truncated RAM file, direct path: node 0's load failed after "
+                      f"{dt * 1000:.0f} ms, node 0 lives")
+                return
             wait_for(lambda: n1.proc.poll() is not None, what="node 1 to die")
             assert n1.proc.returncode == -signal.SIGBUS
             assert n0.proc.poll() is None and bridge.proc.poll() is None

@@ -42,6 +42,7 @@ struct unimem_gas_export {
 struct unimem_gas_counters {
 	__u64 loads, stores, local, bus_errors;
 	__u64 served_reads, served_writes, served_refused, timeouts;
+	__u64 direct_reads, direct_writes;
 };
 
 #define UNIMEM_GAS_IOC_INFO     _IOR('G', 1, struct unimem_gas_info)

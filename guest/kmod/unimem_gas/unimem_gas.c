@@ -78,6 +78,8 @@ static void unimem_gas_read_counters(struct unimem_gas *g, struct unimem_gas_cou
 	c->served_writes = readq(g->ctrl + GAS_CTRL_SERVED_WRITES);
 	c->served_refused = readq(g->ctrl + GAS_CTRL_SERVED_REFUSED);
 	c->timeouts = readq(g->ctrl + GAS_CTRL_TIMEOUTS);
+	c->direct_reads = readq(g->ctrl + GAS_CTRL_DIRECT_READS);
+	c->direct_writes = readq(g->ctrl + GAS_CTRL_DIRECT_WRITES);
 }
 
 static long unimem_gas_export(struct unimem_gas_file *f, struct unimem_gas_export __user *uarg)

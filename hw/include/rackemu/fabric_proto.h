@@ -136,11 +136,32 @@ struct rkf_mem_req {
     /* RKF_OP_MEM_WRITE: len data bytes follow */
 };
 
+/*
+ * The bridge's liveness table (docs/fabric.md, "Liveness table"): one page the bridge hands
+ * every node at the handshake as a third descriptor (a memfd sealed against resizing and
+ * against new writable mappings: nodes map it read-only). It lets a node that reaches a peer's
+ * RAM directly (the one-sided direct path) tell, with one load, whether the peer is connected
+ * and which incarnation of it is: node[i] is the bridge's word for node i, bit 0 set while
+ * node i is connected, bits 63..1 a generation the bridge increments at every handshake it
+ * accepts for id i (so it changes when a node dies and a new QEMU takes its id). The bridge
+ * writes it just before it sends the welcome, and on disconnect.
+ */
+#define RKF_LIVE_MAGIC 0x524b464cu /* "RKFL" */
+#define RKF_LIVE_UP    1ull        /* node[i] bit 0: connected */
+#define RKF_LIVE_SIZE  4096u       /* bytes of the memfd */
+struct rkf_live_table {
+    uint32_t magic;   /* RKF_LIVE_MAGIC once the bridge filled it in */
+    uint32_t version; /* RKF_PROTO_VERSION */
+    uint64_t reserved[7];
+    uint64_t node[RKF_MAX_NODES]; /* (generation << 1) | RKF_LIVE_UP */
+};
+
 #ifdef __cplusplus
 static_assert(sizeof(struct rkf_mem_req) + RKF_MEM_CHUNK <= RKF_MAX_PAYLOAD, "a write chunk fits a slot");
 static_assert(sizeof(struct rkf_frame_hdr) == 32, "frame header is 32 bytes on the wire");
 static_assert(sizeof(struct rkf_hello) == 48, "hello is 48 bytes");
 static_assert(sizeof(struct rkf_welcome) == 128, "welcome is 128 bytes");
+static_assert(sizeof(struct rkf_live_table) <= RKF_LIVE_SIZE, "the liveness table fits its page");
 #else
 _Static_assert(sizeof(struct rkf_frame_hdr) == 32, "frame header is 32 bytes on the wire");
 #endif

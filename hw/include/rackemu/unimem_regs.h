@@ -176,13 +176,15 @@ enum pktz_counter_offset { PKTZ_COUNTER_TABLE(PKTZ_CNT_X_OFFSET_) };
 #define GAS_CTRL_SERVED_WRITES 0x68u   /* R: other nodes' writes into this node's RAM */
 #define GAS_CTRL_SERVED_REFUSED 0x70u  /* R: other nodes' accesses refused (not RAM) */
 #define GAS_CTRL_TIMEOUTS      0x78u   /* R: remote accesses of this node that timed out */
+#define GAS_CTRL_DIRECT_READS  0x80u   /* R: remote reads of this node copied directly from the owner's RAM */
+#define GAS_CTRL_DIRECT_WRITES 0x88u   /* R: remote writes of this node copied directly into the owner's RAM */
 #define GAS_CTRL_SIZE          0x1000u
 #define GAS_ID_VALUE           0x00524b4741530001ull /* "RKGAS" v1 */
 
 /* The control page's counters, declared once: X(NAME, name, description) in register order from
  * GAS_CNT_BASE, one 64-bit register each (GAS_CNT_<NAME> is the offset in the control page and
- * equals GAS_CTRL_<NAME> above). LOADS..BUS_ERRORS are the window's own; SERVED_* and TIMEOUTS
- * are the node's one-sided memory service's (remote memory statistics). */
+ * equals GAS_CTRL_<NAME> above). LOADS..BUS_ERRORS are the window's own; SERVED_*, TIMEOUTS
+ * and DIRECT_* are the node's one-sided memory service's (remote memory statistics). */
 #define GAS_COUNTER_TABLE(X) \
     X(LOADS,          loads,          "CPU loads through the window") \
     X(STORES,         stores,         "CPU stores through the window") \
@@ -191,7 +193,9 @@ enum pktz_counter_offset { PKTZ_COUNTER_TABLE(PKTZ_CNT_X_OFFSET_) };
     X(SERVED_READS,   served_reads,   "other nodes' reads served from this node's RAM") \
     X(SERVED_WRITES,  served_writes,  "other nodes' writes into this node's RAM") \
     X(SERVED_REFUSED, served_refused, "other nodes' accesses refused (not RAM)") \
-    X(TIMEOUTS,       timeouts,       "remote accesses of this node that timed out")
+    X(TIMEOUTS,       timeouts,       "remote accesses of this node that timed out") \
+    X(DIRECT_READS,   direct_reads,   "remote reads of this node copied directly from the owner's RAM") \
+    X(DIRECT_WRITES,  direct_writes,  "remote writes of this node copied directly into the owner's RAM")
 
 #define GAS_CNT_BASE           GAS_CTRL_LOADS
 #define GAS_CNT_X_INDEX_(N, n, d) GAS_CNT_INDEX_##N,
