@@ -16,7 +16,8 @@ import pytest
 from qtest import QEMU, BRIDGE, Bridge, QtestNode, regs_header, wait_for
 
 R = regs_header("sonuma_regs.h")
-BASE = R["RACKEMU_RMC_BASE"]
+B = regs_header("board.h")
+BASE = B["RACKEMU_RMC_BASE"]
 RAM = 0x40000000
 MEM_MB = 128
 SEG = RAM + (MEM_MB - 32) * (1 << 20)   # the machine's reserved segment: the top 32 MiB
@@ -251,7 +252,7 @@ def test_timed_out_request_raises_the_interrupt_line():
     stopped) raises the RMC's interrupt line like any other, seen at the GIC's distributor
     (GICD_ISPENDR reflects a level-triggered SPI's line)."""
     gicd = 0x08000000  # the virt machine's GICv2 distributor
-    irq = 32 + R["RACKEMU_RMC_SPI"]
+    irq = 32 + B["RACKEMU_RMC_SPI"]
 
     def line(n):
         return (n.read(gicd + 0x200 + 4 * (irq // 32), 4) >> (irq % 32)) & 1

@@ -294,8 +294,7 @@ struct rkf_rmc_done {
     rk_u64 reserved;
 };
 
-/* ---- device-tree binding (address and interrupt on the board: rackemu/board.h) ---- */
-#include "rackemu/board.h"
+/* ---- device-tree binding (where the board puts the device: rackemu/board.h) ---- */
 #define RACKEMU_RMC_COMPAT     "rackemu,sonuma-rmc"
 #define RACKEMU_RMC_SEG_COMPAT "rackemu,rmc-segment"
 

@@ -202,8 +202,7 @@ enum gas_counter_offset { GAS_COUNTER_TABLE(GAS_CNT_X_OFFSET_) };
 /* The counters' names in register order, for an initializer: { GAS_CNT_NAMES } */
 #define GAS_CNT_NAMES GAS_COUNTER_TABLE(GAS_CNT_X_NAME_)
 
-/* ---- device-tree binding (addresses and interrupts on the board: rackemu/board.h) ---- */
-#include "rackemu/board.h"
+/* ---- device-tree binding (where the board puts the devices: rackemu/board.h) ---- */
 #define RACKEMU_VMBOX_COMPAT   "rackemu,unimem-vmbox"
 #define RACKEMU_PKTZ_COMPAT    "rackemu,unimem-packetizer"
 #define RACKEMU_GAS_COMPAT     "rackemu,unimem-gas"
