@@ -7,6 +7,7 @@
  */
 #include <stdint.h>
 
+#include "rackemu/board.h"
 #include "rackemu/sonuma_regs.h"
 #include "fw.h"
 

@@ -6,6 +6,7 @@
  */
 #include <stdint.h>
 
+#include "rackemu/board.h"
 #include "rackemu/unimem_regs.h"
 #include "fw.h"
 

@@ -519,21 +519,18 @@ static int cmd_bench(int argc, char **argv)
 
 static int cmd_info(void)
 {
-	struct unimem_gas_counters c;
+	static const char *const names[] = { UNIMEM_GAS_UAPI_COUNTER_NAMES };
+	uint64_t c[GAS_CNT_COUNT];
 
 	gas_open();
-	if (ioctl(gas_fd, UNIMEM_GAS_IOC_COUNTERS, &c) < 0)
+	if (ioctl(gas_fd, UNIMEM_GAS_IOC_COUNTERS, c) < 0)
 		die("UNIMEM_GAS_IOC_COUNTERS: %s", strerror(errno));
 	printf("node=%u node_count=%u window_base=0x%llx window_size=0x%llx node_shift=%u\n", info.node_id,
 	       info.node_count, (unsigned long long)info.window_base, (unsigned long long)info.window_size,
 	       info.node_shift);
-	printf("loads=%llu stores=%llu local=%llu bus_errors=%llu served_reads=%llu served_writes=%llu "
-	       "served_refused=%llu timeouts=%llu direct_reads=%llu direct_writes=%llu\n",
-	       (unsigned long long)c.loads, (unsigned long long)c.stores, (unsigned long long)c.local,
-	       (unsigned long long)c.bus_errors, (unsigned long long)c.served_reads,
-	       (unsigned long long)c.served_writes, (unsigned long long)c.served_refused,
-	       (unsigned long long)c.timeouts, (unsigned long long)c.direct_reads,
-	       (unsigned long long)c.direct_writes);
+	for (unsigned i = 0; i < GAS_CNT_COUNT; i++)
+		printf("%s%s=%llu", i ? " " : "", names[i], (unsigned long long)c[i]);
+	printf("\n");
 	return 0;
 }
 

@@ -422,6 +422,8 @@ static int cmd_pingpong(int argc, char **argv)
 
 static int cmd_counters(int argc, char **argv)
 {
+	static const char *const vmbox_names[] = { UNIMEM_UAPI_VMBOX_COUNTER_NAMES };
+	static const char *const pktz_names[] = { UNIMEM_UAPI_PKTZ_COUNTER_NAMES };
 	struct unimem_counters c;
 	struct unimem u;
 
@@ -432,13 +434,11 @@ static int cmd_counters(int argc, char **argv)
 	open_dev(&u, -1, -1);
 	if (ioctl(u.fd, UNIMEM_IOC_COUNTERS, &c) < 0)
 		die("UNIMEM_IOC_COUNTERS: %s", strerror(errno));
-	printf("vmbox_enqueued=%llu vmbox_dequeued=%llu vmbox_nacks=%llu vmbox_truncated=%llu pktz_sent=%llu "
-	       "pktz_acked=%llu pktz_nacked=%llu pktz_illegal=%llu pktz_nopid=%llu irqs=%llu\n",
-	       (unsigned long long)c.vmbox_enqueued, (unsigned long long)c.vmbox_dequeued,
-	       (unsigned long long)c.vmbox_nacks, (unsigned long long)c.vmbox_truncated,
-	       (unsigned long long)c.pktz_sent, (unsigned long long)c.pktz_acked,
-	       (unsigned long long)c.pktz_nacked, (unsigned long long)c.pktz_illegal,
-	       (unsigned long long)c.pktz_nopid, (unsigned long long)c.irqs);
+	for (unsigned i = 0; i < VMBOX_CNT_COUNT; i++)
+		printf("vmbox_%s=%llu ", vmbox_names[i], (unsigned long long)c.vmbox[i]);
+	for (unsigned i = 0; i < PKTZ_CNT_COUNT; i++)
+		printf("pktz_%s=%llu ", pktz_names[i], (unsigned long long)c.pktz[i]);
+	printf("irqs=%llu\n", (unsigned long long)c.irqs);
 	unimem_close(&u);
 	return 0;
 }

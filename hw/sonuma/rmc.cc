@@ -16,16 +16,6 @@ namespace rackemu::sonuma {
 
 namespace {
 
-// Transfer deadlines and the CQE's wall_ns: a host monotonic clock. Not host.now_ns() (in QEMU
-// QEMU_CLOCK_VIRTUAL): under qtest that clock only moves with clock_step, so deadlines would never
-// pass and wall_ns would read 0 (tests/e2e/test_rmc_registers.py). See docs/sonuma.md.
-uint64_t mono_ns()
-{
-    return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        std::chrono::steady_clock::now().time_since_epoch())
-                        .count());
-}
-
 uint32_t blocks_touched(uint64_t off, uint64_t len)
 {
     if (!len) return 0;
@@ -703,7 +693,7 @@ void Rmc::rgp_main()
                     cv_.wait(lk, [this] { return stop_ || !paused_; });
                     continue;
                 }
-                check_timeouts_locked(mono_ns());
+                check_timeouts_locked(host_.now_ns());
                 out.clear();
                 kicked_ = false;
                 bool work = rgp_round(out);
@@ -725,8 +715,10 @@ void Rmc::rgp_main()
                 if (next == UINT64_MAX) {
                     cv_.wait(lk, [this] { return stop_ || kicked_; });
                 } else {
-                    // a host timer only: the deadline is checked against host.now_ns() again
-                    uint64_t now = mono_ns();
+                    // a host timer only: the deadline is checked against host.now_ns() again (the
+                    // VM's clock runs at host speed while the VM runs; under qtest it moves only
+                    // when the test steps it, so this re-checks every deadline's distance)
+                    uint64_t now = host_.now_ns();
                     auto d =
                         std::chrono::nanoseconds(next > now ? next - now : 0) + std::chrono::milliseconds(1);
                     cv_.wait_for(lk, d, [this] { return stop_ || kicked_; });
@@ -864,7 +856,7 @@ bool Rmc::fetch_one(unsigned q)
     t.wqe = w;
     t.wq_index = uint16_t(idx);
     t.local_addr = cx.base + w.local_off;
-    t.start_ns = mono_ns();
+    t.start_ns = host_.now_ns();
     t.deadline_ns = t.start_ns + uint64_t(cfg_.timeout_ms) * 1000000ull;
     build_frames(t);
     qp.inflight++;
@@ -1005,7 +997,7 @@ void Rmc::complete_now_locked(unsigned q, const rmc_wqe &w, uint16_t idx, uint8_
     t.wq_index = idx;
     t.status = st;
     t.info = info;
-    t.start_ns = mono_ns();
+    t.start_ns = host_.now_ns();
     write_cqe_locked(qps_[q], q, t);
 }
 
@@ -1036,7 +1028,7 @@ void Rmc::write_cqe_locked(Qp &qp, unsigned q, const Transfer &t)
     c.value = t.value;
     uint64_t m = uint64_t(std::llround(model));
     c.modeled_ns = uint32_t(std::min<uint64_t>(m, UINT32_MAX));
-    const uint64_t now = mono_ns();
+    const uint64_t now = host_.now_ns();
     uint64_t wall = now > t.start_ns ? now - t.start_ns : 0;
     c.wall_ns = uint32_t(std::min<uint64_t>(wall, UINT32_MAX));
     c.wq_index = t.wq_index;

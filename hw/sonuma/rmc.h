@@ -33,9 +33,10 @@
 //    nodes' requests. A SABRe maps its whole object (read) for the time it is served: the
 //    conflict detection reads live memory. WQ, CQ and context segments are checked mappable
 //    (RAM) when the QP or context is enabled, as "entirely in RAM" was checked before.
-//  - Time: transfer deadlines and the CQE's wall_ns use a host monotonic clock (mono_ns in
-//    rmc.cc), not host.now_ns(): QEMU_CLOCK_VIRTUAL does not move under qtest. The SABRe window
-//    delay is a host wall-clock spin in r2p2.cc.
+//  - Time: transfer deadlines and the CQE's wall_ns use host.now_ns(), the VM's clock (in QEMU
+//    QEMU_CLOCK_VIRTUAL: host speed while the VM runs, stopped while it is paused; under qtest
+//    it moves only when the test steps it). The SABRe window delay is a host wall-clock spin in
+//    r2p2.cc.
 //  - Interrupt: line 0, its level (IRQ_STATUS & CTRL.EN) computed and passed to host.set_irq
 //    under mu_, so the last call always carries the current level.
 //

@@ -77,7 +77,7 @@ void Gas::guest_error(const std::string &msg)
     host_.guest_error(msg);
 }
 
-Gas::Result Gas::access(bool write, uint64_t offset, unsigned size, uint64_t &value)
+Status Gas::access(bool write, uint64_t offset, unsigned size, uint64_t &value)
 {
     bump(write ? GAS_CNT_INDEX_STORES : GAS_CNT_INDEX_LOADS);
     if (size == 0 || size > 8 || offset >= window_size() || window_size() - offset < size) {
@@ -85,7 +85,7 @@ Gas::Result Gas::access(bool write, uint64_t offset, unsigned size, uint64_t &va
         guest_error(std::string(write ? "store" : "load") + " of " + std::to_string(size) +
                     " bytes at window offset " + hex(offset) + " outside the " + std::to_string(node_count_) +
                     "-node window");
-        return Result::BusError;
+        return RK_DECODE_ERROR;
     }
     const unsigned node = unsigned(UNIMEM_GADDR_NODE(offset));
     const uint64_t local = UNIMEM_GADDR_LOCAL(offset);
@@ -93,7 +93,7 @@ Gas::Result Gas::access(bool write, uint64_t offset, unsigned size, uint64_t &va
         // Crosses from one node's window into the next: no single owner can serve it.
         bump(GAS_CNT_INDEX_BUS_ERRORS);
         guest_error("access at " + hex(offset) + " crosses a node boundary");
-        return Result::BusError;
+        return RK_DECODE_ERROR;
     }
     if (node == node_id_) {
         bump(GAS_CNT_INDEX_LOCAL);
@@ -113,21 +113,21 @@ Gas::Result Gas::access(bool write, uint64_t offset, unsigned size, uint64_t &va
                      : st == RK_UNREACHABLE ? std::string("node unreachable")
                                             : std::string("refused (") + rk_status_name(st) + ")") +
                     " (bus error)");
-        return Result::BusError;
+        return st;
     }
     if (!write) {
         value = size == 8 ? buf : (buf & ((1ull << (8 * size)) - 1));
     }
-    return Result::Ok;
+    return RK_OK;
 }
 
-Gas::Result Gas::window_read(uint64_t offset, unsigned size, uint64_t &value)
+Status Gas::window_read(uint64_t offset, unsigned size, uint64_t &value)
 {
     value = 0;
     return access(false, offset, size, value);
 }
 
-Gas::Result Gas::window_write(uint64_t offset, uint64_t value, unsigned size)
+Status Gas::window_write(uint64_t offset, uint64_t value, unsigned size)
 {
     return access(true, offset, size, value);
 }

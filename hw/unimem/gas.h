@@ -52,15 +52,16 @@ struct GasState {
 
 class Gas {
 public:
-    enum class Result { Ok, BusError };
-
     // node id and count come from the host (clamped to 1..64 nodes).
     explicit Gas(Host host);
 
     uint64_t window_size() const { return uint64_t(node_count_) * GAS_WINDOW_NODE_SIZE; }
-    // `offset` is relative to GAS_WINDOW_BASE, i.e. the global address.
-    Result window_read(uint64_t offset, unsigned size, uint64_t &value);
-    Result window_write(uint64_t offset, uint64_t value, unsigned size);
+    // `offset` is relative to GAS_WINDOW_BASE, i.e. the global address. RK_OK, or the cause of
+    // the bus error the access ends in: RK_DECODE_ERROR for a size other than 1-8, an address
+    // outside the rack's window or across a node boundary (no traffic), else the host's answer
+    // (RK_DECODE_ERROR: not RAM on the owner; RK_UNREACHABLE: owner or link down, timeout).
+    Status window_read(uint64_t offset, unsigned size, uint64_t &value);
+    Status window_write(uint64_t offset, uint64_t value, unsigned size);
 
     // Control page: 64-bit read-only registers; writes are refused and logged.
     uint64_t ctrl_read(uint64_t offset, unsigned size);
@@ -80,7 +81,7 @@ private:
     struct Ctx {};
     static std::span<const Reg<Gas, Ctx>> reg_table();
     uint64_t counter(unsigned index) const;
-    Result access(bool write, uint64_t offset, unsigned size, uint64_t &value);
+    Status access(bool write, uint64_t offset, unsigned size, uint64_t &value);
     void guest_error(const std::string &msg);
     void bump(unsigned index) { own_[index].fetch_add(1, std::memory_order_relaxed); }
 

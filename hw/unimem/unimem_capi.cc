@@ -208,11 +208,11 @@ uint64_t rk_gas_window_size(RkGas *g)
 }
 rk_status rk_gas_window_read(RkGas *g, uint64_t offset, unsigned size, uint64_t *value)
 {
-    return g->core.window_read(offset, size, *value) == Gas::Result::Ok ? RK_OK : RK_SLAVE_ERROR;
+    return g->core.window_read(offset, size, *value);
 }
 rk_status rk_gas_window_write(RkGas *g, uint64_t offset, uint64_t value, unsigned size)
 {
-    return g->core.window_write(offset, value, size) == Gas::Result::Ok ? RK_OK : RK_SLAVE_ERROR;
+    return g->core.window_write(offset, value, size);
 }
 uint64_t rk_gas_ctrl_read(RkGas *g, uint64_t offset, unsigned size)
 {

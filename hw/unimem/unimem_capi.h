@@ -102,7 +102,7 @@ typedef struct RkGasState {
 RkGas *rk_gas_new(const struct RkHost *host);
 void rk_gas_free(RkGas *g);
 uint64_t rk_gas_window_size(RkGas *g);
-/* RK_OK, or RK_SLAVE_ERROR when the access must end in a bus error. */
+/* RK_OK, or the cause of the bus error the access ends in (Gas::window_read in gas.h). */
 rk_status rk_gas_window_read(RkGas *g, uint64_t offset, unsigned size, uint64_t *value);
 rk_status rk_gas_window_write(RkGas *g, uint64_t offset, uint64_t value, unsigned size);
 uint64_t rk_gas_ctrl_read(RkGas *g, uint64_t offset, unsigned size);

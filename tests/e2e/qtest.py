@@ -165,6 +165,13 @@ class QtestNode:
     def readq(self, addr):
         return self.read(addr, 8)
 
+    def clock_step(self, ns):
+        """Advance the VM's clock (QEMU_CLOCK_VIRTUAL, which stands still under qtest otherwise)
+        by `ns` nanoseconds, running the timers that fall due; returns the new clock."""
+        r = self._cmd(f"clock_step {ns}")
+        assert r.startswith("OK "), r
+        return int(r.split()[1])
+
     def writeq(self, addr, value):
         self.write(addr, value, 8)
 

@@ -16,7 +16,7 @@ from qtest import QEMU, QtestNode, regs_header
 from rackemu.qmp import QmpCommandError
 
 R = regs_header("xilinx_cdma_regs.h")
-BASE = R["RACKEMU_CDMA_BASE"]
+BASE = regs_header("board.h")["RACKEMU_CDMA_BASE"]
 RAM = 0x40000000          # virt's RAM base
 SRC = RAM + 0x2000000      # 32 MiB into RAM: nothing runs in qtest mode
 DST = RAM + 0x3000000
@@ -159,7 +159,7 @@ def test_node_migration_keeps_registers_and_fails_the_transfer_in_flight():
     nothing there, and a soft reset gives a working engine; on the saving side it completes
     when the VM runs again."""
     gas = regs_header()
-    ctrl = gas["RACKEMU_GAS_BASE"]
+    ctrl = regs_header("board.h")["RACKEMU_GAS_BASE"]
     counters = [gas[f"GAS_CTRL_{n}"] for n in ("LOADS", "STORES", "LOCAL", "BUS_ERRORS")]
     with tempfile.TemporaryDirectory(prefix="rackemu-cdma-mig-") as d:
         image = os.path.join(d, "state.bin")

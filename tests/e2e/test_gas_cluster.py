@@ -10,6 +10,7 @@ import time
 import pytest
 
 from guest_tools import check, export, kv
+from qtest import regs_counters
 
 
 WIDTHS = ["ldrb", "ldrh", "ldr_w", "ldr_x", "ldp_x", "ld1_q", "ld1_4q", "ldr_x_unaligned"]
@@ -81,6 +82,20 @@ def test_remote_loads_are_direct_copies_that_the_owner_counts_as_served(cluster2
     assert direct >= 512, (before0, after0)
     assert int(after1["served_reads"]) - int(before1["served_reads"]) >= direct
     assert int(after0["timeouts"]) == int(before0["timeouts"])
+
+
+def test_counters_are_named_and_ordered_by_the_register_table(cluster2):
+    # `gas info` and the driver's sysfs `counters` take names and order from GAS_COUNTER_TABLE
+    # (hw/include/rackemu/unimem_regs.h), nothing hand-written
+    names = [n for _, n, _ in regs_counters("unimem_regs.h")["GAS"]]
+    n0 = cluster2.node(0)
+    before = n0.exec("gas info").stdout.decode().splitlines()[1].split()
+    sysfs = n0.sh("cat /sys/bus/platform/devices/b300000.gas/counters").split()
+    after = n0.exec("gas info").stdout.decode().splitlines()[1].split()
+    assert [w.split("=")[0] for w in before] == names and [w.split("=")[0] for w in sysfs] == names
+    # nothing uses the window meanwhile: the ioctl and sysfs show the same values
+    assert dict(w.split("=") for w in after) == dict(w.split("=") for w in sysfs)
+    assert int(dict(w.split("=") for w in before)["loads"]) > 0  # earlier tests loaded remotely
 
 
 def test_window_address_that_is_not_ram_gives_the_process_sigbus(cluster2):

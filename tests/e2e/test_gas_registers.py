@@ -15,7 +15,7 @@ from qtest import QEMU, BRIDGE, Bridge, QtestNode, regs_header, wait_for
 
 R = regs_header()
 WIN = R["GAS_WINDOW_BASE"]
-CTRL = R["RACKEMU_GAS_BASE"]
+CTRL = regs_header("board.h")["RACKEMU_GAS_BASE"]
 SHIFT = R["UNIMEM_GADDR_NODE_SHIFT"]
 RAM = 0x40000000  # virt's RAM base
 SCRATCH = RAM + 0x4000000  # 64 MiB into RAM: nothing runs in qtest mode

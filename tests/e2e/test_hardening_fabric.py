@@ -27,7 +27,7 @@ from qtest import BRIDGE, QEMU, Bridge, QtestNode, regs_header, wait_for
 R = regs_header()
 P = regs_header("fabric_proto.h")
 WIN = R["GAS_WINDOW_BASE"]
-CTRL = R["RACKEMU_GAS_BASE"]
+CTRL = regs_header("board.h")["RACKEMU_GAS_BASE"]
 SHIFT = R["UNIMEM_GADDR_NODE_SHIFT"]
 RAM = 0x40000000
 SCRATCH = RAM + 0x4000000

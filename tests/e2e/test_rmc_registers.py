@@ -16,7 +16,8 @@ import pytest
 from qtest import QEMU, BRIDGE, Bridge, QtestNode, regs_header, wait_for
 
 R = regs_header("sonuma_regs.h")
-BASE = R["RACKEMU_RMC_BASE"]
+B = regs_header("board.h")
+BASE = B["RACKEMU_RMC_BASE"]
 RAM = 0x40000000
 MEM_MB = 128
 SEG = RAM + (MEM_MB - 32) * (1 << 20)   # the machine's reserved segment: the top 32 MiB
@@ -146,7 +147,8 @@ def test_remote_read_write_and_atomics(rack):
     e = qp.run(wqe(R["RMC_OP_READ"], 0, 0x1003, 0x8000, len(data), wr_id=11))
     assert (e["status"], e["wr_id"], e["op"]) == (R["RMC_ST_OK"], 11, R["RMC_OP_READ"])
     assert n1.memread(SEG + 0x8000, len(data)) == data
-    assert e["modeled_ns"] > 0 and e["wall_ns"] > 0
+    # wall_ns is VM time, which stands still under qtest unless a test steps it
+    assert e["modeled_ns"] > 0 and e["wall_ns"] == 0
     n1.memwrite(SEG + 0x9000, b"written by node 1")
     e = qp.run(wqe(R["RMC_OP_WRITE"], 0, 0x20, 0x9000, 17))
     assert e["status"] == R["RMC_ST_OK"]
@@ -251,7 +253,7 @@ def test_timed_out_request_raises_the_interrupt_line():
     stopped) raises the RMC's interrupt line like any other, seen at the GIC's distributor
     (GICD_ISPENDR reflects a level-triggered SPI's line)."""
     gicd = 0x08000000  # the virt machine's GICv2 distributor
-    irq = 32 + R["RACKEMU_RMC_SPI"]
+    irq = 32 + B["RACKEMU_RMC_SPI"]
 
     def line(n):
         return (n.read(gicd + 0x200 + 4 * (irq // 32), 4) >> (irq % 32)) & 1
@@ -276,8 +278,16 @@ def test_timed_out_request_raises_the_interrupt_line():
             wait_for(lambda: line(n1) == 0, timeout=2, what="the interrupt line to drop")
             os.killpg(n0.proc.pid, signal.SIGSTOP)
             stopped = True
-            e = qp.run(wqe(R["RMC_OP_READ"], 0, 0, 0, 64, wr_id=7), timeout=10)
+            # the deadline runs on the VM's clock: nothing times out until the test steps it
+            # past timeout-ms (2 s), and wall_ns is the VM time that passed
+            qp.post(wqe(R["RMC_OP_READ"], 0, 0, 0, 64, wr_id=7))
+            time.sleep(2.5)
+            slot = qp.cq + 32 * (qp.done % qp.depth)  # first round: the phase bit reads 0 until written
+            assert n1.memread(slot, 32)[31] & 1 == 0, "timed out while the VM's clock stood still"
+            n1.clock_step(2_100_000_000)
+            e = qp.next(timeout=10)
             assert (e["status"], e["info"]) == (R["RMC_ST_UNREACHABLE"], R["RMC_INFO_TIMEOUT"]), e
+            assert 2_000_000_000 <= e["wall_ns"] <= 2_100_000_000, e
             assert n1.readq(BASE + R["RMC_REG_IRQ_STATUS"]) & 1
             wait_for(lambda: line(n1) == 1, timeout=2, what="the interrupt line after a timed-out request")
         finally:

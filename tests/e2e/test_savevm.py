@@ -46,8 +46,9 @@ def registers(node):
     data, no doorbells), read through QEMU's monitor."""
     u, s, x = regs_header("unimem_regs.h"), regs_header("sonuma_regs.h"), regs_header("xilinx_cdma_regs.h")
     page = 1 << u["UNIMEM_IF_PAGE_SHIFT"]
-    vmbox, pktz, gas = u["RACKEMU_VMBOX_BASE"], u["RACKEMU_PKTZ_BASE"], u["RACKEMU_GAS_BASE"]
-    rmc, cdma = s["RACKEMU_RMC_BASE"], x["RACKEMU_CDMA_BASE"]
+    b = regs_header("board.h")
+    vmbox, pktz, gas = b["RACKEMU_VMBOX_BASE"], b["RACKEMU_PKTZ_BASE"], b["RACKEMU_GAS_BASE"]
+    rmc, cdma = b["RACKEMU_RMC_BASE"], b["RACKEMU_CDMA_BASE"]
     tif = pktz + u["PKTZ_TIF_OFFSET"]
     out = {}
     with node.qmp() as q:
@@ -69,9 +70,9 @@ def registers(node):
 
 def pop_fifo(node, mif, words):
     """Dequeue `words` words of node's vmbox FIFO `mif` (loads of its data register)."""
-    u = regs_header("unimem_regs.h")
+    u, b = regs_header("unimem_regs.h"), regs_header("board.h")
     with node.qmp() as q:
-        return read_phys(q, u["RACKEMU_VMBOX_BASE"] + (mif << u["UNIMEM_IF_PAGE_SHIFT"]) + u["VMBOX_MIF_DATA"], words)
+        return read_phys(q, b["RACKEMU_VMBOX_BASE"] + (mif << u["UNIMEM_IF_PAGE_SHIFT"]) + u["VMBOX_MIF_DATA"], words)
 
 
 def device_sections(data):

@@ -18,8 +18,9 @@ from qtest import BRIDGE, QEMU, ROOT, Bridge, QtestNode, regs_header, wait_for
 R = regs_header()
 C = regs_header("xilinx_cdma_regs.h")
 S = regs_header("sonuma_regs.h")
-VMBOX = R["RACKEMU_VMBOX_BASE"]
-PKTZ = R["RACKEMU_PKTZ_BASE"]
+B = regs_header("board.h")
+VMBOX = B["RACKEMU_VMBOX_BASE"]
+PKTZ = B["RACKEMU_PKTZ_BASE"]
 TIF = PKTZ + R["PKTZ_TIF_OFFSET"]
 PEND, ACK = R["PKTZ_ST_PEND"], R["PKTZ_ST_ACK"]
 SVC_MBOX = 1  # RKF_SVC_UNIMEM_MBOX (fabric_proto.h)
@@ -109,8 +110,8 @@ def test_a_remote_packet_is_traced_as_request_and_reply_on_both_nodes(rack):
 IDS = [
     ("rackemu-vmbox", "rackemu_unimem.c", VMBOX, R["VMBOX_CTRL_OFFSET"] + R["VMBOX_CTRL_ID"], R["VMBOX_ID_VALUE"]),
     ("rackemu-packetizer", "rackemu_unimem.c", PKTZ, R["PKTZ_TIF_OFFSET"] + R["PKTZ_TIF_ID"], R["PKTZ_ID_VALUE"]),
-    ("rackemu-gas", "rackemu_gas.c", R["RACKEMU_GAS_BASE"], R["GAS_CTRL_ID"], R["GAS_ID_VALUE"]),
-    ("rackemu-rmc", "rackemu_rmc.c", S["RACKEMU_RMC_BASE"], S["RMC_REG_ID"], S["RMC_ID_VALUE"]),
+    ("rackemu-gas", "rackemu_gas.c", B["RACKEMU_GAS_BASE"], R["GAS_CTRL_ID"], R["GAS_ID_VALUE"]),
+    ("rackemu-rmc", "rackemu_rmc.c", B["RACKEMU_RMC_BASE"], S["RMC_REG_ID"], S["RMC_ID_VALUE"]),
 ]
 
 
@@ -128,7 +129,7 @@ def test_mmio_write_is_traced_with_device_offset_size_and_value(rack):
     if not glue_calls("rackemu_cdma.c", "trace_rackemu_mmio_write"):
         pytest.skip("hw/qemu/rackemu_cdma.c does not emit rackemu_mmio_write yet")
     _, (n0, _) = rack
-    base, reg = C["RACKEMU_CDMA_BASE"], C["XCDMA_SA"]
+    base, reg = B["RACKEMU_CDMA_BASE"], C["XCDMA_SA"]
     n0.write(base + reg, 0x1234_5678, 4)
     assert n0.read(base + reg, 4) == 0x1234_5678
     traced(n0, rf"rackemu_mmio_write rackemu-cdma node 0: write 0x{reg:x} size 4 <- 0x12345678\b",

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from guest_tools import kv as kv_lines
+from qtest import regs_counters
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -108,6 +109,31 @@ def test_a_process_maps_only_its_own_interfaces(cluster2):
     assert 1 <= int(info["mif"]) <= 63 and 1 <= int(info["pif"]) <= 63
     r = n0.exec("cat /sys/class/misc/unimem/counters")
     assert r.rc == 0 and b"pktz_sent=" in r.stdout
+
+
+def test_counters_are_named_and_ordered_by_the_register_tables(cluster2):
+    # the driver's sysfs files and `unimem counters` take names and order from VMBOX_COUNTER_TABLE
+    # and PKTZ_COUNTER_TABLE (hw/include/rackemu/unimem_regs.h), nothing hand-written
+    tables = regs_counters("unimem_regs.h")
+    vmbox, pktz = [n for _, n, _ in tables["VMBOX"]], [n for _, n, _ in tables["PKTZ"]]
+    both = [f"vmbox_{n}" for n in vmbox] + [f"pktz_{n}" for n in pktz] + ["irqs"]
+    n0 = cluster2.node(0)
+
+    def pairs(cmd):
+        r = n0.exec(cmd)
+        assert r.rc == 0, r.stdout + r.stderr
+        return [tuple(w.split("=")) for w in r.stdout.decode().split()]
+
+    tool, misc = pairs("unimem counters"), pairs("cat /sys/class/misc/unimem/counters")
+    dev_vmbox = pairs("cat /sys/bus/platform/devices/b000000.vmbox/counters")
+    dev_pktz = pairs("cat /sys/bus/platform/devices/b100000.packetizer/counters")
+    assert [k for k, _ in tool] == both and [k for k, _ in misc] == both
+    assert [k for k, _ in dev_vmbox] == vmbox + ["irqs"] and [k for k, _ in dev_pktz] == pktz
+    # the node is idle: every file shows the same values (the ioctl and both sysfs views)
+    assert [int(v) for _, v in misc[:len(vmbox)]] == [int(v) for _, v in dev_vmbox[:-1]]
+    assert [int(v) for _, v in misc[len(vmbox):-1]] == [int(v) for _, v in dev_pktz]
+    assert [int(v) for _, v in tool] == [int(v) for _, v in misc]
+    assert int(dict(tool)["pktz_sent"]) > 0  # earlier tests of this module sent packets from node 0
 
 
 def test_driver_answers_bad_input_with_errors_and_never_oopses(cluster2):

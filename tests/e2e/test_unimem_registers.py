@@ -14,8 +14,9 @@ from qtest import QEMU, BRIDGE, Bridge, QtestNode, regs_counters, regs_header, w
 from rackemu.qmp import QmpCommandError
 
 R = regs_header()
-VMBOX = R["RACKEMU_VMBOX_BASE"]
-PKTZ = R["RACKEMU_PKTZ_BASE"]
+B = regs_header("board.h")
+VMBOX = B["RACKEMU_VMBOX_BASE"]
+PKTZ = B["RACKEMU_PKTZ_BASE"]
 TIF = PKTZ + R["PKTZ_TIF_OFFSET"]
 PEND, ILLEGAL, NACK, ACK = (R["PKTZ_ST_PEND"], R["PKTZ_ST_ILLEGAL"], R["PKTZ_ST_NACK"],
                             R["PKTZ_ST_ACK"])

@@ -20,7 +20,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <set>
 #include <string>
@@ -30,12 +29,13 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "bridge.h"
+#include "fabric_handshake.h" // tests/unit: the handshake the unit tests' fake nodes speak
 
 using namespace rackemu::fabric;
+using namespace rackemu::fabric::test;
 using rackemu::fuzz::Input;
 
 namespace {
@@ -49,14 +49,7 @@ struct Rig {
     std::thread thr;
     Rig()
     {
-        char tmpl[] = "/tmp/rackemu-fuzz-bridge-XXXXXX";
-        dir = mkdtemp(tmpl);
-        static std::string rm_at_exit;
-        rm_at_exit = dir;
-        std::atexit([] {
-            std::error_code ec;
-            std::filesystem::remove_all(rm_at_exit, ec);
-        });
+        dir = rackemu::fuzz::temp_dir_removed_at_exit("rackemu-fuzz-bridge");
         Bridge::Options o;
         o.run_dir = dir;
         o.max_nodes = kMaxNodes;
@@ -72,19 +65,6 @@ struct Rig {
     }
     std::string sock() const { return dir + "/fabric.sock"; }
 };
-
-int unix_connect(const std::string &path)
-{
-    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
-    if (s >= 0 && connect(s, reinterpret_cast<sockaddr *>(&sa), sizeof sa) < 0) {
-        close(s);
-        return -1;
-    }
-    return s;
-}
 
 // Send `hello` (n bytes) and read the welcome; the descriptors handed over, if any, in fds.
 // Why the last handshake() failed (for the failure message), and how long it took.
@@ -104,23 +84,8 @@ bool handshake(int s, const void *hello, size_t n, rkf_welcome &w, int fds[2])
     };
     const ssize_t sent = send(s, hello, n, MSG_NOSIGNAL);
     if (sent != ssize_t(n)) return fail("send returned", long(sent));
-    pollfd pfd{s, POLLIN, 0};
-    const int pr = poll(&pfd, 1, 5000);
-    if (pr <= 0) return fail("poll returned", pr);
-    iovec iov{&w, sizeof w};
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(2 * sizeof(int))];
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = cbuf;
-    mh.msg_controllen = sizeof cbuf;
-    const ssize_t got = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
-    for (cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            std::memcpy(fds, CMSG_DATA(c),
-                        std::min<size_t>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int), 2) * sizeof(int));
-    }
-    if (got != ssize_t(sizeof w)) return fail("recvmsg returned", long(got));
+    const ssize_t got = recv_welcome(s, w, fds);
+    if (got != ssize_t(sizeof w)) return fail("recv_welcome returned", long(got));
     return true;
 }
 
@@ -141,14 +106,11 @@ struct Node {
         // thread; on a loaded machine that took longer than 0.2 s once (a 10-minute run), so
         // wait up to 2 s before calling a refusal a failure.
         for (int attempt = 0; attempt < 2000; attempt++) {
-            sock = unix_connect(rig.sock());
+            sock = unix_connect(rig.sock(), SOCK_SEQPACKET);
             if (sock < 0) return false;
-            rkf_hello h{};
-            h.magic = RKF_HELLO_MAGIC;
-            h.version = RKF_PROTO_VERSION;
-            h.node_id = uint16_t(id);
-            h.node_count = kMaxNodes;
-            std::snprintf(h.name, sizeof h.name, "fuzz node %u", id);
+            char name[sizeof(rkf_hello::name)];
+            std::snprintf(name, sizeof name, "fuzz node %u", id);
+            const rkf_hello h = make_hello(id, kMaxNodes, name);
             rkf_welcome w{};
             int fds[2] = {-1, -1};
             const bool ok = handshake(sock, &h, sizeof h, w, fds);
@@ -328,7 +290,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 h.node_id = uint16_t(n + h.node_id % (kMaxNodes + 2 - n));
                 std::memcpy(hello, &h, sizeof h);
             }
-            const int s = unix_connect(r->sock());
+            const int s = unix_connect(r->sock(), SOCK_SEQPACKET);
             if (s < 0) break;
             rkf_welcome w{};
             int fds[2] = {-1, -1};

@@ -202,7 +202,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const uint64_t off = window_offset(in, node_count);
             const unsigned sz = kSizes[in.u8() % 7];
             uint64_t v = ~0ull;
-            if (gas.window_read(off, sz, v) == Gas::Result::Ok && sz < 8) FUZZ_CHECK(v >> (8 * sz) == 0);
+            if (gas.window_read(off, sz, v) == RK_OK && sz < 8) FUZZ_CHECK(v >> (8 * sz) == 0);
             break;
         }
         case 1: {

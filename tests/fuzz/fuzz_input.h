@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The byte reader every rackemu fuzz harness parses its input with (docs/fuzzing.md). Fields are
 // taken little-endian from the front of the input, so seeds are easy to write by hand
-// (corpus/gen_seeds.py); past the end every field reads as zero.
+// (corpus/gen_seeds.py); past the end every field reads as zero. Also the harnesses' other
+// shared pieces: the invariant check and a scratch directory for their sockets.
 #pragma once
 
 #include <algorithm>
@@ -10,6 +11,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
 
 namespace rackemu::fuzz {
 
@@ -51,6 +55,27 @@ private:
 {
     std::fprintf(stderr, "fuzz invariant broken at %s:%d: %s\n", file, line, what);
     std::abort();
+}
+
+// A new directory /tmp/<prefix>-XXXXXX, removed with what it holds when the process exits.
+inline std::string temp_dir_removed_at_exit(const char *prefix)
+{
+    static std::vector<std::string> dirs;
+    std::string tmpl = std::string("/tmp/") + prefix + "-XXXXXX";
+    if (!mkdtemp(tmpl.data())) {
+        std::perror("mkdtemp");
+        std::abort();
+    }
+    if (dirs.empty()) {
+        std::atexit([] {
+            for (const std::string &d : dirs) {
+                std::error_code ec;
+                std::filesystem::remove_all(d, ec);
+            }
+        });
+    }
+    dirs.push_back(tmpl);
+    return tmpl;
 }
 
 } // namespace rackemu::fuzz

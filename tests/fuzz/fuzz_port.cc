@@ -19,7 +19,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
-#include <filesystem>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -29,13 +28,14 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
+#include "fabric_handshake.h" // tests/unit: the handshake the unit tests' fake bridge speaks
 #include "rk_fabric_port.h"
 #include "shm_ring.h"
 
 using namespace rackemu::fabric;
+using namespace rackemu::fabric::test;
 using rackemu::fuzz::Input;
 
 namespace {
@@ -58,20 +58,10 @@ struct FakeBridge {
     std::thread thr;
     FakeBridge()
     {
-        char tmpl[] = "/tmp/rackemu-fuzz-port-XXXXXX";
-        dir = mkdtemp(tmpl);
-        static std::string rm_at_exit;
-        rm_at_exit = dir;
-        std::atexit([] {
-            std::error_code ec;
-            std::filesystem::remove_all(rm_at_exit, ec);
-        });
+        dir = rackemu::fuzz::temp_dir_removed_at_exit("rackemu-fuzz-port");
         path = dir + "/fabric.sock";
-        lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        sockaddr_un sa{};
-        sa.sun_family = AF_UNIX;
-        std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
-        if (bind(lfd, reinterpret_cast<sockaddr *>(&sa), sizeof sa) < 0 || listen(lfd, 16) < 0) std::abort();
+        lfd = unix_listen(path, 16);
+        if (lfd < 0) std::abort();
         thr = std::thread([this] { serve(); });
         thr.detach(); // lives as long as the process
     }
@@ -100,22 +90,10 @@ struct FakeBridge {
                 w.version = RKF_PROTO_VERSION;
                 w.status = RKF_WELCOME_BAD_NODE;
             }
-            iovec iov{&w, sizeof w};
-            msghdr mh{};
-            mh.msg_iov = &iov;
-            mh.msg_iovlen = 1;
-            alignas(cmsghdr) char cbuf[CMSG_SPACE(2 * sizeof(int))]{};
-            if (p.armed && p.send_fds) {
-                mh.msg_control = cbuf;
-                mh.msg_controllen = sizeof cbuf;
-                cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-                cm->cmsg_level = SOL_SOCKET;
-                cm->cmsg_type = SCM_RIGHTS;
-                cm->cmsg_len = CMSG_LEN(2 * sizeof(int));
-                int fds[2] = {p.shm_fd, p.bell_fd};
-                std::memcpy(CMSG_DATA(cm), fds, sizeof fds);
-            }
-            (void)!sendmsg(c, &mh, MSG_NOSIGNAL);
+            if (p.armed && p.send_fds)
+                (void)send_welcome(c, w, p.shm_fd, p.bell_fd);
+            else
+                (void)send_welcome(c, w);
             // keep the connection open while the port lives (its hang-up means "bridge gone")
             std::lock_guard lk(mu);
             conns.push_back(c);
@@ -208,14 +186,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         Plan &p = b->plan;
         p = Plan{};
         p.armed = true;
-        p.w.magic = RKF_HELLO_MAGIC;
-        p.w.version = RKF_PROTO_VERSION;
-        p.w.status = refuse ? uint16_t(in.u16()) : uint16_t(RKF_WELCOME_OK);
-        p.w.ring_slots = bad_geometry ? in.u32() : RKF_RING_SLOTS;
-        p.w.slot_size = bad_geometry ? in.u32() : RKF_SLOT_SIZE;
-        if (bad_geometry && p.w.ring_slots == RKF_RING_SLOTS && p.w.slot_size == RKF_SLOT_SIZE)
-            p.w.slot_size++;
-        p.w.max_nodes = RKF_MAX_NODES;
+        p.w = make_welcome_ok();
+        if (refuse) p.w.status = uint16_t(in.u16());
+        if (bad_geometry) {
+            p.w.ring_slots = in.u32();
+            p.w.slot_size = in.u32();
+            if (p.w.ring_slots == RKF_RING_SLOTS && p.w.slot_size == RKF_SLOT_SIZE) p.w.slot_size++;
+        }
         in.bytes(p.w.message, (wb & 64) ? sizeof p.w.message : 0); // not NUL-terminated
         p.shm_fd = shm_fd;
         p.bell_fd = bell_fd;

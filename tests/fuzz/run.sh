@@ -5,7 +5,9 @@
 #   tests/fuzz/run.sh --minutes N NAME...   a longer run of some harnesses (all if none named)
 #   tests/fuzz/run.sh --repro NAME FILE     run one input (a crash artifact) once, with the full report
 # Work corpora and crash artifacts go to ${RACKEMU_BUILD:-<repo>/build}/fuzz/{work,artifacts}/NAME;
-# the seeds in tests/fuzz/corpus/NAME are only read.
+# the seeds in tests/fuzz/corpus/NAME are only read. A run judges only the artifacts it creates:
+# those an earlier run left in artifacts/NAME are first moved aside to artifacts/NAME.old-<time>
+# (with a message), so they are kept for --repro but do not fail this run.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -36,6 +38,10 @@ for n in $names; do
     # a long run that may be going on
     work=$out/smoke/$n art=$out/smoke/artifacts/$n log=$out/smoke/$n.log
     rm -rf "$work" "$art"
+  fi
+  if [[ -d "$art" ]] && ls -A "$art" | grep -q .; then
+    old=$art.old-$(date +%Y%m%d-%H%M%S)
+    mv "$art" "$old" && echo "fuzz $n: $(ls -A "$old" | wc -l) artifact(s) of an earlier run moved to $old" >&2
   fi
   mkdir -p "$work" "$art"
   start=$(date +%s)

@@ -1,15 +1,19 @@
-// A bridge running in a thread of the test process, and ports connected to it
-// (shared by the fabric unit tests).
+// A bridge running in a thread of the test process, ports connected to it, and the fakes and
+// collectors around them (shared by the fabric unit tests; the handshake itself, shared with the
+// fuzz harnesses, is fabric_handshake.h).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -20,6 +24,7 @@
 #include <unistd.h>
 
 #include "bridge.h"
+#include "fabric_handshake.h"
 #include "rk_fabric_port.h"
 
 namespace rackemu::fabric::test {
@@ -64,19 +69,6 @@ struct BridgeRig {
     }
 };
 
-inline int unix_connect(const std::string &path, int type, int flags = 0)
-{
-    int s = socket(AF_UNIX, type | SOCK_CLOEXEC | flags, 0);
-    sockaddr_un sa{};
-    sa.sun_family = AF_UNIX;
-    std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
-    if (s >= 0 && connect(s, reinterpret_cast<sockaddr *>(&sa), sizeof sa) < 0) {
-        close(s);
-        return -1;
-    }
-    return s;
-}
-
 // One command on the bridge's control socket, the way the launcher sends it; the answer read
 // until EOF, or "" if none came within `timeout_ms`.
 inline std::string control(const std::string &dir, const std::string &cmd, int timeout_ms = 5000)
@@ -113,32 +105,12 @@ struct RawNode {
     {
         sock = unix_connect(dir + "/fabric.sock", SOCK_SEQPACKET);
         if (sock < 0) return;
-        rkf_hello h{};
-        h.magic = RKF_HELLO_MAGIC;
-        h.version = RKF_PROTO_VERSION;
-        h.node_id = uint16_t(id);
-        h.node_count = 8;
-        std::memcpy(h.name, name, std::min(sizeof h.name, name_len ? name_len : std::strlen(name) + 1));
+        const rkf_hello h = make_hello(id, 8, name, name_len);
         if (send(sock, &h, sizeof h, MSG_NOSIGNAL) != sizeof h) return;
-        iovec iov{&w, sizeof w};
-        alignas(cmsghdr) char cbuf[CMSG_SPACE(2 * sizeof(int))];
-        msghdr mh{};
-        mh.msg_iov = &iov;
-        mh.msg_iovlen = 1;
-        mh.msg_control = cbuf;
-        mh.msg_controllen = sizeof cbuf;
-        pollfd pfd{sock, POLLIN, 0};
-        if (poll(&pfd, 1, 5000) <= 0) return;
-        n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-        for (cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-                int fds[2] = {-1, -1};
-                std::memcpy(fds, CMSG_DATA(c),
-                            std::min<size_t>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int), 2) * sizeof(int));
-                shm_fd = fds[0];
-                bell_fd = fds[1];
-            }
-        }
+        int fds[2];
+        n = recv_welcome(sock, w, fds);
+        shm_fd = fds[0];
+        bell_fd = fds[1];
     }
     bool welcomed() const
     {
@@ -165,12 +137,8 @@ struct FakeBridge {
         char tmpl[] = "/tmp/rackemu-fake-XXXXXX";
         dir = mkdtemp(tmpl);
         path = dir + "/fabric.sock";
-        lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-        sockaddr_un sa{};
-        sa.sun_family = AF_UNIX;
-        std::snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path.c_str());
-        EXPECT_EQ(bind(lfd, reinterpret_cast<sockaddr *>(&sa), sizeof sa), 0);
-        EXPECT_EQ(listen(lfd, 4), 0);
+        lfd = unix_listen(path, 4);
+        EXPECT_GE(lfd, 0) << strerror(errno);
         const unsigned flags = MFD_CLOEXEC | (seal ? MFD_ALLOW_SEALING : 0u);
         shm_fd = memfd_create("fake-port", flags);
         bell_fd = memfd_create("fake-bell", flags);
@@ -194,27 +162,7 @@ struct FakeBridge {
             conn = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
             rkf_hello h{};
             if (conn < 0 || recv(conn, &h, sizeof h, 0) != sizeof h) return;
-            rkf_welcome w{};
-            w.magic = RKF_HELLO_MAGIC;
-            w.version = RKF_PROTO_VERSION;
-            w.status = RKF_WELCOME_OK;
-            w.ring_slots = RKF_RING_SLOTS;
-            w.slot_size = RKF_SLOT_SIZE;
-            w.max_nodes = RKF_MAX_NODES;
-            iovec iov{&w, sizeof w};
-            msghdr mh{};
-            mh.msg_iov = &iov;
-            mh.msg_iovlen = 1;
-            alignas(cmsghdr) char cbuf[CMSG_SPACE(2 * sizeof(int))]{};
-            mh.msg_control = cbuf;
-            mh.msg_controllen = sizeof cbuf;
-            cmsghdr *c = CMSG_FIRSTHDR(&mh);
-            c->cmsg_level = SOL_SOCKET;
-            c->cmsg_type = SCM_RIGHTS;
-            c->cmsg_len = CMSG_LEN(2 * sizeof(int));
-            int fds[2] = {shm_fd, bell_fd};
-            std::memcpy(CMSG_DATA(c), fds, sizeof fds);
-            (void)!sendmsg(conn, &mh, MSG_NOSIGNAL);
+            (void)send_welcome(conn, make_welcome_ok(), shm_fd, bell_fd);
         });
     }
     void join()
@@ -267,6 +215,53 @@ inline bool json_text_ok(const std::string &s)
     }
     return true;
 }
+
+// Collects what a port's service delivers: replies (with payloads) of the node's own requests,
+// requests from other nodes (never answered: a stopped or hostile node), link changes. Register
+// it with rk_fabric_port_register(port, svc, Mailbox::on_request, Mailbox::on_reply,
+// Mailbox::on_link, &m) (any of them nullptr), then wait() for what the test expects.
+struct Mailbox {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<rkf_frame_hdr> replies, requests;
+    std::vector<std::vector<unsigned char>> payloads; // of the replies
+    std::vector<int> links;                           // link up (1) / down (0) events
+
+    static void on_reply(void *o, const rkf_frame_hdr *h, const void *p)
+    {
+        auto *m = static_cast<Mailbox *>(o);
+        std::lock_guard lk(m->mu);
+        m->replies.push_back(*h);
+        auto *b = static_cast<const unsigned char *>(p);
+        m->payloads.emplace_back(b, b + h->len);
+        m->cv.notify_all();
+    }
+    static void on_request(void *o, RkFabricPort *, const rkf_frame_hdr *h, const void *)
+    {
+        auto *m = static_cast<Mailbox *>(o);
+        std::lock_guard lk(m->mu);
+        m->requests.push_back(*h);
+        m->cv.notify_all();
+    }
+    static void on_link(void *o, int up)
+    {
+        auto *m = static_cast<Mailbox *>(o);
+        std::lock_guard lk(m->mu);
+        m->links.push_back(up);
+        m->cv.notify_all();
+    }
+    // Whether `pred` (evaluated under the lock) became true within `d`.
+    template <typename P> bool wait(P pred, std::chrono::milliseconds d = std::chrono::seconds(10))
+    {
+        std::unique_lock lk(mu);
+        return cv.wait_for(lk, d, pred);
+    }
+    size_t nreplies()
+    {
+        std::lock_guard lk(mu);
+        return replies.size();
+    }
+};
 
 inline rkf_frame_hdr request(uint8_t svc, uint16_t dst, uint64_t tag, uint16_t len)
 {

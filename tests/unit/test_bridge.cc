@@ -16,48 +16,6 @@ using namespace rackemu::fabric;
 using namespace rackemu::fabric::test;
 using namespace std::chrono_literals;
 
-namespace {
-// Collects replies and link events of one service on one port.
-struct Mailbox {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<rkf_frame_hdr> replies;
-    std::vector<std::vector<unsigned char>> payloads;
-    std::vector<rkf_frame_hdr> requests;
-    std::vector<int> links;
-
-    static void on_reply(void *o, const rkf_frame_hdr *h, const void *p)
-    {
-        auto *m = static_cast<Mailbox *>(o);
-        std::lock_guard lk(m->mu);
-        m->replies.push_back(*h);
-        auto *b = static_cast<const unsigned char *>(p);
-        m->payloads.emplace_back(b, b + h->len);
-        m->cv.notify_all();
-    }
-    static void on_request(void *o, RkFabricPort *, const rkf_frame_hdr *h, const void *)
-    {
-        auto *m = static_cast<Mailbox *>(o);
-        std::lock_guard lk(m->mu);
-        m->requests.push_back(*h); // never answered: the test kills this node
-        m->cv.notify_all();
-    }
-    static void on_link(void *o, int up)
-    {
-        auto *m = static_cast<Mailbox *>(o);
-        std::lock_guard lk(m->mu);
-        m->links.push_back(up);
-        m->cv.notify_all();
-    }
-    template <typename P> bool wait(P pred)
-    {
-        std::unique_lock lk(mu);
-        return cv.wait_for(lk, 5s, pred);
-    }
-};
-
-} // namespace
-
 TEST(Bridge, RoutesARequestAndItsReplyBetweenTwoNodes)
 {
     BridgeRig b;

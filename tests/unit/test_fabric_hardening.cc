@@ -6,10 +6,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <csignal>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,40 +22,6 @@ using namespace rackemu::fabric::test;
 using namespace std::chrono_literals;
 
 namespace {
-// Replies and requests seen by one service of one port.
-struct Collector {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<rkf_frame_hdr> replies, requests;
-    std::vector<std::vector<unsigned char>> payloads;
-    static void on_reply(void *o, const rkf_frame_hdr *h, const void *p)
-    {
-        auto *m = static_cast<Collector *>(o);
-        std::lock_guard lk(m->mu);
-        m->replies.push_back(*h);
-        auto *b = static_cast<const unsigned char *>(p);
-        m->payloads.emplace_back(b, b + h->len);
-        m->cv.notify_all();
-    }
-    static void on_request(void *o, RkFabricPort *, const rkf_frame_hdr *h, const void *)
-    {
-        auto *m = static_cast<Collector *>(o);
-        std::lock_guard lk(m->mu);
-        m->requests.push_back(*h); // not answered (a stopped or hostile node)
-        m->cv.notify_all();
-    }
-    template <typename P> bool wait(P pred, std::chrono::milliseconds d = 10s)
-    {
-        std::unique_lock lk(mu);
-        return cv.wait_for(lk, d, pred);
-    }
-    size_t nreplies()
-    {
-        std::lock_guard lk(mu);
-        return replies.size();
-    }
-};
-
 // Run `fn` in a child process: returns "" if it exited 0, else what went wrong. A crash of the
 // bridge (SIGBUS) would otherwise take the whole test binary down.
 template <typename F> std::string in_child(F fn)
@@ -77,8 +41,8 @@ template <typename F> std::string in_child(F fn)
 
 bool echo_works(RkFabricPort *from, unsigned to)
 {
-    Collector m;
-    rk_fabric_port_register(from, RKF_SVC_ECHO, nullptr, Collector::on_reply, nullptr, &m);
+    Mailbox m;
+    rk_fabric_port_register(from, RKF_SVC_ECHO, nullptr, Mailbox::on_reply, nullptr, &m);
     rkf_frame_hdr h = request(RKF_SVC_ECHO, uint16_t(to), 4242, 0);
     const bool ok = rk_fabric_port_send(from, &h, nullptr) == 0 &&
                     m.wait([&] { return !m.replies.empty(); }, 5s) && m.replies[0].status == RKF_ST_OK;
@@ -161,9 +125,9 @@ TEST(FabricHardening, AReplyFromANodeTheRequestDidNotGoToIsDropped)
     BridgeRig b;
     RkFabricPort *n0 = b.port(0), *n1 = b.port(1, nullptr, false), *n2 = b.port(2);
     ASSERT_TRUE(n0 && n1 && n2);
-    Collector m0, m1;
-    rk_fabric_port_register(n0, RKF_SVC_MEM, nullptr, Collector::on_reply, nullptr, &m0);
-    rk_fabric_port_register(n1, RKF_SVC_MEM, Collector::on_request, nullptr, nullptr, &m1);
+    Mailbox m0, m1;
+    rk_fabric_port_register(n0, RKF_SVC_MEM, nullptr, Mailbox::on_reply, nullptr, &m0);
+    rk_fabric_port_register(n1, RKF_SVC_MEM, Mailbox::on_request, nullptr, nullptr, &m1);
     rk_fabric_port_start(n1);
     rkf_frame_hdr req = request(RKF_SVC_MEM, 1, 77, 0);
     ASSERT_EQ(rk_fabric_port_send(n0, &req, nullptr), 0);
@@ -217,9 +181,9 @@ TEST(FabricHardening, BridgeErrorRepliesCarryTheDestinationAsTheirSource)
 {
     BridgeRig b;
     RkFabricPort *n0 = b.port(0), *n1 = b.port(1, nullptr, false);
-    Collector m0, m1;
-    rk_fabric_port_register(n0, RKF_SVC_MEM, nullptr, Collector::on_reply, nullptr, &m0);
-    rk_fabric_port_register(n1, RKF_SVC_MEM, Collector::on_request, nullptr, nullptr, &m1);
+    Mailbox m0, m1;
+    rk_fabric_port_register(n0, RKF_SVC_MEM, nullptr, Mailbox::on_reply, nullptr, &m0);
+    rk_fabric_port_register(n1, RKF_SVC_MEM, Mailbox::on_request, nullptr, nullptr, &m1);
     rk_fabric_port_start(n1);
     rkf_frame_hdr h = request(RKF_SVC_MEM, 5, 1, 0); // absent
     ASSERT_EQ(rk_fabric_port_send(n0, &h, nullptr), 0);
@@ -241,10 +205,10 @@ TEST(FabricHardening, OutstandingRequestsPerPortAreCappedAndAnsweredCongested)
 {
     BridgeRig b;
     RkFabricPort *n0 = b.port(0), *n1 = b.port(1, nullptr, false), *n2 = b.port(2);
-    Collector m0, m1, m2;
-    rk_fabric_port_register(n0, RKF_SVC_MEM, nullptr, Collector::on_reply, nullptr, &m0);
-    rk_fabric_port_register(n2, RKF_SVC_MEM, nullptr, Collector::on_reply, nullptr, &m2);
-    rk_fabric_port_register(n1, RKF_SVC_MEM, Collector::on_request, nullptr, nullptr, &m1);
+    Mailbox m0, m1, m2;
+    rk_fabric_port_register(n0, RKF_SVC_MEM, nullptr, Mailbox::on_reply, nullptr, &m0);
+    rk_fabric_port_register(n2, RKF_SVC_MEM, nullptr, Mailbox::on_reply, nullptr, &m2);
+    rk_fabric_port_register(n1, RKF_SVC_MEM, Mailbox::on_request, nullptr, nullptr, &m1);
     rk_fabric_port_start(n1);
     const unsigned cap = 65536, extra = 100; // the bridge's default --max-outstanding
     for (unsigned i = 0; i < cap + extra; i++) {
@@ -286,9 +250,9 @@ TEST(FabricHardening, TheOutstandingCapIsAnOption)
     o.max_outstanding = 8;
     BridgeRig b(o);
     RkFabricPort *n0 = b.port(0), *n1 = b.port(1, nullptr, false);
-    Collector m0, m1;
-    rk_fabric_port_register(n0, RKF_SVC_MEM, nullptr, Collector::on_reply, nullptr, &m0);
-    rk_fabric_port_register(n1, RKF_SVC_MEM, Collector::on_request, nullptr, nullptr, &m1);
+    Mailbox m0, m1;
+    rk_fabric_port_register(n0, RKF_SVC_MEM, nullptr, Mailbox::on_reply, nullptr, &m0);
+    rk_fabric_port_register(n1, RKF_SVC_MEM, Mailbox::on_request, nullptr, nullptr, &m1);
     rk_fabric_port_start(n1);
     for (unsigned i = 0; i < 10; i++) {
         rkf_frame_hdr h = request(RKF_SVC_MEM, 1, i, 0);

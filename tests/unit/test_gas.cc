@@ -61,7 +61,7 @@ TEST(Gas, WindowOffsetDecodesIntoNodeAndLocalAddress)
 {
     Rig r;
     uint64_t v;
-    ASSERT_EQ(r.gas.window_read(UNIMEM_GADDR(3, 0x40001000), 8, v), Gas::Result::Ok);
+    ASSERT_EQ(r.gas.window_read(UNIMEM_GADDR(3, 0x40001000), 8, v), RK_OK);
     ASSERT_EQ(r.accesses.size(), 1u);
     EXPECT_EQ(r.accesses[0].node, 3u);
     EXPECT_EQ(r.accesses[0].local, 0x40001000u);
@@ -73,7 +73,7 @@ TEST(Gas, NarrowLoadsReturnOnlyTheirBytes)
     Rig r;
     uint64_t v;
     for (unsigned size : {1u, 2u, 4u}) {
-        ASSERT_EQ(r.gas.window_read(UNIMEM_GADDR(0, 0x40000000), size, v), Gas::Result::Ok);
+        ASSERT_EQ(r.gas.window_read(UNIMEM_GADDR(0, 0x40000000), size, v), RK_OK);
         EXPECT_EQ(v, 0x8877665544332211ull & ((1ull << (8 * size)) - 1)) << size;
     }
 }
@@ -81,7 +81,7 @@ TEST(Gas, NarrowLoadsReturnOnlyTheirBytes)
 TEST(Gas, StoresCarryTheirSizeAndValue)
 {
     Rig r;
-    ASSERT_EQ(r.gas.window_write(UNIMEM_GADDR(2, 0x40000010), 0xabcd, 2), Gas::Result::Ok);
+    ASSERT_EQ(r.gas.window_write(UNIMEM_GADDR(2, 0x40000010), 0xabcd, 2), RK_OK);
     EXPECT_TRUE(r.accesses[0].write);
     EXPECT_EQ(r.accesses[0].len, 2u);
     EXPECT_EQ(r.memory & 0xffff, 0xabcdu);
@@ -92,35 +92,40 @@ TEST(Gas, AccessesToTheOwnWindowAreCountedAsLocal)
 {
     Rig r(1);
     uint64_t v;
-    ASSERT_EQ(r.gas.window_read(UNIMEM_GADDR(1, 0x40000000), 8, v), Gas::Result::Ok);
+    ASSERT_EQ(r.gas.window_read(UNIMEM_GADDR(1, 0x40000000), 8, v), RK_OK);
     EXPECT_EQ(r.gas.counters().local, 1u);
 }
 
-TEST(Gas, FailedRemoteAccessIsABusErrorAndLogged)
+TEST(Gas, FailedRemoteAccessIsABusErrorWithTheHostsCauseAndLogged)
 {
     Rig r;
     r.fail[2] = RK_UNREACHABLE;
     r.fail[3] = RK_DECODE_ERROR;
+    r.fail[0] = RK_SLAVE_ERROR;
     uint64_t v = 5;
-    EXPECT_EQ(r.gas.window_read(UNIMEM_GADDR(2, 0x40000000), 8, v), Gas::Result::BusError);
-    EXPECT_EQ(r.gas.window_write(UNIMEM_GADDR(3, 0x0), 1, 8), Gas::Result::BusError);
-    EXPECT_EQ(r.gas.counters().bus_errors, 2u);
+    EXPECT_EQ(r.gas.window_read(UNIMEM_GADDR(2, 0x40000000), 8, v), RK_UNREACHABLE);
+    EXPECT_EQ(r.gas.window_write(UNIMEM_GADDR(3, 0x0), 1, 8), RK_DECODE_ERROR);
+    EXPECT_EQ(r.gas.window_write(UNIMEM_GADDR(0, 0x0), 1, 4), RK_SLAVE_ERROR);
+    EXPECT_EQ(r.gas.counters().bus_errors, 3u);
     const auto errs = r.errors();
-    ASSERT_EQ(errs.size(), 2u);
+    ASSERT_EQ(errs.size(), 3u);
     EXPECT_NE(errs[0].find("unreachable"), std::string::npos);
     EXPECT_NE(errs[1].find("not memory"), std::string::npos);
+    EXPECT_NE(errs[2].find("SLAVE_ERROR"), std::string::npos);
 }
 
-TEST(Gas, AccessBeyondTheClusterOrAcrossANodeBoundaryIsRefusedWithoutTraffic)
+TEST(Gas, AccessBeyondTheClusterOrAcrossANodeBoundaryIsADecodeErrorWithoutTraffic)
 {
     Rig r(0, 2);
     uint64_t v;
-    EXPECT_EQ(r.gas.window_read(UNIMEM_GADDR(2, 0), 8, v), Gas::Result::BusError);       // node 2 of 2
-    EXPECT_EQ(r.gas.window_read(GAS_WINDOW_NODE_SIZE - 4, 8, v), Gas::Result::BusError); // crosses 0 -> 1
-    EXPECT_EQ(r.gas.window_read(2 * GAS_WINDOW_NODE_SIZE - 4, 8, v),
-              Gas::Result::BusError); // crosses the end
+    EXPECT_EQ(r.gas.window_read(UNIMEM_GADDR(2, 0), 8, v), RK_DECODE_ERROR);           // node 2 of 2
+    EXPECT_EQ(r.gas.window_read(GAS_WINDOW_NODE_SIZE - 4, 8, v), RK_DECODE_ERROR);     // crosses 0 -> 1
+    EXPECT_EQ(r.gas.window_read(2 * GAS_WINDOW_NODE_SIZE - 4, 8, v), RK_DECODE_ERROR); // crosses the end
+    EXPECT_EQ(r.gas.window_read(0, 0, v), RK_DECODE_ERROR);                            // no bus access size
+    EXPECT_EQ(r.gas.window_write(0, 0, 16), RK_DECODE_ERROR);
     EXPECT_TRUE(r.accesses.empty());
-    EXPECT_EQ(r.errors().size(), 3u);
+    EXPECT_EQ(r.errors().size(), 5u);
+    EXPECT_EQ(r.gas.counters().bus_errors, 5u);
 }
 
 TEST(Gas, ControlPageIdentifiesTheWindowAndIsReadOnly)
@@ -191,14 +196,14 @@ TEST(Gas, ServiceCountersAreTheNodesRemoteMemoryStatistics)
         };
         Gas g0(h0.host(p0, m0, 0, 2)), g1(h1.host(p1, m1, 1, 2));
         uint64_t v = 0;
-        ASSERT_EQ(g0.window_read(UNIMEM_GADDR(1, kBase + 8), 8, v), Gas::Result::Ok);
+        ASSERT_EQ(g0.window_read(UNIMEM_GADDR(1, kBase + 8), 8, v), RK_OK);
         EXPECT_EQ(v, 0x5a5a5a5a5a5a5a5aull);
-        ASSERT_EQ(g0.window_write(UNIMEM_GADDR(1, kBase), 0x1234, 2), Gas::Result::Ok);
+        ASSERT_EQ(g0.window_write(UNIMEM_GADDR(1, kBase), 0x1234, 2), RK_OK);
         // the owner's fabric thread stored it (atomically: remote_mem.cc); read it the same way
         EXPECT_EQ(__atomic_load_n(&ram1[0], __ATOMIC_RELAXED), 0x34);
-        ASSERT_EQ(g0.window_read(UNIMEM_GADDR(1, kBase), 2, v), Gas::Result::Ok);
+        ASSERT_EQ(g0.window_read(UNIMEM_GADDR(1, kBase), 2, v), RK_OK);
         EXPECT_EQ(v, 0x1234u);
-        EXPECT_EQ(g0.window_read(UNIMEM_GADDR(1, 0x1000), 8, v), Gas::Result::BusError); // not RAM there
+        EXPECT_EQ(g0.window_read(UNIMEM_GADDR(1, 0x1000), 8, v), RK_DECODE_ERROR); // not RAM there
         rk_rmem_stats st{};
         rk_rmem_get_stats(m1, &st);
         EXPECT_EQ(g1.ctrl_read(GAS_CTRL_SERVED_READS, 8), st.served_reads);

@@ -109,7 +109,9 @@ struct Cluster {
     std::mutex held_mu;
     std::array<std::atomic<unsigned>, 8> irq_calls{}; // host set_irq calls per node
 
-    explicit Cluster(unsigned n, unsigned timeout_ms = 2000, bool fabric = true)
+    // vm_clock: the hosts' now_ns() (the VM's clock in QEMU) reads it; else the host's steady clock
+    explicit Cluster(unsigned n, unsigned timeout_ms = 2000, bool fabric = true,
+                     std::atomic<uint64_t> *vm_clock = nullptr)
     {
         for (unsigned i = 0; i < n; i++)
             nodes.push_back(std::make_unique<Node>());
@@ -119,7 +121,8 @@ struct Cluster {
             RmcConfig cfg;
             cfg.timeout_ms = timeout_ms;
             // the host's clock runs (timeouts, wall_ns); every set_irq call is counted
-            nd.th.now_ns = [] {
+            nd.th.now_ns = [vm_clock] {
+                if (vm_clock) return vm_clock->load();
                 return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                     std::chrono::steady_clock::now().time_since_epoch())
                                     .count());
@@ -506,6 +509,30 @@ TEST(RmcFabric, HungPeerTimesOutAndLateFramesAreStrays)
     for (unsigned i = 0; i < 256; i++)
         ASSERT_EQ(c[1].at(kSeg)[i], 0x11) << "a late answer was written";
     EXPECT_EQ(c[1].r(RMC_QP_REG(0, QP_CQ_TAIL)), 2u) << "a late answer made a CQE";
+}
+
+// Deadlines and wall_ns run on the host's now_ns(), the VM's clock: while it stands still (a
+// paused VM, qtest between clock steps) nothing times out, however long the host waits.
+TEST(RmcFabric, DeadlinesAndWallTimeFollowTheHostsClock)
+{
+    std::atomic<uint64_t> vm{5000000000ull};
+    Cluster c(2, 200, true, &vm);
+    for (unsigned n = 0; n < 2; n++) {
+        c[n].ctx(1, kSeg, kSegSize, CTX_PERM_READ, 3);
+        c[n].qp(0, 1);
+    }
+    c.drop = true; // node 0 never answers
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, 64, 1));
+    rmc_cqe e;
+    EXPECT_FALSE(c[1].next(0, e, 600)) << "timed out while the VM's clock stood still";
+    vm += 150000000; // 150 of the 200 ms
+    EXPECT_FALSE(c[1].next(0, e, 300)) << "timed out before its deadline";
+    vm += 60000000;
+    ASSERT_TRUE(c[1].next(0, e, 3000)) << "no timeout after the deadline passed";
+    EXPECT_EQ(e.status, RMC_ST_UNREACHABLE);
+    EXPECT_EQ(e.info, RMC_INFO_TIMEOUT);
+    EXPECT_EQ(e.wall_ns, 210000000u); // VM time from the fetch to the completion
+    c.release();
 }
 
 TEST(RmcFabric, LinkDownAndNoFabricAreUnreachable)

@@ -38,15 +38,17 @@ struct unimem_gas_export {
 	__u64 gaddr;       /* out: global address (this node's id | local_phys) */
 };
 
-/* The window's counters (the GAS control page). */
-struct unimem_gas_counters {
-	__u64 loads, stores, local, bus_errors;
-	__u64 served_reads, served_writes, served_refused, timeouts;
-	__u64 direct_reads, direct_writes;
-};
+/*
+ * The window's counters (the GAS control page) in register order: the one counter table,
+ * GAS_COUNTER_TABLE in rackemu/unimem_regs.h (include it before using the names), gives the
+ * indices (GAS_CNT_INDEX_*) and the names (UNIMEM_GAS_UAPI_COUNTER_NAMES); unimem_regs.h checks
+ * the count.
+ */
+#define UNIMEM_GAS_UAPI_COUNTERS 10
+#define UNIMEM_GAS_UAPI_COUNTER_NAMES GAS_CNT_NAMES
 
 #define UNIMEM_GAS_IOC_INFO     _IOR('G', 1, struct unimem_gas_info)
 #define UNIMEM_GAS_IOC_EXPORT   _IOWR('G', 2, struct unimem_gas_export)
-#define UNIMEM_GAS_IOC_COUNTERS _IOR('G', 3, struct unimem_gas_counters)
+#define UNIMEM_GAS_IOC_COUNTERS _IOR('G', 3, __u64[UNIMEM_GAS_UAPI_COUNTERS])
 
 #endif /* RACKEMU_UNIMEM_GAS_UAPI_H */

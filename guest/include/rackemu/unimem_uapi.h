@@ -87,11 +87,22 @@ struct unimem_wait {
 	__u32 count;
 };
 
+/*
+ * The counters of both devices, each array in its device's register order, and the driver's
+ * interrupt count. Indices and names come from the one counter table of each device,
+ * VMBOX_COUNTER_TABLE and PKTZ_COUNTER_TABLE in rackemu/unimem_regs.h (include it before using
+ * the names): vmbox[VMBOX_CNT_INDEX_NACKS] is named UNIMEM_UAPI_VMBOX_COUNTER_NAMES'
+ * [VMBOX_CNT_INDEX_NACKS], "nacks". unimem_regs.h checks the array sizes against the tables.
+ */
+#define UNIMEM_UAPI_VMBOX_COUNTERS 4
+#define UNIMEM_UAPI_PKTZ_COUNTERS 5
 struct unimem_counters {
-	__u64 vmbox_enqueued, vmbox_dequeued, vmbox_nacks, vmbox_truncated;
-	__u64 pktz_sent, pktz_acked, pktz_nacked, pktz_illegal, pktz_nopid;
+	__u64 vmbox[UNIMEM_UAPI_VMBOX_COUNTERS];
+	__u64 pktz[UNIMEM_UAPI_PKTZ_COUNTERS];
 	__u64 irqs;
 };
+#define UNIMEM_UAPI_VMBOX_COUNTER_NAMES VMBOX_CNT_NAMES
+#define UNIMEM_UAPI_PKTZ_COUNTER_NAMES PKTZ_CNT_NAMES
 
 #define UNIMEM_IOC_MAGIC 'U'
 #define UNIMEM_IOC_INFO _IOR(UNIMEM_IOC_MAGIC, 1, struct unimem_info)

@@ -504,30 +504,43 @@ static long unimem_wait_nonempty(struct unimem_file *uf, long timeout_jiffies)
 /* Callers make sure the device they read is bound (um->vmbox / um->pktz set). */
 static void unimem_read_vmbox_counters(struct unimem *um, struct unimem_counters *k)
 {
-	void __iomem *c = um->vmbox + VMBOX_CTRL_OFFSET;
+	void __iomem *c = um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_COUNTERS;
+	unsigned int i;
 
-	k->vmbox_enqueued = readq(c + VMBOX_CTRL_ENQUEUED);
-	k->vmbox_dequeued = readq(c + VMBOX_CTRL_DEQUEUED);
-	k->vmbox_nacks = readq(c + VMBOX_CTRL_NACKS);
-	k->vmbox_truncated = readq(c + VMBOX_CTRL_TRUNCATED);
+	BUILD_BUG_ON(ARRAY_SIZE(k->vmbox) != VMBOX_CNT_COUNT);
+	for (i = 0; i < VMBOX_CNT_COUNT; i++)
+		k->vmbox[i] = readq(c + 8 * i);
 	k->irqs = um->irqs;
 }
 
 static void unimem_read_pktz_counters(struct unimem *um, struct unimem_counters *k)
 {
-	void __iomem *t = um->pktz + PKTZ_TIF_OFFSET;
+	void __iomem *c = um->pktz + PKTZ_TIF_OFFSET + PKTZ_TIF_COUNTERS;
+	unsigned int i;
 
-	k->pktz_sent = readq(t + PKTZ_TIF_SENT);
-	k->pktz_acked = readq(t + PKTZ_TIF_ACKED);
-	k->pktz_nacked = readq(t + PKTZ_TIF_NACKED);
-	k->pktz_illegal = readq(t + PKTZ_TIF_ILLEGAL);
-	k->pktz_nopid = readq(t + PKTZ_TIF_NOPID);
+	BUILD_BUG_ON(ARRAY_SIZE(k->pktz) != PKTZ_CNT_COUNT);
+	for (i = 0; i < PKTZ_CNT_COUNT; i++)
+		k->pktz[i] = readq(c + 8 * i);
 }
 
 static void unimem_read_counters(struct unimem *um, struct unimem_counters *k)
 {
 	unimem_read_vmbox_counters(um, k);
 	unimem_read_pktz_counters(um, k);
+}
+
+static const char *const unimem_vmbox_counter_names[] = { UNIMEM_UAPI_VMBOX_COUNTER_NAMES };
+static const char *const unimem_pktz_counter_names[] = { UNIMEM_UAPI_PKTZ_COUNTER_NAMES };
+
+/* Append " <prefix><name>=<value>" for n counters to a sysfs buffer holding `at` bytes. */
+static int unimem_emit_counters(char *buf, int at, const char *prefix, const char *const *names,
+				const u64 *c, unsigned int n)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++)
+		at += sysfs_emit_at(buf, at, "%s%s%s=%llu", at ? " " : "", prefix, names[i], c[i]);
+	return at;
 }
 
 static long unimem_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
@@ -682,12 +695,12 @@ static const struct file_operations unimem_fops = {
 static ssize_t counters_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
 	struct unimem_counters k;
+	int at;
 
 	unimem_read_counters(&unimem_dev, &k);
-	return sysfs_emit(buf,
-			  "vmbox_enqueued=%llu vmbox_dequeued=%llu vmbox_nacks=%llu vmbox_truncated=%llu pktz_sent=%llu pktz_acked=%llu pktz_nacked=%llu pktz_illegal=%llu pktz_nopid=%llu irqs=%llu\n",
-			  k.vmbox_enqueued, k.vmbox_dequeued, k.vmbox_nacks, k.vmbox_truncated, k.pktz_sent,
-			  k.pktz_acked, k.pktz_nacked, k.pktz_illegal, k.pktz_nopid, k.irqs);
+	at = unimem_emit_counters(buf, 0, "vmbox_", unimem_vmbox_counter_names, k.vmbox, VMBOX_CNT_COUNT);
+	at = unimem_emit_counters(buf, at, "pktz_", unimem_pktz_counter_names, k.pktz, PKTZ_CNT_COUNT);
+	return at + sysfs_emit_at(buf, at, " irqs=%llu\n", k.irqs);
 }
 static DEVICE_ATTR_RO(counters);
 
@@ -700,15 +713,16 @@ static ssize_t unimem_dev_counters_show(struct device *dev, struct device_attrib
 {
 	struct unimem *um = &unimem_dev;
 	struct unimem_counters k;
+	int at;
 
 	if (dev == um->vmbox_dev) {
 		unimem_read_vmbox_counters(um, &k);
-		return sysfs_emit(buf, "enqueued=%llu dequeued=%llu nacks=%llu truncated=%llu irqs=%llu\n",
-				  k.vmbox_enqueued, k.vmbox_dequeued, k.vmbox_nacks, k.vmbox_truncated, k.irqs);
+		at = unimem_emit_counters(buf, 0, "", unimem_vmbox_counter_names, k.vmbox, VMBOX_CNT_COUNT);
+		return at + sysfs_emit_at(buf, at, " irqs=%llu\n", k.irqs);
 	}
 	unimem_read_pktz_counters(um, &k);
-	return sysfs_emit(buf, "sent=%llu acked=%llu nacked=%llu illegal=%llu nopid=%llu\n", k.pktz_sent,
-			  k.pktz_acked, k.pktz_nacked, k.pktz_illegal, k.pktz_nopid);
+	at = unimem_emit_counters(buf, 0, "", unimem_pktz_counter_names, k.pktz, PKTZ_CNT_COUNT);
+	return at + sysfs_emit_at(buf, at, "\n");
 }
 static struct device_attribute dev_attr_dev_counters =
 	__ATTR(counters, 0444, unimem_dev_counters_show, NULL);

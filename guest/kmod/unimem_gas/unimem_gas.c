@@ -68,18 +68,12 @@ static int unimem_gas_release(struct inode *inode, struct file *file)
 	return 0;
 }
 
-static void unimem_gas_read_counters(struct unimem_gas *g, struct unimem_gas_counters *c)
+static void unimem_gas_read_counters(struct unimem_gas *g, u64 *c)
 {
-	c->loads = readq(g->ctrl + GAS_CTRL_LOADS);
-	c->stores = readq(g->ctrl + GAS_CTRL_STORES);
-	c->local = readq(g->ctrl + GAS_CTRL_LOCAL);
-	c->bus_errors = readq(g->ctrl + GAS_CTRL_BUS_ERRORS);
-	c->served_reads = readq(g->ctrl + GAS_CTRL_SERVED_READS);
-	c->served_writes = readq(g->ctrl + GAS_CTRL_SERVED_WRITES);
-	c->served_refused = readq(g->ctrl + GAS_CTRL_SERVED_REFUSED);
-	c->timeouts = readq(g->ctrl + GAS_CTRL_TIMEOUTS);
-	c->direct_reads = readq(g->ctrl + GAS_CTRL_DIRECT_READS);
-	c->direct_writes = readq(g->ctrl + GAS_CTRL_DIRECT_WRITES);
+	unsigned int i;
+
+	for (i = 0; i < GAS_CNT_COUNT; i++)
+		c[i] = readq(g->ctrl + GAS_CNT_BASE + 8 * i);
 }
 
 static long unimem_gas_export(struct unimem_gas_file *f, struct unimem_gas_export __user *uarg)
@@ -140,9 +134,10 @@ static long unimem_gas_ioctl(struct file *file, unsigned int cmd, unsigned long 
 	case UNIMEM_GAS_IOC_EXPORT:
 		return unimem_gas_export(f, uarg);
 	case UNIMEM_GAS_IOC_COUNTERS: {
-		struct unimem_gas_counters c;
+		u64 c[GAS_CNT_COUNT];
 
-		unimem_gas_read_counters(g, &c);
+		BUILD_BUG_ON(_IOC_SIZE(UNIMEM_GAS_IOC_COUNTERS) != sizeof(c));
+		unimem_gas_read_counters(g, c);
 		return copy_to_user(uarg, &c, sizeof(c)) ? -EFAULT : 0;
 	}
 	default:
@@ -181,14 +176,17 @@ static const struct file_operations unimem_gas_fops = {
 
 static ssize_t counters_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
+	static const char *const names[] = { UNIMEM_GAS_UAPI_COUNTER_NAMES };
 	struct unimem_gas *g = dev_get_drvdata(dev);
-	struct unimem_gas_counters c;
+	u64 c[GAS_CNT_COUNT];
+	unsigned int i;
+	int at = 0;
 
-	unimem_gas_read_counters(g, &c);
-	return sysfs_emit(buf,
-			  "loads=%llu stores=%llu local=%llu bus_errors=%llu served_reads=%llu served_writes=%llu served_refused=%llu timeouts=%llu\n",
-			  c.loads, c.stores, c.local, c.bus_errors, c.served_reads, c.served_writes,
-			  c.served_refused, c.timeouts);
+	BUILD_BUG_ON(ARRAY_SIZE(names) != GAS_CNT_COUNT);
+	unimem_gas_read_counters(g, c);
+	for (i = 0; i < GAS_CNT_COUNT; i++)
+		at += sysfs_emit_at(buf, at, "%s%s=%llu", i ? " " : "", names[i], c[i]);
+	return at + sysfs_emit_at(buf, at, "\n");
 }
 static DEVICE_ATTR_RO(counters);
 

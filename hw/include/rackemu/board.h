@@ -7,8 +7,8 @@
  * Linux drivers never use them: they find their device through its device-tree node.
  *
  * What a device is (register layout and page size, DT compatible, counters) stays in its
- * register header under rackemu/, which includes this file so that the users of a register
- * header see where the board puts the device. The global address space window
+ * register header under rackemu/, which does not include this file: a user that addresses a
+ * device by its physical address includes board.h itself. The global address space window
  * (GAS_WINDOW_BASE, rackemu/unimem_regs.h) is part of the Unimem architecture (the GAS reports
  * it in a register), not a board choice.
  *

@@ -222,7 +222,7 @@ struct rmc_cqe {
     rk_u64 wr_id;       /* 0x00 from the WQE */
     rk_u64 value;       /* 0x08 CAS/FAA: old value; SABRE: version read at the window close */
     rk_u32 modeled_ns;  /* 0x10 timing model latency, issue to completion (saturating) */
-    rk_u32 wall_ns;     /* 0x14 host time WQE fetch -> CQE write (saturating) */
+    rk_u32 wall_ns;     /* 0x14 VM time WQE fetch -> CQE write (saturating) */
     rk_u16 wq_index;    /* 0x18 WQ slot of the request */
     rk_u8  op;          /* 0x1a RMC_OP_* of the request */
     rk_u8  status;      /* 0x1b RMC_ST_* */
@@ -294,8 +294,7 @@ struct rkf_rmc_done {
     rk_u64 reserved;
 };
 
-/* ---- device-tree binding (address and interrupt on the board: rackemu/board.h) ---- */
-#include "rackemu/board.h"
+/* ---- device-tree binding (where the board puts the device: rackemu/board.h) ---- */
 #define RACKEMU_RMC_COMPAT     "rackemu,sonuma-rmc"
 #define RACKEMU_RMC_SEG_COMPAT "rackemu,rmc-segment"
 

@@ -206,11 +206,22 @@ enum gas_counter_offset { GAS_COUNTER_TABLE(GAS_CNT_X_OFFSET_) };
 /* The counters' names in register order, for an initializer: { GAS_CNT_NAMES } */
 #define GAS_CNT_NAMES GAS_COUNTER_TABLE(GAS_CNT_X_NAME_)
 
-/* ---- device-tree binding (addresses and interrupts on the board: rackemu/board.h) ---- */
-#include "rackemu/board.h"
+/* ---- device-tree binding (where the board puts the devices: rackemu/board.h) ---- */
 #define RACKEMU_VMBOX_COMPAT   "rackemu,unimem-vmbox"
 #define RACKEMU_PKTZ_COMPAT    "rackemu,unimem-packetizer"
 #define RACKEMU_GAS_COMPAT     "rackemu,unimem-gas"
+
+/* The guest's counter ioctls (guest/include/rackemu: unimem_uapi.h, unimem_gas_uapi.h) carry
+ * these tables' counters as fixed arrays: a new counter grows them there too. */
+#ifdef __cplusplus
+static_assert(VMBOX_CNT_COUNT == 4, "struct unimem_counters (unimem_uapi.h) carries 4 vmbox counters");
+static_assert(PKTZ_CNT_COUNT == 5, "struct unimem_counters (unimem_uapi.h) carries 5 packetizer counters");
+static_assert(GAS_CNT_COUNT == 10, "UNIMEM_GAS_IOC_COUNTERS (unimem_gas_uapi.h) carries 10 counters");
+#elif !defined(__KERNEL__)
+_Static_assert(VMBOX_CNT_COUNT == 4, "struct unimem_counters (unimem_uapi.h) carries 4 vmbox counters");
+_Static_assert(PKTZ_CNT_COUNT == 5, "struct unimem_counters (unimem_uapi.h) carries 5 packetizer counters");
+_Static_assert(GAS_CNT_COUNT == 10, "UNIMEM_GAS_IOC_COUNTERS (unimem_gas_uapi.h) carries 10 counters");
+#endif
 
 /* clang-format on */
 #endif /* RACKEMU_UNIMEM_REGS_H */

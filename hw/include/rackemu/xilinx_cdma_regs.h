@@ -143,8 +143,7 @@ enum cdma_counter_offset { CDMA_COUNTER_TABLE(CDMA_CNT_X_OFFSET_) };
 /* The counters' names in order, for an initializer: { CDMA_CNT_NAMES } */
 #define CDMA_CNT_NAMES CDMA_COUNTER_TABLE(CDMA_CNT_X_NAME_)
 
-/* ---- page size and device-tree binding (address and interrupt on the board: rackemu/board.h) ---- */
-#include "rackemu/board.h"
+/* ---- page size and device-tree binding (where the board puts the device: rackemu/board.h) ---- */
 #define RACKEMU_CDMA_SIZE      0x1000u
 #define RACKEMU_CDMA_COMPAT    "xlnx,axi-cdma-1.00.a"
 #define RACKEMU_CDMA_CHANNEL_COMPAT "xlnx,axi-cdma-channel" /* the child node's compatible */
