@@ -5,7 +5,8 @@ device's Table 2 timing model: compare shapes, never wall against modeled).
 
 Boots its own cluster (--name, default rmcbench; --nodes, default 2; stopped again at the end,
 also on errors and Ctrl-C) for the micro and kv sections; the model section boots nothing.
-Node 0 owns the objects, node 1 runs the microbenchmark, nodes 1..N-1 read the store (each with --threads reader threads, one QP each).
+Node 0 owns the objects, node 1 runs the microbenchmark, nodes 1..N-1 read the store (each
+with --threads reader threads, one QP each).
 
   micro   rmc-bench (seed 000 sec. 7.1, Fig. 7a): remote read vs SABRe vs SABRe without
           speculation, object sizes --micro-sizes; synchronous latency (wall median/p99 us,
