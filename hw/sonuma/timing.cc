@@ -165,6 +165,10 @@ LoadResult model_load(const Timing &t, const LoadMix &m)
         r.error = "threads, window 1..4096, requests <= 1000000, think_ns 0..1e9";
         return r;
     }
+    if (t.r2p2_count > 256 || t.att_entries > RMC_ATT_MAX) {
+        r.error = "r2p2-count above 256 or att-entries above 64";
+        return r;
+    }
     const P p = params(t, false, m.llc);
     const uint32_t n = blocks(0, m.size);
     const bool sabre = m.op == RMC_OP_SABRE;
@@ -180,6 +184,12 @@ LoadResult model_load(const Timing &t, const LoadMix &m)
     if (!per_thread) {
         uint64_t want = (20000 + uint64_t(m.threads) * n - 1) / (uint64_t(m.threads) * n);
         per_thread = uint32_t(std::clamp<uint64_t>(want, 64, 100000));
+    }
+    // bound the run (a few seconds at most): requests, and the ATT scan of each SABRe
+    const uint64_t total_req = uint64_t(m.threads) * per_thread;
+    if (total_req > 4000000 || total_req * (sabre ? uint64_t(nr2p2) * natt : nr2p2) > 500000000) {
+        r.error = "too long a run: threads x requests above 4000000, or x r2p2-count x att-entries above 5e8";
+        return r;
     }
 
     std::vector<Server> rgp(nr2p2), rcp(nr2p2), r2p2(nr2p2);

@@ -205,6 +205,14 @@ TEST(SonumaTiming, LoadRefusesWhatItCannotModel)
     m.threads = 1;
     m.think_ns = -1;
     EXPECT_FALSE(model_load(t, m).ok);
+    m.think_ns = 0;
+    m.threads = 4096; // x 64 requests each at least: fine; x 1000 each: too long a run
+    m.requests = 1000;
+    EXPECT_FALSE(model_load(t, m).ok);
+    m.threads = 16;
+    t.r2p2_count = 100000; // the device accepts it (closed forms); the load model refuses
+    EXPECT_FALSE(model_load(t, m).ok);
+    EXPECT_GT(model_read_ns(t, 0, 64, false), 0);
 }
 
 TEST(SonumaTiming, AbortsAndTheValidateStage)
