@@ -35,6 +35,7 @@ struct RackemuRmcState {
     struct rk_rmc_config cfg;
     uint32_t node_id, node_count;
     bool speculation;
+    bool llc_resident;
     RackemuFabric *fabric; /* link "fabric": the node's port (unset: requests to itself only) */
     VMChangeStateEntry *vmse;
     /* migration: the core's state, filled in pre_save / read by post_load */
@@ -102,6 +103,7 @@ static void rackemu_rmc_realize(DeviceState *dev, Error **errp)
      * and the node's port, to which it binds the RMC service (before the machine starts the port).
      */
     s->cfg.speculation = s->speculation;
+    s->cfg.llc_resident = s->llc_resident;
     s->core = rk_rmc_new(&s->cfg, &s->host.host, err, sizeof(err));
     if (!s->core) {
         error_setg(errp, "%s", err);
@@ -279,6 +281,7 @@ static Property rackemu_rmc_props[] = {
     DEFINE_PROP_UINT32("att-entries", RackemuRmcState, cfg.att_entries, RMC_DEF_ATT_ENTRIES),
     DEFINE_PROP_UINT32("sb-depth", RackemuRmcState, cfg.sb_depth, RMC_DEF_SB_DEPTH),
     DEFINE_PROP_BOOL("sabre-speculation", RackemuRmcState, speculation, true),
+    DEFINE_PROP_BOOL("llc-resident", RackemuRmcState, llc_resident, false),
     DEFINE_PROP_UINT64("sabre-window-delay-ns", RackemuRmcState, cfg.window_delay_ns, 0),
     DEFINE_PROP_UINT32("timeout-ms", RackemuRmcState, cfg.timeout_ms, 2000),
     DEFINE_PROP_UINT32("rgp-window-blocks", RackemuRmcState, cfg.window_blocks, RMC_DEF_WINDOW_BLOCKS),

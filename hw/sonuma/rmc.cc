@@ -472,7 +472,8 @@ const RmcRegs::R RmcRegs::table[] = {
           w.wake = d.kicked_ = true;
       }},
     RMC_RO("STATUS", RMC_REG_STATUS,
-           (d.cfg_.speculation ? RMC_STATUS_SPEC : 0u) | (d.fabric_up() ? RMC_STATUS_FABRIC_UP : 0u)),
+           (d.cfg_.speculation ? RMC_STATUS_SPEC : 0u) | (d.fabric_up() ? RMC_STATUS_FABRIC_UP : 0u) |
+               (d.cfg_.timing.llc_resident ? RMC_STATUS_LLC : 0u)),
     R{"IRQ_STATUS", RMC_REG_IRQ_STATUS, 8, RegAccess::W1C, 0, ~0ull,
       [](Rmc &d, const R &, unsigned, RmcWrite &) -> uint64_t { return d.irq_status_; },
       [](Rmc &d, const R &, unsigned, uint64_t merged, uint64_t, RmcWrite &) { d.irq_status_ = merged; }},
@@ -1009,14 +1010,14 @@ void Rmc::write_cqe_locked(Qp &qp, unsigned q, const Transfer &t)
     if (t.status != RMC_ST_BAD_REQUEST && t.status != RMC_ST_UNREACHABLE && t.status != RMC_ST_UNCERTAIN) {
         switch (t.wqe.op) {
         case RMC_OP_READ:
-            model = model_read_ns(tm, t.wqe.remote_off, t.wqe.length, local);
+            model = model_read_ns(tm, t.wqe.remote_off, t.wqe.length, local, t.llc);
             break;
         case RMC_OP_WRITE:
             model = model_write_ns(tm, t.wqe.remote_off, t.wqe.length, local);
             break;
         case RMC_OP_CAS:
         case RMC_OP_FAA:
-            model = model_atomic_ns(tm, local);
+            model = model_atomic_ns(tm, local, t.llc);
             break;
         case RMC_OP_SABRE:
             model = model_sabre_ns(tm, t.r2p2_ns, local);
@@ -1244,6 +1245,7 @@ void Rmc::serve(const rkf_frame_hdr &h, const uint8_t *p, const Sink &sink, bool
 
     rkf_rmc_done d{};
     d.nblocks = r.nblocks;
+    if (cfg_.timing.llc_resident) d.flags = RKF_RMC_RF_LLC; // for the source's timing model
     auto refuse = [&](uint8_t st, uint8_t info) {
         count(RMC_CNT_SRV_REFUSED);
         d.status = st;
@@ -1410,9 +1412,12 @@ void Rmc::serve_sabre(const rkf_frame_hdr &h, const rkf_rmc_req &r, uint64_t add
     d.nblocks = n;
     d.status = o.abort == Abort::None ? RMC_ST_OK : RMC_ST_SABRE_ABORT;
     d.info = uint8_t(o.abort);
-    d.flags = uint16_t((o.validated ? RKF_RMC_RF_VALIDATED : 0) | (sr.spec ? 0 : RKF_RMC_RF_NOSPEC));
+    d.flags = uint16_t((o.validated ? RKF_RMC_RF_VALIDATED : 0) | (sr.spec ? 0 : RKF_RMC_RF_NOSPEC) |
+                       (cfg_.timing.llc_resident ? RKF_RMC_RF_LLC : 0));
     d.value = o.version;
-    d.r2p2_ns = uint32_t(std::llround(std::min(model_r2p2_sabre_ns(cfg_.timing, o.trace), 4e9)));
+    SabreTrace tr = o.trace;
+    tr.llc = cfg_.timing.llc_resident;
+    d.r2p2_ns = uint32_t(std::llround(std::min(model_r2p2_sabre_ns(cfg_.timing, tr), 4e9)));
     d.abort_block = o.abort_block;
     sink.reply(RKF_ST_OK, &d, sizeof d);
 }
@@ -1520,6 +1525,7 @@ void Rmc::rcp_reply(const rkf_frame_hdr &h, const uint8_t *p, bool now)
                     t.info = d.info;
                 }
                 t.value = d.value;
+                t.llc = (d.flags & RKF_RMC_RF_LLC) != 0;
                 if (t.wqe.op == RMC_OP_SABRE) {
                     t.r2p2_ns = d.r2p2_ns;
                     t.cqe_flags = uint8_t(((d.flags & RKF_RMC_RF_VALIDATED) ? RMC_CQE_F_VALIDATED : 0) |

@@ -179,6 +179,7 @@ private:
         uint8_t cqe_flags = 0;
         uint64_t value = 0;
         double r2p2_ns = 0;
+        bool llc = false; // the destination's data is LLC-resident (its reply's RKF_RMC_RF_LLC)
         uint64_t start_ns = 0, deadline_ns = 0; // mono_ns()
         // WRITE/CAS/FAA frames that left for another node and were not answered "not delivered"
         // (bridge NOROUTE/CONGESTED, failed send): if the transfer then fails UNREACHABLE, the

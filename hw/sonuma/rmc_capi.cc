@@ -71,6 +71,7 @@ extern "C" RkRmc *rk_rmc_new(const rk_rmc_config *c, const RkHost *host, char *e
     cfg.timing.pkt_hdr = c->pkt_hdr;
     cfg.timing.att_entries = c->att_entries;
     cfg.timing.sb_depth = c->sb_depth;
+    cfg.timing.llc_resident = c->llc_resident != 0;
     cfg.speculation = c->speculation != 0;
     cfg.window_delay_ns = c->window_delay_ns;
     cfg.timeout_ms = c->timeout_ms;

@@ -27,6 +27,7 @@ struct rk_rmc_config {
     uint32_t rmc_mhz, mem_ns, llc_ns, hop_ns, hops, link_gbps, r2p2_gbps, r2p2_count, issue_cycles, pkt_hdr,
         att_entries, sb_depth;
     int speculation;
+    int llc_resident; /* the data this node serves is LLC-resident (timing model) */
     uint64_t window_delay_ns;
     uint32_t timeout_ms, window_blocks;
     uint64_t seg_base, seg_size;

@@ -172,7 +172,9 @@ def test_sabre_speculation_shape(rack):
     for e in (e_spec, e_nospec):
         assert e["status"] == R["RMC_ST_OK"] and e["value"] == 8
     assert n1.memread(SEG + 0xb000, 1024) == obj[:1024]
-    assert abs(e_spec["modeled_ns"] - e_read["modeled_ns"]) <= 4
+    # design §5: one R2P2 serves the SABRe at 3.2 ns per block, the read is spread over four (1 ns):
+    # 3 cycles + 15 x 2.2 ns = 36 ns more for 16 blocks
+    assert abs(e_spec["modeled_ns"] - e_read["modeled_ns"] - 36) <= 1
     assert e_nospec["modeled_ns"] - e_spec["modeled_ns"] >= 80  # one memory latency (90 ns)
     assert e_nospec["flags"] & R["RMC_CQE_F_NOSPEC"]
     n0.memwrite(SEG + 0x4000, struct.pack("<Q", 9))  # a writer holds the object
@@ -216,6 +218,40 @@ def test_bad_requests_and_errors_complete_and_qemu_lives(rack):
     assert n1.read(BASE + R["RMC_REG_ID"], 4) == 0
     assert n1.readq(BASE + R["RMC_REG_ID"]) == R["RMC_ID_VALUE"]
     assert cnt(n1, "RMC_CNT_GUEST_ERRORS") >= 7
+
+
+def test_timing_properties_act():
+    """Node 0 serves LLC-resident data (llc-resident=on) with a slower R2P2 (r2p2-gbps=10): a read
+    from node 1 costs L instead of M, and its blocks go at 64 B / 10 GB/s / 4 R2P2s = 1.6 ns."""
+    with tempfile.TemporaryDirectory(prefix="rackemu-rmc-timing-") as d:
+        bridge = Bridge(d)
+        props = ["-global", "rackemu-rmc.llc-resident=on", "-global", "rackemu-rmc.r2p2-gbps=10"]
+        nodes = [QtestNode(i, 2, bridge.socket, memory=f"{MEM_MB}M", extra_args=props if i == 0 else ())
+                 for i in range(2)]
+        try:
+            wait_for(lambda: len([p for p in bridge.stats()["ports"] if p["state"] == "up"]) == 2,
+                     what="2 nodes connected")
+            n0, n1 = nodes
+            for n in nodes:
+                n.writeq(BASE + R["RMC_REG_CTRL"], R["RMC_CTRL_EN"])
+                context(n, layout=0)
+            assert n0.readq(BASE + R["RMC_REG_STATUS"]) & R["RMC_STATUS_LLC"]
+            assert not n1.readq(BASE + R["RMC_REG_STATUS"]) & R["RMC_STATUS_LLC"]
+            assert n0.readq(BASE + R["RMC_REG_T_R2P2_GBPS"]) == 10
+            q1, q0 = Qp(n1, 0), Qp(n0, 0)
+            # READ = F + c + M + (n-1) g_r, F = 92.8 (design §5); node 1's model uses node 0's reply
+            # flag for M (10), its own properties for g_r (20 GB/s: 1 ns)
+            e = q1.run(wqe(R["RMC_OP_READ"], 0, 0, 0x8000, 64))
+            assert e["status"] == R["RMC_ST_OK"] and e["modeled_ns"] == 104  # 92.8 + 1 + 10
+            e = q0.run(wqe(R["RMC_OP_READ"], 1, 0, 0x8000, 64))
+            assert e["status"] == R["RMC_ST_OK"] and e["modeled_ns"] == 184  # 92.8 + 1 + 90
+            # a SABRe's R is node 0's: 2 + 10 + 15 x 6.4 + 1 = 109; + F + c = 202.8
+            e = q1.run(wqe(R["RMC_OP_SABRE"], 0, 0x1000, 0x9000, 1024))
+            assert e["status"] == R["RMC_ST_OK"] and e["modeled_ns"] == 203
+        finally:
+            for n in nodes:
+                n.close()
+            bridge.stop()
 
 
 def test_killed_node_turns_pending_requests_into_unreachable():

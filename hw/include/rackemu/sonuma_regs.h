@@ -57,6 +57,7 @@
 #define RMC_REG_STATUS         0x040u   /* R: RMC_STATUS_* */
 #define RMC_STATUS_SPEC        (1u << 0) /* LightSABRes speculation on (property sabre-speculation) */
 #define RMC_STATUS_FABRIC_UP   (1u << 1) /* the node's fabric link is up */
+#define RMC_STATUS_LLC         (1u << 2) /* the data this node serves is LLC-resident (property llc-resident) */
 #define RMC_REG_IRQ_STATUS     0x048u   /* R/W1C: bit q = QP q wrote a CQE with IRQ_EN set */
 #define RMC_REG_SEG_BASE       0x050u   /* R: reserved segment base (machine), 0 if none */
 #define RMC_REG_SEG_SIZE       0x058u   /* R: reserved segment size */
@@ -283,6 +284,7 @@ struct rkf_rmc_data {
 };
 #define RKF_RMC_RF_VALIDATED   (1u << 0)
 #define RKF_RMC_RF_NOSPEC      (1u << 1)
+#define RKF_RMC_RF_LLC         (1u << 2) /* the destination's data is LLC-resident: the source's model */
 struct rkf_rmc_done {
     rk_u8  status;      /* RMC_ST_OK, SABRE_ABORT, REMOTE_ACCESS, BAD_REQUEST */
     rk_u8  info;        /* RMC_INFO_* */
