@@ -175,7 +175,10 @@ def test_microbenchmark_reproduces_the_speculation_shape(cluster2):
     assert len(rows) == 12, r.stdout
     assert rows[("sabre", 64)] == rows[("sabre-nospec", 64)]
     for size in (64, 128, 2048):
-        assert abs(rows[("sabre", size)] - rows[("read", size)] - 3) <= 1, rows  # registration + validation
+        # registration + validation (3 ns), and a SABRe's blocks on one R2P2 at 3.2 ns against a
+        # read's over four at 1 ns: 2.2 ns per block after the first (docs/sonuma.md)
+        gap = 3 + 2.2 * (size // 64 - 1)
+        assert abs(rows[("sabre", size)] - rows[("read", size)] - gap) <= 2, rows
     for size in (128, 2048, 8192):
         assert rows[("sabre-nospec", size)] - rows[("sabre", size)] >= 0.3 * 90, rows
     assert rows[("sabre-nospec", 128)] - rows[("sabre", 128)] >= 0.9 * 90, rows

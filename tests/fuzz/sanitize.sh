@@ -31,11 +31,11 @@ for k in $kinds; do
       ${extra:+-Dcpp_args=$extra} >/dev/null
   fi
   tests=${RACKEMU_SAN_TESTS:-}
-  # TSan: every unit test (tests/unit/meson.build) but remote_mem and bridge, whose bridge and
+  # TSan: every unit test (tests/unit/meson.build) but remote_mem(_direct) and bridge, whose bridge and
   # ports share one process and map each ring twice, which TSan cannot follow (docs/fuzzing.md,
-  # "What they found")
+  # "What they found"), and roce_vectors (a script, not a binary)
   if [[ $k == tsan && -z $tests ]]; then
-    tests=$(meson test -C "$dir" --no-rebuild --list 2>/dev/null | grep -v "^ninja:" | sed 's/^.* \/ //' | grep -vxE 'remote_mem|bridge' | tr '\n' ' ')
+    tests=$(meson test -C "$dir" --no-rebuild --list 2>/dev/null | grep -v "^ninja:" | sed 's/^.* \/ //' | grep -vxE 'remote_mem|remote_mem_direct|bridge|roce_vectors' | tr '\n' ' ')
   fi
   targets=()
   for t in $tests; do targets+=("tests/unit/test_$t"); done
