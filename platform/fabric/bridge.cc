@@ -713,7 +713,7 @@ std::string Bridge::stats_json()
       << ",\"over_cap\":" << over_cap_ << ",\"refused_handshakes\":" << refused_handshakes_
       << ",\"conn_timeouts\":" << conn_timeouts_ << ",\"conn_evicted\":" << conn_evicted_
       << ",\"outstanding\":" << outstanding_total_ << ",\"max_outstanding\":" << opt_.max_outstanding
-      << ",\"router_sleeps\":" << router_sleeps_ << ",\"ports\":[";
+      << ",\"router_sleeps\":" << router_sleeps_.load() << ",\"ports\":[";
     bool first = true;
     for (unsigned i = 0; i < opt_.max_nodes; i++) {
         const Port &p = ports_[i];

@@ -118,8 +118,8 @@ private:
     uint64_t outstanding_total_ = 0;
     uint64_t malformed_ = 0, noroute_ = 0, spoofed_ = 0, congested_ = 0, refused_handshakes_ = 0;
     uint64_t unsolicited_ = 0, over_cap_ = 0, conn_timeouts_ = 0, conn_evicted_ = 0;
-    std::vector<Conn> conns_; // main loop only
-    uint64_t router_sleeps_ = 0;
+    std::vector<Conn> conns_;                // main loop only
+    std::atomic<uint64_t> router_sleeps_{0}; // written by the router without mu_, read by stats_json()
     std::atomic<bool> stopping_{false};
     std::thread router_;
     uint64_t start_ns_ = 0;
