@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Boot and idle benchmark: prints a table, writes CSV and a PNG plot (not a test; figures vary
 by machine and by what else runs on it, so the host's load average is recorded beside them).
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Boot from snapshots vs a cold boot: prints a table, writes CSV and a PNG plot (not a test;
 figures vary by machine and by what else it runs).
 

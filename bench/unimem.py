@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Unimem benchmark: prints a table and writes CSV (not a test; figures vary by machine).
 
 Measured in one run on a booted cluster (node 0 is the initiator, node 1 the owner):
