@@ -6,7 +6,9 @@
  * shared-memory rings, and runs one service thread that serves incoming requests and replies
  * without the QEMU main loop or the vCPUs. If the bridge is unreachable or dies, the port
  * reports the link down to every registered service (so pending operations fail instead of
- * hanging) and keeps trying to reconnect once a second.
+ * hanging) and keeps trying to reconnect once a second. While the link is up and nothing
+ * arrives, the port's threads sleep without a timeout: a watcher thread blocks in poll() on the
+ * bridge's socket and wakes the service thread when the bridge hangs up.
  */
 #ifndef RK_FABRIC_PORT_H
 #define RK_FABRIC_PORT_H
@@ -82,7 +84,8 @@ void rk_fabric_port_register(RkFabricPort *port, unsigned svc, rk_fabric_request
                              rk_fabric_reply_fn on_reply, rk_fabric_link_fn on_link, void *opaque);
 
 /* Send a frame. The port fills magic, src and ts_ns. Returns 0, -ENOTCONN when the link is
- * down, -EINVAL for a malformed frame, -EAGAIN if the ring stayed full for 100 ms. */
+ * down, -EINVAL for a malformed frame, -EAGAIN if the ring stayed full for 100 ms (the sender
+ * blocks on a futex meanwhile; the bridge wakes it when it frees a slot). */
 int rk_fabric_port_send(RkFabricPort *port, struct rkf_frame_hdr *hdr, const void *payload);
 /* Answer `req` with status and payload. */
 int rk_fabric_port_reply(RkFabricPort *port, const struct rkf_frame_hdr *req, uint16_t status,
@@ -91,6 +94,18 @@ int rk_fabric_port_reply(RkFabricPort *port, const struct rkf_frame_hdr *req, ui
 /* Fault injection for tests: push `hdr` exactly as given (no validation, no field filled in).
  * The bridge must drop and count what is malformed. */
 int rk_fabric_port_send_raw(RkFabricPort *port, const struct rkf_frame_hdr *hdr, const void *payload);
+
+/* Drive the port from the calling thread while it waits for a reply: until done(arg) returns
+ * nonzero, for at most `max_ns` (0: the fabric's spin time, rk_fabric_spin_ns()), pop the
+ * frames the bridge delivers to this node and dispatch them on this thread, so a reply needs no
+ * wake-up of the port thread. Returns 1 if done(arg) became true, 0 otherwise (the caller then
+ * blocks as usual; the port thread has taken over again). Service callbacks, including other
+ * services' requests, may run on the caller: it must hold no lock a callback takes (in QEMU:
+ * not the big lock). Returns done(arg) at once when called from inside a service callback or
+ * while the link is down. Serialised with the port thread and other drivers. */
+int rk_fabric_port_drive(RkFabricPort *port, int (*done)(void *arg), void *arg, uint64_t max_ns);
+/* How long fabric threads poll before they block (docs/fabric.md, "Data path"). */
+uint64_t rk_fabric_spin_ns(void);
 
 int rk_fabric_port_is_up(RkFabricPort *port);
 /* The bridge's liveness table (fabric_proto.h), read-only, at an address that stays valid for the
@@ -103,6 +118,8 @@ uint32_t rk_fabric_port_caps(RkFabricPort *port);
 struct rk_fabric_port_stats {
     uint64_t frames_tx, frames_rx, bytes_tx, bytes_rx, bad_frames, send_failures, link_downs, connects,
         wakeups_sent, sleeps;
+    uint64_t driven_frames; /* frames dispatched by a waiting thread (rk_fabric_port_drive) */
+    uint64_t full_waits;    /* sends that blocked on a full ring */
 };
 void rk_fabric_port_get_stats(RkFabricPort *port, struct rk_fabric_port_stats *out);
 
