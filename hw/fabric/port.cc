@@ -448,8 +448,8 @@ int RkFabricPort::drain_locked(unsigned max)
         handled++;
         if (const char *why = frame_defect(h)) {
             bad_frames++;
-            log(RK_FABRIC_LOG_BAD_INPUT, "rackemu-fabric: node %u: dropped a frame from the bridge: %s", node_id,
-                why);
+            log(RK_FABRIC_LOG_BAD_INPUT, "rackemu-fabric: node %u: dropped a frame from the bridge: %s",
+                node_id, why);
             continue;
         }
         frames_rx++;
@@ -475,8 +475,10 @@ void RkFabricPort::run()
                 char err[256];
                 int rc = connect_once(err, sizeof err);
                 if (rc == 0) {
-                    log(RK_FABRIC_LOG_INFO, "rackemu-fabric: node %u: connected to %s (spin %llu us)",
-                        node_id, path.c_str(), (unsigned long long)(spin_ns() / 1000));
+                    log(RK_FABRIC_LOG_INFO,
+                        "rackemu-fabric: node %u: connected to %s (spin %llu us, drive %llu us)", node_id,
+                        path.c_str(), (unsigned long long)(spin_ns() / 1000),
+                        (unsigned long long)(drive_ns() / 1000));
                     report_link(1);
                     continue;
                 }
@@ -512,9 +514,8 @@ void RkFabricPort::run()
         // the watcher reports the bridge gone, or rk_fabric_port_free: no timeout.
         sleeps++;
         Ring &rx = shm->to_node;
-        futex_sleep(&rx.ctl.sleeping, -1, [&] {
-            return !ring_empty(rx) || stop.load() || peer_gone.load() || rx_corrupt.load();
-        });
+        futex_sleep(&rx.ctl.sleeping, -1,
+                    [&] { return !ring_empty(rx) || stop.load() || peer_gone.load() || rx_corrupt.load(); });
         last_activity = now_ns();
     }
 }
@@ -625,8 +626,9 @@ void rk_fabric_port_set_hooks(RkFabricPort *p, const struct rk_fabric_port_hooks
 {
     p->hooks = hooks ? *hooks : rk_fabric_port_hooks{};
     if (p->up.load()) {
-        p->log(RK_FABRIC_LOG_INFO, "rackemu-fabric: node %u: connected to %s (spin %llu us)", p->node_id,
-               p->path.c_str(), (unsigned long long)(spin_ns() / 1000));
+        p->log(RK_FABRIC_LOG_INFO, "rackemu-fabric: node %u: connected to %s (spin %llu us, drive %llu us)",
+               p->node_id, p->path.c_str(), (unsigned long long)(spin_ns() / 1000),
+               (unsigned long long)(drive_ns() / 1000));
         if (p->hooks.link) p->hooks.link(p->hooks.opaque, 1);
     }
 }
@@ -711,12 +713,17 @@ const struct rkf_live_table *rk_fabric_port_liveness(RkFabricPort *p)
 
 int rk_fabric_port_drive(RkFabricPort *p, int (*done)(void *), void *arg, uint64_t max_ns)
 {
-    return p->drive(done, arg, max_ns ? max_ns : spin_ns());
+    return p->drive(done, arg, max_ns ? max_ns : drive_ns());
 }
 
 uint64_t rk_fabric_spin_ns(void)
 {
     return spin_ns();
+}
+
+uint64_t rk_fabric_drive_ns(void)
+{
+    return drive_ns();
 }
 
 int rk_fabric_port_is_up(RkFabricPort *p)

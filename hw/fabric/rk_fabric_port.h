@@ -96,7 +96,7 @@ int rk_fabric_port_reply(RkFabricPort *port, const struct rkf_frame_hdr *req, ui
 int rk_fabric_port_send_raw(RkFabricPort *port, const struct rkf_frame_hdr *hdr, const void *payload);
 
 /* Drive the port from the calling thread while it waits for a reply: until done(arg) returns
- * nonzero, for at most `max_ns` (0: the fabric's spin time, rk_fabric_spin_ns()), pop the
+ * nonzero, for at most `max_ns` (0: the fabric's drive time, rk_fabric_drive_ns()), pop the
  * frames the bridge delivers to this node and dispatch them on this thread, so a reply needs no
  * wake-up of the port thread. Returns 1 if done(arg) became true, 0 otherwise (the caller then
  * blocks as usual; the port thread has taken over again). Service callbacks, including other
@@ -104,8 +104,11 @@ int rk_fabric_port_send_raw(RkFabricPort *port, const struct rkf_frame_hdr *hdr,
  * not the big lock). Returns done(arg) at once when called from inside a service callback or
  * while the link is down. Serialised with the port thread and other drivers. */
 int rk_fabric_port_drive(RkFabricPort *port, int (*done)(void *arg), void *arg, uint64_t max_ns);
-/* How long fabric threads poll before they block (docs/fabric.md, "Data path"). */
+/* How long the fabric's helper threads poll before they block, and how long a waiting thread
+ * drives the port by default (docs/fabric.md, "Data path"; RACKEMU_FABRIC_SPIN_US,
+ * RACKEMU_FABRIC_DRIVE_US). */
 uint64_t rk_fabric_spin_ns(void);
+uint64_t rk_fabric_drive_ns(void);
 
 int rk_fabric_port_is_up(RkFabricPort *port);
 /* The bridge's liveness table (fabric_proto.h), read-only, at an address that stays valid for the

@@ -202,8 +202,19 @@ inline uint64_t now_ns()
     return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
 }
 
+// A duration in microseconds from the environment (0 .. 1 s), or `dflt` when unset or invalid.
+inline uint64_t env_us(const char *name, uint64_t dflt)
+{
+    if (const char *e = getenv(name)) {
+        char *end = nullptr;
+        const unsigned long long us = strtoull(e, &end, 10);
+        if (end != e && *end == 0 && us <= 1000000) return us * 1000ull;
+    }
+    return dflt;
+}
+
 // How long a thread polls (with `pause`) before it blocks on a futex: a consumer after the last
-// frame, a thread waiting for a reply (rk_fabric_port_drive). A blocking hand-off costs a few
+// frame, the router, a sender that found a ring full. A blocking hand-off costs a few
 // microseconds when a core is free, but a spinner on a host with no spare core keeps the core
 // that the producer needs until the next scheduler tick (milliseconds). So spin_ns() is short
 // (kSpinShortNs) unless the process may use at least kSpinCores CPUs; RACKEMU_FABRIC_SPIN_US
@@ -214,11 +225,7 @@ constexpr unsigned kSpinCores = 4;
 
 inline uint64_t spin_ns_default()
 {
-    if (const char *e = getenv("RACKEMU_FABRIC_SPIN_US")) {
-        char *end = nullptr;
-        const unsigned long long us = strtoull(e, &end, 10);
-        if (end != e && *end == 0 && us <= 1000000) return us * 1000ull;
-    }
+    if (getenv("RACKEMU_FABRIC_SPIN_US")) return env_us("RACKEMU_FABRIC_SPIN_US", kSpinShortNs);
     cpu_set_t set;
     CPU_ZERO(&set);
     const int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
@@ -228,6 +235,20 @@ inline uint64_t spin_ns_default()
 inline uint64_t spin_ns()
 {
     static const uint64_t ns = spin_ns_default();
+    return ns;
+}
+
+// How long a thread that waits for a reply drives the port (rk_fabric_port_drive) before it
+// blocks: about one fabric round trip on a loaded 2-core host, so that a typical reply is
+// dispatched by the thread that needs it, with no wake-up of the port thread and of the waiter.
+// The thread is one that cannot proceed anyway (a vCPU stalled on a remote load), so the core it
+// keeps is its own; the helper threads it needs (router, the peer's port) block and get woken.
+// RACKEMU_FABRIC_DRIVE_US overrides it (0: block at once).
+constexpr uint64_t kDriveNs = 100000;
+
+inline uint64_t drive_ns()
+{
+    static const uint64_t ns = env_us("RACKEMU_FABRIC_DRIVE_US", kDriveNs);
     return ns;
 }
 

@@ -713,7 +713,8 @@ void Bridge::router()
         {
             std::lock_guard lk(mu_);
             for (unsigned i = 0; i < opt_.max_nodes; i++) {
-                if (ports_[i].state == State::Up) ports_[i].shm->router_asleep.store(1, std::memory_order_relaxed);
+                if (ports_[i].state == State::Up)
+                    ports_[i].shm->router_asleep.store(1, std::memory_order_relaxed);
             }
         }
         futex_sleep(&bell_->sleeping, -1, [&] {
@@ -731,7 +732,8 @@ void Bridge::router()
         {
             std::lock_guard lk(mu_);
             for (unsigned i = 0; i < opt_.max_nodes; i++) {
-                if (ports_[i].state == State::Up) ports_[i].shm->router_asleep.store(0, std::memory_order_relaxed);
+                if (ports_[i].state == State::Up)
+                    ports_[i].shm->router_asleep.store(0, std::memory_order_relaxed);
             }
         }
         last_activity = now_ns();
@@ -807,8 +809,9 @@ void Bridge::run()
             pfds.push_back({c.fd, short(c.replying ? POLLOUT : POLLIN), 0});
             next = std::min(next, c.deadline_ns);
         }
-        const int timeout_ms =
-            next == UINT64_MAX ? -1 : next > now ? int(std::min<uint64_t>((next - now + 999999) / 1000000, 60000)) : 0;
+        const int timeout_ms = next == UINT64_MAX ? -1
+                               : next > now ? int(std::min<uint64_t>((next - now + 999999) / 1000000, 60000))
+                                            : 0;
         if (poll(pfds.data(), pfds.size(), timeout_ms) < 0 && errno != EINTR) break;
         now = now_ns();
         if (pfds[2].revents & POLLIN) {
