@@ -87,6 +87,13 @@ struct RkFabricPort {
     std::atomic<bool> peer_gone{false};
     // Set by a thread that found the to_node ring corrupt while driving; the port thread acts.
     std::atomic<bool> rx_corrupt{false};
+    // Threads inside drive() (changed under rx_mu). While any drives, the port thread does not
+    // announce that it sleeps (the drivers poll the ring): it parks on `handback` (a private
+    // futex, read and bumped under rx_mu, so no wake-up is lost) and the last driver to leave
+    // wakes it if it parked; it then announces itself again and re-checks the ring.
+    unsigned drivers = 0;
+    bool parked = false;
+    std::atomic<uint32_t> handback{0};
     Svc svcs[RKF_SVC_COUNT];
     std::mutex svc_mu;
     // Service callbacks running now (any thread), so that re-registering a service (unbinding
@@ -97,7 +104,7 @@ struct RkFabricPort {
     std::atomic<bool> stop{false};
     std::atomic<uint64_t> frames_tx{0}, frames_rx{0}, bytes_tx{0}, bytes_rx{0}, bad_frames{0},
         send_failures{0}, link_downs{0}, connects{0}, wakeups_sent{0}, sleeps{0}, driven_frames{0},
-        full_waits{0};
+        full_waits{0}, polled_frames{0};
     rk_fabric_port_hooks hooks{}; // set before the thread starts and before any send; then read-only
 
     ~RkFabricPort()
@@ -120,6 +127,7 @@ struct RkFabricPort {
     // Pop and dispatch up to `max` frames of to_node; rx_mu held, link up. -1: corrupt indices.
     int drain_locked(unsigned max);
     int drive(int (*done)(void *), void *arg, uint64_t max_ns);
+    int poll_rx(unsigned max);
     int push(const rkf_frame_hdr &h, const void *payload);
     void dispatch(const rkf_frame_hdr &h, const unsigned char *payload);
     void callback_done();
@@ -302,8 +310,12 @@ void RkFabricPort::watch(int s)
 
 void RkFabricPort::wake_port_thread()
 {
-    std::lock_guard lk(tx_mu);
-    if (up) futex_wake_always(&shm->to_node.ctl.sleeping);
+    {
+        std::lock_guard lk(tx_mu);
+        if (up) futex_wake_always(&shm->to_node.ctl.sleeping);
+    }
+    handback.fetch_add(1, std::memory_order_seq_cst); // a port thread parked behind a driver
+    futex_op(&handback, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr);
 }
 
 void RkFabricPort::stop_watcher()
@@ -513,6 +525,21 @@ void RkFabricPort::run()
         // Asleep until the bridge delivers a frame (it wakes us only because we announce it),
         // the watcher reports the bridge gone, or rk_fabric_port_free: no timeout.
         sleeps++;
+        {
+            std::unique_lock rk(rx_mu);
+            if (drivers) {
+                // A thread drives the port: it polls the ring and holds the announcement.
+                parked = true;
+                const uint32_t seq = handback.load(std::memory_order_relaxed);
+                rk.unlock();
+                if (!stop.load() && !peer_gone.load() && !rx_corrupt.load())
+                    futex_op(&handback, FUTEX_WAIT_PRIVATE, seq, nullptr);
+                rk.lock();
+                parked = false;
+                last_activity = now_ns();
+                continue;
+            }
+        }
         Ring &rx = shm->to_node;
         futex_sleep(&rx.ctl.sleeping, -1,
                     [&] { return !ring_empty(rx) || stop.load() || peer_gone.load() || rx_corrupt.load(); });
@@ -530,13 +557,17 @@ int RkFabricPort::drive(int (*done)(void *), void *arg, uint64_t max_ns)
     // Inside a service callback (this thread may hold rx_mu already), or no link: nothing to do.
     if (tl_in_callback || !up.load(std::memory_order_acquire)) return 0;
     const uint64_t t0 = now_ns();
-    bool took_over = false;
+    bool joined = false, took_over = false;
     int r = 0;
     for (;;) {
         int n = 0;
         if (rx_mu.try_lock()) {
             if (up.load(std::memory_order_relaxed)) {
                 Ring &rx = shm->to_node;
+                if (!joined) {
+                    drivers++; // from now on the port thread does not announce itself
+                    joined = true;
+                }
                 if (!took_over) {
                     took_over = rx.ctl.sleeping.exchange(0, std::memory_order_seq_cst) != 0;
                 }
@@ -557,16 +588,42 @@ int RkFabricPort::drive(int (*done)(void *), void *arg, uint64_t max_ns)
         if (n < 0 || !up.load(std::memory_order_relaxed) || now_ns() - t0 >= max_ns) break;
         if (n == 0) cpu_relax();
     }
-    if (took_over) {
+    if (joined) {
         std::lock_guard rk(rx_mu);
-        if (up) {
+        drivers--;
+        if (took_over && up) {
             Ring &rx = shm->to_node;
             rx.ctl.sleeping.store(1, std::memory_order_seq_cst);
             // A frame that arrived after the last drain saw no sleeper: hand it to the port thread.
             if (!ring_empty(rx)) futex_wake(&rx.ctl.sleeping);
         }
+        if (drivers == 0 && parked) {
+            // The port thread parked behind the drivers: it announces itself and looks again.
+            handback.fetch_add(1, std::memory_order_relaxed);
+            futex_op(&handback, FUTEX_WAKE_PRIVATE, 1, nullptr);
+        }
     }
     return r;
+}
+
+// A thread that polls a device register (a vCPU): dispatch what the bridge has delivered to
+// this node, without waiting and without taking over the port thread's announcement. Nothing
+// if another thread dispatches now (it delivers the same frames).
+int RkFabricPort::poll_rx(unsigned max)
+{
+    if (tl_in_callback || !up.load(std::memory_order_acquire) || !rx_mu.try_lock()) return 0;
+    int n = 0;
+    if (up.load(std::memory_order_relaxed) && !ring_empty(shm->to_node)) {
+        n = drain_locked(max);
+        if (n > 0) polled_frames += unsigned(n);
+    }
+    rx_mu.unlock();
+    if (n < 0) {
+        rx_corrupt = true; // the port thread takes the link down
+        wake_port_thread();
+        return 0;
+    }
+    return n;
 }
 
 extern "C" {
@@ -716,6 +773,11 @@ int rk_fabric_port_drive(RkFabricPort *p, int (*done)(void *), void *arg, uint64
     return p->drive(done, arg, max_ns ? max_ns : drive_ns());
 }
 
+int rk_fabric_port_poll(RkFabricPort *p)
+{
+    return p ? p->poll_rx(64) : 0;
+}
+
 uint64_t rk_fabric_spin_ns(void)
 {
     return spin_ns();
@@ -753,6 +815,7 @@ void rk_fabric_port_get_stats(RkFabricPort *p, struct rk_fabric_port_stats *o)
     o->sleeps = p->sleeps;
     o->driven_frames = p->driven_frames;
     o->full_waits = p->full_waits;
+    o->polled_frames = p->polled_frames;
 }
 
 } // extern "C"

@@ -104,6 +104,16 @@ int rk_fabric_port_send_raw(RkFabricPort *port, const struct rkf_frame_hdr *hdr,
  * not the big lock). Returns done(arg) at once when called from inside a service callback or
  * while the link is down. Serialised with the port thread and other drivers. */
 int rk_fabric_port_drive(RkFabricPort *port, int (*done)(void *arg), void *arg, uint64_t max_ns);
+/* Dispatch, on the calling thread and without waiting, what the bridge has delivered to this
+ * node (at most 64 frames); returns how many. For a vCPU that reads a device register a guest
+ * polls (a status or FIFO register): the frame it waits for is dispatched by the vCPU itself,
+ * not after a wake-up of the port thread. It takes no announcement over, so the port thread
+ * stays responsible when nobody polls. 0 at once if another thread dispatches now (the port
+ * thread or a driver: they deliver the same frames), from inside a service callback, or while
+ * the link is down. Service callbacks run on the caller: it may hold the big QEMU lock (no
+ * callback takes it; interrupts they raise are then set at once), but no lock a callback takes.
+ * Any device glue may call it (docs/fabric.md, "Waiting threads drive the port"). */
+int rk_fabric_port_poll(RkFabricPort *port);
 /* How long the fabric's helper threads poll before they block, and how long a waiting thread
  * drives the port by default (docs/fabric.md, "Data path"; RACKEMU_FABRIC_SPIN_US,
  * RACKEMU_FABRIC_DRIVE_US). */
@@ -123,6 +133,7 @@ struct rk_fabric_port_stats {
         wakeups_sent, sleeps;
     uint64_t driven_frames; /* frames dispatched by a waiting thread (rk_fabric_port_drive) */
     uint64_t full_waits;    /* sends that blocked on a full ring */
+    uint64_t polled_frames; /* frames dispatched by a polling thread (rk_fabric_port_poll) */
 };
 void rk_fabric_port_get_stats(RkFabricPort *port, struct rk_fabric_port_stats *out);
 

@@ -479,7 +479,60 @@ TEST(WaitDiscipline, ACallerDrivingThePortReceivesItsReplyWithoutThePortThread)
         }
         ASSERT_EQ(w.replies.load(), want) << i;
     }
-    EXPECT_GT(stats_of(n0).driven_frames, 1000u); // at least the half with a 1 s budget
+    // Who dispatches each reply depends on the host's scheduling (a sender preempted by the
+    // threads it wakes finds its reply already dispatched by the port thread; on a loaded 2-core
+    // host that was 98% of them), so only "the caller dispatched some" is a property; the share
+    // is measured by rackemu-fabric-bench.
+    EXPECT_GT(stats_of(n0).driven_frames, 1u);
+    rk_fabric_port_free(n0);
+    rk_fabric_port_free(n1);
+}
+
+// A thread that polls (a vCPU reading a device register) dispatches what the bridge delivered,
+// without waiting: nothing while the reply is on its way, the reply once it is in the ring, on
+// the polling thread, and the port thread (running, asleep) still takes frames nobody polls for.
+TEST(WaitDiscipline, APollingThreadDispatchesDeliveredFramesWithoutWaiting)
+{
+    BridgeRig b;
+    RkFabricPort *n0 = b.port(0, nullptr, false), *n1 = b.port(1);
+    struct Waiter {
+        std::atomic<uint64_t> replies{0};
+        std::atomic<bool> on_caller{false};
+        std::thread::id caller = std::this_thread::get_id();
+    } w;
+    rk_fabric_port_register(
+        n0, RKF_SVC_ECHO, nullptr,
+        [](void *o, const rkf_frame_hdr *, const void *) {
+            auto *w = static_cast<Waiter *>(o);
+            w->on_caller = std::this_thread::get_id() == w->caller;
+            w->replies++;
+        },
+        nullptr, &w);
+    EXPECT_EQ(rk_fabric_port_poll(n0), 0); // nothing delivered: returns at once
+    EXPECT_EQ(rk_fabric_port_poll(nullptr), 0);
+    rkf_frame_hdr h = request(RKF_SVC_ECHO, 1, 7, 0);
+    ASSERT_EQ(rk_fabric_port_send(n0, &h, nullptr), 0);
+    int got = 0;
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    while (w.replies.load() == 0 && std::chrono::steady_clock::now() < end) {
+        got += rk_fabric_port_poll(n0);
+        std::this_thread::sleep_for(20us);
+    }
+    EXPECT_EQ(got, 1);
+    EXPECT_EQ(w.replies.load(), 1u);
+    EXPECT_TRUE(w.on_caller.load());
+    EXPECT_EQ(stats_of(n0).polled_frames, 1u);
+    EXPECT_EQ(rk_fabric_port_poll(n0), 0);
+    // Nobody polls: the port thread delivers.
+    rk_fabric_port_start(n0);
+    h = request(RKF_SVC_ECHO, 1, 8, 0);
+    ASSERT_EQ(rk_fabric_port_send(n0, &h, nullptr), 0);
+    const auto end2 = std::chrono::steady_clock::now() + 10s;
+    while (w.replies.load() < 2 && std::chrono::steady_clock::now() < end2)
+        std::this_thread::sleep_for(100us);
+    EXPECT_EQ(w.replies.load(), 2u);
+    EXPECT_FALSE(w.on_caller.load());
+    EXPECT_EQ(stats_of(n0).polled_frames, 1u);
     rk_fabric_port_free(n0);
     rk_fabric_port_free(n1);
 }
