@@ -76,20 +76,34 @@ def kv(text):
 
 @pytest.mark.parametrize("iters", [1, 1000, 100000])
 def test_marked_loops_are_counted_exactly_per_vcpu(icluster, iters):
+    """Exact: 1 + 2N and 1 + 3N per interval. Another process scheduled on the vCPU inside a phase
+    (the agent, gsasd) adds its instructions to that interval (docs/insn-count.md, caveats): it can
+    only raise an interval, so the minimum must be exact on every run, and a run in which nothing
+    interfered (every interval equal) must be exact in every count; up to 3 runs to get one."""
     n = icluster.node(1)
-    t0 = time.time()
-    r = n.exec(f"insn-count-check --iters {iters} --reps 7", timeout=120)
-    assert r.rc == 0, r.stderr.decode()
-    expect = [e for e in kv(r.stdout.decode()) if "phase" in e]
-    assert len(expect) == 4  # 2 vCPUs x 2 phases
-    d = counts(icluster, 1, t0)
-    by_vcpu = {v["vcpu"]: v["phases"] for v in d["vcpus"]}
-    for e in expect:
-        got = by_vcpu[int(e["vcpu"])][e["phase"]]
-        assert got == {k: int(e[k]) for k in ("insns", "entries", "min", "max")}, (e, got)
-    per = 1 + 2 * iters, 1 + 3 * iters
-    assert d["phases"][str(PH["CHECK_A"])]["insns"] == 2 * 7 * per[0]
-    assert d["phases"][str(PH["CHECK_B"])]["insns"] == 2 * 7 * per[1]
+    per = {str(PH["CHECK_A"]): 1 + 2 * iters, str(PH["CHECK_B"]): 1 + 3 * iters}
+    for attempt in range(3):
+        t0 = time.time()
+        r = n.exec(f"insn-count-check --iters {iters} --reps 7", timeout=120)
+        assert r.rc == 0, r.stderr.decode()
+        expect = [e for e in kv(r.stdout.decode()) if "phase" in e]
+        assert len(expect) == 4  # 2 vCPUs x 2 phases
+        d = counts(icluster, 1, t0)
+        by_vcpu = {v["vcpu"]: v["phases"] for v in d["vcpus"]}
+        clean = True
+        for e in expect:
+            got = by_vcpu[int(e["vcpu"])][e["phase"]]
+            assert int(e["min"]) == per[e["phase"]]
+            assert got["min"] == per[e["phase"]] and got["entries"] == int(e["entries"]) == 7, (e, got)
+            assert got["insns"] >= int(e["insns"]), (e, got)
+            clean = clean and got["max"] == got["min"]
+            if clean:
+                assert got["insns"] == int(e["insns"]), (e, got)
+        if clean:
+            assert d["phases"][str(PH["CHECK_A"])]["insns"] == 2 * 7 * per[str(PH["CHECK_A"])]
+            assert d["phases"][str(PH["CHECK_B"])]["insns"] == 2 * 7 * per[str(PH["CHECK_B"])]
+            return
+    pytest.fail(f"another process ran inside a marked phase in 3 runs of {iters} iterations: {d['phases']}")
 
 
 def _read_costs(c, layout, size, seconds=2):

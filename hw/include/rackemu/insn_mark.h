@@ -46,7 +46,7 @@ enum rk_phase {
     RK_PH_KV_CHECK = 2, // atomicity check: baseline: header + every line version; sabre: CQE status
     RK_PH_KV_COPY = 3,  // baseline: strip the line versions into the application buffer; sabre:
                         // never entered (zero copy)
-    RK_PH_KV_USE = 4,   // the lookup on the clean object: key, length, one pass over the value
+    RK_PH_KV_USE = 4,   // the lookup on the clean object: its header names the key and the length
     // Local reads of the store (rmc-kv local), per accepted read.
     RK_PH_LOCAL_CHECK = 5, // baseline: header + line versions; sabre layout: version before/after
     RK_PH_LOCAL_COPY = 6,  // baseline: strip the line versions; sabre layout: copy the object
