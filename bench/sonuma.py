@@ -174,6 +174,8 @@ def micro(a, n0, n1, rows, raw_path):
 def rmc_model(*args):
     """Run build/rmc-model (the device's timing model) and return its CSV rows as dicts."""
     exe = build_dir() / "rmc-model"
+    if not exe.exists():  # the meson tree `./rackemu setup` builds
+        exe = build_dir() / "host" / "rmc-model"
     if not exe.exists():
         raise SystemExit(f"{exe} missing: build it (meson compile -C {build_dir()} rmc-model)")
     out = subprocess.run([str(exe), *args], capture_output=True, text=True, check=False)
