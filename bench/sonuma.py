@@ -427,6 +427,9 @@ def main():
     ap.add_argument("--ghz", type=float, default=2.0, help="cost: the modeled core's clock (Table 2: 2 GHz)")
     ap.add_argument("--ipc", type=float, default=0.9,
                     help="cost: the modeled core's instructions per cycle (sec. 7.3: 0.8-1 in the low-ILP phase)")
+    ap.add_argument("--ipc-data", type=float, default=None,
+                    help="cost: IPC of the phases that touch every line of the object (the baseline's check and "
+                         "copy, the local copies; sec. 7.3's high-MLP phase); default: --ipc")
     ap.add_argument("--fig8-writers", default="0,1,2,4,8,12,16", help="cost: Fig. 8's writer counts (model)")
     ap.add_argument("--csv", default=str(build_dir() / "bench" / "sonuma.csv"), help="summary CSV")
     a = ap.parse_args()
@@ -441,12 +444,14 @@ def main():
         ap.error("--cost-sizes, --fig8-writers: comma-separated numbers")
     if any(x < 128 or x % 64 or x > 65536 for x in a.cost_sizes) or not fw or min(fw) < 0 or fw != sorted(fw):
         ap.error("--cost-sizes: multiples of 64 in 128..65536; --fig8-writers: ascending numbers >= 0")
-    if not 0.05 <= a.ipc <= 8 or not 0.1 <= a.ghz <= 10 or a.cost_seconds < 1:
-        ap.error("--ipc 0.05..8, --ghz 0.1..10, --cost-seconds >= 1")
+    a.ipc_data = a.ipc if a.ipc_data is None else a.ipc_data
+    if not 0.05 <= a.ipc <= 8 or not 0.05 <= a.ipc_data <= 8 or not 0.1 <= a.ghz <= 10 or a.cost_seconds < 1:
+        ap.error("--ipc, --ipc-data 0.05..8, --ghz 0.1..10, --cost-seconds >= 1")
     if not 1 <= a.model_threads <= 4096 or not 1 <= a.model_window <= 4096:
         ap.error("--model-threads, --model-window: 1..4096")
     if a.quick:
         a.runs, a.seconds, a.iters, a.tput_ops = 1, min(a.seconds, 2), min(a.iters, 50), min(a.tput_ops, 2000)
+        a.cost_seconds = min(a.cost_seconds, 2)
         a.micro_sizes = "64,128,2048,8192"
         a.sizes = a.sizes or "128,8192"
     a.sizes = a.sizes or "128,1024,8192"
