@@ -20,6 +20,8 @@ import re
 import time
 from pathlib import Path
 
+from benchlib import pyplot, save_figure
+
 ROOT = Path(__file__).resolve().parent.parent
 LAYOUTS = ("baseline", "sabre")
 # seed 000's numbers (sec. 7.2, 7.3; the text gives no other figure values)
@@ -42,6 +44,9 @@ def read_counts(path, since=0.0, timeout=10.0):
         try:
             if path.stat().st_mtime >= since:
                 d = json.loads(path.read_text())
+                if d.get("idle_entries"):
+                    raise SystemExit(f"{path}: {d['idle_entries']} phase marks ran before the plugin counted "
+                                     f"(docs/insn-count.md): the counts are incomplete")
                 return {int(p): v for p, v in d["phases"].items()}
         except (OSError, ValueError, KeyError):
             pass
@@ -216,6 +221,7 @@ def figures(a, meas, exact, rows, bdir, S):
           f"LLC-resident objects, W writers (M reads/s; p: conflict probability per attempt)")
     print("  paper (sec. 7.2): SABRe-over-baseline gap 128 B: 15% -> 3%, 1 KB: 30% -> 41%, 8 KB: 87% -> 97% "
           "(0 -> 16 writers)")
+
     def fig8_point(size, w, data_ns_per_insn):
         res = {}
         for layout in LAYOUTS:
@@ -232,7 +238,8 @@ def figures(a, meas, exact, rows, bdir, S):
             res[layout] = (p, float(r["mops"]) / att, r["bound"])
         return res, 100 * (res["sabre"][1] / res["baseline"][1] - 1)
 
-    print(f"{'size':>5} {'W':>3} {'p base':>7} {'p sabre':>7} {'baseline':>9} {'sabre':>9} {'gap':>7}  bound base/sabre")
+    print(f"{'size':>5} {'W':>3} {'p base':>7} {'p sabre':>7} {'baseline':>9} {'sabre':>9} {'gap':>7}"
+          "  bound base/sabre")
     for size in sizes:
         for w in writers:
             res, gap = fig8_point(size, w, data_ns)
@@ -294,12 +301,8 @@ def figures(a, meas, exact, rows, bdir, S):
 
 
 def plot(a, sizes, writers, f8, f9, f10, bdir):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(python3-matplotlib not installed: no PNG)")
+    plt = pyplot()
+    if plt is None:
         return
     lbl = {"baseline": "Per-cache-line versions", "sabre": "LightSABRes"}
     fig, axs = plt.subplots(1, len(sizes), figsize=(3.6 * len(sizes), 3.4), squeeze=False)
@@ -313,8 +316,7 @@ def plot(a, sizes, writers, f8, f9, f10, bdir):
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=7)
     fig.suptitle("Figure 8: 16 readers, remote atomic reads (model + measured software cost)")
-    fig.tight_layout()
-    fig.savefig(bdir / "sonuma_fig8.png", dpi=120)
+    save_figure(fig, bdir / "sonuma_fig8.png")
     plt.close(fig)
 
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -340,8 +342,7 @@ def plot(a, sizes, writers, f8, f9, f10, bdir):
     bx.set_title("(b) Throughput, 15 readers")
     bx.legend(fontsize=7)
     fig.suptitle("Figure 9: FaRM KV store: baseline vs. LightSABRes (model + measured software cost)")
-    fig.tight_layout()
-    fig.savefig(bdir / "sonuma_fig9.png", dpi=120)
+    save_figure(fig, bdir / "sonuma_fig9.png")
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(5, 3.6))
@@ -352,10 +353,8 @@ def plot(a, sizes, writers, f8, f9, f10, bdir):
     ax.set_ylabel("Throughput (M lookups/s)")
     ax.set_title("Figure 10: local reads, 15 threads (measured software cost)", fontsize=9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(bdir / "sonuma_fig10.png", dpi=120)
+    save_figure(fig, bdir / "sonuma_fig10.png")
     plt.close(fig)
-    print(f"plots: {bdir / 'sonuma_fig8.png'}, {bdir / 'sonuma_fig9.png'}, {bdir / 'sonuma_fig10.png'}")
 
 
 def cost(a, c, nodes, rows, bdir, S):

@@ -90,6 +90,7 @@ def test_marked_loops_are_counted_exactly_per_vcpu(icluster, iters):
         assert len(expect) == 4  # 2 vCPUs x 2 phases
         d = counts(icluster, 1, t0)
         by_vcpu = {v["vcpu"]: v["phases"] for v in d["vcpus"]}
+        assert d["idle_entries"] == 0 and d["dropped_vcpus"] == 0, d
         clean = True
         for e in expect:
             got = by_vcpu[int(e["vcpu"])][e["phase"]]
@@ -118,7 +119,9 @@ def _read_costs(c, layout, size, seconds=2):
         t0 = time.time()
         r = n1.exec(f"rmc-kv read --node 0 {common} --seconds {seconds}", timeout=120)
         assert r.rc == 0, r.stdout.decode() + r.stderr.decode()
-        d = counts(c, 1, t0)["phases"]
+        full = counts(c, 1, t0)
+        assert full["idle_entries"] == 0, full  # every phase mark ran while counting (from RESET)
+        d = full["phases"]
     finally:
         n0.exec("killall rmc-kv; for i in $(seq 100); do pidof rmc-kv >/dev/null || break; sleep 0.05; done; true")
     res = kv(r.stdout.decode())[-1]

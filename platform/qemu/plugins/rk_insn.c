@@ -9,12 +9,18 @@
  *   kernel=on    also count instructions at kernel addresses (TTBR1, the top half); by default
  *                only user-space (TTBR0) code is instrumented and counted
  *
- * How it counts, exactly and cheaply: every translated user block gets one callback at its
- * entry that adds the block's instruction count to the executing vCPU's current phase. A block
- * that holds a mark also gets a callback on the mark, which moves the instructions from the mark
- * to the block's end from the old phase to the new one. So a phase's count is exact for blocks
- * that run to their end; an exception in the middle of a block (a page fault, an undefined
- * instruction) overcounts that block's remaining instructions (Caveat, docs/insn-count.md).
+ * How it counts, exactly and cheaply: while counting is active, every translated user block gets
+ * one callback at its entry that adds the block's instruction count to the executing vCPU's
+ * current phase. A block that holds a mark also gets a callback on the mark, which moves the
+ * instructions from the mark to the block's end from the old phase to the new one. So a phase's
+ * count is exact for blocks that run to their end; an exception in the middle of a block (a page
+ * fault, an undefined instruction) overcounts that block's remaining instructions (Caveat,
+ * docs/insn-count.md).
+ * Idle until a RESET mark: only blocks that hold a mark are instrumented, so a loaded plugin costs
+ * nothing until a workload starts a measurement. RESET switches counting on, DUMP off again: each
+ * switch flushes QEMU's translated code (qemu_plugin_reset), which takes effect within a block or
+ * two of every vCPU; phase marks met while counting is off are counted in "idle_entries" (their
+ * counts are incomplete).
  * State is per vCPU (QEMU 7.2 has no per-vCPU scoreboard: arrays indexed by vcpu_index), written
  * only by that vCPU's thread; DUMP reads the others' with relaxed atomic loads.
  */
@@ -53,6 +59,13 @@ static uint64_t reset_gen = 1; /* vcpus[].gen starts at 0: zeroed on first use *
 static uint64_t dumps, dropped_vcpus;
 static char *out_path;
 static bool count_kernel;
+static qemu_plugin_id_t plugin_id;
+/* counting on (blocks translated with the entry callback); changed only in reset_done, which runs
+ * with every vCPU stopped after the code cache was flushed */
+static bool active;
+static bool want_active, switch_pending; /* under mode_lock */
+static uint64_t idle_entries;             /* phase marks met while not counting */
+static pthread_mutex_t mode_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t dump_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define LD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
@@ -152,7 +165,8 @@ static void write_json(FILE *f)
                 tot[p].min == UINT64_MAX ? 0 : tot[p].min, tot[p].max);
         first = false;
     }
-    fprintf(f, "\n}, \"dropped_vcpus\": %" PRIu64 "}\n", dropped_vcpus);
+    fprintf(f, "\n}, \"dropped_vcpus\": %" PRIu64 ", \"idle_entries\": %" PRIu64 ", \"counting\": %s}\n",
+            dropped_vcpus, LD(idle_entries), LD(active) ? "true" : "false");
 }
 
 static void dump(void)
@@ -184,12 +198,41 @@ static void dump(void)
     pthread_mutex_unlock(&dump_lock);
 }
 
-/* udata: imm | k << 8, k = instructions from the mark to the end of its block (the mark included) */
+static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb);
+static void rk_at_exit(qemu_plugin_id_t id, void *p);
+
+/* After the code cache was flushed (every vCPU stopped): callbacks anew, the wanted mode. */
+static void reset_done(qemu_plugin_id_t id)
+{
+    qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans);
+    qemu_plugin_register_atexit_cb(id, rk_at_exit, NULL);
+    pthread_mutex_lock(&mode_lock);
+    ST(active, want_active);
+    switch_pending = false;
+    pthread_mutex_unlock(&mode_lock);
+}
+
+static void set_counting(bool on)
+{
+    bool go;
+
+    pthread_mutex_lock(&mode_lock);
+    want_active = on;
+    go = !switch_pending && LD(active) != on;
+    switch_pending |= go;
+    pthread_mutex_unlock(&mode_lock);
+    if (go) {
+        qemu_plugin_reset(plugin_id, reset_done);
+    }
+}
+
+/* udata: imm | counted << 7 | k << 8 (counted: the block has the entry callback), k = instructions from the mark to the end of its block (the mark included) */
 static void on_mark(unsigned int vcpu_index, void *udata)
 {
     uintptr_t u = (uintptr_t)udata;
-    unsigned imm = u & 0xff;
-    uint64_t k = u >> 8;
+    unsigned imm = u & 0x7f;
+    bool counted = u & 0x80;
+    uint64_t k = counted ? u >> 8 : 0;
     struct rk_vcpu *v = vcpu_get(vcpu_index);
     struct rk_phase_ctr *old, *nw;
 
@@ -201,13 +244,19 @@ static void on_mark(unsigned int vcpu_index, void *udata)
     if (imm == RK_MARK_HINT_RESET) {
         /* every vCPU zeroes itself when it next runs; this one now, with its block's rest */
         __atomic_fetch_add(&reset_gen, 1, __ATOMIC_ACQ_REL);
+        __atomic_store_n(&idle_entries, 0, __ATOMIC_RELAXED);
         v = vcpu_get(vcpu_index);
         ST(v->ph[0].insns, k);
+        set_counting(true);
         return;
     }
     if (imm == RK_MARK_HINT_DUMP) {
         dump();
+        set_counting(false);
         return;
+    }
+    if (!counted && imm != RK_MARK_HINT_FIRST) {
+        __atomic_fetch_add(&idle_entries, 1, __ATOMIC_RELAXED);
     }
     old = &v->ph[v->phase];
     nw = &v->ph[imm - RK_MARK_HINT_FIRST];
@@ -228,11 +277,15 @@ static void on_mark(unsigned int vcpu_index, void *udata)
 static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
     size_t n = qemu_plugin_tb_n_insns(tb);
+    bool counted = LD(active);
 
     if (!count_kernel && (int64_t)qemu_plugin_tb_vaddr(tb) < 0) {
         return; /* kernel (TTBR1) code: not counted, not instrumented */
     }
-    qemu_plugin_register_vcpu_tb_exec_cb(tb, on_tb, QEMU_PLUGIN_CB_NO_REGS, (void *)(uintptr_t)n);
+    if (counted) {
+        qemu_plugin_register_vcpu_tb_exec_cb(tb, on_tb, QEMU_PLUGIN_CB_NO_REGS,
+                                             (void *)(uintptr_t)n);
+    }
     for (size_t i = 0; i < n; i++) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         uint32_t w;
@@ -250,7 +303,8 @@ static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
             continue;
         }
         qemu_plugin_register_vcpu_insn_exec_cb(insn, on_mark, QEMU_PLUGIN_CB_NO_REGS,
-                                               (void *)(uintptr_t)(imm | (n - i) << 8));
+                                               (void *)(uintptr_t)(imm | (counted ? 0x80 : 0) |
+                                                                   (n - i) << 8));
     }
 }
 
@@ -291,6 +345,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
         qemu_plugin_outs("rk_insn: needs out=FILE (where the counters go)\n");
         return -1;
     }
+    plugin_id = id;
     qemu_plugin_register_vcpu_tb_trans_cb(id, on_tb_trans);
     qemu_plugin_register_atexit_cb(id, rk_at_exit, NULL);
     return 0;
