@@ -78,7 +78,7 @@ def measure(a, c, nodes, S):
     out = {}
     for size in a.cost_sizes:
         for layout in LAYOUTS:
-            common = f"--layout {layout} --size {size} --objects {a.objects}"
+            common = f"--layout {layout} --size {size} --objects {a.objects} --insn-count"
             # remote reads, no writers: the reader's phases per attempt and per accepted read
             S.start_detached(n0, f"rmc-kv serve --ctx {S.KV_CTX} --key {S.KEY} {common} --writers 0",
                              "/tmp/kvs", "serving", "rmc-kv serve")

@@ -60,11 +60,13 @@ static const char usage[] =
 	"         memory (no RMC) for T seconds (default 5): the baseline checks and strips the line\n"
 	"         versions, the sabre layout reads the version, copies the object, reads the version again\n"
 	"  Readers and writers execute instruction-count marks around their software phases (hint\n"
-	"         instructions, NOPs without the plugin; docs/insn-count.md) and pin themselves to vCPUs\n"
+	"         instructions, NOPs without the plugin; docs/insn-count.md) and pin themselves to vCPUs;\n"
+	"         --insn-count (all three): also reset the plugin's counters when the threads start and\n"
+	"         dump them when they stop (the plugin counts only between the two)\n"
 	"  An option the command does not take (e.g. serve --threads) is refused; --help prints this.\n";
 
 struct cfg {
-	int serve, local, sabre, nospec, unsafe;
+	int serve, local, sabre, nospec, unsafe, marks;
 	unsigned ctx, node, size, objects, writers, threads, seconds;
 	const char *csv;
 	uint64_t key; /* --key / $RMC_KEY: the context's access key (0: serve draws one) */
@@ -256,7 +258,8 @@ static int do_serve(void)
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
 	memset(ws, 0, sizeof(ws));
-	RK_MARK_RESET(); /* instruction counts (docs/insn-count.md): the writers' updates from here */
+	if (cf.marks)
+		RK_MARK_RESET(); /* instruction counts (docs/insn-count.md): the writers' updates from here */
 	t0 = now_ns();
 	for (unsigned i = 0; i < cf.writers; i++) {
 		ws[i].id = i;
@@ -271,7 +274,8 @@ static int do_serve(void)
 		pthread_join(ws[i].t, NULL);
 		total += ws[i].updates;
 	}
-	RK_MARK_DUMP();
+	if (cf.marks)
+		RK_MARK_DUMP();
 	printf("writers=%u updates=%llu updates_per_s=%.1f\n", cf.writers, (unsigned long long)total,
 	       total / ((double)(now_ns() - t0) / 1e9));
 	rmc_close(r);
@@ -514,7 +518,8 @@ static int do_read(void)
 	}
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
-	RK_MARK_RESET(); /* instruction counts (docs/insn-count.md): the readers' phases from here */
+	if (cf.marks)
+		RK_MARK_RESET(); /* instruction counts (docs/insn-count.md): the readers' phases from here */
 	t0 = now_ns();
 	for (unsigned i = 0; i < cf.threads; i++)
 		pthread_create(&rs[i].t, NULL, reader_main, &rs[i]);
@@ -524,7 +529,8 @@ static int do_read(void)
 	for (unsigned i = 0; i < cf.threads; i++)
 		pthread_join(rs[i].t, NULL);
 	secs = (double)(now_ns() - t0) / 1e9;
-	RK_MARK_DUMP();
+	if (cf.marks)
+		RK_MARK_DUMP();
 	wall = calloc(cf.threads * cap, 8);
 	model = calloc(cf.threads * cap, 8);
 	opl = calloc(cf.threads * cap, 8);
@@ -688,7 +694,8 @@ static int do_local(void)
 	signal(SIGTERM, on_signal);
 	signal(SIGINT, on_signal);
 	memset(rs, 0, sizeof(rs));
-	RK_MARK_RESET(); /* instruction counts (docs/insn-count.md): the readers' phases from here */
+	if (cf.marks)
+		RK_MARK_RESET(); /* instruction counts (docs/insn-count.md): the readers' phases from here */
 	t0 = now_ns();
 	for (unsigned i = 0; i < cf.threads; i++) {
 		rs[i].id = i;
@@ -705,7 +712,8 @@ static int do_local(void)
 		torn += rs[i].torn;
 	}
 	secs = (double)(now_ns() - t0) / 1e9;
-	RK_MARK_DUMP();
+	if (cf.marks)
+		RK_MARK_DUMP();
 	printf("mode=local layout=%s size=%u objects=%u threads=%u seconds=%.2f reads=%llu reads_per_s=%.1f "
 	       "retries=%llu torn=%llu\n",
 	       cf.sabre ? "sabre" : "baseline", cf.size, cf.objects, cf.threads, secs, (unsigned long long)reads,
@@ -720,11 +728,11 @@ static const struct option long_opts[] = {
 	{ "ctx", 1, 0, 'c' }, { "node", 1, 0, 'n' }, { "size", 1, 0, 'z' }, { "objects", 1, 0, 'o' },
 	{ "writers", 1, 0, 'w' }, { "threads", 1, 0, 't' }, { "seconds", 1, 0, 'S' }, { "csv", 1, 0, 'C' },
 	{ "key", 1, 0, 'k' }, { "layout", 1, 0, 'l' }, { "nospec", 0, 0, 'N' }, { "unsafe", 0, 0, 'U' },
-	{ "help", 0, 0, 'h' }, { 0 }
+	{ "insn-count", 0, 0, 'I' }, { "help", 0, 0, 'h' }, { 0 }
 };
-#define SERVE_OPTS "czowSkl"
-#define READ_OPTS "nczotSCklNU"
-#define LOCAL_OPTS "zotSl"
+#define SERVE_OPTS "czowSklI"
+#define READ_OPTS "nczotSCklNUI"
+#define LOCAL_OPTS "zotSlI"
 
 int main(int argc, char **argv)
 {
@@ -759,6 +767,7 @@ int main(int argc, char **argv)
 		switch (opt) {
 		case 'N': cf.nospec = 1; break;
 		case 'U': cf.unsafe = 1; break;
+		case 'I': cf.marks = 1; break;
 		case 'c': cf.ctx = (unsigned)num(optarg, "--ctx", RMC_CTX_COUNT - 1); break;
 		case 'n': cf.node = (unsigned)num(optarg, "--node", 63); break;
 		case 'z': cf.size = (unsigned)num(optarg, "--size", RMC_SABRE_MAX); break;

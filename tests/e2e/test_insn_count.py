@@ -109,7 +109,7 @@ def test_marked_loops_are_counted_exactly_per_vcpu(icluster, iters):
 
 def _read_costs(c, layout, size, seconds=2):
     n0, n1 = c.node(0), c.node(1)
-    common = f"--ctx 8 --key {KEY} --layout {layout} --size {size} --objects 20"
+    common = f"--ctx 8 --key {KEY} --layout {layout} --size {size} --objects 20 --insn-count"
     n0.sh(f"rm -f /tmp/kvs; setsid rmc-kv serve {common} </dev/null >/tmp/kvs 2>&1 &")
     for _ in range(100):
         if b"serving" in n0.exec("cat /tmp/kvs").stdout:

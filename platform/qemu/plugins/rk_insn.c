@@ -60,8 +60,10 @@ static uint64_t dumps, dropped_vcpus;
 static char *out_path;
 static bool count_kernel;
 static qemu_plugin_id_t plugin_id;
-/* counting on (blocks translated with the entry callback); changed only in reset_done, which runs
- * with every vCPU stopped after the code cache was flushed */
+/*
+ * counting on (blocks translated with the entry callback); changed only in reset_done, which runs
+ * with every vCPU stopped after the code cache was flushed
+ */
 static bool active;
 static bool want_active, switch_pending; /* under mode_lock */
 static uint64_t idle_entries;             /* phase marks met while not counting */
