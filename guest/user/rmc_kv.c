@@ -209,6 +209,37 @@ static void write_object(uint8_t *o, unsigned key, uint8_t *buf)
 	rmc_obj_write_end(ver, v); /* dmb ishst, store-release v + 2 */
 }
 
+/* Lay the store out at `base`: every object at version 2, consistent (serve and local alike). */
+static void lay_out(uint8_t *base)
+{
+	uint8_t *scratch = malloc(cf.size + 64);
+
+	if (!scratch)
+		die("out of memory");
+	for (unsigned k = 0; k < cf.objects; k++)
+		write_object(base + (size_t)k * cf.size, k, scratch);
+	free(scratch);
+}
+
+/* A measurement starts: SIGINT/SIGTERM stop it, and with --insn-count the plugin's counters are
+ * reset (docs/insn-count.md: it counts from here to the DUMP mark). Returns the start time. */
+static uint64_t measure_start(void)
+{
+	signal(SIGTERM, on_signal);
+	signal(SIGINT, on_signal);
+	if (cf.marks)
+		RK_MARK_RESET();
+	return now_ns();
+}
+
+/* Run until a signal or `seconds` (0: no limit) after t0, then tell the threads to stop. */
+static void run_until(uint64_t t0, unsigned seconds, unsigned poll_us)
+{
+	while (!stop && (!seconds || now_ns() - t0 < (uint64_t)seconds * 1000000000ull))
+		usleep(poll_us);
+	stop = 1;
+}
+
 static void *writer_main(void *arg)
 {
 	struct writer *w = arg;
@@ -231,7 +262,7 @@ static int do_serve(void)
 	struct writer ws[MAX_THREADS];
 	rmc_t *r;
 	rmc_ctx_t *c;
-	uint8_t *seg, *pl;
+	uint8_t *seg;
 	uint64_t t0, total = 0;
 	int e = rmc_open(&r);
 
@@ -247,29 +278,20 @@ static int do_serve(void)
 		return 1;
 	}
 	seg = rmc_ctx_base(c);
-	pl = malloc(cf.size + 64);
-	for (unsigned k = 0; k < cf.objects; k++) /* every object at version 2, consistent */
-		write_object(seg + (size_t)k * cf.size, k, pl);
-	free(pl);
+	lay_out(seg);
 	printf("serving ctx=%u layout=%s objects=%u size=%u payload=%zu writers=%u key=0x%llx\n", cf.ctx,
 	       cf.sabre ? "sabre" : "baseline", cf.objects, cf.size, payload_len(), cf.writers,
 	       (unsigned long long)rmc_ctx_key(c));
 	fflush(stdout);
-	signal(SIGTERM, on_signal);
-	signal(SIGINT, on_signal);
 	memset(ws, 0, sizeof(ws));
-	if (cf.marks)
-		RK_MARK_RESET(); /* instruction counts (docs/insn-count.md): the writers' updates from here */
-	t0 = now_ns();
+	t0 = measure_start(); /* the writers' updates are counted from here */
 	for (unsigned i = 0; i < cf.writers; i++) {
 		ws[i].id = i;
 		ws[i].seg = seg;
 		ws[i].scratch = malloc(cf.size + 64);
 		pthread_create(&ws[i].t, NULL, writer_main, &ws[i]);
 	}
-	while (!stop && (!cf.seconds || now_ns() - t0 < (uint64_t)cf.seconds * 1000000000ull))
-		usleep(100000);
-	stop = 1;
+	run_until(t0, cf.seconds, 100000);
 	for (unsigned i = 0; i < cf.writers; i++) {
 		pthread_join(ws[i].t, NULL);
 		total += ws[i].updates;
@@ -516,16 +538,10 @@ static int do_read(void)
 			return 1;
 		}
 	}
-	signal(SIGTERM, on_signal);
-	signal(SIGINT, on_signal);
-	if (cf.marks)
-		RK_MARK_RESET(); /* instruction counts (docs/insn-count.md): the readers' phases from here */
-	t0 = now_ns();
+	t0 = measure_start(); /* the readers' phases are counted from here */
 	for (unsigned i = 0; i < cf.threads; i++)
 		pthread_create(&rs[i].t, NULL, reader_main, &rs[i]);
-	while (!stop && now_ns() - t0 < (uint64_t)cf.seconds * 1000000000ull)
-		usleep(20000);
-	stop = 1;
+	run_until(t0, cf.seconds, 20000);
 	for (unsigned i = 0; i < cf.threads; i++)
 		pthread_join(rs[i].t, NULL);
 	secs = (double)(now_ns() - t0) / 1e9;
@@ -682,29 +698,22 @@ static void *local_main(void *arg)
 static int do_local(void)
 {
 	struct local_reader rs[MAX_THREADS];
-	uint8_t *objs = aligned_alloc(64, (size_t)cf.objects * cf.size), *scratch = malloc(cf.size + 64);
+	uint8_t *objs = aligned_alloc(64, (size_t)cf.objects * cf.size);
 	uint64_t reads = 0, retries = 0, torn = 0, t0;
 	double secs;
 
-	if (!objs || !scratch)
+	if (!objs)
 		die("out of memory (%u objects of %u bytes)", cf.objects, cf.size);
 	memset(objs, 0, (size_t)cf.objects * cf.size);
-	for (unsigned k = 0; k < cf.objects; k++) /* every object at version 2, consistent */
-		write_object(objs + (size_t)k * cf.size, k, scratch);
-	signal(SIGTERM, on_signal);
-	signal(SIGINT, on_signal);
+	lay_out(objs);
 	memset(rs, 0, sizeof(rs));
-	if (cf.marks)
-		RK_MARK_RESET(); /* instruction counts (docs/insn-count.md): the readers' phases from here */
-	t0 = now_ns();
+	t0 = measure_start(); /* the readers' phases are counted from here */
 	for (unsigned i = 0; i < cf.threads; i++) {
 		rs[i].id = i;
 		rs[i].objs = objs;
 		pthread_create(&rs[i].t, NULL, local_main, &rs[i]);
 	}
-	while (!stop && now_ns() - t0 < (uint64_t)cf.seconds * 1000000000ull)
-		usleep(20000);
-	stop = 1;
+	run_until(t0, cf.seconds, 20000);
 	for (unsigned i = 0; i < cf.threads; i++) {
 		pthread_join(rs[i].t, NULL);
 		reads += rs[i].reads;
@@ -719,7 +728,6 @@ static int do_local(void)
 	       cf.sabre ? "sabre" : "baseline", cf.size, cf.objects, cf.threads, secs, (unsigned long long)reads,
 	       reads / secs, (unsigned long long)retries, (unsigned long long)torn);
 	free(objs);
-	free(scratch);
 	return torn ? 1 : 0;
 }
 
