@@ -19,6 +19,15 @@ with --threads reader threads, one QP each).
           contention model (R2P2 occupancy, ATT entries, links, RGP/RCP backends), with the
           resource that bounds it; the paper's statements beside and a verdict per figure.
           Tables, build/bench/sonuma_fig7a.csv, sonuma_fig7b.csv and sonuma_fig7.png.
+  cost    the store's measured guest-CPU cost and Figs. 8, 9, 10 (bench/sonuma_cost.py; the cluster
+          boots with the rk_insn instruction-count plugin, docs/insn-count.md): instructions per
+          software phase of rmc-kv's reader, local reader and writer per size and layout, counted
+          in the guests; time = instructions / (--ipc x --ghz) added to the device model (CQE
+          modeled_ns, rmc-model's contention model with it as think time). Fig. 8: 16 readers,
+          --fig8-writers writers, LLC-resident objects; Fig. 9: latency breakdown (transfer /
+          application / atomicity check) and 15 readers; Fig. 10: local reads. Tables beside the
+          paper's numbers, a verdict per figure, build/bench/sonuma_insn.csv, sonuma_fig8/9/10.csv
+          and .png
   kv      rmc-kv, the FaRM-style store (sec. 7.2-7.3): per-cache-line-version baseline vs SABRe
           layout x object sizes --sizes x writers 0..--vcpus on the owner (CREW, pinned to vCPUs);
           reads/s, aborts and retries per read, torn objects (must be 0), latencies, writer
@@ -51,6 +60,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from rackemu.cluster import Cluster  # noqa: E402
 from rackemu.config import build_dir, load_config  # noqa: E402
 from benchlib import kv_lines, log, run, write_results  # noqa: E402
+import sonuma_cost  # noqa: E402
 
 OPS = ("read", "sabre", "sabre-nospec")
 MICRO_CTX, KV_CTX = 9, 8
@@ -164,6 +174,8 @@ def micro(a, n0, n1, rows, raw_path):
 def rmc_model(*args):
     """Run build/rmc-model (the device's timing model) and return its CSV rows as dicts."""
     exe = build_dir() / "rmc-model"
+    if not exe.exists():  # the meson tree `./rackemu setup` builds
+        exe = build_dir() / "host" / "rmc-model"
     if not exe.exists():
         raise SystemExit(f"{exe} missing: build it (meson compile -C {build_dir()} rmc-model)")
     out = subprocess.run([str(exe), *args], capture_output=True, text=True, check=False)
@@ -386,7 +398,8 @@ def main():
     ap.add_argument("--name", default="rmcbench", help="cluster name (run dir /tmp/rackemu/NAME)")
     ap.add_argument("--vcpus", type=int, default=2, help="vCPUs per node; the store sweeps 0..vcpus writers")
     ap.add_argument("--memory", default="256M", help="guest RAM per node")
-    ap.add_argument("--only", default="model,micro,kv", help="sections to run (comma-separated: model, micro, kv)")
+    ap.add_argument("--only", default="model,micro,cost,kv",
+                    help="sections to run (comma-separated: model, micro, cost, kv)")
     ap.add_argument("--quick", action="store_true",
                     help="small sweep: micro sizes 64,128,2048,8192, 1 run, 50 iterations; store sizes 128,8192, "
                          "writers 0 and --vcpus, 2 s points")
@@ -409,15 +422,36 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="reader threads per reader node (1..8)")
     ap.add_argument("--window-delay-ns", type=int, default=0,
                     help="device property sabre-window-delay-ns (host ns added inside the SABRe window)")
+    ap.add_argument("--cost-sizes", default="128,1024,8192", help="cost: object sizes (Figs. 8-10)")
+    ap.add_argument("--cost-seconds", type=int, default=3, help="cost: seconds per measured point")
+    ap.add_argument("--ghz", type=float, default=2.0, help="cost: the modeled core's clock (Table 2: 2 GHz)")
+    ap.add_argument("--ipc", type=float, default=0.9,
+                    help="cost: the modeled core's instructions per cycle (sec. 7.3: 0.8-1 in the low-ILP phase)")
+    ap.add_argument("--ipc-data", type=float, default=None,
+                    help="cost: IPC of the phases that touch every line of the object (the baseline's check and "
+                         "copy, the local copies; sec. 7.3's high-MLP phase); default: --ipc")
+    ap.add_argument("--fig8-writers", default="0,1,2,4,8,12,16", help="cost: Fig. 8's writer counts (model)")
     ap.add_argument("--csv", default=str(build_dir() / "bench" / "sonuma.csv"), help="summary CSV")
     a = ap.parse_args()
     only = set(a.only.split(","))
-    if only - {"model", "micro", "kv"}:
-        ap.error(f"--only: unknown sections {sorted(only - {'model', 'micro', 'kv'})} (model, micro, kv)")
+    if only - {"model", "micro", "cost", "kv"}:
+        ap.error(f"--only: unknown sections {sorted(only - {'model', 'micro', 'cost', 'kv'})} "
+                 f"(model, micro, cost, kv)")
+    try:
+        a.cost_sizes = sorted({int(x) for x in a.cost_sizes.split(",")})
+        fw = [int(x) for x in a.fig8_writers.split(",")]
+    except ValueError:
+        ap.error("--cost-sizes, --fig8-writers: comma-separated numbers")
+    if any(x < 128 or x % 64 or x > 65536 for x in a.cost_sizes) or not fw or min(fw) < 0 or fw != sorted(fw):
+        ap.error("--cost-sizes: multiples of 64 in 128..65536; --fig8-writers: ascending numbers >= 0")
+    a.ipc_data = a.ipc if a.ipc_data is None else a.ipc_data
+    if not 0.05 <= a.ipc <= 8 or not 0.05 <= a.ipc_data <= 8 or not 0.1 <= a.ghz <= 10 or a.cost_seconds < 1:
+        ap.error("--ipc, --ipc-data 0.05..8, --ghz 0.1..10, --cost-seconds >= 1")
     if not 1 <= a.model_threads <= 4096 or not 1 <= a.model_window <= 4096:
         ap.error("--model-threads, --model-window: 1..4096")
     if a.quick:
         a.runs, a.seconds, a.iters, a.tput_ops = 1, min(a.seconds, 2), min(a.iters, 50), min(a.tput_ops, 2000)
+        a.cost_seconds = min(a.cost_seconds, 2)
         a.micro_sizes = "64,128,2048,8192"
         a.sizes = a.sizes or "128,8192"
     a.sizes = a.sizes or "128,1024,8192"
@@ -439,7 +473,7 @@ def main():
             return 1 if bad else 0
     qemu_args = ["-global", f"rackemu-rmc.sabre-window-delay-ns={a.window_delay_ns}"] if a.window_delay_ns else []
     cfg = load_config(None, {"nodes": a.nodes, "name": a.name, "memory": a.memory, "vcpus": a.vcpus,
-                             "qemu_args": qemu_args})
+                             "qemu_args": qemu_args, "insn_count": "cost" in only})
     log(f"booting {a.nodes} nodes ({a.vcpus} vCPUs each) as cluster '{a.name}'")
     t0 = time.monotonic()
     with Cluster(cfg, log=lambda m: None) as c:  # leaving the block stops the cluster (also on errors)
@@ -449,6 +483,8 @@ def main():
             log("rmc: " + " ".join(f"{k}={v}" for d in info for k, v in d.items()))
         if "micro" in only:
             bad += micro(a, nodes[0], nodes[1], rows, bdir / "sonuma_micro.csv")
+        if "cost" in only:
+            bad += sonuma_cost.cost(a, c, nodes, rows, bdir, sys.modules[__name__])
         if "kv" in only:
             bad += kv(a, nodes, rows, bdir / "sonuma_kv.csv")
     log(f"done in {time.monotonic() - t0:.0f} s; cluster '{a.name}' stopped")

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "librmc.h"
+#include "rackemu/insn_mark.h"
 #include "tool.h"
 
 #define HDR 24u
@@ -54,10 +55,18 @@ static const char usage[] =
 	"  --key K (both; a number or @FILE, default $RMC_KEY): the context's access key. serve registers\n"
 	"         with it (none: a random one) and prints it; the reader registers or attaches its own\n"
 	"         context N with it: the destination serves only requests that carry its key\n"
+	"       rmc-kv local --layout sabre|baseline --size S [--objects K] [--threads R] [--seconds T]\n"
+	"  local: R threads (default 1) look up uniformly random objects laid out in this process's own\n"
+	"         memory (no RMC) for T seconds (default 5): the baseline checks and strips the line\n"
+	"         versions, the sabre layout reads the version, copies the object, reads the version again\n"
+	"  Readers and writers execute instruction-count marks around their software phases (hint\n"
+	"         instructions, NOPs without the plugin; docs/insn-count.md) and pin themselves to vCPUs;\n"
+	"         --insn-count (all three): also reset the plugin's counters when the threads start and\n"
+	"         dump them when they stop (the plugin counts only between the two)\n"
 	"  An option the command does not take (e.g. serve --threads) is refused; --help prints this.\n";
 
 struct cfg {
-	int serve, sabre, nospec, unsafe;
+	int serve, local, sabre, nospec, unsafe, marks;
 	unsigned ctx, node, size, objects, writers, threads, seconds;
 	const char *csv;
 	uint64_t key; /* --key / $RMC_KEY: the context's access key (0: serve draws one) */
@@ -138,6 +147,17 @@ static size_t payload_len(void)
 	return cf.sabre ? cf.size - HDR : (cf.size / 64) * 62 - HDR;
 }
 
+/* Pin the calling thread to vCPU i mod #vCPUs: the instruction-count marks are per vCPU. */
+static void pin_to_vcpu(unsigned i)
+{
+	cpu_set_t set;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+	CPU_ZERO(&set);
+	CPU_SET(i % (unsigned)(ncpu > 0 ? ncpu : 1), &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
+
 /* ---- writer side ---- */
 
 struct writer {
@@ -189,18 +209,47 @@ static void write_object(uint8_t *o, unsigned key, uint8_t *buf)
 	rmc_obj_write_end(ver, v); /* dmb ishst, store-release v + 2 */
 }
 
+/* Lay the store out at `base`: every object at version 2, consistent (serve and local alike). */
+static void lay_out(uint8_t *base)
+{
+	uint8_t *scratch = malloc(cf.size + 64);
+
+	if (!scratch)
+		die("out of memory");
+	for (unsigned k = 0; k < cf.objects; k++)
+		write_object(base + (size_t)k * cf.size, k, scratch);
+	free(scratch);
+}
+
+/* A measurement starts: SIGINT/SIGTERM stop it, and with --insn-count the plugin's counters are
+ * reset (docs/insn-count.md: it counts from here to the DUMP mark). Returns the start time. */
+static uint64_t measure_start(void)
+{
+	signal(SIGTERM, on_signal);
+	signal(SIGINT, on_signal);
+	if (cf.marks)
+		RK_MARK_RESET();
+	return now_ns();
+}
+
+/* Run until a signal or `seconds` (0: no limit) after t0, then tell the threads to stop. */
+static void run_until(uint64_t t0, unsigned seconds, unsigned poll_us)
+{
+	while (!stop && (!seconds || now_ns() - t0 < (uint64_t)seconds * 1000000000ull))
+		usleep(poll_us);
+	stop = 1;
+}
+
 static void *writer_main(void *arg)
 {
 	struct writer *w = arg;
-	cpu_set_t set;
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 
-	CPU_ZERO(&set);
-	CPU_SET(w->id % (unsigned)(ncpu > 0 ? ncpu : 1), &set);
-	sched_setaffinity(0, sizeof(set), &set);
+	pin_to_vcpu(w->id);
 	while (!stop) {
 		for (unsigned k = w->id; k < cf.objects && !stop; k += cf.writers) {
+			RK_MARK(RK_PH_KV_WRITE);
 			write_object(w->seg + (size_t)k * cf.size, k, w->scratch);
+			RK_MARK(RK_PH_NONE);
 			w->updates++;
 		}
 	}
@@ -213,7 +262,7 @@ static int do_serve(void)
 	struct writer ws[MAX_THREADS];
 	rmc_t *r;
 	rmc_ctx_t *c;
-	uint8_t *seg, *pl;
+	uint8_t *seg;
 	uint64_t t0, total = 0;
 	int e = rmc_open(&r);
 
@@ -229,31 +278,26 @@ static int do_serve(void)
 		return 1;
 	}
 	seg = rmc_ctx_base(c);
-	pl = malloc(cf.size + 64);
-	for (unsigned k = 0; k < cf.objects; k++) /* every object at version 2, consistent */
-		write_object(seg + (size_t)k * cf.size, k, pl);
-	free(pl);
+	lay_out(seg);
 	printf("serving ctx=%u layout=%s objects=%u size=%u payload=%zu writers=%u key=0x%llx\n", cf.ctx,
 	       cf.sabre ? "sabre" : "baseline", cf.objects, cf.size, payload_len(), cf.writers,
 	       (unsigned long long)rmc_ctx_key(c));
 	fflush(stdout);
-	signal(SIGTERM, on_signal);
-	signal(SIGINT, on_signal);
 	memset(ws, 0, sizeof(ws));
-	t0 = now_ns();
+	t0 = measure_start(); /* the writers' updates are counted from here */
 	for (unsigned i = 0; i < cf.writers; i++) {
 		ws[i].id = i;
 		ws[i].seg = seg;
 		ws[i].scratch = malloc(cf.size + 64);
 		pthread_create(&ws[i].t, NULL, writer_main, &ws[i]);
 	}
-	while (!stop && (!cf.seconds || now_ns() - t0 < (uint64_t)cf.seconds * 1000000000ull))
-		usleep(100000);
-	stop = 1;
+	run_until(t0, cf.seconds, 100000);
 	for (unsigned i = 0; i < cf.writers; i++) {
 		pthread_join(ws[i].t, NULL);
 		total += ws[i].updates;
 	}
+	if (cf.marks)
+		RK_MARK_DUMP();
 	printf("writers=%u updates=%llu updates_per_s=%.1f\n", cf.writers, (unsigned long long)total,
 	       total / ((double)(now_ns() - t0) / 1e9));
 	rmc_close(r);
@@ -271,6 +315,7 @@ struct reader {
 	uint64_t reads, aborts, retries, torn, verr, errors, max_attempts;
 	uint64_t ab_info[4]; /* aborts by RMC_INFO_* (LOCKED, WINDOW, VALIDATE) */
 	uint64_t *wall, *model, *op; /* samples: per request (wall, modeled), per accepted read */
+	uint64_t sink;                /* lookups whose header matched (use_object) */
 	size_t nsamples, nops, cap;
 	char err[160];
 };
@@ -291,6 +336,44 @@ static int verify(unsigned key, const uint8_t *hdr_src, const uint8_t *pl, uint6
 	return k == key && n == len && !(v & 1) && v >= 2 && c == csum(key, v, pl, len) && payload_ok(pl, len, key, v);
 }
 
+/* The baseline's atomicity check on a copy of the object: its header version is even and every
+ * line's version equals the version's low 16 bits (--unsafe: the header version only). */
+static int baseline_consistent(const uint8_t *obj, size_t lines)
+{
+	uint64_t v;
+	uint16_t lv;
+
+	memcpy(&v, obj, 8);
+	if (v & 1)
+		return 0;
+	for (size_t l = 0; !cf.unsafe && l < lines; l++) {
+		memcpy(&lv, obj + l * 64 + 62, 2);
+		if (lv != (uint16_t)v)
+			return 0;
+	}
+	return 1;
+}
+
+/* Strip the line versions: the 62 data bytes of every line of `obj` go to `dst` back to back. */
+static void baseline_strip(uint8_t *dst, const uint8_t *obj, size_t lines)
+{
+	for (size_t l = 0; l < lines; l++)
+		memcpy(dst + l * 62, obj + l * 64, 62);
+}
+
+/* The lookup's own work on the clean object, the same for both layouts: the header must name the
+ * key looked up and the layout's length. The value is then the caller's (the store hands it over
+ * in the application buffer); reading it is the same work for both layouts and is not part of the
+ * store's cost. Returns 1 if the header is the key's. */
+static uint64_t use_object(const uint8_t *hdr, unsigned key)
+{
+	uint32_t k, len;
+
+	memcpy(&k, hdr + 8, 4);
+	memcpy(&len, hdr + 12, 4);
+	return k == key && len == payload_len();
+}
+
 static void *reader_main(void *arg)
 {
 	struct reader *rd = arg;
@@ -301,6 +384,8 @@ static void *reader_main(void *arg)
 	unsigned seed = 12345 + rd->id * 7919 + rmc_node_id(rd->r) * 104729;
 	size_t lines = cf.size / 64;
 
+	pin_to_vcpu(rd->id);
+
 	while (!stop) {
 		unsigned key = (unsigned)(rand_r(&seed) % cf.objects);
 		uint64_t roff = (uint64_t)key * cf.size, v, attempts = 0, t_start = now_ns();
@@ -309,14 +394,21 @@ static void *reader_main(void *arg)
 
 		while (!stop) {
 			uint64_t t0 = now_ns();
+			int n;
 
 			memset(&cqe, 0, sizeof(cqe));
 			attempts++;
+			RK_MARK(RK_PH_KV_ISSUE);
 			if (cf.sabre && !cf.unsafe)
-				st = rmc_sabre(rd->q, cf.node, roff, (uint64_t)(app - seg), cf.size,
-					       cf.nospec ? RMC_POST_NOSPEC : 0, &cqe);
+				st = rmc_post_sabre(rd->q, cf.node, roff, (uint64_t)(app - seg), cf.size, 0,
+						    cf.nospec ? RMC_POST_NOSPEC : 0);
 			else
-				st = rmc_read(rd->q, cf.node, roff, (uint64_t)(staging - seg), cf.size, &cqe);
+				st = rmc_post_read(rd->q, cf.node, roff, (uint64_t)(staging - seg), cf.size, 0, 0);
+			RK_MARK(RK_PH_NONE);
+			if (!st) { /* the wait (a spin, then a sleep) is not software cost: unmarked */
+				n = rmc_wait(rd->q, &cqe, 1, 10000);
+				st = n < 0 ? n : n == 0 ? -ETIMEDOUT : (int)cqe.status;
+			}
 			uint64_t t1 = now_ns();
 
 			if (st < 0 || (st != RMC_ST_OK && st != RMC_ST_SABRE_ABORT)) {
@@ -330,16 +422,18 @@ static void *reader_main(void *arg)
 				rd->wall[rd->nsamples] = t1 - t0;
 				rd->model[rd->nsamples++] = cqe.modeled_ns;
 			}
-			if (st == RMC_ST_SABRE_ABORT) {
+			if (cf.sabre && !cf.unsafe) {
+				/* the atomicity check of a SABRe is the completion's status; the object is
+				 * in the application buffer as it arrived (zero copy) */
+				RK_MARK(RK_PH_KV_CHECK);
+				accepted = st == RMC_ST_OK;
+				RK_MARK(RK_PH_NONE);
+				if (accepted)
+					break;
 				rd->aborts++;
 				rd->ab_info[cqe.info < 4 ? cqe.info : 0]++;
 				rd->retries++;
 				continue;
-			}
-			if (cf.sabre && !cf.unsafe) {
-				/* zero copy: the object is in the application buffer as it arrived */
-				accepted = 1;
-				break;
 			}
 			if (cf.sabre) {
 				/* --unsafe: a plain read of the SABRe layout, accepted if the version is even */
@@ -353,28 +447,27 @@ static void *reader_main(void *arg)
 				break;
 			}
 			/* baseline: consistent only if the header version is even and every line agrees */
-			memcpy(&v, staging, 8);
-			int consistent = !(v & 1);
-
-			for (size_t l = 0; consistent && !cf.unsafe && l < lines; l++) {
-				uint16_t lv;
-
-				memcpy(&lv, staging + l * 64 + 62, 2);
-				consistent = lv == (uint16_t)v;
-			}
+			RK_MARK(RK_PH_KV_CHECK);
+			int consistent = baseline_consistent(staging, lines);
+			RK_MARK(RK_PH_NONE);
 			if (!consistent) {
 				rd->retries++;
 				continue;
 			}
 			/* strip the line versions: the 62 data bytes of every line into the application
 			 * buffer (the copy SABRes remove) */
-			for (size_t l = 0; l < lines; l++)
-				memcpy(copy + l * 62, staging + l * 64, 62);
+			RK_MARK(RK_PH_KV_COPY);
+			baseline_strip(copy, staging, lines);
+			RK_MARK(RK_PH_NONE);
 			accepted = 1;
 			break;
 		}
 		if (!accepted)
 			break;
+		/* the lookup's own work on the clean object, the same code for both layouts */
+		RK_MARK(RK_PH_KV_USE);
+		rd->sink += use_object(cf.sabre ? app : copy, key);
+		RK_MARK(RK_PH_NONE);
 		if (rd->nops < rd->cap)
 			rd->op[rd->nops++] = now_ns() - t_start;
 		if (cf.sabre) {
@@ -445,17 +538,15 @@ static int do_read(void)
 			return 1;
 		}
 	}
-	signal(SIGTERM, on_signal);
-	signal(SIGINT, on_signal);
-	t0 = now_ns();
+	t0 = measure_start(); /* the readers' phases are counted from here */
 	for (unsigned i = 0; i < cf.threads; i++)
 		pthread_create(&rs[i].t, NULL, reader_main, &rs[i]);
-	while (!stop && now_ns() - t0 < (uint64_t)cf.seconds * 1000000000ull)
-		usleep(20000);
-	stop = 1;
+	run_until(t0, cf.seconds, 20000);
 	for (unsigned i = 0; i < cf.threads; i++)
 		pthread_join(rs[i].t, NULL);
 	secs = (double)(now_ns() - t0) / 1e9;
+	if (cf.marks)
+		RK_MARK_DUMP();
 	wall = calloc(cf.threads * cap, 8);
 	model = calloc(cf.threads * cap, 8);
 	opl = calloc(cf.threads * cap, 8);
@@ -538,15 +629,118 @@ static int do_read(void)
 	return torn || verr || errors ? 1 : 0;
 }
 
+/* ---- local reads (rmc-kv local; seed 000 sec. 7.3, Fig. 10) ---- */
+
+struct local_reader {
+	pthread_t t;
+	unsigned id;
+	const uint8_t *objs;
+	uint64_t reads, retries, torn, sink;
+};
+
+/* A read-only lookup kernel on objects in this process's memory: the baseline checks the line
+ * versions and strips them; the SABRe layout (no line versions) reads the version, copies the
+ * object and reads the version again. Both then do the lookup's work (use_object). */
+static void *local_main(void *arg)
+{
+	struct local_reader *lr = arg;
+	uint8_t *app = aligned_alloc(64, cf.size);
+	unsigned seed = 777 + lr->id * 7919;
+	size_t lines = cf.size / 64;
+
+	if (!app)
+		return NULL;
+	pin_to_vcpu(lr->id);
+	while (!stop) {
+		unsigned key = (unsigned)(rand_r(&seed) % cf.objects);
+		const uint8_t *o = lr->objs + (size_t)key * cf.size;
+		uint64_t v, v2;
+		int ok;
+
+		if (cf.sabre) {
+			const uint64_t *ver = (const uint64_t *)o;
+
+			RK_MARK(RK_PH_LOCAL_CHECK);
+			v = __atomic_load_n(ver, __ATOMIC_ACQUIRE);
+			ok = !(v & 1);
+			RK_MARK(RK_PH_LOCAL_COPY);
+			memcpy(app, o, cf.size);
+			RK_MARK(RK_PH_LOCAL_CHECK);
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			v2 = __atomic_load_n(ver, __ATOMIC_RELAXED);
+			ok = ok && v2 == v;
+			RK_MARK(RK_PH_NONE);
+		} else {
+			RK_MARK(RK_PH_LOCAL_CHECK);
+			ok = baseline_consistent(o, lines);
+			RK_MARK(RK_PH_LOCAL_COPY);
+			baseline_strip(app, o, lines);
+			RK_MARK(RK_PH_NONE);
+		}
+		if (!ok) {
+			lr->retries++;
+			continue;
+		}
+		RK_MARK(RK_PH_LOCAL_USE);
+		lr->sink += use_object(app, key);
+		RK_MARK(RK_PH_NONE);
+		if (!verify(key, app, app + HDR, &v)) {
+			if (!lr->torn)
+				fprintf(stderr, "rmc-kv: TORN: local reader %u, key %u\n", lr->id, key);
+			lr->torn++;
+		}
+		lr->reads++;
+	}
+	free(app);
+	return NULL;
+}
+
+static int do_local(void)
+{
+	struct local_reader rs[MAX_THREADS];
+	uint8_t *objs = aligned_alloc(64, (size_t)cf.objects * cf.size);
+	uint64_t reads = 0, retries = 0, torn = 0, t0;
+	double secs;
+
+	if (!objs)
+		die("out of memory (%u objects of %u bytes)", cf.objects, cf.size);
+	memset(objs, 0, (size_t)cf.objects * cf.size);
+	lay_out(objs);
+	memset(rs, 0, sizeof(rs));
+	t0 = measure_start(); /* the readers' phases are counted from here */
+	for (unsigned i = 0; i < cf.threads; i++) {
+		rs[i].id = i;
+		rs[i].objs = objs;
+		pthread_create(&rs[i].t, NULL, local_main, &rs[i]);
+	}
+	run_until(t0, cf.seconds, 20000);
+	for (unsigned i = 0; i < cf.threads; i++) {
+		pthread_join(rs[i].t, NULL);
+		reads += rs[i].reads;
+		retries += rs[i].retries;
+		torn += rs[i].torn;
+	}
+	secs = (double)(now_ns() - t0) / 1e9;
+	if (cf.marks)
+		RK_MARK_DUMP();
+	printf("mode=local layout=%s size=%u objects=%u threads=%u seconds=%.2f reads=%llu reads_per_s=%.1f "
+	       "retries=%llu torn=%llu\n",
+	       cf.sabre ? "sabre" : "baseline", cf.size, cf.objects, cf.threads, secs, (unsigned long long)reads,
+	       reads / secs, (unsigned long long)retries, (unsigned long long)torn);
+	free(objs);
+	return torn ? 1 : 0;
+}
+
 /* Every option, by its getopt value; SERVE_OPTS and READ_OPTS say which ones each command takes. */
 static const struct option long_opts[] = {
 	{ "ctx", 1, 0, 'c' }, { "node", 1, 0, 'n' }, { "size", 1, 0, 'z' }, { "objects", 1, 0, 'o' },
 	{ "writers", 1, 0, 'w' }, { "threads", 1, 0, 't' }, { "seconds", 1, 0, 'S' }, { "csv", 1, 0, 'C' },
 	{ "key", 1, 0, 'k' }, { "layout", 1, 0, 'l' }, { "nospec", 0, 0, 'N' }, { "unsafe", 0, 0, 'U' },
-	{ "help", 0, 0, 'h' }, { 0 }
+	{ "insn-count", 0, 0, 'I' }, { "help", 0, 0, 'h' }, { 0 }
 };
-#define SERVE_OPTS "czowSkl"
-#define READ_OPTS "nczotSCklNU"
+#define SERVE_OPTS "czowSklI"
+#define READ_OPTS "nczotSCklNUI"
+#define LOCAL_OPTS "zotSlI"
 
 int main(int argc, char **argv)
 {
@@ -557,9 +751,10 @@ int main(int argc, char **argv)
 		fputs(usage, argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
-	if (strcmp(argv[1], "serve") && strcmp(argv[1], "read"))
+	if (strcmp(argv[1], "serve") && strcmp(argv[1], "read") && strcmp(argv[1], "local"))
 		die("unknown command '%s' (rmc-kv --help)", argv[1]);
 	cf.serve = !strcmp(argv[1], "serve");
+	cf.local = !strcmp(argv[1], "local");
 	cf.objects = 100;
 	cf.threads = 1;
 	cf.seconds = cf.serve ? 0 : 5;
@@ -575,11 +770,12 @@ int main(int argc, char **argv)
 			fputs(usage, stdout);
 			return 0;
 		}
-		if (!strchr(cf.serve ? SERVE_OPTS : READ_OPTS, opt))
+		if (!strchr(cf.serve ? SERVE_OPTS : cf.local ? LOCAL_OPTS : READ_OPTS, opt))
 			die("--%s does not apply to `rmc-kv %s` (rmc-kv --help)", long_opts[li].name, argv[1]);
 		switch (opt) {
 		case 'N': cf.nospec = 1; break;
 		case 'U': cf.unsafe = 1; break;
+		case 'I': cf.marks = 1; break;
 		case 'c': cf.ctx = (unsigned)num(optarg, "--ctx", RMC_CTX_COUNT - 1); break;
 		case 'n': cf.node = (unsigned)num(optarg, "--node", 63); break;
 		case 'z': cf.size = (unsigned)num(optarg, "--size", RMC_SABRE_MAX); break;
@@ -604,7 +800,9 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc - 1)
 		die("unexpected argument '%s' (rmc-kv --help)", argv[1 + optind]);
-	if (cf.ctx >= RMC_CTX_COUNT || cf.sabre < 0 || !cf.size)
+	if (cf.local && (cf.sabre < 0 || !cf.size))
+		die("--layout and --size are required");
+	if (!cf.local && (cf.ctx >= RMC_CTX_COUNT || cf.sabre < 0 || !cf.size))
 		die("--ctx, --layout and --size are required");
 	if (cf.size % 64 || cf.size < 128)
 		die("--size %u: a multiple of 64, at least 128", cf.size);
@@ -614,5 +812,5 @@ int main(int argc, char **argv)
 		die("--nospec applies to the sabre layout");
 	if (cf.unsafe && cf.nospec)
 		die("--unsafe is a reader option, without --nospec");
-	return cf.serve ? do_serve() : do_read();
+	return cf.serve ? do_serve() : cf.local ? do_local() : do_read();
 }

@@ -199,7 +199,7 @@ LoadResult model_load(const Timing &t, const LoadMix &m)
     // (issue time, thread): every thread starts with `window` requests, each completion issues the next
     using Ev = std::pair<double, uint32_t>;
     std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> ready;
-    std::vector<double> last_issue(m.threads, 0.0);
+    std::vector<double> cpu_free(m.threads, 0.0); // when each thread's core is done with its software
     std::vector<uint32_t> left(m.threads, per_thread);
     for (uint32_t th = 0; th < m.threads; th++)
         for (uint32_t w = 0; w < std::min(m.window, per_thread); w++)
@@ -212,9 +212,11 @@ LoadResult model_load(const Timing &t, const LoadMix &m)
         ready.pop();
         if (!left[th]) continue;
         left[th]--;
-        // the thread's software time between two issues (think_ns)
-        const double ti = std::max(when, last_issue[th] + m.think_ns);
-        last_issue[th] = ti;
+        // the thread's software time per request (think_ns): its core handles the completion (or,
+        // for the first window, prepares the request) and builds the next, one request at a time,
+        // before it issues; so a synchronous thread issues think_ns after each completion
+        const double ti = std::max(when, cpu_free[th]) + m.think_ns;
+        cpu_free[th] = ti;
         const uint32_t b = th % nr2p2; // the thread's RGP/RCP backend
         const uint32_t npkt = n + (sabre ? 1 : 0);
         // source: WQE fetch, RGP unroll, request packets on the link, the network

@@ -75,7 +75,8 @@ struct LoadMix {
     uint32_t size = 64;
     uint32_t threads = 16, window = 16;
     uint32_t requests = 0; // per thread; 0: enough for a steady state (at least 64 and 20000 blocks)
-    double think_ns = 0;   // software time a thread spends per request between issues (0: none)
+    double think_ns = 0;   // software time a thread's core spends per request (after its completion,
+                           // before the next issue; one request at a time per core) (0: none)
 };
 struct LoadResult {
     bool ok = false;

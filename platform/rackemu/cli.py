@@ -166,6 +166,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     overrides = {"nodes": args.nodes, "name": args.name, "memory": args.memory, "vcpus": args.vcpus,
                  "run_dir": args.run_dir, "boot_timeout": args.boot_timeout, "machine": args.machine,
                  "snapshot": args.snapshot}
+    if args.insn_count:
+        overrides["insn_count"] = True
     if args.cmdline is not None:
         overrides["kernel_cmdline"] = args.cmdline
     cfg = load_config(args.config, overrides)
@@ -574,6 +576,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "configuration: auto (use the cache; boot and save the nodes it lacks), "
                          "refresh (boot all, save anew), off (no cache); default: the config's "
                          "`snapshot` (built in: off). Cache: ~/.cache/rackemu/snapshots")
+    up.add_argument("--insn-count", action="store_true",
+                    help="load the instruction-count TCG plugin into every node: it counts the "
+                         "user-space instructions between the marks workloads set and writes "
+                         "RUN_DIR/nodeI.insn.json (docs/insn-count.md; config key insn_count)")
     up.add_argument("--trace", metavar="PATTERN", action="append",
                     help="enable QEMU trace events matching PATTERN on every node, e.g. 'rackemu_*' "
                          "(repeatable); they go to the node's log, RUN_DIR/nodeI.log (docs/tracing.md)")

@@ -802,7 +802,17 @@ class Cluster:
                 "-device", "virtserialport,chardev=agent,name=rackemu.agent",
                 "-qmp", f"unix:{d / f'node{i}.qmp'},server=on,wait=off",
                 "-pidfile", str(d / f"node{i}.pid"),
+                *self.insn_args(i),
                 *c.qemu_args]
+
+    def insn_path(self, i: int) -> Path:
+        """Where node i's instruction-count plugin writes its counters (docs/insn-count.md)."""
+        return self.run_dir / f"node{i}.insn.json"
+
+    def insn_args(self, i: int) -> list[str]:
+        if not self.config.insn_count:
+            return []
+        return ["-plugin", f"{self.config.insn_plugin()},out={self.insn_path(i)}"]
 
     def _start_bridge(self) -> None:
         log_path = self.run_dir / "bridge.log"

@@ -68,6 +68,7 @@ DEFAULTS: dict[str, Any] = {
     "kernel_cmdline": GUEST_CMDLINE,
     "boot_timeout": 300.0,
     "snapshot": "off",
+    "insn_count": False,
     "run_dir": "",
     "shm_dir": "",
     "qemu_args": [],
@@ -123,6 +124,7 @@ class ClusterConfig:
     kernel_cmdline: str = DEFAULTS["kernel_cmdline"]
     boot_timeout: float = DEFAULTS["boot_timeout"]
     snapshot: str = DEFAULTS["snapshot"]   # boot from cached snapshots: auto, off, refresh
+    insn_count: bool = DEFAULTS["insn_count"]  # load the rk_insn TCG plugin (docs/insn-count.md)
     run_dir: Path = RUN_BASE / "default"
     shm_dir: Path = SHM_BASE              # guest RAM files live in shm_dir/rackemu-UID-NAME-HASH
     qemu_args: list[str] = dataclasses.field(default_factory=list)
@@ -178,6 +180,10 @@ class ClusterConfig:
         p = Path(img)
         return p if p.is_absolute() else env_file.parent / p
 
+    def insn_plugin(self) -> Path:
+        """The instruction-count TCG plugin, built beside QEMU by build-qemu.sh."""
+        return self.qemu.parent / "rk_insn.so"
+
     def check_artefacts(self) -> None:
         """Raise ConfigError naming every missing binary or image, with the set-up hint."""
         missing = []
@@ -189,6 +195,8 @@ class ClusterConfig:
                 missing.append(f"  {what}: {path} (not executable)")
 
         need(self.qemu, "QEMU", exe=True)
+        if self.insn_count:
+            need(self.insn_plugin(), "instruction-count plugin (insn_count = true)")
         if self.fabric:
             need(self.bridge, "fabric bridge", exe=True)
         need(self.initrd, "guest initramfs")
@@ -361,6 +369,9 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
         raise ConfigError(f"snapshot: {snapshot!r} is not a mode (use one of: "
                           f"{', '.join(SNAPSHOT_MODES)})")
 
+    insn_count = raw["insn_count"]
+    _check_type("insn_count", insn_count, (bool,), "true or false")
+
     run_dir = raw["run_dir"]
     _check_type("run_dir", run_dir, (str,), "a path string")
     run_dir_path = Path(run_dir).expanduser() if run_dir else RUN_BASE / name
@@ -392,6 +403,7 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
     return ClusterConfig(
         name=name, nodes=nodes, memory_mib=memory_mib, vcpus=vcpus, cpu=cpu, machine=machine,
         kernel_cmdline=cmdline.strip(), boot_timeout=float(boot_timeout), snapshot=snapshot,
+        insn_count=insn_count,
         run_dir=run_dir_path,
         shm_dir=shm_dir_path,
         qemu_args=lists["qemu_args"], bridge_args=lists["bridge_args"],

@@ -6,7 +6,8 @@
 #     platform/qemu/overlay, hw/rackemu/src links to this checkout, qemu-trace-hook.patch lists
 #     hw/rackemu among QEMU's trace-event directories, and platform/qemu/qemu-hook.patch adds the
 #     subdir()/source lines to QEMU's hw/meson.build and hw/Kconfig.
-#  3. QEMU is configured once for aarch64-softmmu only and built with ninja and ccache.
+#  3. QEMU is configured once for aarch64-softmmu only, with TCG plugins, and built with ninja
+#     and ccache.
 #     The build directory is kept in $RACKEMU_CACHE/qemu-build (shared by every checkout on
 #     the machine, so a fresh clone does not pay the 7-minute cold build); the binary is
 #     copied to $RACKEMU_BUILD/qemu/qemu-system-aarch64. A second run rebuilds nothing.
@@ -45,8 +46,9 @@ else
     say "ccache not found: QEMU rebuilds will be slower (install ccache)"
 fi
 
+# --enable-plugins: QEMU loads TCG plugins (-plugin), for the instruction-count plugin below
 conf_args=(--target-list=aarch64-softmmu --without-default-features --enable-fdt=system
-           --disable-docs --disable-werror "${ccache_opt[@]}")
+           --enable-plugins --disable-docs --disable-werror "${ccache_opt[@]}")
 conf_key=$(printf '%s\n' "$src" "${conf_args[@]}" | sha256sum | cut -c1-16)
 if [ ! -f "$bdir/build.ninja" ] || [ "$(cat "$bdir/.rackemu-conf" 2>/dev/null)" != "$conf_key" ]; then
     say "configuring QEMU ($(cat "$src/VERSION")) in $bdir"
@@ -94,3 +96,17 @@ if ! cmp -s "$bdir/qemu-system-aarch64" "$out/qemu-system-aarch64"; then
     say "qemu-system-aarch64 ready (${secs}s): $out/qemu-system-aarch64"
 fi
 echo "$(cat "$src/VERSION") $(cat "$RACKEMU_CACHE/qemu-source/debian-version" 2>/dev/null || echo custom-tree)" > "$out/VERSION"
+
+# The instruction-count plugin (docs/insn-count.md): a shared object built against this tree's
+# plugin API header, loaded by a node's QEMU only when the cluster asks (insn_count). Rebuilt when
+# its source, the marks' header or the API header is newer than the .so.
+plugin_src=$RACKEMU_ROOT/platform/qemu/plugins/rk_insn.c
+plugin=$out/rk_insn.so
+if [ ! -f "$plugin" ] || [ -n "$(find "$plugin_src" "$RACKEMU_ROOT/hw/include/rackemu/insn_mark.h" \
+        "$src/include/qemu/qemu-plugin.h" "$0" -newer "$plugin" | head -n1)" ]; then
+    gcc -O2 -g -fPIC -shared -Wall -Wextra -Wno-unused-parameter -Werror -I"$src/include/qemu" \
+        -I"$RACKEMU_ROOT/hw/include" -o "$plugin.tmp" "$plugin_src" -lpthread ||
+        die "building the instruction-count plugin ($plugin_src) failed"
+    mv -f "$plugin.tmp" "$plugin"
+    say "TCG plugin ready: $plugin"
+fi

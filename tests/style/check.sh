@@ -45,7 +45,7 @@ esac
 CXX_GLOBS=('hw/*.cc' 'hw/*.h' 'hw/*.cpp' 'hw/*.hpp' 'platform/fabric/*.cc' 'platform/fabric/*.h'
            'tests/unit/*.cc' 'tests/unit/*.h' 'tests/fuzz/*.cc' 'tests/fuzz/*.h')
 CXX_EXCLUDE='^hw/qemu/'
-QEMU_GLOBS=('hw/qemu/*.c' 'hw/qemu/*.h' 'platform/machine/*.c' 'platform/machine/*.h')
+QEMU_GLOBS=('hw/qemu/*.c' 'hw/qemu/*.h' 'platform/machine/*.c' 'platform/machine/*.h' 'platform/qemu/plugins/*.c')
 KMOD_GLOBS=('guest/kmod/*.c' 'guest/kmod/*.h')
 PY_DIRS=()
 for d in platform/rackemu bench tests/e2e tests/launcher tests/style; do [ -d "$d" ] && PY_DIRS+=("$d"); done

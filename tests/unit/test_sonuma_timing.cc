@@ -190,6 +190,30 @@ TEST(SonumaTiming, SmallSabresAreBoundByTheAtt)
     EXPECT_NEAR(r.gbps, model_load(t, m).gbps, 0.5);
 }
 
+TEST(SonumaTiming, ThinkTimeFollowsEachCompletion)
+{
+    // synchronous threads (window 1) that are latency-bound: each request takes the unloaded
+    // latency, then the thread's software takes think_ns before it issues the next one, so
+    // threads / (latency + think) requests per ns (issue 14: the software cost of Figs. 8 and 9)
+    Timing t;
+    LoadMix m;
+    m.size = 128;
+    m.threads = 4;
+    m.window = 1;
+    for (double think : {0.0, 60.0, 500.0}) {
+        m.think_ns = think;
+        LoadResult r = model_load(t, m);
+        ASSERT_TRUE(r.ok);
+        EXPECT_EQ(r.bound, "latency");
+        EXPECT_NEAR(r.mops, 4 * 1000.0 / (r.unloaded_ns + think), 0.01 * r.mops) << think;
+        EXPECT_NEAR(r.mean_ns, r.unloaded_ns, 1.0) << think; // think time is not request latency
+    }
+    // many in flight: one core's software serialises its requests: at most 1 / think each
+    m.window = 16;
+    m.think_ns = 100;
+    EXPECT_NEAR(model_load(t, m).mops, 4 * 1000.0 / 100, 0.4);
+}
+
 TEST(SonumaTiming, LoadRefusesWhatItCannotModel)
 {
     Timing t;

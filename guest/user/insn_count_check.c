@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: MIT
+/*
+ * insn-count-check: known instruction counts between instruction-count marks, for testing the
+ * rk_insn TCG plugin (docs/insn-count.md) and measuring its overhead.
+ *
+ *   insn-count-check [--iters N] [--reps R] [--threads T]
+ *       T threads (default: one per vCPU), each pinned to its vCPU, run R times (default 10):
+ *       loop A, N iterations of 2 instructions (subs, b.ne) in phase RK_PH_CHECK_A, then loop B,
+ *       N iterations of 3 instructions (add, subs, b.ne) in phase RK_PH_CHECK_B. Each loop is
+ *       one asm block with its marks, so the compiler adds nothing: phase A counts exactly
+ *       1 + 2N per run (its opening mark included), phase B 1 + 3N. Marks reset the counters
+ *       first and dump them at the end. Prints, per vCPU, what the plugin must report.
+ *   insn-count-check --spin N
+ *       N iterations of an unmarked loop of 4 instructions, timed: the plugin's overhead on
+ *       user code with no phase active (run with and without the plugin).
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rackemu/insn_mark.h"
+#include "tool.h"
+
+static const char usage[] = "usage: insn-count-check [--iters N] [--reps R] [--threads T] | --spin N\n"
+			    "  runs loops of known instruction counts between instruction-count marks and\n"
+			    "  prints the counts the rk_insn plugin must report (docs/insn-count.md);\n"
+			    "  --spin N: time N iterations of an unmarked 4-instruction loop (plugin overhead)\n";
+
+static uint64_t iters = 100000, reps = 10;
+static long ncpu;
+
+struct worker {
+	pthread_t t;
+	unsigned vcpu;
+	uint64_t sink;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(w->vcpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		die("cannot pin to vCPU %u", w->vcpu);
+	for (uint64_t r = 0; r < reps; r++) {
+		uint64_t n = iters, acc = 0;
+
+		__asm__ volatile("hint %2\n"
+				 "1: subs %0, %0, #1\n"
+				 "b.ne 1b\n"
+				 "hint %3\n"
+				 : "+r"(n), "+r"(acc)
+				 : "i"(RK_MARK_HINT_FIRST + RK_PH_CHECK_A), "i"(RK_MARK_HINT_FIRST + RK_PH_NONE)
+				 : "cc", "memory");
+		n = iters;
+		__asm__ volatile("hint %2\n"
+				 "1: add %1, %1, #3\n"
+				 "subs %0, %0, #1\n"
+				 "b.ne 1b\n"
+				 "hint %3\n"
+				 : "+r"(n), "+r"(acc)
+				 : "i"(RK_MARK_HINT_FIRST + RK_PH_CHECK_B), "i"(RK_MARK_HINT_FIRST + RK_PH_NONE)
+				 : "cc", "memory");
+		w->sink += acc;
+	}
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = { { "iters", 1, 0, 'i' }, { "reps", 1, 0, 'r' }, { "threads", 1, 0, 't' },
+					      { "spin", 1, 0, 's' },  { "help", 0, 0, 'h' }, { 0 } };
+	struct worker ws[64];
+	uint64_t spin = 0;
+	unsigned threads;
+	int opt;
+
+	tool_prog = "insn-count-check";
+	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	threads = ncpu > 0 ? (unsigned)ncpu : 1;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'i': iters = num(optarg, "--iters", 1ull << 40); break;
+		case 'r': reps = num(optarg, "--reps", 1000000); break;
+		case 't': threads = (unsigned)num(optarg, "--threads", 64); break;
+		case 's': spin = num(optarg, "--spin", 1ull << 40); break;
+		case 'h': fputs(usage, stdout); return 0;
+		default: bad_option(opt, argv, "insn-count-check --help");
+		}
+	}
+	if (optind < argc)
+		die("unexpected argument '%s' (insn-count-check --help)", argv[optind]);
+	if (!iters || !reps || !threads)
+		die("--iters, --reps and --threads must be at least 1");
+	if (spin) {
+		uint64_t n = spin, acc = 0, t0 = now_ns();
+
+		__asm__ volatile("1: add %1, %1, %0\n"
+				 "eor %1, %1, #1\n"
+				 "subs %0, %0, #1\n"
+				 "b.ne 1b\n"
+				 : "+r"(n), "+r"(acc)
+				 :
+				 : "cc");
+		printf("spin iters=%llu insns=%llu ns=%llu sink=%llu\n", (unsigned long long)spin,
+		       (unsigned long long)(4 * spin), (unsigned long long)(now_ns() - t0), (unsigned long long)acc);
+		return 0;
+	}
+	if (threads > 64)
+		threads = 64;
+	RK_MARK_RESET();
+	for (unsigned i = 0; i < threads; i++) {
+		ws[i].vcpu = i % (unsigned)(ncpu > 0 ? ncpu : 1);
+		ws[i].sink = 0;
+		pthread_create(&ws[i].t, NULL, worker_main, &ws[i]);
+	}
+	for (unsigned i = 0; i < threads; i++)
+		pthread_join(ws[i].t, NULL);
+	RK_MARK_DUMP();
+	/* what the plugin must report: per vCPU, the threads pinned there run reps x each loop */
+	for (unsigned c = 0; c < (unsigned)(ncpu > 0 ? ncpu : 1) && c < threads; c++) {
+		uint64_t runs = reps * ((threads - c + (unsigned)ncpu - 1) / (unsigned)ncpu);
+
+		printf("expect vcpu=%u phase=%d insns=%llu entries=%llu min=%llu max=%llu\n", c, RK_PH_CHECK_A,
+		       (unsigned long long)(runs * (1 + 2 * iters)), (unsigned long long)runs,
+		       (unsigned long long)(1 + 2 * iters), (unsigned long long)(1 + 2 * iters));
+		printf("expect vcpu=%u phase=%d insns=%llu entries=%llu min=%llu max=%llu\n", c, RK_PH_CHECK_B,
+		       (unsigned long long)(runs * (1 + 3 * iters)), (unsigned long long)runs,
+		       (unsigned long long)(1 + 3 * iters), (unsigned long long)(1 + 3 * iters));
+	}
+	return 0;
+}
