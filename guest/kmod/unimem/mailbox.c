@@ -711,21 +711,28 @@ void unimem_mbox_unpublish(struct unimem *um)
 	mbox.ndevs = 0;
 }
 
+const char *unimem_mbox_where(char *buf, size_t len)
+{
+	unsigned int ifno = unimem_mbox_if();
+
+	if (ifno == UNIMEM_KIF)
+		strscpy(buf, "kif", len);
+	else if (ifno)
+		snprintf(buf, len, "%u", ifno);
+	else
+		strscpy(buf, "off", len);
+	return buf;
+}
+
 ssize_t unimem_mbox_show(char *buf)
 {
-	unsigned int i, ifno = unimem_mbox_if();
 	unsigned long flags;
 	u64 c[8];
 	u16 kernel = 0, user = 0;
+	unsigned int i;
 	char where[8];
 
-	/* kif, 1..63, or off */
-	if (ifno == UNIMEM_KIF)
-		strscpy(where, "kif", sizeof(where));
-	else if (ifno)
-		snprintf(where, sizeof(where), "%u", ifno);
-	else
-		strscpy(where, "off", sizeof(where));
+	unimem_mbox_where(where, sizeof(where));
 
 	spin_lock_irqsave(&mbox.lock, flags);
 	c[0] = mbox.sent;

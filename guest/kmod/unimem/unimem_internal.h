@@ -63,6 +63,8 @@ unsigned int unimem_mbox_if(void);
  */
 int unimem_mbox_attach(struct unimem *um, unsigned int ifno);
 void unimem_mbox_irq(struct unimem *um);	/* hard irq: the mailbox FIFO is non-empty */
+/* Where the mailbox runs, for sysfs and logs: "kif", "1".."63" or "off" (in buf). */
+const char *unimem_mbox_where(char *buf, size_t len);
 ssize_t unimem_mbox_show(char *buf);
 /* One 256-bit packet from the kernel (PID UNIMEM_KERNEL_PID(node)) to MIF `mif` of node `node`;
  * w0 bits [63:48] are sent, [47:0] become the PID. Sent from the mailbox's interface (the KIF by

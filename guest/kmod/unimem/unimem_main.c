@@ -266,38 +266,39 @@ static u64 mif_count(struct unimem *um, int mif)
 	return readq(mif_reg(um, mif, VMBOX_MIF_COUNT));
 }
 
-void unimem_irq_mask(struct unimem *um, int mif, bool enable)
+/* Set or clear `bits` of the vmbox's KIF_CTRL (its shadow under irq_lock). */
+static void unimem_kif_ctrl(struct unimem *um, u64 bits, bool set)
 {
 	unsigned long flags;
 
 	spin_lock_irqsave(&um->irq_lock, flags);
-	if (mif == UNIMEM_KIF) {
-		if (enable)
-			um->kif_ctrl |= VMBOX_KIF_IRQ_ENABLE;
-		else
-			um->kif_ctrl &= ~VMBOX_KIF_IRQ_ENABLE;
-		writeq(um->kif_ctrl, um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_KIF_CTRL);
-		spin_unlock_irqrestore(&um->irq_lock, flags);
-		return;
-	}
-	if (enable)
-		um->irq_enable |= BIT_ULL(mif);
+	if (set)
+		um->kif_ctrl |= bits;
 	else
-		um->irq_enable &= ~BIT_ULL(mif);
-	writeq(um->irq_enable, um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_IRQ_ENABLE);
+		um->kif_ctrl &= ~bits;
+	writeq(um->kif_ctrl, um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_KIF_CTRL);
 	spin_unlock_irqrestore(&um->irq_lock, flags);
 }
 
 void unimem_kif_enable(struct unimem *um, bool enable)
 {
+	unimem_kif_ctrl(um, VMBOX_KIF_ENABLE, enable);
+}
+
+void unimem_irq_mask(struct unimem *um, int mif, bool enable)
+{
 	unsigned long flags;
 
+	if (mif == UNIMEM_KIF) {
+		unimem_kif_ctrl(um, VMBOX_KIF_IRQ_ENABLE, enable);
+		return;
+	}
 	spin_lock_irqsave(&um->irq_lock, flags);
 	if (enable)
-		um->kif_ctrl |= VMBOX_KIF_ENABLE;
+		um->irq_enable |= BIT_ULL(mif);
 	else
-		um->kif_ctrl &= ~VMBOX_KIF_ENABLE;
-	writeq(um->kif_ctrl, um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_KIF_CTRL);
+		um->irq_enable &= ~BIT_ULL(mif);
+	writeq(um->irq_enable, um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_IRQ_ENABLE);
 	spin_unlock_irqrestore(&um->irq_lock, flags);
 }
 
@@ -796,8 +797,7 @@ ATTRIBUTE_GROUPS(unimem_pdev);
 /* Both devices bound: take the TIF into service and publish /dev/unimem. */
 static int unimem_publish(struct unimem *um)
 {
-	unsigned int ifno;
-	char where[32];
+	char where[8];
 	int ret;
 
 	if (!um->vmbox || !um->pktz || um->registered)
@@ -832,15 +832,9 @@ static int unimem_publish(struct unimem *um)
 	um->registered = true;
 	unimem_announce_boot = true;
 	schedule_delayed_work(&unimem_exit_work, 0);
-	ifno = unimem_mbox_if();
-	if (ifno == UNIMEM_KIF)
-		strscpy(where, "on the kernel interface", sizeof(where));
-	else if (ifno)
-		snprintf(where, sizeof(where), "on interface %u", ifno);
-	else
-		strscpy(where, "off", sizeof(where));
-	dev_info(um->vmbox_dev, "node %u of %u: /dev/unimem ready (64 MIFs x %u words, 64 PIFs%s), mailbox %s\n",
-		 um->node_id, um->node_count, um->depth, unimem_has_kif(um) ? ", kernel interface" : "", where);
+	dev_info(um->vmbox_dev, "node %u of %u: /dev/unimem ready (64 MIFs x %u words, 64 PIFs%s), mailbox interface=%s\n",
+		 um->node_id, um->node_count, um->depth, unimem_has_kif(um) ? ", kernel interface" : "",
+		 unimem_mbox_where(where, sizeof(where)));
 	return 0;
 }
 
