@@ -202,15 +202,17 @@ def test_kernel_interface_kif_to_kif_across_the_fabric(rack):
         refused = kif_counter(n2, "REFUSED")
         assert send(n0, KIF_PAGE, kif2, 0, 1, 2, 3) == NACK
         assert kif_counter(n2, "REFUSED") == refused + 1
-        # node 1's FIFOs hold 16 words: the fifth packet into its KIF is refused whole
-        statuses = [send(n0, KIF_PAGE, kif1, 0, i, i, i) for i in range(5)]
-        assert statuses == [ACK] * 4 + [NACK]
-        assert n1.readq(VMBOX + R["VMBOX_KIF_OFFSET"] + R["VMBOX_MIF_COUNT"]) == 16
-        assert kif_counter(n1, "NACKS") == 1 and kif_counter(n1, "ENQUEUED") == 20
-        assert pktz_kif_counter(n0, "SENT") == 8 and pktz_kif_counter(n0, "NACKED") == 2
+        # fill node 1's KIF (its depth: node 1 may have been restarted by an earlier test): the
+        # packet after the last one that fits is refused whole
+        depth = n1.readq(CTRL + R["VMBOX_CTRL_DEPTH"])
+        statuses = [send(n0, KIF_PAGE, kif1, 0, i, i, i) for i in range(depth // 4 + 1)]
+        assert statuses == [ACK] * (depth // 4) + [NACK]
+        assert n1.readq(VMBOX + R["VMBOX_KIF_OFFSET"] + R["VMBOX_MIF_COUNT"]) == depth
+        assert kif_counter(n1, "NACKS") == 1 and kif_counter(n1, "ENQUEUED") == 4 + depth
+        assert pktz_kif_counter(n0, "SENT") == 4 + depth // 4 and pktz_kif_counter(n0, "NACKED") == 2
         # a CPU store into the KIF is refused with a bus error, nothing queued
         n1.write(VMBOX + R["VMBOX_KIF_OFFSET"], 5, 8)
-        assert n1.readq(VMBOX + R["VMBOX_KIF_OFFSET"] + R["VMBOX_MIF_COUNT"]) == 16
+        assert n1.readq(VMBOX + R["VMBOX_KIF_OFFSET"] + R["VMBOX_MIF_COUNT"]) == depth
     finally:
         n1.writeq(CTRL + R["VMBOX_CTRL_KIF_CTRL"], 0)
         n1.writeq(CTRL + R["VMBOX_CTRL_KIF_FLUSH"], 1)
