@@ -15,10 +15,11 @@
 #define TIF (PKTZ + PKTZ_TIF_OFFSET)
 #define VCTRL (VMBOX + VMBOX_CTRL_OFFSET)
 
+/* pif 0..63, or UNIMEM_KIF: the kernel interface's page */
 static uint64_t pif_send(unsigned pif, uint64_t dest, uint64_t p0lo, uint64_t p0hi, uint64_t p1lo,
                          uint64_t p1hi)
 {
-    uint64_t b = PKTZ + PKTZ_PIF_OFFSET(pif), st;
+    uint64_t b = PKTZ + (pif == UNIMEM_KIF ? PKTZ_KIF_OFFSET : PKTZ_PIF_OFFSET(pif)), st;
     int spins = 1000000;
 
     w64(b + PKTZ_PIF_PAYLOAD0, p0lo);
@@ -67,6 +68,27 @@ int main(void)
     check("PIF without PID_CONF bit sends nothing", pif_send(5, mif7, 0, 1, 2, 3), 0);
     check("no packet arrived", r64(VMBOX + VMBOX_MIF_OFFSET(7)), VMBOX_EMPTY_PATTERN);
     check("NOPID counter", r64(TIF + PKTZ_TIF_NOPID), 1);
+
+    /* The kernel interface (KIF, rackemu extension): its own FIFO, PID and interrupt enable */
+    const uint64_t kif = UNIMEM_GADDR(0, VMBOX + VMBOX_KIF_OFFSET);
+    check("vmbox has the KIF", r64(VCTRL + VMBOX_CTRL_CAPS), UNIMEM_CAP_KIF);
+    check("packetizer has the KIF", r64(TIF + PKTZ_TIF_CAPS), UNIMEM_CAP_KIF);
+    w64(TIF + PKTZ_TIF_KIF_PIDT, 0xFC0000000000ull);
+    w64(TIF + PKTZ_TIF_KIF_CONF, 1);
+    check("disabled KIF refuses the packet", pif_send(UNIMEM_KIF, kif, 0, 1, 2, 3), PKTZ_ST_NACK);
+    w64(VCTRL + VMBOX_CTRL_KIF_CTRL, VMBOX_KIF_ENABLE | VMBOX_KIF_IRQ_ENABLE);
+    check("a PIF cannot name the KIF", pif_send(2, kif, 0, 1, 2, 3), PKTZ_ST_ILLEGAL);
+    check("KIF to KIF acknowledged", pif_send(UNIMEM_KIF, kif, 0xEEEEull << 48, 0xD1, 0xD2, 0xD3), PKTZ_ST_ACK);
+    check("KIF interrupt pending", r64(VCTRL + VMBOX_CTRL_KIF_STATUS), VMBOX_KIF_NONEMPTY | VMBOX_KIF_IRQ);
+    check("no MIF interrupt for it", r64(VCTRL + VMBOX_CTRL_IRQ_STATUS), 0);
+    check("KIF count", r64(VMBOX + VMBOX_KIF_OFFSET + VMBOX_MIF_COUNT), 4);
+    check("KIF word 0 carries KIF_PIDT", r64(VMBOX + VMBOX_KIF_OFFSET), (0xEEEEull << 48) | 0xFC0000000000ull);
+    check("KIF word 1", r64(VMBOX + VMBOX_KIF_OFFSET), 0xD1);
+    w64(VCTRL + VMBOX_CTRL_KIF_FLUSH, 1);
+    check("KIF flushed, interrupt clear", r64(VCTRL + VMBOX_CTRL_KIF_STATUS), 0);
+    check("KIF to a MIF acknowledged", pif_send(UNIMEM_KIF, mif7, 0, 1, 2, 3), PKTZ_ST_ACK);
+    check("KIF counters: sent", r64(TIF + PKTZ_TIF_KIF_COUNTERS + PKTZ_KIF_CNT_SENT), 3);
+    check("KIF counters: refused", r64(VCTRL + VMBOX_CTRL_KIF_COUNTERS + VMBOX_KIF_CNT_REFUSED), 1);
 
     puts_(failures ? "rackemu-firmware: FAILED\n" : "rackemu-firmware: ALL PASS\n");
     return failures;

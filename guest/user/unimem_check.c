@@ -117,15 +117,23 @@ static int child_info(int fd)
 	return ERR(ioctl(fd, UNIMEM_IOC_INFO, &i));
 }
 
-/* The mailbox driver's interface (unimem's mailbox_if parameter; 0 = mailbox off), -1 if unreadable. */
+/* The user interface (1..63) the mailbox driver holds: 0 when it is on the kernel interface
+ * (KIF, the default on devices that have it) or off; -1 if unreadable. From the `interface=`
+ * field of /sys/class/misc/unimem/mailbox (kif, off or the number; docs/unimem.md). */
 static int mailbox_interface(void)
 {
-	FILE *f = fopen("/sys/module/unimem/parameters/mailbox_if", "r");
+	FILE *f = fopen("/sys/class/misc/unimem/mailbox", "r");
+	char line[512], *at;
 	int v = -1;
 
 	if (f) {
-		if (fscanf(f, "%d", &v) != 1)
-			v = -1;
+		if (fgets(line, sizeof(line), f) && (at = strstr(line, "interface="))) {
+			at += strlen("interface=");
+			if (!strncmp(at, "kif", 3) || !strncmp(at, "off", 3))
+				v = 0;
+			else if (sscanf(at, "%d", &v) != 1 || v < 1 || v > 63)
+				v = -1;
+		}
 		fclose(f);
 	}
 	return v;
@@ -384,9 +392,10 @@ int main(void)
 	}
 
 	/* interfaces run out: 63 opens at most (0 is the atomic service's), 62 while the mailbox
-	 * holds one, minus those other processes hold now, the next one is EBUSY */
+	 * holds a user interface (mailbox_if=1..63, or a device without the KIF), minus those other
+	 * processes hold now, the next one is EBUSY */
 	{
-		/* (the name is kept from when the mailbox always held one: 63 with mailbox_if=0) */
+		/* (the name is kept from when the mailbox always held one: 63 with the KIF) */
 		int fds[64], k, last = 0, held, room = mailbox_interface() ? 62 : 63;
 
 		close(fd);

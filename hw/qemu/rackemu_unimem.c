@@ -37,6 +37,7 @@ struct RackemuVmboxState {
     uint32_t node_count;
     uint32_t fifo_depth;
     bool burst_known_issue;
+    bool kif;   /* property "kif": the kernel interface (KIF) is present (default on) */
     bool ready; /* set by the first reset; deliveries before it would be wiped by it */
     RkVmboxState mig; /* migration: filled by pre_save, read by post_load */
 };
@@ -51,6 +52,7 @@ struct RackemuPacketizerState {
     RkFabricEndpoint *ep;     /* RKF_SVC_UNIMEM_MBOX; NULL: standalone node, remote destinations fail */
     uint32_t node_id;
     uint32_t node_count;
+    bool kif;        /* property "kif": the kernel interface (KIF) is present (default on) */
     RkPktzState mig; /* migration: filled by pre_save, read by post_load */
 };
 
@@ -106,7 +108,7 @@ static void rackemu_vmbox_realize(DeviceState *dev, Error **errp)
     memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_vmbox_ops, s, TYPE_RACKEMU_VMBOX, VMBOX_MMIO_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
     rackemu_host_init(&s->host, SYS_BUS_DEVICE(s), TYPE_RACKEMU_VMBOX, 1, NULL, s->node_id, s->node_count);
-    s->core = rk_vmbox_new(&s->host.host, s->fifo_depth, s->burst_known_issue);
+    s->core = rk_vmbox_new(&s->host.host, s->fifo_depth, s->burst_known_issue, s->kif);
     qemu_add_vm_change_state_handler(rackemu_vmbox_run_state, s);
 }
 
@@ -148,6 +150,10 @@ static int rackemu_vmbox_pre_load(void *opaque)
     RackemuVmboxState *s = opaque;
 
     rk_vmbox_state_free(&s->mig);
+    /* a version 1 stream carries no KIF: it loads as an empty, disabled one */
+    s->mig.kif_fill = 0;
+    s->mig.kif_ctrl = 0;
+    memset(s->mig.kif_counters, 0, sizeof(s->mig.kif_counters));
     return 0;
 }
 
@@ -156,7 +162,7 @@ static bool rackemu_vmbox_nwords_ok(void *opaque, int version_id)
 {
     RackemuVmboxState *s = opaque;
 
-    return s->mig.nwords <= (uint64_t)UNIMEM_IF_COUNT * s->fifo_depth;
+    return s->mig.nwords <= (uint64_t)UNIMEM_IF_TOTAL * s->fifo_depth;
 }
 
 static int rackemu_vmbox_post_load(void *opaque, int version_id)
@@ -177,7 +183,7 @@ static int rackemu_vmbox_post_load(void *opaque, int version_id)
 
 static const VMStateDescription rackemu_vmbox_vmstate = {
     .name = TYPE_RACKEMU_VMBOX,
-    .version_id = 1,
+    .version_id = 2, /* 2: the KIF */
     .minimum_version_id = 1,
     .pre_save = rackemu_vmbox_pre_save,
     .post_save = rackemu_vmbox_post_save,
@@ -188,6 +194,9 @@ static const VMStateDescription rackemu_vmbox_vmstate = {
         VMSTATE_UINT64(mig.irq_enable, RackemuVmboxState),
         VMSTATE_UINT32_ARRAY(mig.fill, RackemuVmboxState, UNIMEM_IF_COUNT),
         VMSTATE_UINT64_ARRAY(mig.counters, RackemuVmboxState, RK_VMBOX_SAVED_COUNTERS),
+        VMSTATE_UINT32_V(mig.kif_fill, RackemuVmboxState, 2),
+        VMSTATE_UINT64_V(mig.kif_ctrl, RackemuVmboxState, 2),
+        VMSTATE_UINT64_ARRAY_V(mig.kif_counters, RackemuVmboxState, VMBOX_KIF_CNT_COUNT, 2),
         VMSTATE_UINT32(mig.nwords, RackemuVmboxState),
         VMSTATE_VALIDATE("rackemu-vmbox words fit the FIFOs", rackemu_vmbox_nwords_ok),
         VMSTATE_VARRAY_UINT32_ALLOC(mig.words, RackemuVmboxState, mig.nwords, 0, vmstate_info_uint64, uint64_t),
@@ -200,6 +209,7 @@ static Property rackemu_vmbox_props[] = {
     DEFINE_PROP_UINT32("node-count", RackemuVmboxState, node_count, 1),
     DEFINE_PROP_UINT32("fifo-depth", RackemuVmboxState, fifo_depth, VMBOX_DEFAULT_DEPTH),
     DEFINE_PROP_BOOL("burst-known-issue", RackemuVmboxState, burst_known_issue, false),
+    DEFINE_PROP_BOOL("kif", RackemuVmboxState, kif, true),
     DEFINE_PROP_END_OF_LIST(),
 };
 
@@ -207,7 +217,7 @@ static void rackemu_vmbox_class_init(ObjectClass *oc, void *data)
 {
     DeviceClass *dc = DEVICE_CLASS(oc);
 
-    dc->desc = "Unimem virtualized mailbox (64 FIFOs), rackemu";
+    dc->desc = "Unimem virtualized mailbox (64 FIFOs and the kernel's KIF), rackemu";
     dc->realize = rackemu_vmbox_realize;
     dc->reset = rackemu_vmbox_reset;
     dc->vmsd = &rackemu_vmbox_vmstate;
@@ -217,21 +227,24 @@ static void rackemu_vmbox_class_init(ObjectClass *oc, void *data)
 
 /* ---- packetizer ---- */
 
-/* The packetizer's transmit link: into this node's vmbox, or to another node's over the fabric. */
-static void rackemu_pktz_transmit(void *opaque, unsigned pif, uint64_t tag, uint64_t dest,
+/*
+ * The packetizer's transmit link: into this node's vmbox, or to another node's over the fabric.
+ * `pif` (0..63, or UNIMEM_KIF) travels with the packet as its sending interface: the receiving
+ * vmbox takes packets into its KIF from a KIF only.
+ */
+static void rackemu_pktz_transmit(void *opaque, unsigned pif, uint64_t tag, uint64_t dest, unsigned mif,
                                   const uint64_t words[4])
 {
     RackemuPacketizerState *s = opaque;
     unsigned node = UNIMEM_GADDR_NODE(dest);
-    unsigned mif = PKTZ_DEST_MIF(dest);
-    struct rkf_mbox_deliver d = { .mif = mif, .nwords = UNIMEM_PACKET_WORDS };
+    struct rkf_mbox_deliver d = { .mif = mif, .src_if = pif, .nwords = UNIMEM_PACKET_WORDS };
     struct rkf_frame_hdr h = { 0 };
     rk_status st;
     int rc;
 
     trace_rackemu_unimem_send(s->node_id, pif, node, mif, tag);
     if (node == s->node_id) {
-        st = s->vmbox ? rk_vmbox_deliver(s->vmbox->core, mif, words, UNIMEM_PACKET_WORDS) : RK_UNREACHABLE;
+        st = s->vmbox ? rk_vmbox_deliver(s->vmbox->core, mif, pif, words, UNIMEM_PACKET_WORDS) : RK_UNREACHABLE;
         trace_rackemu_unimem_complete(s->node_id, tag, rk_status_name(st));
         rk_pktz_complete(s->core, tag, st);
         return;
@@ -340,7 +353,7 @@ static void rackemu_pktz_realize(DeviceState *dev, Error **errp)
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
     rackemu_host_init(&s->host, SYS_BUS_DEVICE(s), TYPE_RACKEMU_PACKETIZER, 1, s->fabric, s->node_id,
                       s->node_count);
-    s->core = rk_pktz_new(&s->host.host, rackemu_pktz_transmit, s);
+    s->core = rk_pktz_new(&s->host.host, rackemu_pktz_transmit, s, s->kif);
     /* Serves other nodes' deliveries into the vmbox from the port thread. */
     s->ep = rackemu_fabric_bind(s->fabric, RKF_SVC_UNIMEM_MBOX, &ops, s);
 }
@@ -368,6 +381,21 @@ static int rackemu_pktz_pre_save(void *opaque)
     return 0;
 }
 
+static int rackemu_pktz_pre_load(void *opaque)
+{
+    RackemuPacketizerState *s = opaque;
+
+    /* a version 1 stream carries no KIF: it loads as an idle one with KIF_CONF clear */
+    memset(s->mig.kif_regs, 0, sizeof(s->mig.kif_regs));
+    memset(s->mig.kif_written, 0, sizeof(s->mig.kif_written));
+    s->mig.kif_status = 0;
+    s->mig.kif_waiting = 0;
+    s->mig.kif_pidt = 0;
+    s->mig.kif_conf = 0;
+    memset(s->mig.kif_counters, 0, sizeof(s->mig.kif_counters));
+    return 0;
+}
+
 static int rackemu_pktz_post_load(void *opaque, int version_id)
 {
     RackemuPacketizerState *s = opaque;
@@ -385,9 +413,10 @@ static int rackemu_pktz_post_load(void *opaque, int version_id)
 
 static const VMStateDescription rackemu_pktz_vmstate = {
     .name = TYPE_RACKEMU_PACKETIZER,
-    .version_id = 1,
+    .version_id = 2, /* 2: the KIF */
     .minimum_version_id = 1,
     .pre_save = rackemu_pktz_pre_save,
+    .pre_load = rackemu_pktz_pre_load,
     .post_load = rackemu_pktz_post_load,
     .fields = (VMStateField[]) {
         VMSTATE_UINT64_ARRAY(mig.pif_regs, RackemuPacketizerState, UNIMEM_IF_COUNT * 6),
@@ -398,6 +427,13 @@ static const VMStateDescription rackemu_pktz_vmstate = {
         VMSTATE_UINT64(mig.base_dest, RackemuPacketizerState),
         VMSTATE_UINT64(mig.pid_conf, RackemuPacketizerState),
         VMSTATE_UINT64_ARRAY(mig.counters, RackemuPacketizerState, RK_PKTZ_SAVED_COUNTERS),
+        VMSTATE_UINT64_ARRAY_V(mig.kif_regs, RackemuPacketizerState, 6, 2),
+        VMSTATE_UINT16_ARRAY_V(mig.kif_written, RackemuPacketizerState, 3, 2),
+        VMSTATE_UINT32_V(mig.kif_status, RackemuPacketizerState, 2),
+        VMSTATE_UINT8_V(mig.kif_waiting, RackemuPacketizerState, 2),
+        VMSTATE_UINT64_V(mig.kif_pidt, RackemuPacketizerState, 2),
+        VMSTATE_UINT64_V(mig.kif_conf, RackemuPacketizerState, 2),
+        VMSTATE_UINT64_ARRAY_V(mig.kif_counters, RackemuPacketizerState, PKTZ_KIF_CNT_COUNT, 2),
         VMSTATE_END_OF_LIST()
     },
 };
@@ -407,6 +443,7 @@ static Property rackemu_pktz_props[] = {
     DEFINE_PROP_UINT32("node-count", RackemuPacketizerState, node_count, 1),
     DEFINE_PROP_LINK("vmbox", RackemuPacketizerState, vmbox, TYPE_RACKEMU_VMBOX, RackemuVmboxState *),
     DEFINE_PROP_LINK("fabric", RackemuPacketizerState, fabric, TYPE_RACKEMU_FABRIC, RackemuFabric *),
+    DEFINE_PROP_BOOL("kif", RackemuPacketizerState, kif, true),
     DEFINE_PROP_END_OF_LIST(),
 };
 
@@ -414,7 +451,7 @@ static void rackemu_pktz_class_init(ObjectClass *oc, void *data)
 {
     DeviceClass *dc = DEVICE_CLASS(oc);
 
-    dc->desc = "Unimem virtualized packetizer (64 PIFs + TIF), rackemu";
+    dc->desc = "Unimem virtualized packetizer (64 PIFs + TIF + the kernel's KIF), rackemu";
     dc->realize = rackemu_pktz_realize;
     dc->reset = rackemu_pktz_reset;
     dc->vmsd = &rackemu_pktz_vmstate;

@@ -15,9 +15,23 @@ constexpr uint32_t kStatusBits =
     PKTZ_ST_PEND | PKTZ_ST_ILLEGAL | PKTZ_ST_NACK | PKTZ_ST_ACK | PKTZ_ST_OVERWR_BUF | PKTZ_ST_FABRIC_ERR;
 } // namespace
 
-Packetizer::Packetizer(Host host, PacketizerTransmit transmit) : host_(host), transmit_(std::move(transmit))
+Packetizer::Packetizer(Host host, PacketizerTransmit transmit, bool kif)
+    : host_(host), transmit_(std::move(transmit)), kif_(kif)
 {
 }
+
+namespace {
+// The interface a PIF-register row addresses: element i of a PIF array, or the KIF's row.
+constexpr unsigned pif_index(uint32_t row_offset, unsigned i)
+{
+    return row_offset >= PKTZ_KIF_OFFSET ? UNIMEM_KIF : i;
+}
+// The KIF's name in log lines, "PIF n" otherwise.
+std::string if_name(unsigned pif)
+{
+    return pif == UNIMEM_KIF ? std::string("KIF") : "PIF " + std::to_string(pif);
+}
+} // namespace
 
 // ---- the register table (Tables 4 and 5; ID and counters are rackemu extensions) ----
 
@@ -25,12 +39,17 @@ std::span<const Reg<Packetizer, Packetizer::Ctx>> Packetizer::reg_table()
 {
     using R = Reg<Packetizer, Ctx>;
     constexpr uint32_t t = PKTZ_TIF_OFFSET, page = UNIMEM_IF_PAGE_SIZE, n = UNIMEM_IF_COUNT;
-    // PIF registers: the 64-bit half r.offset / 8 (0..5) of payload0, payload1, dest
-    auto pif = [](Packetizer &d, const R &r, unsigned i, Ctx &) { return d.s_.pifs[i].regs[r.offset / 8]; };
-    auto set_pif = [](Packetizer &d, const R &r, unsigned i, uint64_t merged, uint64_t, Ctx &c) {
-        d.write_pif_locked(i, r.offset / 8, merged, c);
+    // PIF (and KIF) registers: the 64-bit half (r.offset in the page) / 8 (0..5) of payload0,
+    // payload1, dest
+    auto pif = [](Packetizer &d, const R &r, unsigned i, Ctx &) {
+        return d.s_.pifs[pif_index(r.offset, i)].regs[(r.offset & (page - 1)) / 8];
     };
-    auto status = [](Packetizer &d, const R &, unsigned i, Ctx &) -> uint64_t { return d.s_.pifs[i].status; };
+    auto set_pif = [](Packetizer &d, const R &r, unsigned i, uint64_t merged, uint64_t, Ctx &c) {
+        d.write_pif_locked(pif_index(r.offset, i), (r.offset & (page - 1)) / 8, merged, c);
+    };
+    auto status = [](Packetizer &d, const R &r, unsigned i, Ctx &) -> uint64_t {
+        return d.s_.pifs[pif_index(r.offset, i)].status;
+    };
     auto zero = [](Packetizer &, const R &, unsigned, Ctx &) -> uint64_t { return 0; };
     auto pidt = [](Packetizer &d, const R &, unsigned i, Ctx &) { return d.s_.pidt[i]; };
     auto set_pidt = [](Packetizer &d, const R &, unsigned i, uint64_t merged, uint64_t, Ctx &) {
@@ -45,12 +64,33 @@ std::span<const Reg<Packetizer, Packetizer::Ctx>> Packetizer::reg_table()
         d.s_.pid_conf = merged;
     };
     auto clr_req = [](Packetizer &d, const R &, unsigned, uint64_t, uint64_t raw, Ctx &) {
-        d.clear_request_locked(raw);
+        d.clear_request_locked(raw, false);
     };
     auto counter = [](Packetizer &d, const R &r, unsigned, Ctx &) {
         return d.s_.counters[(r.offset - PKTZ_TIF_OFFSET - PKTZ_TIF_COUNTERS) / 8];
     };
+    // the KIF's TIF rows (rackemu extension, issue 14): decoded only on a device with the KIF
+    auto caps = [](Packetizer &d, const R &, unsigned, Ctx &) -> uint64_t {
+        return d.kif_ ? UNIMEM_CAP_KIF : 0;
+    };
+    auto kif_pidt = [](Packetizer &d, const R &, unsigned, Ctx &) { return d.s_.kif_pidt; };
+    auto set_kif_pidt = [](Packetizer &d, const R &, unsigned, uint64_t merged, uint64_t, Ctx &) {
+        d.s_.kif_pidt = merged;
+    };
+    auto kif_conf = [](Packetizer &d, const R &, unsigned, Ctx &) { return d.s_.kif_conf; };
+    auto set_kif_conf = [](Packetizer &d, const R &, unsigned, uint64_t merged, uint64_t, Ctx &) {
+        d.s_.kif_conf = merged;
+    };
+    auto kif_clr_req = [](Packetizer &d, const R &, unsigned, uint64_t, uint64_t raw, Ctx &) {
+        if (raw & 1) d.clear_request_locked(0, true);
+    };
+    auto kif_counter = [](Packetizer &d, const R &r, unsigned, Ctx &) {
+        return d.s_.kif_counters[(r.offset - PKTZ_TIF_OFFSET - PKTZ_TIF_KIF_COUNTERS) / 8];
+    };
+    constexpr uint32_t k = PKTZ_KIF_OFFSET;
 #define PKTZ_CNT_ROW_(N, n, d) {#N, t + PKTZ_TIF_COUNTERS + PKTZ_CNT_##N, 8, RegAccess::RO, 0, 0, counter},
+#define PKTZ_KIF_CNT_ROW_(N, n, d) \
+    {"KIF_" #N, t + PKTZ_TIF_KIF_COUNTERS + PKTZ_KIF_CNT_##N, 8, RegAccess::RO, 0, 0, kif_counter},
     static const R table[] = {
         // PIF page n (Table 5): 128-bit registers written as two 64-bit halves
         {"PAYLOAD0_LO", PKTZ_PIF_PAYLOAD0, 8, RegAccess::RW, 0, ~0ull, pif, set_pif, n, page},
@@ -68,8 +108,24 @@ std::span<const Reg<Packetizer, Packetizer::Ctx>> Packetizer::reg_table()
         {"PID_CONF", t + PKTZ_TIF_PID_CONF, 8, RegAccess::RW, 0, ~0ull, pid_conf, set_pid_conf},
         {"CLR_REQ", t + PKTZ_TIF_CLR_REQ, 8, RegAccess::RW, 0, ~0ull, zero, clr_req}, // WC, reads 0
         {"ID", t + PKTZ_TIF_ID, 8, RegAccess::RO, PKTZ_ID_VALUE, 0},
-        PKTZ_COUNTER_TABLE(PKTZ_CNT_ROW_)};
+        PKTZ_COUNTER_TABLE(PKTZ_CNT_ROW_)
+        // KIF (rackemu extension, issue 14): its TIF rows and its page (the PIF registers)
+        {"CAPS", t + PKTZ_TIF_CAPS, 8, RegAccess::RO, 0, 0, caps},
+        {"KIF_PIDT", t + PKTZ_TIF_KIF_PIDT, 8, RegAccess::RW, 0, PKTZ_PID_MASK, kif_pidt, set_kif_pidt},
+        {"KIF_CONF", t + PKTZ_TIF_KIF_CONF, 8, RegAccess::RW, 0, 1, kif_conf, set_kif_conf},
+        {"KIF_CLR_REQ", t + PKTZ_TIF_KIF_CLR_REQ, 8, RegAccess::RW, 0, ~0ull, zero,
+         kif_clr_req}, // WC, reads 0
+        PKTZ_KIF_COUNTER_TABLE(PKTZ_KIF_CNT_ROW_){"KIF_PAYLOAD0_LO", k + PKTZ_PIF_PAYLOAD0, 8, RegAccess::RW,
+                                                  0, ~0ull, pif, set_pif},
+        {"KIF_PAYLOAD0_HI", k + PKTZ_PIF_PAYLOAD0 + 8, 8, RegAccess::RW, 0, ~0ull, pif, set_pif},
+        {"KIF_PAYLOAD1_LO", k + PKTZ_PIF_PAYLOAD1, 8, RegAccess::RW, 0, ~0ull, pif, set_pif},
+        {"KIF_PAYLOAD1_HI", k + PKTZ_PIF_PAYLOAD1 + 8, 8, RegAccess::RW, 0, ~0ull, pif, set_pif},
+        {"KIF_DEST_LO", k + PKTZ_PIF_DEST, 8, RegAccess::RW, 0, ~0ull, pif, set_pif},
+        {"KIF_DEST_HI", k + PKTZ_PIF_DEST + 8, 8, RegAccess::RW, 0, ~0ull, pif, set_pif},
+        {"KIF_STATUS", k + PKTZ_PIF_STATUS, 8, RegAccess::RO, 0, 0, status},
+        {"KIF_STATUS_HI", k + PKTZ_PIF_STATUS_HI, 8, RegAccess::RO, 0, 0, zero}};
 #undef PKTZ_CNT_ROW_
+#undef PKTZ_KIF_CNT_ROW_
     return table;
 }
 
@@ -88,18 +144,37 @@ bool Packetizer::setup_complete(const PacketizerState::Pif &p)
     return true;
 }
 
-void Packetizer::fail_locked(PacketizerState::Pif &p)
+// The KIF counts in its own table, PIFs in the seed's.
+void Packetizer::count_locked(unsigned pif, unsigned pktz_index, unsigned kif_index)
 {
+    if (pif == UNIMEM_KIF)
+        s_.kif_counters[kif_index]++;
+    else
+        s_.counters[pktz_index]++;
+}
+
+bool Packetizer::kif_absent(uint64_t offset) const
+{
+    const uint64_t t = PKTZ_TIF_OFFSET;
+    return !kif_ && ((offset >= t + PKTZ_TIF_KIF_PIDT &&
+                      offset < t + PKTZ_TIF_KIF_COUNTERS + 8 * PKTZ_KIF_CNT_COUNT) ||
+                     offset >= PKTZ_KIF_OFFSET);
+}
+
+void Packetizer::fail_locked(unsigned pif)
+{
+    PacketizerState::Pif &p = s_.pifs[pif];
     p.waiting = false;
     p.status = (p.status & PKTZ_ST_OVERWR_BUF) | PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR;
-    s_.counters[PKTZ_CNT_INDEX_NACKED]++;
+    count_locked(pif, PKTZ_CNT_INDEX_NACKED, PKTZ_KIF_CNT_INDEX_NACKED);
     s_.fabric_errors++;
 }
 
-void Packetizer::clear_request_locked(uint64_t mask)
+// CLR_REQ: bit n of `mask` clears PIF n's request; `kif`: KIF_CLR_REQ, the KIF's.
+void Packetizer::clear_request_locked(uint64_t mask, bool kif)
 {
-    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
-        if (mask & (1ull << i)) {
+    for (unsigned i = 0; i < UNIMEM_IF_TOTAL; i++) {
+        if (i == UNIMEM_KIF ? kif : (mask & (1ull << i)) != 0) {
             PacketizerState::Pif &p = s_.pifs[i];
             p.written = {};
             p.status = 0;
@@ -117,7 +192,7 @@ void Packetizer::write_pif_locked(unsigned pif, unsigned reg, uint64_t merged, C
         // Sec. 5.2.4: one hardware buffer per PIF; the write is lost, OVERWR_BUF records it.
         p.status |= PKTZ_ST_OVERWR_BUF;
         s_.overwrites++;
-        guest_error_locked("PIF " + std::to_string(pif) + " written while a packet is pending (OVERWR_BUF)");
+        guest_error_locked(if_name(pif) + " written while a packet is pending (OVERWR_BUF)");
         return;
     }
     p.regs[reg] = merged;
@@ -128,21 +203,28 @@ void Packetizer::write_pif_locked(unsigned pif, unsigned reg, uint64_t merged, C
     // Third write: the PIF setup is complete (sec. 5.2.3).
     p.written = {};
     const uint64_t dest = p.regs[PKTZ_PIF_DEST / 8] & PKTZ_DEST_MASK;
-    if (!(s_.pid_conf & (1ull << pif))) {
-        // Table 4: with the PID_CONF bit clear a PIF setup initiates no packet.
+    const bool kif = pif == UNIMEM_KIF;
+    if (kif ? !(s_.kif_conf & 1) : !(s_.pid_conf & (1ull << pif))) {
+        // Table 4: with the PID_CONF bit clear a PIF setup initiates no packet (KIF: KIF_CONF).
         p.status = 0;
-        s_.counters[PKTZ_CNT_INDEX_NOPID]++;
-        guest_error_locked("PIF " + std::to_string(pif) + ": PID_CONF bit clear, no packet initiated");
+        count_locked(pif, PKTZ_CNT_INDEX_NOPID, PKTZ_KIF_CNT_INDEX_NOPID);
+        guest_error_locked(if_name(pif) + (kif ? ": KIF_CONF clear" : ": PID_CONF bit clear") +
+                           ", no packet initiated");
         return;
     }
-    if ((dest & PKTZ_BASE_DEST_MASK) != s_.base_dest) {
+    // A PIF reaches the MIFs of the BASE_DEST window; the KIF also the KIF page next to it.
+    unsigned mif = PKTZ_DEST_MIF(dest);
+    if (kif && PKTZ_DEST_IS_KIF(dest, s_.base_dest)) {
+        mif = UNIMEM_KIF;
+    } else if ((dest & PKTZ_BASE_DEST_MASK) != s_.base_dest) {
         p.status = PKTZ_ST_ILLEGAL;
-        s_.counters[PKTZ_CNT_INDEX_ILLEGAL]++;
-        guest_error_locked("PIF " + std::to_string(pif) + ": destination " + hex(dest) +
-                           " outside BASE_DEST window " + hex(s_.base_dest) + " (ILLEGAL)");
+        count_locked(pif, PKTZ_CNT_INDEX_ILLEGAL, PKTZ_KIF_CNT_INDEX_ILLEGAL);
+        guest_error_locked(if_name(pif) + ": destination " + hex(dest) + " outside BASE_DEST window " +
+                           hex(s_.base_dest) + (kif ? " and not a KIF page" : "") + " (ILLEGAL)");
         return;
     }
-    ctx.words[0] = (p.regs[0] & ~PKTZ_PID_MASK) | s_.pidt[pif]; // PID from the PIDT only
+    // PID from the PIDT (KIF: KIF_PIDT) only
+    ctx.words[0] = (p.regs[0] & ~PKTZ_PID_MASK) | (kif ? s_.kif_pidt : s_.pidt[pif]);
     ctx.words[1] = p.regs[1];
     ctx.words[2] = p.regs[2];
     ctx.words[3] = p.regs[3];
@@ -150,9 +232,10 @@ void Packetizer::write_pif_locked(unsigned pif, unsigned reg, uint64_t merged, C
     p.waiting = true;
     ctx.send = true;
     ctx.pif = pif;
+    ctx.mif = mif;
     ctx.dest = dest;
     ctx.tag = pktz_tag(pif, ++seq_[pif]);
-    s_.counters[PKTZ_CNT_INDEX_SENT]++;
+    count_locked(pif, PKTZ_CNT_INDEX_SENT, PKTZ_KIF_CNT_INDEX_SENT);
 }
 
 // ---- public interface ----
@@ -168,7 +251,7 @@ void Packetizer::reset()
 uint32_t Packetizer::status(unsigned pif) const
 {
     std::lock_guard lk(mu_);
-    return pif < UNIMEM_IF_COUNT ? s_.pifs[pif].status : 0;
+    return pif < UNIMEM_IF_TOTAL ? s_.pifs[pif].status : 0;
 }
 
 PacketizerCounters Packetizer::counters() const
@@ -182,6 +265,7 @@ PacketizerCounters Packetizer::counters() const
     c.overwrites = s_.overwrites;
     c.stale_completions = s_.stale_completions;
     c.bad_access = s_.bad_access;
+    c.kif = s_.kif_counters;
     return c;
 }
 
@@ -192,7 +276,7 @@ uint64_t Packetizer::read(uint64_t offset, unsigned size)
     ctx.size = size;
     uint64_t v = 0;
     std::lock_guard lk(mu_);
-    if (bank_.read(*this, offset, size, ctx, v) != RegResult::Ok) {
+    if (kif_absent(offset) || bank_.read(*this, offset, size, ctx, v) != RegResult::Ok) {
         s_.bad_access++;
         guest_error_locked("load from unmapped offset " + hex(offset) + " (reads as 0)");
         return 0;
@@ -211,7 +295,7 @@ void Packetizer::write(uint64_t offset, uint64_t value, unsigned size)
     ctx.size = size;
     {
         std::lock_guard lk(mu_);
-        if (bank_.write(*this, offset, value, size, ctx) != RegResult::Ok) {
+        if (kif_absent(offset) || bank_.write(*this, offset, value, size, ctx) != RegResult::Ok) {
             s_.bad_access++;
             guest_error_locked("store of " + hex(value) + " to " + hex(offset) + " (" +
                                bank_.describe(offset) + ") ignored (read-only or unmapped)");
@@ -220,7 +304,7 @@ void Packetizer::write(uint64_t offset, uint64_t value, unsigned size)
     }
     if (!ctx.send) return;
     if (transmit_) {
-        transmit_(ctx.pif, ctx.tag, ctx.dest, ctx.words);
+        transmit_(ctx.pif, ctx.tag, ctx.dest, ctx.mif, ctx.words);
     } else {
         complete(ctx.tag, RK_UNREACHABLE);
     }
@@ -230,7 +314,7 @@ void Packetizer::complete(uint64_t tag, Status st)
 {
     const unsigned pif = unsigned(tag >> 56);
     std::lock_guard lk(mu_);
-    if (pif >= UNIMEM_IF_COUNT || !s_.pifs[pif].waiting || seq_[pif] != uint32_t(tag)) {
+    if (pif >= UNIMEM_IF_TOTAL || !s_.pifs[pif].waiting || seq_[pif] != uint32_t(tag)) {
         s_.stale_completions++;
         return;
     }
@@ -239,13 +323,13 @@ void Packetizer::complete(uint64_t tag, Status st)
     if (st == RK_OK) {
         p.waiting = false;
         p.status = keep | PKTZ_ST_ACK;
-        s_.counters[PKTZ_CNT_INDEX_ACKED]++;
+        count_locked(pif, PKTZ_CNT_INDEX_ACKED, PKTZ_KIF_CNT_INDEX_ACKED);
     } else if (st == RK_NACK) {
         p.waiting = false;
         p.status = keep | PKTZ_ST_NACK;
-        s_.counters[PKTZ_CNT_INDEX_NACKED]++;
+        count_locked(pif, PKTZ_CNT_INDEX_NACKED, PKTZ_KIF_CNT_INDEX_NACKED);
     } else {
-        fail_locked(p);
+        fail_locked(pif);
     }
 }
 
@@ -257,10 +341,10 @@ void Packetizer::serve_reply(const rkf_frame_hdr &h)
 void Packetizer::fail_all_pending()
 {
     std::lock_guard lk(mu_);
-    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+    for (unsigned i = 0; i < UNIMEM_IF_TOTAL; i++) {
         if (s_.pifs[i].waiting) {
             seq_[i]++;
-            fail_locked(s_.pifs[i]);
+            fail_locked(i);
         }
     }
 }
@@ -296,12 +380,20 @@ bool Packetizer::load(const PacketizerState &st)
     for (const auto &p : st.pifs) {
         if (!valid_pif(p)) return false;
     }
+    if ((st.kif_pidt & ~PKTZ_PID_MASK) || (st.kif_conf & ~1ull)) return false;
+    if (!kif_) {
+        // a device without the KIF: its state must be the reset one
+        const PacketizerState::Pif &k = st.pifs[UNIMEM_KIF];
+        const bool idle = k.status == 0 && !k.waiting && !(k.written[0] | k.written[1] | k.written[2]) &&
+                          k.regs == decltype(k.regs){};
+        if (!idle || st.kif_pidt || st.kif_conf) return false;
+    }
     std::lock_guard lk(mu_);
     s_ = st;
-    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+    for (unsigned i = 0; i < UNIMEM_IF_TOTAL; i++) {
         seq_[i]++; // tags sent before the load are stale
         // The acknowledgement went to the saved machine: complete as a fabric failure.
-        if (s_.pifs[i].waiting) fail_locked(s_.pifs[i]);
+        if (s_.pifs[i].waiting) fail_locked(i);
     }
     return true;
 }

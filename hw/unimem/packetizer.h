@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
 //
 // Unimem virtualized packetizer device core (seed 004 sec. 2.2.3 Fig. 7-8, sec. 5.2,
-// Tables 4-5, Fig. 17-18): 64 packetizer interfaces (PIFs) and the trust interface (TIF).
+// Tables 4-5, Fig. 17-18): 64 packetizer interfaces (PIFs) and the trust interface (TIF), plus
+// the kernel interface (KIF, rackemu extension, issue 14): a 65th interface with the PIF
+// registers, whose PID is KIF_PIDT (valid while KIF_CONF is set) and whose destination may also
+// be another node's KIF (unimem_regs.h, docs/unimem.md). Index UNIMEM_KIF in tags and links.
 //
 // PIF pipeline, per interface:
 //   IDLE --(payload0, payload1, dest all written)--> check PID_CONF and BASE_DEST
@@ -40,11 +43,13 @@
 
 namespace rackemu::unimem {
 
-// The transmit link: send the 256-bit packet of PIF `pif` to global address `dest`. Called
-// without the core lock held; the answer comes back through Packetizer::complete(tag, ...),
-// possibly before the call returns. An empty function: every packet fails with FABRIC_ERR.
+// The transmit link: send the 256-bit packet of interface `pif` (0..63, or UNIMEM_KIF) to global
+// address `dest`, whose FIFO the core resolved to `mif` (0..63, or UNIMEM_KIF: the destination
+// node's KIF). The link hands `pif` to the destination as the sending interface. Called without
+// the core lock held; the answer comes back through Packetizer::complete(tag, ...), possibly
+// before the call returns. An empty function: every packet fails with FABRIC_ERR.
 using PacketizerTransmit =
-    std::function<void(unsigned pif, uint64_t tag, uint64_t dest, const uint64_t words[4])>;
+    std::function<void(unsigned pif, uint64_t tag, uint64_t dest, unsigned mif, const uint64_t words[4])>;
 
 // A snapshot of the counters: those of PKTZ_COUNTER_TABLE (guest-visible TIF registers) and the
 // core-only ones (no register; tests and logs).
@@ -53,6 +58,7 @@ struct PacketizerCounters {
     PKTZ_COUNTER_TABLE(PKTZ_COUNTERS_FIELD_)
 #undef PKTZ_COUNTERS_FIELD_
     uint64_t fabric_errors = 0, overwrites = 0, stale_completions = 0, bad_access = 0;
+    std::array<uint64_t, PKTZ_KIF_CNT_COUNT> kif{}; // PKTZ_KIF_COUNTER_TABLE (KIF's TIF registers)
 };
 
 // The architectural state as plain data (the glue maps it to a VMStateDescription).
@@ -64,16 +70,20 @@ struct PacketizerState {
         uint32_t status = 0;  // PKTZ_ST_*
         bool waiting = false; // a packet awaits its acknowledgement (status PEND)
     };
-    std::array<Pif, UNIMEM_IF_COUNT> pifs{};
+    std::array<Pif, UNIMEM_IF_TOTAL> pifs{}; // PIFs 0..63, then the KIF
     std::array<uint64_t, UNIMEM_IF_COUNT> pidt{};
     uint64_t base_dest = 0, pid_conf = 0;
-    std::array<uint64_t, PKTZ_CNT_COUNT> counters{}; // PKTZ_COUNTER_TABLE order
+    uint64_t kif_pidt = 0, kif_conf = 0;                     // KIF_PIDT, KIF_CONF
+    std::array<uint64_t, PKTZ_CNT_COUNT> counters{};         // PKTZ_COUNTER_TABLE order
+    std::array<uint64_t, PKTZ_KIF_CNT_COUNT> kif_counters{}; // PKTZ_KIF_COUNTER_TABLE order
     uint64_t fabric_errors = 0, overwrites = 0, stale_completions = 0, bad_access = 0;
 };
 
 class Packetizer {
 public:
-    Packetizer(Host host, PacketizerTransmit transmit);
+    // kif: the kernel interface is present (CAPS bit); without it its page and TIF rows are
+    // unmapped (guest errors).
+    Packetizer(Host host, PacketizerTransmit transmit, bool kif = true);
 
     // MMIO. Loads never fault; stores to read-only or unmapped offsets are logged and ignored.
     uint64_t read(uint64_t offset, unsigned size);
@@ -89,7 +99,8 @@ public:
     void fail_all_pending();
 
     void reset();
-    uint32_t status(unsigned pif) const;
+    bool has_kif() const { return kif_; }
+    uint32_t status(unsigned pif) const; // pif 0..63, or UNIMEM_KIF
     PacketizerCounters counters() const;
 
     // Migration: save() is a consistent snapshot (core lock held); load() validates everything
@@ -103,8 +114,8 @@ public:
     struct Ctx {
         uint64_t offset = 0; // the access being decoded
         unsigned size = 0;
-        bool send = false; // a setup completed: transmit after the lock is released
-        unsigned pif = 0;
+        bool send = false;         // a setup completed: transmit after the lock is released
+        unsigned pif = 0, mif = 0; // sending interface, destination FIFO (either may be UNIMEM_KIF)
         uint64_t tag = 0, dest = 0;
         uint64_t words[UNIMEM_PACKET_WORDS] = {};
     };
@@ -114,19 +125,22 @@ private:
     static bool setup_complete(const PacketizerState::Pif &p);
     static bool valid_pif(const PacketizerState::Pif &p);
     void write_pif_locked(unsigned pif, unsigned reg, uint64_t merged, Ctx &ctx);
-    void clear_request_locked(uint64_t mask);
-    void fail_locked(PacketizerState::Pif &p);
+    void clear_request_locked(uint64_t mask, bool kif);
+    void fail_locked(unsigned pif);
+    void count_locked(unsigned pif, unsigned pktz_index, unsigned kif_index);
     void guest_error_locked(const std::string &msg);
+    bool kif_absent(uint64_t offset) const; // a KIF offset on a device without the KIF
 
     Host host_;
     PacketizerTransmit transmit_;
+    const bool kif_;
     mutable std::mutex mu_; // guards everything below
     PacketizerState s_;
-    std::array<uint32_t, UNIMEM_IF_COUNT> seq_{}; // tag sequence per PIF (not architectural)
+    std::array<uint32_t, UNIMEM_IF_TOTAL> seq_{}; // tag sequence per PIF and the KIF (not architectural)
     RegBank<Packetizer, Ctx> bank_{reg_table()};
 };
 
-// tag layout: PIF index in bits [63:56], sequence number in [31:0]
+// tag layout: PIF index (or UNIMEM_KIF) in bits [63:56], sequence number in [31:0]
 constexpr uint64_t pktz_tag(unsigned pif, uint32_t seq)
 {
     return (uint64_t(pif) << 56) | seq;

@@ -23,9 +23,9 @@ struct RkGas {
 
 extern "C" {
 
-RkVmbox *rk_vmbox_new(const RkHost *host, unsigned depth, int burst_known_issue)
+RkVmbox *rk_vmbox_new(const RkHost *host, unsigned depth, int burst_known_issue, int kif)
 {
-    return new RkVmbox{Vmbox(rackemu::Host(*host), depth, burst_known_issue != 0)};
+    return new RkVmbox{Vmbox(rackemu::Host(*host), depth, burst_known_issue != 0, kif != 0)};
 }
 void rk_vmbox_free(RkVmbox *v)
 {
@@ -39,9 +39,9 @@ rk_status rk_vmbox_write(RkVmbox *v, uint64_t offset, uint64_t value, unsigned s
 {
     return v->core.write(offset, value, size);
 }
-rk_status rk_vmbox_deliver(RkVmbox *v, unsigned mif, const uint64_t *words, unsigned nwords)
+rk_status rk_vmbox_deliver(RkVmbox *v, unsigned mif, unsigned src_if, const uint64_t *words, unsigned nwords)
 {
-    return v->core.deliver(mif, words, nwords);
+    return v->core.deliver(mif, src_if, words, nwords);
 }
 int rk_vmbox_serve_frame(RkVmbox *v, const struct rkf_frame_hdr *h, const void *payload)
 {
@@ -76,6 +76,10 @@ void rk_vmbox_save(RkVmbox *v, RkVmboxState *st)
         st->fill[i] = uint32_t(s.fifos[i].size());
         n += s.fifos[i].size();
     }
+    st->kif_fill = uint32_t(s.fifos[UNIMEM_KIF].size());
+    n += s.fifos[UNIMEM_KIF].size();
+    st->kif_ctrl = s.kif_ctrl;
+    std::copy(s.kif_counters.begin(), s.kif_counters.end(), st->kif_counters);
     st->words = static_cast<uint64_t *>(malloc(std::max<size_t>(n, 1) * sizeof(uint64_t)));
     for (const auto &f : s.fifos) {
         std::copy(f.begin(), f.end(), st->words + st->nwords);
@@ -92,16 +96,20 @@ int rk_vmbox_load(RkVmbox *v, const RkVmboxState *st)
     s.depth = st->depth;
     s.irq_enable = st->irq_enable;
     uint64_t total = 0;
-    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
-        if (st->fill[i] > st->depth) return -1;
-        total += st->fill[i];
+    for (unsigned i = 0; i < UNIMEM_IF_TOTAL; i++) {
+        const uint32_t fill = i == UNIMEM_KIF ? st->kif_fill : st->fill[i];
+        if (fill > st->depth) return -1;
+        total += fill;
     }
     if (total != st->nwords || (total && !st->words)) return -1;
     uint64_t at = 0;
-    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
-        s.fifos[i].assign(st->words + at, st->words + at + st->fill[i]);
-        at += st->fill[i];
+    for (unsigned i = 0; i < UNIMEM_IF_TOTAL; i++) {
+        const uint32_t fill = i == UNIMEM_KIF ? st->kif_fill : st->fill[i];
+        s.fifos[i].assign(st->words + at, st->words + at + fill);
+        at += fill;
     }
+    s.kif_ctrl = st->kif_ctrl;
+    std::copy(st->kif_counters, st->kif_counters + VMBOX_KIF_CNT_COUNT, s.kif_counters.begin());
     for (unsigned i = 0; i < VMBOX_CNT_COUNT; i++)
         s.counters[i] = st->counters[i];
     s.empty_reads = st->counters[VMBOX_CNT_COUNT];
@@ -109,15 +117,15 @@ int rk_vmbox_load(RkVmbox *v, const RkVmboxState *st)
     return v->core.load(s) ? 0 : -1;
 }
 
-RkPacketizer *rk_pktz_new(const RkHost *host, rk_pktz_tx_fn tx, void *tx_opaque)
+RkPacketizer *rk_pktz_new(const RkHost *host, rk_pktz_tx_fn tx, void *tx_opaque, int kif)
 {
     PacketizerTransmit link;
     if (tx) {
-        link = [tx, tx_opaque](unsigned pif, uint64_t tag, uint64_t dest, const uint64_t w[4]) {
-            tx(tx_opaque, pif, tag, dest, w);
+        link = [tx, tx_opaque](unsigned pif, uint64_t tag, uint64_t dest, unsigned mif, const uint64_t w[4]) {
+            tx(tx_opaque, pif, tag, dest, mif, w);
         };
     }
-    return new RkPacketizer{Packetizer(rackemu::Host(*host), std::move(link))};
+    return new RkPacketizer{Packetizer(rackemu::Host(*host), std::move(link), kif != 0)};
 }
 void rk_pktz_free(RkPacketizer *p)
 {
@@ -164,6 +172,14 @@ void rk_pktz_save(RkPacketizer *p, RkPktzState *st)
     }
     st->base_dest = s.base_dest;
     st->pid_conf = s.pid_conf;
+    const auto &k = s.pifs[UNIMEM_KIF];
+    std::copy(k.regs.begin(), k.regs.end(), st->kif_regs);
+    std::copy(k.written.begin(), k.written.end(), st->kif_written);
+    st->kif_status = k.status;
+    st->kif_waiting = k.waiting;
+    st->kif_pidt = s.kif_pidt;
+    st->kif_conf = s.kif_conf;
+    std::copy(s.kif_counters.begin(), s.kif_counters.end(), st->kif_counters);
     for (unsigned i = 0; i < PKTZ_CNT_COUNT; i++)
         st->counters[i] = s.counters[i];
     st->counters[PKTZ_CNT_COUNT] = s.fabric_errors;
@@ -185,6 +201,15 @@ int rk_pktz_load(RkPacketizer *p, const RkPktzState *st)
     }
     s.base_dest = st->base_dest;
     s.pid_conf = st->pid_conf;
+    if (st->kif_waiting > 1) return -1;
+    auto &k = s.pifs[UNIMEM_KIF];
+    std::copy(st->kif_regs, st->kif_regs + 6, k.regs.begin());
+    std::copy(st->kif_written, st->kif_written + 3, k.written.begin());
+    k.status = st->kif_status;
+    k.waiting = st->kif_waiting != 0;
+    s.kif_pidt = st->kif_pidt;
+    s.kif_conf = st->kif_conf;
+    std::copy(st->kif_counters, st->kif_counters + PKTZ_KIF_CNT_COUNT, s.kif_counters.begin());
     for (unsigned i = 0; i < PKTZ_CNT_COUNT; i++)
         s.counters[i] = st->counters[i];
     s.fabric_errors = st->counters[PKTZ_CNT_COUNT];

@@ -21,7 +21,7 @@ typedef struct RkVmbox RkVmbox;
 typedef struct RkPacketizer RkPacketizer;
 /* The packetizer's transmit link (packetizer.h, PacketizerTransmit): carries PIF `pif`'s packet
  * to global address `dest`; the answer comes back through rk_pktz_complete(tag). */
-typedef void (*rk_pktz_tx_fn)(void *opaque, unsigned pif, uint64_t tag, uint64_t dest,
+typedef void (*rk_pktz_tx_fn)(void *opaque, unsigned pif, uint64_t tag, uint64_t dest, unsigned mif,
                               const uint64_t words[4]);
 
 /* The vmbox's architectural state (vmbox.h, VmboxState) as C data for the glue's VMState. */
@@ -31,8 +31,11 @@ typedef struct RkVmboxState {
     uint32_t fill[UNIMEM_IF_COUNT];             /* words queued per FIFO */
     uint64_t irq_enable;                        /* IRQ_ENABLE */
     uint64_t counters[RK_VMBOX_SAVED_COUNTERS]; /* VMBOX_COUNTER_TABLE order, then empty_reads, bad_access */
-    uint32_t nwords;                            /* sum of fill[] */
-    uint64_t *words; /* FIFO 0's words oldest first, then FIFO 1's, ...; malloc'd (free()) */
+    uint32_t kif_fill;                          /* words queued in the KIF */
+    uint64_t kif_ctrl;                          /* KIF_CTRL */
+    uint64_t kif_counters[VMBOX_KIF_CNT_COUNT]; /* VMBOX_KIF_COUNTER_TABLE order */
+    uint32_t nwords;                            /* sum of fill[] and kif_fill */
+    uint64_t *words; /* FIFO 0's words oldest first, then FIFO 1's, ..., then the KIF's; malloc'd (free()) */
 } RkVmboxState;
 
 /* The packetizer's architectural state (packetizer.h, PacketizerState) as C data. */
@@ -46,16 +49,25 @@ typedef struct RkPktzState {
     uint64_t base_dest, pid_conf;
     /* PKTZ_COUNTER_TABLE order, then fabric_errors, overwrites, stale_completions, bad_access */
     uint64_t counters[RK_PKTZ_SAVED_COUNTERS];
+    /* the KIF: its registers, written-bytes tracking, status and waiting flag as a PIF's */
+    uint64_t kif_regs[6];
+    uint16_t kif_written[3];
+    uint32_t kif_status;
+    uint8_t kif_waiting;
+    uint64_t kif_pidt, kif_conf;
+    uint64_t kif_counters[PKTZ_KIF_CNT_COUNT]; /* PKTZ_KIF_COUNTER_TABLE order */
 } RkPktzState;
 
-/* `host`: interrupt line 0 = the arrival interrupt, guest errors (copied: the RkHost may go). */
-RkVmbox *rk_vmbox_new(const RkHost *host, unsigned depth, int burst_known_issue);
+/* `host`: interrupt line 0 = the arrival interrupt, guest errors (copied: the RkHost may go).
+ * `kif`: the kernel interface is present. */
+RkVmbox *rk_vmbox_new(const RkHost *host, unsigned depth, int burst_known_issue, int kif);
 void rk_vmbox_free(RkVmbox *v);
 /* RK_OK; RK_NACK (full FIFO) or RK_SLAVE_ERROR (bad FIFO access): the access ends in a bus error. */
 rk_status rk_vmbox_read(RkVmbox *v, uint64_t offset, unsigned size, uint64_t *value);
 rk_status rk_vmbox_write(RkVmbox *v, uint64_t offset, uint64_t value, unsigned size);
-/* RK_OK = acknowledged, RK_NACK = refused. */
-rk_status rk_vmbox_deliver(RkVmbox *v, unsigned mif, const uint64_t *words, unsigned nwords);
+/* Into FIFO `mif` (0..63, UNIMEM_KIF) from interface `src_if` (0..63, UNIMEM_KIF):
+ * RK_OK = acknowledged, RK_NACK = refused. */
+rk_status rk_vmbox_deliver(RkVmbox *v, unsigned mif, unsigned src_if, const uint64_t *words, unsigned nwords);
 /* A RKF_SVC_UNIMEM_MBOX request from a peer (`payload`: h->len bytes): the reply status
  * (RKF_ST_*), or -1 when no reply is due. */
 int rk_vmbox_serve_frame(RkVmbox *v, const struct rkf_frame_hdr *h, const void *payload);
@@ -68,8 +80,9 @@ void rk_vmbox_save(RkVmbox *v, RkVmboxState *st);
 int rk_vmbox_load(RkVmbox *v, const RkVmboxState *st);
 void rk_vmbox_state_free(RkVmboxState *st);
 
-/* `host`: guest errors (the packetizer raises no interrupt); `tx`: the transmit link. */
-RkPacketizer *rk_pktz_new(const RkHost *host, rk_pktz_tx_fn tx, void *tx_opaque);
+/* `host`: guest errors (the packetizer raises no interrupt); `tx`: the transmit link;
+ * `kif`: the kernel interface is present. */
+RkPacketizer *rk_pktz_new(const RkHost *host, rk_pktz_tx_fn tx, void *tx_opaque, int kif);
 void rk_pktz_free(RkPacketizer *p);
 uint64_t rk_pktz_read(RkPacketizer *p, uint64_t offset, unsigned size);
 void rk_pktz_write(RkPacketizer *p, uint64_t offset, uint64_t value, unsigned size);

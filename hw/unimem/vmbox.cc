@@ -10,8 +10,8 @@
 
 namespace rackemu::unimem {
 
-Vmbox::Vmbox(Host host, unsigned depth, bool burst_known_issue)
-    : host_(host), depth_(std::clamp(depth, 1u, 65536u)), burst_known_issue_(burst_known_issue)
+Vmbox::Vmbox(Host host, unsigned depth, bool burst_known_issue, bool kif)
+    : host_(host), depth_(std::clamp(depth, 1u, 65536u)), burst_known_issue_(burst_known_issue), kif_(kif)
 {
     for (auto &f : fifos_)
         f.slots.assign(depth_, 0);
@@ -38,8 +38,30 @@ std::span<const Reg<Vmbox, Vmbox::Ctx>> Vmbox::reg_table()
     auto counter = [](Vmbox &d, const R &r, unsigned, Ctx &) {
         return d.cnt_[(r.offset - VMBOX_CTRL_OFFSET - VMBOX_CTRL_COUNTERS) / 8];
     };
+    // the KIF's rows (rackemu extension, issue 14): decoded only on a device with the KIF
+    auto caps = [](Vmbox &d, const R &, unsigned, Ctx &) -> uint64_t { return d.kif_ ? UNIMEM_CAP_KIF : 0; };
+    auto kif_count = [](Vmbox &d, const R &, unsigned, Ctx &) -> uint64_t {
+        return d.fifos_[UNIMEM_KIF].count;
+    };
+    auto kif_ctrl = [](Vmbox &d, const R &, unsigned, Ctx &) { return d.kif_ctrl_; };
+    auto set_kif_ctrl = [](Vmbox &d, const R &, unsigned, uint64_t merged, uint64_t, Ctx &) {
+        d.kif_ctrl_ = merged;
+    };
+    auto kif_status = [](Vmbox &d, const R &, unsigned, Ctx &) -> uint64_t {
+        const bool ne = d.fifos_[UNIMEM_KIF].count != 0;
+        return (ne ? VMBOX_KIF_NONEMPTY : 0) |
+               (ne && (d.kif_ctrl_ & VMBOX_KIF_IRQ_ENABLE) ? VMBOX_KIF_IRQ : 0);
+    };
+    auto kif_flush = [](Vmbox &d, const R &, unsigned, uint64_t, uint64_t raw, Ctx &) {
+        if (raw & 1) d.fifos_[UNIMEM_KIF].head = d.fifos_[UNIMEM_KIF].count = 0;
+    };
+    auto kif_counter = [](Vmbox &d, const R &r, unsigned, Ctx &) {
+        return d.kif_cnt_[(r.offset - VMBOX_CTRL_OFFSET - VMBOX_CTRL_KIF_COUNTERS) / 8];
+    };
 #define VMBOX_CNT_ROW_(N, n, d) \
     {#N, c + VMBOX_CTRL_COUNTERS + VMBOX_CNT_##N, 8, RegAccess::RO, 0, 0, counter},
+#define VMBOX_KIF_CNT_ROW_(N, n, d) \
+    {"KIF_" #N, c + VMBOX_CTRL_KIF_COUNTERS + VMBOX_KIF_CNT_##N, 8, RegAccess::RO, 0, 0, kif_counter},
     static const R table[] = {
         // MIF page n (Fig. 6): the FIFO window [0x00, 0x40) is decoded by fifo_access_locked()
         {"MIF_COUNT", VMBOX_MIF_COUNT, 8, RegAccess::RO, 0, 0, mif_count, nullptr, UNIMEM_IF_COUNT,
@@ -51,8 +73,17 @@ std::span<const Reg<Vmbox, Vmbox::Ctx>> Vmbox::reg_table()
         {"IRQ_ENABLE", c + VMBOX_CTRL_IRQ_ENABLE, 8, RegAccess::RW, 0, ~0ull, irq_enable, set_irq_enable},
         {"NONEMPTY", c + VMBOX_CTRL_NONEMPTY, 8, RegAccess::RO, 0, 0, nonempty},
         {"FLUSH", c + VMBOX_CTRL_FLUSH, 8, RegAccess::RW, 0, ~0ull, zero, flush}, // WC, reads 0
-        VMBOX_COUNTER_TABLE(VMBOX_CNT_ROW_)};
+        VMBOX_COUNTER_TABLE(VMBOX_CNT_ROW_)
+        // KIF (rackemu extension, issue 14)
+        {"CAPS", c + VMBOX_CTRL_CAPS, 8, RegAccess::RO, 0, 0, caps},
+        {"KIF_CTRL", c + VMBOX_CTRL_KIF_CTRL, 8, RegAccess::RW, 0, VMBOX_KIF_ENABLE | VMBOX_KIF_IRQ_ENABLE,
+         kif_ctrl, set_kif_ctrl},
+        {"KIF_STATUS", c + VMBOX_CTRL_KIF_STATUS, 8, RegAccess::RO, 0, 0, kif_status},
+        {"KIF_FLUSH", c + VMBOX_CTRL_KIF_FLUSH, 8, RegAccess::RW, 0, ~0ull, zero, kif_flush}, // WC, reads 0
+        VMBOX_KIF_COUNTER_TABLE(VMBOX_KIF_CNT_ROW_){"KIF_COUNT", VMBOX_KIF_OFFSET + VMBOX_MIF_COUNT, 8,
+                                                    RegAccess::RO, 0, 0, kif_count}};
 #undef VMBOX_CNT_ROW_
+#undef VMBOX_KIF_CNT_ROW_
     return table;
 }
 
@@ -70,8 +101,19 @@ bool Vmbox::push_locked(unsigned mif, uint64_t word)
     if (f.count == depth_) return false;
     f.slots[(f.head + f.count) % depth_] = word;
     f.count++;
-    cnt_[VMBOX_CNT_INDEX_ENQUEUED]++;
+    if (mif == UNIMEM_KIF)
+        kif_cnt_[VMBOX_KIF_CNT_INDEX_ENQUEUED]++;
+    else
+        cnt_[VMBOX_CNT_INDEX_ENQUEUED]++;
     return true;
+}
+
+bool Vmbox::kif_absent(uint64_t offset) const
+{
+    const uint64_t c = VMBOX_CTRL_OFFSET;
+    return !kif_ && ((offset >= c + VMBOX_CTRL_KIF_CTRL &&
+                      offset < c + VMBOX_CTRL_KIF_COUNTERS + 8 * VMBOX_KIF_CNT_COUNT) ||
+                     (offset >= VMBOX_KIF_OFFSET && offset < VMBOX_KIF_OFFSET + UNIMEM_IF_PAGE_SIZE));
 }
 
 uint64_t Vmbox::nonempty_locked() const
@@ -85,7 +127,8 @@ uint64_t Vmbox::nonempty_locked() const
 
 bool Vmbox::level_locked() const
 {
-    return (nonempty_locked() & irq_enable_) != 0;
+    const bool kif_irq = fifos_[UNIMEM_KIF].count && (kif_ctrl_ & VMBOX_KIF_IRQ_ENABLE);
+    return (nonempty_locked() & irq_enable_) != 0 || kif_irq;
 }
 
 // The one place that drives the arrival interrupt: after every change, under the lock.
@@ -115,7 +158,7 @@ bool Vmbox::irq_level() const
 unsigned Vmbox::fill(unsigned mif) const
 {
     std::lock_guard lk(mu_);
-    return mif < UNIMEM_IF_COUNT ? fifos_[mif].count : 0;
+    return mif < UNIMEM_IF_TOTAL ? fifos_[mif].count : 0;
 }
 
 VmboxCounters Vmbox::counters() const
@@ -125,6 +168,7 @@ VmboxCounters Vmbox::counters() const
 #define VMBOX_CNT_COPY_(N, n, d) c.n = cnt_[VMBOX_CNT_INDEX_##N];
     VMBOX_COUNTER_TABLE(VMBOX_CNT_COPY_)
 #undef VMBOX_CNT_COPY_
+    c.kif = kif_cnt_;
     c.empty_reads = empty_reads_;
     c.bad_access = bad_access_;
     return c;
@@ -142,13 +186,21 @@ void Vmbox::reset()
     for (auto &f : fifos_)
         f.head = f.count = 0;
     irq_enable_ = 0;
+    kif_ctrl_ = 0;
     cnt_.fill(0);
+    kif_cnt_.fill(0);
     empty_reads_ = bad_access_ = 0;
     sync_irq_locked();
 }
 
 Status Vmbox::fifo_access_locked(unsigned mif, uint64_t reg, bool is_write, unsigned size, uint64_t &value)
 {
+    if (mif == UNIMEM_KIF && is_write) {
+        guest_error_locked(
+            "KIF: " + std::to_string(size) + "-byte store at " + hex(reg) +
+            " refused (the KIF is filled by packetizer KIFs only; it is read with 64-bit loads)");
+        return RK_SLAVE_ERROR;
+    }
     if (size != 8 || (reg & 7)) {
         guest_error_locked("MIF " + std::to_string(mif) + ": " + std::to_string(size) + "-byte " +
                            (is_write
@@ -171,7 +223,10 @@ Status Vmbox::fifo_access_locked(unsigned mif, uint64_t reg, bool is_write, unsi
         value = f.slots[f.head];
         f.head = (f.head + 1) % depth_;
         f.count--;
-        cnt_[VMBOX_CNT_INDEX_DEQUEUED]++;
+        if (mif == UNIMEM_KIF)
+            kif_cnt_[VMBOX_KIF_CNT_INDEX_DEQUEUED]++;
+        else
+            cnt_[VMBOX_CNT_INDEX_DEQUEUED]++;
     }
     sync_irq_locked();
     return RK_OK;
@@ -183,14 +238,16 @@ Status Vmbox::read(uint64_t offset, unsigned size, uint64_t &value)
     const uint64_t page = offset >> UNIMEM_IF_PAGE_SHIFT;
     const uint64_t reg = offset & (UNIMEM_IF_PAGE_SIZE - 1);
     std::lock_guard lk(mu_);
-    if (page < UNIMEM_IF_COUNT && reg < VMBOX_MIF_DATA_SPAN) {
-        const Status st = fifo_access_locked(unsigned(page), reg, false, size, value);
+    const bool kif_data =
+        kif_ && offset >= VMBOX_KIF_OFFSET && offset < VMBOX_KIF_OFFSET + VMBOX_MIF_DATA_SPAN;
+    if ((page < UNIMEM_IF_COUNT && reg < VMBOX_MIF_DATA_SPAN) || kif_data) {
+        const Status st = fifo_access_locked(kif_data ? UNIMEM_KIF : unsigned(page), reg, false, size, value);
         if (st != RK_OK) value = 0;
         return st;
     }
     // Registers are read at their own offset (any access size: the low bytes).
     Ctx ctx;
-    if ((offset & 7) || bank_.read(*this, offset, size, ctx, value) != RegResult::Ok) {
+    if ((offset & 7) || kif_absent(offset) || bank_.read(*this, offset, size, ctx, value) != RegResult::Ok) {
         value = 0;
         guest_error_locked("load from unmapped offset " + hex(offset) + " (reads as 0)");
     }
@@ -204,9 +261,12 @@ Status Vmbox::write(uint64_t offset, uint64_t value, unsigned size)
     std::lock_guard lk(mu_);
     if (page < UNIMEM_IF_COUNT && reg < VMBOX_MIF_DATA_SPAN)
         return fifo_access_locked(unsigned(page), reg, true, size, value);
+    if (kif_ && offset >= VMBOX_KIF_OFFSET && offset < VMBOX_KIF_OFFSET + VMBOX_MIF_DATA_SPAN)
+        return fifo_access_locked(UNIMEM_KIF, reg, true, size, value);
     // Registers take aligned 64-bit stores only.
     Ctx ctx;
-    if (size != 8 || (offset & 7) || bank_.write(*this, offset, value, size, ctx) != RegResult::Ok) {
+    if (size != 8 || (offset & 7) || kif_absent(offset) ||
+        bank_.write(*this, offset, value, size, ctx) != RegResult::Ok) {
         guest_error_locked(std::to_string(size) + "-byte store of " + hex(value) + " to " + hex(offset) +
                            " (" + bank_.describe(offset) + ") ignored (read-only or unmapped register)");
         return RK_OK;
@@ -215,11 +275,40 @@ Status Vmbox::write(uint64_t offset, uint64_t value, unsigned size)
     return RK_OK;
 }
 
-Status Vmbox::deliver(unsigned mif, const uint64_t *words, unsigned nwords)
+// Into the KIF (mu_ held): from a KIF only, while enabled, all or nothing.
+Status Vmbox::kif_deliver_locked(unsigned src_if, const uint64_t *words, unsigned nwords)
 {
-    if (mif >= UNIMEM_IF_COUNT || nwords == 0) return RK_NACK;
+    if (!kif_) {
+        guest_error_locked("delivery into the KIF refused: this vmbox has no KIF (property kif=off)");
+        return RK_NACK;
+    }
+    if (src_if != UNIMEM_KIF) {
+        // Only a node's kernel sends from its KIF: a PIF's packet here would be forged mailbox traffic.
+        kif_cnt_[VMBOX_KIF_CNT_INDEX_REFUSED]++;
+        guest_error_locked("delivery into the KIF from packetizer interface " + std::to_string(src_if) +
+                           " refused (only a KIF may send into the KIF)");
+        return RK_NACK;
+    }
+    if (!(kif_ctrl_ & VMBOX_KIF_ENABLE)) {
+        kif_cnt_[VMBOX_KIF_CNT_INDEX_REFUSED]++; // no kernel listens (KIF_CTRL.ENABLE clear)
+        return RK_NACK;
+    }
+    if (depth_ - fifos_[UNIMEM_KIF].count < nwords) {
+        kif_cnt_[VMBOX_KIF_CNT_INDEX_NACKS]++;
+        return RK_NACK;
+    }
+    for (unsigned i = 0; i < nwords; i++)
+        push_locked(UNIMEM_KIF, words[i]);
+    sync_irq_locked();
+    return RK_OK;
+}
+
+Status Vmbox::deliver(unsigned mif, unsigned src_if, const uint64_t *words, unsigned nwords)
+{
+    if (mif >= UNIMEM_IF_TOTAL || src_if >= UNIMEM_IF_TOTAL || nwords == 0) return RK_NACK;
     std::lock_guard lk(mu_);
     if (frozen_) return RK_NACK; // a snapshot is being taken: the sender may retry
+    if (mif == UNIMEM_KIF) return kif_deliver_locked(src_if, words, nwords);
     const unsigned room = depth_ - fifos_[mif].count;
     if (room == 0 || (room < nwords && !burst_known_issue_)) {
         cnt_[VMBOX_CNT_INDEX_NACKS]++;
@@ -239,12 +328,13 @@ int Vmbox::serve_frame(const rkf_frame_hdr &h, const void *payload)
     const size_t hdr = offsetof(rkf_mbox_deliver, words);
     std::memcpy(&d, payload, std::min<size_t>(h.len, sizeof d));
     if (h.type != RKF_T_REQ || h.op != RKF_OP_MBOX_DELIVER || h.len < hdr + 8 || d.nwords < 1 ||
-        d.nwords > 8 || h.len != hdr + d.nwords * 8 || d.mif >= UNIMEM_IF_COUNT) {
+        d.nwords > 8 || h.len != hdr + d.nwords * 8 || d.mif >= UNIMEM_IF_TOTAL ||
+        d.src_if >= UNIMEM_IF_TOTAL) {
         host_.guest_error("malformed delivery from node " + std::to_string(h.src) + " (op " +
                           std::to_string(h.op) + ", " + std::to_string(h.len) + " bytes) refused");
         return h.type == RKF_T_REQ ? int(RKF_ST_BAD_FRAME) : -1;
     }
-    return deliver(d.mif, d.words, d.nwords) == RK_OK ? int(RKF_ST_OK) : int(RKF_ST_REFUSED);
+    return deliver(d.mif, d.src_if, d.words, d.nwords) == RK_OK ? int(RKF_ST_OK) : int(RKF_ST_REFUSED);
 }
 
 // ---- migration ----
@@ -255,7 +345,9 @@ VmboxState Vmbox::save() const
     VmboxState st;
     st.depth = depth_;
     st.irq_enable = irq_enable_;
-    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+    st.kif_ctrl = kif_ctrl_;
+    st.kif_counters = kif_cnt_;
+    for (unsigned i = 0; i < UNIMEM_IF_TOTAL; i++) {
         const Fifo &f = fifos_[i];
         st.fifos[i].resize(f.count);
         for (unsigned k = 0; k < f.count; k++)
@@ -273,8 +365,12 @@ bool Vmbox::load(const VmboxState &st)
     for (const auto &f : st.fifos) {
         if (f.size() > depth_) return false;
     }
+    if (st.kif_ctrl & ~(VMBOX_KIF_ENABLE | VMBOX_KIF_IRQ_ENABLE)) return false;
+    if (!kif_ && (st.kif_ctrl || !st.fifos[UNIMEM_KIF].empty())) return false; // a KIF this device lacks
     std::lock_guard lk(mu_);
-    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+    kif_ctrl_ = st.kif_ctrl;
+    kif_cnt_ = st.kif_counters;
+    for (unsigned i = 0; i < UNIMEM_IF_TOTAL; i++) {
         Fifo &f = fifos_[i];
         f.head = 0;
         f.count = unsigned(st.fifos[i].size());

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 //
 // Unimem virtualized mailbox (vmbox) device core: 64 hardware FIFOs of 64-bit words, one
-// 4 KiB MIF page each (seed 004 sec. 2.2.3 Fig. 6, sec. 5.1), plus rackemu's control page.
+// 4 KiB MIF page each (seed 004 sec. 2.2.3 Fig. 6, sec. 5.1), plus rackemu's control page and
+// the kernel interface (KIF, rackemu extension: a 65th FIFO for the node's kernel, filled only by
+// other packetizers' KIFs; unimem_regs.h, docs/unimem.md).
 // QEMU-independent: it reaches the outside world only through its rackemu::Host
 // (rackemu/host.h): interrupt line 0 (the arrival interrupt) and the guest-error log.
 //
@@ -42,22 +44,30 @@ struct VmboxCounters {
 #undef VMBOX_COUNTERS_FIELD_
     uint64_t empty_reads = 0; // loads of an empty FIFO (core only)
     uint64_t bad_access = 0;  // guest errors (core only)
+    // the KIF's (VMBOX_KIF_COUNTER_TABLE, registers of the control page)
+    std::array<uint64_t, VMBOX_KIF_CNT_COUNT> kif{};
 };
 
 // The architectural state as plain data (the glue maps it to a VMStateDescription).
 struct VmboxState {
     uint32_t depth = 0;      // words per FIFO; load() requires the device's own depth
     uint64_t irq_enable = 0; // IRQ_ENABLE
-    std::array<std::vector<uint64_t>, UNIMEM_IF_COUNT> fifos; // contents, oldest word first
-    std::array<uint64_t, VMBOX_CNT_COUNT> counters{};         // VMBOX_COUNTER_TABLE order
+    // contents, oldest word first: MIFs 0..63, then the KIF (index UNIMEM_KIF)
+    std::array<std::vector<uint64_t>, UNIMEM_IF_TOTAL> fifos;
+    std::array<uint64_t, VMBOX_CNT_COUNT> counters{}; // VMBOX_COUNTER_TABLE order
     uint64_t empty_reads = 0, bad_access = 0;
+    uint64_t kif_ctrl = 0;                                    // KIF_CTRL (VMBOX_KIF_* bits)
+    std::array<uint64_t, VMBOX_KIF_CNT_COUNT> kif_counters{}; // VMBOX_KIF_COUNTER_TABLE order
 };
 
 class Vmbox {
 public:
     // depth: words per FIFO (1..65536). burst_known_issue: model sec. 5.1.2 (a burst into an
     // almost full FIFO keeps the words that fit, drops the rest and is still acknowledged).
-    explicit Vmbox(Host host, unsigned depth = VMBOX_DEFAULT_DEPTH, bool burst_known_issue = false);
+    // kif: the kernel interface is present (CAPS bit); without it its page and registers are
+    // unmapped (guest errors) and every delivery into it is refused.
+    explicit Vmbox(Host host, unsigned depth = VMBOX_DEFAULT_DEPTH, bool burst_known_issue = false,
+                   bool kif = true);
 
     // MMIO. RK_OK; RK_NACK: a store to a full FIFO (the bus answers SLVERR, sec. 5.1.1);
     // RK_SLAVE_ERROR: a FIFO access other than an aligned 64-bit one. Register loads and stores
@@ -65,9 +75,12 @@ public:
     Status read(uint64_t offset, unsigned size, uint64_t &value);
     Status write(uint64_t offset, uint64_t value, unsigned size);
 
-    // A packetizer's burst for FIFO `mif` (local or from the fabric): RK_OK (ACK) or RK_NACK.
-    // All-or-nothing unless the known-issue mode is on; a full FIFO always NACKs.
-    Status deliver(unsigned mif, const uint64_t *words, unsigned nwords);
+    // A packetizer's burst for FIFO `mif` (0..63, or UNIMEM_KIF) sent from its interface
+    // `src_if` (0..63 a PIF, UNIMEM_KIF a KIF), local or from the fabric: RK_OK (ACK) or RK_NACK.
+    // All-or-nothing unless the known-issue mode is on (never for the KIF); a full FIFO always
+    // NACKs. The KIF takes bursts from a KIF only, and only while KIF_CTRL.ENABLE is set: any
+    // other delivery into it is refused (NACK, counter REFUSED, logged).
+    Status deliver(unsigned mif, unsigned src_if, const uint64_t *words, unsigned nwords);
 
     // A RKF_SVC_UNIMEM_MBOX request from another node's packetizer (`payload`: h.len bytes).
     // Validates it, delivers it and returns the reply status (RKF_ST_OK = ACK, RKF_ST_REFUSED =
@@ -81,11 +94,13 @@ public:
     void reset();
     bool irq_level() const;
     unsigned depth() const { return depth_; }
-    unsigned fill(unsigned mif) const;
+    bool has_kif() const { return kif_; }
+    unsigned fill(unsigned mif) const; // mif 0..63, or UNIMEM_KIF
     VmboxCounters counters() const;
 
     // Migration: save() is a consistent snapshot (core lock held); load() validates everything
-    // (depth, FIFO sizes) and returns false, changing nothing, on any inconsistency.
+    // (depth, FIFO sizes, KIF_CTRL bits; a KIF holding words, or enabled, on a device without one)
+    // and returns false, changing nothing, on any inconsistency.
     VmboxState save() const;
     bool load(const VmboxState &st);
 
@@ -105,18 +120,23 @@ private:
     void guest_error_locked(const std::string &msg);
     void flush_locked(uint64_t mask);
     Status fifo_access_locked(unsigned mif, uint64_t reg, bool is_write, unsigned size, uint64_t &value);
+    Status kif_deliver_locked(unsigned src_if, const uint64_t *words, unsigned nwords);
+    bool kif_absent(uint64_t offset) const; // a KIF offset on a device without the KIF
 
     Host host_;
     const unsigned depth_;
     const bool burst_known_issue_;
-    mutable std::mutex mu_; // guards everything below
-    std::array<Fifo, UNIMEM_IF_COUNT> fifos_;
+    const bool kif_;
+    mutable std::mutex mu_;                   // guards everything below
+    std::array<Fifo, UNIMEM_IF_TOTAL> fifos_; // MIFs 0..63, then the KIF
     uint64_t irq_enable_ = 0;
-    std::array<uint64_t, VMBOX_CNT_COUNT> cnt_{}; // VMBOX_COUNTER_TABLE
+    uint64_t kif_ctrl_ = 0;
+    std::array<uint64_t, VMBOX_CNT_COUNT> cnt_{};         // VMBOX_COUNTER_TABLE
+    std::array<uint64_t, VMBOX_KIF_CNT_COUNT> kif_cnt_{}; // VMBOX_KIF_COUNTER_TABLE
     uint64_t empty_reads_ = 0, bad_access_ = 0;
     bool reported_ = false; // level last handed to host.set_irq
     bool frozen_ = false;
-    RegBank<Vmbox, Ctx> bank_{reg_table()};
+    RegBank<Vmbox, Ctx> bank_{reg_table()}; // the KIF's rows are decoded only when kif_
 };
 
 } // namespace rackemu::unimem

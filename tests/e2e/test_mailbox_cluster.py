@@ -50,15 +50,39 @@ def test_driver_answers_bad_input_with_defined_errors(cluster2):
     assert int(lines[-1]["checks"]) >= 18
 
 
-def test_packets_forged_into_the_mailbox_fifo_by_a_user_process_are_dropped(cluster2):
+def test_a_user_process_cannot_post_into_the_mailbox(cluster2):
     n0, n1 = cluster2.node(0), cluster2.node(1)
+    assert stats(n1)["interface"] == "kif"  # the default: the devices' kernel interface
     before = stats(n1)
-    # a user process's PIF aims a packet at node 1's mailbox FIFO (interface 63)
-    r = n0.exec("unimem send --node 1 --mif 63 --word1 0x3000000000000bad")
-    assert r.rc == 0, r.stdout  # the vmbox accepted it ...
+    base = int(kv(n1.exec("unimem info").stdout)[0]["vmbox_base"], 16)
+    # node 1's KIF page: its vmbox base + 0x41000 (VMBOX_KIF_OFFSET); a user's PIF cannot name it
+    kif_gaddr = (1 << 34) | (base + 0x41000)
+    r = n0.exec(f"unimem send --dest {kif_gaddr:#x} --word1 0x3000000000000bad")
+    assert r.rc == 1 and kv(r.stdout)[0]["status"] == "ILLEGAL", r.stdout + r.stderr
     after = stats(n1)
-    assert int(after["forged"]) == int(before["forged"]) + 1  # ... the driver did not deliver it
-    assert after["received"] == before["received"]
+    assert after["received"] == before["received"] and after["forged"] == before["forged"]
+    # user interface 63 is an ordinary one now: a packet there is a user's, not the mailbox's
+    r = n0.exec("unimem send --node 1 --mif 63 --word1 0x3000000000000bad")
+    assert r.rc == 0, r.stdout
+    assert stats(n1)["received"] == before["received"]
+
+
+def test_packets_forged_into_a_mailbox_on_a_user_interface_are_dropped(cluster2):
+    n0, n1 = cluster2.node(0), cluster2.node(1)
+    try:
+        for n in cluster2.nodes:
+            n.sh("echo 62 > /sys/module/unimem/parameters/mailbox_if")
+        before = stats(n1)
+        # a user process's PIF aims a packet at node 1's mailbox FIFO (interface 62)
+        r = n0.exec("unimem send --node 1 --mif 62 --word1 0x3000000000000bad")
+        assert r.rc == 0, r.stdout  # the vmbox accepted it ...
+        after = stats(n1)
+        assert int(after["forged"]) == int(before["forged"]) + 1  # ... the driver did not deliver it
+        assert after["received"] == before["received"]
+    finally:
+        for n in cluster2.nodes:
+            n.exec("echo 64 > /sys/module/unimem/parameters/mailbox_if")
+    assert stats(n0)["interface"] == "kif" and stats(n1)["interface"] == "kif"
 
 
 def test_kernel_callback_answers_through_mailbox_send_message(cluster2, run_concurrently):

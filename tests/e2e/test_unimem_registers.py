@@ -162,6 +162,77 @@ def test_a_killed_node_restarts_and_is_accepted_again(rack):
     assert {p["node"]: p for p in bridge.stats()["ports"]}[1]["connects"] == 2
 
 
+KIF_PAGE = R["VMBOX_KIF_OFFSET"] // 0x1000  # the KIF's page in both devices (send()/recv() take it)
+CTRL = VMBOX + R["VMBOX_CTRL_OFFSET"]
+KIF_ON = R["VMBOX_KIF_ENABLE"] | R["VMBOX_KIF_IRQ_ENABLE"]
+KERNEL_PID = 0xFC0000000000
+
+
+def kif_counter(node, name):
+    return node.readq(CTRL + R["VMBOX_CTRL_KIF_COUNTERS"] + R["VMBOX_KIF_CNT_" + name])
+
+
+def pktz_kif_counter(node, name):
+    return node.readq(TIF + R["PKTZ_TIF_KIF_COUNTERS"] + R["PKTZ_KIF_CNT_" + name])
+
+
+def test_kernel_interface_kif_to_kif_across_the_fabric(rack):
+    """The kernel interface (KIF, issue 14): node 0's KIF reaches node 1's KIF with KIF_PIDT as
+    the PID; a user PIF cannot name a KIF; a disabled KIF and a full one answer NACK."""
+    _, (n0, n1, n2) = rack
+    for n in (n0, n1, n2):
+        assert n.readq(CTRL + R["VMBOX_CTRL_CAPS"]) == R["UNIMEM_CAP_KIF"]
+        assert n.readq(TIF + R["PKTZ_TIF_CAPS"]) == R["UNIMEM_CAP_KIF"]
+    n0.writeq(TIF + R["PKTZ_TIF_KIF_PIDT"], KERNEL_PID)
+    n0.writeq(TIF + R["PKTZ_TIF_KIF_CONF"], 1)
+    kif1, kif2 = gaddr(1, VMBOX + R["VMBOX_KIF_OFFSET"]), gaddr(2, VMBOX + R["VMBOX_KIF_OFFSET"])
+    try:
+        n1.writeq(CTRL + R["VMBOX_CTRL_KIF_CTRL"], KIF_ON)
+        assert send(n0, KIF_PAGE, kif1, 0xAB00_0000_0000_0000, 0x11, 0x12, 0x13) == ACK
+        assert n1.readq(CTRL + R["VMBOX_CTRL_KIF_STATUS"]) == R["VMBOX_KIF_NONEMPTY"] | R["VMBOX_KIF_IRQ"]
+        assert n1.readq(CTRL + R["VMBOX_CTRL_NONEMPTY"]) & ~1 == 0  # no user FIFO got it
+        words = recv(n1, KIF_PAGE)
+        assert words == [0xAB00_0000_0000_0000 | KERNEL_PID, 0x11, 0x12, 0x13]
+        # a user's PIF cannot address a KIF (the sender's BASE_DEST check)
+        assert send(n0, 4, kif1, 0, 1, 2, 3) == ILLEGAL
+        # the KIF also reaches an ordinary MIF, with the kernel's PID
+        assert send(n0, KIF_PAGE, mif_addr(1, 30), 0, 0x31, 0x32, 0x33) == ACK
+        assert recv(n1, 30) == [KERNEL_PID, 0x31, 0x32, 0x33]
+        # node 2's KIF is disabled (reset): refused, counted there
+        refused = kif_counter(n2, "REFUSED")
+        assert send(n0, KIF_PAGE, kif2, 0, 1, 2, 3) == NACK
+        assert kif_counter(n2, "REFUSED") == refused + 1
+        # fill node 1's KIF (its depth: node 1 may have been restarted by an earlier test): the
+        # packet after the last one that fits is refused whole
+        depth = n1.readq(CTRL + R["VMBOX_CTRL_DEPTH"])
+        statuses = [send(n0, KIF_PAGE, kif1, 0, i, i, i) for i in range(depth // 4 + 1)]
+        assert statuses == [ACK] * (depth // 4) + [NACK]
+        assert n1.readq(VMBOX + R["VMBOX_KIF_OFFSET"] + R["VMBOX_MIF_COUNT"]) == depth
+        assert kif_counter(n1, "NACKS") == 1 and kif_counter(n1, "ENQUEUED") == 4 + depth
+        assert pktz_kif_counter(n0, "SENT") == 4 + depth // 4 and pktz_kif_counter(n0, "NACKED") == 2
+        # a CPU store into the KIF is refused with a bus error, nothing queued
+        n1.write(VMBOX + R["VMBOX_KIF_OFFSET"], 5, 8)
+        assert n1.readq(VMBOX + R["VMBOX_KIF_OFFSET"] + R["VMBOX_MIF_COUNT"]) == depth
+    finally:
+        n1.writeq(CTRL + R["VMBOX_CTRL_KIF_CTRL"], 0)
+        n1.writeq(CTRL + R["VMBOX_CTRL_KIF_FLUSH"], 1)
+        n0.writeq(TIF + R["PKTZ_TIF_KIF_CONF"], 0)
+
+
+def test_a_node_without_the_kif():
+    """Properties kif=off: CAPS reads 0, the KIF's registers and page are unmapped."""
+    n = QtestNode(0, 1, extra_args=("-global", "rackemu-vmbox.kif=off", "-global", "rackemu-packetizer.kif=off"))
+    try:
+        assert n.readq(CTRL + R["VMBOX_CTRL_CAPS"]) == 0
+        assert n.readq(TIF + R["PKTZ_TIF_CAPS"]) == 0
+        n.writeq(CTRL + R["VMBOX_CTRL_KIF_CTRL"], KIF_ON)
+        assert n.readq(CTRL + R["VMBOX_CTRL_KIF_CTRL"]) == 0
+        assert n.readq(VMBOX + R["VMBOX_KIF_OFFSET"]) == 0  # unmapped, not the empty pattern
+        assert "KIF" in n.stderr_text() or "unmapped" in n.stderr_text()
+    finally:
+        n.close()
+
+
 def unimem_registers(node):
     """Every vmbox and packetizer register that a load does not change (no FIFO data window)."""
     regs = {}
@@ -180,6 +251,18 @@ def unimem_registers(node):
         regs["TIF_" + name] = node.readq(TIF + R["PKTZ_TIF_" + name])
     for cnt, _, _ in regs_counters("unimem_regs.h")["PKTZ"]:
         regs["PKTZ_" + cnt] = node.readq(TIF + R["PKTZ_TIF_COUNTERS"] + R["PKTZ_CNT_" + cnt])
+    # the kernel interface (KIF)
+    for name in ("CAPS", "KIF_CTRL", "KIF_STATUS"):
+        regs["VMBOX_" + name] = node.readq(c + R["VMBOX_CTRL_" + name])
+    for cnt, _, _ in regs_counters("unimem_regs.h")["VMBOX_KIF"]:
+        regs["VMBOX_KIF_" + cnt] = node.readq(c + R["VMBOX_CTRL_KIF_COUNTERS"] + R["VMBOX_KIF_CNT_" + cnt])
+    regs["KIF_COUNT"] = node.readq(VMBOX + R["VMBOX_KIF_OFFSET"] + R["VMBOX_MIF_COUNT"])
+    for off in range(0, 0x40, 8):
+        regs[f"KIF+{off:#x}"] = node.readq(PKTZ + R["PKTZ_KIF_OFFSET"] + off)
+    for name in ("CAPS", "KIF_PIDT", "KIF_CONF"):
+        regs["TIF_" + name] = node.readq(TIF + R["PKTZ_TIF_" + name])
+    for cnt, _, _ in regs_counters("unimem_regs.h")["PKTZ_KIF"]:
+        regs["PKTZ_KIF_" + cnt] = node.readq(TIF + R["PKTZ_TIF_KIF_COUNTERS"] + R["PKTZ_KIF_CNT_" + cnt])
     return regs
 
 
@@ -196,6 +279,16 @@ def test_a_migrated_node_keeps_its_fifos_and_packetizer_state():
                 src.writeq(TIF + 8 * pif, pid(0, pif))
             src.writeq(TIF + R["PKTZ_TIF_PID_CONF"], (1 << 2) | (1 << 9))
             assert send(src, 2, mif_addr(0, 5), 0xBEEF_0000_0000_0000, 0x21, 0x22, 0x23) == ACK
+            # the KIF: enabled, one packet queued (from its own KIF), half a setup written
+            src.writeq(TIF + R["PKTZ_TIF_KIF_PIDT"], KERNEL_PID)
+            src.writeq(TIF + R["PKTZ_TIF_KIF_CONF"], 1)
+            src.writeq(CTRL + R["VMBOX_CTRL_KIF_CTRL"], KIF_ON)
+            kif = PKTZ + R["PKTZ_KIF_OFFSET"]
+            assert send(src, KIF_PAGE, gaddr(0, VMBOX + R["VMBOX_KIF_OFFSET"]), 0, 0x41, 0x42, 0x43) == ACK
+            src.writeq(kif + 0x00, 0xC000_0000_0000_0000)
+            src.writeq(kif + 0x08, 0xC1)
+            src.writeq(kif + 0x18, 0xC3)
+            src.writeq(kif + 0x20, mif_addr(0, 8))  # payload1's lower half is still missing
             for w in (0x71, 0x72, 0x73):
                 src.writeq(VMBOX + 7 * 0x1000, w)
             assert src.readq(VMBOX + 7 * 0x1000) == 0x71  # the ring's head moves
@@ -236,6 +329,11 @@ def test_a_migrated_node_keeps_its_fifos_and_packetizer_state():
             assert wait_for(lambda: dst.readq(b9 + 0x30) & ~PEND or None, what="PIF 9's answer") == ACK
             words = recv(dst, 6)
             assert words[0] == 0x9000_0000_0000_0000 | pid(0, 9) and words[1:] == [0x91, 0x92, 0x93]
+            # the KIF's packet and its half-written setup came along too
+            assert recv(dst, KIF_PAGE) == [KERNEL_PID, 0x41, 0x42, 0x43]
+            dst.writeq(kif + 0x10, 0xC2)
+            assert wait_for(lambda: dst.readq(kif + 0x30) & ~PEND or None, what="the KIF's answer") == ACK
+            assert recv(dst, 8) == [0xC000_0000_0000_0000 | KERNEL_PID, 0xC1, 0xC2, 0xC3]
         finally:
             src.close()
             if dst:

@@ -5,7 +5,7 @@ as code copied from the document would: gsas_seed.c the atomic.h API of sec. 2.3
 pointers), mailbox_seed.c the mailbox's struct mailbox_action_t of sec. 3.2.2. They must compile
 with -Werror against rackemu's headers (before: 11 conflicting types in atomic.h, a redefinition
 of the struct) and run on a booted cluster. The seed's 63 user interfaces per board (sec. 2.2.3)
-are all usable once the mailbox driver gives its interface back (unimem's `mailbox_if=0`).
+are all usable while the mailbox runs on the devices' kernel interface (KIF, the default).
 """
 import os
 import re
@@ -118,42 +118,86 @@ def mailbox_if(node, value=None):
     return int(node.sh(f"cat {path}"))
 
 
-def test_63_gsas_threads_on_one_board(cluster2, seed_bins):
+def mbox_stats(node):
+    return kv(node.exec("mbox stats").stdout)[0]
+
+
+def user_interfaces_held(node):
+    """How many of the user interfaces 1..63 are taken (MIFs; sysfs mif_used=HI,LO)."""
+    used = node.sh("cat /sys/class/misc/unimem/interfaces")
+    m = re.search(r"mif_used=([0-9a-f]+),([0-9a-f]+) ", used)
+    assert m, used
+    return bin(((int(m.group(1), 16) << 32) | int(m.group(2), 16)) & ~1).count("1")
+
+
+def test_63_gsas_threads_on_one_board_while_the_mailbox_works(cluster2, seed_bins, in_background):
+    """The mailbox runs on the devices' kernel interface (KIF, the default): all 63 user
+    interfaces hold GSAS threads at once while mailbox messages cross in both directions."""
+    install(cluster2, seed_bins, "gsas_seed")
+    n0, n1 = cluster2.node(0), cluster2.node(1)
+    for n in cluster2.nodes:
+        assert mailbox_if(n) == 64
+        assert mbox_stats(n)["interface"] == "kif"
+    assert user_interfaces_held(n0) == 0
+    before0, before1 = mbox_stats(n0), mbox_stats(n1)
+    # 63 threads, each holding its interfaces for 20 s before its increments
+    job = in_background(n0, "/tmp/gsas_seed threads 63 0 20000", timeout=300)
+    deadline = time.time() + 120
+    while user_interfaces_held(n0) < 63 and time.time() < deadline:
+        time.sleep(0.5)
+    assert user_interfaces_held(n0) == 63, n0.sh("cat /sys/class/misc/unimem/interfaces")
+    # every user interface is taken; the mailbox still sends and receives on node 0
+    s01 = n0.exec("mbox send --node 1 --value 0x7000000000000a01 --count 20")
+    s10 = n1.exec("mbox send --node 0 --value 0x7000000000000b10 --count 20")
+    held_after = user_interfaces_held(n0)
+    r = job.result(330)
+    assert r.rc == 0, r.stdout + r.stderr
+    assert kv(r.stdout)[-1] == {"threads": "63", "total": "252", "expected": "252"}, r.stdout
+    assert held_after == 63  # the messages crossed while all 63 were held
+    assert s01.rc == 0 and kv(s01.stdout)[-1]["sent"] == "20", s01.stdout + s01.stderr
+    assert s10.rc == 0 and kv(s10.stdout)[-1]["sent"] == "20", s10.stdout + s10.stderr
+    after0, after1 = mbox_stats(n0), mbox_stats(n1)
+    assert int(after1["received"]) == int(before1["received"]) + 20, (before1, after1)
+    assert int(after0["received"]) == int(before0["received"]) + 20, (before0, after0)
+    assert after0["forged"] == before0["forged"] and after1["forged"] == before1["forged"]
+    r = n0.exec("/tmp/gsas_seed threads 63 1", timeout=300)      # to another board too
+    assert r.rc == 0, r.stdout + r.stderr
+
+
+def test_mailbox_on_a_user_interface_or_off(cluster2, seed_bins):
+    """`mailbox_if` still chooses: on user interface 63 only 62 remain; 0 turns the mailbox off,
+    and the atomicity driver's exit notices still go out (from the KIF)."""
     install(cluster2, seed_bins, "gsas_seed")
     n0 = cluster2.node(0)
-    # with the mailbox on interface 63 (the default) 62 remain: the 63rd thread finds none
-    assert mailbox_if(n0) == 63
-    r = n0.exec("/tmp/gsas_seed threads 63 0", timeout=180)
-    assert r.rc != 0 and re.search(rb"cannot take a mailbox and packetizer interface|no mailbox/packetizer "
-                                   rb"interface for this thread", r.stderr), r.stdout + r.stderr
     notices = int(n0.sh("cat /sys/module/unimem/parameters/exit_notices"))
     try:
         for n in cluster2.nodes:           # every node: the mailbox's interface number is rack-wide
+            assert mailbox_if(n, 63) == 63
+        assert mbox_stats(n0)["interface"] == "63"
+        r = n0.exec("/tmp/gsas_seed threads 63 0", timeout=180)
+        assert r.rc != 0 and re.search(rb"cannot take a mailbox and packetizer interface|no mailbox/packetizer "
+                                       rb"interface for this thread", r.stderr), r.stdout + r.stderr
+        r = n0.exec("mbox send --node 1 --value 1")
+        assert r.rc == 0, r.stdout + r.stderr
+        for n in cluster2.nodes:
             assert mailbox_if(n, 0) == 0
-        used = n0.sh("cat /sys/class/misc/unimem/interfaces")
-        m = re.search(r"mif_used=([0-9a-f]+),[0-9a-f]+ pif_used=([0-9a-f]+),", used)
-        assert m and not int(m.group(1), 16) >> 31 and not int(m.group(2), 16) >> 31, used  # 63 is free
-        r = n0.exec("/tmp/gsas_seed threads 63 0", timeout=300)
-        assert r.rc == 0, r.stdout + r.stderr
-        assert kv(r.stdout)[-1] == {"threads": "63", "total": "252", "expected": "252"}, r.stdout
-        r = n0.exec("/tmp/gsas_seed threads 63 1", timeout=300)      # to another board too
-        assert r.rc == 0, r.stdout + r.stderr
+        assert mbox_stats(n0)["interface"] == "off"
         # the mailbox is off: its API answers ENODEV
         r = n0.exec("mbox send --node 1 --value 1")
         assert r.rc != 0 and b"result=ENODEV" in r.stdout, r.stdout + r.stderr
-        # the exit notices still reach the atomic services, from a borrowed interface
+        # the exit notices of the gsas_seed processes still reach the atomic services
         for _ in range(50):
-            if int(n0.sh("cat /sys/module/unimem/parameters/exit_notices")) >= notices + 2:
+            if int(n0.sh("cat /sys/module/unimem/parameters/exit_notices")) >= notices + 1:
                 break
             time.sleep(0.1)
-        assert int(n0.sh("cat /sys/module/unimem/parameters/exit_notices")) >= notices + 2
+        assert int(n0.sh("cat /sys/module/unimem/parameters/exit_notices")) >= notices + 1
     finally:
         for n in cluster2.nodes:
             for _ in range(50):
-                if n.exec("echo 63 > /sys/module/unimem/parameters/mailbox_if").rc == 0:
+                if n.exec("echo 64 > /sys/module/unimem/parameters/mailbox_if").rc == 0:
                     break
                 time.sleep(0.2)
-    assert all(mailbox_if(n) == 63 for n in cluster2.nodes)
-    # and the mailbox works again
+    assert all(mailbox_if(n) == 64 for n in cluster2.nodes)
+    # and the mailbox works again, on the KIF
     r = n0.exec("mbox send --node 1 --value 1")
     assert r.rc == 0, r.stdout + r.stderr

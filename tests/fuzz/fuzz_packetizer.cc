@@ -39,8 +39,9 @@ struct Host {
     }
     PacketizerTransmit link()
     {
-        return [this](unsigned pif, uint64_t tag, uint64_t dest, const uint64_t words[4]) {
-            FUZZ_CHECK(pif < UNIMEM_IF_COUNT);
+        return [this](unsigned pif, uint64_t tag, uint64_t dest, unsigned mif, const uint64_t words[4]) {
+            FUZZ_CHECK(pif < UNIMEM_IF_TOTAL && mif < UNIMEM_IF_TOTAL);
+            FUZZ_CHECK(mif != UNIMEM_KIF || pif == UNIMEM_KIF); // only the KIF names a KIF
             FUZZ_CHECK((dest & ~PKTZ_DEST_MASK) == 0);
             FUZZ_CHECK(tag >> 56 == pif);
             (void)words[3];
@@ -66,10 +67,15 @@ std::vector<uint64_t> registers(Packetizer &p)
 void save_load(Packetizer &p, uint8_t how, uint8_t which, uint64_t val)
 {
     PacketizerState st = p.save();
-    auto &pif = st.pifs[which % UNIMEM_IF_COUNT];
+    auto &pif = st.pifs[which % UNIMEM_IF_TOTAL];
     switch (how % 6) {
     case 1:
-        st.pidt[which % UNIMEM_IF_COUNT] = val;
+        if (which & 0x80) {
+            st.kif_pidt = val; // the KIF's TIF registers
+            st.kif_conf = val >> 56;
+        } else {
+            st.pidt[which % UNIMEM_IF_COUNT] = val;
+        }
         break;
     case 2:
         st.base_dest = val;
@@ -84,16 +90,22 @@ void save_load(Packetizer &p, uint8_t how, uint8_t which, uint64_t val)
         pif.written[val % 3] = uint16_t(val >> 8);
         break;
     }
+    // a device without the KIF loads only a KIF in its reset state
+    const bool q_kif = (how & 0x40) == 0;
+    const auto &k = st.pifs[UNIMEM_KIF];
+    const bool kif_reset = k.status == 0 && !k.waiting && !(k.written[0] | k.written[1] | k.written[2]) &&
+                           k.regs == decltype(k.regs){} && st.kif_pidt == 0 && st.kif_conf == 0;
     Host h2;
-    Packetizer q(h2.make(), h2.link());
+    Packetizer q(h2.make(), h2.link(), q_kif);
     h2.core = &q;
     const std::vector<uint64_t> before = registers(q);
     if (!q.load(st)) {
-        FUZZ_CHECK(how % 6 != 0); // an unchanged state always loads
+        FUZZ_CHECK(how % 6 != 0 || (!q_kif && !kif_reset)); // an unchanged state always loads
         FUZZ_CHECK(registers(q) == before);
         return;
     }
-    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+    FUZZ_CHECK(q_kif || kif_reset);
+    for (unsigned i = 0; i < UNIMEM_IF_TOTAL; i++) {
         const uint32_t s = q.status(i);
         FUZZ_CHECK(!(s & PKTZ_ST_PEND)); // nothing waits after a load
         if (st.pifs[i].waiting)
@@ -101,7 +113,8 @@ void save_load(Packetizer &p, uint8_t how, uint8_t which, uint64_t val)
     }
     const PacketizerState back = q.save();
     FUZZ_CHECK(back.pidt == st.pidt && back.base_dest == st.base_dest && back.pid_conf == st.pid_conf);
-    if (how % 6 == 0) {
+    FUZZ_CHECK(back.kif_pidt == st.kif_pidt && back.kif_conf == st.kif_conf);
+    if (how % 6 == 0 && q_kif) {
         bool waiting = false;
         for (const auto &f : st.pifs)
             waiting |= f.waiting;
@@ -167,7 +180,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         }
     }
-    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+    for (unsigned i = 0; i < UNIMEM_IF_TOTAL; i++) {
         const uint32_t st = p.status(i);
         FUZZ_CHECK(!((st & PKTZ_ST_ACK) && (st & PKTZ_ST_NACK)));
     }

@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: MIT
 // libFuzzer harness of the Unimem vmbox core (hw/unimem/vmbox.h); docs/fuzzing.md.
 //
-// Input: one config byte (FIFO depth, burst known-issue mode), then operations:
+// Input: one config byte (FIFO depth, burst known-issue mode; depth bits 0x3f == 0x3e: a device
+// without the KIF), then operations:
 //   0 MMIO store (offset, value, size)   1 MMIO load (offset, size)
 //   2 fabric frame for RKF_SVC_UNIMEM_MBOX (header fields + payload), parsed as the node does
-//   3 packetizer burst deliver(mif, nwords, words)   4 reset
+//   3 packetizer burst deliver(mif, src_if, nwords, words) (mif, src_if mod 70: the KIF, 64,
+//     and out-of-range ones)   4 reset
 //   5 save, optionally corrupt one field, load into a second core: a corrupt state is refused,
 //     a sound one reads back identically (every register and FIFO)
-// Checked: after every operation the interrupt line the host saw equals irq_level(); at the end
-// no FIFO holds more than its depth.
+// Checked: after every operation the interrupt line the host saw equals irq_level(); a delivery
+// into the KIF from anything but a KIF, or into a disabled KIF, is refused and changes no FIFO;
+// at the end no FIFO (the KIF included) holds more than its depth.
 #include "fuzz_input.h"
 
 #include <cstddef>
@@ -67,15 +70,21 @@ void save_load(Vmbox &v, uint8_t how, uint8_t which, uint16_t val)
         corrupt = val != v.depth();
         break;
     case 2: // a FIFO fuller than the depth
-        st.fifos[which % UNIMEM_IF_COUNT].resize(v.depth() + 1 + val % 4);
+        st.fifos[which % UNIMEM_IF_TOTAL].resize(v.depth() + 1 + val % 4);
         corrupt = true;
         break;
-    case 3: // any contents that fit
-        st.fifos[which % UNIMEM_IF_COUNT].resize(val % (v.depth() + 1), val);
+    case 3: // any contents that fit (the KIF's: only on a device with one)
+        st.fifos[which % UNIMEM_IF_TOTAL].resize(val % (v.depth() + 1), val);
+        corrupt = !v.has_kif() && !st.fifos[UNIMEM_KIF].empty();
         break;
     }
+    if (which & 0x80) { // any KIF_CTRL: only its two bits, and only on a device with the KIF
+        st.kif_ctrl = val >> 8;
+        corrupt |=
+            (st.kif_ctrl & ~(VMBOX_KIF_ENABLE | VMBOX_KIF_IRQ_ENABLE)) != 0 || (!v.has_kif() && st.kif_ctrl);
+    }
     Host h2;
-    Vmbox w(h2.make(), v.depth());
+    Vmbox w(h2.make(), v.depth(), false, v.has_kif());
     const std::vector<uint64_t> before = registers(w);
     FUZZ_CHECK(w.load(st) == !corrupt);
     if (corrupt) {
@@ -85,7 +94,8 @@ void save_load(Vmbox &v, uint8_t how, uint8_t which, uint16_t val)
     FUZZ_CHECK(h2.irq == w.irq_level());
     const VmboxState back = w.save();
     FUZZ_CHECK(back.fifos == st.fifos && back.counters == st.counters && back.irq_enable == st.irq_enable);
-    if ((how % 4) == 0) FUZZ_CHECK(registers(w) == registers(v));
+    FUZZ_CHECK(back.kif_ctrl == st.kif_ctrl && back.kif_counters == st.kif_counters);
+    if ((how % 4) == 0 && !(which & 0x80)) FUZZ_CHECK(registers(w) == registers(v));
 }
 
 } // namespace
@@ -96,7 +106,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t cfg = in.u8();
     const unsigned depth = 1u + (cfg & 0x3f) * ((cfg & 0x40) ? 8u : 1u);
     Host host;
-    Vmbox v(host.make(), depth, (cfg & 0x80) != 0);
+    Vmbox v(host.make(), depth, (cfg & 0x80) != 0, (cfg & 0x3f) != 0x3e);
     FUZZ_CHECK(v.depth() == depth);
     unsigned saves = 0;
     for (unsigned ops = 0; !in.empty() && ops < 4096; ops++) {
@@ -133,12 +143,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         }
         case 3: {
-            const unsigned mif = in.u8();
+            const unsigned mif = in.u8() % 70, src_if = in.u8() % 70;
             const unsigned nwords = in.u8() % 20;
             uint64_t words[20];
             in.bytes(words, sizeof words);
-            const rackemu::Status st = v.deliver(mif, words, nwords);
+            const unsigned kif_before = v.fill(UNIMEM_KIF);
+            uint64_t ctrl = 0;
+            FUZZ_CHECK(v.read(VMBOX_CTRL_OFFSET + VMBOX_CTRL_KIF_CTRL, 8, ctrl) == RK_OK);
+            const rackemu::Status st = v.deliver(mif, src_if, words, nwords);
             FUZZ_CHECK(st == RK_OK || st == RK_NACK);
+            if (mif == UNIMEM_KIF && (src_if != UNIMEM_KIF || !(ctrl & VMBOX_KIF_ENABLE) || !v.has_kif()))
+                FUZZ_CHECK(st == RK_NACK && v.fill(UNIMEM_KIF) == kif_before);
+            if (mif == UNIMEM_KIF && st == RK_OK) FUZZ_CHECK(v.fill(UNIMEM_KIF) == kif_before + nwords);
             break;
         }
         case 4:
@@ -153,7 +169,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         FUZZ_CHECK(host.irq == v.irq_level());
     }
-    for (unsigned m = 0; m < UNIMEM_IF_COUNT; m++)
+    for (unsigned m = 0; m < UNIMEM_IF_TOTAL; m++)
         FUZZ_CHECK(v.fill(m) <= depth);
     return 0;
 }

@@ -21,8 +21,8 @@ MAGIC = 0x524b4646
 def vmbox():
     st = lambda off, val, size=3: u8(0) + u32(off) + u64(val) + u8(size)   # size index 3 = 8 bytes
     ld = lambda off, size=3: u8(1) + u32(off) + u8(size)
-    def frame(mif, words, typ=1, op=1, ln=None):
-        payload = u32(mif) + u32(len(words)) + b''.join(u64(w) for w in words)
+    def frame(mif, words, typ=1, op=1, ln=None, src=0):
+        payload = u16(mif) + u16(src) + u32(len(words)) + b''.join(u64(w) for w in words)
         ln = len(payload) if ln is None else ln
         return u8(2) + u8(typ) + u16(op) + u8(2) + u16(ln) + u64(7) + payload
     yield 'store-load', u8(3) + st(0x40018, 1) + st(0, 0x1122) + st(0, 0x3344) + ld(0x800) + ld(0) + ld(0x40010) + ld(0)
@@ -31,6 +31,10 @@ def vmbox():
     yield 'bad-delivery', u8(7) + frame(64, [1]) + frame(1, [1, 2], ln=13) + frame(1, [1], typ=3)
     yield 'burst-issue', u8(0x83) + u8(3) + u8(9) + u8(6) + u64(1) * 20 + st(0x40028, 1 << 9) + u8(4)
     yield 'sub-word', u8(3) + st(0, 5, 0) + st(4, 5, 2) + ld(0, 2) + ld(0x40000, 1)
+    # the KIF (index 64): enabled with its interrupt, a delivery from a KIF, one forged from PIF 3, a refused CPU store
+    yield 'kif', (u8(7) + st(0x40108, 3) + frame(64, [1, 2, 3, 4], src=64) + frame(64, [5, 6, 7, 8], src=3)
+                  + ld(0x41800) + ld(0x41000) + st(0x41000, 9) + ld(0x40110) + ld(0x40120) + ld(0x40138) + st(0x40118, 1))
+    yield 'kif-off', u8(0x3e) + st(0x40108, 1) + frame(64, [1, 2, 3, 4], src=64) + ld(0x40100) + ld(0x41000)
     save = lambda how, which=0, val=0: u8(5) + u8(how) + u8(which) + u16(val)   # how: 0 as is, 1 depth, 2 overfull, 3 contents
     yield 'save-load', (u8(7) + st(0x40018, 1 << 3) + st(0x3000, 0x33) + st(0x3000, 0x34) + ld(0x3000) + frame(63, [5, 6])
                         + save(0) + save(1, 0, 9) + save(2, 3) + save(3, 4, 5))
@@ -51,6 +55,11 @@ def packetizer():
     yield 'overwrite-clr', setup + packet(5, 0) + st(0x5000, 1) + st(tif + 0x210, 1 << 5) + ld(0x5030) + u8(3) + u8(4)
     yield 'bytes', setup + st(0x6000, 1, 0) + st(0x6001, 2, 1) + st(0x6004, 3, 2) + ld(0x6000, 0)
     save = lambda how, which=0, val=0: u8(6) + u8(how) + u8(which) + u64(val)  # how: 0 as is, 1-5 one field changed
+    # the KIF (page 0x41000): KIF_PIDT, KIF_CONF, then a packet to a MIF and one to a KIF page
+    kif = st(tif + 0x408, 0x123456) + st(tif + 0x410, 1)
+    yield 'kif-send', (setup + kif + packet(0x41, 0x41000) + ld(0x41030) + u8(2) + u8(0) + u8(0) + packet(0x41, 0x2000)
+                       + ld(tif + 0x420) + ld(tif + 0x400) + st(tif + 0x418, 1) + ld(0x41030))
+    yield 'kif-illegal', setup + kif + packet(0x41, 0x42000) + packet(1, 0x41000) + ld(0x41030) + ld(0x1030)
     yield 'save-load', (setup + packet(1, 0x2000) + st(0x7000, 7) + st(0x7020, 0x2000) + save(0) + save(1, 1, 1 << 48)
                         + save(3, 1, 0x3) + save(4, 7, 1) + save(5, 7, 0xff00) + save(2, 0, 0x40000))
 

@@ -6,6 +6,7 @@
 
 #include "packetizer.h"
 #include "test_host.h"
+#include "vmbox.h"
 
 using namespace rackemu;
 using namespace rackemu::unimem;
@@ -14,13 +15,15 @@ namespace {
 struct Sent {
     unsigned pif;
     uint64_t tag, dest;
+    unsigned mif;
     uint64_t w[4];
 };
 struct Rig {
     test::TestHost th;
     std::vector<Sent> sent;
-    Packetizer p{th.host(), [this](unsigned pif, uint64_t tag, uint64_t dest, const uint64_t w[4]) {
-                     sent.push_back({pif, tag, dest, {w[0], w[1], w[2], w[3]}});
+    Packetizer p{th.host(),
+                 [this](unsigned pif, uint64_t tag, uint64_t dest, unsigned mif, const uint64_t w[4]) {
+                     sent.push_back({pif, tag, dest, mif, {w[0], w[1], w[2], w[3]}});
                  }};
     std::vector<std::string> errors() { return th.guest_errors(); }
     static constexpr uint64_t kBase = 0x0b000000;
@@ -288,4 +291,203 @@ TEST(Packetizer, LoadRefusesImpossibleStatesAndChangesNothing)
     EXPECT_EQ(a.p.read(PKTZ_TIF_OFFSET + PKTZ_TIF_BASE_DEST, 8), Rig::kBase);
     EXPECT_EQ(a.p.read(PKTZ_TIF_OFFSET + PKTZ_TIF_PIDT(4), 8), 0xABCD12345678ull);
     EXPECT_TRUE(a.p.load(good));
+}
+
+// ---- the kernel interface (KIF, issue 14) ----
+
+namespace {
+constexpr uint64_t kTif = PKTZ_TIF_OFFSET;
+constexpr uint64_t kKernelPid = 0x0f0000000000ull | 0x3f000000000ull; // any 48-bit value
+constexpr uint64_t kKifDest = UNIMEM_GADDR(1, Rig::kBase + VMBOX_KIF_OFFSET);
+void kif_setup(Rig &r, uint64_t dest, uint64_t p0lo = 0xBEEF000000000000ull | 0x1111)
+{
+    const uint64_t b = PKTZ_KIF_OFFSET;
+    r.p.write(b + PKTZ_PIF_PAYLOAD0, p0lo, 8);
+    r.p.write(b + PKTZ_PIF_PAYLOAD0 + 8, 0x2222, 8);
+    r.p.write(b + PKTZ_PIF_PAYLOAD1, 0x3333, 8);
+    r.p.write(b + PKTZ_PIF_PAYLOAD1 + 8, 0x4444, 8);
+    r.p.write(b + PKTZ_PIF_DEST, dest, 8);
+}
+void kif_enable(Rig &r)
+{
+    r.p.write(kTif + PKTZ_TIF_KIF_PIDT, kKernelPid, 8);
+    r.p.write(kTif + PKTZ_TIF_KIF_CONF, 1, 8);
+}
+uint64_t kif_counter(Rig &r, unsigned index)
+{
+    return r.p.read(kTif + PKTZ_TIF_KIF_COUNTERS + 8 * index, 8);
+}
+} // namespace
+
+TEST(PacketizerKif, SendsWithKifPidtToAnyNodesMifOrKif)
+{
+    Rig r;
+    EXPECT_EQ(r.p.read(kTif + PKTZ_TIF_CAPS, 8), UNIMEM_CAP_KIF);
+    kif_enable(r);
+    kif_setup(r, kDest); // MIF 5 of node 1
+    ASSERT_EQ(r.sent.size(), 1u);
+    EXPECT_EQ(r.sent[0].pif, UNIMEM_KIF);
+    EXPECT_EQ(r.sent[0].mif, 5u);
+    EXPECT_EQ(r.sent[0].tag >> 56, uint64_t(UNIMEM_KIF));
+    EXPECT_EQ(r.sent[0].w[0], 0xBEEF000000000000ull | kKernelPid); // PID from KIF_PIDT only
+    EXPECT_EQ(r.p.read(PKTZ_KIF_OFFSET + PKTZ_PIF_STATUS, 8), uint64_t(PKTZ_ST_PEND));
+    r.p.complete(r.sent[0].tag, RK_OK);
+    EXPECT_EQ(r.p.status(UNIMEM_KIF), PKTZ_ST_ACK);
+    kif_setup(r, kKifDest); // node 1's KIF
+    ASSERT_EQ(r.sent.size(), 2u);
+    EXPECT_EQ(r.sent[1].mif, UNIMEM_KIF);
+    EXPECT_EQ(r.sent[1].dest, kKifDest);
+    r.p.complete(r.sent[1].tag, RK_NACK);
+    EXPECT_EQ(r.p.status(UNIMEM_KIF), PKTZ_ST_NACK);
+    EXPECT_EQ(kif_counter(r, PKTZ_KIF_CNT_INDEX_SENT), 2u);
+    EXPECT_EQ(kif_counter(r, PKTZ_KIF_CNT_INDEX_ACKED), 1u);
+    EXPECT_EQ(kif_counter(r, PKTZ_KIF_CNT_INDEX_NACKED), 1u);
+    // the seed's counters count the 64 PIFs only
+    EXPECT_EQ(r.p.read(kTif + PKTZ_TIF_SENT, 8), 0u);
+    EXPECT_EQ(r.p.read(kTif + PKTZ_TIF_ACKED, 8), 0u);
+}
+
+TEST(PacketizerKif, APifCannotNameAKifAndTheKifNothingOutsideItsWindow)
+{
+    Rig r;
+    kif_enable(r);
+    r.setup(4, kKifDest); // a user's PIF aimed at node 1's KIF
+    EXPECT_TRUE(r.sent.empty());
+    EXPECT_EQ(r.p.status(4), PKTZ_ST_ILLEGAL);
+    kif_setup(r, UNIMEM_GADDR(1, Rig::kBase + VMBOX_KIF_OFFSET + 0x1000)); // the page after the KIF's
+    EXPECT_TRUE(r.sent.empty());
+    EXPECT_EQ(r.p.status(UNIMEM_KIF), PKTZ_ST_ILLEGAL);
+    EXPECT_EQ(kif_counter(r, PKTZ_KIF_CNT_INDEX_ILLEGAL), 1u);
+    EXPECT_EQ(r.p.read(kTif + PKTZ_TIF_ILLEGAL, 8), 1u);
+}
+
+TEST(PacketizerKif, KifConfClearSendsNothing)
+{
+    Rig r;
+    r.p.write(kTif + PKTZ_TIF_KIF_PIDT, kKernelPid, 8);
+    kif_setup(r, kDest);
+    EXPECT_TRUE(r.sent.empty());
+    EXPECT_EQ(r.p.status(UNIMEM_KIF), 0u);
+    EXPECT_EQ(kif_counter(r, PKTZ_KIF_CNT_INDEX_NOPID), 1u);
+    r.p.write(kTif + PKTZ_TIF_KIF_CONF, ~0ull, 8); // one valid bit
+    EXPECT_EQ(r.p.read(kTif + PKTZ_TIF_KIF_CONF, 8), 1u);
+    r.p.write(kTif + PKTZ_TIF_KIF_PIDT, ~0ull, 8); // 48 valid bits
+    EXPECT_EQ(r.p.read(kTif + PKTZ_TIF_KIF_PIDT, 8), PKTZ_PID_MASK);
+}
+
+TEST(PacketizerKif, OverwriteFabricFailureAndClrReqActOnTheKifAlone)
+{
+    Rig r;
+    kif_enable(r);
+    kif_setup(r, kDest);
+    r.setup(4, kDest);
+    ASSERT_EQ(r.sent.size(), 2u);
+    r.p.write(PKTZ_KIF_OFFSET + PKTZ_PIF_PAYLOAD1, 1, 8); // while PEND: dropped
+    EXPECT_EQ(r.p.status(UNIMEM_KIF), PKTZ_ST_PEND | PKTZ_ST_OVERWR_BUF);
+    r.p.write(kTif + PKTZ_TIF_KIF_CLR_REQ, 1, 8);
+    EXPECT_EQ(r.p.status(UNIMEM_KIF), 0u);
+    EXPECT_EQ(r.p.status(4), PKTZ_ST_PEND); // PIF 4 keeps its packet
+    r.p.complete(r.sent[0].tag, RK_OK);     // the abandoned KIF packet's late answer
+    EXPECT_EQ(r.p.status(UNIMEM_KIF), 0u);
+    EXPECT_EQ(r.p.counters().stale_completions, 1u);
+    kif_setup(r, kDest);
+    r.p.fail_all_pending();
+    EXPECT_EQ(r.p.status(UNIMEM_KIF), PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR);
+    EXPECT_EQ(r.p.status(4), PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR);
+    EXPECT_EQ(kif_counter(r, PKTZ_KIF_CNT_INDEX_NACKED), 1u);
+    EXPECT_EQ(r.p.read(kTif + PKTZ_TIF_NACKED, 8), 1u);
+}
+
+TEST(PacketizerKif, WithoutTheKifItsPageAndRowsAreUnmapped)
+{
+    test::TestHost th;
+    std::vector<Sent> sent;
+    Packetizer p{th.host(),
+                 [&](unsigned pif, uint64_t tag, uint64_t dest, unsigned mif, const uint64_t w[4]) {
+                     sent.push_back({pif, tag, dest, mif, {w[0], w[1], w[2], w[3]}});
+                 },
+                 false};
+    EXPECT_EQ(p.read(kTif + PKTZ_TIF_CAPS, 8), 0u);
+    p.write(kTif + PKTZ_TIF_KIF_CONF, 1, 8);
+    EXPECT_EQ(p.read(kTif + PKTZ_TIF_KIF_CONF, 8), 0u);
+    for (unsigned off = 0; off < PKTZ_PIF_END; off += 8)
+        p.write(PKTZ_KIF_OFFSET + off, kKifDest, 8);
+    EXPECT_TRUE(sent.empty());
+    EXPECT_EQ(p.status(UNIMEM_KIF), 0u);
+    EXPECT_EQ(p.counters().bad_access, 10u); // 1 + 8 stores, 1 load
+}
+
+TEST(PacketizerKif, SaveAndLoadKeepTheKifAndAWaitingKifFailsAfterLoad)
+{
+    Rig a;
+    kif_enable(a);
+    a.p.write(PKTZ_KIF_OFFSET + PKTZ_PIF_PAYLOAD0, 0x77, 8); // half a setup
+    PacketizerState st = a.p.save();
+    Rig b;
+    ASSERT_TRUE(b.p.load(st));
+    EXPECT_EQ(b.p.read(kTif + PKTZ_TIF_KIF_PIDT, 8), kKernelPid);
+    EXPECT_EQ(b.p.read(kTif + PKTZ_TIF_KIF_CONF, 8), 1u);
+    EXPECT_EQ(b.p.read(PKTZ_KIF_OFFSET + PKTZ_PIF_PAYLOAD0, 8), 0x77u);
+    kif_setup(b, kKifDest, 0x77); // completes with the tracked bytes
+    ASSERT_EQ(b.sent.size(), 1u);
+    EXPECT_EQ(b.sent[0].pif, UNIMEM_KIF);
+
+    st = b.p.save(); // the KIF waits for its answer
+    ASSERT_TRUE(st.pifs[UNIMEM_KIF].waiting);
+    Rig c;
+    ASSERT_TRUE(c.p.load(st));
+    EXPECT_EQ(c.p.status(UNIMEM_KIF), PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR);
+    c.p.complete(b.sent[0].tag, RK_OK); // stale here
+    EXPECT_EQ(c.p.status(UNIMEM_KIF), PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR);
+
+    PacketizerState bad = st;
+    bad.kif_pidt = 1ull << 48;
+    EXPECT_FALSE(c.p.load(bad));
+    bad = st;
+    bad.kif_conf = 2;
+    EXPECT_FALSE(c.p.load(bad));
+    test::TestHost th;
+    Packetizer none{th.host(), nullptr, false}; // a device without the KIF takes only a reset one
+    EXPECT_FALSE(none.load(st));
+    EXPECT_TRUE(none.load(Rig().p.save()));
+}
+
+// The two cores together: node 0's KIF into node 1's KIF, through the link the glue implements.
+TEST(PacketizerKif, KifToKifReachesTheKernelAndAPifNeverDoes)
+{
+    test::TestHost th0, th1;
+    Vmbox vm1{th1.host(), 8};
+    vm1.write(VMBOX_CTRL_OFFSET + VMBOX_CTRL_KIF_CTRL, VMBOX_KIF_ENABLE, 8);
+    Packetizer *p0 = nullptr;
+    Packetizer pk{th0.host(), [&](unsigned pif, uint64_t tag, uint64_t, unsigned mif, const uint64_t w[4]) {
+                      p0->complete(tag, vm1.deliver(mif, pif, w, UNIMEM_PACKET_WORDS));
+                  }};
+    p0 = &pk;
+    const uint64_t t = PKTZ_TIF_OFFSET;
+    pk.write(t + PKTZ_TIF_BASE_DEST, Rig::kBase, 8);
+    pk.write(t + PKTZ_TIF_KIF_PIDT, kKernelPid, 8);
+    pk.write(t + PKTZ_TIF_KIF_CONF, 1, 8);
+    pk.write(t + PKTZ_TIF_PIDT(9), 0x999, 8);
+    pk.write(t + PKTZ_TIF_PID_CONF, 1ull << 9, 8);
+    auto send = [&](uint64_t page, uint64_t dest) {
+        pk.write(page + PKTZ_PIF_PAYLOAD0, 0xAAAA000000000000ull, 8);
+        pk.write(page + PKTZ_PIF_PAYLOAD0 + 8, 1, 8);
+        pk.write(page + PKTZ_PIF_PAYLOAD1, 2, 8);
+        pk.write(page + PKTZ_PIF_PAYLOAD1 + 8, 3, 8);
+        pk.write(page + PKTZ_PIF_DEST, dest, 8);
+    };
+    send(PKTZ_KIF_OFFSET, kKifDest);
+    EXPECT_EQ(pk.status(UNIMEM_KIF), PKTZ_ST_ACK);
+    ASSERT_EQ(vm1.fill(UNIMEM_KIF), 4u);
+    uint64_t w0 = 0;
+    vm1.read(VMBOX_KIF_OFFSET, 8, w0);
+    EXPECT_EQ(w0, 0xAAAA000000000000ull | kKernelPid);
+    send(PKTZ_PIF_OFFSET(9), kKifDest); // the user's PIF: refused at the sender
+    EXPECT_EQ(pk.status(9), PKTZ_ST_ILLEGAL);
+    // fill the KIF: the next KIF packet is NACKed, nothing is truncated
+    send(PKTZ_KIF_OFFSET, kKifDest);
+    send(PKTZ_KIF_OFFSET, kKifDest);
+    EXPECT_EQ(pk.status(UNIMEM_KIF), PKTZ_ST_NACK);
+    EXPECT_EQ(vm1.fill(UNIMEM_KIF), 7u);
+    EXPECT_EQ(vm1.counters().kif[VMBOX_KIF_CNT_INDEX_NACKS], 1u);
 }

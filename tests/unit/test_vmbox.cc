@@ -15,7 +15,10 @@ struct Rig {
     test::TestHost th;
     std::vector<bool> irq_changes; // every set_irq call of the core
     Vmbox vm;
-    explicit Rig(unsigned depth = 8, bool known_issue = false) : vm(hooked(), depth, known_issue) {}
+    explicit Rig(unsigned depth = 8, bool known_issue = false, bool kif = true)
+        : vm(hooked(), depth, known_issue, kif)
+    {
+    }
     Host hooked()
     {
         th.set_irq = [this](unsigned line, bool l) {
@@ -79,8 +82,8 @@ TEST(Vmbox, BurstIsAllOrNothingByDefault)
 {
     Rig r(6);
     const uint64_t pkt[4] = {1, 2, 3, 4};
-    EXPECT_EQ(r.vm.deliver(2, pkt, 4), RK_OK);
-    EXPECT_EQ(r.vm.deliver(2, pkt, 4), RK_NACK); // 2 slots left
+    EXPECT_EQ(r.vm.deliver(2, 1, pkt, 4), RK_OK);
+    EXPECT_EQ(r.vm.deliver(2, 1, pkt, 4), RK_NACK); // 2 slots left
     EXPECT_EQ(r.vm.fill(2), 4u);
 }
 
@@ -88,11 +91,11 @@ TEST(Vmbox, KnownIssueModeTruncatesAndStillAcks)
 {
     Rig r(6, true);
     const uint64_t pkt[4] = {1, 2, 3, 4};
-    EXPECT_EQ(r.vm.deliver(2, pkt, 4), RK_OK);
-    EXPECT_EQ(r.vm.deliver(2, pkt, 4), RK_OK); // sec. 5.1.2
+    EXPECT_EQ(r.vm.deliver(2, 1, pkt, 4), RK_OK);
+    EXPECT_EQ(r.vm.deliver(2, 1, pkt, 4), RK_OK); // sec. 5.1.2
     EXPECT_EQ(r.vm.fill(2), 6u);
     EXPECT_EQ(r.vm.counters().truncated, 2u);
-    EXPECT_EQ(r.vm.deliver(2, pkt, 4), RK_NACK); // full FIFO always NACKs
+    EXPECT_EQ(r.vm.deliver(2, 1, pkt, 4), RK_NACK); // full FIFO always NACKs
 }
 
 TEST(Vmbox, InterruptFollowsEnabledNonEmptyFifos)
@@ -124,8 +127,10 @@ TEST(Vmbox, OutOfRangeDeliveryAndUnmappedAccessAreHarmless)
 {
     Rig r;
     const uint64_t w = 1;
-    EXPECT_EQ(r.vm.deliver(64, &w, 1), RK_NACK);
-    EXPECT_EQ(r.vm.deliver(3, &w, 0), RK_NACK);
+    EXPECT_EQ(r.vm.deliver(UNIMEM_IF_TOTAL, 1, &w, 1), RK_NACK);
+    EXPECT_EQ(r.vm.deliver(3, UNIMEM_IF_TOTAL, &w, 1), RK_NACK);
+    EXPECT_EQ(r.vm.deliver(3, 1, &w, 0), RK_NACK);
+    EXPECT_EQ(r.vm.fill(3), 0u);
     EXPECT_EQ(r.load(VMBOX_MIF_OFFSET(3) + 0x900), 0u);
     EXPECT_EQ(r.vm.write(VMBOX_CTRL_OFFSET + VMBOX_CTRL_ID, 1, 8), RK_OK);
     EXPECT_EQ(r.load(VMBOX_CTRL_OFFSET + VMBOX_CTRL_ID), VMBOX_ID_VALUE);
@@ -186,8 +191,12 @@ TEST(Vmbox, FabricDeliveriesAreValidatedBeforeTheyReachAFifo)
     h.len += 8; // length disagrees with nwords
     EXPECT_EQ(r.vm.serve_frame(h, &d), int(RKF_ST_BAD_FRAME));
     h.len -= 8;
-    d.mif = 64;
+    d.mif = UNIMEM_IF_TOTAL; // neither a MIF nor the KIF
     EXPECT_EQ(r.vm.serve_frame(h, &d), int(RKF_ST_BAD_FRAME));
+    d.mif = 9;
+    d.src_if = UNIMEM_IF_TOTAL; // no such sending interface
+    EXPECT_EQ(r.vm.serve_frame(h, &d), int(RKF_ST_BAD_FRAME));
+    d.src_if = 0;
     h.type = RKF_T_REPLY;
     EXPECT_EQ(r.vm.serve_frame(h, &d), -1); // no reply to a reply
     EXPECT_EQ(r.vm.fill(9), 7u);
@@ -201,7 +210,7 @@ TEST(Vmbox, SaveAndLoadKeepFifosEnablesAndCountersAndTheLine)
         a.vm.write(VMBOX_MIF_OFFSET(3), 0x30 + i, 8);
     a.load(VMBOX_MIF_OFFSET(3)); // head moves: the ring wraps below
     const uint64_t pkt[4] = {1, 2, 3, 4};
-    ASSERT_EQ(a.vm.deliver(3, pkt, 3), RK_OK);
+    ASSERT_EQ(a.vm.deliver(3, 1, pkt, 3), RK_OK);
     a.vm.write(VMBOX_MIF_OFFSET(63), 0x63, 8);
     a.vm.write(c + VMBOX_CTRL_IRQ_ENABLE, 1ull << 63, 8);
     ASSERT_TRUE(a.vm.irq_level());
@@ -243,10 +252,174 @@ TEST(Vmbox, AFrozenVmboxRefusesDeliveriesWithoutCountingThem)
     Rig r;
     const uint64_t w = 1;
     r.vm.freeze(true);
-    EXPECT_EQ(r.vm.deliver(4, &w, 1), RK_NACK);
+    EXPECT_EQ(r.vm.deliver(4, 1, &w, 1), RK_NACK);
     EXPECT_EQ(r.vm.fill(4), 0u);
     EXPECT_EQ(r.vm.counters().nacks, 0u); // the saved state does not change
     r.vm.freeze(false);
-    EXPECT_EQ(r.vm.deliver(4, &w, 1), RK_OK);
+    EXPECT_EQ(r.vm.deliver(4, 1, &w, 1), RK_OK);
     EXPECT_EQ(r.vm.fill(4), 1u);
+}
+
+// ---- the kernel interface (KIF, issue 14) ----
+
+namespace {
+constexpr uint64_t kCtrl = VMBOX_CTRL_OFFSET;
+const uint64_t kPkt[4] = {0x1111, 0x2222, 0x3333, 0x4444};
+uint64_t kif_counter(Rig &r, unsigned index)
+{
+    return r.load(kCtrl + VMBOX_CTRL_KIF_COUNTERS + 8 * index);
+}
+} // namespace
+
+TEST(VmboxKif, TakesPacketsFromAKifOnlyAndOnlyWhileEnabled)
+{
+    Rig r;
+    EXPECT_EQ(r.load(kCtrl + VMBOX_CTRL_CAPS), UNIMEM_CAP_KIF);
+    // reset: disabled, so a node whose kernel does not listen refuses mailbox traffic
+    EXPECT_EQ(r.vm.deliver(UNIMEM_KIF, UNIMEM_KIF, kPkt, 4), RK_NACK);
+    EXPECT_EQ(kif_counter(r, VMBOX_KIF_CNT_INDEX_REFUSED), 1u);
+    ASSERT_EQ(r.vm.write(kCtrl + VMBOX_CTRL_KIF_CTRL, VMBOX_KIF_ENABLE, 8), RK_OK);
+    // a user's PIF (or anything but a KIF) cannot post into the KIF: refused and logged
+    const size_t errs = r.errors().size();
+    EXPECT_EQ(r.vm.deliver(UNIMEM_KIF, 5, kPkt, 4), RK_NACK);
+    EXPECT_EQ(r.vm.deliver(UNIMEM_KIF, 0, kPkt, 4), RK_NACK);
+    EXPECT_EQ(r.vm.fill(UNIMEM_KIF), 0u);
+    EXPECT_EQ(kif_counter(r, VMBOX_KIF_CNT_INDEX_REFUSED), 3u);
+    ASSERT_EQ(r.errors().size(), errs + 2);
+    EXPECT_NE(r.errors().back().find("only a KIF may send into the KIF"), std::string::npos)
+        << r.errors().back();
+    // a KIF's packet is queued, read back in order through the KIF page
+    EXPECT_EQ(r.vm.deliver(UNIMEM_KIF, UNIMEM_KIF, kPkt, 4), RK_OK);
+    EXPECT_EQ(r.load(VMBOX_KIF_OFFSET + VMBOX_MIF_COUNT), 4u);
+    for (uint64_t w : kPkt)
+        EXPECT_EQ(r.load(VMBOX_KIF_OFFSET + VMBOX_MIF_DATA), w);
+    EXPECT_EQ(r.load(VMBOX_KIF_OFFSET + VMBOX_MIF_DATA), VMBOX_EMPTY_PATTERN);
+    EXPECT_EQ(kif_counter(r, VMBOX_KIF_CNT_INDEX_ENQUEUED), 4u);
+    EXPECT_EQ(kif_counter(r, VMBOX_KIF_CNT_INDEX_DEQUEUED), 4u);
+    // the 64 MIFs and their counters are untouched: the KIF is a FIFO of its own
+    EXPECT_EQ(r.load(kCtrl + VMBOX_CTRL_ENQUEUED), 0u);
+    EXPECT_EQ(r.load(kCtrl + VMBOX_CTRL_DEQUEUED), 0u);
+    for (unsigned m = 0; m < UNIMEM_IF_COUNT; m++)
+        EXPECT_EQ(r.vm.fill(m), 0u);
+    EXPECT_EQ(r.vm.counters().kif[VMBOX_KIF_CNT_INDEX_ENQUEUED], 4u);
+}
+
+TEST(VmboxKif, AFullKifNacksWholePacketsEvenInTheKnownIssueMode)
+{
+    Rig r(6, true);
+    r.vm.write(kCtrl + VMBOX_CTRL_KIF_CTRL, VMBOX_KIF_ENABLE, 8);
+    EXPECT_EQ(r.vm.deliver(UNIMEM_KIF, UNIMEM_KIF, kPkt, 4), RK_OK);
+    EXPECT_EQ(r.vm.deliver(UNIMEM_KIF, UNIMEM_KIF, kPkt, 4), RK_NACK); // 2 slots: no truncation
+    EXPECT_EQ(r.vm.fill(UNIMEM_KIF), 4u);
+    EXPECT_EQ(kif_counter(r, VMBOX_KIF_CNT_INDEX_NACKS), 1u);
+    EXPECT_EQ(r.vm.counters().truncated, 0u);
+    EXPECT_EQ(r.vm.counters().nacks, 0u);
+}
+
+TEST(VmboxKif, InterruptFollowsTheKifsOwnEnableAndFlush)
+{
+    Rig r;
+    r.vm.write(kCtrl + VMBOX_CTRL_KIF_CTRL, VMBOX_KIF_ENABLE, 8);
+    ASSERT_EQ(r.vm.deliver(UNIMEM_KIF, UNIMEM_KIF, kPkt, 4), RK_OK);
+    EXPECT_FALSE(r.vm.irq_level());
+    EXPECT_EQ(r.load(kCtrl + VMBOX_CTRL_KIF_STATUS), VMBOX_KIF_NONEMPTY);
+    EXPECT_EQ(r.load(kCtrl + VMBOX_CTRL_NONEMPTY), 0u); // the MIFs' bitmap does not carry it
+    r.vm.write(kCtrl + VMBOX_CTRL_KIF_CTRL, VMBOX_KIF_ENABLE | VMBOX_KIF_IRQ_ENABLE, 8);
+    EXPECT_TRUE(r.vm.irq_level());
+    EXPECT_EQ(r.load(kCtrl + VMBOX_CTRL_KIF_STATUS), VMBOX_KIF_NONEMPTY | VMBOX_KIF_IRQ);
+    EXPECT_EQ(r.load(kCtrl + VMBOX_CTRL_IRQ_STATUS), 0u);
+    r.vm.write(kCtrl + VMBOX_CTRL_KIF_FLUSH, 1, 8);
+    EXPECT_EQ(r.vm.fill(UNIMEM_KIF), 0u);
+    EXPECT_FALSE(r.vm.irq_level());
+    EXPECT_EQ(r.irq_changes, (std::vector<bool>{true, false}));
+    EXPECT_EQ(r.load(kCtrl + VMBOX_CTRL_KIF_FLUSH), 0u);
+    r.vm.write(kCtrl + VMBOX_CTRL_KIF_CTRL, ~0ull, 8); // reserved bits stay 0
+    EXPECT_EQ(r.load(kCtrl + VMBOX_CTRL_KIF_CTRL), VMBOX_KIF_ENABLE | VMBOX_KIF_IRQ_ENABLE);
+    r.vm.reset();
+    EXPECT_EQ(r.load(kCtrl + VMBOX_CTRL_KIF_CTRL), 0u);
+}
+
+TEST(VmboxKif, CpuStoresIntoTheKifAreABusErrorAndQueueNothing)
+{
+    Rig r;
+    r.vm.write(kCtrl + VMBOX_CTRL_KIF_CTRL, VMBOX_KIF_ENABLE, 8);
+    EXPECT_EQ(r.vm.write(VMBOX_KIF_OFFSET + VMBOX_MIF_DATA, 7, 8), RK_SLAVE_ERROR);
+    EXPECT_EQ(r.vm.fill(UNIMEM_KIF), 0u);
+    ASSERT_FALSE(r.errors().empty());
+    EXPECT_NE(r.errors().back().find("KIF"), std::string::npos) << r.errors().back();
+    uint64_t v = 1;
+    EXPECT_EQ(r.vm.read(VMBOX_KIF_OFFSET + VMBOX_MIF_DATA, 4, v), RK_SLAVE_ERROR); // narrow load
+    EXPECT_EQ(v, 0u);
+}
+
+TEST(VmboxKif, FabricDeliveryIntoTheKifNeedsAKifSender)
+{
+    Rig r;
+    r.vm.write(kCtrl + VMBOX_CTRL_KIF_CTRL, VMBOX_KIF_ENABLE, 8);
+    rkf_frame_hdr h{};
+    h.type = RKF_T_REQ;
+    h.svc = RKF_SVC_UNIMEM_MBOX;
+    h.op = RKF_OP_MBOX_DELIVER;
+    h.src = 2;
+    rkf_mbox_deliver d{};
+    d.mif = UNIMEM_KIF;
+    d.src_if = 7; // a user's PIF on node 2
+    d.nwords = 4;
+    std::copy(kPkt, kPkt + 4, d.words);
+    h.len = offsetof(rkf_mbox_deliver, words) + 4 * 8;
+    EXPECT_EQ(r.vm.serve_frame(h, &d), int(RKF_ST_REFUSED));
+    EXPECT_EQ(r.vm.fill(UNIMEM_KIF), 0u);
+    d.src_if = UNIMEM_KIF;
+    EXPECT_EQ(r.vm.serve_frame(h, &d), int(RKF_ST_OK));
+    EXPECT_EQ(r.vm.fill(UNIMEM_KIF), 4u);
+    EXPECT_EQ(kif_counter(r, VMBOX_KIF_CNT_INDEX_REFUSED), 1u);
+}
+
+TEST(VmboxKif, WithoutTheKifItsRegistersAreUnmappedAndEveryDeliveryRefused)
+{
+    Rig r(8, false, false);
+    EXPECT_EQ(r.load(kCtrl + VMBOX_CTRL_CAPS), 0u);
+    EXPECT_EQ(r.vm.write(kCtrl + VMBOX_CTRL_KIF_CTRL, VMBOX_KIF_ENABLE, 8), RK_OK); // logged, ignored
+    EXPECT_EQ(r.load(kCtrl + VMBOX_CTRL_KIF_CTRL), 0u);
+    EXPECT_EQ(r.vm.deliver(UNIMEM_KIF, UNIMEM_KIF, kPkt, 4), RK_NACK);
+    EXPECT_EQ(r.load(VMBOX_KIF_OFFSET + VMBOX_MIF_DATA), 0u); // unmapped: reads 0, not the empty pattern
+    EXPECT_EQ(r.vm.fill(UNIMEM_KIF), 0u);
+    EXPECT_GE(r.vm.counters().bad_access, 4u);
+}
+
+TEST(VmboxKif, SaveAndLoadKeepTheKifAndRefuseWhatTheDeviceCannotHold)
+{
+    Rig a(8);
+    a.vm.write(kCtrl + VMBOX_CTRL_KIF_CTRL, VMBOX_KIF_ENABLE | VMBOX_KIF_IRQ_ENABLE, 8);
+    ASSERT_EQ(a.vm.deliver(UNIMEM_KIF, UNIMEM_KIF, kPkt, 4), RK_OK);
+    a.load(VMBOX_KIF_OFFSET);             // one word dequeued
+    a.vm.deliver(UNIMEM_KIF, 3, kPkt, 4); // refused: counted
+    const VmboxState st = a.vm.save();
+    ASSERT_EQ(st.fifos[UNIMEM_KIF].size(), 3u);
+
+    Rig b(8);
+    ASSERT_TRUE(b.vm.load(st));
+    EXPECT_TRUE(b.vm.irq_level());
+    for (uint64_t off : std::initializer_list<uint64_t>{
+             kCtrl + VMBOX_CTRL_KIF_CTRL, kCtrl + VMBOX_CTRL_KIF_STATUS, VMBOX_KIF_OFFSET + VMBOX_MIF_COUNT,
+             kCtrl + VMBOX_CTRL_KIF_COUNTERS + VMBOX_KIF_CNT_ENQUEUED,
+             kCtrl + VMBOX_CTRL_KIF_COUNTERS + VMBOX_KIF_CNT_DEQUEUED,
+             kCtrl + VMBOX_CTRL_KIF_COUNTERS + VMBOX_KIF_CNT_REFUSED})
+        EXPECT_EQ(b.load(off), a.load(off)) << std::hex << off;
+    for (unsigned i = 1; i < 4; i++)
+        EXPECT_EQ(b.load(VMBOX_KIF_OFFSET), kPkt[i]);
+    EXPECT_FALSE(b.vm.irq_level());
+
+    VmboxState bad = st;
+    bad.kif_ctrl = 1ull << 5; // no such bit
+    Rig c(8);
+    EXPECT_FALSE(c.vm.load(bad));
+    bad = st;
+    bad.fifos[UNIMEM_KIF].assign(9, 0); // more than the depth
+    EXPECT_FALSE(c.vm.load(bad));
+    Rig none(8, false, false); // a device without the KIF cannot take one that holds words
+    EXPECT_FALSE(none.vm.load(st));
+    EXPECT_EQ(c.vm.fill(UNIMEM_KIF), 0u);
+    VmboxState empty = Rig(8).vm.save();
+    EXPECT_TRUE(none.vm.load(empty)); // but loads a state whose KIF is in its reset state
 }

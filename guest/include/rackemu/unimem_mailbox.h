@@ -22,16 +22,20 @@
 #define MAILBOX_FILE_QUEUE 256u /* messages queued per open file; more are dropped and counted */
 
 /* The mailbox uses the vmbox FIFO and the packetizer interface with the number given by
- * unimem.ko's `mailbox_if` parameter, MAILBOX_IF by default, on every node (never handed out to
- * /dev/unimem users while the mailbox holds it; 0 turns the mailbox off and leaves interfaces
- * 1..63 to users, as seed 004 sec. 2.2.3 counts them; docs/mailbox.md). The value must be the
- * same on every node. On the wire a message is a 256-bit packet:
+ * unimem.ko's `mailbox_if` parameter, on every node. MAILBOX_IF (64, UNIMEM_KIF), the default,
+ * is the devices' kernel interface (KIF): a FIFO and a packetizer interface of their own, so all
+ * of 1..63 stay with /dev/unimem users, as seed 004 sec. 2.2.3 counts them, and only another
+ * node's kernel can post into the mailbox (on devices without the KIF it means MAILBOX_IF_NO_KIF).
+ * 1..63 put the mailbox on that user interface (never handed out while the mailbox holds it);
+ * 0 turns it off (docs/mailbox.md). The value must be the same on every node. On the wire a
+ * message is a 256-bit packet:
  * word0 [63:48] = MAILBOX_PKT_MAGIC, [47:0] = the sending kernel's PID, UNIMEM_KERNEL_PID(node)
  * = UNIMEM_PID(node, 63, 0, 0), stamped by the packetizer; word1 = the message; word2 = its
  * origin, written by the sending kernel: MAILBOX_ORIGIN_KERNEL, or MAILBOX_ORIGIN_USER | the
  * writing process's uid for a message written to /dev/Unimem/mailbox*; word3 = 0. Packets with
  * another magic or a user process's PID are dropped and counted as forged. */
-#define MAILBOX_IF 63u
+#define MAILBOX_IF 64u        /* UNIMEM_KIF */
+#define MAILBOX_IF_NO_KIF 63u /* what MAILBOX_IF means on devices without the KIF */
 #define MAILBOX_PKT_MAGIC 0x4d42u /* "MB" */
 #define MAILBOX_ORIGIN_KERNEL 0ull
 #define MAILBOX_ORIGIN_USER (1ull << 63)

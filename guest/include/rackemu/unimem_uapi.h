@@ -42,9 +42,11 @@
 #define UNIMEM_PID_TID(p) ((unsigned)((p) & UNIMEM_PID_ID_MAX))
 /* The PID of node `node`'s atomic service: what its replies carry. */
 #define UNIMEM_SERVICE_PID(node) UNIMEM_PID(node, 0, 0, 0)
-/* The PID of node `node`'s kernel: MIF field 63 with tgid = tid = 0, whichever PIF it sends from
- * (the mailbox's interface, unimem's `mailbox_if` parameter, or a free one borrowed for an exit
- * notice while the mailbox is off; docs/unimem.md). */
+/* The PID of node `node`'s kernel: MIF field 63 with tgid = tid = 0, whichever interface it
+ * sends from (the devices' kernel interface, KIF, by default, whose KIF_PIDT the driver sets to
+ * it; the mailbox's user interface if unimem's `mailbox_if` chooses one; on devices without the
+ * KIF, a free PIF borrowed for an exit notice while the mailbox is off; docs/unimem.md). The
+ * MIF field says nothing about interface 63: a user thread there carries its own tgid. */
 #define UNIMEM_KERNEL_PID(node) UNIMEM_PID(node, 63, 0, 0)
 /*
  * Privileged interfaces: MIFs (and PIFs) UNIMEM_IF_PRIV_FIRST..UNIMEM_IF_PRIV_LAST are handed out

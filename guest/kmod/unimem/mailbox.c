@@ -5,12 +5,15 @@
  * (interrupt context) or to user processes (read, poll, a signal or an eventfd).
  * Interface: rackemu/unimem_mailbox.h; documentation: docs/mailbox.md.
  *
- * Transport: every node reserves one vmbox FIFO as its mailbox and the packetizer interface
- * with the same number for sending: interface `mailbox_if` (module parameter, MAILBOX_IF = 63 by
- * default, 0 = mailbox off, which leaves interfaces 1..63 to /dev/unimem users). A message
- * travels as one 256-bit packet whose word 1 is the message. The packetizer stamps the kernel's
- * PID (UNIMEM_KERNEL_PID: node, MIF field 63, tgid 0, tid 0), so packets a user process aims at
- * the mailbox FIFO are recognised and dropped.
+ * Transport: every node receives in one vmbox FIFO and sends from the packetizer interface with
+ * the same number: `mailbox_if` (module parameter). By default (MAILBOX_IF) that is the devices'
+ * kernel interface (KIF, UNIMEM_KIF): a FIFO and a packetizer interface outside 0..63, so all of
+ * 1..63 stay with /dev/unimem users, and a KIF takes packets from other KIFs only (the hardware
+ * refuses a user PIF's). On devices without the KIF the default is interface 63; 1..63 choose a
+ * user interface, 0 turns the mailbox off. A message travels as one 256-bit packet whose word 1
+ * is the message. The packetizer stamps the kernel's PID (UNIMEM_KERNEL_PID: node, MIF field 63,
+ * tgid 0, tid 0), so packets a user process aims at a mailbox on a user interface are recognised
+ * and dropped.
  */
 #include <linux/delay.h>
 #include <linux/eventfd.h>
@@ -69,8 +72,9 @@ static struct {
 	struct mbox_owner owners[MAILBOX_OPCODES];
 	struct mbox_node_dev *devs;
 	unsigned int ndevs;
-	unsigned int ifno;		/* the mailbox's interface, 0 = off; changed under tx_lock */
+	unsigned int ifno;		/* the mailbox's interface, UNIMEM_KIF or 1..63, 0 = off; changed under tx_lock */
 	bool up;			/* ifno is set up: messages can be sent (under tx_lock) */
+	bool kif_ready;			/* the packetizer's KIF sends with the kernel's PID (under tx_lock) */
 	u64 sent, send_errors, received, delivered_kernel, delivered_user, dropped, unclaimed, forged;
 } mbox = {
 	.lock = __SPIN_LOCK_UNLOCKED(mbox.lock),
@@ -84,10 +88,28 @@ unsigned int unimem_mbox_if(void)
 	return READ_ONCE(mbox.ifno);
 }
 
-/* One packet from PIF `pif`, spinning until the destination answered or 200 ms passed. */
+/*
+ * A FIFO's page in the vmbox (as a global address's local part): 0..63, or UNIMEM_KIF.
+ */
+static u64 vmbox_page(unsigned int mif)
+{
+	return mif == UNIMEM_KIF ? VMBOX_KIF_OFFSET : VMBOX_MIF_OFFSET(mif);
+}
+
+static void clear_request(struct unimem *um, unsigned int pif_no)
+{
+	if (pif_no == UNIMEM_KIF)
+		unimem_tif_write(um, PKTZ_TIF_KIF_CLR_REQ, 1);
+	else
+		unimem_tif_write(um, PKTZ_TIF_CLR_REQ, BIT_ULL(pif_no));
+}
+
+/* One packet from PIF `pif_no` (or the KIF), spinning until the destination answered or 200 ms
+ * passed. `mif`: the destination FIFO, 0..63 or UNIMEM_KIF (from the KIF only).
+ */
 static int pif_send(struct unimem *um, unsigned int pif_no, u32 node, u32 mif, u64 w0, u64 w1, u64 w2, u64 w3)
 {
-	void __iomem *pif = um->pktz + PKTZ_PIF_OFFSET(pif_no);
+	void __iomem *pif = um->pktz + (pif_no == UNIMEM_KIF ? PKTZ_KIF_OFFSET : PKTZ_PIF_OFFSET(pif_no));
 	ktime_t deadline;
 	u64 st;
 
@@ -96,7 +118,7 @@ static int pif_send(struct unimem *um, unsigned int pif_no, u32 node, u32 mif, u
 	writeq(w2, pif + PKTZ_PIF_PAYLOAD1);
 	writeq(w3, pif + PKTZ_PIF_PAYLOAD1 + 8);
 	/* the third register sends the packet */
-	writeq(UNIMEM_GADDR(node, um->vmbox_phys + VMBOX_MIF_OFFSET(mif)), pif + PKTZ_PIF_DEST);
+	writeq(UNIMEM_GADDR(node, um->vmbox_phys + vmbox_page(mif)), pif + PKTZ_PIF_DEST);
 	deadline = ktime_add_us(ktime_get(), MBOX_SEND_TIMEOUT_US);
 	while ((st = readq(pif + PKTZ_PIF_STATUS)) & PKTZ_ST_PEND) {
 		if (ktime_after(ktime_get(), deadline))
@@ -104,7 +126,7 @@ static int pif_send(struct unimem *um, unsigned int pif_no, u32 node, u32 mif, u
 		udelay(1);
 	}
 	if (st & PKTZ_ST_PEND) {
-		unimem_tif_write(um, PKTZ_TIF_CLR_REQ, BIT_ULL(pif_no));
+		clear_request(um, pif_no);
 		return -ETIMEDOUT;
 	}
 	if (st & PKTZ_ST_ACK)
@@ -117,7 +139,8 @@ static int pif_send(struct unimem *um, unsigned int pif_no, u32 node, u32 mif, u
 }
 
 /*
- * The mailbox is off: send from a free PIF, programmed with the kernel's PID for this one packet.
+ * The mailbox is off and the devices have no KIF: send from a free PIF, programmed with the
+ * kernel's PID for this one packet.
  * Process context. A trylock, because the driver's removal holds um->lock while it waits for
  * the exit-notice work, the only caller: -EAGAIN then, and when every PIF is taken.
  */
@@ -154,7 +177,7 @@ static int borrowed_send(struct unimem *um, u32 node, u32 mif, u64 w0, u64 w1, u
 }
 
 /* mif == MBOX_DEST: the destination's mailbox FIFO (same number as ours); never borrows */
-#define MBOX_DEST UNIMEM_IF_COUNT
+#define MBOX_DEST (UNIMEM_KIF + 1)
 
 static int kernel_send(struct unimem *um, u32 node, u32 mif, u64 w0, u64 w1, u64 w2, u64 w3)
 {
@@ -166,6 +189,12 @@ static int kernel_send(struct unimem *um, u32 node, u32 mif, u64 w0, u64 w1, u64
 	spin_lock_irqsave(&mbox.tx_lock, flags);
 	if (mbox.up) {
 		ret = pif_send(um, mbox.ifno, node, mif == MBOX_DEST ? mbox.ifno : mif, w0, w1, w2, w3);
+		spin_unlock_irqrestore(&mbox.tx_lock, flags);
+		return ret;
+	}
+	/* the mailbox is off: the kernel still has its KIF (registered: KIF_PIDT and KIF_CONF set) */
+	if (mif != MBOX_DEST && mbox.kif_ready) {
+		ret = pif_send(um, UNIMEM_KIF, node, mif, w0, w1, w2, w3);
 		spin_unlock_irqrestore(&mbox.tx_lock, flags);
 		return ret;
 	}
@@ -299,7 +328,7 @@ static void mbox_dispatch(u64 msg, const struct mailbox_sender *from)
 void unimem_mbox_irq(struct unimem *um)
 {
 	unsigned int ifno = READ_ONCE(mbox.ifno);
-	void __iomem *mif = um->vmbox + VMBOX_MIF_OFFSET(ifno);
+	void __iomem *mif = um->vmbox + vmbox_page(ifno);
 	u64 w[UNIMEM_PACKET_WORDS];
 	struct mailbox_sender from;
 	int i;
@@ -309,7 +338,9 @@ void unimem_mbox_irq(struct unimem *um)
 	while (readq(mif + VMBOX_MIF_COUNT) >= UNIMEM_PACKET_WORDS) {
 		for (i = 0; i < UNIMEM_PACKET_WORDS; i++)
 			w[i] = readq(mif + VMBOX_MIF_DATA);
-		/* only a node's kernel (tgid = tid = 0, MIF field 63) may post here */
+		/* only a node's kernel (tgid = tid = 0, MIF field 63) may post here (into the KIF the
+		 * hardware takes other KIFs' packets only: this is the check of a user-interface mailbox)
+		 */
 		if ((w[0] >> 48) != MAILBOX_PKT_MAGIC ||
 		    UNIMEM_PACKET_PID(w[0]) != UNIMEM_KERNEL_PID(UNIMEM_PID_NODE(UNIMEM_PACKET_PID(w[0])))) {
 			spin_lock(&mbox.lock);
@@ -554,6 +585,17 @@ static void mbox_detach(struct unimem *um)
 	spin_unlock_irqrestore(&mbox.tx_lock, flags);
 	if (!old)
 		return;
+	if (old == UNIMEM_KIF) {
+		/* the KIF refuses other kernels' messages again; the packetizer's KIF stays the kernel's */
+		if (um->vmbox) {
+			unimem_kif_enable(um, false);
+			unimem_irq_mask(um, UNIMEM_KIF, false);
+			synchronize_irq(um->vmbox_irq);
+			unimem_irq_mask(um, UNIMEM_KIF, false);
+			writeq(1, um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_KIF_FLUSH);
+		}
+		return;
+	}
 	if (um->vmbox) {
 		unimem_irq_mask(um, old, false);
 		synchronize_irq(um->vmbox_irq); /* a handler still draining the old FIFO is done */
@@ -573,15 +615,31 @@ int unimem_mbox_attach(struct unimem *um, unsigned int ifno)
 {
 	unsigned long flags;
 
-	if (ifno >= UNIMEM_IF_COUNT)
+	if (ifno > UNIMEM_KIF)
 		return -EINVAL;
+	if (ifno == UNIMEM_KIF && !unimem_has_kif(um))
+		ifno = MAILBOX_IF_NO_KIF; /* devices without the kernel interface */
+	spin_lock_irqsave(&mbox.tx_lock, flags);
+	mbox.kif_ready = unimem_has_kif(um); /* unimem_publish set up the KIF before this */
+	spin_unlock_irqrestore(&mbox.tx_lock, flags);
 	if (ifno == mbox.ifno)
 		return 0;
-	if (ifno && (test_bit(ifno, um->mif_used) || test_bit(ifno, um->pif_used)))
+	if (ifno && ifno != UNIMEM_KIF && (test_bit(ifno, um->mif_used) || test_bit(ifno, um->pif_used)))
 		return -EBUSY; /* a /dev/unimem file (or the atomic service, for 0) holds it */
 	mbox_detach(um);
 	if (!ifno)
 		return 0;
+	if (ifno == UNIMEM_KIF) {
+		/* the packetizer's KIF was set up with the kernel's PID when the devices were bound */
+		writeq(1, um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_KIF_FLUSH);
+		spin_lock_irqsave(&mbox.tx_lock, flags);
+		WRITE_ONCE(mbox.ifno, ifno);
+		WRITE_ONCE(mbox.up, true);
+		spin_unlock_irqrestore(&mbox.tx_lock, flags);
+		unimem_kif_enable(um, true);
+		unimem_irq_mask(um, UNIMEM_KIF, true);
+		return 0;
+	}
 	set_bit(ifno, um->mif_used);
 	set_bit(ifno, um->pif_used);
 	/* the kernel's sending PIF: PID = (node, MIF field 63, tgid 0, tid 0) */
@@ -638,9 +696,13 @@ int unimem_mbox_publish(struct unimem *um, unsigned int ifno)
 
 void unimem_mbox_unpublish(struct unimem *um)
 {
+	unsigned long flags;
 	unsigned int i;
 
 	mbox_detach(um);
+	spin_lock_irqsave(&mbox.tx_lock, flags);
+	mbox.kif_ready = false; /* the caller clears KIF_CONF next */
+	spin_unlock_irqrestore(&mbox.tx_lock, flags);
 	for (i = 0; i < mbox.ndevs; i++)
 		if (mbox.devs[i].registered)
 			misc_deregister(&mbox.devs[i].misc);
@@ -649,12 +711,28 @@ void unimem_mbox_unpublish(struct unimem *um)
 	mbox.ndevs = 0;
 }
 
+const char *unimem_mbox_where(char *buf, size_t len)
+{
+	unsigned int ifno = unimem_mbox_if();
+
+	if (ifno == UNIMEM_KIF)
+		strscpy(buf, "kif", len);
+	else if (ifno)
+		snprintf(buf, len, "%u", ifno);
+	else
+		strscpy(buf, "off", len);
+	return buf;
+}
+
 ssize_t unimem_mbox_show(char *buf)
 {
 	unsigned long flags;
 	u64 c[8];
 	u16 kernel = 0, user = 0;
 	unsigned int i;
+	char where[8];
+
+	unimem_mbox_where(where, sizeof(where));
 
 	spin_lock_irqsave(&mbox.lock, flags);
 	c[0] = mbox.sent;
@@ -673,6 +751,6 @@ ssize_t unimem_mbox_show(char *buf)
 	}
 	spin_unlock_irqrestore(&mbox.lock, flags);
 	return sysfs_emit(buf,
-			  "sent=%llu send_errors=%llu received=%llu delivered_kernel=%llu delivered_user=%llu dropped=%llu unclaimed=%llu forged=%llu kernel_opcodes=0x%04x user_opcodes=0x%04x\n",
-			  c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], kernel, user);
+			  "sent=%llu send_errors=%llu received=%llu delivered_kernel=%llu delivered_user=%llu dropped=%llu unclaimed=%llu forged=%llu kernel_opcodes=0x%04x user_opcodes=0x%04x interface=%s\n",
+			  c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], kernel, user, where);
 }

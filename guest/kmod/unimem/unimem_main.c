@@ -7,8 +7,8 @@
  * it programs BASE_DEST, one PIDT entry per handed-out PIF (PID = node, MIF, tgid, tid: see
  * UNIMEM_PID in rackemu/unimem_uapi.h) and the PID_CONF bits. It is the GSAS atomicity driver
  * (seed 004 sec. 2.2.4): each open of /dev/unimem gets one mailbox interface (MIF) and one
- * packetizer interface (PIF) from 1..63 (0 is the atomic service's; the mailbox driver holds
- * interface `mailbox_if`, 63 by default, unless it is 0),
+ * packetizer interface (PIF) from 1..63 (0 is the atomic service's; the mailbox driver uses the
+ * devices' kernel interface, KIF, by default, or holds interface `mailbox_if` if set to 1..63),
  * and only the opening process may map exactly those two pages (never inherited by fork
  * children), bind, wait or read. Arrival interrupts wake readers, pollers and UNIMEM_IOC_WAIT.
  */
@@ -46,10 +46,11 @@ MODULE_PARM_DESC(max_per_uid, "interfaces one unprivileged user may hold at once
  */
 static bool exit_notify = true;
 /*
- * The mailbox driver's interface (mailbox.c): 63 by default, any of 1..63, or 0 = mailbox off,
- * which leaves all 63 interfaces 1..63 to /dev/unimem users (seed 004 sec. 2.2.3) and makes the
- * mailbox API answer -ENODEV. Writable at run time: the mailbox moves (EBUSY if a file holds the
- * new interface). Every node must use the same value.
+ * The mailbox driver's interface (mailbox.c): 64 = the kernel interface (KIF) by default, which
+ * leaves all 63 interfaces 1..63 to /dev/unimem users (seed 004 sec. 2.2.3; on devices without
+ * the KIF it means 63); any of 1..63 takes that user interface; 0 = mailbox off (the mailbox API
+ * answers -ENODEV). Writable at run time: the mailbox moves (EBUSY if a file holds the new
+ * interface). Every node must use the same value.
  */
 static unsigned int mailbox_if = MAILBOX_IF;
 static int mailbox_if_set(const char *val, const struct kernel_param *kp)
@@ -60,7 +61,7 @@ static int mailbox_if_set(const char *val, const struct kernel_param *kp)
 
 	if (ret)
 		return ret;
-	if (v >= UNIMEM_IF_COUNT)
+	if (v > UNIMEM_KIF)
 		return -EINVAL;
 	mutex_lock(&um->lock);
 	if (um->registered)
@@ -75,7 +76,7 @@ static const struct kernel_param_ops mailbox_if_ops = {
 	.get = param_get_uint,
 };
 module_param_cb(mailbox_if, &mailbox_if_ops, &mailbox_if, 0644);
-MODULE_PARM_DESC(mailbox_if, "the mailbox driver's vmbox/packetizer interface, 1..63 (default 63); 0: no mailbox, users get 1..63");
+MODULE_PARM_DESC(mailbox_if, "the mailbox driver's interface: 64 = the kernel interface, KIF (default; 63 on devices without it), 1..63 a user interface, 0 = no mailbox");
 static unsigned long refused_uid_cap, exit_notices;
 module_param(refused_uid_cap, ulong, 0444);
 module_param(exit_notices, ulong, 0444);
@@ -265,10 +266,33 @@ static u64 mif_count(struct unimem *um, int mif)
 	return readq(mif_reg(um, mif, VMBOX_MIF_COUNT));
 }
 
+/* Set or clear `bits` of the vmbox's KIF_CTRL (its shadow under irq_lock). */
+static void unimem_kif_ctrl(struct unimem *um, u64 bits, bool set)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&um->irq_lock, flags);
+	if (set)
+		um->kif_ctrl |= bits;
+	else
+		um->kif_ctrl &= ~bits;
+	writeq(um->kif_ctrl, um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_KIF_CTRL);
+	spin_unlock_irqrestore(&um->irq_lock, flags);
+}
+
+void unimem_kif_enable(struct unimem *um, bool enable)
+{
+	unimem_kif_ctrl(um, VMBOX_KIF_ENABLE, enable);
+}
+
 void unimem_irq_mask(struct unimem *um, int mif, bool enable)
 {
 	unsigned long flags;
 
+	if (mif == UNIMEM_KIF) {
+		unimem_kif_ctrl(um, VMBOX_KIF_IRQ_ENABLE, enable);
+		return;
+	}
 	spin_lock_irqsave(&um->irq_lock, flags);
 	if (enable)
 		um->irq_enable |= BIT_ULL(mif);
@@ -284,7 +308,7 @@ static irqreturn_t unimem_irq(int irq, void *data)
 	struct unimem *um = data;
 	unsigned long flags;
 	unsigned int mbox_if;
-	u64 status;
+	u64 status, kif = 0;
 	int i;
 
 	spin_lock_irqsave(&um->irq_lock, flags);
@@ -292,14 +316,22 @@ static irqreturn_t unimem_irq(int irq, void *data)
 	if (status) {
 		um->irq_enable &= ~status;
 		writeq(um->irq_enable, um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_IRQ_ENABLE);
-		um->irqs++;
 	}
+	if (um->vmbox_kif)
+		kif = readq(um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_KIF_STATUS) & VMBOX_KIF_IRQ;
+	if (kif) {
+		um->kif_ctrl &= ~VMBOX_KIF_IRQ_ENABLE;
+		writeq(um->kif_ctrl, um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_KIF_CTRL);
+	}
+	if (status || kif)
+		um->irqs++;
 	spin_unlock_irqrestore(&um->irq_lock, flags);
-	if (!status)
+	if (!status && !kif)
 		return IRQ_NONE;
 	mbox_if = unimem_mbox_if();
-	if (mbox_if && (status & BIT_ULL(mbox_if)))
-		unimem_mbox_irq(um); /* drains the mailbox FIFO here and re-enables it */
+	/* drains the mailbox FIFO (the KIF, or a MIF) here and re-enables it */
+	if ((kif && mbox_if == UNIMEM_KIF) || (mbox_if && mbox_if < UNIMEM_IF_COUNT && (status & BIT_ULL(mbox_if))))
+		unimem_mbox_irq(um);
 	for (i = 0; i < UNIMEM_IF_COUNT; i++)
 		if ((!mbox_if || i != mbox_if) && (status & BIT_ULL(i)))
 			wake_up_interruptible(&um->wq[i]);
@@ -765,6 +797,7 @@ ATTRIBUTE_GROUPS(unimem_pdev);
 /* Both devices bound: take the TIF into service and publish /dev/unimem. */
 static int unimem_publish(struct unimem *um)
 {
+	char where[8];
 	int ret;
 
 	if (!um->vmbox || !um->pktz || um->registered)
@@ -773,6 +806,12 @@ static int unimem_publish(struct unimem *um)
 	unimem_tif_write(um, PKTZ_TIF_PID_CONF, 0);
 	unimem_tif_write(um, PKTZ_TIF_CLR_REQ, ~0ULL);
 	um->pid_conf = 0;
+	if (unimem_has_kif(um)) {
+		/* the kernel's own interface: its packets carry the kernel's PID */
+		unimem_tif_write(um, PKTZ_TIF_KIF_CLR_REQ, 1);
+		unimem_tif_write(um, PKTZ_TIF_KIF_PIDT, UNIMEM_KERNEL_PID(um->node_id));
+		unimem_tif_write(um, PKTZ_TIF_KIF_CONF, 1);
+	}
 	/* the mailbox takes its interface before any file can */
 	ret = unimem_mbox_publish(um, mailbox_if);
 	if (ret) {
@@ -793,8 +832,9 @@ static int unimem_publish(struct unimem *um)
 	um->registered = true;
 	unimem_announce_boot = true;
 	schedule_delayed_work(&unimem_exit_work, 0);
-	dev_info(um->vmbox_dev, "node %u of %u: /dev/unimem ready (64 MIFs x %u words, 64 PIFs), mailbox on interface %u%s\n",
-		 um->node_id, um->node_count, um->depth, mailbox_if, mailbox_if ? "" : " (off)");
+	dev_info(um->vmbox_dev, "node %u of %u: /dev/unimem ready (64 MIFs x %u words, 64 PIFs%s), mailbox interface=%s\n",
+		 um->node_id, um->node_count, um->depth, unimem_has_kif(um) ? ", kernel interface" : "",
+		 unimem_mbox_where(where, sizeof(where)));
 	return 0;
 }
 
@@ -804,6 +844,10 @@ static void unimem_unpublish(struct unimem *um)
 		/* no file is open (module references): only exit notices may still be queued */
 		cancel_delayed_work_sync(&unimem_exit_work);
 		unimem_mbox_unpublish(um);
+		if (unimem_has_kif(um)) {
+			unimem_tif_write(um, PKTZ_TIF_KIF_CONF, 0);
+			unimem_tif_write(um, PKTZ_TIF_KIF_CLR_REQ, 1);
+		}
 		misc_deregister(&um->misc);
 		um->registered = false;
 	}
@@ -849,6 +893,12 @@ static int unimem_probe(struct platform_device *pdev)
 		writeq(0, base + VMBOX_CTRL_OFFSET + VMBOX_CTRL_IRQ_ENABLE);
 		writeq(~0ULL, base + VMBOX_CTRL_OFFSET + VMBOX_CTRL_FLUSH);
 		um->irq_enable = 0;
+		um->vmbox_kif = readq(base + VMBOX_CTRL_OFFSET + VMBOX_CTRL_CAPS) & UNIMEM_CAP_KIF;
+		um->kif_ctrl = 0;
+		if (um->vmbox_kif) {
+			writeq(0, base + VMBOX_CTRL_OFFSET + VMBOX_CTRL_KIF_CTRL);
+			writeq(1, base + VMBOX_CTRL_OFFSET + VMBOX_CTRL_KIF_FLUSH);
+		}
 		irq = platform_get_irq(pdev, 0);
 		if (irq < 0) {
 			ret = irq;
@@ -873,6 +923,9 @@ static int unimem_probe(struct platform_device *pdev)
 			ret = -ENODEV;
 			goto err_unlock;
 		}
+		um->pktz_kif = readq(base + PKTZ_TIF_OFFSET + PKTZ_TIF_CAPS) & UNIMEM_CAP_KIF;
+		if (um->pktz_kif)
+			writeq(0, base + PKTZ_TIF_OFFSET + PKTZ_TIF_KIF_CONF);
 		um->pktz = base;
 		um->pktz_phys = res->start;
 		um->pktz_dev = dev;
@@ -888,6 +941,8 @@ err_forget:
 	/* devm unmaps the window (and frees the irq) after a failed probe: drop our pointers */
 	if (is_vmbox) {
 		writeq(0, base + VMBOX_CTRL_OFFSET + VMBOX_CTRL_IRQ_ENABLE);
+		if (um->vmbox_kif)
+			writeq(0, base + VMBOX_CTRL_OFFSET + VMBOX_CTRL_KIF_CTRL);
 		um->vmbox = NULL;
 		um->vmbox_dev = NULL;
 	} else {
@@ -907,12 +962,16 @@ static int unimem_remove(struct platform_device *pdev)
 	unimem_unpublish(um);
 	if (&pdev->dev == um->vmbox_dev) {
 		writeq(0, um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_IRQ_ENABLE);
+		if (um->vmbox_kif)
+			writeq(0, um->vmbox + VMBOX_CTRL_OFFSET + VMBOX_CTRL_KIF_CTRL);
 		/* the handler dereferences um->vmbox: free the irq before forgetting the window */
 		devm_free_irq(&pdev->dev, um->vmbox_irq, um);
 		um->vmbox = NULL;
 		um->vmbox_dev = NULL;
 	} else {
 		unimem_tif_write(um, PKTZ_TIF_PID_CONF, 0);
+		if (um->pktz_kif)
+			unimem_tif_write(um, PKTZ_TIF_KIF_CONF, 0);
 		um->pktz = NULL;
 		um->pktz_dev = NULL;
 	}

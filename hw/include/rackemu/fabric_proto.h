@@ -111,10 +111,16 @@ struct rkf_frame_hdr {
 #define RKF_RING_SLOTS   1024u
 
 /* RKF_SVC_UNIMEM_MBOX, op RKF_OP_MBOX_DELIVER: push `nwords` words into MIF `mif` of the
- * destination vmbox as one burst. Reply status RKF_ST_OK = ACK, RKF_ST_REFUSED = NACK. */
+ * destination vmbox as one burst. Reply status RKF_ST_OK = ACK, RKF_ST_REFUSED = NACK.
+ * `mif` 0..63 names a MIF, UNIMEM_KIF (64, unimem_regs.h) the destination's kernel interface;
+ * `src_if` is the sending packetizer interface (0..63 a PIF, UNIMEM_KIF the sender's KIF),
+ * filled in by the sending device, never by software. The receiver refuses (RKF_ST_REFUSED,
+ * counted, logged) a delivery into its KIF from anything but a KIF, and answers
+ * RKF_ST_BAD_FRAME for `mif` or `src_if` above 64. */
 #define RKF_OP_MBOX_DELIVER 1u
 struct rkf_mbox_deliver {
-    uint32_t mif;
+    uint16_t mif;
+    uint16_t src_if;
     uint32_t nwords; /* 1 .. 8 */
     uint64_t words[8];
 };

@@ -19,6 +19,18 @@
 #define UNIMEM_IF_PAGE_SHIFT   12u
 #define UNIMEM_IF_PAGE_SIZE    0x1000u  /* one 4 KiB page per interface (Fig. 6, 7) */
 #define UNIMEM_IF_SERVICE      0u       /* interface 0 belongs to the atomic service */
+/* The kernel interface (KIF, rackemu extension, issue 14): a 65th vmbox FIFO and a 65th
+ * packetizer interface reserved for the node's kernel (the mailbox driver of sec. 3.2, the
+ * atomicity driver's notices), so that the 63 user interfaces 1..63 of sec. 2.2.3 all stay
+ * free. Its pages and registers sit in offsets the seed leaves unused (VMBOX_KIF_OFFSET,
+ * PKTZ_KIF_OFFSET, the KIF rows of the control page and the TIF); MIF/PIF 0..63 and the seed's
+ * tables are unchanged. UNIMEM_KIF is its index wherever an interface number is carried
+ * (the fabric's rkf_mbox_deliver.mif and .src_if, the packetizer's tags). Only a KIF may send
+ * into a KIF: a PIF's destination check (BASE_DEST) cannot name it, and the receiving vmbox
+ * refuses a delivery into its KIF whose sending interface is not a KIF. */
+#define UNIMEM_KIF             64u
+#define UNIMEM_IF_TOTAL        65u      /* interfaces 0..63 and the KIF */
+#define UNIMEM_CAP_KIF         (1ull << 0) /* CAPS bit of both devices: the KIF is present */
 
 /* ---- Global address layout (seed 004 sec. 3.1.6: 40-bit addresses carrying the node id) ----
  * rackemu places the node id in bits [39:34] and the node-local physical address in [33:0]
@@ -81,7 +93,32 @@ enum vmbox_counter_offset { VMBOX_COUNTER_TABLE(VMBOX_CNT_X_OFFSET_) };
 #define VMBOX_CTRL_ENQUEUED    (VMBOX_CTRL_COUNTERS + VMBOX_CNT_ENQUEUED)  /* 0x40 */
 #define VMBOX_CTRL_DEQUEUED    (VMBOX_CTRL_COUNTERS + VMBOX_CNT_DEQUEUED)  /* 0x48 */
 #define VMBOX_ID_VALUE         0x524b564d42580001ull /* "RKVMBX" v1 */
-#define VMBOX_MMIO_SIZE        (VMBOX_CTRL_OFFSET + UNIMEM_IF_PAGE_SIZE)
+/* KIF rows of the control page (rackemu extension, issue 14). */
+#define VMBOX_CTRL_CAPS        0x100u  /* R: UNIMEM_CAP_KIF when the KIF is present (property kif) */
+#define VMBOX_CTRL_KIF_CTRL    0x108u  /* R/W: bits below; reset 0 (the KIF refuses deliveries) */
+#define VMBOX_KIF_ENABLE       (1ull << 0) /* the KIF accepts deliveries (clear: every one NACKed) */
+#define VMBOX_KIF_IRQ_ENABLE   (1ull << 1) /* the KIF's arrival interrupt (the vmbox's one line) */
+#define VMBOX_CTRL_KIF_STATUS  0x110u  /* R: bits below */
+#define VMBOX_KIF_NONEMPTY     (1ull << 0) /* the KIF holds a word */
+#define VMBOX_KIF_IRQ          (1ull << 1) /* NONEMPTY and IRQ_ENABLE: the KIF drives the line */
+#define VMBOX_CTRL_KIF_FLUSH   0x118u  /* WC: bit 0 empties the KIF (reads 0) */
+#define VMBOX_CTRL_KIF_COUNTERS 0x120u /* R: the KIF's counters below, 64-bit each */
+/* The KIF's counters (counter i at VMBOX_CTRL_KIF_COUNTERS + 8 * i of the control page), as
+ * VMBOX_COUNTER_TABLE: offsets VMBOX_KIF_CNT_NAME (from VMBOX_CTRL_KIF_COUNTERS). */
+#define VMBOX_KIF_COUNTER_TABLE(X) \
+    X(ENQUEUED, enqueued, "words delivered into the KIF") \
+    X(DEQUEUED, dequeued, "words dequeued from the KIF (loads)") \
+    X(NACKS,    nacks,    "deliveries into the KIF refused because it was full") \
+    X(REFUSED,  refused,  "deliveries into the KIF refused: KIF disabled, or the sender not a KIF (that one logged)")
+#define VMBOX_KIF_CNT_X_INDEX_(N, n, d) VMBOX_KIF_CNT_INDEX_##N,
+#define VMBOX_KIF_CNT_X_OFFSET_(N, n, d) VMBOX_KIF_CNT_##N = 8 * VMBOX_KIF_CNT_INDEX_##N,
+enum vmbox_kif_counter_index { VMBOX_KIF_COUNTER_TABLE(VMBOX_KIF_CNT_X_INDEX_) VMBOX_KIF_CNT_COUNT };
+enum vmbox_kif_counter_offset { VMBOX_KIF_COUNTER_TABLE(VMBOX_KIF_CNT_X_OFFSET_) };
+/* The KIF page: laid out as a MIF page (FIFO window VMBOX_MIF_DATA..+VMBOX_MIF_DATA_SPAN: loads
+ * dequeue; VMBOX_MIF_COUNT: the fill level). CPU stores into the FIFO window are refused with a
+ * bus error: the KIF is filled by packetizer KIFs only. Never mapped to user space. */
+#define VMBOX_KIF_OFFSET       0x41000u
+#define VMBOX_MMIO_SIZE        (VMBOX_KIF_OFFSET + UNIMEM_IF_PAGE_SIZE)
 #define VMBOX_DEFAULT_DEPTH    256u    /* words per FIFO = 64 packets of 256 bits */
 
 /* ---- Virtualized packetizer (sec. 5.2) ----
@@ -133,7 +170,28 @@ enum pktz_counter_offset { PKTZ_COUNTER_TABLE(PKTZ_CNT_X_OFFSET_) };
 #define PKTZ_TIF_ILLEGAL       (PKTZ_TIF_COUNTERS + PKTZ_CNT_ILLEGAL) /* 0x320 */
 #define PKTZ_TIF_NOPID         (PKTZ_TIF_COUNTERS + PKTZ_CNT_NOPID)   /* 0x328 */
 #define PKTZ_ID_VALUE          0x524b504b545a0001ull /* "RKPKTZ" v1 */
-#define PKTZ_MMIO_SIZE         (PKTZ_TIF_OFFSET + UNIMEM_IF_PAGE_SIZE)
+/* KIF rows of the TIF page (rackemu extension, issue 14); only the driver maps the TIF. */
+#define PKTZ_TIF_CAPS          0x400u  /* R: UNIMEM_CAP_KIF when the KIF is present (property kif) */
+#define PKTZ_TIF_KIF_PIDT      0x408u  /* R/W: bits [47:0], the PID the KIF stamps (the kernel's) */
+#define PKTZ_TIF_KIF_CONF      0x410u  /* R/W: bit 0, KIF_PIDT valid (as PID_CONF for a PIF) */
+#define PKTZ_TIF_KIF_CLR_REQ   0x418u  /* WC: bit 0 abandons the KIF's request (as CLR_REQ) */
+#define PKTZ_TIF_KIF_COUNTERS  0x420u  /* R: the KIF's counters below, 64-bit each */
+/* The KIF's counters (counter i at PKTZ_TIF_KIF_COUNTERS + 8 * i of the TIF page). */
+#define PKTZ_KIF_COUNTER_TABLE(X) \
+    X(SENT,    sent,    "packets the KIF transmitted") \
+    X(ACKED,   acked,   "ACKs the KIF received") \
+    X(NACKED,  nacked,  "NACKs the KIF received (FIFO full, KIF refused or fabric error)") \
+    X(ILLEGAL, illegal, "KIF setups refused for an illegal destination") \
+    X(NOPID,   nopid,   "KIF setups dropped because KIF_CONF was clear")
+#define PKTZ_KIF_CNT_X_INDEX_(N, n, d) PKTZ_KIF_CNT_INDEX_##N,
+#define PKTZ_KIF_CNT_X_OFFSET_(N, n, d) PKTZ_KIF_CNT_##N = 8 * PKTZ_KIF_CNT_INDEX_##N,
+enum pktz_kif_counter_index { PKTZ_KIF_COUNTER_TABLE(PKTZ_KIF_CNT_X_INDEX_) PKTZ_KIF_CNT_COUNT };
+enum pktz_kif_counter_offset { PKTZ_KIF_COUNTER_TABLE(PKTZ_KIF_CNT_X_OFFSET_) };
+/* The KIF page: the PIF registers of Table 5 at the same offsets (PKTZ_PIF_PAYLOAD0 ..
+ * PKTZ_PIF_STATUS_HI). Its destination may be a MIF of any node (bits [33:18] equal BASE_DEST,
+ * as for a PIF) or any node's KIF (PKTZ_DEST_IS_KIF); the packet carries KIF_PIDT as its PID. */
+#define PKTZ_KIF_OFFSET        0x41000u
+#define PKTZ_MMIO_SIZE         (PKTZ_KIF_OFFSET + UNIMEM_IF_PAGE_SIZE)
 
 #define PKTZ_PID_MASK          ((1ull << 48) - 1)
 #define PKTZ_BASE_DEST_MASK    0x3fffc0000ull       /* bits [33:18] */
@@ -141,6 +199,11 @@ enum pktz_counter_offset { PKTZ_COUNTER_TABLE(PKTZ_CNT_X_OFFSET_) };
 /* A destination is legal when its bits [33:18] equal BASE_DEST's bits [33:18]; bits [17:12]
  * then select the MIF and bits [39:34] the node. */
 #define PKTZ_DEST_MIF(d)       ((unsigned)(((d) >> UNIMEM_IF_PAGE_SHIFT) & 0x3f))
+/* A KIF's destination names node (bits [39:34])'s KIF when its page is the vmbox's KIF page
+ * (`base`: BASE_DEST, the vmbox's address bits [33:18]). A PIF can never name it: bits [33:18]
+ * of that page are BASE_DEST + 1. */
+#define PKTZ_DEST_IS_KIF(d, base) \
+    ((UNIMEM_GADDR_LOCAL(d) & ~(rk_u64)(UNIMEM_IF_PAGE_SIZE - 1)) == (rk_u64)(base) + VMBOX_KIF_OFFSET)
 
 /* The 256-bit atomic packet (Fig. 17) as four little-endian 64-bit words, in the order they
  * are pushed into the destination FIFO:

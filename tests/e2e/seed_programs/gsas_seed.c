@@ -8,8 +8,10 @@
  *
  *   gsas_seed api BOARD         every call of sec. 2.3 on board BOARD; key=value lines, exit 0 if
  *                               all results are the seed's
- *   gsas_seed threads N BOARD   N threads, each holding its own interfaces at the same time (sec.
- *                               2.2.3: at most 63 per board), FAD64 one counter on BOARD
+ *   gsas_seed threads N BOARD [HOLD_MS]
+ *                               N threads, each holding its own interfaces at the same time (sec.
+ *                               2.2.3: at most 63 per board), FAD64 one counter on BOARD; with
+ *                               HOLD_MS they hold them that long before their increments
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -100,6 +102,7 @@ struct shared {
 	int64_t *counter;
 	pthread_barrier_t all_hold;
 	int iters;
+	int hold_ms;
 };
 
 static void *worker(void *p)
@@ -108,6 +111,8 @@ static void *worker(void *p)
 
 	FAD64(s->counter, 0); /* the first call takes this thread's interfaces */
 	pthread_barrier_wait(&s->all_hold); /* every thread holds its own at the same time */
+	if (s->hold_ms > 0)
+		usleep((useconds_t)s->hold_ms * 1000);
 	for (int i = 0; i < s->iters; i++)
 		FAD64(s->counter, 1);
 	return NULL;
@@ -122,9 +127,9 @@ static void *alloc_counter(void *p)
 	return NULL;
 }
 
-static int threads(int n, uint64_t board)
+static int threads(int n, uint64_t board, int hold_ms)
 {
-	struct shared s = { .iters = 4 };
+	struct shared s = { .iters = 4, .hold_ms = hold_ms };
 	pthread_t t[64];
 	int64_t total;
 
@@ -150,8 +155,8 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc == 3 && !strcmp(argv[1], "api"))
 		return api(strtoull(argv[2], NULL, 0));
-	if (argc == 4 && !strcmp(argv[1], "threads"))
-		return threads(atoi(argv[2]), strtoull(argv[3], NULL, 0));
-	fprintf(stderr, "usage: gsas_seed api BOARD | threads N BOARD\n");
+	if ((argc == 4 || argc == 5) && !strcmp(argv[1], "threads"))
+		return threads(atoi(argv[2]), strtoull(argv[3], NULL, 0), argc == 5 ? atoi(argv[4]) : 0);
+	fprintf(stderr, "usage: gsas_seed api BOARD | threads N BOARD [HOLD_MS]\n");
 	return 2;
 }
