@@ -305,8 +305,11 @@ struct RkRemoteMem {
 
     ~RkRemoteMem();
     int direct_access(Call &c);
-    int direct_guarded(Call &c, unsigned char *base, const uint64_t *wp, uint64_t w);
-    int direct_copy(Call &c, unsigned char *base, const uint64_t *wp, uint64_t w);
+    // fn(base) under the SIGBUS guard, then the liveness recheck, then commit(base) if it held.
+    template <typename Fn, typename Commit> int direct_run(unsigned node, Fn &&fn, Commit &&commit);
+    template <typename Fn, typename Commit>
+    int direct_guarded(unsigned node, unsigned char *base, const uint64_t *wp, uint64_t w, Fn &fn,
+                       Commit &commit);
     int direct_fault(unsigned node, uint64_t w);
     const Mapping *map_peer(unsigned node, uint64_t w);
     void drop_peer(unsigned node);
@@ -420,67 +423,79 @@ void RkRemoteMem::drop_peer(unsigned node)
     }
 }
 
-// The direct path: a copy from or to the peer's mapped RAM, checked against the bridge's word for
-// the peer before and after. kNoDirect: not available for this call; take the fabric.
-int RkRemoteMem::direct_access(Call &c)
+// The direct path's frame: check the bridge's word for `node`, find (or make) the mapping of
+// that incarnation, run fn(base) under the SIGBUS guard, recheck the word, then commit(base)
+// (still guarded: it may touch the peer's tail page). kNoDirect: not available; take the fabric.
+template <typename Fn, typename Commit> int RkRemoteMem::direct_run(unsigned node, Fn &&fn, Commit &&commit)
 {
     if (__atomic_load_n(&live->magic, __ATOMIC_ACQUIRE) != RKF_LIVE_MAGIC) return kNoDirect; // link down
-    const uint64_t *wp = &live->node[c.node];
+    const uint64_t *wp = &live->node[node];
     const uint64_t w = __atomic_load_n(wp, __ATOMIC_ACQUIRE);
-    Peer &p = peers[c.node];
+    Peer &p = peers[node];
     const Mapping *mp = p.cur.load(std::memory_order_acquire);
     if (!(w & RKF_LIVE_UP)) {
         if (mp) {
             std::unique_lock lk(map_mu, std::try_to_lock); // release the dead node's RAM, lazily
-            if (lk.owns_lock()) drop_peer(c.node);
+            if (lk.owns_lock()) drop_peer(node);
         }
         return RK_RMEM_UNREACHABLE; // what the bridge answers for an absent node (NOROUTE/NODE_GONE)
     }
     if (p.faulted_word.load(std::memory_order_relaxed) == w) return RK_RMEM_UNREACHABLE;
-    if ((!mp || mp->word != w) && !(mp = map_peer(c.node, w))) {
+    if ((!mp || mp->word != w) && !(mp = map_peer(node, w))) {
         direct_fallbacks++;
         return kNoDirect;
     }
-    return direct_guarded(c, mp->base, wp, w);
+    return direct_guarded(node, mp->base, wp, w, fn, commit);
 }
 
-// direct_copy under the SIGBUS guard for the mapping at `base`.
-int RkRemoteMem::direct_guarded(Call &c, unsigned char *base, const uint64_t *wp, uint64_t w)
+// fn and commit under the SIGBUS guard for the mapping at `base`: nothing in them may own a
+// resource (a fault jumps out).
+template <typename Fn, typename Commit>
+int RkRemoteMem::direct_guarded(unsigned node, unsigned char *base, const uint64_t *wp, uint64_t w, Fn &fn,
+                                Commit &commit)
 {
     bus_guard_thread();
     BusGuard g;
     g.lo = uintptr_t(base);
     g.hi = g.lo + ram_size + RK_RMEM_TAIL_SIZE;
-    if (sigsetjmp(g.jb, 0) != 0) return direct_fault(c.node, w);
+    if (sigsetjmp(g.jb, 0) != 0) return direct_fault(node, w);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     tl_bus = &g;
-    const int st = direct_copy(c, base, wp, w);
+    int st = fn(base);
+    // What fn copied is ordered before the recheck (relaxed atomics and memcpy).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (st == RK_RMEM_OK && __atomic_load_n(wp, __ATOMIC_ACQUIRE) != w)
+        st = RK_RMEM_UNREACHABLE; // gone meanwhile
+    if (st == RK_RMEM_OK) commit(base);
     std::atomic_signal_fence(std::memory_order_seq_cst);
     tl_bus = nullptr;
     return st;
 }
 
-// The guarded part of a direct access: nothing here may own a resource (a fault jumps out).
-int RkRemoteMem::direct_copy(Call &c, unsigned char *base, const uint64_t *wp, uint64_t w)
+// A call of rk_rmem_read/rk_rmem_write on the direct path: a copy from or to the peer's RAM.
+int RkRemoteMem::direct_access(Call &c)
 {
-    auto *tail = reinterpret_cast<rk_rmem_tail *>(base + ram_size);
-    if (!in_ram(c.addr, c.len)) {
-        atomic_add(&tail->served_refused, 1);
-        return RK_RMEM_DECODE_ERR;
-    }
-    unsigned char *ramp = base + (c.addr - ram_base);
-    if (c.write) {
-        ram_store(ramp, c.wbuf, c.len);
-    } else {
-        ram_load(c.rbuf, ramp, c.len);
-    }
-    // The copy is ordered before the recheck (relaxed atomics and memcpy above).
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (__atomic_load_n(wp, __ATOMIC_ACQUIRE) != w) return RK_RMEM_UNREACHABLE; // gone meanwhile
-    atomic_add(c.write ? &tail->served_writes : &tail->served_reads, 1);
-    atomic_add(&tail->served_bytes, c.len);
-    (c.write ? direct_writes : direct_reads)++;
-    return RK_RMEM_OK;
+    return direct_run(
+        c.node,
+        [&](unsigned char *base) {
+            if (!in_ram(c.addr, c.len)) {
+                atomic_add(&reinterpret_cast<rk_rmem_tail *>(base + ram_size)->served_refused, 1);
+                return int(RK_RMEM_DECODE_ERR);
+            }
+            unsigned char *ramp = base + (c.addr - ram_base);
+            if (c.write) {
+                ram_store(ramp, c.wbuf, c.len);
+            } else {
+                ram_load(c.rbuf, ramp, c.len);
+            }
+            return int(RK_RMEM_OK);
+        },
+        [&](unsigned char *base) {
+            auto *tail = reinterpret_cast<rk_rmem_tail *>(base + ram_size);
+            atomic_add(c.write ? &tail->served_writes : &tail->served_reads, 1);
+            atomic_add(&tail->served_bytes, c.len);
+            (c.write ? direct_writes : direct_reads)++;
+        });
 }
 
 // A direct copy faulted: the peer's file is shorter than its mapping (truncated under it). This
@@ -795,6 +810,9 @@ int rk_rmem_enable_direct(RkRemoteMem *m, const char *ram_dir, int own_fd, const
          {&tail->served_reads, &tail->served_writes, &tail->served_bytes, &tail->served_refused}) {
         __atomic_store_n(c, uint64_t(0), __ATOMIC_RELAXED);
     }
+    // the devices' area: nothing published yet (a previous incarnation's content must not count)
+    std::memset(reinterpret_cast<unsigned char *>(tail) + RK_RMEM_TAIL_DEV_OFF, 0,
+                RK_RMEM_TAIL_SIZE - RK_RMEM_TAIL_DEV_OFF);
     __atomic_store_n(&tail->magic, RK_RMEM_TAIL_MAGIC, __ATOMIC_RELEASE);
     m->own_tail = tail;
     m->ram_dir = ram_dir;
@@ -842,6 +860,30 @@ int rk_rmem_write(RkRemoteMem *m, unsigned node, uint64_t addr, const void *buf,
         if (st != kNoDirect) return m->account(c, st);
     }
     return m->account(c, m->remote_access(c));
+}
+
+void *rk_rmem_tail_area(RkRemoteMem *m, unsigned off, unsigned len)
+{
+    if (!m || !m->own_tail || off < RK_RMEM_TAIL_DEV_OFF || off > RK_RMEM_TAIL_SIZE ||
+        len > RK_RMEM_TAIL_SIZE - off)
+        return nullptr;
+    return reinterpret_cast<unsigned char *>(m->own_tail) + off;
+}
+
+int rk_rmem_direct_run(RkRemoteMem *m, unsigned node, rk_rmem_direct_fn fn, void *opaque, int *fn_ret)
+{
+    if (!m || !m->live || node >= RKF_MAX_NODES || node == m->node_id) return RK_RMEM_NO_DIRECT;
+    int ret = 0;
+    const int st = m->direct_run(
+        node,
+        [&](unsigned char *base) {
+            const rk_rmem_view v{base, m->ram_base, m->ram_size, base + m->ram_size};
+            ret = fn(opaque, &v);
+            return int(RK_RMEM_OK);
+        },
+        [](unsigned char *) {});
+    if (fn_ret) *fn_ret = ret;
+    return st == kNoDirect ? RK_RMEM_NO_DIRECT : st;
 }
 
 void rk_rmem_get_stats(RkRemoteMem *m, struct rk_rmem_stats *o)

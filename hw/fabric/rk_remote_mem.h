@@ -63,6 +63,12 @@ struct rk_rmem_tail {
     uint64_t ram_size; /* the owner's RAM size: the file's size minus this page */
     uint64_t served_reads, served_writes, served_bytes, served_refused;
 };
+/* The rest of the tail page, from RK_RMEM_TAIL_DEV_OFF, belongs to the node's devices: each
+ * publishes what peers need to act on its memory directly (the RMC its context table,
+ * struct rmc_pub in rackemu/sonuma_regs.h) at a fixed offset. Zeroed when the page is (re)made. */
+#define RK_RMEM_TAIL_DEV_OFF  1024u
+#define RK_RMEM_TAIL_RMC_OFF  1024u /* struct rmc_pub, at most RK_RMEM_TAIL_RMC_SIZE bytes */
+#define RK_RMEM_TAIL_RMC_SIZE 1024u
 
 RkRemoteMem *rk_rmem_new(RkFabricPort *port, unsigned node_id, uint64_t ram_base, uint64_t ram_size,
                          void *ram_host, unsigned timeout_ms, rk_rmem_log_fn log, void *log_opaque);
@@ -84,6 +90,29 @@ int rk_rmem_enable_direct(RkRemoteMem *m, const char *ram_dir, int own_fd, const
  * read, and a write may have been partly performed. */
 int rk_rmem_read(RkRemoteMem *m, unsigned node, uint64_t addr, void *buf, uint64_t len);
 int rk_rmem_write(RkRemoteMem *m, unsigned node, uint64_t addr, const void *buf, uint64_t len);
+
+/* This node's device area [off, off + len) of its own tail page (RK_RMEM_TAIL_*_OFF), for a
+ * device to publish into; NULL while the direct path is off or if the range is not in the area.
+ * The page lives as long as `m`. */
+void *rk_rmem_tail_area(RkRemoteMem *m, unsigned off, unsigned len);
+
+/* A device's own direct access to a peer (the RMC's reads): `fn` runs on the calling thread with
+ * `view` naming the peer's mapped RAM (guest physical ram_base maps to view->ram) and its tail
+ * page, under the same guards as rk_rmem_read's direct copies: the peer's liveness word is read
+ * before and after `fn`, a copy that faults on a truncated file jumps out of `fn` (so `fn` must
+ * own nothing: no lock, no allocation, no guest-memory mapping; copy into a caller's buffer).
+ * Its return value goes to *fn_ret. Returns RK_RMEM_OK: `fn` ran and the peer stayed the same
+ * live incarnation throughout; RK_RMEM_UNREACHABLE: the peer is down, was replaced or died
+ * during `fn`, or its file faulted (whatever `fn` copied is void); RK_RMEM_NO_DIRECT: no direct
+ * path to that peer now (off, link down, file not mapped, this node itself): use the fabric. */
+#define RK_RMEM_NO_DIRECT 4
+struct rk_rmem_view {
+    const unsigned char *ram; /* the peer's RAM, guest physical ram_base */
+    uint64_t ram_base, ram_size;
+    unsigned char *tail; /* the peer's tail page (RK_RMEM_TAIL_SIZE bytes) */
+};
+typedef int (*rk_rmem_direct_fn)(void *opaque, const struct rk_rmem_view *view);
+int rk_rmem_direct_run(RkRemoteMem *m, unsigned node, rk_rmem_direct_fn fn, void *opaque, int *fn_ret);
 
 struct rk_rmem_stats {
     uint64_t reads, writes; /* calls issued by this node */

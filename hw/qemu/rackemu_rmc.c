@@ -36,6 +36,7 @@ struct RackemuRmcState {
     uint32_t node_id, node_count;
     bool speculation;
     bool llc_resident;
+    bool direct; /* READs to live peers read their RAM files (docs/sonuma.md "Direct path") */
     RackemuFabric *fabric; /* link "fabric": the node's port (unset: requests to itself only) */
     VMChangeStateEntry *vmse;
     /* migration: the core's state, filled in pre_save / read by post_load */
@@ -104,6 +105,7 @@ static void rackemu_rmc_realize(DeviceState *dev, Error **errp)
      */
     s->cfg.speculation = s->speculation;
     s->cfg.llc_resident = s->llc_resident;
+    s->cfg.direct = s->direct;
     s->core = rk_rmc_new(&s->cfg, &s->host.host, err, sizeof(err));
     if (!s->core) {
         error_setg(errp, "%s", err);
@@ -241,8 +243,8 @@ static const VMStateDescription rackemu_rmc_xfer_vmstate = {
  */
 static const VMStateDescription rackemu_rmc_vmstate = {
     .name = "rackemu-rmc",
-    .version_id = 1,
-    .minimum_version_id = 1,
+    .version_id = 2, /* 2: 36 counters (DIRECT_REQS, FABRIC_REQS) */
+    .minimum_version_id = 2,
     .pre_save = rackemu_rmc_pre_save,
     .post_save = rackemu_rmc_post_save,
     .post_load = rackemu_rmc_post_load,
@@ -282,6 +284,7 @@ static Property rackemu_rmc_props[] = {
     DEFINE_PROP_UINT32("sb-depth", RackemuRmcState, cfg.sb_depth, RMC_DEF_SB_DEPTH),
     DEFINE_PROP_BOOL("sabre-speculation", RackemuRmcState, speculation, true),
     DEFINE_PROP_BOOL("llc-resident", RackemuRmcState, llc_resident, false),
+    DEFINE_PROP_BOOL("direct", RackemuRmcState, direct, true),
     DEFINE_PROP_UINT64("sabre-window-delay-ns", RackemuRmcState, cfg.window_delay_ns, 0),
     DEFINE_PROP_UINT32("timeout-ms", RackemuRmcState, cfg.timeout_ms, 2000),
     DEFINE_PROP_UINT32("rgp-window-blocks", RackemuRmcState, cfg.window_blocks, RMC_DEF_WINDOW_BLOCKS),

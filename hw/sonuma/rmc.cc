@@ -90,12 +90,49 @@ constexpr uint32_t kFetchPerQp = 16;     // WQEs one QP may have fetched per rou
 
 } // namespace
 
-Rmc::Rmc(const RmcConfig &cfg, Host host, RmcFabric fabric)
-    : cfg_(cfg), host_(host), fab_(std::move(fabric)), node_id_(host.node_id()),
+Rmc::Rmc(const RmcConfig &cfg, Host host, RmcFabric fabric, RmcDirect direct)
+    : cfg_(cfg), host_(host), fab_(std::move(fabric)), direct_(std::move(direct)), node_id_(host.node_id()),
       node_count_(std::max(1u, host.node_count())), sabre_(cfg.timing.att_entries, cfg.timing.sb_depth),
       window_(node_count_, 0), bank_(std::make_unique<Bank>())
 {
+    if (!cfg_.direct) direct_.run = nullptr; // this node reads over the fabric (and says so: below)
+    if (direct_.own) {
+        std::lock_guard lk(mu_);
+        pub_rd_base_ = __atomic_load_n(&direct_.own->srv_rd_blocks, __ATOMIC_RELAXED);
+        publish_locked();
+        __atomic_store_n(&direct_.own->magic, RMC_PUB_MAGIC, __ATOMIC_RELEASE);
+    }
     rgp_ = std::thread([this] { rgp_main(); });
+}
+
+// The table peers read before they read this node's memory directly (sonuma_regs.h, struct
+// rmc_pub): a seqlock with this thread as the only writer (mu_ held). Called after every change
+// of CTRL.EN, a context, the run state (pause), reset and load. A reader that saw the old table
+// and copied data discards the copy unless seq is unchanged after it, so a context withdrawn
+// (or re-keyed, or the RMC disabled, or the VM stopped) serves no direct read after the register
+// write that changed it returned.
+void Rmc::publish_locked()
+{
+    rmc_pub *p = direct_.own;
+    if (!p) return;
+    const uint64_t seq = __atomic_load_n(&p->seq, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->seq, seq | 1, __ATOMIC_RELAXED); // odd: changing
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const bool serving = cfg_.direct && (ctrl_ & RMC_CTRL_EN) && !paused_;
+    __atomic_store_n(&p->flags,
+                     (serving ? RMC_PUB_F_SERVING : 0u) | (cfg_.timing.llc_resident ? RMC_PUB_F_LLC : 0u),
+                     __ATOMIC_RELAXED);
+    for (unsigned c = 0; c < RMC_CTX_COUNT; c++) {
+        const Ctx &x = ctxs_[c];
+        rmc_pub_ctx &e = p->ctx[c];
+        __atomic_store_n(&e.valid, x.valid() ? uint64_t(CTX_CTRL_VALID) : 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&e.base, x.base, __ATOMIC_RELAXED);
+        __atomic_store_n(&e.size, x.size, __ATOMIC_RELAXED);
+        __atomic_store_n(&e.perm, x.perm, __ATOMIC_RELAXED);
+        __atomic_store_n(&e.nodemask, x.nodemask, __ATOMIC_RELAXED);
+        __atomic_store_n(&e.key, x.key, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&p->seq, (seq | 1) + 1, __ATOMIC_RELEASE); // even: stable
 }
 
 Rmc::~Rmc()
@@ -105,6 +142,7 @@ Rmc::~Rmc()
         stop_ = true;
     }
     cv_.notify_all();
+    idle_cv_.notify_all();
     rgp_.join();
 }
 
@@ -223,6 +261,10 @@ uint64_t Rmc::counter_locked(unsigned off) const
         return c.sb_stalls - b.sb_stalls;
     case RMC_CNT_SPEC_BLOCKS:
         return c.spec_blocks - b.spec_blocks;
+    case RMC_CNT_SRV_RD_BLOCKS: // + the blocks that peers read directly (counted in the table)
+        return cnt_[off / 8].load(std::memory_order_relaxed) +
+               (direct_.own ? __atomic_load_n(&direct_.own->srv_rd_blocks, __ATOMIC_RELAXED) - pub_rd_base_
+                            : 0);
     default:
         return off / 8 < RMC_CNT_COUNT ? cnt_[off / 8].load(std::memory_order_relaxed) : 0;
     }
@@ -298,6 +340,8 @@ struct RmcRegs {
             for (auto &c : d.cnt_)
                 c.store(0, std::memory_order_relaxed);
             d.sabre_base_ = d.sabre_.counters();
+            if (d.direct_.own)
+                d.pub_rd_base_ = __atomic_load_n(&d.direct_.own->srv_rd_blocks, __ATOMIC_RELAXED);
         }
         d.ctrl_ = v & RMC_CTRL_EN;
     }
@@ -587,6 +631,7 @@ void Rmc::mmio_write(uint64_t off, uint64_t v, unsigned size)
             srv.lock();
         std::lock_guard lk(mu_);
         res = bank_->write(*this, off, v, size, w);
+        if (srv.owns_lock()) publish_locked();
     }
     if (res == RegResult::ReadOnly)
         gerr("write of 0x%llx to read-only register %s ignored", (unsigned long long)v,
@@ -594,8 +639,8 @@ void Rmc::mmio_write(uint64_t off, uint64_t v, unsigned size)
     else if (res == RegResult::Unmapped)
         gerr("write of 0x%llx to unknown offset 0x%llx ignored", (unsigned long long)v,
              (unsigned long long)off);
-    if (w.wake) cv_.notify_one();
-    notify_irq(); // IRQ_STATUS, CTRL.EN, a QP's IRQ_EN, completions of orphaned transfers
+    if (w.wake) rgp_inline(); // a doorbell: the request path runs here, on the writing thread
+    notify_irq();             // IRQ_STATUS, CTRL.EN, a QP's IRQ_EN, completions (orphaned, inline)
 }
 
 void Rmc::reset()
@@ -618,12 +663,14 @@ void Rmc::reset()
         ctrl_ = 0;
         irq_status_ = 0;
         bank_->reset();
+        publish_locked();
     }
     for (auto &c : cnt_)
         c.store(0, std::memory_order_relaxed);
     {
         std::lock_guard lk(mu_);
         sabre_base_ = sabre_.counters();
+        if (direct_.own) pub_rd_base_ = __atomic_load_n(&direct_.own->srv_rd_blocks, __ATOMIC_RELAXED);
     }
     notify_irq();
 }
@@ -681,13 +728,11 @@ void Rmc::orphan_ctx_locked(unsigned c)
 
 void Rmc::rgp_main()
 {
-    std::vector<std::pair<Frame, bool>> out;
+    Frames out;
     for (;;) {
         bool notify = false;
         {
             std::unique_lock lk(mu_);
-            rgp_busy_ = false;
-            idle_cv_.notify_all();
             for (;;) {
                 if (stop_) return;
                 if (paused_) {
@@ -697,24 +742,33 @@ void Rmc::rgp_main()
                 check_timeouts_locked(host_.now_ns());
                 out.clear();
                 kicked_ = false;
-                bool work = rgp_round(out);
+                // Another thread (a doorbell's inline round) is sending: fetch now, send later
+                // (the kick it leaves, or its own rounds, take the frames in order).
+                bool work = false;
+                if (sending_) {
+                    fetch_round();
+                } else {
+                    work = rgp_round(out);
+                }
                 // Every CQE this thread wrote (timeouts, requests refused at fetch) notifies the
                 // host like the RCP's do: an interrupt waiter must not sleep past its completion.
                 if (cqe_seq_ != irq_seq_) {
                     irq_seq_ = cqe_seq_;
                     notify = true;
                 }
-                if (work || notify) {
-                    rgp_busy_ = true;
-                    break;
-                }
+                if (work) sending_ = true;
+                if (work || notify) break;
                 if (kicked_) continue;
                 // Sleep until a doorbell, a completion or the next deadline.
                 uint64_t next = UINT64_MAX;
                 for (auto &[id, t] : xfers_)
                     next = std::min(next, t.deadline_ns);
-                if (next == UINT64_MAX) {
+                if (sending_) {
+                    idle_cv_.wait(lk, [this] { return stop_ || kicked_ || !sending_; });
+                } else if (next == UINT64_MAX) {
+                    rgp_sleeps_forever_ = true;
                     cv_.wait(lk, [this] { return stop_ || kicked_; });
+                    rgp_sleeps_forever_ = false;
                 } else {
                     // a host timer only: the deadline is checked against host.now_ns() again (the
                     // VM's clock runs at host speed while the VM runs; under qtest it moves only
@@ -727,38 +781,92 @@ void Rmc::rgp_main()
             }
         }
         if (notify) notify_irq();
-        for (auto &[f, local] : out) {
-            if (local) {
-                // This node's own R2P2 answers straight into this node's RCP.
-                Sink sink;
-                sink.msg = [this](rkf_frame_hdr &h, const void *p) {
-                    h.src = uint16_t(node_id_);
-                    rcp_data(h, static_cast<const uint8_t *>(p), true);
-                };
-                const rkf_frame_hdr req = f.hdr;
-                sink.reply = [this, &req](uint16_t st, const void *p, uint16_t len) {
-                    rkf_frame_hdr h = req;
-                    h.src = uint16_t(node_id_);
-                    h.type = RKF_T_REPLY;
-                    h.status = st;
-                    h.len = len;
-                    rcp_reply(h, static_cast<const uint8_t *>(p), true);
-                };
-                serve(f.hdr, f.payload.data(), sink, true);
-            } else {
-                int rc = fab_.send ? fab_.send(f.hdr, f.payload.data()) : -ENOTCONN;
-                if (rc) {
-                    frame_failed(f.hdr.tag, RMC_ST_UNREACHABLE,
-                                 rc == -EAGAIN ? RMC_INFO_CONGESTED : RMC_INFO_LINK_DOWN);
-                }
+        if (!out.empty()) send_frames(out);
+    }
+}
+
+// Send the frames a round took (no lock held; this thread set sending_), then clear sending_.
+void Rmc::send_frames(Frames &out)
+{
+    for (auto &[f, local] : out) {
+        if (local) {
+            // This node's own R2P2 answers straight into this node's RCP.
+            Sink sink;
+            sink.msg = [this](rkf_frame_hdr &h, const void *p) {
+                h.src = uint16_t(node_id_);
+                rcp_data(h, static_cast<const uint8_t *>(p), true);
+            };
+            const rkf_frame_hdr req = f.hdr;
+            sink.reply = [this, &req](uint16_t st, const void *p, uint16_t len) {
+                rkf_frame_hdr h = req;
+                h.src = uint16_t(node_id_);
+                h.type = RKF_T_REPLY;
+                h.status = st;
+                h.len = len;
+                rcp_reply(h, static_cast<const uint8_t *>(p), true);
+            };
+            serve(f.hdr, f.payload.data(), sink, true);
+        } else {
+            int rc = fab_.send ? fab_.send(f.hdr, f.payload.data()) : -ENOTCONN;
+            if (rc) {
+                frame_failed(f.hdr.tag, RMC_ST_UNREACHABLE,
+                             rc == -EAGAIN ? RMC_INFO_CONGESTED : RMC_INFO_LINK_DOWN);
             }
         }
     }
+    out.clear();
+    {
+        std::lock_guard lk(mu_);
+        sending_ = false;
+    }
+    idle_cv_.notify_all();
+}
+
+// A doorbell (WQ tail or CQ head) runs the RGP's round on the writing thread (a vCPU in its MMIO
+// store, with QEMU's big lock held): WQE fetch, checks, direct reads completed at once, frames
+// unrolled and sent. The RGP thread keeps the rest: timeouts, frames beyond a round or a full
+// window, and rounds while another thread is sending.
+void Rmc::rgp_inline()
+{
+    Frames out;
+    bool kick = false;
+    {
+        std::lock_guard lk(mu_);
+        if (paused_ || stop_) return;
+        const size_t before = xfers_.size();
+        if (sending_) {
+            fetch_round();
+            kick = !xfers_.empty(); // the sender's next round (or the RGP's) takes the frames
+        } else {
+            sending_ = rgp_round(out);
+            // The RGP must know of new transfers if it sleeps without a deadline (their
+            // timeouts), and must send what this round left.
+            for (auto &[id, t] : xfers_) {
+                if (!t.unsent.empty()) kick = true;
+            }
+            for (const Qp &qp : qps_) { // WQEs beyond a round's share of a QP
+                if (qp.enabled() && !qp.err && qp.wq_head != qp.wq_tail &&
+                    uint32_t(qp.wq_head - qp.cq_head) < qp.depth())
+                    kick = true;
+            }
+            if (xfers_.size() > before && rgp_sleeps_forever_) kick = true;
+        }
+        if (cqe_seq_ != irq_seq_) irq_seq_ = cqe_seq_; // the caller notifies (mmio_write)
+        if (kick) kicked_ = true;
+    }
+    if (kick) cv_.notify_one();
+    if (!out.empty()) send_frames(out);
 }
 
 // One round: fetch WQEs from the QPs (round robin), then move frames into `out` within the
 // destinations' windows, registering their tags first (a reply may overtake the send).
-bool Rmc::rgp_round(std::vector<std::pair<Frame, bool>> &out)
+bool Rmc::rgp_round(Frames &out)
+{
+    fetch_round();
+    return take_frames(out);
+}
+
+void Rmc::fetch_round()
 {
     if (ctrl_ & RMC_CTRL_EN) {
         for (unsigned i = 0; i < RMC_QP_COUNT; i++) {
@@ -768,6 +876,10 @@ bool Rmc::rgp_round(std::vector<std::pair<Frame, bool>> &out)
         }
         rr_qp_ = (rr_qp_ + 1) % RMC_QP_COUNT;
     }
+}
+
+bool Rmc::take_frames(Frames &out)
+{
     for (auto &[id, t] : xfers_) {
         while (!t.unsent.empty() && out.size() < kFramesPerRound) {
             Frame &f = t.unsent.front();
@@ -848,6 +960,13 @@ bool Rmc::fetch_one(unsigned q)
                             fab_.send ? RMC_INFO_LINK_DOWN : RMC_INFO_NOROUTE);
         return true;
     }
+    // The direct path: a READ of another node whose QP has nothing in flight (so it cannot
+    // overtake an earlier request of the QP, e.g. a WRITE to the same place) and that fits one
+    // wire frame. Anything it cannot complete OK goes over the fabric as before.
+    if (w.op == RMC_OP_READ && w.node != node_id_ && direct_.run && qp.inflight == 0 &&
+        w.length <= RMC_WIRE_READ_MAX && direct_read_locked(q, w, idx, cx))
+        return true;
+    if (w.node != node_id_) count(RMC_CNT_FABRIC_REQS);
     uint64_t id = next_xfer_++;
     Transfer &t = xfers_[id];
     t.id = id;
@@ -861,6 +980,99 @@ bool Rmc::fetch_one(unsigned q)
     t.deadline_ns = t.start_ns + uint64_t(cfg_.timeout_ms) * 1000000ull;
     build_frames(t);
     qp.inflight++;
+    return true;
+}
+
+static_assert(sizeof(rmc_pub) <= RK_RMEM_TAIL_RMC_SIZE, "the RMC's table fits its area of the tail page");
+
+namespace {
+
+// A direct READ as rk_rmem_direct_fn sees it: the request, and the bounce buffer the data goes to
+// (never straight into guest memory: a copy the checks below void must leave no trace).
+struct DirectRead {
+    unsigned src;      // this node (the owner's CTX_NODEMASK bit)
+    unsigned ctx;      // the QP's context
+    uint64_t key;      // this node's CTX_KEY of it (the request's key)
+    uint64_t off, len; // remote_off, length
+    uint8_t *buf;      // len bytes
+    uint32_t blocks;   // block requests it stands for (the owner's SRV_RD_BLOCKS)
+    bool llc = false;  // the owner's RMC_PUB_F_LLC (the timing model)
+};
+enum : int { kDirectNo = 0, kDirectDone = 1 };
+
+// Runs on the requester's thread against the owner's mapped RAM file, under rk_rmem_direct_run's
+// guard (no resources owned here). The owner's published entry must show every check its R2P2
+// makes passing (RMC enabled, VM running, context valid, node mask, key, READ permission,
+// bounds); then the data is copied (8-byte words single-copy atomic, ascending, as the R2P2's
+// own reads) and kept only if the table did not change meanwhile. Anything else: kDirectNo, and
+// the request goes over the fabric, where the owner's R2P2 gives the exact answer (a refusal,
+// NOROUTE for a dead owner, a held frame for a stopped VM).
+int direct_read_fn(void *opaque, const rk_rmem_view *v)
+{
+    auto &d = *static_cast<DirectRead *>(opaque);
+    auto *pub = reinterpret_cast<rmc_pub *>(v->tail + RK_RMEM_TAIL_RMC_OFF);
+    if (__atomic_load_n(&pub->magic, __ATOMIC_ACQUIRE) != RMC_PUB_MAGIC || d.ctx >= RMC_CTX_COUNT)
+        return kDirectNo;
+    for (int tries = 0; tries < 4; tries++) {
+        const uint64_t seq = __atomic_load_n(&pub->seq, __ATOMIC_ACQUIRE);
+        if (seq & 1) continue; // the owner is changing it (a few stores): look again
+        const uint32_t flags = __atomic_load_n(&pub->flags, __ATOMIC_RELAXED);
+        const rmc_pub_ctx &e = pub->ctx[d.ctx];
+        const uint64_t valid = __atomic_load_n(&e.valid, __ATOMIC_RELAXED);
+        const uint64_t base = __atomic_load_n(&e.base, __ATOMIC_RELAXED);
+        const uint64_t size = __atomic_load_n(&e.size, __ATOMIC_RELAXED);
+        const uint64_t perm = __atomic_load_n(&e.perm, __ATOMIC_RELAXED);
+        const uint64_t mask = __atomic_load_n(&e.nodemask, __ATOMIC_RELAXED);
+        const uint64_t key = __atomic_load_n(&e.key, __ATOMIC_RELAXED);
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (__atomic_load_n(&pub->seq, __ATOMIC_RELAXED) != seq) continue;
+        if (!(flags & RMC_PUB_F_SERVING) || !(valid & CTX_CTRL_VALID) || d.src >= 64 ||
+            !((mask >> d.src) & 1) || key != d.key || !(perm & CTX_PERM_READ) || d.off > size ||
+            d.len > size - d.off)
+            return kDirectNo;
+        // the segment as this process maps it: within the owner's RAM (checked at its enable)
+        if (base > UINT64_MAX - d.off) return kDirectNo;
+        const uint64_t a = base + d.off;
+        if (a < v->ram_base || a - v->ram_base > v->ram_size || d.len > v->ram_size - (a - v->ram_base))
+            return kDirectNo;
+        mem_load(d.buf, v->ram + (a - v->ram_base), size_t(d.len));
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        if (__atomic_load_n(&pub->seq, __ATOMIC_RELAXED) != seq) continue; // changed during the copy
+        d.llc = (flags & RMC_PUB_F_LLC) != 0;
+        __atomic_add_fetch(&pub->srv_rd_blocks, uint64_t(d.blocks), __ATOMIC_RELAXED);
+        return kDirectDone;
+    }
+    return kDirectNo;
+}
+
+} // namespace
+
+// Try the direct path for READ WQE `idx` of QP q (fetched, checked, counted): on success the data
+// is in the local buffer and the CQE written (true); false: nothing happened, use the fabric.
+bool Rmc::direct_read_locked(unsigned q, const rmc_wqe &w, uint32_t idx, const Ctx &cx)
+{
+    alignas(8) uint8_t buf[RMC_WIRE_READ_MAX];
+    DirectRead d{node_id_,
+                 unsigned(qps_[q].ctx),
+                 cx.key,
+                 w.remote_off,
+                 w.length,
+                 buf,
+                 blocks_touched(w.remote_off, w.length)};
+    const uint64_t start = host_.now_ns();
+    int done = kDirectNo;
+    if (direct_.run(w.node, direct_read_fn, &d, &done) != RK_RMEM_OK || done != kDirectDone) return false;
+    const uint64_t local = cx.base + w.local_off;
+    if (mem_write(local, buf, w.length) != RK_OK)
+        gerr("QP %u: read data to 0x%llx not written", q, (unsigned long long)local);
+    Transfer t;
+    t.qp = q;
+    t.wqe = w;
+    t.wq_index = uint16_t(idx);
+    t.start_ns = start;
+    t.llc = d.llc;
+    write_cqe_locked(qps_[q], q, t);
+    count(RMC_CNT_DIRECT_REQS);
     return true;
 }
 
@@ -1118,9 +1330,10 @@ void Rmc::pause(bool on)
             std::unique_lock srv(srv_mu_); // no request of another node is being served
             std::lock_guard lk(mu_);
             paused_ = true;
+            publish_locked(); // peers read this node over the fabric (held) until it runs again
         }
         std::unique_lock lk(mu_);
-        idle_cv_.wait(lk, [this] { return !rgp_busy_; }); // the RGP's last round has left
+        idle_cv_.wait(lk, [this] { return !sending_; }); // the last round's frames have left
         return;
     }
     // Resume: the frames held meanwhile first, in order; frames arriving during that are
@@ -1133,6 +1346,7 @@ void Rmc::pause(bool on)
             if (held_.empty()) {
                 paused_ = false;
                 kicked_ = true;
+                publish_locked();
                 break;
             }
             f = std::move(held_.front());
@@ -1694,6 +1908,8 @@ bool Rmc::load(const RmcState &s)
         const R2p2Counters now = sabre_.counters();
         for (const SabreCnt &k : kSabreCnt)
             sabre_base_.*k.f = now.*k.f - r.counters[k.off / 8];
+        if (direct_.own) pub_rd_base_ = __atomic_load_n(&direct_.own->srv_rd_blocks, __ATOMIC_RELAXED);
+        publish_locked();
         // The transfers in flight at save complete now: their requests and answers are lost.
         for (const rk_rmc_xfer_state &x : s.xfer) {
             Transfer t;

@@ -71,6 +71,7 @@
 #include "rackemu/host.h"
 #include "rackemu/sonuma_regs.h"
 #include "r2p2.h"
+#include "rk_remote_mem.h"
 #include "rmc_capi.h"
 #include "timing.h"
 
@@ -83,6 +84,7 @@ struct RmcConfig {
     uint32_t timeout_ms = 2000;   // a transfer not answered by then completes UNREACHABLE
     uint32_t window_blocks = RMC_DEF_WINDOW_BLOCKS; // block requests in flight per destination
     uint64_t seg_base = 0, seg_size = 0;            // the machine's reserved segment (informational)
+    bool direct = true; // the direct path (RmcDirect): this node's READs, and its published table
 };
 
 // The RMC service's link to the node's fabric port (a device-specific link, not a host service):
@@ -95,6 +97,16 @@ struct RmcFabric {
     // Answer a request frame.
     std::function<int(const rkf_frame_hdr &, uint16_t status, const void *, uint16_t)> reply;
     std::function<bool()> up; // the link state (empty: up whenever `send` exists)
+};
+
+// The direct path (docs/sonuma.md "Direct path"): in QEMU the node's one-sided remote memory
+// (rk_rmem_direct_run, rk_rmem_tail_area: peers' RAM files mapped under the bridge's liveness
+// table); in the unit tests and the fuzzer an in-process stand-in. Empty `run` or NULL `own`: off.
+struct RmcDirect {
+    // Run fn against `node`'s mapped RAM and tail page: RK_RMEM_OK (fn ran, the peer stayed the
+    // same live incarnation; its result in *fn_ret), RK_RMEM_UNREACHABLE, RK_RMEM_NO_DIRECT.
+    std::function<int(unsigned node, rk_rmem_direct_fn fn, void *opaque, int *fn_ret)> run;
+    rmc_pub *own = nullptr; // this node's published table (in its tail page)
 };
 
 // The architectural state (save()/load()): the C structs of rmc_capi.h, which the glue's VMState
@@ -110,7 +122,7 @@ struct RmcRegs;  // the register bank's table and hooks (rmc.cc)
 
 class Rmc {
 public:
-    Rmc(const RmcConfig &, Host host, RmcFabric fabric = {});
+    Rmc(const RmcConfig &, Host host, RmcFabric fabric = {}, RmcDirect direct = {});
     ~Rmc();
     Rmc(const Rmc &) = delete;
     Rmc &operator=(const Rmc &) = delete;
@@ -202,12 +214,19 @@ private:
         std::function<void(uint16_t status, const void *, uint16_t)> reply;
     };
 
+    using Frames = std::vector<std::pair<Frame, bool>>; // (frame, to this node itself)
     void rgp_main();
-    bool rgp_round(std::vector<std::pair<Frame, bool>> &out); // under mu_
-    bool fetch_one(unsigned q);                               // under mu_
-    void build_frames(Transfer &t);                           // under mu_
-    void fail_locked(Transfer &t, uint8_t st, uint8_t info);  // under mu_
-    void finish_locked(Transfer &t);                          // under mu_: CQE if done
+    bool rgp_round(Frames &out);   // under mu_: fetch_round, then take_frames
+    void fetch_round();            // under mu_
+    bool take_frames(Frames &out); // under mu_
+    void send_frames(Frames &out); // no lock held; the caller set sending_
+    void rgp_inline();             // a doorbell's round on the writing thread
+    bool fetch_one(unsigned q);    // under mu_
+    bool direct_read_locked(unsigned q, const rmc_wqe &w, uint32_t idx, const Ctx &cx);
+    void publish_locked();          // this node's table for its peers' direct reads (mu_ held)
+    void build_frames(Transfer &t); // under mu_
+    void fail_locked(Transfer &t, uint8_t st, uint8_t info); // under mu_
+    void finish_locked(Transfer &t);                         // under mu_: CQE if done
     void write_cqe_locked(Qp &qp, unsigned q, const Transfer &t);
     void complete_now_locked(unsigned q, const rmc_wqe &w, uint16_t idx, uint8_t st, uint8_t info);
     static uint64_t qp_status(const Qp &qp);
@@ -247,6 +266,8 @@ private:
     RmcConfig cfg_;
     Host host_;
     RmcFabric fab_;
+    RmcDirect direct_;
+    uint64_t pub_rd_base_ = 0; // direct_.own->srv_rd_blocks at the last counter clear (under mu_)
     unsigned node_id_, node_count_;
     HostSabreServer sabre_;
 
@@ -277,8 +298,12 @@ private:
     R2p2Counters sabre_base_{}; // the SABRe server's counters at the last clear (under mu_)
     std::unique_ptr<Bank> bank_;
     std::thread rgp_;
-    bool rgp_busy_ = false;           // the RGP is sending a round's frames (mu_ released)
-    std::condition_variable idle_cv_; // rgp_busy_ went false
+    // One sender at a time (the RGP thread or a doorbell's inline round), so that frames leave in
+    // the order their round took them: set under mu_ by the thread that took frames, which sends
+    // them with mu_ released.
+    bool sending_ = false;
+    std::condition_variable idle_cv_; // sending_ went false
+    bool rgp_sleeps_forever_ = false; // the RGP waits for a kick only (no deadline): under mu_
 };
 
 } // namespace rackemu::sonuma

@@ -78,6 +78,7 @@ extern "C" RkRmc *rk_rmc_new(const rk_rmc_config *c, const RkHost *host, char *e
     cfg.window_blocks = c->window_blocks;
     cfg.seg_base = c->seg_base;
     cfg.seg_size = c->seg_size;
+    cfg.direct = c->direct != 0;
 
     auto *r = new RkRmc;
     // The RMC's link to the fabric: its service's endpoint on the host's port (bound before the
@@ -92,7 +93,19 @@ extern "C" RkRmc *rk_rmc_new(const rk_rmc_config *c, const RkHost *host, char *e
         };
         fab.up = [r] { return rk_fabric_endpoint_up(r->ep) != 0; };
     }
-    r->core = std::make_unique<Rmc>(cfg, rackemu::Host(*host), std::move(fab));
+    // The direct path over the node's remote memory (its peers' RAM files, docs/sonuma.md "Direct
+    // path"): on when the machine turned it on there (ram-dir) and property `direct` is on.
+    RmcDirect direct;
+    if (RkRemoteMem *m = host->rmem) {
+        direct.own =
+            static_cast<rmc_pub *>(rk_rmem_tail_area(m, RK_RMEM_TAIL_RMC_OFF, RK_RMEM_TAIL_RMC_SIZE));
+        if (direct.own) {
+            direct.run = [m](unsigned node, rk_rmem_direct_fn fn, void *opaque, int *ret) {
+                return rk_rmem_direct_run(m, node, fn, opaque, ret);
+            };
+        }
+    }
+    r->core = std::make_unique<Rmc>(cfg, rackemu::Host(*host), std::move(fab), std::move(direct));
     return r;
 }
 

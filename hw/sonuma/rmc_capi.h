@@ -31,6 +31,7 @@ struct rk_rmc_config {
     uint64_t window_delay_ns;
     uint32_t timeout_ms, window_blocks;
     uint64_t seg_base, seg_size;
+    int direct; /* the direct path for READs to live peers (needs the machine's ram-dir) */
 };
 
 /*

@@ -115,7 +115,10 @@ def _bench_until_error(job, t_kill, what):
 
 
 def test_stopped_killed_node_and_killed_bridge_end_in_errors_on_time(fresh_cluster, in_background):
-    c = fresh_cluster(nodes=3)
+    # The fabric's error bounds: READs over the fabric too (rackemu-rmc.direct=off). On the direct
+    # path a SIGSTOPped owner's memory is read as a running one's (docs/sonuma.md "Direct path");
+    # test_a_stopped_owner_is_read_directly below checks that.
+    c = fresh_cluster(nodes=3, qemu_args=["-global", "rackemu-rmc.direct=off"])
     n0, n1, n2 = (c.node(i) for i in range(3))
     for n in (n0, n1, n2):
         hold(n, 2, 65536, f"s{n.id}", f"--seed {SEED}")
@@ -171,3 +174,29 @@ def test_stopped_killed_node_and_killed_bridge_end_in_errors_on_time(fresh_clust
     bridge_s, d = _bench_until_error(job, t_kill, "bridge kill")
     assert bridge_s < timeout_s + 5
     assert d["error"].startswith("UNREACHABLE"), d
+
+
+def test_a_stopped_owner_is_read_directly_and_written_over_the_fabric(fresh_cluster):
+    """With the direct path (the default), a READ does not need the owner's QEMU: a SIGSTOPped
+    owner is read as a running one (as the GAS window and cDMA do); a WRITE still goes to its R2P2
+    and completes UNCERTAIN(TIMEOUT); a killed owner's READ gets the bridge's answer at once."""
+    c = fresh_cluster(nodes=2)
+    n0, n1 = c.node(0), c.node(1)
+    hold(n0, 2, 65536, "d0", f"--seed {SEED}")
+    hold(n1, 2, 65536, "d1")
+    os.killpg(n0.pid, signal.SIGSTOP)
+    try:
+        r = n1.exec(f"rmc check-data --id 2 --node 0 --roff 0 --len 64 --seed {SEED}", timeout=30)
+        d = kv(r.stdout)
+        assert r.rc == 0 and d[0]["status"] == "OK" and d[1]["bad"] == "0", (r.stdout, r.stderr)
+        r = n1.exec(f"rmc write-pattern --id 2 --node 0 --roff 4096 --len 64 --seed {SEED + 1}", timeout=30)
+        d = kv(r.stdout)[0]
+        assert r.rc == 1 and d["status"] == "UNCERTAIN(TIMEOUT)", (r.stdout, r.stderr)
+    finally:
+        os.killpg(n0.pid, signal.SIGCONT)
+    c.kill_node(0)
+    t = time.monotonic()
+    r = n1.exec("rmc read --id 2 --node 0 --roff 0 --len 64", timeout=30)
+    d = kv(r.stdout)[0]
+    assert r.rc == 1 and d["status"] in ("UNREACHABLE(NOROUTE)", "UNREACHABLE(NODE_GONE)"), r.stdout
+    assert time.monotonic() - t < 2.0

@@ -133,6 +133,39 @@ def test_out_of_bounds_permission_and_unknown_context(cluster2):
     assert c["srv_refused"] >= 5 and c["st_ok"] >= 1
 
 
+def counters(node):
+    r, d = rmc(node, "counters")
+    assert r.rc == 0, r.stdout
+    return {k: int(v) for x in d for k, v in x.items()}
+
+
+def test_reads_take_the_direct_path_and_everything_else_the_fabric(cluster2):
+    """docs/sonuma.md "Direct path": the launcher's nodes share their RAM files (ram-dir), so a
+    READ of up to one wire frame is copied from the owner's RAM on the doorbell store; longer
+    READs, writes, atomics and SABRes are frames; a refusal is the owner's (over the fabric)."""
+    n0, n1 = cluster2.node(0), cluster2.node(1)
+    hold(n0, 5, 65536, "d0", f"--seed {PAT_SEED}")
+    hold(n1, 5, 65536, "d1")
+    c0, c1 = counters(n0), counters(n1)
+    for length in (64, 8192):
+        r, d = rmc(n1, f"check-data --id 5 --node 0 --roff 3 --len {length} --seed {PAT_SEED}")
+        assert r.rc == 0 and d[0]["status"] == "OK" and d[1]["bad"] == "0", r.stdout
+    a1 = counters(n1)
+    assert a1["direct_reqs"] - c1["direct_reqs"] == 2, (c1, a1)
+    assert a1["fabric_reqs"] == c1["fabric_reqs"] and a1["req_frames"] == c1["req_frames"], (c1, a1)
+    # the owner counts what was read from it directly as served
+    assert counters(n0)["srv_rd_blocks"] - c0["srv_rd_blocks"] == 2 + 129, (c0, counters(n0))
+    r, d = rmc(n1, f"check-data --id 5 --node 0 --roff 0 --len 8193 --seed {PAT_SEED}")
+    assert r.rc == 0 and d[1]["bad"] == "0", r.stdout
+    r, d = rmc(n1, "write-pattern --id 5 --node 0 --roff 16384 --len 64 --seed 5")
+    assert r.rc == 0 and d[0]["status"] == "OK", r.stdout
+    r, d = rmc(n1, "read --id 5 --node 0 --roff 65536 --len 64")  # beyond the segment
+    assert d[0]["status"] == "REMOTE_ACCESS(BOUNDS)", r.stdout
+    a2 = counters(n1)
+    assert a2["direct_reqs"] == a1["direct_reqs"], (a1, a2)
+    assert a2["fabric_reqs"] - a1["fabric_reqs"] == 3, (a1, a2)
+
+
 def test_sabre_under_concurrent_writers_aborts_and_accepts_no_torn_object(cluster2):
     n0, n1 = cluster2.node(0), cluster2.node(1)
     for layout in ("sabre", "baseline"):

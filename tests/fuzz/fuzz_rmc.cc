@@ -14,12 +14,17 @@
 //  10 pause / resume (frames arriving meanwhile are held)
 //  11 save -> (optionally corrupted) load into the same core; an intact state must load
 //  12 host faults: DMA maps refused (the core falls back to dma_read/dma_write) or DMA failing
+//  13 the direct path's peer (every other node): its RAM and its published table (struct rmc_pub,
+//     made up by the input or a valid one), and what the direct run answers (no direct path,
+//     ran, unreachable); this node's own table is published into its tail page
 // The RGP runs on its own thread as in QEMU, so a run is not exactly repeatable; the checks are
 // the sanitizers' plus: every frame the core sends or replies with is well formed, every DMA map
 // is unmapped, and a saved state loads.
 // The host (RAM, interrupt line, guest errors, clock) is tests/unit/test_host.h.
 #include "fuzz_input.h"
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
@@ -245,6 +250,69 @@ void incoming_request(Rmc &rmc, Input &in, unsigned node_count)
     rmc.on_frame(h, buf);
 }
 
+// The direct path's other side: every other node's RAM and tail page, and what
+// rk_rmem_direct_run answers (0 no direct path, 1 runs the core's copy on them, 2 unreachable).
+struct Peer {
+    alignas(64) std::array<uint8_t, kRamSize> ram{};
+    alignas(64) std::array<uint8_t, RK_RMEM_TAIL_SIZE> tail{};
+    alignas(64) std::array<uint8_t, RK_RMEM_TAIL_SIZE> own{}; // this node's tail page
+    std::atomic<unsigned> mode{0};
+    RmcDirect make()
+    {
+        RmcDirect d;
+        d.own = reinterpret_cast<rmc_pub *>(own.data() + RK_RMEM_TAIL_RMC_OFF);
+        d.run = [this](unsigned node, rk_rmem_direct_fn fn, void *op, int *ret) -> int {
+            FUZZ_CHECK(node != 0); // never this node itself
+            const unsigned m = mode.load();
+            if (m == 0) return RK_RMEM_NO_DIRECT;
+            if (m == 2) return RK_RMEM_UNREACHABLE;
+            const rk_rmem_view v{ram.data(), kRamBase, kRamSize, tail.data()};
+            *ret = fn(op, &v);
+            return RK_RMEM_OK;
+        };
+        return d;
+    }
+    // op 13: the input sets the mode and writes the peer's RAM or table, or publishes a valid one
+    void change(Input &in)
+    {
+        mode = in.u8() % 3;
+        auto *pub = reinterpret_cast<rmc_pub *>(tail.data() + RK_RMEM_TAIL_RMC_OFF);
+        switch (in.u8() % 3) {
+        case 0: { // bytes of the table
+            const uint32_t off = in.u16() % sizeof(rmc_pub);
+            const uint32_t len = std::min<uint32_t>(in.u8() % 64, uint32_t(sizeof(rmc_pub) - off));
+            uint8_t tmp[64];
+            in.bytes(tmp, len);
+            for (uint32_t i = 0; i < len; i++)
+                __atomic_store_n(tail.data() + RK_RMEM_TAIL_RMC_OFF + off + i, tmp[i], __ATOMIC_RELAXED);
+            break;
+        }
+        case 1: { // a valid table: context c readable by everyone with key k, over the peer's segment
+            const unsigned c = in.u8() % RMC_CTX_COUNT;
+            __atomic_store_n(&pub->magic, RMC_PUB_MAGIC, __ATOMIC_RELAXED);
+            __atomic_store_n(&pub->flags, RMC_PUB_F_SERVING | (in.u8() & RMC_PUB_F_LLC), __ATOMIC_RELAXED);
+            __atomic_store_n(&pub->ctx[c].valid, uint64_t(CTX_CTRL_VALID), __ATOMIC_RELAXED);
+            __atomic_store_n(&pub->ctx[c].base, kRamBase + 0x8000 - (in.u8() & 1) * 0x100, __ATOMIC_RELAXED);
+            __atomic_store_n(&pub->ctx[c].size, uint64_t(0x8000) << (in.u8() & 1), __ATOMIC_RELAXED);
+            __atomic_store_n(&pub->ctx[c].perm, uint64_t(in.u8() & 0xf), __ATOMIC_RELAXED);
+            __atomic_store_n(&pub->ctx[c].nodemask, ~0ull, __ATOMIC_RELAXED);
+            __atomic_store_n(&pub->ctx[c].key, uint64_t(in.u8() & 1), __ATOMIC_RELAXED);
+            __atomic_store_n(&pub->seq, uint64_t(in.u8() & 3), __ATOMIC_RELAXED); // odd: being changed
+            break;
+        }
+        case 2: { // the peer's RAM
+            const uint32_t off = in.u16() % kRamSize;
+            const uint32_t len = std::min<uint32_t>(in.u8(), uint32_t(kRamSize - off));
+            uint8_t tmp[256];
+            in.bytes(tmp, len);
+            for (uint32_t i = 0; i < len; i++)
+                __atomic_store_n(ram.data() + off + i, tmp[i], __ATOMIC_RELAXED);
+            break;
+        }
+        }
+    }
+};
+
 void configure(Rmc &rmc, Input &in)
 {
     const unsigned c = in.u8() % 4, q = in.u8() % 4;
@@ -277,11 +345,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.timing.att_entries = 1 + ((cfg_byte >> 3) & 3);
     cfg.timing.sb_depth = 1 + ((cfg_byte >> 5) & 7);
     Host host;
+    Peer peer;
     {
-        Rmc rmc(cfg, host.th.host(nullptr, nullptr, 0, node_count), host.make());
+        Rmc rmc(cfg, host.th.host(nullptr, nullptr, 0, node_count), host.make(), peer.make());
         bool paused = false;
         for (unsigned ops = 0; !in.empty() && ops < 512; ops++) {
-            switch (in.u8() % 13) {
+            switch (in.u8() % 14) {
             case 0: {
                 const uint64_t off = reg_offset(in);
                 const uint64_t v = in.u64();
@@ -366,6 +435,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
             case 12:
                 host.fault = in.u8() % 3;
+                break;
+            case 13:
+                peer.change(in);
                 break;
             }
         }

@@ -308,3 +308,67 @@ TEST(RemoteMemDirect, AlignedEightByteAccessesAreAtomicUnderConcurrentWriters)
     EXPECT_GT(reads.load(), 1000u);
     EXPECT_EQ(n2.stats().frames, 0u);
 }
+
+// The devices' part of the direct path (the RMC's reads): a device publishes into its area of
+// its own tail page, a peer runs its own copy against the mapped file under the same liveness
+// checks and fault guard as rk_rmem_read.
+namespace {
+struct Peek {
+    uint64_t addr = 0, value = 0, tail_word = 0;
+    int calls = 0;
+};
+int peek(void *o, const rk_rmem_view *v)
+{
+    auto &p = *static_cast<Peek *>(o);
+    p.calls++;
+    if (p.addr < v->ram_base || p.addr - v->ram_base > v->ram_size - 8) return -1;
+    std::memcpy(&p.value, v->ram + (p.addr - v->ram_base), 8);
+    std::memcpy(&p.tail_word, v->tail + RK_RMEM_TAIL_RMC_OFF, 8);
+    return 1;
+}
+} // namespace
+
+TEST(RemoteMemDirect, DevicesRunTheirOwnCopiesUnderTheSameChecks)
+{
+    BridgeRig b;
+    FileNode n0(b, 0);
+    auto n1 = std::make_unique<FileNode>(b, 1);
+    // the device area: inside the tail page, after rk_rmem_tail, zeroed at enable
+    EXPECT_EQ(rk_rmem_tail_area(n0.mem, 0, 8), nullptr);
+    EXPECT_EQ(rk_rmem_tail_area(n0.mem, RK_RMEM_TAIL_RMC_OFF, RK_RMEM_TAIL_SIZE), nullptr);
+    auto *area =
+        static_cast<uint64_t *>(rk_rmem_tail_area(n1->mem, RK_RMEM_TAIL_RMC_OFF, RK_RMEM_TAIL_RMC_SIZE));
+    ASSERT_NE(area, nullptr);
+    EXPECT_EQ(*area, 0u);
+    *area = 0x1234;
+    Peek p;
+    p.addr = kBase + 64;
+    int ret = 0;
+    ASSERT_EQ(rk_rmem_direct_run(n0.mem, 1, peek, &p, &ret), RK_RMEM_OK);
+    EXPECT_EQ(ret, 1);
+    uint64_t want;
+    std::memcpy(&want, n1->ram + 64, 8);
+    EXPECT_EQ(p.value, want);
+    EXPECT_EQ(p.tail_word, 0x1234u);
+    EXPECT_EQ(n0.stats().frames, 0u);
+    // not for this node itself, nor without the direct path: the caller takes its own way
+    EXPECT_EQ(rk_rmem_direct_run(n0.mem, 0, peek, &p, &ret), RK_RMEM_NO_DIRECT);
+    EXPECT_EQ(rk_rmem_direct_run(n0.mem, RKF_MAX_NODES, peek, &p, &ret), RK_RMEM_NO_DIRECT);
+    // a dead peer: unreachable, fn not run
+    n1->stop();
+    ASSERT_TRUE(wait_word(n0.port, 1, [](uint64_t w) { return !(w & RKF_LIVE_UP); }));
+    p.calls = 0;
+    EXPECT_EQ(rk_rmem_direct_run(n0.mem, 1, peek, &p, &ret), RK_RMEM_UNREACHABLE);
+    EXPECT_EQ(p.calls, 0);
+    // its new incarnation: a new mapping, a zeroed device area
+    n1 = std::make_unique<FileNode>(b, 1, true, kRam, 0x5a);
+    ASSERT_TRUE(wait_word(n0.port, 1, [](uint64_t w) { return (w & RKF_LIVE_UP) != 0; }));
+    ASSERT_EQ(rk_rmem_direct_run(n0.mem, 1, peek, &p, &ret), RK_RMEM_OK);
+    EXPECT_EQ(p.value, 0x5a5a5a5a5a5a5a5aull);
+    EXPECT_EQ(p.tail_word, 0u);
+    // a peer without the direct path: no direct run (the fabric is the caller's)
+    FileNode n2(b, 2, /*direct=*/false);
+    EXPECT_EQ(rk_rmem_direct_run(n0.mem, 2, peek, &p, &ret), RK_RMEM_NO_DIRECT);
+    FileNode n3(b, 3, /*direct=*/false);
+    EXPECT_EQ(rk_rmem_direct_run(n3.mem, 1, peek, &p, &ret), RK_RMEM_NO_DIRECT);
+}

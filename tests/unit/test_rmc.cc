@@ -34,6 +34,7 @@ struct Node {
     TestHost th{kRamSize, kRamBase}; // guest RAM, interrupt line, guest errors, clock
     std::vector<uint8_t> &ram = th.ram;
     std::unique_ptr<Rmc> rmc;
+    alignas(64) std::array<uint8_t, RK_RMEM_TAIL_SIZE> tail{}; // its RAM file's tail page (direct path)
     std::vector<uint32_t> posted = std::vector<uint32_t>(RMC_QP_COUNT, 0);
     std::vector<uint32_t> consumed = std::vector<uint32_t>(RMC_QP_COUNT, 0);
     std::vector<unsigned> depth_log2 = std::vector<unsigned>(RMC_QP_COUNT, 0);
@@ -108,14 +109,23 @@ struct Cluster {
     std::vector<std::pair<rkf_frame_hdr, std::vector<uint8_t>>> held; // frames lost while `drop`
     std::mutex held_mu;
     std::array<std::atomic<unsigned>, 8> irq_calls{}; // host set_irq calls per node
+    // The direct path's stand-in for rk_rmem_direct_run (direct = true): each node's liveness word
+    // (bit 0 up, the rest its incarnation) read before and after fn, as the bridge's table is.
+    // A node whose word is down gets NOROUTE from the "bridge" for frames sent to it.
+    std::array<std::atomic<uint64_t>, 8> live{};
+    std::array<std::atomic<bool>, 8> no_direct{}; // that node's file is not mapped: NO_DIRECT
+    std::function<void(unsigned)> during;         // runs after fn, before the recheck
+    std::atomic<unsigned> direct_runs{0};
 
     // vm_clock: the hosts' now_ns() (the VM's clock in QEMU) reads it; else the host's steady clock.
     // llc_mask: bit i = node i runs with llc-resident (its data is LLC-resident in the timing model)
     explicit Cluster(unsigned n, unsigned timeout_ms = 2000, bool fabric = true,
-                     std::atomic<uint64_t> *vm_clock = nullptr, uint64_t llc_mask = 0)
+                     std::atomic<uint64_t> *vm_clock = nullptr, uint64_t llc_mask = 0, bool direct = false)
     {
-        for (unsigned i = 0; i < n; i++)
+        for (unsigned i = 0; i < n; i++) {
             nodes.push_back(std::make_unique<Node>());
+            live[i] = 1;
+        }
         for (unsigned i = 0; i < n; i++) {
             Node &nd = *nodes[i];
             nd.id = i;
@@ -147,7 +157,23 @@ struct Cluster {
                 };
                 h.up = [this] { return !down.load(); };
             }
-            nd.rmc = std::make_unique<Rmc>(cfg, nd.th.host(nullptr, nullptr, i, n), std::move(h));
+            RmcDirect d;
+            if (direct) {
+                d.own = reinterpret_cast<rmc_pub *>(nd.tail.data() + RK_RMEM_TAIL_RMC_OFF);
+                d.run = [this, i](unsigned node, rk_rmem_direct_fn fn, void *op, int *ret) -> int {
+                    if (node >= nodes.size() || node == i || no_direct[node]) return RK_RMEM_NO_DIRECT;
+                    const uint64_t w = live[node].load();
+                    if (!(w & 1)) return RK_RMEM_UNREACHABLE;
+                    Node &p = *nodes[node];
+                    const rk_rmem_view v{p.ram.data(), kRamBase, kRamSize, p.tail.data()};
+                    direct_runs++;
+                    *ret = fn(op, &v);
+                    if (during) during(node);
+                    return live[node].load() == w ? RK_RMEM_OK : RK_RMEM_UNREACHABLE;
+                };
+            }
+            nd.rmc =
+                std::make_unique<Rmc>(cfg, nd.th.host(nullptr, nullptr, i, n), std::move(h), std::move(d));
             nd.w(RMC_REG_CTRL, RMC_CTRL_EN);
         }
     }
@@ -164,6 +190,16 @@ struct Cluster {
         if (down) return -ENOTCONN;
         f.src = uint16_t(from);
         if (f.dst >= nodes.size()) return -EINVAL;
+        if (f.type == RKF_T_REQ && !(live[f.dst].load() & 1)) { // the bridge answers for a dead node
+            rkf_frame_hdr r = f;
+            r.type = RKF_T_REPLY;
+            r.src = f.dst;
+            r.dst = uint16_t(from);
+            r.status = RKF_ST_NOROUTE;
+            r.len = 0;
+            nodes[from]->rmc->on_reply(r, nullptr);
+            return 0;
+        }
         if (drop) {
             std::lock_guard lk(held_mu);
             held.emplace_back(f, std::vector<uint8_t>((const uint8_t *)p, (const uint8_t *)p + f.len));
@@ -1117,6 +1153,315 @@ TEST(RmcMigration, PauseHoldsEverythingUntilResume)
     EXPECT_EQ(c[0].at(kSeg)[0], 0);
     ASSERT_TRUE(c[0].next(0, e));
     EXPECT_EQ(e.status, RMC_ST_OK);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The direct path (docs/sonuma.md "Direct path"): READs of a live peer copied from its RAM on the
+// doorbell's thread, checked against the table the owner publishes; everything else, and every
+// check that does not pass, over the fabric.
+
+struct RmcDirectPair : ::testing::Test {
+    Cluster c{2, 300, true, nullptr, 0, true};
+    static constexpr uint64_t kPerm = CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC | CTX_PERM_SABRE;
+    void SetUp() override
+    {
+        for (unsigned n = 0; n < 2; n++) {
+            c[n].ctx(1, kSeg, kSegSize, kPerm, 3, CTX_LAYOUT_VALID | 0);
+            c[n].qp(0, 1);
+        }
+        for (uint64_t i = 0; i < 16384; i++)
+            c[0].at(kSeg)[i] = pat(7, i);
+    }
+    // The CQE of QP 0 of node 1 must be there already: the doorbell store ran the request.
+    rmc_cqe now1()
+    {
+        rmc_cqe e{};
+        EXPECT_TRUE(c[1].next(0, e, 0)) << "no CQE when the doorbell store returned";
+        return e;
+    }
+};
+
+TEST_F(RmcDirectPair, ReadsCompleteOnTheDoorbellWithoutFrames)
+{
+    c[1].w(RMC_QP_REG(0, QP_CTRL), QP_CTRL_EN | QP_CTRL_IRQ_EN);
+    const uint32_t sizes[] = {1, 63, 64, 65, 4096, RMC_WIRE_READ_MAX};
+    uint64_t n = 0, blocks = 0;
+    for (uint32_t len : sizes) {
+        for (uint64_t roff : {uint64_t(0), uint64_t(3), uint64_t(64 * 7 + 5)}) {
+            std::memset(c[1].at(kSeg), 0, RMC_WIRE_READ_MAX + 64);
+            unsigned irq_before = c.irq_calls[1];
+            c[1].post(0, wqe(RMC_OP_READ, 0, roff, 0, len, ++n));
+            EXPECT_GT(c.irq_calls[1].load(), irq_before) << "the interrupt waited for another thread";
+            EXPECT_TRUE(c[1].rmc->irq_level());
+            c[1].w(RMC_REG_IRQ_STATUS, 1);
+            rmc_cqe e = now1();
+            ASSERT_EQ(e.status, RMC_ST_OK) << len;
+            EXPECT_EQ(e.wr_id, n);
+            for (uint32_t i = 0; i < len; i++)
+                ASSERT_EQ(c[1].at(kSeg)[i], pat(7, roff + i)) << "len " << len << " byte " << i;
+            EXPECT_EQ(c[1].at(kSeg)[len], 0) << "wrote past the buffer";
+            blocks += (roff + len + 63) / 64 - roff / 64;
+        }
+    }
+    EXPECT_EQ(c[1].cnt(RMC_CNT_DIRECT_REQS), n);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_FABRIC_REQS), 0u);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_REQ_FRAMES), 0u);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_OP_READ), n);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_ST_OK), n);
+    // the owner counts what was read from it as served, and clears it with its counters
+    EXPECT_EQ(c[0].cnt(RMC_CNT_SRV_RD_BLOCKS), blocks);
+    c[0].w(RMC_REG_CTRL, RMC_CTRL_EN | RMC_CTRL_CNT_CLEAR);
+    EXPECT_EQ(c[0].cnt(RMC_CNT_SRV_RD_BLOCKS), 0u);
+    // one wire frame at most: a longer read goes over the fabric
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, RMC_WIRE_READ_MAX + 1, 99));
+    rmc_cqe e;
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_FABRIC_REQS), 1u);
+    EXPECT_EQ(c[1].at(kSeg)[RMC_WIRE_READ_MAX], pat(7, RMC_WIRE_READ_MAX));
+}
+
+TEST_F(RmcDirectPair, ModeledTimeIsTheModelsWhicheverPath)
+{
+    // design §5: READ 64 B = 183.8 ns (memory-resident), the same on both paths
+    Cluster f{2, 300};
+    for (unsigned n = 0; n < 2; n++) {
+        f[n].ctx(1, kSeg, kSegSize, kPerm, 3);
+        f[n].qp(0, 1);
+    }
+    for (uint32_t len : {64u, 4096u}) {
+        c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, len, 1));
+        rmc_cqe d = now1(), e;
+        f[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, len, 1));
+        ASSERT_TRUE(f[1].next(0, e));
+        EXPECT_EQ(d.modeled_ns, e.modeled_ns) << len;
+        if (len == 64) {
+            EXPECT_EQ(d.modeled_ns, 184u);
+        }
+    }
+    EXPECT_EQ(c[1].cnt(RMC_CNT_DIRECT_REQS), 2u);
+    EXPECT_EQ(f[1].cnt(RMC_CNT_DIRECT_REQS), 0u);
+    EXPECT_EQ(f[1].cnt(RMC_CNT_FABRIC_REQS), 2u);
+}
+
+// Every refusal is the owner's: the direct path only completes what passes every check of the
+// owner's published entry, the rest goes to the owner's R2P2 (same status, same counters).
+TEST_F(RmcDirectPair, RefusalsAreTheOwnersOverTheFabric)
+{
+    struct Case {
+        const char *what;
+        std::function<void()> setup;
+        uint64_t roff;
+        uint32_t len;
+        uint8_t st, info;
+    };
+    auto reown = [&](uint64_t perm, uint64_t mask, uint64_t key, uint64_t size = kSegSize) {
+        c[0].w(RMC_CTX_REG(1, CTX_CTRL), 0);
+        c[0].w(RMC_CTX_REG(1, CTX_KEY), key);
+        c[0].ctx(1, kSeg, size, perm, mask);
+    };
+    const Case cases[] = {
+        {"key", [&] { reown(kPerm, 3, 0x1234); }, 0, 64, RMC_ST_REMOTE_ACCESS, RMC_INFO_BAD_KEY},
+        {"node mask", [&] { reown(kPerm, 1, 0); }, 0, 64, RMC_ST_REMOTE_ACCESS, RMC_INFO_DENIED},
+        {"permission", [&] { reown(CTX_PERM_WRITE, 3, 0); }, 0, 64, RMC_ST_REMOTE_ACCESS, RMC_INFO_PERM},
+        {"bounds", [&] { reown(kPerm, 3, 0, 4096); }, 4096 - 32, 64, RMC_ST_REMOTE_ACCESS, RMC_INFO_BOUNDS},
+        {"withdrawn", [&] { c[0].w(RMC_CTX_REG(1, CTX_CTRL), 0); }, 0, 64, RMC_ST_REMOTE_ACCESS,
+         RMC_INFO_NO_CTX},
+        {"disabled", [&] { c[0].w(RMC_REG_CTRL, 0); }, 0, 64, RMC_ST_REMOTE_ACCESS, RMC_INFO_NO_CTX},
+    };
+    uint64_t fabric = 0;
+    for (const Case &k : cases) {
+        c[0].w(RMC_REG_CTRL, RMC_CTRL_EN);
+        reown(kPerm, 3, 0);
+        c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, 64, 1));
+        ASSERT_EQ(now1().status, RMC_ST_OK) << k.what << ": the direct path before the change";
+        const uint64_t refused = c[0].cnt(RMC_CNT_SRV_REFUSED), direct = c[1].cnt(RMC_CNT_DIRECT_REQS);
+        k.setup();
+        c[1].post(0, wqe(RMC_OP_READ, 0, k.roff, 0, k.len, 2));
+        rmc_cqe e = now1();
+        EXPECT_EQ(e.status, k.st) << k.what;
+        EXPECT_EQ(e.info, k.info) << k.what;
+        EXPECT_EQ(c[0].cnt(RMC_CNT_SRV_REFUSED), refused + 1) << k.what << ": not refused by the owner";
+        EXPECT_EQ(c[1].cnt(RMC_CNT_DIRECT_REQS), direct) << k.what;
+        EXPECT_EQ(c[1].cnt(RMC_CNT_FABRIC_REQS), ++fabric) << k.what;
+    }
+}
+
+TEST_F(RmcDirectPair, DeadOrReplacedOwnerAndUnmappedFileTakeTheFabric)
+{
+    // dead: the bridge's NOROUTE, as without the direct path
+    c.live[0] = 0;
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, 64, 1));
+    rmc_cqe e = now1();
+    EXPECT_EQ(e.status, RMC_ST_UNREACHABLE);
+    EXPECT_EQ(e.info, RMC_INFO_NOROUTE);
+    // replaced during the copy (a new QEMU under the same id): the copy is void, the fabric
+    // serves the request from the new incarnation's memory
+    c.live[0] = 3;
+    c.during = [&](unsigned node) {
+        std::memset(c[node].at(kSeg), 0x5a, 64);
+        c.live[node] = 5;
+        c.during = nullptr;
+    };
+    std::memset(c[1].at(kSeg), 0, 64);
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, 64, 2));
+    e = now1();
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    for (unsigned i = 0; i < 64; i++)
+        ASSERT_EQ(c[1].at(kSeg)[i], 0x5a);
+    // not mapped (no file, another size): the fabric
+    c.no_direct[0] = true;
+    c[1].post(0, wqe(RMC_OP_READ, 0, 64, 0, 64, 3));
+    EXPECT_EQ(now1().status, RMC_ST_OK);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_DIRECT_REQS), 0u);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_FABRIC_REQS), 3u);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_ST_UNREACH), 1u);
+}
+
+TEST_F(RmcDirectPair, WritesAtomicsAndSabresStayOnTheFabric)
+{
+    c[1].post(0, wqe(RMC_OP_WRITE, 0, 4096, 0, 64, 1));
+    rmc_cqe e = now1();
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    rmc_wqe cas = wqe(RMC_OP_CAS, 0, 8192, 0, 8, 2);
+    cas.operand0 = 0;
+    cas.operand1 = 7;
+    std::memset(c[0].at(kSeg + 8192), 0, 8);
+    c[1].post(0, cas);
+    EXPECT_EQ(now1().status, RMC_ST_OK);
+    c[1].post(0, wqe(RMC_OP_FAA, 0, 8192, 0, 8, 3));
+    EXPECT_EQ(now1().value, 7u);
+    c[1].post(0, wqe(RMC_OP_SABRE, 0, 0, 0, 256, 4)); // version 0 (pattern byte 0..7 at offset 0)
+    std::memset(c[0].at(kSeg), 0, 8);
+    c[1].post(0, wqe(RMC_OP_SABRE, 0, 0, 0, 256, 5));
+    rmc_cqe s1 = now1(), s2 = now1();
+    EXPECT_EQ(s2.status, RMC_ST_OK);
+    (void)s1;
+    EXPECT_EQ(c[1].cnt(RMC_CNT_DIRECT_REQS), 0u);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_FABRIC_REQS), 5u);
+    EXPECT_EQ(c[0].cnt(RMC_CNT_SABRE_REG), 2u);
+}
+
+// A READ never overtakes an earlier request of its QP: with one in flight it takes the fabric
+// behind it (the fabric keeps a pair's frames in order).
+TEST_F(RmcDirectPair, AReadBehindAnUnansweredRequestOfItsQpTakesTheFabric)
+{
+    c.drop = true;
+    c[1].post(0, wqe(RMC_OP_WRITE, 0, 0, 0, 64, 1)); // node 1's zeros over node 0's pattern, held
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 128, 64, 2));
+    EXPECT_EQ(c[1].cnt(RMC_CNT_DIRECT_REQS), 0u);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_FABRIC_REQS), 2u);
+    c.release();
+    rmc_cqe e;
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.wr_id, 1u);
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.wr_id, 2u);
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    for (unsigned i = 0; i < 64; i++)
+        ASSERT_EQ(c[1].at(kSeg + 128)[i], 0) << "the read overtook the write";
+    // nothing in flight any more: direct again
+    c[1].post(0, wqe(RMC_OP_READ, 0, 64, 0, 64, 3));
+    EXPECT_EQ(now1().status, RMC_ST_OK);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_DIRECT_REQS), 1u);
+}
+
+// A stopped VM (pause: savevm, gdb, `stop`) publishes "not serving": the request is held by the
+// owner as over the fabric and served when it runs again.
+TEST_F(RmcDirectPair, APausedOwnerHoldsTheRequestAsOnTheFabric)
+{
+    c[0].rmc->pause(true);
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, 64, 1));
+    rmc_cqe e;
+    EXPECT_FALSE(c[1].next(0, e, 20));
+    c[0].rmc->pause(false);
+    ASSERT_TRUE(c[1].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_DIRECT_REQS), 0u);
+    c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, 64, 2));
+    EXPECT_EQ(now1().status, RMC_ST_OK);
+    EXPECT_EQ(c[1].cnt(RMC_CNT_DIRECT_REQS), 1u);
+}
+
+// The owner withdraws its context, scribbles over the segment, restores it and exposes it again,
+// over and over, while the peer reads it directly: a read that completes OK never returns a
+// byte written while the context was withdrawn (the seqlock voids a copy that overlapped).
+TEST_F(RmcDirectPair, AReadNeverSeesMemoryWrittenWhileTheContextWasWithdrawn)
+{
+    // one wire frame: the longest direct copy, so that the owner's changes overlap copies often
+    constexpr unsigned kLen = RMC_WIRE_READ_MAX;
+    constexpr uint64_t kGood = 0x1111111111111111ull;
+    auto fill = [&](unsigned from, uint64_t v) { // from the end down: it meets the ascending copies
+        for (unsigned b = kLen; b > from; b -= 8)
+            __atomic_store_n(reinterpret_cast<uint64_t *>(c[0].at(kSeg + b - 8)), v, __ATOMIC_RELAXED);
+    };
+    fill(0, kGood);
+    std::atomic<bool> stop{false};
+    std::atomic<unsigned> cycles{0};
+    std::thread owner([&] {
+        while (!stop) {
+            // valid for a while, then withdrawn just long enough to scribble on the last words
+            const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(3);
+            while (std::chrono::steady_clock::now() < until) {
+            }
+            c[0].w(RMC_CTX_REG(1, CTX_CTRL), 0);
+            fill(kLen - 64, ~0ull);
+            fill(kLen - 64, kGood);
+            c[0].w(RMC_CTX_REG(1, CTX_CTRL), CTX_CTRL_VALID);
+            cycles++;
+        }
+    });
+    unsigned ok = 0, refused = 0;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (unsigned i = 0;
+         (ok < 3000 || cycles < 3000 || refused < 10) && std::chrono::steady_clock::now() < end; i++) {
+        c[1].post(0, wqe(RMC_OP_READ, 0, 0, 0, kLen, i));
+        rmc_cqe e;
+        ASSERT_TRUE(c[1].next(0, e));
+        if (e.status == RMC_ST_OK) {
+            ok++;
+            for (unsigned b = 0; b < kLen; b++)
+                ASSERT_EQ(c[1].at(kSeg)[b], 0x11) << "read " << i << " saw a withdrawn segment's byte " << b;
+        } else {
+            ASSERT_EQ(e.status, RMC_ST_REMOTE_ACCESS);
+            refused++;
+        }
+    }
+    stop = true;
+    owner.join();
+    EXPECT_GE(ok, 3000u);
+    EXPECT_GE(refused, 10u) << "the owner's changes never met a read: the test proves nothing";
+    EXPECT_GT(c[1].cnt(RMC_CNT_DIRECT_REQS), 0u);
+    std::printf("[direct reads under churn] owner cycles %u, ok %u refused %u direct %llu fabric %llu\n",
+                cycles.load(), ok, refused, (unsigned long long)c[1].cnt(RMC_CNT_DIRECT_REQS),
+                (unsigned long long)c[1].cnt(RMC_CNT_FABRIC_REQS));
+}
+
+// The RMC's own frame for its peers: what it publishes follows its registers and run state.
+TEST(RmcDirect, ThePublishedTableFollowsTheRegisters)
+{
+    Cluster c{1, 300, true, nullptr, 0, true};
+    const auto *pub = reinterpret_cast<const rmc_pub *>(c[0].tail.data() + RK_RMEM_TAIL_RMC_OFF);
+    EXPECT_EQ(pub->magic, RMC_PUB_MAGIC);
+    EXPECT_EQ(pub->seq % 2, 0u);
+    EXPECT_TRUE(pub->flags & RMC_PUB_F_SERVING);
+    c[0].w(RMC_CTX_REG(3, CTX_KEY), 0xabcdef);
+    c[0].ctx(3, kSeg, 4096, CTX_PERM_READ, 5);
+    EXPECT_EQ(pub->ctx[3].valid, CTX_CTRL_VALID);
+    EXPECT_EQ(pub->ctx[3].base, kSeg);
+    EXPECT_EQ(pub->ctx[3].size, 4096u);
+    EXPECT_EQ(pub->ctx[3].perm, CTX_PERM_READ);
+    EXPECT_EQ(pub->ctx[3].nodemask, 5u);
+    EXPECT_EQ(pub->ctx[3].key, 0xabcdefu);
+    c[0].rmc->pause(true);
+    EXPECT_FALSE(pub->flags & RMC_PUB_F_SERVING);
+    c[0].rmc->pause(false);
+    EXPECT_TRUE(pub->flags & RMC_PUB_F_SERVING);
+    c[0].w(RMC_REG_CTRL, 0);
+    EXPECT_FALSE(pub->flags & RMC_PUB_F_SERVING);
+    c[0].rmc->reset();
+    EXPECT_EQ(pub->ctx[3].valid, 0u);
+    EXPECT_EQ(pub->seq % 2, 0u);
 }
 
 } // namespace

@@ -72,7 +72,7 @@ struct rmc_uapi_wait {
 #define RMC_IOC_QP_CREATE    _IOWR(RMC_IOC_MAGIC, 0x04, struct rmc_uapi_qp)
 #define RMC_IOC_QP_DESTROY   _IOW(RMC_IOC_MAGIC, 0x05, __u32)
 #define RMC_IOC_WAIT         _IOW(RMC_IOC_MAGIC, 0x06, struct rmc_uapi_wait)
-#define RMC_IOC_COUNTERS     _IOR(RMC_IOC_MAGIC, 0x07, __u64[34])
+#define RMC_IOC_COUNTERS     _IOR(RMC_IOC_MAGIC, 0x07, __u64[36])
 
 /* Counter names, in RMC_CNT_* order (sysfs `counters`, `rmc counters`): generated from the one
  * counter table, RMC_COUNTER_TABLE in rackemu/sonuma_regs.h (include it before using this). */

@@ -155,7 +155,10 @@
     X(SB_STALLS,      sb_stalls,      "unroll stopped: stream buffer full in the window") \
     X(SPEC_BLOCKS,    spec_blocks,    "blocks read speculatively (inside the window)") \
     X(MODELED_NS,     modeled_ns,     "sum of CQE modeled_ns") \
-    X(GUEST_ERRORS,   guest_errors,   "guest errors logged")
+    X(GUEST_ERRORS,   guest_errors,   "guest errors logged") \
+    X(DIRECT_REQS,    direct_reqs,    "requests to other nodes completed on the direct path (the owner's " \
+                                      "RAM read in place, no frame)") \
+    X(FABRIC_REQS,    fabric_reqs,    "requests to other nodes sent over the fabric")
 
 #define RMC_CNT_X_INDEX_(N, n, d) RMC_CNT_INDEX_##N,
 #define RMC_CNT_X_OFFSET_(N, n, d) RMC_CNT_##N = 8 * RMC_CNT_INDEX_##N,
@@ -296,18 +299,43 @@ struct rkf_rmc_done {
     rk_u64 reserved;
 };
 
+/* ---- What the RMC publishes for its peers' direct reads (docs/sonuma.md "Direct path") ----
+ * At RK_RMEM_TAIL_RMC_OFF of the node's RAM-file tail page (rk_remote_mem.h): not guest memory.
+ * The owner writes it under a seqlock (seq odd while it changes) whenever CTRL.EN, a context's
+ * validity or the VM's run state changes; a requester copies a context's entry and the data
+ * between two equal even reads of seq, or takes the fabric. */
+#define RMC_PUB_MAGIC          0x504d4352u /* "RCMP" */
+#define RMC_PUB_F_SERVING      (1u << 0) /* CTRL.EN set and the VM running: direct reads allowed */
+#define RMC_PUB_F_LLC          (1u << 1) /* llc-resident: the data it serves is LLC-resident (timing) */
+struct rmc_pub_ctx {
+    rk_u64 valid;       /* CTX_CTRL_VALID */
+    rk_u64 base, size;  /* CTX_BASE, CTX_SIZE (guest physical) */
+    rk_u64 perm;        /* CTX_PERM */
+    rk_u64 nodemask;    /* CTX_NODEMASK */
+    rk_u64 key;         /* CTX_KEY */
+};
+struct rmc_pub {
+    rk_u32 magic;         /* RMC_PUB_MAGIC once published */
+    rk_u32 flags;         /* RMC_PUB_F_* (under seq) */
+    rk_u64 seq;           /* seqlock */
+    rk_u64 srv_rd_blocks; /* blocks that peers read directly: the owner's SRV_RD_BLOCKS counts them */
+    rk_u64 reserved;
+    struct rmc_pub_ctx ctx[RMC_CTX_COUNT];
+};
+
 /* ---- device-tree binding (where the board puts the device: rackemu/board.h) ---- */
 #define RACKEMU_RMC_COMPAT     "rackemu,sonuma-rmc"
 #define RACKEMU_RMC_SEG_COMPAT "rackemu,rmc-segment"
 
 #ifdef __cplusplus
-static_assert(RMC_CNT_COUNT == 34, "RMC_IOC_COUNTERS (sonuma_uapi.h) carries 34 counters");
+static_assert(RMC_CNT_COUNT == 36, "RMC_IOC_COUNTERS (sonuma_uapi.h) carries 36 counters");
 static_assert(sizeof(struct rmc_wqe) == RMC_WQE_SIZE, "WQE is 64 bytes");
+static_assert(sizeof(struct rmc_pub) == 32 + 48 * RMC_CTX_COUNT, "published table");
 static_assert(sizeof(struct rmc_cqe) == RMC_CQE_SIZE, "CQE is 32 bytes");
 static_assert(sizeof(struct rkf_rmc_req) == 32 && sizeof(struct rkf_rmc_done) == 32, "wire");
 static_assert(sizeof(struct rkf_rmc_data) + RMC_WIRE_DATA_MAX <= 224, "a data chunk fits a slot");
 #elif !defined(__KERNEL__)
-_Static_assert(RMC_CNT_COUNT == 34, "RMC_IOC_COUNTERS (sonuma_uapi.h) carries 34 counters");
+_Static_assert(RMC_CNT_COUNT == 36, "RMC_IOC_COUNTERS (sonuma_uapi.h) carries 36 counters");
 _Static_assert(sizeof(struct rmc_wqe) == RMC_WQE_SIZE, "WQE is 64 bytes");
 _Static_assert(sizeof(struct rmc_cqe) == RMC_CQE_SIZE, "CQE is 32 bytes");
 #endif
