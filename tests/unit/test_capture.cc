@@ -36,11 +36,6 @@ bool have_tshark()
     return std::system("command -v tshark >/dev/null 2>&1") == 0;
 }
 
-struct Sink {
-    std::atomic<int> n{0};
-    static void rx(void *o, const uint8_t *, size_t, unsigned) { static_cast<Sink *>(o)->n++; }
-};
-
 } // namespace
 
 TEST(CaptureTshark, DecodesACapturedRoceV2WriteAndRackemuFramesWithTheLuaDissector)
@@ -52,8 +47,8 @@ TEST(CaptureTshark, DecodesACapturedRoceV2WriteAndRackemuFramesWithTheLuaDissect
     BridgeRig b;
     RkFabricPort *n0 = b.port(0), *n1 = b.port(1);
     ASSERT_TRUE(n0 && n1);
-    Sink s;
-    rk_fabric_port_eth_attach(n1, RK_FABRIC_ETH_ROCE, Sink::rx, &s);
+    EthSink s;
+    rk_fabric_port_eth_attach(n1, RK_FABRIC_ETH_ROCE, EthSink::rx, &s);
     const std::string path = b.dir + "/roce.pcapng";
     ASSERT_NE(control(b.dir, "capture start path=" + path + " nodes=0\n").find("\"ok\":true"),
               std::string::npos);
@@ -83,9 +78,8 @@ TEST(CaptureTshark, DecodesACapturedRoceV2WriteAndRackemuFramesWithTheLuaDissect
     rkf_frame_hdr h = request(RKF_SVC_ECHO, 1, 0x77, 4);
     ASSERT_EQ(rk_fabric_port_send(n0, &h, "abc"), 0);
     ASSERT_TRUE(m.wait([&] { return !m.replies.empty(); }));
-    for (int i = 0; i < 500 && s.n == 0; i++)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    ASSERT_EQ(s.n.load(), 1);
+    ASSERT_TRUE(s.wait_count(1));
+    EXPECT_EQ(s.frames[0].second, std::vector<uint8_t>(frame, frame + len));
     ASSERT_NE(control(b.dir, "capture stop\n").find("\"frames\":2"), std::string::npos);
 
     // The RoCEv2 frame: Wireshark's InfiniBand dissector on UDP 4791, no options.
