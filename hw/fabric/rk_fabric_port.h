@@ -116,6 +116,8 @@ uint32_t rk_fabric_port_caps(RkFabricPort *port);
  * only during the call (copy what you keep). It must not block (no BQL, no waiting for ring
  * space): queue the frame and return. It may call rk_fabric_port_eth_send() (non-blocking); it
  * must not call rk_fabric_port_eth_attach(), rk_fabric_port_register() or rk_fabric_port_free().
+ * Trace hooks (rk_fabric_port_set_hooks): `frame` sees every fragment coming in, and one
+ * header per frame going out (its first fragment's).
  */
 enum rk_fabric_eth_rx_class {
     RK_FABRIC_ETH_NET = 0,
