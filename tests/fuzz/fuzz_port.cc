@@ -272,7 +272,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 break;
             case 3: {
                 static unsigned char frame[RKF_ETH_MAX_FRAME];
-                const uint16_t len = uint16_t(RKF_ETH_MIN_FRAME + in.u16() % (RKF_ETH_MAX_FRAME - RKF_ETH_MIN_FRAME + 1));
+                const uint16_t len =
+                    uint16_t(RKF_ETH_MIN_FRAME + in.u16() % (RKF_ETH_MAX_FRAME - RKF_ETH_MIN_FRAME + 1));
                 in.bytes(frame, std::min<size_t>(len, 64));
                 const unsigned n = RKF_ETH_FRAGS(len);
                 const uint8_t mutate = in.u8(); // which fragment (if < n) and which field

@@ -288,6 +288,15 @@ struct EthSink {
     }
 };
 
+// A top-level counter of the bridge's stats JSON (UINT64_MAX if absent).
+inline uint64_t stat_of(const std::string &json, const std::string &key)
+{
+    const std::string k = "\"" + key + "\":";
+    size_t p = json.find(k);
+    if (p == std::string::npos) return UINT64_MAX;
+    return std::strtoull(json.c_str() + p + k.size(), nullptr, 10);
+}
+
 inline rkf_frame_hdr request(uint8_t svc, uint16_t dst, uint64_t tag, uint16_t len)
 {
     rkf_frame_hdr h{};

@@ -57,19 +57,12 @@ std::vector<uint8_t> udp_frame(unsigned dst, unsigned src, uint16_t dport)
     return f;
 }
 
-uint64_t stat_of(const std::string &json, const std::string &key, size_t from = 0)
-{
-    const size_t at = json.find("\"" + key + "\":", from);
-    if (at == std::string::npos) return ~0ull;
-    return std::stoull(json.substr(at + key.size() + 3));
-}
-
 // The counter `key` of node `node`'s entry in `stats`.
 uint64_t port_stat(const std::string &json, unsigned node, const std::string &key)
 {
     const size_t at = json.find("{\"node\":" + std::to_string(node) + ",");
     if (at == std::string::npos) return ~0ull;
-    return stat_of(json, key, at);
+    return stat_of(json.substr(at), key);
 }
 
 } // namespace
