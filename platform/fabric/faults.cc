@@ -159,7 +159,7 @@ unsigned FaultEngine::add(const std::string &spec, std::string &err)
             (k == "src" ? r.src : k == "dst" ? r.dst : r.node) = m;
             have_where = true;
         } else if (k == "between") {
-            uint64_t x, y;
+            uint64_t x = 0, y = 0;
             const size_t c = v.find(',');
             ok = c != std::string::npos && parse_u64(v.substr(0, c), RKF_MAX_NODES - 1, x) &&
                  parse_u64(v.substr(c + 1), RKF_MAX_NODES - 1, y) && x != y;
