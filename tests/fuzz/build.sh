@@ -14,7 +14,7 @@ CXX=${CXX_FUZZ:-clang++}
 
 # Sources a harness needs beyond the hardware: programs under platform/ (not in the build list).
 declare -A EXTRA=(
-  [bridge]="platform/fabric/bridge.cc"
+  [bridge]="platform/fabric/bridge.cc platform/fabric/faults.cc platform/fabric/capture.cc"
 )
 ALL=$(cd "$here" && ls fuzz_*.cc | sed 's/^fuzz_//; s/\.cc$//' | tr '\n' ' ')
 names=${*:-$ALL}
