@@ -26,6 +26,7 @@ MAX_NODES = 64          # node ids live in global-address bits [39:34] (hw/inclu
 MIN_MEMORY_MIB = 64
 MAX_MEMORY_MIB = 16 * 1024   # a node's local physical addresses are bits [33:0]: 16 GiB
 MAX_VCPUS = 8
+NET_MTU_MIN, NET_MTU_MAX = 68, 9000   # the machine's net-mtu range (hw/qemu/rackemu_net.h)
 
 ROOT = Path(os.environ.get("RACKEMU_ROOT") or Path(__file__).resolve().parents[2])
 DEFAULT_CONFIG_FILE = ROOT / "platform" / "cluster.toml"
@@ -68,6 +69,8 @@ DEFAULTS: dict[str, Any] = {
     "kernel_cmdline": GUEST_CMDLINE,
     "boot_timeout": 300.0,
     "snapshot": "off",
+    "net": True,
+    "net_mtu": 1500,
     "run_dir": "",
     "shm_dir": "",
     "qemu_args": [],
@@ -123,6 +126,8 @@ class ClusterConfig:
     kernel_cmdline: str = DEFAULTS["kernel_cmdline"]
     boot_timeout: float = DEFAULTS["boot_timeout"]
     snapshot: str = DEFAULTS["snapshot"]   # boot from cached snapshots: auto, off, refresh
+    net: bool = DEFAULTS["net"]            # each node's virtio-net NIC on the fabric (docs/networking.md)
+    net_mtu: int = DEFAULTS["net_mtu"]     # the MTU it advertises to the guest
     run_dir: Path = RUN_BASE / "default"
     shm_dir: Path = SHM_BASE              # guest RAM files live in shm_dir/rackemu-UID-NAME-HASH
     qemu_args: list[str] = dataclasses.field(default_factory=list)
@@ -361,6 +366,14 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
         raise ConfigError(f"snapshot: {snapshot!r} is not a mode (use one of: "
                           f"{', '.join(SNAPSHOT_MODES)})")
 
+    net = raw["net"]
+    _check_type("net", net, (bool,), "true or false")
+    net_mtu = raw["net_mtu"]
+    _check_type("net_mtu", net_mtu, (int,), "an integer number of bytes")
+    if not NET_MTU_MIN <= net_mtu <= NET_MTU_MAX:
+        raise ConfigError(f"net_mtu: {net_mtu} is out of range; the fabric NIC's MTU is "
+                          f"{NET_MTU_MIN} to {NET_MTU_MAX} bytes (1500: standard, 9000: jumbo frames)")
+
     run_dir = raw["run_dir"]
     _check_type("run_dir", run_dir, (str,), "a path string")
     run_dir_path = Path(run_dir).expanduser() if run_dir else RUN_BASE / name
@@ -392,6 +405,7 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
     return ClusterConfig(
         name=name, nodes=nodes, memory_mib=memory_mib, vcpus=vcpus, cpu=cpu, machine=machine,
         kernel_cmdline=cmdline.strip(), boot_timeout=float(boot_timeout), snapshot=snapshot,
+        net=net, net_mtu=net_mtu,
         run_dir=run_dir_path,
         shm_dir=shm_dir_path,
         qemu_args=lists["qemu_args"], bridge_args=lists["bridge_args"],
