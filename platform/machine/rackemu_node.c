@@ -361,6 +361,9 @@ static void rackemu_node_init(MachineState *ms)
         for (i = 0; i < ARRAY_SIZE(rackemu_node_devices); i++) {
             caps |= rackemu_node_devices[i].caps;
         }
+        if (rn->net) {
+            caps |= RKF_CAP_ETH; /* the NIC below (networking.md) */
+        }
         rn->fab->port = rk_fabric_port_new(rn->fabric, rn->node_id, rn->node_count, caps, 5000, err, sizeof(err));
         if (!rn->fab->port) {
             error_report("rackemu-node: %s", err);

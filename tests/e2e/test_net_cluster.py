@@ -1,0 +1,127 @@
+"""Scenario: IP networking between booted nodes over the fabric (docs/networking.md).
+
+Every node has a virtio-net NIC whose backend is its fabric port (the machine's net=on); the
+guest's init brings it up as 198.18.0.<id+1>/15 and names the nodes in /etc/hosts; the bridge
+switches the Ethernet frames. The tests share the session's 2-node cluster and assert on data:
+ping replies, a TCP transfer whose SHA-256 is compared on both sides, the interface's MAC and
+address, and the counters of the NIC's backend (QOM, over QMP) and of the bridge.
+"""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MIB = 1 << 20
+
+
+def mac_of(i):
+    return f"02:52:4b:00:00:{i:02x}"
+
+
+def iface(node):
+    """The guest interface that carries this node's fabric MAC (init configures that one)."""
+    out = node.sh(f"for d in /sys/class/net/*; do [ \"$(cat $d/address)\" = {mac_of(node.id)} ] && "
+                  f"echo ${{d##*/}}; done").split()
+    assert len(out) == 1, f"node {node.id}: interfaces with MAC {mac_of(node.id)}: {out}"
+    return out[0]
+
+
+def nic_counters(node):
+    """The counters of the node's NIC backend (QOM properties of /machine/rackemu-net)."""
+    names = ("tx-frames", "tx-bytes", "tx-deferred", "tx-dropped-down", "tx-dropped-bad", "rx-frames",
+             "rx-bytes", "rx-dropped-full", "rx-dropped-nic", "rx-queue-max", "link-changes")
+    with node.qmp() as q:
+        return {k: q.execute("qom-get", path="/machine/rackemu-net", property=k) for k in names}
+
+
+def ping_received(out):
+    m = re.search(r"(\d+) packets transmitted, (\d+) packets received", out)
+    assert m, out
+    return int(m.group(1)), int(m.group(2))
+
+
+def test_each_node_has_its_mac_address_and_carrier(cluster2):
+    for n in cluster2.nodes:
+        dev = iface(n)
+        assert n.sh(f"cat /sys/class/net/{dev}/carrier").strip() == "1"
+        addrs = n.sh(f"ip -4 addr show dev {dev}")
+        assert f"inet 198.18.0.{n.id + 1}/15" in addrs, addrs
+        assert n.sh(f"cat /sys/class/net/{dev}/mtu").strip() == str(cluster2.config.net_mtu)
+        assert f"{dev} ({mac_of(n.id)}) up as 198.18.0.{n.id + 1}/15" in n.console_text()
+
+
+def test_hosts_file_names_every_node(cluster2):
+    for n in cluster2.nodes:
+        lines = [ln.split() for ln in n.sh("cat /etc/hosts").splitlines() if ln.strip()]
+        want = [["127.0.0.1", "localhost"]]
+        want += [[f"198.18.0.{i + 1}", f"node{i}"] for i in range(cluster2.config.nodes)]
+        assert lines == want
+
+
+def test_ping_by_name_and_by_address_both_ways(cluster2):
+    n0, n1 = cluster2.node(0), cluster2.node(1)
+    assert ping_received(n0.sh("ping -c 3 -W 5 node1", timeout=60)) == (3, 3)
+    assert ping_received(n1.sh("ping -c 3 -W 5 198.18.0.1", timeout=60)) == (3, 3)
+    # the guest learnt the peer's fixed MAC through ARP over the switch
+    assert mac_of(1) in n0.sh("cat /proc/net/arp")
+    assert mac_of(0) in n1.sh("cat /proc/net/arp")
+
+
+def test_rackemu_exec_ping_from_the_command_line(cluster2):
+    r = subprocess.run([sys.executable, "-m", "rackemu", "exec", "--run-dir", str(cluster2.run_dir), "0", "--",
+                        "ping", "-c", "3", "node1"],
+                       cwd=ROOT, env={"PYTHONPATH": str(ROOT / "platform"), "PATH": "/usr/bin:/bin"},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ping_received(r.stdout) == (3, 3)
+
+
+def transfer(src, dst, size_mib, port):
+    """`dst` fetches a file of `size_mib` MiB of random bytes from `src`'s httpd over TCP; returns
+    the SHA-256 on the sender's side and on the receiver's, and the receiver's byte count."""
+    src.sh(f"mkdir -p /tmp/www{port} && dd if=/dev/urandom of=/tmp/www{port}/blob bs=1M count={size_mib} "
+           f"2>/dev/null && httpd -p {port} -h /tmp/www{port}")
+    try:
+        want = src.sh(f"sha256sum /tmp/www{port}/blob").split()[0]
+        got = dst.sh(f"wget -q -O /tmp/rx{port} http://node{src.id}:{port}/blob && sha256sum /tmp/rx{port} && "
+                     f"wc -c < /tmp/rx{port}", timeout=300).split()
+        return want, got[0], int(got[-1])
+    finally:
+        src.exec(f"pkill -f 'httpd -p {port}'; rm -rf /tmp/www{port}")
+        dst.exec(f"rm -f /tmp/rx{port}")
+
+
+def test_tcp_transfer_of_several_mib_arrives_intact_both_ways(cluster2):
+    n0, n1 = cluster2.node(0), cluster2.node(1)
+    before = [nic_counters(n) for n in (n0, n1)]
+    want, got, size = transfer(n1, n0, 4, 8081)
+    assert size == 4 * MIB and got == want
+    want, got, size = transfer(n0, n1, 3, 8082)
+    assert size == 3 * MIB and got == want
+    after = [nic_counters(n) for n in (n0, n1)]
+    for b, a in zip(before, after):
+        # 7 MiB crossed each NIC one way or the other, as frames of at most MTU + 14 bytes
+        assert a["tx-bytes"] + a["rx-bytes"] - b["tx-bytes"] - b["rx-bytes"] >= 7 * MIB
+        assert a["tx-frames"] - b["tx-frames"] >= 3 * MIB // (cluster2.config.net_mtu + 14)
+        assert a["tx-dropped-bad"] == b["tx-dropped-bad"]
+        assert a["tx-dropped-down"] == b["tx-dropped-down"]
+
+
+def test_bridge_switches_the_frames_and_counts_them(cluster2):
+    n0 = cluster2.node(0)
+    before_nic = nic_counters(n0)
+    before = cluster2.bridge_stats()
+    assert ping_received(n0.sh("ping -c 20 -i 0.05 -s 1000 node1", timeout=60)) == (20, 20)
+    after = cluster2.bridge_stats()
+    after_nic = nic_counters(n0)
+    assert after_nic["tx-frames"] - before_nic["tx-frames"] >= 20
+    assert after_nic["rx-frames"] - before_nic["rx-frames"] >= 20
+    assert after_nic["tx-bytes"] - before_nic["tx-bytes"] >= 20 * 1042
+    # the bridge's Ethernet counters moved on both ports: 20 requests in from node 0, out to node 1
+    eth = {p["node"]: p for p in after["ports"]}
+    eth0 = {p["node"]: p for p in before["ports"]}
+    for node in (0, 1):
+        moved = {k: eth[node][k] - eth0[node].get(k, 0) for k in eth[node]
+                 if k.startswith("eth_") and isinstance(eth[node][k], int)}
+        assert moved.get("eth_frames_in", 0) >= 20 and moved.get("eth_frames_out", 0) >= 20, moved
