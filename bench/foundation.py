@@ -5,11 +5,16 @@ Measured, each in this run:
   qemu_build_warm_s     build-qemu.sh with nothing changed (median of --runs)
   qemu_build_cold_s     configure + full build in a scratch build dir, ccache off (--cold-build)
   boot_N_nodes_s        `cluster up` to all agents answering, for each N in --nodes (median of --runs)
-  fabric: raw shared-memory ping-pong vs bridge echo round trip (median, p99) and frames/s,
-          both from build/host/rackemu-fabric-bench in one run
+  fabric: raw shared-memory ping-pong vs bridge echo round trip (median, p99; the requester
+          driving its port, and blocking), host wake-ups and sleeps per round trip, and frames/s,
+          from build/host/rackemu-fabric-bench (each figure the median of --runs runs)
   guest_pktz_*_rtt_*_us packetizer -> fabric -> mailbox round trip from guest user space
                         (`unimem pingpong` between node 0 and node 1, median and p99), with the
                         server woken by the arrival interrupt (irq) and with the server polling (spin)
+  guest_gas_remote_load_*_us
+                        one 8-byte load by node 0's user space through the global address space
+                        window from node 1's memory (`gas bench`, median and p99 of --pingpong loads)
+Also plots the latencies (CSV path with .png) when python3-matplotlib is installed.
 
 usage: bench/foundation.py [--nodes 2,4,8] [--runs 3] [--cold-build] [--pingpong 500] [--csv FILE]
 """
@@ -28,7 +33,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from rackemu.cluster import Cluster, run_background  # noqa: E402
 from rackemu.config import build_dir, load_config  # noqa: E402
-from benchlib import log, write_results  # noqa: E402
+from benchlib import kv_lines, log, write_results  # noqa: E402
+from unimem import export  # noqa: E402
 
 
 def timed(argv, env=None):
@@ -71,12 +77,17 @@ def main():
 
     log("fabric benchmark")
     fb = build_dir() / "host" / "rackemu-fabric-bench"
-    with tempfile.NamedTemporaryFile("r", suffix=".csv") as f:
-        out = subprocess.run([str(fb), "--csv", f.name], check=True, capture_output=True, text=True).stdout
-        print(out)
-        for line in open(f.name):
-            sec, metric, val = line.strip().split(",")
-            rows.append((sec, metric, float(val), "us" if metric.endswith("_us") else "1/s"))
+    fabric = {}  # (section, metric) -> values of the runs
+    for _ in range(a.runs):
+        with tempfile.NamedTemporaryFile("r", suffix=".csv") as f:
+            out = subprocess.run([str(fb), "--csv", f.name], check=True, capture_output=True, text=True).stdout
+            print(out)
+            for line in open(f.name):
+                sec, metric, val = line.strip().split(",")
+                fabric.setdefault((sec, metric), []).append(float(val))
+    for (sec, metric), vals in fabric.items():
+        unit = "us" if metric.endswith("_us") else "1/rt" if metric.endswith("_per_rt") else "1/s"
+        rows.append((sec, metric, statistics.median(vals), unit))
 
     pp = None
     for n in sizes:
@@ -88,6 +99,12 @@ def main():
                 times.append(time.monotonic() - t0)
                 log(f"{n} nodes up in {times[-1]:.1f}s (run {r + 1}/{a.runs})")
                 if n == 2 and pp is None and a.pingpong:
+                    g = export(c.node(1), 4096, 7, "n1")
+                    res = c.node(0).exec(f"gas bench --gaddr {g:#x} --count {a.pingpong}", timeout=300)
+                    for d in kv_lines(res.stdout.decode()):
+                        if d.get("op") == "load" and "median_us" in d:
+                            rows.append(("guest", "gas_remote_load_median_us", float(d["median_us"]), "us"))
+                            rows.append(("guest", "gas_remote_load_p99_us", float(d["p99_us"]), "us"))
                     pp = {}
                     for mode, flag in (("irq", ""), ("spin", " --spin")):
                         srv = run_background(c.node(1), f"unimem pingpong --peer 0 --role server "
@@ -107,6 +124,30 @@ def main():
                 rows.append(("guest", f"pktz_{mode}_server_{key}", float(res[key]), "us"))
 
     write_results(rows, a.csv)
+    plot(rows, a.csv)
+
+
+def plot(rows, csv_path):
+    """Latencies (us) as a horizontal bar chart next to the CSV."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("no matplotlib (apt install python3-matplotlib): no plot")
+        return
+    lat = [(f"{sec} {metric}", val) for sec, metric, val, unit in rows if unit == "us"]
+    if not lat:
+        return
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(lat) + 1))
+    ax.barh([k for k, _ in lat], [v for _, v in lat])
+    ax.set_xscale("log")
+    ax.set_xlabel("microseconds (log scale)")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    png = str(Path(csv_path).with_suffix(".png"))
+    fig.savefig(png)
+    print(f"PNG: {png}")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,11 @@ int rk_fabric_endpoint_reply(RkFabricEndpoint *ep, const struct rkf_frame_hdr *r
     return rk_fabric_port_reply(ep->port, req, status, payload, len);
 }
 
+int rk_fabric_endpoint_drive(RkFabricEndpoint *ep, int (*done)(void *), void *arg, uint64_t max_ns)
+{
+    return ep ? rk_fabric_port_drive(ep->port, done, arg, max_ns) : done(arg);
+}
+
 int rk_fabric_endpoint_up(RkFabricEndpoint *ep)
 {
     return ep ? rk_fabric_port_is_up(ep->port) : 0;

@@ -14,6 +14,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
@@ -74,7 +75,9 @@ struct RkFabricPort {
     std::string path;
     unsigned node_id = 0, node_count = 0;
     uint32_t caps = 0; // RKF_CAP_* announced in every rkf_hello (first connect and reconnects)
-    std::mutex tx_mu;  // producers on to_bridge; also guards the mapping
+    // Lock order: rx_mu, then tx_mu. The mapping changes only with both held.
+    std::mutex rx_mu; // the consumer of to_node: the port thread or a thread driving the port
+    std::mutex tx_mu; // producers on to_bridge; also guards the mapping
     std::atomic<bool> up{false};
     int sock = -1;
     PortShm *shm = nullptr;
@@ -82,6 +85,21 @@ struct RkFabricPort {
     // The bridge's liveness table, mapped read-only at this fixed address for the port's life:
     // zeros (no magic: nobody's state is known) while the link is down or the bridge sent none.
     rkf_live_table *live = nullptr;
+    // Liveness without polling: a watcher thread per connection sleeps in poll() on the socket
+    // and `watch_stop` (an eventfd); on the bridge's hang-up it sets `peer_gone` and wakes the
+    // port thread.
+    std::thread watcher;
+    int watch_stop = -1;
+    std::atomic<bool> peer_gone{false};
+    // Set by a thread that found the to_node ring corrupt while driving; the port thread acts.
+    std::atomic<bool> rx_corrupt{false};
+    // Threads inside drive() (changed under rx_mu). While any drives, the port thread does not
+    // announce that it sleeps (the drivers poll the ring): it parks on `handback` (a private
+    // futex, read and bumped under rx_mu, so no wake-up is lost) and the last driver to leave
+    // wakes it if it parked; it then announces itself again and re-checks the ring.
+    unsigned drivers = 0;
+    bool parked = false;
+    std::atomic<uint32_t> handback{0};
     Svc svcs[RKF_SVC_COUNT];
     std::mutex svc_mu;
     // Service callbacks running now (any thread), so that re-registering a service (unbinding
@@ -91,7 +109,8 @@ struct RkFabricPort {
     std::thread thr;
     std::atomic<bool> stop{false};
     std::atomic<uint64_t> frames_tx{0}, frames_rx{0}, bytes_tx{0}, bytes_rx{0}, bad_frames{0},
-        send_failures{0}, link_downs{0}, connects{0}, wakeups_sent{0}, sleeps{0};
+        send_failures{0}, link_downs{0}, connects{0}, wakeups_sent{0}, sleeps{0}, driven_frames{0},
+        full_waits{0}, polled_frames{0};
     rk_fabric_port_hooks hooks{}; // set before the thread starts and before any send; then read-only
     // Ethernet (RKF_SVC_ETH): receivers guarded by svc_mu (and svc_busy, like svcs), the
     // reassembler used only by the dispatching thread, the frame counter under tx_mu.
@@ -115,6 +134,13 @@ struct RkFabricPort {
     void clear_live();
     void link_down(const char *why);
     void run();
+    void watch(int s);
+    void stop_watcher();
+    void wake_port_thread();
+    // Pop and dispatch up to `max` frames of to_node; rx_mu held, link up. -1: corrupt indices.
+    int drain_locked(unsigned max);
+    int drive(int (*done)(void *), void *arg, uint64_t max_ns);
+    int poll_rx(unsigned max);
     int push(const rkf_frame_hdr &h, const void *payload);
     void dispatch(const rkf_frame_hdr &h, const unsigned char *payload);
     void eth_input(const rkf_frame_hdr &h, const unsigned char *payload);
@@ -254,30 +280,78 @@ int RkFabricPort::connect_once(char *err, size_t errlen)
     if (ps->magic != RKF_SHM_MAGIC || ps->version != RKF_PROTO_VERSION) {
         munmap(m, sizeof(PortShm));
         munmap(b, sizeof(Doorbell));
-        close(s);
         fmt(err, errlen, "fabric port memory has a bad magic/version");
         return fail(-2);
     }
     map_live(fds[2]);
     if (fds[2] >= 0) close(fds[2]);
     {
+        std::lock_guard rk(rx_mu);
         std::lock_guard lk(tx_mu);
         sock = s;
         shm = ps;
         bell = static_cast<Doorbell *>(b);
+        peer_gone = false;
+        rx_corrupt = false;
         up = true;
     }
+    watcher = std::thread([this, s] { watch(s); });
     connects++;
     return 0;
 }
 
-void RkFabricPort::link_down(const char *why)
+// Sleeps until the bridge hangs up (or stop_watcher): no periodic wake-up. Bytes on the socket
+// are not expected after the handshake and are discarded.
+void RkFabricPort::watch(int s)
+{
+    pollfd pfd[2] = {{s, POLLIN | POLLRDHUP, 0}, {watch_stop, POLLIN, 0}};
+    for (;;) {
+        if (poll(pfd, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            break; // cannot watch: treat as gone rather than miss a dead bridge
+        }
+        if (pfd[1].revents) return;
+        if (pfd[0].revents & (POLLHUP | POLLERR | POLLRDHUP)) break;
+        if (pfd[0].revents & POLLIN) {
+            char b[64];
+            const ssize_t n = recv(s, b, sizeof b, MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
+        }
+    }
+    peer_gone = true;
+    wake_port_thread();
+}
+
+void RkFabricPort::wake_port_thread()
 {
     {
+        std::lock_guard lk(tx_mu);
+        if (up) futex_wake_always(&shm->to_node.ctl.sleeping);
+    }
+    handback.fetch_add(1, std::memory_order_seq_cst); // a port thread parked behind a driver
+    futex_op(&handback, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr);
+}
+
+void RkFabricPort::stop_watcher()
+{
+    if (!watcher.joinable()) return;
+    uint64_t one = 1;
+    (void)!write(watch_stop, &one, sizeof one);
+    watcher.join();
+    (void)!read(watch_stop, &one, sizeof one); // reset for the next connection's watcher
+}
+
+void RkFabricPort::link_down(const char *why)
+{
+    stop_watcher();
+    {
+        std::lock_guard rk(rx_mu);
         std::lock_guard lk(tx_mu);
         if (!up) return;
         clear_live(); // every peer's state is unknown now: direct accesses fall back and fail
         up = false;
+        // Senders blocked on a full ring return -ENOTCONN.
+        futex_wake_always(&shm->to_bridge.ctl.space_wait);
         munmap(shm, sizeof(PortShm));
         munmap(bell, sizeof(Doorbell));
         close(sock);
@@ -337,22 +411,33 @@ int RkFabricPort::push(const rkf_frame_hdr &h, const void *payload)
         // Reported before it is pushed, so that a trace never shows the reply before its request.
         if (!reported && hooks.frame) hooks.frame(hooks.opaque, RK_FABRIC_OUT, &h);
         reported = true;
-        if (ring_push(shm->to_bridge, h, payload)) {
+        Ring &r = shm->to_bridge;
+        if (ring_push(r, h, payload)) {
             frames_tx++;
             bytes_tx += sizeof h + h.len;
-            if (futex_wake(&bell->sleeping)) {
+            if (wake_router(*shm, *bell)) {
                 wakeups_sent++;
             }
             return 0;
         }
-        // Ring full: the bridge drains continuously, so this is transient.
-        if (now_ns() > deadline) {
+        // Ring full: announce it, make sure the router is awake, and block until it frees a
+        // slot (it clears space_wait and wakes us) or the deadline passes.
+        r.ctl.space_wait.store(1, std::memory_order_seq_cst);
+        if (!ring_full(r)) continue;
+        wake_router(*shm, *bell);
+        const uint64_t now = now_ns();
+        if (now >= deadline) {
             send_failures++;
             return -EAGAIN;
         }
-        futex_wake(&bell->sleeping);
+        full_waits++;
+        const uint64_t left = deadline - now;
+        timespec ts{time_t(left / 1000000000ull), long(left % 1000000000ull)};
+        std::atomic<uint32_t> *w = &r.ctl.space_wait;
         lk.unlock();
-        std::this_thread::yield();
+        // If the link goes down meanwhile, link_down wakes this word before it unmaps it; a wait
+        // that starts after the unmap fails at once (EFAULT) or sees a fresh ring's 0.
+        futex_op(w, FUTEX_WAIT, 1, &ts);
         lk.lock();
     }
 }
@@ -413,20 +498,57 @@ void RkFabricPort::eth_input(const rkf_frame_hdr &h, const unsigned char *payloa
     callback_done();
 }
 
+int RkFabricPort::drain_locked(unsigned max)
+{
+    Ring &rx = shm->to_node;
+    unsigned char payload[RKF_SLOT_SIZE];
+    rkf_frame_hdr h;
+    int handled = 0;
+    PopResult pr;
+    while (unsigned(handled) < max && (pr = ring_pop(rx, h, payload)) == PopResult::Ok) {
+        handled++;
+        if (const char *why = frame_defect(h)) {
+            bad_frames++;
+            log(RK_FABRIC_LOG_BAD_INPUT, "rackemu-fabric: node %u: dropped a frame from the bridge: %s",
+                node_id, why);
+            continue;
+        }
+        frames_rx++;
+        bytes_rx += sizeof h + h.len;
+        if (hooks.frame) hooks.frame(hooks.opaque, RK_FABRIC_IN, &h);
+        if (h.svc == RKF_SVC_ETH) {
+            eth_input(h, payload);
+            continue;
+        }
+        if (eth_asm.interrupt()) eth_rx_bad++;
+        dispatch(h, payload);
+    }
+    if (handled) {
+        // The router may wait for room in this ring (its per-destination queue).
+        if (ring_space_freed(rx)) wake_router(*shm, *bell);
+        return handled;
+    }
+    return pr == PopResult::Corrupt ? -1 : 0;
+}
+
 void RkFabricPort::run()
 {
     uint64_t last_activity = now_ns();
     uint64_t next_connect = 0;
-    unsigned char payload[RKF_SLOT_SIZE];
     while (!stop.load(std::memory_order_relaxed)) {
         if (!up.load(std::memory_order_acquire)) {
             if (now_ns() >= next_connect) {
                 char err[256];
                 int rc = connect_once(err, sizeof err);
                 if (rc == 0) {
-                    log(RK_FABRIC_LOG_INFO, "rackemu-fabric: node %u: connected to %s", node_id,
-                        path.c_str());
-                    eth_asm.reset();
+                    log(RK_FABRIC_LOG_INFO,
+                        "rackemu-fabric: node %u: connected to %s (spin %llu us, drive %llu us)", node_id,
+                        path.c_str(), (unsigned long long)(spin_ns() / 1000),
+                        (unsigned long long)(drive_ns() / 1000));
+                    {
+                        std::lock_guard rk(rx_mu);
+                        eth_asm.reset();
+                    }
                     report_link(1);
                     continue;
                 }
@@ -435,29 +557,17 @@ void RkFabricPort::run()
             usleep(50000);
             continue;
         }
-        Ring &rx = shm->to_node;
-        rkf_frame_hdr h;
-        unsigned handled = 0;
-        PopResult pr;
-        while (handled < 256 && (pr = ring_pop(rx, h, payload)) == PopResult::Ok) {
-            handled++;
-            if (const char *why = frame_defect(h)) {
-                bad_frames++;
-                log(RK_FABRIC_LOG_BAD_INPUT, "rackemu-fabric: node %u: dropped a frame from the bridge: %s",
-                    node_id, why);
-                continue;
-            }
-            frames_rx++;
-            bytes_rx += sizeof h + h.len;
-            if (hooks.frame) hooks.frame(hooks.opaque, RK_FABRIC_IN, &h);
-            if (h.svc == RKF_SVC_ETH) {
-                eth_input(h, payload);
-                continue;
-            }
-            if (eth_asm.interrupt()) eth_rx_bad++;
-            dispatch(h, payload);
+        if (peer_gone.load(std::memory_order_acquire)) {
+            link_down("the bridge closed the connection");
+            continue;
         }
-        if (handled == 0 && pr == PopResult::Corrupt) {
+        int handled;
+        {
+            // Blocks while a waiting thread drives the port (it dispatches meanwhile).
+            std::lock_guard rk(rx_mu);
+            handled = up ? drain_locked(256) : 0;
+        }
+        if (handled < 0 || rx_corrupt.load(std::memory_order_acquire)) {
             link_down("corrupt ring indices");
             continue;
         }
@@ -466,23 +576,112 @@ void RkFabricPort::run()
             last_activity = now;
             continue;
         }
-        if (now - last_activity < kSpinNs) {
-            poll_pause(now - last_activity);
+        if (now - last_activity < spin_ns()) {
+            cpu_relax();
             continue;
         }
+        // Asleep until the bridge delivers a frame (it wakes us only because we announce it),
+        // the watcher reports the bridge gone, or rk_fabric_port_free: no timeout.
         sleeps++;
-        futex_sleep(&rx.ctl.sleeping, kSleepMs, [&] { return !ring_empty(rx); });
-        last_activity = now_ns() - kSpinNs / 2;
-        // Liveness: a hang-up on the handshake socket means the bridge is gone.
-        pollfd pfd{sock, POLLIN, 0};
-        if (poll(&pfd, 1, 0) > 0) {
-            char b[64];
-            ssize_t n = recv(sock, b, sizeof b, MSG_DONTWAIT);
-            if (n == 0 || (pfd.revents & (POLLHUP | POLLERR))) {
-                link_down("the bridge closed the connection");
+        {
+            std::unique_lock rk(rx_mu);
+            if (drivers) {
+                // A thread drives the port: it polls the ring and holds the announcement.
+                parked = true;
+                const uint32_t seq = handback.load(std::memory_order_relaxed);
+                rk.unlock();
+                if (!stop.load() && !peer_gone.load() && !rx_corrupt.load())
+                    futex_op(&handback, FUTEX_WAIT_PRIVATE, seq, nullptr);
+                rk.lock();
+                parked = false;
+                last_activity = now_ns();
+                continue;
             }
         }
+        Ring &rx = shm->to_node;
+        futex_sleep(&rx.ctl.sleeping, -1,
+                    [&] { return !ring_empty(rx) || stop.load() || peer_gone.load() || rx_corrupt.load(); });
+        last_activity = now_ns();
     }
+}
+
+// A thread that waits for a reply does the port thread's work itself, so the reply needs no
+// wake-up of the port thread (docs/fabric.md, "Data path"). It takes over the port thread's
+// announcement that it sleeps, so the bridge does not wake it for frames this thread takes,
+// and gives it back (waking the port thread if frames are left) when it stops.
+int RkFabricPort::drive(int (*done)(void *), void *arg, uint64_t max_ns)
+{
+    if (done(arg)) return 1;
+    // Inside a service callback (this thread may hold rx_mu already), or no link: nothing to do.
+    if (tl_in_callback || !up.load(std::memory_order_acquire)) return 0;
+    const uint64_t t0 = now_ns();
+    bool joined = false, took_over = false;
+    int r = 0;
+    for (;;) {
+        int n = 0;
+        if (rx_mu.try_lock()) {
+            if (up.load(std::memory_order_relaxed)) {
+                Ring &rx = shm->to_node;
+                if (!joined) {
+                    drivers++; // from now on the port thread does not announce itself
+                    joined = true;
+                }
+                if (!took_over) {
+                    took_over = rx.ctl.sleeping.exchange(0, std::memory_order_seq_cst) != 0;
+                }
+                n = drain_locked(64);
+                if (n > 0) driven_frames += unsigned(n);
+                if (n < 0) {
+                    rx_corrupt = true;
+                    took_over = false;
+                    futex_wake_always(&rx.ctl.sleeping);
+                }
+            }
+            rx_mu.unlock();
+        }
+        if (done(arg)) {
+            r = 1;
+            break;
+        }
+        if (n < 0 || !up.load(std::memory_order_relaxed) || now_ns() - t0 >= max_ns) break;
+        if (n == 0) cpu_relax();
+    }
+    if (joined) {
+        std::lock_guard rk(rx_mu);
+        drivers--;
+        if (took_over && up) {
+            Ring &rx = shm->to_node;
+            rx.ctl.sleeping.store(1, std::memory_order_seq_cst);
+            // A frame that arrived after the last drain saw no sleeper: hand it to the port thread.
+            if (!ring_empty(rx)) futex_wake(&rx.ctl.sleeping);
+        }
+        if (drivers == 0 && parked) {
+            // The port thread parked behind the drivers: it announces itself and looks again.
+            handback.fetch_add(1, std::memory_order_relaxed);
+            futex_op(&handback, FUTEX_WAKE_PRIVATE, 1, nullptr);
+        }
+    }
+    return r;
+}
+
+// A thread that polls a device register (a vCPU): dispatch what the bridge has delivered to
+// this node, without waiting and without taking over the port thread's announcement. Nothing
+// if another thread dispatches now (it delivers the same frames).
+int RkFabricPort::poll_rx(unsigned max)
+{
+    if (tl_in_callback || !up.load(std::memory_order_acquire) || !rx_mu.try_lock()) return 0;
+    int n = 0;
+    if (up.load(std::memory_order_relaxed) && !ring_empty(shm->to_node)) {
+        n = drain_locked(max);
+        if (n > 0) polled_frames += unsigned(n);
+    }
+    rx_mu.unlock();
+    if (n < 0) {
+        rx_corrupt = true; // the port thread takes the link down
+        wake_port_thread();
+        return 0;
+    }
+    return n;
 }
 
 extern "C" {
@@ -506,6 +705,12 @@ RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsi
     }
     auto *p = new RkFabricPort;
     p->live = static_cast<rkf_live_table *>(live);
+    p->watch_stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (p->watch_stop < 0) {
+        fmt(err, errlen, "eventfd: %s", strerror(errno));
+        delete p;
+        return nullptr;
+    }
     p->path = socket_path;
     p->node_id = node_id;
     p->node_count = node_count;
@@ -515,6 +720,7 @@ RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsi
         int rc = p->connect_once(err, errlen);
         if (rc == 0) break;
         if (rc == -2) {
+            close(p->watch_stop);
             delete p;
             return nullptr;
         }
@@ -535,7 +741,9 @@ void rk_fabric_port_set_hooks(RkFabricPort *p, const struct rk_fabric_port_hooks
 {
     p->hooks = hooks ? *hooks : rk_fabric_port_hooks{};
     if (p->up.load()) {
-        p->log(RK_FABRIC_LOG_INFO, "rackemu-fabric: node %u: connected to %s", p->node_id, p->path.c_str());
+        p->log(RK_FABRIC_LOG_INFO, "rackemu-fabric: node %u: connected to %s (spin %llu us, drive %llu us)",
+               p->node_id, p->path.c_str(), (unsigned long long)(spin_ns() / 1000),
+               (unsigned long long)(drive_ns() / 1000));
         if (p->hooks.link) p->hooks.link(p->hooks.opaque, 1);
     }
 }
@@ -544,16 +752,15 @@ void rk_fabric_port_free(RkFabricPort *p)
 {
     if (!p) return;
     p->stop = true;
-    {
-        std::lock_guard lk(p->tx_mu);
-        if (p->up) futex_wake(&p->shm->to_node.ctl.sleeping);
-    }
+    p->wake_port_thread(); // unconditionally: a driving thread may hold the announcement
     if (p->thr.joinable()) p->thr.join();
+    p->stop_watcher();
     if (p->up) {
         munmap(p->shm, sizeof(PortShm));
         munmap(p->bell, sizeof(Doorbell));
         close(p->sock);
     }
+    close(p->watch_stop);
     delete p;
 }
 
@@ -610,13 +817,33 @@ int rk_fabric_port_send_raw(RkFabricPort *p, const struct rkf_frame_hdr *h, cons
     Ring &r = p->shm->to_bridge;
     const uint32_t last = r.ctl.head.load(std::memory_order_relaxed) - 1;
     std::memcpy(r.slots[last % RKF_RING_SLOTS], &copy, sizeof copy);
-    futex_wake(&p->bell->sleeping);
+    wake_router(*p->shm, *p->bell);
     return 0;
 }
 
 const struct rkf_live_table *rk_fabric_port_liveness(RkFabricPort *p)
 {
     return p->live;
+}
+
+int rk_fabric_port_drive(RkFabricPort *p, int (*done)(void *), void *arg, uint64_t max_ns)
+{
+    return p->drive(done, arg, max_ns ? max_ns : drive_ns());
+}
+
+int rk_fabric_port_poll(RkFabricPort *p)
+{
+    return p ? p->poll_rx(64) : 0;
+}
+
+uint64_t rk_fabric_spin_ns(void)
+{
+    return spin_ns();
+}
+
+uint64_t rk_fabric_drive_ns(void)
+{
+    return drive_ns();
 }
 
 int rk_fabric_port_is_up(RkFabricPort *p)
@@ -644,6 +871,9 @@ void rk_fabric_port_get_stats(RkFabricPort *p, struct rk_fabric_port_stats *o)
     o->connects = p->connects;
     o->wakeups_sent = p->wakeups_sent;
     o->sleeps = p->sleeps;
+    o->driven_frames = p->driven_frames;
+    o->full_waits = p->full_waits;
+    o->polled_frames = p->polled_frames;
 }
 
 int rk_fabric_port_eth_attach(RkFabricPort *p, enum rk_fabric_eth_rx_class cls, rk_fabric_eth_rx_fn fn,
@@ -703,7 +933,7 @@ int rk_fabric_port_eth_sendv(RkFabricPort *p, const struct iovec *iov, int iovcn
     }
     if (!ring_push_eth(p->shm->to_bridge, tmpl, buf, uint16_t(len), seq)) {
         p->eth_tx_full++;
-        futex_wake(&p->bell->sleeping); // the router may be asleep with a full ring
+        wake_router(*p->shm, *p->bell); // the router may be asleep with a full ring
         return -EAGAIN;
     }
     p->eth_tx_seq++;
@@ -712,7 +942,7 @@ int rk_fabric_port_eth_sendv(RkFabricPort *p, const struct iovec *iov, int iovcn
     p->bytes_tx += n * sizeof(rkf_frame_hdr) + n * sizeof(rkf_eth_frag) + len;
     p->eth_tx_frames++;
     p->eth_tx_bytes += len;
-    if (futex_wake(&p->bell->sleeping)) p->wakeups_sent++;
+    if (wake_router(*p->shm, *p->bell)) p->wakeups_sent++;
     return 0;
 }
 

@@ -4,8 +4,9 @@
 // A call is split into chunks of at most RKF_MEM_CHUNK bytes, each one RKF_SVC_MEM request.
 // Chunks are registered in the pending table (tag -> call, offset, length) before they are
 // sent, so a reply that overtakes the send is matched. Replies, link-down and timeouts complete
-// chunks under the table's mutex; the waiting thread spins briefly, then sleeps on the call's
-// completion counter (a futex), and is woken only when it announced it sleeps.
+// chunks under the table's mutex; the waiting thread first drives the node's port (pops and
+// dispatches the replies itself, rk_fabric_port_drive) for the fabric's spin time, then sleeps
+// on the call's completion counter (a futex), and is woken only when it announced it sleeps.
 //
 // A reply completes a chunk only if it comes from the node the chunk was sent to (the bridge
 // guarantees a frame's src; its own error replies carry the destination as src) and answers
@@ -65,6 +66,17 @@ struct Call {
     std::atomic<uint32_t> completed{0}; // chunks answered (futex word)
     std::atomic<uint32_t> sleeping{0};
     int status = RK_RMEM_OK; // worst chunk status; guarded by RkRemoteMem::mu
+};
+
+// rk_fabric_endpoint_drive's stop condition: a chunk completed.
+struct Progress {
+    const std::atomic<uint32_t> *completed;
+    uint32_t seen;
+    static int made(void *arg)
+    {
+        auto *p = static_cast<Progress *>(arg);
+        return p->completed->load(std::memory_order_acquire) != p->seen;
+    }
 };
 
 struct Pending {
@@ -604,22 +616,21 @@ int RkRemoteMem::remote_access(Call &c)
             if (c.status != RK_RMEM_OK && stop_at > sent) stop_at = sent;
         }
         if (done >= stop_at) break;
-        // Wait for progress: spin while answers flow, then sleep on the counter.
-        const uint64_t spin_from = now_ns();
+        // Wait for progress: first drive the port (this thread pops and dispatches the frames
+        // the bridge delivers, so the reply needs no wake-up of the port thread), then sleep on
+        // the counter; the port thread delivers meanwhile.
+        Progress pr{&c.completed, done};
+        if (rk_fabric_endpoint_drive(ep, Progress::made, &pr, 0)) continue;
         while (c.completed.load(std::memory_order_acquire) == done) {
             const uint64_t now = now_ns();
             if (now >= deadline) {
                 timed_out = true;
                 break;
             }
-            if (now - spin_from < 20000) {
-                poll_pause(now - spin_from);
-                continue;
-            }
             c.sleeping.store(1, std::memory_order_seq_cst);
             if (c.completed.load(std::memory_order_seq_cst) == done) {
                 const uint64_t left = deadline - now;
-                timespec ts{0, long(std::min<uint64_t>(left, 5000000ull))};
+                timespec ts{time_t(left / 1000000000ull), long(left % 1000000000ull)};
                 futex_op(&c.completed, FUTEX_WAIT_PRIVATE, done, &ts);
             }
             c.sleeping.store(0, std::memory_order_relaxed);

@@ -44,6 +44,9 @@ int rk_fabric_endpoint_send(RkFabricEndpoint *ep, struct rkf_frame_hdr *hdr, con
 /* Answer `req` with status and payload. */
 int rk_fabric_endpoint_reply(RkFabricEndpoint *ep, const struct rkf_frame_hdr *req, uint16_t status,
                              const void *payload, uint16_t len);
+/* Drive the endpoint's port from this thread while it waits for a reply: rk_fabric_port_drive().
+ * Returns done(arg) for a NULL endpoint. */
+int rk_fabric_endpoint_drive(RkFabricEndpoint *ep, int (*done)(void *arg), void *arg, uint64_t max_ns);
 /* 1 if the link to the bridge is up, 0 otherwise (and for a NULL endpoint). */
 int rk_fabric_endpoint_up(RkFabricEndpoint *ep);
 

@@ -6,7 +6,9 @@
  * shared-memory rings, and runs one service thread that serves incoming requests and replies
  * without the QEMU main loop or the vCPUs. If the bridge is unreachable or dies, the port
  * reports the link down to every registered service (so pending operations fail instead of
- * hanging) and keeps trying to reconnect once a second.
+ * hanging) and keeps trying to reconnect once a second. While the link is up and nothing
+ * arrives, the port's threads sleep without a timeout: a watcher thread blocks in poll() on the
+ * bridge's socket and wakes the service thread when the bridge hangs up.
  */
 #ifndef RK_FABRIC_PORT_H
 #define RK_FABRIC_PORT_H
@@ -82,7 +84,8 @@ void rk_fabric_port_register(RkFabricPort *port, unsigned svc, rk_fabric_request
                              rk_fabric_reply_fn on_reply, rk_fabric_link_fn on_link, void *opaque);
 
 /* Send a frame. The port fills magic, src and ts_ns. Returns 0, -ENOTCONN when the link is
- * down, -EINVAL for a malformed frame, -EAGAIN if the ring stayed full for 100 ms. */
+ * down, -EINVAL for a malformed frame, -EAGAIN if the ring stayed full for 100 ms (the sender
+ * blocks on a futex meanwhile; the bridge wakes it when it frees a slot). */
 int rk_fabric_port_send(RkFabricPort *port, struct rkf_frame_hdr *hdr, const void *payload);
 /* Answer `req` with status and payload. */
 int rk_fabric_port_reply(RkFabricPort *port, const struct rkf_frame_hdr *req, uint16_t status,
@@ -91,6 +94,31 @@ int rk_fabric_port_reply(RkFabricPort *port, const struct rkf_frame_hdr *req, ui
 /* Fault injection for tests: push `hdr` exactly as given (no validation, no field filled in).
  * The bridge must drop and count what is malformed. */
 int rk_fabric_port_send_raw(RkFabricPort *port, const struct rkf_frame_hdr *hdr, const void *payload);
+
+/* Drive the port from the calling thread while it waits for a reply: until done(arg) returns
+ * nonzero, for at most `max_ns` (0: the fabric's drive time, rk_fabric_drive_ns()), pop the
+ * frames the bridge delivers to this node and dispatch them on this thread, so a reply needs no
+ * wake-up of the port thread. Returns 1 if done(arg) became true, 0 otherwise (the caller then
+ * blocks as usual; the port thread has taken over again). Service callbacks, including other
+ * services' requests, may run on the caller: it must hold no lock a callback takes (in QEMU:
+ * not the big lock). Returns done(arg) at once when called from inside a service callback or
+ * while the link is down. Serialised with the port thread and other drivers. */
+int rk_fabric_port_drive(RkFabricPort *port, int (*done)(void *arg), void *arg, uint64_t max_ns);
+/* Dispatch, on the calling thread and without waiting, what the bridge has delivered to this
+ * node (at most 64 frames); returns how many. For a vCPU that reads a device register a guest
+ * polls (a status or FIFO register): the frame it waits for is dispatched by the vCPU itself,
+ * not after a wake-up of the port thread. It takes no announcement over, so the port thread
+ * stays responsible when nobody polls. 0 at once if another thread dispatches now (the port
+ * thread or a driver: they deliver the same frames), from inside a service callback, or while
+ * the link is down. Service callbacks run on the caller: it may hold the big QEMU lock (no
+ * callback takes it; interrupts they raise are then set at once), but no lock a callback takes.
+ * Any device glue may call it (docs/fabric.md, "Waiting threads drive the port"). */
+int rk_fabric_port_poll(RkFabricPort *port);
+/* How long the fabric's helper threads poll before they block, and how long a waiting thread
+ * drives the port by default (docs/fabric.md, "Data path"; RACKEMU_FABRIC_SPIN_US,
+ * RACKEMU_FABRIC_DRIVE_US). */
+uint64_t rk_fabric_spin_ns(void);
+uint64_t rk_fabric_drive_ns(void);
 
 int rk_fabric_port_is_up(RkFabricPort *port);
 /* The bridge's liveness table (fabric_proto.h), read-only, at an address that stays valid for the
@@ -112,10 +140,14 @@ uint32_t rk_fabric_port_caps(RkFabricPort *port);
  * A frame no receiver takes is dropped and counted (rx_no_receiver).
  *
  * The receive callback runs on the thread that dispatches the port's incoming frames (the port's
- * service thread; never two dispatchers at once), for one whole frame at a time; `frame` is valid
+ * service thread, or a thread that drives the port: rk_fabric_port_drive() or a vCPU polling a
+ * device register, which may hold QEMU's BQL; never two dispatchers at once), for one whole
+ * frame at a time; `frame` is valid
  * only during the call (copy what you keep). It must not block (no BQL, no waiting for ring
  * space): queue the frame and return. It may call rk_fabric_port_eth_send() (non-blocking); it
  * must not call rk_fabric_port_eth_attach(), rk_fabric_port_register() or rk_fabric_port_free().
+ * Trace hooks (rk_fabric_port_set_hooks): `frame` sees every fragment coming in, and one
+ * header per frame going out (its first fragment's).
  */
 enum rk_fabric_eth_rx_class {
     RK_FABRIC_ETH_NET = 0,
@@ -158,6 +190,9 @@ void rk_fabric_port_eth_get_stats(RkFabricPort *port, struct rk_fabric_eth_stats
 struct rk_fabric_port_stats {
     uint64_t frames_tx, frames_rx, bytes_tx, bytes_rx, bad_frames, send_failures, link_downs, connects,
         wakeups_sent, sleeps;
+    uint64_t driven_frames; /* frames dispatched by a waiting thread (rk_fabric_port_drive) */
+    uint64_t full_waits;    /* sends that blocked on a full ring */
+    uint64_t polled_frames; /* frames dispatched by a polling thread (rk_fabric_port_poll) */
 };
 void rk_fabric_port_get_stats(RkFabricPort *port, struct rk_fabric_port_stats *out);
 

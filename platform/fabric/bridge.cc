@@ -300,7 +300,7 @@ void Bridge::stop()
         char c = 1;
         (void)!write(wake_pipe_[1], &c, 1);
     }
-    if (bell_) futex_wake(&bell_->sleeping);
+    if (bell_) futex_wake_always(&bell_->sleeping);
 }
 
 void Bridge::accept_conns(int lfd, bool control)
@@ -480,6 +480,8 @@ void Bridge::handshake(int s, const rkf_hello &hello, ssize_t n)
     p.eth_seq_out = 0;
     p.c.connects++;
     p.c.outstanding = 0;
+    // The router sleeps without a timeout and arms only the ports it knew: let it arm this one.
+    futex_wake_always(&bell_->sleeping);
     log("node %u connected (%s, caps 0x%x, sees %u nodes)", unsigned(h.node_id), printable(p.name).c_str(),
         h.caps, h.node_count);
 }
@@ -575,7 +577,7 @@ bool Bridge::deliver_locked(unsigned dst, const rkf_frame_hdr &h, const unsigned
     if (d.overflow.empty() && ring_push(d.shm->to_node, h, payload)) {
         d.c.frames_out++;
         d.c.bytes_out += sizeof h + h.len;
-        futex_wake(&d.shm->to_node.ctl.sleeping);
+        if (futex_wake(&d.shm->to_node.ctl.sleeping)) wakeups_++;
         return true;
     }
     if (d.overflow.size() < opt_.overflow_limit) {
@@ -583,6 +585,10 @@ bool Bridge::deliver_locked(unsigned dst, const rkf_frame_hdr &h, const unsigned
         std::memcpy(f.data(), &h, sizeof h);
         if (h.len) std::memcpy(f.data() + sizeof h, payload, h.len);
         d.overflow.push_back(std::move(f));
+        // The node rings the doorbell when it frees a slot; if one is free already (the main
+        // loop queues too: drop_port's NODE_GONE replies), the router must not sleep on it.
+        d.shm->to_node.ctl.space_wait.store(1, std::memory_order_seq_cst);
+        if (!ring_full(d.shm->to_node)) futex_wake_always(&bell_->sleeping);
         return true;
     }
     congested_++;
@@ -775,7 +781,7 @@ void Bridge::eth_deliver_locked(unsigned src, unsigned dst, const unsigned char 
         d.c.bytes_out += wire;
         d.c.eth_frames_out++;
         d.c.eth_bytes_out += len;
-        futex_wake(&d.shm->to_node.ctl.sleeping);
+        if (futex_wake(&d.shm->to_node.ctl.sleeping)) wakeups_++;
         return;
     }
     if (d.overflow.size() + n > opt_.overflow_limit) {
@@ -797,6 +803,9 @@ void Bridge::eth_deliver_locked(unsigned src, unsigned dst, const unsigned char 
     d.eth_seq_out++;
     d.c.eth_frames_out++;
     d.c.eth_bytes_out += len;
+    // As deliver_locked: the node rings the doorbell when it frees a slot.
+    d.shm->to_node.ctl.space_wait.store(1, std::memory_order_seq_cst);
+    if (!ring_full(d.shm->to_node)) futex_wake_always(&bell_->sleeping);
 }
 
 void Bridge::router()
@@ -805,7 +814,6 @@ void Bridge::router()
     uint64_t last_activity = now_ns();
     while (!stopping_.load(std::memory_order_relaxed)) {
         unsigned moved = 0;
-        bool backlog = false;
         std::vector<unsigned> corrupt;
         uint64_t next_due = UINT64_MAX;
         {
@@ -828,11 +836,16 @@ void Bridge::router()
                     p.c.frames_out++;
                     p.c.bytes_out += f.size();
                     p.overflow.pop_front();
-                    futex_wake(&p.shm->to_node.ctl.sleeping);
+                    if (futex_wake(&p.shm->to_node.ctl.sleeping)) wakeups_++;
                     moved++;
                 }
-                backlog |= !p.overflow.empty();
-                for (unsigned k = 0; k < 64; k++) {
+                if (!p.overflow.empty()) {
+                    // Ask the node to ring the doorbell when it frees a slot (before the router
+                    // checks the ring again, in its readiness test, so no wake-up is lost).
+                    p.shm->to_node.ctl.space_wait.store(1, std::memory_order_seq_cst);
+                }
+                unsigned k = 0;
+                for (; k < 64; k++) {
                     rkf_frame_hdr h;
                     PopResult r = ring_pop(p.shm->to_bridge, h, payload);
                     if (r == PopResult::Empty) break;
@@ -844,6 +857,11 @@ void Bridge::router()
                     p.c.bytes_in += sizeof h + std::min<uint32_t>(h.len, RKF_MAX_PAYLOAD);
                     route_locked(i, h, payload);
                     moved++;
+                }
+                // A sender of this node may block on the full ring: it waits on space_wait.
+                if (k && p.state == State::Up && ring_space_freed(p.shm->to_bridge)) {
+                    futex_op(&p.shm->to_bridge.ctl.space_wait, FUTEX_WAKE, INT32_MAX, nullptr);
+                    wakeups_++;
                 }
             }
         }
@@ -860,28 +878,51 @@ void Bridge::router()
             last_activity = now;
             continue;
         }
-        // A packet a fault rule holds is due within 2 ms: poll for it rather than sleep past it.
-        const bool due_soon = next_due != UINT64_MAX && next_due < now + 2000000;
-        if (now - last_activity < kSpinNs || due_soon) {
-            poll_pause(now - last_activity);
+        // A frame a fault rule holds is due within 1.2 ms: spin for it rather than sleep past it
+        // (a futex timeout has millisecond granularity here); a later one bounds the sleep.
+        const uint64_t left = next_due == UINT64_MAX ? UINT64_MAX : next_due > now ? next_due - now : 0;
+        if (now - last_activity < spin_ns() || left < 1200000) {
+            cpu_relax();
             continue;
         }
         {
             std::lock_guard lk(mu_);
             capture_.flush(); // idle: what was captured reaches the file
         }
-        int sleep_ms = backlog ? 1 : kSleepMs;
-        if (next_due != UINT64_MAX) sleep_ms = std::min<int>(sleep_ms, int((next_due - now) / 1000000));
+        const int sleep_ms =
+            left == UINT64_MAX ? -1 : int(std::min<uint64_t>((left - 200000) / 1000000, 1000000));
+        // Asleep until a node publishes a frame or frees room for a queued one, a node connects,
+        // or stop(): no timeout. Each port gets its own announcement (router_asleep), so a node
+        // that clears its own only loses its own wake-ups; one that clears the doorbell word
+        // makes the router poll once more, not sleep through the others' frames.
         router_sleeps_++;
+        {
+            std::lock_guard lk(mu_);
+            for (unsigned i = 0; i < opt_.max_nodes; i++) {
+                if (ports_[i].state == State::Up)
+                    ports_[i].shm->router_asleep.store(1, std::memory_order_relaxed);
+            }
+        }
         futex_sleep(&bell_->sleeping, sleep_ms, [&] {
+            std::atomic_thread_fence(std::memory_order_seq_cst);
             std::lock_guard lk(mu_);
             if (stopping_) return true;
             for (unsigned i = 0; i < opt_.max_nodes; i++) {
-                if (ports_[i].state == State::Up && !ring_empty(ports_[i].shm->to_bridge)) return true;
+                const Port &p = ports_[i];
+                if (p.state != State::Up) continue;
+                if (!ring_empty(p.shm->to_bridge)) return true;
+                if (!p.overflow.empty() && !ring_full(p.shm->to_node)) return true;
             }
             return false;
         });
-        last_activity = now_ns() - kSpinNs / 2;
+        {
+            std::lock_guard lk(mu_);
+            for (unsigned i = 0; i < opt_.max_nodes; i++) {
+                if (ports_[i].state == State::Up)
+                    ports_[i].shm->router_asleep.store(0, std::memory_order_relaxed);
+            }
+        }
+        last_activity = now_ns();
     }
 }
 
@@ -895,11 +936,11 @@ std::string Bridge::stats_json()
       << ",\"over_cap\":" << over_cap_ << ",\"refused_handshakes\":" << refused_handshakes_
       << ",\"conn_timeouts\":" << conn_timeouts_ << ",\"conn_evicted\":" << conn_evicted_
       << ",\"outstanding\":" << outstanding_total_ << ",\"max_outstanding\":" << opt_.max_outstanding
-      << ",\"router_sleeps\":" << router_sleeps_.load() << ",\"eth_floods\":" << eth_floods_
-      << ",\"eth_bad_fragments\":" << eth_bad_fragments_ << ",\"eth_hairpin\":" << eth_hairpin_
-      << ",\"eth_queue_drops\":" << eth_queue_drops_ << ",\"fault_rules\":" << faults_.rules().size()
-      << ",\"fault_held\":" << faults_.held() << ",\"fault_lost\":" << fault_lost_
-      << ",\"capture\":" << capture_.status_json() << ",\"ports\":[";
+      << ",\"router_sleeps\":" << router_sleeps_.load() << ",\"router_wakeups\":" << wakeups_.load()
+      << ",\"eth_floods\":" << eth_floods_ << ",\"eth_bad_fragments\":" << eth_bad_fragments_
+      << ",\"eth_hairpin\":" << eth_hairpin_ << ",\"eth_queue_drops\":" << eth_queue_drops_
+      << ",\"fault_rules\":" << faults_.rules().size() << ",\"fault_held\":" << faults_.held()
+      << ",\"fault_lost\":" << fault_lost_ << ",\"capture\":" << capture_.status_json() << ",\"ports\":[";
     bool first = true;
     for (unsigned i = 0; i < opt_.max_nodes; i++) {
         const Port &p = ports_[i];
@@ -1031,12 +1072,15 @@ void Bridge::run()
         }
         // Connections in progress, and the nearest of their deadlines.
         const size_t first_conn = pfds.size();
-        uint64_t now = now_ns(), next = now + 1000000000ull;
+        // Without connections in progress the loop sleeps until a socket or stop() wakes it.
+        uint64_t now = now_ns(), next = UINT64_MAX;
         for (const Conn &c : conns_) {
             pfds.push_back({c.fd, short(c.replying ? POLLOUT : POLLIN), 0});
             next = std::min(next, c.deadline_ns);
         }
-        const int timeout_ms = next > now ? int((next - now + 999999) / 1000000) : 0;
+        const int timeout_ms = next == UINT64_MAX ? -1
+                               : next > now ? int(std::min<uint64_t>((next - now + 999999) / 1000000, 60000))
+                                            : 0;
         if (poll(pfds.data(), pfds.size(), timeout_ms) < 0 && errno != EINTR) break;
         now = now_ns();
         if (pfds[2].revents & POLLIN) {
@@ -1071,7 +1115,7 @@ void Bridge::run()
     for (Conn &c : conns_)
         close(c.fd);
     conns_.clear();
-    futex_wake(&bell_->sleeping);
+    futex_wake_always(&bell_->sleeping);
     if (router_.joinable()) router_.join();
 }
 

@@ -148,6 +148,8 @@ private:
     Capture capture_;
     std::vector<Conn> conns_;                // main loop only
     std::atomic<uint64_t> router_sleeps_{0}; // written by the router without mu_, read by stats_json()
+    std::atomic<uint64_t> wakeups_{
+        0}; // futex wake-ups the router sent (node port threads, blocked senders); no mu_
     std::atomic<bool> stopping_{false};
     std::thread router_;
     uint64_t start_ns_ = 0;

@@ -2,7 +2,13 @@
 // rackemu-fabric-bench: host-side fabric figures, measured in one run so ratios are fair:
 //   raw     shared-memory spin ping-pong between two processes (the floor)
 //   bridge  echo round trip node0 -> bridge -> node1 -> bridge -> node0, each node and the
-//           bridge in its own process, through the real port and bridge code
+//           bridge in its own process, through the real port and bridge code, twice: the
+//           requester drives its port while it waits (rk_fabric_port_drive, what a vCPU waiting
+//           on a remote load does), and the requester blocks on a futex while its port thread
+//           delivers the reply and wakes it
+//   wakes   host wake-ups per round trip in each mode: futex wake-ups sent (both ports and the
+//           bridge's router) and sleeps begun (both port threads and the router), from the
+//           components' own counters; a regression to per-frame sleeping or polling shows here
 //   rate    frames per second of pipelined echo traffic through the bridge
 // Prints a table; --csv FILE appends the figures as CSV.
 #include <algorithm>
@@ -14,9 +20,12 @@
 #include <thread>
 #include <vector>
 
+#include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "bridge.h"
@@ -65,11 +74,69 @@ Stats raw_pingpong(unsigned iters)
 
 struct Waiter {
     std::atomic<uint64_t> replies{0};
+    std::atomic<uint32_t> seq{0}, sleeping{0}; // futex word for the blocking mode
     static void on_reply(void *o, const rkf_frame_hdr *, const void *)
     {
-        static_cast<Waiter *>(o)->replies.fetch_add(1, std::memory_order_release);
+        auto *w = static_cast<Waiter *>(o);
+        w->replies.fetch_add(1, std::memory_order_release);
+        w->seq.fetch_add(1, std::memory_order_seq_cst);
+        if (w->sleeping.load(std::memory_order_seq_cst)) futex_op(&w->seq, FUTEX_WAKE_PRIVATE, 1, nullptr);
     }
 };
+
+struct Want {
+    Waiter *w;
+    uint64_t n;
+    static int done(void *o)
+    {
+        auto *c = static_cast<Want *>(o);
+        return c->w->replies.load(std::memory_order_acquire) >= c->n;
+    }
+};
+
+// Wake-up counters of the three components, summed.
+struct Wakes {
+    uint64_t wakeups = 0, sleeps = 0;
+};
+
+uint64_t json_u64(const std::string &j, const char *key)
+{
+    const std::string k = std::string("\"") + key + "\":";
+    const size_t p = j.find(k);
+    return p == std::string::npos ? 0 : strtoull(j.c_str() + p + k.size(), nullptr, 10);
+}
+
+// The bridge's stats over its control socket.
+std::string bridge_stats(const std::string &dir)
+{
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s/bridge.ctl", dir.c_str());
+    std::string out;
+    if (s >= 0 && connect(s, reinterpret_cast<sockaddr *>(&sa), sizeof sa) == 0) {
+        (void)!write(s, "stats\n", 6);
+        char b[4096];
+        ssize_t n;
+        while ((n = read(s, b, sizeof b)) > 0)
+            out.append(b, size_t(n));
+    }
+    if (s >= 0) close(s);
+    return out;
+}
+
+Wakes wakes_now(RkFabricPort *p, int node1_ctl, const std::string &dir)
+{
+    Wakes w;
+    rk_fabric_port_stats s{}, s1{};
+    rk_fabric_port_get_stats(p, &s);
+    char c = 's';
+    if (write(node1_ctl, &c, 1) == 1 && read(node1_ctl, &s1, sizeof s1) != sizeof s1) s1 = {};
+    const std::string j = bridge_stats(dir);
+    w.wakeups = s.wakeups_sent + s1.wakeups_sent + json_u64(j, "router_wakeups");
+    w.sleeps = s.sleeps + s1.sleeps + json_u64(j, "router_sleeps");
+    return w;
+}
 } // namespace
 
 int main(int argc, char **argv)
@@ -105,15 +172,24 @@ int main(int argc, char **argv)
     }
     const std::string sock = dir + "/fabric.sock";
     usleep(200000);
+    int ctl[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0) return 1;
     pid_t npid = fork();
-    if (npid == 0) { // node 1: its port thread answers echo requests
+    if (npid == 0) { // node 1: its port thread answers echo requests; its counters on request
+        close(ctl[0]);
         char err[256];
         RkFabricPort *p = rk_fabric_port_new(sock.c_str(), 1, 2, 0, 5000, err, sizeof err);
         if (!p) _exit(1);
         rk_fabric_port_start(p);
-        pause();
+        char c;
+        while (read(ctl[1], &c, 1) == 1) {
+            rk_fabric_port_stats st{};
+            rk_fabric_port_get_stats(p, &st);
+            (void)!write(ctl[1], &st, sizeof st);
+        }
         _exit(0);
     }
+    close(ctl[1]);
     char err[256];
     RkFabricPort *p = rk_fabric_port_new(sock.c_str(), 0, 2, 0, 5000, err, sizeof err);
     if (!p) {
@@ -135,24 +211,47 @@ int main(int argc, char **argv)
         uint64_t want = w.replies + 1;
         h.tag = i;
         if (rk_fabric_port_send(p, &h, payload)) break;
-        while (w.replies.load(std::memory_order_acquire) < want)
-            sched_yield();
-    }
-    std::vector<double> rtt;
-    rtt.reserve(iters);
-    for (unsigned i = 0; i < iters; i++) {
-        uint64_t want = w.replies + 1;
-        h.tag = i;
-        uint64_t t0 = now_ns();
-        if (rk_fabric_port_send(p, &h, payload)) {
-            fprintf(stderr, "send failed\n");
-            return 1;
+        Want c{&w, want};
+        while (!rk_fabric_port_drive(p, Want::done, &c, 0)) {
         }
-        while (w.replies.load(std::memory_order_acquire) < want)
-            sched_yield();
-        rtt.push_back((now_ns() - t0) / 1000.0);
     }
-    Stats br = summarize(rtt);
+    // One round trip at a time; `drive`: the requester drives its port while it waits, else it
+    // blocks on a futex and the port thread wakes it.
+    auto measure = [&](bool drive, Stats &st, double &wakeups, double &sleeps) {
+        std::vector<double> rtt;
+        rtt.reserve(iters);
+        usleep(20000);
+        const Wakes before = wakes_now(p, ctl[0], dir);
+        for (unsigned i = 0; i < iters; i++) {
+            Want want{&w, w.replies + 1};
+            h.tag = i;
+            const uint32_t seq = w.seq.load();
+            uint64_t t0 = now_ns();
+            if (rk_fabric_port_send(p, &h, payload)) {
+                fprintf(stderr, "send failed\n");
+                exit(1);
+            }
+            if (!drive || !rk_fabric_port_drive(p, Want::done, &want, 0)) {
+                while (!Want::done(&want)) {
+                    w.sleeping.store(1, std::memory_order_seq_cst);
+                    if (w.seq.load(std::memory_order_seq_cst) == seq && !Want::done(&want)) {
+                        timespec ts{1, 0};
+                        futex_op(&w.seq, FUTEX_WAIT_PRIVATE, seq, &ts);
+                    }
+                    w.sleeping.store(0);
+                }
+            }
+            rtt.push_back((now_ns() - t0) / 1000.0);
+        }
+        const Wakes after = wakes_now(p, ctl[0], dir);
+        st = summarize(rtt);
+        wakeups = double(after.wakeups - before.wakeups) / iters;
+        sleeps = double(after.sleeps - before.sleeps) / iters;
+    };
+    Stats br, bs;
+    double br_w, br_s, bs_w, bs_s;
+    measure(true, br, br_w, br_s);
+    measure(false, bs, bs_w, bs_s);
     // Throughput: keep up to 512 requests in flight for ~1 s.
     const uint64_t base = w.replies, t0 = now_ns();
     uint64_t sent = 0;
@@ -171,17 +270,24 @@ int main(int argc, char **argv)
     Stats raw = raw_pingpong(iters);
 
     rk_fabric_port_free(p);
+    close(ctl[0]);
     kill(npid, SIGTERM);
     kill(bpid, SIGTERM);
     waitpid(npid, nullptr, 0);
     waitpid(bpid, nullptr, 0);
     std::system(("rm -rf " + dir).c_str());
 
-    printf("%-44s %12s %12s\n", "measurement (64-byte frames, one run)", "median_us", "p99_us");
-    printf("%-44s %12.3f %12.3f\n", "raw shared-memory ping-pong (2 processes)", raw.median_us, raw.p99_us);
-    printf("%-44s %12.3f %12.3f\n", "bridge echo round trip (3 processes)", br.median_us, br.p99_us);
-    printf("%-44s %12.0f\n", "bridge echo frames/s (512 in flight)", fps);
-    printf("bridge round trip / raw ping-pong: %.1fx\n", br.median_us / raw.median_us);
+    printf("%-52s %10s %10s %9s %9s\n", "measurement (64-byte frames, one run)", "median_us", "p99_us",
+           "wakes/rt", "sleeps/rt");
+    printf("%-52s %10.3f %10.3f\n", "raw shared-memory ping-pong (2 processes)", raw.median_us, raw.p99_us);
+    printf("%-52s %10.3f %10.3f %9.2f %9.2f\n", "bridge echo round trip, requester drives its port",
+           br.median_us, br.p99_us, br_w, br_s);
+    printf("%-52s %10.3f %10.3f %9.2f %9.2f\n", "bridge echo round trip, requester blocks", bs.median_us,
+           bs.p99_us, bs_w, bs_s);
+    printf("%-52s %10.0f\n", "bridge echo frames/s (512 in flight)", fps);
+    printf("bridge round trip (driving) / raw ping-pong: %.1fx; spin %llu us, drive %llu us\n",
+           br.median_us / raw.median_us, (unsigned long long)(rk_fabric_spin_ns() / 1000),
+           (unsigned long long)(rk_fabric_drive_ns() / 1000));
     if (!csv.empty()) {
         FILE *f = fopen(csv.c_str(), "a");
         if (f) {
@@ -189,6 +295,14 @@ int main(int argc, char **argv)
                     raw.p99_us);
             fprintf(f, "fabric,bridge_rtt_median_us,%.3f\nfabric,bridge_rtt_p99_us,%.3f\n", br.median_us,
                     br.p99_us);
+            fprintf(f, "fabric,bridge_rtt_wakeups_per_rt,%.3f\nfabric,bridge_rtt_sleeps_per_rt,%.3f\n", br_w,
+                    br_s);
+            fprintf(f, "fabric,bridge_rtt_blocking_median_us,%.3f\nfabric,bridge_rtt_blocking_p99_us,%.3f\n",
+                    bs.median_us, bs.p99_us);
+            fprintf(
+                f,
+                "fabric,bridge_rtt_blocking_wakeups_per_rt,%.3f\nfabric,bridge_rtt_blocking_sleeps_per_rt,%.3f\n",
+                bs_w, bs_s);
             fprintf(f, "fabric,bridge_frames_per_s,%.0f\n", fps);
             fclose(f);
         }

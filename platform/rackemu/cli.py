@@ -425,6 +425,94 @@ def cmd_bridge_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- fault rules and capture
+
+def _bridge_answer(cluster: Cluster, command: str) -> dict:
+    """The bridge's answer; an error answer (a bad rule or option) raises BadRequest."""
+    ans = cluster.bridge_command(command)
+    if "error" in ans:
+        raise BadRequest(f"the bridge refused `{command}`: {ans['error']}")
+    return ans
+
+
+class BadRequest(Exception):
+    """A rule or option the bridge refused: exit status 2, the bridge's reason."""
+
+
+def cmd_fault_add(args: argparse.Namespace) -> int:
+    rule = " ".join(args.rule)
+    ans = _bridge_answer(_attach(args), f"fault add {rule}")
+    print(f"fault rule {ans['id']}: {ans['rule']}")
+    return 0
+
+
+def cmd_fault_list(args: argparse.Namespace) -> int:
+    ans = _bridge_answer(_attach(args), "fault list")
+    if args.json:
+        print(json.dumps(ans, indent=2))
+        return 0
+    rules = ans.get("rules", [])
+    if not rules:
+        print(f"no fault rules (default seed {ans.get('seed')}); add one with `rackemu fault add RULE`")
+        return 0
+    print(table(["id", "rule", "matched", "hits"],
+                [[r["id"], r["rule"], r["matched"], r["hits"]] for r in rules]))
+    print(f"\n{ans.get('held', 0)} frame(s) held by delay/reorder rules now")
+    return 0
+
+
+def cmd_fault_del(args: argparse.Namespace) -> int:
+    which = args.id
+    if which != "all" and not which.isdigit():
+        raise BadRequest(f"fault del: '{which}' is not a rule id (see `rackemu fault list`) or 'all'")
+    ans = _bridge_answer(_attach(args), f"fault del {which}")
+    print(f"removed {ans['removed']} fault rule(s)")
+    return 0
+
+
+def _capture_line(c: dict) -> str:
+    if not c.get("active"):
+        return "no capture running"
+    full = " (size limit reached: later frames were not recorded)" if c.get("full") else ""
+    return (f"capturing to {c['path']}: {c['frames']} frame(s), {c['bytes']} byte(s) of frames, "
+            f"file {c['file_bytes']} byte(s){full}")
+
+
+def cmd_capture_start(args: argparse.Namespace) -> int:
+    path = os.path.abspath(args.output)
+    if any(c.isspace() for c in path):
+        raise BadRequest(f"capture file {path!r}: the path must not contain white space")
+    opts = [f"path={path}", f"what={args.what}", f"dir={args.dir}", f"snaplen={args.snaplen}",
+            f"max_mb={args.max_mb}"]
+    if args.nodes is not None:
+        opts.append(f"nodes={args.nodes}")
+    cluster = _attach(args)
+    ans = _bridge_answer(cluster, "capture start " + " ".join(opts))
+    say(_capture_line(ans["capture"]))
+    if args.seconds is None:
+        print(f"stop it with `rackemu capture stop`; open it with `tshark -r {path}` (rackemu's own frames: "
+              f"`-X lua_script:{LUA_DISSECTOR}`)")
+        return 0
+    try:
+        time.sleep(args.seconds)
+    except KeyboardInterrupt:
+        pass
+    ans = _bridge_answer(cluster, "capture stop")
+    say("stopped: " + _capture_line(ans["capture"]))
+    return 0
+
+
+def cmd_capture_stop(args: argparse.Namespace) -> int:
+    ans = _bridge_answer(_attach(args), "capture stop")
+    print("stopped: " + _capture_line(ans["capture"]))
+    return 0
+
+
+def cmd_capture_status(args: argparse.Namespace) -> int:
+    print(_capture_line(_bridge_answer(_attach(args), "capture status")))
+    return 0
+
+
 # ---------------------------------------------------------------- setup / test / demo
 
 def cmd_setup(args: argparse.Namespace) -> int:
@@ -537,6 +625,23 @@ examples:
 
 docs/launcher.md has the full reference and the config file's keys.
 """
+
+# The rule syntax is the bridge's (platform/fabric/faults.cc checks it; docs/fabric.md lists it).
+FAULT_EPILOG = """\
+rule: ACTION [KEY=VALUE...]   (the bridge checks it and says what is wrong; exit status 2)
+  actions: drop, delay us=D [jitter=J], duplicate, reorder [hold_us=H], corrupt [bits=N],
+           down (every matching frame is lost: a link or a partition)
+  match:   src=LIST dst=LIST node=LIST between=A,B svc=eth,mbox,echo,mem,rmc,rackemu,all
+           kind=roce,ipv4,ipv6,ip,arp,other (Ethernet frames)
+  how often: prob=P or every=N; limit=N; seed=S (default: the cluster's fault_seed + rule id)
+examples:
+  rackemu fault add drop prob=0.01 svc=eth kind=roce
+  rackemu fault add delay us=200 jitter=50 between=0,1
+  rackemu fault add down between=0,2          partition nodes 0 and 2
+  rackemu fault list
+  rackemu fault del all
+"""
+LUA_DISSECTOR = "tools/wireshark/rackemu.lua"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -709,6 +814,63 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select_args(bs)
     bs.set_defaults(func=cmd_bridge_stats)
 
+    # fault rules
+    fr = sub.add_parser("fault", formatter_class=fmt, help="fault rules in the bridge: add, list, del",
+                        description="Fault rules in the fabric bridge, applied to the frames between "
+                                    "nodes (Ethernet and rackemu's own services): drop, delay, "
+                                    "duplicate, reorder, corrupt, link down. Rules act at once and "
+                                    "until removed; each counts the frames it matched and hit. The "
+                                    "cluster TOML's `faults` list installs rules at `cluster up`. "
+                                    "docs/fabric.md, \"Fault rules\".",
+                        epilog=FAULT_EPILOG)
+    fsub = fr.add_subparsers(dest="fault_command", metavar="ACTION", required=True)
+    fa = fsub.add_parser("add", formatter_class=fmt, help="add a rule", epilog=FAULT_EPILOG,
+                         description="Add a fault rule; prints its id and its normalised form "
+                                     "(with the seed it draws from).")
+    fa.add_argument("rule", nargs="+", metavar="RULE", help="ACTION [KEY=VALUE...], e.g. drop prob=0.01 svc=eth")
+    _add_select_args(fa)
+    fa.set_defaults(func=cmd_fault_add)
+    fl = fsub.add_parser("list", help="the rules and their counters",
+                         description="List the rules with the frames each matched and hit.")
+    fl.add_argument("--json", action="store_true", help="print the bridge's JSON as is")
+    _add_select_args(fl)
+    fl.set_defaults(func=cmd_fault_list)
+    fd = fsub.add_parser("del", help="remove a rule (or all)", description="Remove a rule by id, or all.")
+    fd.add_argument("id", metavar="ID|all")
+    _add_select_args(fd)
+    fd.set_defaults(func=cmd_fault_del)
+
+    # capture
+    ca = sub.add_parser("capture", formatter_class=fmt, help="record the frames crossing ports to a pcapng file",
+                        description="Record the frames that cross chosen nodes' ports of the fabric "
+                                    "bridge into a pcapng file. Ethernet frames (IP, ARP, RoCEv2) open "
+                                    "in Wireshark/tshark as they are; rackemu's own service frames use "
+                                    f"link type DLT_USER0 (147), decoded by {LUA_DISSECTOR} "
+                                    "(docs/fabric.md, \"Capture\").")
+    casub = ca.add_subparsers(dest="capture_command", metavar="ACTION", required=True)
+    cs = casub.add_parser("start", help="start recording (replaces a running capture)",
+                          description="Start recording. With --seconds, stop after that long (or at "
+                                      "Ctrl-C); otherwise it runs until `rackemu capture stop`.")
+    cs.add_argument("-o", "--output", required=True, metavar="FILE", help="pcapng file to write (overwritten)")
+    cs.add_argument("--nodes", metavar="LIST", help="comma-separated node ids (default: every node)")
+    cs.add_argument("--what", choices=("all", "eth", "rackemu"), default="all",
+                    help="Ethernet frames, rackemu service frames, or both (default all)")
+    cs.add_argument("--dir", choices=("in", "out", "both"), default="in",
+                    help="frames the node sends into the switch (in, default: every frame once), "
+                         "frames the switch delivers to it after fault rules (out), or both")
+    cs.add_argument("--snaplen", type=int, default=65535, metavar="N", help="bytes kept per frame (64..65535)")
+    cs.add_argument("--max-mb", type=int, default=1024, metavar="N",
+                    help="stop recording once the file reaches N MiB (default 1024)")
+    cs.add_argument("--seconds", type=_positive_float, metavar="S", help="record for S seconds, then stop")
+    _add_select_args(cs)
+    cs.set_defaults(func=cmd_capture_start)
+    cp_ = casub.add_parser("stop", help="stop recording and close the file", description="Stop recording.")
+    _add_select_args(cp_)
+    cp_.set_defaults(func=cmd_capture_stop)
+    cst = casub.add_parser("status", help="what is being recorded", description="Show the running capture.")
+    _add_select_args(cst)
+    cst.set_defaults(func=cmd_capture_status)
+
     # demo
     de = sub.add_parser("demo", formatter_class=fmt, help="4-node ring of packets + round-trip times",
                         description="Boot a cluster (4 nodes by default), pass packets around a ring "
@@ -772,6 +934,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ClusterError) as e:
         error(str(e))
         return 1
+    except BadRequest as e:
+        error(str(e))
+        return 2
     except KeyboardInterrupt:
         print(file=sys.stderr)
         say("interrupted")

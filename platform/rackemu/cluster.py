@@ -705,8 +705,10 @@ class Cluster:
         return Proc(popen.pid, proc_starttime(popen.pid), argv, str(log_path), popen)
 
     def bridge_argv(self) -> list[str]:
+        faults = [a for rule in self.config.faults for a in ("--fault", rule)]
         return [str(self.config.bridge), "--run-dir", str(self.run_dir),
-                "--max-nodes", str(self.config.nodes), *self.config.bridge_args]
+                "--max-nodes", str(self.config.nodes), "--fault-seed", str(self.config.fault_seed),
+                *faults, *self.config.bridge_args]
 
     @property
     def ram_dir(self) -> Path:
@@ -1204,6 +1206,14 @@ class Cluster:
 
     def bridge_stats(self, timeout: float = 5.0) -> dict[str, Any]:
         """The bridge's `stats` answer: {"ports": [{node, state, frames_in, ...}], ...}."""
+        return self.bridge_command("stats", timeout)
+
+    def bridge_command(self, command: str, timeout: float = 5.0) -> dict[str, Any]:
+        """One command on the bridge's control socket (docs/fabric.md, "Running the bridge"):
+        `stats`, `fault add RULE`, `fault list`, `capture start ...`; its JSON answer (an
+        {"error": ...} answer is returned as is: the caller reports it)."""
+        if "\n" in command:
+            raise ClusterError("a bridge command is one line")
         if not self.config.fabric:
             raise ClusterError(f"machine {self.config.machine!r} has no fabric bridge")
         ctl = self.run_dir / "bridge.ctl"
@@ -1214,7 +1224,7 @@ class Cluster:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.settimeout(timeout)
                 s.connect(str(ctl))
-                s.sendall(b"stats\n")
+                s.sendall(command.encode() + b"\n")
                 while True:
                     chunk = s.recv(65536)
                     if not chunk:
@@ -1225,7 +1235,7 @@ class Cluster:
         try:
             return json.loads(data)
         except ValueError:
-            raise ClusterError(f"the bridge answered `stats` with something that is not JSON: "
+            raise ClusterError(f"the bridge answered `{command.split()[0]}` with something that is not JSON: "
                                f"{data[:200]!r}") from None
 
     # ---- status ----

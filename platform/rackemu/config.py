@@ -75,6 +75,8 @@ DEFAULTS: dict[str, Any] = {
     "shm_dir": "",
     "qemu_args": [],
     "bridge_args": [],
+    "faults": [],
+    "fault_seed": 1,
     "paths": {"qemu": "", "bridge": "", "kernel": "", "initrd": ""},
 }
 
@@ -132,6 +134,8 @@ class ClusterConfig:
     shm_dir: Path = SHM_BASE              # guest RAM files live in shm_dir/rackemu-UID-NAME-HASH
     qemu_args: list[str] = dataclasses.field(default_factory=list)
     bridge_args: list[str] = dataclasses.field(default_factory=list)
+    faults: list[str] = dataclasses.field(default_factory=list)  # bridge fault rules (docs/fabric.md)
+    fault_seed: int = DEFAULTS["fault_seed"]
     qemu: Path = dataclasses.field(default_factory=lambda: build_dir() / "qemu" / "qemu-system-aarch64")
     bridge: Path = dataclasses.field(default_factory=lambda: default_bridge(build_dir()))
     kernel: Path | None = None          # None: KERNEL_IMAGE from $RACKEMU_BUILD/guest/guest.env
@@ -390,7 +394,11 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
     shm_dir_path = Path(os.path.abspath(Path(shm_dir).expanduser())) if shm_dir else SHM_BASE
 
     lists = {}
-    for key in ("qemu_args", "bridge_args"):
+    fault_seed = raw["fault_seed"]
+    if not isinstance(fault_seed, int) or isinstance(fault_seed, bool) or not 0 <= fault_seed < 2**64:
+        raise ConfigError(f"fault_seed: expected an integer from 0 to 2**64-1, got {fault_seed!r}")
+
+    for key in ("qemu_args", "bridge_args", "faults"):
         v = raw[key]
         if not isinstance(v, list) or not all(isinstance(a, str) for a in v):
             raise ConfigError(f"{key}: expected a list of strings, got {v!r}")
@@ -409,6 +417,7 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
         run_dir=run_dir_path,
         shm_dir=shm_dir_path,
         qemu_args=lists["qemu_args"], bridge_args=lists["bridge_args"],
+        faults=lists["faults"], fault_seed=fault_seed,
         qemu=pth("qemu", b / "qemu" / "qemu-system-aarch64"),
         bridge=pth("bridge", default_bridge(b)),
         kernel=Path(paths["kernel"]).expanduser().absolute() if paths["kernel"] else None,

@@ -36,7 +36,8 @@ pytestmark = pytest.mark.skipif(not (os.path.exists(QEMU) and os.path.exists(BRI
                                 reason="build first: ./rackemu setup")
 
 # struct PortShm (hw/fabric/shm_ring.h): a 64-byte header, then two rings, each a
-# 192-byte control block (head, tail, sleeping: one cache line each) and 1024 slots of 256 bytes.
+# 192-byte control block (head, tail, sleeping + space_wait: one cache line each) and 1024 slots
+# of 256 bytes.
 SLOTS, SLOT = P["RKF_RING_SLOTS"], P["RKF_SLOT_SIZE"]
 RING = 192 + SLOTS * SLOT
 TO_BRIDGE, TO_NODE = 64, 64 + RING
@@ -118,6 +119,9 @@ class FakeNode:
                 h = HDR.unpack_from(self.shm, slot)
                 data = bytes(self.shm[slot + 32:slot + 32 + min(h[6], SLOT - 32)])
                 self._u32(TO_NODE + 64, tail + 1)
+                if self._u32(TO_NODE + 132):  # space_wait: the bridge queues frames for us
+                    self._u32(TO_NODE + 132, 0)
+                    self.ring_bell()
                 return h, data
             time.sleep(0.001)
         return None

@@ -11,8 +11,11 @@
 // Input: welcome byte, then operations
 //   0 a frame into to_node (header fields, payload)   1 bogus to_node head index
 //   2 let the port consume what is queued
+//   3 an Ethernet frame as fragments (fabric_proto.h), one field of one fragment maybe mutated
 // Checked: the port never sends an invalid frame (every frame in to_bridge passes
-// frame_defect and carries the port's node id); services see only valid frames of their svc.
+// frame_defect and carries the port's node id; its Ethernet fragments reassemble without a
+// defect); services see only valid frames of their svc; an Ethernet receiver sees only whole
+// frames of 14..9216 bytes (and echoes each, so the send path runs too).
 #include "fuzz_input.h"
 
 #include <atomic>
@@ -32,6 +35,7 @@
 
 #include "fabric_handshake.h" // tests/unit: the handshake the unit tests' fake bridge speaks
 #include "rk_fabric_port.h"
+#include "eth_frag.h"
 #include "shm_ring.h"
 
 using namespace rackemu::fabric;
@@ -131,6 +135,14 @@ struct Services {
         static_cast<Services *>(o)->replies++;
     }
     static void on_link(void *o, int) { static_cast<Services *>(o)->links++; }
+    static void on_eth(void *o, const uint8_t *f, size_t len, unsigned src)
+    {
+        FUZZ_CHECK(f && len >= RKF_ETH_MIN_FRAME && len <= RKF_ETH_MAX_FRAME && src < RKF_MAX_NODES);
+        static_cast<Services *>(o)->frames++;
+        (void)rk_fabric_port_eth_send(static_cast<Services *>(o)->port, f, len); // may be -EAGAIN
+    }
+    std::atomic<unsigned> frames{0};
+    RkFabricPort *port = nullptr;
 };
 // ---- end of adapter ----
 
@@ -156,9 +168,16 @@ void check_sent(PortShm *shm)
     rkf_frame_hdr h;
     unsigned char payload[RKF_SLOT_SIZE];
     PopResult r;
+    static EthReassembler as;
+    as.reset();
     while ((r = ring_pop(shm->to_bridge, h, payload)) == PopResult::Ok) {
         FUZZ_CHECK(frame_defect(h) == nullptr);
         FUZZ_CHECK(h.src == kNode);
+        if (h.svc == RKF_SVC_ETH) {
+            FUZZ_CHECK(as.feed(h, payload) != EthReassembler::Result::Bad);
+        } else {
+            FUZZ_CHECK(!as.interrupt());
+        }
     }
     FUZZ_CHECK(r == PopResult::Empty);
 }
@@ -206,10 +225,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (unsigned s : {RKF_SVC_UNIMEM_MBOX, RKF_SVC_MEM, RKF_SVC_RMC})
             rk_fabric_port_register(port, s, Services::on_request, Services::on_reply, Services::on_link,
                                     &svc);
+        svc.port = port;
+        rk_fabric_port_eth_attach(port, RK_FABRIC_ETH_NET, Services::on_eth, &svc);
         rk_fabric_port_start(port);
         Ring &ring = shm->to_node;
         for (unsigned ops = 0; !in.empty() && ops < 512; ops++) {
-            switch (in.u8() % 3) {
+            switch (in.u8() % 4) {
             case 0: {
                 rkf_frame_hdr h{};
                 const uint8_t flags = in.u8();
@@ -249,6 +270,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             case 2:
                 wait_consumed(port, ring);
                 break;
+            case 3: {
+                static unsigned char frame[RKF_ETH_MAX_FRAME];
+                const uint16_t len =
+                    uint16_t(RKF_ETH_MIN_FRAME + in.u16() % (RKF_ETH_MAX_FRAME - RKF_ETH_MIN_FRAME + 1));
+                in.bytes(frame, std::min<size_t>(len, 64));
+                const unsigned n = RKF_ETH_FRAGS(len);
+                const uint8_t mutate = in.u8(); // which fragment (if < n) and which field
+                const unsigned which = in.u8();
+                rkf_frame_hdr t{};
+                t.magic = RKF_FRAME_MAGIC;
+                t.src = in.u8() % 8;
+                t.dst = kNode;
+                wait_consumed(port, ring);
+                if (ring_room(ring) < n) break;
+                const uint32_t head = ring.ctl.head.load(std::memory_order_relaxed);
+                for (unsigned i = 0; i < n; i++) {
+                    unsigned char *slot = ring.slots[(head + i) % RKF_RING_SLOTS];
+                    eth_frag_write(slot, t, frame, len, 7, i);
+                    if (i == mutate) { // one field of this fragment replaced from the input
+                        const size_t off = which % (sizeof(rkf_frame_hdr) + sizeof(rkf_eth_frag));
+                        slot[off] = in.u8();
+                    }
+                }
+                ring.ctl.head.store(head + n, std::memory_order_release);
+                futex_wake(&ring.ctl.sleeping);
+                break;
+            }
             }
             if (!rk_fabric_port_is_up(port)) break;
         }

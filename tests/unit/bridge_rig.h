@@ -263,6 +263,40 @@ struct Mailbox {
     }
 };
 
+// Collects what a port's Ethernet receiver gets: (sending node, frame bytes). Attach it with
+// rk_fabric_port_eth_attach(port, class, EthSink::rx, &sink), then wait_count() for the frames.
+struct EthSink {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::pair<unsigned, std::vector<uint8_t>>> frames;
+    static void rx(void *o, const uint8_t *f, size_t len, unsigned src)
+    {
+        auto *s = static_cast<EthSink *>(o);
+        std::lock_guard lk(s->mu);
+        s->frames.emplace_back(src, std::vector<uint8_t>(f, f + len));
+        s->cv.notify_all();
+    }
+    bool wait_count(size_t n, std::chrono::milliseconds d = std::chrono::seconds(10))
+    {
+        std::unique_lock lk(mu);
+        return cv.wait_for(lk, d, [&] { return frames.size() >= n; });
+    }
+    size_t count()
+    {
+        std::lock_guard lk(mu);
+        return frames.size();
+    }
+};
+
+// A top-level counter of the bridge's stats JSON (UINT64_MAX if absent).
+inline uint64_t stat_of(const std::string &json, const std::string &key)
+{
+    const std::string k = "\"" + key + "\":";
+    size_t p = json.find(k);
+    if (p == std::string::npos) return UINT64_MAX;
+    return std::strtoull(json.c_str() + p + k.size(), nullptr, 10);
+}
+
 inline rkf_frame_hdr request(uint8_t svc, uint16_t dst, uint64_t tag, uint16_t len)
 {
     rkf_frame_hdr h{};

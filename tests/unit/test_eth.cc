@@ -21,30 +21,6 @@ using namespace rackemu::fabric::test;
 
 namespace {
 
-// What an Ethernet receiver got: (sending node, frame bytes).
-struct EthSink {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<std::pair<unsigned, std::vector<uint8_t>>> frames;
-    static void rx(void *o, const uint8_t *f, size_t len, unsigned src)
-    {
-        auto *s = static_cast<EthSink *>(o);
-        std::lock_guard lk(s->mu);
-        s->frames.emplace_back(src, std::vector<uint8_t>(f, f + len));
-        s->cv.notify_all();
-    }
-    bool wait_count(size_t n, std::chrono::milliseconds d = std::chrono::seconds(10))
-    {
-        std::unique_lock lk(mu);
-        return cv.wait_for(lk, d, [&] { return frames.size() >= n; });
-    }
-    size_t count()
-    {
-        std::lock_guard lk(mu);
-        return frames.size();
-    }
-};
-
 // A frame of `len` bytes to `dst` from node `src`'s MAC, EtherType 0x88b5 (local experimental),
 // filled with a pattern that depends on `seed` and the offset (so a misplaced or lost
 // fragment shows).
@@ -81,19 +57,12 @@ std::vector<uint8_t> udp_frame(unsigned dst, unsigned src, uint16_t dport)
     return f;
 }
 
-uint64_t stat_of(const std::string &json, const std::string &key, size_t from = 0)
-{
-    const size_t at = json.find("\"" + key + "\":", from);
-    if (at == std::string::npos) return ~0ull;
-    return std::stoull(json.substr(at + key.size() + 3));
-}
-
 // The counter `key` of node `node`'s entry in `stats`.
 uint64_t port_stat(const std::string &json, unsigned node, const std::string &key)
 {
     const size_t at = json.find("{\"node\":" + std::to_string(node) + ",");
     if (at == std::string::npos) return ~0ull;
-    return stat_of(json, key, at);
+    return stat_of(json.substr(at), key);
 }
 
 } // namespace

@@ -50,13 +50,6 @@ bool echo_works(RkFabricPort *from, unsigned to)
     return ok;
 }
 
-uint64_t stat_of(const std::string &json, const std::string &key)
-{
-    const std::string k = "\"" + key + "\":";
-    size_t p = json.find(k);
-    if (p == std::string::npos) return UINT64_MAX;
-    return std::strtoull(json.c_str() + p + k.size(), nullptr, 10);
-}
 } // namespace
 
 // Finding 6: a peer truncated the port memory or the doorbell it was handed and the bridge

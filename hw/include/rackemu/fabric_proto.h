@@ -27,7 +27,7 @@
 
 #include <stdint.h>
 
-#define RKF_PROTO_VERSION  1u
+#define RKF_PROTO_VERSION  2u /* 2: rings carry space_wait (a full ring blocks its producer) */
 #define RKF_HELLO_MAGIC    0x524b4648u /* "RKFH" */
 #define RKF_FRAME_MAGIC    0x524b4646u /* "RKFF" */
 #define RKF_SHM_MAGIC      0x524b4653u /* "RKFS" */
