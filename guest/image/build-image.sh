@@ -10,8 +10,11 @@ env_file=$RACKEMU_BUILD/guest/guest.env
 source "$env_file"
 g=$RACKEMU_BUILD/guest
 out=$g/initramfs.cpio
-# Debian's modules the image needs, in load order (virtio core and ring are built in).
-sys_mods=(kernel/drivers/virtio/virtio_mmio.ko kernel/drivers/char/virtio_console.ko)
+# Debian's modules the image needs, in load order (virtio core and ring are built in): the
+# virtio-mmio transport, the agent's console, and the fabric NIC's virtio_net (with the failover
+# modules it links against; docs/networking.md).
+sys_mods=(kernel/drivers/virtio/virtio_mmio.ko kernel/drivers/char/virtio_console.ko
+          kernel/net/core/failover.ko kernel/drivers/net/net_failover.ko kernel/drivers/net/virtio_net.ko)
 
 # Debian's modules that the extra modules need (guest/kmod/build.sh lists them in load order).
 extra_deps=()

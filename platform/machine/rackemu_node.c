@@ -26,6 +26,7 @@
 #include "rackemu/sonuma_regs.h"
 #include "rackemu_rmc.h"
 #include "rackemu_glue.h"
+#include "rackemu_net.h"
 #include "exec/memory.h"
 #include "exec/cpu-common.h"
 #include <libfdt.h>
@@ -45,6 +46,9 @@ struct RackemuNodeState {
     bool burst_known_issue;
     uint32_t remote_timeout_ms;
     uint32_t rmc_segment_mb;
+    bool net;         /* the virtio-net NIC on the fabric port (docs/networking.md) */
+    uint32_t net_mtu; /* its advertised MTU */
+    RackemuNet *netdev; /* NULL: no NIC (net=off, or no fabric); read by the link hook on any thread */
     RackemuFabric *fab; /* the node's port to the rack, linked into every device as "fabric" */
     uint64_t seg_base, seg_size; /* the RMC's context segment at the top of RAM */
 };
@@ -253,6 +257,7 @@ static void rackemu_node_fabric_link(void *opaque, int up)
     RackemuNodeState *rn = opaque;
 
     trace_rackemu_link(rn->node_id, up);
+    rackemu_net_link(qatomic_read(&rn->netdev), up); /* the NIC's carrier */
 }
 
 static void rackemu_node_rmem_log(void *opaque, const char *msg)
@@ -318,6 +323,11 @@ static void rackemu_node_init(MachineState *ms)
         error_report("rackemu-node: fifo-depth=%u out of range 4..65536", rn->fifo_depth);
         exit(1);
     }
+    if (rn->net_mtu < RACKEMU_NET_MTU_MIN || rn->net_mtu > RACKEMU_NET_MTU_MAX) {
+        error_report("rackemu-node: net-mtu=%u out of range %u..%u", rn->net_mtu, RACKEMU_NET_MTU_MIN,
+                     RACKEMU_NET_MTU_MAX);
+        exit(1);
+    }
     if (rn->remote_timeout_ms < 1 || rn->remote_timeout_ms > 600000) {
         error_report("rackemu-node: remote-timeout-ms=%u out of range 1..600000", rn->remote_timeout_ms);
         exit(1);
@@ -350,6 +360,9 @@ static void rackemu_node_init(MachineState *ms)
 
         for (i = 0; i < ARRAY_SIZE(rackemu_node_devices); i++) {
             caps |= rackemu_node_devices[i].caps;
+        }
+        if (rn->net) {
+            caps |= RKF_CAP_ETH; /* the NIC below (networking.md) */
         }
         rn->fab->port = rk_fabric_port_new(rn->fabric, rn->node_id, rn->node_count, caps, 5000, err, sizeof(err));
         if (!rn->fab->port) {
@@ -392,6 +405,18 @@ static void rackemu_node_init(MachineState *ms)
 
     for (i = 0; i < ARRAY_SIZE(rackemu_node_devices); i++) {
         rackemu_node_create(ms, &rackemu_node_devices[i]);
+    }
+    if (rn->net && rn->fab->port) {
+        /* the IP network's NIC: virtio-net on a virtio-mmio transport, backed by the port */
+        Error *err = NULL;
+        RackemuNet *net = rackemu_net_create(OBJECT(ms), rn->fab->port, rn->node_id, rn->net_mtu, &err);
+
+        if (!net) {
+            error_reportf_err(err, "rackemu-node: the node's NIC (net=on): ");
+            exit(1);
+        }
+        qatomic_set(&rn->netdev, net);
+        rackemu_net_link(net, rk_fabric_port_is_up(rn->fab->port)); /* a change the hook raced with */
     }
     if (rn->fab->port) {
         rk_fabric_port_start(rn->fab->port); /* every service of the node is bound now */
@@ -457,6 +482,16 @@ static void rackemu_node_set_burst(Object *obj, bool value, Error **errp)
     RACKEMU_NODE_MACHINE(obj)->burst_known_issue = value;
 }
 
+static bool rackemu_node_get_net(Object *obj, Error **errp)
+{
+    return RACKEMU_NODE_MACHINE(obj)->net;
+}
+
+static void rackemu_node_set_net(Object *obj, bool value, Error **errp)
+{
+    RACKEMU_NODE_MACHINE(obj)->net = value;
+}
+
 static void rackemu_node_instance_init(Object *obj)
 {
     RackemuNodeState *rn = RACKEMU_NODE_MACHINE(obj);
@@ -466,6 +501,8 @@ static void rackemu_node_instance_init(Object *obj)
     rn->fifo_depth = VMBOX_DEFAULT_DEPTH;
     rn->remote_timeout_ms = 2000;
     rn->rmc_segment_mb = 32;
+    rn->net = true;
+    rn->net_mtu = RACKEMU_NET_MTU_DEFAULT;
 }
 
 static void rackemu_node_add_u32(ObjectClass *oc, const char *name, size_t offset, const char *desc)
@@ -480,7 +517,7 @@ static void rackemu_node_class_init(ObjectClass *oc, void *data)
     MachineClass *mc = MACHINE_CLASS(oc);
     RackemuNodeClass *rnc = RACKEMU_NODE_MACHINE_CLASS(oc);
 
-    mc->desc = "rackemu cluster node (ARM virt + Unimem vmbox/packetizer/GAS/cDMA + soNUMA RMC + fabric port)";
+    mc->desc = "rackemu cluster node (ARM virt + Unimem vmbox/packetizer/GAS/cDMA + soNUMA RMC + fabric port + virtio-net on the fabric)";
     mc->default_cpu_type = ARM_CPU_TYPE_NAME("cortex-a57");
     rnc->parent_init = mc->init;
     mc->init = rackemu_node_init;
@@ -505,6 +542,12 @@ static void rackemu_node_class_init(ObjectClass *oc, void *data)
                                           "Directory of every node's RAM file nodeN.ram (shared file "
                                           "backends): one-sided accesses to a live peer copy directly "
                                           "from/to its RAM; empty (default): over the fabric");
+    object_class_property_add_bool(oc, "net", rackemu_node_get_net, rackemu_node_set_net);
+    object_class_property_set_description(oc, "net",
+                                          "The node's virtio-net NIC on the fabric port, MAC "
+                                          "02:52:4b:00:00:<node-id> (default on; needs a fabric)");
+    rackemu_node_add_u32(oc, "net-mtu", offsetof(RackemuNodeState, net_mtu),
+                         "MTU the NIC advertises to the guest (68..9000, default 1500)");
     object_class_property_add_bool(oc, "burst-known-issue", rackemu_node_get_burst, rackemu_node_set_burst);
     object_class_property_set_description(oc, "burst-known-issue",
                                           "Model the vmbox burst known issue of seed 004 sec. 5.1.2");

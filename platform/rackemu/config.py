@@ -26,6 +26,7 @@ MAX_NODES = 64          # node ids live in global-address bits [39:34] (hw/inclu
 MIN_MEMORY_MIB = 64
 MAX_MEMORY_MIB = 16 * 1024   # a node's local physical addresses are bits [33:0]: 16 GiB
 MAX_VCPUS = 8
+NET_MTU_MIN, NET_MTU_MAX = 68, 9000   # the machine's net-mtu range (hw/qemu/rackemu_net.h)
 
 ROOT = Path(os.environ.get("RACKEMU_ROOT") or Path(__file__).resolve().parents[2])
 DEFAULT_CONFIG_FILE = ROOT / "platform" / "cluster.toml"
@@ -69,6 +70,8 @@ DEFAULTS: dict[str, Any] = {
     "boot_timeout": 300.0,
     "snapshot": "off",
     "insn_count": False,
+    "net": True,
+    "net_mtu": 1500,
     "run_dir": "",
     "shm_dir": "",
     "qemu_args": [],
@@ -127,6 +130,8 @@ class ClusterConfig:
     boot_timeout: float = DEFAULTS["boot_timeout"]
     snapshot: str = DEFAULTS["snapshot"]   # boot from cached snapshots: auto, off, refresh
     insn_count: bool = DEFAULTS["insn_count"]  # load the rk_insn TCG plugin (docs/insn-count.md)
+    net: bool = DEFAULTS["net"]            # each node's virtio-net NIC on the fabric (docs/networking.md)
+    net_mtu: int = DEFAULTS["net_mtu"]     # the MTU it advertises to the guest
     run_dir: Path = RUN_BASE / "default"
     shm_dir: Path = SHM_BASE              # guest RAM files live in shm_dir/rackemu-UID-NAME-HASH
     qemu_args: list[str] = dataclasses.field(default_factory=list)
@@ -375,6 +380,13 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
 
     insn_count = raw["insn_count"]
     _check_type("insn_count", insn_count, (bool,), "true or false")
+    net = raw["net"]
+    _check_type("net", net, (bool,), "true or false")
+    net_mtu = raw["net_mtu"]
+    _check_type("net_mtu", net_mtu, (int,), "an integer number of bytes")
+    if not NET_MTU_MIN <= net_mtu <= NET_MTU_MAX:
+        raise ConfigError(f"net_mtu: {net_mtu} is out of range; the fabric NIC's MTU is "
+                          f"{NET_MTU_MIN} to {NET_MTU_MAX} bytes (1500: standard, 9000: jumbo frames)")
 
     run_dir = raw["run_dir"]
     _check_type("run_dir", run_dir, (str,), "a path string")
@@ -412,6 +424,7 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
         name=name, nodes=nodes, memory_mib=memory_mib, vcpus=vcpus, cpu=cpu, machine=machine,
         kernel_cmdline=cmdline.strip(), boot_timeout=float(boot_timeout), snapshot=snapshot,
         insn_count=insn_count,
+        net=net, net_mtu=net_mtu,
         run_dir=run_dir_path,
         shm_dir=shm_dir_path,
         qemu_args=lists["qemu_args"], bridge_args=lists["bridge_args"],

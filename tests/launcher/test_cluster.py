@@ -39,7 +39,8 @@ def test_up_runs_bridge_and_nodes_and_down_leaves_nothing(fake_build, fake_agent
         # the node command line is the fixed interface
         argv = c.nodes[1].proc.argv
         assert argv[argv.index("-M") + 1] == (f"rackemu-node,memory-backend=ram,node-id=1,node-count=3,"
-                                              f"fabric={run_dir}/fabric.sock,ram-dir={c.ram_dir}")
+                                              f"fabric={run_dir}/fabric.sock,ram-dir={c.ram_dir},"
+                                              f"net=on,net-mtu=1500")
         assert f"mem-path={c.ram_dir}/node1.ram" in argv[argv.index("-object") + 1]
         assert "share=on" in argv[argv.index("-object") + 1]  # guest RAM as a shared-memory file
         assert argv[argv.index("-append") + 1] == f"console=ttyAMA0 rackemu.node=1 {GUEST_CMDLINE}"
@@ -55,6 +56,26 @@ def test_up_runs_bridge_and_nodes_and_down_leaves_nothing(fake_build, fake_agent
     assert not list(run_dir.glob("*.pid"))
     assert (run_dir / "node0.console").exists(), "logs stay for post-mortems"
     assert json.loads((run_dir / "state.json").read_text())["status"] == "down"
+
+
+@pytest.mark.parametrize("over,machine_tail", [
+    ({}, ",net=on,net-mtu=1500"),
+    ({"net_mtu": 9000}, ",net=on,net-mtu=9000"),
+    ({"net": False}, ",net=off"),
+])
+def test_the_nodes_nic_on_the_fabric_is_on_the_machine_command_line(
+        fake_build, fake_agent, run_dir, over, machine_tail):
+    """docs/networking.md: the machine creates each node's virtio-net NIC on the fabric port
+    (net=on, with the configured MTU) or none (net=off)."""
+    c = Cluster(cfg(run_dir, nodes=2, **over))
+    c.up()
+    try:
+        for n in c.nodes:
+            machine = n.proc.argv[n.proc.argv.index("-M") + 1]
+            assert machine.endswith(machine_tail), machine
+            assert f"node-id={n.id}," in machine
+    finally:
+        c.down()
 
 
 def test_bridge_stats_reads_the_control_socket(fake_build, fake_agent, run_dir):

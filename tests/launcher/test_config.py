@@ -130,3 +130,15 @@ def test_guest_env_is_read_like_the_shell_would(tmp_path):
 def test_kernel_image_relative_to_guest_env(fake_build):
     (fake_build / "guest" / "guest.env").write_text("KERNEL_IMAGE=vmlinuz\n")
     assert load_config().kernel_image() == fake_build / "guest" / "vmlinuz"
+
+
+def test_net_keys_are_checked_with_the_accepted_range(tmp_path):
+    c = load_config(write(tmp_path, "net = false\nnet_mtu = 9000\n"))
+    assert (c.net, c.net_mtu) == (False, 9000)
+    assert (load_config().net, load_config().net_mtu) == (True, 1500)
+    with pytest.raises(ConfigError, match=r"net_mtu: 9001 is out of range.*68 to 9000"):
+        load_config(write(tmp_path, "net_mtu = 9001\n"))
+    with pytest.raises(ConfigError, match=r"net_mtu: expected an integer"):
+        load_config(write(tmp_path, 'net_mtu = "1500"\n'))
+    with pytest.raises(ConfigError, match=r"net: expected true or false"):
+        load_config(write(tmp_path, "net = 1\n"))
