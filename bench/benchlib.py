@@ -32,3 +32,24 @@ def write_results(rows, csv_path, value_width=14):
         for sec, metric, val, unit in rows:
             f.write(f"{sec},{metric},{val},{unit}\n")
     print(f"CSV: {csv_path}")
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or None (with a message) when python3-matplotlib is
+    missing: the benchmark then writes its table and CSV but no PNG."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("python3-matplotlib is missing (platform/setup/packages.txt): no PNG")
+        return None
+    return plt
+
+
+def save_figure(fig, png, dpi=110):
+    """Write a figure to png (creating its directory) and say where."""
+    Path(png).parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(png, dpi=dpi)
+    print(f"PNG: {png}")

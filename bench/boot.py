@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Boot and idle benchmark: prints a table, writes CSV and a PNG plot (not a test; figures vary
 by machine and by what else runs on it, so the host's load average is recorded beside them).
 
@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from rackemu.cluster import Cluster  # noqa: E402
 from rackemu.config import build_dir, load_config  # noqa: E402
-from benchlib import log, write_results  # noqa: E402
+from benchlib import log, pyplot, save_figure, write_results  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PATH_KEYS = ("initrd", "kernel")
@@ -81,12 +81,8 @@ def idle_pct(c, seconds):
 
 
 def plot(res, variants, sizes, png):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("python3-matplotlib is missing (platform/setup/packages.txt): no plot")
+    plt = pyplot()
+    if plt is None:
         return
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
     w = 0.8 / len(variants)
@@ -108,9 +104,7 @@ def plot(res, variants, sizes, png):
     a2.set_title("idle CPU, QEMUs + bridge")
     a2.legend()
     fig.suptitle(f"rackemu boot and idle ({os.cpu_count()} host cores)")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    print(f"PNG: {png}")
+    save_figure(fig, png)
 
 
 def main():

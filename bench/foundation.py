@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Foundation benchmark: prints a table and writes CSV (not a test; figures vary by machine).
 
 Measured, each in this run:

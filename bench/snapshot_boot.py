@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Boot from snapshots vs a cold boot: prints a table, writes CSV and a PNG plot (not a test;
 figures vary by machine and by what else it runs).
 
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from rackemu.cluster import Cluster  # noqa: E402
 from rackemu.config import load_config  # noqa: E402
-from benchlib import log, write_results  # noqa: E402
+from benchlib import log, pyplot, save_figure, write_results  # noqa: E402
 
 
 def up_seconds(nodes, memory, mode):
@@ -49,9 +49,9 @@ def up_seconds(nodes, memory, mode):
 
 
 def plot(results, png):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
     ns = sorted(results)
     fig, ax = plt.subplots(figsize=(6, 4))
     width = 0.38
@@ -68,10 +68,7 @@ def plot(results, png):
     ax.set_ylabel("cluster up to all agents answering [s] (median)")
     ax.set_title("rackemu: cold boot vs boot from snapshots")
     ax.legend()
-    fig.tight_layout()
-    Path(png).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=120)
-    print(f"PNG: {png}")
+    save_figure(fig, png, dpi=120)
 
 
 def main():

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """soNUMA RMC / LightSABRes benchmark: prints tables and writes CSV (not a test; wall-clock
 figures vary by machine and measure the emulator under TCG, modeled figures come from the
 device's Table 2 timing model: compare shapes, never wall against modeled).

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Unimem benchmark: prints a table and writes CSV (not a test; figures vary by machine).
 
 Measured in one run on a booted cluster (node 0 is the initiator, node 1 the owner):
@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from rackemu.cluster import Cluster  # noqa: E402
 from rackemu.config import build_dir, load_config  # noqa: E402
-from benchlib import kv_lines, log, run, write_results  # noqa: E402
+from benchlib import kv_lines, log, pyplot, run, save_figure, write_results  # noqa: E402
 
 
 def export(node, size, seed, tag):
@@ -128,22 +128,15 @@ def ratios(rows, csv_path):
         if sec.endswith(".fabric") and direct.get((sec[:-7], m)):
             out.append(("ratio", f"{sec[:-7]}_{m}_fabric_over_direct", v / direct[(sec[:-7], m)], "x"))
     rows += out
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("no matplotlib: no plot")
+    plt = pyplot()
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(10, 0.3 * len(out) + 1.5))
     ax.barh([m for _, m, _, _ in out], [v for _, _, v, _ in out])
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("fabric / direct (latency >1: direct faster; MB/s <1: direct faster)")
-    fig.tight_layout()
-    png = str(Path(csv_path).with_suffix(".png"))
-    fig.savefig(png, dpi=100)
-    log(f"plot: {png}")
+    save_figure(fig, Path(csv_path).with_suffix(".png"), dpi=100)
 
 
 def gas_section(a, n0, n1, bulk, rows):

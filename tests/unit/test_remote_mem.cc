@@ -9,24 +9,22 @@
 #include <vector>
 
 #include "bridge_rig.h"
-#include "rk_remote_mem.h"
+#include "remote_mem_rig.h"
 
 using namespace rackemu::fabric::test;
 
 namespace {
-constexpr uint64_t kBase = 0x40000000;
-constexpr uint64_t kRam = 1 << 20;
+constexpr uint64_t kBase = kRmemBase;
+constexpr uint64_t kRam = kRmemRam;
 
-struct Node {
+struct Node : RmemObserver {
     std::vector<unsigned char> ram = std::vector<unsigned char>(kRam);
     RkFabricPort *port = nullptr;
-    RkRemoteMem *mem = nullptr;
-    std::vector<std::string> logs;
     Node(BridgeRig &b, unsigned id, unsigned timeout_ms = 2000)
     {
         port = b.port(id, nullptr, false);
         EXPECT_NE(port, nullptr);
-        mem = rk_rmem_new(port, id, kBase, kRam, ram.data(), timeout_ms, &Node::log, this);
+        mem = rk_rmem_new(port, id, kBase, kRam, ram.data(), timeout_ms, &RmemObserver::log, this);
         rk_fabric_port_start(port);
         for (size_t i = 0; i < kRam; i++)
             ram[i] = (unsigned char)(i * 7 + id);
@@ -36,22 +34,8 @@ struct Node {
         rk_rmem_free(mem); // unregisters from the port: before the port goes
         rk_fabric_port_free(port);
     }
-    static void log(void *o, const char *m) { static_cast<Node *>(o)->logs.push_back(m); }
-    rk_rmem_stats stats() const
-    {
-        rk_rmem_stats s;
-        rk_rmem_get_stats(mem, &s);
-        return s;
-    }
 };
 
-std::vector<unsigned char> pattern(size_t n, unsigned seed)
-{
-    std::vector<unsigned char> v(n);
-    for (size_t i = 0; i < n; i++)
-        v[i] = (unsigned char)((i * 131 + seed * 17 + 5) ^ (i >> 8));
-    return v;
-}
 } // namespace
 
 TEST(RemoteMem, WritesAndReadsAnotherNodesRamAtBoundarySizes)
@@ -62,7 +46,7 @@ TEST(RemoteMem, WritesAndReadsAnotherNodesRamAtBoundarySizes)
     for (size_t size : {1u, 2u, 4u, 8u, 63u, 64u, 65u, 191u, 192u, 193u, 4096u, 65537u}) {
         const uint64_t off = 4096 + 3 * seed; // unaligned for some sizes
         const auto before = n1.ram;
-        const auto data = pattern(size, ++seed);
+        const auto data = rmem_pattern(size, ++seed);
         ASSERT_EQ(rk_rmem_write(n0.mem, 1, kBase + off, data.data(), size), RK_RMEM_OK) << size;
         // exactly [off, off + size) changed on node 1; nothing on node 0
         EXPECT_EQ(0, std::memcmp(n1.ram.data() + off, data.data(), size)) << size;

@@ -10,24 +10,22 @@
 #include <vector>
 
 #include "bridge_rig.h"
-#include "rk_remote_mem.h"
+#include "remote_mem_rig.h"
 
 using namespace rackemu::fabric::test;
 
 namespace {
-constexpr uint64_t kBase = 0x40000000;
-constexpr uint64_t kRam = 1 << 20;
+constexpr uint64_t kBase = kRmemBase;
+constexpr uint64_t kRam = kRmemRam;
 
 // A node whose RAM is the file <dir>/node<id>.ram, mapped shared (as QEMU's
 // memory-backend-file,share=on), with the direct path on unless `direct` is false.
-struct FileNode {
+struct FileNode : RmemObserver {
     std::string path;
     uint64_t size = 0;
     int fd = -1;
     unsigned char *ram = nullptr;
     RkFabricPort *port = nullptr;
-    RkRemoteMem *mem = nullptr;
-    std::vector<std::string> logs;
     FileNode(BridgeRig &b, unsigned id, bool direct = true, uint64_t ram_size = kRam, unsigned char fill = 0)
         : size(ram_size)
     {
@@ -43,7 +41,7 @@ struct FileNode {
             ram[i] = fill ? fill : (unsigned char)(i * 7 + id);
         port = b.port(id, nullptr, false);
         EXPECT_NE(port, nullptr);
-        mem = rk_rmem_new(port, id, kBase, size, ram, 2000, &FileNode::log, this);
+        mem = rk_rmem_new(port, id, kBase, size, ram, 2000, &RmemObserver::log, this);
         if (direct) {
             char err[256] = "";
             EXPECT_EQ(
@@ -64,22 +62,7 @@ struct FileNode {
         munmap(ram, size);
         close(fd);
     }
-    static void log(void *o, const char *m) { static_cast<FileNode *>(o)->logs.push_back(m); }
-    rk_rmem_stats stats() const
-    {
-        rk_rmem_stats s;
-        rk_rmem_get_stats(mem, &s);
-        return s;
-    }
 };
-
-std::vector<unsigned char> pattern(size_t n, unsigned seed)
-{
-    std::vector<unsigned char> v(n);
-    for (size_t i = 0; i < n; i++)
-        v[i] = (unsigned char)((i * 131 + seed * 17 + 5) ^ (i >> 8));
-    return v;
-}
 
 // Until the bridge's word for `node`, as `port` sees it, satisfies `pred` (or 2 s).
 template <typename P> bool wait_word(RkFabricPort *port, unsigned node, P pred)
@@ -118,7 +101,7 @@ TEST(RemoteMemDirect, WritesAndReadsAPeersRamWithoutFramesAtBoundarySizes)
     for (size_t size : {1u, 2u, 4u, 8u, 63u, 64u, 65u, 191u, 192u, 193u, 4096u, 65537u}) {
         const uint64_t off = 4096 + 3 * seed; // unaligned for some sizes
         std::vector<unsigned char> before(n1.ram, n1.ram + kRam);
-        const auto data = pattern(size, ++seed);
+        const auto data = rmem_pattern(size, ++seed);
         ASSERT_EQ(rk_rmem_write(n0.mem, 1, kBase + off, data.data(), size), RK_RMEM_OK) << size;
         EXPECT_EQ(0, std::memcmp(n1.ram + off, data.data(), size)) << size;
         EXPECT_EQ(0, std::memcmp(n1.ram, before.data(), off)) << size;
@@ -198,7 +181,7 @@ TEST(RemoteMemDirect, PeerWithoutAPublishedFileIsReachedOverTheFabric)
 {
     BridgeRig b;
     FileNode n0(b, 0), n1(b, 1, /*direct=*/false); // node 1's file has no tail page
-    const auto data = pattern(300, 3);
+    const auto data = rmem_pattern(300, 3);
     ASSERT_EQ(rk_rmem_write(n0.mem, 1, kBase + 100, data.data(), data.size()), RK_RMEM_OK);
     EXPECT_EQ(0, std::memcmp(n1.ram + 100, data.data(), data.size()));
     std::vector<unsigned char> back(300);
