@@ -11,6 +11,11 @@ Measured, each in this run:
   guest_pktz_*_rtt_*_us packetizer -> fabric -> mailbox round trip from guest user space
                         (`unimem pingpong` between node 0 and node 1, median and p99), with the
                         server woken by the arrival interrupt (irq) and with the server polling (spin)
+  guest_pktz_*_router_{wakeups,sleeps}_per_rt
+                        host-side wake-ups per guest round trip, from the bridge's counters: futex
+                        wake-ups the router sent to node port threads, and router sleeps (each one
+                        ended by a node's wake of the router). RACKEMU_FABRIC_POLL=0 in the
+                        environment measures without vCPU polling of the port (docs/fabric.md)
   guest_gas_remote_load_*_us
                         one 8-byte load by node 0's user space through the global address space
                         window from node 1's memory (`gas bench`, median and p99 of --pingpong loads)
@@ -110,18 +115,30 @@ def main():
                         srv = run_background(c.node(1), f"unimem pingpong --peer 0 --role server "
                                              f"--count {a.pingpong}{flag}", timeout=300)
                         time.sleep(1.0)
+                        before = c.bridge_stats()
                         res = c.node(0).exec(f"unimem pingpong --peer 1 --role client --count {a.pingpong}",
                                              timeout=300)
+                        after = c.bridge_stats()
                         srv.result(320)
                         if res.rc != 0:
                             log(f"pingpong ({mode}) failed: {res.stdout.decode()} {res.stderr.decode()}")
                             continue
                         pp[mode] = kv(res.stdout.decode())
+                        # Host-side wake-ups per guest round trip, from the bridge's counters over
+                        # the client's run (the agent's own exec traffic is not on the fabric):
+                        # futex wake-ups the router sent (node port threads, blocked senders) and
+                        # router sleeps (each ended by a node waking the router).
+                        for key in ("router_wakeups", "router_sleeps"):
+                            if key in before and key in after:
+                                pp[mode][f"{key}_per_rt"] = (after[key] - before[key]) / a.pingpong
         rows.append(("boot", f"{n}_nodes_to_agents_median", statistics.median(times), "s"))
     for mode, res in (pp or {}).items():
         for key in ("rtt_median_us", "rtt_p99_us", "rtt_min_us"):
             if key in res:
                 rows.append(("guest", f"pktz_{mode}_server_{key}", float(res[key]), "us"))
+        for key in ("router_wakeups_per_rt", "router_sleeps_per_rt"):
+            if key in res:
+                rows.append(("guest", f"pktz_{mode}_server_{key}", float(res[key]), "1/rt"))
 
     write_results(rows, a.csv)
     plot(rows, a.csv)

@@ -669,7 +669,12 @@ int RkFabricPort::drive(int (*done)(void *), void *arg, uint64_t max_ns)
 // if another thread dispatches now (it delivers the same frames).
 int RkFabricPort::poll_rx(unsigned max)
 {
-    if (tl_in_callback || !up.load(std::memory_order_acquire) || !rx_mu.try_lock()) return 0;
+    // RACKEMU_FABRIC_POLL=0 turns it off (for A/B measurements in one build; docs/fabric.md).
+    static const bool enabled = [] {
+        const char *e = getenv("RACKEMU_FABRIC_POLL");
+        return !(e && std::strcmp(e, "0") == 0);
+    }();
+    if (!enabled || tl_in_callback || !up.load(std::memory_order_acquire) || !rx_mu.try_lock()) return 0;
     int n = 0;
     if (up.load(std::memory_order_relaxed) && !ring_empty(shm->to_node)) {
         n = drain_locked(max);

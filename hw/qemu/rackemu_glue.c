@@ -30,6 +30,13 @@ RkRemoteMem *rackemu_fabric_rmem(RackemuFabric *f)
     return f ? f->rmem : NULL;
 }
 
+void rackemu_fabric_poll(RackemuFabric *f)
+{
+    if (f && f->port) {
+        rk_fabric_port_poll(f->port);
+    }
+}
+
 static const TypeInfo rackemu_fabric_info = {
     .name = TYPE_RACKEMU_FABRIC,
     .parent = TYPE_OBJECT,

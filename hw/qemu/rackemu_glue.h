@@ -40,6 +40,13 @@ RkFabricEndpoint *rackemu_fabric_bind(RackemuFabric *f, unsigned svc, const stru
 /* The port (for a core whose C API binds itself, e.g. the RMC) and remote memory; NULL-safe. */
 RkFabricPort *rackemu_fabric_port(RackemuFabric *f);
 RkRemoteMem *rackemu_fabric_rmem(RackemuFabric *f);
+/*
+ * Called by a vCPU in a register read that a guest polls (a status or FIFO register): dispatch
+ * what the bridge has delivered to this node on this vCPU, now, instead of after a wake-up of
+ * the port thread (rk_fabric_port_poll; issue 11). Interrupts that the dispatched frames raise
+ * are set at once (the big lock is held). NULL-safe, never waits.
+ */
+void rackemu_fabric_poll(RackemuFabric *f);
 
 /*
  * The glue's implementation of the one host interface (rackemu/host.h), shared by every device:

@@ -31,8 +31,10 @@ OBJECT_DECLARE_SIMPLE_TYPE(RackemuPacketizerState, RACKEMU_PACKETIZER)
 struct RackemuVmboxState {
     SysBusDevice parent_obj;
     MemoryRegion mmio;
-    RackemuHost host; /* line 0: the arrival interrupt; no DMA, no fabric of its own */
+    RackemuHost host; /* line 0: the arrival interrupt; no DMA */
     RkVmbox *core;
+    /* link "fabric": the node's port, polled by register reads (deliveries: the packetizer's service) */
+    RackemuFabric *fabric;
     uint32_t node_id;
     uint32_t node_count;
     uint32_t fifo_depth;
@@ -62,7 +64,11 @@ static MemTxResult rackemu_vmbox_read(void *opaque, hwaddr addr, uint64_t *data,
                                       MemTxAttrs attrs)
 {
     RackemuVmboxState *s = opaque;
-    rk_status st = rk_vmbox_read(s->core, addr, size, data);
+    rk_status st;
+
+    /* a guest polling STATUS or a FIFO takes the packet the bridge delivered itself (issue 11) */
+    rackemu_fabric_poll(s->fabric);
+    st = rk_vmbox_read(s->core, addr, size, data);
 
     trace_rackemu_mmio_read(TYPE_RACKEMU_VMBOX, s->node_id, addr, size, *data);
     return rackemu_status_to_memtx(st);
@@ -210,6 +216,7 @@ static Property rackemu_vmbox_props[] = {
     DEFINE_PROP_UINT32("fifo-depth", RackemuVmboxState, fifo_depth, VMBOX_DEFAULT_DEPTH),
     DEFINE_PROP_BOOL("burst-known-issue", RackemuVmboxState, burst_known_issue, false),
     DEFINE_PROP_BOOL("kif", RackemuVmboxState, kif, true),
+    DEFINE_PROP_LINK("fabric", RackemuVmboxState, fabric, TYPE_RACKEMU_FABRIC, RackemuFabric *),
     DEFINE_PROP_END_OF_LIST(),
 };
 
@@ -316,7 +323,11 @@ static void rackemu_unimem_on_link(void *opaque, int up)
 static uint64_t rackemu_pktz_read(void *opaque, hwaddr addr, unsigned size)
 {
     RackemuPacketizerState *s = opaque;
-    uint64_t v = rk_pktz_read(s->core, addr, size);
+    uint64_t v;
+
+    /* a guest polling a PIF's status takes its acknowledgement itself (issue 11) */
+    rackemu_fabric_poll(s->fabric);
+    v = rk_pktz_read(s->core, addr, size);
 
     trace_rackemu_mmio_read(TYPE_RACKEMU_PACKETIZER, s->node_id, addr, size, v);
     return v;
