@@ -1,0 +1,3 @@
+#include <gtest/gtest.h>
+#include "atomic_unit.h"
+TEST(AtomicUnit, Placeholder) {}
