@@ -557,7 +557,7 @@ bool AtomicUnit::alu()
         }
         const bool raw_full =
             cfg_.raw == AmuRaw::Ack ? raw_ack_n_ >= cfg_.raw_entries
-            : cfg_.raw == AmuRaw::Flush && !sets_
+            : cfg_.raw == AmuRaw::Flush && (h.src == Src::Line ? h.line : lookup(word)) < 0
                 ? (flushing_ || raw_flush_.size() >= cfg_.raw_entries) &&
                       std::find(raw_flush_.begin(), raw_flush_.end(), word) == raw_flush_.end()
                 : false;
@@ -608,9 +608,9 @@ bool AtomicUnit::alu()
         if (cfg_.raw == AmuRaw::Ack) {
             raw_ack_[word]++;
             raw_ack_n_++;
-        } else if (cfg_.raw == AmuRaw::Flush && !sets_ &&
+        } else if (cfg_.raw == AmuRaw::Flush && l < 0 &&
                    std::find(raw_flush_.begin(), raw_flush_.end(), word) == raw_flush_.end()) {
-            raw_flush_.push_back(word); // without a cache every write leaves the unit at once
+            raw_flush_.push_back(word); // not (or no longer) cached: the write leaves the unit at once
         }
     }
     auto it = inflight_.find(word);
