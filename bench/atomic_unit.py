@@ -102,6 +102,16 @@ def plot(path, panels, ylabel="MB/s (modeled)"):
     print(f"plot: {path}")
 
 
+def series_of(rows, label, xkey):
+    """{label(row): ([x], [MB/s])} in row order."""
+    s = {}
+    for r in rows:
+        xs, ys = s.setdefault(label(r), ([], []))
+        xs.append(int(r[xkey]))
+        ys.append(float(r["mbps"]))
+    return s
+
+
 def verdict(name, checks):
     ok = all(v for _, v in checks)
     print(f"verdict {name}: {'REPRODUCED' if ok else 'NOT REPRODUCED'} in shape: " +
@@ -115,12 +125,8 @@ def hotspot_lat(a, lines, name, paper):
                "--set", f"cache-lines={lines}", "--set", "tags=32", "--set", f"host-lat-ns={lst(LATS)}")
     rows += amu(a, "hotspot", "--pes", str(a.pes), "--ops", str(a.ops), "--addrs", "16",
                 "--set", f"cache-lines={lines}", "--set", "tags=16,32,64,128", "--set", f"host-lat-ns={lst(LATS)}")
-    series = {}
-    for r in rows:
-        label = "1 address, 32 tags" if r["addrs"] == "0" else f"16 addresses, {r['tags']} tags"
-        series.setdefault(label, ([], []))
-        series[label][0].append(int(r["host-lat-ns"]))
-        series[label][1].append(float(r["mbps"]))
+    series = series_of(rows, lambda r: "1 address, 32 tags" if r["addrs"] == "0" else f"16 addresses, {r['tags']} tags",
+                       "host-lat-ns")
     print(f"\n{name}: hot-spot, {a.pes} PEs x {a.ops} ADDs, cache-lines {lines} (MB/s, modeled)")
     print(f"{'series':24}" + "".join(f"{f'{x} ns':>9}" for x in LATS))
     for label, (xs, ys) in series.items():
@@ -179,12 +185,7 @@ def fig45(a, bdir, out, tags, name):
     for p in pes:
         rows += amu(a, "hotspot", "--pes", str(p), "--ops", str(a.ops), "--addrs", "16", "--set", f"tags={tags}",
                     "--set", f"cache-lines={lst(sizes)}", "--set", f"cache-ways={lst(ways)}")
-    series = {}
-    for r in rows:
-        label = f"{r['pes']} PEs, {r['cache-ways']}-way"
-        series.setdefault(label, ([], []))
-        series[label][0].append(int(r["cache-lines"]))
-        series[label][1].append(float(r["mbps"]))
+    series = series_of(rows, lambda r: f"{r['pes']} PEs, {r['cache-ways']}-way", "cache-lines")
     print(f"\n{name}: hot-spot, 16 addresses per PE, host latency 250 ns, {tags} tags (MB/s, modeled; "
           f"0 = impossible geometry)")
     print(f"{'series':20}" + "".join(f"{f'{x} lines':>11}" for x in sizes))
@@ -237,12 +238,7 @@ def fig6(a, bdir, out):
     for tags in (32, 64):
         r = gups_rows(a, ["--set", f"tags={tags}", "--set", "cache-lines=32,128", "--set", "cache-ways=1,4,16"])
         rows += r
-        s = {}
-        for x in r:
-            label = f"{x['cache-lines']} lines, {x['cache-ways']}-way"
-            s.setdefault(label, ([], []))
-            s[label][0].append(int(x["host-lat-ns"]))
-            s[label][1].append(float(x["mbps"]))
+        s = series_of(r, lambda x: f"{x['cache-lines']} lines, {x['cache-ways']}-way", "host-lat-ns")
         panels.append((f"Fig. 6({'a' if tags == 32 else 'b'}): RandomAccess, {tags} tags", "host latency (ns)", s))
         print(f"\nFig. 6({'a' if tags == 32 else 'b'}): RandomAccess, cached, {tags} tags (MB/s, modeled)")
         print(f"{'series':20}" + "".join(f"{f'{x} ns':>9}" for x in LATS))
@@ -270,11 +266,7 @@ def fig6(a, bdir, out):
 def fig7(a, bdir, out):
     r = gups_rows(a, ["--set", "cache-lines=0", "--set", "tags=32,64,128"])
     best = gups_rows(a, ["--set", "cache-lines=128", "--set", "cache-ways=4", "--set", "tags=32,64,128"])
-    s = {}
-    for x in r:
-        s.setdefault(f"no cache, {x['tags']} tags", ([], []))
-        s[f"no cache, {x['tags']} tags"][0].append(int(x["host-lat-ns"]))
-        s[f"no cache, {x['tags']} tags"][1].append(float(x["mbps"]))
+    s = series_of(r, lambda x: f"no cache, {x['tags']} tags", "host-lat-ns")
     print("\nFig. 7: RandomAccess without a cache (MB/s, modeled)")
     print(f"{'series':20}" + "".join(f"{f'{x} ns':>9}" for x in LATS))
     for label, (xs, ys) in s.items():

@@ -94,54 +94,41 @@ bool AmuRamHost::valid(uint64_t addr, uint32_t len)
     return addr >= addr_ && len <= len_ && addr - addr_ <= len_ - len;
 }
 
-uint64_t AmuRamHost::amo(uint64_t addr, uint8_t size, uint8_t op, uint64_t operand, uint64_t compare,
-                         uint64_t mask)
+namespace {
+
+// One host atomic on an operand of type T (uint32_t or uint64_t).
+template <typename T> uint64_t host_amo(T *w, uint8_t op, uint64_t operand, uint64_t compare, uint64_t mask)
 {
-    uint8_t *p = base_ + (addr - addr_);
-    if (size == 4) {
-        auto *w = reinterpret_cast<uint32_t *>(p);
-        const uint32_t v = uint32_t(operand);
-        switch (op) {
-        case ROCE_XOP_ADD:
-            return __atomic_fetch_add(w, v, __ATOMIC_SEQ_CST);
-        case ROCE_XOP_SWAP:
-            return __atomic_exchange_n(w, v, __ATOMIC_SEQ_CST);
-        case ROCE_XOP_XOR:
-            return __atomic_fetch_xor(w, v, __ATOMIC_SEQ_CST);
-        case ROCE_XOP_AND:
-            return __atomic_fetch_and(w, v, __ATOMIC_SEQ_CST);
-        case ROCE_XOP_OR:
-            return __atomic_fetch_or(w, v, __ATOMIC_SEQ_CST);
-        default: {
-            uint32_t old = __atomic_load_n(w, __ATOMIC_SEQ_CST);
-            while (!__atomic_compare_exchange_n(w, &old,
-                                                uint32_t(amo_alu(op, 4, old, operand, compare, mask)), false,
-                                                __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
-            }
-            return old;
-        }
-        }
-    }
-    auto *w = reinterpret_cast<uint64_t *>(p);
+    const T v = T(operand);
     switch (op) {
     case ROCE_XOP_ADD:
-        return __atomic_fetch_add(w, operand, __ATOMIC_SEQ_CST);
+        return __atomic_fetch_add(w, v, __ATOMIC_SEQ_CST);
     case ROCE_XOP_SWAP:
-        return __atomic_exchange_n(w, operand, __ATOMIC_SEQ_CST);
+        return __atomic_exchange_n(w, v, __ATOMIC_SEQ_CST);
     case ROCE_XOP_XOR:
-        return __atomic_fetch_xor(w, operand, __ATOMIC_SEQ_CST);
+        return __atomic_fetch_xor(w, v, __ATOMIC_SEQ_CST);
     case ROCE_XOP_AND:
-        return __atomic_fetch_and(w, operand, __ATOMIC_SEQ_CST);
+        return __atomic_fetch_and(w, v, __ATOMIC_SEQ_CST);
     case ROCE_XOP_OR:
-        return __atomic_fetch_or(w, operand, __ATOMIC_SEQ_CST);
-    default: {
-        uint64_t old = __atomic_load_n(w, __ATOMIC_SEQ_CST);
-        while (!__atomic_compare_exchange_n(w, &old, amo_alu(op, 8, old, operand, compare, mask), false,
-                                            __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+        return __atomic_fetch_or(w, v, __ATOMIC_SEQ_CST);
+    default: { // masked compare-swap: a compare-exchange loop
+        T old = __atomic_load_n(w, __ATOMIC_SEQ_CST);
+        while (!__atomic_compare_exchange_n(w, &old, T(amo_alu(op, sizeof(T), old, operand, compare, mask)),
+                                            false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
         }
         return old;
     }
     }
+}
+
+} // namespace
+
+uint64_t AmuRamHost::amo(uint64_t addr, uint8_t size, uint8_t op, uint64_t operand, uint64_t compare,
+                         uint64_t mask)
+{
+    uint8_t *p = base_ + (addr - addr_);
+    if (size == 4) return host_amo(reinterpret_cast<uint32_t *>(p), op, operand, compare, mask);
+    return host_amo(reinterpret_cast<uint64_t *>(p), op, operand, compare, mask);
 }
 
 uint64_t AmuRamHost::read_word(uint64_t addr)

@@ -266,7 +266,7 @@ private:
     AmuHost &host_;
     uint64_t cycle_ps_;
     uint32_t sets_ = 0;
-    uint64_t now_ = 0, lru_clock_ = 0, ev_seq_ = 0, issued_seq_ = 0, issued_base_ = 0;
+    uint64_t now_ = 0, lru_clock_ = 0, ev_seq_ = 0, issued_base_ = 0;
     std::deque<AmoRequest> link_q_, input_q_;
     uint64_t link_free_ps_ = 0;
     std::vector<Line> lines_;
@@ -286,7 +286,7 @@ private:
          head_flag_raw_ = false, alu_flag_raw_ = false, alu_flag_hostq_ = false;
     // Little's law bookkeeping
     bool started_ = false;
-    uint64_t start_ps_ = 0, acc_ps_ = 0;
+    uint64_t start_ps_ = 0;
     long double tag_area_ = 0;
     AmuCounters ctr_;
 };
