@@ -158,21 +158,25 @@ uint32_t icrc(const uint8_t *ip, size_t len)
 
 size_t frame_len(uint8_t opcode, uint32_t payload_len)
 {
-    const uint32_t info = roce_opcode_info(opcode);
-    return ROCE_HDRS_LEN + roce_ext_len(info) + payload_len + ((4 - payload_len % 4) % 4) + ROCE_ICRC_LEN;
+    const uint32_t info = roce_xatomic_info(opcode);
+    return ROCE_HDRS_LEN + roce_xatomic_ext_len(info) + payload_len + ((4 - payload_len % 4) % 4) +
+           ROCE_ICRC_LEN;
 }
 
 WireError build_frame(const Packet &p, uint8_t *out, size_t cap, size_t *len)
 {
     *len = 0;
     const uint8_t op = p.bth.opcode;
-    const uint32_t info = roce_opcode_info(op);
+    const uint32_t info = roce_xatomic_info(op);
     if (op >= ROCE_OP_MANUFACTURER_FIRST && !(info & ROCE_HDR_VALID)) return WireError::OpcodeReserved;
     if (!(info & ROCE_HDR_VALID)) return WireError::OpcodeUnknown;
     if (const WireError e = check_payload(info, p.payload_len); e != WireError::Ok) return e;
     if (p.payload_len && !p.payload) return WireError::BadField;
     if (p.bth.dqpn > ROCE_QPN_MASK || p.bth.psn > ROCE_PSN_MASK || p.aeth.msn > ROCE_MSN_MASK ||
         p.bth.tver > ROCE_BTH_TVER_MASK)
+        return WireError::BadField;
+    if ((info & ROCE_HDR_XATOMICETH) && p.xatomic.size != ROCE_XATOMIC_SIZE32 &&
+        p.xatomic.size != ROCE_XATOMIC_SIZE64)
         return WireError::BadField;
     const size_t n = frame_len(op, p.payload_len);
     if (n > cap) return WireError::BufferTooSmall;
@@ -234,6 +238,17 @@ WireError build_frame(const Packet &p, uint8_t *out, size_t cap, size_t *len)
         roce_put64(a->compare, p.atomic.compare);
         q += ROCE_ATOMICETH_LEN;
     }
+    if (info & ROCE_HDR_XATOMICETH) {
+        auto *x = reinterpret_cast<roce_xatomiceth *>(q);
+        roce_put64(x->va, p.xatomic.va);
+        roce_put32(x->rkey, p.xatomic.rkey);
+        x->op = p.xatomic.op;
+        x->size = p.xatomic.size;
+        roce_put64(x->operand, p.xatomic.operand);
+        roce_put64(x->compare, p.xatomic.compare);
+        roce_put64(x->mask, p.xatomic.mask);
+        q += ROCE_XATOMICETH_LEN;
+    }
     if (info & ROCE_HDR_AETH) {
         auto *a = reinterpret_cast<roce_aeth *>(q);
         a->syndrome = p.aeth.syndrome;
@@ -261,7 +276,7 @@ WireError build_frame(const Packet &p, uint8_t *out, size_t cap, size_t *len)
     return WireError::Ok;
 }
 
-WireError parse_frame(const uint8_t *frame, size_t len, Packet &p, bool check_icrc)
+WireError parse_frame(const uint8_t *frame, size_t len, Packet &p, bool check_icrc, bool xatomic)
 {
     p = Packet{};
     if (len < ROCE_HDRS_LEN + ROCE_ICRC_LEN) return WireError::Truncated;
@@ -305,7 +320,7 @@ WireError parse_frame(const uint8_t *frame, size_t len, Packet &p, bool check_ic
     p.bth.ackreq = bth->ackreq & ROCE_BTH_ACKREQ;
     p.bth.psn = roce_bth_psn(bth);
     if (p.bth.tver != ROCE_TVER) return WireError::BthVersion;
-    const uint32_t info = roce_opcode_info(p.bth.opcode);
+    const uint32_t info = xatomic ? roce_xatomic_info(p.bth.opcode) : roce_opcode_info(p.bth.opcode);
     if (!(info & ROCE_HDR_VALID))
         return p.bth.opcode >= ROCE_OP_MANUFACTURER_FIRST ? WireError::OpcodeReserved
                                                           : WireError::OpcodeUnknown;
@@ -313,7 +328,7 @@ WireError parse_frame(const uint8_t *frame, size_t len, Packet &p, bool check_ic
 
     // Transport bytes after the BTH and before the ICRC: extension headers, payload, pad.
     const size_t after_bth = ip_len - ROCE_IPV4_LEN - ROCE_UDP_LEN - ROCE_BTH_LEN - ROCE_ICRC_LEN;
-    const size_t ext = roce_ext_len(info);
+    const size_t ext = roce_xatomic_ext_len(info);
     if (after_bth < ext) return WireError::Truncated;
     const size_t body = after_bth - ext; // payload + pad
     if (body % 4 != 0) return WireError::PayloadLength;
@@ -343,6 +358,17 @@ WireError parse_frame(const uint8_t *frame, size_t len, Packet &p, bool check_ic
         p.atomic.swap_add = roce_get64(a->swap_add);
         p.atomic.compare = roce_get64(a->compare);
         q += ROCE_ATOMICETH_LEN;
+    }
+    if (info & ROCE_HDR_XATOMICETH) {
+        const auto *x = reinterpret_cast<const roce_xatomiceth *>(q);
+        p.xatomic.va = roce_get64(x->va);
+        p.xatomic.rkey = roce_get32(x->rkey);
+        p.xatomic.op = x->op; // op and size are the responder's to validate (an error completion)
+        p.xatomic.size = x->size;
+        p.xatomic.operand = roce_get64(x->operand);
+        p.xatomic.compare = roce_get64(x->compare);
+        p.xatomic.mask = roce_get64(x->mask);
+        q += ROCE_XATOMICETH_LEN;
     }
     if (info & ROCE_HDR_AETH) {
         const auto *a = reinterpret_cast<const roce_aeth *>(q);

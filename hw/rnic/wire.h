@@ -13,7 +13,7 @@
 // Caveat: IPv4 only (RoCEv2 over IPv6 and VLAN-tagged frames parse as WireError::EtherType), no
 // IP options, no fragments. The UDP checksum is sent as 0 and not checked on receipt (Annex A17
 // allows it for IPv4; the ICRC covers the payload). SEND WITH INVALIDATE (0x16/0x17) and the
-// manufacturer-specific opcodes parse as unsupported/reserved.
+// manufacturer-specific opcodes parse as unsupported/reserved (the extended atomics only on request).
 #pragma once
 
 #include <cstddef>
@@ -79,6 +79,14 @@ struct AtomicEth {
     uint32_t rkey = 0;
     uint64_t swap_add = 0, compare = 0;
 };
+// XAtomicETH of the extended atomics (roce.h "Extended atomics", ROCE_OP_XATOMIC/_POST).
+struct XAtomicEth {
+    uint64_t va = 0;
+    uint32_t rkey = 0;
+    uint8_t op = ROCE_XOP_ADD;          // ROCE_XOP_*
+    uint8_t size = ROCE_XATOMIC_SIZE64; // 4 or 8
+    uint64_t operand = 0, compare = 0, mask = 0;
+};
 struct Aeth {
     uint8_t syndrome = ROCE_AETH_ACK(ROCE_AETH_CREDITS_INVALID);
     uint32_t msn = 0; // 24 bits
@@ -97,6 +105,7 @@ struct Packet {
     Feth feth;
     Reth reth;
     AtomicEth atomic;
+    XAtomicEth xatomic; // ROCE_OP_XATOMIC/_POST (parse only with xatomic = true)
     Aeth aeth;
     uint64_t atomic_orig = 0; // AtomicAckETH
     uint32_t imm = 0;         // ImmDt, as the 32-bit big-endian value on the wire
@@ -117,12 +126,17 @@ uint32_t icrc(const uint8_t *ip, size_t len);
 // The frame length build_frame produces for a packet with this opcode and payload length.
 size_t frame_len(uint8_t opcode, uint32_t payload_len);
 
+// build_frame and frame_len also accept the extended atomic opcodes (ROCE_OP_XATOMIC,
+// ROCE_OP_XATOMIC_POST, ROCE_OP_XATOMIC_ACK): an RNIC hosting the atomic unit sends them; the
+// other reserved opcodes are OpcodeReserved.
 // Write `p` as a frame into out[0..cap): pad count, IP total length and checksum, UDP length and
 // the ICRC are computed here (p.bth.pad is ignored). *len gets the frame length.
 WireError build_frame(const Packet &p, uint8_t *out, size_t cap, size_t *len);
 // Parse and validate frame[0..len). On Ok, `p` describes the packet and p.payload points into
 // `frame`. check_icrc = false skips only the ICRC comparison (a capture tool that wants to show a
-// corrupted frame's fields).
-WireError parse_frame(const uint8_t *frame, size_t len, Packet &p, bool check_icrc = true);
+// corrupted frame's fields). xatomic = true: the receiver hosts the atomic unit, the extended
+// atomic opcodes parse (else they are OpcodeReserved, as every manufacturer-specific opcode).
+WireError parse_frame(const uint8_t *frame, size_t len, Packet &p, bool check_icrc = true,
+                      bool xatomic = false);
 
 } // namespace rackemu::rnic

@@ -166,7 +166,18 @@ def port():
     yield 'no-fds', u8(32)
 
 
-HARNESSES = dict(vmbox=vmbox, packetizer=packetizer, cdma=cdma, gas=gas, rmc=rmc, r2p2=r2p2, bridge=bridge, port=port)
+def atomic_unit():
+    def op(w, o, size=8, off=0, operand=1, compare=0, mask=0, gap=0, flags=0):
+        return u8(w) + u8(o) + u8(size) + u8(off) + u64(operand) + u64(compare) + u64(mask) + u16(gap) + u8(flags)
+    cfg = lambda geo, modes, tags=32, regs=8, la=8, lat=125: u8(geo) + u8(modes) + u8(tags) + u8(regs) + u8(la) + u8(lat)
+    yield 'hotspot-dm32', cfg(3, 1 | (3 << 2)) + op(0, 0) * 40
+    yield 'spread-nocache', cfg(0, 1) + b''.join(op(i % 16, i % 6, 8 if i % 3 else 4, 4 * (i % 2)) for i in range(48))
+    yield 'flush-1line', cfg(1 | (1 << 3), 2) + b''.join(op(i % 2, 0, gap=3) for i in range(30))
+    yield 'errors', cfg(4, 1) + op(0, 9) + op(1, 0, 3) + op(2, 0, 8, 4) + op(40, 0) + op(255, 0) + op(3, 5, 8, 0, 7, 3, ~0)
+
+
+HARNESSES = dict(vmbox=vmbox, packetizer=packetizer, cdma=cdma, gas=gas, rmc=rmc, r2p2=r2p2, bridge=bridge, port=port,
+                 atomic_unit=atomic_unit)
 
 
 def main():

@@ -378,3 +378,83 @@ TEST(RoceWire, ErrorNamesAreDistinct)
             EXPECT_STRNE(wire_error_name(WireError(i)), wire_error_name(WireError(j)));
     }
 }
+
+// The extended atomics of the atomic unit (roce.h "Extended atomics"): the XAtomicETH bytes at
+// their offsets (written out by hand from the layout), a round trip through parse_frame with the
+// unit present, and OpcodeReserved for a receiver without it.
+TEST(RoceWire, ExtendedAtomicRequestLayoutAndRoundTrip)
+{
+    Packet p = base_packet(ROCE_OP_XATOMIC);
+    p.xatomic =
+        XAtomicEth{0x1122334455667788ull, 0xA1B2C3D4u,           ROCE_XOP_MCSWAP,      ROCE_XATOMIC_SIZE64,
+                   0x0102030405060708ull, 0xF0E0D0C0B0A09080ull, 0x00000000FFFF0000ull};
+    Bytes f(256);
+    size_t n = 0;
+    ASSERT_EQ(build_frame(p, f.data(), f.size(), &n), WireError::Ok);
+    EXPECT_EQ(n, size_t(14 + 20 + 8 + 12 + 40 + 4));
+    EXPECT_EQ(frame_len(ROCE_OP_XATOMIC, 0), n);
+    const uint8_t want[40] = {
+        0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0xA1, 0xB2, 0xC3, 0xD4, 5, 8, 0, 0, 1,    2,    3, 4,
+        5,    6,    7,    8,    0xF0, 0xE0, 0xD0, 0xC0, 0xB0, 0xA0, 0x90, 0x80, 0, 0, 0, 0, 0xFF, 0xFF, 0, 0};
+    EXPECT_EQ(std::memcmp(f.data() + kBth + ROCE_BTH_LEN, want, sizeof want), 0);
+    f.resize(n);
+    Packet q;
+    EXPECT_EQ(parse_frame(f.data(), f.size(), q), WireError::OpcodeReserved); // no atomic unit
+    ASSERT_EQ(parse_frame(f.data(), f.size(), q, true, true), WireError::Ok);
+    EXPECT_EQ(q.xatomic.va, p.xatomic.va);
+    EXPECT_EQ(q.xatomic.rkey, p.xatomic.rkey);
+    EXPECT_EQ(q.xatomic.op, ROCE_XOP_MCSWAP);
+    EXPECT_EQ(q.xatomic.size, ROCE_XATOMIC_SIZE64);
+    EXPECT_EQ(q.xatomic.operand, p.xatomic.operand);
+    EXPECT_EQ(q.xatomic.compare, p.xatomic.compare);
+    EXPECT_EQ(q.xatomic.mask, p.xatomic.mask);
+    EXPECT_EQ(q.info & ROCE_HDR_REQUEST, ROCE_HDR_REQUEST);
+    EXPECT_EQ(q.payload_len, 0u);
+
+    // A truncated extension header (the frame shortened by 4 bytes, resealed) is Truncated.
+    Bytes t(f.begin(), f.end() - 4);
+    roce_put16(t.data() + kIp + 2, uint16_t(t.size() - kIp));
+    roce_put16(t.data() + kUdp + 4, uint16_t(t.size() - kUdp));
+    reseal(t);
+    EXPECT_EQ(parse_frame(t.data(), t.size(), q, true, true), WireError::Truncated);
+    // A corrupted operand byte fails the ICRC.
+    f[kBth + ROCE_BTH_LEN + 20] ^= 1;
+    EXPECT_EQ(parse_frame(f.data(), f.size(), q, true, true), WireError::Icrc);
+}
+
+TEST(RoceWire, ExtendedAtomicPostAckAndErrors)
+{
+    Packet p = base_packet(ROCE_OP_XATOMIC_POST);
+    p.xatomic.op = ROCE_XOP_XOR;
+    p.xatomic.size = ROCE_XATOMIC_SIZE32;
+    p.xatomic.operand = 0xDEADBEEF;
+    Bytes f(256);
+    size_t n = 0;
+    ASSERT_EQ(build_frame(p, f.data(), f.size(), &n), WireError::Ok);
+    f.resize(n);
+    Packet q;
+    ASSERT_EQ(parse_frame(f.data(), f.size(), q, true, true), WireError::Ok);
+    EXPECT_EQ(q.xatomic.size, ROCE_XATOMIC_SIZE32);
+    EXPECT_EQ(q.xatomic.operand, 0xDEADBEEFull);
+
+    p = base_packet(ROCE_OP_XATOMIC_ACK);
+    p.atomic_orig = 0x8877665544332211ull;
+    p.aeth.msn = 7;
+    f.assign(256, 0);
+    ASSERT_EQ(build_frame(p, f.data(), f.size(), &n), WireError::Ok);
+    EXPECT_EQ(n, size_t(14 + 20 + 8 + 12 + 4 + 8 + 4));
+    f.resize(n);
+    ASSERT_EQ(parse_frame(f.data(), f.size(), q, true, true), WireError::Ok);
+    EXPECT_EQ(q.atomic_orig, 0x8877665544332211ull);
+    EXPECT_EQ(q.aeth.msn, 7u);
+    EXPECT_EQ(q.info & ROCE_HDR_RESPONSE, ROCE_HDR_RESPONSE);
+
+    f.assign(256, 0);
+    p = base_packet(ROCE_OP_XATOMIC);
+    p.xatomic.size = 3; // operand sizes are 4 and 8
+    EXPECT_EQ(build_frame(p, f.data(), f.size(), &n), WireError::BadField);
+    p = base_packet(0xC2); // still reserved
+    EXPECT_EQ(build_frame(p, f.data(), f.size(), &n), WireError::OpcodeReserved);
+    EXPECT_EQ(roce_xatomic_info(0xC2), 0u);
+    EXPECT_EQ(roce_opcode_info(ROCE_OP_XATOMIC), 0u); // the base table is unchanged
+}

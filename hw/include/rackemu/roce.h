@@ -240,6 +240,83 @@ static inline unsigned roce_ext_len(rk_u32 info)
            ((info & ROCE_HDR_IMMDT) ? ROCE_IMMDT_LEN : 0u) + ((info & ROCE_HDR_CNP) ? ROCE_CNP_RESV_LEN : 0u);
 }
 
+/* ---- Extended atomics of the NIC atomic unit (seed 003 sec. III; docs/atomic-unit.md) ----
+ * Two request opcodes in rackemu's reserved range, one extension header, one response opcode:
+ *   ROCE_OP_XATOMIC      BTH + XAtomicETH: executed once, answered by ROCE_OP_XATOMIC_ACK
+ *                        (AETH + AtomicAckETH: the value before the operation, zero-extended for
+ *                        32-bit operands); a duplicate is answered from the responder resources
+ *                        like COMPARE_SWAP/FETCH_ADD.
+ *   ROCE_OP_XATOMIC_POST BTH + XAtomicETH, no value returned: answered by a plain ACK, like a
+ *                        WRITE; a duplicate is re-ACKed, never executed again.
+ * The operation is in XAtomicETH.op (ROCE_XOP_*), the operand size in .size (4 or 8 bytes, VA
+ * aligned to it). Arithmetic on operand-size unsigned integers in the target's byte order (the
+ * target's CPU reads them as its own integers; rackemu's nodes are little-endian):
+ *   ADD new = old + operand (mod 2^bits)      SWAP new = operand
+ *   XOR new = old ^ operand   AND new = old & operand   OR new = old | operand
+ *   MCSWAP (masked compare-swap): if ((old ^ compare) & mask) == 0 then
+ *          new = (old & ~mask) | (operand & mask), else new = old. mask = all ones is COMPARE_SWAP.
+ * This block is self-contained: roce_opcode_info() does not list these opcodes (an RC engine that
+ * does not host the atomic unit keeps NAKing them); roce_xatomic_info() does, and
+ * parse_frame(..., xatomic = true) in hw/rnic/wire.h accepts them. */
+#define ROCE_OP_XATOMIC                0xC0u
+#define ROCE_OP_XATOMIC_POST           0xC1u
+#define ROCE_OP_XATOMIC_ACK            0xD0u
+#define ROCE_XATOMICETH_LEN    40u
+#define ROCE_HDR_XATOMICETH    0x0800u  /* extension header of the extended atomic requests */
+struct roce_xatomiceth {
+    rk_u8 va[8];            /* aligned to the operand size */
+    rk_u8 rkey[4];
+    rk_u8 op;               /* ROCE_XOP_* */
+    rk_u8 size;             /* operand bytes: ROCE_XATOMIC_SIZE32 or ROCE_XATOMIC_SIZE64 */
+    rk_u8 resv[2];          /* zero */
+    rk_u8 operand[8];       /* addend, swap value or bit pattern (32-bit: low half, high half zero) */
+    rk_u8 compare[8];       /* MCSWAP only (else zero) */
+    rk_u8 mask[8];          /* MCSWAP only (else zero) */
+};
+#define ROCE_XOP_ADD           0u
+#define ROCE_XOP_SWAP          1u
+#define ROCE_XOP_XOR           2u
+#define ROCE_XOP_AND           3u
+#define ROCE_XOP_OR            4u
+#define ROCE_XOP_MCSWAP        5u
+#define ROCE_XOP_COUNT         6u
+#define ROCE_XATOMIC_SIZE32    4u
+#define ROCE_XATOMIC_SIZE64    8u
+
+/* roce_opcode_info() extended with the atomic unit's opcodes (0 for any other reserved opcode). */
+static inline rk_u32 roce_xatomic_info(rk_u8 op)
+{
+    const rk_u32 on = ROCE_HDR_VALID | ROCE_HDR_FIRST | ROCE_HDR_LAST;
+
+    switch (op) {
+    case ROCE_OP_XATOMIC:          return on | ROCE_HDR_REQUEST | ROCE_HDR_XATOMICETH;
+    case ROCE_OP_XATOMIC_POST:     return on | ROCE_HDR_REQUEST | ROCE_HDR_XATOMICETH;
+    case ROCE_OP_XATOMIC_ACK:      return on | ROCE_HDR_RESPONSE | ROCE_HDR_AETH | ROCE_HDR_ATOMICACKETH;
+    default:                       return roce_opcode_info(op);
+    }
+}
+
+/* Bytes of extension headers of an opcode's roce_xatomic_info() (a request frame carries no
+ * payload, so ROCE_FRAME_MAX, sized by the longest header set with a payload, still bounds it). */
+static inline unsigned roce_xatomic_ext_len(rk_u32 info)
+{
+    return roce_ext_len(info) + ((info & ROCE_HDR_XATOMICETH) ? ROCE_XATOMICETH_LEN : 0u);
+}
+#ifdef __cplusplus
+static_assert(sizeof(struct roce_xatomiceth) == ROCE_XATOMICETH_LEN, "XAtomicETH layout");
+static_assert(ROCE_OP_XATOMIC >= ROCE_OP_XATOMIC_REQ_FIRST && ROCE_OP_XATOMIC_POST <= ROCE_OP_XATOMIC_REQ_LAST,
+              "extended atomic requests in the reserved request range");
+static_assert(ROCE_OP_XATOMIC_ACK >= ROCE_OP_XATOMIC_RESP_FIRST && ROCE_OP_XATOMIC_ACK <= ROCE_OP_XATOMIC_RESP_LAST,
+              "extended atomic responses in the reserved response range");
+static_assert(ROCE_HDRS_LEN + ROCE_XATOMICETH_LEN + ROCE_ICRC_LEN <= ROCE_FRAME_MAX, "XATOMIC frame fits");
+static_assert((ROCE_HDR_XATOMICETH & (ROCE_HDR_VALID | ROCE_HDR_FETH | ROCE_HDR_RETH | ROCE_HDR_ATOMICETH |
+                                      ROCE_HDR_AETH | ROCE_HDR_ATOMICACKETH | ROCE_HDR_IMMDT | ROCE_HDR_CNP |
+                                      ROCE_HDR_PAYLOAD | ROCE_HDR_FULL | ROCE_HDR_PAYLOAD8 | ROCE_HDR_REQUEST |
+                                      ROCE_HDR_RESPONSE | ROCE_HDR_FIRST | ROCE_HDR_LAST)) == 0,
+              "ROCE_HDR_XATOMICETH is a free bit");
+#endif
+/* ---- end of the extended atomics ---- */
+
 /* ---- AETH syndrome (IBA 9.3.5, 9.7.5.2) ---- */
 #define ROCE_AETH_TYPE_MASK    0x60u    /* bits [6:5]; bit 7 is reserved (0) */
 #define ROCE_AETH_TYPE_ACK     0x00u    /* [4:0]: credit count code (roce_credit_count); 0x1F = no credit information */

@@ -1,0 +1,420 @@
+// Unit tests of the NIC atomic unit (hw/rnic/atomic_unit.h, seed 003 sec. III): the ALU's
+// arithmetic, exactness against in-order execution for every cache geometry, RAW buffer approach
+// and rate-limiting policy, the RAW hazard itself, the tag limit, refused operations, global
+// atomicity against concurrent CPU atomics, and timing rules computed by hand.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "atomic_unit.h"
+
+using namespace rackemu::rnic;
+
+namespace {
+
+// Target memory of `words` 8-byte words at address 0x1000, results kept by id.
+struct Host : AmuRamHost {
+    explicit Host(std::vector<uint64_t> &m)
+        : AmuRamHost(reinterpret_cast<uint8_t *>(m.data()), 0x1000, m.size() * 8)
+    {
+    }
+    void complete(const AmoResult &r) override
+    {
+        if (results.size() <= r.id) results.resize(r.id + 1);
+        results[r.id] = r;
+        done++;
+    }
+    void guest_error(const std::string &m) override { errors.push_back(m); }
+    std::vector<AmoResult> results;
+    std::vector<std::string> errors;
+    uint64_t done = 0;
+};
+
+constexpr uint64_t kBase = 0x1000;
+
+// The reference: execute `ops` in order on `mem`, returning the old values.
+std::vector<uint64_t> reference(std::vector<uint64_t> &mem, const std::vector<AmoRequest> &ops)
+{
+    std::vector<uint64_t> old;
+    for (const auto &r : ops) {
+        auto *p = reinterpret_cast<uint8_t *>(mem.data()) + (r.addr - kBase);
+        if (r.size == 4) {
+            uint32_t v;
+            std::memcpy(&v, p, 4);
+            old.push_back(v);
+            const uint32_t n = uint32_t(amo_alu(r.op, 4, v, r.operand, r.compare, r.mask));
+            std::memcpy(p, &n, 4);
+        } else {
+            uint64_t v;
+            std::memcpy(&v, p, 8);
+            old.push_back(v);
+            const uint64_t n = amo_alu(r.op, 8, v, r.operand, r.compare, r.mask);
+            std::memcpy(p, &n, 8);
+        }
+    }
+    return old;
+}
+
+// A random stream over `words` words: every op kind, both sizes, bursts and gaps in arrival.
+std::vector<AmoRequest> random_ops(uint32_t seed, size_t n, uint32_t words)
+{
+    std::mt19937_64 g(seed);
+    std::vector<AmoRequest> ops;
+    uint64_t t = 0;
+    for (size_t i = 0; i < n; i++) {
+        AmoRequest r;
+        r.id = i;
+        r.op = uint8_t(g() % ROCE_XOP_COUNT);
+        r.size = (g() % 3 == 0) ? 4 : 8;
+        const uint64_t w = g() % words;
+        r.addr = kBase + w * 8 + (r.size == 4 ? (g() % 2) * 4 : 0);
+        r.operand = g();
+        r.compare = (g() % 2) ? 0 : g();
+        r.mask = (g() % 2) ? ~0ull : g();
+        r.fetch = g() % 2;
+        t += (g() % 4 == 0) ? g() % 2000000 : 0; // mostly back to back, some gaps up to 2 us
+        r.arrival_ps = t;
+        ops.push_back(r);
+    }
+    return ops;
+}
+
+struct Geometry {
+    uint32_t lines, ways;
+};
+const Geometry kGeometries[] = {{0, 1}, {32, 1}, {32, 4}, {16, 16}, {1, 1}, {128, 4}};
+
+void expect_exact(const AmuConfig &c, uint32_t seed, size_t n, uint32_t words, const std::string &what)
+{
+    std::vector<uint64_t> mem(words), ref(words);
+    std::mt19937_64 g(seed ^ 0x55);
+    for (uint32_t i = 0; i < words; i++)
+        mem[i] = ref[i] = g();
+    const auto ops = random_ops(seed, n, words);
+    const auto old = reference(ref, ops);
+    Host h(mem);
+    AtomicUnit u(c, h);
+    for (const auto &r : ops)
+        u.submit(r);
+    u.drain();
+    ASSERT_TRUE(u.idle()) << what;
+    ASSERT_EQ(h.done, n) << what;
+    ASSERT_TRUE(h.errors.empty()) << what << ": " << h.errors.front();
+    for (size_t i = 0; i < n; i++) {
+        ASSERT_EQ(h.results[i].status, AmoStatus::Ok) << what << " op " << i;
+        ASSERT_EQ(h.results[i].old, old[i]) << what << " op " << i;
+    }
+    EXPECT_EQ(mem, ref) << what;
+    EXPECT_LE(u.counters().max_outstanding, c.tags) << what;
+}
+
+} // namespace
+
+TEST(AtomicUnit, AluComputesEveryOperation)
+{
+    EXPECT_EQ(amo_alu(ROCE_XOP_ADD, 8, ~0ull, 2, 0, 0), 1u);
+    EXPECT_EQ(amo_alu(ROCE_XOP_ADD, 4, 0xFFFFFFFFull, 2, 0, 0), 1u); // wraps at 32 bits
+    EXPECT_EQ(amo_alu(ROCE_XOP_SWAP, 8, 5, 9, 0, 0), 9u);
+    EXPECT_EQ(amo_alu(ROCE_XOP_SWAP, 4, 5, 0x1234567890ull, 0, 0), 0x34567890u);
+    EXPECT_EQ(amo_alu(ROCE_XOP_XOR, 8, 0xF0F0, 0xFF00, 0, 0), 0x0FF0u);
+    EXPECT_EQ(amo_alu(ROCE_XOP_AND, 8, 0xF0F0, 0xFF00, 0, 0), 0xF000u);
+    EXPECT_EQ(amo_alu(ROCE_XOP_OR, 8, 0xF0F0, 0xFF00, 0, 0), 0xFFF0u);
+    // masked compare-swap: compare and replace only under the mask
+    EXPECT_EQ(amo_alu(ROCE_XOP_MCSWAP, 8, 0x12345678, 0xAB00, 0x00005600, 0xFF00), 0x1234AB78u);
+    EXPECT_EQ(amo_alu(ROCE_XOP_MCSWAP, 8, 0x12345678, 0xAB00, 0x00005700, 0xFF00), 0x12345678u);
+    EXPECT_EQ(amo_alu(ROCE_XOP_MCSWAP, 8, 7, 9, 7, ~0ull), 9u); // = COMPARE_SWAP
+    EXPECT_EQ(amo_alu(ROCE_XOP_MCSWAP, 4, 7, 9, 0xFFFFFFFF00000007ull, ~0ull), 9u);
+}
+
+TEST(AtomicUnit, HpccStartsMatchesTheStream)
+{
+    uint64_t r = 1;
+    for (int i = 0; i < 1000; i++)
+        r = hpcc_next(r);
+    EXPECT_EQ(hpcc_starts(1000), r);
+    EXPECT_EQ(hpcc_starts(0), 1u);
+    for (int i = 0; i < 12345; i++)
+        r = hpcc_next(r);
+    EXPECT_EQ(hpcc_starts(13345), r);
+}
+
+// Every geometry (no cache, direct-mapped, 4-way, fully associative, one line), both data paths:
+// the results and the final memory are those of in-order execution.
+TEST(AtomicUnit, RandomStreamsAreExactForEveryGeometry)
+{
+    for (auto at : {AmuAtomicity::Global, AmuAtomicity::Hca})
+        for (const auto &geo : kGeometries)
+            for (uint32_t words : {1u, 5u, 300u}) {
+                AmuConfig c;
+                c.atomicity = at;
+                c.cache_lines = geo.lines;
+                c.cache_ways = geo.ways;
+                c.tags = 8;
+                expect_exact(c, words * 31 + geo.lines, 3000, words,
+                             std::string(at == AmuAtomicity::Hca ? "hca" : "global") + " lines " +
+                                 std::to_string(geo.lines) + " ways " + std::to_string(geo.ways) + " words " +
+                                 std::to_string(words));
+            }
+}
+
+TEST(AtomicUnit, RandomStreamsAreExactForEveryPolicyAndRawApproach)
+{
+    for (auto raw : {AmuRaw::Ack, AmuRaw::Flush})
+        for (auto rl : {AmuRateLimit::Off, AmuRateLimit::Aging, AmuRateLimit::HostQueue, AmuRateLimit::Both})
+            for (uint32_t lines : {0u, 4u, 32u}) {
+                AmuConfig c;
+                c.atomicity = AmuAtomicity::Hca;
+                c.raw = raw;
+                c.raw_entries = 2;
+                c.rate_limit = rl;
+                c.cache_lines = lines;
+                c.cache_ways = lines ? 2 : 1;
+                c.host_lat_ns = 50;
+                c.regs = 2;
+                expect_exact(c, uint32_t(lines + 7 * int(rl) + 100 * int(raw)), 2000, 9,
+                             "raw " + std::to_string(int(raw)) + " rate-limit " + std::to_string(int(rl)) +
+                                 " lines " + std::to_string(lines));
+            }
+}
+
+// Sec. III.B: a word written through and read again at once (no cache: every op reads the host).
+// With no RAW buffer the read passes the write (it reaches memory mem-ns later) and updates are
+// lost; both approaches keep the result exact, each with its own counters.
+TEST(AtomicUnit, RawHazardBufferAckAndFlush)
+{
+    auto run = [](AmuRaw raw, AmuCounters *ctr) {
+        std::vector<uint64_t> mem(64, 0);
+        Host h(mem);
+        AmuConfig c;
+        c.atomicity = AmuAtomicity::Hca;
+        c.cache_lines = 0;
+        c.raw = raw;
+        c.raw_entries = 4;
+        c.mem_ns = 200;
+        AtomicUnit u(c, h);
+        for (uint64_t i = 0; i < 400; i++) {
+            AmoRequest r;
+            r.id = i;
+            r.addr = kBase + (i % 2) * 8;
+            r.operand = 1;
+            u.submit(r);
+        }
+        u.drain();
+        *ctr = u.counters();
+        return mem[0] + mem[1];
+    };
+    AmuCounters none, ack, flush;
+    EXPECT_LT(run(AmuRaw::None, &none), 400u); // the hazard is real in the model
+    EXPECT_EQ(run(AmuRaw::Ack, &ack), 400u);
+    EXPECT_GT(ack.raw_hits, 0u);
+    EXPECT_EQ(ack.raw_flushes, 0u);
+    EXPECT_EQ(run(AmuRaw::Flush, &flush), 400u);
+    EXPECT_GT(flush.raw_flushes, 0u);
+    EXPECT_GT(flush.raw_hits, 0u);
+}
+
+// Rate limiting keeps results in the register file: host writes are saved, no update is lost,
+// and every op is either written through or suppressed.
+TEST(AtomicUnit, RateLimitingNeverLosesAnUpdate)
+{
+    for (auto rl : {AmuRateLimit::Aging, AmuRateLimit::HostQueue, AmuRateLimit::Both}) {
+        std::vector<uint64_t> mem(4, 0);
+        Host h(mem);
+        AmuConfig c;
+        c.atomicity = AmuAtomicity::Hca;
+        c.rate_limit = rl;
+        c.hostq_threshold = 1;
+        c.net_mbps = 100000; // arrivals outrun the host link: the input queue backs up
+        AtomicUnit u(c, h);
+        for (uint64_t i = 0; i < 5000; i++) {
+            AmoRequest r;
+            r.id = i;
+            r.addr = kBase + 8;
+            r.operand = 3;
+            u.submit(r);
+        }
+        u.drain();
+        const auto &k = u.counters();
+        EXPECT_EQ(mem[1], 15000u) << int(rl);
+        EXPECT_GT(k.writes_suppressed, 1000u) << int(rl);
+        EXPECT_EQ(k.host_writes + k.writes_suppressed, 5000u) << int(rl);
+        EXPECT_EQ(k.forwards, k.writes_suppressed) << int(rl);
+        if (rl != AmuRateLimit::HostQueue) { // at most age-max register writes in a row
+            EXPECT_GE(k.host_writes * c.age_max + k.host_writes, 5000u) << int(rl);
+        }
+    }
+    // Off: every result is written through.
+    std::vector<uint64_t> mem(1, 0);
+    Host h(mem);
+    AmuConfig c;
+    c.rate_limit = AmuRateLimit::Off;
+    AtomicUnit u(c, h);
+    for (uint64_t i = 0; i < 100; i++)
+        u.submit(AmoRequest{i, kBase, ROCE_XOP_ADD, 8, false, 1, 0, 0, 0});
+    u.drain();
+    EXPECT_EQ(u.counters().host_writes, 100u);
+    EXPECT_EQ(mem[0], 100u);
+}
+
+TEST(AtomicUnit, TagLimitIsRespected)
+{
+    for (uint32_t tags : {1u, 4u, 32u}) {
+        std::vector<uint64_t> mem(4096, 0);
+        Host h(mem);
+        AmuConfig c;
+        c.cache_lines = 0;
+        c.tags = tags;
+        AtomicUnit u(c, h);
+        for (uint64_t i = 0; i < 2000; i++)
+            u.submit(AmoRequest{i, kBase + (i * 97 % 4096) * 8, ROCE_XOP_XOR, 8, false, i, 0, 0, 0});
+        u.drain();
+        EXPECT_EQ(u.counters().max_outstanding, tags);
+        EXPECT_GT(u.counters().stall_tags, 0u);
+        EXPECT_LE(u.mean_outstanding(), double(tags));
+    }
+}
+
+TEST(AtomicUnit, MalformedOperationsCompleteWithErrors)
+{
+    std::vector<uint64_t> mem(4, 0x1111);
+    Host h(mem);
+    AtomicUnit u(AmuConfig{}, h);
+    u.submit(AmoRequest{0, kBase + 4, ROCE_XOP_ADD, 8, true, 1, 0, 0, 0});             // unaligned
+    u.submit(AmoRequest{1, kBase + 2, ROCE_XOP_ADD, 4, true, 1, 0, 0, 0});             // unaligned
+    u.submit(AmoRequest{2, kBase, ROCE_XOP_COUNT, 8, true, 1, 0, 0, 0});               // bad op
+    u.submit(AmoRequest{3, kBase, ROCE_XOP_ADD, 3, true, 1, 0, 0, 0});                 // bad size
+    u.submit(AmoRequest{4, kBase + 32, ROCE_XOP_ADD, 8, true, 1, 0, 0, 0});            // beyond memory
+    u.submit(AmoRequest{5, 0, ROCE_XOP_ADD, 8, true, 1, 0, 0, 0});                     // below memory
+    u.submit(AmoRequest{6, kBase + 8, ROCE_XOP_ADD, 8, true, 1, 0, 0, 0});             // fine
+    u.submit(AmoRequest{7, 0xFFFFFFFFFFFFFFF8ull, ROCE_XOP_ADD, 8, true, 1, 0, 0, 0}); // wraps
+    u.drain();
+    ASSERT_EQ(h.done, 8u);
+    EXPECT_EQ(h.results[0].status, AmoStatus::Unaligned);
+    EXPECT_EQ(h.results[1].status, AmoStatus::Unaligned);
+    EXPECT_EQ(h.results[2].status, AmoStatus::BadOp);
+    EXPECT_EQ(h.results[3].status, AmoStatus::BadOp);
+    EXPECT_EQ(h.results[4].status, AmoStatus::AccessError);
+    EXPECT_EQ(h.results[5].status, AmoStatus::AccessError);
+    EXPECT_EQ(h.results[6].status, AmoStatus::Ok);
+    EXPECT_EQ(h.results[6].old, 0x1111u);
+    EXPECT_EQ(h.results[7].status, AmoStatus::AccessError);
+    EXPECT_EQ(u.counters().errors, 7u);
+    EXPECT_EQ(h.errors.size(), 7u);
+    EXPECT_NE(h.errors[0].find("unaligned"), std::string::npos);
+    EXPECT_EQ(mem, (std::vector<uint64_t>{0x1111, 0x1112, 0x1111, 0x1111}));
+}
+
+// Global atomicity: the unit's operations and a CPU's own atomics on the same word, at the same
+// time, lose nothing (docs/atomic-unit.md "Atomicity").
+TEST(AtomicUnit, GlobalAtomicityWithConcurrentCpuAtomics)
+{
+    std::vector<uint64_t> mem(2, 0);
+    Host h(mem);
+    AmuConfig c;
+    c.atomicity = AmuAtomicity::Global;
+    c.cache_lines = 32;
+    AtomicUnit u(c, h);
+    constexpr uint64_t kNic = 200000, kCpu = 200000;
+    std::atomic<bool> go{false};
+    std::thread cpu([&] {
+        while (!go.load()) {
+        }
+        for (uint64_t i = 0; i < kCpu; i++) {
+            __atomic_fetch_add(&mem[0], 1, __ATOMIC_SEQ_CST);
+            __atomic_fetch_xor(&mem[1], uint64_t(1) << (i % 64), __ATOMIC_SEQ_CST);
+        }
+    });
+    go = true;
+    for (uint64_t i = 0; i < kNic; i++) {
+        u.submit(AmoRequest{2 * i, kBase, ROCE_XOP_ADD, 8, false, 1, 0, 0, 0});
+        u.submit(AmoRequest{2 * i + 1, kBase + 8, ROCE_XOP_XOR, 8, false, uint64_t(1) << (i % 64), 0, 0, 0});
+        if (i % 1000 == 999) u.run_until(u.now_ps() + 1000000);
+    }
+    u.drain();
+    cpu.join();
+    EXPECT_EQ(mem[0], kNic + kCpu);
+    EXPECT_EQ(mem[1], 0u); // each bit flipped an even number of times in all
+    EXPECT_GT(u.counters().hits, 0u);
+}
+
+// Timing rules, computed by hand from the defaults (500 MHz: 2 ns cycles; 48 B at 4 GB/s: 12 ns;
+// 8 B at 2.3 GB/s: 3.478 ns; 12 B: 5.217 ns; host latency 250 ns; memory 70 ns).
+TEST(AtomicUnit, TimingOfOneMissByHand)
+{
+    std::vector<uint64_t> mem(1, 0);
+    Host h(mem);
+    AmuConfig c;
+    c.cache_lines = 0;
+    AtomicUnit u(c, h);
+    u.submit(AmoRequest{0, kBase, ROCE_XOP_ADD, 8, true, 1, 0, 0, 0});
+    u.drain();
+    // in the input queue at 12 ns; issued in that cycle; the read leaves the next cycle (14 ns),
+    // reaches the host at 14 + 3.478 + 250, the memory answers 70 ns later, the response takes
+    // 5.217 ns on the link and 250 ns back: 592.695 ns; operand ready a cycle later (594.695);
+    // the ALU runs at the next cycle boundary (596 ns) and completes at 598 ns.
+    EXPECT_EQ(h.results[0].done_ps, 598000u);
+    EXPECT_EQ(u.counters().host_reads, 1u);
+    EXPECT_EQ(u.counters().host_writes, 1u);
+}
+
+// One word, 63 sources, a cache: the register file absorbs the updates and the rate is the
+// network's, 48-byte messages at 4 GB/s = 83.33 M/s = 666.7 MB/s (sec. V-A, Fig. 3) at every
+// host latency; without a cache every update waits a host round trip and its RAW acknowledgement.
+TEST(AtomicUnit, HotSpotRatesFollowTheRules)
+{
+    HotspotMix m;
+    m.pes = 64;
+    m.ops_per_pe = 200;
+    for (uint32_t lat : {50u, 250u}) {
+        AmuConfig c;
+        c.host_lat_ns = lat;
+        const auto r = amu_model_hotspot(c, m);
+        ASSERT_TRUE(r.ok) << r.error;
+        EXPECT_TRUE(r.exact);
+        EXPECT_NEAR(r.mops, 83.33, 0.5) << lat;
+        c.cache_lines = 0;
+        const auto n = amu_model_hotspot(c, m);
+        ASSERT_TRUE(n.ok);
+        EXPECT_TRUE(n.exact);
+        // per update: read round trip + ack of the write, about 4 x latency + 2 x memory
+        const double per_ns = 1000.0 / n.mops, by_hand = 4.0 * lat + 2 * c.mem_ns;
+        EXPECT_GT(per_ns, by_hand) << lat;
+        EXPECT_LT(per_ns, by_hand + 40) << lat;
+    }
+}
+
+TEST(AtomicUnit, BoundsAreSectionSixs)
+{
+    AmuConfig c;
+    const AmuBounds b = amu_bounds(c);
+    EXPECT_NEAR(b.amu_rate / 1e6, 52.27, 0.01);    // 2.3 GB/s / 44 B
+    EXPECT_NEAR(b.base_rate / 1e6, 71.88, 0.01);   // 2.3 GB/s / 32 B
+    EXPECT_NEAR(b.target_rate / 1e6, 83.33, 0.01); // network: 4 GB/s / 48 B
+    EXPECT_NEAR(b.req_gups, 42.86, 0.01);          // Table III: 43
+    EXPECT_NEAR(b.req_target, 68.33, 0.01);        // Table IV: 69
+}
+
+TEST(AtomicUnit, ConfigCheckNamesTheProperty)
+{
+    AmuConfig c;
+    EXPECT_EQ(amu_check_config(c), nullptr);
+    c.cache_lines = 32;
+    c.cache_ways = 64;
+    ASSERT_NE(amu_check_config(c), nullptr);
+    EXPECT_NE(std::string(amu_check_config(c)).find("cache-ways"), std::string::npos);
+    c = AmuConfig{};
+    c.tags = 0;
+    EXPECT_NE(amu_check_config(c), nullptr);
+    c = AmuConfig{};
+    c.lookahead = 100;
+    EXPECT_NE(amu_check_config(c), nullptr);
+    c = AmuConfig{};
+    c.cache_lines = 30;
+    c.cache_ways = 4;
+    EXPECT_NE(amu_check_config(c), nullptr);
+}
