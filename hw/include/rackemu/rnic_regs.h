@@ -210,7 +210,7 @@ struct rnic_cmd_mr {
 #define RNIC_ACCESS_LOCAL_WRITE   (1u << 0)
 #define RNIC_ACCESS_REMOTE_WRITE  (1u << 1)
 #define RNIC_ACCESS_REMOTE_READ   (1u << 2)
-#define RNIC_ACCESS_REMOTE_ATOMIC (1u << 3) /* CMP_SWAP, FETCH_ADD, ATOMIC WRITE (with REMOTE_WRITE for the latter) */
+#define RNIC_ACCESS_REMOTE_ATOMIC (1u << 3) /* CMP_SWAP, FETCH_ADD (ATOMIC WRITE needs REMOTE_WRITE, as rxe) */
 #define RNIC_ACCESS_FLUSH_GLOBAL  (1u << 8) /* FLUSH with global visibility placement */
 #define RNIC_ACCESS_FLUSH_PERSIST (1u << 9) /* FLUSH with persistence placement */
 #define RNIC_ACCESS_ALL        (RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_WRITE | RNIC_ACCESS_REMOTE_READ | \
@@ -478,7 +478,8 @@ struct rnic_cqe {
     X(PAYLOAD_RX_BYTES, payload_rx_bytes, "message bytes placed into guest memory by the responder or READ responses") \
     X(MODELED_WR_NS,   modeled_wr_ns,   "sum of the modeled latency of completed send WRs, ns") \
     X(MODELED_LINK_NS, modeled_link_ns, "modeled link busy time of frames sent, ns") \
-    X(MODELED_PCIE_NS, modeled_pcie_ns, "modeled PCIe busy time (WQE/CQE/data DMA), ns")
+    X(MODELED_PCIE_NS, modeled_pcie_ns, "modeled PCIe busy time (WQE/CQE/data DMA), ns") \
+    X(RX_DISABLED,     rx_disabled,     "frames dropped because CTRL.ENABLE is 0")
 
 #define RNIC_COUNTER_TABLE(X) RNIC_RC_COUNTER_TABLE(X) RNIC_DEV_COUNTER_TABLE(X)
 
