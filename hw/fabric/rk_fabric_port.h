@@ -100,6 +100,61 @@ const struct rkf_live_table *rk_fabric_port_liveness(RkFabricPort *port);
 unsigned rk_fabric_port_node_id(RkFabricPort *port);
 uint32_t rk_fabric_port_caps(RkFabricPort *port);
 
+/*
+ * Ethernet (RKF_SVC_ETH, fabric_proto.h; docs/fabric.md "Service 5: Ethernet").
+ *
+ * The port has one MAC and one IPv4 address, fixed by its node id (rkf_eth_node_mac(),
+ * rkf_eth_node_ipv4()). Two receivers may attach:
+ *   RK_FABRIC_ETH_ROCE: IPv4 or IPv6 UDP frames to destination port 4791 (RoCEv2) addressed to this
+ *       port's MAC: the RNIC;
+ *   RK_FABRIC_ETH_NET: every other frame (broadcast, multicast, unicast to this MAC; and RoCEv2
+ *       frames too while no RK_FABRIC_ETH_ROCE receiver is attached): the node's netdev.
+ * A frame no receiver takes is dropped and counted (rx_no_receiver).
+ *
+ * The receive callback runs on the thread that dispatches the port's incoming frames (the port's
+ * service thread; never two dispatchers at once), for one whole frame at a time; `frame` is valid
+ * only during the call (copy what you keep). It must not block (no BQL, no waiting for ring
+ * space): queue the frame and return. It may call rk_fabric_port_eth_send() (non-blocking); it
+ * must not call rk_fabric_port_eth_attach(), rk_fabric_port_register() or rk_fabric_port_free().
+ */
+enum rk_fabric_eth_rx_class {
+    RK_FABRIC_ETH_NET = 0,
+    RK_FABRIC_ETH_ROCE = 1,
+    RK_FABRIC_ETH_CLASSES = 2,
+};
+/* `src_node` is the node whose port sent the frame (the bridge's word, not the frame's MAC). */
+typedef void (*rk_fabric_eth_rx_fn)(void *opaque, const uint8_t *frame, size_t len, unsigned src_node);
+/* Attach (or, with fn NULL, detach) the receiver of `cls`. Returns once no callback that may still
+ * use the previous receiver is running on another thread (the caller may then free its opaque).
+ * Returns 0, or -EINVAL for an unknown class. */
+int rk_fabric_port_eth_attach(RkFabricPort *port, enum rk_fabric_eth_rx_class cls, rk_fabric_eth_rx_fn fn,
+                              void *opaque);
+/* Send one Ethernet frame (RKF_ETH_MIN_FRAME .. RKF_ETH_MAX_FRAME bytes, destination MAC first,
+ * no FCS), as `iovcnt` pieces that are concatenated (a QEMU netdev's receive_iov). Never blocks
+ * (beyond the port's short transmit lock): returns 0 when the whole frame is queued to the
+ * bridge, -ENOTCONN when the link is down, -EMSGSIZE for a frame outside the size range,
+ * -EINVAL for a NULL piece, -EAGAIN when the ring has no room for all of its fragments right
+ * now (nothing was queued: drop and count it, or retry later; the bridge drains the ring
+ * continuously, so rk_fabric_port_eth_tx_room() turns non-zero within microseconds unless the
+ * bridge is gone). The source MAC is sent as given: the bridge switches on the destination MAC
+ * and records the ingress port, so a NIC should use the node's MAC. Thread-safe. */
+struct iovec;
+int rk_fabric_port_eth_sendv(RkFabricPort *port, const struct iovec *iov, int iovcnt);
+int rk_fabric_port_eth_send(RkFabricPort *port, const void *frame, size_t len);
+/* How many maximum-size frames (RKF_ETH_MAX_FRAME) the transmit ring has room for now (0 when
+ * the link is down). A hint: another sender may take the room first. */
+unsigned rk_fabric_port_eth_tx_room(RkFabricPort *port);
+
+struct rk_fabric_eth_stats {
+    uint64_t tx_frames, tx_bytes;      /* frames queued to the bridge, their bytes (frame only) */
+    uint64_t tx_full, tx_down, tx_bad; /* sends refused: -EAGAIN, -ENOTCONN, -EMSGSIZE/-EINVAL */
+    uint64_t rx_frames, rx_bytes;      /* whole frames handed to a receiver */
+    uint64_t rx_roce;                  /* of them, to the RK_FABRIC_ETH_ROCE receiver */
+    uint64_t rx_no_receiver;           /* whole frames no receiver took */
+    uint64_t rx_bad_fragments;         /* partial or inconsistent fragments dropped */
+};
+void rk_fabric_port_eth_get_stats(RkFabricPort *port, struct rk_fabric_eth_stats *out);
+
 struct rk_fabric_port_stats {
     uint64_t frames_tx, frames_rx, bytes_tx, bytes_rx, bad_frames, send_failures, link_downs, connects,
         wakeups_sent, sleeps;

@@ -37,6 +37,7 @@
 #define RKF_CAP_UNIMEM_MBOX (1u << 0)
 #define RKF_CAP_MEM         (1u << 1) /* serves RKF_SVC_MEM against its guest RAM */
 #define RKF_CAP_RMC         (1u << 2) /* has a soNUMA RMC (RKF_SVC_RMC) */
+#define RKF_CAP_ETH         (1u << 3) /* has an Ethernet endpoint on the port (RKF_SVC_ETH) */
 
 struct rkf_hello {
     uint32_t magic;      /* RKF_HELLO_MAGIC */
@@ -78,6 +79,7 @@ struct rkf_welcome {
 #define RKF_SVC_ECHO        2u /* the port answers REQ with an identical REPLY (tests, benchmarks) */
 #define RKF_SVC_MEM         3u /* one-sided reads/writes of a node's guest RAM (docs/fabric.md) */
 #define RKF_SVC_RMC         4u /* soNUMA RMC requests, data and validation packets (docs/sonuma.md) */
+#define RKF_SVC_ETH         5u /* Ethernet frames, switched by the bridge by MAC (see below) */
 #define RKF_SVC_COUNT       8u
 
 /* Reply status (rkf_frame_hdr.status of an RKF_T_REPLY) */
@@ -137,6 +139,69 @@ struct rkf_mem_req {
 };
 
 /*
+ * RKF_SVC_ETH: Ethernet II frames (docs/fabric.md, "Service 5: Ethernet"). The bridge is an
+ * Ethernet switch: it reassembles every frame a port sends, switches it by destination MAC (a
+ * node's MAC is fixed by its id, below: no learning), floods broadcast, multicast and unknown
+ * unicast to every other connected port, applies fault rules and capture to the whole frame,
+ * and sends it out again in fragments.
+ *
+ * A frame (RKF_ETH_MIN_FRAME .. RKF_ETH_MAX_FRAME bytes: destination MAC onwards, no preamble
+ * and no FCS) travels as 1 .. RKF_ETH_MAX_FRAGS one-way frames (type RKF_T_MSG, svc RKF_SVC_ETH,
+ * op RKF_OP_ETH_FRAG) in CONSECUTIVE slots of one ring: the producer reserves room for all
+ * fragments of a frame before it publishes the first, so no other frame is ever interleaved.
+ * Each payload is a struct rkf_eth_frag followed by its data (RKF_ETH_FRAG_DATA bytes in every
+ * fragment but the last). Fragment i carries offset i * RKF_ETH_FRAG_DATA; every fragment of a
+ * frame carries the same frame_len and frame_seq (the sender's frame counter).
+ * Header fields: node -> bridge: src = the sending node, dst = the sending node too (ignored:
+ * the bridge switches by MAC), tag = frame_seq, status 0. Bridge -> node: src = the ingress
+ * node, dst = the receiving node, tag = the bridge's frame counter of that egress port.
+ * A receiver (bridge or port) drops a partial frame whose next slot is not its next fragment
+ * (other seq, offset, or frame_len, or another frame type) and counts it; a frame whose
+ * fragments are all present is delivered whole.
+ *
+ * Addresses: node i's port has the locally administered unicast MAC 02:52:4b:00:00:i
+ * ("RK"), and the IPv4 address 198.18.0.(i+1) in 198.18.0.0/15 (RFC 2544's benchmarking
+ * range; these frames never leave the bridge), host name "node<i>". A RoCEv2 device of the
+ * node uses the same MAC and IPv4 address (as RoCE NICs share them with their netdev).
+ */
+#define RKF_OP_ETH_FRAG      1u
+#define RKF_ETH_MIN_FRAME    14u   /* destination, source MAC and EtherType */
+#define RKF_ETH_MAX_FRAME    9216u /* jumbo: an IP MTU of 9000, a RoCE path MTU of 4096 + headers */
+struct rkf_eth_frag {
+    uint16_t frame_len; /* whole frame, RKF_ETH_MIN_FRAME .. RKF_ETH_MAX_FRAME */
+    uint16_t offset;    /* of this fragment's data in the frame: i * RKF_ETH_FRAG_DATA */
+    uint32_t frame_seq; /* the same in every fragment of a frame */
+    /* data follows: min(RKF_ETH_FRAG_DATA, frame_len - offset) bytes */
+};
+#define RKF_ETH_FRAG_DATA    (RKF_MAX_PAYLOAD - (uint32_t)sizeof(struct rkf_eth_frag)) /* 216 */
+#define RKF_ETH_FRAGS(len)   (((len) + RKF_ETH_FRAG_DATA - 1u) / RKF_ETH_FRAG_DATA)
+#define RKF_ETH_MAX_FRAGS    RKF_ETH_FRAGS(RKF_ETH_MAX_FRAME) /* 43 */
+#define RKF_ETH_HDR_LEN      14u
+#define RKF_ETHERTYPE_IPV4   0x0800u
+#define RKF_ETHERTYPE_ARP    0x0806u
+#define RKF_ETHERTYPE_IPV6   0x86ddu
+#define RKF_ROCEV2_UDP_PORT  4791u
+#define RKF_ETH_IPV4_NET     0xc6120000u /* 198.18.0.0, host byte order */
+#define RKF_ETH_IPV4_PREFIX  15u
+
+/* Node i's MAC: 02:52:4b:00:00:i. */
+static inline void rkf_eth_node_mac(unsigned node, uint8_t mac[6])
+{
+    mac[0] = 0x02; mac[1] = 0x52; mac[2] = 0x4b; mac[3] = 0x00; mac[4] = 0x00; mac[5] = (uint8_t)node;
+}
+/* The node whose port owns unicast MAC `mac`, or -1 (multicast/broadcast, or not a node MAC). */
+static inline int rkf_eth_mac_node(const uint8_t mac[6])
+{
+    if (mac[0] != 0x02 || mac[1] != 0x52 || mac[2] != 0x4b || mac[3] != 0x00 || mac[4] != 0x00 ||
+        mac[5] >= RKF_MAX_NODES) {
+        return -1;
+    }
+    return mac[5];
+}
+/* Node i's IPv4 address in host byte order: 198.18.0.(i+1). */
+static inline uint32_t rkf_eth_node_ipv4(unsigned node) { return RKF_ETH_IPV4_NET + node + 1u; }
+
+/*
  * The bridge's liveness table (docs/fabric.md, "Liveness table"): one page the bridge hands
  * every node at the handshake as a third descriptor (a memfd sealed against resizing and
  * against new writable mappings: nodes map it read-only). It lets a node that reaches a peer's
@@ -159,6 +224,9 @@ struct rkf_live_table {
 #ifdef __cplusplus
 static_assert(sizeof(struct rkf_mem_req) + RKF_MEM_CHUNK <= RKF_MAX_PAYLOAD, "a write chunk fits a slot");
 static_assert(sizeof(struct rkf_frame_hdr) == 32, "frame header is 32 bytes on the wire");
+static_assert(sizeof(struct rkf_eth_frag) == 8, "fragment header is 8 bytes");
+static_assert(RKF_ETH_MAX_FRAGS * 4 <= RKF_RING_SLOTS, "a ring holds several maximum frames");
+static_assert(RKF_ETH_MAX_FRAME <= 0xffffu, "frame_len and offset are 16-bit");
 static_assert(sizeof(struct rkf_hello) == 48, "hello is 48 bytes");
 static_assert(sizeof(struct rkf_welcome) == 128, "welcome is 128 bytes");
 static_assert(sizeof(struct rkf_live_table) <= RKF_LIVE_SIZE, "the liveness table fits its page");
