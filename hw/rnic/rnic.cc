@@ -2,6 +2,8 @@
 // The rackemu RNIC device core; see rnic.h and docs/rnic.md.
 #include "rnic.h"
 
+#include "rackemu/fabric_proto.h"
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -148,10 +150,9 @@ bool valid_mtu(uint32_t m)
 
 bool rnic_default_peer_addr(uint32_t node, uint8_t mac[6], uint32_t *ip)
 {
-    if (node > 254) return false;
-    const uint8_t m[6] = {0x02, 0x52, 0x4b, 0x00, 0x00, uint8_t(node)};
-    std::memcpy(mac, m, 6);
-    *ip = 0xC6120000u + node + 1; // 198.18.0.<id + 1>
+    if (node >= RKF_MAX_NODES) return false;
+    rkf_eth_node_mac(node, mac);
+    *ip = rkf_eth_node_ipv4(node);
     return true;
 }
 

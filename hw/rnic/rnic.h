@@ -85,8 +85,8 @@ struct RnicConfig {
     RcConfig rc;
 };
 
-// The fabric's addressing rule for a node: MAC 02:52:4b:00:00:<id>, IPv4 198.18.0.<id + 1>
-// (docs/fabric.md). Refuses ids the rule cannot express.
+// The fabric's addressing rule for a node (rkf_eth_node_mac/rkf_eth_node_ipv4, fabric_proto.h:
+// MAC 02:52:4b:00:00:<id>, IPv4 198.18.0.<id + 1>). Refuses ids the rule cannot express.
 bool rnic_default_peer_addr(uint32_t node, uint8_t mac[6], uint32_t *ip);
 
 struct RnicCounters {
