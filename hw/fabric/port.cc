@@ -17,9 +17,11 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "eth_frag.h"
 #include "shm_ring.h"
 
 using namespace rackemu::fabric;
@@ -29,6 +31,10 @@ struct Svc {
     rk_fabric_request_fn on_request = nullptr;
     rk_fabric_reply_fn on_reply = nullptr;
     rk_fabric_link_fn on_link = nullptr;
+    void *opaque = nullptr;
+};
+struct EthRx {
+    rk_fabric_eth_rx_fn fn = nullptr;
     void *opaque = nullptr;
 };
 
@@ -87,6 +93,13 @@ struct RkFabricPort {
     std::atomic<uint64_t> frames_tx{0}, frames_rx{0}, bytes_tx{0}, bytes_rx{0}, bad_frames{0},
         send_failures{0}, link_downs{0}, connects{0}, wakeups_sent{0}, sleeps{0};
     rk_fabric_port_hooks hooks{}; // set before the thread starts and before any send; then read-only
+    // Ethernet (RKF_SVC_ETH): receivers guarded by svc_mu (and svc_busy, like svcs), the
+    // reassembler used only by the dispatching thread, the frame counter under tx_mu.
+    EthRx eth_rx[RK_FABRIC_ETH_CLASSES];
+    EthReassembler eth_asm;
+    uint32_t eth_tx_seq = 0;
+    std::atomic<uint64_t> eth_tx_frames{0}, eth_tx_bytes{0}, eth_tx_full{0}, eth_tx_down{0}, eth_tx_bad{0},
+        eth_rx_frames{0}, eth_rx_bytes{0}, eth_rx_roce{0}, eth_rx_no_receiver{0}, eth_rx_bad{0};
 
     ~RkFabricPort()
     {
@@ -104,6 +117,7 @@ struct RkFabricPort {
     void run();
     int push(const rkf_frame_hdr &h, const void *payload);
     void dispatch(const rkf_frame_hdr &h, const unsigned char *payload);
+    void eth_input(const rkf_frame_hdr &h, const unsigned char *payload);
     void callback_done();
 };
 
@@ -364,6 +378,41 @@ void RkFabricPort::dispatch(const rkf_frame_hdr &h, const unsigned char *payload
     callback_done();
 }
 
+// One fragment of an Ethernet frame from the bridge; a whole frame goes to its receiver.
+void RkFabricPort::eth_input(const rkf_frame_hdr &h, const unsigned char *payload)
+{
+    const uint64_t lost = eth_asm.lost();
+    const auto r = eth_asm.feed(h, payload);
+    if (eth_asm.lost() != lost) {
+        eth_rx_bad += eth_asm.lost() - lost;
+        log(RK_FABRIC_LOG_BAD_INPUT,
+            "rackemu-fabric: node %u: dropped an Ethernet fragment from the bridge: %s", node_id,
+            eth_asm.why());
+    }
+    if (r != EthReassembler::Result::Complete) return;
+    const unsigned char *f = eth_asm.frame();
+    const size_t len = eth_asm.size();
+    uint8_t mine[6];
+    rkf_eth_node_mac(node_id, mine);
+    const bool roce = eth_is_rocev2(f, len) && std::memcmp(f, mine, 6) == 0;
+    EthRx rx;
+    {
+        std::lock_guard lk(svc_mu);
+        rx = roce && eth_rx[RK_FABRIC_ETH_ROCE].fn ? eth_rx[RK_FABRIC_ETH_ROCE] : eth_rx[RK_FABRIC_ETH_NET];
+        if (roce && eth_rx[RK_FABRIC_ETH_ROCE].fn) eth_rx_roce++;
+        svc_busy++;
+    }
+    tl_in_callback++;
+    if (rx.fn) {
+        eth_rx_frames++;
+        eth_rx_bytes += len;
+        rx.fn(rx.opaque, f, len, h.src);
+    } else {
+        eth_rx_no_receiver++;
+    }
+    callback_done();
+}
+
 void RkFabricPort::run()
 {
     uint64_t last_activity = now_ns();
@@ -377,6 +426,7 @@ void RkFabricPort::run()
                 if (rc == 0) {
                     log(RK_FABRIC_LOG_INFO, "rackemu-fabric: node %u: connected to %s", node_id,
                         path.c_str());
+                    eth_asm.reset();
                     report_link(1);
                     continue;
                 }
@@ -400,6 +450,11 @@ void RkFabricPort::run()
             frames_rx++;
             bytes_rx += sizeof h + h.len;
             if (hooks.frame) hooks.frame(hooks.opaque, RK_FABRIC_IN, &h);
+            if (h.svc == RKF_SVC_ETH) {
+                eth_input(h, payload);
+                continue;
+            }
+            if (eth_asm.interrupt()) eth_rx_bad++;
             dispatch(h, payload);
         }
         if (handled == 0 && pr == PopResult::Corrupt) {
@@ -589,6 +644,103 @@ void rk_fabric_port_get_stats(RkFabricPort *p, struct rk_fabric_port_stats *o)
     o->connects = p->connects;
     o->wakeups_sent = p->wakeups_sent;
     o->sleeps = p->sleeps;
+}
+
+int rk_fabric_port_eth_attach(RkFabricPort *p, enum rk_fabric_eth_rx_class cls, rk_fabric_eth_rx_fn fn,
+                              void *opaque)
+{
+    if (unsigned(cls) >= RK_FABRIC_ETH_CLASSES) return -EINVAL;
+    std::unique_lock lk(p->svc_mu);
+    p->eth_rx[cls] = EthRx{fn, fn ? opaque : nullptr};
+    p->svc_idle.wait(lk, [p] { return p->svc_busy <= tl_in_callback; });
+    return 0;
+}
+
+int rk_fabric_port_eth_sendv(RkFabricPort *p, const struct iovec *iov, int iovcnt)
+{
+    unsigned char buf[RKF_ETH_MAX_FRAME];
+    size_t len = 0;
+    if (iovcnt < 0 || (iovcnt > 0 && !iov)) {
+        p->eth_tx_bad++;
+        return -EINVAL;
+    }
+    for (int i = 0; i < iovcnt; i++) {
+        if (iov[i].iov_len && !iov[i].iov_base) {
+            p->eth_tx_bad++;
+            return -EINVAL;
+        }
+        if (iov[i].iov_len > RKF_ETH_MAX_FRAME - len) {
+            p->eth_tx_bad++;
+            return -EMSGSIZE;
+        }
+        if (iov[i].iov_len) std::memcpy(buf + len, iov[i].iov_base, iov[i].iov_len);
+        len += iov[i].iov_len;
+    }
+    if (len < RKF_ETH_MIN_FRAME) {
+        p->eth_tx_bad++;
+        return -EMSGSIZE;
+    }
+    rkf_frame_hdr tmpl{};
+    tmpl.magic = RKF_FRAME_MAGIC;
+    tmpl.src = uint16_t(p->node_id);
+    tmpl.dst = uint16_t(p->node_id); // ignored: the bridge switches by destination MAC
+    tmpl.ts_ns = now_ns();
+    std::lock_guard lk(p->tx_mu);
+    if (!p->up) {
+        p->eth_tx_down++;
+        return -ENOTCONN;
+    }
+    const uint32_t seq = p->eth_tx_seq;
+    if (p->hooks.frame) {
+        // One report per frame: its first fragment's header.
+        rkf_frame_hdr first = tmpl;
+        first.type = RKF_T_MSG;
+        first.svc = RKF_SVC_ETH;
+        first.op = RKF_OP_ETH_FRAG;
+        first.len = uint16_t(sizeof(rkf_eth_frag) + std::min<size_t>(len, RKF_ETH_FRAG_DATA));
+        first.tag = seq;
+        p->hooks.frame(p->hooks.opaque, RK_FABRIC_OUT, &first);
+    }
+    if (!ring_push_eth(p->shm->to_bridge, tmpl, buf, uint16_t(len), seq)) {
+        p->eth_tx_full++;
+        futex_wake(&p->bell->sleeping); // the router may be asleep with a full ring
+        return -EAGAIN;
+    }
+    p->eth_tx_seq++;
+    const unsigned n = RKF_ETH_FRAGS(len);
+    p->frames_tx += n;
+    p->bytes_tx += n * sizeof(rkf_frame_hdr) + n * sizeof(rkf_eth_frag) + len;
+    p->eth_tx_frames++;
+    p->eth_tx_bytes += len;
+    if (futex_wake(&p->bell->sleeping)) p->wakeups_sent++;
+    return 0;
+}
+
+int rk_fabric_port_eth_send(RkFabricPort *p, const void *frame, size_t len)
+{
+    const iovec v{const_cast<void *>(frame), len};
+    return rk_fabric_port_eth_sendv(p, &v, 1);
+}
+
+unsigned rk_fabric_port_eth_tx_room(RkFabricPort *p)
+{
+    std::lock_guard lk(p->tx_mu);
+    if (!p->up) return 0;
+    return ring_room(p->shm->to_bridge) / RKF_ETH_MAX_FRAGS;
+}
+
+void rk_fabric_port_eth_get_stats(RkFabricPort *p, struct rk_fabric_eth_stats *o)
+{
+    o->tx_frames = p->eth_tx_frames;
+    o->tx_bytes = p->eth_tx_bytes;
+    o->tx_full = p->eth_tx_full;
+    o->tx_down = p->eth_tx_down;
+    o->tx_bad = p->eth_tx_bad;
+    o->rx_frames = p->eth_rx_frames;
+    o->rx_bytes = p->eth_rx_bytes;
+    o->rx_roce = p->eth_rx_roce;
+    o->rx_no_receiver = p->eth_rx_no_receiver;
+    o->rx_bad_fragments = p->eth_rx_bad;
 }
 
 } // extern "C"

@@ -209,6 +209,9 @@ Bridge::Bridge(Options o) : opt_(std::move(o))
     if (opt_.max_nodes == 0 || opt_.max_nodes > RKF_MAX_NODES) opt_.max_nodes = RKF_MAX_NODES;
     if (opt_.max_outstanding == 0) opt_.max_outstanding = 1;
     if (opt_.max_pending == 0) opt_.max_pending = 1;
+    faults_ = FaultEngine(opt_.fault_seed);
+    for (Port &p : ports_)
+        p.eth_asm = std::make_unique<EthReassembler>();
 }
 
 Bridge::~Bridge()
@@ -280,6 +283,12 @@ bool Bridge::start(std::string &err)
     }
     listen_fd_ = listen_on(fabric_socket(), SOCK_SEQPACKET, err);
     if (listen_fd_ < 0) return false;
+    for (const std::string &rule : opt_.faults) {
+        if (!faults_.add(rule, err)) {
+            err = "fault rule '" + rule + "': " + err;
+            return false;
+        }
+    }
     ctl_fd_ = listen_on(control_socket(), SOCK_STREAM, err);
     return ctl_fd_ >= 0;
 }
@@ -467,6 +476,8 @@ void Bridge::handshake(int s, const rkf_hello &hello, ssize_t n)
     p.name = h.name;
     p.caps = h.caps;
     p.overflow.clear();
+    p.eth_asm->reset();
+    p.eth_seq_out = 0;
     p.c.connects++;
     p.c.outstanding = 0;
     log("node %u connected (%s, caps 0x%x, sees %u nodes)", unsigned(h.node_id), printable(p.name).c_str(),
@@ -547,12 +558,20 @@ void Bridge::drop_port(unsigned id, const char *why)
     }
     p.c.outstanding = 0;
     p.overflow.clear(); // requests among them are in outstanding_ and were answered above
+    p.eth_asm->reset();
+    faults_.forget(id); // held copies for it could not be delivered any more
     log("node %u disconnected (%s); %u outstanding request(s) answered NODE_GONE", id, why, failed);
 }
 
 bool Bridge::deliver_locked(unsigned dst, const rkf_frame_hdr &h, const unsigned char *payload)
 {
     Port &d = ports_[dst];
+    if (capture_.wants(dst, true, false)) {
+        unsigned char f[RKF_SLOT_SIZE];
+        std::memcpy(f, &h, sizeof h);
+        if (h.len) std::memcpy(f + sizeof h, payload, h.len);
+        capture_.record(dst, true, false, f, sizeof h + h.len);
+    }
     if (d.overflow.empty() && ring_push(d.shm->to_node, h, payload)) {
         d.c.frames_out++;
         d.c.bytes_out += sizeof h + h.len;
@@ -594,6 +613,22 @@ bool Bridge::route_locked(unsigned src, const rkf_frame_hdr &h, const unsigned c
         log("dropped a frame from node %u claiming to come from node %u", src, unsigned(h.src));
         return false;
     }
+    if (h.svc == RKF_SVC_ETH) {
+        eth_ingress_locked(src, h, payload);
+        return true;
+    }
+    if (s.eth_asm->interrupt()) {
+        eth_bad_fragments_++;
+        s.c.errors++;
+        log("node %u sent a frame between two fragments of an Ethernet frame; the Ethernet frame is dropped",
+            src);
+    }
+    if (capture_.wants(src, false, false)) {
+        unsigned char f[RKF_SLOT_SIZE];
+        std::memcpy(f, &h, sizeof h);
+        if (h.len) std::memcpy(f + sizeof h, payload, h.len);
+        capture_.record(src, false, false, f, sizeof h + h.len);
+    }
     const bool present = h.dst < opt_.max_nodes && ports_[h.dst].state == State::Up;
     if (!present) {
         noroute_++;
@@ -629,7 +664,139 @@ bool Bridge::route_locked(unsigned src, const rkf_frame_hdr &h, const unsigned c
         outstanding_total_++;
         s.c.outstanding++;
     }
-    return deliver_locked(h.dst, h, payload);
+    if (faults_.empty()) return deliver_locked(h.dst, h, payload);
+    FaultPacket p;
+    p.src = uint16_t(src);
+    p.dst = h.dst;
+    p.dst_gen = ports_[h.dst].live_gen;
+    p.bytes.resize(sizeof h + h.len);
+    std::memcpy(p.bytes.data(), &h, sizeof h);
+    if (h.len) std::memcpy(p.bytes.data() + sizeof h, payload, h.len);
+    forward_locked(std::move(p));
+    return true;
+}
+
+void Bridge::eth_ingress_locked(unsigned src, const rkf_frame_hdr &h, const unsigned char *payload)
+{
+    Port &s = ports_[src];
+    EthReassembler &as = *s.eth_asm;
+    const uint64_t lost = as.lost();
+    const auto r = as.feed(h, payload);
+    if (as.lost() != lost) {
+        eth_bad_fragments_ += as.lost() - lost;
+        s.c.errors++;
+        s.c.drops++;
+        log("dropped an Ethernet fragment from node %u: %s", src, as.why());
+    }
+    if (r != EthReassembler::Result::Complete) return;
+    const unsigned char *f = as.frame();
+    const size_t len = as.size();
+    s.c.eth_frames_in++;
+    s.c.eth_bytes_in += len;
+    capture_.record(src, false, true, f, len);
+    const int to = eth_is_group(f) ? -1 : rkf_eth_mac_node(f);
+    if (to == int(src)) {
+        eth_hairpin_++;
+        s.c.drops++;
+        return;
+    }
+    auto one = [&](unsigned dst) {
+        if (faults_.empty()) {
+            eth_deliver_locked(src, dst, f, len);
+            return;
+        }
+        FaultPacket p;
+        p.src = uint16_t(src);
+        p.dst = uint16_t(dst);
+        p.dst_gen = ports_[dst].live_gen;
+        p.eth = true;
+        p.kind = eth_kind(f, len);
+        p.bytes.assign(f, f + len);
+        forward_locked(std::move(p));
+    };
+    if (to >= 0 && unsigned(to) < opt_.max_nodes && ports_[to].state == State::Up) {
+        one(unsigned(to));
+        return;
+    }
+    // Broadcast, multicast, or a MAC whose node is not connected: every other port.
+    eth_floods_++;
+    for (unsigned i = 0; i < opt_.max_nodes; i++) {
+        if (i != src && ports_[i].state == State::Up) one(i);
+    }
+}
+
+void Bridge::forward_locked(FaultPacket &&p)
+{
+    rkf_frame_hdr h{};
+    if (!p.eth) std::memcpy(&h, p.bytes.data(), sizeof h);
+    fault_out_.clear();
+    if (faults_.apply(std::move(p), now_ns(), fault_out_)) {
+        // A request lost on its way will never be answered: forget it, so it does not count
+        // against its sender's --max-outstanding (the requester's timeout reports it).
+        if (h.magic && h.type == RKF_T_REQ) settle_locked(h.dst, h.src, h.svc, h.op, h.tag);
+    }
+    release_locked(fault_out_);
+}
+
+void Bridge::release_locked(std::vector<FaultPacket> &out)
+{
+    for (FaultPacket &p : out) {
+        Port &d = ports_[p.dst];
+        if (d.state != State::Up || d.live_gen != p.dst_gen) {
+            fault_lost_++; // its destination went away (or came back as another QEMU) meanwhile
+            continue;
+        }
+        if (p.eth) {
+            eth_deliver_locked(p.src, p.dst, p.bytes.data(), p.bytes.size());
+        } else {
+            rkf_frame_hdr h;
+            std::memcpy(&h, p.bytes.data(), sizeof h);
+            deliver_locked(p.dst, h, p.bytes.data() + sizeof h);
+        }
+    }
+    out.clear();
+}
+
+void Bridge::eth_deliver_locked(unsigned src, unsigned dst, const unsigned char *f, size_t len)
+{
+    Port &d = ports_[dst];
+    capture_.record(dst, true, true, f, len);
+    rkf_frame_hdr t{};
+    t.magic = RKF_FRAME_MAGIC;
+    t.src = uint16_t(src);
+    t.dst = uint16_t(dst);
+    t.ts_ns = now_ns();
+    const unsigned n = RKF_ETH_FRAGS(len);
+    const size_t wire = n * (sizeof(rkf_frame_hdr) + sizeof(rkf_eth_frag)) + len;
+    const uint32_t seq = d.eth_seq_out;
+    if (d.overflow.empty() && ring_push_eth(d.shm->to_node, t, f, uint16_t(len), seq)) {
+        d.eth_seq_out++;
+        d.c.frames_out += n;
+        d.c.bytes_out += wire;
+        d.c.eth_frames_out++;
+        d.c.eth_bytes_out += len;
+        futex_wake(&d.shm->to_node.ctl.sleeping);
+        return;
+    }
+    if (d.overflow.size() + n > opt_.overflow_limit) {
+        eth_queue_drops_++;
+        d.c.drops++;
+        d.c.eth_drops++;
+        return;
+    }
+    // Behind what already waits for this node, fragment by fragment and in order: they reach
+    // its ring consecutively (nothing else is pushed to it while its queue is not empty).
+    for (unsigned i = 0; i < n; i++) {
+        std::vector<unsigned char> slot(RKF_SLOT_SIZE);
+        eth_frag_write(slot.data(), t, f, uint16_t(len), seq, i);
+        rkf_frame_hdr h;
+        std::memcpy(&h, slot.data(), sizeof h);
+        slot.resize(sizeof h + h.len);
+        d.overflow.push_back(std::move(slot));
+    }
+    d.eth_seq_out++;
+    d.c.eth_frames_out++;
+    d.c.eth_bytes_out += len;
 }
 
 void Bridge::router()
@@ -640,8 +807,15 @@ void Bridge::router()
         unsigned moved = 0;
         bool backlog = false;
         std::vector<unsigned> corrupt;
+        uint64_t next_due = UINT64_MAX;
         {
             std::lock_guard lk(mu_);
+            if (!faults_.empty()) {
+                faults_.due(now_ns(), fault_out_);
+                moved += unsigned(fault_out_.size());
+                release_locked(fault_out_);
+                next_due = faults_.next_due();
+            }
             for (unsigned i = 0; i < opt_.max_nodes; i++) {
                 Port &p = ports_[i];
                 if (p.state != State::Up) continue;
@@ -686,12 +860,20 @@ void Bridge::router()
             last_activity = now;
             continue;
         }
-        if (now - last_activity < kSpinNs) {
+        // A packet a fault rule holds is due within 2 ms: poll for it rather than sleep past it.
+        const bool due_soon = next_due != UINT64_MAX && next_due < now + 2000000;
+        if (now - last_activity < kSpinNs || due_soon) {
             poll_pause(now - last_activity);
             continue;
         }
+        {
+            std::lock_guard lk(mu_);
+            capture_.flush(); // idle: what was captured reaches the file
+        }
+        int sleep_ms = backlog ? 1 : kSleepMs;
+        if (next_due != UINT64_MAX) sleep_ms = std::min<int>(sleep_ms, int((next_due - now) / 1000000));
         router_sleeps_++;
-        futex_sleep(&bell_->sleeping, backlog ? 1 : kSleepMs, [&] {
+        futex_sleep(&bell_->sleeping, sleep_ms, [&] {
             std::lock_guard lk(mu_);
             if (stopping_) return true;
             for (unsigned i = 0; i < opt_.max_nodes; i++) {
@@ -713,7 +895,11 @@ std::string Bridge::stats_json()
       << ",\"over_cap\":" << over_cap_ << ",\"refused_handshakes\":" << refused_handshakes_
       << ",\"conn_timeouts\":" << conn_timeouts_ << ",\"conn_evicted\":" << conn_evicted_
       << ",\"outstanding\":" << outstanding_total_ << ",\"max_outstanding\":" << opt_.max_outstanding
-      << ",\"router_sleeps\":" << router_sleeps_.load() << ",\"ports\":[";
+      << ",\"router_sleeps\":" << router_sleeps_.load() << ",\"eth_floods\":" << eth_floods_
+      << ",\"eth_bad_fragments\":" << eth_bad_fragments_ << ",\"eth_hairpin\":" << eth_hairpin_
+      << ",\"eth_queue_drops\":" << eth_queue_drops_ << ",\"fault_rules\":" << faults_.rules().size()
+      << ",\"fault_held\":" << faults_.held() << ",\"fault_lost\":" << fault_lost_
+      << ",\"capture\":" << capture_.status_json() << ",\"ports\":[";
     bool first = true;
     for (unsigned i = 0; i < opt_.max_nodes; i++) {
         const Port &p = ports_[i];
@@ -727,7 +913,10 @@ std::string Bridge::stats_json()
           << ",\"frames_out\":" << p.c.frames_out << ",\"bytes_in\":" << p.c.bytes_in
           << ",\"bytes_out\":" << p.c.bytes_out << ",\"drops\":" << p.c.drops << ",\"errors\":" << p.c.errors
           << ",\"connects\":" << p.c.connects << ",\"disconnects\":" << p.c.disconnects
-          << ",\"queued\":" << p.overflow.size() << ",\"outstanding\":" << p.c.outstanding << "}";
+          << ",\"queued\":" << p.overflow.size() << ",\"outstanding\":" << p.c.outstanding
+          << ",\"eth_frames_in\":" << p.c.eth_frames_in << ",\"eth_frames_out\":" << p.c.eth_frames_out
+          << ",\"eth_bytes_in\":" << p.c.eth_bytes_in << ",\"eth_bytes_out\":" << p.c.eth_bytes_out
+          << ",\"eth_drops\":" << p.c.eth_drops << "}";
     }
     o << "]}";
     return o.str();
@@ -742,9 +931,86 @@ std::string Bridge::control_reply(std::string cmd)
         stop();
         return "{\"ok\":true}\n";
     }
+    if (cmd == "fault" || cmd.rfind("fault ", 0) == 0)
+        return fault_command(cmd.substr(std::min<size_t>(cmd.size(), 6))) + "\n";
+    if (cmd == "capture" || cmd.rfind("capture ", 0) == 0) {
+        return capture_command(cmd.substr(std::min<size_t>(cmd.size(), 8))) + "\n";
+    }
     std::string reply = "{\"error\":\"unknown command '";
     json_escape(reply, cmd.substr(0, 32));
-    return reply + "'; commands: stats, shutdown\"}\n";
+    return reply + "'; commands: stats, shutdown, fault add|del|list, capture start|stop|status\"}\n";
+}
+
+namespace {
+std::string json_error(const std::string &msg)
+{
+    std::string r = "{\"error\":\"";
+    json_escape(r, msg);
+    return r + "\"}";
+}
+} // namespace
+
+// fault add RULE | fault del ID|all | fault list (docs/fabric.md, "Fault rules").
+std::string Bridge::fault_command(const std::string &args)
+{
+    std::lock_guard lk(mu_);
+    const size_t sp = args.find(' ');
+    const std::string verb = args.substr(0, sp);
+    const std::string rest = sp == std::string::npos ? "" : args.substr(sp + 1);
+    if (verb == "add") {
+        std::string err;
+        const unsigned id = faults_.add(rest, err);
+        if (!id) return json_error(err);
+        log("fault rule %u added: %s", id, faults_.rules().back().spec.c_str());
+        return "{\"ok\":true,\"id\":" + std::to_string(id) + ",\"rule\":\"" + faults_.rules().back().spec +
+               "\"}";
+    }
+    if (verb == "del") {
+        if (rest == "all") {
+            const size_t n = faults_.rules().size();
+            faults_.clear();
+            log("all %zu fault rule(s) removed", n);
+            return "{\"ok\":true,\"removed\":" + std::to_string(n) + "}";
+        }
+        char *end = nullptr;
+        const unsigned long id = strtoul(rest.c_str(), &end, 10);
+        if (rest.empty() || *end || !faults_.del(unsigned(id))) {
+            return json_error("no fault rule '" + rest + "' (give an id from 'fault list', or 'all')");
+        }
+        log("fault rule %lu removed", id);
+        return "{\"ok\":true,\"removed\":1}";
+    }
+    if (verb == "list" && rest.empty()) return faults_.list_json();
+    return json_error("usage: fault add RULE | fault del ID|all | fault list; RULE: " +
+                      std::string(FaultEngine::help()));
+}
+
+// capture start OPTIONS | capture stop | capture status (docs/fabric.md, "Capture").
+std::string Bridge::capture_command(const std::string &args)
+{
+    std::lock_guard lk(mu_);
+    const size_t sp = args.find(' ');
+    const std::string verb = args.substr(0, sp);
+    const std::string rest = sp == std::string::npos ? "" : args.substr(sp + 1);
+    if (verb == "start") {
+        Capture::Options o;
+        std::string err;
+        if (!Capture::parse(rest, o, err) || !capture_.start(o, err)) return json_error(err);
+        log("capture started: %s", rest.c_str());
+        return "{\"ok\":true,\"capture\":" + capture_.status_json() + "}";
+    }
+    if (verb == "stop" && rest.empty()) {
+        const std::string st = capture_.status_json();
+        capture_.stop();
+        return "{\"ok\":true,\"capture\":" + st + "}";
+    }
+    if (verb == "status" && rest.empty()) {
+        capture_.flush();
+        return capture_.status_json();
+    }
+    return json_error(
+        "usage: capture start path=/abs/file.pcapng [nodes=0,1] [what=eth|rackemu|all] "
+        "[dir=in|out|both] [snaplen=N] [max_mb=N] | capture stop | capture status");
 }
 
 void Bridge::run()

@@ -19,12 +19,16 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "capture.h"
+#include "eth_frag.h"
+#include "faults.h"
 #include "shm_ring.h"
 
 namespace rackemu::fabric {
@@ -33,6 +37,9 @@ struct PortCounters {
     uint64_t frames_in = 0, frames_out = 0, bytes_in = 0, bytes_out = 0, drops = 0, errors = 0;
     uint64_t connects = 0, disconnects = 0;
     uint64_t outstanding = 0; // requests this port sent that are not answered yet
+    // Ethernet (RKF_SVC_ETH): whole frames and their bytes (frame only), and frames lost on the
+    // way out of this port (its queue full, or it went away while a fault rule held the frame).
+    uint64_t eth_frames_in = 0, eth_frames_out = 0, eth_bytes_in = 0, eth_bytes_out = 0, eth_drops = 0;
 };
 
 class Bridge {
@@ -47,7 +54,9 @@ public:
         size_t max_outstanding = 65536;
         unsigned handshake_timeout_ms = 2000; // a connection must send its rkf_hello by then
         unsigned control_timeout_ms = 1000;   // a control client must send its command by then
-        unsigned max_pending = 32; // handshake (and control) connections in progress; the oldest goes
+        unsigned max_pending = 32;       // handshake (and control) connections in progress; the oldest goes
+        uint64_t fault_seed = 1;         // default seed of fault rules (each rule: seed + its id)
+        std::vector<std::string> faults; // fault rules installed at start (faults.h syntax)
     };
 
     explicit Bridge(Options o);
@@ -85,6 +94,8 @@ private:
         uint64_t live_gen = 0; // handshakes accepted for this id: its word in the liveness table
         std::deque<std::vector<unsigned char>> overflow; // frames waiting for ring space
         PortCounters c;
+        std::unique_ptr<EthReassembler> eth_asm; // Ethernet fragments from this node (router only)
+        uint32_t eth_seq_out = 0;                // frame counter of what the bridge sends it
     };
 
     void accept_conns(int lfd, bool control);
@@ -97,6 +108,15 @@ private:
     bool route_locked(unsigned src, const rkf_frame_hdr &h, const unsigned char *payload);
     bool deliver_locked(unsigned dst, const rkf_frame_hdr &h, const unsigned char *payload);
     void error_reply_locked(const rkf_frame_hdr &req, uint16_t status);
+    // Ethernet: one fragment from `src`; a whole frame is captured, switched and forwarded.
+    void eth_ingress_locked(unsigned src, const rkf_frame_hdr &h, const unsigned char *payload);
+    // One copy of a frame or packet on its way from src to dst, through the fault rules.
+    void forward_locked(FaultPacket &&p);
+    // Deliver what the fault rules let through (now or when held copies are due).
+    void release_locked(std::vector<FaultPacket> &out);
+    void eth_deliver_locked(unsigned src, unsigned dst, const unsigned char *f, size_t len);
+    std::string fault_command(const std::string &args);
+    std::string capture_command(const std::string &args);
     // A reply from `dst` answers one outstanding request of `src`: forget it. False if none.
     bool settle_locked(uint16_t dst, uint16_t src, uint8_t svc, uint16_t op, uint64_t tag);
     void log(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -118,6 +138,14 @@ private:
     uint64_t outstanding_total_ = 0;
     uint64_t malformed_ = 0, noroute_ = 0, spoofed_ = 0, congested_ = 0, refused_handshakes_ = 0;
     uint64_t unsolicited_ = 0, over_cap_ = 0, conn_timeouts_ = 0, conn_evicted_ = 0;
+    // Ethernet switch: frames flooded (broadcast, multicast, unknown unicast), partial frames
+    // dropped, frames addressed to their own sender, frames lost to a full destination queue.
+    uint64_t eth_floods_ = 0, eth_bad_fragments_ = 0, eth_hairpin_ = 0, eth_queue_drops_ = 0;
+    // Fault rules (under mu_): copies lost because their destination went away while held.
+    FaultEngine faults_;
+    uint64_t fault_lost_ = 0;
+    std::vector<FaultPacket> fault_out_; // scratch, router only
+    Capture capture_;
     std::vector<Conn> conns_;                // main loop only
     std::atomic<uint64_t> router_sleeps_{0}; // written by the router without mu_, read by stats_json()
     std::atomic<bool> stopping_{false};

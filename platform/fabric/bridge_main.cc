@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 // rackemu-bridge: the fabric bridge daemon (docs/fabric.md).
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -20,20 +21,28 @@ void on_signal(int)
 
 void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: rackemu-bridge --run-dir DIR [--max-nodes N] [--max-outstanding N] [--verbose]\n"
-            "\n"
-            "The rackemu fabric bridge: the rack switch that links the nodes of a cluster.\n"
-            "Creates DIR/fabric.sock (nodes connect here: -M rackemu-node,fabric=DIR/fabric.sock)\n"
-            "and DIR/bridge.ctl (control: send 'stats' for JSON counters, 'shutdown' to stop).\n"
-            "Prints 'rackemu-bridge: ready' on stdout once it listens. SIGTERM/SIGINT stop it cleanly.\n"
-            "\n"
-            "  --run-dir DIR    directory for the sockets (created if missing)\n"
-            "  --max-nodes N    node ids accepted are 0..N-1 (1..64, default 64)\n"
-            "  --max-outstanding N\n"
-            "                   requests one node may have unanswered; more are answered\n"
-            "                   CONGESTED (1..1048576, default 65536)\n"
-            "  --help           this text\n");
+    fprintf(
+        f,
+        "usage: rackemu-bridge --run-dir DIR [--max-nodes N] [--max-outstanding N] [--fault RULE]...\n"
+        "                      [--fault-seed N] [--verbose]\n"
+        "\n"
+        "The rackemu fabric bridge: the rack switch that links the nodes of a cluster.\n"
+        "Creates DIR/fabric.sock (nodes connect here: -M rackemu-node,fabric=DIR/fabric.sock)\n"
+        "and DIR/bridge.ctl (control: 'stats' for JSON counters, 'shutdown' to stop, 'fault add RULE',\n"
+        "'fault del ID|all', 'fault list', 'capture start OPTIONS', 'capture stop|status'; docs/fabric.md).\n"
+        "Prints 'rackemu-bridge: ready' on stdout once it listens. SIGTERM/SIGINT stop it cleanly.\n"
+        "\n"
+        "  --run-dir DIR    directory for the sockets (created if missing)\n"
+        "  --max-nodes N    node ids accepted are 0..N-1 (1..64, default 64)\n"
+        "  --max-outstanding N\n"
+        "                   requests one node may have unanswered; more are answered\n"
+        "                   CONGESTED (1..1048576, default 65536)\n"
+        "  --fault RULE     install a fault rule at start (repeatable; quote it), e.g.\n"
+        "                   --fault 'drop prob=0.01 svc=eth kind=roce'; syntax:\n"
+        "                   %s\n"
+        "  --fault-seed N   default seed of fault rules (rule i: N + i; default 1)\n"
+        "  --help           this text\n",
+        rackemu::fabric::FaultEngine::help());
 }
 } // namespace
 
@@ -71,6 +80,25 @@ int main(int argc, char **argv)
                 return 2;
             }
             o.max_outstanding = size_t(n);
+        } else if (a == "--fault") {
+            const char *v = value("--fault");
+            rackemu::fabric::FaultEngine check;
+            std::string err;
+            if (!check.add(v, err)) {
+                fprintf(stderr, "rackemu-bridge: --fault '%s': %s\n", v, err.c_str());
+                return 2;
+            }
+            o.faults.push_back(v);
+        } else if (a == "--fault-seed") {
+            const char *v = value("--fault-seed");
+            char *end;
+            errno = 0;
+            const unsigned long long n = strtoull(v, &end, 10);
+            if (!*v || *end || errno || *v == '-') {
+                fprintf(stderr, "rackemu-bridge: --fault-seed %s: expected an unsigned integer\n", v);
+                return 2;
+            }
+            o.fault_seed = n;
         } else if (a == "--verbose") {
             o.verbose = true;
         } else if (a == "--help" || a == "-h") {

@@ -91,7 +91,10 @@ int main(int argc, char **argv)
     std::string dir = mkdtemp(tmpl);
     pid_t bpid = fork();
     if (bpid == 0) {
-        Bridge b(Bridge::Options{dir, 4});
+        Bridge::Options bo;
+        bo.run_dir = dir;
+        bo.max_nodes = 4;
+        Bridge b(bo);
         std::string err;
         if (!b.start(err)) {
             fprintf(stderr, "bridge: %s\n", err.c_str());
