@@ -62,7 +62,7 @@
 namespace rackemu::rnic {
 
 // The engine's counters: one table, in the device's register header (rackemu/rnic_regs.h).
-#define RC_COUNTER_TABLE(X) RNIC_RC_COUNTER_TABLE(X)
+#define RC_COUNTER_TABLE(X) RNIC_RC_COUNTERS(X)
 
 struct RcCounters {
 #define RC_CNT_X_FIELD_(N, n, d) uint64_t n = 0;

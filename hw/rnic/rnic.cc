@@ -26,7 +26,7 @@ namespace {
 
 constexpr uint32_t kRcCount = 0
 #define RNIC_CNT_X_ONE_(N, n, d) +1
-    RNIC_RC_COUNTER_TABLE(RNIC_CNT_X_ONE_)
+    RNIC_RC_COUNTERS(RNIC_CNT_X_ONE_)
 #undef RNIC_CNT_X_ONE_
     ;
 
@@ -385,14 +385,14 @@ uint64_t Rnic::counter(unsigned i)
         const RcCounters &c = rc_->counters();
         const uint64_t vals[] = {
 #define RNIC_CNT_X_VAL_(N, n, d) c.n,
-            RNIC_RC_COUNTER_TABLE(RNIC_CNT_X_VAL_)
+            RNIC_RC_COUNTERS(RNIC_CNT_X_VAL_)
 #undef RNIC_CNT_X_VAL_
         };
         v = vals[i];
     } else {
         const uint64_t vals[] = {
 #define RNIC_CNT_X_VAL_(N, n, d) ctr_.n,
-            RNIC_DEV_COUNTER_TABLE(RNIC_CNT_X_VAL_)
+            RNIC_DEV_COUNTERS(RNIC_CNT_X_VAL_)
 #undef RNIC_CNT_X_VAL_
         };
         v = vals[i - kRcCount];

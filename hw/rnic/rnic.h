@@ -91,7 +91,7 @@ bool rnic_default_peer_addr(uint32_t node, uint8_t mac[6], uint32_t *ip);
 
 struct RnicCounters {
 #define RNIC_CNT_X_FIELD_(N, n, d) uint64_t n = 0;
-    RNIC_DEV_COUNTER_TABLE(RNIC_CNT_X_FIELD_)
+    RNIC_DEV_COUNTERS(RNIC_CNT_X_FIELD_)
 #undef RNIC_CNT_X_FIELD_
 };
 

@@ -422,10 +422,10 @@ struct rnic_cqe {
 };
 
 /* ---- Counters: RNIC_REG_COUNTERS + RNIC_CNT_<NAME> (R, 64-bit) ----
- * X(NAME, name, description). The transport engine's (RNIC_RC_COUNTER_TABLE, rc.h uses it as
+ * X(NAME, name, description). The transport engine's (RNIC_RC_COUNTERS, rc.h uses it as
  * RC_COUNTER_TABLE) then the device's own. From it come the offsets RNIC_CNT_<NAME>,
  * RNIC_CNT_COUNT, the names (RNIC_CNT_NAMES), the core's storage and the docs table. */
-#define RNIC_RC_COUNTER_TABLE(X) \
+#define RNIC_RC_COUNTERS(X) \
     X(TX_FRAMES,       tx_frames,       "frames sent") \
     X(TX_BYTES,        tx_bytes,        "bytes of frames sent") \
     X(RX_FRAMES,       rx_frames,       "frames received") \
@@ -458,7 +458,7 @@ struct rnic_cqe {
     X(WR_ERRORS,       wr_errors,       "send or receive work requests completed with an error (flushes included)") \
     X(QP_ERRORS,       qp_errors,       "QPs moved to the Error state by the transport")
 
-#define RNIC_DEV_COUNTER_TABLE(X) \
+#define RNIC_DEV_COUNTERS(X) \
     X(COMMANDS,        commands,        "commands executed") \
     X(COMMAND_ERRORS,  command_errors,  "commands refused (status not OK)") \
     X(DOORBELLS,       doorbells,       "doorbell writes (SQ, RQ, CQ consumer index, CQ arm)") \
@@ -481,7 +481,7 @@ struct rnic_cqe {
     X(MODELED_PCIE_NS, modeled_pcie_ns, "modeled PCIe busy time (WQE/CQE/data DMA), ns") \
     X(RX_DISABLED,     rx_disabled,     "frames dropped because CTRL.ENABLE is 0")
 
-#define RNIC_COUNTER_TABLE(X) RNIC_RC_COUNTER_TABLE(X) RNIC_DEV_COUNTER_TABLE(X)
+#define RNIC_COUNTER_TABLE(X) RNIC_RC_COUNTERS(X) RNIC_DEV_COUNTERS(X)
 
 #define RNIC_CNT_X_INDEX_(N, n, d) RNIC_CNT_INDEX_##N,
 #define RNIC_CNT_X_OFFSET_(N, n, d) RNIC_CNT_##N = 8 * RNIC_CNT_INDEX_##N,
