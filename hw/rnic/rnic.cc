@@ -1140,61 +1140,50 @@ uint32_t Rnic::check_local(const Qp &q, const struct rnic_sge &s, bool write)
 
 // Bytes [off, off + len) of the message a WR's SGE list describes: the SGEs were checked at fetch;
 // the MR may have gone since (deregistered): then LOC_PROT_ERR.
-WcStatus Rnic::read_local(uint32_t qpn, const SendWr &wr, uint64_t off, uint8_t *dst, uint32_t len)
+// Bytes [off, off + len) of the message an SGE list describes, moved to or from `buf`. Each
+// SGE's lkey is checked again (the MR may have been deregistered since the WQE was fetched):
+// LocProtErr with *lerr set; LocLenErr when the list is shorter than off + len.
+WcStatus Rnic::sge_rw(const Qp &q, const struct rnic_sge *sge, unsigned nsge, uint64_t off, uint8_t *buf,
+                      uint32_t len, bool write, uint32_t *lerr)
 {
-    Qp *q = qp_by_qpn(qpn);
-    if (!q) return WcStatus::LocQpOpErr;
-    auto it = q->wrs.find(wr.local);
-    if (it == q->wrs.end()) return WcStatus::LocQpOpErr;
-    Qp::Wr &w = it->second;
-    for (unsigned k = 0; k < w.wqe.num_sge && len; k++) {
-        const struct rnic_sge &s = w.wqe.sge[k];
+    for (unsigned k = 0; k < nsge && len; k++) {
+        const struct rnic_sge &s = sge[k];
         if (off >= s.length) {
             off -= s.length;
             continue;
         }
         const uint32_t n = uint32_t(std::min<uint64_t>(len, s.length - off));
-        const uint32_t lerr = check_local(*q, s, false);
-        Mr *m = lerr ? nullptr : mr_by_key(s.lkey);
-        if (!m || !mr_rw(*m, s.addr + off, dst, n, false)) {
-            w.lerr = lerr ? lerr : RNIC_LERR_DATA_DMA;
+        const uint32_t e = check_local(q, s, write);
+        Mr *m = e ? nullptr : mr_by_key(s.lkey);
+        if (!m || !mr_rw(*m, s.addr + off, buf, n, write)) {
+            *lerr = e ? e : RNIC_LERR_DATA_DMA;
             ctr_.local_prot_errors++;
             return WcStatus::LocProtErr;
         }
-        dst += n;
+        buf += n;
         len -= n;
         off = 0;
     }
     return len ? WcStatus::LocLenErr : WcStatus::Success;
 }
 
+// The local buffer of a send WR (its SGEs were checked at fetch).
+WcStatus Rnic::read_local(uint32_t qpn, const SendWr &wr, uint64_t off, uint8_t *dst, uint32_t len)
+{
+    Qp *q = qp_by_qpn(qpn);
+    auto it = q ? q->wrs.find(wr.local) : decltype(q->wrs.end()){};
+    if (!q || it == q->wrs.end()) return WcStatus::LocQpOpErr;
+    return sge_rw(*q, it->second.wqe.sge, it->second.wqe.num_sge, off, dst, len, false, &it->second.lerr);
+}
+
 WcStatus Rnic::write_local(uint32_t qpn, const SendWr &wr, uint64_t off, const uint8_t *src, uint32_t len)
 {
     Qp *q = qp_by_qpn(qpn);
-    if (!q) return WcStatus::LocQpOpErr;
-    auto it = q->wrs.find(wr.local);
-    if (it == q->wrs.end()) return WcStatus::LocQpOpErr;
-    Qp::Wr &w = it->second;
+    auto it = q ? q->wrs.find(wr.local) : decltype(q->wrs.end()){};
+    if (!q || it == q->wrs.end()) return WcStatus::LocQpOpErr;
     ctr_.payload_rx_bytes += len;
-    for (unsigned k = 0; k < w.wqe.num_sge && len; k++) {
-        const struct rnic_sge &s = w.wqe.sge[k];
-        if (off >= s.length) {
-            off -= s.length;
-            continue;
-        }
-        const uint32_t n = uint32_t(std::min<uint64_t>(len, s.length - off));
-        const uint32_t lerr = check_local(*q, s, true);
-        Mr *m = lerr ? nullptr : mr_by_key(s.lkey);
-        if (!m || !mr_rw(*m, s.addr + off, const_cast<uint8_t *>(src), n, true)) {
-            w.lerr = lerr ? lerr : RNIC_LERR_DATA_DMA;
-            ctr_.local_prot_errors++;
-            return WcStatus::LocProtErr;
-        }
-        src += n;
-        len -= n;
-        off = 0;
-    }
-    return len ? WcStatus::LocLenErr : WcStatus::Success;
+    return sge_rw(*q, it->second.wqe.sge, it->second.wqe.num_sge, off, const_cast<uint8_t *>(src), len, true,
+                  &it->second.lerr);
 }
 
 // The target-side MR check, done by the NIC: the rkey's MR exists with this key byte, belongs to
@@ -1355,29 +1344,10 @@ bool Rnic::recv_available(uint32_t qpn)
 WcStatus Rnic::recv_write(uint32_t qpn, uint64_t off, const uint8_t *src, uint32_t len)
 {
     Qp *q = qp_by_qpn(qpn);
-    if (!q || !fetch_rwqe(*q)) return WcStatus::LocQpOpErr;
-    if (q->rlerr) return WcStatus::LocQpOpErr;
+    if (!q || !fetch_rwqe(*q) || q->rlerr) return WcStatus::LocQpOpErr;
     if (off + len > q->rlen) return WcStatus::LocLenErr;
     ctr_.payload_rx_bytes += len;
-    for (unsigned k = 0; k < q->rwqe.num_sge && len; k++) {
-        const struct rnic_sge &s = q->rwqe.sge[k];
-        if (off >= s.length) {
-            off -= s.length;
-            continue;
-        }
-        const uint32_t n = uint32_t(std::min<uint64_t>(len, s.length - off));
-        const uint32_t lerr = check_local(*q, s, true);
-        Mr *m = lerr ? nullptr : mr_by_key(s.lkey);
-        if (!m || !mr_rw(*m, s.addr + off, const_cast<uint8_t *>(src), n, true)) {
-            q->rlerr = lerr ? lerr : RNIC_LERR_DATA_DMA;
-            ctr_.local_prot_errors++;
-            return WcStatus::LocProtErr;
-        }
-        src += n;
-        len -= n;
-        off = 0;
-    }
-    return WcStatus::Success;
+    return sge_rw(*q, q->rwqe.sge, q->rwqe.num_sge, off, const_cast<uint8_t *>(src), len, true, &q->rlerr);
 }
 
 void Rnic::flush_recv(uint32_t qpn)

@@ -175,6 +175,8 @@ private:
     Mr *mr_by_key(uint32_t key);
     bool mr_rw(const Mr &m, uint64_t va, uint8_t *buf, uint64_t len, bool write);
     uint32_t check_local(const Qp &q, const struct rnic_sge &s, bool write); // RNIC_LERR_*
+    WcStatus sge_rw(const Qp &q, const struct rnic_sge *sge, unsigned nsge, uint64_t off, uint8_t *buf,
+                    uint32_t len, bool write, uint32_t *lerr);
     Remote remote_mr(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t len, uint32_t access, Mr **out);
     bool dma(uint64_t addr, void *buf, uint64_t len, bool write);
 
