@@ -81,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             nic.ctrl_write(RNIC_REG_CMD_EXEC, RNIC_CMD_EXEC_GO, 4);
             break;
         case 6: {
-            std::vector<uint8_t> f(in.u16() % 4300);
+            std::vector<uint8_t> f(in.u16() % 4300 + 1); // never empty: data() is then a real pointer
             in.bytes(f.data(), f.size());
             nic.on_frame(f.data(), f.size());
             break;
