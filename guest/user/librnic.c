@@ -328,24 +328,28 @@ int rnic_exchange(int sock, const struct rnic_conn *local, struct rnic_conn *rem
 	return 0;
 }
 
-int rnic_tcp_listen_accept(uint16_t port)
+int rnic_tcp_listen(uint16_t port)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_ANY) };
-	int one = 1, s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), c, e;
+	int one = 1, s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), e;
 
 	if (s < 0)
 		return -errno;
 	setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(s, (struct sockaddr *)&a, sizeof(a)) || listen(s, 1)) {
+	if (bind(s, (struct sockaddr *)&a, sizeof(a)) || listen(s, 16)) {
 		e = errno;
 		close(s);
 		return -e;
 	}
-	c = accept4(s, NULL, NULL, SOCK_CLOEXEC);
-	e = errno;
-	close(s);
+	return s;
+}
+
+int rnic_tcp_accept(int lfd)
+{
+	int one = 1, c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+
 	if (c < 0)
-		return -e;
+		return -errno;
 	setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	return c;
 }

@@ -90,7 +90,8 @@ int rnic_qp_connect(struct rnic_qp *qp, const struct rnic_conn *local, const str
 		    const struct rnic_conn_opts *opts);
 /* Over a connected TCP socket: send `local`, receive the peer's (network order on the wire). */
 int rnic_exchange(int sock, const struct rnic_conn *local, struct rnic_conn *remote);
-int rnic_tcp_listen_accept(uint16_t port);             /* fd of the one accepted connection */
+int rnic_tcp_listen(uint16_t port);                    /* a listening socket (any address) */
+int rnic_tcp_accept(int lfd);                          /* one connection, TCP_NODELAY */
 int rnic_tcp_connect(const char *host, uint16_t port); /* retries for up to 10 s */
 
 /* Data path. post_*: -EAGAIN if the ring is full. poll: number of CQEs copied (0..n).

@@ -751,39 +751,136 @@ static uint64_t median(uint64_t *v, unsigned n)
 	return v[n / 2];
 }
 
-/* The passive side of a remote bench: keep receives posted until the client hangs up. */
-static int bench_server(struct bench *b)
+/* The passive side of a remote bench: one QP per client on one PD and MR (its first 8 bytes are
+ * the FETCH_ADD counter), receives kept posted; ends when every client has hung up. */
+struct srv_conn {
+	int sock;
+	struct rnic_cq *cq;
+	struct rnic_qp *qp;
+};
+
+static int srv_repost(struct side *me, struct rnic_qp *qp, uint64_t id)
 {
-	unsigned depth = 1u << 8, i;
+	struct rnic_recv_wqe r = rwr(id, me, 4096, (uint32_t)(me->len - 4096));
+
+	return rnic_post_recv(qp, &r);
+}
+
+static int bench_server(struct side *me, unsigned port, unsigned clients, const struct rnic_conn_opts *co)
+{
+	struct srv_conn conn[64];
+	unsigned accepted = 0, closed = 0;
+	int lfd = rnic_tcp_listen((uint16_t)port);
 	struct rnic_cqe c[32];
 
-	for (i = 0; i < depth; i++) {
-		struct rnic_recv_wqe r = rwr(i, &b->me, 4096, (uint32_t)(b->me.len - 4096));
-
-		rnic_post_recv(b->me.qp, &r);
-	}
-	printf("server=ready qpn=0x%x rkey=0x%x peer_node=%u peer_qpn=0x%x\n", b->me.qp->qpn, b->me.mr.rkey,
-	       b->peer.node, b->peer.qpn);
+	if (lfd < 0)
+		fatal("listening on the TCP port", lfd);
+	memset(me->buf, 0, 8);
+	printf("server=ready port=%u clients=%u rkey=0x%x addr=0x%llx\n", port, clients, me->mr.rkey,
+	       (unsigned long long)me->me.addr);
 	fflush(stdout);
-	for (;;) {
-		struct pollfd pf = { b->sock, POLLIN, 0 };
-		int got = rnic_poll_cq(b->me.cq, c, 32);
+	while (closed < clients) {
+		struct pollfd pf[65];
+		unsigned np = 0, busy = 0;
 
-		for (int k = 0; k < got; k++) {
-			struct rnic_recv_wqe r = rwr(c[k].wr_id, &b->me, 4096, (uint32_t)(b->me.len - 4096));
+		for (unsigned i = 0; i < accepted; i++) {
+			int got = conn[i].sock >= 0 ? rnic_poll_cq(conn[i].cq, c, 32) : 0;
 
-			if (c[k].status == RNIC_WC_SUCCESS)
-				rnic_post_recv(b->me.qp, &r);
+			for (int k = 0; k < got; k++)
+				if (c[k].status == RNIC_WC_SUCCESS && (c[k].flags & RNIC_CQE_F_RECV))
+					srv_repost(me, conn[i].qp, c[k].wr_id);
+			busy |= got > 0;
 		}
-		if (poll(&pf, 1, got ? 0 : 1) > 0) {
+		unsigned base = 0, nconn = accepted;
+
+		if (accepted < clients)
+			pf[np++] = (struct pollfd){ lfd, POLLIN, 0 };
+		base = np;
+		for (unsigned i = 0; i < nconn; i++)
+			pf[np++] = (struct pollfd){ conn[i].sock, POLLIN, 0 }; /* -1: ignored by poll */
+		if (poll(pf, np, busy ? 0 : 1) <= 0)
+			continue;
+		for (unsigned i = 0; i < nconn; i++) {
 			char x;
 
-			if (recv(b->sock, &x, 1, 0) <= 0)
-				break;
+			if (conn[i].sock >= 0 && (pf[base + i].revents & (POLLIN | POLLHUP | POLLERR)) &&
+			    recv(conn[i].sock, &x, 1, 0) <= 0) {
+				close(conn[i].sock);
+				conn[i].sock = -1;
+				closed++;
+			}
+		}
+		if (base && (pf[0].revents & POLLIN)) {
+			struct srv_conn *k = &conn[accepted];
+			struct rnic_conn mine = me->me, peer;
+			int ret;
+
+			k->sock = rnic_tcp_accept(lfd);
+			if (k->sock < 0)
+				fatal("accepting a client", k->sock);
+			k->cq = rnic_create_cq(me->ctx, 10);
+			k->qp = k->cq ? rnic_create_qp(me->ctx, me->pd, k->cq, k->cq, 8, 8) : NULL;
+			if (!k->qp)
+				fatal("creating a client's CQ and QP", errno);
+			mine.qpn = k->qp->qpn;
+			mine.psn = (uint32_t)(now_ns() & 0xffffff);
+			ret = rnic_exchange(k->sock, &mine, &peer);
+			ret = ret ? ret : rnic_qp_connect(k->qp, &mine, &peer, co);
+			if (ret)
+				fatal("connecting a client's QP", ret);
+			/* a SEND that arrives before these is RNR-NAKed and retried (rnr_retry 7: forever) */
+			for (unsigned i = 0; i < (1u << 8); i++)
+				srv_repost(me, k->qp, i);
+			printf("client=%u node=%u qpn=0x%x peer_qpn=0x%x\n", accepted, peer.node, k->qp->qpn, peer.qpn);
+			fflush(stdout);
+			accepted++;
 		}
 	}
-	printf("server=done counter=%llu\n", (unsigned long long)*(uint64_t *)b->me.buf);
+	printf("server=done clients=%u counter=%llu\n", accepted, (unsigned long long)*(volatile uint64_t *)me->buf);
 	return 0;
+}
+
+/* Across nodes: WRITE, READ and SEND patterns into the middle and the end of the server's MR,
+ * read back with RDMA READ and compared. */
+static void bench_verify(struct bench *b, const uint64_t *sizes, int nsizes)
+{
+	char name[64];
+
+	for (int si = 0; si < nsizes; si++) {
+		uint32_t n = (uint32_t)sizes[si];
+
+		for (int op = OP_WRITE; op <= OP_SEND; op++) {
+			for (int where = 0; where < (op == OP_SEND ? 1 : 2); where++) {
+				uint64_t roff = op == OP_SEND ? 4096 : where ? b->peer.length - n : b->peer.length / 2 - n / 2;
+				uint64_t seed = (uint64_t)si * 8 + (uint64_t)op * 2 + (uint64_t)where + 40;
+				uint8_t *lbuf = b->me.buf + 4096;
+				struct rnic_cqe c1, c2;
+				long bad;
+
+				if (op == OP_READ) /* the server's bytes are whatever the WRITE left there */
+					seed -= 2;
+				fill(lbuf, n, seed);
+				if (op != OP_READ) {
+					struct rnic_send_wqe w = wr(op == OP_SEND ? RNIC_WR_SEND : RNIC_WR_WRITE, 1, &b->me, 4096, n,
+								    b->peer.addr + roff, b->peer.rkey);
+					rnic_post_send(b->me.qp, &w);
+					c1 = wait1(b->me.cq, 10000);
+				} else {
+					c1.status = 0;
+				}
+				memset(lbuf, 0, n);
+				{
+					struct rnic_send_wqe w = wr(RNIC_WR_READ, 2, &b->me, 4096, n, b->peer.addr + roff, b->peer.rkey);
+					rnic_post_send(b->me.qp, &w);
+					c2 = wait1(b->me.cq, 10000);
+				}
+				bad = mismatch(lbuf, n, seed);
+				snprintf(name, sizeof(name), "%s_%u_%s", op_names[op], n, op == OP_SEND ? "recv" : where ? "end" : "middle");
+				check(name, c1.status == 0 && c2.status == 0 && c2.byte_len == n && bad < 0,
+				      "status=%u read_status=%u first_bad=%ld", c1.status, c2.status, bad);
+			}
+		}
+	}
 }
 
 static int parse_list(const char *s, uint64_t *out, int max, int ops)
@@ -813,15 +910,16 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 	static const struct option opts[] = {
 		{ "ops", 1, 0, 'o' }, { "sizes", 1, 0, 's' }, { "iters", 1, 0, 'n' }, { "window", 1, 0, 'w' },
 		{ "rate-windows", 1, 0, 'r' }, { "server", 0, 0, 'S' }, { "client", 1, 0, 'c' }, { "port", 1, 0, 'p' },
-		{ "mtu", 1, 0, 'm' }, { "count", 1, 0, 'k' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 }
+		{ "mtu", 1, 0, 'm' }, { "count", 1, 0, 'k' }, { "clients", 1, 0, 'C' }, { "verify", 0, 0, 'v' },
+		{ "timeout", 1, 0, 't' }, { "retry", 1, 0, 'R' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 }
 	};
 	uint64_t ops[OP_COUNT], sizes[32], rates[16], maxsize = 0;
 	int nops = parse_list("write,read,send,faa,cas", ops, OP_COUNT, 1);
 	int nsizes = parse_list("8,64,1K,4K,64K,1M", sizes, 32, 0);
 	int nrates = parse_list("1,2,4,8,16,32,64", rates, 16, 0);
 	const char *host = NULL;
-	int server = 0, c, ret;
-	unsigned port = 18515, count = 100;
+	int server = 0, verify = 0, c, ret = 0;
+	unsigned port = 18515, count = 100, clients = 1;
 	struct rnic_conn_opts co = { 0 };
 	struct bench b;
 
@@ -841,6 +939,10 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 		case 'p': port = (unsigned)num(optarg, "--port", 65535); break;
 		case 'm': co.mtu = (uint16_t)num(optarg, "--mtu", 4096); break;
 		case 'k': count = (unsigned)num(optarg, "--count", 100000000); break;
+		case 'C': clients = (unsigned)num(optarg, "--clients", 64); break;
+		case 'v': verify = 1; break;
+		case 't': co.timeout = (uint8_t)num(optarg, "--timeout", 31); break;
+		case 'R': co.retry_cnt = (uint8_t)num(optarg, "--retry", 7); break;
 		case 'h': fputs(usage, stdout); return 0;
 		default: bad_option(c, argv, "rnic --help");
 		}
@@ -851,6 +953,10 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 		die("--server and --client exclude each other");
 	if (faa_only && !host)
 		die("faa needs --client HOST (a node running rnic bench --server)");
+	if (!clients)
+		die("--clients must be 1..64");
+	if (verify && !host)
+		die("--verify goes with --client HOST (rnic check verifies data on one node)");
 	if (!b.iters || !b.window || b.window > 256)
 		die("--iters and --window must be 1.. (window at most 256)");
 	for (int i = 0; i < nsizes; i++)
@@ -859,26 +965,24 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 	b.ctx = open_dev();
 	side_init(&b.me, b.ctx, (size_t)maxsize + 8192 < (2u << 20) ? (2u << 20) : (size_t)maxsize + 8192,
 		  (uint32_t)(now_ns() & 0xffffff));
-	b.loopback = !server && !host;
+	if (server)
+		return bench_server(&b.me, port, clients, &co);
+	b.loopback = !host;
 	if (b.loopback) {
 		side_init(&b.srv, b.ctx, b.me.len, (uint32_t)((now_ns() >> 8) & 0xffffff));
 		b.peer = b.srv.me;
 		ret = rnic_qp_connect(b.srv.qp, &b.srv.me, &b.me.me, &co);
 	} else {
-		b.sock = server ? rnic_tcp_listen_accept((uint16_t)port) : rnic_tcp_connect(host, (uint16_t)port);
+		b.sock = rnic_tcp_connect(host, (uint16_t)port);
 		if (b.sock < 0)
-			fatal(server ? "accepting the client's TCP connection" : "connecting over TCP", b.sock);
+			fatal("connecting over TCP (is `rnic bench --server` running there?)", b.sock);
 		ret = rnic_exchange(b.sock, &b.me.me, &b.peer);
 		if (ret)
 			fatal("exchanging QP parameters", ret);
-		if (server)
-			memset(b.me.buf, 0, 8); /* the FETCH_ADD counter */
 	}
 	ret = ret ? ret : rnic_qp_connect(b.me.qp, &b.me.me, &b.peer, &co);
 	if (ret)
 		fatal("connecting the QP", ret);
-	if (server)
-		return bench_server(&b);
 	if (faa_only) {
 		uint64_t *orig = (uint64_t *)(b.me.buf + 4096), first = 0, last = 0;
 		unsigned errs = 0;
@@ -900,11 +1004,16 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 		}
 		printf("faa=%u errors=%u first=%llu last=%llu\n", count, errs, (unsigned long long)first,
 		       (unsigned long long)last);
+		shutdown(b.sock, SHUT_WR);
+		close(b.sock);
 		return errs ? 1 : 0;
 	}
 	printf("bench=%s node=%u mtu=%u iters=%u window=%u\n", b.loopback ? "loopback" : host, b.ctx->info.node_id,
 	       co.mtu ? co.mtu : b.ctx->info.max_mtu, b.iters, b.window);
 	uint64_t *lw = calloc(b.iters, 8), *lm = calloc(b.iters, 8);
+
+	if (verify)
+		bench_verify(&b, sizes, nsizes);
 
 	for (int oi = 0; oi < nops; oi++) {
 		int op = (int)ops[oi];
@@ -938,7 +1047,7 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 		close(b.sock);
 	}
 	rnic_close(b.ctx);
-	return 0;
+	return verify ? check_summary() : 0;
 }
 
 int main(int argc, char **argv)
