@@ -119,14 +119,15 @@ static int cmd_errno(u16 st)
 	}
 }
 
-/* Run the command in rd->cmd (rd->lock held; opcode and inputs filled). The device executes it
- * before the CMD_EXEC write returns. A refusal is logged with the command and the status. */
+/*
+ * Run the command in rd->cmd (rd->lock held; opcode and inputs filled). The device executes it
+ * before the CMD_EXEC write returns. A refusal is logged with the command and the status.
+ */
 static int rnic_exec(struct rnic_dev *rd, const char *what)
 {
 	u16 st;
 
-	rd->cmd->status = 0xffff;
-	wmb();
+	rd->cmd->status = 0xffff; /* writel orders the block's stores before the doorbell */
 	wr32(rd, RNIC_REG_CMD_EXEC, RNIC_CMD_EXEC_GO);
 	st = READ_ONCE(rd->cmd->status);
 	if (st == 0xffff) /* a block outside RAM is never written back */
