@@ -52,6 +52,7 @@ struct rnic_ctx *rnic_open(const char *path)
 		errno = e;
 		return NULL;
 	}
+	ctx->spin_us = spin_budget_us("RNIC_SPIN_US", 50);
 	return ctx;
 }
 
@@ -468,13 +469,10 @@ int rnic_poll_cq(struct rnic_cq *cq, struct rnic_cqe *out, int n)
 
 int rnic_wait_cq(struct rnic_cq *cq, struct rnic_cqe *out, int n, int timeout_ms)
 {
-	static unsigned spin_us;
 	uint64_t start, now, deadline;
 	struct timespec ts;
 	int got;
 
-	if (!spin_us)
-		spin_us = spin_budget_us("RNIC_SPIN_US", 50) + 1;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	start = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	deadline = start + (uint64_t)timeout_ms * 1000000ull;
@@ -484,7 +482,7 @@ int rnic_wait_cq(struct rnic_cq *cq, struct rnic_cqe *out, int n, int timeout_ms
 			return got;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-		if (now - start < (uint64_t)(spin_us - 1) * 1000ull) {
+		if (now - start < (uint64_t)cq->ctx->spin_us * 1000ull) {
 			spin_relax();
 			continue;
 		}

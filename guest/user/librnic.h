@@ -19,6 +19,7 @@
 struct rnic_ctx {
 	int fd;
 	struct rnic_uinfo info;
+	unsigned spin_us;     /* how long rnic_wait_cq spins before blocking: RNIC_SPIN_US at open, default 50 */
 };
 
 struct rnic_mr {
