@@ -31,13 +31,20 @@ static const char usage[] =
 	"  check                every verbs operation and every refusal between two QPs of this node\n"
 	"                       (loopback through the device); one check=NAME ok=0|1 line each\n"
 	"  bench [--ops LIST] [--sizes LIST] [--iters N] [--window W] [--rate-windows LIST]\n"
-	"        [--server | --client HOST] [--port P] [--mtu M]\n"
+	"        [--server [--clients N] | --client HOST [--verify]] [--port P] [--peer-file F]\n"
+	"        [--mtu M] [--timeout T] [--retry R]\n"
 	"                       perftest-like latency (one WR at a time: wall and modeled, median) and\n"
 	"                       bandwidth (W in flight) per op (write,read,send,faa,cas) and size, then the\n"
 	"                       8-byte WRITE message rate per outstanding count. Without --server/--client\n"
 	"                       between two QPs of this node; else against `rnic bench --server` on HOST\n"
-	"                       (connection set-up over TCP port P, default 18515, as perftest)\n"
-	"  faa --client HOST [--port P] --count K\n"
+	"                       (connection set-up over TCP port P, default 18515, as perftest). The server\n"
+	"                       serves N clients on one MR whose first 8 bytes are a FETCH_ADD counter and\n"
+	"                       prints it when all have hung up. --peer-file F exchanges the parameters\n"
+	"                       through files instead of TCP (a harness relays the conn= lines): the client\n"
+	"                       reads F, prints its own line and starts when F.go exists; the server prints\n"
+	"                       one line per client, reads F.0, F.1, ... and stops when F.stop exists.\n"
+	"                       --timeout/--retry: the QPs' transport timeout code and retry count\n"
+	"  faa (--client HOST [--port P] | --peer-file F) --count K\n"
 	"                       K FETCH_ADDs of 1 on the counter of `rnic bench --server` on HOST; prints the\n"
 	"                       values seen (first, last) and the errors\n"
 	"\n"
@@ -842,6 +849,111 @@ static int bench_server(struct side *me, unsigned port, unsigned clients, const 
 	return 0;
 }
 
+/* Parameter exchange through files, for harnesses that relay between nodes without an IP network:
+ * each side prints its `conn=` line and reads the peer's from a file the harness writes. */
+static void conn_print(unsigned idx, const struct rnic_conn *c)
+{
+	printf("conn=%u node=%u qpn=0x%x psn=0x%x rkey=0x%x addr=0x%llx length=%llu\n", idx, c->node, c->qpn, c->psn,
+	       c->rkey, (unsigned long long)c->addr, (unsigned long long)c->length);
+	fflush(stdout);
+}
+
+static int wait_file(const char *path, unsigned seconds)
+{
+	for (unsigned i = 0; i < seconds * 20; i++) {
+		if (!access(path, F_OK))
+			return 0;
+		usleep(50000);
+	}
+	fprintf(stderr, "rnic: %s did not appear within %u s\n", path, seconds);
+	return -ETIMEDOUT;
+}
+
+static void conn_read_file(const char *path, struct rnic_conn *c)
+{
+	unsigned idx;
+	unsigned long long addr, len;
+	char line[256];
+	FILE *f;
+
+	for (unsigned i = 0; i < 120 * 20; i++, usleep(50000)) {
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(line, sizeof(line), f) &&
+		    sscanf(line, "conn=%u node=%u qpn=0x%x psn=0x%x rkey=0x%x addr=0x%llx length=%llu", &idx, &c->node,
+			   &c->qpn, &c->psn, &c->rkey, &addr, &len) == 7) {
+			fclose(f);
+			c->addr = addr;
+			c->length = len;
+			return;
+		}
+		fclose(f);
+	}
+	fprintf(stderr, "rnic: no conn= line in %s within 120 s\n", path);
+	exit(1);
+}
+
+/* The server with file exchange: QP i's peer in PEER.i; serves until PEER.stop exists. */
+static int bench_server_files(struct side *me, const char *peer, unsigned clients, const struct rnic_conn_opts *co)
+{
+	struct srv_conn conn[64];
+	struct rnic_cqe c[32];
+	char path[512];
+	unsigned polls = 0;
+
+	memset(me->buf, 0, 8);
+	for (unsigned i = 0; i < clients; i++) {
+		struct rnic_conn mine = me->me;
+
+		conn[i].cq = rnic_create_cq(me->ctx, 10);
+		conn[i].qp = conn[i].cq ? rnic_create_qp(me->ctx, me->pd, conn[i].cq, conn[i].cq, 8, 8) : NULL;
+		if (!conn[i].qp)
+			fatal("creating a client's CQ and QP", errno);
+		mine.qpn = conn[i].qp->qpn;
+		mine.psn = (uint32_t)((now_ns() + i * 7919) & 0xffffff);
+		conn_print(i, &mine);
+		conn[i].sock = (int)mine.psn; /* kept for the connect below */
+	}
+	for (unsigned i = 0; i < clients; i++) {
+		struct rnic_conn mine = me->me, p;
+		int ret;
+
+		snprintf(path, sizeof(path), "%s.%u", peer, i);
+		conn_read_file(path, &p);
+		mine.qpn = conn[i].qp->qpn;
+		mine.psn = (uint32_t)conn[i].sock;
+		ret = rnic_qp_connect(conn[i].qp, &mine, &p, co);
+		if (ret)
+			fatal("connecting a client's QP", ret);
+		for (unsigned k = 0; k < (1u << 8); k++)
+			srv_repost(me, conn[i].qp, k);
+		printf("client=%u node=%u qpn=0x%x peer_qpn=0x%x\n", i, p.node, conn[i].qp->qpn, p.qpn);
+	}
+	printf("server=ready clients=%u\n", clients);
+	fflush(stdout);
+	snprintf(path, sizeof(path), "%s.stop", peer);
+	for (;;) {
+		unsigned busy = 0;
+
+		for (unsigned i = 0; i < clients; i++) {
+			int got = rnic_poll_cq(conn[i].cq, c, 32);
+
+			for (int k = 0; k < got; k++)
+				if (c[k].status == RNIC_WC_SUCCESS && (c[k].flags & RNIC_CQE_F_RECV))
+					srv_repost(me, conn[i].qp, c[k].wr_id);
+			busy |= got > 0;
+		}
+		if (!busy && (++polls % 64 == 0)) {
+			if (!access(path, F_OK))
+				break;
+			usleep(1000);
+		}
+	}
+	printf("server=done clients=%u counter=%llu\n", clients, (unsigned long long)*(volatile uint64_t *)me->buf);
+	return 0;
+}
+
 /* Across nodes: WRITE, READ and SEND patterns into the middle and the end of the server's MR,
  * read back with RDMA READ and compared. */
 static void bench_verify(struct bench *b, const uint64_t *sizes, int nsizes)
@@ -913,13 +1025,14 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 		{ "ops", 1, 0, 'o' }, { "sizes", 1, 0, 's' }, { "iters", 1, 0, 'n' }, { "window", 1, 0, 'w' },
 		{ "rate-windows", 1, 0, 'r' }, { "server", 0, 0, 'S' }, { "client", 1, 0, 'c' }, { "port", 1, 0, 'p' },
 		{ "mtu", 1, 0, 'm' }, { "count", 1, 0, 'k' }, { "clients", 1, 0, 'C' }, { "verify", 0, 0, 'v' },
-		{ "timeout", 1, 0, 't' }, { "retry", 1, 0, 'R' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 }
+		{ "timeout", 1, 0, 't' }, { "retry", 1, 0, 'R' }, { "peer-file", 1, 0, 'P' }, { "help", 0, 0, 'h' },
+		{ 0, 0, 0, 0 }
 	};
 	uint64_t ops[OP_COUNT], sizes[32], rates[16], maxsize = 0;
 	int nops = parse_list("write,read,send,faa,cas", ops, OP_COUNT, 1);
 	int nsizes = parse_list("8,64,1K,4K,64K,1M", sizes, 32, 0);
 	int nrates = parse_list("1,2,4,8,16,32,64", rates, 16, 0);
-	const char *host = NULL;
+	const char *host = NULL, *peer = NULL;
 	int server = 0, verify = 0, c, ret = 0;
 	unsigned port = 18515, count = 100, clients = 1;
 	struct rnic_conn_opts co = { 0 };
@@ -943,6 +1056,7 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 		case 'k': count = (unsigned)num(optarg, "--count", 100000000); break;
 		case 'C': clients = (unsigned)num(optarg, "--clients", 64); break;
 		case 'v': verify = 1; break;
+		case 'P': peer = optarg; break;
 		case 't': co.timeout = (uint8_t)num(optarg, "--timeout", 31); break;
 		case 'R': co.retry_cnt = (uint8_t)num(optarg, "--retry", 7); break;
 		case 'h': fputs(usage, stdout); return 0;
@@ -953,11 +1067,13 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 		die("unexpected argument '%s' (rnic --help)", argv[optind]);
 	if (server && host)
 		die("--server and --client exclude each other");
-	if (faa_only && !host)
-		die("faa needs --client HOST (a node running rnic bench --server)");
+	if (peer && host)
+		die("--peer-file replaces --client HOST (the parameters come from the file, not over TCP)");
+	if (faa_only && !host && !peer)
+		die("faa needs --client HOST or --peer-file FILE (a node running rnic bench --server)");
 	if (!clients)
 		die("--clients must be 1..64");
-	if (verify && !host)
+	if (verify && !host && !peer)
 		die("--verify goes with --client HOST (rnic check verifies data on one node)");
 	if (!b.iters || !b.window || b.window > 256)
 		die("--iters and --window must be 1.. (window at most 256)");
@@ -968,9 +1084,20 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 	side_init(&b.me, b.ctx, (size_t)maxsize + 8192 < (2u << 20) ? (2u << 20) : (size_t)maxsize + 8192,
 		  (uint32_t)(now_ns() & 0xffffff));
 	if (server)
-		return bench_server(&b.me, port, clients, &co);
-	b.loopback = !host;
-	if (b.loopback) {
+		return peer ? bench_server_files(&b.me, peer, clients, &co) : bench_server(&b.me, port, clients, &co);
+	b.loopback = !host && !peer;
+	if (peer) {
+		char go[512];
+
+		conn_read_file(peer, &b.peer);
+		conn_print(0, &b.me.me);
+		ret = rnic_qp_connect(b.me.qp, &b.me.me, &b.peer, &co);
+		if (ret)
+			fatal("connecting the QP", ret);
+		snprintf(go, sizeof(go), "%s.go", peer); /* the server's QP is connected too */
+		if (wait_file(go, 120))
+			return 1;
+	} else if (b.loopback) {
 		side_init(&b.srv, b.ctx, b.me.len, (uint32_t)((now_ns() >> 8) & 0xffffff));
 		b.peer = b.srv.me;
 		ret = rnic_qp_connect(b.srv.qp, &b.srv.me, &b.me.me, &co);
@@ -982,9 +1109,11 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 		if (ret)
 			fatal("exchanging QP parameters", ret);
 	}
-	ret = ret ? ret : rnic_qp_connect(b.me.qp, &b.me.me, &b.peer, &co);
-	if (ret)
-		fatal("connecting the QP", ret);
+	if (!peer) {
+		ret = ret ? ret : rnic_qp_connect(b.me.qp, &b.me.me, &b.peer, &co);
+		if (ret)
+			fatal("connecting the QP", ret);
+	}
 	if (faa_only) {
 		uint64_t *orig = (uint64_t *)(b.me.buf + 4096), first = 0, last = 0;
 		unsigned errs = 0;
@@ -1006,11 +1135,13 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 		}
 		printf("faa=%u errors=%u first=%llu last=%llu\n", count, errs, (unsigned long long)first,
 		       (unsigned long long)last);
-		shutdown(b.sock, SHUT_WR);
-		close(b.sock);
+		if (host) {
+			shutdown(b.sock, SHUT_WR);
+			close(b.sock);
+		}
 		return errs ? 1 : 0;
 	}
-	printf("bench=%s node=%u mtu=%u iters=%u window=%u\n", b.loopback ? "loopback" : host, b.ctx->info.node_id,
+	printf("bench=%s node=%u mtu=%u iters=%u window=%u\n", b.loopback ? "loopback" : host ? host : "peer-file", b.ctx->info.node_id,
 	       co.mtu ? co.mtu : b.ctx->info.max_mtu, b.iters, b.window);
 	uint64_t *lw = calloc(b.iters, 8), *lm = calloc(b.iters, 8);
 
@@ -1044,7 +1175,7 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 	}
 	free(lw);
 	free(lm);
-	if (!b.loopback) {
+	if (host) {
 		shutdown(b.sock, SHUT_WR);
 		close(b.sock);
 	}
