@@ -638,20 +638,33 @@ static void check_interrupt(struct pair *p)
 	check("cq_wait", c.status == 0 && c.wr_id == 40, "status=%u events_before=%llu events_after=%llu irqs=%llu",
 	      c.status, (unsigned long long)ev0, (unsigned long long)p->a.cq->events,
 	      (unsigned long long)(c1[RNIC_CNT_IRQS / 8] - c0[RNIC_CNT_IRQS / 8]));
-	/* arm explicitly, complete a WR, wait: the interrupt must have been counted */
+	/* arm explicitly, complete a WR, wait: exactly one interrupt more than before the arm */
 	{
-		struct rnic_uwait_cq w = { .cqn = p->a.cq->cqn, .timeout_ms = 2000, .events = p->a.cq->events };
+		struct rnic_uwait_cq now = { .cqn = p->a.cq->cqn, .timeout_ms = 0, .events = UINT64_MAX };
+		struct rnic_uwait_cq w = { .cqn = p->a.cq->cqn, .timeout_ms = 2000 };
 		struct rnic_send_wqe s = wr(RNIC_WR_WRITE, 41, &p->a, 0, 8, (uintptr_t)p->b.buf, p->b.mr.rkey);
-		int r;
+		int r0, r;
 
+		r0 = ioctl(p->ctx->fd, RNIC_IOC_WAIT_CQ, &now) ? -errno : 0; /* the count now */
+		w.events = now.events;
+		rnic_counters(p->ctx, c0);
 		p->a.cq->db[RNIC_CQ_DB_ARM / 4] = RNIC_CQ_ARM_NEXT;
 		rnic_post_send(p->a.qp, &s);
 		r = ioctl(p->ctx->fd, RNIC_IOC_WAIT_CQ, &w) ? -errno : 0;
 		c = wait1(p->a.cq, 2000);
-		check("cq_armed_interrupt", r == 0 && w.events == p->a.cq->events + 1 && c.wr_id == 41,
-		      "err=%d events=%llu->%llu", r, (unsigned long long)p->a.cq->events, (unsigned long long)w.events);
-		if (!r)
-			p->a.cq->events = w.events;
+		rnic_counters(p->ctx, c1);
+		check("cq_armed_interrupt", r0 == 0 && r == 0 && w.events == now.events + 1 && c.wr_id == 41 &&
+						 c1[RNIC_CNT_CQ_EVENTS / 8] == c0[RNIC_CNT_CQ_EVENTS / 8] + 1,
+		      "err=%d events=%llu->%llu cq_events=+%llu", r, (unsigned long long)now.events,
+		      (unsigned long long)w.events, (unsigned long long)(c1[RNIC_CNT_CQ_EVENTS / 8] - c0[RNIC_CNT_CQ_EVENTS / 8]));
+		p->a.cq->events = w.events;
+	}
+	/* a wait with nothing to come times out */
+	{
+		struct rnic_uwait_cq w = { .cqn = p->a.cq->cqn, .timeout_ms = 50, .events = p->a.cq->events };
+		int r = ioctl(p->ctx->fd, RNIC_IOC_WAIT_CQ, &w) ? -errno : 0;
+
+		check("cq_wait_times_out", r == -ETIMEDOUT, "err=%d", r);
 	}
 	p->ctx->spin_us = spin;
 }
@@ -958,38 +971,39 @@ static int bench_server_files(struct side *me, const char *peer, unsigned client
  * read back with RDMA READ and compared. */
 static void bench_verify(struct bench *b, const uint64_t *sizes, int nsizes)
 {
+	uint8_t *lbuf = b->me.buf + 4096;
 	char name[64];
 
 	for (int si = 0; si < nsizes; si++) {
 		uint32_t n = (uint32_t)sizes[si];
 
-		for (int op = OP_WRITE; op <= OP_SEND; op++) {
-			for (int where = 0; where < (op == OP_SEND ? 1 : 2); where++) {
-				uint64_t roff = op == OP_SEND ? 4096 : where ? b->peer.length - n : b->peer.length / 2 - n / 2;
-				uint64_t seed = (uint64_t)si * 8 + (uint64_t)op * 2 + (uint64_t)where + 40;
-				uint8_t *lbuf = b->me.buf + 4096;
-				struct rnic_cqe c1, c2;
+		for (int where = 0; where < 3; where++) { /* the middle, the end of the MR; the receive area */
+			uint64_t roff = where == 2 ? 4096 : where ? b->peer.length - n : b->peer.length / 2 - n / 2;
+			uint64_t seed = (uint64_t)si * 4 + (uint64_t)where + 40;
+			const char *w = where == 2 ? "recv" : where ? "end" : "middle";
+			struct send_op {
+				uint8_t op;
+				const char *name;
+			} ops[2] = { { where == 2 ? RNIC_WR_SEND : RNIC_WR_WRITE, where == 2 ? "send" : "write" },
+				     { RNIC_WR_READ, "read" } };
+
+			for (int k = 0; k < (where == 2 ? 1 : 2); k++) {
+				struct rnic_send_wqe rd = wr(RNIC_WR_READ, 2, &b->me, 4096, n, b->peer.addr + roff, b->peer.rkey);
+				struct rnic_cqe c1 = { 0 }, c2;
 				long bad;
 
-				if (op == OP_READ) /* the server's bytes are whatever the WRITE left there */
-					seed -= 2;
-				fill(lbuf, n, seed);
-				if (op != OP_READ) {
-					struct rnic_send_wqe w = wr(op == OP_SEND ? RNIC_WR_SEND : RNIC_WR_WRITE, 1, &b->me, 4096, n,
-								    b->peer.addr + roff, b->peer.rkey);
-					rnic_post_send(b->me.qp, &w);
+				if (k == 0) { /* WRITE or SEND the pattern, then READ it back */
+					struct rnic_send_wqe w0 = wr(ops[0].op, 1, &b->me, 4096, n, b->peer.addr + roff, b->peer.rkey);
+
+					fill(lbuf, n, seed);
+					rnic_post_send(b->me.qp, &w0);
 					c1 = wait1(b->me.cq, 10000);
-				} else {
-					c1.status = 0;
-				}
+				} /* k == 1: a second READ of what is there */
 				memset(lbuf, 0, n);
-				{
-					struct rnic_send_wqe w = wr(RNIC_WR_READ, 2, &b->me, 4096, n, b->peer.addr + roff, b->peer.rkey);
-					rnic_post_send(b->me.qp, &w);
-					c2 = wait1(b->me.cq, 10000);
-				}
+				rnic_post_send(b->me.qp, &rd);
+				c2 = wait1(b->me.cq, 10000);
 				bad = mismatch(lbuf, n, seed);
-				snprintf(name, sizeof(name), "%s_%u_%s", op_names[op], n, op == OP_SEND ? "recv" : where ? "end" : "middle");
+				snprintf(name, sizeof(name), "%s_%u_%s", ops[k].name, n, w);
 				check(name, c1.status == 0 && c2.status == 0 && c2.byte_len == n && bad < 0,
 				      "status=%u read_status=%u first_bad=%ld", c1.status, c2.status, bad);
 			}
@@ -1160,7 +1174,7 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 			if (bench_run(&b, op, size, b.iters, 1, &wall, lw, lm) ||
 			    bench_run(&b, op, size, b.iters, b.window, &bw_wall, NULL, NULL))
 				return 1;
-			printf("op=%s size=%u lat_us=%.2f lat_modeled_us=%.3f bw_mbps=%.1f msg_rate_kps=%.1f\n", op_names[op],
+			printf("op=%s size=%u lat_us=%.2f lat_modeled_us=%.3f bw_mbps=%.3f msg_rate_kps=%.2f\n", op_names[op],
 			       size, median(lw, b.iters) / 1e3, median(lm, b.iters) / 1e3,
 			       (double)size * b.iters * 8 / (bw_wall / 1e3), b.iters / (bw_wall / 1e6));
 			fflush(stdout);
