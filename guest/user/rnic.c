@@ -51,26 +51,17 @@ static const char usage[] =
 	"Defaults: --ops write,read,send,faa,cas --sizes 8,64,1K,4K,64K,1M --iters 200 --window 16\n"
 	"--rate-windows 1,2,4,8,16,32,64. RNIC_SPIN_US sets how long waits spin before blocking.\n";
 
-/* Byte i of pattern `seed`. */
-static uint8_t pat(uint64_t seed, uint64_t i)
-{
-	uint64_t x = (seed + 1) * 0x9e3779b97f4a7c15ull ^ i * 0xbf58476d1ce4e5b9ull;
-
-	x ^= x >> 29;
-	return (uint8_t)(x ^ x >> 17);
-}
-
 static void fill(uint8_t *p, size_t n, uint64_t seed)
 {
 	for (size_t i = 0; i < n; i++)
-		p[i] = pat(seed, i);
+		p[i] = pattern_byte(seed, i);
 }
 
 /* The first offset where p differs from pattern seed, or -1. */
 static long mismatch(const uint8_t *p, size_t n, uint64_t seed)
 {
 	for (size_t i = 0; i < n; i++)
-		if (p[i] != pat(seed, i))
+		if (p[i] != pattern_byte(seed, i))
 			return (long)i;
 	return -1;
 }

@@ -12,6 +12,19 @@ def kv(text):
     return out
 
 
+def run_kv(node, cmd, timeout=120):
+    """Run cmd on node; the result and its key=value lines."""
+    r = node.exec(cmd, timeout=timeout)
+    return r, kv(r.stdout)
+
+
+def stop_procs(node, *progs):
+    """Kill the named programs on node and wait until they are gone."""
+    names = " ".join(progs)
+    node.exec(f"killall {names} 2>/dev/null; "
+              f"for i in $(seq 100); do pidof {names} >/dev/null || break; sleep 0.05; done; true")
+
+
 def export(node, size, seed, tag):
     """Start `gas export` detached on node (it outlives the agent's exec); return (gaddr, local)."""
     out = f"/tmp/gas-export-{tag}"
