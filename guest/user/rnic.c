@@ -751,8 +751,9 @@ static int bench_run(struct bench *b, int op, uint32_t size, unsigned n, unsigne
 				lat_model[done] = c[i].modeled_ns;
 			done++;
 		}
-		if (op == OP_SEND && b->loopback)
-			drain(b->srv.cq); /* the receive CQEs of the passive side */
+		if (op == OP_SEND && b->loopback) /* the passive side's receive CQEs, without waiting */
+			while (rnic_poll_cq(b->srv.cq, c, 32) > 0)
+				;
 	}
 	*wall = now_ns() - t0;
 	return 0;
