@@ -576,10 +576,11 @@ static void check_driver(struct pair *p)
 		uint32_t rkey = 0;
 		pid_t pid;
 		struct rnic_cqe c;
-		uint64_t addr = 0;
+		uint64_t addr = 0, cnt0[RNIC_CNT_COUNT], cnt1[RNIC_CNT_COUNT];
 
 		if (pipe(fds))
 			return;
+		rnic_counters(p->ctx, cnt0);
 		pid = fork();
 		if (pid == 0) {
 			struct rnic_ctx *cc = rnic_open(NULL);
@@ -588,8 +589,12 @@ static void check_driver(struct pair *p)
 			uint32_t cpd;
 			uint64_t msg[2] = { 0, 0 };
 
-			if (cc && !rnic_alloc_pd(cc, &cpd) && !rnic_reg_mr(cc, cpd, buf, 65536, RNIC_ACCESS_ALL, &cm))
-				msg[0] = cm.rkey, msg[1] = (uintptr_t)buf;
+			if (cc && !rnic_alloc_pd(cc, &cpd) && !rnic_reg_mr(cc, cpd, buf, 65536, RNIC_ACCESS_ALL, &cm)) {
+				struct rnic_cq *ccq = rnic_create_cq(cc, 4); /* mapped ring and doorbell, left behind */
+
+				if (ccq && rnic_create_qp(cc, cpd, ccq, ccq, 4, 4))
+					msg[0] = cm.rkey, msg[1] = (uintptr_t)buf;
+			}
 			if (write(fds[1], msg, sizeof(msg)) != sizeof(msg))
 				_exit(1);
 			_exit(0); /* no dereg, no close: the driver cleans up */
@@ -603,6 +608,13 @@ static void check_driver(struct pair *p)
 		}
 		close(fds[0]);
 		waitpid(pid, NULL, 0);
+		rnic_counters(p->ctx, cnt1);
+		/* PD, MR, CQ, QP created; QP, CQ, MR, PD destroyed by the driver at exit; nothing refused */
+		check("objects_released_at_exit",
+		      cnt1[RNIC_CNT_COMMANDS / 8] - cnt0[RNIC_CNT_COMMANDS / 8] == 8 &&
+			      cnt1[RNIC_CNT_COMMAND_ERRORS / 8] == cnt0[RNIC_CNT_COMMAND_ERRORS / 8],
+		      "commands=+%llu refused=+%llu", (unsigned long long)(cnt1[RNIC_CNT_COMMANDS / 8] - cnt0[RNIC_CNT_COMMANDS / 8]),
+		      (unsigned long long)(cnt1[RNIC_CNT_COMMAND_ERRORS / 8] - cnt0[RNIC_CNT_COMMAND_ERRORS / 8]));
 		pair_connect(p, NULL);
 		c = run(p, wr(RNIC_WR_WRITE, 30, &p->a, 0, 8, addr, rkey));
 		check("mr_released_at_exit", rkey && c.status == RNIC_WC_REM_ACCESS_ERR, "child_rkey=0x%x status=%u", rkey,
