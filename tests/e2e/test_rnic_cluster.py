@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import _clusters, _config, _start
-from guest_tools import kv, run_kv, stop_procs
+from guest_tools import RnicRelay as Relay, kv, run_kv, stop_procs
 
 RNIC_ARGS = ["-device", "rackemu-rnic"]
 
@@ -88,57 +88,6 @@ def test_help_and_bad_arguments(rcluster):
     assert r.rc == 2 and b"exclude" in r.stderr
     r = n.exec("rnic nosuch")
     assert r.rc == 2 and b"unknown command" in r.stderr
-
-
-class Relay:
-    """Cross-node RC connections with the parameters relayed by the test (`--peer-file`): the
-    RDMA traffic crosses the fabric's Ethernet switch; no IP network is needed."""
-
-    def __init__(self, server, tag, clients, opts=""):
-        self.server, self.tag, self.clients, self.n = server, f"/tmp/rnic-{tag}", clients, 0
-        server.sh(f"rm -f {self.tag}*; setsid sh -c 'rnic bench --server --peer-file {self.tag} "
-                  f"--clients {clients} {opts}; echo rc=$?' </dev/null >{self.tag}.out 2>&1 &")
-        self.lines = self._wait(server, f"{self.tag}.out", "conn=", clients)
-
-    @staticmethod
-    def _wait(node, path, what, count=1, timeout=120):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            out = node.exec(f"cat {path}").stdout.decode()
-            got = [ln for ln in out.splitlines() if ln.startswith(what)]
-            if len(got) >= count:
-                return got
-            if "rc=" in out and what != "rc=":
-                raise AssertionError(f"{path} on node {node.id}: {out}")
-            time.sleep(0.2)
-        raise AssertionError(f"no {what} in {path} on node {node.id} within {timeout} s")
-
-    def client(self, node, cmd):
-        """Start `rnic CMD --peer-file` on node as client i; returns the path of its output."""
-        i = self.n
-        self.n += 1
-        f = f"{self.tag}-c{i}"
-        node.sh(f"rm -f {f}*; echo '{self.lines[i]}' > {f}; setsid sh -c 'rnic {cmd} --peer-file {f}; "
-                f"echo rc=$?' </dev/null >{f}.out 2>&1 &")
-        mine = self._wait(node, f"{f}.out", "conn=")[0]
-        self.server.sh(f"echo '{mine}' > {self.tag}.{i}")
-        return node, f
-
-    def go(self, *clients):
-        self._wait(self.server, f"{self.tag}.out", "server=ready")
-        for node, f in clients:
-            node.sh(f"touch {f}.go")
-
-    def result(self, client, timeout=300):
-        node, f = client
-        self._wait(node, f"{f}.out", "rc=", timeout=timeout)
-        out = node.exec(f"cat {f}.out").stdout
-        return int(kv(out)[-1]["rc"]), out
-
-    def stop(self):
-        self.server.sh(f"touch {self.tag}.stop")
-        self._wait(self.server, f"{self.tag}.out", "rc=")
-        return kv(self.server.exec(f"cat {self.tag}.out").stdout)
 
 
 def test_cross_node_write_read_send_at_every_size(rcluster):
