@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -506,6 +507,25 @@ int rnic_wait_cq(struct rnic_cq *cq, struct rnic_cqe *out, int n, int timeout_ms
 				return ret;
 		}
 	}
+}
+
+int rnic_get_cq_events(struct rnic_ctx *ctx, uint32_t *cqns, int n, int timeout_ms)
+{
+	struct pollfd pf = { ctx->fd, POLLIN, 0 };
+	ssize_t r;
+	int p;
+
+	if (n <= 0)
+		return -EINVAL;
+	do
+		p = poll(&pf, 1, timeout_ms);
+	while (p < 0 && errno == EINTR);
+	if (p < 0)
+		return -errno;
+	if (p == 0)
+		return -ETIMEDOUT;
+	r = read(ctx->fd, cqns, (size_t)n * sizeof(*cqns));
+	return r < 0 ? -errno : (int)(r / (ssize_t)sizeof(*cqns));
 }
 
 const char *rnic_wc_status_str(unsigned status)

@@ -103,6 +103,11 @@ int rnic_post_recv(struct rnic_qp *qp, const struct rnic_recv_wqe *wqe);
 int rnic_poll_cq(struct rnic_cq *cq, struct rnic_cqe *out, int n);
 int rnic_wait_cq(struct rnic_cq *cq, struct rnic_cqe *out, int n, int timeout_ms);
 
+/* The completion channel (as ibv_get_cq_event): the numbers of this context's CQs that fired
+ * (armed, then a CQE) since the last call, up to n; waits up to timeout_ms (0: do not wait).
+ * Returns how many (>= 1), -ETIMEDOUT, or a negative errno. ctx->fd is pollable (POLLIN). */
+int rnic_get_cq_events(struct rnic_ctx *ctx, uint32_t *cqns, int n, int timeout_ms);
+
 const char *rnic_wc_status_str(unsigned status);
 const char *rnic_qp_state_str(unsigned state);
 

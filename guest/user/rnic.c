@@ -662,6 +662,25 @@ static void check_interrupt(struct pair *p)
 		      (unsigned long long)w.events, (unsigned long long)(c1[RNIC_CNT_CQ_EVENTS / 8] - c0[RNIC_CNT_CQ_EVENTS / 8]));
 		p->a.cq->events = w.events;
 	}
+	/* the completion channel: poll() on the file, read() names the CQ that fired */
+	{
+		uint32_t cqns[8];
+		struct rnic_send_wqe s = wr(RNIC_WR_WRITE, 42, &p->a, 0, 8, (uintptr_t)p->b.buf, p->b.mr.rkey);
+		int n0, n1, n2;
+
+		while (rnic_get_cq_events(p->ctx, cqns, 8, 0) > 0) /* what earlier arms left */
+			;
+		n0 = rnic_get_cq_events(p->ctx, cqns, 8, 0);
+		p->a.cq->db[RNIC_CQ_DB_ARM / 4] = RNIC_CQ_ARM_NEXT;
+		rnic_post_send(p->a.qp, &s);
+		n1 = rnic_get_cq_events(p->ctx, cqns, 8, 2000);
+		c = wait1(p->a.cq, 2000);
+		n2 = rnic_get_cq_events(p->ctx, cqns + 1, 7, 0);
+		check("cq_channel_poll_read", n0 == -ETIMEDOUT && n1 == 1 && cqns[0] == p->a.cq->cqn && c.wr_id == 42 &&
+						  n2 == -ETIMEDOUT,
+		      "before=%d events=%d cq=%u (want %u) after=%d", n0, n1, cqns[0], p->a.cq->cqn, n2);
+		p->a.cq->events++; /* the interrupt counted by the driver's WAIT_CQ count too */
+	}
 	/* a wait with nothing to come times out */
 	{
 		struct rnic_uwait_cq w = { .cqn = p->a.cq->cqn, .timeout_ms = 50, .events = p->a.cq->events };

@@ -58,10 +58,11 @@ def test_check_suite_passes(rcluster):
     for must in ("refuse_bad_rkey", "refuse_past_end", "refuse_write_read_only", "refuse_unaligned_atomic",
                  "refuse_atomic_no_flag", "refuse_other_pd", "refuse_bad_lkey", "err_state_flushes",
                  "rnr_retry_exceeded", "refuse_reset_to_rts", "mr_released_at_exit", "cq_armed_interrupt",
+                 "cq_channel_poll_read",
                  "refuse_foreign_doorbell_mmap", "objects_released_at_exit", "fetch_add", "cmp_swap_hit",
                  "atomic_write", "flush"):
         assert must in names, must
-    assert d[-1]["checks"] == "75" and d[-1]["failed"] == "0"
+    assert d[-1]["checks"] == "76" and d[-1]["failed"] == "0"
 
 
 def test_bench_loopback_reports_wall_and_modeled(rcluster):

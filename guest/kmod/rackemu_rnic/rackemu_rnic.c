@@ -24,6 +24,7 @@
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/pci.h>
+#include <linux/poll.h>
 #include <linux/sched/mm.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
@@ -91,6 +92,9 @@ struct rnic_dev {
 struct rnic_file {
 	struct rnic_dev *rd;
 	struct address_space *mapping;
+	/* completion channel: CQs of this file that fired since the last read() (rd->irq_lock) */
+	DECLARE_BITMAP(fired, RNIC_MAX_CQ);
+	wait_queue_head_t wait;
 };
 
 static DEFINE_IDA(rnic_ida);
@@ -463,6 +467,7 @@ static int rnic_destroy_cq_locked(struct rnic_file *f, u32 cqn)
 	spin_lock_irq(&rd->irq_lock);
 	cq->owner = NULL;
 	cq->error = true; /* wake and fail any waiter */
+	__clear_bit(cqn, f->fired);
 	spin_unlock_irq(&rd->irq_lock);
 	wake_up_all(&cq->wait);
 	rnic_ring_put(cq->ring);
@@ -654,8 +659,13 @@ static irqreturn_t rnic_irq(int irq, void *data)
 			struct rnic_cq *cq = &rd->cq[c];
 
 			bits &= bits - 1;
-			if (ev & (1ull << (c % 64)))
+			if (ev & (1ull << (c % 64))) {
 				cq->events++;
+				if (cq->owner) {
+					__set_bit(c, cq->owner->fired);
+					wake_up_interruptible(&cq->owner->wait);
+				}
+			}
 			if (er & (1ull << (c % 64))) {
 				cq->error = true;
 				dev_warn_ratelimited(&rd->pdev->dev, "CQ %u entered the error state (overflow or CQE write failure)\n", c);
@@ -838,8 +848,62 @@ static int rnic_open(struct inode *inode, struct file *file)
 		return -ENOMEM;
 	f->rd = rd;
 	f->mapping = file->f_mapping;
+	init_waitqueue_head(&f->wait);
 	file->private_data = f;
 	return 0;
+}
+
+static bool rnic_fired(struct rnic_file *f)
+{
+	unsigned long flags;
+	bool any;
+
+	spin_lock_irqsave(&f->rd->irq_lock, flags);
+	any = !bitmap_empty(f->fired, RNIC_MAX_CQ);
+	spin_unlock_irqrestore(&f->rd->irq_lock, flags);
+	return any;
+}
+
+/*
+ * The completion channel: read() returns the numbers (u32) of this file's CQs that fired since
+ * the last read, blocking until one does (O_NONBLOCK: -EAGAIN); poll() says POLLIN then.
+ */
+static ssize_t rnic_read(struct file *file, char __user *buf, size_t len, loff_t *off)
+{
+	struct rnic_file *f = file->private_data;
+	struct rnic_dev *rd = f->rd;
+	u32 out[16];
+	unsigned int n = 0, c;
+	int ret;
+
+	if (len < sizeof(u32))
+		return -EINVAL;
+	for (;;) {
+		spin_lock_irq(&rd->irq_lock);
+		for_each_set_bit(c, f->fired, RNIC_MAX_CQ) {
+			if (n == ARRAY_SIZE(out) || (n + 1) * sizeof(u32) > len)
+				break;
+			__clear_bit(c, f->fired);
+			out[n++] = c;
+		}
+		spin_unlock_irq(&rd->irq_lock);
+		if (n)
+			break;
+		if (file->f_flags & O_NONBLOCK)
+			return -EAGAIN;
+		ret = wait_event_interruptible(f->wait, rnic_fired(f));
+		if (ret)
+			return ret;
+	}
+	return copy_to_user(buf, out, n * sizeof(u32)) ? -EFAULT : n * sizeof(u32);
+}
+
+static __poll_t rnic_poll(struct file *file, poll_table *wait)
+{
+	struct rnic_file *f = file->private_data;
+
+	poll_wait(file, &f->wait, wait);
+	return rnic_fired(f) ? EPOLLIN | EPOLLRDNORM : 0;
 }
 
 /* Destroy everything the file owns, in dependency order: QPs, CQs, MRs, PDs. */
@@ -880,6 +944,8 @@ static const struct file_operations rnic_fops = {
 	.release = rnic_release,
 	.unlocked_ioctl = rnic_ioctl,
 	.mmap = rnic_mmap,
+	.read = rnic_read,
+	.poll = rnic_poll,
 };
 
 /* ---- PCI ---- */
