@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from rackemu.cluster import Cluster  # noqa: E402
 from rackemu.config import build_dir, load_config  # noqa: E402
-from benchlib import log, write_results  # noqa: E402
+from benchlib import log, pyplot, write_results  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PATH_KEYS = ("initrd", "kernel")
@@ -81,12 +81,8 @@ def idle_pct(c, seconds):
 
 
 def plot(res, variants, sizes, png):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("python3-matplotlib is missing (platform/setup/packages.txt): no plot")
+    plt = pyplot()
+    if plt is None:
         return
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
     w = 0.8 / len(variants)

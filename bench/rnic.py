@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 from rackemu.cluster import Cluster  # noqa: E402
 from rackemu.config import build_dir, load_config  # noqa: E402
-from benchlib import kv_lines, log, run, write_results  # noqa: E402
+from benchlib import kv_lines, log, pyplot, run, write_results  # noqa: E402
 from guest_tools import RnicRelay  # noqa: E402
 
 
@@ -47,12 +47,8 @@ def bench_once(c, mode, args, tag):
 
 
 def plot(res, png):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("python3-matplotlib is missing (platform/setup/packages.txt): no plot")
+    plt = pyplot()
+    if plt is None:
         return
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
     for (mode, op), pts in sorted(res["lat"].items()):
