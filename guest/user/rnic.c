@@ -700,8 +700,8 @@ static int cmd_check(void)
 	check("identity", (p.ctx->info.version >> 16) == (RNIC_VERSION_VALUE >> 16) && p.ctx->info.max_qp == RNIC_MAX_QP,
 	      "version=0x%x node=%u max_mtu=%u irq_vectors=%u", p.ctx->info.version, p.ctx->info.node_id,
 	      p.ctx->info.max_mtu, p.ctx->info.irq_vectors);
-	side_init(&p.a, p.ctx, 4u << 20, 0);
-	side_init(&p.b, p.ctx, 4u << 20, 0);
+	side_init(&p.a, p.ctx, 2u << 20, 0); /* 2 x 2 MiB + windows: under the default 8 MiB RLIMIT_MEMLOCK */
+	side_init(&p.b, p.ctx, 2u << 20, 0);
 	check("connect", pair_connect(&p, NULL) == 0 && rnic_qp_state(p.a.qp) == RNIC_QPS_RTS &&
 				 rnic_qp_state(p.b.qp) == RNIC_QPS_RTS,
 	      "qpn_a=0x%x qpn_b=0x%x state_a=%s", p.a.qp->qpn, p.b.qp->qpn, rnic_qp_state_str(rnic_qp_state(p.a.qp)));

@@ -65,6 +65,15 @@ def test_check_suite_passes(rcluster):
     assert d[-1]["checks"] == "76" and d[-1]["failed"] == "0"
 
 
+def test_check_suite_passes_for_an_unprivileged_user(rcluster):
+    """/dev/rnic0 is open to every user; pinned pages count against RLIMIT_MEMLOCK (8 MiB here)."""
+    r = rcluster.node(1).exec("su u -c 'ulimit -l; rnic check'", timeout=600)
+    d = kv(r.stdout)
+    failed = [x for x in d if x.get("ok") == "0"]
+    assert r.rc == 0 and not failed and d[-1]["checks"] == "76", (r.stdout + r.stderr).decode()
+    assert r.stdout.startswith(b"8192\n")
+
+
 def test_bench_loopback_reports_wall_and_modeled(rcluster):
     n = rcluster.node(1)
     r, d = rnic(n, "bench --ops write,read,send,faa,cas --sizes 8,4K --iters 30 --window 8 --rate-windows 1,8")
