@@ -88,6 +88,24 @@ def test_bench_loopback_reports_wall_and_modeled(rcluster):
     assert [x["outstanding"] for x in rates] == ["1", "8"]
 
 
+def test_tcp_connection_setup_on_one_node(rcluster, in_background):
+    """The perftest-style exchange over TCP (here over the node's loopback interface): a server for
+    two clients on one counter, a verified bench client and a FETCH_ADD client."""
+    n = rcluster.node(1)
+    try:
+        srv = in_background(n, "rnic bench --server --clients 2 --port 18620", timeout=300)
+        r, d = rnic(n, "bench --client 127.0.0.1 --port 18620 --ops write,read --sizes 1,4097 --iters 5 "
+                       "--rate-windows 1 --verify")
+        assert r.rc == 0 and not [x for x in d if x.get("ok") == "0"], (r.stdout + r.stderr).decode()
+        r, d = rnic(n, "faa --client 127.0.0.1 --port 18620 --count 50")
+        assert r.rc == 0 and d[-1]["errors"] == "0", (r.stdout + r.stderr).decode()
+        rs = srv.result(310)
+        done = [x for x in kv(rs.stdout) if x.get("server") == "done"]
+        assert rs.rc == 0 and done and done[0]["clients"] == "2" and int(done[0]["counter"]) == 50, rs.stdout
+    finally:
+        stop_all(n)
+
+
 def test_help_and_bad_arguments(rcluster):
     n = rcluster.node(0)
     r = n.exec("rnic --help")
