@@ -13,8 +13,8 @@ mkdir -p "$out/extra" "$bdir"
 # below, is Linux's own code and built apart). Adding a module is adding its directory. A module
 # that uses another's symbols is built after it (tried again once the others are built). Where it
 # goes follows from what it is:
-#   - a driver, i.e. a module with an OF device table (modinfo alias of:...), binds to the
-#     device-tree node of its device and is loaded at boot: $out/<m>.ko, in load order
+#   - a driver, i.e. a module with an OF or PCI device table (modinfo alias of:... or pci:...),
+#     binds to the device-tree node or PCI function of its device and is loaded at boot: $out/<m>.ko, in load order
 #     (dependencies first, then by name) in $out/load-order;
 #   - any other module (examples, test helpers, modules tests insmod with parameters) is packed
 #     but not loaded at boot: $out/extra/<m>.ko (tests insmod them from /lib/modules/extra/).
@@ -63,7 +63,7 @@ depth() { # depth M: 0 for a module without rackemu dependencies
 order=()
 for m in "${built[@]}"; do
     ko=$bdir/$m/$m.ko
-    if modinfo -F alias "$ko" | grep -q '^of:'; then
+    if modinfo -F alias "$ko" | grep -q -e '^of:' -e '^pci:'; then
         order+=("$(depth "$m") $m")
         rm -f "$out/extra/$m.ko"
         cmp -s "$ko" "$out/$m.ko" || cp "$ko" "$out/$m.ko"

@@ -72,20 +72,11 @@ static const char usage[] =
 	"\n"
 	"An option the command does not take (e.g. info --id) is refused; COMMAND --help prints this.\n";
 
-/* Byte i of pattern `seed` over a remote range starting at offset `base`: tells a byte that was
- * not copied (0 or stale) from one that landed at the wrong place. */
-static uint8_t pat(uint64_t seed, uint64_t i)
-{
-	uint64_t x = (seed + 1) * 0x9e3779b97f4a7c15ull ^ i * 0xbf58476d1ce4e5b9ull;
-
-	x ^= x >> 29;
-	return (uint8_t)(x * 0x94d049bb133111ebull >> 56);
-}
 
 /* What a byte of pattern `seed` holds before check-data's READ: never the pattern itself. */
 static uint8_t poison(uint64_t seed, uint64_t i)
 {
-	return (uint8_t)(pat(seed, i) ^ 0xffu);
+	return (uint8_t)(pattern_byte(seed, i) ^ 0xffu);
 }
 
 struct opts {
@@ -321,7 +312,7 @@ static int cmd_ctx_hold(const struct opts *o)
 		uint8_t *b = rmc_ctx_base(c);
 
 		for (size_t i = 0; i < rmc_ctx_size(c); i++)
-			b[i] = pat(o->seed, i);
+			b[i] = pattern_byte(o->seed, i);
 	}
 	printf("ctx=%u size=%zu phys=0x%llx perm=%s nodemask=0x%llx version_off=%ld seconds=%ld key=0x%llx\n",
 	       rmc_ctx_id(c), rmc_ctx_size(c), (unsigned long long)rmc_ctx_phys(c), o->perm,
@@ -371,7 +362,7 @@ static int cmd_fill(const struct opts *o)
 	}
 	b = rmc_ctx_base(c);
 	for (uint64_t i = o->off; i < o->off + o->len; i++)
-		b[i] = pat(o->seed, i);
+		b[i] = pattern_byte(o->seed, i);
 	printf("ctx=%ld off=%llu len=%llu seed=%llu filled=1\n", o->id, (unsigned long long)o->off,
 	       (unsigned long long)o->len, (unsigned long long)o->seed);
 	rmc_close(r);
@@ -423,7 +414,7 @@ static int cmd_check_data(const struct opts *o, int write)
 	b = (uint8_t *)rmc_ctx_base(c) + o->loff;
 	if (write) {
 		for (uint64_t i = 0; i < o->len; i++)
-			b[i] = pat(o->seed, o->roff + i);
+			b[i] = pattern_byte(o->seed, o->roff + i);
 		st = rmc_write(q, (unsigned)o->node, o->roff, o->loff, (uint32_t)o->len, &cqe);
 		st = report("WRITE", st, &cqe);
 		rmc_close(r);
@@ -439,7 +430,7 @@ static int cmd_check_data(const struct opts *o, int write)
 		return 1;
 	}
 	for (uint64_t i = 0; i < o->len; i++) {
-		if (b[i] != pat(o->seed, o->roff + i)) {
+		if (b[i] != pattern_byte(o->seed, o->roff + i)) {
 			bad++;
 			stale += b[i] == poison(o->seed, o->roff + i);
 			if (first == UINT64_MAX)
@@ -457,13 +448,13 @@ static int cmd_check_data(const struct opts *o, int write)
 
 			if (!d || (d < 0 && (uint64_t)-d > o->roff + first))
 				continue;
-			for (k = 0; k < run && b[first + k] == pat(o->seed, o->roff + first + k + (uint64_t)d); k++)
+			for (k = 0; k < run && b[first + k] == pattern_byte(o->seed, o->roff + first + k + (uint64_t)d); k++)
 				;
 			if (k == run)
 				shift = d;
 		}
 		printf(" first_bad=%llu got=0x%02x want=0x%02x not_copied=%llu wrong=%llu verdict=%s",
-		       (unsigned long long)first, b[first], pat(o->seed, o->roff + first), (unsigned long long)stale,
+		       (unsigned long long)first, b[first], pattern_byte(o->seed, o->roff + first), (unsigned long long)stale,
 		       (unsigned long long)(bad - stale),
 		       b[first] == poison(o->seed, o->roff + first) ? "not_copied" : shift ? "misplaced" : "corrupt");
 		if (shift && b[first] != poison(o->seed, o->roff + first))
@@ -642,11 +633,11 @@ static int cmd_check(void)
 		uint64_t roff = 3 + i * 64, bad = 0;
 
 		for (uint32_t k = 0; k < len; k++)
-			b[roff + k] = pat(i, k);
+			b[roff + k] = pattern_byte(i, k);
 		memset(b + CK_DST + 1, 0, len);
 		st = rmc_read(q, me, roff, CK_DST + 1, len, &cqe);
 		for (uint32_t k = 0; k < len; k++)
-			bad += b[CK_DST + 1 + k] != pat(i, k);
+			bad += b[CK_DST + 1 + k] != pattern_byte(i, k);
 		snprintf(name, sizeof(name), "read_%u", len);
 		check(name, st == RMC_ST_OK && !bad, "status=%s bad=%llu modeled_ns=%u", rmc_status_str((unsigned)st, cqe.info),
 		      (unsigned long long)bad, cqe.modeled_ns);
@@ -654,7 +645,7 @@ static int cmd_check(void)
 		st = rmc_write(q, me, CK_DST + 4096, roff, len, &cqe);
 		bad = 0;
 		for (uint32_t k = 0; k < len; k++)
-			bad += b[CK_DST + 4096 + k] != pat(i, k);
+			bad += b[CK_DST + 4096 + k] != pattern_byte(i, k);
 		snprintf(name, sizeof(name), "write_%u", len);
 		check(name, st == RMC_ST_OK && !bad, "status=%s bad=%llu", rmc_status_str((unsigned)st, cqe.info),
 		      (unsigned long long)bad);
@@ -966,13 +957,13 @@ static int cmd_check_driver(void)
 			e = raw_register(fa, CD_ID_CHILD, 4096, CTX_PERM_READ, -1, NULL);
 			check("segment_full_enospc", e == -ENOSPC, "error=%d", e);
 			for (size_t k = 0; k < 4096; k++)
-				b[sz - 4096 + k] = pat(5, k);
+				b[sz - 4096 + k] = pattern_byte(5, k);
 			memset(b, 0, 4096);
 			e = rmc_qp_create(r, big, 2, RMC_QP_IRQ, &q);
 			if (!e)
 				st = rmc_read(q, me, sz - 4096, 0, 4096, &cqe);
 			for (size_t k = 0; k < 4096; k++)
-				bad += b[k] != pat(5, k);
+				bad += b[k] != pattern_byte(5, k);
 			check("read_last_page_of_segment", st == RMC_ST_OK && !bad, "status=%d bad=%zu", st, bad);
 			st = e ? e : rmc_write(q, me, sz - 64, 0, 65, &cqe);
 			check("write_past_segment_end", st == RMC_ST_REMOTE_ACCESS && cqe.info == RMC_INFO_BOUNDS, "status=%s",

@@ -116,6 +116,16 @@ static int __attribute__((unused)) cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Byte i of test pattern `seed` (rmc, rnic): a byte that was not copied (0 or stale) or landed at
+ * the wrong place does not match. */
+static uint8_t __attribute__((unused)) pattern_byte(uint64_t seed, uint64_t i)
+{
+	uint64_t x = (seed + 1) * 0x9e3779b97f4a7c15ull ^ i * 0xbf58476d1ce4e5b9ull;
+
+	x ^= x >> 29;
+	return (uint8_t)(x * 0x94d049bb133111ebull >> 56);
+}
+
 /* Long-running loops poll `stop`; on_signal (installed for SIGINT/SIGTERM) sets it. */
 static volatile sig_atomic_t stop __attribute__((unused));
 

@@ -102,14 +102,14 @@ MemTxResult rackemu_status_to_memtx(rk_status s)
  * each such access would run a device callback under the big lock, a few bytes at a time (16 MiB
  * to the flash at 0x0 starved the guest for 23 s), so the model refuses it and logs it.
  */
-static rk_status rackemu_host_check_ram(RackemuHost *h, uint64_t addr, uint64_t len, bool write)
+rk_status rackemu_check_ram(AddressSpace *as, const char *name, unsigned node_id, uint64_t addr, uint64_t len,
+                            bool write)
 {
     RCU_READ_LOCK_GUARD();
 
     while (len) {
         hwaddr xlat, l = len;
-        MemoryRegion *mr = address_space_translate(&address_space_memory, addr, &xlat, &l, write,
-                                                   MEMTXATTRS_UNSPECIFIED);
+        MemoryRegion *mr = address_space_translate(as, addr, &xlat, &l, write, MEMTXATTRS_UNSPECIFIED);
         bool direct = write ? memory_region_is_ram(mr) && !mr->readonly && !memory_region_is_ram_device(mr)
                             : (memory_region_is_ram(mr) && !memory_region_is_ram_device(mr)) ||
                                   memory_region_is_romd(mr);
@@ -120,7 +120,7 @@ static rk_status rackemu_host_check_ram(RackemuHost *h, uint64_t addr, uint64_t 
 
             qemu_log_mask(LOG_GUEST_ERROR,
                           "%s: node %u: DMA %s 0x%" PRIx64 " hits %s \"%s\": only RAM is reachable (%s)\n",
-                          h->name, h->host.node_id, write ? "write to" : "read from", addr,
+                          name, node_id, write ? "write to" : "read from", addr,
                           unmapped ? "no device" : "device memory", unmapped ? "-" : mr->name,
                           unmapped ? "decode error" : "slave error");
             return unmapped ? RK_DECODE_ERROR : RK_SLAVE_ERROR;
@@ -132,6 +132,11 @@ static rk_status rackemu_host_check_ram(RackemuHost *h, uint64_t addr, uint64_t 
         len -= MIN(l, len);
     }
     return RK_OK;
+}
+
+static rk_status rackemu_host_check_ram(RackemuHost *h, uint64_t addr, uint64_t len, bool write)
+{
+    return rackemu_check_ram(&address_space_memory, h->name, h->host.node_id, addr, len, write);
 }
 
 /* A range of the global address space window: one owner per piece, big lock dropped. */

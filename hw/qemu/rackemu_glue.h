@@ -84,6 +84,14 @@ void rackemu_host_init(RackemuHost *h, SysBusDevice *sbd, const char *name, unsi
                        RackemuFabric *f, unsigned node_id, unsigned node_count);
 /* The core's interrupt line `line` to `level` now (big lock held: reset, post_load). */
 void rackemu_host_irq_sync(RackemuHost *h, unsigned line, int level);
+/*
+ * The host interface's DMA rule on any address space (e.g. a PCI device's bus-master space):
+ * RK_OK when every byte of [addr, addr + len) is RAM (for a read also ROM/flash in read-array
+ * mode); else RK_DECODE_ERROR (nothing there) or RK_SLAVE_ERROR (device memory), logged as a
+ * guest error of device `name` on node `node_id`.
+ */
+rk_status rackemu_check_ram(AddressSpace *as, const char *name, unsigned node_id, uint64_t addr, uint64_t len,
+                            bool write);
 /* rk_status from a MemTxResult and back (for MMIO handlers using *_with_attrs). */
 rk_status rackemu_status_from_memtx(MemTxResult r);
 MemTxResult rackemu_status_to_memtx(rk_status s);

@@ -55,44 +55,14 @@
 #include <memory>
 #include <vector>
 
+#include "rackemu/rnic_regs.h"
 #include "rackemu/roce.h"
 #include "wire.h"
 
 namespace rackemu::rnic {
 
-// The engine's counters, one table (the device's register header adopts it).
-#define RC_COUNTER_TABLE(X) \
-    X(TX_FRAMES, tx_frames, "frames sent") \
-    X(TX_BYTES, tx_bytes, "bytes of frames sent") \
-    X(RX_FRAMES, rx_frames, "frames received") \
-    X(RX_MALFORMED, rx_malformed, "frames dropped as malformed (any WireError but ICRC)") \
-    X(RX_ICRC_ERRORS, rx_icrc_errors, "frames dropped for a bad ICRC") \
-    X(RX_UNKNOWN_QP, rx_unknown_qp, "frames for a QP number that does not exist") \
-    X(RX_BAD_STATE, rx_bad_state, "frames for a QP not in a state to take them, or from the wrong source") \
-    X(RX_CNP, rx_cnp, "congestion notification packets received (not acted on)") \
-    X(REQ_PACKETS, req_packets, "request packets sent the first time") \
-    X(RETRANSMITS, retransmits, "request packets sent again (go-back-N)") \
-    X(TIMEOUTS, timeouts, "retransmission timer expiries") \
-    X(IMPLIED_NAKS, implied_naks, "responses beyond an incomplete READ/atomic: lost responses") \
-    X(SEQ_NAKS_RX, seq_naks_rx, "NAK PSN sequence error received") \
-    X(RNR_NAKS_RX, rnr_naks_rx, "RNR NAKs received") \
-    X(ERR_NAKS_RX, err_naks_rx, "NAK invalid request / remote access / remote operational received") \
-    X(RESP_DROPPED, resp_dropped, "responses outside the outstanding PSN range or malformed, dropped") \
-    X(RETRY_EXHAUSTED, retry_exhausted, "work requests completed with RETRY_EXC") \
-    X(RNR_EXHAUSTED, rnr_exhausted, "work requests completed with RNR_RETRY_EXC") \
-    X(SEQ_NAKS_TX, seq_naks_tx, "NAK PSN sequence error sent") \
-    X(RNR_NAKS_TX, rnr_naks_tx, "RNR NAKs sent") \
-    X(ERR_NAKS_TX, err_naks_tx, "NAK invalid request / remote access / remote operational sent") \
-    X(ACKS_TX, acks_tx, "ACK packets sent") \
-    X(ACKS_COALESCED, acks_coalesced, "ACK requests answered by a later ACK or response") \
-    X(OUT_OF_SEQ, out_of_seq, "request packets ahead of the expected PSN, dropped") \
-    X(DUPLICATES, duplicates, "duplicate request packets (never re-executed)") \
-    X(DUP_REPLAYS, dup_replays, "duplicate READ/atomic/FLUSH answered from a responder resource") \
-    X(DUP_UNANSWERED, dup_unanswered, "duplicate READ/atomic whose resource was gone or did not match") \
-    X(EXECUTED, executed, "request messages executed by the responder") \
-    X(WR_COMPLETED, wr_completed, "send work requests completed successfully") \
-    X(WR_ERRORS, wr_errors, "send or receive work requests completed with an error (flushes included)") \
-    X(QP_ERRORS, qp_errors, "QPs moved to the Error state by the transport")
+// The engine's counters: one table, in the device's register header (rackemu/rnic_regs.h).
+#define RC_COUNTER_TABLE(X) RNIC_RC_COUNTERS(X)
 
 struct RcCounters {
 #define RC_CNT_X_FIELD_(N, n, d) uint64_t n = 0;

@@ -12,6 +12,19 @@ def kv(text):
     return out
 
 
+def run_kv(node, cmd, timeout=120):
+    """Run cmd on node; the result and its key=value lines."""
+    r = node.exec(cmd, timeout=timeout)
+    return r, kv(r.stdout)
+
+
+def stop_procs(node, *progs):
+    """Kill the named programs on node and wait until they are gone."""
+    names = " ".join(progs)
+    node.exec(f"killall {names} 2>/dev/null; "
+              f"for i in $(seq 100); do pidof {names} >/dev/null || break; sleep 0.05; done; true")
+
+
 def export(node, size, seed, tag):
     """Start `gas export` detached on node (it outlives the agent's exec); return (gaddr, local)."""
     out = f"/tmp/gas-export-{tag}"
@@ -48,3 +61,55 @@ def rmc_hold(node, ctx, size, tag, key, *opts):
             raise AssertionError(r.stdout)
         time.sleep(0.1)
     raise AssertionError(f"rmc ctx-hold on node {node.id} did not start")
+
+
+class RnicRelay:
+    """Cross-node RC connections of the `rnic` tool with the parameters relayed by the caller
+    (`--peer-file`, docs/rnic-verbs.md): the RDMA traffic crosses the fabric's Ethernet switch;
+    no IP network is needed. Used by tests/e2e/test_rnic_cluster.py and bench/rnic.py."""
+
+    def __init__(self, server, tag, clients, opts=""):
+        self.server, self.tag, self.clients, self.n = server, f"/tmp/rnic-{tag}", clients, 0
+        server.sh(f"rm -f {self.tag}*; setsid sh -c 'rnic bench --server --peer-file {self.tag} "
+                  f"--clients {clients} {opts}; echo rc=$?' </dev/null >{self.tag}.out 2>&1 &")
+        self.lines = self._wait(server, f"{self.tag}.out", "conn=", clients)
+
+    @staticmethod
+    def _wait(node, path, what, count=1, timeout=120):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            out = node.exec(f"cat {path}").stdout.decode()
+            got = [ln for ln in out.splitlines() if ln.startswith(what)]
+            if len(got) >= count:
+                return got
+            if "rc=" in out and what != "rc=":
+                raise AssertionError(f"{path} on node {node.id}: {out}")
+            time.sleep(0.2)
+        raise AssertionError(f"no {what} in {path} on node {node.id} within {timeout} s")
+
+    def client(self, node, cmd):
+        """Start `rnic CMD --peer-file` on node as client i; returns the path of its output."""
+        i = self.n
+        self.n += 1
+        f = f"{self.tag}-c{i}"
+        node.sh(f"rm -f {f}*; echo '{self.lines[i]}' > {f}; setsid sh -c 'rnic {cmd} --peer-file {f}; "
+                f"echo rc=$?' </dev/null >{f}.out 2>&1 &")
+        mine = self._wait(node, f"{f}.out", "conn=")[0]
+        self.server.sh(f"echo '{mine}' > {self.tag}.{i}")
+        return node, f
+
+    def go(self, *clients):
+        self._wait(self.server, f"{self.tag}.out", "server=ready")
+        for node, f in clients:
+            node.sh(f"touch {f}.go")
+
+    def result(self, client, timeout=300):
+        node, f = client
+        self._wait(node, f"{f}.out", "rc=", timeout=timeout)
+        out = node.exec(f"cat {f}.out").stdout
+        return int(kv(out)[-1]["rc"]), out
+
+    def stop(self):
+        self.server.sh(f"touch {self.tag}.stop")
+        self._wait(self.server, f"{self.tag}.out", "rc=")
+        return kv(self.server.exec(f"cat {self.tag}.out").stdout)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from guest_tools import kv, rmc_hold
+from guest_tools import kv, rmc_hold, run_kv, stop_procs
 
 PAT_SEED = 11
 # The access key every node of a test's contexts registers with: a destination serves only
@@ -23,14 +23,12 @@ def hold(node, ctx, size, tag, *opts):
 
 
 def rmc(node, cmd, timeout=120):
-    r = node.exec(f"rmc {cmd}", timeout=timeout)
-    return r, kv(r.stdout)
+    return run_kv(node, f"rmc {cmd}", timeout)
 
 
 def stop_all(node):
     """Stop this test's RMC processes and wait until they are gone (their contexts with them)."""
-    node.exec("killall rmc rmc-kv rmc-bench 2>/dev/null; "
-              "for i in $(seq 100); do pidof rmc rmc-kv rmc-bench >/dev/null || break; sleep 0.05; done; true")
+    stop_procs(node, "rmc", "rmc-kv", "rmc-bench")
 
 
 @pytest.fixture(autouse=True)

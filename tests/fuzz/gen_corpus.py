@@ -176,8 +176,44 @@ def atomic_unit():
     yield 'errors', cfg(4, 1) + op(0, 9) + op(1, 0, 3) + op(2, 0, 8, 4) + op(40, 0) + op(255, 0) + op(3, 5, 8, 0, 7, 3, ~0)
 
 
+
+def rnic():
+    RAM = 0x40000000
+    st = lambda off, val, size=0: u8(0) + u16(off) + u64(val) + u8(size)   # size index 0 = 4 bytes
+    ld = lambda off: u8(1) + u16(off) + u8(0)
+    db = lambda off, val: u8(2) + u32(off) + u32(val) + u8(0)
+    mem = lambda off, data: u8(4) + u16(off) + u8(len(data)) + data
+    poll = lambda ns: u8(8) + u32(ns)
+
+    def cmd(op, handle=0, params=b''):
+        c = u16(op) + u16(0) + u32(handle) + u32(0) + u32(0) + params
+        return u8(5) + c + bytes(128 - len(c))
+    enable = st(0x2C, 1) + st(0x204, 0xff)
+    pd = cmd(1)
+    cq = cmd(5, 0, u64(RAM + 0x1000) + u8(4) + u8(1) + u16(0) + u32(0))
+    qp = cmd(7, 1, u64(RAM + 0x2000) + u64(RAM + 0x3000) + u32(0) + u32(0) + u8(4) + u8(4) + u16(0) + u32(0))
+    mr = cmd(3, 1, u64(RAM + 0x4000) + u64(0x4000) + u64(0) + u32(0) + u32(0xf | 0x300) + u8(12) + u8(1) + u16(0) + u32(0))
+
+    def modify(mask, state, mtu=0, dest_qpn=0, node=0):
+        m = (u32(mask) + u8(state) + u8(10) + u8(3) + u8(7) + u8(1) + u8(4) + u8(4) + u8(0) + u16(mtu) + u16(0xffff)
+             + u32(0xe) + u32(dest_qpn) + u32(0) + u32(0) + u32(node) + u32(0) + bytes(6) + u16(0) + bytes(16))
+        return cmd(8, 0x100, m)
+    up = (modify(0x9, 1) + modify(0x1 | 0x100 | 0x100000 | 0x1000 | 0x20000 | 0x8000 | 0x80, 2, 256, 0x100)
+          + modify(0x1 | 0x10000 | 0x200 | 0x400 | 0x800 | 0x2000, 3))
+    # a WRITE of 300 bytes from the MR to itself (loopback), then a READ
+    wqe = lambda op, wr, ln: (u64(wr) + u8(op) + u8(1) + u8(1) + u8(0) + u32(0) + u64(RAM + 0x6000) + u32(1)
+                              + u32(0) + u64(1) + u64(0) + bytes(16) + u64(RAM + 0x4000) + u32(ln) + u32(1))
+    w = wqe(0, 1, 300)
+    r = wqe(4, 2, 300)
+    post = mem(0x2000, w[:128]) + mem(0x2080, r[:128]) + db(0, 2) + poll(1000)
+    yield 'setup', enable + pd + cq + qp + mr + ld(0x10C)
+    yield 'loopback', enable + pd + cq + qp + mr + up + post + ld(0x1000) + db(0x100000, 2) + db(0x100004, 1)
+    yield 'frames', enable + pd + cq + qp + mr + up + post + u8(7) + u8(0) + u16(40) + u8(0x83) + poll(100000000)
+    yield 'bad', enable + pd + cq + qp + db(0, 1000) + cmd(99) + cmd(2, 1) + u8(6) + u16(60) + bytes(60) + u8(9)
+
+
 HARNESSES = dict(vmbox=vmbox, packetizer=packetizer, cdma=cdma, gas=gas, rmc=rmc, r2p2=r2p2, bridge=bridge, port=port,
-                 atomic_unit=atomic_unit)
+                 atomic_unit=atomic_unit, rnic=rnic)
 
 
 def main():

@@ -1,0 +1,1084 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rackemu_rnic: Linux driver of rackemu's RoCEv2 RNIC (docs/rnic.md for the device,
+ * docs/rnic-verbs.md for this driver and the verbs library).
+ *
+ * Binds PCI 1af4:10f5 and exposes /dev/rnicN. Every verbs object (PD, MR, CQ, QP) is created by
+ * the device's command interface on behalf of one open file and belongs to it: only that file
+ * uses, maps or destroys it, and closing the file (or the process dying) destroys all of it,
+ * QPs first, then CQs, MRs (their pages unpinned) and PDs. An MR pins the user pages
+ * (pin_user_pages_fast, FOLL_LONGTERM, charged to RLIMIT_MEMLOCK) and hands the device their DMA
+ * addresses as a page list. Queue rings are zeroed kernel pages the owner maps; a mapping keeps
+ * its ring allocated until it goes, whatever the order of destroy, munmap and close. A doorbell
+ * page is revoked (unmapped) when its object is destroyed, so a later object with the same index
+ * is never reachable through a stale mapping. Completion interrupts: the process arms a CQ
+ * through its doorbell page, and RNIC_IOC_WAIT_CQ sleeps until the CQ fires.
+ */
+#include <linux/delay.h>
+#include <linux/dma-mapping.h>
+#include <linux/idr.h>
+#include <linux/interrupt.h>
+#include <linux/io.h>
+#include <linux/kref.h>
+#include <linux/miscdevice.h>
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/pci.h>
+#include <linux/poll.h>
+#include <linux/sched/mm.h>
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+#include <linux/wait.h>
+
+#include "rackemu/rnic_regs.h"
+#include "rackemu/rnic_uapi.h"
+
+#define COOKIE(type, idx) RNIC_MAP_OFF(type, idx, PAGE_SHIFT)
+
+struct rnic_file;
+
+/* A queue ring: zeroed pages, freed when the object and the last mapping are gone. */
+struct rnic_ring {
+	struct kref ref;
+	struct device *dev;
+	void *kva;
+	size_t size;    /* page-rounded */
+	dma_addr_t dma;
+};
+
+struct rnic_mr {
+	struct rnic_file *owner;    /* NULL: free */
+	u32 key;
+	u32 pdn;
+	struct page **pages;
+	unsigned long npages;
+	struct sg_table sgt;
+	struct mm_struct *mm;       /* charged for the pinned pages */
+};
+
+struct rnic_cq {
+	struct rnic_file *owner;
+	struct rnic_ring *ring;
+	u64 events;                 /* times the CQ fired (interrupt) */
+	bool error;
+	wait_queue_head_t wait;
+};
+
+struct rnic_qp {
+	struct rnic_file *owner;
+	struct rnic_ring *sq, *rq;
+	u32 send_cqn, recv_cqn, pdn;
+};
+
+struct rnic_dev {
+	struct pci_dev *pdev;
+	void __iomem *regs;
+	resource_size_t db_phys;
+	int id;
+	char name[16];
+	struct miscdevice misc;
+	int nvec;
+	struct mutex lock;          /* objects and the command block */
+	spinlock_t irq_lock;        /* events, error flags */
+	struct rnic_cmd *cmd;
+	dma_addr_t cmd_dma;
+	struct rnic_file *pd_owner[RNIC_MAX_PD + 1];
+	struct rnic_mr *mr;         /* RNIC_MAX_MR */
+	struct rnic_cq cq[RNIC_MAX_CQ];
+	struct rnic_qp qp[RNIC_MAX_QP];
+};
+
+struct rnic_file {
+	struct rnic_dev *rd;
+	struct address_space *mapping;
+	/* completion channel: CQs of this file that fired since the last read() (rd->irq_lock) */
+	DECLARE_BITMAP(fired, RNIC_MAX_CQ);
+	wait_queue_head_t wait;
+};
+
+static DEFINE_IDA(rnic_ida);
+
+static inline u32 rd32(struct rnic_dev *rd, u32 off) { return readl(rd->regs + off); }
+static inline void wr32(struct rnic_dev *rd, u32 off, u32 v) { writel(v, rd->regs + off); }
+
+static const char *const cmd_status_name[RNIC_CMD_ST_COUNT] = {
+	"ok", "bad opcode", "no such PD", "no such MR", "no such CQ", "no such QP", "busy",
+	"no resource", "bad parameter", "address outside RAM", "bad QP state transition",
+	"bad QP attribute", "bad access flags",
+};
+
+static int cmd_errno(u16 st)
+{
+	switch (st) {
+	case RNIC_CMD_ST_OK: return 0;
+	case RNIC_CMD_ST_BAD_PD: case RNIC_CMD_ST_BAD_MR: case RNIC_CMD_ST_BAD_CQ:
+	case RNIC_CMD_ST_BAD_QP: return -ENOENT;
+	case RNIC_CMD_ST_BUSY: return -EBUSY;
+	case RNIC_CMD_ST_NO_RESOURCE: return -ENOSPC;
+	case RNIC_CMD_ST_BAD_ADDR: return -EFAULT;
+	case RNIC_CMD_ST_BAD_STATE: return -EPERM;
+	case RNIC_CMD_ST_BAD_ACCESS: return -EACCES;
+	default: return -EINVAL;
+	}
+}
+
+/*
+ * Run the command in rd->cmd (rd->lock held; opcode and inputs filled). The device executes it
+ * before the CMD_EXEC write returns. A refusal is logged with the command and the status.
+ */
+static int rnic_exec(struct rnic_dev *rd, const char *what)
+{
+	u16 st;
+
+	rd->cmd->status = 0xffff; /* writel orders the block's stores before the doorbell */
+	wr32(rd, RNIC_REG_CMD_EXEC, RNIC_CMD_EXEC_GO);
+	st = READ_ONCE(rd->cmd->status);
+	if (st == 0xffff) /* a block outside RAM is never written back */
+		st = (u16)rd32(rd, RNIC_REG_CMD_STATUS);
+	if (st != RNIC_CMD_ST_OK)
+		dev_err(&rd->pdev->dev, "%s refused by the device: %s (status %u)\n", what,
+			st < RNIC_CMD_ST_COUNT ? cmd_status_name[st] : "unknown", st);
+	return cmd_errno(st);
+}
+
+static void rnic_cmd_init(struct rnic_dev *rd, u16 op, u32 handle)
+{
+	memset(rd->cmd, 0, sizeof(*rd->cmd));
+	rd->cmd->opcode = op;
+	rd->cmd->handle = handle;
+}
+
+/* ---- rings ---- */
+
+static void rnic_ring_free(struct kref *ref)
+{
+	struct rnic_ring *r = container_of(ref, struct rnic_ring, ref);
+
+	dma_unmap_single(r->dev, r->dma, r->size, DMA_BIDIRECTIONAL);
+	free_pages_exact(r->kva, r->size);
+	kfree(r);
+}
+
+static void rnic_ring_put(struct rnic_ring *r)
+{
+	if (r)
+		kref_put(&r->ref, rnic_ring_free);
+}
+
+static struct rnic_ring *rnic_ring_alloc(struct rnic_dev *rd, size_t bytes)
+{
+	struct rnic_ring *r = kzalloc(sizeof(*r), GFP_KERNEL);
+
+	if (!r)
+		return NULL;
+	kref_init(&r->ref);
+	r->dev = &rd->pdev->dev;
+	r->size = PAGE_ALIGN(bytes);
+	r->kva = alloc_pages_exact(r->size, GFP_KERNEL | __GFP_ZERO);
+	if (!r->kva) {
+		kfree(r);
+		return NULL;
+	}
+	r->dma = dma_map_single(r->dev, r->kva, r->size, DMA_BIDIRECTIONAL);
+	if (dma_mapping_error(r->dev, r->dma)) {
+		free_pages_exact(r->kva, r->size);
+		kfree(r);
+		return NULL;
+	}
+	return r;
+}
+
+/* ---- protection domains ---- */
+
+static int rnic_alloc_pd(struct rnic_file *f, u32 __user *p)
+{
+	struct rnic_dev *rd = f->rd;
+	int ret;
+	u32 pdn;
+
+	mutex_lock(&rd->lock);
+	rnic_cmd_init(rd, RNIC_CMD_CREATE_PD, 0);
+	ret = rnic_exec(rd, "CREATE_PD");
+	pdn = rd->cmd->handle;
+	if (!ret && (pdn == 0 || pdn > RNIC_MAX_PD)) {
+		dev_err(&rd->pdev->dev, "CREATE_PD returned PD %u outside 1..%u\n", pdn, RNIC_MAX_PD);
+		ret = -EIO;
+	}
+	if (!ret)
+		rd->pd_owner[pdn] = f;
+	mutex_unlock(&rd->lock);
+	if (!ret && put_user(pdn, p))
+		return -EFAULT; /* the PD stays with the file and goes at close */
+	return ret;
+}
+
+static bool rnic_pd_ok(struct rnic_file *f, u32 pdn)
+{
+	return pdn >= 1 && pdn <= RNIC_MAX_PD && f->rd->pd_owner[pdn] == f;
+}
+
+static int rnic_dealloc_pd_locked(struct rnic_file *f, u32 pdn)
+{
+	struct rnic_dev *rd = f->rd;
+	int ret;
+
+	if (!rnic_pd_ok(f, pdn)) {
+		dev_err(&rd->pdev->dev, "DEALLOC_PD: PD %u is not this file's\n", pdn);
+		return -ENOENT;
+	}
+	rnic_cmd_init(rd, RNIC_CMD_DESTROY_PD, pdn);
+	ret = rnic_exec(rd, "DESTROY_PD");
+	if (!ret)
+		rd->pd_owner[pdn] = NULL;
+	return ret;
+}
+
+/* ---- memory regions ---- */
+
+static void rnic_mr_unpin(struct rnic_dev *rd, struct rnic_mr *m)
+{
+	if (m->sgt.sgl) {
+		dma_unmap_sgtable(&rd->pdev->dev, &m->sgt, DMA_BIDIRECTIONAL, 0);
+		sg_free_table(&m->sgt);
+	}
+	if (m->pages) {
+		unpin_user_pages_dirty_lock(m->pages, m->npages, true);
+		kvfree(m->pages);
+	}
+	if (m->mm) {
+		atomic64_sub(m->npages, &m->mm->pinned_vm);
+		mmdrop(m->mm);
+	}
+	memset(m, 0, sizeof(*m));
+}
+
+static int rnic_reg_mr(struct rnic_file *f, void __user *p)
+{
+	struct rnic_dev *rd = f->rd;
+	struct device *dev = &rd->pdev->dev;
+	struct rnic_ureg_mr u;
+	struct rnic_mr m = {};
+	struct sg_dma_page_iter it;
+	unsigned long first, last, lock_limit, i = 0;
+	u64 *list = NULL;
+	dma_addr_t list_dma;
+	long got = 0;
+	int ret;
+
+	if (copy_from_user(&u, p, sizeof(u)))
+		return -EFAULT;
+	if (!u.length || u.addr + u.length < u.addr) {
+		dev_err(dev, "REG_MR: length %llu at 0x%llx is empty or wraps\n", u.length, u.addr);
+		return -EINVAL;
+	}
+	first = u.addr >> PAGE_SHIFT;
+	last = (u.addr + u.length - 1) >> PAGE_SHIFT;
+	m.npages = last - first + 1;
+	if (m.npages > RNIC_MR_MAX_PAGES) {
+		dev_err(dev, "REG_MR: %lu pages, the device takes at most %u per region\n", m.npages,
+			RNIC_MR_MAX_PAGES);
+		return -EINVAL;
+	}
+	if (u.access & ~RNIC_ACCESS_ALL) {
+		dev_err(dev, "REG_MR: unknown access flags 0x%x\n", u.access & ~RNIC_ACCESS_ALL);
+		return -EINVAL;
+	}
+	/* charge the pinned pages to the process, as ib_umem does */
+	lock_limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
+	if (atomic64_add_return(m.npages, &current->mm->pinned_vm) > lock_limit && !capable(CAP_IPC_LOCK)) {
+		atomic64_sub(m.npages, &current->mm->pinned_vm);
+		dev_err(dev, "REG_MR: pinning %lu pages exceeds RLIMIT_MEMLOCK (%lu pages); raise ulimit -l\n",
+			m.npages, lock_limit);
+		return -ENOMEM;
+	}
+	m.mm = current->mm;
+	mmgrab(m.mm);
+	m.pages = kvcalloc(m.npages, sizeof(*m.pages), GFP_KERNEL);
+	if (!m.pages) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	while (got < (long)m.npages) {
+		long n = pin_user_pages_fast((first + got) << PAGE_SHIFT, m.npages - got,
+					     FOLL_WRITE | FOLL_LONGTERM, m.pages + got);
+		if (n <= 0) {
+			dev_err(dev, "REG_MR: cannot pin page 0x%lx of [0x%llx, +%llu) (%ld): not mapped writable?\n",
+				(first + got) << PAGE_SHIFT, u.addr, u.length, n);
+			m.npages = got; /* unpin what was pinned; the charge follows */
+			atomic64_sub((last - first + 1) - got, &current->mm->pinned_vm);
+			ret = n ? (int)n : -EFAULT;
+			goto fail;
+		}
+		got += n;
+	}
+	ret = sg_alloc_table_from_pages(&m.sgt, m.pages, m.npages, 0, m.npages << PAGE_SHIFT, GFP_KERNEL);
+	if (ret)
+		goto fail;
+	ret = dma_map_sgtable(dev, &m.sgt, DMA_BIDIRECTIONAL, 0);
+	if (ret) {
+		sg_free_table(&m.sgt);
+		m.sgt.sgl = NULL;
+		goto fail;
+	}
+	list = dma_alloc_coherent(dev, m.npages * sizeof(u64), &list_dma, GFP_KERNEL);
+	if (!list) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	for_each_sgtable_dma_page(&m.sgt, &it, 0)
+		list[i++] = sg_page_iter_dma_address(&it);
+
+	mutex_lock(&rd->lock);
+	if (!rnic_pd_ok(f, u.pdn)) {
+		mutex_unlock(&rd->lock);
+		dev_err(dev, "REG_MR: PD %u is not this file's\n", u.pdn);
+		ret = -ENOENT;
+		goto fail;
+	}
+	rnic_cmd_init(rd, RNIC_CMD_REG_MR, u.pdn);
+	rd->cmd->params.mr.iova = u.addr;
+	rd->cmd->params.mr.length = u.length;
+	rd->cmd->params.mr.page_list = list_dma;
+	rd->cmd->params.mr.npages = (u32)m.npages;
+	rd->cmd->params.mr.access = u.access;
+	rd->cmd->params.mr.page_shift = PAGE_SHIFT;
+	ret = rnic_exec(rd, "REG_MR");
+	if (!ret) {
+		u32 idx = RNIC_KEY_INDEX(rd->cmd->out0);
+
+		u.lkey = rd->cmd->out0;
+		u.rkey = rd->cmd->out1;
+		if (idx >= RNIC_MAX_MR || rd->mr[idx].owner) {
+			dev_err(dev, "REG_MR: the device returned key 0x%x of a used or invalid index\n", u.lkey);
+			ret = -EIO;
+		} else {
+			m.owner = f;
+			m.key = u.lkey;
+			m.pdn = u.pdn;
+			rd->mr[idx] = m;
+		}
+	}
+	mutex_unlock(&rd->lock);
+	dma_free_coherent(dev, m.npages * sizeof(u64), list, list_dma); /* the device copied it */
+	list = NULL;
+	if (ret)
+		goto fail;
+	if (copy_to_user(p, &u, sizeof(u)))
+		return -EFAULT; /* registered; released at close */
+	return 0;
+fail:
+	if (list)
+		dma_free_coherent(dev, m.npages * sizeof(u64), list, list_dma);
+	rnic_mr_unpin(rd, &m);
+	return ret;
+}
+
+static int rnic_dereg_mr_locked(struct rnic_file *f, u32 key)
+{
+	struct rnic_dev *rd = f->rd;
+	u32 idx = RNIC_KEY_INDEX(key);
+	int ret;
+
+	if (idx >= RNIC_MAX_MR || rd->mr[idx].owner != f || rd->mr[idx].key != key) {
+		dev_err(&rd->pdev->dev, "DEREG_MR: key 0x%x is not one of this file's regions\n", key);
+		return -ENOENT;
+	}
+	rnic_cmd_init(rd, RNIC_CMD_DEREG_MR, key);
+	ret = rnic_exec(rd, "DEREG_MR");
+	if (ret)
+		return ret;
+	rnic_mr_unpin(rd, &rd->mr[idx]);
+	return 0;
+}
+
+/* ---- completion queues ---- */
+
+static bool rnic_cq_ok(struct rnic_file *f, u32 cqn)
+{
+	return cqn < RNIC_MAX_CQ && f->rd->cq[cqn].owner == f;
+}
+
+static int rnic_create_cq(struct rnic_file *f, void __user *p)
+{
+	struct rnic_dev *rd = f->rd;
+	struct rnic_ucreate_cq u;
+	struct rnic_ring *ring;
+	int ret;
+
+	if (copy_from_user(&u, p, sizeof(u)))
+		return -EFAULT;
+	if (u.depth_log2 < RNIC_DEPTH_LOG2_MIN || u.depth_log2 > RNIC_DEPTH_LOG2_MAX) {
+		dev_err(&rd->pdev->dev, "CREATE_CQ: depth 2^%u outside 2^%u..2^%u\n", u.depth_log2,
+			RNIC_DEPTH_LOG2_MIN, RNIC_DEPTH_LOG2_MAX);
+		return -EINVAL;
+	}
+	ring = rnic_ring_alloc(rd, sizeof(struct rnic_cqe) << u.depth_log2);
+	if (!ring)
+		return -ENOMEM;
+	mutex_lock(&rd->lock);
+	rnic_cmd_init(rd, RNIC_CMD_CREATE_CQ, 0);
+	rd->cmd->params.cq.ring = ring->dma;
+	rd->cmd->params.cq.depth_log2 = (u8)u.depth_log2;
+	rd->cmd->params.cq.vector = 0; /* one handler serves every vector alike */
+	ret = rnic_exec(rd, "CREATE_CQ");
+	u.cqn = rd->cmd->handle;
+	if (!ret && (u.cqn >= RNIC_MAX_CQ || rd->cq[u.cqn].owner)) {
+		dev_err(&rd->pdev->dev, "CREATE_CQ returned CQ %u, invalid or in use\n", u.cqn);
+		ret = -EIO;
+	}
+	if (!ret) {
+		struct rnic_cq *cq = &rd->cq[u.cqn];
+
+		spin_lock_irq(&rd->irq_lock);
+		cq->owner = f;
+		cq->ring = ring;
+		cq->events = 0;
+		cq->error = false;
+		spin_unlock_irq(&rd->irq_lock);
+	}
+	mutex_unlock(&rd->lock);
+	if (ret) {
+		rnic_ring_put(ring);
+		return ret;
+	}
+	u.ring_off = COOKIE(RNIC_MAP_CQ, u.cqn);
+	u.db_off = COOKIE(RNIC_MAP_CQDB, u.cqn);
+	return copy_to_user(p, &u, sizeof(u)) ? -EFAULT : 0;
+}
+
+static int rnic_destroy_cq_locked(struct rnic_file *f, u32 cqn)
+{
+	struct rnic_dev *rd = f->rd;
+	struct rnic_cq *cq;
+	int ret;
+
+	if (!rnic_cq_ok(f, cqn)) {
+		dev_err(&rd->pdev->dev, "DESTROY_CQ: CQ %u is not this file's\n", cqn);
+		return -ENOENT;
+	}
+	cq = &rd->cq[cqn];
+	rnic_cmd_init(rd, RNIC_CMD_DESTROY_CQ, cqn);
+	ret = rnic_exec(rd, "DESTROY_CQ");
+	if (ret)
+		return ret;
+	if (f->mapping)
+		unmap_mapping_range(f->mapping, COOKIE(RNIC_MAP_CQDB, cqn), PAGE_SIZE, 1);
+	spin_lock_irq(&rd->irq_lock);
+	cq->owner = NULL;
+	cq->error = true; /* wake and fail any waiter */
+	__clear_bit(cqn, f->fired);
+	spin_unlock_irq(&rd->irq_lock);
+	wake_up_all(&cq->wait);
+	rnic_ring_put(cq->ring);
+	cq->ring = NULL;
+	return 0;
+}
+
+static int rnic_wait_cq(struct rnic_file *f, void __user *p)
+{
+	struct rnic_dev *rd = f->rd;
+	struct rnic_uwait_cq u;
+	struct rnic_cq *cq;
+	long left;
+	int ret = 0;
+
+	if (copy_from_user(&u, p, sizeof(u)))
+		return -EFAULT;
+	mutex_lock(&rd->lock);
+	ret = rnic_cq_ok(f, u.cqn) ? 0 : -ENOENT;
+	mutex_unlock(&rd->lock);
+	if (ret) {
+		dev_err(&rd->pdev->dev, "WAIT_CQ: CQ %u is not this file's\n", u.cqn);
+		return ret;
+	}
+	cq = &rd->cq[u.cqn];
+	left = wait_event_interruptible_timeout(cq->wait,
+						READ_ONCE(cq->events) != u.events || READ_ONCE(cq->error),
+						msecs_to_jiffies(u.timeout_ms));
+	if (left < 0)
+		return left;
+	if (READ_ONCE(cq->error) || READ_ONCE(cq->owner) != f)
+		return -EIO;
+	if (READ_ONCE(cq->events) == u.events)
+		return -ETIMEDOUT;
+	u.events = READ_ONCE(cq->events);
+	return copy_to_user(p, &u, sizeof(u)) ? -EFAULT : 0;
+}
+
+/* ---- queue pairs ---- */
+
+static bool rnic_qp_ok(struct rnic_file *f, u32 qpn)
+{
+	u32 idx = RNIC_QP_INDEX(qpn);
+
+	return qpn >= RNIC_QPN_BASE && idx < RNIC_MAX_QP && f->rd->qp[idx].owner == f;
+}
+
+static int rnic_create_qp(struct rnic_file *f, void __user *p)
+{
+	struct rnic_dev *rd = f->rd;
+	struct device *dev = &rd->pdev->dev;
+	struct rnic_ucreate_qp u;
+	struct rnic_ring *sq = NULL, *rq = NULL;
+	int ret;
+
+	if (copy_from_user(&u, p, sizeof(u)))
+		return -EFAULT;
+	if (u.sq_depth_log2 < RNIC_DEPTH_LOG2_MIN || u.sq_depth_log2 > RNIC_DEPTH_LOG2_MAX ||
+	    u.rq_depth_log2 < RNIC_DEPTH_LOG2_MIN || u.rq_depth_log2 > RNIC_DEPTH_LOG2_MAX) {
+		dev_err(dev, "CREATE_QP: depths 2^%u/2^%u outside 2^%u..2^%u\n", u.sq_depth_log2,
+			u.rq_depth_log2, RNIC_DEPTH_LOG2_MIN, RNIC_DEPTH_LOG2_MAX);
+		return -EINVAL;
+	}
+	sq = rnic_ring_alloc(rd, sizeof(struct rnic_send_wqe) << u.sq_depth_log2);
+	rq = rnic_ring_alloc(rd, sizeof(struct rnic_recv_wqe) << u.rq_depth_log2);
+	if (!sq || !rq) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	mutex_lock(&rd->lock);
+	if (!rnic_pd_ok(f, u.pdn) || !rnic_cq_ok(f, u.send_cqn) || !rnic_cq_ok(f, u.recv_cqn)) {
+		mutex_unlock(&rd->lock);
+		dev_err(dev, "CREATE_QP: PD %u, send CQ %u or receive CQ %u is not this file's\n", u.pdn,
+			u.send_cqn, u.recv_cqn);
+		ret = -ENOENT;
+		goto out_free;
+	}
+	rnic_cmd_init(rd, RNIC_CMD_CREATE_QP, u.pdn);
+	rd->cmd->params.qp.sq_ring = sq->dma;
+	rd->cmd->params.qp.rq_ring = rq->dma;
+	rd->cmd->params.qp.send_cqn = u.send_cqn;
+	rd->cmd->params.qp.recv_cqn = u.recv_cqn;
+	rd->cmd->params.qp.sq_depth_log2 = (u8)u.sq_depth_log2;
+	rd->cmd->params.qp.rq_depth_log2 = (u8)u.rq_depth_log2;
+	ret = rnic_exec(rd, "CREATE_QP");
+	u.qpn = rd->cmd->handle;
+	if (!ret && (u.qpn < RNIC_QPN_BASE || RNIC_QP_INDEX(u.qpn) >= RNIC_MAX_QP ||
+		     rd->qp[RNIC_QP_INDEX(u.qpn)].owner)) {
+		dev_err(dev, "CREATE_QP returned QPN 0x%x, invalid or in use\n", u.qpn);
+		ret = -EIO;
+	}
+	if (!ret) {
+		struct rnic_qp *qp = &rd->qp[RNIC_QP_INDEX(u.qpn)];
+
+		qp->owner = f;
+		qp->sq = sq;
+		qp->rq = rq;
+		qp->pdn = u.pdn;
+		qp->send_cqn = u.send_cqn;
+		qp->recv_cqn = u.recv_cqn;
+	}
+	mutex_unlock(&rd->lock);
+	if (ret)
+		goto out_free;
+	u.sq_off = COOKIE(RNIC_MAP_SQ, RNIC_QP_INDEX(u.qpn));
+	u.rq_off = COOKIE(RNIC_MAP_RQ, RNIC_QP_INDEX(u.qpn));
+	u.db_off = COOKIE(RNIC_MAP_QPDB, RNIC_QP_INDEX(u.qpn));
+	return copy_to_user(p, &u, sizeof(u)) ? -EFAULT : 0;
+out_free:
+	rnic_ring_put(sq);
+	rnic_ring_put(rq);
+	return ret;
+}
+
+static int rnic_modify_qp(struct rnic_file *f, void __user *p, bool query)
+{
+	struct rnic_dev *rd = f->rd;
+	struct rnic_umodify_qp u;
+	int ret;
+
+	if (copy_from_user(&u, p, sizeof(u)))
+		return -EFAULT;
+	mutex_lock(&rd->lock);
+	if (!rnic_qp_ok(f, u.qpn)) {
+		mutex_unlock(&rd->lock);
+		dev_err(&rd->pdev->dev, "%s_QP: QP 0x%x is not this file's\n", query ? "QUERY" : "MODIFY", u.qpn);
+		return -ENOENT;
+	}
+	rnic_cmd_init(rd, query ? RNIC_CMD_QUERY_QP : RNIC_CMD_MODIFY_QP, u.qpn);
+	if (!query)
+		rd->cmd->params.modify = u.attr;
+	ret = rnic_exec(rd, query ? "QUERY_QP" : "MODIFY_QP");
+	if (!ret && query) {
+		u.attr = rd->cmd->params.modify;
+		u.state = rd->cmd->out0;
+	}
+	mutex_unlock(&rd->lock);
+	if (!ret && query && copy_to_user(p, &u, sizeof(u)))
+		return -EFAULT;
+	return ret;
+}
+
+static int rnic_destroy_qp_locked(struct rnic_file *f, u32 qpn)
+{
+	struct rnic_dev *rd = f->rd;
+	struct rnic_qp *qp;
+	int ret;
+
+	if (!rnic_qp_ok(f, qpn)) {
+		dev_err(&rd->pdev->dev, "DESTROY_QP: QP 0x%x is not this file's\n", qpn);
+		return -ENOENT;
+	}
+	qp = &rd->qp[RNIC_QP_INDEX(qpn)];
+	rnic_cmd_init(rd, RNIC_CMD_DESTROY_QP, qpn);
+	ret = rnic_exec(rd, "DESTROY_QP");
+	if (ret)
+		return ret;
+	if (f->mapping)
+		unmap_mapping_range(f->mapping, COOKIE(RNIC_MAP_QPDB, RNIC_QP_INDEX(qpn)), PAGE_SIZE, 1);
+	rnic_ring_put(qp->sq);
+	rnic_ring_put(qp->rq);
+	memset(qp, 0, sizeof(*qp));
+	return 0;
+}
+
+/* ---- interrupts ---- */
+
+static irqreturn_t rnic_irq(int irq, void *data)
+{
+	struct rnic_dev *rd = data;
+	u32 st = rd32(rd, RNIC_REG_INT_STATUS), w;
+	unsigned long flags;
+
+	if (!st)
+		return IRQ_NONE;
+	wr32(rd, RNIC_REG_INT_STATUS, st); /* W1C before reading the bitmaps: a later event raises again */
+	spin_lock_irqsave(&rd->irq_lock, flags);
+	for (w = 0; w < RNIC_BITMAP_WORDS(RNIC_MAX_CQ); w++) {
+		u64 ev = readq(rd->regs + RNIC_REG_CQ_EVENTS + 8 * w);
+		u64 er = readq(rd->regs + RNIC_REG_CQ_ERRORS + 8 * w);
+		u64 bits = ev | er;
+
+		if (ev)
+			writeq(ev, rd->regs + RNIC_REG_CQ_EVENTS + 8 * w);
+		if (er)
+			writeq(er, rd->regs + RNIC_REG_CQ_ERRORS + 8 * w);
+		while (bits) {
+			unsigned int c = w * 64 + __ffs64(bits);
+			struct rnic_cq *cq = &rd->cq[c];
+
+			bits &= bits - 1;
+			if (ev & (1ull << (c % 64))) {
+				cq->events++;
+				if (cq->owner) {
+					__set_bit(c, cq->owner->fired);
+					wake_up_interruptible(&cq->owner->wait);
+				}
+			}
+			if (er & (1ull << (c % 64))) {
+				cq->error = true;
+				dev_warn_ratelimited(&rd->pdev->dev, "CQ %u entered the error state (overflow or CQE write failure)\n", c);
+			}
+			wake_up_all(&cq->wait);
+		}
+	}
+	for (w = 0; w < RNIC_BITMAP_WORDS(RNIC_MAX_QP); w++) {
+		u64 er = readq(rd->regs + RNIC_REG_QP_ERRORS + 8 * w);
+
+		if (er) {
+			writeq(er, rd->regs + RNIC_REG_QP_ERRORS + 8 * w);
+			dev_info_ratelimited(&rd->pdev->dev, "QPs entered the error state: index bitmap word %u = 0x%llx\n", w, er);
+		}
+	}
+	spin_unlock_irqrestore(&rd->irq_lock, flags);
+	return IRQ_HANDLED;
+}
+
+/* ---- file operations ---- */
+
+static long rnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	struct rnic_file *f = file->private_data;
+	struct rnic_dev *rd = f->rd;
+	void __user *p = (void __user *)arg;
+	u32 v;
+	int ret;
+
+	switch (cmd) {
+	case RNIC_IOC_QUERY: {
+		struct rnic_uinfo u = {};
+		u32 lo = rd32(rd, RNIC_REG_MAC_LO), hi = rd32(rd, RNIC_REG_MAC_HI);
+
+		u.node_id = rd32(rd, RNIC_REG_NODE_ID);
+		u.caps = rd32(rd, RNIC_REG_CAPS);
+		u.version = rd32(rd, RNIC_REG_VERSION);
+		u.max_mtu = rd32(rd, RNIC_REG_MAX_MTU);
+		u.max_pd = rd32(rd, RNIC_REG_MAX_PD);
+		u.max_mr = rd32(rd, RNIC_REG_MAX_MR);
+		u.max_cq = rd32(rd, RNIC_REG_MAX_CQ);
+		u.max_qp = rd32(rd, RNIC_REG_MAX_QP);
+		u.ipv4 = rd32(rd, RNIC_REG_IPV4);
+		u.mac[0] = hi >> 8; u.mac[1] = hi; u.mac[2] = lo >> 24; u.mac[3] = lo >> 16;
+		u.mac[4] = lo >> 8; u.mac[5] = lo;
+		u.link_up = rd32(rd, RNIC_REG_STATUS) & RNIC_STATUS_LINK_UP;
+		u.link_mbps = rd32(rd, RNIC_REG_LINK_MBPS);
+		u.hop_ns = rd32(rd, RNIC_REG_HOP_NS);
+		u.nic_mhz = rd32(rd, RNIC_REG_NIC_MHZ);
+		u.pcie_ns = rd32(rd, RNIC_REG_PCIE_NS);
+		u.pcie_mbps = rd32(rd, RNIC_REG_PCIE_MBPS);
+		u.irq_vectors = rd->nvec;
+		return copy_to_user(p, &u, sizeof(u)) ? -EFAULT : 0;
+	}
+	case RNIC_IOC_ALLOC_PD:
+		return rnic_alloc_pd(f, p);
+	case RNIC_IOC_REG_MR:
+		return rnic_reg_mr(f, p);
+	case RNIC_IOC_CREATE_CQ:
+		return rnic_create_cq(f, p);
+	case RNIC_IOC_CREATE_QP:
+		return rnic_create_qp(f, p);
+	case RNIC_IOC_MODIFY_QP:
+		return rnic_modify_qp(f, p, false);
+	case RNIC_IOC_QUERY_QP:
+		return rnic_modify_qp(f, p, true);
+	case RNIC_IOC_WAIT_CQ:
+		return rnic_wait_cq(f, p);
+	case RNIC_IOC_COUNTERS: {
+		u64 c[RNIC_CNT_COUNT];
+
+		for (v = 0; v < RNIC_CNT_COUNT; v++)
+			c[v] = readq(rd->regs + RNIC_REG_COUNTERS + 8 * v);
+		return copy_to_user(p, c, sizeof(c)) ? -EFAULT : 0;
+	}
+	case RNIC_IOC_DEALLOC_PD:
+	case RNIC_IOC_DEREG_MR:
+	case RNIC_IOC_DESTROY_CQ:
+	case RNIC_IOC_DESTROY_QP:
+		if (get_user(v, (u32 __user *)p))
+			return -EFAULT;
+		mutex_lock(&rd->lock);
+		if (cmd == RNIC_IOC_DEALLOC_PD)
+			ret = rnic_dealloc_pd_locked(f, v);
+		else if (cmd == RNIC_IOC_DEREG_MR)
+			ret = rnic_dereg_mr_locked(f, v);
+		else if (cmd == RNIC_IOC_DESTROY_CQ)
+			ret = rnic_destroy_cq_locked(f, v);
+		else
+			ret = rnic_destroy_qp_locked(f, v);
+		mutex_unlock(&rd->lock);
+		return ret;
+	default:
+		return -ENOTTY;
+	}
+}
+
+static void rnic_vma_open(struct vm_area_struct *vma)
+{
+	struct rnic_ring *r = vma->vm_private_data;
+
+	if (r)
+		kref_get(&r->ref);
+}
+
+static void rnic_vma_close(struct vm_area_struct *vma)
+{
+	rnic_ring_put(vma->vm_private_data);
+}
+
+static const struct vm_operations_struct rnic_vm_ops = {
+	.open = rnic_vma_open,
+	.close = rnic_vma_close,
+};
+
+static int rnic_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	struct rnic_file *f = file->private_data;
+	struct rnic_dev *rd = f->rd;
+	unsigned long type = vma->vm_pgoff >> 16, idx = vma->vm_pgoff & 0xffff;
+	size_t len = vma->vm_end - vma->vm_start;
+	struct rnic_ring *r = NULL;
+	resource_size_t db = 0;
+	int ret = -ENOENT;
+
+	if (!(vma->vm_flags & VM_SHARED))
+		return -EINVAL;
+	mutex_lock(&rd->lock);
+	switch (type) {
+	case RNIC_MAP_SQ:
+	case RNIC_MAP_RQ:
+		if (idx < RNIC_MAX_QP && rd->qp[idx].owner == f)
+			r = type == RNIC_MAP_SQ ? rd->qp[idx].sq : rd->qp[idx].rq;
+		break;
+	case RNIC_MAP_CQ:
+		if (idx < RNIC_MAX_CQ && rd->cq[idx].owner == f)
+			r = rd->cq[idx].ring;
+		break;
+	case RNIC_MAP_QPDB:
+		if (idx < RNIC_MAX_QP && rd->qp[idx].owner == f)
+			db = rd->db_phys + RNIC_DB_QP(idx);
+		break;
+	case RNIC_MAP_CQDB:
+		if (idx < RNIC_MAX_CQ && rd->cq[idx].owner == f)
+			db = rd->db_phys + RNIC_DB_CQ(idx);
+		break;
+	}
+	if (db) {
+		mutex_unlock(&rd->lock);
+		if (len != PAGE_SIZE)
+			return -EINVAL;
+		vma->vm_flags |= VM_IO | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP;
+		vma->vm_page_prot = pgprot_device(vma->vm_page_prot);
+		vma->vm_ops = &rnic_vm_ops; /* no private data; a revoked page faults SIGBUS */
+		return io_remap_pfn_range(vma, vma->vm_start, db >> PAGE_SHIFT, PAGE_SIZE, vma->vm_page_prot);
+	}
+	if (!r || len > r->size) {
+		mutex_unlock(&rd->lock);
+		return r ? -EINVAL : ret;
+	}
+	kref_get(&r->ref);
+	mutex_unlock(&rd->lock);
+	vma->vm_flags |= VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP;
+	ret = remap_pfn_range(vma, vma->vm_start, virt_to_phys(r->kva) >> PAGE_SHIFT, len, vma->vm_page_prot);
+	if (ret) {
+		rnic_ring_put(r);
+		return ret;
+	}
+	vma->vm_private_data = r;
+	vma->vm_ops = &rnic_vm_ops;
+	return 0;
+}
+
+static int rnic_open(struct inode *inode, struct file *file)
+{
+	struct rnic_dev *rd = container_of(file->private_data, struct rnic_dev, misc);
+	struct rnic_file *f = kzalloc(sizeof(*f), GFP_KERNEL);
+
+	if (!f)
+		return -ENOMEM;
+	f->rd = rd;
+	f->mapping = file->f_mapping;
+	init_waitqueue_head(&f->wait);
+	file->private_data = f;
+	return 0;
+}
+
+static bool rnic_fired(struct rnic_file *f)
+{
+	unsigned long flags;
+	bool any;
+
+	spin_lock_irqsave(&f->rd->irq_lock, flags);
+	any = !bitmap_empty(f->fired, RNIC_MAX_CQ);
+	spin_unlock_irqrestore(&f->rd->irq_lock, flags);
+	return any;
+}
+
+/*
+ * The completion channel: read() returns the numbers (u32) of this file's CQs that fired since
+ * the last read, blocking until one does (O_NONBLOCK: -EAGAIN); poll() says POLLIN then.
+ */
+static ssize_t rnic_read(struct file *file, char __user *buf, size_t len, loff_t *off)
+{
+	struct rnic_file *f = file->private_data;
+	struct rnic_dev *rd = f->rd;
+	u32 out[16];
+	unsigned int n = 0, c;
+	int ret;
+
+	if (len < sizeof(u32))
+		return -EINVAL;
+	for (;;) {
+		spin_lock_irq(&rd->irq_lock);
+		for_each_set_bit(c, f->fired, RNIC_MAX_CQ) {
+			if (n == ARRAY_SIZE(out) || (n + 1) * sizeof(u32) > len)
+				break;
+			__clear_bit(c, f->fired);
+			out[n++] = c;
+		}
+		spin_unlock_irq(&rd->irq_lock);
+		if (n)
+			break;
+		if (file->f_flags & O_NONBLOCK)
+			return -EAGAIN;
+		ret = wait_event_interruptible(f->wait, rnic_fired(f));
+		if (ret)
+			return ret;
+	}
+	return copy_to_user(buf, out, n * sizeof(u32)) ? -EFAULT : n * sizeof(u32);
+}
+
+static __poll_t rnic_poll(struct file *file, poll_table *wait)
+{
+	struct rnic_file *f = file->private_data;
+
+	poll_wait(file, &f->wait, wait);
+	return rnic_fired(f) ? EPOLLIN | EPOLLRDNORM : 0;
+}
+
+/* Destroy everything the file owns, in dependency order: QPs, CQs, MRs, PDs. */
+static void rnic_file_cleanup(struct rnic_file *f)
+{
+	struct rnic_dev *rd = f->rd;
+	unsigned int i;
+
+	mutex_lock(&rd->lock);
+	for (i = 0; i < RNIC_MAX_QP; i++)
+		if (rd->qp[i].owner == f)
+			rnic_destroy_qp_locked(f, RNIC_QPN(i));
+	for (i = 0; i < RNIC_MAX_CQ; i++)
+		if (rd->cq[i].owner == f)
+			rnic_destroy_cq_locked(f, i);
+	for (i = 0; i < RNIC_MAX_MR; i++)
+		if (rd->mr[i].owner == f)
+			rnic_dereg_mr_locked(f, rd->mr[i].key);
+	for (i = 1; i <= RNIC_MAX_PD; i++)
+		if (rd->pd_owner[i] == f)
+			rnic_dealloc_pd_locked(f, i);
+	mutex_unlock(&rd->lock);
+}
+
+static int rnic_release(struct inode *inode, struct file *file)
+{
+	struct rnic_file *f = file->private_data;
+
+	f->mapping = NULL; /* no mapping is left: each held the file */
+	rnic_file_cleanup(f);
+	kfree(f);
+	return 0;
+}
+
+static const struct file_operations rnic_fops = {
+	.owner = THIS_MODULE,
+	.open = rnic_open,
+	.release = rnic_release,
+	.unlocked_ioctl = rnic_ioctl,
+	.mmap = rnic_mmap,
+	.read = rnic_read,
+	.poll = rnic_poll,
+};
+
+/* ---- PCI ---- */
+
+static int rnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
+{
+	struct device *dev = &pdev->dev;
+	struct rnic_dev *rd;
+	u32 ident, ver;
+	int ret, i;
+
+	rd = devm_kzalloc(dev, sizeof(*rd), GFP_KERNEL);
+	if (!rd)
+		return -ENOMEM;
+	rd->pdev = pdev;
+	mutex_init(&rd->lock);
+	spin_lock_init(&rd->irq_lock);
+	for (i = 0; i < RNIC_MAX_CQ; i++)
+		init_waitqueue_head(&rd->cq[i].wait);
+	rd->mr = devm_kcalloc(dev, RNIC_MAX_MR, sizeof(*rd->mr), GFP_KERNEL);
+	if (!rd->mr)
+		return -ENOMEM;
+	ret = pcim_enable_device(pdev);
+	if (ret) {
+		dev_err(dev, "cannot enable the PCI function (%d)\n", ret);
+		return ret;
+	}
+	ret = pcim_iomap_regions(pdev, BIT(RNIC_BAR_CTRL), RNIC_DRIVER_NAME);
+	if (ret) {
+		dev_err(dev, "cannot map BAR%u (%d)\n", RNIC_BAR_CTRL, ret);
+		return ret;
+	}
+	rd->regs = pcim_iomap_table(pdev)[RNIC_BAR_CTRL];
+	if (pci_resource_len(pdev, RNIC_BAR_DB) < RNIC_BAR_DB_SIZE) {
+		dev_err(dev, "BAR%u is %llu bytes, the doorbells need %u\n", RNIC_BAR_DB,
+			(unsigned long long)pci_resource_len(pdev, RNIC_BAR_DB), RNIC_BAR_DB_SIZE);
+		return -ENODEV;
+	}
+	rd->db_phys = pci_resource_start(pdev, RNIC_BAR_DB);
+	ident = rd32(rd, RNIC_REG_ID);
+	ver = rd32(rd, RNIC_REG_VERSION);
+	if (ident != RNIC_ID_VALUE || (ver >> 16) != (RNIC_VERSION_VALUE >> 16)) {
+		dev_err(dev, "not a rackemu RNIC this driver knows: ID 0x%08x version 0x%08x (want 0x%08x, major %u)\n",
+			ident, ver, RNIC_ID_VALUE, RNIC_VERSION_VALUE >> 16);
+		return -ENODEV;
+	}
+	ret = dma_set_mask_and_coherent(dev, DMA_BIT_MASK(64));
+	if (ret) {
+		dev_err(dev, "no usable DMA mask (%d)\n", ret);
+		return ret;
+	}
+	pci_set_master(pdev);
+	rd->cmd = dmam_alloc_coherent(dev, RNIC_CMD_SIZE, &rd->cmd_dma, GFP_KERNEL);
+	if (!rd->cmd)
+		return -ENOMEM;
+	wr32(rd, RNIC_REG_CMD_ADDR_LO, lower_32_bits(rd->cmd_dma));
+	wr32(rd, RNIC_REG_CMD_ADDR_HI, upper_32_bits(rd->cmd_dma));
+
+	rd->nvec = pci_alloc_irq_vectors(pdev, 1, RNIC_MSIX_VECTORS, PCI_IRQ_MSIX | PCI_IRQ_LEGACY);
+	if (rd->nvec < 0) {
+		dev_err(dev, "no interrupt (%d)\n", rd->nvec);
+		return rd->nvec;
+	}
+	for (i = 0; i < rd->nvec; i++) {
+		ret = devm_request_irq(dev, pci_irq_vector(pdev, i), rnic_irq, IRQF_SHARED, RNIC_DRIVER_NAME, rd);
+		if (ret) {
+			dev_err(dev, "cannot request interrupt vector %d (%d)\n", i, ret);
+			goto fail_vec;
+		}
+	}
+	wr32(rd, RNIC_REG_INT_STATUS, RNIC_INT_ALL);
+	wr32(rd, RNIC_REG_INT_ENABLE, RNIC_INT_ALL);
+	wr32(rd, RNIC_REG_CTRL, RNIC_CTRL_ENABLE);
+
+	rd->id = ida_alloc(&rnic_ida, GFP_KERNEL);
+	if (rd->id < 0) {
+		ret = rd->id;
+		goto fail_vec;
+	}
+	snprintf(rd->name, sizeof(rd->name), "rnic%d", rd->id);
+	rd->misc.minor = MISC_DYNAMIC_MINOR;
+	rd->misc.name = rd->name;
+	rd->misc.fops = &rnic_fops;
+	rd->misc.mode = 0666;
+	rd->misc.parent = dev;
+	ret = misc_register(&rd->misc);
+	if (ret) {
+		dev_err(dev, "cannot register /dev/%s (%d)\n", rd->name, ret);
+		goto fail_ida;
+	}
+	pci_set_drvdata(pdev, rd);
+	dev_info(dev, "/dev/%s: node %u, caps 0x%x, max MTU %u, %d interrupt vector(s) (%s), link %s\n",
+		 rd->name, rd32(rd, RNIC_REG_NODE_ID), rd32(rd, RNIC_REG_CAPS), rd32(rd, RNIC_REG_MAX_MTU),
+		 rd->nvec, pdev->msix_enabled ? "MSI-X" : "INTx",
+		 (rd32(rd, RNIC_REG_STATUS) & RNIC_STATUS_LINK_UP) ? "up" : "down");
+	return 0;
+fail_ida:
+	ida_free(&rnic_ida, rd->id);
+fail_vec:
+	wr32(rd, RNIC_REG_INT_ENABLE, 0);
+	for (i = 0; i < rd->nvec; i++)
+		devm_free_irq(dev, pci_irq_vector(pdev, i), rd);
+	pci_free_irq_vectors(pdev);
+	return ret;
+}
+
+static void rnic_remove(struct pci_dev *pdev)
+{
+	struct rnic_dev *rd = pci_get_drvdata(pdev);
+	int i;
+
+	misc_deregister(&rd->misc); /* no new opens; open files keep the module (fops owner) */
+	wr32(rd, RNIC_REG_CTRL, 0);
+	wr32(rd, RNIC_REG_INT_ENABLE, 0);
+	for (i = 0; i < rd->nvec; i++)
+		devm_free_irq(&pdev->dev, pci_irq_vector(pdev, i), rd);
+	pci_free_irq_vectors(pdev);
+	ida_free(&rnic_ida, rd->id);
+}
+
+static const struct pci_device_id rnic_ids[] = {
+	{ PCI_DEVICE(RNIC_PCI_VENDOR_ID, RNIC_PCI_DEVICE_ID) },
+	{ }
+};
+MODULE_DEVICE_TABLE(pci, rnic_ids);
+
+static struct pci_driver rnic_driver = {
+	.name = RNIC_DRIVER_NAME,
+	.id_table = rnic_ids,
+	.probe = rnic_probe,
+	.remove = rnic_remove,
+};
+module_pci_driver(rnic_driver);
+
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("rackemu RoCEv2 RNIC: verbs objects, memory pinning, queue mapping, completion interrupts");

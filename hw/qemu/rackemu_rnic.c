@@ -1,0 +1,418 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * QOM glue of the rackemu RNIC, a PCIe RDMA NIC speaking RoCEv2 (docs/rnic.md). The device logic
+ * is the C++ core (hw/rnic/rnic.{h,cc}); this file gives it a PCI function (1af4:10f5, class
+ * 0x0207: BAR0 registers, BAR2 doorbell pages, BAR4 MSI-X), the host interface over the
+ * function's bus-master address space (pci_dma_*, RAM only), interrupts (MSI-X vector per line,
+ * INTx as their OR without MSI-X), a timer for the transport's retransmissions, and the link:
+ * the node's fabric port's RoCEv2 receiver (rk_fabric_port_eth_*).
+ *
+ * A node gets one with `-device rackemu-rnic` on the rackemu-node machine: the device finds the
+ * node's fabric and node id itself (or takes the "fabric" link and node-id); the timing model
+ * is set with its properties, e.g. -global rackemu-rnic.link-mbps=25000.
+ *
+ * Threading: BAR accesses on a vCPU (big lock held); frames arrive on the port's thread without
+ * the big lock; the core's interrupts from there are applied by a bottom half. Migration is
+ * blocked: the transport's in-flight state is not saved (docs/rnic.md "Caveats").
+ */
+#include "qemu/osdep.h"
+#include "qemu/log.h"
+#include "qemu/main-loop.h"
+#include "qemu/timer.h"
+#include "qapi/error.h"
+#include "hw/qdev-properties.h"
+#include "hw/pci/pci.h"
+#include "hw/pci/pcie.h"
+#include "hw/pci/msix.h"
+#include "hw/boards.h"
+#include "migration/blocker.h"
+#include "sysemu/dma.h"
+
+#include "rackemu/rnic_regs.h"
+#include "rnic_capi.h"
+#include "rk_fabric_port.h"
+#include "rackemu_glue.h"
+#include "trace.h"
+
+#define TYPE_RACKEMU_RNIC RACKEMU_RNIC_TYPE
+OBJECT_DECLARE_SIMPLE_TYPE(RackemuRnicState, RACKEMU_RNIC)
+
+struct RackemuRnicState {
+    PCIDevice parent_obj;
+    MemoryRegion ctrl;
+    MemoryRegion db;
+    RkHost host;
+    RkRnic *core;
+    RackemuFabric *fabric; /* link "fabric"; unset: the machine's */
+    RkFabricPort *port;    /* NULL: no link (frames to other nodes are dropped) */
+    uint32_t node_id;      /* UINT32_MAX: the machine's node-id */
+    uint32_t node_count;
+    RkRnicTiming timing;
+    QEMUTimer *timer;
+    QEMUBH *bh;
+    int level[RNIC_MSIX_VECTORS]; /* latest level per vector, from any thread */
+    uint32_t rising;              /* vectors that rose since the bottom half last ran */
+    bool msix;                    /* MSI-X table present */
+    Error *blocker;
+};
+
+/* ---- the host interface over the function's bus-master address space ---- */
+
+/* Apply the recorded levels (big lock held): MSI-X message per rising vector, else INTx. */
+static void rackemu_rnic_irq_apply(RackemuRnicState *s)
+{
+    PCIDevice *pdev = PCI_DEVICE(s);
+    uint32_t rose = qatomic_xchg(&s->rising, 0);
+    int any = 0;
+
+    for (unsigned v = 0; v < RNIC_MSIX_VECTORS; v++) {
+        any |= qatomic_read(&s->level[v]);
+    }
+    if (s->msix && msix_enabled(pdev)) {
+        pci_set_irq(pdev, 0);
+        for (unsigned v = 0; v < RNIC_MSIX_VECTORS; v++) {
+            if ((rose & (1u << v)) && qatomic_read(&s->level[v])) {
+                trace_rackemu_rnic_msix(s->host.node_id, v);
+                msix_notify(pdev, v);
+            }
+        }
+    } else {
+        pci_set_irq(pdev, any);
+    }
+}
+
+static void rackemu_rnic_bh(void *opaque)
+{
+    rackemu_rnic_irq_apply(opaque);
+}
+
+static void rackemu_rnic_set_irq(void *opaque, unsigned line, int level)
+{
+    RackemuRnicState *s = opaque;
+
+    if (line >= RNIC_MSIX_VECTORS) {
+        return;
+    }
+    trace_rackemu_irq("rackemu-rnic", s->host.node_id, line, !!level);
+    if (level && !qatomic_xchg(&s->level[line], 1)) {
+        qatomic_or(&s->rising, 1u << line);
+    } else if (!level) {
+        qatomic_set(&s->level[line], 0);
+    }
+    if (qemu_mutex_iothread_locked()) {
+        rackemu_rnic_irq_apply(s);
+    } else {
+        qemu_bh_schedule(s->bh);
+    }
+}
+
+static void rackemu_rnic_guest_error(void *opaque, const char *msg)
+{
+    RackemuRnicState *s = opaque;
+
+    qemu_log_mask(LOG_GUEST_ERROR, "rackemu-rnic: node %u: %s\n", s->host.node_id, msg);
+}
+
+static rk_status rackemu_rnic_dma_rw(void *opaque, uint64_t addr, void *buf, uint64_t len, int write)
+{
+    RackemuRnicState *s = opaque;
+    PCIDevice *pdev = PCI_DEVICE(s);
+    rk_status st = RK_OK;
+
+    if (len && addr + len < addr) {
+        st = RK_DECODE_ERROR;
+    } else if (len) {
+        st = rackemu_check_ram(pci_get_address_space(pdev), "rackemu-rnic", s->host.node_id, addr, len, write);
+        if (st == RK_OK) {
+            st = rackemu_status_from_memtx(pci_dma_rw(pdev, addr, buf, len,
+                                                      write ? DMA_DIRECTION_FROM_DEVICE : DMA_DIRECTION_TO_DEVICE,
+                                                      MEMTXATTRS_UNSPECIFIED));
+        }
+    }
+    trace_rackemu_dma("rackemu-rnic", s->host.node_id, write ? "write" : "read", addr, len, rk_status_name(st));
+    return st;
+}
+
+static void *rackemu_rnic_dma_map(void *opaque, uint64_t addr, uint64_t *len, int write)
+{
+    RackemuRnicState *s = opaque;
+    PCIDevice *pdev = PCI_DEVICE(s);
+    dma_addr_t plen = *len;
+    void *p;
+
+    if (*len == 0 || addr + *len < addr ||
+        rackemu_check_ram(pci_get_address_space(pdev), "rackemu-rnic", s->host.node_id, addr, *len, write) != RK_OK) {
+        return NULL;
+    }
+    p = pci_dma_map(pdev, addr, &plen, write ? DMA_DIRECTION_FROM_DEVICE : DMA_DIRECTION_TO_DEVICE);
+    if (p) {
+        *len = plen;
+    }
+    trace_rackemu_dma_map("rackemu-rnic", s->host.node_id, addr, plen, write, p != NULL);
+    return p;
+}
+
+static void rackemu_rnic_dma_unmap(void *opaque, void *ptr, uint64_t len, int write, uint64_t access_len)
+{
+    pci_dma_unmap(PCI_DEVICE(opaque), ptr, len, write ? DMA_DIRECTION_FROM_DEVICE : DMA_DIRECTION_TO_DEVICE,
+                  access_len);
+}
+
+static uint64_t rackemu_rnic_now_ns(void *opaque)
+{
+    return qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL);
+}
+
+static const RkHostOps rackemu_rnic_host_ops = {
+    .set_irq = rackemu_rnic_set_irq,
+    .guest_error = rackemu_rnic_guest_error,
+    .dma_rw = rackemu_rnic_dma_rw,
+    .dma_map = rackemu_rnic_dma_map,
+    .dma_unmap = rackemu_rnic_dma_unmap,
+    .now_ns = rackemu_rnic_now_ns,
+};
+
+/* ---- the link and the timer ---- */
+
+static int rackemu_rnic_send(void *opaque, const uint8_t *frame, size_t len)
+{
+    RackemuRnicState *s = opaque;
+    int rc = s->port ? rk_fabric_port_eth_send(s->port, frame, len) : -ENOTCONN;
+
+    trace_rackemu_rnic_frame(s->host.node_id, "out", (uint64_t)len, rc);
+    return rc;
+}
+
+static void rackemu_rnic_rx(void *opaque, const uint8_t *frame, size_t len, unsigned src_node)
+{
+    RackemuRnicState *s = opaque;
+
+    trace_rackemu_rnic_frame(s->host.node_id, "in", (uint64_t)len, (int)src_node);
+    rk_rnic_on_frame(s->core, frame, len);
+}
+
+/* Called with the core's lock held, from any thread: timer_mod/timer_del are thread-safe. */
+static void rackemu_rnic_arm(void *opaque, uint64_t deadline_ns)
+{
+    RackemuRnicState *s = opaque;
+
+    if (deadline_ns == UINT64_MAX) {
+        timer_del(s->timer);
+    } else {
+        timer_mod(s->timer, (int64_t)MIN(deadline_ns, (uint64_t)INT64_MAX));
+    }
+}
+
+static void rackemu_rnic_timer(void *opaque)
+{
+    RackemuRnicState *s = opaque;
+
+    rk_rnic_poll(s->core);
+}
+
+/* ---- BARs ---- */
+
+static uint64_t rackemu_rnic_ctrl_read(void *opaque, hwaddr addr, unsigned size)
+{
+    RackemuRnicState *s = opaque;
+    uint64_t val = rk_rnic_ctrl_read(s->core, addr, size);
+
+    trace_rackemu_mmio_read("rackemu-rnic", s->host.node_id, addr, size, val);
+    return val;
+}
+
+static void rackemu_rnic_ctrl_write(void *opaque, hwaddr addr, uint64_t data, unsigned size)
+{
+    RackemuRnicState *s = opaque;
+
+    trace_rackemu_mmio_write("rackemu-rnic", s->host.node_id, addr, size, data);
+    rk_rnic_ctrl_write(s->core, addr, data, size);
+}
+
+static uint64_t rackemu_rnic_db_read(void *opaque, hwaddr addr, unsigned size)
+{
+    RackemuRnicState *s = opaque;
+    uint64_t val = rk_rnic_db_read(s->core, addr, size);
+
+    trace_rackemu_mmio_read("rackemu-rnic-db", s->host.node_id, addr, size, val);
+    return val;
+}
+
+static void rackemu_rnic_db_write(void *opaque, hwaddr addr, uint64_t data, unsigned size)
+{
+    RackemuRnicState *s = opaque;
+
+    trace_rackemu_mmio_write("rackemu-rnic-db", s->host.node_id, addr, size, data);
+    rk_rnic_db_write(s->core, addr, data, size);
+}
+
+/* Every size reaches the core, which refuses what it does not take with a guest error. */
+static const MemoryRegionOps rackemu_rnic_ctrl_ops = {
+    .read = rackemu_rnic_ctrl_read,
+    .write = rackemu_rnic_ctrl_write,
+    .endianness = DEVICE_LITTLE_ENDIAN,
+    .valid = { .min_access_size = 1, .max_access_size = 8 },
+    .impl = { .min_access_size = 1, .max_access_size = 8 },
+};
+
+static const MemoryRegionOps rackemu_rnic_db_ops = {
+    .read = rackemu_rnic_db_read,
+    .write = rackemu_rnic_db_write,
+    .endianness = DEVICE_LITTLE_ENDIAN,
+    .valid = { .min_access_size = 1, .max_access_size = 8 },
+    .impl = { .min_access_size = 1, .max_access_size = 8 },
+};
+
+/* ---- life cycle ---- */
+
+/* The machine's fabric object and node id/count, for a device created with -device. */
+static void rackemu_rnic_find_node(RackemuRnicState *s)
+{
+    Object *m = qdev_get_machine();
+
+    if (!s->fabric) {
+        s->fabric = (RackemuFabric *)object_resolve_path_type("", TYPE_RACKEMU_FABRIC, NULL);
+    }
+    if (s->node_id == UINT32_MAX) {
+        s->node_id = object_property_find(m, "node-id") ? object_property_get_uint(m, "node-id", NULL) : 0;
+    }
+    if (s->node_count == 0) {
+        s->node_count = object_property_find(m, "node-count") ? object_property_get_uint(m, "node-count", NULL)
+                                                               : 1;
+    }
+}
+
+static void rackemu_rnic_realize(PCIDevice *pdev, Error **errp)
+{
+    RackemuRnicState *s = RACKEMU_RNIC(pdev);
+    uint32_t mtu = s->timing.max_mtu;
+
+    rackemu_rnic_find_node(s);
+    if (s->node_count < 1 || s->node_count > 64 || s->node_id >= s->node_count) {
+        error_setg(errp, "rackemu-rnic: node-id %u / node-count %u: need node-id < node-count <= 64", s->node_id,
+                   s->node_count);
+        return;
+    }
+    if (mtu != 256 && mtu != 512 && mtu != 1024 && mtu != 2048 && mtu != 4096) {
+        error_setg(errp, "rackemu-rnic: mtu %u is not a RoCE path MTU (256, 512, 1024, 2048 or 4096)", mtu);
+        return;
+    }
+    if (!s->timing.link_mbps || !s->timing.nic_mhz || !s->timing.pcie_mbps) {
+        error_setg(errp, "rackemu-rnic: link-mbps, nic-mhz and pcie-mbps must be at least 1");
+        return;
+    }
+    error_setg(&s->blocker, "rackemu-rnic: the RDMA transport's in-flight state is not migratable");
+    if (migrate_add_blocker(s->blocker, errp) < 0) {
+        error_free(s->blocker);
+        s->blocker = NULL;
+        return;
+    }
+    pdev->config[PCI_INTERRUPT_PIN] = 1;
+    if (pcie_endpoint_cap_init(pdev, 0x80) < 0) {
+        error_setg(errp, "rackemu-rnic: no room for the PCIe capability");
+        return;
+    }
+    memory_region_init_io(&s->ctrl, OBJECT(s), &rackemu_rnic_ctrl_ops, s, "rackemu-rnic-ctrl", RNIC_BAR_CTRL_SIZE);
+    memory_region_init_io(&s->db, OBJECT(s), &rackemu_rnic_db_ops, s, "rackemu-rnic-db", RNIC_BAR_DB_SIZE);
+    pci_register_bar(pdev, RNIC_BAR_CTRL, PCI_BASE_ADDRESS_SPACE_MEMORY, &s->ctrl);
+    pci_register_bar(pdev, RNIC_BAR_DB, PCI_BASE_ADDRESS_SPACE_MEMORY, &s->db);
+    /* No MSI on the machine (e.g. no ITS/v2m): INTx only, which the driver falls back to. */
+    s->msix = msix_init_exclusive_bar(pdev, RNIC_MSIX_VECTORS, RNIC_BAR_MSIX, NULL) == 0;
+    for (unsigned v = 0; s->msix && v < RNIC_MSIX_VECTORS; v++) {
+        msix_vector_use(pdev, v);
+    }
+    s->bh = qemu_bh_new(rackemu_rnic_bh, s);
+    s->timer = timer_new_ns(QEMU_CLOCK_VIRTUAL, rackemu_rnic_timer, s);
+    s->port = rackemu_fabric_port(s->fabric);
+    s->host.ops = &rackemu_rnic_host_ops;
+    s->host.opaque = s;
+    s->host.port = s->port;
+    s->host.rmem = NULL;
+    s->host.node_id = s->node_id;
+    s->host.node_count = s->node_count;
+    s->core = rk_rnic_new(&s->host, &s->timing, s->port != NULL, rackemu_rnic_send, rackemu_rnic_arm, s);
+    if (s->port) {
+        rk_fabric_port_eth_attach(s->port, RK_FABRIC_ETH_ROCE, rackemu_rnic_rx, s);
+    }
+    trace_rackemu_rnic_realize(s->node_id, s->port != NULL, s->msix);
+}
+
+static void rackemu_rnic_exit(PCIDevice *pdev)
+{
+    RackemuRnicState *s = RACKEMU_RNIC(pdev);
+
+    if (s->port) {
+        rk_fabric_port_eth_attach(s->port, RK_FABRIC_ETH_ROCE, NULL, NULL);
+    }
+    timer_free(s->timer);
+    qemu_bh_delete(s->bh);
+    rk_rnic_free(s->core);
+    s->core = NULL;
+    if (s->msix) {
+        msix_uninit_exclusive_bar(pdev);
+    }
+    migrate_del_blocker(s->blocker);
+    error_free(s->blocker);
+}
+
+static void rackemu_rnic_reset(DeviceState *dev)
+{
+    RackemuRnicState *s = RACKEMU_RNIC(dev);
+
+    if (!s->core) {
+        return;
+    }
+    rk_rnic_reset(s->core);
+    for (unsigned v = 0; v < RNIC_MSIX_VECTORS; v++) {
+        qatomic_set(&s->level[v], rk_rnic_irq_level(s->core, v));
+    }
+    qatomic_set(&s->rising, 0);
+    pci_set_irq(PCI_DEVICE(s), 0);
+}
+
+static Property rackemu_rnic_props[] = {
+    DEFINE_PROP_UINT32("node-id", RackemuRnicState, node_id, UINT32_MAX),
+    DEFINE_PROP_UINT32("node-count", RackemuRnicState, node_count, 0),
+    DEFINE_PROP_LINK("fabric", RackemuRnicState, fabric, TYPE_RACKEMU_FABRIC, RackemuFabric *),
+    DEFINE_PROP_UINT32("link-mbps", RackemuRnicState, timing.link_mbps, 100000),
+    DEFINE_PROP_UINT32("hop-ns", RackemuRnicState, timing.hop_ns, 300),
+    DEFINE_PROP_UINT32("nic-mhz", RackemuRnicState, timing.nic_mhz, 500),
+    DEFINE_PROP_UINT32("pcie-ns", RackemuRnicState, timing.pcie_ns, 400),
+    DEFINE_PROP_UINT32("pcie-mbps", RackemuRnicState, timing.pcie_mbps, 16000),
+    DEFINE_PROP_UINT32("mtu", RackemuRnicState, timing.max_mtu, 4096),
+    DEFINE_PROP_END_OF_LIST(),
+};
+
+static void rackemu_rnic_class_init(ObjectClass *oc, void *data)
+{
+    DeviceClass *dc = DEVICE_CLASS(oc);
+    PCIDeviceClass *k = PCI_DEVICE_CLASS(oc);
+
+    k->realize = rackemu_rnic_realize;
+    k->exit = rackemu_rnic_exit;
+    k->vendor_id = RNIC_PCI_VENDOR_ID;
+    k->device_id = RNIC_PCI_DEVICE_ID;
+    k->subsystem_vendor_id = RNIC_PCI_SUBSYS_VENDOR;
+    k->subsystem_id = RNIC_PCI_SUBSYS_ID;
+    k->class_id = RNIC_PCI_CLASS;
+    k->revision = RNIC_PCI_REVISION;
+    dc->desc = "rackemu RNIC: RoCEv2 RDMA NIC with InfiniBand RC (docs/rnic.md)";
+    dc->reset = rackemu_rnic_reset;
+    set_bit(DEVICE_CATEGORY_NETWORK, dc->categories);
+    device_class_set_props(dc, rackemu_rnic_props);
+}
+
+static const TypeInfo rackemu_rnic_types[] = {
+    {
+        .name = RACKEMU_RNIC_TYPE,
+        .parent = TYPE_PCI_DEVICE,
+        .instance_size = sizeof(RackemuRnicState),
+        .class_init = rackemu_rnic_class_init,
+        .interfaces = (InterfaceInfo[]) {
+            { INTERFACE_PCIE_DEVICE },
+            { }
+        },
+    },
+};
+
+DEFINE_TYPES(rackemu_rnic_types)

@@ -1,0 +1,1645 @@
+// SPDX-License-Identifier: MIT
+// The rackemu RNIC device core; see rnic.h and docs/rnic.md.
+#include "rnic.h"
+
+#include "rackemu/fabric_proto.h"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+namespace rackemu::rnic {
+
+static_assert(std::endian::native == std::endian::little, "guest memory and queue entries are little-endian");
+static_assert(RNIC_ACCESS_LOCAL_WRITE == RC_ACCESS_LOCAL_WRITE &&
+                  RNIC_ACCESS_REMOTE_WRITE == RC_ACCESS_REMOTE_WRITE &&
+                  RNIC_ACCESS_REMOTE_READ == RC_ACCESS_REMOTE_READ &&
+                  RNIC_ACCESS_REMOTE_ATOMIC == RC_ACCESS_REMOTE_ATOMIC &&
+                  RNIC_ACCESS_FLUSH_GLOBAL == RC_ACCESS_FLUSH_GLOBAL &&
+                  RNIC_ACCESS_FLUSH_PERSIST == RC_ACCESS_FLUSH_PERSIST,
+              "the register header's access flags are the engine's");
+
+namespace {
+
+constexpr uint32_t kRcCount = 0
+#define RNIC_CNT_X_ONE_(N, n, d) +1
+    RNIC_RC_COUNTERS(RNIC_CNT_X_ONE_)
+#undef RNIC_CNT_X_ONE_
+    ;
+
+bool valid_depth(uint8_t l)
+{
+    return l >= RNIC_DEPTH_LOG2_MIN && l <= RNIC_DEPTH_LOG2_MAX;
+}
+
+uint8_t cqe_opcode(WrOp op)
+{
+    switch (op) {
+    case WrOp::Send:
+    case WrOp::SendImm:
+        return RNIC_CQE_OP_SEND;
+    case WrOp::Write:
+    case WrOp::WriteImm:
+        return RNIC_CQE_OP_WRITE;
+    case WrOp::Read:
+        return RNIC_CQE_OP_READ;
+    case WrOp::CmpSwap:
+        return RNIC_CQE_OP_CMP_SWAP;
+    case WrOp::FetchAdd:
+        return RNIC_CQE_OP_FETCH_ADD;
+    case WrOp::Flush:
+        return RNIC_CQE_OP_FLUSH;
+    case WrOp::AtomicWrite:
+        return RNIC_CQE_OP_ATOMIC_WRITE;
+    }
+    return RNIC_CQE_OP_SEND;
+}
+
+uint8_t wc_status(WcStatus s)
+{
+    switch (s) {
+    case WcStatus::Success:
+        return RNIC_WC_SUCCESS;
+    case WcStatus::LocLenErr:
+        return RNIC_WC_LOC_LEN_ERR;
+    case WcStatus::LocQpOpErr:
+        return RNIC_WC_LOC_QP_OP_ERR;
+    case WcStatus::LocProtErr:
+        return RNIC_WC_LOC_PROT_ERR;
+    case WcStatus::WrFlushErr:
+        return RNIC_WC_WR_FLUSH_ERR;
+    case WcStatus::BadRespErr:
+        return RNIC_WC_BAD_RESP_ERR;
+    case WcStatus::RemInvReqErr:
+        return RNIC_WC_REM_INV_REQ_ERR;
+    case WcStatus::RemAccessErr:
+        return RNIC_WC_REM_ACCESS_ERR;
+    case WcStatus::RemOpErr:
+        return RNIC_WC_REM_OP_ERR;
+    case WcStatus::RetryExcErr:
+        return RNIC_WC_RETRY_EXC_ERR;
+    case WcStatus::RnrRetryExcErr:
+        return RNIC_WC_RNR_RETRY_EXC_ERR;
+    }
+    return RNIC_WC_LOC_QP_OP_ERR;
+}
+
+// The AETH syndrome a remote error status came from (the CQE's vendor_err).
+uint32_t nak_syndrome(WcStatus s)
+{
+    switch (s) {
+    case WcStatus::RemInvReqErr:
+        return ROCE_AETH_NAK(ROCE_NAK_INVALID_REQ);
+    case WcStatus::RemAccessErr:
+        return ROCE_AETH_NAK(ROCE_NAK_REMOTE_ACCESS);
+    case WcStatus::RemOpErr:
+        return ROCE_AETH_NAK(ROCE_NAK_REMOTE_OP);
+    default:
+        return 0;
+    }
+}
+
+uint8_t engine_state(QpState s)
+{
+    switch (s) {
+    case QpState::Reset:
+        return RNIC_QPS_RESET;
+    case QpState::Init:
+        return RNIC_QPS_INIT;
+    case QpState::Rtr:
+        return RNIC_QPS_RTR;
+    case QpState::Rts:
+        return RNIC_QPS_RTS;
+    case QpState::Error:
+        return RNIC_QPS_ERR;
+    }
+    return RNIC_QPS_ERR;
+}
+
+// The CQE opcode of a WQE opcode (0 for an unknown one).
+uint8_t wr_cqe_opcode(uint8_t op)
+{
+    switch (op) {
+    case RNIC_WR_WRITE:
+    case RNIC_WR_WRITE_IMM:
+        return RNIC_CQE_OP_WRITE;
+    case RNIC_WR_READ:
+        return RNIC_CQE_OP_READ;
+    case RNIC_WR_CMP_SWAP:
+        return RNIC_CQE_OP_CMP_SWAP;
+    case RNIC_WR_FETCH_ADD:
+        return RNIC_CQE_OP_FETCH_ADD;
+    case RNIC_WR_FLUSH:
+        return RNIC_CQE_OP_FLUSH;
+    case RNIC_WR_ATOMIC_WRITE:
+        return RNIC_CQE_OP_ATOMIC_WRITE;
+    default:
+        return RNIC_CQE_OP_SEND;
+    }
+}
+
+bool valid_mtu(uint32_t m)
+{
+    return m == 256 || m == 512 || m == 1024 || m == 2048 || m == 4096;
+}
+
+} // namespace
+
+bool rnic_default_peer_addr(uint32_t node, uint8_t mac[6], uint32_t *ip)
+{
+    if (node >= RKF_MAX_NODES) return false;
+    rkf_eth_node_mac(node, mac);
+    *ip = rkf_eth_node_ipv4(node);
+    return true;
+}
+
+struct Rnic::Pending {
+    bool exec = false;
+};
+
+struct Rnic::Mr {
+    uint32_t pdn = 0;
+    uint64_t iova = 0, length = 0;
+    uint32_t access = 0;
+    bool phys = false;
+    uint8_t page_shift = 12;
+    std::vector<uint64_t> pages;
+};
+
+struct Rnic::Cq {
+    uint64_t ring = 0;
+    uint8_t depth_log2 = 0, vector = 0;
+    uint32_t pi = 0, ci = 0, arm = 0;
+    bool error = false;
+    uint32_t users = 0;
+};
+
+struct Rnic::Qp {
+    uint32_t index = 0, qpn = 0, pdn = 0, send_cqn = 0, recv_cqn = 0;
+    uint64_t sq_ring = 0, rq_ring = 0;
+    uint8_t sq_log2 = 0, rq_log2 = 0;
+    uint32_t sq_pi = 0, sq_ci = 0, rq_pi = 0, rq_ci = 0;
+    uint8_t state = RNIC_QPS_RESET; // as last seen (detects transport errors)
+    QpAttr attr;
+    uint32_t dest_node = RNIC_DEST_NODE_EXPLICIT;
+    struct Wr {
+        struct rnic_send_wqe wqe;
+        uint64_t len = 0;
+        uint64_t posted_ns = 0;
+        uint32_t lerr = RNIC_LERR_NONE;
+    };
+    std::map<uint64_t, Wr> wrs; // by sequence number (the engine's wr_id)
+    // a fetched WQE that failed its checks, waiting for earlier WRs to complete
+    bool bad_held = false;
+    Wr bad;
+    uint32_t bad_lerr = 0;
+    // the receive WQE in use (fetched on demand)
+    bool rwqe_valid = false;
+    struct rnic_recv_wqe rwqe;
+    uint64_t rlen = 0;
+    uint64_t rfirst_ns = 0;
+    uint32_t rlerr = 0;
+};
+
+// ---- register table ----
+
+std::span<const Rnic::RegRow> Rnic::reg_table()
+{
+    using R = RegRow;
+    using A = RegAccess;
+    constexpr uint32_t n_cq_words = RNIC_BITMAP_WORDS(RNIC_MAX_CQ),
+                       n_qp_words = RNIC_BITMAP_WORDS(RNIC_MAX_QP);
+    static const R rows[] = {
+        {"ID", RNIC_REG_ID, 4, A::RO, RNIC_ID_VALUE, 0},
+        {"VERSION", RNIC_REG_VERSION, 4, A::RO, RNIC_VERSION_VALUE, 0},
+        {"CAPS", RNIC_REG_CAPS, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t {
+             return RNIC_CAP_FLUSH | RNIC_CAP_ATOMIC_WRITE | (d.cfg_.link ? RNIC_CAP_LINK : 0);
+         }},
+        {"NODE_ID", RNIC_REG_NODE_ID, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.host_.node_id(); }},
+        {"MAX_PD", RNIC_REG_MAX_PD, 4, A::RO, RNIC_MAX_PD, 0},
+        {"MAX_MR", RNIC_REG_MAX_MR, 4, A::RO, RNIC_MAX_MR, 0},
+        {"MAX_CQ", RNIC_REG_MAX_CQ, 4, A::RO, RNIC_MAX_CQ, 0},
+        {"MAX_QP", RNIC_REG_MAX_QP, 4, A::RO, RNIC_MAX_QP, 0},
+        {"MAC_LO", RNIC_REG_MAC_LO, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t {
+             const uint8_t *m = d.cfg_.mac;
+             return uint32_t(m[2]) << 24 | uint32_t(m[3]) << 16 | uint32_t(m[4]) << 8 | m[5];
+         }},
+        {"MAC_HI", RNIC_REG_MAC_HI, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t {
+             return uint32_t(d.cfg_.mac[0]) << 8 | d.cfg_.mac[1];
+         }},
+        {"IPV4", RNIC_REG_IPV4, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.cfg_.ip; }},
+        {"CTRL", RNIC_REG_CTRL, 4, A::RW, 0, RNIC_CTRL_WRITABLE | RNIC_CTRL_CNT_CLEAR,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.ctrl_; },
+         [](Rnic &d, const R &, unsigned, uint64_t merged, uint64_t, Pending &) {
+             if (merged & RNIC_CTRL_CNT_CLEAR) {
+                 for (unsigned i = 0; i < RNIC_CNT_COUNT; i++) {
+                     d.cnt_base_[i] = 0;
+                     d.cnt_base_[i] = d.counter(i);
+                 }
+             }
+             d.ctrl_ = uint32_t(merged) & RNIC_CTRL_WRITABLE;
+         }},
+        {"STATUS", RNIC_REG_STATUS, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t {
+             return d.cfg_.link ? RNIC_STATUS_LINK_UP : 0;
+         }},
+        {"MODEL_NS_LO", RNIC_REG_MODEL_NS_LO, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t {
+             const uint64_t t = d.host_.now_ns();
+             d.model_hi_latch_ = uint32_t(t >> 32);
+             return uint32_t(t);
+         }},
+        {"MODEL_NS_HI", RNIC_REG_MODEL_NS_HI, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.model_hi_latch_; }},
+        {"CMD_ADDR_LO", RNIC_REG_CMD_ADDR_LO, 4, A::RW, 0, 0xffffffc0u,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.cmd_addr_lo_; },
+         [](Rnic &d, const R &, unsigned, uint64_t m, uint64_t, Pending &) { d.cmd_addr_lo_ = uint32_t(m); }},
+        {"CMD_ADDR_HI", RNIC_REG_CMD_ADDR_HI, 4, A::RW, 0, 0xffffffffu,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.cmd_addr_hi_; },
+         [](Rnic &d, const R &, unsigned, uint64_t m, uint64_t, Pending &) { d.cmd_addr_hi_ = uint32_t(m); }},
+        {"CMD_EXEC", RNIC_REG_CMD_EXEC, 4, A::RW, 0, 0xffffffffu,
+         [](Rnic &, const R &, unsigned, Pending &) -> uint64_t { return 0; },
+         [](Rnic &d, const R &, unsigned, uint64_t, uint64_t raw, Pending &p) {
+             if (raw == RNIC_CMD_EXEC_GO)
+                 p.exec = true;
+             else
+                 d.guest_error("CMD_EXEC: wrote 0x%llx, only %u starts a command", (unsigned long long)raw,
+                               RNIC_CMD_EXEC_GO);
+         }},
+        {"CMD_STATUS", RNIC_REG_CMD_STATUS, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.cmd_status_; }},
+        {"CMD_COUNT", RNIC_REG_CMD_COUNT, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.cmd_count_; }},
+        {"INT_STATUS", RNIC_REG_INT_STATUS, 4, A::W1C, 0, RNIC_INT_ALL,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.int_status_; },
+         [](Rnic &d, const R &, unsigned, uint64_t m, uint64_t, Pending &) {
+             d.int_status_ = uint32_t(m);
+             d.update_irq();
+         }},
+        {"INT_ENABLE", RNIC_REG_INT_ENABLE, 4, A::RW, 0, RNIC_INT_ALL,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.int_enable_; },
+         [](Rnic &d, const R &, unsigned, uint64_t m, uint64_t, Pending &) {
+             d.int_enable_ = uint32_t(m);
+             d.update_irq();
+         }},
+        {"CQ_EVENTS", RNIC_REG_CQ_EVENTS, 8, A::W1C, 0, ~0ull,
+         [](Rnic &d, const R &, unsigned i, Pending &) -> uint64_t { return d.cq_events_[i]; },
+         [](Rnic &d, const R &, unsigned i, uint64_t m, uint64_t, Pending &) { d.cq_events_[i] = m; },
+         n_cq_words, 8},
+        {"QP_ERRORS", RNIC_REG_QP_ERRORS, 8, A::W1C, 0, ~0ull,
+         [](Rnic &d, const R &, unsigned i, Pending &) -> uint64_t { return d.qp_errors_[i]; },
+         [](Rnic &d, const R &, unsigned i, uint64_t m, uint64_t, Pending &) { d.qp_errors_[i] = m; },
+         n_qp_words, 8},
+        {"CQ_ERRORS", RNIC_REG_CQ_ERRORS, 8, A::W1C, 0, ~0ull,
+         [](Rnic &d, const R &, unsigned i, Pending &) -> uint64_t { return d.cq_errors_[i]; },
+         [](Rnic &d, const R &, unsigned i, uint64_t m, uint64_t, Pending &) { d.cq_errors_[i] = m; },
+         n_cq_words, 8},
+        {"LINK_MBPS", RNIC_REG_LINK_MBPS, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.cfg_.timing.link_mbps; }},
+        {"HOP_NS", RNIC_REG_HOP_NS, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.cfg_.timing.hop_ns; }},
+        {"NIC_MHZ", RNIC_REG_NIC_MHZ, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.cfg_.timing.nic_mhz; }},
+        {"PCIE_NS", RNIC_REG_PCIE_NS, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.cfg_.timing.pcie_ns; }},
+        {"PCIE_MBPS", RNIC_REG_PCIE_MBPS, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.cfg_.timing.pcie_mbps; }},
+        {"MAX_MTU", RNIC_REG_MAX_MTU, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.cfg_.timing.max_mtu; }},
+        {"COUNTERS", RNIC_REG_COUNTERS, 8, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned i, Pending &) -> uint64_t { return d.counter(i); }, nullptr,
+         RNIC_CNT_COUNT, 8},
+    };
+    return rows;
+}
+
+// ---- construction, reset ----
+
+Rnic::Rnic(Host host, RnicConfig cfg, SendFn send, TimerFn timer)
+    : host_(host), cfg_(std::move(cfg)), send_(std::move(send)), timer_(std::move(timer)), bank_(reg_table())
+{
+    if (!cfg_.peer_addr) cfg_.peer_addr = rnic_default_peer_addr;
+    if (!valid_mtu(cfg_.timing.max_mtu)) cfg_.timing.max_mtu = ROCE_MTU_MAX;
+    cfg_.timing.link_mbps = std::max(cfg_.timing.link_mbps, 1u);
+    cfg_.timing.pcie_mbps = std::max(cfg_.timing.pcie_mbps, 1u);
+    cfg_.timing.nic_mhz = std::max(cfg_.timing.nic_mhz, 1u);
+    std::lock_guard lk(mu_);
+    pds_.resize(RNIC_MAX_PD);
+    mrs_.resize(RNIC_MAX_MR);
+    mr_tag_.assign(RNIC_MAX_MR, 0);
+    cqs_.resize(RNIC_MAX_CQ);
+    qps_.resize(RNIC_MAX_QP);
+    rc_ = std::make_unique<RcEngine>(static_cast<RcEnv &>(*this), cfg_.rc);
+}
+
+Rnic::~Rnic() = default;
+
+void Rnic::reset()
+{
+    std::lock_guard lk(mu_);
+    rc_ = std::make_unique<RcEngine>(static_cast<RcEnv &>(*this), cfg_.rc);
+    for (auto &p : pds_)
+        p = Pd{};
+    for (auto &m : mrs_)
+        m.reset();
+    for (auto &c : cqs_)
+        c.reset();
+    for (auto &q : qps_)
+        q.reset();
+    ctrl_ = cmd_addr_lo_ = cmd_addr_hi_ = cmd_status_ = cmd_count_ = 0;
+    int_status_ = int_enable_ = model_hi_latch_ = 0;
+    std::fill(std::begin(cq_events_), std::end(cq_events_), 0);
+    std::fill(std::begin(qp_errors_), std::end(qp_errors_), 0);
+    std::fill(std::begin(cq_errors_), std::end(cq_errors_), 0);
+    ctr_ = RnicCounters{};
+    std::fill(std::begin(cnt_base_), std::end(cnt_base_), 0);
+    loop_.clear();
+    update_irq();
+    arm_timer();
+}
+
+void Rnic::guest_error(const char *fmt, ...)
+{
+    char buf[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    ctr_.guest_errors++;
+    host_.guest_errorf("rnic: %s", buf);
+}
+
+uint64_t Rnic::counter(unsigned i)
+{
+    if (i >= RNIC_CNT_COUNT) return 0;
+    uint64_t v = 0;
+    if (i < kRcCount) {
+        const RcCounters &c = rc_->counters();
+        const uint64_t vals[] = {
+#define RNIC_CNT_X_VAL_(N, n, d) c.n,
+            RNIC_RC_COUNTERS(RNIC_CNT_X_VAL_)
+#undef RNIC_CNT_X_VAL_
+        };
+        v = vals[i];
+    } else {
+        const uint64_t vals[] = {
+#define RNIC_CNT_X_VAL_(N, n, d) ctr_.n,
+            RNIC_DEV_COUNTERS(RNIC_CNT_X_VAL_)
+#undef RNIC_CNT_X_VAL_
+        };
+        v = vals[i - kRcCount];
+    }
+    return v - cnt_base_[i];
+}
+
+uint32_t Rnic::int_status()
+{
+    std::lock_guard lk(mu_);
+    return int_status_;
+}
+
+bool Rnic::irq_level(unsigned v)
+{
+    std::lock_guard lk(mu_);
+    return v < RNIC_MSIX_VECTORS && irq_[v];
+}
+
+// ---- BAR0 ----
+
+uint64_t Rnic::ctrl_read(uint64_t offset, unsigned size)
+{
+    std::lock_guard lk(mu_);
+    Pending p;
+    uint64_t v = 0;
+    if ((size != 4 && size != 8) || (offset & (size - 1))) {
+        guest_error("BAR0 read of %u bytes at 0x%llx: only aligned 4- and 8-byte accesses", size,
+                    (unsigned long long)offset);
+        return 0;
+    }
+    if (bank_.read(*this, offset, size, p, v) != RegResult::Ok) {
+        guest_error("BAR0 read at 0x%llx (%s): no register", (unsigned long long)offset,
+                    bank_.describe(offset).c_str());
+        return 0;
+    }
+    return v;
+}
+
+void Rnic::ctrl_write(uint64_t offset, uint64_t value, unsigned size)
+{
+    std::lock_guard lk(mu_);
+    Pending p;
+    if ((size != 4 && size != 8) || (offset & (size - 1))) {
+        guest_error("BAR0 write of %u bytes at 0x%llx: only aligned 4- and 8-byte accesses", size,
+                    (unsigned long long)offset);
+        return;
+    }
+    const RegResult r = bank_.write(*this, offset, value, size, p);
+    if (r == RegResult::Unmapped)
+        guest_error("BAR0 write at 0x%llx: no register", (unsigned long long)offset);
+    else if (r == RegResult::ReadOnly)
+        guest_error("BAR0 write to read-only %s", bank_.describe(offset).c_str());
+    if (p.exec) exec_command();
+    after_engine();
+}
+
+// ---- commands ----
+
+bool Rnic::dma(uint64_t addr, void *buf, uint64_t len, bool write)
+{
+    const Status st = write ? host_.dma_write(addr, buf, len) : host_.dma_read(addr, buf, len);
+    ctr_.modeled_pcie_ns += pcie_ns(len);
+    if (st != RK_OK) {
+        ctr_.dma_errors++;
+        return false;
+    }
+    return true;
+}
+
+bool Rnic::probe_ram(uint64_t addr, uint64_t len)
+{
+    if (len == 0 || addr + len < addr) return false;
+    uint8_t b;
+    // one byte of every 4 KiB page and the last byte: RAM has no holes smaller than a page
+    for (uint64_t a = addr; a < addr + len; a = (a & ~0xfffull) + 0x1000) {
+        if (host_.dma_read(a, &b, 1) != RK_OK) return false;
+        if ((a & ~0xfffull) + 0x1000 < a) break;
+    }
+    return host_.dma_read(addr + len - 1, &b, 1) == RK_OK;
+}
+
+void Rnic::exec_command()
+{
+    const uint64_t addr = uint64_t(cmd_addr_hi_) << 32 | cmd_addr_lo_;
+    struct rnic_cmd c;
+    cmd_count_++;
+    ctr_.commands++;
+    if (!dma(addr, &c, sizeof(c), false)) {
+        guest_error("command block at 0x%llx is not in RAM", (unsigned long long)addr);
+        cmd_status_ = RNIC_CMD_ST_BAD_ADDR;
+        ctr_.command_errors++;
+        return;
+    }
+    uint16_t st = RNIC_CMD_ST_OK;
+    c.out0 = c.out1 = 0;
+    switch (c.opcode) {
+    case RNIC_CMD_NOP:
+        break;
+    case RNIC_CMD_CREATE_PD: {
+        st = RNIC_CMD_ST_NO_RESOURCE;
+        for (uint32_t i = 0; i < RNIC_MAX_PD; i++) {
+            if (!pds_[i].valid) {
+                pds_[i] = Pd{true, 0};
+                c.handle = i + 1;
+                st = RNIC_CMD_ST_OK;
+                break;
+            }
+        }
+        break;
+    }
+    case RNIC_CMD_DESTROY_PD: {
+        const uint32_t i = c.handle - 1;
+        if (c.handle == 0 || i >= RNIC_MAX_PD || !pds_[i].valid)
+            st = RNIC_CMD_ST_BAD_PD;
+        else if (pds_[i].users)
+            st = RNIC_CMD_ST_BUSY;
+        else
+            pds_[i] = Pd{};
+        break;
+    }
+    case RNIC_CMD_REG_MR:
+        st = cmd_reg_mr(c);
+        break;
+    case RNIC_CMD_DEREG_MR: {
+        Mr *m = mr_by_key(c.handle);
+        if (!m) {
+            st = RNIC_CMD_ST_BAD_MR;
+        } else {
+            pds_[m->pdn - 1].users--;
+            mrs_[RNIC_KEY_INDEX(c.handle)].reset();
+        }
+        break;
+    }
+    case RNIC_CMD_CREATE_CQ:
+        st = cmd_create_cq(c);
+        break;
+    case RNIC_CMD_DESTROY_CQ: {
+        if (c.handle >= RNIC_MAX_CQ || !cqs_[c.handle])
+            st = RNIC_CMD_ST_BAD_CQ;
+        else if (cqs_[c.handle]->users)
+            st = RNIC_CMD_ST_BUSY;
+        else
+            cqs_[c.handle].reset();
+        break;
+    }
+    case RNIC_CMD_CREATE_QP:
+        st = cmd_create_qp(c);
+        break;
+    case RNIC_CMD_MODIFY_QP:
+        st = cmd_modify_qp(c);
+        break;
+    case RNIC_CMD_QUERY_QP:
+        st = cmd_query_qp(c);
+        break;
+    case RNIC_CMD_DESTROY_QP:
+        st = cmd_destroy_qp(c.handle);
+        break;
+    default:
+        st = RNIC_CMD_ST_BAD_OPCODE;
+        break;
+    }
+    c.status = st;
+    cmd_status_ = st;
+    if (st != RNIC_CMD_ST_OK) {
+        ctr_.command_errors++;
+        guest_error("command %u (handle 0x%x) refused with status %u", c.opcode, c.handle, st);
+    }
+    if (!dma(addr, &c, sizeof(c), true)) cmd_status_ = RNIC_CMD_ST_BAD_ADDR;
+}
+
+uint16_t Rnic::cmd_reg_mr(struct rnic_cmd &c)
+{
+    const struct rnic_cmd_mr &a = c.params.mr;
+    const uint32_t pdi = c.handle - 1;
+    if (c.handle == 0 || pdi >= RNIC_MAX_PD || !pds_[pdi].valid) return RNIC_CMD_ST_BAD_PD;
+    if ((a.access & ~RNIC_ACCESS_ALL) || (a.flags & ~RNIC_MR_F_PHYS) || a.reserved0 || a.reserved1)
+        return (a.access & ~RNIC_ACCESS_ALL) ? RNIC_CMD_ST_BAD_ACCESS : RNIC_CMD_ST_BAD_PARAM;
+    // IBA 10.6.3.1: remote write or remote atomic needs local write
+    if ((a.access & (RNIC_ACCESS_REMOTE_WRITE | RNIC_ACCESS_REMOTE_ATOMIC)) &&
+        !(a.access & RNIC_ACCESS_LOCAL_WRITE))
+        return RNIC_CMD_ST_BAD_ACCESS;
+    if (a.length == 0 || a.iova + a.length < a.iova) return RNIC_CMD_ST_BAD_PARAM;
+    auto m = std::make_unique<Mr>();
+    m->pdn = c.handle;
+    m->iova = a.iova;
+    m->length = a.length;
+    m->access = a.access;
+    if (a.flags & RNIC_MR_F_PHYS) {
+        if (a.npages || a.page_list) return RNIC_CMD_ST_BAD_PARAM;
+        if (!probe_ram(a.iova, a.length)) return RNIC_CMD_ST_BAD_ADDR;
+        m->phys = true;
+    } else {
+        if (a.page_shift < RNIC_MR_PAGE_SHIFT_MIN || a.page_shift > RNIC_MR_PAGE_SHIFT_MAX)
+            return RNIC_CMD_ST_BAD_PARAM;
+        const uint64_t ps = 1ull << a.page_shift;
+        const uint64_t base = a.iova & ~(ps - 1);
+        const uint64_t need = (a.iova + a.length - base + ps - 1) >> a.page_shift;
+        if (a.npages == 0 || a.npages > RNIC_MR_MAX_PAGES || a.npages != need || (a.page_list & 7))
+            return RNIC_CMD_ST_BAD_PARAM;
+        m->page_shift = a.page_shift;
+        m->pages.resize(a.npages);
+        if (!dma(a.page_list, m->pages.data(), uint64_t(a.npages) * 8, false)) return RNIC_CMD_ST_BAD_ADDR;
+        for (uint64_t pa : m->pages) {
+            if (pa & (ps - 1)) return RNIC_CMD_ST_BAD_PARAM;
+            if (!probe_ram(pa, ps)) return RNIC_CMD_ST_BAD_ADDR;
+        }
+    }
+    for (uint32_t i = 0; i < RNIC_MAX_MR; i++) {
+        if (mrs_[i]) continue;
+        mr_tag_[i] = uint8_t(mr_tag_[i] % 255 + 1); // 1..255: key byte 0 is never valid
+        mrs_[i] = std::move(m);
+        pds_[pdi].users++;
+        c.out0 = c.out1 = i << 8 | mr_tag_[i];
+        return RNIC_CMD_ST_OK;
+    }
+    return RNIC_CMD_ST_NO_RESOURCE;
+}
+
+uint16_t Rnic::cmd_create_cq(struct rnic_cmd &c)
+{
+    const struct rnic_cmd_cq &a = c.params.cq;
+    if (!valid_depth(a.depth_log2) || a.vector >= RNIC_MSIX_VECTORS || (a.ring & 63) || a.reserved0 ||
+        a.reserved1)
+        return RNIC_CMD_ST_BAD_PARAM;
+    if (!probe_ram(a.ring, uint64_t(sizeof(struct rnic_cqe)) << a.depth_log2)) return RNIC_CMD_ST_BAD_ADDR;
+    for (uint32_t i = 0; i < RNIC_MAX_CQ; i++) {
+        if (cqs_[i]) continue;
+        auto q = std::make_unique<Cq>();
+        q->ring = a.ring;
+        q->depth_log2 = a.depth_log2;
+        q->vector = a.vector;
+        cqs_[i] = std::move(q);
+        cq_events_[i / 64] &= ~(1ull << (i % 64));
+        cq_errors_[i / 64] &= ~(1ull << (i % 64));
+        c.handle = i;
+        return RNIC_CMD_ST_OK;
+    }
+    return RNIC_CMD_ST_NO_RESOURCE;
+}
+
+uint16_t Rnic::cmd_create_qp(struct rnic_cmd &c)
+{
+    const struct rnic_cmd_qp &a = c.params.qp;
+    const uint32_t pdi = c.handle - 1;
+    if (c.handle == 0 || pdi >= RNIC_MAX_PD || !pds_[pdi].valid) return RNIC_CMD_ST_BAD_PD;
+    if (a.send_cqn >= RNIC_MAX_CQ || !cqs_[a.send_cqn] || a.recv_cqn >= RNIC_MAX_CQ || !cqs_[a.recv_cqn])
+        return RNIC_CMD_ST_BAD_CQ;
+    if (!valid_depth(a.sq_depth_log2) || !valid_depth(a.rq_depth_log2) || (a.sq_ring & 63) ||
+        (a.rq_ring & 63) || a.reserved0 || a.reserved1)
+        return RNIC_CMD_ST_BAD_PARAM;
+    if (!probe_ram(a.sq_ring, uint64_t(sizeof(struct rnic_send_wqe)) << a.sq_depth_log2) ||
+        !probe_ram(a.rq_ring, uint64_t(sizeof(struct rnic_recv_wqe)) << a.rq_depth_log2))
+        return RNIC_CMD_ST_BAD_ADDR;
+    for (uint32_t i = 0; i < RNIC_MAX_QP; i++) {
+        if (qps_[i]) continue;
+        auto q = std::make_unique<Qp>();
+        q->index = i;
+        q->qpn = RNIC_QPN(i);
+        q->pdn = c.handle;
+        q->send_cqn = a.send_cqn;
+        q->recv_cqn = a.recv_cqn;
+        q->sq_ring = a.sq_ring;
+        q->rq_ring = a.rq_ring;
+        q->sq_log2 = a.sq_depth_log2;
+        q->rq_log2 = a.rq_depth_log2;
+        if (rc_->create_qp(q->qpn) != RcResult::Ok) return RNIC_CMD_ST_NO_RESOURCE;
+        pds_[pdi].users++;
+        cqs_[a.send_cqn]->users++;
+        cqs_[a.recv_cqn]->users++;
+        qp_errors_[i / 64] &= ~(1ull << (i % 64));
+        c.handle = q->qpn;
+        qps_[i] = std::move(q);
+        return RNIC_CMD_ST_OK;
+    }
+    return RNIC_CMD_ST_NO_RESOURCE;
+}
+
+uint16_t Rnic::cmd_destroy_qp(uint32_t qpn)
+{
+    Qp *q = qp_by_qpn(qpn);
+    if (!q) return RNIC_CMD_ST_BAD_QP;
+    rc_->destroy_qp(qpn);
+    pds_[q->pdn - 1].users--;
+    cqs_[q->send_cqn]->users--;
+    cqs_[q->recv_cqn]->users--;
+    qps_[q->index].reset();
+    return RNIC_CMD_ST_OK;
+}
+
+uint16_t Rnic::cmd_modify_qp(struct rnic_cmd &c)
+{
+    Qp *q = qp_by_qpn(c.handle);
+    if (!q) return RNIC_CMD_ST_BAD_QP;
+    const struct rnic_cmd_modify_qp &a = c.params.modify;
+    const uint32_t m = a.attr_mask;
+    if ((m & ~RNIC_QP_ATTR_ALL) || !(m & RNIC_QP_ATTR_STATE)) return RNIC_CMD_ST_BAD_ATTR;
+    for (uint32_t r : a.reserved)
+        if (r) return RNIC_CMD_ST_BAD_PARAM;
+    const uint8_t from = engine_state(rc_->qp_state(q->qpn));
+    QpState to;
+    switch (a.state) {
+    case RNIC_QPS_RESET:
+        to = QpState::Reset;
+        break;
+    case RNIC_QPS_INIT:
+        to = QpState::Init;
+        break;
+    case RNIC_QPS_RTR:
+        to = QpState::Rtr;
+        break;
+    case RNIC_QPS_RTS:
+        to = QpState::Rts;
+        break;
+    case RNIC_QPS_ERR:
+        to = QpState::Error;
+        break;
+    default:
+        return RNIC_CMD_ST_BAD_STATE;
+    }
+    // the attributes each transition requires (IBA 11.2.4.2 / ibv_modify_qp)
+    uint32_t need = 0;
+    if (from == RNIC_QPS_RESET && a.state == RNIC_QPS_INIT) need = RNIC_QP_ATTR_ACCESS_FLAGS;
+    if (from == RNIC_QPS_INIT && a.state == RNIC_QPS_RTR)
+        need = RNIC_QP_ATTR_PATH_MTU | RNIC_QP_ATTR_DEST_QPN | RNIC_QP_ATTR_RQ_PSN |
+               RNIC_QP_ATTR_MAX_DEST_RD_ATOMIC | RNIC_QP_ATTR_MIN_RNR_TIMER | RNIC_QP_ATTR_AV;
+    if (from == RNIC_QPS_RTR && a.state == RNIC_QPS_RTS)
+        need = RNIC_QP_ATTR_SQ_PSN | RNIC_QP_ATTR_TIMEOUT | RNIC_QP_ATTR_RETRY_CNT | RNIC_QP_ATTR_RNR_RETRY |
+               RNIC_QP_ATTR_MAX_QP_RD_ATOMIC;
+    if ((m & need) != need) return RNIC_CMD_ST_BAD_ATTR;
+    QpAttr at = q->attr;
+    uint32_t dest_node = q->dest_node;
+    if (m & RNIC_QP_ATTR_ACCESS_FLAGS) {
+        if (a.access & ~(RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE)) return RNIC_CMD_ST_BAD_ACCESS;
+        at.access = a.access;
+    }
+    if (m & RNIC_QP_ATTR_PKEY_INDEX) at.pkey = a.pkey;
+    if (m & RNIC_QP_ATTR_PATH_MTU) {
+        if (!valid_mtu(a.path_mtu) || a.path_mtu > cfg_.timing.max_mtu) return RNIC_CMD_ST_BAD_ATTR;
+        at.path_mtu = a.path_mtu;
+    }
+    if (m & RNIC_QP_ATTR_TIMEOUT) at.timeout = a.timeout;
+    if (m & RNIC_QP_ATTR_RETRY_CNT) at.retry_cnt = a.retry_cnt;
+    if (m & RNIC_QP_ATTR_RNR_RETRY) at.rnr_retry = a.rnr_retry;
+    if (m & RNIC_QP_ATTR_RQ_PSN) at.rq_psn = a.rq_psn;
+    if (m & RNIC_QP_ATTR_SQ_PSN) at.sq_psn = a.sq_psn;
+    if (m & RNIC_QP_ATTR_MAX_QP_RD_ATOMIC) at.max_rd_atomic = a.max_rd_atomic;
+    if (m & RNIC_QP_ATTR_MAX_DEST_RD_ATOMIC) at.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    if (m & RNIC_QP_ATTR_MIN_RNR_TIMER) at.min_rnr_timer = a.min_rnr_timer;
+    if (m & RNIC_QP_ATTR_DEST_QPN) at.dest_qpn = a.dest_qpn;
+    if (m & RNIC_QP_ATTR_AV) {
+        L3Addr p;
+        std::memcpy(p.src_mac, cfg_.mac, 6);
+        p.src_ip = cfg_.ip;
+        if (a.dest_node == RNIC_DEST_NODE_EXPLICIT) {
+            std::memcpy(p.dst_mac, a.dest_mac, 6);
+            p.dst_ip = a.dest_ip;
+        } else if (!cfg_.peer_addr(a.dest_node, p.dst_mac, &p.dst_ip)) {
+            return RNIC_CMD_ST_BAD_ATTR;
+        }
+        if (a.udp_sport && a.udp_sport < ROCE_UDP_SPORT_MIN) return RNIC_CMD_ST_BAD_ATTR;
+        // rxe's choice: a hash of the two QPNs in 0xC000..0xFFFF
+        p.udp_sport =
+            a.udp_sport
+                ? a.udp_sport
+                : uint16_t(ROCE_UDP_SPORT_MIN | ((q->qpn ^ at.dest_qpn ^ (at.dest_qpn >> 14)) & 0x3fff));
+        p.tos = a.tos;
+        at.path = p;
+        dest_node = a.dest_node;
+    }
+    const RcResult r = rc_->modify_qp(q->qpn, to, at);
+    if (r == RcResult::BadState) return RNIC_CMD_ST_BAD_STATE;
+    if (r != RcResult::Ok) return RNIC_CMD_ST_BAD_ATTR;
+    q->attr = at;
+    q->dest_node = dest_node;
+    q->state = a.state;
+    if (a.state == RNIC_QPS_RESET) {
+        // the rings start over: the driver re-posts from index 0
+        q->sq_pi = q->sq_ci = q->rq_pi = q->rq_ci = 0;
+        q->wrs.clear();
+        q->bad_held = false;
+        q->rwqe_valid = false;
+    }
+    if (a.state == RNIC_QPS_RTS) pump_sq(*q);
+    return RNIC_CMD_ST_OK;
+}
+
+uint16_t Rnic::cmd_query_qp(struct rnic_cmd &c)
+{
+    Qp *q = qp_by_qpn(c.handle);
+    if (!q) return RNIC_CMD_ST_BAD_QP;
+    struct rnic_cmd_modify_qp &a = c.params.modify;
+    std::memset(&a, 0, sizeof(a));
+    a.attr_mask = RNIC_QP_ATTR_ALL;
+    a.state = engine_state(rc_->qp_state(q->qpn));
+    a.timeout = q->attr.timeout;
+    a.retry_cnt = q->attr.retry_cnt;
+    a.rnr_retry = q->attr.rnr_retry;
+    a.min_rnr_timer = q->attr.min_rnr_timer;
+    a.max_rd_atomic = uint8_t(q->attr.max_rd_atomic);
+    a.max_dest_rd_atomic = uint8_t(q->attr.max_dest_rd_atomic);
+    a.tos = q->attr.path.tos;
+    a.path_mtu = uint16_t(q->attr.path_mtu);
+    a.pkey = q->attr.pkey;
+    a.access = q->attr.access;
+    a.dest_qpn = q->attr.dest_qpn;
+    a.rq_psn = q->attr.rq_psn;
+    a.sq_psn = q->attr.sq_psn;
+    a.dest_node = q->dest_node;
+    a.dest_ip = q->attr.path.dst_ip;
+    std::memcpy(a.dest_mac, q->attr.path.dst_mac, 6);
+    a.udp_sport = q->attr.path.udp_sport;
+    c.out0 = a.state;
+    return RNIC_CMD_ST_OK;
+}
+
+// ---- BAR2: doorbells ----
+
+Rnic::Qp *Rnic::qp_by_qpn(uint32_t qpn)
+{
+    if (qpn < RNIC_QPN_BASE || RNIC_QP_INDEX(qpn) >= RNIC_MAX_QP) return nullptr;
+    return qps_[RNIC_QP_INDEX(qpn)].get();
+}
+
+uint64_t Rnic::db_read(uint64_t offset, unsigned size)
+{
+    std::lock_guard lk(mu_);
+    if (size != 4 || (offset & 3) || offset >= RNIC_BAR_DB_SIZE) {
+        guest_error("doorbell read of %u bytes at 0x%llx: 4-byte aligned accesses only", size,
+                    (unsigned long long)offset);
+        return 0;
+    }
+    const uint32_t reg = uint32_t(offset % RNIC_PAGE_SIZE);
+    if (offset < RNIC_DB_CQ_BASE) {
+        const Qp *q = qps_[offset / RNIC_PAGE_SIZE].get();
+        if (!q) return 0;
+        switch (reg) {
+        case RNIC_QP_DB_SQ_PI:
+            return q->sq_pi;
+        case RNIC_QP_DB_RQ_PI:
+            return q->rq_pi;
+        case RNIC_QP_DB_SQ_CI:
+            return q->sq_ci;
+        case RNIC_QP_DB_RQ_CI:
+            return q->rq_ci;
+        case RNIC_QP_DB_STATE:
+            return engine_state(rc_->qp_state(q->qpn));
+        default:
+            return 0;
+        }
+    }
+    const Cq *c = cqs_[(offset - RNIC_DB_CQ_BASE) / RNIC_PAGE_SIZE].get();
+    if (!c) return 0;
+    switch (reg) {
+    case RNIC_CQ_DB_CI:
+        return c->ci;
+    case RNIC_CQ_DB_ARM:
+        return c->arm;
+    case RNIC_CQ_DB_PI:
+        return c->pi;
+    case RNIC_CQ_DB_STATUS:
+        return c->error ? RNIC_CQ_ST_ERROR : 0;
+    default:
+        return 0;
+    }
+}
+
+void Rnic::db_write(uint64_t offset, uint64_t value, unsigned size)
+{
+    std::lock_guard lk(mu_);
+    if (size != 4 || (offset & 3) || offset >= RNIC_BAR_DB_SIZE) {
+        ctr_.doorbell_errors++;
+        guest_error("doorbell write of %u bytes at 0x%llx: 4-byte aligned accesses only", size,
+                    (unsigned long long)offset);
+        return;
+    }
+    ctr_.doorbells++;
+    const uint32_t reg = uint32_t(offset % RNIC_PAGE_SIZE), v = uint32_t(value);
+    if (!(ctrl_ & RNIC_CTRL_ENABLE)) {
+        ctr_.doorbell_errors++;
+        guest_error("doorbell at 0x%llx while CTRL.ENABLE is 0: ignored", (unsigned long long)offset);
+        return;
+    }
+    if (offset < RNIC_DB_CQ_BASE) {
+        const uint32_t i = uint32_t(offset / RNIC_PAGE_SIZE);
+        Qp *q = qps_[i].get();
+        if (!q || (reg != RNIC_QP_DB_SQ_PI && reg != RNIC_QP_DB_RQ_PI)) {
+            ctr_.doorbell_errors++;
+            guest_error("doorbell write to QP page %u offset 0x%x: %s", i, reg,
+                        q ? "not a doorbell register" : "no such QP");
+            return;
+        }
+        if (reg == RNIC_QP_DB_SQ_PI)
+            sq_doorbell(*q, v);
+        else
+            rq_doorbell(*q, v);
+    } else {
+        const uint32_t i = uint32_t((offset - RNIC_DB_CQ_BASE) / RNIC_PAGE_SIZE);
+        Cq *c = cqs_[i].get();
+        if (!c || (reg != RNIC_CQ_DB_CI && reg != RNIC_CQ_DB_ARM)) {
+            ctr_.doorbell_errors++;
+            guest_error("doorbell write to CQ page %u offset 0x%x: %s", i, reg,
+                        c ? "not a doorbell register" : "no such CQ");
+            return;
+        }
+        if (reg == RNIC_CQ_DB_CI) {
+            if (v - c->ci > c->pi - c->ci) {
+                ctr_.doorbell_errors++;
+                guest_error("CQ %u: consumer index %u beyond the producer index %u (consumer was %u)", i, v,
+                            c->pi, c->ci);
+            } else {
+                c->ci = v;
+            }
+        } else if (v != RNIC_CQ_ARM_NEXT && v != RNIC_CQ_ARM_SOLICITED) {
+            ctr_.doorbell_errors++;
+            guest_error("CQ %u: arm value %u (expected %u or %u)", i, v, RNIC_CQ_ARM_NEXT,
+                        RNIC_CQ_ARM_SOLICITED);
+        } else if (c->arm != RNIC_CQ_ARM_NEXT) {
+            c->arm = v; // NEXT widens SOLICITED, never the reverse
+        }
+    }
+    after_engine();
+}
+
+void Rnic::qp_fail(Qp &q, const char *why)
+{
+    guest_error("QP 0x%x: %s: the QP goes to the error state", q.qpn, why);
+    qp_errors_[q.index / 64] |= 1ull << (q.index % 64);
+    raise(0);
+    rc_->modify_qp(q.qpn, QpState::Error, q.attr);
+    q.state = RNIC_QPS_ERR;
+}
+
+void Rnic::sq_doorbell(Qp &q, uint32_t pi)
+{
+    const uint32_t depth = 1u << q.sq_log2;
+    if (q.state == RNIC_QPS_RESET) {
+        ctr_.doorbell_errors++;
+        guest_error("QP 0x%x: SQ doorbell in the RESET state: ignored", q.qpn);
+        return;
+    }
+    if (pi - q.sq_ci > depth) {
+        ctr_.doorbell_errors++;
+        q.sq_pi = pi;
+        q.sq_ci = pi; // nothing of the announced range is fetched
+        return qp_fail(q, "SQ producer index more than the ring's depth ahead of the consumer index");
+    }
+    q.sq_pi = pi;
+    pump_sq(q);
+}
+
+void Rnic::rq_doorbell(Qp &q, uint32_t pi)
+{
+    const uint32_t depth = 1u << q.rq_log2;
+    if (q.state == RNIC_QPS_RESET) {
+        ctr_.doorbell_errors++;
+        guest_error("QP 0x%x: RQ doorbell in the RESET state: ignored", q.qpn);
+        return;
+    }
+    if (pi - q.rq_ci > depth) {
+        ctr_.doorbell_errors++;
+        q.rq_pi = pi;
+        q.rq_ci = pi;
+        q.rwqe_valid = false;
+        return qp_fail(q, "RQ producer index more than the ring's depth ahead of the consumer index");
+    }
+    q.rq_pi = pi;
+    // a receive in the Error state completes at once (flushed)
+    if (rc_->qp_state(q.qpn) == QpState::Error) flush_recv(q.qpn);
+}
+
+// Fetch send WQEs and post them to the engine while the engine has room. A WQE that fails its
+// checks is held until every earlier WR has completed, then completes with its error (in order)
+// and the QP goes to Error.
+void Rnic::pump_sq(Qp &q)
+{
+    const uint32_t depth = 1u << q.sq_log2;
+    for (;;) {
+        const size_t outstanding = rc_->outstanding(q.qpn);
+        // WRs the engine completed silently (unsignaled successes): everything older than the
+        // engine's outstanding ones
+        while (q.wrs.size() > outstanding)
+            q.wrs.erase(q.wrs.begin());
+        if (q.bad_held) {
+            if (outstanding) return;
+            q.bad_held = false;
+            struct rnic_cqe e = {};
+            e.wr_id = q.bad.wqe.wr_id;
+            e.qpn = q.qpn;
+            e.src_qpn = q.attr.dest_qpn;
+            e.opcode = wr_cqe_opcode(q.bad.wqe.opcode);
+            e.status = q.bad_lerr == RNIC_LERR_WQE_DMA || q.bad_lerr == RNIC_LERR_OPCODE ||
+                               q.bad_lerr == RNIC_LERR_SGE_COUNT || q.bad_lerr == RNIC_LERR_LENGTH
+                           ? RNIC_WC_LOC_QP_OP_ERR
+                           : RNIC_WC_LOC_PROT_ERR;
+            e.vendor_err = q.bad_lerr;
+            ctr_.wqe_errors++;
+            write_cqe(q.send_cqn, e, true);
+            qp_fail(q, "send WQE failed its checks");
+            continue;
+        }
+        const QpState st = rc_->qp_state(q.qpn);
+        if (q.sq_ci == q.sq_pi || st == QpState::Reset) return;
+        if (outstanding >= depth) return; // our copies of the WQEs are bounded by the ring
+        Qp::Wr w;
+        const uint64_t at = q.sq_ring + uint64_t(q.sq_ci & (depth - 1)) * sizeof(struct rnic_send_wqe);
+        ctr_.wqes_fetched++;
+        if (!dma(at, &w.wqe, sizeof(w.wqe), false)) {
+            guest_error("QP 0x%x: send WQE %u at 0x%llx is not in RAM", q.qpn, q.sq_ci,
+                        (unsigned long long)at);
+            std::memset(&w.wqe, 0, sizeof(w.wqe));
+            q.sq_ci++;
+            q.bad_held = true;
+            q.bad = w;
+            q.bad_lerr = RNIC_LERR_WQE_DMA;
+            continue;
+        }
+        q.sq_ci++;
+        const struct rnic_send_wqe &x = w.wqe;
+        SendWr wr;
+        uint32_t lerr = RNIC_LERR_NONE;
+        bool needs_local_write = false;
+        switch (x.opcode) {
+        case RNIC_WR_SEND:
+            wr.op = WrOp::Send;
+            break;
+        case RNIC_WR_SEND_IMM:
+            wr.op = WrOp::SendImm;
+            break;
+        case RNIC_WR_WRITE:
+            wr.op = WrOp::Write;
+            break;
+        case RNIC_WR_WRITE_IMM:
+            wr.op = WrOp::WriteImm;
+            break;
+        case RNIC_WR_READ:
+            wr.op = WrOp::Read, needs_local_write = true;
+            break;
+        case RNIC_WR_CMP_SWAP:
+            wr.op = WrOp::CmpSwap, needs_local_write = true;
+            break;
+        case RNIC_WR_FETCH_ADD:
+            wr.op = WrOp::FetchAdd, needs_local_write = true;
+            break;
+        case RNIC_WR_FLUSH:
+            wr.op = WrOp::Flush;
+            break;
+        case RNIC_WR_ATOMIC_WRITE:
+            wr.op = WrOp::AtomicWrite;
+            break;
+        default:
+            lerr = RNIC_LERR_OPCODE;
+            break;
+        }
+        uint64_t len = 0;
+        if (!lerr && x.num_sge > RNIC_MAX_SEND_SGE) lerr = RNIC_LERR_SGE_COUNT;
+        if (!lerr && (wr.op == WrOp::Flush || wr.op == WrOp::AtomicWrite) && x.num_sge)
+            lerr = RNIC_LERR_SGE_COUNT;
+        if (!lerr && (wr.op == WrOp::CmpSwap || wr.op == WrOp::FetchAdd) &&
+            (x.num_sge != 1 || x.sge[0].length != 8))
+            lerr = x.num_sge != 1 ? RNIC_LERR_SGE_COUNT : RNIC_LERR_LENGTH;
+        for (unsigned k = 0; !lerr && k < x.num_sge; k++) {
+            len += x.sge[k].length;
+            if (x.sge[k].length) lerr = check_local(q, x.sge[k], needs_local_write);
+        }
+        if (!lerr && len > RNIC_MAX_MSG) lerr = RNIC_LERR_LENGTH;
+        if (lerr) {
+            if (lerr != RNIC_LERR_OPCODE && lerr != RNIC_LERR_SGE_COUNT && lerr != RNIC_LERR_LENGTH)
+                ctr_.local_prot_errors++;
+            guest_error("QP 0x%x: send WQE %u (wr_id 0x%llx, opcode %u) refused: reason %u", q.qpn,
+                        q.sq_ci - 1, (unsigned long long)x.wr_id, x.opcode, lerr);
+            q.bad_held = true;
+            q.bad = w;
+            q.bad_lerr = lerr;
+            continue;
+        }
+        const uint64_t seq = next_seq_++;
+        wr.wr_id = seq;
+        wr.local = seq;
+        wr.length = wr.op == WrOp::Flush ? x.flush_len : wr.op == WrOp::AtomicWrite ? 8 : uint32_t(len);
+        wr.remote_va = x.remote_addr;
+        wr.rkey = x.rkey;
+        wr.imm = x.imm;
+        wr.swap_add = x.swap_add;
+        wr.compare = x.compare;
+        wr.flush_placement = x.flush_type & ROCE_FETH_PLT_MASK;
+        wr.flush_selectivity = (x.flush_type & ROCE_FETH_SEL_MASK) >> ROCE_FETH_SEL_SHIFT;
+        wr.signaled = x.flags & RNIC_WQE_F_SIGNALED;
+        wr.solicited = x.flags & RNIC_WQE_F_SOLICITED;
+        wr.fence = x.flags & RNIC_WQE_F_FENCE;
+        w.len = wr.length;
+        w.posted_ns = host_.now_ns();
+        q.wrs.emplace(seq, w);
+        if (wr.op == WrOp::Send || wr.op == WrOp::SendImm || wr.op == WrOp::Write ||
+            wr.op == WrOp::WriteImm || wr.op == WrOp::AtomicWrite)
+            ctr_.payload_tx_bytes += wr.length;
+        const RcResult r = rc_->post_send(q.qpn, wr);
+        if (r != RcResult::Ok) {
+            // the checks above make this unreachable; never lose the WR silently
+            q.wrs.erase(seq);
+            q.bad_held = true;
+            q.bad = w;
+            q.bad_lerr = RNIC_LERR_OPCODE;
+        }
+    }
+}
+
+// ---- memory regions ----
+
+Rnic::Mr *Rnic::mr_by_key(uint32_t key)
+{
+    const uint32_t i = RNIC_KEY_INDEX(key);
+    if (i >= RNIC_MAX_MR || !mrs_[i] || mr_tag_[i] != RNIC_KEY_TAG(key)) return nullptr;
+    return mrs_[i].get();
+}
+
+bool Rnic::mr_rw(const Mr &m, uint64_t va, uint8_t *buf, uint64_t len, bool write)
+{
+    if (m.phys) return dma(va, buf, len, write);
+    const uint64_t ps = 1ull << m.page_shift;
+    const uint64_t base = m.iova & ~(ps - 1);
+    while (len) {
+        const uint64_t rel = va - base;
+        const uint64_t pg = rel >> m.page_shift, in = rel & (ps - 1);
+        if (pg >= m.pages.size()) return false;
+        const uint64_t n = std::min(len, ps - in);
+        if (!dma(m.pages[pg] + in, buf, n, write)) return false;
+        va += n;
+        buf += n;
+        len -= n;
+    }
+    return true;
+}
+
+uint32_t Rnic::check_local(const Qp &q, const struct rnic_sge &s, bool write)
+{
+    const Mr *m = mr_by_key(s.lkey);
+    if (!m) return RNIC_LERR_LKEY;
+    if (m->pdn != q.pdn) return RNIC_LERR_PD;
+    if (s.addr < m->iova || s.addr + s.length < s.addr || s.addr + s.length > m->iova + m->length)
+        return RNIC_LERR_BOUNDS;
+    if (write && !(m->access & RNIC_ACCESS_LOCAL_WRITE)) return RNIC_LERR_ACCESS;
+    return RNIC_LERR_NONE;
+}
+
+// Bytes [off, off + len) of the message a WR's SGE list describes: the SGEs were checked at fetch;
+// the MR may have gone since (deregistered): then LOC_PROT_ERR.
+// Bytes [off, off + len) of the message an SGE list describes, moved to or from `buf`. Each
+// SGE's lkey is checked again (the MR may have been deregistered since the WQE was fetched):
+// LocProtErr with *lerr set; LocLenErr when the list is shorter than off + len.
+WcStatus Rnic::sge_rw(const Qp &q, const struct rnic_sge *sge, unsigned nsge, uint64_t off, uint8_t *buf,
+                      uint32_t len, bool write, uint32_t *lerr)
+{
+    for (unsigned k = 0; k < nsge && len; k++) {
+        const struct rnic_sge &s = sge[k];
+        if (off >= s.length) {
+            off -= s.length;
+            continue;
+        }
+        const uint32_t n = uint32_t(std::min<uint64_t>(len, s.length - off));
+        const uint32_t e = check_local(q, s, write);
+        Mr *m = e ? nullptr : mr_by_key(s.lkey);
+        if (!m || !mr_rw(*m, s.addr + off, buf, n, write)) {
+            *lerr = e ? e : RNIC_LERR_DATA_DMA;
+            ctr_.local_prot_errors++;
+            return WcStatus::LocProtErr;
+        }
+        buf += n;
+        len -= n;
+        off = 0;
+    }
+    return len ? WcStatus::LocLenErr : WcStatus::Success;
+}
+
+// The local buffer of a send WR (its SGEs were checked at fetch).
+WcStatus Rnic::read_local(uint32_t qpn, const SendWr &wr, uint64_t off, uint8_t *dst, uint32_t len)
+{
+    Qp *q = qp_by_qpn(qpn);
+    auto it = q ? q->wrs.find(wr.local) : decltype(q->wrs.end()){};
+    if (!q || it == q->wrs.end()) return WcStatus::LocQpOpErr;
+    return sge_rw(*q, it->second.wqe.sge, it->second.wqe.num_sge, off, dst, len, false, &it->second.lerr);
+}
+
+WcStatus Rnic::write_local(uint32_t qpn, const SendWr &wr, uint64_t off, const uint8_t *src, uint32_t len)
+{
+    Qp *q = qp_by_qpn(qpn);
+    auto it = q ? q->wrs.find(wr.local) : decltype(q->wrs.end()){};
+    if (!q || it == q->wrs.end()) return WcStatus::LocQpOpErr;
+    ctr_.payload_rx_bytes += len;
+    return sge_rw(*q, it->second.wqe.sge, it->second.wqe.num_sge, off, const_cast<uint8_t *>(src), len, true,
+                  &it->second.lerr);
+}
+
+// The target-side MR check, done by the NIC: the rkey's MR exists with this key byte, belongs to
+// the QP's PD, allows `access`, and holds [va, va + len).
+Remote Rnic::remote_mr(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t len, uint32_t access, Mr **out)
+{
+    Qp *q = qp_by_qpn(qpn);
+    Mr *m = mr_by_key(rkey);
+    const char *why = nullptr;
+    if (!q)
+        why = "no QP";
+    else if (!m)
+        why = "unknown rkey";
+    else if (m->pdn != q->pdn)
+        why = "MR of another PD";
+    else if ((m->access & access) != access)
+        why = "access flag missing";
+    else if (va < m->iova || va + len < va || va + len > m->iova + m->length)
+        why = "out of bounds";
+    if (why) {
+        ctr_.remote_violations++;
+        return Remote::AccessError;
+    }
+    *out = m;
+    return Remote::Ok;
+}
+
+Remote Rnic::check_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t len, uint32_t access)
+{
+    Mr *m = nullptr;
+    return remote_mr(qpn, rkey, va, len, access, &m);
+}
+
+Remote Rnic::write_remote(uint32_t qpn, uint32_t rkey, uint64_t va, const uint8_t *src, uint32_t len)
+{
+    Mr *m = nullptr;
+    const Remote r = remote_mr(qpn, rkey, va, len, RNIC_ACCESS_REMOTE_WRITE, &m);
+    if (r != Remote::Ok) return r;
+    if (!mr_rw(*m, va, const_cast<uint8_t *>(src), len, true)) return Remote::OpError;
+    ctr_.payload_rx_bytes += len;
+    return Remote::Ok;
+}
+
+Remote Rnic::read_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint8_t *dst, uint32_t len)
+{
+    Mr *m = nullptr;
+    const Remote r = remote_mr(qpn, rkey, va, len, RNIC_ACCESS_REMOTE_READ, &m);
+    if (r != Remote::Ok) return r;
+    return mr_rw(*m, va, dst, len, false) ? Remote::Ok : Remote::OpError;
+}
+
+Remote Rnic::atomic_remote(uint32_t qpn, uint8_t opcode, uint32_t rkey, uint64_t va, uint64_t swap_add,
+                           uint64_t compare, uint64_t *orig)
+{
+    Mr *m = nullptr;
+    const Remote r = remote_mr(qpn, rkey, va, 8, RNIC_ACCESS_REMOTE_ATOMIC, &m);
+    if (r != Remote::Ok) return r;
+    if (va & 7) {
+        ctr_.remote_violations++;
+        return Remote::AccessError;
+    }
+    // the guest-physical address of the 8 bytes (8-aligned: never across a page)
+    uint64_t pa = va;
+    if (!m->phys) {
+        const uint64_t ps = 1ull << m->page_shift, rel = va - (m->iova & ~(ps - 1));
+        pa = m->pages[rel >> m->page_shift] + (rel & (ps - 1));
+    }
+    uint64_t maplen = 8;
+    void *p = host_.dma_map(pa, maplen, true);
+    if (p && maplen >= 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
+        // atomic with the guest's own atomics (TCG executes them as host atomics)
+        std::atomic_ref<uint64_t> a(*static_cast<uint64_t *>(p));
+        uint64_t old = a.load();
+        if (opcode == ROCE_OP_CMP_SWAP) {
+            while (old == compare && !a.compare_exchange_weak(old, swap_add)) {
+            }
+        } else {
+            old = a.fetch_add(swap_add);
+        }
+        host_.dma_unmap(p, maplen, true, 8);
+        *orig = old;
+        ctr_.modeled_pcie_ns += 2 * pcie_ns(8);
+        return Remote::Ok;
+    }
+    if (p) host_.dma_unmap(p, maplen, true, 0);
+    uint64_t old = 0;
+    if (!dma(pa, &old, 8, false)) return Remote::OpError;
+    const uint64_t nv = opcode == ROCE_OP_CMP_SWAP ? (old == compare ? swap_add : old) : old + swap_add;
+    if (nv != old && !dma(pa, const_cast<uint64_t *>(&nv), 8, true)) return Remote::OpError;
+    *orig = old;
+    return Remote::Ok;
+}
+
+Remote Rnic::atomic_write_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t value)
+{
+    Mr *m = nullptr;
+    const Remote r = remote_mr(qpn, rkey, va, 8, RNIC_ACCESS_REMOTE_WRITE, &m);
+    if (r != Remote::Ok) return r;
+    uint8_t b[8];
+    std::memcpy(b, &value, 8);
+    if (!mr_rw(*m, va, b, 8, true)) return Remote::OpError;
+    ctr_.payload_rx_bytes += 8;
+    return Remote::Ok;
+}
+
+Remote Rnic::flush_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t len, uint8_t placement,
+                          uint8_t selectivity)
+{
+    const uint32_t need =
+        (placement & ROCE_FETH_PLT_PERSIST) ? RNIC_ACCESS_FLUSH_PERSIST : RNIC_ACCESS_FLUSH_GLOBAL;
+    Mr *m = mr_by_key(rkey);
+    if (selectivity == ROCE_FETH_SEL_MR && m) {
+        va = m->iova;
+        len = m->length;
+    }
+    if (len == 0) len = 1; // a zero-length range still names a byte of the MR (rxe checks the VA)
+    Mr *mm = nullptr;
+    const Remote r = remote_mr(qpn, rkey, va, len, need, &mm);
+    // Caveat: nothing more to do: guest RAM is coherent here (global visibility) and persistence
+    // is whatever the memory backend gives (docs/rnic.md).
+    return r;
+}
+
+// ---- receive queue ----
+
+bool Rnic::fetch_rwqe(Qp &q)
+{
+    if (q.rwqe_valid) return true;
+    if (q.rq_ci == q.rq_pi) return false;
+    const uint32_t depth = 1u << q.rq_log2;
+    const uint64_t at = q.rq_ring + uint64_t(q.rq_ci & (depth - 1)) * sizeof(struct rnic_recv_wqe);
+    ctr_.wqes_fetched++;
+    q.rlerr = RNIC_LERR_NONE;
+    if (!dma(at, &q.rwqe, sizeof(q.rwqe), false)) {
+        std::memset(&q.rwqe, 0, sizeof(q.rwqe));
+        q.rlerr = RNIC_LERR_WQE_DMA;
+        guest_error("QP 0x%x: receive WQE %u at 0x%llx is not in RAM", q.qpn, q.rq_ci,
+                    (unsigned long long)at);
+    } else if (q.rwqe.num_sge > RNIC_MAX_RECV_SGE) {
+        q.rlerr = RNIC_LERR_SGE_COUNT;
+        guest_error("QP 0x%x: receive WQE %u has %u SGEs (at most %u)", q.qpn, q.rq_ci, q.rwqe.num_sge,
+                    RNIC_MAX_RECV_SGE);
+    }
+    q.rlen = 0;
+    for (unsigned k = 0; !q.rlerr && k < q.rwqe.num_sge; k++)
+        q.rlen += q.rwqe.sge[k].length;
+    q.rfirst_ns = host_.now_ns();
+    q.rwqe_valid = true;
+    return true;
+}
+
+bool Rnic::recv_available(uint32_t qpn)
+{
+    Qp *q = qp_by_qpn(qpn);
+    return q && fetch_rwqe(*q);
+}
+
+WcStatus Rnic::recv_write(uint32_t qpn, uint64_t off, const uint8_t *src, uint32_t len)
+{
+    Qp *q = qp_by_qpn(qpn);
+    if (!q || !fetch_rwqe(*q) || q->rlerr) return WcStatus::LocQpOpErr;
+    if (off + len > q->rlen) return WcStatus::LocLenErr;
+    ctr_.payload_rx_bytes += len;
+    return sge_rw(*q, q->rwqe.sge, q->rwqe.num_sge, off, const_cast<uint8_t *>(src), len, true, &q->rlerr);
+}
+
+void Rnic::flush_recv(uint32_t qpn)
+{
+    Qp *q = qp_by_qpn(qpn);
+    if (!q) return;
+    while (fetch_rwqe(*q)) {
+        struct rnic_cqe e = {};
+        e.wr_id = q->rwqe.wr_id;
+        e.qpn = q->qpn;
+        e.src_qpn = q->attr.dest_qpn;
+        e.opcode = RNIC_CQE_OP_RECV;
+        e.status = RNIC_WC_WR_FLUSH_ERR;
+        e.flags = RNIC_CQE_F_RECV;
+        q->rwqe_valid = false;
+        q->rq_ci++;
+        write_cqe(q->recv_cqn, e, true);
+    }
+}
+
+// ---- completions ----
+
+void Rnic::complete(const Completion &c)
+{
+    Qp *q = qp_by_qpn(c.qpn);
+    if (!q) return;
+    struct rnic_cqe e = {};
+    e.qpn = q->qpn;
+    e.src_qpn = q->attr.dest_qpn;
+    e.status = wc_status(c.status);
+    e.byte_len = c.byte_len;
+    if (c.with_imm) {
+        e.flags |= RNIC_CQE_F_WITH_IMM;
+        e.imm = c.imm;
+    }
+    if (c.recv) {
+        if (!fetch_rwqe(*q)) return; // the engine only completes a receive it was given
+        e.wr_id = q->rwqe.wr_id;
+        e.opcode = c.op == WrOp::WriteImm ? RNIC_CQE_OP_RECV_RDMA_IMM : RNIC_CQE_OP_RECV;
+        e.flags |= RNIC_CQE_F_RECV | (c.solicited ? RNIC_CQE_F_SOLICITED : 0);
+        if (c.status == WcStatus::LocProtErr || c.status == WcStatus::LocQpOpErr) e.vendor_err = q->rlerr;
+        e.modeled_ns = model_recv_ns(c.byte_len, q->attr.path_mtu);
+        q->rwqe_valid = false;
+        q->rq_ci++;
+        if (c.status != WcStatus::Success) ctr_.wqe_errors++;
+        write_cqe(q->recv_cqn, e, c.solicited);
+        return;
+    }
+    auto it = q->wrs.find(c.wr_id);
+    if (it == q->wrs.end()) return;
+    // WRs before this one completed silently (unsignaled, in order)
+    q->wrs.erase(q->wrs.begin(), it);
+    const Qp::Wr &w = it->second;
+    e.wr_id = w.wqe.wr_id;
+    e.opcode = cqe_opcode(c.op);
+    if (c.status == WcStatus::Success) {
+        e.modeled_ns = model_wr_ns(w.wqe.opcode, w.len, q->attr.path_mtu);
+        if (c.op != WrOp::Read && c.op != WrOp::CmpSwap && c.op != WrOp::FetchAdd)
+            e.byte_len = uint32_t(w.len);
+        ctr_.modeled_wr_ns += e.modeled_ns;
+    } else {
+        e.vendor_err = nak_syndrome(c.status) ? nak_syndrome(c.status) : w.lerr;
+        if (c.status == WcStatus::LocProtErr) ctr_.wqe_errors++;
+    }
+    q->wrs.erase(it);
+    write_cqe(q->send_cqn, e, true);
+}
+
+void Rnic::write_cqe(uint32_t cqn, struct rnic_cqe &e, bool solicited_event)
+{
+    Cq *c = cqn < RNIC_MAX_CQ ? cqs_[cqn].get() : nullptr;
+    if (!c) return;
+    const uint32_t depth = 1u << c->depth_log2;
+    if (c->error) {
+        ctr_.cq_overflows++;
+        return;
+    }
+    if (c->pi - c->ci >= depth) {
+        ctr_.cq_overflows++;
+        c->error = true;
+        cq_errors_[cqn / 64] |= 1ull << (cqn % 64);
+        raise(0);
+        guest_error("CQ %u overflowed (%u entries, consumer index %u): the CQ is in error", cqn, depth,
+                    c->ci);
+        return;
+    }
+    e.owner = uint8_t(((c->pi >> c->depth_log2) & 1) ^ 1);
+    e.modeled_at_ns = host_.now_ns();
+    const uint64_t at = c->ring + uint64_t(c->pi & (depth - 1)) * sizeof(e);
+    // the entry, then the owner byte last (the driver polls it)
+    const uint8_t owner = e.owner;
+    e.owner = uint8_t(owner ^ 1);
+    bool ok = dma(at, &e, sizeof(e), true);
+    e.owner = owner;
+    ok = ok && dma(at + offsetof(struct rnic_cqe, owner), &e.owner, 1, true);
+    if (!ok) {
+        c->error = true;
+        cq_errors_[cqn / 64] |= 1ull << (cqn % 64);
+        raise(0);
+        guest_error("CQ %u: CQE write at 0x%llx failed: the CQ is in error", cqn, (unsigned long long)at);
+        return;
+    }
+    c->pi++;
+    ctr_.cqes_written++;
+    const bool fire = c->arm == RNIC_CQ_ARM_NEXT ||
+                      (c->arm == RNIC_CQ_ARM_SOLICITED && (solicited_event || e.status != RNIC_WC_SUCCESS));
+    if (fire) {
+        c->arm = 0;
+        ctr_.cq_events++;
+        cq_events_[cqn / 64] |= 1ull << (cqn % 64);
+        raise(c->vector);
+    }
+}
+
+void Rnic::raise(unsigned v)
+{
+    if (!(int_status_ & (1u << v))) ctr_.irqs++;
+    int_status_ |= 1u << v;
+    update_irq();
+}
+
+void Rnic::update_irq()
+{
+    for (unsigned v = 0; v < RNIC_MSIX_VECTORS; v++) {
+        const bool l = (int_status_ & int_enable_ & (1u << v)) != 0;
+        if (l != irq_[v]) {
+            irq_[v] = l;
+            host_.set_irq(v, l);
+        }
+    }
+}
+
+// After any engine activity: deliver looped-back frames, detect QPs the transport moved to
+// Error, keep send queues flowing, and re-arm the timer.
+void Rnic::after_engine()
+{
+    for (int rounds = 0; rounds < 1 << 16; rounds++) {
+        if (!loop_.empty()) {
+            std::vector<uint8_t> f = std::move(loop_.front());
+            loop_.pop_front();
+            rc_->receive(f.data(), f.size());
+            rc_->flush_acks();
+        }
+        for (auto &qp : qps_) {
+            if (!qp) continue;
+            Qp &q = *qp;
+            const uint8_t s = engine_state(rc_->qp_state(q.qpn));
+            if (s == RNIC_QPS_ERR && q.state != RNIC_QPS_ERR) {
+                qp_errors_[q.index / 64] |= 1ull << (q.index % 64);
+                raise(0);
+            }
+            q.state = s;
+            if (q.sq_ci != q.sq_pi || q.bad_held) pump_sq(q);
+        }
+        if (loop_.empty()) break;
+    }
+    arm_timer();
+}
+
+void Rnic::arm_timer()
+{
+    if (timer_) timer_(rc_->next_deadline_ns());
+}
+
+// ---- the link ----
+
+void Rnic::send_frame(const uint8_t *frame, size_t len)
+{
+    ctr_.modeled_link_ns += ser_ns(len + kWireOverhead);
+    if (len >= 6 && std::memcmp(frame, cfg_.mac, 6) == 0) {
+        loop_.emplace_back(frame, frame + len); // to this node: delivered after the current call
+        return;
+    }
+    if (!cfg_.link || !send_ || !send_(frame, len)) ctr_.link_tx_drops++;
+}
+
+void Rnic::on_frame(const uint8_t *frame, size_t len)
+{
+    std::lock_guard lk(mu_);
+    if (!(ctrl_ & RNIC_CTRL_ENABLE)) {
+        ctr_.rx_disabled++;
+        return;
+    }
+    rc_->receive(frame, len);
+    rc_->flush_acks();
+    after_engine();
+}
+
+void Rnic::poll()
+{
+    std::lock_guard lk(mu_);
+    rc_->poll();
+    after_engine();
+}
+
+uint64_t Rnic::next_deadline_ns()
+{
+    std::lock_guard lk(mu_);
+    return rc_->next_deadline_ns();
+}
+
+uint64_t Rnic::now_ns()
+{
+    return host_.now_ns();
+}
+
+// ---- timing model (docs/rnic.md "Timing model") ----
+
+uint64_t Rnic::ser_ns(uint64_t bytes) const
+{
+    return bytes * 8000 / cfg_.timing.link_mbps;
+}
+uint64_t Rnic::pcie_ns(uint64_t bytes) const
+{
+    return bytes * 1000 / cfg_.timing.pcie_mbps;
+}
+uint64_t Rnic::nic_ns(uint64_t cycles) const
+{
+    return cycles * 1000 / cfg_.timing.nic_mhz;
+}
+
+// The modeled latency of one send WR without loss, doorbell to CQE (docs/rnic.md "Timing
+// model"): PCIe doorbell write and WQE read; the NIC pipeline (kCyclesPerWqe per WR,
+// kCyclesPerPacket per packet); a message's packets stream, so its data phase takes the longest
+// of the PCIe transfer, the link serialization and the pipeline; 2 hops each way; the target's
+// PCIe access; the response; the CQE write.
+uint64_t Rnic::model_wr_ns(uint8_t op, uint64_t len, uint32_t mtu) const
+{
+    const RnicTiming &t = cfg_.timing;
+    if (!valid_mtu(mtu)) mtu = ROCE_MTU_MIN;
+    const uint64_t n = std::max<uint64_t>(1, (len + mtu - 1) / mtu);
+    const uint64_t last = len - (n - 1) * mtu;
+    auto frames = [&](uint8_t middle_op, uint8_t only_op) {
+        // the frames of a message: n - 1 full ones and the last
+        if (n == 1) return uint64_t(frame_len(only_op, uint32_t(len))) + kWireOverhead;
+        return (n - 1) * (frame_len(middle_op, mtu) + kWireOverhead) + frame_len(middle_op, uint32_t(last)) +
+               kWireOverhead;
+    };
+    auto stream = [&](uint64_t wire_bytes) {
+        return std::max({pcie_ns(len), ser_ns(wire_bytes), nic_ns(kCyclesPerPacket * n)});
+    };
+    const uint64_t hops = 2 * uint64_t(t.hop_ns);
+    const uint64_t one = ser_ns(frame_len(ROCE_OP_ACK, 0) + kWireOverhead);
+    uint64_t ns = t.pcie_ns;                                               // doorbell write
+    ns += 2 * uint64_t(t.pcie_ns) + pcie_ns(sizeof(struct rnic_send_wqe)); // WQE read
+    ns += nic_ns(kCyclesPerWqe);
+    switch (op) {
+    case RNIC_WR_SEND:
+    case RNIC_WR_SEND_IMM:
+    case RNIC_WR_WRITE:
+    case RNIC_WR_WRITE_IMM:
+        ns += 2 * uint64_t(t.pcie_ns) + stream(frames(ROCE_OP_WRITE_MIDDLE, ROCE_OP_WRITE_ONLY)) + hops;
+        ns += nic_ns(kCyclesPerPacket) + t.pcie_ns + pcie_ns(std::min<uint64_t>(len, mtu)); // last placed
+        ns += nic_ns(kCyclesPerPacket) + one + hops;                                        // ACK
+        break;
+    case RNIC_WR_READ:
+        ns += nic_ns(kCyclesPerPacket) + ser_ns(frame_len(ROCE_OP_READ_REQUEST, 0) + kWireOverhead) + hops;
+        ns += nic_ns(kCyclesPerPacket) + 2 * uint64_t(t.pcie_ns); // the target's first read
+        ns += stream(frames(ROCE_OP_READ_RESP_MIDDLE, ROCE_OP_READ_RESP_ONLY)) + hops;
+        ns += nic_ns(kCyclesPerPacket) + t.pcie_ns + pcie_ns(std::min<uint64_t>(len, mtu)); // last scattered
+        break;
+    case RNIC_WR_CMP_SWAP:
+    case RNIC_WR_FETCH_ADD:
+        ns += nic_ns(kCyclesPerPacket) + ser_ns(frame_len(ROCE_OP_CMP_SWAP, 0) + kWireOverhead) + hops;
+        ns += nic_ns(kCyclesPerPacket) + 3 * uint64_t(t.pcie_ns) + 2 * pcie_ns(8); // read, then write
+        ns += ser_ns(frame_len(ROCE_OP_ATOMIC_ACK, 0) + kWireOverhead) + hops;
+        ns += nic_ns(kCyclesPerPacket) + t.pcie_ns + pcie_ns(8); // the result into the local SGE
+        break;
+    default: // FLUSH, ATOMIC WRITE
+        ns += nic_ns(kCyclesPerPacket) +
+              ser_ns(frame_len(op == RNIC_WR_FLUSH ? ROCE_OP_FLUSH : ROCE_OP_ATOMIC_WRITE,
+                               op == RNIC_WR_FLUSH ? 0 : 8) +
+                     kWireOverhead) +
+              hops;
+        ns += nic_ns(kCyclesPerPacket) + t.pcie_ns + pcie_ns(8);
+        ns += ser_ns(frame_len(ROCE_OP_READ_RESP_ONLY, 0) + kWireOverhead) + hops;
+        break;
+    }
+    ns += t.pcie_ns + pcie_ns(sizeof(struct rnic_cqe)); // CQE write
+    return ns;
+}
+
+// A receive: from the first packet's arrival, receive WQE read, the message streaming in,
+// the last packet placed, the CQE write.
+uint64_t Rnic::model_recv_ns(uint64_t len, uint32_t mtu) const
+{
+    if (!valid_mtu(mtu)) mtu = ROCE_MTU_MIN;
+    const uint64_t n = std::max<uint64_t>(1, (len + mtu - 1) / mtu);
+    const uint64_t wire = n * (frame_len(ROCE_OP_SEND_MIDDLE, 0) + kWireOverhead) + len;
+    return nic_ns(kCyclesPerWqe) + 2 * uint64_t(cfg_.timing.pcie_ns) + pcie_ns(sizeof(struct rnic_recv_wqe)) +
+           std::max({pcie_ns(len), ser_ns(wire), nic_ns(kCyclesPerPacket * n)}) + cfg_.timing.pcie_ns +
+           pcie_ns(sizeof(struct rnic_cqe));
+}
+
+} // namespace rackemu::rnic

@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: MIT
+//
+// The rackemu RNIC device core: a PCIe RDMA NIC speaking RoCEv2 with InfiniBand RC semantics,
+// QEMU-independent. Registers, command block, doorbells and queue entries are
+// rackemu/rnic_regs.h; the wire is rackemu/roce.h and wire.h; the transport is the RC engine
+// (rc.h), which this core drives through RcEnv implemented on guest RAM and the MR table.
+// docs/rnic.md describes the interface a driver sees.
+//
+// Pipeline of a send work request:
+//   SQ doorbell (SQ_PI) -> FETCH (DMA the 128-byte WQE from the ring, check opcode, SGE count,
+//   every SGE's lkey/PD/bounds/access) -> POSTED to the engine (its wr_id is the core's sequence
+//   number, its local buffer the copied SGE list) -> the engine gathers (read_local), sends,
+//   retries, and scatters READ/atomic results (write_local) -> COMPLETED: complete() writes the
+//   CQE (user wr_id, status, vendor_err, modeled_ns) into the send CQ -> CQ armed? interrupt.
+//   A WQE that fails its checks completes with LOC_QP_OP_ERR / LOC_PROT_ERR in order (after
+//   every earlier WR of the QP completed) and moves the QP to Error, which flushes the rest.
+// Receive side: the engine asks recv_available() (the RQ's next WQE is fetched on demand),
+// places bytes with recv_write() (lkey checks per SGE), and complete(recv) writes the CQE.
+// Target side: every remote access (WRITE, READ, atomics, FLUSH, ATOMIC WRITE) is checked here
+// against the MR of its rkey (index and key byte, PD of the QP, bounds, access flag) before any
+// byte moves, and executed by the device on guest RAM (atomics through a mapped host pointer,
+// atomic with the guest's own atomics); never by the guest's CPUs.
+//
+// Threading (one lock, mu_): ctrl_read/ctrl_write/db_read/db_write come from a vCPU thread
+// (MMIO), on_frame from the fabric port's thread, poll() from the glue's timer in the main
+// loop. Each takes mu_ for its whole run; the host (DMA, set_irq, guest_error) and the link's
+// send function are called with mu_ held and must not call back into the core (a frame to this
+// node's own MAC is queued and delivered after the current call, under the same lock). The
+// timer callback is called with mu_ held too: it only records the deadline.
+//
+// Interrupts: line v of the host is MSI-X vector v (or INTx, the glue's OR): level = INT_STATUS
+// bit v & INT_ENABLE bit v.
+//
+// Caveat: commands run synchronously in the MMIO write (a real NIC's firmware takes
+// microseconds to milliseconds). FLUSH checks the MR and orders nothing further: guest RAM is
+// coherent in the emulator, so global visibility holds on completion; persistence holds only
+// as far as the memory backing does. Migration of a node with an RNIC is refused (the glue
+// registers a migration blocker): in-flight transport state is not saved.
+// Caveat: CQ overflow puts the CQ into an error state (its CQEs are dropped and counted, async
+// event CQ_ERRORS); the QPs using it are not moved to Error.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rackemu/host.h"
+#include "rackemu/rnic_regs.h"
+#include "rc.h"
+#include "regbank.h"
+
+namespace rackemu::rnic {
+
+// The timing model (docs/rnic.md "Timing model"). The glue's properties.
+struct RnicTiming {
+    uint32_t link_mbps = 100000; // link bandwidth, Mbit/s
+    uint32_t hop_ns = 300;       // per hop; NIC -> switch -> NIC is 2 hops
+    uint32_t nic_mhz = 500;      // NIC pipeline clock
+    uint32_t pcie_ns = 400;      // one-way PCIe latency (a read costs 2)
+    uint32_t pcie_mbps = 16000;  // PCIe bandwidth, MByte/s
+    uint32_t max_mtu = 4096;     // largest path MTU modify QP accepts
+};
+
+// Fixed pipeline costs (cycles of the NIC clock), documented with the timing model.
+constexpr uint32_t kCyclesPerWqe = 20;
+constexpr uint32_t kCyclesPerPacket = 10;
+// Preamble, start delimiter, FCS and inter-frame gap: bytes a frame occupies on the link beyond
+// what the device hands to the port.
+constexpr uint32_t kWireOverhead = 24;
+
+struct RnicConfig {
+    RnicTiming timing;
+    uint8_t mac[6] = {0x02, 0x52, 0x4b, 0, 0, 0};
+    uint32_t ip = 0xC6120001u; // host order
+    bool link = true;          // a fabric port is attached (RNIC_CAP_LINK, STATUS.LINK_UP)
+    // A peer node's MAC and IPv4 (modify QP's dest_node). Default: the fabric's rule
+    // (rnic_default_peer_addr); the glue may set the port library's.
+    std::function<bool(uint32_t node, uint8_t mac[6], uint32_t *ip)> peer_addr;
+    RcConfig rc;
+};
+
+// The fabric's addressing rule for a node (rkf_eth_node_mac/rkf_eth_node_ipv4, fabric_proto.h:
+// MAC 02:52:4b:00:00:<id>, IPv4 198.18.0.<id + 1>). Refuses ids the rule cannot express.
+bool rnic_default_peer_addr(uint32_t node, uint8_t mac[6], uint32_t *ip);
+
+struct RnicCounters {
+#define RNIC_CNT_X_FIELD_(N, n, d) uint64_t n = 0;
+    RNIC_DEV_COUNTERS(RNIC_CNT_X_FIELD_)
+#undef RNIC_CNT_X_FIELD_
+};
+
+class Rnic : private RcEnv {
+public:
+    // The link: transmit one Ethernet frame; false: not sent (ring full, no link), counted.
+    using SendFn = std::function<bool(const uint8_t *frame, size_t len)>;
+    // The earliest time poll() has work (UINT64_MAX: none); called with the lock held.
+    using TimerFn = std::function<void(uint64_t deadline_ns)>;
+
+    Rnic(Host host, RnicConfig cfg, SendFn send, TimerFn timer = {});
+    ~Rnic() override;
+    Rnic(const Rnic &) = delete;
+    Rnic &operator=(const Rnic &) = delete;
+
+    // BAR0 (registers; 4- or 8-byte accesses) and BAR2 (doorbell pages; 4-byte accesses).
+    uint64_t ctrl_read(uint64_t offset, unsigned size);
+    void ctrl_write(uint64_t offset, uint64_t value, unsigned size);
+    uint64_t db_read(uint64_t offset, unsigned size);
+    void db_write(uint64_t offset, uint64_t value, unsigned size);
+
+    // One Ethernet frame from the link (any bytes: bad frames are counted and dropped).
+    void on_frame(const uint8_t *frame, size_t len);
+    // Timers due by host.now_ns() (retransmission, RNR waits), then ACKs owed.
+    void poll();
+    uint64_t next_deadline_ns();
+
+    // Device reset: every object destroyed, registers and counters at reset values.
+    void reset();
+
+    // Counter i (RNIC_CNT_INDEX_*), as the register reads it.
+    uint64_t counter(unsigned index);
+    uint32_t int_status();
+    // Interrupt line levels, for the glue after reset (line = vector).
+    bool irq_level(unsigned vector);
+
+    struct Pending; // per-call deferred work (the register bank's context)
+
+private:
+    struct Mr;
+    struct Cq;
+    struct Qp;
+    struct Pd {
+        bool valid = false;
+        uint32_t users = 0; // MRs and QPs on it
+    };
+    using RegRow = Reg<Rnic, Pending>;
+    static std::span<const RegRow> reg_table();
+
+    // RcEnv
+    uint64_t now_ns() override;
+    void send_frame(const uint8_t *frame, size_t len) override;
+    WcStatus read_local(uint32_t qpn, const SendWr &wr, uint64_t off, uint8_t *dst, uint32_t len) override;
+    WcStatus write_local(uint32_t qpn, const SendWr &wr, uint64_t off, const uint8_t *src,
+                         uint32_t len) override;
+    Remote check_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t len, uint32_t access) override;
+    Remote write_remote(uint32_t qpn, uint32_t rkey, uint64_t va, const uint8_t *src, uint32_t len) override;
+    Remote read_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint8_t *dst, uint32_t len) override;
+    Remote atomic_remote(uint32_t qpn, uint8_t opcode, uint32_t rkey, uint64_t va, uint64_t swap_add,
+                         uint64_t compare, uint64_t *orig) override;
+    Remote atomic_write_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t value) override;
+    Remote flush_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t len, uint8_t placement,
+                        uint8_t selectivity) override;
+    bool recv_available(uint32_t qpn) override;
+    WcStatus recv_write(uint32_t qpn, uint64_t off, const uint8_t *src, uint32_t len) override;
+    void flush_recv(uint32_t qpn) override;
+    void complete(const Completion &c) override;
+
+    // registers and commands
+    void guest_error(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+    void exec_command();
+    uint16_t cmd_reg_mr(struct rnic_cmd &c);
+    uint16_t cmd_create_cq(struct rnic_cmd &c);
+    uint16_t cmd_create_qp(struct rnic_cmd &c);
+    uint16_t cmd_modify_qp(struct rnic_cmd &c);
+    uint16_t cmd_query_qp(struct rnic_cmd &c);
+    uint16_t cmd_destroy_qp(uint32_t qpn);
+    bool probe_ram(uint64_t addr, uint64_t len);
+
+    // memory
+    Mr *mr_by_key(uint32_t key);
+    bool mr_rw(const Mr &m, uint64_t va, uint8_t *buf, uint64_t len, bool write);
+    uint32_t check_local(const Qp &q, const struct rnic_sge &s, bool write); // RNIC_LERR_*
+    WcStatus sge_rw(const Qp &q, const struct rnic_sge *sge, unsigned nsge, uint64_t off, uint8_t *buf,
+                    uint32_t len, bool write, uint32_t *lerr);
+    Remote remote_mr(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t len, uint32_t access, Mr **out);
+    bool dma(uint64_t addr, void *buf, uint64_t len, bool write);
+
+    // queues
+    Qp *qp_by_qpn(uint32_t qpn);
+    void sq_doorbell(Qp &q, uint32_t pi);
+    void rq_doorbell(Qp &q, uint32_t pi);
+    void pump_sq(Qp &q);
+    bool fetch_rwqe(Qp &q);
+    void write_cqe(uint32_t cqn, struct rnic_cqe &e, bool solicited_event);
+    void qp_fail(Qp &q, const char *why);
+    void after_engine();
+    void raise(unsigned vector);
+    void update_irq();
+    void arm_timer();
+
+    // timing model
+    uint64_t ser_ns(uint64_t frame_bytes) const;
+    uint64_t pcie_ns(uint64_t bytes) const;
+    uint64_t nic_ns(uint64_t cycles) const;
+    uint64_t model_wr_ns(uint8_t wr_op, uint64_t len, uint32_t mtu) const;
+    uint64_t model_recv_ns(uint64_t len, uint32_t mtu) const;
+
+    Host host_;
+    RnicConfig cfg_;
+    SendFn send_;
+    TimerFn timer_;
+    std::mutex mu_;
+    RegBank<Rnic, Pending> bank_;
+    std::unique_ptr<RcEngine> rc_;
+
+    // registers
+    uint32_t ctrl_ = 0, cmd_addr_lo_ = 0, cmd_addr_hi_ = 0, cmd_status_ = 0, cmd_count_ = 0;
+    uint32_t int_status_ = 0, int_enable_ = 0, model_hi_latch_ = 0;
+    uint64_t cq_events_[RNIC_BITMAP_WORDS(RNIC_MAX_CQ)] = {};
+    uint64_t qp_errors_[RNIC_BITMAP_WORDS(RNIC_MAX_QP)] = {};
+    uint64_t cq_errors_[RNIC_BITMAP_WORDS(RNIC_MAX_CQ)] = {};
+    RnicCounters ctr_;
+    uint64_t cnt_base_[RNIC_CNT_COUNT] = {}; // values at the last CNT_CLEAR
+    bool irq_[RNIC_MSIX_VECTORS] = {};
+
+    // verbs objects
+    std::vector<Pd> pds_;
+    std::vector<std::unique_ptr<Mr>> mrs_;
+    std::vector<uint8_t> mr_tag_;
+    std::vector<std::unique_ptr<Cq>> cqs_;
+    std::vector<std::unique_ptr<Qp>> qps_;
+    uint64_t next_seq_ = 1;
+
+    std::deque<std::vector<uint8_t>> loop_; // frames to this node's own MAC
+};
+
+} // namespace rackemu::rnic

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The C API of the RNIC device core (hw/rnic/rnic.h) for its QEMU glue (hw/qemu/rackemu_rnic.c).
+ * Threading as the core's: the register and doorbell calls from a vCPU, rk_rnic_on_frame from the
+ * fabric port's thread, rk_rnic_poll from a timer; `send` and `timer` are called with the core's
+ * lock held and must not call back into it.
+ */
+#ifndef RACKEMU_RNIC_CAPI_H
+#define RACKEMU_RNIC_CAPI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rackemu/host.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct RkRnic RkRnic;
+
+/* The timing model (docs/rnic.md "Timing model"); the glue's properties. */
+typedef struct RkRnicTiming {
+    uint32_t link_mbps; /* link bandwidth, Mbit/s */
+    uint32_t hop_ns;    /* latency per hop */
+    uint32_t nic_mhz;   /* NIC pipeline clock */
+    uint32_t pcie_ns;   /* one-way PCIe latency */
+    uint32_t pcie_mbps; /* PCIe bandwidth, MByte/s */
+    uint32_t max_mtu;   /* largest path MTU, 256..4096 */
+} RkRnicTiming;
+
+/* Transmit one frame; returns 0 when it was queued to the link. */
+typedef int (*rk_rnic_send_fn)(void *opaque, const uint8_t *frame, size_t len);
+/* The earliest time rk_rnic_poll() has work (UINT64_MAX: none). */
+typedef void (*rk_rnic_timer_fn)(void *opaque, uint64_t deadline_ns);
+
+/* `host` is copied. link = 0: no fabric port (frames to other nodes are dropped and counted). */
+RkRnic *rk_rnic_new(const RkHost *host, const RkRnicTiming *timing, int link, rk_rnic_send_fn send,
+                    rk_rnic_timer_fn timer, void *opaque);
+void rk_rnic_free(RkRnic *r);
+uint64_t rk_rnic_ctrl_read(RkRnic *r, uint64_t offset, unsigned size);
+void rk_rnic_ctrl_write(RkRnic *r, uint64_t offset, uint64_t value, unsigned size);
+uint64_t rk_rnic_db_read(RkRnic *r, uint64_t offset, unsigned size);
+void rk_rnic_db_write(RkRnic *r, uint64_t offset, uint64_t value, unsigned size);
+void rk_rnic_on_frame(RkRnic *r, const uint8_t *frame, size_t len);
+void rk_rnic_poll(RkRnic *r);
+void rk_rnic_reset(RkRnic *r);
+/* The level of interrupt line (MSI-X vector) `vector`. */
+int rk_rnic_irq_level(RkRnic *r, unsigned vector);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RACKEMU_RNIC_CAPI_H */

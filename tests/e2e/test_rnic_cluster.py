@@ -1,0 +1,175 @@
+"""Scenario: the RNIC on booted nodes through its Linux driver and the verbs library
+(docs/rnic-verbs.md, docs/rnic.md).
+
+Every node gets `-device rackemu-rnic`; the image loads rackemu_rnic.ko at boot (/dev/rnic0).
+`rnic check` runs every operation and refusal between two QPs of one node (the device loops
+frames to its own MAC back), `rnic bench` measures, and across nodes a `rnic bench --server`
+holds a FETCH_ADD counter and an MR while clients connect over TCP (as perftest) and run RDMA
+through the fabric's Ethernet switch.
+"""
+import re
+import time
+
+import pytest
+
+from conftest import _clusters, _config, _start
+from guest_tools import RnicRelay as Relay, kv, run_kv, stop_procs
+
+RNIC_ARGS = ["-device", "rackemu-rnic"]
+
+
+@pytest.fixture(scope="module")
+def rcluster():
+    c = _start(_config(f"e2e-rnic-{int(time.time())}", qemu_args=RNIC_ARGS))
+    yield c
+    c.down()
+    _clusters.remove(c)
+
+
+def rnic(node, cmd, timeout=180):
+    return run_kv(node, f"rnic {cmd}", timeout)
+
+
+def stop_all(node):
+    stop_procs(node, "rnic")
+
+
+def test_driver_binds_on_every_node(rcluster):
+    for i in (0, 1):
+        r, d = rnic(rcluster.node(i), "info")
+        assert r.rc == 0, r.stdout + r.stderr
+        assert d[0]["node"] == str(i) and d[0]["flush"] == "1" and d[0]["atomic_write"] == "1"
+        assert d[1]["mac"] == f"02:52:4b:00:00:{i:02x}" and d[1]["ipv4"] == f"198.18.0.{i + 1}"
+        assert d[2]["max_qp"] == "256" and d[2]["max_mtu"] == "4096" and int(d[2]["irq_vectors"]) >= 1
+
+
+def test_check_suite_passes(rcluster):
+    """Every operation (WRITE/READ/SEND+IMM at 1, MTU-1, MTU, MTU+1, 1 MiB into the middle and the
+    last byte of an MR, WRITE+IMM, atomics, ATOMIC WRITE, FLUSH) and every refusal."""
+    n = rcluster.node(0)
+    r, d = rnic(n, "check", timeout=600)
+    failed = [x for x in d if x.get("ok") == "0"]
+    assert r.rc == 0 and not failed, (r.stdout + r.stderr).decode()
+    names = {x["check"] for x in d if "check" in x}
+    for size in (1, 4095, 4096, 4097, 1 << 20):
+        for where in ("middle", "end"):
+            for op in ("write", "read", "send_imm"):
+                assert f"{op}_{size}_{where}" in names
+    for must in ("refuse_bad_rkey", "refuse_past_end", "refuse_write_read_only", "refuse_unaligned_atomic",
+                 "refuse_atomic_no_flag", "refuse_other_pd", "refuse_bad_lkey", "err_state_flushes",
+                 "rnr_retry_exceeded", "refuse_reset_to_rts", "mr_released_at_exit", "cq_armed_interrupt",
+                 "cq_channel_poll_read",
+                 "refuse_foreign_doorbell_mmap", "objects_released_at_exit", "fetch_add", "cmp_swap_hit",
+                 "atomic_write", "flush"):
+        assert must in names, must
+    assert d[-1]["checks"] == "76" and d[-1]["failed"] == "0"
+
+
+def test_check_suite_passes_for_an_unprivileged_user(rcluster):
+    """/dev/rnic0 is open to every user; pinned pages count against RLIMIT_MEMLOCK (8 MiB here)."""
+    r = rcluster.node(1).exec("su u -c 'ulimit -l; rnic check'", timeout=600)
+    d = kv(r.stdout)
+    failed = [x for x in d if x.get("ok") == "0"]
+    assert r.rc == 0 and not failed and d[-1]["checks"] == "76", (r.stdout + r.stderr).decode()
+    assert r.stdout.startswith(b"8192\n")
+
+
+def test_bench_loopback_reports_wall_and_modeled(rcluster):
+    n = rcluster.node(1)
+    r, d = rnic(n, "bench --ops write,read,send,faa,cas --sizes 8,4K --iters 30 --window 8 --rate-windows 1,8")
+    assert r.rc == 0, (r.stdout + r.stderr).decode()
+    rows = [x for x in d if "op" in x]
+    assert {(x["op"], x["size"]) for x in rows} == {
+        ("write", "8"), ("write", "4096"), ("read", "8"), ("read", "4096"), ("send", "8"), ("send", "4096"),
+        ("faa", "8"), ("cas", "8")}
+    for x in rows:
+        assert float(x["lat_us"]) > 0 and float(x["lat_modeled_us"]) > 0 and float(x["bw_mbps"]) > 0, x
+    rates = [x for x in d if "outstanding" in x]
+    assert [x["outstanding"] for x in rates] == ["1", "8"]
+
+
+def test_tcp_connection_setup_on_one_node(rcluster, in_background):
+    """The perftest-style exchange over TCP (here over the node's loopback interface): a server for
+    two clients on one counter, a verified bench client and a FETCH_ADD client."""
+    n = rcluster.node(1)
+    try:
+        srv = in_background(n, "rnic bench --server --clients 2 --port 18620", timeout=300)
+        r, d = rnic(n, "bench --client 127.0.0.1 --port 18620 --ops write,read --sizes 1,4097 --iters 5 "
+                       "--rate-windows 1 --verify")
+        assert r.rc == 0 and not [x for x in d if x.get("ok") == "0"], (r.stdout + r.stderr).decode()
+        r, d = rnic(n, "faa --client 127.0.0.1 --port 18620 --count 50")
+        assert r.rc == 0 and d[-1]["errors"] == "0", (r.stdout + r.stderr).decode()
+        rs = srv.result(310)
+        done = [x for x in kv(rs.stdout) if x.get("server") == "done"]
+        assert rs.rc == 0 and done and done[0]["clients"] == "2" and int(done[0]["counter"]) == 50, rs.stdout
+    finally:
+        stop_all(n)
+
+
+def test_help_and_bad_arguments(rcluster):
+    n = rcluster.node(0)
+    r = n.exec("rnic --help")
+    assert r.rc == 0 and b"usage: rnic COMMAND" in r.stdout
+    r = n.exec("rnic bench --ops frobnicate")
+    assert r.rc == 2 and b"unknown op 'frobnicate'" in r.stderr
+    r = n.exec("rnic bench --server --client node1")
+    assert r.rc == 2 and b"exclude" in r.stderr
+    r = n.exec("rnic nosuch")
+    assert r.rc == 2 and b"unknown command" in r.stderr
+
+
+def test_cross_node_write_read_send_at_every_size(rcluster):
+    """WRITE/READ/SEND at 1, MTU-1, MTU, MTU+1 and 1 MiB into the middle and the last byte of the
+    peer's MR across the switch, read back and compared (check lines)."""
+    s, c = rcluster.node(0), rcluster.node(1)
+    try:
+        relay = Relay(s, "xs", 1)
+        cl = relay.client(c, "bench --ops write --sizes 1,4095,4096,4097,1M --iters 5 --window 4 "
+                             "--rate-windows 1 --verify")
+        relay.go(cl)
+        rc, out = relay.result(cl)
+        d = kv(out)
+        failed = [x for x in d if x.get("ok") == "0"]
+        assert rc == 0 and not failed, out.decode()
+        names = {x["check"] for x in d if "check" in x}
+        for size in (1, 4095, 4096, 4097, 1 << 20):
+            assert {f"write_{size}_middle", f"write_{size}_end", f"read_{size}_middle", f"read_{size}_end",
+                    f"send_{size}_recv"} <= names
+        relay.stop()
+    finally:
+        stop_all(s)
+        stop_all(c)
+
+
+def test_fetch_add_from_every_node_gives_the_exact_total(rcluster):
+    s, c = rcluster.node(0), rcluster.node(1)
+    count = 300
+    try:
+        relay = Relay(s, "faa", 2)
+        c0 = relay.client(s, f"faa --count {count}")   # node 0 loops back to its own MAC
+        c1 = relay.client(c, f"faa --count {count}")
+        relay.go(c0, c1)
+        for cl in (c0, c1):
+            rc, out = relay.result(cl)
+            assert rc == 0 and kv(out)[-2]["errors"] == "0", out.decode()
+        done = [x for x in relay.stop() if x.get("server") == "done"]
+        assert done and int(done[0]["counter"]) == 2 * count, done
+    finally:
+        stop_all(s)
+        stop_all(c)
+
+
+def test_killed_node_turns_work_into_error_completions(fresh_cluster):
+    c = fresh_cluster(nodes=2, qemu_args=RNIC_ARGS)
+    s, cn = c.node(0), c.node(1)
+    relay = Relay(s, "kill", 1, "--timeout 10 --retry 3")
+    cl = relay.client(cn, "faa --count 100000000 --timeout 10 --retry 3")
+    relay.go(cl)
+    time.sleep(3)
+    t0 = time.monotonic()
+    c.kill_node(0)
+    rc, out = relay.result(cl, timeout=120)
+    took = time.monotonic() - t0
+    assert rc == 1 and re.search(rb"status 12 \(transport retries exceeded\)", out), out.decode()
+    # timeout code 10 is 4.2 ms, 3 retries: far under 10 s of wall time even polled through the agent
+    assert took < 10, took

@@ -1,0 +1,1161 @@
+// Unit tests of the RNIC device core (hw/rnic/rnic.cc): two cores on TestHosts, back to back over
+// an in-process Ethernet link with seeded loss, duplication, reordering and corruption, and a
+// fake clock. A small driver in the test does what the kernel driver does: command blocks,
+// rings in guest RAM, WQEs, doorbells, CQ polling. Assertions are on the bytes in guest RAM, the
+// CQEs, the registers and the counters.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <random>
+#include <thread>
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "rackemu/rnic_regs.h"
+#include "rnic.h"
+#include "test_host.h"
+#include "wire.h"
+
+using namespace rackemu;
+using namespace rackemu::rnic;
+using rackemu::test::TestHost;
+
+namespace {
+
+constexpr uint64_t kBase = 0x40000000;
+constexpr uint64_t kRam = 24 << 20;
+
+struct Link {
+    struct Frame {
+        unsigned to;
+        std::vector<uint8_t> bytes;
+    };
+    std::deque<Frame> q;
+    std::mt19937_64 rng{7};
+    double drop = 0, dup = 0, reorder = 0, corrupt = 0;
+    bool down = false;
+    uint64_t dropped = 0, duplicated = 0, reordered = 0, corrupted = 0, sent = 0;
+
+    bool draw(double p) { return p > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < p; }
+    std::mutex mu; // the threaded test sends from two threads
+    bool send(const uint8_t *f, size_t n)
+    {
+        std::lock_guard lk(mu);
+        sent++;
+        if (n < 14) return false;
+        const unsigned to = f[5]; // 02:52:4b:00:00:<node>
+        if (down || draw(drop)) return dropped++, true;
+        Frame fr{to, std::vector<uint8_t>(f, f + n)};
+        if (draw(corrupt)) {
+            corrupted++;
+            const size_t i = 14 + std::uniform_int_distribution<size_t>(0, n - 15)(rng);
+            fr.bytes[i] ^= uint8_t(1u << std::uniform_int_distribution<int>(0, 7)(rng));
+        }
+        if (draw(dup)) duplicated++, q.push_back(fr);
+        if (draw(reorder) && !q.empty()) {
+            reordered++;
+            q.insert(q.begin() + long(std::uniform_int_distribution<size_t>(0, q.size() - 1)(rng)), fr);
+        } else {
+            q.push_back(fr);
+        }
+        return true;
+    }
+};
+
+// One node: its RAM, its RNIC and a driver's view of it.
+struct Node {
+    unsigned id;
+    TestHost host{kRam, kBase};
+    std::unique_ptr<Rnic> nic;
+    uint64_t brk = kBase + 0x100000; // bump allocator over guest RAM
+    uint64_t cmd_at = kBase;
+
+    Node(unsigned node_id, Link &link, RnicConfig cfg = {}) : id(node_id)
+    {
+        rnic_default_peer_addr(id, cfg.mac, &cfg.ip);
+        nic = std::make_unique<Rnic>(host.host(nullptr, nullptr, id, 2), cfg,
+                                     [&link](const uint8_t *f, size_t n) { return link.send(f, n); });
+        nic->ctrl_write(RNIC_REG_CTRL, RNIC_CTRL_ENABLE, 4);
+    }
+    uint8_t *mem(uint64_t a) { return host.ram.data() + (a - kBase); }
+    uint64_t alloc(uint64_t n, uint64_t align = 4096)
+    {
+        brk = (brk + align - 1) & ~(align - 1);
+        const uint64_t a = brk;
+        brk += n;
+        EXPECT_LE(brk, kBase + kRam);
+        return a;
+    }
+    uint32_t reg(uint32_t off) { return uint32_t(nic->ctrl_read(off, 4)); }
+    uint64_t counter(unsigned idx) { return nic->ctrl_read(RNIC_REG_COUNTERS + 8 * idx, 8); }
+
+    uint16_t cmd(struct rnic_cmd &c)
+    {
+        std::memcpy(mem(cmd_at), &c, sizeof(c));
+        nic->ctrl_write(RNIC_REG_CMD_ADDR_LO, uint32_t(cmd_at), 4);
+        nic->ctrl_write(RNIC_REG_CMD_ADDR_HI, uint32_t(cmd_at >> 32), 4);
+        nic->ctrl_write(RNIC_REG_CMD_EXEC, RNIC_CMD_EXEC_GO, 4);
+        std::memcpy(&c, mem(cmd_at), sizeof(c));
+        EXPECT_EQ(c.status, reg(RNIC_REG_CMD_STATUS));
+        return c.status;
+    }
+    uint32_t create_pd()
+    {
+        struct rnic_cmd c = {};
+        c.opcode = RNIC_CMD_CREATE_PD;
+        EXPECT_EQ(cmd(c), RNIC_CMD_ST_OK);
+        return c.handle;
+    }
+    uint16_t reg_mr_phys(uint32_t pd, uint64_t addr, uint64_t len, uint32_t access, uint32_t *key)
+    {
+        struct rnic_cmd c = {};
+        c.opcode = RNIC_CMD_REG_MR;
+        c.handle = pd;
+        c.params.mr.iova = addr;
+        c.params.mr.length = len;
+        c.params.mr.access = access;
+        c.params.mr.flags = RNIC_MR_F_PHYS;
+        const uint16_t st = cmd(c);
+        if (key) *key = c.out0;
+        if (st == RNIC_CMD_ST_OK) {
+            EXPECT_EQ(c.out0, c.out1);
+        }
+        return st;
+    }
+    uint32_t mr(uint32_t pd, uint64_t addr, uint64_t len, uint32_t access = RNIC_ACCESS_ALL)
+    {
+        uint32_t key = 0;
+        EXPECT_EQ(reg_mr_phys(pd, addr, len, access, &key), RNIC_CMD_ST_OK);
+        return key;
+    }
+
+    struct Cq {
+        uint32_t cqn;
+        uint64_t ring;
+        uint8_t log2;
+        uint32_t ci = 0;
+    };
+    Cq create_cq(uint8_t log2 = 10, uint8_t vector = 1)
+    {
+        Cq q{0, alloc(64ull << log2), log2};
+        struct rnic_cmd c = {};
+        c.opcode = RNIC_CMD_CREATE_CQ;
+        c.params.cq.ring = q.ring;
+        c.params.cq.depth_log2 = log2;
+        c.params.cq.vector = vector;
+        EXPECT_EQ(cmd(c), RNIC_CMD_ST_OK);
+        q.cqn = c.handle;
+        return q;
+    }
+    // The CQEs written since the last call (consumer index advanced, written back).
+    std::vector<struct rnic_cqe> poll(Cq &q)
+    {
+        std::vector<struct rnic_cqe> out;
+        for (;;) {
+            struct rnic_cqe e;
+            const uint64_t at = q.ring + uint64_t(q.ci & ((1u << q.log2) - 1)) * 64;
+            // as a CPU polls: the owner byte (written last by the device) first, then the entry
+            const uint8_t owner = std::atomic_ref<uint8_t>(*mem(at + offsetof(struct rnic_cqe, owner)))
+                                      .load(std::memory_order_acquire);
+            if ((owner & 1) != (((q.ci >> q.log2) & 1) ^ 1)) break;
+            uint8_t *b = reinterpret_cast<uint8_t *>(&e);
+            for (unsigned i = 0; i < 64; i++)
+                b[i] = std::atomic_ref<uint8_t>(*mem(at + i)).load(std::memory_order_relaxed);
+            out.push_back(e);
+            q.ci++;
+        }
+        if (!out.empty()) nic->db_write(RNIC_DB_CQ(q.cqn) + RNIC_CQ_DB_CI, q.ci, 4);
+        return out;
+    }
+
+    struct Qp {
+        uint32_t qpn;
+        uint64_t sq, rq;
+        uint8_t sq_log2, rq_log2;
+        uint32_t sq_pi = 0, rq_pi = 0;
+        uint32_t index() const { return RNIC_QP_INDEX(qpn); }
+    };
+    Qp create_qp(uint32_t pd, const Cq &scq, const Cq &rcq, uint8_t log2 = 8)
+    {
+        Qp q{0, alloc(128ull << log2), alloc(64ull << log2), log2, log2};
+        struct rnic_cmd c = {};
+        c.opcode = RNIC_CMD_CREATE_QP;
+        c.handle = pd;
+        c.params.qp.sq_ring = q.sq;
+        c.params.qp.rq_ring = q.rq;
+        c.params.qp.send_cqn = scq.cqn;
+        c.params.qp.recv_cqn = rcq.cqn;
+        c.params.qp.sq_depth_log2 = log2;
+        c.params.qp.rq_depth_log2 = log2;
+        EXPECT_EQ(cmd(c), RNIC_CMD_ST_OK);
+        q.qpn = c.handle;
+        return q;
+    }
+    uint16_t modify(uint32_t qpn, const struct rnic_cmd_modify_qp &m)
+    {
+        struct rnic_cmd c = {};
+        c.opcode = RNIC_CMD_MODIFY_QP;
+        c.handle = qpn;
+        c.params.modify = m;
+        return cmd(c);
+    }
+    // RESET -> INIT -> RTR -> RTS toward (peer_node, peer_qpn).
+    void connect(const Qp &q, unsigned peer_node, uint32_t peer_qpn, uint16_t mtu = 1024,
+                 uint8_t timeout = 10, uint8_t retry = 7,
+                 uint32_t access = RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE)
+    {
+        struct rnic_cmd_modify_qp m = {};
+        m.attr_mask = RNIC_QP_ATTR_STATE | RNIC_QP_ATTR_ACCESS_FLAGS;
+        m.state = RNIC_QPS_INIT;
+        m.access = access;
+        ASSERT_EQ(modify(q.qpn, m), RNIC_CMD_ST_OK);
+        m.attr_mask = RNIC_QP_ATTR_STATE | RNIC_QP_ATTR_PATH_MTU | RNIC_QP_ATTR_DEST_QPN |
+                      RNIC_QP_ATTR_RQ_PSN | RNIC_QP_ATTR_MAX_DEST_RD_ATOMIC | RNIC_QP_ATTR_MIN_RNR_TIMER |
+                      RNIC_QP_ATTR_AV;
+        m.state = RNIC_QPS_RTR;
+        m.path_mtu = mtu;
+        m.dest_qpn = peer_qpn;
+        m.rq_psn = 0xfffff0; // close to the wrap
+        m.max_dest_rd_atomic = 16;
+        m.min_rnr_timer = 1;
+        m.dest_node = peer_node;
+        ASSERT_EQ(modify(q.qpn, m), RNIC_CMD_ST_OK);
+        m.attr_mask = RNIC_QP_ATTR_STATE | RNIC_QP_ATTR_SQ_PSN | RNIC_QP_ATTR_TIMEOUT |
+                      RNIC_QP_ATTR_RETRY_CNT | RNIC_QP_ATTR_RNR_RETRY | RNIC_QP_ATTR_MAX_QP_RD_ATOMIC;
+        m.state = RNIC_QPS_RTS;
+        m.sq_psn = 0xfffff0;
+        m.timeout = timeout;
+        m.retry_cnt = retry;
+        m.rnr_retry = 7;
+        m.max_rd_atomic = 16;
+        ASSERT_EQ(modify(q.qpn, m), RNIC_CMD_ST_OK);
+    }
+    void post_send(Qp &q, const struct rnic_send_wqe &w)
+    {
+        std::memcpy(mem(q.sq + uint64_t(q.sq_pi & ((1u << q.sq_log2) - 1)) * 128), &w, 128);
+        q.sq_pi++;
+        nic->db_write(RNIC_DB_QP(q.index()) + RNIC_QP_DB_SQ_PI, q.sq_pi, 4);
+    }
+    void post_recv(Qp &q, uint64_t wr_id, uint64_t addr, uint32_t len, uint32_t lkey)
+    {
+        struct rnic_recv_wqe w = {};
+        w.wr_id = wr_id;
+        w.num_sge = len ? 1 : 0;
+        w.sge[0] = {addr, len, lkey};
+        std::memcpy(mem(q.rq + uint64_t(q.rq_pi & ((1u << q.rq_log2) - 1)) * 64), &w, 64);
+        q.rq_pi++;
+        nic->db_write(RNIC_DB_QP(q.index()) + RNIC_QP_DB_RQ_PI, q.rq_pi, 4);
+    }
+};
+
+struct Rig {
+    Link link;
+    Node a{0, link}, b{1, link};
+    uint64_t clock = 0;
+
+    Node &node(unsigned i) { return i ? b : a; }
+    void set_clock(uint64_t t)
+    {
+        clock = t;
+        a.host.clock_ns = t;
+        b.host.clock_ns = t;
+    }
+    // Deliver frames and fire timers until `done` or nothing is left to do.
+    bool run(const std::function<bool()> &done, unsigned max_steps = 2000000)
+    {
+        for (unsigned s = 0; s < max_steps; s++) {
+            if (done()) return true;
+            if (!link.q.empty()) {
+                Link::Frame f = std::move(link.q.front());
+                link.q.pop_front();
+                if (f.to < 2) node(f.to).nic->on_frame(f.bytes.data(), f.bytes.size());
+                continue;
+            }
+            const uint64_t d = std::min(a.nic->next_deadline_ns(), b.nic->next_deadline_ns());
+            if (d == UINT64_MAX) return done();
+            set_clock(std::max(clock + 1, d));
+            a.nic->poll();
+            b.nic->poll();
+        }
+        return done();
+    }
+};
+
+// A connected pair of QPs with one big MR each (all access rights) and a CQ each.
+struct Pair : Rig {
+    uint32_t pda, pdb;
+    Node::Cq cqa, cqb;
+    Node::Qp qa, qb;
+    uint64_t bufa, bufb;
+    uint32_t keya, keyb;
+    static constexpr uint64_t kBuf = 4 << 20;
+    std::vector<struct rnic_cqe> got_a, got_b;
+
+    explicit Pair(uint16_t mtu = 1024, uint8_t timeout = 10, uint8_t retry = 7)
+    {
+        pda = a.create_pd();
+        pdb = b.create_pd();
+        cqa = a.create_cq();
+        cqb = b.create_cq();
+        qa = a.create_qp(pda, cqa, cqa);
+        qb = b.create_qp(pdb, cqb, cqb);
+        bufa = a.alloc(kBuf);
+        bufb = b.alloc(kBuf);
+        keya = a.mr(pda, bufa, kBuf);
+        keyb = b.mr(pdb, bufb, kBuf);
+        a.connect(qa, 1, qb.qpn, mtu, timeout, retry);
+        b.connect(qb, 0, qa.qpn, mtu, timeout, retry);
+    }
+    // Wait for n CQEs on a's CQ (and collect b's).
+    std::vector<struct rnic_cqe> wait_a(size_t n)
+    {
+        run([&] {
+            auto v = a.poll(cqa);
+            got_a.insert(got_a.end(), v.begin(), v.end());
+            auto w = b.poll(cqb);
+            got_b.insert(got_b.end(), w.begin(), w.end());
+            return got_a.size() >= n;
+        });
+        std::vector<struct rnic_cqe> out;
+        out.swap(got_a);
+        return out;
+    }
+    std::vector<struct rnic_cqe> wait_b(size_t n)
+    {
+        run([&] {
+            auto v = a.poll(cqa);
+            got_a.insert(got_a.end(), v.begin(), v.end());
+            auto w = b.poll(cqb);
+            got_b.insert(got_b.end(), w.begin(), w.end());
+            return got_b.size() >= n;
+        });
+        std::vector<struct rnic_cqe> out;
+        out.swap(got_b);
+        return out;
+    }
+};
+
+struct rnic_send_wqe wqe(uint8_t op, uint64_t wr_id, uint64_t laddr, uint32_t len, uint32_t lkey,
+                         uint64_t raddr = 0, uint32_t rkey = 0)
+{
+    struct rnic_send_wqe w = {};
+    w.wr_id = wr_id;
+    w.opcode = op;
+    w.flags = RNIC_WQE_F_SIGNALED;
+    w.num_sge = 1;
+    w.sge[0] = {laddr, len, lkey};
+    w.remote_addr = raddr;
+    w.rkey = rkey;
+    return w;
+}
+
+void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+    std::mt19937 r(seed);
+    for (size_t i = 0; i < n; i++)
+        p[i] = uint8_t(r());
+}
+
+// ---- registers ----
+
+TEST(Rnic, IdentityRegistersAndReadOnlyWrites)
+{
+    Link l;
+    Node n(3, l);
+    EXPECT_EQ(n.reg(RNIC_REG_ID), RNIC_ID_VALUE);
+    EXPECT_EQ(n.reg(RNIC_REG_VERSION), RNIC_VERSION_VALUE);
+    EXPECT_EQ(n.reg(RNIC_REG_CAPS), RNIC_CAP_FLUSH | RNIC_CAP_ATOMIC_WRITE | RNIC_CAP_LINK);
+    EXPECT_EQ(n.reg(RNIC_REG_NODE_ID), 3u);
+    EXPECT_EQ(n.reg(RNIC_REG_MAX_QP), RNIC_MAX_QP);
+    EXPECT_EQ(n.reg(RNIC_REG_MAX_MR), RNIC_MAX_MR);
+    EXPECT_EQ(n.reg(RNIC_REG_MAC_HI), 0x0252u);
+    EXPECT_EQ(n.reg(RNIC_REG_MAC_LO), 0x4b000003u);
+    EXPECT_EQ(n.reg(RNIC_REG_IPV4), 0xC6120004u);
+    EXPECT_EQ(n.reg(RNIC_REG_MAX_MTU), 4096u);
+    EXPECT_EQ(n.reg(RNIC_REG_LINK_MBPS), 100000u);
+    const size_t e0 = n.host.guest_errors().size();
+    n.nic->ctrl_write(RNIC_REG_ID, 0, 4);
+    n.nic->ctrl_write(0xff0, 0, 4);             // nothing there
+    (void)n.nic->ctrl_read(RNIC_REG_ID + 1, 4); // unaligned
+    EXPECT_EQ(n.host.guest_errors().size(), e0 + 3);
+    EXPECT_EQ(n.reg(RNIC_REG_ID), RNIC_ID_VALUE);
+    EXPECT_EQ(n.counter(RNIC_CNT_INDEX_GUEST_ERRORS), 3u);
+    n.nic->ctrl_write(RNIC_REG_CTRL, RNIC_CTRL_ENABLE | RNIC_CTRL_CNT_CLEAR, 4);
+    EXPECT_EQ(n.counter(RNIC_CNT_INDEX_GUEST_ERRORS), 0u);
+    EXPECT_EQ(n.reg(RNIC_REG_CTRL), RNIC_CTRL_ENABLE);
+}
+
+// ---- commands ----
+
+TEST(Rnic, CommandRefusals)
+{
+    Link l;
+    Node n(0, l);
+    struct rnic_cmd c = {};
+    c.opcode = 99;
+    EXPECT_EQ(n.cmd(c), RNIC_CMD_ST_BAD_OPCODE);
+    const uint32_t pd = n.create_pd();
+    const uint64_t buf = n.alloc(1 << 16);
+    uint32_t key = 0;
+    EXPECT_EQ(n.reg_mr_phys(pd + 7, buf, 4096, RNIC_ACCESS_LOCAL_WRITE, &key), RNIC_CMD_ST_BAD_PD);
+    EXPECT_EQ(n.reg_mr_phys(0, buf, 4096, RNIC_ACCESS_LOCAL_WRITE, &key), RNIC_CMD_ST_BAD_PD);
+    // remote write without local write (IBA 10.6.3.1), unknown flags
+    EXPECT_EQ(n.reg_mr_phys(pd, buf, 4096, RNIC_ACCESS_REMOTE_WRITE, &key), RNIC_CMD_ST_BAD_ACCESS);
+    EXPECT_EQ(n.reg_mr_phys(pd, buf, 4096, 1u << 20, &key), RNIC_CMD_ST_BAD_ACCESS);
+    EXPECT_EQ(n.reg_mr_phys(pd, buf, 0, 0, &key), RNIC_CMD_ST_BAD_PARAM);
+    // a range outside RAM
+    EXPECT_EQ(n.reg_mr_phys(pd, kBase + kRam - 4096, 8192, 0, &key), RNIC_CMD_ST_BAD_ADDR);
+    EXPECT_EQ(n.reg_mr_phys(pd, 0x1000, 4096, 0, &key), RNIC_CMD_ST_BAD_ADDR);
+    // page lists: misaligned page, a page outside RAM, wrong count, misaligned list, bad shift
+    const uint64_t list = n.alloc(64);
+    auto reg_pages = [&](std::vector<uint64_t> pages, uint64_t iova, uint64_t len, uint8_t shift,
+                         uint64_t at) {
+        std::memcpy(n.mem(list), pages.data(), pages.size() * 8);
+        struct rnic_cmd m = {};
+        m.opcode = RNIC_CMD_REG_MR;
+        m.handle = pd;
+        m.params.mr = {iova, len, at, uint32_t(pages.size()), RNIC_ACCESS_LOCAL_WRITE, shift, 0, 0, 0};
+        return n.cmd(m);
+    };
+    EXPECT_EQ(reg_pages({buf + 8}, 0x10000, 4096, 12, list), RNIC_CMD_ST_BAD_PARAM);
+    EXPECT_EQ(reg_pages({0x2000}, 0x10000, 4096, 12, list), RNIC_CMD_ST_BAD_ADDR);
+    EXPECT_EQ(reg_pages({buf}, 0x10000, 8192, 12, list), RNIC_CMD_ST_BAD_PARAM);
+    EXPECT_EQ(reg_pages({buf}, 0x10000, 4096, 12, list + 4), RNIC_CMD_ST_BAD_PARAM);
+    EXPECT_EQ(reg_pages({buf}, 0x10000, 4096, 11, list), RNIC_CMD_ST_BAD_PARAM);
+    EXPECT_EQ(reg_pages({buf}, 0x10000, 4096, 12, 0x3000), RNIC_CMD_ST_BAD_ADDR);
+    EXPECT_EQ(reg_pages({buf, buf + 8192}, 0x10800, 4096, 12, list), RNIC_CMD_ST_OK);
+    // keys: deregistered and stale keys are refused
+    key = n.mr(pd, buf, 4096);
+    struct rnic_cmd d = {};
+    d.opcode = RNIC_CMD_DEREG_MR;
+    d.handle = key;
+    EXPECT_EQ(n.cmd(d), RNIC_CMD_ST_OK);
+    d.handle = key;
+    EXPECT_EQ(n.cmd(d), RNIC_CMD_ST_BAD_MR);
+    const uint32_t key2 = n.mr(pd, buf, 4096);
+    EXPECT_EQ(RNIC_KEY_INDEX(key2), RNIC_KEY_INDEX(key));
+    EXPECT_NE(key2, key); // the index is reused with a new key byte
+    d.handle = key;
+    EXPECT_EQ(n.cmd(d), RNIC_CMD_ST_BAD_MR);
+    // PD busy while an MR uses it
+    struct rnic_cmd p = {};
+    p.opcode = RNIC_CMD_DESTROY_PD;
+    p.handle = pd;
+    EXPECT_EQ(n.cmd(p), RNIC_CMD_ST_BUSY);
+    // CQs: depth, vector, alignment, ring outside RAM
+    struct rnic_cmd q = {};
+    q.opcode = RNIC_CMD_CREATE_CQ;
+    q.params.cq = {buf, 13, 0, 0, 0};
+    EXPECT_EQ(n.cmd(q), RNIC_CMD_ST_BAD_PARAM);
+    q.params.cq = {buf, 4, RNIC_MSIX_VECTORS, 0, 0};
+    EXPECT_EQ(n.cmd(q), RNIC_CMD_ST_BAD_PARAM);
+    q.params.cq = {buf + 32, 4, 0, 0, 0};
+    EXPECT_EQ(n.cmd(q), RNIC_CMD_ST_BAD_PARAM);
+    q.params.cq = {kBase + kRam - 512, 4, 0, 0, 0};
+    EXPECT_EQ(n.cmd(q), RNIC_CMD_ST_BAD_ADDR);
+    Node::Cq cq = n.create_cq(4);
+    // QPs: bad PD, bad CQ, bad ring
+    struct rnic_cmd cq_ = {};
+    cq_.opcode = RNIC_CMD_CREATE_QP;
+    cq_.handle = pd;
+    cq_.params.qp = {buf, buf, cq.cqn + 1, cq.cqn, 4, 4, 0, 0};
+    EXPECT_EQ(n.cmd(cq_), RNIC_CMD_ST_BAD_CQ);
+    cq_.handle = 77;
+    cq_.params.qp = {buf, buf, cq.cqn, cq.cqn, 4, 4, 0, 0};
+    EXPECT_EQ(n.cmd(cq_), RNIC_CMD_ST_BAD_PD);
+    cq_.handle = pd;
+    cq_.params.qp = {kBase + kRam - 64, buf, cq.cqn, cq.cqn, 4, 4, 0, 0};
+    EXPECT_EQ(n.cmd(cq_), RNIC_CMD_ST_BAD_ADDR);
+    Node::Qp qp = n.create_qp(pd, cq, cq, 4);
+    EXPECT_EQ(qp.qpn, RNIC_QPN(0));
+    // CQ busy while a QP uses it
+    struct rnic_cmd dc = {};
+    dc.opcode = RNIC_CMD_DESTROY_CQ;
+    dc.handle = cq.cqn;
+    EXPECT_EQ(n.cmd(dc), RNIC_CMD_ST_BUSY);
+    // modify: wrong transition, missing attributes, bad MTU, bad QP, no STATE bit
+    struct rnic_cmd_modify_qp m = {};
+    m.attr_mask = RNIC_QP_ATTR_STATE;
+    m.state = RNIC_QPS_RTS;
+    EXPECT_EQ(n.modify(qp.qpn, m), RNIC_CMD_ST_BAD_STATE);
+    m.state = RNIC_QPS_INIT; // ACCESS_FLAGS missing
+    EXPECT_EQ(n.modify(qp.qpn, m), RNIC_CMD_ST_BAD_ATTR);
+    m.attr_mask = RNIC_QP_ATTR_ACCESS_FLAGS;
+    EXPECT_EQ(n.modify(qp.qpn, m), RNIC_CMD_ST_BAD_ATTR);
+    m.attr_mask = RNIC_QP_ATTR_STATE | RNIC_QP_ATTR_ACCESS_FLAGS;
+    EXPECT_EQ(n.modify(qp.qpn + 1, m), RNIC_CMD_ST_BAD_QP);
+    EXPECT_EQ(n.modify(qp.qpn, m), RNIC_CMD_ST_OK);
+    m.attr_mask = RNIC_QP_ATTR_STATE | RNIC_QP_ATTR_PATH_MTU | RNIC_QP_ATTR_DEST_QPN | RNIC_QP_ATTR_RQ_PSN |
+                  RNIC_QP_ATTR_MAX_DEST_RD_ATOMIC | RNIC_QP_ATTR_MIN_RNR_TIMER | RNIC_QP_ATTR_AV;
+    m.state = RNIC_QPS_RTR;
+    m.path_mtu = 1000;
+    m.max_dest_rd_atomic = 4;
+    EXPECT_EQ(n.modify(qp.qpn, m), RNIC_CMD_ST_BAD_ATTR);
+    m.path_mtu = 1024;
+    m.dest_node = 999; // no such node under the fabric's rule
+    EXPECT_EQ(n.modify(qp.qpn, m), RNIC_CMD_ST_BAD_ATTR);
+    m.dest_node = 1;
+    m.max_dest_rd_atomic = 0;
+    EXPECT_EQ(n.modify(qp.qpn, m), RNIC_CMD_ST_BAD_ATTR);
+    m.max_dest_rd_atomic = 4;
+    EXPECT_EQ(n.modify(qp.qpn, m), RNIC_CMD_ST_OK);
+    struct rnic_cmd qq = {};
+    qq.opcode = RNIC_CMD_QUERY_QP;
+    qq.handle = qp.qpn;
+    EXPECT_EQ(n.cmd(qq), RNIC_CMD_ST_OK);
+    EXPECT_EQ(qq.out0, RNIC_QPS_RTR);
+    EXPECT_EQ(qq.params.modify.path_mtu, 1024);
+    EXPECT_EQ(qq.params.modify.dest_ip, 0xC6120002u);
+    // destroy in order
+    struct rnic_cmd dq = {};
+    dq.opcode = RNIC_CMD_DESTROY_QP;
+    dq.handle = qp.qpn;
+    EXPECT_EQ(n.cmd(dq), RNIC_CMD_ST_OK);
+    EXPECT_EQ(n.cmd(dq), RNIC_CMD_ST_BAD_QP);
+    dc.handle = cq.cqn;
+    EXPECT_EQ(n.cmd(dc), RNIC_CMD_ST_OK);
+    // a command block outside RAM
+    n.nic->ctrl_write(RNIC_REG_CMD_ADDR_LO, 0x1000, 4);
+    n.nic->ctrl_write(RNIC_REG_CMD_ADDR_HI, 0, 4);
+    n.nic->ctrl_write(RNIC_REG_CMD_EXEC, RNIC_CMD_EXEC_GO, 4);
+    EXPECT_EQ(n.reg(RNIC_REG_CMD_STATUS), RNIC_CMD_ST_BAD_ADDR);
+    EXPECT_GE(n.counter(RNIC_CNT_INDEX_COMMAND_ERRORS), 25u);
+}
+
+TEST(Rnic, TablesFillUpAndRefuse)
+{
+    Link l;
+    Node n(0, l);
+    for (unsigned i = 0; i < RNIC_MAX_PD; i++)
+        n.create_pd();
+    struct rnic_cmd c = {};
+    c.opcode = RNIC_CMD_CREATE_PD;
+    EXPECT_EQ(n.cmd(c), RNIC_CMD_ST_NO_RESOURCE);
+}
+
+// ---- every operation at the boundary sizes ----
+
+class RnicSizes : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(RnicSizes, WriteReadSendAtBoundarySizesIntoMiddleAndEnd)
+{
+    const uint16_t mtu = 1024;
+    Pair p(mtu);
+    const uint32_t sizes[] = {1, mtu - 1u, mtu, mtu + 1u, 1u << 20};
+    const uint32_t len = sizes[GetParam()];
+    for (int where = 0; where < 2; where++) {
+        // middle of the MR, or ending at its last byte
+        const uint64_t roff = where ? Pair::kBuf - len : Pair::kBuf / 2 - len / 2;
+        const uint64_t loff = 4096;
+        std::memset(p.b.mem(p.bufb), 0, Pair::kBuf);
+        fill(p.a.mem(p.bufa + loff), len, len + where);
+        p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 11, p.bufa + loff, len, p.keya, p.bufb + roff, p.keyb));
+        auto c = p.wait_a(1);
+        ASSERT_EQ(c.size(), 1u);
+        EXPECT_EQ(c[0].status, RNIC_WC_SUCCESS);
+        EXPECT_EQ(c[0].wr_id, 11u);
+        EXPECT_EQ(c[0].opcode, RNIC_CQE_OP_WRITE);
+        EXPECT_EQ(c[0].byte_len, len);
+        EXPECT_EQ(c[0].qpn, p.qa.qpn);
+        EXPECT_GT(c[0].modeled_ns, 0u);
+        EXPECT_EQ(std::memcmp(p.b.mem(p.bufb + roff), p.a.mem(p.bufa + loff), len), 0);
+        // nothing around it
+        if (roff) {
+            EXPECT_EQ(*p.b.mem(p.bufb + roff - 1), 0);
+        }
+        if (roff + len < Pair::kBuf) {
+            EXPECT_EQ(*p.b.mem(p.bufb + roff + len), 0);
+        }
+        // READ it back into another place
+        const uint64_t back = 2 << 20;
+        std::memset(p.a.mem(p.bufa + back), 0, len);
+        p.a.post_send(p.qa, wqe(RNIC_WR_READ, 12, p.bufa + back, len, p.keya, p.bufb + roff, p.keyb));
+        c = p.wait_a(1);
+        ASSERT_EQ(c.size(), 1u);
+        EXPECT_EQ(c[0].status, RNIC_WC_SUCCESS);
+        EXPECT_EQ(c[0].opcode, RNIC_CQE_OP_READ);
+        EXPECT_EQ(c[0].byte_len, len);
+        EXPECT_EQ(std::memcmp(p.a.mem(p.bufa + back), p.a.mem(p.bufa + loff), len), 0);
+        // SEND with immediate into a posted receive
+        p.b.post_recv(p.qb, 21, p.bufb + roff, len, p.keyb);
+        std::memset(p.b.mem(p.bufb + roff), 0, len);
+        struct rnic_send_wqe w = wqe(RNIC_WR_SEND_IMM, 13, p.bufa + loff, len, p.keya);
+        w.imm = 0xdeadbeef;
+        w.flags |= RNIC_WQE_F_SOLICITED;
+        p.a.post_send(p.qa, w);
+        c = p.wait_a(1);
+        auto r = p.wait_b(1);
+        ASSERT_EQ(c.size(), 1u);
+        ASSERT_EQ(r.size(), 1u);
+        EXPECT_EQ(c[0].status, RNIC_WC_SUCCESS);
+        EXPECT_EQ(c[0].opcode, RNIC_CQE_OP_SEND);
+        EXPECT_EQ(r[0].status, RNIC_WC_SUCCESS);
+        EXPECT_EQ(r[0].wr_id, 21u);
+        EXPECT_EQ(r[0].opcode, RNIC_CQE_OP_RECV);
+        EXPECT_EQ(r[0].byte_len, len);
+        EXPECT_EQ(r[0].imm, 0xdeadbeefu);
+        EXPECT_EQ(r[0].flags, RNIC_CQE_F_WITH_IMM | RNIC_CQE_F_SOLICITED | RNIC_CQE_F_RECV);
+        EXPECT_EQ(r[0].src_qpn, p.qa.qpn);
+        EXPECT_EQ(std::memcmp(p.b.mem(p.bufb + roff), p.a.mem(p.bufa + loff), len), 0);
+    }
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_RETRANSMITS), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, RnicSizes, ::testing::Range(0u, 5u));
+
+TEST(Rnic, WriteWithImmediateConsumesAReceiveAndGathersSges)
+{
+    Pair p;
+    // three SGEs gathered into one message
+    struct rnic_send_wqe w = {};
+    w.wr_id = 5;
+    w.opcode = RNIC_WR_WRITE_IMM;
+    w.flags = RNIC_WQE_F_SIGNALED;
+    w.num_sge = 3;
+    w.sge[0] = {p.bufa + 100, 700, p.keya};
+    w.sge[1] = {p.bufa + 5000, 1, p.keya};
+    w.sge[2] = {p.bufa + 9000, 2000, p.keya};
+    w.remote_addr = p.bufb + 333;
+    w.rkey = p.keyb;
+    w.imm = 0x01020304;
+    fill(p.a.mem(p.bufa), 12000, 9);
+    p.b.post_recv(p.qb, 77, 0, 0, 0); // a zero-length receive
+    p.a.post_send(p.qa, w);
+    auto c = p.wait_a(1);
+    auto r = p.wait_b(1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].status, RNIC_WC_SUCCESS);
+    EXPECT_EQ(c[0].byte_len, 2701u);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].opcode, RNIC_CQE_OP_RECV_RDMA_IMM);
+    EXPECT_EQ(r[0].wr_id, 77u);
+    EXPECT_EQ(r[0].imm, 0x01020304u);
+    EXPECT_EQ(r[0].byte_len, 2701u);
+    EXPECT_EQ(std::memcmp(p.b.mem(p.bufb + 333), p.a.mem(p.bufa + 100), 700), 0);
+    EXPECT_EQ(*p.b.mem(p.bufb + 333 + 700), *p.a.mem(p.bufa + 5000));
+    EXPECT_EQ(std::memcmp(p.b.mem(p.bufb + 333 + 701), p.a.mem(p.bufa + 9000), 2000), 0);
+}
+
+TEST(Rnic, AtomicsFlushAndAtomicWrite)
+{
+    Pair p;
+    uint64_t v = 100;
+    std::memcpy(p.b.mem(p.bufb + 64), &v, 8);
+    struct rnic_send_wqe w = wqe(RNIC_WR_FETCH_ADD, 1, p.bufa, 8, p.keya, p.bufb + 64, p.keyb);
+    w.swap_add = 5;
+    p.a.post_send(p.qa, w);
+    w = wqe(RNIC_WR_CMP_SWAP, 2, p.bufa + 8, 8, p.keya, p.bufb + 64, p.keyb);
+    w.compare = 105;
+    w.swap_add = 7;
+    p.a.post_send(p.qa, w);
+    w = wqe(RNIC_WR_CMP_SWAP, 3, p.bufa + 16, 8, p.keya, p.bufb + 64, p.keyb);
+    w.compare = 105; // fails now: the value is 7
+    w.swap_add = 9;
+    p.a.post_send(p.qa, w);
+    w = wqe(RNIC_WR_ATOMIC_WRITE, 4, 0, 0, 0, p.bufb + 128, p.keyb);
+    w.num_sge = 0;
+    w.swap_add = 0x1122334455667788ull;
+    p.a.post_send(p.qa, w);
+    w = wqe(RNIC_WR_FLUSH, 5, 0, 0, 0, p.bufb + 128, p.keyb);
+    w.num_sge = 0;
+    w.flush_len = 8;
+    w.flush_type = ROCE_FETH_PLT_GLOBAL;
+    p.a.post_send(p.qa, w);
+    auto c = p.wait_a(5);
+    ASSERT_EQ(c.size(), 5u);
+    for (unsigned i = 0; i < 5; i++) {
+        EXPECT_EQ(c[i].status, RNIC_WC_SUCCESS) << i;
+        EXPECT_EQ(c[i].wr_id, i + 1);
+    }
+    EXPECT_EQ(c[0].opcode, RNIC_CQE_OP_FETCH_ADD);
+    EXPECT_EQ(c[1].opcode, RNIC_CQE_OP_CMP_SWAP);
+    EXPECT_EQ(c[3].opcode, RNIC_CQE_OP_ATOMIC_WRITE);
+    EXPECT_EQ(c[4].opcode, RNIC_CQE_OP_FLUSH);
+    uint64_t r[3];
+    std::memcpy(r, p.a.mem(p.bufa), 24);
+    EXPECT_EQ(r[0], 100u);
+    EXPECT_EQ(r[1], 105u);
+    EXPECT_EQ(r[2], 7u);
+    std::memcpy(&v, p.b.mem(p.bufb + 64), 8);
+    EXPECT_EQ(v, 7u);
+    std::memcpy(&v, p.b.mem(p.bufb + 128), 8);
+    EXPECT_EQ(v, 0x1122334455667788ull);
+}
+
+// ---- MR violations: the right NAK, the right status, nothing written ----
+
+TEST(Rnic, EveryRemoteViolationIsNakedAndWritesNothing)
+{
+    struct Case {
+        const char *what;
+        uint8_t op;
+        int rkey_kind; // 0 good, 1 unknown, 2 stale key byte, 3 read-only MR, 4 other PD, 5 no-atomic MR
+        int64_t roff;
+        uint32_t len;
+        uint8_t status;
+    };
+    const Case cases[] = {
+        {"unknown rkey", RNIC_WR_WRITE, 1, 0, 64, RNIC_WC_REM_ACCESS_ERR},
+        {"stale rkey", RNIC_WR_WRITE, 2, 0, 64, RNIC_WC_REM_ACCESS_ERR},
+        {"one byte past the end", RNIC_WR_WRITE, 0, 65536 - 63, 64, RNIC_WC_REM_ACCESS_ERR},
+        {"before the start", RNIC_WR_WRITE, 0, -1, 64, RNIC_WC_REM_ACCESS_ERR},
+        {"write into read-only", RNIC_WR_WRITE, 3, 0, 64, RNIC_WC_REM_ACCESS_ERR},
+        {"MR of another PD", RNIC_WR_WRITE, 4, 0, 64, RNIC_WC_REM_ACCESS_ERR},
+        {"read beyond the end", RNIC_WR_READ, 0, 65536 - 10, 64, RNIC_WC_REM_ACCESS_ERR},
+        {"atomic without the flag", RNIC_WR_FETCH_ADD, 5, 0, 8, RNIC_WC_REM_ACCESS_ERR},
+        {"unaligned atomic", RNIC_WR_FETCH_ADD, 0, 4, 8, RNIC_WC_REM_INV_REQ_ERR},
+        {"atomic write into read-only", RNIC_WR_ATOMIC_WRITE, 3, 0, 8, RNIC_WC_REM_ACCESS_ERR},
+    };
+    for (const Case &k : cases) {
+        SCOPED_TRACE(k.what);
+        Pair p;
+        const uint64_t win = p.bufb + 65536; // a 64 KiB MR in the middle of b's buffer
+        const uint32_t good = p.b.mr(p.pdb, win, 65536);
+        const uint32_t ro = p.b.mr(p.pdb, win, 65536, RNIC_ACCESS_REMOTE_READ);
+        const uint32_t noatomic = p.b.mr(
+            p.pdb, win, 65536, RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_WRITE | RNIC_ACCESS_REMOTE_READ);
+        const uint32_t otherpd = p.b.mr(p.b.create_pd(), win, 65536);
+        uint32_t rkey = good;
+        if (k.rkey_kind == 1) rkey = (RNIC_MAX_MR - 1) << 8 | 1;
+        if (k.rkey_kind == 2) rkey = good ^ 0x80;
+        if (k.rkey_kind == 3) rkey = ro;
+        if (k.rkey_kind == 4) rkey = otherpd;
+        if (k.rkey_kind == 5) rkey = noatomic;
+        std::vector<uint8_t> before(p.b.mem(p.bufb), p.b.mem(p.bufb) + Pair::kBuf);
+        fill(p.a.mem(p.bufa), 64, 1);
+        struct rnic_send_wqe w = wqe(k.op, 9, p.bufa, k.len, p.keya, win + k.roff, rkey);
+        if (k.op == RNIC_WR_ATOMIC_WRITE) w.num_sge = 0;
+        w.swap_add = 1;
+        p.a.post_send(p.qa, w);
+        // a second WR behind it is flushed
+        p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 10, p.bufa, 8, p.keya, win, good));
+        auto c = p.wait_a(2);
+        ASSERT_EQ(c.size(), 2u);
+        EXPECT_EQ(c[0].wr_id, 9u);
+        EXPECT_EQ(c[0].status, k.status);
+        EXPECT_EQ(c[0].vendor_err & 0x60u, ROCE_AETH_TYPE_NAK);
+        EXPECT_EQ(c[1].status, RNIC_WC_WR_FLUSH_ERR);
+        EXPECT_TRUE(std::equal(before.begin(), before.end(), p.b.mem(p.bufb))) << "target memory changed";
+        EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_ERR_NAKS_TX), 1u);
+        if (k.status == RNIC_WC_REM_ACCESS_ERR) {
+            EXPECT_GE(p.b.counter(RNIC_CNT_INDEX_REMOTE_VIOLATIONS), 1u);
+        }
+        EXPECT_EQ(p.a.nic->db_read(RNIC_DB_QP(p.qa.index()) + RNIC_QP_DB_STATE, 4), RNIC_QPS_ERR);
+        // the requester's QP failed by the transport: an async event
+        EXPECT_EQ(p.a.nic->ctrl_read(RNIC_REG_QP_ERRORS, 8), 1ull << p.qa.index());
+        EXPECT_TRUE(p.a.reg(RNIC_REG_INT_STATUS) & 1u);
+    }
+}
+
+// ---- local errors ----
+
+TEST(Rnic, BadWqesCompleteInOrderWithLocalErrors)
+{
+    struct Case {
+        const char *what;
+        std::function<void(struct rnic_send_wqe &, Pair &)> spoil;
+        uint8_t status;
+        uint32_t lerr;
+    };
+    const Case cases[] = {
+        {"unknown lkey", [](auto &w, Pair &) { w.sge[0].lkey = 0x00ff01; }, RNIC_WC_LOC_PROT_ERR,
+         RNIC_LERR_LKEY},
+        {"SGE beyond the MR", [](auto &w, Pair &) { w.sge[0].addr += Pair::kBuf; }, RNIC_WC_LOC_PROT_ERR,
+         RNIC_LERR_BOUNDS},
+        {"lkey of another PD",
+         [](auto &w, Pair &p) { w.sge[0].lkey = p.a.mr(p.a.create_pd(), p.bufa, 4096); },
+         RNIC_WC_LOC_PROT_ERR, RNIC_LERR_PD},
+        {"READ into an MR without local write",
+         [](auto &w, Pair &p) {
+             w.opcode = RNIC_WR_READ;
+             w.sge[0].lkey = p.a.mr(p.pda, p.bufa, 4096, RNIC_ACCESS_REMOTE_READ);
+         },
+         RNIC_WC_LOC_PROT_ERR, RNIC_LERR_ACCESS},
+        {"unknown opcode", [](auto &w, Pair &) { w.opcode = 0x41; }, RNIC_WC_LOC_QP_OP_ERR, RNIC_LERR_OPCODE},
+        {"five SGEs", [](auto &w, Pair &) { w.num_sge = 5; }, RNIC_WC_LOC_QP_OP_ERR, RNIC_LERR_SGE_COUNT},
+        {"atomic of 4 bytes",
+         [](auto &w, Pair &) {
+             w.opcode = RNIC_WR_FETCH_ADD;
+             w.sge[0].length = 4;
+         },
+         RNIC_WC_LOC_QP_OP_ERR, RNIC_LERR_LENGTH},
+    };
+    for (const Case &k : cases) {
+        SCOPED_TRACE(k.what);
+        Pair p;
+        p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 1, p.bufa, 4096, p.keya, p.bufb, p.keyb));
+        struct rnic_send_wqe w = wqe(RNIC_WR_WRITE, 2, p.bufa, 64, p.keya, p.bufb, p.keyb);
+        k.spoil(w, p);
+        p.a.post_send(p.qa, w);
+        p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 3, p.bufa, 64, p.keya, p.bufb, p.keyb));
+        auto c = p.wait_a(3);
+        ASSERT_EQ(c.size(), 3u);
+        EXPECT_EQ(c[0].wr_id, 1u);
+        EXPECT_EQ(c[0].status, RNIC_WC_SUCCESS);
+        EXPECT_EQ(c[1].wr_id, 2u);
+        EXPECT_EQ(c[1].status, k.status);
+        EXPECT_EQ(c[1].vendor_err, k.lerr);
+        EXPECT_EQ(c[2].wr_id, 3u);
+        EXPECT_EQ(c[2].status, RNIC_WC_WR_FLUSH_ERR);
+        EXPECT_GE(p.a.counter(RNIC_CNT_INDEX_WQE_ERRORS), 1u);
+        EXPECT_FALSE(p.a.host.guest_errors().empty());
+    }
+}
+
+TEST(Rnic, ReceiveTooShortIsLocLenErr)
+{
+    Pair p;
+    p.b.post_recv(p.qb, 1, p.bufb, 100, p.keyb);
+    p.a.post_send(p.qa, wqe(RNIC_WR_SEND, 2, p.bufa, 101, p.keya));
+    auto r = p.wait_b(1);
+    auto c = p.wait_a(1);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].status, RNIC_WC_LOC_LEN_ERR);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].status, RNIC_WC_REM_INV_REQ_ERR);
+}
+
+// ---- bad doorbells ----
+
+TEST(Rnic, BadDoorbellsAreRefusedAndCounted)
+{
+    Pair p;
+    const uint64_t e0 = p.a.counter(RNIC_CNT_INDEX_DOORBELL_ERRORS);
+    p.a.nic->db_write(RNIC_DB_QP(200) + RNIC_QP_DB_SQ_PI, 1, 4);          // no such QP
+    p.a.nic->db_write(RNIC_DB_CQ(200) + RNIC_CQ_DB_CI, 1, 4);             // no such CQ
+    p.a.nic->db_write(RNIC_DB_QP(p.qa.index()) + RNIC_QP_DB_SQ_CI, 1, 4); // read-only
+    p.a.nic->db_write(RNIC_DB_QP(p.qa.index()) + RNIC_QP_DB_SQ_PI, 1, 8); // wrong size
+    p.a.nic->db_write(RNIC_DB_CQ(p.cqa.cqn) + RNIC_CQ_DB_ARM, 7, 4);      // bad arm value
+    p.a.nic->db_write(RNIC_DB_CQ(p.cqa.cqn) + RNIC_CQ_DB_CI, 5, 4);       // beyond the producer
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_DOORBELL_ERRORS), e0 + 6);
+    EXPECT_EQ(p.a.nic->db_read(RNIC_DB_CQ(p.cqa.cqn) + RNIC_CQ_DB_CI, 4), 0u);
+    // an SQ producer index more than the ring ahead: the QP goes to Error, an async event
+    p.a.nic->db_write(RNIC_DB_QP(p.qa.index()) + RNIC_QP_DB_SQ_PI, 1000, 4);
+    EXPECT_EQ(p.a.nic->db_read(RNIC_DB_QP(p.qa.index()) + RNIC_QP_DB_STATE, 4), RNIC_QPS_ERR);
+    EXPECT_EQ(p.a.nic->ctrl_read(RNIC_REG_QP_ERRORS, 8), 1ull << p.qa.index());
+    EXPECT_EQ(p.a.reg(RNIC_REG_INT_STATUS) & 1u, 1u);
+    // W1C
+    p.a.nic->ctrl_write(RNIC_REG_QP_ERRORS, 1ull << p.qa.index(), 8);
+    EXPECT_EQ(p.a.nic->ctrl_read(RNIC_REG_QP_ERRORS, 8), 0u);
+    // a disabled device ignores doorbells
+    p.b.nic->ctrl_write(RNIC_REG_CTRL, 0, 4);
+    const uint64_t d0 = p.b.counter(RNIC_CNT_INDEX_DOORBELL_ERRORS);
+    p.b.post_recv(p.qb, 1, p.bufb, 8, p.keyb);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_DOORBELL_ERRORS), d0 + 1);
+}
+
+TEST(Rnic, WqeRingThatLeavesRamCompletesWithWqeDmaError)
+{
+    Pair p;
+    // the ring is checked at creation; fail the DMA afterwards (as if RAM were unplugged)
+    auto dflt = p.a.host.dma_rw;
+    const uint64_t ring = p.qa.sq;
+    p.a.host.dma_rw = [&, dflt](uint64_t addr, void *buf, uint64_t len, bool w) {
+        if (addr >= ring && addr < ring + 128) return RK_DECODE_ERROR;
+        return dflt(addr, buf, len, w);
+    };
+    p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 1, p.bufa, 8, p.keya, p.bufb, p.keyb));
+    auto c = p.wait_a(1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].status, RNIC_WC_LOC_QP_OP_ERR);
+    EXPECT_EQ(c[0].vendor_err, RNIC_LERR_WQE_DMA);
+    EXPECT_GE(p.a.counter(RNIC_CNT_INDEX_DMA_ERRORS), 1u);
+}
+
+// ---- faults on the link ----
+
+TEST(Rnic, ExactDataUnderLossDuplicationReorderingAndCorruption)
+{
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+        SCOPED_TRACE(seed);
+        Pair p(1024);
+        p.link.rng.seed(seed);
+        p.link.drop = 0.03;
+        p.link.dup = 0.03;
+        p.link.reorder = 0.05;
+        p.link.corrupt = 0.02;
+        fill(p.a.mem(p.bufa), 1 << 20, uint32_t(seed));
+        fill(p.b.mem(p.bufb + (2 << 20)), 1 << 20, uint32_t(seed + 100));
+        uint64_t counter = 0;
+        std::memcpy(p.b.mem(p.bufb + (3 << 20)), &counter, 8);
+        unsigned n = 0;
+        for (unsigned i = 0; i < 16; i++) {
+            const uint32_t len = 1 + (i * 7919) % 20000;
+            const uint64_t off = uint64_t(i) * 32768;
+            p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, n++, p.bufa + off, len, p.keya, p.bufb + off, p.keyb));
+            p.a.post_send(p.qa, wqe(RNIC_WR_READ, n++, p.bufa + (1 << 20) + off, len, p.keya,
+                                    p.bufb + (2 << 20) + off, p.keyb));
+            struct rnic_send_wqe w = wqe(RNIC_WR_FETCH_ADD, n++, p.bufa + (3 << 20) + 8 * i, 8, p.keya,
+                                         p.bufb + (3 << 20), p.keyb);
+            w.swap_add = i + 1;
+            p.a.post_send(p.qa, w);
+        }
+        auto c = p.wait_a(n);
+        ASSERT_EQ(c.size(), n);
+        for (unsigned i = 0; i < n; i++) {
+            EXPECT_EQ(c[i].status, RNIC_WC_SUCCESS) << i;
+            EXPECT_EQ(c[i].wr_id, i);
+        }
+        for (unsigned i = 0; i < 16; i++) {
+            const uint32_t len = 1 + (i * 7919) % 20000;
+            const uint64_t off = uint64_t(i) * 32768;
+            EXPECT_EQ(std::memcmp(p.b.mem(p.bufb + off), p.a.mem(p.bufa + off), len), 0) << i;
+            EXPECT_EQ(std::memcmp(p.a.mem(p.bufa + (1 << 20) + off), p.b.mem(p.bufb + (2 << 20) + off), len),
+                      0)
+                << i;
+        }
+        std::memcpy(&counter, p.b.mem(p.bufb + (3 << 20)), 8);
+        EXPECT_EQ(counter, 16u * 17u / 2u) << "FETCH_ADD executed exactly once each";
+        EXPECT_GT(p.a.counter(RNIC_CNT_INDEX_RETRANSMITS) + p.b.counter(RNIC_CNT_INDEX_DUPLICATES), 0u);
+        EXPECT_GT(p.a.counter(RNIC_CNT_INDEX_RX_ICRC_ERRORS) + p.b.counter(RNIC_CNT_INDEX_RX_ICRC_ERRORS) +
+                      p.a.counter(RNIC_CNT_INDEX_RX_MALFORMED) + p.b.counter(RNIC_CNT_INDEX_RX_MALFORMED),
+                  0u);
+    }
+}
+
+TEST(Rnic, LinkDownExhaustsRetriesAndFlushesEverything)
+{
+    Pair p(1024, 8, 3);
+    p.b.post_recv(p.qb, 1, p.bufb, 64, p.keyb);
+    p.a.post_recv(p.qa, 50, p.bufa + 8192, 64, p.keya);
+    p.a.post_recv(p.qa, 51, p.bufa + 8192, 64, p.keya);
+    p.link.down = true;
+    for (unsigned i = 0; i < 4; i++)
+        p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, i, p.bufa, 64, p.keya, p.bufb, p.keyb));
+    auto c = p.wait_a(6);
+    ASSERT_EQ(c.size(), 6u);
+    EXPECT_EQ(c[0].wr_id, 0u);
+    EXPECT_EQ(c[0].status, RNIC_WC_RETRY_EXC_ERR);
+    for (unsigned i = 1; i < 4; i++) {
+        EXPECT_EQ(c[i].wr_id, i);
+        EXPECT_EQ(c[i].status, RNIC_WC_WR_FLUSH_ERR);
+    }
+    // the receive queue is flushed too
+    EXPECT_EQ(c[4].wr_id, 50u);
+    EXPECT_EQ(c[4].status, RNIC_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(c[4].flags & RNIC_CQE_F_RECV, RNIC_CQE_F_RECV);
+    EXPECT_EQ(c[5].wr_id, 51u);
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_TIMEOUTS), 4u); // retry_cnt 3: 4 expiries
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_RETRY_EXHAUSTED), 1u);
+    // after the error, a new WR completes at once with a flush error
+    p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 9, p.bufa, 64, p.keya, p.bufb, p.keyb));
+    c = p.wait_a(1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].status, RNIC_WC_WR_FLUSH_ERR);
+}
+
+TEST(Rnic, RnrWhenNoReceiveThenDelivered)
+{
+    Pair p;
+    fill(p.a.mem(p.bufa), 64, 3);
+    p.a.post_send(p.qa, wqe(RNIC_WR_SEND, 1, p.bufa, 64, p.keya));
+    // nothing posted yet: RNR NAKs until the receive arrives
+    p.run([&] { return p.a.counter(RNIC_CNT_INDEX_RNR_NAKS_RX) >= 2; });
+    EXPECT_GE(p.a.counter(RNIC_CNT_INDEX_RNR_NAKS_RX), 2u);
+    p.b.post_recv(p.qb, 2, p.bufb, 64, p.keyb);
+    auto c = p.wait_a(1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].status, RNIC_WC_SUCCESS);
+    EXPECT_EQ(std::memcmp(p.b.mem(p.bufb), p.a.mem(p.bufa), 64), 0);
+}
+
+// ---- completions, arming, interrupts ----
+
+TEST(Rnic, ArmedCqRaisesItsVectorOnce)
+{
+    Pair p;
+    p.a.nic->ctrl_write(RNIC_REG_INT_ENABLE, RNIC_INT_ALL, 4);
+    // not armed: no interrupt
+    p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 1, p.bufa, 8, p.keya, p.bufb, p.keyb));
+    EXPECT_EQ(p.wait_a(1).size(), 1u);
+    EXPECT_FALSE(p.a.host.irq_level(1));
+    p.a.nic->db_write(RNIC_DB_CQ(p.cqa.cqn) + RNIC_CQ_DB_ARM, RNIC_CQ_ARM_NEXT, 4);
+    EXPECT_EQ(p.a.nic->db_read(RNIC_DB_CQ(p.cqa.cqn) + RNIC_CQ_DB_ARM, 4), RNIC_CQ_ARM_NEXT);
+    p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 2, p.bufa, 8, p.keya, p.bufb, p.keyb));
+    p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 3, p.bufa, 8, p.keya, p.bufb, p.keyb));
+    EXPECT_EQ(p.wait_a(2).size(), 2u);
+    EXPECT_TRUE(p.a.host.irq_level(1)); // the CQ's vector
+    EXPECT_FALSE(p.a.host.irq_level(0));
+    EXPECT_EQ(p.a.nic->ctrl_read(RNIC_REG_CQ_EVENTS, 8), 1ull << p.cqa.cqn);
+    EXPECT_EQ(p.a.nic->db_read(RNIC_DB_CQ(p.cqa.cqn) + RNIC_CQ_DB_ARM, 4), 0u); // disarmed
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_CQ_EVENTS), 1u);
+    p.a.nic->ctrl_write(RNIC_REG_INT_STATUS, 1u << 1, 4);
+    EXPECT_FALSE(p.a.host.irq_level(1));
+    // solicited-only arming ignores an unsolicited receive and fires on a solicited one
+    p.b.nic->ctrl_write(RNIC_REG_INT_ENABLE, RNIC_INT_ALL, 4);
+    p.b.nic->db_write(RNIC_DB_CQ(p.cqb.cqn) + RNIC_CQ_DB_ARM, RNIC_CQ_ARM_SOLICITED, 4);
+    p.b.post_recv(p.qb, 1, p.bufb, 8, p.keyb);
+    p.b.post_recv(p.qb, 2, p.bufb, 8, p.keyb);
+    p.a.post_send(p.qa, wqe(RNIC_WR_SEND, 4, p.bufa, 8, p.keya));
+    EXPECT_EQ(p.wait_b(1).size(), 1u);
+    EXPECT_FALSE(p.b.host.irq_level(1));
+    struct rnic_send_wqe w = wqe(RNIC_WR_SEND, 5, p.bufa, 8, p.keya);
+    w.flags |= RNIC_WQE_F_SOLICITED;
+    p.a.post_send(p.qa, w);
+    EXPECT_EQ(p.wait_b(1).size(), 1u);
+    EXPECT_TRUE(p.b.host.irq_level(1));
+}
+
+TEST(Rnic, UnsignaledWritesCompleteSilently)
+{
+    Pair p;
+    for (unsigned i = 0; i < 300; i++) { // more than the SQ ring (256): the ring wraps
+        struct rnic_send_wqe w = wqe(RNIC_WR_WRITE, i, p.bufa + i, 1, p.keya, p.bufb + i, p.keyb);
+        if (i != 299) w.flags = 0;
+        p.a.post_send(p.qa, w);
+        if (i % 128 == 127) p.run([] { return false; }, 100000);
+    }
+    auto c = p.wait_a(1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].wr_id, 299u);
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_WR_COMPLETED), 300u);
+}
+
+TEST(Rnic, CqOverflowPutsTheCqInError)
+{
+    Link l;
+    Node n(0, l);
+    const uint32_t pd = n.create_pd();
+    Node::Cq cq = n.create_cq(1); // 2 entries
+    Node::Qp q = n.create_qp(pd, cq, cq, 4);
+    const uint64_t buf = n.alloc(4096);
+    const uint32_t key = n.mr(pd, buf, 4096);
+    // receives flushed by moving the QP to Error: 3 CQEs into 2 slots
+    struct rnic_cmd_modify_qp m = {};
+    m.attr_mask = RNIC_QP_ATTR_STATE | RNIC_QP_ATTR_ACCESS_FLAGS;
+    m.state = RNIC_QPS_INIT;
+    ASSERT_EQ(n.modify(q.qpn, m), RNIC_CMD_ST_OK);
+    for (unsigned i = 0; i < 3; i++)
+        n.post_recv(q, i, buf, 8, key);
+    m.attr_mask = RNIC_QP_ATTR_STATE;
+    m.state = RNIC_QPS_ERR;
+    ASSERT_EQ(n.modify(q.qpn, m), RNIC_CMD_ST_OK);
+    EXPECT_EQ(n.nic->db_read(RNIC_DB_CQ(cq.cqn) + RNIC_CQ_DB_STATUS, 4), RNIC_CQ_ST_ERROR);
+    EXPECT_EQ(n.counter(RNIC_CNT_INDEX_CQ_OVERFLOWS), 1u);
+    EXPECT_EQ(n.nic->ctrl_read(RNIC_REG_CQ_ERRORS, 8), 1ull << cq.cqn);
+    auto c = n.poll(cq);
+    ASSERT_EQ(c.size(), 2u);
+    EXPECT_EQ(c[0].status, RNIC_WC_WR_FLUSH_ERR);
+}
+
+// ---- loopback on one node, page-list MRs, timing model ----
+
+TEST(Rnic, LoopbackBetweenTwoQpsOfOneNodeThroughAPageListMr)
+{
+    Link l;
+    Node n(0, l);
+    const uint32_t pd = n.create_pd();
+    Node::Cq cq = n.create_cq();
+    Node::Qp q1 = n.create_qp(pd, cq, cq), q2 = n.create_qp(pd, cq, cq);
+    // a 3-page MR at IOVA 0x7000_0800 over scattered, reversed physical pages
+    const uint64_t pg[3] = {n.alloc(4096), n.alloc(4096), n.alloc(4096)};
+    const uint64_t list = n.alloc(64);
+    const uint64_t pages[3] = {pg[2], pg[0], pg[1]};
+    std::memcpy(n.mem(list), pages, sizeof(pages));
+    struct rnic_cmd c = {};
+    c.opcode = RNIC_CMD_REG_MR;
+    c.handle = pd;
+    c.params.mr = {0x70000800, 3 * 4096 - 0x800 - 100, list, 3, RNIC_ACCESS_ALL, 12, 0, 0, 0};
+    ASSERT_EQ(n.cmd(c), RNIC_CMD_ST_OK);
+    const uint32_t vkey = c.out1;
+    const uint64_t src = n.alloc(8192);
+    const uint32_t skey = n.mr(pd, src, 8192);
+    n.connect(q1, 0, q2.qpn);
+    n.connect(q2, 0, q1.qpn);
+    fill(n.mem(src), 8000, 42);
+    n.post_send(q1, wqe(RNIC_WR_WRITE, 1, src, 8000, skey, 0x70000800 + 100, vkey));
+    auto e = n.poll(cq);
+    ASSERT_EQ(e.size(), 1u); // loopback completes within the doorbell
+    EXPECT_EQ(e[0].status, RNIC_WC_SUCCESS);
+    EXPECT_EQ(l.sent, 0u) << "nothing left the node";
+    // IOVA 0x70000800 + 100 is page list entry 0 (pg[2]) at offset 0x800 + 100
+    EXPECT_EQ(std::memcmp(n.mem(pg[2] + 0x800 + 100), n.mem(src), 4096 - 0x800 - 100), 0);
+    const size_t first = 4096 - 0x800 - 100;
+    EXPECT_EQ(std::memcmp(n.mem(pg[0]), n.mem(src + first), 4096), 0);
+    EXPECT_EQ(std::memcmp(n.mem(pg[1]), n.mem(src + first + 4096), 8000 - first - 4096), 0);
+}
+
+TEST(Rnic, ModeledTimeGrowsWithSizeAndFollowsTheLinkBandwidth)
+{
+    Pair p;
+    uint64_t prev = 0;
+    for (uint32_t len : {8u, 4096u, 65536u, 1u << 20}) {
+        p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, len, p.bufa, len, p.keya, p.bufb, p.keyb));
+        auto c = p.wait_a(1);
+        ASSERT_EQ(c.size(), 1u);
+        EXPECT_GT(c[0].modeled_ns, prev);
+        prev = c[0].modeled_ns;
+    }
+    // 1 MiB at 100 Gbit/s is ~84 us on the wire (with headers); PCIe at 16 GB/s ~66 us: the
+    // link dominates
+    EXPECT_GT(prev, 84000u);
+    EXPECT_LT(prev, 100000u);
+    EXPECT_GT(p.a.counter(RNIC_CNT_INDEX_MODELED_LINK_NS), 84000u);
+    EXPECT_GT(p.a.counter(RNIC_CNT_INDEX_MODELED_WR_NS), prev);
+}
+
+// The threading contract: doorbells on one thread (a vCPU), frames delivered on another (the
+// port's), the CQ polled through guest memory meanwhile; one lock in the core (TSan run:
+// tests/fuzz/sanitize.sh tsan with RACKEMU_SAN_TESTS=rnic).
+TEST(Rnic, DoorbellsAndFramesOnTwoThreads)
+{
+    Pair p;
+    std::atomic<bool> stop{false};
+    std::thread port([&] {
+        while (!stop.load()) {
+            Link::Frame f;
+            {
+                std::lock_guard lk(p.link.mu);
+                if (p.link.q.empty()) {
+                    f.to = 99;
+                } else {
+                    f = std::move(p.link.q.front());
+                    p.link.q.pop_front();
+                }
+            }
+            if (f.to < 2)
+                p.node(f.to).nic->on_frame(f.bytes.data(), f.bytes.size());
+            else
+                std::this_thread::yield();
+        }
+    });
+    fill(p.a.mem(p.bufa), 1 << 16, 5);
+    unsigned done = 0, posted = 0;
+    std::vector<struct rnic_cqe> all;
+    while (done < 200) {
+        while (posted < 200 && posted - done < 8) {
+            const uint64_t off = uint64_t(posted % 64) * 1024;
+            p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, posted, p.bufa + off, 1000, p.keya, p.bufb + off, p.keyb));
+            posted++;
+        }
+        auto c = p.a.poll(p.cqa);
+        done += unsigned(c.size());
+        all.insert(all.end(), c.begin(), c.end());
+    }
+    stop = true;
+    port.join();
+    for (unsigned i = 0; i < all.size(); i++) {
+        EXPECT_EQ(all[i].status, RNIC_WC_SUCCESS);
+        EXPECT_EQ(all[i].wr_id, i);
+    }
+    for (unsigned k = 0; k < 64; k++)
+        EXPECT_EQ(std::memcmp(p.b.mem(p.bufb + k * 1024), p.a.mem(p.bufa + k * 1024), 1000), 0) << k;
+}
+
+TEST(Rnic, ResetDestroysEverything)
+{
+    Pair p;
+    p.a.nic->reset();
+    EXPECT_EQ(p.a.reg(RNIC_REG_CTRL), 0u);
+    struct rnic_cmd c = {};
+    c.opcode = RNIC_CMD_DESTROY_QP;
+    c.handle = p.qa.qpn;
+    EXPECT_EQ(p.a.cmd(c), RNIC_CMD_ST_BAD_QP);
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_TX_FRAMES), 0u);
+}
+
+} // namespace
