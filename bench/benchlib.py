@@ -8,18 +8,6 @@ def log(msg):
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-def pyplot():
-    """matplotlib.pyplot with the Agg backend, or None (logged) when python3-matplotlib is missing."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("python3-matplotlib is missing (platform/setup/packages.txt): no plot")
-        return None
-    return plt
-
-
 def kv_lines(text):
     """The guest tools' `key=value` lines, one dict per line that has any."""
     return [dict(t.split("=", 1) for t in line.split() if "=" in t) for line in text.splitlines() if "=" in line]

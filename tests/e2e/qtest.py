@@ -47,12 +47,14 @@ def _header(name):
     cc = os.environ.get("CC", "cc")
     pp = subprocess.run([cc, "-E", "-dD", "-I", inc, "-x", "c", path], capture_output=True, text=True, check=True)
     ours = os.path.join(inc, "rackemu")
-    current, objs, tables = "", [], []
+    current, objs, tables, text = "", [], [], []
     for line in pp.stdout.splitlines():
         m = re.match(r'^# \d+ "([^"]+)"', line)
         if m:
             current = m.group(1)
             continue
+        if not line.startswith("#") and os.path.abspath(current).startswith(ours):
+            text.append(line)
         m = re.match(r"^#define (\w+)(\(?)\s*(.*)$", line)
         if not m or not os.path.abspath(current).startswith(ours):
             continue
@@ -61,6 +63,12 @@ def _header(name):
                 tables.append(m.group(1)[: -len("_COUNTER_TABLE")])
         elif m.group(3) and _INT_EXPR.match(m.group(3)) and not m.group(1).endswith("_H"):
             objs.append(m.group(1))
+    # Enumerators count as constants too (e.g. a command set declared as an enum).
+    for body in re.findall(r"\benum\s*\w*\s*\{([^}]*)\}", "\n".join(text)):
+        for item in body.split(","):
+            m = re.match(r"\s*([A-Za-z_]\w*)", item)
+            if m and m.group(1) not in objs:
+                objs.append(m.group(1))
     with tempfile.TemporaryDirectory(prefix="rackemu-regs-") as d:
         for _ in range(5):
             lines = ["#include <stdio.h>", f'#include "rackemu/{name}"', "int main(void) {"]
