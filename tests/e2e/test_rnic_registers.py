@@ -190,9 +190,9 @@ def test_loopback_write_read_and_fetch_add_between_two_qps(node, nic):
     cq = nic.cq()
     q1, q2 = nic.qp(pd, cq), nic.qp(pd, cq)
     src, dst = nic.alloc(65536), nic.alloc(65536)
-    st, ks, _, _ = nic.mr(pd, src, 65536)
+    st, _, ks, _ = nic.mr(pd, src, 65536)
     assert st == 0
-    st, kd, _, _ = nic.mr(pd, dst, 65536)
+    st, _, kd, _ = nic.mr(pd, dst, 65536)
     assert st == 0
     nic.connect(q1, q2["qpn"])
     nic.connect(q2, q1["qpn"])
