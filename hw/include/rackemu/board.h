@@ -26,11 +26,14 @@
 #define RACKEMU_GAS_BASE       0x0b300000ull /* GAS control page; its window is at GAS_WINDOW_BASE */
 #define RACKEMU_RMC_BASE       0x0b400000ull /* soNUMA RMC (docs/sonuma.md) */
 
-/* ---- GIC SPIs (level, active high); virt uses SPIs below 48 ---- */
-#define RACKEMU_VMBOX_SPI      48u
-#define RACKEMU_PKTZ_SPI       49u
-#define RACKEMU_CDMA_SPI       50u
-#define RACKEMU_RMC_SPI        51u
+/* ---- GIC SPIs (level, active high) ----
+ * virt (QEMU 7.2 hw/arm/virt.c a15irqmap) takes SPIs 0..47 for its devices and virtio-mmio, 48..111
+ * for the GICv2m MSI frame (PCIe MSI/MSI-X, e.g. the RNIC's vectors; SMMU at 74 when present) and
+ * 112..175 for the platform bus; rackemu's devices sit above, at 176.. (of 256). */
+#define RACKEMU_VMBOX_SPI      176u
+#define RACKEMU_PKTZ_SPI       177u
+#define RACKEMU_CDMA_SPI       178u
+#define RACKEMU_RMC_SPI        179u
 /* the GAS has no interrupt */
 /* clang-format on */
 
