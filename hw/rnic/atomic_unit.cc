@@ -617,7 +617,10 @@ uint64_t AtomicUnit::next_time() const
     if (!link_q_.empty() && input_q_.size() < cfg_.input_queue)
         t = std::min(t, std::max(link_q_.front().arrival_ps, link_free_ps_) +
                             ser_ps(cfg_.msg_bytes, cfg_.net_mbps));
-    if (!hostq_.empty() && tags_used_ < cfg_.tags && n2h_free_ > now_) t = std::min(t, n2h_free_);
+    // The host queue can send when the link is free and a tag is (a flush needs no tag). A request
+    // queued after this cycle's host_queue_out (the ALU starting a flush) goes next cycle.
+    if (!hostq_.empty() && (hostq_.front().kind == HqKind::Flush || tags_used_ < cfg_.tags))
+        t = std::min(t, std::max(n2h_free_, now_ + 1));
     if (!issued_.empty()) {
         const Issued &h = issued_.front();
         if (h.ready_ps > now_ && (h.ready || h.src == Src::Reg)) t = std::min(t, h.ready_ps);
