@@ -396,6 +396,31 @@ static void on_mark(unsigned int vcpu_index, void *udata)
     interval_next(v);
 }
 
+/*
+ * An A64 load or store that QEMU 7.2 translates inline, without a helper: the load/store class
+ * (op0 = x1x0) except the exclusives (LDXR/STXR, CAS, CASP; LDAR/STLR stay) and the LSE atomic
+ * memory operations (LDADD/SWP/...). Only these get the memory callback: QEMU 7.2 runs the others
+ * through helpers that report their accesses through CPUState.plugin_mem_cbs, a pointer it can
+ * leave set after the instruction; once a code flush (qemu_plugin_reset at every RESET and DUMP)
+ * freed what it points to, the next helper access anywhere (the kernel's atomics) aborted QEMU in
+ * qemu_plugin_vcpu_mem_cb ("code should not be reached"). Caveat (docs/insn-count.md): exclusive
+ * and atomic accesses are not counted.
+ */
+static bool rk_plain_ldst(uint32_t w)
+{
+    if ((w & 0x0a000000u) != 0x08000000u) {
+        return false; /* not a load or store */
+    }
+    if ((w & 0x3f000000u) == 0x08000000u) {
+        /* exclusives, CAS, CASP (o2 = 0 or o1 = 1) use helpers; LDAR/STLR (o2 = 1, o1 = 0) do not */
+        return (w & 0x00a00000u) == 0x00800000u;
+    }
+    if ((w & 0x3b200c00u) == 0x38200000u) {
+        return false; /* LSE atomic memory operations */
+    }
+    return true;
+}
+
 static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
     size_t n = qemu_plugin_tb_n_insns(tb);
@@ -413,15 +438,15 @@ static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
         uint32_t w;
         unsigned imm;
 
-        if (counted) { /* every load and store of a counted block (none if it has none) */
-            qemu_plugin_register_vcpu_mem_cb(insn, on_mem, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW,
-                                             NULL);
-        }
-
         if (qemu_plugin_insn_size(insn) != 4) {
             continue;
         }
         memcpy(&w, qemu_plugin_insn_data(insn), 4); /* A64 is little-endian in instruction memory */
+        if (counted && rk_plain_ldst(w)) {
+            qemu_plugin_register_vcpu_mem_cb(insn, on_mem, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW,
+                                             NULL);
+        }
+
         if ((w & RK_A64_HINT_MASK) != RK_A64_HINT(0)) {
             continue;
         }
