@@ -113,10 +113,10 @@ def measure(a, c, nodes, S):
                      "KV_USE": (rc, reads), "LOCAL_CHECK": (lc, lreads), "LOCAL_COPY": (lc, lreads),
                      "LOCAL_USE": (lc, lreads), "KV_WRITE": (wc, "entries")}
             for ph, (cnt, unit) in units.items():
-                c = cnt.get(P[ph], {})
-                div = c.get("entries", 0) if unit in ("attempt", "entries") else unit
+                pc = cnt.get(P[ph], {})
+                div = pc.get("entries", 0) if unit in ("attempt", "entries") else unit
                 for f in MEMF:
-                    m[f"{ph.lower()}_{f}"] = c.get(f, 0) / div if div else 0.0
+                    m[f"{ph.lower()}_{f}"] = pc.get(f, 0) / div if div else 0.0
             out[(layout, size)] = m
             S.log(f"measured {layout} {size}: " + " ".join(
                 f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in m.items()
