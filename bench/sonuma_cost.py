@@ -1,19 +1,15 @@
 """bench/sonuma.py's `cost` section: the FaRM-style store's measured guest-CPU cost and seed 000's
 Figs. 8, 9 and 10 (docs/sonuma-workloads.md, "The measured software cost").
 
-Measured: the instructions rmc-kv's reader, local reader and writer retire in each software
-phase, counted by the rk_insn TCG plugin (docs/insn-count.md) between the marks the workload
-sets (hw/include/rackemu/insn_mark.h), per object size and layout, from the code that runs.
-Modeled: their time, instructions / (IPC x f); the device's latency (every CQE's modeled_ns, and
-rmc-model for LLC-resident objects and for many readers: the contention model with the software
-time as think time); the conflict probability of Fig. 8's writers (below). Nothing here is a
-cost per layout written down by hand.
-
-Fig. 8's conflicts (modeled): W writers update N objects back to back (CREW, each writer its N/W
-objects round-robin), one update takes t_w = the writer's measured instructions / (IPC x f). An
-attempt whose data is read during D ns (the request's unloaded device latency) overlaps an update
-of its object with probability p = min(0.95, W (t_w + D) / (N t_w)); a reader retries until an
-attempt succeeds: 1 / (1 - p) attempts per read.
+Measured: the instructions, loads, stores, distinct 64-byte lines and L1d-model misses that
+rmc-kv's reader, local reader and writer have in each software phase, counted by the rk_insn TCG
+plugin (docs/insn-count.md) between the marks the workload sets (hw/include/rackemu/insn_mark.h),
+per object size and layout, from the code that runs.
+Modeled: their time through a core model with Table 2's parameters (instructions / (IPC x f) +
+LLC lines x max(LLC latency / MLP, a line over the 16-byte mesh link): `Core`); the device's
+latency (every CQE's modeled_ns, and rmc-model for LLC-resident objects and for many readers: the
+contention model with the software time as think time); Fig. 8's conflicts from their cause
+(`conflict_sim`). Nothing here is a cost per layout written down by hand.
 """
 import json
 import re
