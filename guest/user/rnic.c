@@ -714,38 +714,13 @@ static void check_interrupt(struct pair *p)
 	p->ctx->spin_us = spin;
 }
 
-/* Interrupts of vector v of this driver so far: the row of /proc/interrupts named
- * "rackemu_rnic-v<v>" (its per-CPU columns summed); -1 if there is none. */
+/* Interrupts of vector v of this driver so far (its /proc/interrupts row); -1 if none. */
 static long long vector_irqs(unsigned v)
 {
-	char want[32], line[512];
-	long long total = -1;
-	FILE *f = fopen("/proc/interrupts", "r");
+	char name[32];
 
-	if (!f)
-		return -1;
-	snprintf(want, sizeof(want), " rackemu_rnic-v%u", v);
-	while (fgets(line, sizeof(line), f)) {
-		size_t n = strlen(line), w = strlen(want);
-		char *p = strchr(line, ':');
-
-		while (n && (line[n - 1] == '\n' || line[n - 1] == ' '))
-			line[--n] = 0;
-		if (!p || n < w || strcmp(line + n - w, want))
-			continue;
-		total = 0;
-		for (p++;;) {
-			char *end;
-			long long x = strtoll(p, &end, 10);
-
-			if (end == p)
-				break;
-			total += x;
-			p = end;
-		}
-	}
-	fclose(f);
-	return total;
+	snprintf(name, sizeof(name), " rackemu_rnic-v%u\n", v);
+	return proc_irqs(name);
 }
 
 /* Arm cq, post w on qp, block in WAIT_CQ until the interrupt, then take the CQE: 0 when the event

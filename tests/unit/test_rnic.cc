@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <thread>
@@ -686,6 +687,36 @@ TEST(Rnic, AtomicsFlushAndAtomicWrite)
     EXPECT_EQ(v, 0x1122334455667788ull);
 }
 
+// One node, two QPs of it on one CQ (frames loop back inside the device), and MRs described by a
+// page list over pages the test chooses.
+struct LoopNode {
+    Link l;
+    Node n{0, l};
+    uint32_t pd = n.create_pd();
+    Node::Cq cq = n.create_cq();
+    Node::Qp q1 = n.create_qp(pd, cq, cq), q2 = n.create_qp(pd, cq, cq);
+
+    // register [iova, iova + len) over `pages` (4 KiB each); returns the key
+    uint32_t page_list_mr(uint64_t iova, uint64_t len, std::initializer_list<uint64_t> pages)
+    {
+        const uint64_t list = n.alloc(8 * pages.size());
+        uint64_t k = 0;
+        for (uint64_t a : pages)
+            std::memcpy(n.mem(list + 8 * k++), &a, 8);
+        struct rnic_cmd c = {};
+        c.opcode = RNIC_CMD_REG_MR;
+        c.handle = pd;
+        c.params.mr = {iova, len, list, uint32_t(pages.size()), RNIC_ACCESS_ALL, 12, 0, 0, 0};
+        EXPECT_EQ(n.cmd(c), RNIC_CMD_ST_OK);
+        return c.out1;
+    }
+    void connect()
+    {
+        n.connect(q1, 0, q2.qpn);
+        n.connect(q2, 0, q1.qpn);
+    }
+};
+
 // ---- FLUSH (IBTA Memory Placement Extensions): placement before the response ----
 
 namespace {
@@ -758,23 +789,13 @@ TEST(Rnic, FlushPersistenceWritesTheRangeBackAfterTheEarlierWrites)
 
 TEST(Rnic, FlushPersistenceFollowsThePageListAndAFailedWriteBackIsARemoteOpError)
 {
-    Link l;
-    Node n(0, l);
-    const uint32_t pd = n.create_pd();
-    Node::Cq cq = n.create_cq();
-    Node::Qp q1 = n.create_qp(pd, cq, cq), q2 = n.create_qp(pd, cq, cq);
+    LoopNode ln;
+    Node &n = ln.n;
     const uint64_t pg[2] = {n.alloc(4096), n.alloc(4096)};
-    const uint64_t list = n.alloc(64);
-    const uint64_t pages[2] = {pg[1], pg[0]}; // reversed
-    std::memcpy(n.mem(list), pages, sizeof(pages));
-    struct rnic_cmd c = {};
-    c.opcode = RNIC_CMD_REG_MR;
-    c.handle = pd;
-    c.params.mr = {0x70000000, 8192, list, 2, RNIC_ACCESS_ALL, 12, 0, 0, 0};
-    ASSERT_EQ(n.cmd(c), RNIC_CMD_ST_OK);
-    const uint32_t key = c.out1;
-    n.connect(q1, 0, q2.qpn);
-    n.connect(q2, 0, q1.qpn);
+    const uint32_t key = ln.page_list_mr(0x70000000, 8192, {pg[1], pg[0]}); // reversed
+    ln.connect();
+    auto &q1 = ln.q1;
+    auto &cq = ln.cq;
     n.post_send(q1, flush_wqe(1, 0x70000000 + 4000, key, 200, ROCE_FETH_PLT_PERSIST));
     auto e = n.poll(cq);
     ASSERT_EQ(e.size(), 1u);
@@ -1182,26 +1203,17 @@ TEST(Rnic, CqOverflowPutsTheCqInError)
 
 TEST(Rnic, LoopbackBetweenTwoQpsOfOneNodeThroughAPageListMr)
 {
-    Link l;
-    Node n(0, l);
-    const uint32_t pd = n.create_pd();
-    Node::Cq cq = n.create_cq();
-    Node::Qp q1 = n.create_qp(pd, cq, cq), q2 = n.create_qp(pd, cq, cq);
+    LoopNode ln;
+    Node &n = ln.n;
     // a 3-page MR at IOVA 0x7000_0800 over scattered, reversed physical pages
     const uint64_t pg[3] = {n.alloc(4096), n.alloc(4096), n.alloc(4096)};
-    const uint64_t list = n.alloc(64);
-    const uint64_t pages[3] = {pg[2], pg[0], pg[1]};
-    std::memcpy(n.mem(list), pages, sizeof(pages));
-    struct rnic_cmd c = {};
-    c.opcode = RNIC_CMD_REG_MR;
-    c.handle = pd;
-    c.params.mr = {0x70000800, 3 * 4096 - 0x800 - 100, list, 3, RNIC_ACCESS_ALL, 12, 0, 0, 0};
-    ASSERT_EQ(n.cmd(c), RNIC_CMD_ST_OK);
-    const uint32_t vkey = c.out1;
+    const uint32_t vkey = ln.page_list_mr(0x70000800, 3 * 4096 - 0x800 - 100, {pg[2], pg[0], pg[1]});
     const uint64_t src = n.alloc(8192);
-    const uint32_t skey = n.mr(pd, src, 8192);
-    n.connect(q1, 0, q2.qpn);
-    n.connect(q2, 0, q1.qpn);
+    const uint32_t skey = n.mr(ln.pd, src, 8192);
+    ln.connect();
+    auto &q1 = ln.q1;
+    auto &cq = ln.cq;
+    Link &l = ln.l;
     fill(n.mem(src), 8000, 42);
     n.post_send(q1, wqe(RNIC_WR_WRITE, 1, src, 8000, skey, 0x70000800 + 100, vkey));
     auto e = n.poll(cq);
