@@ -479,7 +479,10 @@ struct rnic_cqe {
     X(MODELED_WR_NS,   modeled_wr_ns,   "sum of the modeled latency of completed send WRs, ns") \
     X(MODELED_LINK_NS, modeled_link_ns, "modeled link busy time of frames sent, ns") \
     X(MODELED_PCIE_NS, modeled_pcie_ns, "modeled PCIe busy time (WQE/CQE/data DMA), ns") \
-    X(RX_DISABLED,     rx_disabled,     "frames dropped because CTRL.ENABLE is 0")
+    X(RX_DISABLED,     rx_disabled,     "frames dropped because CTRL.ENABLE is 0") \
+    X(FLUSHES,         flushes,         "FLUSH requests executed by the responder (placement done before the response)") \
+    X(FLUSH_BYTES,     flush_bytes,     "bytes of the ranges FLUSH made globally visible (every placement type)") \
+    X(PERSIST_BYTES,   persist_bytes,   "bytes FLUSH persistence wrote back to the RAM's backing file (msync)")
 
 #define RNIC_COUNTER_TABLE(X) RNIC_RC_COUNTERS(X) RNIC_DEV_COUNTERS(X)
 
