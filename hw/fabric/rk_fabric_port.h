@@ -108,7 +108,7 @@ int rk_fabric_port_drive(RkFabricPort *port, int (*done)(void *arg), void *arg, 
  * node (at most 64 frames); returns how many. For a vCPU that reads a device register a guest
  * polls (a status or FIFO register): the frame it waits for is dispatched by the vCPU itself,
  * not after a wake-up of the port thread. It renews the "poller present" lease in the port's
- * shared memory (RACKEMU_FABRIC_LEASE_US, default 20 us), so the bridge skips the port thread's
+ * shared memory (RACKEMU_FABRIC_LEASE_US, default 10 us), so the bridge skips the port thread's
  * wake-up for frames delivered meanwhile; it takes no announcement over, so the port thread stays
  * responsible when nobody polls (the bridge wakes it for a frame still untaken when the lease
  * lapses). 0 at once if another thread dispatches now (the port

@@ -327,11 +327,13 @@ inline uint64_t drive_ns()
 
 // How long a poll (rk_fabric_port_poll) promises that its thread polls again: the "poller
 // present" lease. A guest that spins on a status register reads it every microsecond or two
-// under TCG, so 20 us covers many polls; it is also the longest a frame waits when the poller
-// stopped right after its last poll (a vCPU that went to sleep on its interrupt), before the
-// producer's follow-up wakes the port thread. RACKEMU_FABRIC_LEASE_US overrides it (0: no lease,
-// every frame for a sleeping port thread wakes it; at most kLeaseMaxNs).
-constexpr uint64_t kLeaseNs = 20000;
+// under TCG, so 10 us covers several polls; it is also the longest a frame waits when the poller
+// stopped right after its last poll (a vCPU that went to sleep on its interrupt: in the guest
+// packetizer ping-pong with the server on its interrupt, nearly every skipped wake-up ended so),
+// before the producer's follow-up wakes the port thread: so it is kept well under the 60 us the
+// interrupt-mode round trip may take. RACKEMU_FABRIC_LEASE_US overrides it (0: no lease, every
+// frame for a sleeping port thread wakes it; at most kLeaseMaxNs).
+constexpr uint64_t kLeaseNs = 10000;
 
 inline uint64_t lease_ns()
 {
