@@ -22,6 +22,10 @@ Measured, each in this run:
   guest_gas_remote_load_*_us
                         one 8-byte load by node 0's user space through the global address space
                         window from node 1's memory (`gas bench`, median and p99 of --pingpong loads)
+  guest_rmc_read64_{spin,irq}_*_us
+                        RMC 64-byte READ of node 0's memory by node 1's user space (`rmc-bench run
+                        --op read --sizes 64 --mode lat`, wall median and p99 of --pingpong
+                        synchronous reads), the wait spinning on the CQ (--spin) or on the interrupt
   guest_gsas_remote_read64_*_us
                         GSAS READ64 by node 0's user space (libgsas) of a word on board 1 (gsasd
                         there answers; `gsas bench --op read64`, median and p99 of --pingpong reads)
@@ -49,6 +53,7 @@ from rackemu.cluster import Cluster, run_background  # noqa: E402
 from rackemu.config import build_dir, load_config  # noqa: E402
 from benchlib import kv_lines, log, write_results  # noqa: E402
 from unimem import export  # noqa: E402
+from sonuma import KEY, MICRO_CTX, parse_csv, start_detached, stop  # noqa: E402
 
 
 def timed(argv, env=None):
@@ -76,7 +81,8 @@ def med(runs, key):
 
 
 def guest_latencies(a, c, rows):
-    """GAS load, GSAS READ64 and the packetizer ping-pong (irq and spin), --pp-runs runs each."""
+    """GAS load, RMC 64-byte READ (spin and irq), GSAS READ64 and the packetizer ping-pong (irq and
+    spin), --pp-runs runs each."""
     g = export(c.node(1), 4096, 7, "n1")
     gas, gsas = [], []
     for _ in range(a.pp_runs):
@@ -88,7 +94,25 @@ def guest_latencies(a, c, rows):
             log(f"gsas bench failed (rc {res.rc}): {res.stdout.decode()} {res.stderr.decode()}")
         else:
             gsas.append(d[-1])
+    rmc = {"spin": [], "irq": []}
+    start_detached(c.node(0), f"rmc-bench serve --ctx {MICRO_CTX} --key {KEY}", "/tmp/bench-serve", "serving",
+                   "rmc-bench serve")
+    try:
+        for _ in range(a.pp_runs):
+            for mode, flag in (("spin", " --spin"), ("irq", "")):
+                res = c.node(1).exec(f"rm -f /tmp/f.csv; rmc-bench run --node 0 --ctx {MICRO_CTX} --key {KEY} "
+                                     f"--op read --sizes 64 --mode lat --iters {a.pingpong}{flag} "
+                                     f"--csv /tmp/f.csv >/dev/null && cat /tmp/f.csv", timeout=300)
+                _, d = parse_csv(res.stdout.decode())
+                if res.rc != 0 or not d or "wall_med_us" not in d[0]:
+                    log(f"rmc-bench ({mode}) failed (rc {res.rc}): {res.stdout.decode()} {res.stderr.decode()}")
+                else:
+                    rmc[mode].append(d[0])
+    finally:
+        stop(c.node(0), "rmc-bench")
     for name, runs, mk, pk in (("gas_remote_load", gas, "median_us", "p99_us"),
+                               ("rmc_read64_spin", rmc["spin"], "wall_med_us", "wall_p99_us"),
+                               ("rmc_read64_irq", rmc["irq"], "wall_med_us", "wall_p99_us"),
                                ("gsas_remote_read64", gsas, "latency_median_us", "latency_p99_us")):
         if runs:
             rows.append(("guest", f"{name}_median_us", med(runs, mk), "us"))
