@@ -12,6 +12,10 @@
  *         -> status = exit code, or -signal; flags TIMED_OUT when killed at the timeout
  *   PUT   body: u32 mode, u32 path_len, path, data  -> status 0 or -errno, error text in err
  *   GET   body: path                       -> out = file contents, or status -errno
+ *   CLOCK body: u64 realtime_ns, entropy (0..AG_MAX_ENTROPY bytes)
+ *         -> status 0 or -errno, error text in err: sets CLOCK_REALTIME and mixes the bytes into
+ *         the kernel's pool (as a write to /dev/urandom), with no process started: what the
+ *         launcher sends a node restored from a snapshot (docs/launcher.md)
  * Response body: i32 status, u32 flags, u32 out_len, u32 err_len, out, err.
  * Several EXECs run at once; their responses come back in completion order.
  */
@@ -26,6 +30,7 @@
 #define AG_EXEC 2u
 #define AG_PUT 3u
 #define AG_GET 4u
+#define AG_CLOCK 5u
 #define AG_RESPONSE 0x80u
 
 #define AG_F_TIMED_OUT 1u  /* the command was killed at its timeout */
@@ -35,5 +40,6 @@
 #define AG_MAX_BODY (64u << 20)   /* largest request body accepted (PUT data) */
 #define AG_MAX_OUTPUT (16u << 20) /* per stream of a command */
 #define AG_MAX_JOBS 64u           /* commands running at once */
+#define AG_MAX_ENTROPY 4096u      /* bytes of host randomness a CLOCK request may carry */
 
 #endif

@@ -306,6 +306,40 @@ static void do_get(uint32_t id, const unsigned char *b, uint32_t len)
 	free(path);
 }
 
+/* CLOCK: set the wall clock and mix host randomness into the pool, without starting a process
+ * (a restored snapshot's first process spawn is slow under TCG: its code is translated afresh). */
+static void do_clock(uint32_t id, const unsigned char *b, uint32_t len)
+{
+	struct timespec ts;
+	uint64_t ns;
+	int fd;
+
+	if (len < 8 || len - 8 > AG_MAX_ENTROPY) {
+		respond_error(AG_CLOCK, id, -EINVAL, "malformed CLOCK request (%u bytes, at most %u of entropy)",
+			      len, AG_MAX_ENTROPY);
+		return;
+	}
+	ns = (uint64_t)get32(b) | (uint64_t)get32(b + 4) << 32;
+	ts.tv_sec = (time_t)(ns / 1000000000u);
+	ts.tv_nsec = (long)(ns % 1000000000u);
+	if (clock_settime(CLOCK_REALTIME, &ts) < 0) {
+		respond_error(AG_CLOCK, id, -errno, "clock_settime: %s", strerror(errno));
+		return;
+	}
+	if (len > 8) {
+		fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || write(fd, b + 8, len - 8) != (ssize_t)(len - 8)) {
+			int e = errno;
+			if (fd >= 0)
+				close(fd);
+			respond_error(AG_CLOCK, id, -e, "writing /dev/urandom: %s", strerror(e));
+			return;
+		}
+		close(fd);
+	}
+	respond(AG_CLOCK, id, 0, 0, NULL, 0, NULL, 0);
+}
+
 /* Parse every complete frame in rx. */
 static void handle_rx(void)
 {
@@ -349,6 +383,9 @@ static void handle_rx(void)
 			break;
 		case AG_GET:
 			do_get(id, b, len);
+			break;
+		case AG_CLOCK:
+			do_clock(id, b, len);
 			break;
 		default:
 			respond_error(type, id, -ENOSYS, "unknown request type %u", type);

@@ -110,7 +110,7 @@ struct RkFabricPort {
     std::atomic<bool> stop{false};
     std::atomic<uint64_t> frames_tx{0}, frames_rx{0}, bytes_tx{0}, bytes_rx{0}, bad_frames{0},
         send_failures{0}, link_downs{0}, connects{0}, wakeups_sent{0}, sleeps{0}, driven_frames{0},
-        full_waits{0}, polled_frames{0};
+        full_waits{0}, polled_frames{0}, lease_renewals{0};
     rk_fabric_port_hooks hooks{}; // set before the thread starts and before any send; then read-only
     // Ethernet (RKF_SVC_ETH): receivers guarded by svc_mu (and svc_busy, like svcs), the
     // reassembler used only by the dispatching thread, the frame counter under tx_mu.
@@ -542,9 +542,9 @@ void RkFabricPort::run()
                 int rc = connect_once(err, sizeof err);
                 if (rc == 0) {
                     log(RK_FABRIC_LOG_INFO,
-                        "rackemu-fabric: node %u: connected to %s (spin %llu us, drive %llu us)", node_id,
-                        path.c_str(), (unsigned long long)(spin_ns() / 1000),
-                        (unsigned long long)(drive_ns() / 1000));
+                        "rackemu-fabric: node %u: connected to %s (spin %llu us, drive %llu us, poll lease %llu us)",
+                        node_id, path.c_str(), (unsigned long long)(spin_ns() / 1000),
+                        (unsigned long long)(drive_ns() / 1000), (unsigned long long)(lease_ns() / 1000));
                     {
                         std::lock_guard rk(rx_mu);
                         eth_asm.reset();
@@ -676,9 +676,15 @@ int RkFabricPort::poll_rx(unsigned max)
     }();
     if (!enabled || tl_in_callback || !up.load(std::memory_order_acquire) || !rx_mu.try_lock()) return 0;
     int n = 0;
-    if (up.load(std::memory_order_relaxed) && !ring_empty(shm->to_node)) {
-        n = drain_locked(max);
-        if (n > 0) polled_frames += unsigned(n);
+    if (up.load(std::memory_order_relaxed)) {
+        // "Poller present": this thread will poll again within the lease, so the bridge need
+        // not wake the port thread for what it delivers meanwhile (it wakes it if a frame is still
+        // here when the lease lapses: shm_ring.h, lease_follow_up).
+        if (lease_renew(shm->to_node.ctl, lease_ns())) lease_renewals++;
+        if (!ring_empty(shm->to_node)) {
+            n = drain_locked(max);
+            if (n > 0) polled_frames += unsigned(n);
+        }
     }
     rx_mu.unlock();
     if (n < 0) {
@@ -746,9 +752,10 @@ void rk_fabric_port_set_hooks(RkFabricPort *p, const struct rk_fabric_port_hooks
 {
     p->hooks = hooks ? *hooks : rk_fabric_port_hooks{};
     if (p->up.load()) {
-        p->log(RK_FABRIC_LOG_INFO, "rackemu-fabric: node %u: connected to %s (spin %llu us, drive %llu us)",
+        p->log(RK_FABRIC_LOG_INFO,
+               "rackemu-fabric: node %u: connected to %s (spin %llu us, drive %llu us, poll lease %llu us)",
                p->node_id, p->path.c_str(), (unsigned long long)(spin_ns() / 1000),
-               (unsigned long long)(drive_ns() / 1000));
+               (unsigned long long)(drive_ns() / 1000), (unsigned long long)(lease_ns() / 1000));
         if (p->hooks.link) p->hooks.link(p->hooks.opaque, 1);
     }
 }
@@ -879,6 +886,7 @@ void rk_fabric_port_get_stats(RkFabricPort *p, struct rk_fabric_port_stats *o)
     o->driven_frames = p->driven_frames;
     o->full_waits = p->full_waits;
     o->polled_frames = p->polled_frames;
+    o->lease_renewals = p->lease_renewals;
 }
 
 int rk_fabric_port_eth_attach(RkFabricPort *p, enum rk_fabric_eth_rx_class cls, rk_fabric_eth_rx_fn fn,

@@ -107,8 +107,11 @@ int rk_fabric_port_drive(RkFabricPort *port, int (*done)(void *arg), void *arg, 
 /* Dispatch, on the calling thread and without waiting, what the bridge has delivered to this
  * node (at most 64 frames); returns how many. For a vCPU that reads a device register a guest
  * polls (a status or FIFO register): the frame it waits for is dispatched by the vCPU itself,
- * not after a wake-up of the port thread. It takes no announcement over, so the port thread
- * stays responsible when nobody polls. 0 at once if another thread dispatches now (the port
+ * not after a wake-up of the port thread. It renews the "poller present" lease in the port's
+ * shared memory (RACKEMU_FABRIC_LEASE_US, default 10 us), so the bridge skips the port thread's
+ * wake-up for frames delivered meanwhile; it takes no announcement over, so the port thread stays
+ * responsible when nobody polls (the bridge wakes it for a frame still untaken when the lease
+ * lapses). 0 at once if another thread dispatches now (the port
  * thread or a driver: they deliver the same frames), from inside a service callback, or while
  * the link is down. Service callbacks run on the caller: it may hold the big QEMU lock (no
  * callback takes it; interrupts they raise are then set at once), but no lock a callback takes.
@@ -190,9 +193,11 @@ void rk_fabric_port_eth_get_stats(RkFabricPort *port, struct rk_fabric_eth_stats
 struct rk_fabric_port_stats {
     uint64_t frames_tx, frames_rx, bytes_tx, bytes_rx, bad_frames, send_failures, link_downs, connects,
         wakeups_sent, sleeps;
-    uint64_t driven_frames; /* frames dispatched by a waiting thread (rk_fabric_port_drive) */
-    uint64_t full_waits;    /* sends that blocked on a full ring */
-    uint64_t polled_frames; /* frames dispatched by a polling thread (rk_fabric_port_poll) */
+    uint64_t driven_frames;  /* frames dispatched by a waiting thread (rk_fabric_port_drive) */
+    uint64_t full_waits;     /* sends that blocked on a full ring */
+    uint64_t polled_frames;  /* frames dispatched by a polling thread (rk_fabric_port_poll) */
+    uint64_t lease_renewals; /* "poller present" leases a polling thread stored (rk_fabric_port_poll;
+                              * the bridge counts the wake-ups they spared: wakes_skipped) */
 };
 void rk_fabric_port_get_stats(RkFabricPort *port, struct rk_fabric_port_stats *out);
 

@@ -15,6 +15,7 @@
 // copies a frame out, and never reads a slot twice.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -38,13 +39,20 @@ struct alignas(64) RingCtl {
     char pad1[60];
     std::atomic<uint32_t> sleeping;   // futex word: 1 while the consumer sleeps
     std::atomic<uint32_t> space_wait; // 1 while the producer waits for a free slot (see below)
-    char pad2[56];
+    // "Poller present" (CLOCK_MONOTONIC ns): until then a thread of the consumer's side polls
+    // the ring on its own (a vCPU reading a device register), so the producer need not wake the
+    // sleeping consumer for a frame: see wake_consumer() and lease_follow_up() below.
+    std::atomic<uint64_t> poll_lease;
+    char pad2[48];
 };
 // `space_wait` (protocol version 2): the producer sets it when it finds the ring full, then
 // re-checks and waits. After it frees slots the consumer clears it and wakes the producer: on
 // to_bridge the node's sending thread waits on `space_wait` itself (futex); on to_node the
 // bridge's router does not wait for one port, so the node wakes the bridge's doorbell instead.
+// `poll_lease` lies in what was padding in version 2 (zeros): a side that does not know it
+// leaves it 0 (no lease: every wake-up is made), so no protocol version change.
 static_assert(sizeof(RingCtl) == 192, "ring control block: three cache lines (fabric_proto.h)");
+static_assert(offsetof(RingCtl, poll_lease) == 136, "poll_lease lies in the third line's former padding");
 
 struct Ring {
     RingCtl ctl;
@@ -89,6 +97,73 @@ inline bool futex_wake(std::atomic<uint32_t> *w)
     return false;
 }
 
+// The "poller present" lease (docs/fabric.md, "Poller present"). A thread of the consumer's side
+// that polls the ring without blocking (rk_fabric_port_poll: a vCPU reading a device register)
+// stores now + lease_ns() in `poll_lease` at each poll. While that deadline lies ahead, a
+// producer that finds the consumer asleep skips the futex wake-up (the poller takes the frame
+// on its own thread) and follows up: once the lease has lapsed, a frame still in the ring gets
+// the wake-up it was spared, so a poller that stops (a vCPU that halts, dies or is descheduled)
+// delays a frame by at most the lease, never loses it. A lease more than kLeaseMaxNs ahead is
+// not believed (the word is written by the other, untrusted side): that frame is woken at once.
+constexpr uint64_t kLeaseMaxNs = 1000000;
+
+inline bool lease_valid(uint64_t lease, uint64_t now)
+{
+    return lease > now && lease - now <= kLeaseMaxNs;
+}
+
+enum class Wake {
+    None,    // the consumer is awake (it looks at the ring before it sleeps)
+    Woken,   // it slept: woken
+    Skipped, // it sleeps but a poller holds a lease: the caller must call lease_follow_up()
+};
+
+inline uint64_t now_ns()
+{
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+
+// Producer side, after it published frames on `c`'s ring.
+inline Wake wake_consumer(RingCtl &c)
+{
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (c.sleeping.load(std::memory_order_relaxed) == 0) return Wake::None;
+    if (lease_valid(c.poll_lease.load(std::memory_order_relaxed), now_ns())) return Wake::Skipped;
+    return futex_wake(&c.sleeping) ? Wake::Woken : Wake::None;
+}
+
+// Poller side (the consumer's side, holding the right to consume): promise to poll again within
+// `lease` ns. Stored only when a quarter of the lease has passed since the last store, so a tight
+// poll loop does not write the shared line at every poll. True if it stored.
+inline bool lease_renew(RingCtl &c, uint64_t lease)
+{
+    if (!lease) return false;
+    const uint64_t until = now_ns() + lease;
+    if (until - c.poll_lease.load(std::memory_order_relaxed) <= lease / 4) return false;
+    c.poll_lease.store(until, std::memory_order_relaxed);
+    return true;
+}
+
+// Producer side, for frames published up to ring index `head` whose wake-up was skipped. True when
+// nothing remains to do: the consumer took them (its tail reached `head`), or it is awake, or it
+// has just been woken because the lease lapsed (`*woken` set). False while the lease runs: call
+// again at `*due` (the lease's deadline as read now) or later. A tail beyond `head` (impossible
+// unless the consumer's side is corrupt) counts as taken: that only concerns the consumer.
+inline bool lease_follow_up(RingCtl &c, uint32_t head, uint64_t now, uint64_t *due, bool *woken)
+{
+    *woken = false;
+    if (head - c.tail.load(std::memory_order_acquire) - 1u >= RKF_RING_SLOTS) return true; // taken
+    const uint64_t lease = c.poll_lease.load(std::memory_order_relaxed);
+    if (lease_valid(lease, now)) {
+        *due = lease;
+        return false;
+    }
+    *woken = futex_wake(&c.sleeping);
+    return true;
+}
+
 // Node side, after it published a frame on to_bridge or freed room on to_node: wake the
 // bridge's router if it sleeps.
 inline bool wake_router(PortShm &shm, Doorbell &bell)
@@ -111,18 +186,23 @@ inline void futex_wake_always(std::atomic<uint32_t> *w)
     futex_op(w, FUTEX_WAKE, INT32_MAX, nullptr);
 }
 
-// Sleep on `w` (announced by setting it to 1) unless `ready()` turns true; at most `ms`
-// milliseconds, or until woken when `ms` < 0.
-template <typename Ready> inline void futex_sleep(std::atomic<uint32_t> *w, int ms, Ready ready)
+// Sleep on `w` (announced by setting it to 1) unless `ready()` turns true; at most `ns`
+// nanoseconds, or until woken when `ns` < 0.
+template <typename Ready> inline void futex_sleep_ns(std::atomic<uint32_t> *w, int64_t ns, Ready ready)
 {
     w->store(1, std::memory_order_seq_cst);
     if (ready()) {
         w->store(0, std::memory_order_relaxed);
         return;
     }
-    timespec ts{ms / 1000, (ms % 1000) * 1000000L};
-    futex_op(w, FUTEX_WAIT, 1, ms < 0 ? nullptr : &ts);
+    timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
+    futex_op(w, FUTEX_WAIT, 1, ns < 0 ? nullptr : &ts);
     w->store(0, std::memory_order_relaxed);
+}
+
+template <typename Ready> inline void futex_sleep(std::atomic<uint32_t> *w, int ms, Ready ready)
+{
+    futex_sleep_ns(w, ms < 0 ? -1 : int64_t(ms) * 1000000, ready);
 }
 
 inline void cpu_relax()
@@ -195,13 +275,6 @@ inline PopResult ring_pop(Ring &r, rkf_frame_hdr &h, unsigned char *payload)
     return PopResult::Ok;
 }
 
-inline uint64_t now_ns()
-{
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
-}
-
 // A duration in microseconds from the environment (0 .. 1 s), or `dflt` when unset or invalid.
 inline uint64_t env_us(const char *name, uint64_t dflt)
 {
@@ -249,6 +322,22 @@ constexpr uint64_t kDriveNs = 100000;
 inline uint64_t drive_ns()
 {
     static const uint64_t ns = env_us("RACKEMU_FABRIC_DRIVE_US", kDriveNs);
+    return ns;
+}
+
+// How long a poll (rk_fabric_port_poll) promises that its thread polls again: the "poller
+// present" lease. A guest that spins on a status register reads it every microsecond or two
+// under TCG, so 10 us covers several polls; it is also the longest a frame waits when the poller
+// stopped right after its last poll (a vCPU that went to sleep on its interrupt: in the guest
+// packetizer ping-pong with the server on its interrupt, nearly every skipped wake-up ended so),
+// before the producer's follow-up wakes the port thread: so it is kept well under the 60 us the
+// interrupt-mode round trip may take. RACKEMU_FABRIC_LEASE_US overrides it (0: no lease, every
+// frame for a sleeping port thread wakes it; at most kLeaseMaxNs).
+constexpr uint64_t kLeaseNs = 10000;
+
+inline uint64_t lease_ns()
+{
+    static const uint64_t ns = std::min<uint64_t>(env_us("RACKEMU_FABRIC_LEASE_US", kLeaseNs), kLeaseMaxNs);
     return ns;
 }
 

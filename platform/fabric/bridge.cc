@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -523,6 +524,7 @@ void Bridge::drop_port(unsigned id, const char *why)
     Port &p = ports_[id];
     if (p.state != State::Up) return;
     p.state = State::Empty;
+    p.lease_pending = false;
     // First, so that a peer reaching this node's RAM directly sees it gone before anything else.
     __atomic_store_n(&live_->node[id], p.live_gen << 1, __ATOMIC_RELEASE);
     close(p.sock);
@@ -565,6 +567,60 @@ void Bridge::drop_port(unsigned id, const char *why)
     log("node %u disconnected (%s); %u outstanding request(s) answered NODE_GONE", id, why, failed);
 }
 
+namespace {
+// Only the router follows up skipped wake-ups, so only the router may skip one (a frame queued by
+// the main loop, e.g. drop_port's NODE_GONE replies, wakes the port thread as before).
+thread_local bool tl_router = false;
+} // namespace
+
+void Bridge::wake_node_locked(Port &d)
+{
+    RingCtl &c = d.shm->to_node.ctl;
+    if (!tl_router) {
+        if (futex_wake(&c.sleeping)) wakeups_++;
+        return;
+    }
+    switch (wake_consumer(c)) {
+    case Wake::Woken:
+        wakeups_++;
+        break;
+    case Wake::Skipped:
+        d.c.wakes_skipped++;
+        wakes_skipped_++;
+        d.lease_pending = true;
+        d.lease_head = c.head.load(std::memory_order_relaxed);
+        break;
+    case Wake::None:
+        break;
+    }
+}
+
+uint64_t Bridge::lease_follow_up_locked(uint64_t now)
+{
+    uint64_t next = UINT64_MAX;
+    for (unsigned i = 0; i < opt_.max_nodes; i++) {
+        Port &p = ports_[i];
+        if (!p.lease_pending) continue;
+        if (p.state != State::Up) {
+            p.lease_pending = false;
+            continue;
+        }
+        uint64_t due = 0;
+        bool woken = false;
+        if (lease_follow_up(p.shm->to_node.ctl, p.lease_head, now, &due, &woken)) {
+            p.lease_pending = false;
+            if (woken) {
+                wakeups_++;
+                p.c.lease_wakes++;
+                lease_wakes_++;
+            }
+        } else {
+            next = std::min(next, due);
+        }
+    }
+    return next;
+}
+
 bool Bridge::deliver_locked(unsigned dst, const rkf_frame_hdr &h, const unsigned char *payload)
 {
     Port &d = ports_[dst];
@@ -577,7 +633,7 @@ bool Bridge::deliver_locked(unsigned dst, const rkf_frame_hdr &h, const unsigned
     if (d.overflow.empty() && ring_push(d.shm->to_node, h, payload)) {
         d.c.frames_out++;
         d.c.bytes_out += sizeof h + h.len;
-        if (futex_wake(&d.shm->to_node.ctl.sleeping)) wakeups_++;
+        wake_node_locked(d);
         return true;
     }
     if (d.overflow.size() < opt_.overflow_limit) {
@@ -781,7 +837,7 @@ void Bridge::eth_deliver_locked(unsigned src, unsigned dst, const unsigned char 
         d.c.bytes_out += wire;
         d.c.eth_frames_out++;
         d.c.eth_bytes_out += len;
-        if (futex_wake(&d.shm->to_node.ctl.sleeping)) wakeups_++;
+        wake_node_locked(d);
         return;
     }
     if (d.overflow.size() + n > opt_.overflow_limit) {
@@ -812,10 +868,14 @@ void Bridge::router()
 {
     unsigned char payload[RKF_SLOT_SIZE];
     uint64_t last_activity = now_ns();
+    tl_router = true; // this thread may skip wake-ups for polled ports (wake_node_locked)
+    // The router sleeps until a lease lapses when it skipped a wake-up (tens of microseconds):
+    // the default timer slack (50 us) would stretch that sleep, so ask for 1 us.
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     while (!stopping_.load(std::memory_order_relaxed)) {
         unsigned moved = 0;
         std::vector<unsigned> corrupt;
-        uint64_t next_due = UINT64_MAX;
+        uint64_t next_due = UINT64_MAX, lease_due = UINT64_MAX;
         {
             std::lock_guard lk(mu_);
             if (!faults_.empty()) {
@@ -836,7 +896,7 @@ void Bridge::router()
                     p.c.frames_out++;
                     p.c.bytes_out += f.size();
                     p.overflow.pop_front();
-                    if (futex_wake(&p.shm->to_node.ctl.sleeping)) wakeups_++;
+                    wake_node_locked(p);
                     moved++;
                 }
                 if (!p.overflow.empty()) {
@@ -864,6 +924,9 @@ void Bridge::router()
                     wakeups_++;
                 }
             }
+            // Frames whose wake-up a poll lease spared: taken by the poller, or, once the lease
+            // has lapsed, woken for now (the poller stopped: a halted or dead vCPU).
+            lease_due = lease_follow_up_locked(now_ns());
         }
         for (unsigned i : corrupt) {
             {
@@ -881,7 +944,11 @@ void Bridge::router()
         // A frame a fault rule holds is due within 1.2 ms: spin for it rather than sleep past it
         // (a futex timeout has millisecond granularity here); a later one bounds the sleep.
         const uint64_t left = next_due == UINT64_MAX ? UINT64_MAX : next_due > now ? next_due - now : 0;
-        if (now - last_activity < spin_ns() || left < 1200000) {
+        // A lease that runs bounds the sleep to its end (at most kLeaseMaxNs ahead).
+        const uint64_t lease_left = lease_due == UINT64_MAX ? UINT64_MAX
+                                    : lease_due > now       ? lease_due - now
+                                                            : 0;
+        if (now - last_activity < spin_ns() || left < 1200000 || lease_left == 0) {
             cpu_relax();
             continue;
         }
@@ -889,8 +956,11 @@ void Bridge::router()
             std::lock_guard lk(mu_);
             capture_.flush(); // idle: what was captured reaches the file
         }
-        const int sleep_ms =
-            left == UINT64_MAX ? -1 : int(std::min<uint64_t>((left - 200000) / 1000000, 1000000));
+        int64_t sleep_ns = left == UINT64_MAX
+                               ? -1
+                               : int64_t(std::min<uint64_t>((left - 200000) / 1000000, 1000000)) * 1000000;
+        if (lease_left != UINT64_MAX)
+            sleep_ns = sleep_ns < 0 ? int64_t(lease_left) : std::min<int64_t>(sleep_ns, lease_left);
         // Asleep until a node publishes a frame or frees room for a queued one, a node connects,
         // or stop(): no timeout. Each port gets its own announcement (router_asleep), so a node
         // that clears its own only loses its own wake-ups; one that clears the doorbell word
@@ -903,7 +973,7 @@ void Bridge::router()
                     ports_[i].shm->router_asleep.store(1, std::memory_order_relaxed);
             }
         }
-        futex_sleep(&bell_->sleeping, sleep_ms, [&] {
+        futex_sleep_ns(&bell_->sleeping, sleep_ns, [&] {
             std::atomic_thread_fence(std::memory_order_seq_cst);
             std::lock_guard lk(mu_);
             if (stopping_) return true;
@@ -937,6 +1007,7 @@ std::string Bridge::stats_json()
       << ",\"conn_timeouts\":" << conn_timeouts_ << ",\"conn_evicted\":" << conn_evicted_
       << ",\"outstanding\":" << outstanding_total_ << ",\"max_outstanding\":" << opt_.max_outstanding
       << ",\"router_sleeps\":" << router_sleeps_.load() << ",\"router_wakeups\":" << wakeups_.load()
+      << ",\"wakes_skipped\":" << wakes_skipped_ << ",\"lease_wakes\":" << lease_wakes_
       << ",\"eth_floods\":" << eth_floods_ << ",\"eth_bad_fragments\":" << eth_bad_fragments_
       << ",\"eth_hairpin\":" << eth_hairpin_ << ",\"eth_queue_drops\":" << eth_queue_drops_
       << ",\"fault_rules\":" << faults_.rules().size() << ",\"fault_held\":" << faults_.held()
@@ -957,7 +1028,8 @@ std::string Bridge::stats_json()
           << ",\"queued\":" << p.overflow.size() << ",\"outstanding\":" << p.c.outstanding
           << ",\"eth_frames_in\":" << p.c.eth_frames_in << ",\"eth_frames_out\":" << p.c.eth_frames_out
           << ",\"eth_bytes_in\":" << p.c.eth_bytes_in << ",\"eth_bytes_out\":" << p.c.eth_bytes_out
-          << ",\"eth_drops\":" << p.c.eth_drops << "}";
+          << ",\"eth_drops\":" << p.c.eth_drops << ",\"wakes_skipped\":" << p.c.wakes_skipped
+          << ",\"lease_wakes\":" << p.c.lease_wakes << "}";
     }
     o << "]}";
     return o.str();

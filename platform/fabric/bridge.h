@@ -40,6 +40,10 @@ struct PortCounters {
     // Ethernet (RKF_SVC_ETH): whole frames and their bytes (frame only), and frames lost on the
     // way out of this port (its queue full, or it went away while a fault rule held the frame).
     uint64_t eth_frames_in = 0, eth_frames_out = 0, eth_bytes_in = 0, eth_bytes_out = 0, eth_drops = 0;
+    // "Poller present" (shm_ring.h): wake-ups of the node's sleeping port thread skipped because a
+    // vCPU of the node held a poll lease, and wake-ups made later because a frame was still in the
+    // ring when the lease lapsed (the poller had stopped).
+    uint64_t wakes_skipped = 0, lease_wakes = 0;
 };
 
 class Bridge {
@@ -96,6 +100,11 @@ private:
         PortCounters c;
         std::unique_ptr<EthReassembler> eth_asm; // Ethernet fragments from this node (router only)
         uint32_t eth_seq_out = 0;                // frame counter of what the bridge sends it
+        // A wake-up of the port thread was skipped for frames up to this index of to_node (a
+        // poll lease ran): the router follows up (lease_follow_up) until they are taken or the
+        // lease lapses. Router only (under mu_).
+        bool lease_pending = false;
+        uint32_t lease_head = 0;
     };
 
     void accept_conns(int lfd, bool control);
@@ -107,6 +116,12 @@ private:
     void router();
     bool route_locked(unsigned src, const rkf_frame_hdr &h, const unsigned char *payload);
     bool deliver_locked(unsigned dst, const rkf_frame_hdr &h, const unsigned char *payload);
+    // After frames were pushed to `d`'s to_node: wake its port thread if it sleeps, unless (on
+    // the router thread) a poll lease lets the node's polling vCPU take them.
+    void wake_node_locked(Port &d);
+    // Follow up skipped wake-ups (router only); returns the earliest lease deadline still
+    // running, or UINT64_MAX.
+    uint64_t lease_follow_up_locked(uint64_t now);
     void error_reply_locked(const rkf_frame_hdr &req, uint16_t status);
     // Ethernet: one fragment from `src`; a whole frame is captured, switched and forwarded.
     void eth_ingress_locked(unsigned src, const rkf_frame_hdr &h, const unsigned char *payload);
@@ -146,8 +161,9 @@ private:
     uint64_t fault_lost_ = 0;
     std::vector<FaultPacket> fault_out_; // scratch, router only
     Capture capture_;
-    std::vector<Conn> conns_;                // main loop only
-    std::atomic<uint64_t> router_sleeps_{0}; // written by the router without mu_, read by stats_json()
+    std::vector<Conn> conns_;                      // main loop only
+    std::atomic<uint64_t> router_sleeps_{0};       // written by the router without mu_, read by stats_json()
+    uint64_t wakes_skipped_ = 0, lease_wakes_ = 0; // all ports' PortCounters of the same names (mu_)
     std::atomic<uint64_t> wakeups_{
         0}; // futex wake-ups the router sent (node port threads, blocked senders); no mu_
     std::atomic<bool> stopping_{false};

@@ -18,7 +18,8 @@ import time
 
 AG_MAGIC = 0x47414B52
 AG_VERSION = 1
-AG_PING, AG_EXEC, AG_PUT, AG_GET, AG_RESPONSE = 1, 2, 3, 4, 0x80
+AG_PING, AG_EXEC, AG_PUT, AG_GET, AG_CLOCK, AG_RESPONSE = 1, 2, 3, 4, 5, 0x80
+AG_MAX_ENTROPY = 4096
 AG_F_TIMED_OUT, AG_F_ERROR, AG_F_TRUNCATED = 1, 2, 4
 AG_MAX_BODY = 64 << 20
 HDR = struct.Struct("<IHHII")  # magic, version, type, id, len
@@ -199,6 +200,15 @@ class AgentClient:
         st, fl, out, err = self._request(AG_PUT, struct.pack("<II", mode, len(p)) + p + bytes(data), timeout)
         if fl & AG_F_ERROR or st != 0:
             raise AgentError(f"put {remote_path}: {err.decode(errors='replace')}")
+
+    def set_clock(self, realtime_ns: int, entropy: bytes = b"", timeout: float = 20.0) -> None:
+        """Set the guest's CLOCK_REALTIME and mix `entropy` (at most AG_MAX_ENTROPY bytes) into its
+        random pool, without starting a process in the guest (AG_CLOCK)."""
+        if len(entropy) > AG_MAX_ENTROPY:
+            raise AgentError(f"set_clock: {len(entropy)} bytes of entropy (at most {AG_MAX_ENTROPY})")
+        st, fl, out, err = self._request(AG_CLOCK, struct.pack("<Q", realtime_ns) + bytes(entropy), timeout)
+        if fl & AG_F_ERROR or st != 0:
+            raise AgentError(f"set_clock: {err.decode(errors='replace')} (status {st})")
 
     def get(self, remote_path: str, timeout: float = 120.0) -> bytes:
         st, fl, out, err = self._request(AG_GET, remote_path.encode(), timeout)

@@ -55,3 +55,18 @@ def test_cli_cp_copies_a_file_in_and_back_out(cluster2):
     assert r.stdout.split()[0].decode() == hashlib.md5(data).hexdigest(), r.stdout
     assert r.stdout.split()[-1] == b"640"
     assert agent_get(node, "/tmp/cp-in.bin") == data
+
+
+def test_agent_clock_request_sets_the_guest_wall_clock(cluster2):
+    """AG_CLOCK (docs/agent.md): what the launcher sends a node restored from a snapshot."""
+    import os
+    from rackemu.agent import AG_CLOCK
+    n = cluster2.node(1)
+    target = time.time_ns() + 1000 * 10**9
+    n._with_agent("clock", lambda a: a.set_clock(target, os.urandom(256)))
+    assert abs(int(n.sh("date +%s")) - target / 1e9) < 30
+    # a body shorter than the time is refused with EINVAL, and the agent keeps serving
+    st, fl, out, err = n.agent()._request(AG_CLOCK, b"\x01\x02", 10)
+    assert (st, fl & 2) == (-22, 2) and b"malformed" in err, (st, fl, err)
+    n._with_agent("clock", lambda a: a.set_clock(time.time_ns()))
+    assert abs(int(n.sh("date +%s")) - time.time()) < 30

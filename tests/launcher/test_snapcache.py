@@ -163,3 +163,39 @@ def test_the_mode_is_validated_and_offered_on_the_command_line():
     r = subprocess.run([str(ROOT / "rackemu"), "cluster", "up", "--snapshot", "yes"], capture_output=True,
                        text=True, env=dict(os.environ, RACKEMU_SKIP_SETUP="1"), timeout=60)
     assert r.returncode == 2 and "invalid choice: 'yes'" in r.stderr
+
+
+def test_artefact_digests_are_kept_across_processes_per_file_version(tmp_path, cache, monkeypatch):
+    """The ~140 MB of QEMU, kernel and initramfs are hashed once per file version, not at every
+    `up`: the digest is kept in the cache's directory and used while the file's identity
+    (device, inode, size, mtime, ctime) is unchanged; a rewrite changes the ctime."""
+    from rackemu import snapshot
+    cache.mkdir(parents=True, mode=0o700)
+    f = tmp_path / "artefact"
+    f.write_bytes(b"one")
+    calls = []
+    real = snapshot.file_sha256
+    monkeypatch.setattr(snapshot, "file_sha256", lambda p: calls.append(p) or real(p))
+    assert snapshot.artefact_sha256(f) == file_sha256(f)
+    assert len(calls) == 1
+    sums = json.loads((cache / snapshot.SUMS_FILE).read_text())["sums"]
+    assert sums[str(f.resolve())][5] == file_sha256(f)
+    snapshot._artefact_sums.clear()              # a new process
+    assert snapshot.artefact_sha256(f) == file_sha256(f)
+    assert len(calls) == 1, "hashed again although the file did not change"
+    time.sleep(0.01)
+    f.write_bytes(b"two")                       # same size, new contents: a new version
+    snapshot._artefact_sums.clear()
+    assert snapshot.artefact_sha256(f) == file_sha256(f)
+    assert len(calls) == 2
+    # a forged record is not believed for another version of the file, and a store in a
+    # directory others may write is not used at all
+    sums = json.loads((cache / snapshot.SUMS_FILE).read_text())["sums"]
+    sums[str(f.resolve())][5] = "0" * 64
+    sums[str(f.resolve())][4] += 1
+    (cache / snapshot.SUMS_FILE).write_text(json.dumps({"format": 1, "sums": sums}))
+    snapshot._artefact_sums.clear()
+    assert snapshot.artefact_sha256(f) == file_sha256(f)
+    os.chmod(cache, 0o777)
+    assert snapshot._sums_path() is None
+    os.chmod(cache, 0o700)
