@@ -94,6 +94,7 @@ struct RcEngine::Qp {
     unsigned retry_left = 7, rnr_left = 7;
     uint64_t timer = UINT64_MAX; // retransmission deadline
     uint64_t rnr_until = 0;      // no sending before this (RNR wait)
+    bool tx_stalled = false;     // the link pushed back before a request packet (resume_tx)
     bool recovering = false;     // went back; until recover_end is acknowledged, responses
     uint32_t recover_end = 0;    // to what was sent before do not start another retry
 
@@ -277,13 +278,18 @@ void RcEngine::send_packet(Qp &q, Packet &p)
     env_.send_frame(frame_.data(), n);
 }
 
-// Send the packets of sq[idx] from its resume PSN. False: stopped (the WR failed locally).
+// Send the packets of sq[idx] from its resume PSN. False: stopped (the WR failed locally, or the
+// link pushed back: q.tx_stalled, resume_tx() continues from e.resume).
 bool RcEngine::send_request(Qp &q, size_t idx)
 {
     SendEntry &e = q.sq[idx];
     const SendWr &wr = e.wr;
     const uint32_t mtu = q.attr.path_mtu;
     while (roce_psn_diff(e.resume, e.last) <= 0) {
+        if (!env_.tx_ready()) {
+            q.tx_stalled = true;
+            return false;
+        }
         const uint32_t k = uint32_t(roce_psn_diff(e.resume, e.first));
         Packet p;
         p.bth.psn = e.resume;
@@ -378,10 +384,30 @@ void RcEngine::progress(Qp &q)
             if (is_rd_atomic(e.wr.op)) q.rd_outstanding++;
             ctr_.req_packets += e.wr.op == WrOp::Read ? 1 : e.npkts;
         }
-        if (!send_request(q, q.cursor)) return;
+        if (!send_request(q, q.cursor)) {
+            if (q.tx_stalled && was_idle && q.outstanding()) restart_timer(q);
+            return;
+        }
         q.cursor++;
     }
     if (was_idle && q.outstanding()) restart_timer(q);
+}
+
+void RcEngine::resume_tx()
+{
+    if (qps_.empty()) return;
+    auto it = qps_.upper_bound(resume_after_);
+    for (size_t i = 0; i < qps_.size(); i++, ++it) {
+        if (it == qps_.end()) it = qps_.begin();
+        Qp &q = *it->second;
+        if (!q.tx_stalled) continue;
+        if (!env_.tx_ready()) return;
+        q.tx_stalled = false;
+        resume_after_ = q.qpn;
+        progress(q);
+        // The packets of the paused PSNs leave only now: time them from here.
+        if (q.state == QpState::Rts && q.outstanding()) restart_timer(q);
+    }
 }
 
 // Resend everything from `from` (go-back-N).

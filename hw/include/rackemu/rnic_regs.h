@@ -472,14 +472,16 @@ struct rnic_cqe {
     X(LOCAL_PROT_ERRORS, local_prot_errors, "SGEs refused by the lkey check") \
     X(REMOTE_VIOLATIONS, remote_violations, "remote accesses refused by the MR check (rkey, PD, bounds, access, alignment)") \
     X(DMA_ERRORS,      dma_errors,      "guest memory accesses that failed (address outside RAM)") \
-    X(LINK_TX_DROPS,   link_tx_drops,   "frames the link refused (port ring full or no link)") \
+    X(LINK_TX_DROPS,   link_tx_drops,   "frames dropped at the link: no link, or the device's transmit hold full") \
     X(GUEST_ERRORS,    guest_errors,    "guest errors logged") \
     X(PAYLOAD_TX_BYTES, payload_tx_bytes, "message bytes sent (first transmissions)") \
     X(PAYLOAD_RX_BYTES, payload_rx_bytes, "message bytes placed into guest memory by the responder or READ responses") \
     X(MODELED_WR_NS,   modeled_wr_ns,   "sum of the modeled latency of completed send WRs, ns") \
     X(MODELED_LINK_NS, modeled_link_ns, "modeled link busy time of frames sent, ns") \
     X(MODELED_PCIE_NS, modeled_pcie_ns, "modeled PCIe busy time (WQE/CQE/data DMA), ns") \
-    X(RX_DISABLED,     rx_disabled,     "frames dropped because CTRL.ENABLE is 0")
+    X(RX_DISABLED,     rx_disabled,     "frames dropped because CTRL.ENABLE is 0") \
+    X(LINK_BACKPRESSURE, link_backpressure, "times the link pushed back (port ring full): the device paused sending until it had room") \
+    X(LINK_TX_HELD,    link_tx_held,    "frames the link could not take at once, held by the device and sent later")
 
 #define RNIC_COUNTER_TABLE(X) RNIC_RC_COUNTERS(X) RNIC_DEV_COUNTERS(X)
 
