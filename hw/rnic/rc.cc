@@ -422,7 +422,10 @@ void RcEngine::go_back(Qp &q, uint32_t from)
         if (roce_psn_diff(from, e.last) > 0) continue;
         const uint32_t start = roce_psn_diff(from, e.first) > 0 ? from : e.first;
         if (i < q.cursor) q.cursor = i;
-        const uint32_t resent = e.wr.op == WrOp::Read ? 1 : uint32_t(roce_psn_diff(e.resume, start));
+        // A QP paused by backpressure after an earlier go-back may not have resent up to `from`
+        // yet (e.resume behind start): nothing of it is resent again; never a negative count.
+        const int32_t ahead = roce_psn_diff(e.resume, start);
+        const uint32_t resent = e.wr.op == WrOp::Read ? 1 : uint32_t(std::max(ahead, 0));
         ctr_.retransmits += resent;
         e.resume = start;
         for (size_t j = i + 1; j < q.sq.size() && q.sq[j].assigned; j++) {
