@@ -19,7 +19,8 @@
 //   --> ACK / read response / atomic ACK covering it --> COMPLETED (in order; a CQE if signaled)
 //   Pacing: before each request packet the engine asks RcEnv::tx_ready(); when the link pushes
 //   back the QP pauses at that PSN (nothing is built, dropped or counted as a retransmission) and
-//   resume_tx() continues it; the retransmission timer restarts when it resumes.
+//   resume_tx() continues it; the retransmission timer restarts when it resumes. READ responses
+//   are paced the same way (below).
 //   Go-back-N: a NAK PSN sequence error, a retransmission timeout (4.096 us x 2^timeout, retry_cnt
 //   times), an RNR NAK (after the responder's RNR timer, rnr_retry times, 7 = forever) or an
 //   implied NAK (a response beyond a READ/atomic whose own responses have not all arrived)
@@ -41,6 +42,9 @@
 //   remainder, an atomic returns the saved original value. A duplicate whose resource is gone is
 //   dropped (IBA class D). Class C errors (invalid request, remote access, remote operational):
 //   NAK with the packet's PSN, the QP goes to Error (rxe does the same).
+//   Pacing: READ responses are generated as the link takes them (RcEnv::tx_ready()); while a
+//   READ's responses are paused, later requests to the QP wait in order in a backlog, and
+//   resume_tx() sends the rest and then processes them (ACKs never overtake READ responses).
 //
 // Threading: not thread-safe; the owner serialises every call (the device core's lock). Calls
 // into RcEnv happen from inside the engine's calls and must not call back into the engine.
@@ -253,6 +257,7 @@ private:
     void send_read_responses(Qp &q, uint32_t rkey, uint64_t va, uint32_t len, uint32_t first_psn, uint32_t k0,
                              uint32_t n);
     void send_packet(Qp &q, Packet &p);
+    void receive_frame(const uint8_t *frame, size_t len, bool from_backlog = false);
     void answer_unsupported(const uint8_t *frame, size_t len, const Packet &p);
 
     RcEnv &env_;

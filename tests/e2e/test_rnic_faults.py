@@ -25,9 +25,9 @@ from guest_tools import RnicRelay as Relay, kv, stop_procs
 
 ROOT = Path(__file__).resolve().parents[2]
 RNIC_ARGS = ["-device", "rackemu-rnic"]
-# Timeout code 14 (67 ms, the default) and 7 retries: a 1 MiB READ's 256 responses queue behind
-# each other in the responder (held, not paced: docs/rnic.md "Backpressure") for tens of ms at
-# the emulated link's speed, longer than a short timeout when a response is lost.
+# Timeout code 14 (67 ms, the default) and 7 retries: 1 MiB messages take tens of ms at the
+# emulated link's speed and frames can wait in the bridge's queues; a short timeout with a lost
+# packet can then run out of retries (docs/rnic.md "Backpressure").
 QP_OPTS = "--timeout 14 --retry 7"
 # --verify runs WRITE, READ and SEND at every size; then one WRITE at a time per size
 VERIFY = f"bench --ops write --sizes 1,4097,1M --iters 2 --window 1 --rate-windows 1 --verify {QP_OPTS}"
@@ -134,6 +134,8 @@ def test_exact_data_and_totals_under_a_fault_rule(clean, name):
         # the device never dropped its own frames at its link (backpressure holds them)
         assert d[i]["link_tx_drops"] == 0, d[i]
         assert d[i]["retry_exhausted"] == 0 and d[i]["qp_errors"] == 0, d[i]
+        # a retransmission is a frame sent again: never more of them than frames sent
+        assert d[i]["retransmits"] <= d[i]["tx_frames"], d[i]
 
 
 def test_partition_longer_than_the_retry_budget_then_a_new_qp_works(clean):

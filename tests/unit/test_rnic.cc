@@ -895,8 +895,9 @@ TEST(Rnic, WqeRingThatLeavesRamCompletesWithWqeDmaError)
 // Backpressure: a port ring of 4 frames per node refuses sends (LinkTx::Busy) most of the time.
 // The device holds what it cannot send, pauses its requesters at their next PSN and continues
 // when the ring drains (tx_resume, as the glue's transmit thread does after the port's futex
-// wake): 1 MiB WRITE, READ and SEND and 64 pipelined FETCH_ADDs complete with exact data and
-// totals, no frame dropped, no timeout and no retransmission. (Before backpressure the refused
+// wake): 1 MiB WRITE, READ (its responses paced by the responder) and SEND and 64 pipelined
+// FETCH_ADDs complete with exact data and totals, no frame dropped, no timeout and no
+// retransmission. (Before backpressure the refused
 // frames were dropped and each message waited for a retransmission timeout.)
 TEST(Rnic, BackpressurePausesAndResumesWithoutRetransmission)
 {
@@ -923,6 +924,11 @@ TEST(Rnic, BackpressurePausesAndResumesWithoutRetransmission)
     EXPECT_EQ(std::memcmp(p.a.mem(p.bufa + (2 << 20)), p.a.mem(p.bufa), len), 0);
     EXPECT_GT(p.b.counter(RNIC_CNT_INDEX_LINK_TX_HELD), 0u);
     EXPECT_GT(p.b.counter(RNIC_CNT_INDEX_LINK_BACKPRESSURE), 0u);
+    // READ responses are paced, not queued: each push-back holds the one refused frame (and at
+    // most an ACK), never the rest of the READ's 1024 responses
+    EXPECT_LE(p.b.counter(RNIC_CNT_INDEX_LINK_TX_HELD), 2 * p.b.counter(RNIC_CNT_INDEX_LINK_BACKPRESSURE))
+        << "held " << p.b.counter(RNIC_CNT_INDEX_LINK_TX_HELD) << " backpressure "
+        << p.b.counter(RNIC_CNT_INDEX_LINK_BACKPRESSURE);
     // SEND into a posted receive
     p.b.post_recv(p.qb, 3, p.bufb + (2 << 20), len, p.keyb);
     p.a.post_send(p.qa, wqe(RNIC_WR_SEND, 4, p.bufa, len, p.keya));

@@ -432,7 +432,7 @@ struct rnic_cqe {
     X(RX_MALFORMED,    rx_malformed,    "frames dropped as malformed (any WireError but ICRC)") \
     X(RX_ICRC_ERRORS,  rx_icrc_errors,  "frames dropped for a bad ICRC") \
     X(RX_UNKNOWN_QP,   rx_unknown_qp,   "frames for a QP number that does not exist") \
-    X(RX_BAD_STATE,    rx_bad_state,    "frames for a QP not in a state to take them, or from the wrong source") \
+    X(RX_BAD_STATE,    rx_bad_state,    "frames for a QP not in a state to take them, from the wrong source, or beyond its request backlog") \
     X(RX_CNP,          rx_cnp,          "congestion notification packets received (not acted on)") \
     X(REQ_PACKETS,     req_packets,     "request packets sent the first time") \
     X(RETRANSMITS,     retransmits,     "request packets sent again (go-back-N)") \
