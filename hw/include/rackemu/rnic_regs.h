@@ -480,6 +480,9 @@ struct rnic_cqe {
     X(MODELED_LINK_NS, modeled_link_ns, "modeled link busy time of frames sent, ns") \
     X(MODELED_PCIE_NS, modeled_pcie_ns, "modeled PCIe busy time (WQE/CQE/data DMA), ns") \
     X(RX_DISABLED,     rx_disabled,     "frames dropped because CTRL.ENABLE is 0") \
+    X(FLUSHES,         flushes,         "FLUSH requests executed by the responder (placement done before the response)") \
+    X(FLUSH_BYTES,     flush_bytes,     "bytes of the ranges FLUSH made globally visible (every placement type)") \
+    X(PERSIST_BYTES,   persist_bytes,   "bytes FLUSH persistence wrote back to the RAM's backing file (msync)") \
     X(LINK_BACKPRESSURE, link_backpressure, "times the link pushed back (port ring full): the device paused sending until it had room") \
     X(LINK_TX_HELD,    link_tx_held,    "frames the link could not take at once, held by the device and sent later")
 
