@@ -1267,7 +1267,7 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 	}
 	if (faa_only) {
 		uint64_t *orig = (uint64_t *)(b.me.buf + 4096), first = 0, last = 0;
-		unsigned errs = 0;
+		unsigned errs = 0, status = 0, done = 0;
 
 		for (unsigned i = 0; i < count; i++) {
 			struct rnic_send_wqe w = bench_wr(&b, OP_FAA, 8, i);
@@ -1277,15 +1277,18 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 			cq = wait1(b.me.cq, 10000);
 			if (cq.status) {
 				errs++;
+				status = cq.status;
 				fprintf(stderr, "rnic faa: completion status %u (%s)\n", cq.status, rnic_wc_status_str(cq.status));
 				break;
 			}
 			if (i == 0)
 				first = *orig;
 			last = *orig;
+			done++;
 		}
-		printf("faa=%u errors=%u first=%llu last=%llu\n", count, errs, (unsigned long long)first,
-		       (unsigned long long)last);
+		printf("faa=%u done=%u errors=%u first=%llu last=%llu status=%u qp_state=%s\n", count, done, errs,
+		       (unsigned long long)first, (unsigned long long)last, status,
+		       rnic_qp_state_str(rnic_qp_state(b.me.qp)));
 		if (host) {
 			shutdown(b.sock, SHUT_WR);
 			close(b.sock);

@@ -972,6 +972,32 @@ unsigned rk_fabric_port_eth_tx_room(RkFabricPort *p)
     return ring_room(p->shm->to_bridge) / RKF_ETH_MAX_FRAGS;
 }
 
+int rk_fabric_port_eth_wait_room(RkFabricPort *p, unsigned frames, uint64_t max_ns)
+{
+    const uint64_t deadline = now_ns() + max_ns;
+    const uint32_t need = std::max(frames, 1u) * RKF_ETH_MAX_FRAGS;
+    std::unique_lock lk(p->tx_mu);
+    for (;;) {
+        if (!p->up) return -ENOTCONN;
+        Ring &r = p->shm->to_bridge;
+        if (ring_room(r) >= need) return 1;
+        // As push(): announce the wait, re-check, make sure the router is awake, block until
+        // it frees a slot (it clears space_wait and wakes us) or the deadline passes.
+        r.ctl.space_wait.store(1, std::memory_order_seq_cst);
+        if (ring_room(r) >= need) return 1;
+        wake_router(*p->shm, *p->bell);
+        const uint64_t now = now_ns();
+        if (now >= deadline) return 0;
+        p->full_waits++;
+        const uint64_t left = deadline - now;
+        timespec ts{time_t(left / 1000000000ull), long(left % 1000000000ull)};
+        std::atomic<uint32_t> *w = &r.ctl.space_wait;
+        lk.unlock();
+        futex_op(w, FUTEX_WAIT, 1, &ts); // link_down wakes this word before it unmaps it
+        lk.lock();
+    }
+}
+
 void rk_fabric_port_eth_get_stats(RkFabricPort *p, struct rk_fabric_eth_stats *o)
 {
     o->tx_frames = p->eth_tx_frames;

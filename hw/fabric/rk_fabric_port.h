@@ -179,6 +179,12 @@ int rk_fabric_port_eth_send(RkFabricPort *port, const void *frame, size_t len);
 /* How many maximum-size frames (RKF_ETH_MAX_FRAME) the transmit ring has room for now (0 when
  * the link is down). A hint: another sender may take the room first. */
 unsigned rk_fabric_port_eth_tx_room(RkFabricPort *port);
+/* Block the calling thread until the transmit ring has room for `frames` (at least 1)
+ * maximum-size frames: returns 1, 0 after `max_ns` without room, -ENOTCONN when the link is (or
+ * goes) down. It waits on the ring's space_wait futex (protocol 2: the bridge wakes it when it
+ * frees slots), never spins. For a NIC's transmit thread after an -EAGAIN; hold no lock a port
+ * callback takes (in QEMU: not the big lock). */
+int rk_fabric_port_eth_wait_room(RkFabricPort *port, unsigned frames, uint64_t max_ns);
 
 struct rk_fabric_eth_stats {
     uint64_t tx_frames, tx_bytes;      /* frames queued to the bridge, their bytes (frame only) */

@@ -12,13 +12,16 @@
  * is set with its properties, e.g. -global rackemu-rnic.link-mbps=25000.
  *
  * Threading: BAR accesses on a vCPU (big lock held); frames arrive on the port's thread without
- * the big lock; the core's interrupts from there are applied by a bottom half. Migration is
+ * the big lock; the core's interrupts from there are applied by a bottom half. When the port's
+ * ring is full the core holds frames and pauses (backpressure); the device's transmit thread
+ * waits for room on the ring's futex and resumes it (docs/rnic.md "Backpressure"). Migration is
  * blocked: the transport's in-flight state is not saved (docs/rnic.md "Caveats").
  */
 #include "qemu/osdep.h"
 #include "qemu/log.h"
 #include "qemu/main-loop.h"
 #include "qemu/timer.h"
+#include "qemu/thread.h"
 #include "qapi/error.h"
 #include "hw/qdev-properties.h"
 #include "hw/pci/pci.h"
@@ -62,6 +65,14 @@ struct RackemuRnicState {
     uint32_t rising;              /* vectors that rose since the bottom half last ran */
     bool msix;                    /* MSI-X table present */
     Error *blocker;
+    /*
+     * Backpressure: the core asks (tx_ev) when the port's ring pushed back; tx_thread waits for
+     * room on the ring's futex (no big lock) and calls rk_rnic_tx_resume().
+     */
+    QemuThread tx_thread;
+    QemuEvent tx_ev;
+    bool tx_stop;
+    bool tx_started;
 };
 
 /* ---- the host interface over the function's bus-master address space ---- */
@@ -257,6 +268,38 @@ static void rackemu_rnic_timer(void *opaque)
     rk_rnic_poll(s->core);
 }
 
+/* Called with the core's lock held when the port's ring pushed back. */
+static void rackemu_rnic_tx_wait(void *opaque)
+{
+    RackemuRnicState *s = opaque;
+
+    trace_rackemu_rnic_frame(s->host.node_id, "backpressure", 0, -EAGAIN);
+    qemu_event_set(&s->tx_ev);
+}
+
+/*
+ * The transmit thread: sleeps until the core holds frames, then waits (futex, no big lock) for
+ * room in the port's ring and lets the core continue; a vCPU's doorbell never waits for the link.
+ */
+static void *rackemu_rnic_tx_thread(void *opaque)
+{
+    RackemuRnicState *s = opaque;
+
+    for (;;) {
+        qemu_event_reset(&s->tx_ev);
+        if (qatomic_read(&s->tx_stop)) {
+            break;
+        }
+        if (!rk_rnic_tx_resume(s->core)) {
+            qemu_event_wait(&s->tx_ev);
+            continue;
+        }
+        /* -ENOTCONN: the link is down, the next resume drops what is held (counted) */
+        rk_fabric_port_eth_wait_room(s->port, 1, 10 * SCALE_MS);
+    }
+    return NULL;
+}
+
 /* ---- BARs ---- */
 
 /*
@@ -365,8 +408,13 @@ static void rackemu_rnic_realize(PCIDevice *pdev, Error **errp)
     s->host.rmem = NULL;
     s->host.node_id = s->node_id;
     s->host.node_count = s->node_count;
-    s->core = rk_rnic_new(&s->host, &s->timing, s->port != NULL, rackemu_rnic_send, rackemu_rnic_arm, s);
+    s->core = rk_rnic_new(&s->host, &s->timing, s->port != NULL, rackemu_rnic_send, rackemu_rnic_arm,
+                          rackemu_rnic_tx_wait, s);
     if (s->port) {
+        qemu_event_init(&s->tx_ev, false);
+        s->tx_stop = false;
+        qemu_thread_create(&s->tx_thread, "rackemu-rnic-tx", rackemu_rnic_tx_thread, s, QEMU_THREAD_JOINABLE);
+        s->tx_started = true;
         rk_fabric_port_eth_attach(s->port, RK_FABRIC_ETH_ROCE, rackemu_rnic_rx, s);
     }
     trace_rackemu_rnic_realize(s->node_id, s->port != NULL, s->msix);
@@ -378,6 +426,13 @@ static void rackemu_rnic_exit(PCIDevice *pdev)
 
     if (s->port) {
         rk_fabric_port_eth_attach(s->port, RK_FABRIC_ETH_ROCE, NULL, NULL);
+    }
+    if (s->tx_started) {
+        qatomic_set(&s->tx_stop, true);
+        qemu_event_set(&s->tx_ev);
+        qemu_thread_join(&s->tx_thread);
+        qemu_event_destroy(&s->tx_ev);
+        s->tx_started = false;
     }
     timer_free(s->timer);
     qemu_bh_delete(s->bh);

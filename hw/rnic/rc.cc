@@ -94,6 +94,7 @@ struct RcEngine::Qp {
     unsigned retry_left = 7, rnr_left = 7;
     uint64_t timer = UINT64_MAX; // retransmission deadline
     uint64_t rnr_until = 0;      // no sending before this (RNR wait)
+    bool tx_stalled = false;     // the link pushed back before a request packet (resume_tx)
     bool recovering = false;     // went back; until recover_end is acknowledged, responses
     uint32_t recover_end = 0;    // to what was sent before do not start another retry
 
@@ -111,6 +112,14 @@ struct RcEngine::Qp {
     unsigned ack_requests = 0; // AckReq packets the owed ACK answers
     std::vector<Resource> res;
     size_t res_next = 0;
+    // READ responses paused by backpressure: the rest of one READ (packets k..n-1 at va/len),
+    // and the requests that arrived meanwhile, processed in order once it is out.
+    struct ReadOut {
+        bool active = false;
+        uint32_t rkey = 0, len = 0, first_psn = 0, k = 0, n = 0;
+        uint64_t va = 0;
+    } rd_out;
+    std::deque<std::vector<uint8_t>> backlog;
 
     bool outstanding() const { return una != next_psn; }
 };
@@ -277,13 +286,18 @@ void RcEngine::send_packet(Qp &q, Packet &p)
     env_.send_frame(frame_.data(), n);
 }
 
-// Send the packets of sq[idx] from its resume PSN. False: stopped (the WR failed locally).
+// Send the packets of sq[idx] from its resume PSN. False: stopped (the WR failed locally, or the
+// link pushed back: q.tx_stalled, resume_tx() continues from e.resume).
 bool RcEngine::send_request(Qp &q, size_t idx)
 {
     SendEntry &e = q.sq[idx];
     const SendWr &wr = e.wr;
     const uint32_t mtu = q.attr.path_mtu;
     while (roce_psn_diff(e.resume, e.last) <= 0) {
+        if (!env_.tx_ready()) {
+            q.tx_stalled = true;
+            return false;
+        }
         const uint32_t k = uint32_t(roce_psn_diff(e.resume, e.first));
         Packet p;
         p.bth.psn = e.resume;
@@ -378,10 +392,43 @@ void RcEngine::progress(Qp &q)
             if (is_rd_atomic(e.wr.op)) q.rd_outstanding++;
             ctr_.req_packets += e.wr.op == WrOp::Read ? 1 : e.npkts;
         }
-        if (!send_request(q, q.cursor)) return;
+        if (!send_request(q, q.cursor)) {
+            if (q.tx_stalled && was_idle && q.outstanding()) restart_timer(q);
+            return;
+        }
         q.cursor++;
     }
     if (was_idle && q.outstanding()) restart_timer(q);
+}
+
+void RcEngine::resume_tx()
+{
+    if (qps_.empty()) return;
+    auto it = qps_.upper_bound(resume_after_);
+    for (size_t i = 0; i < qps_.size(); i++, ++it) {
+        if (it == qps_.end()) it = qps_.begin();
+        Qp &q = *it->second;
+        if (!q.tx_stalled) continue;
+        if (!env_.tx_ready()) break;
+        q.tx_stalled = false;
+        resume_after_ = q.qpn;
+        // Responder first: the rest of a paused READ, then the requests that waited for it.
+        if (q.rd_out.active) {
+            const Qp::ReadOut r = q.rd_out;
+            q.rd_out.active = false;
+            send_read_responses(q, r.rkey, r.va, r.len, r.first_psn, r.k, r.n);
+        }
+        while (!q.rd_out.active && !q.backlog.empty() && env_.tx_ready()) {
+            const std::vector<uint8_t> f = std::move(q.backlog.front());
+            q.backlog.pop_front();
+            receive_frame(f.data(), f.size(), true);
+        }
+        if (q.rd_out.active || !q.backlog.empty()) q.tx_stalled = true;
+        progress(q);
+        // The packets of the paused PSNs leave only now: time them from here.
+        if (q.state == QpState::Rts && q.outstanding()) restart_timer(q);
+    }
+    flush_acks();
 }
 
 // Resend everything from `from` (go-back-N).
@@ -396,7 +443,10 @@ void RcEngine::go_back(Qp &q, uint32_t from)
         if (roce_psn_diff(from, e.last) > 0) continue;
         const uint32_t start = roce_psn_diff(from, e.first) > 0 ? from : e.first;
         if (i < q.cursor) q.cursor = i;
-        const uint32_t resent = e.wr.op == WrOp::Read ? 1 : uint32_t(roce_psn_diff(e.resume, start));
+        // A QP paused by backpressure after an earlier go-back may not have resent up to `from`
+        // yet (e.resume behind start): nothing of it is resent again; never a negative count.
+        const int32_t ahead = roce_psn_diff(e.resume, start);
+        const uint32_t resent = e.wr.op == WrOp::Read ? 1 : uint32_t(std::max(ahead, 0));
         ctr_.retransmits += resent;
         e.resume = start;
         for (size_t j = i + 1; j < q.sq.size() && q.sq[j].assigned; j++) {
@@ -657,6 +707,8 @@ void RcEngine::to_error(Qp &q, WcStatus front_status)
     q.ack_owed = false;
     q.in_msg = 0;
     q.wqe_held = false;
+    q.rd_out.active = false;
+    q.backlog.clear();
     env_.flush_recv(q.qpn);
 }
 
@@ -713,6 +765,11 @@ void RcEngine::send_read_responses(Qp &q, uint32_t rkey, uint64_t va, uint32_t l
     uint64_t a = va;
     uint32_t left = len;
     for (uint32_t k = k0; k < n; k++) {
+        if (!env_.tx_ready()) { // backpressure: the rest goes out from resume_tx()
+            q.rd_out = Qp::ReadOut{true, rkey, left, first_psn, k, n, a};
+            q.tx_stalled = true;
+            return;
+        }
         Packet p;
         p.bth.psn = roce_psn_add(first_psn, k);
         p.bth.opcode = n == 1       ? ROCE_OP_READ_RESP_ONLY
@@ -1013,6 +1070,16 @@ void RcEngine::answer_unsupported(const uint8_t *frame, size_t len, const Packet
 void RcEngine::receive(const uint8_t *frame, size_t len)
 {
     ctr_.rx_frames++;
+    receive_frame(frame, len);
+}
+
+// Requests wait while this QP's READ responses are paused (and behind those already waiting):
+// the responder answers in PSN order. A conforming requester has at most max_inflight_psn
+// packets outstanding; beyond kMaxBacklog the request is dropped (rx_bad_state) and resent.
+constexpr size_t kMaxBacklog = 8192;
+
+void RcEngine::receive_frame(const uint8_t *frame, size_t len, bool from_backlog)
+{
     Packet p;
     const WireError e = parse_frame(frame, len, p);
     if (e == WireError::OpcodeUnknown || e == WireError::OpcodeReserved) {
@@ -1042,10 +1109,20 @@ void RcEngine::receive(const uint8_t *frame, size_t len)
         ctr_.rx_bad_state++;
         return;
     }
-    if (p.info & ROCE_HDR_RESPONSE)
+    if (p.info & ROCE_HDR_RESPONSE) {
         on_response(*q, p);
-    else
-        on_request(*q, p);
+        return;
+    }
+    if (q->rd_out.active || (!from_backlog && !q->backlog.empty())) {
+        if (q->backlog.size() >= kMaxBacklog) {
+            ctr_.rx_bad_state++;
+            return;
+        }
+        q->backlog.emplace_back(frame, frame + len);
+        q->tx_stalled = true;
+        return;
+    }
+    on_request(*q, p);
 }
 
 void RcEngine::poll()

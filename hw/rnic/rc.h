@@ -17,6 +17,10 @@
 //   one per path-MTU packet, READ: one per response packet, atomics/FLUSH/ATOMIC WRITE: one)
 //   --> packets sent (AckReq on the last packet and every ack_req_every packets)
 //   --> ACK / read response / atomic ACK covering it --> COMPLETED (in order; a CQE if signaled)
+//   Pacing: before each request packet the engine asks RcEnv::tx_ready(); when the link pushes
+//   back the QP pauses at that PSN (nothing is built, dropped or counted as a retransmission) and
+//   resume_tx() continues it; the retransmission timer restarts when it resumes. READ responses
+//   are paced the same way (below).
 //   Go-back-N: a NAK PSN sequence error, a retransmission timeout (4.096 us x 2^timeout, retry_cnt
 //   times), an RNR NAK (after the responder's RNR timer, rnr_retry times, 7 = forever) or an
 //   implied NAK (a response beyond a READ/atomic whose own responses have not all arrived)
@@ -38,6 +42,9 @@
 //   remainder, an atomic returns the saved original value. A duplicate whose resource is gone is
 //   dropped (IBA class D). Class C errors (invalid request, remote access, remote operational):
 //   NAK with the packet's PSN, the QP goes to Error (rxe does the same).
+//   Pacing: READ responses are generated as the link takes them (RcEnv::tx_ready()); while a
+//   READ's responses are paused, later requests to the QP wait in order in a backlog, and
+//   resume_tx() sends the rest and then processes them (ACKs never overtake READ responses).
 //
 // Threading: not thread-safe; the owner serialises every call (the device core's lock). Calls
 // into RcEnv happen from inside the engine's calls and must not call back into the engine.
@@ -134,6 +141,10 @@ public:
     virtual ~RcEnv() = default;
     virtual uint64_t now_ns() = 0;
     virtual void send_frame(const uint8_t *frame, size_t len) = 0;
+    // Can the link take a frame now? False: the link pushed back; the requester keeps its send
+    // position (nothing is built or lost) until the owner calls RcEngine::resume_tx(). Responses
+    // and ACKs are always handed to send_frame (the owner holds them in order).
+    virtual bool tx_ready() { return true; }
 
     // Requester: bytes [off, off + len) of a WR's local buffer. Not Success: the WR fails with it.
     virtual WcStatus read_local(uint32_t qpn, const SendWr &wr, uint64_t off, uint8_t *dst, uint32_t len) = 0;
@@ -217,6 +228,9 @@ public:
     void poll();
     // The earliest time poll() has work (UINT64_MAX: none).
     uint64_t next_deadline_ns() const;
+    // The link has room again (RcEnv::tx_ready()): continue the send queues that paused, round
+    // robin from the QP after the last one resumed, until the link pushes back again.
+    void resume_tx();
 
     const RcCounters &counters() const { return ctr_; }
     // Send WRs not yet completed (test and debug aid).
@@ -243,6 +257,7 @@ private:
     void send_read_responses(Qp &q, uint32_t rkey, uint64_t va, uint32_t len, uint32_t first_psn, uint32_t k0,
                              uint32_t n);
     void send_packet(Qp &q, Packet &p);
+    void receive_frame(const uint8_t *frame, size_t len, bool from_backlog = false);
     void answer_unsupported(const uint8_t *frame, size_t len, const Packet &p);
 
     RcEnv &env_;
@@ -250,6 +265,7 @@ private:
     std::map<uint32_t, std::unique_ptr<Qp>> qps_;
     RcCounters ctr_;
     std::vector<uint8_t> frame_, data_;
+    uint32_t resume_after_ = 0; // resume_tx() round robin
 };
 
 } // namespace rackemu::rnic

@@ -323,8 +323,9 @@ std::span<const Rnic::RegRow> Rnic::reg_table()
 
 // ---- construction, reset ----
 
-Rnic::Rnic(Host host, RnicConfig cfg, SendFn send, TimerFn timer)
-    : host_(host), cfg_(std::move(cfg)), send_(std::move(send)), timer_(std::move(timer)), bank_(reg_table())
+Rnic::Rnic(Host host, RnicConfig cfg, SendFn send, TimerFn timer, TxWaitFn tx_wait)
+    : host_(host), cfg_(std::move(cfg)), send_(std::move(send)), timer_(std::move(timer)),
+      tx_wait_(std::move(tx_wait)), bank_(reg_table())
 {
     if (!cfg_.peer_addr) cfg_.peer_addr = rnic_default_peer_addr;
     if (!valid_mtu(cfg_.timing.max_mtu)) cfg_.timing.max_mtu = ROCE_MTU_MAX;
@@ -362,6 +363,9 @@ void Rnic::reset()
     ctr_ = RnicCounters{};
     std::fill(std::begin(cnt_base_), std::end(cnt_base_), 0);
     loop_.clear();
+    held_.clear();
+    held_bytes_ = 0;
+    tx_blocked_ = false;
     update_irq();
     arm_timer();
 }
@@ -1550,7 +1554,61 @@ void Rnic::send_frame(const uint8_t *frame, size_t len)
         loop_.emplace_back(frame, frame + len); // to this node: delivered after the current call
         return;
     }
-    if (!cfg_.link || !send_ || !send_(frame, len)) ctr_.link_tx_drops++;
+    if (!cfg_.link || !send_) {
+        ctr_.link_tx_drops++;
+        return;
+    }
+    if (tx_blocked_) { // behind the frames already held: order is kept
+        hold_frame(frame, len);
+        return;
+    }
+    switch (send_(frame, len)) {
+    case LinkTx::Sent:
+        return;
+    case LinkTx::Dropped:
+        ctr_.link_tx_drops++;
+        return;
+    case LinkTx::Busy:
+        tx_blocked_ = true;
+        ctr_.link_backpressure++;
+        hold_frame(frame, len);
+        if (tx_wait_) tx_wait_();
+        return;
+    }
+}
+
+void Rnic::hold_frame(const uint8_t *frame, size_t len)
+{
+    if (held_bytes_ + len > kTxHoldMaxBytes) {
+        ctr_.link_tx_drops++; // RC retransmission recovers it
+        return;
+    }
+    held_.emplace_back(frame, frame + len);
+    held_bytes_ += len;
+    ctr_.link_tx_held++;
+}
+
+// Send the held frames in order; when all are out, the paused requesters continue.
+void Rnic::drain_held()
+{
+    while (!held_.empty()) {
+        const std::vector<uint8_t> &f = held_.front();
+        const LinkTx r = send_ ? send_(f.data(), f.size()) : LinkTx::Dropped;
+        if (r == LinkTx::Busy) return;
+        if (r == LinkTx::Dropped) ctr_.link_tx_drops++;
+        held_bytes_ -= f.size();
+        held_.pop_front();
+    }
+    tx_blocked_ = false;
+    rc_->resume_tx();
+    after_engine();
+}
+
+bool Rnic::tx_resume()
+{
+    std::lock_guard lk(mu_);
+    if (tx_blocked_) drain_held();
+    return tx_blocked_;
 }
 
 void Rnic::on_frame(const uint8_t *frame, size_t len)
@@ -1568,6 +1626,7 @@ void Rnic::on_frame(const uint8_t *frame, size_t len)
 void Rnic::poll()
 {
     std::lock_guard lk(mu_);
+    if (tx_blocked_) drain_held();
     rc_->poll();
     after_engine();
 }

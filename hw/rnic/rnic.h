@@ -23,10 +23,15 @@
 //
 // Threading (one lock, mu_): ctrl_read/ctrl_write/db_read/db_write come from a vCPU thread
 // (MMIO), on_frame from the fabric port's thread, poll() from the glue's timer in the main
-// loop. Each takes mu_ for its whole run; the host (DMA, set_irq, guest_error) and the link's
+// loop, tx_resume() from the glue's transmit thread once the port has room again. Each takes mu_ for its whole run; the host (DMA, set_irq, guest_error) and the link's
 // send function are called with mu_ held and must not call back into the core (a frame to this
 // node's own MAC is queued and delivered after the current call, under the same lock). The
 // timer callback is called with mu_ held too: it only records the deadline.
+//
+// Backpressure: a send the link cannot take now (LinkTx::Busy, the port's ring is full) is not
+// dropped: the frame is held, later frames queue behind it in order, the engine's requesters
+// pause at their next PSN (RcEnv::tx_ready), and tx_wait() asks the glue to call tx_resume()
+// when the port has room. So a doorbell on a vCPU never waits for the link.
 //
 // Interrupts: line v of the host is MSI-X vector v (or INTx, the glue's OR): level = INT_STATUS
 // bit v & INT_ENABLE bit v.
@@ -97,14 +102,26 @@ struct RnicCounters {
 #undef RNIC_CNT_X_FIELD_
 };
 
+// What the link did with a frame: queued it, could not take it now (the port's ring is full:
+// the device holds it and pauses), or dropped it (no link, a bad frame; counted).
+enum class LinkTx : uint8_t { Sent, Busy, Dropped };
+
+// Frames (bytes) the device holds while the link pushes back: READ responses and ACKs the
+// responder owes (the requester itself pauses instead). Beyond it frames are dropped and counted
+// in link_tx_drops; RC retransmission recovers them.
+constexpr size_t kTxHoldMaxBytes = 64u << 20;
+
 class Rnic : private RcEnv {
 public:
-    // The link: transmit one Ethernet frame; false: not sent (ring full, no link), counted.
-    using SendFn = std::function<bool(const uint8_t *frame, size_t len)>;
+    // The link: transmit one Ethernet frame.
+    using SendFn = std::function<LinkTx(const uint8_t *frame, size_t len)>;
     // The earliest time poll() has work (UINT64_MAX: none); called with the lock held.
     using TimerFn = std::function<void(uint64_t deadline_ns)>;
+    // The link pushed back (a send returned Busy): call tx_resume() once the port has room
+    // (from a thread that may block: the glue's transmit thread). Called with the lock held.
+    using TxWaitFn = std::function<void()>;
 
-    Rnic(Host host, RnicConfig cfg, SendFn send, TimerFn timer = {});
+    Rnic(Host host, RnicConfig cfg, SendFn send, TimerFn timer = {}, TxWaitFn tx_wait = {});
     ~Rnic() override;
     Rnic(const Rnic &) = delete;
     Rnic &operator=(const Rnic &) = delete;
@@ -120,6 +137,9 @@ public:
     // Timers due by host.now_ns() (retransmission, RNR waits), then ACKs owed.
     void poll();
     uint64_t next_deadline_ns();
+    // The link has room again: send the held frames in order, then let the paused send queues
+    // continue. Returns true while the link still pushes back (wait for room and call again).
+    bool tx_resume();
 
     // Device reset: every object destroyed, registers and counters at reset values.
     void reset();
@@ -146,6 +166,7 @@ private:
     // RcEnv
     uint64_t now_ns() override;
     void send_frame(const uint8_t *frame, size_t len) override;
+    bool tx_ready() override { return !tx_blocked_; }
     WcStatus read_local(uint32_t qpn, const SendWr &wr, uint64_t off, uint8_t *dst, uint32_t len) override;
     WcStatus write_local(uint32_t qpn, const SendWr &wr, uint64_t off, const uint8_t *src,
                          uint32_t len) override;
@@ -196,6 +217,8 @@ private:
     void raise(unsigned vector);
     void update_irq();
     void arm_timer();
+    void hold_frame(const uint8_t *frame, size_t len);
+    void drain_held();
 
     // timing model
     uint64_t ser_ns(uint64_t frame_bytes) const;
@@ -208,6 +231,7 @@ private:
     RnicConfig cfg_;
     SendFn send_;
     TimerFn timer_;
+    TxWaitFn tx_wait_;
     std::mutex mu_;
     RegBank<Rnic, Pending> bank_;
     std::unique_ptr<RcEngine> rc_;
@@ -231,6 +255,11 @@ private:
     uint64_t next_seq_ = 1;
 
     std::deque<std::vector<uint8_t>> loop_; // frames to this node's own MAC
+    // Backpressure: set when the link returned Busy, cleared when every held frame went out.
+    // While set, frames are held in order and the engine's requesters pause (tx_ready()).
+    bool tx_blocked_ = false;
+    std::deque<std::vector<uint8_t>> held_;
+    size_t held_bytes_ = 0;
 };
 
 } // namespace rackemu::rnic

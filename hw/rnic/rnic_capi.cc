@@ -2,10 +2,13 @@
 // The RNIC core's C API (rnic_capi.h).
 #include "rnic_capi.h"
 
+#include <cerrno>
+
 #include "rackemu/fabric_proto.h"
 #include "rnic.h"
 
 using rackemu::Host;
+using rackemu::rnic::LinkTx;
 using rackemu::rnic::Rnic;
 using rackemu::rnic::RnicConfig;
 
@@ -16,7 +19,7 @@ struct RkRnic {
 extern "C" {
 
 RkRnic *rk_rnic_new(const RkHost *host, const RkRnicTiming *t, int link, rk_rnic_send_fn send,
-                    rk_rnic_timer_fn timer, void *opaque)
+                    rk_rnic_timer_fn timer, rk_rnic_tx_wait_fn tx_wait, void *opaque)
 {
     RnicConfig cfg;
     if (t) cfg.timing = {t->link_mbps, t->hop_ns, t->nic_mhz, t->pcie_ns, t->pcie_mbps, t->max_mtu};
@@ -26,9 +29,15 @@ RkRnic *rk_rnic_new(const RkHost *host, const RkRnicTiming *t, int link, rk_rnic
     auto *r = new RkRnic;
     r->core = std::make_unique<Rnic>(
         Host(*host), cfg,
-        [send, opaque](const uint8_t *f, size_t n) { return send && send(opaque, f, n) == 0; },
+        [send, opaque](const uint8_t *f, size_t n) {
+            const int rc = send ? send(opaque, f, n) : -ENOTCONN;
+            return rc == 0 ? LinkTx::Sent : rc == -EAGAIN ? LinkTx::Busy : LinkTx::Dropped;
+        },
         [timer, opaque](uint64_t d) {
             if (timer) timer(opaque, d);
+        },
+        [tx_wait, opaque]() {
+            if (tx_wait) tx_wait(opaque);
         });
     return r;
 }
@@ -60,6 +69,10 @@ void rk_rnic_on_frame(RkRnic *r, const uint8_t *f, size_t n)
 void rk_rnic_poll(RkRnic *r)
 {
     r->core->poll();
+}
+int rk_rnic_tx_resume(RkRnic *r)
+{
+    return r->core->tx_resume() ? 1 : 0;
 }
 void rk_rnic_reset(RkRnic *r)
 {

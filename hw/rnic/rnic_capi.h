@@ -2,8 +2,9 @@
 /*
  * The C API of the RNIC device core (hw/rnic/rnic.h) for its QEMU glue (hw/qemu/rackemu_rnic.c).
  * Threading as the core's: the register and doorbell calls from a vCPU, rk_rnic_on_frame from the
- * fabric port's thread, rk_rnic_poll from a timer; `send` and `timer` are called with the core's
- * lock held and must not call back into it.
+ * fabric port's thread, rk_rnic_poll from a timer, rk_rnic_tx_resume from the glue's transmit
+ * thread; `send`, `timer` and `tx_wait` are called with the core's lock held and must not call
+ * back into it.
  */
 #ifndef RACKEMU_RNIC_CAPI_H
 #define RACKEMU_RNIC_CAPI_H
@@ -29,14 +30,17 @@ typedef struct RkRnicTiming {
     uint32_t max_mtu;   /* largest path MTU, 256..4096 */
 } RkRnicTiming;
 
-/* Transmit one frame; returns 0 when it was queued to the link. */
+/* Transmit one frame; returns 0 when it was queued to the link, -EAGAIN when the link cannot take
+ * it now (the core holds it and pauses: backpressure), any other value: dropped and counted. */
 typedef int (*rk_rnic_send_fn)(void *opaque, const uint8_t *frame, size_t len);
 /* The earliest time rk_rnic_poll() has work (UINT64_MAX: none). */
 typedef void (*rk_rnic_timer_fn)(void *opaque, uint64_t deadline_ns);
+/* The link pushed back: call rk_rnic_tx_resume() once it has room (from a thread that may block). */
+typedef void (*rk_rnic_tx_wait_fn)(void *opaque);
 
 /* `host` is copied. link = 0: no fabric port (frames to other nodes are dropped and counted). */
 RkRnic *rk_rnic_new(const RkHost *host, const RkRnicTiming *timing, int link, rk_rnic_send_fn send,
-                    rk_rnic_timer_fn timer, void *opaque);
+                    rk_rnic_timer_fn timer, rk_rnic_tx_wait_fn tx_wait, void *opaque);
 void rk_rnic_free(RkRnic *r);
 uint64_t rk_rnic_ctrl_read(RkRnic *r, uint64_t offset, unsigned size);
 void rk_rnic_ctrl_write(RkRnic *r, uint64_t offset, uint64_t value, unsigned size);
@@ -44,6 +48,9 @@ uint64_t rk_rnic_db_read(RkRnic *r, uint64_t offset, unsigned size);
 void rk_rnic_db_write(RkRnic *r, uint64_t offset, uint64_t value, unsigned size);
 void rk_rnic_on_frame(RkRnic *r, const uint8_t *frame, size_t len);
 void rk_rnic_poll(RkRnic *r);
+/* Send what the core held while the link pushed back, then let paused send queues continue.
+ * Returns 1 while the link still pushes back (wait for room, then call again), 0 when drained. */
+int rk_rnic_tx_resume(RkRnic *r);
 void rk_rnic_reset(RkRnic *r);
 /* The level of interrupt line (MSI-X vector) `vector`. */
 int rk_rnic_irq_level(RkRnic *r, unsigned vector);

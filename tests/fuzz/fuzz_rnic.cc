@@ -9,6 +9,7 @@
 //   5 command: 128 bytes of struct rnic_cmd at kRamBase, then CMD_ADDR and CMD_EXEC
 //   6 a frame from the input (length, bytes)  7 a sent frame back, one bit flipped (index, bit)
 //   8 time passes (ns) and poll()             9 reset()
+//   10 the link: refuse sends (Busy: backpressure) or take them again, then tx_resume()
 // Checked (besides the sanitizers): the interrupt line the host sees is the core's level, and
 // the core never asks for memory outside RAM without getting an error (TestHost's decode).
 #include "fuzz_input.h"
@@ -39,13 +40,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     RnicConfig cfg;
     rnic_default_peer_addr(0, cfg.mac, &cfg.ip);
     cfg.rc.sq_depth = 64;
-    Rnic nic(th.host(nullptr, nullptr, 0, 2), cfg, [&sent](const uint8_t *f, size_t n) {
+    bool busy = false;
+    Rnic nic(th.host(nullptr, nullptr, 0, 2), cfg, [&sent, &busy](const uint8_t *f, size_t n) {
+        if (busy) return LinkTx::Busy;
         if (sent.size() >= 64) sent.pop_front();
         sent.emplace_back(f, f + n);
-        return true;
+        return LinkTx::Sent;
     });
     for (unsigned ops = 0; !in.empty() && ops < 512; ops++) {
-        switch (in.u8() % 10) {
+        switch (in.u8() % 11) {
         case 0: {
             const uint64_t off = in.u16() % 0x2000;
             const uint64_t val = in.u64();
@@ -102,6 +105,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 9:
             nic.reset();
             nic.ctrl_write(RNIC_REG_CTRL, RNIC_CTRL_ENABLE, 4);
+            break;
+        case 10:
+            busy = in.u8() & 1;
+            (void)nic.tx_resume();
             break;
         }
         for (unsigned v = 0; v < RNIC_MSIX_VECTORS; v++)

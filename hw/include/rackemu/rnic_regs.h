@@ -432,7 +432,7 @@ struct rnic_cqe {
     X(RX_MALFORMED,    rx_malformed,    "frames dropped as malformed (any WireError but ICRC)") \
     X(RX_ICRC_ERRORS,  rx_icrc_errors,  "frames dropped for a bad ICRC") \
     X(RX_UNKNOWN_QP,   rx_unknown_qp,   "frames for a QP number that does not exist") \
-    X(RX_BAD_STATE,    rx_bad_state,    "frames for a QP not in a state to take them, or from the wrong source") \
+    X(RX_BAD_STATE,    rx_bad_state,    "frames for a QP not in a state to take them, from the wrong source, or beyond its request backlog") \
     X(RX_CNP,          rx_cnp,          "congestion notification packets received (not acted on)") \
     X(REQ_PACKETS,     req_packets,     "request packets sent the first time") \
     X(RETRANSMITS,     retransmits,     "request packets sent again (go-back-N)") \
@@ -472,7 +472,7 @@ struct rnic_cqe {
     X(LOCAL_PROT_ERRORS, local_prot_errors, "SGEs refused by the lkey check") \
     X(REMOTE_VIOLATIONS, remote_violations, "remote accesses refused by the MR check (rkey, PD, bounds, access, alignment)") \
     X(DMA_ERRORS,      dma_errors,      "guest memory accesses that failed (address outside RAM)") \
-    X(LINK_TX_DROPS,   link_tx_drops,   "frames the link refused (port ring full or no link)") \
+    X(LINK_TX_DROPS,   link_tx_drops,   "frames dropped at the link: no link, or the device's transmit hold full") \
     X(GUEST_ERRORS,    guest_errors,    "guest errors logged") \
     X(PAYLOAD_TX_BYTES, payload_tx_bytes, "message bytes sent (first transmissions)") \
     X(PAYLOAD_RX_BYTES, payload_rx_bytes, "message bytes placed into guest memory by the responder or READ responses") \
@@ -482,7 +482,9 @@ struct rnic_cqe {
     X(RX_DISABLED,     rx_disabled,     "frames dropped because CTRL.ENABLE is 0") \
     X(FLUSHES,         flushes,         "FLUSH requests executed by the responder (placement done before the response)") \
     X(FLUSH_BYTES,     flush_bytes,     "bytes of the ranges FLUSH made globally visible (every placement type)") \
-    X(PERSIST_BYTES,   persist_bytes,   "bytes FLUSH persistence wrote back to the RAM's backing file (msync)")
+    X(PERSIST_BYTES,   persist_bytes,   "bytes FLUSH persistence wrote back to the RAM's backing file (msync)") \
+    X(LINK_BACKPRESSURE, link_backpressure, "times the link pushed back (port ring full): the device paused sending until it had room") \
+    X(LINK_TX_HELD,    link_tx_held,    "frames the link could not take at once, held by the device and sent later")
 
 #define RNIC_COUNTER_TABLE(X) RNIC_RC_COUNTERS(X) RNIC_DEV_COUNTERS(X)
 
