@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -31,15 +32,20 @@ namespace rackemu::fabric::test {
 
 struct BridgeRig {
     std::string dir;
+    Bridge::Options opt;
     Bridge *bridge = nullptr;
     std::thread thr;
-    explicit BridgeRig(Bridge::Options o = {})
+    explicit BridgeRig(Bridge::Options o = {}) : opt(std::move(o))
     {
         char tmpl[] = "/tmp/rackemu-test-XXXXXX";
         dir = mkdtemp(tmpl);
-        o.run_dir = dir;
-        o.max_nodes = 8;
-        bridge = new Bridge(o);
+        opt.run_dir = dir;
+        opt.max_nodes = 8;
+        launch();
+    }
+    void launch()
+    {
+        bridge = new Bridge(opt);
         std::string err;
         EXPECT_TRUE(bridge->start(err)) << err;
         thr = std::thread([this] { bridge->run(); });
@@ -51,6 +57,15 @@ struct BridgeRig {
         thr.join();
         delete bridge;
         bridge = nullptr;
+    }
+    // `rackemu bridge restart`: the bridge goes away and, `gap` later, a new one (fresh state,
+    // same options and sockets) starts; the ports see their link go down and reconnect on their
+    // own (at once, or at their next retry, once a second, if the gap made the first one fail).
+    void restart(std::chrono::milliseconds gap = std::chrono::milliseconds(0))
+    {
+        stop();
+        std::this_thread::sleep_for(gap);
+        launch();
     }
     ~BridgeRig()
     {
