@@ -43,11 +43,14 @@ struct BridgeRig {
         opt.max_nodes = 8;
         launch();
     }
-    void launch()
+    // `hold`: how long the new bridge listens before its loops run (nodes that connect meanwhile
+    // wait for their welcome, as they do while a loaded host has not scheduled the bridge yet).
+    void launch(std::chrono::milliseconds hold = std::chrono::milliseconds(0))
     {
         bridge = new Bridge(opt);
         std::string err;
         EXPECT_TRUE(bridge->start(err)) << err;
+        std::this_thread::sleep_for(hold);
         thr = std::thread([this] { bridge->run(); });
     }
     void stop()
@@ -59,13 +62,14 @@ struct BridgeRig {
         bridge = nullptr;
     }
     // `rackemu bridge restart`: the bridge goes away and, `gap` later, a new one (fresh state,
-    // same options and sockets) starts; the ports see their link go down and reconnect on their
-    // own (at once, or at their next retry, once a second, if the gap made the first one fail).
-    void restart(std::chrono::milliseconds gap = std::chrono::milliseconds(0))
+    // same options and sockets) starts (launch); the ports see their link go down and reconnect
+    // on their own (at once, or at their next retry, once a second, if the first one failed).
+    void restart(std::chrono::milliseconds gap = std::chrono::milliseconds(0),
+                 std::chrono::milliseconds hold = std::chrono::milliseconds(0))
     {
         stop();
         std::this_thread::sleep_for(gap);
-        launch();
+        launch(hold);
     }
     ~BridgeRig()
     {
