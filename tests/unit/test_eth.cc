@@ -403,10 +403,10 @@ TEST(Eth, TheFirstFrameAfterABridgeRestartArrivesFromEveryPort)
         b.restart(ms(0), round % 2 ? ms(1100) : ms(0));
         // All reconnected: what `operstate up` on every guest stands for.
         auto connected = [&] {
-            for (RkFabricPort *p : eth.port) {
+            for (unsigned i = 0; i < kPorts; i++) {
                 rk_fabric_port_stats st{};
-                rk_fabric_port_get_stats(p, &st);
-                if (st.connects != round + 1 || !rk_fabric_port_is_up(p)) return false;
+                rk_fabric_port_get_stats(eth.port[i], &st);
+                if (st.connects != round + 1 || !rk_fabric_port_is_up(eth.port[i])) return false;
             }
             return true;
         };
