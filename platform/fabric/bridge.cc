@@ -454,6 +454,12 @@ void Bridge::handshake(int s, const rkf_hello &hello, ssize_t n)
     auto *shm = static_cast<PortShm *>(m);
     shm->magic = RKF_SHM_MAGIC;
     shm->version = RKF_PROTO_VERSION;
+    // The router may be asleep now or about to sleep without having seen this port (between
+    // announcing itself on the ports it knew and its doorbell wait, the wake-up below is
+    // overwritten): a new port starts announced, so the node's first frame rings the doorbell.
+    // Without it, a node that connected at that moment had its frames sit in its ring until
+    // another node's traffic woke the router: the first ping after a bridge restart was lost.
+    shm->router_asleep.store(1, std::memory_order_relaxed);
     int fds[3] = {mfd, bell_fd_, live_fd_};
     // Published before the welcome: once the node has it, every peer sees it up (a peer reading
     // the table does not take mu_ as the router does). A new generation for every attempt, so a
@@ -782,8 +788,16 @@ void Bridge::eth_ingress_locked(unsigned src, const rkf_frame_hdr &h, const unsi
     }
     // Broadcast, multicast, or a MAC whose node is not connected: every other port.
     eth_floods_++;
+    unsigned copies = 0;
     for (unsigned i = 0; i < opt_.max_nodes; i++) {
-        if (i != src && ports_[i].state == State::Up) one(i);
+        if (i != src && ports_[i].state == State::Up) {
+            one(i);
+            copies++;
+        }
+    }
+    if (!copies) {
+        eth_no_port_++; // nobody else is connected (a peer not back yet after a restart)
+        s.c.drops++;
     }
 }
 
@@ -1010,8 +1024,9 @@ std::string Bridge::stats_json()
       << ",\"wakes_skipped\":" << wakes_skipped_ << ",\"lease_wakes\":" << lease_wakes_
       << ",\"eth_floods\":" << eth_floods_ << ",\"eth_bad_fragments\":" << eth_bad_fragments_
       << ",\"eth_hairpin\":" << eth_hairpin_ << ",\"eth_queue_drops\":" << eth_queue_drops_
-      << ",\"fault_rules\":" << faults_.rules().size() << ",\"fault_held\":" << faults_.held()
-      << ",\"fault_lost\":" << fault_lost_ << ",\"capture\":" << capture_.status_json() << ",\"ports\":[";
+      << ",\"eth_no_port\":" << eth_no_port_ << ",\"fault_rules\":" << faults_.rules().size()
+      << ",\"fault_held\":" << faults_.held() << ",\"fault_lost\":" << fault_lost_
+      << ",\"capture\":" << capture_.status_json() << ",\"ports\":[";
     bool first = true;
     for (unsigned i = 0; i < opt_.max_nodes; i++) {
         const Port &p = ports_[i];

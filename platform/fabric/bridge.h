@@ -154,8 +154,10 @@ private:
     uint64_t malformed_ = 0, noroute_ = 0, spoofed_ = 0, congested_ = 0, refused_handshakes_ = 0;
     uint64_t unsolicited_ = 0, over_cap_ = 0, conn_timeouts_ = 0, conn_evicted_ = 0;
     // Ethernet switch: frames flooded (broadcast, multicast, unknown unicast), partial frames
-    // dropped, frames addressed to their own sender, frames lost to a full destination queue.
-    uint64_t eth_floods_ = 0, eth_bad_fragments_ = 0, eth_hairpin_ = 0, eth_queue_drops_ = 0;
+    // dropped, frames addressed to their own sender, frames lost to a full destination queue,
+    // frames that found no other port connected (flooded to nobody).
+    uint64_t eth_floods_ = 0, eth_bad_fragments_ = 0, eth_hairpin_ = 0, eth_queue_drops_ = 0,
+             eth_no_port_ = 0;
     // Fault rules (under mu_): copies lost because their destination went away while held.
     FaultEngine faults_;
     uint64_t fault_lost_ = 0;

@@ -154,13 +154,28 @@ def wait_for(fn, timeout, what):
     raise AssertionError(f"{what} within {timeout} s")
 
 
+def bridge_down_and_back(c, devs):
+    """SIGKILL the bridge, wait until every NIC lost its carrier, start the bridge again and wait
+    until every guest's link is up again (operstate, not carrier: the kernel's link watch
+    re-enables transmission, up to 1 s after the carrier returns, when it sets operstate)."""
+    os.kill(c.bridge.pid, signal.SIGKILL)
+    for n in c.nodes:
+        wait_for(lambda: n.sh(f"cat /sys/class/net/{devs[n.id]}/carrier").strip() == "0", 20,
+                 f"node {n.id} lost no carrier")
+    c.restart_bridge()
+    for n in c.nodes:
+        wait_for(lambda: n.sh(f"cat /sys/class/net/{devs[n.id]}/operstate").strip() == "up", 20,
+                 f"node {n.id}'s link did not come back")
+
+
 def test_jumbo_mtu_and_carrier_that_follows_the_bridge(fresh_cluster):
     """net_mtu 9000: the guest takes the NIC's MTU and TCP uses 9 KB frames. Then the bridge dies:
     the NICs lose carrier (frames are dropped and counted, not queued); it comes back: carrier
-    and ping return."""
+    returns and the very first ping answers (issue 12), after each of three restarts."""
     c = fresh_cluster(nodes=2, net_mtu=9000)
     n0, n1 = c.node(0), c.node(1)
     dev = iface(n0)
+    devs = {n.id: iface(n) for n in c.nodes}
     assert n0.sh(f"cat /sys/class/net/{dev}/mtu").strip() == "9000"
     before = nic_counters(n1)
     want, got, size = transfer(n1, n0, 2, 8083)
@@ -179,15 +194,27 @@ def test_jumbo_mtu_and_carrier_that_follows_the_bridge(fresh_cluster):
     assert down["link-changes"] == base["link-changes"] + 1
     assert n0.exec("ping -c 2 -W 1 node1", timeout=30).rc != 0   # no carrier: nothing gets through
     c.restart_bridge()
-    # operstate, not carrier: the kernel's link watch re-enables transmission (up to 1 s after
-    # the carrier returns) when it sets operstate; a frame sent before that is dropped in the guest
     for n in (n0, n1):
-        wait_for(lambda: n.sh(f"cat /sys/class/net/{iface(n)}/operstate").strip() == "up", 20,
+        wait_for(lambda: n.sh(f"cat /sys/class/net/{devs[n.id]}/operstate").strip() == "up", 20,
                  f"node {n.id}'s link did not come back")
     assert nic_counters(n0)["link-changes"] == down["link-changes"] + 1
-    # Open (docs/networking.md, caveats): now and then the first frame after the bridge restart is
-    # lost; a ping gets through within 30 s, and from then on every one does
-    wait_for(lambda: pings(n0, "node1", 1) == (1, 1), 30, "no ping got through after the restart")
+    for restart in range(3):
+        if restart:
+            bridge_down_and_back(c, devs)
+        # Once both links are up, the FIRST frame gets through (issue 12: a first ping was lost
+        # in about one run of 3; docs/networking.md, caveats), both ways, and nothing the NICs
+        # take while they have carrier is dropped.
+        up = [nic_counters(n) for n in (n0, n1)]
+        for src, dst in ((n0, "node1"), (n1, "node0")):
+            if pings(src, dst, 1) != (1, 1):
+                raise AssertionError(f"restart {restart + 1}: node {src.id}'s first ping to {dst} was lost; "
+                                     f"NIC counters before {up}, now {[nic_counters(n) for n in (n0, n1)]}; "
+                                     f"bridge {c.bridge_stats()}")
+        later = [nic_counters(n) for n in (n0, n1)]
+        for u, a in zip(up, later):
+            assert a["tx-dropped-down"] == u["tx-dropped-down"]   # with carrier, nothing dropped
+            assert a["rx-dropped-nic"] == u["rx-dropped-nic"]
+            assert a["tx-frames"] > u["tx-frames"] and a["rx-frames"] > u["rx-frames"]
     assert pings(n0, "node1", 3) == (3, 3)
 
 

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -31,17 +32,25 @@ namespace rackemu::fabric::test {
 
 struct BridgeRig {
     std::string dir;
+    Bridge::Options opt;
     Bridge *bridge = nullptr;
     std::thread thr;
-    explicit BridgeRig(Bridge::Options o = {})
+    explicit BridgeRig(Bridge::Options o = {}) : opt(std::move(o))
     {
         char tmpl[] = "/tmp/rackemu-test-XXXXXX";
         dir = mkdtemp(tmpl);
-        o.run_dir = dir;
-        o.max_nodes = 8;
-        bridge = new Bridge(o);
+        opt.run_dir = dir;
+        opt.max_nodes = 8;
+        launch();
+    }
+    // `hold`: how long the new bridge listens before its loops run (nodes that connect meanwhile
+    // wait for their welcome, as they do while a loaded host has not scheduled the bridge yet).
+    void launch(std::chrono::milliseconds hold = std::chrono::milliseconds(0))
+    {
+        bridge = new Bridge(opt);
         std::string err;
         EXPECT_TRUE(bridge->start(err)) << err;
+        std::this_thread::sleep_for(hold);
         thr = std::thread([this] { bridge->run(); });
     }
     void stop()
@@ -51,6 +60,16 @@ struct BridgeRig {
         thr.join();
         delete bridge;
         bridge = nullptr;
+    }
+    // `rackemu bridge restart`: the bridge goes away and, `gap` later, a new one (fresh state,
+    // same options and sockets) starts (launch); the ports see their link go down and reconnect
+    // on their own (at once, or at their next retry, once a second, if the first one failed).
+    void restart(std::chrono::milliseconds gap = std::chrono::milliseconds(0),
+                 std::chrono::milliseconds hold = std::chrono::milliseconds(0))
+    {
+        stop();
+        std::this_thread::sleep_for(gap);
+        launch(hold);
     }
     ~BridgeRig()
     {

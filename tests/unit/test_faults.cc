@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bridge_rig.h"
+#include "eth_test_util.h"
 #include "faults.h"
 
 using namespace rackemu::fabric;
@@ -51,24 +52,6 @@ FaultPacket rkf_packet(uint16_t src, uint16_t dst, uint8_t svc, size_t payload)
     p.bytes.resize(sizeof h + payload, 0);
     std::memcpy(p.bytes.data(), &h, sizeof h);
     return p;
-}
-
-std::vector<uint8_t> numbered(unsigned dst, unsigned src, uint32_t n, size_t len = 300)
-{
-    std::vector<uint8_t> f(len, 0);
-    rkf_eth_node_mac(dst, f.data());
-    rkf_eth_node_mac(src, f.data() + 6);
-    f[12] = 0x88;
-    f[13] = 0xb5;
-    std::memcpy(f.data() + 14, &n, 4);
-    return f;
-}
-
-uint32_t number_of(const std::vector<uint8_t> &f)
-{
-    uint32_t n;
-    std::memcpy(&n, f.data() + 14, 4);
-    return n;
 }
 
 } // namespace
@@ -245,11 +228,10 @@ TEST(FaultRules, CorruptFlipsPayloadBitsOfServiceFramesButNeverTheirHeader)
 TEST(FaultRules, TheBridgeDropsDelaysAndPartitionsEthernetFramesAsTheRulesSay)
 {
     BridgeRig b;
-    RkFabricPort *n0 = b.port(0), *n1 = b.port(1), *n2 = b.port(2);
-    ASSERT_TRUE(n0 && n1 && n2);
-    EthSink s1, s2;
-    rk_fabric_port_eth_attach(n1, RK_FABRIC_ETH_NET, EthSink::rx, &s1);
-    rk_fabric_port_eth_attach(n2, RK_FABRIC_ETH_NET, EthSink::rx, &s2);
+    EthPorts eth(b, 3);
+    ASSERT_TRUE(eth.ok());
+    RkFabricPort *n0 = eth.port[0];
+    EthSink &s1 = eth.sink[1], &s2 = eth.sink[2];
     std::string r = ctl(b.dir, "fault add drop every=4 dst=1");
     EXPECT_NE(r.find("\"ok\":true,\"id\":1"), std::string::npos) << r;
     r = ctl(b.dir, "fault add down between=0,2");
@@ -288,8 +270,6 @@ TEST(FaultRules, TheBridgeDropsDelaysAndPartitionsEthernetFramesAsTheRulesSay)
     EXPECT_EQ(s2.frames[0].second, g);
     r = ctl(b.dir, "fault del all");
     EXPECT_NE(r.find("\"removed\":2"), std::string::npos) << r;
-    for (auto *p : {n0, n1, n2})
-        rk_fabric_port_free(p);
 }
 
 // Rackemu service frames: a dropped request is forgotten by the bridge (it does not count
@@ -358,10 +338,11 @@ TEST(FaultRules, RulesGivenAtStartAreInstalledAndBadOnesStopTheStart)
 TEST(Capture, WritesThePcapngOfTheChosenNodesFrames)
 {
     BridgeRig b;
-    RkFabricPort *n0 = b.port(0), *n1 = b.port(1), *n2 = b.port(2);
-    ASSERT_TRUE(n0 && n1 && n2);
-    EthSink s1;
-    rk_fabric_port_eth_attach(n1, RK_FABRIC_ETH_NET, EthSink::rx, &s1);
+    Mailbox m; // outlives the ports, which call it
+    EthPorts eth(b, 3);
+    ASSERT_TRUE(eth.ok());
+    RkFabricPort *n0 = eth.port[0], *n2 = eth.port[2];
+    EthSink &s1 = eth.sink[1];
     const std::string path = b.dir + "/cap.pcapng";
     EXPECT_NE(ctl(b.dir, "capture start path=relative.pcapng").find("must be absolute"), std::string::npos);
     EXPECT_NE(ctl(b.dir, "capture start path=" + path + " nodes=x").find("\"error\""), std::string::npos);
@@ -371,7 +352,6 @@ TEST(Capture, WritesThePcapngOfTheChosenNodesFrames)
     ASSERT_EQ(rk_fabric_port_eth_send(n0, f.data(), f.size()), 0);
     auto g = numbered(1, 2, 8, 100); // node 2 is not captured
     ASSERT_EQ(rk_fabric_port_eth_send(n2, g.data(), g.size()), 0);
-    Mailbox m;
     rk_fabric_port_register(n0, RKF_SVC_ECHO, nullptr, Mailbox::on_reply, nullptr, &m);
     rkf_frame_hdr h = request(RKF_SVC_ECHO, 1, 5, 4);
     ASSERT_EQ(rk_fabric_port_send(n0, &h, "abc"), 0);
@@ -420,6 +400,4 @@ TEST(Capture, WritesThePcapngOfTheChosenNodesFrames)
     EXPECT_EQ(req.type, RKF_T_REQ);
     EXPECT_EQ(rep.type, RKF_T_REPLY);
     EXPECT_EQ(rep.tag, 5u);
-    for (auto *p : {n0, n1, n2})
-        rk_fabric_port_free(p);
 }
