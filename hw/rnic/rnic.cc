@@ -1370,10 +1370,12 @@ Remote Rnic::amu_exec(const Mr &m, uint64_t va, const AmoRequest &req, uint64_t 
     if (amu_start_ps_ == UINT64_MAX) amu_start_ps_ = std::max(arrival, amu_->now_ps());
     amu_host_->done = false;
     amu_->submit(rq);
+    // An idle unit's clock stays where its last event was (run_until returns at once), so the
+    // first target is the arrival: the model jumps there, then goes on a cycle at a time.
     const uint64_t step = std::max<uint64_t>(1, 1000000ull / cfg_.amu.nic_mhz);
-    while (!amu_host_->done && !amu_->idle()) {
+    for (uint64_t guard = 0; !amu_host_->done && !amu_->idle() && guard < 100000000; guard++) {
         const uint64_t before = amu_->now_ps();
-        amu_->run_until(before + step);
+        amu_->run_until(std::max(before, arrival) + step);
         if (amu_->now_ps() == before && !amu_host_->done) break; // the model reported a deadlock
     }
     const AmoResult &r = amu_host_->result;

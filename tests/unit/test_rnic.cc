@@ -707,6 +707,7 @@ struct rnic_send_wqe xwqe(bool fetch, uint8_t xop, uint8_t size, uint64_t wr_id,
 TEST(Rnic, EveryExtendedAtomicAt32And64BitsThroughTheAtomicUnit)
 {
     Pair p;
+    p.set_clock(3600ull * 1000000000ull); // a clock far from 0, as QEMU's (the unit starts at 0)
     uint64_t ref[2] = {0x8877665544332211ull, 0xCAFEF00Dull}; // a 64-bit word and a 32-bit word
     const uint64_t w64 = p.bufb + 4096, w32 = p.bufb + 4096 + 12;
     std::memcpy(p.b.mem(w64), &ref[0], 8);
