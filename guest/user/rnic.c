@@ -479,18 +479,26 @@ static void check_xatomics(struct pair *p)
 		return;
 	}
 	pair_connect(p, NULL);
-	for (unsigned op = 0; op < ROCE_XOP_COUNT; op++)
+	for (unsigned op = 0, k = 1; op < ROCE_XOP_COUNT; op++)
 		for (unsigned size = 8; size >= 4; size -= 4)
-			for (int fetch = 1; fetch >= 0; fetch--) {
-				uint64_t before = size == 8 ? *w64 : *w32, want, got;
+			for (int fetch = 1; fetch >= 0; fetch--, k++) {
+				/* every case from a fresh value, with an operand that changes it */
+				const uint64_t start = 0x9E3779B97F4A7C15ull * k ^ 0x00FF00FF00FF00FFull;
+				uint64_t before, want, got;
 				struct rnic_xatomic x = {
 					.wr_id = 100 + op, .remote_addr = (uintptr_t)(size == 8 ? (void *)w64 : (void *)w32),
 					.rkey = p->b.mr.rkey, .op = (uint8_t)op, .size = (uint8_t)size,
-					.operand = 0x0F1E2D3C4B5A6978ull * (op + 1), .compare = before,
-					.mask = 0xFFFF0000FFFF0000ull, .result = fetch ? res : NULL, .result_lkey = p->a.mr.lkey,
+					.operand = 0xC2B2AE3D27D4EB4Full * k + 0x1234567, .mask = 0xFFFF0000FFFF0000ull,
+					.result = fetch ? res : NULL, .result_lkey = p->a.mr.lkey,
 				};
 				uint64_t m = size == 8 ? ~0ull : 0xFFFFFFFFull, o = x.operand & m;
 
+				if (size == 8)
+					*w64 = start;
+				else
+					*w32 = (uint32_t)start;
+				before = start & m;
+				x.compare = before;
 				*w32n = 0x5A5A5A5A;
 				*res = 0xdeadbeefdeadbeefull;
 				switch (op) {
@@ -506,7 +514,7 @@ static void check_xatomics(struct pair *p)
 				got = size == 8 ? *w64 : *w32;
 				snprintf(name, sizeof(name), "xatomic_%s%u%s", xop_name[op], size * 8, fetch ? "_fetch" : "");
 				check(name,
-				      ret == 0 && got == want && *w32n == 0x5A5A5A5A &&
+				      ret == 0 && got == want && want != before && *w32n == 0x5A5A5A5A &&
 					      (!fetch || (size == 8 ? *res : (*res & 0xFFFFFFFFull)) == before),
 				      "err=%d before=0x%llx now=0x%llx want=0x%llx fetched=0x%llx", ret,
 				      (unsigned long long)before, (unsigned long long)got, (unsigned long long)want,
