@@ -148,6 +148,7 @@ def test_every_node_hammers_node0_with_every_atomic_kind_exactly(acluster):
         fin = [x for x in relay.stop() if x.get("server") == "done"]
         assert fin, "the server did not finish"
         w = [int(fin[0][f"word{i}"], 16) for i in range(9)]
+        print("server:", " ".join(f"{k}={v}" for k, v in fin[0].items()))
     finally:
         for n in nodes:
             stop_procs(n, "rnic")
@@ -164,6 +165,7 @@ def test_every_node_hammers_node0_with_every_atomic_kind_exactly(acluster):
     assert w[8] == 0xABCD000000000000 + total             # masked compare-swap of the low half only
     r, d = run_kv(s, "rnic counters", 60)
     c = {k: v for x in d for k, v in x.items()}
+    print("node 0 unit:", " ".join(f"{k}={v}" for k, v in c.items() if k.startswith("amu_")))
     assert int(c["amu_ops"]) >= 9 * total, c          # every NIC atomic went through the unit
     assert int(c["amu_errors"]) == 0
     assert int(c["amu_misses"]) >= 1 and int(c["amu_host_writes"]) >= 1
