@@ -872,6 +872,17 @@ void RcEngine::execute(Qp &q, const Packet &p)
             q.ack_psn = psn;
         }
     };
+    // An executed atomic's answer (ATOMIC ACK / XATOMIC ACK: the value before), at once.
+    auto atomic_ack = [&](uint8_t resp_opcode, uint64_t orig) {
+        q.epsn = roce_psn_add(psn, 1);
+        covered_by_response(ctr_, q.ack_owed, q.ack_requests, q.ack_psn, psn);
+        Packet a;
+        a.bth.opcode = resp_opcode;
+        a.bth.psn = psn;
+        a.aeth = Aeth{ROCE_AETH_ACK(ROCE_AETH_CREDITS_INVALID), q.msn & ROCE_MSN_MASK};
+        a.atomic_orig = orig;
+        send_packet(q, a);
+    };
     auto save = [&](uint32_t last, uint64_t va, uint32_t rkey, uint32_t len, uint64_t orig) {
         Resource &r = q.res[q.res_next];
         q.res_next = (q.res_next + 1) % q.res.size();
@@ -968,15 +979,8 @@ void RcEngine::execute(Qp &q, const Packet &p)
                            WcStatus::RemAccessErr);
         save(psn, p.atomic.va, p.atomic.rkey, 8, orig);
         q.msn = roce_psn_add(q.msn, 1);
-        q.epsn = roce_psn_add(psn, 1);
         ctr_.executed++;
-        covered_by_response(ctr_, q.ack_owed, q.ack_requests, q.ack_psn, psn);
-        Packet a;
-        a.bth.opcode = ROCE_OP_ATOMIC_ACK;
-        a.bth.psn = psn;
-        a.aeth = Aeth{ROCE_AETH_ACK(ROCE_AETH_CREDITS_INVALID), q.msn & ROCE_MSN_MASK};
-        a.atomic_orig = orig;
-        send_packet(q, a);
+        atomic_ack(ROCE_OP_ATOMIC_ACK, orig);
         return;
     }
     case ROCE_OP_XATOMIC:
@@ -998,14 +1002,7 @@ void RcEngine::execute(Qp &q, const Packet &p)
             return;
         }
         save(psn, x.va, x.rkey, x.size, orig);
-        q.epsn = roce_psn_add(psn, 1);
-        covered_by_response(ctr_, q.ack_owed, q.ack_requests, q.ack_psn, psn);
-        Packet a;
-        a.bth.opcode = ROCE_OP_XATOMIC_ACK;
-        a.bth.psn = psn;
-        a.aeth = Aeth{ROCE_AETH_ACK(ROCE_AETH_CREDITS_INVALID), q.msn & ROCE_MSN_MASK};
-        a.atomic_orig = orig;
-        send_packet(q, a);
+        atomic_ack(ROCE_OP_XATOMIC_ACK, orig);
         return;
     }
     case ROCE_OP_FLUSH:
