@@ -251,7 +251,8 @@ std::span<const Rnic::RegRow> Rnic::reg_table()
              if (merged & RNIC_CTRL_CNT_CLEAR) {
                  for (unsigned i = 0; i < RNIC_CNT_COUNT; i++) {
                      d.cnt_base_[i] = 0;
-                     d.cnt_base_[i] = d.counter(i);
+                     if (i != RNIC_CNT_INDEX_AMU_MAX_OUTSTANDING)
+                         d.cnt_base_[i] = d.counter(i); // a high-water mark
                  }
              }
              d.ctrl_ = uint32_t(merged) & RNIC_CTRL_WRITABLE;

@@ -776,6 +776,13 @@ TEST(Rnic, EveryExtendedAtomicAt32And64BitsThroughTheAtomicUnit)
     EXPECT_GE(p.b.counter(RNIC_CNT_INDEX_AMU_HOST_WRITES), 1u);
     EXPECT_GT(p.b.counter(RNIC_CNT_INDEX_AMU_MODELED_NS), 0u);
     EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_AMU_OPS), 0u) << "the requester's unit is not involved";
+    // CNT_CLEAR zeroes the unit's counters but its high-water mark
+    const uint64_t hw = p.b.counter(RNIC_CNT_INDEX_AMU_MAX_OUTSTANDING);
+    EXPECT_GE(hw, 1u);
+    p.b.nic->ctrl_write(RNIC_REG_CTRL, RNIC_CTRL_ENABLE | RNIC_CTRL_CNT_CLEAR, 4);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_AMU_OPS), 0u);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_AMU_MODELED_NS), 0u);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_AMU_MAX_OUTSTANDING), hw);
 }
 
 TEST(Rnic, ExtendedAtomicRefusals)

@@ -512,7 +512,7 @@ struct rnic_cqe {
     X(AMU_RAW_HITS,    amu_raw_hits,    "misses that found their address in the RAW buffer") \
     X(AMU_RAW_FLUSHES, amu_raw_flushes, "RAW flushes issued (flush approach)") \
     X(AMU_RAW_FULL,    amu_raw_full,    "writes or evictions that waited for a RAW buffer entry") \
-    X(AMU_MAX_OUTSTANDING, amu_max_outstanding, "most modeled host requests outstanding at once (not cleared)") \
+    X(AMU_MAX_OUTSTANDING, amu_max_outstanding, "most modeled host requests outstanding at once (a high-water mark: CNT_CLEAR leaves it)") \
     X(AMU_MODELED_NS,  amu_modeled_ns,  "sum over atomics of the unit's modeled time, arrival to execution, ns") \
     X(AMU_BUSY_NS,     amu_busy_ns,     "the unit's modeled clock: ns from its first arrival to its latest event")
 
