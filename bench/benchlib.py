@@ -47,6 +47,18 @@ def pyplot():
     return plt
 
 
+def log_axes(ax, xlabel, ylabel, title=None, ybase=10, legend_size=6):
+    """A plot over sizes or counts: log2 x axis, log y axis (ybase None: linear), labels, legend."""
+    ax.set_xscale("log", base=2)
+    if ybase:
+        ax.set_yscale("log", base=ybase)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=legend_size, ncol=2)
+
+
 def save_figure(fig, png, dpi=110):
     """Write a figure to png (creating its directory) and say where."""
     Path(png).parent.mkdir(parents=True, exist_ok=True)

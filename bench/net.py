@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from rackemu.cluster import Cluster  # noqa: E402
 from rackemu.config import build_dir, load_config  # noqa: E402
-from benchlib import log, write_results  # noqa: E402
+from benchlib import log, pyplot, save_figure, write_results  # noqa: E402
 
 PING_SIZES = (56, 1400)
 HTTP_PORT = 8090
@@ -115,12 +115,8 @@ def bench_mtu(args, mtu, raw):
 
 
 def plot(rows, mtus, png):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("python3-matplotlib is missing (platform/setup/packages.txt): no plot")
+    plt = pyplot()
+    if plt is None:
         return
     get = {(sec, metric): v for sec, metric, v, _ in rows}
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
@@ -140,9 +136,7 @@ def plot(rows, mtus, png):
     ax2.set_ylabel("Mbit/s (wall)")
     ax2.set_title("TCP (wget from httpd)")
     fig.suptitle("rackemu IP over the fabric: 2 TCG guests, virtio-net, bridge switch")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    print(f"PNG: {png}")
+    save_figure(fig, png)
 
 
 def main():

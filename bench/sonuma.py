@@ -431,6 +431,17 @@ def main():
                     help="cost: IPC of the phases that touch every line of the object (the baseline's check and "
                          "copy, the local copies; sec. 7.3's high-MLP phase); default: --ipc")
     ap.add_argument("--fig8-writers", default="0,1,2,4,8,12,16", help="cost: Fig. 8's writer counts (model)")
+    ap.add_argument("--llc-core-ns", type=float, default=12.0,
+                    help="cost: a core's L1 miss served by the LLC, ns (Table 2: 3-cycle L1 + 6-cycle LLC tile + "
+                         "2 x 2.5 hops x 3 cycles of a 4x4 mesh = 24 cycles at 2 GHz)")
+    ap.add_argument("--mlp", type=float, default=None,
+                    help="cost: LLC misses a core overlaps (default: min(--mshrs, --rob x the phase's LLC lines / "
+                         "its instructions))")
+    ap.add_argument("--mshrs", type=int, default=32, help="cost: L1d MSHRs (Table 2: 32)")
+    ap.add_argument("--rob", type=int, default=128, help="cost: reorder-buffer entries (Table 2: 128)")
+    ap.add_argument("--cost-from", default=None, metavar="FILE",
+                    help="cost: recompute Figs. 8-10 from a measurement the cost section saved "
+                         "(build/bench/sonuma_cost.json) instead of booting a cluster")
     ap.add_argument("--csv", default=str(build_dir() / "bench" / "sonuma.csv"), help="summary CSV")
     a = ap.parse_args()
     only = set(a.only.split(","))
@@ -447,6 +458,9 @@ def main():
     a.ipc_data = a.ipc if a.ipc_data is None else a.ipc_data
     if not 0.05 <= a.ipc <= 8 or not 0.05 <= a.ipc_data <= 8 or not 0.1 <= a.ghz <= 10 or a.cost_seconds < 1:
         ap.error("--ipc, --ipc-data 0.05..8, --ghz 0.1..10, --cost-seconds >= 1")
+    if not 1 <= a.llc_core_ns <= 1000 or (a.mlp is not None and not 1 <= a.mlp <= 1024) or \
+            not 1 <= a.mshrs <= 1024 or not 1 <= a.rob <= 4096:
+        ap.error("--llc-core-ns 1..1000, --mlp 1..1024, --mshrs 1..1024, --rob 1..4096")
     if not 1 <= a.model_threads <= 4096 or not 1 <= a.model_window <= 4096:
         ap.error("--model-threads, --model-window: 1..4096")
     if a.quick:
@@ -467,10 +481,14 @@ def main():
     bad = 0
     if "model" in only:
         bad += model(a, rows, bdir)
-        if not only - {"model"}:
-            print()
-            write_results(rows, a.csv)
-            return 1 if bad else 0
+    if "cost" in only and a.cost_from:
+        meas, exact = sonuma_cost.load_measured(a.cost_from)
+        bad += sonuma_cost.figures(a, meas, exact, rows, bdir, sys.modules[__name__])
+        only = only - {"cost"}
+    if not only - {"model"}:
+        print()
+        write_results(rows, a.csv)
+        return 1 if bad else 0
     qemu_args = ["-global", f"rackemu-rmc.sabre-window-delay-ns={a.window_delay_ns}"] if a.window_delay_ns else []
     cfg = load_config(None, {"nodes": a.nodes, "name": a.name, "memory": a.memory, "vcpus": a.vcpus,
                              "qemu_args": qemu_args, "insn_count": "cost" in only})

@@ -8,8 +8,13 @@
  *       loop A, N iterations of 2 instructions (subs, b.ne) in phase RK_PH_CHECK_A, then loop B,
  *       N iterations of 3 instructions (add, subs, b.ne) in phase RK_PH_CHECK_B. Each loop is
  *       one asm block with its marks, so the compiler adds nothing: phase A counts exactly
- *       1 + 2N per run (its opening mark included), phase B 1 + 3N. Marks reset the counters
- *       first and dump them at the end. Prints, per vCPU, what the plugin must report.
+ *       1 + 2N per run (its opening mark included), phase B 1 + 3N. Then the memory side, one
+ *       asm block: phase RK_PH_CHECK_MEM_STREAM loads one word of each 64-byte line of a 64 KiB
+ *       buffer, twice over (2048 loads, 1024 distinct lines, and 2048 misses of the plugin's
+ *       32 KiB 2-way LRU L1d model: each set sees 4 lines in turn); phase RK_PH_CHECK_MEM_REUSE
+ *       loads, then stores, then loads one word of each line of an 8 KiB buffer (256 loads, 128
+ *       stores, 128 lines, 128 misses: the stream evicted it, then it stays). Marks reset the
+ *       counters first and dump them at the end. Prints, per vCPU, what the plugin must report.
  *   insn-count-check --spin N
  *       N iterations of an unmarked loop of 4 instructions, timed: the plugin's overhead on
  *       user code with no phase active (run with and without the plugin).
@@ -39,7 +44,14 @@ struct worker {
 	pthread_t t;
 	unsigned vcpu;
 	uint64_t sink;
+	uint8_t *stream, *reuse; /* STREAM_LINES and REUSE_LINES 64-byte lines, 64-byte aligned */
 };
+
+#define STREAM_LINES 1024 /* 64 KiB: twice the L1d model */
+#define REUSE_LINES  128  /* 8 KiB */
+/* instructions of the memory phases: the mark, then per pass 2 movs and 3 per line */
+#define STREAM_INSNS (1 + 2 * (2 + 3 * STREAM_LINES))
+#define REUSE_INSNS  (1 + 3 * (2 + 3 * REUSE_LINES))
 
 static void *worker_main(void *arg)
 {
@@ -52,6 +64,7 @@ static void *worker_main(void *arg)
 		die("cannot pin to vCPU %u", w->vcpu);
 	for (uint64_t r = 0; r < reps; r++) {
 		uint64_t n = iters, acc = 0;
+		uint8_t *p;
 
 		__asm__ volatile("hint %2\n"
 				 "1: subs %0, %0, #1\n"
@@ -68,6 +81,42 @@ static void *worker_main(void *arg)
 				 "hint %3\n"
 				 : "+r"(n), "+r"(acc)
 				 : "i"(RK_MARK_HINT_FIRST + RK_PH_CHECK_B), "i"(RK_MARK_HINT_FIRST + RK_PH_NONE)
+				 : "cc", "memory");
+		w->sink += acc;
+		/* the memory side: known loads, stores, lines and L1d-model misses (above) */
+		__asm__ volatile("hint %[ms]\n"
+				 "mov %[p], %[s]\n"
+				 "mov %[n], %[sl]\n"
+				 "1: ldr %[t], [%[p]], #64\n"
+				 "subs %[n], %[n], #1\n"
+				 "b.ne 1b\n"
+				 "mov %[p], %[s]\n"
+				 "mov %[n], %[sl]\n"
+				 "2: ldr %[t], [%[p]], #64\n"
+				 "subs %[n], %[n], #1\n"
+				 "b.ne 2b\n"
+				 "hint %[mr]\n"
+				 "mov %[p], %[r]\n"
+				 "mov %[n], %[rl]\n"
+				 "3: ldr %[t], [%[p]], #64\n"
+				 "subs %[n], %[n], #1\n"
+				 "b.ne 3b\n"
+				 "mov %[p], %[r]\n"
+				 "mov %[n], %[rl]\n"
+				 "4: str %[t], [%[p]], #64\n"
+				 "subs %[n], %[n], #1\n"
+				 "b.ne 4b\n"
+				 "mov %[p], %[r]\n"
+				 "mov %[n], %[rl]\n"
+				 "5: ldr %[t], [%[p]], #64\n"
+				 "subs %[n], %[n], #1\n"
+				 "b.ne 5b\n"
+				 "hint %[none]\n"
+				 : [p] "=&r"(p), [n] "=&r"(n), [t] "=&r"(acc)
+				 : [s] "r"(w->stream), [r] "r"(w->reuse), [sl] "i"(STREAM_LINES), [rl] "i"(REUSE_LINES),
+				   [ms] "i"(RK_MARK_HINT_FIRST + RK_PH_CHECK_MEM_STREAM),
+				   [mr] "i"(RK_MARK_HINT_FIRST + RK_PH_CHECK_MEM_REUSE),
+				   [none] "i"(RK_MARK_HINT_FIRST + RK_PH_NONE)
 				 : "cc", "memory");
 		w->sink += acc;
 	}
@@ -121,6 +170,13 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < threads; i++) {
 		ws[i].vcpu = i % (unsigned)(ncpu > 0 ? ncpu : 1);
 		ws[i].sink = 0;
+		/* allocated and written before the measurement: no page fault inside a phase */
+		ws[i].stream = aligned_alloc(64, STREAM_LINES * 64);
+		ws[i].reuse = aligned_alloc(64, REUSE_LINES * 64);
+		if (!ws[i].stream || !ws[i].reuse)
+			die("out of memory");
+		memset(ws[i].stream, 1, STREAM_LINES * 64);
+		memset(ws[i].reuse, 2, REUSE_LINES * 64);
 		pthread_create(&ws[i].t, NULL, worker_main, &ws[i]);
 	}
 	for (unsigned i = 0; i < threads; i++)
@@ -136,6 +192,18 @@ int main(int argc, char **argv)
 		printf("expect vcpu=%u phase=%d insns=%llu entries=%llu min=%llu max=%llu\n", c, RK_PH_CHECK_B,
 		       (unsigned long long)(runs * (1 + 3 * iters)), (unsigned long long)runs,
 		       (unsigned long long)(1 + 3 * iters), (unsigned long long)(1 + 3 * iters));
+		printf("expect vcpu=%u phase=%d insns=%llu entries=%llu min=%llu max=%llu loads=%llu stores=0 "
+		       "lines=%llu misses=%llu\n",
+		       c, RK_PH_CHECK_MEM_STREAM, (unsigned long long)(runs * STREAM_INSNS), (unsigned long long)runs,
+		       (unsigned long long)STREAM_INSNS, (unsigned long long)STREAM_INSNS,
+		       (unsigned long long)(runs * 2 * STREAM_LINES), (unsigned long long)(runs * STREAM_LINES),
+		       (unsigned long long)(runs * 2 * STREAM_LINES));
+		printf("expect vcpu=%u phase=%d insns=%llu entries=%llu min=%llu max=%llu loads=%llu stores=%llu "
+		       "lines=%llu misses=%llu\n",
+		       c, RK_PH_CHECK_MEM_REUSE, (unsigned long long)(runs * REUSE_INSNS), (unsigned long long)runs,
+		       (unsigned long long)REUSE_INSNS, (unsigned long long)REUSE_INSNS,
+		       (unsigned long long)(runs * 2 * REUSE_LINES), (unsigned long long)(runs * REUSE_LINES),
+		       (unsigned long long)(runs * REUSE_LINES), (unsigned long long)(runs * REUSE_LINES));
 	}
 	return 0;
 }

@@ -111,7 +111,12 @@ static size_t page_round(size_t n)
 
 struct rnic_cq *rnic_create_cq(struct rnic_ctx *ctx, unsigned depth_log2)
 {
-	struct rnic_ucreate_cq u = { .depth_log2 = depth_log2 };
+	return rnic_create_cq_vec(ctx, depth_log2, 0);
+}
+
+struct rnic_cq *rnic_create_cq_vec(struct rnic_ctx *ctx, unsigned depth_log2, unsigned comp_vector)
+{
+	struct rnic_ucreate_cq u = { .depth_log2 = depth_log2, .comp_vector = comp_vector };
 	struct rnic_cq *cq;
 	int ret = ioc(ctx, RNIC_IOC_CREATE_CQ, &u), e;
 
@@ -125,6 +130,7 @@ struct rnic_cq *rnic_create_cq(struct rnic_ctx *ctx, unsigned depth_log2)
 	cq->ctx = ctx;
 	cq->cqn = u.cqn;
 	cq->depth_log2 = depth_log2;
+	cq->comp_vector = comp_vector;
 	cq->ring_size = page_round(sizeof(struct rnic_cqe) << depth_log2);
 	cq->ring = map(ctx, cq->ring_size, u.ring_off);
 	cq->db = map(ctx, RNIC_PAGE_SIZE, u.db_off);

@@ -31,7 +31,7 @@ struct rnic_mr {
 
 struct rnic_cq {
 	struct rnic_ctx *ctx;
-	uint32_t cqn, depth_log2;
+	uint32_t cqn, depth_log2, comp_vector;
 	struct rnic_cqe *ring;
 	size_t ring_size;
 	volatile uint32_t *db;
@@ -72,7 +72,10 @@ int rnic_dealloc_pd(struct rnic_ctx *ctx, uint32_t pdn);
 int rnic_reg_mr(struct rnic_ctx *ctx, uint32_t pdn, void *addr, uint64_t length, uint32_t access,
 		struct rnic_mr *mr);
 int rnic_dereg_mr(struct rnic_ctx *ctx, struct rnic_mr *mr);
-struct rnic_cq *rnic_create_cq(struct rnic_ctx *ctx, unsigned depth_log2);
+struct rnic_cq *rnic_create_cq(struct rnic_ctx *ctx, unsigned depth_log2); /* vector 0 */
+/* comp_vector: the interrupt vector the CQ's events raise, 0..ctx->info.irq_vectors-1 (as verbs'
+ * ibv_create_cq comp_vector); beyond: NULL with errno EINVAL. */
+struct rnic_cq *rnic_create_cq_vec(struct rnic_ctx *ctx, unsigned depth_log2, unsigned comp_vector);
 int rnic_destroy_cq(struct rnic_cq *cq);
 struct rnic_qp *rnic_create_qp(struct rnic_ctx *ctx, uint32_t pdn, struct rnic_cq *send_cq,
 			       struct rnic_cq *recv_cq, unsigned sq_log2, unsigned rq_log2);

@@ -882,29 +882,9 @@ static int dt_segment(uint64_t *base, uint64_t *size)
 /* Interrupts taken by the RMC's line so far (/proc/interrupts, every CPU). */
 static uint64_t rmc_irqs(void)
 {
-	FILE *f = fopen("/proc/interrupts", "r");
-	char line[1024];
-	uint64_t sum = 0;
+	long long n = proc_irqs("sonuma-rmc");
 
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f)) {
-		char *p;
-
-		if (!strstr(line, "sonuma-rmc") || !(p = strchr(line, ':')))
-			continue;
-		for (p++;;) {
-			char *end;
-			unsigned long long v = strtoull(p, &end, 10);
-
-			if (end == p)
-				break;
-			sum += v;
-			p = end;
-		}
-	}
-	fclose(f);
-	return sum;
+	return n < 0 ? 0 : (uint64_t)n;
 }
 
 static int cmd_check_driver(void)

@@ -369,11 +369,34 @@ static void check_data_path(struct pair *p)
 			      "status=%u now=0x%llx", c.status, (unsigned long long)*word);
 		}
 		if (p->ctx->info.caps & RNIC_CAP_FLUSH) {
+			/* the target's counters say what FLUSH placed: global visibility counts the range,
+			 * persistence also writes it back to the node's RAM file (docs/rnic.md "FLUSH") */
+			uint64_t k0[RNIC_CNT_COUNT], k1[RNIC_CNT_COUNT], k2[RNIC_CNT_COUNT];
+#define RNIC_DELTA(a, b, n) ((unsigned long long)((b)[RNIC_CNT_##n / 8] - (a)[RNIC_CNT_##n / 8]))
+
+			rnic_counters(p->ctx, k0);
 			s = wr(RNIC_WR_FLUSH, 8, &p->a, 0, 0, (uintptr_t)p->b.buf, p->b.mr.rkey);
 			s.flush_type = ROCE_FETH_PLT_GLOBAL | (ROCE_FETH_SEL_RANGE << 4);
 			s.flush_len = 4096;
 			c = run(p, s);
-			check("flush", c.status == 0 && c.opcode == RNIC_CQE_OP_FLUSH, "status=%u opcode=%u", c.status, c.opcode);
+			rnic_counters(p->ctx, k1);
+			check("flush", c.status == 0 && c.opcode == RNIC_CQE_OP_FLUSH && RNIC_DELTA(k0, k1, FLUSHES) == 1 &&
+					       RNIC_DELTA(k0, k1, FLUSH_BYTES) == 4096 && RNIC_DELTA(k0, k1, PERSIST_BYTES) == 0,
+			      "status=%u opcode=%u flushes=+%llu flush_bytes=+%llu persist_bytes=+%llu", c.status, c.opcode,
+			      RNIC_DELTA(k0, k1, FLUSHES), RNIC_DELTA(k0, k1, FLUSH_BYTES), RNIC_DELTA(k0, k1, PERSIST_BYTES));
+			s.wr_id = 9;
+			s.flush_type = ROCE_FETH_PLT_PERSIST | (ROCE_FETH_SEL_RANGE << 4);
+			s.remote_addr = (uintptr_t)p->b.buf + 100;
+			s.flush_len = 10000; /* over three pages of the MR's page list */
+			c = run(p, s);
+			rnic_counters(p->ctx, k2);
+			/* the node's RAM is a file (memory-backend-file): every byte is written back */
+			check("flush_persist", c.status == 0 && RNIC_DELTA(k1, k2, FLUSHES) == 1 &&
+						       RNIC_DELTA(k1, k2, FLUSH_BYTES) == 10000 &&
+						       RNIC_DELTA(k1, k2, PERSIST_BYTES) == 10000,
+			      "status=%u flushes=+%llu flush_bytes=+%llu persist_bytes=+%llu", c.status,
+			      RNIC_DELTA(k1, k2, FLUSHES), RNIC_DELTA(k1, k2, FLUSH_BYTES), RNIC_DELTA(k1, k2, PERSIST_BYTES));
+#undef RNIC_DELTA
 		}
 	}
 }
@@ -832,6 +855,96 @@ static void check_interrupt(struct pair *p)
 	p->ctx->spin_us = spin;
 }
 
+/* Interrupts of vector v of this driver so far (its /proc/interrupts row); -1 if none. */
+static long long vector_irqs(unsigned v)
+{
+	char name[32];
+
+	snprintf(name, sizeof(name), " rackemu_rnic-v%u\n", v);
+	return proc_irqs(name);
+}
+
+/* Arm cq, post w on qp, block in WAIT_CQ until the interrupt, then take the CQE: 0 when the event
+ * and a successful CQE came. */
+static int armed_round(struct rnic_ctx *ctx, struct rnic_cq *cq, struct rnic_qp *qp, struct rnic_send_wqe w)
+{
+	struct rnic_uwait_cq now = { .cqn = cq->cqn, .timeout_ms = 0, .events = UINT64_MAX };
+	struct rnic_uwait_cq ev = { .cqn = cq->cqn, .timeout_ms = 2000 };
+	struct rnic_cqe c;
+
+	if (ioctl(ctx->fd, RNIC_IOC_WAIT_CQ, &now))
+		return -errno;
+	ev.events = now.events;
+	cq->db[RNIC_CQ_DB_ARM / 4] = RNIC_CQ_ARM_NEXT;
+	if (rnic_post_send(qp, &w))
+		return -EIO;
+	if (ioctl(ctx->fd, RNIC_IOC_WAIT_CQ, &ev))
+		return -errno;
+	cq->events = ev.events;
+	c = wait1(cq, 2000);
+	return c.status == RNIC_WC_SUCCESS && c.wr_id == w.wr_id ? 0 : -EIO;
+}
+
+/* Completion vectors: a CQ names its interrupt vector (verbs' comp_vector); one beyond the
+ * driver's vectors is refused; two CQs on vectors 0 and 1 raise each their own interrupt. */
+static void check_vectors(struct pair *p)
+{
+	const unsigned nvec = p->ctx->info.irq_vectors, n0 = 3, n1 = 5;
+	struct rnic_cq *bad = rnic_create_cq_vec(p->ctx, 4, nvec);
+	int bad_errno = errno;
+	struct rnic_cq *cq1 = NULL;
+	struct rnic_qp *x = NULL, *y = NULL;
+	long long v0 = -1, v1 = -1, d0 = -1, d1 = -1;
+	unsigned ok0 = 0, ok1 = 0;
+
+	check("refuse_cq_vector_beyond_count", !bad && bad_errno == EINVAL, "vectors=%u errno=%d", nvec,
+	      bad ? 0 : bad_errno);
+	if (bad)
+		rnic_destroy_cq(bad);
+	if (nvec >= 2)
+		cq1 = rnic_create_cq_vec(p->ctx, 6, 1);
+	if (cq1) {
+		x = rnic_create_qp(p->ctx, p->a.pd, cq1, cq1, 4, 4);
+		y = rnic_create_qp(p->ctx, p->b.pd, p->b.cq, p->b.cq, 4, 4);
+	}
+	if (x && y) {
+		struct rnic_conn cx = p->a.me, cy = p->b.me;
+		unsigned spin = p->ctx->spin_us;
+
+		cx.qpn = x->qpn;
+		cy.qpn = y->qpn;
+		pair_connect(p, NULL);
+		if (!rnic_qp_connect(x, &cx, &cy, NULL) && !rnic_qp_connect(y, &cy, &cx, NULL)) {
+			p->ctx->spin_us = 0;
+			v0 = vector_irqs(0);
+			v1 = vector_irqs(1);
+			for (unsigned i = 0; i < n0; i++)
+				ok0 += !armed_round(p->ctx, p->a.cq, p->a.qp,
+						    wr(RNIC_WR_WRITE, 60 + i, &p->a, 0, 8, (uintptr_t)p->b.buf, p->b.mr.rkey));
+			for (unsigned i = 0; i < n1; i++) {
+				struct rnic_send_wqe w = wr(RNIC_WR_WRITE, 70 + i, &p->a, 0, 8, (uintptr_t)p->b.buf, p->b.mr.rkey);
+
+				ok1 += !armed_round(p->ctx, cq1, x, w);
+			}
+			d0 = vector_irqs(0) - v0;
+			d1 = vector_irqs(1) - v1;
+			p->ctx->spin_us = spin;
+		}
+	}
+	/* vector 1 carries only cq1's events; vector 0 those of the pair's CQ (and async events) */
+	check("cq_vectors_own_interrupts",
+	      nvec >= 2 && cq1 && cq1->comp_vector == 1 && v0 >= 0 && v1 >= 0 && ok0 == n0 && ok1 == n1 && d1 == n1 &&
+		      d0 >= n0,
+	      "vectors=%u rounds_v0=%u/%u rounds_v1=%u/%u irqs_v0=+%lld irqs_v1=+%lld", nvec, ok0, n0, ok1, n1, d0,
+	      d1);
+	if (x)
+		rnic_destroy_qp(x);
+	if (y)
+		rnic_destroy_qp(y);
+	if (cq1)
+		rnic_destroy_cq(cq1);
+}
+
 static int cmd_check(void)
 {
 	struct pair p;
@@ -851,6 +964,7 @@ static int cmd_check(void)
 	check_xatomics(&p);
 	check_local(&p);
 	check_interrupt(&p);
+	check_vectors(&p);
 	check_driver(&p);
 	rnic_close(p.ctx);
 	return check_summary();

@@ -72,6 +72,38 @@ static uint64_t __attribute__((unused)) num(const char *s, const char *what, uin
 	return v << shift;
 }
 
+/* Interrupts so far of the /proc/interrupts rows whose text contains `name` (every CPU's column
+ * summed): a driver's action name, e.g. "sonuma-rmc" or "rackemu_rnic-v1". -1: no such row. */
+static long long proc_irqs(const char *name) __attribute__((unused));
+static long long proc_irqs(const char *name)
+{
+	FILE *f = fopen("/proc/interrupts", "r");
+	char line[1024];
+	long long sum = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		char *p;
+
+		if (!strstr(line, name) || !(p = strchr(line, ':')))
+			continue;
+		if (sum < 0)
+			sum = 0;
+		for (p++;;) {
+			char *end;
+			long long v = strtoll(p, &end, 10);
+
+			if (end == p)
+				break;
+			sum += v;
+			p = end;
+		}
+	}
+	fclose(f);
+	return sum;
+}
+
 /* Check suites (`unimem-check`, `mbox check`, `unim_dma_test`, `gsas check`): one
  * `check=NAME ok=0|1 DETAILS` line per check; check_summary() prints `checks=N failed=F` and
  * returns the exit status (1 if any check failed). */

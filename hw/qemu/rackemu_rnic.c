@@ -37,10 +37,18 @@
 #define TYPE_RACKEMU_RNIC RACKEMU_RNIC_TYPE
 OBJECT_DECLARE_SIMPLE_TYPE(RackemuRnicState, RACKEMU_RNIC)
 
+typedef struct RackemuRnicBar {
+    MemoryRegion mr;
+    struct RackemuRnicState *s;
+    const char *name; /* trace name */
+    uint64_t (*read)(RkRnic *r, uint64_t offset, unsigned size);
+    void (*write)(RkRnic *r, uint64_t offset, uint64_t value, unsigned size);
+} RackemuRnicBar;
+
 struct RackemuRnicState {
     PCIDevice parent_obj;
-    MemoryRegion ctrl;
-    MemoryRegion db;
+    RackemuRnicBar ctrl; /* BAR0: registers */
+    RackemuRnicBar db;   /* BAR2: doorbell pages */
     RkHost host;
     RkRnic *core;
     RackemuFabric *fabric; /* link "fabric"; unset: the machine's */
@@ -166,6 +174,44 @@ static uint64_t rackemu_rnic_now_ns(void *opaque)
     return qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL);
 }
 
+/*
+ * FLUSH with persistence (docs/rnic.md "FLUSH"): write the range back to the RAM block's backing
+ * file with msync(MS_SYNC) (qemu_msync rounds to host pages). RAM with no file behind it has no
+ * persistence domain: nothing is counted as synced. A failed msync is RK_SLAVE_ERROR (the
+ * responder NAKs the FLUSH with a remote operational error).
+ */
+static rk_status rackemu_rnic_persist(void *opaque, uint64_t addr, uint64_t len, uint64_t *synced)
+{
+    RackemuRnicState *s = opaque;
+    AddressSpace *as = pci_get_address_space(PCI_DEVICE(s));
+    uint64_t at = addr, left = len;
+    rk_status st = RK_OK;
+
+    if (len && addr + len < addr) {
+        return RK_DECODE_ERROR;
+    }
+    RCU_READ_LOCK_GUARD();
+    while (left && st == RK_OK) {
+        hwaddr xlat, l = left;
+        MemoryRegion *mr = address_space_translate(as, at, &xlat, &l, true, MEMTXATTRS_UNSPECIFIED);
+        int fd = memory_region_is_ram(mr) ? memory_region_get_fd(mr) : -1;
+
+        if (!memory_region_is_ram(mr) || l == 0) {
+            st = RK_DECODE_ERROR;
+        } else if (fd >= 0) {
+            if (qemu_msync((uint8_t *)memory_region_get_ram_ptr(mr) + xlat, l, fd)) {
+                st = RK_SLAVE_ERROR;
+            } else {
+                *synced += l;
+            }
+        }
+        at += l;
+        left -= l;
+    }
+    trace_rackemu_dma("rackemu-rnic", s->host.node_id, "persist", addr, len, rk_status_name(st));
+    return st;
+}
+
 static const RkHostOps rackemu_rnic_host_ops = {
     .set_irq = rackemu_rnic_set_irq,
     .guest_error = rackemu_rnic_guest_error,
@@ -173,6 +219,7 @@ static const RkHostOps rackemu_rnic_host_ops = {
     .dma_map = rackemu_rnic_dma_map,
     .dma_unmap = rackemu_rnic_dma_unmap,
     .now_ns = rackemu_rnic_now_ns,
+    .persist = rackemu_rnic_persist,
 };
 
 /* ---- the link and the timer ---- */
@@ -215,56 +262,44 @@ static void rackemu_rnic_timer(void *opaque)
 
 /* ---- BARs ---- */
 
-static uint64_t rackemu_rnic_ctrl_read(void *opaque, hwaddr addr, unsigned size)
+/*
+ * BAR0 (registers) and BAR2 (doorbell pages) differ only in the core's entry points and the
+ * trace name: one pair of MemoryRegionOps serves both, with a RackemuRnicBar as the opaque.
+ */
+static uint64_t rackemu_rnic_bar_read(void *opaque, hwaddr addr, unsigned size)
 {
-    RackemuRnicState *s = opaque;
-    uint64_t val = rk_rnic_ctrl_read(s->core, addr, size);
+    RackemuRnicBar *b = opaque;
+    uint64_t val = b->read(b->s->core, addr, size);
 
-    trace_rackemu_mmio_read("rackemu-rnic", s->host.node_id, addr, size, val);
+    trace_rackemu_mmio_read(b->name, b->s->host.node_id, addr, size, val);
     return val;
 }
 
-static void rackemu_rnic_ctrl_write(void *opaque, hwaddr addr, uint64_t data, unsigned size)
+static void rackemu_rnic_bar_write(void *opaque, hwaddr addr, uint64_t data, unsigned size)
 {
-    RackemuRnicState *s = opaque;
+    RackemuRnicBar *b = opaque;
 
-    trace_rackemu_mmio_write("rackemu-rnic", s->host.node_id, addr, size, data);
-    rk_rnic_ctrl_write(s->core, addr, data, size);
-}
-
-static uint64_t rackemu_rnic_db_read(void *opaque, hwaddr addr, unsigned size)
-{
-    RackemuRnicState *s = opaque;
-    uint64_t val = rk_rnic_db_read(s->core, addr, size);
-
-    trace_rackemu_mmio_read("rackemu-rnic-db", s->host.node_id, addr, size, val);
-    return val;
-}
-
-static void rackemu_rnic_db_write(void *opaque, hwaddr addr, uint64_t data, unsigned size)
-{
-    RackemuRnicState *s = opaque;
-
-    trace_rackemu_mmio_write("rackemu-rnic-db", s->host.node_id, addr, size, data);
-    rk_rnic_db_write(s->core, addr, data, size);
+    trace_rackemu_mmio_write(b->name, b->s->host.node_id, addr, size, data);
+    b->write(b->s->core, addr, data, size);
 }
 
 /* Every size reaches the core, which refuses what it does not take with a guest error. */
-static const MemoryRegionOps rackemu_rnic_ctrl_ops = {
-    .read = rackemu_rnic_ctrl_read,
-    .write = rackemu_rnic_ctrl_write,
+static const MemoryRegionOps rackemu_rnic_bar_ops = {
+    .read = rackemu_rnic_bar_read,
+    .write = rackemu_rnic_bar_write,
     .endianness = DEVICE_LITTLE_ENDIAN,
     .valid = { .min_access_size = 1, .max_access_size = 8 },
     .impl = { .min_access_size = 1, .max_access_size = 8 },
 };
 
-static const MemoryRegionOps rackemu_rnic_db_ops = {
-    .read = rackemu_rnic_db_read,
-    .write = rackemu_rnic_db_write,
-    .endianness = DEVICE_LITTLE_ENDIAN,
-    .valid = { .min_access_size = 1, .max_access_size = 8 },
-    .impl = { .min_access_size = 1, .max_access_size = 8 },
-};
+static void rackemu_rnic_bar_init(RackemuRnicState *s, RackemuRnicBar *b, int index, const char *name,
+                                  uint64_t size, uint64_t (*read)(RkRnic *, uint64_t, unsigned),
+                                  void (*write)(RkRnic *, uint64_t, uint64_t, unsigned))
+{
+    *b = (RackemuRnicBar){ .s = s, .name = name, .read = read, .write = write };
+    memory_region_init_io(&b->mr, OBJECT(s), &rackemu_rnic_bar_ops, b, name, size);
+    pci_register_bar(PCI_DEVICE(s), index, PCI_BASE_ADDRESS_SPACE_MEMORY, &b->mr);
+}
 
 /* ---- life cycle ---- */
 
@@ -325,10 +360,10 @@ static void rackemu_rnic_realize(PCIDevice *pdev, Error **errp)
         error_setg(errp, "rackemu-rnic: no room for the PCIe capability");
         return;
     }
-    memory_region_init_io(&s->ctrl, OBJECT(s), &rackemu_rnic_ctrl_ops, s, "rackemu-rnic-ctrl", RNIC_BAR_CTRL_SIZE);
-    memory_region_init_io(&s->db, OBJECT(s), &rackemu_rnic_db_ops, s, "rackemu-rnic-db", RNIC_BAR_DB_SIZE);
-    pci_register_bar(pdev, RNIC_BAR_CTRL, PCI_BASE_ADDRESS_SPACE_MEMORY, &s->ctrl);
-    pci_register_bar(pdev, RNIC_BAR_DB, PCI_BASE_ADDRESS_SPACE_MEMORY, &s->db);
+    rackemu_rnic_bar_init(s, &s->ctrl, RNIC_BAR_CTRL, "rackemu-rnic", RNIC_BAR_CTRL_SIZE, rk_rnic_ctrl_read,
+                          rk_rnic_ctrl_write);
+    rackemu_rnic_bar_init(s, &s->db, RNIC_BAR_DB, "rackemu-rnic-db", RNIC_BAR_DB_SIZE, rk_rnic_db_read,
+                          rk_rnic_db_write);
     /* No MSI on the machine (e.g. no ITS/v2m): INTx only, which the driver falls back to. */
     s->msix = msix_init_exclusive_bar(pdev, RNIC_MSIX_VECTORS, RNIC_BAR_MSIX, NULL) == 0;
     for (unsigned v = 0; s->msix && v < RNIC_MSIX_VECTORS; v++) {

@@ -1145,9 +1145,9 @@ Rnic::Mr *Rnic::mr_by_key(uint32_t key)
     return mrs_[i].get();
 }
 
-bool Rnic::mr_rw(const Mr &m, uint64_t va, uint8_t *buf, uint64_t len, bool write)
+template <typename F> bool Rnic::mr_walk(const Mr &m, uint64_t va, uint64_t len, F &&piece)
 {
-    if (m.phys) return dma(va, buf, len, write);
+    if (m.phys) return piece(va, len);
     const uint64_t ps = 1ull << m.page_shift;
     const uint64_t base = m.iova & ~(ps - 1);
     while (len) {
@@ -1155,12 +1155,20 @@ bool Rnic::mr_rw(const Mr &m, uint64_t va, uint8_t *buf, uint64_t len, bool writ
         const uint64_t pg = rel >> m.page_shift, in = rel & (ps - 1);
         if (pg >= m.pages.size()) return false;
         const uint64_t n = std::min(len, ps - in);
-        if (!dma(m.pages[pg] + in, buf, n, write)) return false;
+        if (!piece(m.pages[pg] + in, n)) return false;
         va += n;
-        buf += n;
         len -= n;
     }
     return true;
+}
+
+bool Rnic::mr_rw(const Mr &m, uint64_t va, uint8_t *buf, uint64_t len, bool write)
+{
+    return mr_walk(m, va, len, [&](uint64_t pa, uint64_t n) {
+        if (!dma(pa, buf, n, write)) return false;
+        buf += n;
+        return true;
+    });
 }
 
 uint32_t Rnic::check_local(const Qp &q, const struct rnic_sge &s, bool write)
@@ -1474,22 +1482,43 @@ Remote Rnic::atomic_write_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint6
     return Remote::Ok;
 }
 
+// FLUSH (IBTA Memory Placement Extensions, FETH placement type and selectivity level). The
+// responder executes requests in PSN order on this thread, so every earlier RDMA WRITE (and
+// ATOMIC WRITE) to the range has already been copied into guest RAM when this runs.
+//  - global visibility: a full barrier, so those stores are visible to every CPU and agent before
+//    the response leaves (the requester may then tell a third party to read them);
+//  - persistence (implies global visibility): the range is written back to the node's
+//    persistence domain, the RAM's backing file (host persist op: msync), before the response.
+// The MR needs FLUSH_GLOBAL for the visibility bit and FLUSH_PERSIST for the persistence bit.
 Remote Rnic::flush_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t len, uint8_t placement,
                           uint8_t selectivity)
 {
-    const uint32_t need =
-        (placement & ROCE_FETH_PLT_PERSIST) ? RNIC_ACCESS_FLUSH_PERSIST : RNIC_ACCESS_FLUSH_GLOBAL;
+    const uint32_t need = ((placement & ROCE_FETH_PLT_GLOBAL) ? RNIC_ACCESS_FLUSH_GLOBAL : 0u) |
+                          ((placement & ROCE_FETH_PLT_PERSIST) ? RNIC_ACCESS_FLUSH_PERSIST : 0u);
     Mr *m = mr_by_key(rkey);
     if (selectivity == ROCE_FETH_SEL_MR && m) {
         va = m->iova;
         len = m->length;
     }
-    if (len == 0) len = 1; // a zero-length range still names a byte of the MR (rxe checks the VA)
+    // a zero-length range still names a byte of the MR (rxe checks the VA) but flushes nothing
+    const uint64_t named = len;
     Mr *mm = nullptr;
-    const Remote r = remote_mr(qpn, rkey, va, len, need, &mm);
-    // Caveat: nothing more to do: guest RAM is coherent here (global visibility) and persistence
-    // is whatever the memory backend gives (docs/rnic.md).
-    return r;
+    const Remote r = remote_mr(qpn, rkey, va, len ? len : 1, need, &mm);
+    if (r != Remote::Ok) return r;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (named && (placement & ROCE_FETH_PLT_PERSIST)) {
+        uint64_t synced = 0;
+        const bool ok = mr_walk(*mm, va, named, [&](uint64_t pa, uint64_t n) {
+            const Status st = host_.persist(pa, n, synced);
+            if (st != RK_OK) ctr_.dma_errors++;
+            return st == RK_OK;
+        });
+        ctr_.persist_bytes += synced;
+        if (!ok) return Remote::OpError; // NAK remote operational error: the range is not durable
+    }
+    ctr_.flushes++;
+    ctr_.flush_bytes += named;
+    return Remote::Ok;
 }
 
 // ---- receive queue ----

@@ -39,9 +39,11 @@
 // bit v & INT_ENABLE bit v.
 //
 // Caveat: commands run synchronously in the MMIO write (a real NIC's firmware takes
-// microseconds to milliseconds). FLUSH checks the MR and orders nothing further: guest RAM is
-// coherent in the emulator, so global visibility holds on completion; persistence holds only
-// as far as the memory backing does. Migration of a node with an RNIC is refused (the glue
+// microseconds to milliseconds). FLUSH (IBTA Memory Placement Extensions) is done on the target
+// before its response: a full memory barrier after the earlier WRITEs (all applied, in PSN
+// order, by this thread) for global visibility; for persistence also a write-back of the range
+// to the RAM's backing file (RkHostOps::persist, msync), the emulated persistence domain
+// (docs/rnic.md "FLUSH"). Migration of a node with an RNIC is refused (the glue
 // registers a migration blocker): in-flight transport state is not saved.
 // Caveat: CQ overflow puts the CQ into an error state (its CQEs are dropped and counted, async
 // event CQ_ERRORS); the QPs using it are not moved to Error.
@@ -186,6 +188,8 @@ private:
 
     // memory
     Mr *mr_by_key(uint32_t key);
+    // Walk [va, va + len) of an MR (bounds already checked) in physically contiguous pieces.
+    template <typename F> bool mr_walk(const Mr &m, uint64_t va, uint64_t len, F &&piece);
     bool mr_rw(const Mr &m, uint64_t va, uint8_t *buf, uint64_t len, bool write);
     uint32_t check_local(const Qp &q, const struct rnic_sge &s, bool write); // RNIC_LERR_*
     WcStatus sge_rw(const Qp &q, const struct rnic_sge *sge, unsigned nsge, uint64_t off, uint8_t *buf,

@@ -168,6 +168,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
                  "snapshot": args.snapshot}
     if args.insn_count:
         overrides["insn_count"] = True
+    if args.rnic:
+        overrides["rnic"] = True
     if args.cmdline is not None:
         overrides["kernel_cmdline"] = args.cmdline
     cfg = load_config(args.config, overrides)
@@ -685,6 +687,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="load the instruction-count TCG plugin into every node: it counts the "
                          "user-space instructions between the marks workloads set and writes "
                          "RUN_DIR/nodeI.insn.json (docs/insn-count.md; config key insn_count)")
+    up.add_argument("--rnic", action="store_true",
+                    help="give every node the rackemu RNIC, a RoCEv2 RDMA NIC (-device rackemu-rnic; "
+                         "docs/rnic.md; config keys rnic and rnic_props)")
     up.add_argument("--trace", metavar="PATTERN", action="append",
                     help="enable QEMU trace events matching PATTERN on every node, e.g. 'rackemu_*' "
                          "(repeatable); they go to the node's log, RUN_DIR/nodeI.log (docs/tracing.md)")

@@ -807,6 +807,7 @@ class Cluster:
                 "-qmp", f"unix:{d / f'node{i}.qmp'},server=on,wait=off",
                 "-pidfile", str(d / f"node{i}.pid"),
                 *self.insn_args(i),
+                *c.rnic_args(),
                 *c.qemu_args]
 
     def insn_path(self, i: int) -> Path:

@@ -27,6 +27,17 @@ MIN_MEMORY_MIB = 64
 MAX_MEMORY_MIB = 16 * 1024   # a node's local physical addresses are bits [33:0]: 16 GiB
 MAX_VCPUS = 8
 NET_MTU_MIN, NET_MTU_MAX = 68, 9000   # the machine's net-mtu range (hw/qemu/rackemu_net.h)
+# The RNIC's properties the `rnic_props` key passes to `-device rackemu-rnic` (docs/rnic.md,
+# "How a node gets one"): name -> (smallest value, what it means). Every value is a QEMU uint32.
+RNIC_PROPS: dict[str, tuple[int, str]] = {
+    "mtu": (256, "largest path MTU, 256, 512, 1024, 2048 or 4096 bytes"),
+    "link-mbps": (1, "link bandwidth, Mbit/s"),
+    "hop-ns": (0, "latency of one hop, ns"),
+    "nic-mhz": (1, "NIC pipeline clock, MHz"),
+    "pcie-ns": (0, "one-way PCIe latency, ns"),
+    "pcie-mbps": (1, "PCIe bandwidth, MByte/s"),
+}
+RNIC_MTUS = (256, 512, 1024, 2048, 4096)
 
 ROOT = Path(os.environ.get("RACKEMU_ROOT") or Path(__file__).resolve().parents[2])
 DEFAULT_CONFIG_FILE = ROOT / "platform" / "cluster.toml"
@@ -72,6 +83,8 @@ DEFAULTS: dict[str, Any] = {
     "insn_count": False,
     "net": True,
     "net_mtu": 1500,
+    "rnic": False,
+    "rnic_props": {},
     "run_dir": "",
     "shm_dir": "",
     "qemu_args": [],
@@ -132,6 +145,8 @@ class ClusterConfig:
     insn_count: bool = DEFAULTS["insn_count"]  # load the rk_insn TCG plugin (docs/insn-count.md)
     net: bool = DEFAULTS["net"]            # each node's virtio-net NIC on the fabric (docs/networking.md)
     net_mtu: int = DEFAULTS["net_mtu"]     # the MTU it advertises to the guest
+    rnic: bool = DEFAULTS["rnic"]          # `-device rackemu-rnic` on every node (docs/rnic.md)
+    rnic_props: dict[str, int] = dataclasses.field(default_factory=dict)  # its properties (RNIC_PROPS)
     run_dir: Path = RUN_BASE / "default"
     shm_dir: Path = SHM_BASE              # guest RAM files live in shm_dir/rackemu-UID-NAME-HASH
     qemu_args: list[str] = dataclasses.field(default_factory=list)
@@ -147,6 +162,12 @@ class ClusterConfig:
     @property
     def memory(self) -> str:
         return format_mib(self.memory_mib)
+
+    def rnic_args(self) -> list[str]:
+        """The nodes' RNIC on the QEMU command line: [] without `rnic`."""
+        if not self.rnic:
+            return []
+        return ["-device", ",".join(["rackemu-rnic"] + [f"{k}={v}" for k, v in sorted(self.rnic_props.items())])]
 
     @property
     def fabric(self) -> bool:
@@ -293,6 +314,11 @@ def _merge(base: dict[str, Any], layer: dict[str, Any], where: str,
                     raise ConfigError(f"{where}: unknown key 'paths.{pk}' (known: {known})")
                 _check_type(f"paths.{pk}", pv, (str,), "a path string")
                 base["paths"][pk] = _relative_to(pv, base_dir)
+        elif key == "rnic_props":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: rnic_props must be a table, e.g. "
+                                  f"rnic_props = {{ mtu = 1024, link-mbps = 25000 }}")
+            base[key] = dict(value)
         elif key in PATH_KEYS:
             base[key] = _relative_to(value, base_dir)
         else:
@@ -388,6 +414,16 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
         raise ConfigError(f"net_mtu: {net_mtu} is out of range; the fabric NIC's MTU is "
                           f"{NET_MTU_MIN} to {NET_MTU_MAX} bytes (1500: standard, 9000: jumbo frames)")
 
+    rnic = raw["rnic"]
+    _check_type("rnic", rnic, (bool,), "true or false")
+    rnic_props = _rnic_props(raw["rnic_props"])
+    if rnic and machine != "rackemu-node":
+        raise ConfigError(f"rnic: the RNIC is a rackemu device and joins the node's fabric port; "
+                          f"machine {machine!r} has neither (use machine = \"rackemu-node\" or rnic = false)")
+    if rnic_props and not rnic:
+        raise ConfigError("rnic_props: set, but rnic = false gives the nodes no RNIC to apply them to "
+                          "(set rnic = true, or use `cluster up --rnic`)")
+
     run_dir = raw["run_dir"]
     _check_type("run_dir", run_dir, (str,), "a path string")
     run_dir_path = Path(run_dir).expanduser() if run_dir else RUN_BASE / name
@@ -424,7 +460,7 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
         name=name, nodes=nodes, memory_mib=memory_mib, vcpus=vcpus, cpu=cpu, machine=machine,
         kernel_cmdline=cmdline.strip(), boot_timeout=float(boot_timeout), snapshot=snapshot,
         insn_count=insn_count,
-        net=net, net_mtu=net_mtu,
+        net=net, net_mtu=net_mtu, rnic=rnic, rnic_props=rnic_props,
         run_dir=run_dir_path,
         shm_dir=shm_dir_path,
         qemu_args=lists["qemu_args"], bridge_args=lists["bridge_args"],
@@ -435,6 +471,24 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
         initrd=pth("initrd", b / "guest" / "initramfs.cpio"),
         source=source,
     )
+
+
+def _rnic_props(props: Any) -> dict[str, int]:
+    """Validate the rnic_props table: known property names, integers in the device's range."""
+    out = {}
+    for k, v in props.items():
+        if k not in RNIC_PROPS:
+            known = ", ".join(f"{n} ({what})" for n, (_, what) in RNIC_PROPS.items())
+            raise ConfigError(f"rnic_props: unknown property {k!r} (known: {known})")
+        lo, what = RNIC_PROPS[k]
+        _check_type(f"rnic_props.{k}", v, (int,), f"an integer ({what})")
+        if k == "mtu" and v not in RNIC_MTUS:
+            raise ConfigError(f"rnic_props.mtu: {v} is not a RoCE path MTU "
+                              f"(use one of {', '.join(map(str, RNIC_MTUS))})")
+        if not lo <= v <= 0xFFFFFFFF:
+            raise ConfigError(f"rnic_props.{k}: {v} is out of range ({lo} to 4294967295; {what})")
+        out[k] = v
+    return out
 
 
 def run_dir_for(name: str | None = None, run_dir: str | None = None,

@@ -97,7 +97,8 @@ def node_identity(cluster: "Cluster", i: int) -> dict[str, Any]:
     c = cluster.config
     ident: dict[str, Any] = {
         "node": i, "node_count": c.nodes, "machine": c.machine, "cpu": c.cpu, "vcpus": c.vcpus,
-        "memory": c.memory, "kernel_cmdline": c.kernel_cmdline, "qemu_args": list(c.qemu_args),
+        "memory": c.memory, "kernel_cmdline": c.kernel_cmdline,
+        "qemu_args": c.rnic_args() + list(c.qemu_args),  # the RNIC is a device of the node's shape
         "qemu": str(c.qemu), "kernel": str(c.kernel_image()), "initrd": str(c.initrd)}
     for key, p in (("qemu", c.qemu), ("kernel", c.kernel_image()), ("initrd", c.initrd)):
         ident[f"{key}_sha256"] = artefact_sha256(p)

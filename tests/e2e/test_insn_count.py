@@ -7,6 +7,10 @@ Scenarios:
   - loops of known instruction counts between marks, on both vCPUs: every count is exact (the
     opening mark counted, the closing one not: 1 + 2N and 1 + 3N), per interval (min = max) and
     in total, for N = 1, 1000 and 100000
+  - the memory side, on both vCPUs: a stream over 64 KiB twice and an 8 KiB buffer loaded, stored
+    and loaded: loads, stores, distinct lines per interval and the 32 KiB 2-way L1d model's misses
+    are exact (2048 / 0 / 1024 / 2048 and 256 / 128 / 128 / 128 per run), and the loops without
+    memory operations have none
   - rmc-kv's baseline reader (remote reads of node 0's store): the atomicity check and the copy
     per read grow with the object size, close to linearly in its lines; the SABRe reader's check
     does not grow, and it never copies
@@ -28,7 +32,9 @@ from rackemu.cluster import Cluster  # noqa: E402
 from rackemu.config import ConfigError, load_config  # noqa: E402
 
 KEY = "0x1cc0de5eed"
-PH = {"KV_ISSUE": 1, "KV_CHECK": 2, "KV_COPY": 3, "KV_USE": 4, "CHECK_A": 20, "CHECK_B": 21}
+PH = {"KV_ISSUE": 1, "KV_CHECK": 2, "KV_COPY": 3, "KV_USE": 4, "CHECK_A": 20, "CHECK_B": 21,
+      "CHECK_MEM_STREAM": 22, "CHECK_MEM_REUSE": 23}
+MEM = ("loads", "stores", "lines", "misses")
 
 
 def test_phase_numbers_match_the_header():
@@ -81,13 +87,16 @@ def test_marked_loops_are_counted_exactly_per_vcpu(icluster, iters):
     only raise an interval, so the minimum must be exact on every run, and a run in which nothing
     interfered (every interval equal) must be exact in every count; up to 3 runs to get one."""
     n = icluster.node(1)
-    per = {str(PH["CHECK_A"]): 1 + 2 * iters, str(PH["CHECK_B"]): 1 + 3 * iters}
+    per = {str(PH["CHECK_A"]): 1 + 2 * iters, str(PH["CHECK_B"]): 1 + 3 * iters,
+           str(PH["CHECK_MEM_STREAM"]): 1 + 2 * (2 + 3 * 1024), str(PH["CHECK_MEM_REUSE"]): 1 + 3 * (2 + 3 * 128)}
+    mem = {str(PH["CHECK_A"]): (0, 0, 0, 0), str(PH["CHECK_B"]): (0, 0, 0, 0),
+           str(PH["CHECK_MEM_STREAM"]): (2048, 0, 1024, 2048), str(PH["CHECK_MEM_REUSE"]): (256, 128, 128, 128)}
     for attempt in range(3):
         t0 = time.time()
         r = n.exec(f"insn-count-check --iters {iters} --reps 7", timeout=120)
         assert r.rc == 0, r.stderr.decode()
         expect = [e for e in kv(r.stdout.decode()) if "phase" in e]
-        assert len(expect) == 4  # 2 vCPUs x 2 phases
+        assert len(expect) == 8  # 2 vCPUs x 4 phases
         d = counts(icluster, 1, t0)
         by_vcpu = {v["vcpu"]: v["phases"] for v in d["vcpus"]}
         assert d["idle_entries"] == 0 and d["dropped_vcpus"] == 0, d
@@ -97,12 +106,20 @@ def test_marked_loops_are_counted_exactly_per_vcpu(icluster, iters):
             assert int(e["min"]) == per[e["phase"]]
             assert got["min"] == per[e["phase"]] and got["entries"] == int(e["entries"]) == 7, (e, got)
             assert got["insns"] >= int(e["insns"]), (e, got)
+            for k, want in zip(MEM, mem[e["phase"]]):
+                # what the program says it does, and per run what the plugin must see
+                assert int(e.get(k, 0)) == 7 * want, (k, e)
+                assert got[k] >= 7 * want, (k, e, got)
+            assert got["lines_capped"] == 0, got
             clean = clean and got["max"] == got["min"]
             if clean:
                 assert got["insns"] == int(e["insns"]), (e, got)
+                assert all(got[k] == int(e.get(k, 0)) for k in MEM), (e, got)
         if clean:
             assert d["phases"][str(PH["CHECK_A"])]["insns"] == 2 * 7 * per[str(PH["CHECK_A"])]
             assert d["phases"][str(PH["CHECK_B"])]["insns"] == 2 * 7 * per[str(PH["CHECK_B"])]
+            for ph, want in mem.items():
+                assert [d["phases"][ph][k] for k in MEM] == [2 * 7 * x for x in want], (ph, d["phases"][ph])
             return
     pytest.fail(f"another process ran inside a marked phase in 3 runs of {iters} iterations: {d['phases']}")
 

@@ -1,7 +1,8 @@
 """Scenario: the RNIC on booted nodes through its Linux driver and the verbs library
 (docs/rnic-verbs.md, docs/rnic.md).
 
-Every node gets `-device rackemu-rnic`; the image loads rackemu_rnic.ko at boot (/dev/rnic0).
+Every node gets `-device rackemu-rnic` (the cluster config's `rnic = true`); the image loads
+rackemu_rnic.ko at boot (/dev/rnic0).
 `rnic check` runs every operation and refusal between two QPs of one node (the device loops
 frames to its own MAC back), `rnic bench` measures, and across nodes a `rnic bench --server`
 holds a FETCH_ADD counter and an MR while clients connect over TCP (as perftest) and run RDMA
@@ -15,12 +16,12 @@ import pytest
 from conftest import _clusters, _config, _start
 from guest_tools import RnicRelay as Relay, kv, run_kv, stop_procs
 
-RNIC_ARGS = ["-device", "rackemu-rnic"]
+CHECKS = 110  # lines `rnic check` prints (31 of them the extended atomics)
 
 
 @pytest.fixture(scope="module")
 def rcluster():
-    c = _start(_config(f"e2e-rnic-{int(time.time())}", qemu_args=RNIC_ARGS))
+    c = _start(_config(f"e2e-rnic-{int(time.time())}", rnic=True))
     yield c
     c.down()
     _clusters.remove(c)
@@ -72,9 +73,10 @@ def test_check_suite_passes(rcluster):
                  "rnr_retry_exceeded", "refuse_reset_to_rts", "mr_released_at_exit", "cq_armed_interrupt",
                  "cq_channel_poll_read",
                  "refuse_foreign_doorbell_mmap", "objects_released_at_exit", "fetch_add", "cmp_swap_hit",
-                 "atomic_write", "flush"):
+                 "atomic_write", "flush", "flush_persist", "refuse_cq_vector_beyond_count",
+                 "cq_vectors_own_interrupts"):
         assert must in names, must
-    assert d[-1]["checks"] == "107" and d[-1]["failed"] == "0"
+    assert d[-1]["checks"] == str(CHECKS) and d[-1]["failed"] == "0"
 
 
 def test_check_suite_passes_for_an_unprivileged_user(rcluster):
@@ -82,7 +84,7 @@ def test_check_suite_passes_for_an_unprivileged_user(rcluster):
     r = rcluster.node(1).exec("su u -c 'ulimit -l; rnic check'", timeout=600)
     d = kv(r.stdout)
     failed = [x for x in d if x.get("ok") == "0"]
-    assert r.rc == 0 and not failed and d[-1]["checks"] == "107", (r.stdout + r.stderr).decode()
+    assert r.rc == 0 and not failed and d[-1]["checks"] == str(CHECKS), (r.stdout + r.stderr).decode()
     assert r.stdout.startswith(b"8192\n")
 
 
@@ -116,6 +118,69 @@ def test_tcp_connection_setup_on_one_node(rcluster, in_background):
         assert rs.rc == 0 and done and done[0]["clients"] == "2" and int(done[0]["counter"]) == 50, rs.stdout
     finally:
         stop_all(n)
+
+
+def irq_counts(node):
+    """{vector: interrupts} of the RNIC driver's rows of /proc/interrupts (rackemu_rnic-v<N>)."""
+    out = {}
+    for line in node.exec("cat /proc/interrupts").stdout.decode().splitlines():
+        m = re.match(r"\s*\d+:((?:\s+\d+)+)\s.*\brackemu_rnic-v(\d+)\s*$", line)
+        if m:
+            out[int(m.group(2))] = sum(int(x) for x in m.group(1).split())
+    return out
+
+
+def test_two_cqs_on_two_vectors_each_get_their_own_interrupt(rcluster):
+    """CREATE_CQ takes a completion vector (verbs' comp_vector): the check suite arms a CQ on
+    vector 0 three times and one on vector 1 five times; /proc/interrupts, read here around the
+    run, shows vector 1's interrupts grew by at least those five (the suite's own reading is exact:
+    +5), and a vector beyond the driver's count is refused with EINVAL."""
+    n = rcluster.node(0)
+    before = irq_counts(n)
+    assert sorted(before) == list(range(8)), before     # 8 MSI-X vectors, one row each
+    r, d = rnic(n, "check", timeout=600)
+    after = irq_counts(n)
+    by = {x["check"]: x for x in d if "check" in x}
+    v = by["cq_vectors_own_interrupts"]
+    assert v["ok"] == "1" and v["irqs_v1"] == "+5" and v["rounds_v1"] == "5/5", v
+    assert int(v["irqs_v0"].lstrip("+")) >= 3, v
+    assert by["refuse_cq_vector_beyond_count"]["ok"] == "1" and by["refuse_cq_vector_beyond_count"]["errno"] == "22"
+    assert after[1] - before[1] >= 5 and after[0] - before[0] >= 3, (before, after)
+    assert all(after[k] == before[k] for k in range(2, 8)), (before, after)   # no CQ used those
+
+
+def test_tcp_connection_setup_across_nodes_by_host_name(rcluster, in_background):
+    """The perftest-style exchange over TCP on the IP network between nodes, the server named by
+    its host name (node0, /etc/hosts): WRITE/READ/SEND at 1, MTU-1, MTU, MTU+1 and 1 MiB into the
+    middle and the end of the server's MR, read back and compared, and FETCH_ADDs whose total the
+    server's counter shows; no relay through the agent."""
+    s, c = rcluster.node(0), rcluster.node(1)
+    try:
+        srv = in_background(s, "rnic bench --server --clients 2 --port 18630", timeout=600)
+        time.sleep(1)
+        r, d = rnic(c, "bench --client node0 --port 18630 --ops write,read,send,faa --sizes 1,4095,4096,4097,1M "
+                       "--iters 3 --window 4 --rate-windows 1 --verify", timeout=600)
+        assert r.rc == 0 and not [x for x in d if x.get("ok") == "0"], (r.stdout + r.stderr).decode()
+        names = {x["check"] for x in d if "check" in x}
+        for size in (1, 4095, 4096, 4097, 1 << 20):
+            assert {f"write_{size}_middle", f"write_{size}_end", f"read_{size}_middle", f"read_{size}_end",
+                    f"send_{size}_recv"} <= names, names
+        rows = {x["op"] for x in d if "op" in x}
+        assert rows == {"write", "read", "send", "faa"}, rows
+        r, d = rnic(c, "faa --client node0 --port 18630 --count 200")
+        f = d[-1]
+        assert r.rc == 0 and f["errors"] == "0", (r.stdout + r.stderr).decode()
+        # the values the 200 FETCH_ADDs returned follow on from the bench's own faa WRs, one by one
+        assert int(f["last"]) - int(f["first"]) == 199, f
+        rs = srv.result(610)
+        done = [x for x in kv(rs.stdout) if x.get("server") == "done"]
+        assert rs.rc == 0 and done and done[0]["clients"] == "2", rs.stdout
+        assert int(done[0]["counter"]) == int(f["last"]) + 1, (done, f)
+        peers = [x for x in kv(rs.stdout) if "client" in x and "peer_qpn" in x]
+        assert len(peers) == 2 and all(x["node"] == "1" for x in peers), rs.stdout
+    finally:
+        stop_all(s)
+        stop_all(c)
 
 
 def test_help_and_bad_arguments(rcluster):
@@ -172,7 +237,7 @@ def test_fetch_add_from_every_node_gives_the_exact_total(rcluster):
 
 
 def test_killed_node_turns_work_into_error_completions(fresh_cluster):
-    c = fresh_cluster(nodes=2, qemu_args=RNIC_ARGS)
+    c = fresh_cluster(nodes=2, rnic=True)
     s, cn = c.node(0), c.node(1)
     relay = Relay(s, "kill", 1, "--timeout 10 --retry 3")
     cl = relay.client(cn, "faa --count 100000000 --timeout 10 --retry 3")

@@ -56,6 +56,18 @@ def test_bad_memory_and_unknown_config_key(tmp_path, fake_build):
     assert r.returncode == 1 and f"{bad}: unknown key 'memroy'" in r.stderr
 
 
+def test_cluster_up_rnic_option_meets_the_config_check(tmp_path, fake_build):
+    """`cluster up --rnic` sets the rnic key: with machine virt it is refused with the reason."""
+    r = run("cluster", "up", "--help")
+    assert "--rnic" in r.stdout and "rackemu-rnic" in r.stdout
+    r = run("cluster", "up", "--rnic", "--machine", "virt", "--run-dir", str(tmp_path / "r"))
+    assert r.returncode == 1 and "rnic: the RNIC is a rackemu device" in r.stderr, r.stderr
+    bad = tmp_path / "c.toml"
+    bad.write_text("rnic_props = { mtu = 9000 }\n")
+    r = run("cluster", "up", "--rnic", "--config", str(bad), "--run-dir", str(tmp_path / "r"))
+    assert r.returncode == 1 and "rnic_props.mtu: 9000 is not a RoCE path MTU" in r.stderr, r.stderr
+
+
 def test_missing_artefacts_say_run_setup(tmp_path):
     r = run("cluster", "up", "--run-dir", str(tmp_path / "r"), env={"RACKEMU_BUILD": str(tmp_path / "b")})
     assert r.returncode == 1

@@ -78,6 +78,27 @@ def test_the_nodes_nic_on_the_fabric_is_on_the_machine_command_line(
         c.down()
 
 
+@pytest.mark.parametrize("over,rnic", [
+    ({}, None),
+    ({"rnic": True}, "rackemu-rnic"),
+    ({"rnic": True, "rnic_props": {"mtu": 2048, "pcie-ns": 250}}, "rackemu-rnic,mtu=2048,pcie-ns=250"),
+])
+def test_the_rnic_key_puts_the_device_on_every_node(fake_build, fake_agent, run_dir, over, rnic):
+    """docs/launcher.md: rnic = true adds -device rackemu-rnic (with rnic_props) to every node,
+    before the config's own qemu_args (which may still add or override)."""
+    c = Cluster(cfg(run_dir, nodes=2, qemu_args=["-d", "guest_errors"], **over))
+    c.up()
+    try:
+        for n in c.nodes:
+            argv = n.proc.argv
+            devices = [argv[k + 1] for k, a in enumerate(argv) if a == "-device"]
+            assert [d for d in devices if d.startswith("rackemu-rnic")] == ([rnic] if rnic else [])
+            if rnic:
+                assert argv.index(rnic) < argv.index("guest_errors")
+    finally:
+        c.down()
+
+
 def test_bridge_stats_reads_the_control_socket(fake_build, fake_agent, run_dir):
     with Cluster(cfg(run_dir, nodes=2)) as c:
         stats = c.bridge_stats()

@@ -142,3 +142,33 @@ def test_net_keys_are_checked_with_the_accepted_range(tmp_path):
         load_config(write(tmp_path, 'net_mtu = "1500"\n'))
     with pytest.raises(ConfigError, match=r"net: expected true or false"):
         load_config(write(tmp_path, "net = 1\n"))
+
+
+def test_rnic_key_and_its_properties_are_checked(tmp_path):
+    """docs/launcher.md: rnic = true puts `-device rackemu-rnic` with rnic_props on every node."""
+    assert (load_config().rnic, load_config().rnic_props, load_config().rnic_args()) == (False, {}, [])
+    c = load_config(write(tmp_path, "rnic = true\nrnic_props = { mtu = 1024, link-mbps = 25000, hop-ns = 0 }\n"))
+    assert (c.rnic, c.rnic_props) == (True, {"mtu": 1024, "link-mbps": 25000, "hop-ns": 0})
+    assert c.rnic_args() == ["-device", "rackemu-rnic,hop-ns=0,link-mbps=25000,mtu=1024"]
+    assert load_config(None, {"rnic": True}).rnic_args() == ["-device", "rackemu-rnic"]
+    # the state file round trip keeps both
+    from rackemu.config import ClusterConfig
+    assert ClusterConfig.from_dict(c.to_dict()).rnic_args() == c.rnic_args()
+
+
+@pytest.mark.parametrize("text,msg", [
+    ('rnic = "yes"\n', r"rnic: expected true or false, got 'yes'"),
+    ("rnic = true\nrnic_props = { mtu = 1500 }\n",
+     r"rnic_props.mtu: 1500 is not a RoCE path MTU.*256, 512, 1024, 2048, 4096"),
+    ("rnic = true\nrnic_props = { link-mbps = 0 }\n", r"rnic_props.link-mbps: 0 is out of range \(1 to 4294967295"),
+    ("rnic = true\nrnic_props = { pcie-ns = 4294967296 }\n", r"rnic_props.pcie-ns: 4294967296 is out of range"),
+    ("rnic = true\nrnic_props = { hop-ns = -1 }\n", r"rnic_props.hop-ns: -1 is out of range \(0 to"),
+    ("rnic = true\nrnic_props = { nic-mhz = 1.5 }\n", r"rnic_props.nic-mhz: expected an integer \(NIC pipeline clock"),
+    ("rnic = true\nrnic_props = { link_mbps = 5 }\n", r"unknown property 'link_mbps' \(known: mtu .*link-mbps"),
+    ("rnic = true\nrnic_props = 5\n", r"rnic_props must be a table"),
+    ("rnic_props = { mtu = 1024 }\n", r"rnic_props: set, but rnic = false"),
+    ('rnic = true\nmachine = "virt"\n', r"rnic: the RNIC is a rackemu device.*machine 'virt'"),
+])
+def test_bad_rnic_values_are_refused_with_the_reason(tmp_path, text, msg):
+    with pytest.raises(ConfigError, match=msg):
+        load_config(write(tmp_path, text))

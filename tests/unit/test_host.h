@@ -12,6 +12,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rackemu/host.h"
@@ -34,6 +35,9 @@ public:
             self(o)->dma_unmap(p, len, write != 0, access_len);
         };
         ops_.now_ns = [](void *o) { return self(o)->now_ns(); };
+        ops_.persist = [](void *o, uint64_t addr, uint64_t len, uint64_t *synced) {
+            return self(o)->persist(addr, len, *synced);
+        };
         set_irq = [this](unsigned line, bool level) {
             std::lock_guard lk(mu);
             if (line >= irq.size()) irq.resize(line + 1, false);
@@ -66,6 +70,14 @@ public:
         };
         dma_unmap = [this](void *, uint64_t, bool, uint64_t) { maps--; };
         now_ns = [this] { return clock_ns.load(); };
+        // RAM is "file-backed" unless a test says otherwise: each range is recorded as written back
+        persist = [this](uint64_t addr, uint64_t len, uint64_t &synced) {
+            if (!in_ram(addr, len)) return RK_DECODE_ERROR;
+            std::lock_guard lk(mu);
+            persisted.push_back({addr, len});
+            if (ram_file_backed) synced += len;
+            return RK_OK;
+        };
     }
     TestHost(const TestHost &) = delete;
     TestHost &operator=(const TestHost &) = delete;
@@ -104,6 +116,7 @@ public:
     std::function<void *(uint64_t, uint64_t &, bool)> dma_map;
     std::function<void(void *, uint64_t, bool, uint64_t)> dma_unmap;
     std::function<uint64_t()> now_ns;
+    std::function<Status(uint64_t, uint64_t, uint64_t &)> persist;
 
     // State of the default behaviour.
     std::vector<uint8_t> ram;
@@ -114,6 +127,8 @@ public:
     std::vector<bool> irq;
     uint64_t irq_raised = 0; // rising edges over all lines
     std::vector<std::string> errors;
+    bool ram_file_backed = true;                          // what persist reports as written back
+    std::vector<std::pair<uint64_t, uint64_t>> persisted; // ranges persist was called on
 
 private:
     static TestHost *self(void *o) { return static_cast<TestHost *>(o); }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <thread>
@@ -947,6 +948,162 @@ TEST(Rnic, AtomicUnitPropertiesAreValidated)
     EXPECT_FALSE(amu_raw_from("", &w));
 }
 
+// One node, two QPs of it on one CQ (frames loop back inside the device), and MRs described by a
+// page list over pages the test chooses.
+struct LoopNode {
+    Link l;
+    Node n{0, l};
+    uint32_t pd = n.create_pd();
+    Node::Cq cq = n.create_cq();
+    Node::Qp q1 = n.create_qp(pd, cq, cq), q2 = n.create_qp(pd, cq, cq);
+
+    // register [iova, iova + len) over `pages` (4 KiB each); returns the key
+    uint32_t page_list_mr(uint64_t iova, uint64_t len, std::initializer_list<uint64_t> pages)
+    {
+        const uint64_t list = n.alloc(8 * pages.size());
+        uint64_t k = 0;
+        for (uint64_t a : pages)
+            std::memcpy(n.mem(list + 8 * k++), &a, 8);
+        struct rnic_cmd c = {};
+        c.opcode = RNIC_CMD_REG_MR;
+        c.handle = pd;
+        c.params.mr = {iova, len, list, uint32_t(pages.size()), RNIC_ACCESS_ALL, 12, 0, 0, 0};
+        EXPECT_EQ(n.cmd(c), RNIC_CMD_ST_OK);
+        return c.out1;
+    }
+    void connect()
+    {
+        n.connect(q1, 0, q2.qpn);
+        n.connect(q2, 0, q1.qpn);
+    }
+};
+
+// ---- FLUSH (IBTA Memory Placement Extensions): placement before the response ----
+
+namespace {
+struct rnic_send_wqe flush_wqe(uint64_t wr_id, uint64_t raddr, uint32_t rkey, uint32_t len, uint8_t placement,
+                               uint8_t selectivity = ROCE_FETH_SEL_RANGE)
+{
+    struct rnic_send_wqe w = wqe(RNIC_WR_FLUSH, wr_id, 0, 0, 0, raddr, rkey);
+    w.num_sge = 0;
+    w.flush_len = len;
+    w.flush_type = uint8_t(placement | (selectivity << ROCE_FETH_SEL_SHIFT));
+    return w;
+}
+} // namespace
+
+TEST(Rnic, FlushPersistenceWritesTheRangeBackAfterTheEarlierWrites)
+{
+    Pair p;
+    std::vector<std::pair<uint64_t, uint64_t>> order; // persist calls, with the bytes in RAM then
+    bool data_there = false;
+    p.b.host.persist = [&](uint64_t addr, uint64_t len, uint64_t &synced) {
+        order.push_back({addr, len});
+        // the WRITE posted before the FLUSH is already in the target's RAM when it is persisted
+        data_there = std::memcmp(p.b.mem(p.bufb + 1000), p.a.mem(p.bufa), 5000) == 0;
+        synced += len;
+        return RK_OK;
+    };
+    fill(p.a.mem(p.bufa), 5000, 3);
+    p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 1, p.bufa, 5000, p.keya, p.bufb + 1000, p.keyb));
+    p.a.post_send(p.qa, flush_wqe(2, p.bufb + 1000, p.keyb, 5000, ROCE_FETH_PLT_PERSIST));
+    auto c = p.wait_a(2);
+    ASSERT_EQ(c.size(), 2u);
+    EXPECT_EQ(c[1].status, RNIC_WC_SUCCESS);
+    EXPECT_EQ(c[1].opcode, RNIC_CQE_OP_FLUSH);
+    ASSERT_EQ(order.size(), 1u); // a PHYS MR: one contiguous piece
+    EXPECT_EQ(order[0], std::make_pair(p.bufb + 1000, uint64_t(5000)));
+    EXPECT_TRUE(data_there);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_FLUSHES), 1u);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_FLUSH_BYTES), 5000u);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_PERSIST_BYTES), 5000u);
+
+    // global visibility only: no write-back, the bytes counted as flushed
+    p.a.post_send(p.qa, flush_wqe(3, p.bufb, p.keyb, 64, ROCE_FETH_PLT_GLOBAL));
+    c = p.wait_a(1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].status, RNIC_WC_SUCCESS);
+    EXPECT_EQ(order.size(), 1u);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_FLUSHES), 2u);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_FLUSH_BYTES), 5064u);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_PERSIST_BYTES), 5000u);
+
+    // selectivity "whole MR": the RETH range is ignored, the MR's is written back
+    p.a.post_send(p.qa, flush_wqe(4, p.bufb + 8, p.keyb, 1, ROCE_FETH_PLT_GLOBAL | ROCE_FETH_PLT_PERSIST,
+                                  ROCE_FETH_SEL_MR));
+    c = p.wait_a(1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].status, RNIC_WC_SUCCESS);
+    ASSERT_EQ(order.size(), 2u);
+    EXPECT_EQ(order[1], std::make_pair(p.bufb, uint64_t(Pair::kBuf)));
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_PERSIST_BYTES), 5000u + Pair::kBuf);
+
+    // RAM with no backing file: the FLUSH succeeds (visibility), nothing is counted as persisted
+    p.b.host.persist = [&](uint64_t, uint64_t, uint64_t &) { return RK_OK; };
+    p.a.post_send(p.qa, flush_wqe(5, p.bufb, p.keyb, 4096, ROCE_FETH_PLT_PERSIST));
+    c = p.wait_a(1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].status, RNIC_WC_SUCCESS);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_PERSIST_BYTES), 5000u + Pair::kBuf);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_FLUSHES), 4u);
+}
+
+TEST(Rnic, FlushPersistenceFollowsThePageListAndAFailedWriteBackIsARemoteOpError)
+{
+    LoopNode ln;
+    Node &n = ln.n;
+    const uint64_t pg[2] = {n.alloc(4096), n.alloc(4096)};
+    const uint32_t key = ln.page_list_mr(0x70000000, 8192, {pg[1], pg[0]}); // reversed
+    ln.connect();
+    auto &q1 = ln.q1;
+    auto &cq = ln.cq;
+    n.post_send(q1, flush_wqe(1, 0x70000000 + 4000, key, 200, ROCE_FETH_PLT_PERSIST));
+    auto e = n.poll(cq);
+    ASSERT_EQ(e.size(), 1u);
+    EXPECT_EQ(e[0].status, RNIC_WC_SUCCESS);
+    ASSERT_EQ(n.host.persisted.size(), 2u); // the range crosses from list entry 0 to entry 1
+    EXPECT_EQ(n.host.persisted[0], std::make_pair(pg[1] + 4000, uint64_t(96)));
+    EXPECT_EQ(n.host.persisted[1], std::make_pair(pg[0], uint64_t(104)));
+    EXPECT_EQ(n.counter(RNIC_CNT_INDEX_PERSIST_BYTES), 200u);
+    // the host cannot write it back: NAK remote operational error, the requester sees REM_OP_ERR
+    n.host.persist = [](uint64_t, uint64_t, uint64_t &) { return RK_SLAVE_ERROR; };
+    n.post_send(q1, flush_wqe(2, 0x70000000, key, 8, ROCE_FETH_PLT_PERSIST));
+    e = n.poll(cq);
+    ASSERT_GE(e.size(), 1u);
+    EXPECT_EQ(e[0].wr_id, 2u);
+    EXPECT_EQ(e[0].status, RNIC_WC_REM_OP_ERR);
+    EXPECT_EQ(n.counter(RNIC_CNT_INDEX_FLUSHES), 1u);
+}
+
+TEST(Rnic, FlushIsRefusedWithoutTheMrsFlushFlagForEachPlacementBit)
+{
+    struct Case {
+        uint32_t mr_access;
+        uint8_t placement;
+        bool ok;
+    } cases[] = {
+        {RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_FLUSH_GLOBAL, ROCE_FETH_PLT_GLOBAL, true},
+        {RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_FLUSH_GLOBAL, ROCE_FETH_PLT_PERSIST, false},
+        {RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_FLUSH_PERSIST, ROCE_FETH_PLT_PERSIST, true},
+        {RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_FLUSH_PERSIST, ROCE_FETH_PLT_GLOBAL | ROCE_FETH_PLT_PERSIST,
+         false},
+        {RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_WRITE | RNIC_ACCESS_REMOTE_READ, ROCE_FETH_PLT_GLOBAL,
+         false},
+    };
+    for (const Case &k : cases) {
+        Pair p;
+        const uint64_t buf = p.b.alloc(4096);
+        const uint32_t key = p.b.mr(p.pdb, buf, 4096, k.mr_access);
+        p.a.post_send(p.qa, flush_wqe(1, buf, key, 64, k.placement));
+        auto c = p.wait_a(1);
+        ASSERT_EQ(c.size(), 1u);
+        EXPECT_EQ(c[0].status, k.ok ? RNIC_WC_SUCCESS : RNIC_WC_REM_ACCESS_ERR)
+            << "access 0x" << std::hex << k.mr_access << " placement " << unsigned(k.placement);
+        EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_FLUSHES), k.ok ? 1u : 0u);
+        EXPECT_EQ(p.b.host.persisted.size(), k.ok && (k.placement & ROCE_FETH_PLT_PERSIST) ? 1u : 0u);
+    }
+}
+
 // ---- MR violations: the right NAK, the right status, nothing written ----
 
 TEST(Rnic, EveryRemoteViolationIsNakedAndWritesNothing)
@@ -1307,26 +1464,17 @@ TEST(Rnic, CqOverflowPutsTheCqInError)
 
 TEST(Rnic, LoopbackBetweenTwoQpsOfOneNodeThroughAPageListMr)
 {
-    Link l;
-    Node n(0, l);
-    const uint32_t pd = n.create_pd();
-    Node::Cq cq = n.create_cq();
-    Node::Qp q1 = n.create_qp(pd, cq, cq), q2 = n.create_qp(pd, cq, cq);
+    LoopNode ln;
+    Node &n = ln.n;
     // a 3-page MR at IOVA 0x7000_0800 over scattered, reversed physical pages
     const uint64_t pg[3] = {n.alloc(4096), n.alloc(4096), n.alloc(4096)};
-    const uint64_t list = n.alloc(64);
-    const uint64_t pages[3] = {pg[2], pg[0], pg[1]};
-    std::memcpy(n.mem(list), pages, sizeof(pages));
-    struct rnic_cmd c = {};
-    c.opcode = RNIC_CMD_REG_MR;
-    c.handle = pd;
-    c.params.mr = {0x70000800, 3 * 4096 - 0x800 - 100, list, 3, RNIC_ACCESS_ALL, 12, 0, 0, 0};
-    ASSERT_EQ(n.cmd(c), RNIC_CMD_ST_OK);
-    const uint32_t vkey = c.out1;
+    const uint32_t vkey = ln.page_list_mr(0x70000800, 3 * 4096 - 0x800 - 100, {pg[2], pg[0], pg[1]});
     const uint64_t src = n.alloc(8192);
-    const uint32_t skey = n.mr(pd, src, 8192);
-    n.connect(q1, 0, q2.qpn);
-    n.connect(q2, 0, q1.qpn);
+    const uint32_t skey = n.mr(ln.pd, src, 8192);
+    ln.connect();
+    auto &q1 = ln.q1;
+    auto &cq = ln.cq;
+    Link &l = ln.l;
     fill(n.mem(src), 8000, 42);
     n.post_send(q1, wqe(RNIC_WR_WRITE, 1, src, 8000, skey, 0x70000800 + 100, vkey));
     auto e = n.poll(cq);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The RMC timing model (hw/sonuma/timing.h) against the table of docs/design/sonuma-rmc.md sec. 5
 // (Table 2's parameters) and the shape of seed 000 Fig. 7a.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "timing.h"
@@ -212,6 +214,35 @@ TEST(SonumaTiming, ThinkTimeFollowsEachCompletion)
     m.window = 16;
     m.think_ns = 100;
     EXPECT_NEAR(model_load(t, m).mops, 4 * 1000.0 / 100, 0.4);
+}
+
+TEST(SonumaTiming, SixteenSynchronousReadersOf8KiBLlcObjectsMeetTheTable2Bound)
+{
+    // Fig. 8's 8 KiB point (sec. 7.2: 16 synchronous readers, LLC-resident objects). Table 2's
+    // configuration (4 R2P2s at sec. 7.1's 20 GB/s each, a 100 GB/s link) caps them at 80 GB/s:
+    // with no software between requests both ops are at the bound, and only a reader whose time
+    // per request exceeds 16 x 8 KiB / 80 GB/s = 1.64 us (latency + software) falls below it
+    Timing t;
+    LoadMix m;
+    m.llc = true;
+    m.size = 8192;
+    m.threads = 16;
+    m.window = 1;
+    for (uint8_t op : {uint8_t(RMC_OP_READ), uint8_t(RMC_OP_SABRE)}) {
+        m.op = op;
+        m.think_ns = 0;
+        LoadResult r = model_load(t, m);
+        ASSERT_TRUE(r.ok);
+        EXPECT_NEAR(r.gbps, 80.0, 0.8) << int(op);
+        EXPECT_NE(r.bound, "latency") << int(op);
+        for (double think : {1000.0, 1300.0, 3000.0}) { // the 16 requests of a round fit the bound
+            m.think_ns = think;
+            r = model_load(t, m);
+            ASSERT_TRUE(r.ok);
+            double want = std::min(80.0, 16 * 8192 / (r.unloaded_ns + think));
+            EXPECT_NEAR(r.gbps, want, 0.05 * want) << int(op) << " " << think;
+        }
+    }
 }
 
 TEST(SonumaTiming, LoadRefusesWhatItCannotModel)

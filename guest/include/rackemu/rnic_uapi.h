@@ -46,6 +46,8 @@ struct rnic_ucreate_cq {
 	rk_u32 cqn;           /* out */
 	rk_u64 ring_off;      /* out: mmap offset of the CQE ring (2^depth_log2 x 64 bytes, page-rounded) */
 	rk_u64 db_off;        /* out: mmap offset of the CQ's doorbell page (one page) */
+	rk_u32 comp_vector;   /* in: the interrupt vector its events raise, 0..irq_vectors-1 (EINVAL beyond) */
+	rk_u32 reserved;      /* in: 0 */
 };
 
 /* RNIC_IOC_CREATE_QP */

@@ -71,6 +71,16 @@ struct rnic_qp {
 	u32 send_cqn, recv_cqn, pdn;
 };
 
+/*
+ * One interrupt vector: its handler acknowledges only its own INT_STATUS bit (MSI-X), or all of
+ * them (INTx, one line). CQs name their vector at creation (verbs' comp_vector).
+ */
+struct rnic_vec {
+	struct rnic_dev *rd;
+	u32 mask;
+	char name[24];              /* /proc/interrupts: rackemu_rnic-v<N> */
+};
+
 struct rnic_dev {
 	struct pci_dev *pdev;
 	void __iomem *regs;
@@ -79,6 +89,7 @@ struct rnic_dev {
 	char name[16];
 	struct miscdevice misc;
 	int nvec;
+	struct rnic_vec vec[RNIC_MSIX_VECTORS];
 	struct mutex lock;          /* objects and the command block */
 	spinlock_t irq_lock;        /* events, error flags */
 	struct rnic_cmd *cmd;
@@ -413,6 +424,11 @@ static int rnic_create_cq(struct rnic_file *f, void __user *p)
 			RNIC_DEPTH_LOG2_MIN, RNIC_DEPTH_LOG2_MAX);
 		return -EINVAL;
 	}
+	if (u.comp_vector >= (u32)rd->nvec || u.reserved) {
+		dev_err(&rd->pdev->dev, "CREATE_CQ: completion vector %u: this device has vectors 0..%d%s\n",
+			u.comp_vector, rd->nvec - 1, u.reserved ? " (and the reserved field must be 0)" : "");
+		return -EINVAL;
+	}
 	ring = rnic_ring_alloc(rd, sizeof(struct rnic_cqe) << u.depth_log2);
 	if (!ring)
 		return -ENOMEM;
@@ -420,7 +436,7 @@ static int rnic_create_cq(struct rnic_file *f, void __user *p)
 	rnic_cmd_init(rd, RNIC_CMD_CREATE_CQ, 0);
 	rd->cmd->params.cq.ring = ring->dma;
 	rd->cmd->params.cq.depth_log2 = (u8)u.depth_log2;
-	rd->cmd->params.cq.vector = 0; /* one handler serves every vector alike */
+	rd->cmd->params.cq.vector = (u8)u.comp_vector;
 	ret = rnic_exec(rd, "CREATE_CQ");
 	u.cqn = rd->cmd->handle;
 	if (!ret && (u.cqn >= RNIC_MAX_CQ || rd->cq[u.cqn].owner)) {
@@ -637,8 +653,9 @@ static int rnic_destroy_qp_locked(struct rnic_file *f, u32 qpn)
 
 static irqreturn_t rnic_irq(int irq, void *data)
 {
-	struct rnic_dev *rd = data;
-	u32 st = rd32(rd, RNIC_REG_INT_STATUS), w;
+	struct rnic_vec *vec = data;
+	struct rnic_dev *rd = vec->rd;
+	u32 st = rd32(rd, RNIC_REG_INT_STATUS) & vec->mask, w;
 	unsigned long flags;
 
 	if (!st)
@@ -1010,7 +1027,11 @@ static int rnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		return rd->nvec;
 	}
 	for (i = 0; i < rd->nvec; i++) {
-		ret = devm_request_irq(dev, pci_irq_vector(pdev, i), rnic_irq, IRQF_SHARED, RNIC_DRIVER_NAME, rd);
+		rd->vec[i].rd = rd;
+		rd->vec[i].mask = pdev->msix_enabled ? BIT(i) : RNIC_INT_ALL;
+		snprintf(rd->vec[i].name, sizeof(rd->vec[i].name), RNIC_DRIVER_NAME "-v%d", i);
+		ret = devm_request_irq(dev, pci_irq_vector(pdev, i), rnic_irq, IRQF_SHARED, rd->vec[i].name,
+				       &rd->vec[i]);
 		if (ret) {
 			dev_err(dev, "cannot request interrupt vector %d (%d)\n", i, ret);
 			goto fail_vec;
@@ -1046,8 +1067,8 @@ fail_ida:
 	ida_free(&rnic_ida, rd->id);
 fail_vec:
 	wr32(rd, RNIC_REG_INT_ENABLE, 0);
-	for (i = 0; i < rd->nvec; i++)
-		devm_free_irq(dev, pci_irq_vector(pdev, i), rd);
+	while (--i >= 0)
+		devm_free_irq(dev, pci_irq_vector(pdev, i), &rd->vec[i]);
 	pci_free_irq_vectors(pdev);
 	return ret;
 }
@@ -1061,7 +1082,7 @@ static void rnic_remove(struct pci_dev *pdev)
 	wr32(rd, RNIC_REG_CTRL, 0);
 	wr32(rd, RNIC_REG_INT_ENABLE, 0);
 	for (i = 0; i < rd->nvec; i++)
-		devm_free_irq(&pdev->dev, pci_irq_vector(pdev, i), rd);
+		devm_free_irq(&pdev->dev, pci_irq_vector(pdev, i), &rd->vec[i]);
 	pci_free_irq_vectors(pdev);
 	ida_free(&rnic_ida, rd->id);
 }

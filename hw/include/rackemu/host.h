@@ -72,6 +72,11 @@ typedef struct RkHostOps {
     void (*dma_unmap)(void *opaque, void *ptr, uint64_t len, int write, uint64_t access_len);
     /* Nanoseconds of a monotonic clock that stops while the VM is stopped. */
     uint64_t (*now_ns)(void *opaque);
+    /* Make [addr, addr + len) of RAM durable in the RAM's backing store, the node's persistence
+     * domain (a file-backed memory backend: msync of the range), and return once it is. Adds the
+     * bytes written back to *synced (0 for RAM with no backing file: nothing can be made
+     * durable). RK_DECODE_ERROR when part of the range is not RAM. NULL: nothing is durable. */
+    rk_status (*persist)(void *opaque, uint64_t addr, uint64_t len, uint64_t *synced);
 } RkHostOps;
 
 typedef struct RkHost {
@@ -144,6 +149,11 @@ public:
             h_.ops->dma_unmap(h_.opaque, ptr, len, write ? 1 : 0, access_len);
     }
     uint64_t now_ns() const { return h_.ops && h_.ops->now_ns ? h_.ops->now_ns(h_.opaque) : 0; }
+    Status persist(uint64_t addr, uint64_t len, uint64_t &synced) const
+    {
+        if (!h_.ops || !h_.ops->persist) return RK_OK;
+        return h_.ops->persist(h_.opaque, addr, len, &synced);
+    }
 
 private:
     RkHost h_{};

@@ -56,6 +56,8 @@ enum rk_phase {
     // The plugin's self-test (insn-count-check).
     RK_PH_CHECK_A = 20,
     RK_PH_CHECK_B = 21,
+    RK_PH_CHECK_MEM_STREAM = 22, // loads streaming twice over 64 KiB: every access misses a 32 KiB L1d
+    RK_PH_CHECK_MEM_REUSE = 23,  // 8 KiB loaded, stored, loaded: each line misses once
 };
 
 #if defined(__aarch64__) && !defined(__ASSEMBLER__)

@@ -490,6 +490,9 @@ struct rnic_cqe {
     X(MODELED_LINK_NS, modeled_link_ns, "modeled link busy time of frames sent, ns") \
     X(MODELED_PCIE_NS, modeled_pcie_ns, "modeled PCIe busy time (WQE/CQE/data DMA), ns") \
     X(RX_DISABLED,     rx_disabled,     "frames dropped because CTRL.ENABLE is 0") \
+    X(FLUSHES,         flushes,         "FLUSH requests executed by the responder (placement done before the response)") \
+    X(FLUSH_BYTES,     flush_bytes,     "bytes of the ranges FLUSH made globally visible (every placement type)") \
+    X(PERSIST_BYTES,   persist_bytes,   "bytes FLUSH persistence wrote back to the RAM's backing file (msync)") \
     RNIC_AMU_COUNTERS(X)
 
 /* The atomic unit's (target side of every atomic: docs/atomic-unit.md "Counters"); AMU_OPS..

@@ -21,6 +21,15 @@
  * switch flushes QEMU's translated code (qemu_plugin_reset), which takes effect within a block or
  * two of every vCPU; phase marks met while counting is off are counted in "idle_entries" (their
  * counts are incomplete).
+ * Memory side (while counting): every user-space load and store (each memory operation TCG
+ * emits: an LDP is two) calls on_mem, which adds to the current phase its loads or stores, the
+ * 64-byte lines it touches for the first time in the current interval (a phase's interval runs
+ * from the mark that opens it to the next mark; "lines" sums the distinct lines of each
+ * interval) and the misses of a per-vCPU L1d model: seed 000 Table 2's 32 KiB, 2-way, 64-byte
+ * lines, LRU, write-allocate, indexed by virtual address. The model sees only this vCPU's
+ * user-space accesses: not the kernel's, not other vCPUs' stores, not device (DMA) writes, so a
+ * line a device or another core wrote since this vCPU last touched it still hits here (Caveat,
+ * docs/insn-count.md: the bench counts such lines from "lines").
  * State is per vCPU (QEMU 7.2 has no per-vCPU scoreboard: arrays indexed by vcpu_index), written
  * only by that vCPU's thread; DUMP reads the others' with relaxed atomic loads.
  */
@@ -39,12 +48,22 @@
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
 #define RK_INSN_MAX_VCPUS 128
+/* the L1d model: seed 000 Table 2 (32 KB 2-way L1d, 64-byte blocks) */
+#define RK_L1_WAYS 2
+#define RK_L1_SETS (32768 / 64 / RK_L1_WAYS)
+/* distinct lines per interval: an open-addressing set of line addresses, tagged by interval */
+#define RK_LSET_SLOTS 8192                /* power of two */
+#define RK_LSET_CAP   (RK_LSET_SLOTS / 2) /* lines tracked per interval (256 KiB) */
 
 struct rk_phase_ctr {
     uint64_t insns;   /* instructions retired in this phase */
     uint64_t entries; /* marks that switched into this phase */
     uint64_t start;   /* insns at the last entry */
     uint64_t min, max; /* shortest and longest closed interval */
+    uint64_t loads, stores; /* memory operations */
+    uint64_t lines;         /* distinct 64-byte lines per interval, summed over the intervals */
+    uint64_t misses;        /* misses of the L1d model */
+    uint64_t lines_capped;  /* intervals that touched more than RK_LSET_CAP lines (lines: a lower bound) */
 };
 
 struct rk_vcpu {
@@ -52,6 +71,12 @@ struct rk_vcpu {
     uint64_t phase; /* current phase */
     uint64_t marks; /* marks executed */
     struct rk_phase_ctr ph[RK_MARK_PHASES];
+    /* memory side, touched only by this vCPU's thread */
+    uint64_t l1[RK_L1_SETS][RK_L1_WAYS]; /* line addresses, most recently used first; ~0: invalid */
+    uint32_t interval;                   /* the current interval's tag (a mark starts the next) */
+    uint32_t set_n;                      /* distinct lines in the set for this interval */
+    uint32_t set_tag[RK_LSET_SLOTS];
+    uint64_t set_line[RK_LSET_SLOTS];
 } __attribute__((aligned(64)));
 
 static struct rk_vcpu vcpus[RK_INSN_MAX_VCPUS];
@@ -83,7 +108,16 @@ static void vcpu_zero(struct rk_vcpu *v, uint64_t gen)
         ST(v->ph[p].start, 0);
         ST(v->ph[p].min, UINT64_MAX);
         ST(v->ph[p].max, 0);
+        ST(v->ph[p].loads, 0);
+        ST(v->ph[p].stores, 0);
+        ST(v->ph[p].lines, 0);
+        ST(v->ph[p].misses, 0);
+        ST(v->ph[p].lines_capped, 0);
     }
+    memset(v->l1, 0xff, sizeof(v->l1));
+    memset(v->set_tag, 0, sizeof(v->set_tag));
+    v->interval = 1;
+    v->set_n = 0;
     __atomic_store_n(&v->gen, gen, __ATOMIC_RELEASE);
 }
 
@@ -115,6 +149,77 @@ static void on_tb(unsigned int vcpu_index, void *udata)
     ST(c->insns, c->insns + (uintptr_t)udata);
 }
 
+/* A new interval of distinct lines (at every phase mark). */
+static void interval_next(struct rk_vcpu *v)
+{
+    v->set_n = 0;
+    if (++v->interval == 0) { /* the tags wrapped: forget them all */
+        memset(v->set_tag, 0, sizeof(v->set_tag));
+        v->interval = 1;
+    }
+}
+
+/* One access to line `la`: the L1d model and the interval's distinct lines. */
+static void touch_line(struct rk_vcpu *v, struct rk_phase_ctr *c, uint64_t la)
+{
+    uint64_t *way = v->l1[la % RK_L1_SETS];
+    uint32_t i = (uint32_t)((la * 0x9e3779b97f4a7c15ull) >> 51) & (RK_LSET_SLOTS - 1);
+    int w = 0;
+
+    while (w < RK_L1_WAYS && way[w] != la) {
+        w++;
+    }
+    if (w == RK_L1_WAYS) { /* miss: allocate, evicting the least recently used */
+        ST(c->misses, c->misses + 1);
+        w = RK_L1_WAYS - 1;
+    }
+    for (; w > 0; w--) {
+        way[w] = way[w - 1];
+    }
+    way[0] = la;
+
+    /* never full: at most RK_LSET_CAP of the RK_LSET_SLOTS slots belong to this interval */
+    while (v->set_tag[i] == v->interval && v->set_line[i] != la) {
+        i = (i + 1) & (RK_LSET_SLOTS - 1);
+    }
+    if (v->set_tag[i] == v->interval) {
+        return; /* touched before in this interval */
+    }
+    if (v->set_n >= RK_LSET_CAP) {
+        if (v->set_n++ == RK_LSET_CAP) {
+            ST(c->lines_capped, c->lines_capped + 1);
+        }
+        return;
+    }
+    v->set_tag[i] = v->interval;
+    v->set_line[i] = la;
+    v->set_n++;
+    ST(c->lines, c->lines + 1);
+}
+
+static void on_mem(unsigned int vcpu_index, qemu_plugin_meminfo_t info, uint64_t vaddr, void *udata)
+{
+    struct rk_vcpu *v = vcpu_get(vcpu_index);
+    struct rk_phase_ctr *c;
+    uint64_t first, last;
+
+    if (!v) {
+        return;
+    }
+    c = &v->ph[v->phase];
+    if (qemu_plugin_mem_is_store(info)) {
+        ST(c->stores, c->stores + 1);
+    } else {
+        ST(c->loads, c->loads + 1);
+    }
+    first = vaddr >> 6;
+    last = (vaddr + (1u << qemu_plugin_mem_size_shift(info)) - 1) >> 6;
+    touch_line(v, c, first);
+    if (last != first) { /* an access that straddles two lines touches both */
+        touch_line(v, c, last);
+    }
+}
+
 static void write_json(FILE *f)
 {
     uint64_t gen = __atomic_load_n(&reset_gen, __ATOMIC_ACQUIRE);
@@ -125,7 +230,9 @@ static void write_json(FILE *f)
     for (int p = 0; p < RK_MARK_PHASES; p++) {
         tot[p].min = UINT64_MAX;
     }
-    fprintf(f, "{\"plugin\": \"rk_insn\", \"format\": 1, \"dumps\": %" PRIu64
+    fprintf(f, "{\"plugin\": \"rk_insn\", \"format\": 2, \"l1d\": {\"bytes\": %d, \"ways\": %d, "
+            "\"line\": 64}, ", RK_L1_SETS * RK_L1_WAYS * 64, RK_L1_WAYS);
+    fprintf(f, "\"dumps\": %" PRIu64
             ", \"kernel\": %s, \"vcpus\": [", dumps, count_kernel ? "true" : "false");
     for (int i = 0; i < RK_INSN_MAX_VCPUS; i++) {
         struct rk_vcpu *v = &vcpus[i];
@@ -140,16 +247,25 @@ static void write_json(FILE *f)
         for (int p = 0; p < RK_MARK_PHASES; p++) {
             uint64_t n = LD(v->ph[p].insns), e = LD(v->ph[p].entries);
             uint64_t mn = LD(v->ph[p].min), mx = LD(v->ph[p].max);
+            uint64_t ld = LD(v->ph[p].loads), sto = LD(v->ph[p].stores), li = LD(v->ph[p].lines);
+            uint64_t mi = LD(v->ph[p].misses), cap = LD(v->ph[p].lines_capped);
 
-            if (!n && !e) {
+            if (!n && !e && !ld && !sto) {
                 continue;
             }
             fprintf(f, "%s\"%d\": {\"insns\": %" PRIu64 ", \"entries\": %" PRIu64
-                    ", \"min\": %" PRIu64 ", \"max\": %" PRIu64 "}",
-                    vfirst ? "" : ", ", p, n, e, mn == UINT64_MAX ? 0 : mn, mx);
+                    ", \"min\": %" PRIu64 ", \"max\": %" PRIu64 ", \"loads\": %" PRIu64
+                    ", \"stores\": %" PRIu64 ", \"lines\": %" PRIu64 ", \"misses\": %" PRIu64
+                    ", \"lines_capped\": %" PRIu64 "}",
+                    vfirst ? "" : ", ", p, n, e, mn == UINT64_MAX ? 0 : mn, mx, ld, sto, li, mi, cap);
             vfirst = false;
             tot[p].insns += n;
             tot[p].entries += e;
+            tot[p].loads += ld;
+            tot[p].stores += sto;
+            tot[p].lines += li;
+            tot[p].misses += mi;
+            tot[p].lines_capped += cap;
             tot[p].min = mn < tot[p].min ? mn : tot[p].min;
             tot[p].max = mx > tot[p].max ? mx : tot[p].max;
         }
@@ -158,13 +274,16 @@ static void write_json(FILE *f)
     fprintf(f, "\n], \"phases\": {");
     first = true;
     for (int p = 0; p < RK_MARK_PHASES; p++) {
-        if (!tot[p].insns && !tot[p].entries) {
+        if (!tot[p].insns && !tot[p].entries && !tot[p].loads && !tot[p].stores) {
             continue;
         }
         fprintf(f, "%s\n  \"%d\": {\"insns\": %" PRIu64 ", \"entries\": %" PRIu64
-                ", \"min\": %" PRIu64 ", \"max\": %" PRIu64 "}",
+                ", \"min\": %" PRIu64 ", \"max\": %" PRIu64 ", \"loads\": %" PRIu64
+                ", \"stores\": %" PRIu64 ", \"lines\": %" PRIu64 ", \"misses\": %" PRIu64
+                ", \"lines_capped\": %" PRIu64 "}",
                 first ? "" : ",", p, tot[p].insns, tot[p].entries,
-                tot[p].min == UINT64_MAX ? 0 : tot[p].min, tot[p].max);
+                tot[p].min == UINT64_MAX ? 0 : tot[p].min, tot[p].max, tot[p].loads, tot[p].stores,
+                tot[p].lines, tot[p].misses, tot[p].lines_capped);
         first = false;
     }
     fprintf(f, "\n}, \"dropped_vcpus\": %" PRIu64 ", \"idle_entries\": %" PRIu64 ", \"counting\": %s}\n",
@@ -274,6 +393,32 @@ static void on_mark(unsigned int vcpu_index, void *udata)
     ST(nw->insns, nw->insns + k);
     ST(nw->entries, nw->entries + 1);
     ST(v->phase, (uint64_t)(imm - RK_MARK_HINT_FIRST));
+    interval_next(v);
+}
+
+/*
+ * An A64 load or store that QEMU 7.2 translates inline, without a helper: the load/store class
+ * (op0 = x1x0) except the exclusives (LDXR/STXR, CAS, CASP; LDAR/STLR stay) and the LSE atomic
+ * memory operations (LDADD/SWP/...). Only these get the memory callback: QEMU 7.2 runs the others
+ * through helpers that report their accesses through CPUState.plugin_mem_cbs, a pointer it can
+ * leave set after the instruction; once a code flush (qemu_plugin_reset at every RESET and DUMP)
+ * freed what it points to, the next helper access anywhere (the kernel's atomics) aborted QEMU in
+ * qemu_plugin_vcpu_mem_cb ("code should not be reached"). Caveat (docs/insn-count.md): exclusive
+ * and atomic accesses are not counted.
+ */
+static bool rk_plain_ldst(uint32_t w)
+{
+    if ((w & 0x0a000000u) != 0x08000000u) {
+        return false; /* not a load or store */
+    }
+    if ((w & 0x3f000000u) == 0x08000000u) {
+        /* exclusives, CAS, CASP (o2 = 0 or o1 = 1) use helpers; LDAR/STLR (o2 = 1, o1 = 0) do not */
+        return (w & 0x00a00000u) == 0x00800000u;
+    }
+    if ((w & 0x3b200c00u) == 0x38200000u) {
+        return false; /* LSE atomic memory operations */
+    }
+    return true;
 }
 
 static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
@@ -297,6 +442,11 @@ static void on_tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
             continue;
         }
         memcpy(&w, qemu_plugin_insn_data(insn), 4); /* A64 is little-endian in instruction memory */
+        if (counted && rk_plain_ldst(w)) {
+            qemu_plugin_register_vcpu_mem_cb(insn, on_mem, QEMU_PLUGIN_CB_NO_REGS, QEMU_PLUGIN_MEM_RW,
+                                             NULL);
+        }
+
         if ((w & RK_A64_HINT_MASK) != RK_A64_HINT(0)) {
             continue;
         }
