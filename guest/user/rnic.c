@@ -1379,7 +1379,7 @@ static int xatomic_hammer(struct bench *b, unsigned count, unsigned window)
 	};
 
 	for (unsigned k = 0; k < sizeof(kinds) / sizeof(kinds[0]) && !ret; k++) {
-		for (unsigned i = 0; i < count && !ret; i++) {
+		for (unsigned i = 0; i < count && !ret && !qp->errors; i++) { /* an error: stop, report */
 			struct rnic_xatomic x = {
 				.wr_id = i, .remote_addr = b->peer.addr + 8 * kinds[k].word, .rkey = b->peer.rkey,
 				.op = kinds[k].op, .size = kinds[k].size,
@@ -1395,11 +1395,9 @@ static int xatomic_hammer(struct bench *b, unsigned count, unsigned window)
 			ret = ret ? ret : rnic_post_xatomic(qp, &x, 10000);
 		}
 		ret = ret ? ret : rnic_quiet(qp, 30000);
-		if (ret == -EIO) {
+		if (ret == -EIO) /* the QP is in Error: the rest would only be flushed */
 			fprintf(stderr, "rnic xatomic: word %u: completion status %u (%s) vendor_err 0x%x\n", kinds[k].word,
 				qp->first_error.status, rnic_wc_status_str(qp->first_error.status), qp->first_error.vendor_err);
-			errors += (unsigned)qp->errors + 1;
-		}
 	}
 	/* increments by compare-swap: IB COMPARE_SWAP on word 7, masked (low 32 bits) on word 8 */
 	for (int masked = 0; masked <= 1 && !ret; masked++) {

@@ -25,6 +25,9 @@
 #include "hw/pci/pcie.h"
 #include "hw/pci/msix.h"
 #include "hw/boards.h"
+#include "hw/core/cpu.h"
+#include "exec/exec-all.h" /* CF_PARALLEL */
+#include "sysemu/tcg.h"
 #include "migration/blocker.h"
 #include "sysemu/dma.h"
 
@@ -347,6 +350,21 @@ static void rackemu_rnic_realize(PCIDevice *pdev, Error **errp)
         if (rk_rnic_amu_check(&s->amu, s->timing.nic_mhz, msg, sizeof(msg)) < 0) {
             error_setg(errp, "rackemu-rnic: atomic unit: %s", msg);
             return;
+        }
+    }
+    /*
+     * Global atomicity (docs/atomic-unit.md): the device's atomics are host atomics on guest RAM,
+     * but TCG turns the guest's own atomics (ldxr/stxr, LSE) into host atomics only in parallel
+     * mode, which QEMU chooses only for more than one possible vCPU; with one, a guest atomic is
+     * a plain load and store that a NIC atomic from the fabric thread can fall between (updates
+     * were lost in tests/e2e/test_rnic_atomics.py). Parallel mode for every vCPU: their threads
+     * have not translated anything yet when a -device is realized.
+     */
+    if (tcg_enabled()) {
+        CPUState *cpu;
+
+        CPU_FOREACH(cpu) {
+            cpu->tcg_cflags |= CF_PARALLEL;
         }
     }
     error_setg(&s->blocker, "rackemu-rnic: the RDMA transport's in-flight state is not migratable");
