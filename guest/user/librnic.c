@@ -150,6 +150,8 @@ int rnic_destroy_cq(struct rnic_cq *cq)
 		return ret; /* e.g. -EBUSY: a QP still uses it */
 	munmap(cq->ring, cq->ring_size);
 	munmap((void *)cq->db, RNIC_PAGE_SIZE);
+	free(cq->qps);
+	free(cq->stash);
 	free(cq);
 	return 0;
 }
@@ -181,8 +183,15 @@ struct rnic_qp *rnic_create_qp(struct rnic_ctx *ctx, uint32_t pdn, struct rnic_c
 	qp->sq = map(ctx, qp->sq_size, u.sq_off);
 	qp->rq = map(ctx, qp->rq_size, u.rq_off);
 	qp->db = map(ctx, RNIC_PAGE_SIZE, u.db_off);
-	if (qp->sq && qp->rq && qp->db)
+	if (qp->sq && qp->rq && qp->db) {
+		struct rnic_qp **l = realloc(send_cq->qps, (send_cq->nqps + 1) * sizeof(*l));
+
+		if (!l)
+			goto fail;
+		send_cq->qps = l;
+		send_cq->qps[send_cq->nqps++] = qp;
 		return qp;
+	}
 fail:
 	e = errno;
 	if (qp && qp->sq)
@@ -203,6 +212,14 @@ int rnic_destroy_qp(struct rnic_qp *qp)
 
 	if (ret)
 		return ret;
+	for (unsigned i = 0; i < qp->send_cq->nqps; i++) {
+		if (qp->send_cq->qps[i] != qp)
+			continue;
+		qp->send_cq->qps[i] = qp->send_cq->qps[--qp->send_cq->nqps];
+		/* its tracked WRs will not complete any more */
+		qp->send_cq->outstanding -= (uint32_t)(qp->posted - qp->done);
+		break;
+	}
 	munmap(qp->sq, qp->sq_size);
 	munmap(qp->rq, qp->rq_size);
 	munmap((void *)qp->db, RNIC_PAGE_SIZE);
@@ -447,7 +464,8 @@ int rnic_post_recv(struct rnic_qp *qp, const struct rnic_recv_wqe *wqe)
 	return 0;
 }
 
-int rnic_poll_cq(struct rnic_cq *cq, struct rnic_cqe *out, int n)
+/* CQEs from the ring, without the ones rnic_reap kept aside */
+static int poll_ring(struct rnic_cq *cq, struct rnic_cqe *out, int n)
 {
 	uint32_t mask = (1u << cq->depth_log2) - 1;
 	int got = 0;
@@ -466,6 +484,18 @@ int rnic_poll_cq(struct rnic_cq *cq, struct rnic_cqe *out, int n)
 		cq->db[RNIC_CQ_DB_CI / 4] = cq->ci;
 	}
 	return got;
+}
+
+int rnic_poll_cq(struct rnic_cq *cq, struct rnic_cqe *out, int n)
+{
+	int got = 0;
+
+	while (got < n && cq->nstash) {
+		out[got++] = cq->stash[cq->stash_head];
+		cq->stash_head = (cq->stash_head + 1) % cq->stash_cap;
+		cq->nstash--;
+	}
+	return got + (got < n ? poll_ring(cq, out + got, n - got) : 0);
 }
 
 int rnic_wait_cq(struct rnic_cq *cq, struct rnic_cqe *out, int n, int timeout_ms)
@@ -526,6 +556,174 @@ int rnic_get_cq_events(struct rnic_ctx *ctx, uint32_t *cqns, int n, int timeout_
 		return -ETIMEDOUT;
 	r = read(ctx->fd, cqns, (size_t)n * sizeof(*cqns));
 	return r < 0 ? -errno : (int)(r / (ssize_t)sizeof(*cqns));
+}
+
+/* ---- tracked posting: many outstanding, quiet, fence ---- */
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000ull + (uint64_t)ts.tv_nsec / 1000000ull;
+}
+
+/* ms left of a deadline (-1: none) */
+static int left_ms(uint64_t deadline)
+{
+	uint64_t now;
+
+	if (deadline == UINT64_MAX)
+		return -1;
+	now = now_ms();
+	return now >= deadline ? 0 : (int)(deadline - now > 60000 ? 60000 : deadline - now);
+}
+
+static int stash(struct rnic_cq *cq, const struct rnic_cqe *e)
+{
+	if (cq->nstash == cq->stash_cap) {
+		unsigned cap = cq->stash_cap ? 2 * cq->stash_cap : 16;
+		struct rnic_cqe *n = malloc(cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		for (unsigned i = 0; i < cq->nstash; i++)
+			n[i] = cq->stash[(cq->stash_head + i) % cq->stash_cap];
+		free(cq->stash);
+		cq->stash = n;
+		cq->stash_cap = cap;
+		cq->stash_head = 0;
+	}
+	cq->stash[(cq->stash_head + cq->nstash) % cq->stash_cap] = *e;
+	cq->nstash++;
+	return 0;
+}
+
+int rnic_reap(struct rnic_cq *cq, int timeout_ms)
+{
+	struct rnic_cqe c[32];
+	int got, total = 0, ret;
+
+	got = poll_ring(cq, c, 32);
+	if (got == 0 && timeout_ms != 0) {
+		/* block on the ring only: stashed CQEs are not ours to wait for */
+		unsigned saved = cq->nstash;
+
+		cq->nstash = 0;
+		got = rnic_wait_cq(cq, c, 32, timeout_ms < 0 ? 60000 : timeout_ms);
+		cq->nstash = saved;
+		if (got < 0)
+			return got;
+	}
+	while (got > 0) {
+		for (int i = 0; i < got; i++) {
+			struct rnic_qp *qp = NULL;
+
+			if (!(c[i].flags & RNIC_CQE_F_RECV))
+				for (unsigned k = 0; k < cq->nqps; k++)
+					if (cq->qps[k]->qpn == c[i].qpn && cq->qps[k]->done < cq->qps[k]->posted) {
+						qp = cq->qps[k];
+						break;
+					}
+			if (!qp) {
+				ret = stash(cq, &c[i]);
+				if (ret)
+					return ret;
+				continue;
+			}
+			qp->done++;
+			cq->outstanding--;
+			if (c[i].status != RNIC_WC_SUCCESS && qp->errors++ == 0)
+				qp->first_error = c[i];
+		}
+		total += got;
+		got = poll_ring(cq, c, 32);
+	}
+	return total;
+}
+
+int rnic_post(struct rnic_qp *qp, const struct rnic_send_wqe *wqe, int timeout_ms)
+{
+	struct rnic_send_wqe w = *wqe;
+	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now_ms() + (uint64_t)timeout_ms;
+	uint32_t cq_depth = 1u << qp->send_cq->depth_log2;
+	int ret;
+
+	if (w.flags & ~(RNIC_WQE_F_SIGNALED | RNIC_WQE_F_SOLICITED | RNIC_WQE_F_FENCE))
+		return -EINVAL;
+	w.flags |= RNIC_WQE_F_SIGNALED | (qp->fence_next ? RNIC_WQE_F_FENCE : 0);
+	for (;;) {
+		if (qp->send_cq->outstanding < cq_depth) {
+			ret = rnic_post_send(qp, &w);
+			if (ret == 0)
+				break;
+			if (ret != -EAGAIN)
+				return ret;
+		}
+		/* the SQ or the CQ is full: completions make room */
+		ret = rnic_reap(qp->send_cq, left_ms(deadline));
+		if (ret < 0)
+			return ret;
+		if (ret == 0 && left_ms(deadline) == 0)
+			return -ETIMEDOUT;
+	}
+	qp->fence_next = 0;
+	qp->posted++;
+	qp->send_cq->outstanding++;
+	return 0;
+}
+
+int rnic_quiet(struct rnic_qp *qp, int timeout_ms)
+{
+	uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : now_ms() + (uint64_t)timeout_ms;
+	int ret = 0;
+
+	while (qp->done < qp->posted) {
+		ret = rnic_reap(qp->send_cq, left_ms(deadline));
+		if (ret < 0 && ret != -ETIMEDOUT)
+			return ret;
+		if (qp->done < qp->posted && left_ms(deadline) == 0)
+			return -ETIMEDOUT;
+	}
+	if (qp->errors) {
+		qp->errors = 0;
+		return -EIO;
+	}
+	return 0;
+}
+
+void rnic_fence(struct rnic_qp *qp)
+{
+	qp->fence_next = 1;
+}
+
+void rnic_wqe_xatomic(struct rnic_send_wqe *w, const struct rnic_xatomic *x)
+{
+	memset(w, 0, sizeof(*w));
+	w->wr_id = x->wr_id;
+	w->opcode = x->result ? RNIC_WR_XATOMIC : RNIC_WR_XATOMIC_POST;
+	w->flags = RNIC_WQE_F_SIGNALED;
+	w->remote_addr = x->remote_addr;
+	w->rkey = x->rkey;
+	w->swap_add = x->operand;
+	w->compare = x->compare;
+	w->mask = x->mask;
+	w->xop = x->op;
+	w->xsize = x->size;
+	if (x->result) {
+		w->num_sge = 1;
+		w->sge[0].addr = (uint64_t)(uintptr_t)x->result;
+		w->sge[0].length = x->size;
+		w->sge[0].lkey = x->result_lkey;
+	}
+}
+
+int rnic_post_xatomic(struct rnic_qp *qp, const struct rnic_xatomic *x, int timeout_ms)
+{
+	struct rnic_send_wqe w;
+
+	rnic_wqe_xatomic(&w, x);
+	return rnic_post(qp, &w, timeout_ms);
 }
 
 const char *rnic_wc_status_str(unsigned status)

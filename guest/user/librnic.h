@@ -15,6 +15,7 @@
 
 #include "rackemu/rnic_regs.h"
 #include "rackemu/rnic_uapi.h"
+#include "rackemu/roce.h" /* ROCE_XOP_*, ROCE_XATOMIC_SIZE* */
 
 struct rnic_ctx {
 	int fd;
@@ -36,6 +37,14 @@ struct rnic_cq {
 	volatile uint32_t *db;
 	uint32_t ci;          /* CQEs consumed */
 	uint64_t events;      /* interrupt count already seen (rnic_wait_cq) */
+	/* tracked posting (rnic_post, rnic_reap): the QPs whose send CQ this is, the tracked WRs
+	 * not yet completed on it, and CQEs rnic_reap found that were not its own (rnic_poll_cq
+	 * returns them first) */
+	struct rnic_qp **qps;
+	unsigned nqps;
+	uint32_t outstanding;
+	struct rnic_cqe *stash;
+	unsigned nstash, stash_cap, stash_head;
 };
 
 struct rnic_qp {
@@ -49,6 +58,11 @@ struct rnic_qp {
 	volatile uint32_t *db;
 	uint32_t sq_pi, rq_pi;       /* posted */
 	uint32_t sq_ci, rq_ci;       /* fetched by the device (cached from the doorbell page) */
+	/* tracked posting (rnic_post / rnic_quiet / rnic_fence) */
+	uint64_t posted, done;       /* tracked WRs posted and completed (done <= posted) */
+	uint64_t errors;             /* tracked WRs completed with an error since the last rnic_quiet */
+	struct rnic_cqe first_error; /* the first of those (status, vendor_err, wr_id) */
+	int fence_next;              /* rnic_fence: the next rnic_post carries RNIC_WQE_F_FENCE */
 };
 
 struct rnic_ctx *rnic_open(const char *path); /* NULL: RNIC_DEV_PATH */
@@ -107,6 +121,54 @@ int rnic_wait_cq(struct rnic_cq *cq, struct rnic_cqe *out, int n, int timeout_ms
  * (armed, then a CQE) since the last call, up to n; waits up to timeout_ms (0: do not wait).
  * Returns how many (>= 1), -ETIMEDOUT, or a negative errno. ctx->fd is pollable (POLLIN). */
 int rnic_get_cq_events(struct rnic_ctx *ctx, uint32_t *cqns, int n, int timeout_ms);
+
+/* ---- Many outstanding work requests, quiet and fence (docs/rnic-verbs.md "Outstanding work") ----
+ * rnic_post queues a send WQE as a tracked work request: always signaled (its CQE is reaped by
+ * the library), fenced if rnic_fence was called since the last post. It does not wait for the
+ * WR: when the send queue or the send CQ has no room it reaps completions (waiting up to
+ * timeout_ms; -1: no limit) until there is, so any number of WRs may be in flight up to the SQ
+ * and CQ depths. Results of fetching operations (READ, atomics) are in their buffers once the
+ * WR completed (after rnic_quiet). Completions of non-tracked WRs and receive completions the
+ * reaper meets on the CQ are kept and returned by the next rnic_poll_cq/rnic_wait_cq, in order.
+ * Returns 0, -ETIMEDOUT, -EINVAL (bad flags), or the error of rnic_wait_cq. */
+int rnic_post(struct rnic_qp *qp, const struct rnic_send_wqe *wqe, int timeout_ms);
+/* Reap the tracked completions on `cq` (every QP of it): counts them on their QP (done, errors,
+ * first_error). timeout_ms 0: only what is there; > 0 or -1: wait for at least one CQE.
+ * Returns the CQEs consumed (>= 0) or a negative errno (-ETIMEDOUT). */
+int rnic_reap(struct rnic_cq *cq, int timeout_ms);
+/* Wait until every tracked WR posted on qp completed (as shmem_quiet). Returns 0 if all
+ * succeeded, -EIO if any completed with an error since the last rnic_quiet (qp->first_error
+ * holds the first: status RNIC_WC_*, vendor_err, wr_id; qp->errors how many), -ETIMEDOUT. The
+ * error record is cleared on return. */
+int rnic_quiet(struct rnic_qp *qp, int timeout_ms);
+/* Order: the next rnic_post on qp waits in the device until every earlier READ and atomic of qp
+ * completed (RNIC_WQE_F_FENCE, as IBV_SEND_FENCE). WRITEs and SENDs of an RC QP are delivered
+ * in order anyway; rnic_quiet is the stronger "everything completed". */
+void rnic_fence(struct rnic_qp *qp);
+
+/* ---- Extended atomics (the atomic unit; docs/atomic-unit.md) ----
+ * op: ROCE_XOP_ADD, _SWAP, _XOR, _AND, _OR, _MCSWAP (if ((old ^ compare) & mask) == 0 then
+ * new = (old & ~mask) | (operand & mask)); size: 4 or 8 bytes, remote_addr aligned to it, the
+ * peer's MR registered with RNIC_ACCESS_REMOTE_ATOMIC. result != NULL: the value before the
+ * operation is written there (size bytes, inside a local MR of result_lkey with LOCAL_WRITE;
+ * RNIC_WR_XATOMIC); NULL: nothing is returned (RNIC_WR_XATOMIC_POST, acknowledged like a WRITE).
+ * The device needs RNIC_CAP_XATOMIC (ctx->info.caps). */
+struct rnic_xatomic {
+	uint64_t wr_id;
+	uint64_t remote_addr;
+	uint32_t rkey;
+	uint8_t op;           /* ROCE_XOP_* */
+	uint8_t size;         /* ROCE_XATOMIC_SIZE32 or ROCE_XATOMIC_SIZE64 */
+	uint64_t operand;     /* ADD: addend; SWAP: new value; XOR/AND/OR: the bits; MCSWAP: new bits */
+	uint64_t compare;     /* MCSWAP */
+	uint64_t mask;        /* MCSWAP (all ones: compare-and-swap) */
+	void *result;         /* fetch: the old value (zero-extended in the CQE's sense: size bytes written) */
+	uint32_t result_lkey;
+};
+/* Fill a send WQE (signaled, no fence) for x. */
+void rnic_wqe_xatomic(struct rnic_send_wqe *w, const struct rnic_xatomic *x);
+/* rnic_wqe_xatomic + rnic_post (tracked: complete it with rnic_quiet). */
+int rnic_post_xatomic(struct rnic_qp *qp, const struct rnic_xatomic *x, int timeout_ms);
 
 const char *rnic_wc_status_str(unsigned status);
 const char *rnic_qp_state_str(unsigned state);

@@ -78,12 +78,12 @@
 #define RNIC_REG_ID            0x000u   /* R 32: RNIC_ID_VALUE */
 #define RNIC_ID_VALUE          0x524e4943u /* "RNIC" */
 #define RNIC_REG_VERSION       0x004u   /* R 32: RNIC_VERSION_VALUE: major [31:16], minor [15:0] */
-#define RNIC_VERSION_VALUE     0x00010000u /* 1.0: this header */
+#define RNIC_VERSION_VALUE     0x00010001u /* 1.1: this header (1.1: extended atomics, the atomic unit's counters) */
 #define RNIC_REG_CAPS          0x008u   /* R 32: RNIC_CAP_* */
 #define RNIC_CAP_FLUSH         (1u << 0) /* FLUSH (0x1C), global visibility and persistence */
 #define RNIC_CAP_ATOMIC_WRITE  (1u << 1) /* ATOMIC WRITE (0x1D) */
 #define RNIC_CAP_LINK          (1u << 2) /* attached to the node's fabric port (else loopback to itself only) */
-#define RNIC_CAP_XATOMIC       (1u << 3) /* extended atomics (the atomic-unit issue; 0 in this version) */
+#define RNIC_CAP_XATOMIC       (1u << 3) /* extended atomics RNIC_WR_XATOMIC/_POST, executed by the atomic unit (docs/atomic-unit.md) */
 #define RNIC_REG_NODE_ID       0x00Cu   /* R 32: this node's id in the rack */
 #define RNIC_REG_MAX_PD        0x010u   /* R 32: RNIC_MAX_PD */
 #define RNIC_REG_MAX_MR        0x014u   /* R 32: RNIC_MAX_MR */
@@ -326,7 +326,9 @@ struct rnic_sge {
 #define RNIC_WR_FLUSH          14u
 #define RNIC_WR_ATOMIC_WRITE   15u
 #define RNIC_WR_XATOMIC_FIRST  0x40u    /* reserved for the atomic unit's extended atomics (seed 003) */
-#define RNIC_WR_XATOMIC_LAST   0x4Fu
+#define RNIC_WR_XATOMIC        0x40u    /* extended atomic returning the old value (ROCE_OP_XATOMIC) */
+#define RNIC_WR_XATOMIC_POST   0x41u    /* extended atomic, no value returned (ROCE_OP_XATOMIC_POST) */
+#define RNIC_WR_XATOMIC_LAST   0x4Fu    /* 0x42..0x4F: reserved (LOC_QP_OP_ERR, RNIC_LERR_OPCODE) */
 
 #define RNIC_WQE_F_SIGNALED    (1u << 0) /* write a CQE on success (errors always complete) */
 #define RNIC_WQE_F_SOLICITED   (1u << 1) /* SE bit on the last packet (SEND/WRITE_IMM) */
@@ -335,7 +337,10 @@ struct rnic_sge {
 /* Send WQE (128 bytes). Message length: the sum of the SGE lengths (SEND, WRITE, READ: the
  * SGEs are gathered from / scattered to); CMP_SWAP and FETCH_ADD: one SGE of 8 bytes that
  * receives the original value; ATOMIC_WRITE: no SGE, the value in swap_add; FLUSH: no SGE,
- * the range [remote_addr, + flush_len). */
+ * the range [remote_addr, + flush_len). XATOMIC: xop (ROCE_XOP_*), xsize (ROCE_XATOMIC_SIZE32
+ * or _SIZE64; remote_addr aligned to it), operand in swap_add, compare and mask (MCSWAP), one
+ * SGE of xsize bytes that receives the old value; XATOMIC_POST: the same without an SGE. An
+ * unknown xop or xsize, a wrong SGE: LOC_QP_OP_ERR (RNIC_LERR_OPCODE / _SGE_COUNT / _LENGTH). */
 struct rnic_send_wqe {
     rk_u64 wr_id;         /* returned in the CQE */
     rk_u8  opcode;        /* RNIC_WR_* */
@@ -347,8 +352,11 @@ struct rnic_send_wqe {
     rk_u32 rkey;          /* the peer MR's rkey */
     rk_u32 flush_len;     /* FLUSH: bytes of the range (selectivity RANGE) */
     rk_u64 swap_add;      /* CMP_SWAP: swap; FETCH_ADD: add; ATOMIC_WRITE: the value */
-    rk_u64 compare;       /* CMP_SWAP: compare */
-    rk_u64 reserved[2];
+    rk_u64 compare;       /* CMP_SWAP, XATOMIC MCSWAP: compare */
+    rk_u64 mask;          /* XATOMIC MCSWAP: the bits compared and swapped (else ignored) */
+    rk_u8  xop;           /* XATOMIC*: ROCE_XOP_* */
+    rk_u8  xsize;         /* XATOMIC*: operand bytes, 4 or 8 */
+    rk_u8  reserved[6];
     struct rnic_sge sge[RNIC_MAX_SEND_SGE];
 };
 
@@ -368,6 +376,8 @@ struct rnic_recv_wqe {
 #define RNIC_CQE_OP_FETCH_ADD  4u
 #define RNIC_CQE_OP_FLUSH      8u
 #define RNIC_CQE_OP_ATOMIC_WRITE 9u
+#define RNIC_CQE_OP_XATOMIC    0x40u    /* RNIC_WR_XATOMIC (byte_len: xsize) */
+#define RNIC_CQE_OP_XATOMIC_POST 0x41u  /* RNIC_WR_XATOMIC_POST (byte_len: 0) */
 #define RNIC_CQE_OP_RECV       128u
 #define RNIC_CQE_OP_RECV_RDMA_IMM 129u  /* a WRITE WITH IMMEDIATE consumed a receive WQE */
 
@@ -479,7 +489,32 @@ struct rnic_cqe {
     X(MODELED_WR_NS,   modeled_wr_ns,   "sum of the modeled latency of completed send WRs, ns") \
     X(MODELED_LINK_NS, modeled_link_ns, "modeled link busy time of frames sent, ns") \
     X(MODELED_PCIE_NS, modeled_pcie_ns, "modeled PCIe busy time (WQE/CQE/data DMA), ns") \
-    X(RX_DISABLED,     rx_disabled,     "frames dropped because CTRL.ENABLE is 0")
+    X(RX_DISABLED,     rx_disabled,     "frames dropped because CTRL.ENABLE is 0") \
+    RNIC_AMU_COUNTERS(X)
+
+/* The atomic unit's (target side of every atomic: docs/atomic-unit.md "Counters"); AMU_OPS..
+ * AMU_MAX_OUTSTANDING mirror the core's AMU_COUNTERS (hw/rnic/atomic_unit.h), AMU_MODELED_NS is
+ * the device's. Modeled figures: the unit's timing model, not the emulator's speed. */
+#define RNIC_AMU_COUNTERS(X) \
+    X(AMU_OPS,         amu_ops,         "atomics executed by the atomic unit (IB and extended, errors included)") \
+    X(AMU_ERRORS,      amu_errors,      "atomics the unit refused (unaligned, bad op/size, address not in RAM)") \
+    X(AMU_HITS,        amu_hits,        "unit cache requests that hit") \
+    X(AMU_MISSES,      amu_misses,      "unit cache requests that missed (a host read)") \
+    X(AMU_FORWARDS,    amu_forwards,    "operands taken from the unit's register file") \
+    X(AMU_EVICTIONS,   amu_evictions,   "unit cache lines replaced") \
+    X(AMU_HOST_READS,  amu_host_reads,  "modeled host read requests") \
+    X(AMU_HOST_WRITES, amu_host_writes, "modeled host write requests") \
+    X(AMU_WRITES_SUPPRESSED, amu_writes_suppressed, "host writes saved by rate limiting (result kept in a register)") \
+    X(AMU_STALL_TAGS,  amu_stall_tags,  "host requests that waited for a tag") \
+    X(AMU_STALL_BUSY,  amu_stall_busy,  "ops that waited for a busy word") \
+    X(AMU_STALL_CONFLICT, amu_stall_conflict, "ops that waited for a way in their cache set") \
+    X(AMU_STALL_HOSTQ, amu_stall_hostq, "ops that waited for room in the host queue") \
+    X(AMU_RAW_HITS,    amu_raw_hits,    "misses that found their address in the RAW buffer") \
+    X(AMU_RAW_FLUSHES, amu_raw_flushes, "RAW flushes issued (flush approach)") \
+    X(AMU_RAW_FULL,    amu_raw_full,    "writes or evictions that waited for a RAW buffer entry") \
+    X(AMU_MAX_OUTSTANDING, amu_max_outstanding, "most modeled host requests outstanding at once (not cleared)") \
+    X(AMU_MODELED_NS,  amu_modeled_ns,  "sum over atomics of the unit's modeled time, arrival to execution, ns") \
+    X(AMU_BUSY_NS,     amu_busy_ns,     "the unit's modeled clock: ns from its first arrival to its latest event")
 
 #define RNIC_COUNTER_TABLE(X) RNIC_RC_COUNTERS(X) RNIC_DEV_COUNTERS(X)
 
