@@ -160,4 +160,3 @@ def test_not_executable_host_program_is_refused(cluster3, run_dir, tmp_path, cap
     prog.chmod(0o644)
     assert shmemrun(run_dir, "-n", "2", str(prog)) == 1
     assert "is not executable on the host" in capsys.readouterr().err
-

@@ -39,7 +39,7 @@
 #define CHUNK            (64u << 10)
 #define FETCH_BIT        (1ull << 63)
 #define BOOT_MAGIC       0x53484d31u /* "SHM1" */
-#define DEFAULT_HEAP     (64ull << 20)
+#define DEFAULT_HEAP     (32ull << 20)
 #define HEAP_RESERVED    4096u  /* the heap's first page is not handed out */
 #define PAGE             4096ul
 
@@ -135,6 +135,9 @@ static const char *op_name(unsigned op)
 		return "atomic (FETCH_ADD)";
 	case RNIC_CQE_OP_SEND:
 		return "message (SEND)";
+	case RNIC_CQE_OP_XATOMIC:
+	case RNIC_CQE_OP_XATOMIC_POST:
+		return "atomic (extended)";
 	default:
 		return "operation";
 	}
@@ -484,7 +487,9 @@ void shmem_init(void)
 	if (!S.ctx)
 		fatal("opening the RNIC (%s) failed: %s (does the node have -device rackemu-rnic?)", RNIC_DEV_PATH,
 		      strerror(errno));
-	S.xatomic = 0;
+	/* the extended atomics when the device has them; RACKEMU_SHMEM_XATOMIC=0 forces the
+	 * compare-swap loops (for comparison) */
+	S.xatomic = (S.ctx->info.caps & RNIC_CAP_XATOMIC) && env_ul("RACKEMU_SHMEM_XATOMIC", 1, 1);
 	ret = rnic_alloc_pd(S.ctx, &S.pd);
 	if (ret)
 		fatal("allocating a protection domain failed: %s", strerror(-ret));
@@ -895,21 +900,46 @@ static uint64_t apply(enum amo_op op, uint64_t old, uint64_t v)
 	}
 }
 
+/* One extended atomic (the RNIC's atomic unit, RNIC_CAP_XATOMIC): fetch waits and returns the
+ * old value; without fetch it is posted (XATOMIC_POST) and completes by shmem_quiet. */
+static uint64_t x_atomic(int pe, void *dest, unsigned xop, uint64_t operand, int fetch, const char *what)
+{
+	struct rnic_xatomic x = { .op = (uint8_t)xop, .size = ROCE_XATOMIC_SIZE64, .operand = operand,
+				  .mask = ~0ull };
+	struct rnic_send_wqe w;
+
+	remote(dest, 8, pe, &x.remote_addr, &x.rkey, what);
+	if (x.remote_addr & 7)
+		fatal("%s: %p is not 8-byte aligned", what, dest);
+	if (fetch) {
+		x.wr_id = FETCH_BIT | ++S.fetch_seq;
+		x.result = S.fetch_slot;
+		x.result_lkey = S.priv_mr.lkey;
+	}
+	rnic_wqe_xatomic(&w, &x);
+	post(pe, &w);
+	if (!fetch)
+		return 0;
+	wait_fetch(x.wr_id);
+	return *(volatile uint64_t *)S.fetch_slot;
+}
+
 static uint64_t amo(int pe, void *dest, enum amo_op op, uint64_t v, uint64_t cmp, int fetch, const char *what)
 {
+	static const unsigned xop[] = { [AMO_ADD] = ROCE_XOP_ADD, [AMO_SWAP] = ROCE_XOP_SWAP,
+					[AMO_XOR] = ROCE_XOP_XOR, [AMO_AND] = ROCE_XOP_AND, [AMO_OR] = ROCE_XOP_OR };
 	uint64_t old, got;
 
 	need_init(what);
-	switch (op) {
-	case AMO_ADD:
-		return ib_atomic(pe, dest, RNIC_WR_FETCH_ADD, v, 0, fetch, what);
-	case AMO_CSWAP:
+	if (op == AMO_CSWAP)
 		return ib_atomic(pe, dest, RNIC_WR_CMP_SWAP, v, cmp, 1, what);
-	default:
-		break;
-	}
-	/* swap and the bitwise operations: a compare-swap loop over the IB atomics (each step is
-	 * one atomic at the target; the loop ends when no other update came in between) */
+	if (op == AMO_ADD && (fetch || !S.xatomic))
+		return ib_atomic(pe, dest, RNIC_WR_FETCH_ADD, v, 0, fetch, what);
+	if (S.xatomic)
+		return x_atomic(pe, dest, xop[op], v, fetch, what);
+	/* without the extended atomics: swap and the bitwise operations as a compare-swap loop over
+	 * the IB atomics (each step one atomic at the target; it ends when no other update came in
+	 * between) */
 	old = ib_atomic(pe, dest, RNIC_WR_FETCH_ADD, 0, 0, 1, what);
 	for (;;) {
 		got = ib_atomic(pe, dest, RNIC_WR_CMP_SWAP, apply(op, old, v), old, 1, what);

@@ -12,7 +12,7 @@
  * (fetch, set, compare_swap, swap, fetch_inc, inc, fetch_add, add, fetch_and/or/xor, and/or/xor),
  * shmem_quiet, shmem_fence, shmem_barrier_all, shmem_set_lock/clear_lock/test_lock.
  * Symmetric objects: the symmetric heap (shmem_malloc; size from SHMEM_SYMMETRIC_SIZE, default
- * 64 MiB) and the program's global and static variables (data and bss), as the standard says.
+ * 32 MiB) and the program's global and static variables (data and bss), as the standard says.
  * Not provided: teams, contexts, collectives other than barrier_all, 32-bit atomics, wait_until,
  * threads other than SHMEM_THREAD_SINGLE.
  *

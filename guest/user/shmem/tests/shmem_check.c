@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define WORDS 512
 
@@ -197,20 +198,26 @@ int main(int argc, char **argv)
 		check("test_lock_free", shmem_test_lock(&lock), 0);
 		shmem_clear_lock(&lock);
 	}
-	/* fence: data then flag to the next PE; the flag never arrives before the data */
+	/* fence: data then flag to the next PE; once the flag is seen, the data must be there */
 	shmem_long_p(&heap_buf[0], 0, next);
 	shmem_barrier_all();
 	{
 		long src[WORDS];
+		volatile long *flag = &heap_buf[0];
+		struct timespec nap = { 0, 100000 };
+		int waited = 0;
 
 		for (i = 0; i < WORDS; i++)
 			src[i] = 42 + i;
 		shmem_long_put(&heap_buf[1], src, WORDS - 1, next);
 		shmem_fence();
 		shmem_long_p(&heap_buf[0], 1, next);
+		while (*flag != 1 && waited++ < 100000)
+			nanosleep(&nap, NULL);
+		__sync_synchronize(); /* the data is read after the flag */
+		check("fence", *flag == 1 && heap_buf[1] == 42 && heap_buf[WORDS - 1] == 42 + WORDS - 2, 1);
 	}
 	shmem_barrier_all();
-	check("fence", heap_buf[0] == 1 && heap_buf[1] == 42 && heap_buf[WORDS - 1] == 42 + WORDS - 2, 1);
 	shmem_free(heap_buf);
 	shmem_barrier_all();
 	printf("pe=%d checks=%d failed=%d\n", me, checks, failed);
