@@ -12,7 +12,9 @@ Boots its own cluster (--name, default shmembench, --nodes 4; stopped at the end
            baseline: GUPS wall and modeled, errors of the verification; beside them the bound of
            sec. VI eq. 1-5 with the paper's HT figures (2.3 GB/s per direction; command 32 B, request
            16 B (8 B for a read request), response 12 B).
-Medians over --runs runs. Files: build/bench/shmem.csv and build/bench/shmem.png.
+Modeled: the atomic unit's counters (amu_ops over amu_busy_ns of the target(s)); NaN when the
+device has no atomic unit counters or ran no atomic (the message baseline). Medians over --runs
+runs. Files: build/bench/shmem.csv and build/bench/shmem.png.
 
 examples:
   bench/shmem.py --quick          2 runs, small sizes (~5 min on 2 host cores)
@@ -40,6 +42,17 @@ AMO_NIC_TO_HOST = 8 + 16        # eq. 3: read request + write-back
 AMO_HOST_TO_NIC = 32 + 12       # eq. 4: command + read response
 
 
+def num(v):
+    """A figure the programs print, NaN for `na` (no atomic-unit counters on this device)."""
+    return float("nan") if v == "na" else float(v)
+
+
+def med(v):
+    """The median of the figures that are numbers (NaN if none)."""
+    v = [x for x in v if x == x]
+    return statistics.median(v) if v else float("nan")
+
+
 def eq5(nic_to_host, host_to_nic):
     """Updates per second one node can generate (eq. 5)."""
     return HT_BW / max(nic_to_host, host_to_nic)
@@ -63,8 +76,8 @@ def plot(hot, gups, png):
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
     for (pattern, op), pts in sorted(hot.items()):
         ns = sorted(pts)
-        a1.plot(ns, [statistics.median(pts[n]["wall"]) for n in ns], marker="o", label=f"{pattern} {op} wall")
-        a1.plot(ns, [statistics.median(pts[n]["model"]) for n in ns], ls="--", marker="x",
+        a1.plot(ns, [med(pts[n]["wall"]) for n in ns], marker="o", label=f"{pattern} {op} wall")
+        a1.plot(ns, [med(pts[n]["model"]) for n in ns], ls="--", marker="x",
                 label=f"{pattern} {op} modeled")
     a1.set_yscale("log")
     a1.set_xlabel("PEs (N-1 target PE 0)")
@@ -73,8 +86,8 @@ def plot(hot, gups, png):
     a1.legend(fontsize=6)
     impls = sorted(gups)
     x = range(len(impls))
-    a2.bar([i - 0.2 for i in x], [statistics.median(gups[k]["wall"]) * 1e3 for k in impls], 0.4, label="wall")
-    a2.bar([i + 0.2 for i in x], [statistics.median(gups[k]["model"]) * 1e3 for k in impls], 0.4, label="modeled")
+    a2.bar([i - 0.2 for i in x], [med(gups[k]["wall"]) * 1e3 for k in impls], 0.4, label="wall")
+    a2.bar([i + 0.2 for i in x], [med(gups[k]["model"]) * 1e3 for k in impls], 0.4, label="modeled")
     a2.set_xticks(list(x), impls)
     a2.set_yscale("log")
     a2.set_ylabel("MUPS (10^6 updates/s, median)")
@@ -115,23 +128,23 @@ def main():
                         errors += int(d["errors"])
                         p = hot.setdefault((pattern, op), {}).setdefault(n, {"wall": [], "model": []})
                         p["wall"].append(float(d["mbytes_s"]))
-                        p["model"].append(float(d["modeled_mbytes_s"]))
+                        p["model"].append(num(d["modeled_mbytes_s"]))
             for impl in ("atomic", "message"):
                 d = shmemrun(c, gpes, "shmem-gups", "--impl", impl, "--log2-table", str(args.log2_table))[0]
                 errors += int(d["errors"])
                 p = gups.setdefault(impl, {"wall": [], "model": []})
                 p["wall"].append(float(d["gups"]))
-                p["model"].append(float(d["modeled_gups"]))
+                p["model"].append(num(d["modeled_gups"]))
     finally:
         c.down()
     rows = []
     for (pattern, op), pts in sorted(hot.items()):
         for n, v in sorted(pts.items()):
-            rows.append(("hotspot", f"{pattern}_{op}_pes{n}_wall", statistics.median(v["wall"]), "MB/s"))
-            rows.append(("hotspot", f"{pattern}_{op}_pes{n}_modeled", statistics.median(v["model"]), "MB/s"))
+            rows.append(("hotspot", f"{pattern}_{op}_pes{n}_wall", med(v["wall"]), "MB/s"))
+            rows.append(("hotspot", f"{pattern}_{op}_pes{n}_modeled", med(v["model"]), "MB/s"))
     for impl, v in sorted(gups.items()):
-        rows.append(("gups", f"{impl}_pes{gpes}_wall", statistics.median(v["wall"]), "GUPS"))
-        rows.append(("gups", f"{impl}_pes{gpes}_modeled", statistics.median(v["model"]), "GUPS"))
+        rows.append(("gups", f"{impl}_pes{gpes}_wall", med(v["wall"]), "GUPS"))
+        rows.append(("gups", f"{impl}_pes{gpes}_modeled", med(v["model"]), "GUPS"))
     rows.append(("gups", "eq5_bound_per_node_message", eq5(BASE_NIC_TO_HOST, BASE_HOST_TO_NIC) / 1e9, "GUPS"))
     rows.append(("gups", "eq5_bound_per_node_atomic", eq5(AMO_NIC_TO_HOST, AMO_HOST_TO_NIC) / 1e9, "GUPS"))
     rows.append(("gups", f"eq5_bound_{gpes}_nodes_message",

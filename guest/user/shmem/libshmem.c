@@ -1140,6 +1140,18 @@ const char *shmemx_rnic_counter_name(int i)
 	return i >= 0 && i < (int)RNIC_CNT_COUNT ? names[i] : NULL;
 }
 
+long long shmemx_rnic_counter(const char *name)
+{
+	uint64_t all[RNIC_CNT_COUNT];
+	int i;
+
+	need_init("shmemx_rnic_counter");
+	for (i = 0; shmemx_rnic_counter_name(i); i++)
+		if (!strcmp(shmemx_rnic_counter_name(i), name))
+			return rnic_counters(S.ctx, all) ? -1 : (long long)all[i];
+	return -1;
+}
+
 int shmemx_native_bitwise_atomics(void)
 {
 	return S.xatomic;

@@ -129,12 +129,15 @@ unsigned shmemx_max_outstanding(void);
 int shmemx_rnic_counters(uint64_t *c, int n);
 /* The name of counter i (rnic_regs.h RNIC_CNT_NAMES), NULL past the last. */
 const char *shmemx_rnic_counter_name(int i);
+/* The current value of the counter called name (e.g. "amu_ops"), -1 if the device has none. */
+long long shmemx_rnic_counter(const char *name);
 /* 1 when the bitwise and swap atomics are single NIC operations (the RNIC's extended atomics),
  * 0 when they are compare-swap loops over the IB atomics. */
 int shmemx_native_bitwise_atomics(void);
-/* The RNIC timing model's window over this PE's completions since the last reset: the model
- * clock at the first operation's doorbell and at the last completion (ns), and the operations
- * completed. The modeled rate of a phase is ops / (end - start). */
+/* The window of this PE's completions since the last reset on the RNIC's clock (QEMU's virtual
+ * clock plus the modeled latency of each work request; under TCG that clock advances with host
+ * time, so the window tracks the wall time of the emulated run): the clock at the first
+ * operation's doorbell and at the last completion (ns), and the operations completed. */
 void shmemx_model_window(uint64_t *start_ns, uint64_t *end_ns, uint64_t *ops);
 void shmemx_model_window_reset(void);
 

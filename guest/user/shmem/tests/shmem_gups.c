@@ -15,11 +15,14 @@
  *                   <= 1024 updates buffered or in flight per PE)
  * The replay uses the other implementation, so a systematic error of one cannot cancel itself.
  *
- * PE 0 prints one line: impl pes log2_table table_words updates seconds gups modeled_seconds
- * modeled_gups errors error_pct verify=pass|fail native_xor. gups = updates / seconds / 1e9 (wall
- * time of the update phase in the guest, barrier to barrier); modeled: updates over the longest
- * span of the RNIC timing model's clock between a PE's first doorbell and last completion in the
- * phase (the NIC's work only: the message baseline's CPU updates are not in it).
+ * PE 0 prints one line: impl pes log2_table table_words updates seconds gups devclock_seconds
+ * devclock_gups unit_ops unit_busy_ns modeled_gups errors error_pct verify=pass|fail native_xor.
+ * gups = updates / seconds / 1e9 (wall time of the update phase in the guest, barrier to barrier).
+ * devclock: the longest span of a PE's RNIC clock between its first doorbell and last completion
+ * (QEMU's virtual clock plus modeled latencies: under TCG it tracks the wall time). modeled_gups:
+ * the atomics the PEs' atomic units executed in the phase over the longest modeled busy time of a
+ * unit (counters amu_ops, amu_busy_ns), `na` when the device has no atomic unit counters or the
+ * phase ran no atomic (the message baseline).
  */
 #include <shmem.h>
 #include <stdio.h>
@@ -32,7 +35,7 @@
 #define MAX_OUTSTANDING 1024
 
 static long errors_total;
-static uint64_t spans[64];
+static uint64_t spans[64], unit_ops[64], unit_busy[64];
 
 /* The stream's element n (HPCC's HPCC_starts: 2^n in GF(2)[x] / POLY by squaring). */
 static uint64_t hpcc_starts(int64_t n)
@@ -175,6 +178,7 @@ int main(int argc, char **argv)
 	int log_table = 16, i, me, n, log_n = 0, atomic;
 	struct run r;
 	uint64_t k, t_start, t_end, ops, span = 0, wrong = 0;
+	long long ops0, busy0;
 	double t0, t1;
 
 	for (i = 1; i < argc; i++) {
@@ -224,6 +228,8 @@ int main(int argc, char **argv)
 	shmem_barrier_all();
 
 	shmemx_model_window_reset();
+	ops0 = shmemx_rnic_counter("amu_ops");
+	busy0 = shmemx_rnic_counter("amu_busy_ns");
 	t0 = now();
 	if (atomic)
 		run_atomic(&r);
@@ -235,6 +241,13 @@ int main(int argc, char **argv)
 	if (ops)
 		span = t_end - t_start;
 	shmem_uint64_put(&spans[me], &span, 1, 0);
+	if (ops0 >= 0 && busy0 >= 0) {
+		uint64_t d_ops = (uint64_t)(shmemx_rnic_counter("amu_ops") - ops0);
+		uint64_t d_busy = (uint64_t)(shmemx_rnic_counter("amu_busy_ns") - busy0);
+
+		shmem_uint64_put(&unit_ops[me], &d_ops, 1, 0);
+		shmem_uint64_put(&unit_busy[me], &d_busy, 1, 0);
+	}
 	shmem_barrier_all();
 
 	/* verification: replay with the other implementation */
@@ -249,16 +262,24 @@ int main(int argc, char **argv)
 	shmem_barrier_all();
 	if (me == 0) {
 		double secs = t1 - t0, pct = 100.0 * (double)errors_total / (double)(1ull << log_table);
-		uint64_t maxspan = 0;
+		uint64_t maxspan = 0, uops = 0, ubusy = 0;
+		char modeled[32] = "na";
 
-		for (i = 0; i < n; i++)
+		for (i = 0; i < n; i++) {
 			maxspan = spans[i] > maxspan ? spans[i] : maxspan;
+			uops += unit_ops[i];
+			ubusy = unit_busy[i] > ubusy ? unit_busy[i] : ubusy;
+		}
+		if (uops && ubusy)
+			snprintf(modeled, sizeof(modeled), "%.6f", (double)uops / (double)ubusy);
 		printf("impl=%s pes=%d log2_table=%d table_words=%llu updates=%llu seconds=%.6f gups=%.9f "
-		       "modeled_seconds=%.9f modeled_gups=%.6f errors=%ld error_pct=%.4f verify=%s native_xor=%d\n",
+		       "devclock_seconds=%.9f devclock_gups=%.9f unit_ops=%llu unit_busy_ns=%llu modeled_gups=%s "
+		       "errors=%ld error_pct=%.4f verify=%s native_xor=%d\n",
 		       impl, n, log_table, 1ull << log_table, (unsigned long long)r.nupdate, secs,
 		       (double)r.nupdate / secs / 1e9, (double)maxspan * 1e-9,
-		       maxspan ? (double)r.nupdate / (double)maxspan : 0.0, errors_total, pct,
-		       pct <= 1.0 ? "pass" : "fail", shmemx_native_bitwise_atomics());
+		       maxspan ? (double)r.nupdate / (double)maxspan : 0.0, (unsigned long long)uops,
+		       (unsigned long long)ubusy, modeled, errors_total, pct, pct <= 1.0 ? "pass" : "fail",
+		       shmemx_native_bitwise_atomics());
 	}
 	{
 		int fail = (double)errors_total * 100.0 > (double)(1ull << log_table);
