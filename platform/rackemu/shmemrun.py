@@ -25,6 +25,7 @@ from .cluster import Background, Cluster, ClusterError
 GUEST_DIR = "/tmp/shmemrun"
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 KILL_GRACE = 3.0
+RESERVED_ENV = ("RACKEMU_SHMEM_PE", "RACKEMU_SHMEM_NPES", "RACKEMU_SHMEM_ROOT", "RACKEMU_SHMEM_PORT")
 
 
 @dataclass
@@ -52,8 +53,8 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
         if not ENV_RE.match(p):
             raise ClusterError(f"--env {p!r} is not NAME=VALUE (a name of letters, digits and _)")
         k, v = p.split("=", 1)
-        if k.startswith("RACKEMU_SHMEM_"):
-            raise ClusterError(f"--env {k}: shmemrun sets RACKEMU_SHMEM_* itself")
+        if k in RESERVED_ENV:
+            raise ClusterError(f"--env {k}: shmemrun sets {', '.join(RESERVED_ENV)} itself")
         env[k] = v
     return env
 
