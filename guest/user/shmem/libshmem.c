@@ -323,21 +323,15 @@ static uint8_t *bounce_alloc(size_t len)
 
 /* ---- bootstrap ---- */
 
+/* All n bytes or -1 (a blocking stream send returns when all is queued; MSG_WAITALL fills) */
 static int full_io(int fd, void *buf, size_t n, int send_it)
 {
-	uint8_t *p = buf;
+	ssize_t r;
 
-	while (n) {
-		ssize_t r = send_it ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		p += r;
-		n -= (size_t)r;
-	}
-	return 0;
+	do
+		r = send_it ? send(fd, buf, n, MSG_NOSIGNAL) : recv(fd, buf, n, MSG_WAITALL);
+	while (r < 0 && errno == EINTR);
+	return r == (ssize_t)n ? 0 : -1;
 }
 
 static unsigned long env_ul(const char *name, unsigned long def, unsigned long max)
