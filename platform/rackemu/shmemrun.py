@@ -25,6 +25,7 @@ from .cluster import Background, Cluster, ClusterError
 GUEST_DIR = "/tmp/shmemrun"
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 KILL_GRACE = 3.0
+_nap = time.sleep  # the launcher's poll interval (tests replace it)
 RESERVED_ENV = ("RACKEMU_SHMEM_PE", "RACKEMU_SHMEM_NPES", "RACKEMU_SHMEM_ROOT", "RACKEMU_SHMEM_PORT")
 
 
@@ -120,6 +121,25 @@ def run(cluster: Cluster, plan: Plan, say: Callable[[str], None] = lambda m: Non
     jobs = [Background(one, pe, name=f"rackemu-shmem-pe{pe}") for pe in range(plan.n)]
     results: list[PeResult | None] = [None] * plan.n
     stopped: set[int] = set()
+    try:
+        _wait(plan, nodes, jobs, results, stopped, say)
+    except KeyboardInterrupt:
+        # Ctrl-C: the PEs run in the guests, not under this process: stop them before leaving
+        say("interrupted: stopping every PE")
+        for s in [Background(stop_pe, nodes[q], plan, q) for q in range(plan.n) if results[q] is None]:
+            s.result()
+        raise
+    for q in range(plan.n):
+        try:
+            nodes[q].exec(f"rm -f {GUEST_DIR}/{plan.tag}.pe{q}.pid", timeout=10)
+        except ClusterError:
+            pass
+    return [r for r in results if r is not None]
+
+
+def _wait(plan: Plan, nodes: list[Any], jobs: list[Background], results: list[PeResult | None],
+          stopped: set[int], say: Callable[[str], None]) -> None:
+    """Collect the PEs' results as they end; the first failure stops the PEs still running."""
     while any(r is None for r in results):
         for pe, job in enumerate(jobs):
             if results[pe] is not None or not job.done():
@@ -139,13 +159,7 @@ def run(cluster: Cluster, plan: Plan, say: Callable[[str], None] = lambda m: Non
                         f"{', '.join(map(str, others))}")
                     for s in [Background(stop_pe, nodes[q], plan, q) for q in others]:
                         s.result()
-        time.sleep(0.05)
-    for q in range(plan.n):
-        try:
-            nodes[q].exec(f"rm -f {GUEST_DIR}/{plan.tag}.pe{q}.pid", timeout=10)
-        except ClusterError:
-            pass
-    return [r for r in results if r is not None]
+        _nap(0.05)
 
 
 def print_results(results: list[PeResult], out=None, err=None) -> None:

@@ -160,3 +160,16 @@ def test_not_executable_host_program_is_refused(cluster3, run_dir, tmp_path, cap
     prog.chmod(0o644)
     assert shmemrun(run_dir, "-n", "2", str(prog)) == 1
     assert "is not executable on the host" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_every_pe(cluster3, run_dir, monkeypatch, capsys):
+    import rackemu.shmemrun as sr
+    PeAgent.fail_pe = 99                # no PE fails by itself: they run until stopped
+
+    def interrupt(_s):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sr, "_nap", interrupt)
+    assert shmemrun(run_dir, "-n", "3", "shmem-ok") == 130
+    assert all(PeAgent.killed[pe].is_set() for pe in range(3))
+    assert "interrupted: stopping every PE" in capsys.readouterr().err
