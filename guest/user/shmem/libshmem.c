@@ -95,6 +95,8 @@ static struct {
 	struct blk *blk;
 	size_t nblk;
 	int xatomic;
+	uint64_t epoch;               /* barriers entered */
+	uint64_t arrivals[MAX_PES];   /* barrier notifications received from each PE */
 } S;
 
 static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -206,6 +208,11 @@ static int reap_recv(void)
 		if (pe >= S.n || c[i].byte_len > SHMEMX_MSG_MAX)
 			fatal("receive completion with a bad wr_id %llu or length %u", (unsigned long long)c[i].wr_id,
 			      c[i].byte_len);
+		if (c[i].opcode == RNIC_CQE_OP_RECV_RDMA_IMM) { /* a barrier notification */
+			S.arrivals[pe]++;
+			post_recv(pe, k);
+			continue;
+		}
 		m = malloc(sizeof(*m) + c[i].byte_len);
 		if (!m)
 			fatal("out of memory queueing a message");
@@ -586,6 +593,8 @@ void shmem_finalize(void)
 	if (!S.up)
 		return;
 	shmem_barrier_all();
+	shmem_quiet();
+	tcp_barrier(); /* every PE's last operations completed before anyone destroys its QPs */
 	S.up = 0;
 	for (i = 0; i < S.n; i++) {
 		rnic_destroy_qp(S.peer[i].qp);
@@ -1028,11 +1037,28 @@ void shmem_fence(void)
 		S.peer[i].fence = 1;
 }
 
+/* A dissemination barrier over the RNIC: in round r (distance d = 2^r < N) each PE sends a
+ * zero-length RDMA WRITE WITH IMMEDIATE to PE me + d and waits for the one of PE me - d (its
+ * receive completion counts an arrival from that PE; distances differ, so do the senders of one
+ * barrier). Waiting blocks on the receive CQ's interrupt after the spin budget. */
 void shmem_barrier_all(void)
 {
+	int d;
+
 	need_init("shmem_barrier_all");
 	shmem_quiet();
-	tcp_barrier();
+	if (S.n == 1)
+		return;
+	S.epoch++;
+	for (d = 1; d < S.n; d <<= 1) {
+		int to = (S.me + d) % S.n, from = (S.me + S.n - d) % S.n;
+		struct rnic_send_wqe w = { .opcode = RNIC_WR_WRITE_IMM, .imm = (uint32_t)S.epoch,
+					   .remote_addr = S.peer[to].heap_base, .rkey = S.peer[to].heap_rkey };
+
+		post(to, &w);
+		while (S.arrivals[from] < S.epoch)
+			wait_progress(1000);
+	}
 }
 
 /* A lock is the long at `lock` on PE 0: 0 when free, holder + 1 when taken. */
