@@ -6,6 +6,7 @@ build/guest/lib/libshmem.a; shmem-gups (HPCC RandomAccess) and shmem-hotspot (se
 likewise. Every assertion is on data: exact values, check counts, verification error counts.
 """
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -123,3 +124,21 @@ def test_a_pe_dying_inside_libshmem_fails_the_run(scluster):
     assert "[pe 2] shmemrun: exited with status" in err
     for pe in (0, 1):
         assert f"[pe {pe}] shmemrun: stopped after another PE failed" in err
+
+
+def test_a_pe_killed_mid_run_fails_the_others_without_the_launcher(scluster):
+    # the library alone (no shmemrun to stop anyone): PE 1 is killed while the PEs run atomics and
+    # barriers; PEs 0 and 2 must exit with an error naming what failed, never hang
+    from rackemu.cluster import Background
+    port = 21000 + int(time.time()) % 5000
+    env = f"RACKEMU_SHMEM_NPES=3 RACKEMU_SHMEM_ROOT=node0 RACKEMU_SHMEM_PORT={port}"
+    cmds = {pe: f"RACKEMU_SHMEM_PE={pe} {env} shmem-check --iters 100000" for pe in (0, 2)}
+    cmds[1] = (f"RACKEMU_SHMEM_PE=1 {env} shmem-check --iters 100000 >/dev/null & "
+               f"sleep 8; kill -KILL $!; wait $!; exit 0")
+    jobs = {pe: Background(scluster.node(pe).exec, cmd, timeout=240) for pe, cmd in cmds.items()}
+    res = {pe: j.result() for pe, j in jobs.items()}
+    for pe in (0, 2):
+        r = res[pe]
+        assert not r.timed_out, f"PE {pe} hung after PE 1 died"
+        assert r.rc == 1, (r.rc, r.stderr)
+        assert re.search(rb"shmem: PE %d: .*(failed|left)" % pe, r.stderr), r.stderr

@@ -1037,6 +1037,23 @@ void shmem_fence(void)
 		S.peer[i].fence = 1;
 }
 
+/* A PE that exited closes its start-up connection: PE 0 sees it from any PE, every PE from PE 0
+ * (which then exits too). A waiting barrier checks, so a dead PE fails the barrier, never hangs it. */
+static void check_alive(void)
+{
+	int i;
+
+	for (i = 0; i < S.n; i++) {
+		struct pollfd p = { .fd = S.sock[i], .events = POLLIN };
+		char c;
+
+		if (S.sock[i] < 0 || poll(&p, 1, 0) != 1)
+			continue;
+		if (recv(S.sock[i], &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0 || (p.revents & (POLLHUP | POLLERR)))
+			fatal("PE %d left (exited or died) while this PE waited in shmem_barrier_all", i);
+	}
+}
+
 /* A dissemination barrier over the RNIC: in round r (distance d = 2^r < N) each PE sends a
  * zero-length RDMA WRITE WITH IMMEDIATE to PE me + d and waits for the one of PE me - d (its
  * receive completion counts an arrival from that PE; distances differ, so do the senders of one
@@ -1056,8 +1073,10 @@ void shmem_barrier_all(void)
 					   .remote_addr = S.peer[to].heap_base, .rkey = S.peer[to].heap_rkey };
 
 		post(to, &w);
-		while (S.arrivals[from] < S.epoch)
+		while (S.arrivals[from] < S.epoch) {
 			wait_progress(1000);
+			check_alive();
+		}
 	}
 }
 
