@@ -80,29 +80,16 @@ std::vector<Prop> props()
     u32("tags", &AmuConfig::tags);
     p.push_back({"rate-limit",
                  [](AmuConfig &c, const std::string &v) {
-                     if (v == "off") c.rate_limit = AmuRateLimit::Off;
-                     else if (v == "aging") c.rate_limit = AmuRateLimit::Aging;
-                     else if (v == "hostq") c.rate_limit = AmuRateLimit::HostQueue;
-                     else if (v == "both") c.rate_limit = AmuRateLimit::Both;
-                     else usage("rate-limit: off, aging, hostq or both");
+                     if (!amu_rate_limit_from(v.c_str(), &c.rate_limit)) usage("rate-limit: off, aging, hostq or both");
                  },
-                 [](const AmuConfig &c) {
-                     const char *n[] = {"off", "aging", "hostq", "both"};
-                     return std::string(n[int(c.rate_limit)]);
-                 }});
+                 [](const AmuConfig &c) { return std::string(amu_rate_limit_name(c.rate_limit)); }});
     u32("age-max", &AmuConfig::age_max);
     u32("hostq-threshold", &AmuConfig::hostq_threshold);
     p.push_back({"raw",
                  [](AmuConfig &c, const std::string &v) {
-                     if (v == "none") c.raw = AmuRaw::None;
-                     else if (v == "ack") c.raw = AmuRaw::Ack;
-                     else if (v == "flush") c.raw = AmuRaw::Flush;
-                     else usage("raw: none, ack or flush");
+                     if (!amu_raw_from(v.c_str(), &c.raw)) usage("raw: none, ack or flush");
                  },
-                 [](const AmuConfig &c) {
-                     const char *n[] = {"none", "ack", "flush"};
-                     return std::string(n[int(c.raw)]);
-                 }});
+                 [](const AmuConfig &c) { return std::string(amu_raw_name(c.raw)); }});
     u32("raw-entries", &AmuConfig::raw_entries);
     u32("cache-cycles", &AmuConfig::cache_cycles);
     p.push_back({"symmetric", [](AmuConfig &c, const std::string &v) { c.symmetric = num(v, "symmetric") != 0; },

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,9 +48,20 @@ static const char usage[] =
 	"  faa (--client HOST [--port P] | --peer-file F) --count K\n"
 	"                       K FETCH_ADDs of 1 on the counter of `rnic bench --server` on HOST; prints the\n"
 	"                       values seen (first, last) and the errors\n"
+	"  xatomic (--client HOST [--port P] | --peer-file F) --count K [--window W]\n"
+	"                       every atomic kind K times on the server's words (docs/rnic-verbs.md \"rnic\n"
+	"                       xatomic\"): word 0 posted ADD 1, 1 fetching ADD 1, 2 XOR, 3 OR, 4 AND of this\n"
+	"                       node's bit, 5 SWAP, 6 32-bit fetching ADD, 7 COMPARE_SWAP increments, 8 masked\n"
+	"                       compare-swap increments of the low half; W posted in flight (non-blocking\n"
+	"                       posting, then quiet). The server prints the words when it is done;\n"
+	"                       `bench --server --cpu-adds N` also adds 1 to word 0 N times on its own CPU\n"
 	"\n"
 	"Defaults: --ops write,read,send,faa,cas --sizes 8,64,1K,4K,64K,1M --iters 200 --window 16\n"
 	"--rate-windows 1,2,4,8,16,32,64. RNIC_SPIN_US sets how long waits spin before blocking.\n";
+
+/* The server's words for `rnic xatomic` (offsets in 8-byte words of its MR) and their start values. */
+enum { XW_ADD, XW_FADD, XW_XOR, XW_OR, XW_AND, XW_SWAP, XW_ADD32, XW_CAS, XW_MCSWAP, XW_COUNT };
+static const uint64_t xw_init[XW_COUNT] = { 0, 0, 0, 0, ~0ull, 0, 0x5A5A5A5A00000000ull, 0, 0xABCD000000000000ull };
 
 static void fill(uint8_t *p, size_t n, uint64_t seed)
 {
@@ -450,6 +462,135 @@ static void check_violations(struct pair *p)
 	free(before);
 }
 
+/* The extended atomics (the atomic unit) through the library's tracked posting: every op at 32 and
+ * 64 bits with and without the old value, many outstanding then rnic_quiet, a fence, and the
+ * refusals (the right status, nothing written, rnic_quiet reporting the error). */
+static void check_xatomics(struct pair *p)
+{
+	static const char *const xop_name[ROCE_XOP_COUNT] = { "add", "swap", "xor", "and", "or", "mcswap" };
+	volatile uint64_t *w64 = (volatile uint64_t *)(p->b.buf + 128);
+	volatile uint32_t *w32 = (volatile uint32_t *)(p->b.buf + 136), *w32n = w32 + 1;
+	uint64_t *res = (uint64_t *)(p->a.buf + 256);
+	char name[64];
+	int ret;
+
+	if (!(p->ctx->info.caps & RNIC_CAP_XATOMIC)) {
+		check("xatomic_cap", 0, "caps=0x%x: the device has no atomic unit", p->ctx->info.caps);
+		return;
+	}
+	pair_connect(p, NULL);
+	for (unsigned op = 0, k = 1; op < ROCE_XOP_COUNT; op++)
+		for (unsigned size = 8; size >= 4; size -= 4)
+			for (int fetch = 1; fetch >= 0; fetch--, k++) {
+				/* every case from a fresh value, with an operand that changes it */
+				const uint64_t start = 0x9E3779B97F4A7C15ull * k ^ 0x00FF00FF00FF00FFull;
+				uint64_t before, want, got;
+				struct rnic_xatomic x = {
+					.wr_id = 100 + op, .remote_addr = (uintptr_t)(size == 8 ? (void *)w64 : (void *)w32),
+					.rkey = p->b.mr.rkey, .op = (uint8_t)op, .size = (uint8_t)size,
+					.operand = 0xC2B2AE3D27D4EB4Full * k + 0x1234567, .mask = 0xFFFF0000FFFF0000ull,
+					.result = fetch ? res : NULL, .result_lkey = p->a.mr.lkey,
+				};
+				uint64_t m = size == 8 ? ~0ull : 0xFFFFFFFFull, o = x.operand & m;
+
+				if (size == 8)
+					*w64 = start;
+				else
+					*w32 = (uint32_t)start;
+				before = start & m;
+				x.compare = before;
+				*w32n = 0x5A5A5A5A;
+				*res = 0xdeadbeefdeadbeefull;
+				switch (op) {
+				case ROCE_XOP_ADD: want = (before + o) & m; break;
+				case ROCE_XOP_SWAP: want = o; break;
+				case ROCE_XOP_XOR: want = before ^ o; break;
+				case ROCE_XOP_AND: want = before & o; break;
+				case ROCE_XOP_OR: want = before | o; break;
+				default: want = ((before & ~x.mask) | (o & x.mask)) & m; break;
+				}
+				ret = rnic_post_xatomic(p->a.qp, &x, 5000);
+				ret = ret ? ret : rnic_quiet(p->a.qp, 5000);
+				got = size == 8 ? *w64 : *w32;
+				snprintf(name, sizeof(name), "xatomic_%s%u%s", xop_name[op], size * 8, fetch ? "_fetch" : "");
+				check(name,
+				      ret == 0 && got == want && want != before && *w32n == 0x5A5A5A5A &&
+					      (!fetch || (size == 8 ? *res : (*res & 0xFFFFFFFFull)) == before),
+				      "err=%d before=0x%llx now=0x%llx want=0x%llx fetched=0x%llx", ret,
+				      (unsigned long long)before, (unsigned long long)got, (unsigned long long)want,
+				      (unsigned long long)*res);
+			}
+	{ /* many outstanding: 1000 posted adds with the SQ (256) and CQ (1024) as the only limits */
+		uint64_t c0 = p->a.qp->done;
+
+		*w64 = 0;
+		ret = 0;
+		for (unsigned i = 0; i < 1000 && !ret; i++) {
+			struct rnic_xatomic x = { .wr_id = i, .remote_addr = (uintptr_t)w64, .rkey = p->b.mr.rkey,
+						  .op = ROCE_XOP_ADD, .size = 8, .operand = i + 1 };
+
+			ret = rnic_post_xatomic(p->a.qp, &x, 5000);
+		}
+		/* a fenced fetch: waits in the device for earlier atomics, sees them all */
+		if (!ret) {
+			struct rnic_xatomic x = { .wr_id = 1000, .remote_addr = (uintptr_t)w64, .rkey = p->b.mr.rkey,
+						  .op = ROCE_XOP_ADD, .size = 8, .operand = 0, .result = res,
+						  .result_lkey = p->a.mr.lkey };
+
+			rnic_fence(p->a.qp);
+			ret = rnic_post_xatomic(p->a.qp, &x, 5000);
+		}
+		ret = ret ? ret : rnic_quiet(p->a.qp, 20000);
+		check("xatomic_many_outstanding_quiet", ret == 0 && *w64 == 500500 && *res == 500500 &&
+								p->a.qp->done - c0 == 1001 && p->a.qp->posted == p->a.qp->done,
+		      "err=%d sum=%llu fenced_fetch=%llu completed=%llu", ret, (unsigned long long)*w64,
+		      (unsigned long long)*res, (unsigned long long)(p->a.qp->done - c0));
+	}
+	/* refusals: the target's NAK, the requester's status, nothing written; rnic_quiet says which */
+	{
+		struct rnic_mr noatomic;
+		struct {
+			const char *what;
+			uint64_t off;
+			uint8_t op, size;
+			int noatomic;
+			uint8_t status;
+		} cases[] = {
+			{ "unaligned64", 132, ROCE_XOP_ADD, 8, 0, RNIC_WC_REM_INV_REQ_ERR },
+			{ "unaligned32", 134, ROCE_XOP_OR, 4, 0, RNIC_WC_REM_INV_REQ_ERR },
+			{ "no_atomic_access", 128, ROCE_XOP_XOR, 8, 1, RNIC_WC_REM_ACCESS_ERR },
+			{ "past_end", 0, ROCE_XOP_SWAP, 8, 0, RNIC_WC_REM_ACCESS_ERR },
+			{ "bad_op", 128, ROCE_XOP_COUNT, 8, 0, RNIC_WC_LOC_QP_OP_ERR },
+			{ "bad_size", 128, ROCE_XOP_ADD, 2, 0, RNIC_WC_LOC_QP_OP_ERR },
+		};
+
+		ret = rnic_reg_mr(p->ctx, p->b.pd, p->b.buf, 4096,
+				  RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_WRITE | RNIC_ACCESS_REMOTE_READ, &noatomic);
+		for (unsigned k = 0; !ret && k < sizeof(cases) / sizeof(cases[0]); k++) {
+			uint64_t before = *w64;
+			struct rnic_xatomic x = {
+				.wr_id = 77, .remote_addr = (uintptr_t)p->b.buf + (cases[k].off ? cases[k].off : p->b.len),
+				.rkey = cases[k].noatomic ? noatomic.rkey : p->b.mr.rkey, .op = cases[k].op,
+				.size = cases[k].size, .operand = 1, .result = res, .result_lkey = p->a.mr.lkey,
+			};
+			int r;
+
+			pair_connect(p, NULL);
+			r = rnic_post_xatomic(p->a.qp, &x, 5000);
+			r = r ? r : rnic_quiet(p->a.qp, 5000);
+			snprintf(name, sizeof(name), "refuse_xatomic_%s", cases[k].what);
+			check(name, r == -EIO && p->a.qp->first_error.status == cases[k].status &&
+					    p->a.qp->first_error.wr_id == 77 && *w64 == before,
+			      "err=%d status=%u (%s) vendor_err=0x%x", r, p->a.qp->first_error.status,
+			      rnic_wc_status_str(p->a.qp->first_error.status), p->a.qp->first_error.vendor_err);
+		}
+		if (!ret)
+			rnic_dereg_mr(p->ctx, &noatomic);
+		else
+			check("refuse_xatomic_setup", 0, "err=%d", ret);
+	}
+}
+
 /* Local refusals and state rules on the data path. */
 static void check_local(struct pair *p)
 {
@@ -707,6 +848,7 @@ static int cmd_check(void)
 	      "qpn_a=0x%x qpn_b=0x%x state_a=%s", p.a.qp->qpn, p.b.qp->qpn, rnic_qp_state_str(rnic_qp_state(p.a.qp)));
 	check_data_path(&p);
 	check_violations(&p);
+	check_xatomics(&p);
 	check_local(&p);
 	check_interrupt(&p);
 	check_driver(&p);
@@ -811,7 +953,51 @@ static int srv_repost(struct side *me, struct rnic_qp *qp, uint64_t id)
 	return rnic_post_recv(qp, &r);
 }
 
-static int bench_server(struct side *me, unsigned port, unsigned clients, const struct rnic_conn_opts *co)
+/* The target CPU's own atomics on word 0 while the NICs' atomics arrive (global atomicity). */
+struct cpu_adder {
+	volatile uint64_t *word;
+	unsigned long n;
+	pthread_t t;
+	int started;
+};
+
+static void *cpu_add_thread(void *arg)
+{
+	struct cpu_adder *a = arg;
+
+	for (unsigned long i = 0; i < a->n; i++)
+		__atomic_fetch_add(a->word, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static void cpu_adds_start(struct cpu_adder *a, struct side *me)
+{
+	a->word = (volatile uint64_t *)me->buf;
+	if (a->n && !pthread_create(&a->t, NULL, cpu_add_thread, a))
+		a->started = 1;
+	else if (a->n)
+		fatal("starting the CPU-adds thread", errno);
+}
+
+static void server_words_init(struct side *me)
+{
+	memcpy(me->buf, xw_init, sizeof(xw_init));
+}
+
+static void server_done(struct side *me, unsigned clients, struct cpu_adder *a)
+{
+	const volatile uint64_t *w = (const volatile uint64_t *)me->buf;
+
+	if (a->started)
+		pthread_join(a->t, NULL);
+	printf("server=done clients=%u counter=%llu cpu_adds=%lu", clients, (unsigned long long)w[0], a->n);
+	for (unsigned i = 0; i < XW_COUNT; i++)
+		printf(" word%u=0x%llx", i, (unsigned long long)w[i]);
+	printf("\n");
+}
+
+static int bench_server(struct side *me, unsigned port, unsigned clients, const struct rnic_conn_opts *co,
+			struct cpu_adder *cpu)
 {
 	struct srv_conn conn[64];
 	unsigned accepted = 0, closed = 0;
@@ -820,7 +1006,7 @@ static int bench_server(struct side *me, unsigned port, unsigned clients, const 
 
 	if (lfd < 0)
 		fatal("listening on the TCP port", lfd);
-	memset(me->buf, 0, 8);
+	server_words_init(me);
 	printf("server=ready port=%u clients=%u rkey=0x%x addr=0x%llx\n", port, clients, me->mr.rkey,
 	       (unsigned long long)me->me.addr);
 	fflush(stdout);
@@ -878,10 +1064,11 @@ static int bench_server(struct side *me, unsigned port, unsigned clients, const 
 				srv_repost(me, k->qp, i);
 			printf("client=%u node=%u qpn=0x%x peer_qpn=0x%x\n", accepted, peer.node, k->qp->qpn, peer.qpn);
 			fflush(stdout);
-			accepted++;
+			if (++accepted == clients)
+				cpu_adds_start(cpu, me);
 		}
 	}
-	printf("server=done clients=%u counter=%llu\n", accepted, (unsigned long long)*(volatile uint64_t *)me->buf);
+	server_done(me, accepted, cpu);
 	return 0;
 }
 
@@ -931,14 +1118,15 @@ static void conn_read_file(const char *path, struct rnic_conn *c)
 }
 
 /* The server with file exchange: QP i's peer in PEER.i; serves until PEER.stop exists. */
-static int bench_server_files(struct side *me, const char *peer, unsigned clients, const struct rnic_conn_opts *co)
+static int bench_server_files(struct side *me, const char *peer, unsigned clients, const struct rnic_conn_opts *co,
+			      struct cpu_adder *cpu)
 {
 	struct srv_conn conn[64];
 	struct rnic_cqe c[32];
 	char path[512];
 	unsigned polls = 0;
 
-	memset(me->buf, 0, 8);
+	server_words_init(me);
 	for (unsigned i = 0; i < clients; i++) {
 		struct rnic_conn mine = me->me;
 
@@ -968,6 +1156,7 @@ static int bench_server_files(struct side *me, const char *peer, unsigned client
 	}
 	printf("server=ready clients=%u\n", clients);
 	fflush(stdout);
+	cpu_adds_start(cpu, me);
 	snprintf(path, sizeof(path), "%s.stop", peer);
 	for (;;) {
 		unsigned busy = 0;
@@ -986,7 +1175,7 @@ static int bench_server_files(struct side *me, const char *peer, unsigned client
 			usleep(1000);
 		}
 	}
-	printf("server=done clients=%u counter=%llu\n", clients, (unsigned long long)*(volatile uint64_t *)me->buf);
+	server_done(me, clients, cpu);
 	return 0;
 }
 
@@ -1056,6 +1245,89 @@ static int parse_list(const char *s, uint64_t *out, int max, int ops)
 	return n;
 }
 
+/* `rnic xatomic`: every atomic kind `count` times on the server's words (XW_*), `window` posted
+ * atomics in flight (tracked posting), the compare-swap increments one at a time. */
+static int xatomic_hammer(struct bench *b, unsigned count, unsigned window)
+{
+	struct rnic_qp *qp = b->me.qp;
+	const uint32_t node = b->ctx->info.node_id, bit = 1u << (node % 64);
+	uint64_t *res = (uint64_t *)(b->me.buf + 4096);
+	unsigned errors = 0, cas_retries = 0, mc_retries = 0;
+	int ret = 0;
+	struct {
+		unsigned word;
+		uint8_t op, size;
+		int fetch;
+	} kinds[] = {
+		{ XW_ADD, ROCE_XOP_ADD, 8, 0 },	  { XW_FADD, ROCE_XOP_ADD, 8, 1 }, { XW_XOR, ROCE_XOP_XOR, 8, 0 },
+		{ XW_OR, ROCE_XOP_OR, 8, 1 },	  { XW_AND, ROCE_XOP_AND, 8, 0 },  { XW_SWAP, ROCE_XOP_SWAP, 8, 1 },
+		{ XW_ADD32, ROCE_XOP_ADD, 4, 1 },
+	};
+
+	for (unsigned k = 0; k < sizeof(kinds) / sizeof(kinds[0]) && !ret; k++) {
+		for (unsigned i = 0; i < count && !ret; i++) {
+			struct rnic_xatomic x = {
+				.wr_id = i, .remote_addr = b->peer.addr + 8 * kinds[k].word, .rkey = b->peer.rkey,
+				.op = kinds[k].op, .size = kinds[k].size,
+				.operand = kinds[k].op == ROCE_XOP_ADD	 ? 1
+					   : kinds[k].op == ROCE_XOP_AND ? ~(uint64_t)bit
+					   : kinds[k].op == ROCE_XOP_SWAP ? ((uint64_t)node << 32 | i)
+									  : bit,
+				.result = kinds[k].fetch ? res + (i % 1024) : NULL, .result_lkey = b->me.mr.lkey,
+			};
+
+			while (!ret && qp->posted - qp->done >= window)
+				ret = rnic_reap(qp->send_cq, 10000) < 0 ? -ETIMEDOUT : 0;
+			ret = ret ? ret : rnic_post_xatomic(qp, &x, 10000);
+		}
+		ret = ret ? ret : rnic_quiet(qp, 30000);
+		if (ret == -EIO) {
+			fprintf(stderr, "rnic xatomic: word %u: completion status %u (%s) vendor_err 0x%x\n", kinds[k].word,
+				qp->first_error.status, rnic_wc_status_str(qp->first_error.status), qp->first_error.vendor_err);
+			errors += (unsigned)qp->errors + 1;
+		}
+	}
+	/* increments by compare-swap: IB COMPARE_SWAP on word 7, masked (low 32 bits) on word 8 */
+	for (int masked = 0; masked <= 1 && !ret; masked++) {
+		const uint64_t mask = masked ? 0xFFFFFFFFull : ~0ull;
+		uint64_t expect = 0;
+
+		for (unsigned i = 0; i < count && !ret;) {
+			struct rnic_send_wqe w = wr(RNIC_WR_CMP_SWAP, i, &b->me, 4096, 8,
+						    b->peer.addr + 8 * (masked ? XW_MCSWAP : XW_CAS), b->peer.rkey);
+
+			if (masked) {
+				struct rnic_xatomic x = { .wr_id = i, .remote_addr = w.remote_addr, .rkey = b->peer.rkey,
+							  .op = ROCE_XOP_MCSWAP, .size = 8, .operand = expect + 1,
+							  .compare = expect, .mask = mask, .result = res,
+							  .result_lkey = b->me.mr.lkey };
+				rnic_wqe_xatomic(&w, &x);
+			} else {
+				w.compare = expect;
+				w.swap_add = expect + 1;
+			}
+			ret = rnic_post(qp, &w, 10000);
+			ret = ret ? ret : rnic_quiet(qp, 10000);
+			if (ret)
+				break;
+			if ((*res & mask) == expect) {
+				i++;
+				expect++;
+			} else {
+				expect = *res & mask;
+				masked ? mc_retries++ : cas_retries++;
+			}
+		}
+	}
+	if (ret && ret != -EIO)
+		fprintf(stderr, "rnic xatomic: %s\n", strerror(-ret));
+	if (ret == -EIO)
+		errors++;
+	printf("xatomic=done node=%u count=%u errors=%u cas_retries=%u mcswap_retries=%u\n", node, count, errors,
+	       cas_retries, mc_retries);
+	return ret || errors ? 1 : 0;
+}
+
 static int cmd_bench(int argc, char **argv, int faa_only)
 {
 	static const struct option opts[] = {
@@ -1063,7 +1335,7 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 		{ "rate-windows", 1, 0, 'r' }, { "server", 0, 0, 'S' }, { "client", 1, 0, 'c' }, { "port", 1, 0, 'p' },
 		{ "mtu", 1, 0, 'm' }, { "count", 1, 0, 'k' }, { "clients", 1, 0, 'C' }, { "verify", 0, 0, 'v' },
 		{ "timeout", 1, 0, 't' }, { "retry", 1, 0, 'R' }, { "peer-file", 1, 0, 'P' }, { "help", 0, 0, 'h' },
-		{ 0, 0, 0, 0 }
+		{ "cpu-adds", 1, 0, 'A' }, { 0, 0, 0, 0 }
 	};
 	uint64_t ops[OP_COUNT], sizes[32], rates[16], maxsize = 0;
 	int nops = parse_list("write,read,send,faa,cas", ops, OP_COUNT, 1);
@@ -1074,8 +1346,10 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 	unsigned port = 18515, count = 100, clients = 1;
 	struct rnic_conn_opts co = { 0 };
 	struct bench b;
+	struct cpu_adder cpu;
 
 	memset(&b, 0, sizeof(b));
+	memset(&cpu, 0, sizeof(cpu));
 	b.iters = 200;
 	b.window = 16;
 	opterr = 0;
@@ -1096,6 +1370,7 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 		case 'P': peer = optarg; break;
 		case 't': co.timeout = (uint8_t)num(optarg, "--timeout", 31); break;
 		case 'R': co.retry_cnt = (uint8_t)num(optarg, "--retry", 7); break;
+		case 'A': cpu.n = (unsigned long)num(optarg, "--cpu-adds", 1000000000); break;
 		case 'h': fputs(usage, stdout); return 0;
 		default: bad_option(c, argv, "rnic --help");
 		}
@@ -1107,7 +1382,10 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 	if (peer && host)
 		die("--peer-file replaces --client HOST (the parameters come from the file, not over TCP)");
 	if (faa_only && !host && !peer)
-		die("faa needs --client HOST or --peer-file FILE (a node running rnic bench --server)");
+		die("%s needs --client HOST or --peer-file FILE (a node running rnic bench --server)",
+		    faa_only == 2 ? "xatomic" : "faa");
+	if (cpu.n && !server)
+		die("--cpu-adds goes with --server (the server's CPU adds to its own word 0)");
 	if (!clients)
 		die("--clients must be 1..64");
 	if (verify && !host && !peer)
@@ -1121,7 +1399,8 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 	side_init(&b.me, b.ctx, (size_t)maxsize + 8192 < (2u << 20) ? (2u << 20) : (size_t)maxsize + 8192,
 		  (uint32_t)(now_ns() & 0xffffff));
 	if (server)
-		return peer ? bench_server_files(&b.me, peer, clients, &co) : bench_server(&b.me, port, clients, &co);
+		return peer ? bench_server_files(&b.me, peer, clients, &co, &cpu)
+			    : bench_server(&b.me, port, clients, &co, &cpu);
 	b.loopback = !host && !peer;
 	if (peer) {
 		char go[512];
@@ -1150,6 +1429,14 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 		ret = ret ? ret : rnic_qp_connect(b.me.qp, &b.me.me, &b.peer, &co);
 		if (ret)
 			fatal("connecting the QP", ret);
+	}
+	if (faa_only == 2) {
+		ret = xatomic_hammer(&b, count, b.window);
+		if (host) {
+			shutdown(b.sock, SHUT_WR);
+			close(b.sock);
+		}
+		return ret;
 	}
 	if (faa_only) {
 		uint64_t *orig = (uint64_t *)(b.me.buf + 4096), first = 0, last = 0;
@@ -1227,7 +1514,7 @@ int main(int argc, char **argv)
 		fputs(usage, argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
-	if (argc > 2 && strcmp(argv[1], "bench") && strcmp(argv[1], "faa"))
+	if (argc > 2 && strcmp(argv[1], "bench") && strcmp(argv[1], "faa") && strcmp(argv[1], "xatomic"))
 		die("'%s' takes no options (rnic --help)", argv[1]);
 	if (!strcmp(argv[1], "info"))
 		return cmd_info();
@@ -1239,5 +1526,7 @@ int main(int argc, char **argv)
 		return cmd_bench(argc - 1, argv + 1, 0);
 	if (!strcmp(argv[1], "faa"))
 		return cmd_bench(argc - 1, argv + 1, 1);
+	if (!strcmp(argv[1], "xatomic"))
+		return cmd_bench(argc - 1, argv + 1, 2);
 	die("unknown command '%s' (rnic --help)", argv[1]);
 }

@@ -48,6 +48,9 @@ struct RackemuRnicState {
     uint32_t node_id;      /* UINT32_MAX: the machine's node-id */
     uint32_t node_count;
     RkRnicTiming timing;
+    RkRnicAmu amu;         /* the atomic unit's properties (amu-*) */
+    char *amu_rate_limit;  /* amu-rate-limit, amu-raw: strings (NULL: the default) */
+    char *amu_raw;
     QEMUTimer *timer;
     QEMUBH *bh;
     int level[RNIC_MSIX_VECTORS]; /* latest level per vector, from any thread */
@@ -301,6 +304,16 @@ static void rackemu_rnic_realize(PCIDevice *pdev, Error **errp)
         error_setg(errp, "rackemu-rnic: link-mbps, nic-mhz and pcie-mbps must be at least 1");
         return;
     }
+    s->amu.rate_limit = s->amu_rate_limit;
+    s->amu.raw = s->amu_raw;
+    {
+        char msg[200];
+
+        if (rk_rnic_amu_check(&s->amu, s->timing.nic_mhz, msg, sizeof(msg)) < 0) {
+            error_setg(errp, "rackemu-rnic: atomic unit: %s", msg);
+            return;
+        }
+    }
     error_setg(&s->blocker, "rackemu-rnic: the RDMA transport's in-flight state is not migratable");
     if (migrate_add_blocker(s->blocker, errp) < 0) {
         error_free(s->blocker);
@@ -330,7 +343,7 @@ static void rackemu_rnic_realize(PCIDevice *pdev, Error **errp)
     s->host.rmem = NULL;
     s->host.node_id = s->node_id;
     s->host.node_count = s->node_count;
-    s->core = rk_rnic_new(&s->host, &s->timing, s->port != NULL, rackemu_rnic_send, rackemu_rnic_arm, s);
+    s->core = rk_rnic_new(&s->host, &s->timing, &s->amu, s->port != NULL, rackemu_rnic_send, rackemu_rnic_arm, s);
     if (s->port) {
         rk_fabric_port_eth_attach(s->port, RK_FABRIC_ETH_ROCE, rackemu_rnic_rx, s);
     }
@@ -380,6 +393,28 @@ static Property rackemu_rnic_props[] = {
     DEFINE_PROP_UINT32("pcie-ns", RackemuRnicState, timing.pcie_ns, 400),
     DEFINE_PROP_UINT32("pcie-mbps", RackemuRnicState, timing.pcie_mbps, 16000),
     DEFINE_PROP_UINT32("mtu", RackemuRnicState, timing.max_mtu, 4096),
+    /* the atomic unit (docs/atomic-unit.md "Properties"; defaults: the paper's) */
+    DEFINE_PROP_UINT32("amu-host-lat-ns", RackemuRnicState, amu.host_lat_ns, 250),
+    DEFINE_PROP_UINT32("amu-host-mbps", RackemuRnicState, amu.host_mbps, 2300),
+    DEFINE_PROP_UINT32("amu-mem-ns", RackemuRnicState, amu.mem_ns, 70),
+    DEFINE_PROP_UINT32("amu-net-mbps", RackemuRnicState, amu.net_mbps, 4000),
+    DEFINE_PROP_UINT32("amu-msg-bytes", RackemuRnicState, amu.msg_bytes, 48),
+    DEFINE_PROP_UINT32("amu-rdreq-bytes", RackemuRnicState, amu.rdreq_bytes, 8),
+    DEFINE_PROP_UINT32("amu-wrreq-bytes", RackemuRnicState, amu.wrreq_bytes, 16),
+    DEFINE_PROP_UINT32("amu-resp-bytes", RackemuRnicState, amu.resp_bytes, 12),
+    DEFINE_PROP_UINT32("amu-cache-lines", RackemuRnicState, amu.cache_lines, 32),
+    DEFINE_PROP_UINT32("amu-cache-ways", RackemuRnicState, amu.cache_ways, 1),
+    DEFINE_PROP_UINT32("amu-lookahead", RackemuRnicState, amu.lookahead, 8),
+    DEFINE_PROP_UINT32("amu-regs", RackemuRnicState, amu.regs, 8),
+    DEFINE_PROP_UINT32("amu-input-queue", RackemuRnicState, amu.input_queue, 64),
+    DEFINE_PROP_UINT32("amu-host-queue", RackemuRnicState, amu.host_queue, 16),
+    DEFINE_PROP_UINT32("amu-tags", RackemuRnicState, amu.tags, 32),
+    DEFINE_PROP_UINT32("amu-age-max", RackemuRnicState, amu.age_max, 4),
+    DEFINE_PROP_UINT32("amu-hostq-threshold", RackemuRnicState, amu.hostq_threshold, 2),
+    DEFINE_PROP_UINT32("amu-raw-entries", RackemuRnicState, amu.raw_entries, 64),
+    DEFINE_PROP_UINT32("amu-cache-cycles", RackemuRnicState, amu.cache_cycles, 2),
+    DEFINE_PROP_STRING("amu-rate-limit", RackemuRnicState, amu_rate_limit),
+    DEFINE_PROP_STRING("amu-raw", RackemuRnicState, amu_raw),
     DEFINE_PROP_END_OF_LIST(),
 };
 

@@ -2,6 +2,8 @@
 // The NIC atomic unit (seed 003 sec. III): see atomic_unit.h for the pipeline and the atomicity.
 #include "atomic_unit.h"
 
+#include <cstring>
+
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -87,6 +89,38 @@ const char *amu_check_config(const AmuConfig &c)
     return nullptr;
 }
 
+const char *amu_rate_limit_name(AmuRateLimit r)
+{
+    static const char *const n[] = {"off", "aging", "hostq", "both"};
+    return n[unsigned(r) & 3];
+}
+
+bool amu_rate_limit_from(const char *name, AmuRateLimit *out)
+{
+    for (AmuRateLimit r :
+         {AmuRateLimit::Off, AmuRateLimit::Aging, AmuRateLimit::HostQueue, AmuRateLimit::Both})
+        if (name && std::strcmp(name, amu_rate_limit_name(r)) == 0) {
+            *out = r;
+            return true;
+        }
+    return false;
+}
+
+const char *amu_raw_name(AmuRaw r)
+{
+    return r == AmuRaw::None ? "none" : r == AmuRaw::Ack ? "ack" : "flush";
+}
+
+bool amu_raw_from(const char *name, AmuRaw *out)
+{
+    for (AmuRaw r : {AmuRaw::None, AmuRaw::Ack, AmuRaw::Flush})
+        if (name && std::strcmp(name, amu_raw_name(r)) == 0) {
+            *out = r;
+            return true;
+        }
+    return false;
+}
+
 // ---- AmuRamHost ----
 
 bool AmuRamHost::valid(uint64_t addr, uint32_t len)
@@ -123,12 +157,16 @@ template <typename T> uint64_t host_amo(T *w, uint8_t op, uint64_t operand, uint
 
 } // namespace
 
+uint64_t amo_host_atomic(void *p, uint8_t size, uint8_t op, uint64_t operand, uint64_t compare, uint64_t mask)
+{
+    if (size == 4) return host_amo(static_cast<uint32_t *>(p), op, operand, compare, mask);
+    return host_amo(static_cast<uint64_t *>(p), op, operand, compare, mask);
+}
+
 uint64_t AmuRamHost::amo(uint64_t addr, uint8_t size, uint8_t op, uint64_t operand, uint64_t compare,
                          uint64_t mask)
 {
-    uint8_t *p = base_ + (addr - addr_);
-    if (size == 4) return host_amo(reinterpret_cast<uint32_t *>(p), op, operand, compare, mask);
-    return host_amo(reinterpret_cast<uint64_t *>(p), op, operand, compare, mask);
+    return amo_host_atomic(base_ + (addr - addr_), size, op, operand, compare, mask);
 }
 
 uint64_t AmuRamHost::read_word(uint64_t addr)

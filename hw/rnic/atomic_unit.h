@@ -97,6 +97,12 @@ struct AmuConfig {
 };
 // nullptr, or what is wrong with `c` (a property out of range: the message names it).
 const char *amu_check_config(const AmuConfig &c);
+// The names of the enumerated properties (rate-limit: off aging hostq both; raw: none ack flush),
+// shared by amu-model and the device glue. _from: false if `name` is none of them.
+const char *amu_rate_limit_name(AmuRateLimit r);
+bool amu_rate_limit_from(const char *name, AmuRateLimit *out);
+const char *amu_raw_name(AmuRaw r);
+bool amu_raw_from(const char *name, AmuRaw *out);
 
 // One operation. `addr` is the target's host-memory address (the RNIC resolves VA + rkey first).
 struct AmoRequest {
@@ -135,6 +141,11 @@ public:
     virtual void complete(const AmoResult &r) = 0;
     virtual void guest_error(const std::string &msg) { (void)msg; }
 };
+
+// One host atomic (amo_alu's semantics) on the size-byte operand at p (naturally aligned):
+// __atomic_* read-modify-writes, a compare-exchange loop for MCSWAP; returns the old value.
+uint64_t amo_host_atomic(void *p, uint8_t size, uint8_t op, uint64_t operand, uint64_t compare,
+                         uint64_t mask);
 
 // AmuHost over a host mapping of target memory (guest RAM in the device, a buffer in tests):
 // amo() is a host atomic (__atomic_* on the mapped address; masked compare-swap as a CAS loop),

@@ -12,7 +12,7 @@ namespace {
 bool is_rd_atomic(WrOp op)
 {
     return op == WrOp::Read || op == WrOp::CmpSwap || op == WrOp::FetchAdd || op == WrOp::Flush ||
-           op == WrOp::AtomicWrite;
+           op == WrOp::AtomicWrite || op == WrOp::XAtomic;
 }
 
 uint32_t div_up(uint32_t a, uint32_t b)
@@ -235,9 +235,15 @@ RcResult RcEngine::post_send(uint32_t qpn, const SendWr &wr)
     if (!q) return RcResult::NoQp;
     if (q->state == QpState::Reset) return RcResult::BadState;
     if (q->sq.size() >= cfg_.sq_depth) return RcResult::QueueFull;
-    if (unsigned(wr.op) > unsigned(WrOp::AtomicWrite) || wr.length > 0x80000000u) return RcResult::BadWr;
+    if (unsigned(wr.op) > unsigned(WrOp::XAtomicPost) || wr.length > 0x80000000u) return RcResult::BadWr;
     if ((wr.op == WrOp::CmpSwap || wr.op == WrOp::FetchAdd || wr.op == WrOp::AtomicWrite) && wr.length != 8)
         return RcResult::BadWr;
+    if (wr.op == WrOp::XAtomic || wr.op == WrOp::XAtomicPost) {
+        if (!cfg_.xatomic || wr.xop >= ROCE_XOP_COUNT ||
+            (wr.xsize != ROCE_XATOMIC_SIZE32 && wr.xsize != ROCE_XATOMIC_SIZE64) ||
+            wr.length != (wr.op == WrOp::XAtomic ? wr.xsize : 0u))
+            return RcResult::BadWr;
+    }
     if (q->state == QpState::Error) {
         ctr_.wr_errors++;
         env_.complete(Completion{q->qpn, wr.wr_id, false, WcStatus::WrFlushErr, wr.op, 0, false, 0, false});
@@ -333,6 +339,12 @@ bool RcEngine::send_request(Qp &q, size_t idx)
         case WrOp::FetchAdd:
             p.bth.opcode = wr.op == WrOp::CmpSwap ? ROCE_OP_CMP_SWAP : ROCE_OP_FETCH_ADD;
             p.atomic = AtomicEth{wr.remote_va, wr.rkey, wr.swap_add, wr.compare};
+            p.bth.ackreq = true;
+            break;
+        case WrOp::XAtomic:
+        case WrOp::XAtomicPost:
+            p.bth.opcode = wr.op == WrOp::XAtomic ? ROCE_OP_XATOMIC : ROCE_OP_XATOMIC_POST;
+            p.xatomic = XAtomicEth{wr.remote_va, wr.rkey, wr.xop, wr.xsize, wr.swap_add, wr.compare, wr.mask};
             p.bth.ackreq = true;
             break;
         case WrOp::Flush:
@@ -626,6 +638,21 @@ void RcEngine::on_response(Qp &q, const Packet &p)
             to_error(q, WcStatus::WrFlushErr);
         else
             restart_timer(q);
+    } else if (wr.op == WrOp::XAtomic) {
+        if (op != ROCE_OP_XATOMIC_ACK) {
+            ctr_.resp_dropped++;
+            return;
+        }
+        // the old value in the target's byte order (little-endian), xsize bytes of it
+        uint8_t v[8];
+        for (unsigned i = 0; i < 8; i++)
+            v[i] = uint8_t(p.atomic_orig >> (8 * i));
+        const WcStatus st = env_.write_local(q.qpn, wr, 0, v, wr.xsize);
+        complete_front(q, st, wr.xsize);
+        if (st != WcStatus::Success)
+            to_error(q, WcStatus::WrFlushErr);
+        else
+            restart_timer(q);
     } else if (wr.op == WrOp::Flush || wr.op == WrOp::AtomicWrite) {
         if (op != ROCE_OP_READ_RESP_ONLY || p.payload_len != 0) {
             ctr_.resp_dropped++;
@@ -755,7 +782,8 @@ void RcEngine::on_duplicate(Qp &q, const Packet &p)
     ctr_.duplicates++;
     const uint8_t op = p.bth.opcode;
     const uint32_t psn = p.bth.psn;
-    if (op <= ROCE_OP_WRITE_ONLY_IMM) { // SEND/WRITE: ACK again (C9-105), never re-executed
+    if (op <= ROCE_OP_WRITE_ONLY_IMM || op == ROCE_OP_XATOMIC_POST) {
+        // SEND/WRITE and the posted extended atomic: ACK again (C9-105), never re-executed
         send_ack(q, roce_psn_add(q.epsn, uint32_t(-1)), ROCE_AETH_ACK(ROCE_AETH_CREDITS_INVALID));
         return;
     }
@@ -777,9 +805,10 @@ void RcEngine::on_duplicate(Qp &q, const Packet &p)
         Packet a;
         a.bth.psn = r.first;
         a.aeth = Aeth{ROCE_AETH_ACK(ROCE_AETH_CREDITS_INVALID), q.msn & ROCE_MSN_MASK};
-        if (op == ROCE_OP_CMP_SWAP || op == ROCE_OP_FETCH_ADD) {
-            a.bth.opcode = ROCE_OP_ATOMIC_ACK;
-            a.atomic_orig = r.orig; // the saved original: the atomic is not executed again
+        if (op == ROCE_OP_CMP_SWAP || op == ROCE_OP_FETCH_ADD || op == ROCE_OP_XATOMIC) {
+            // the saved original: the atomic is not executed again
+            a.bth.opcode = op == ROCE_OP_XATOMIC ? ROCE_OP_XATOMIC_ACK : ROCE_OP_ATOMIC_ACK;
+            a.atomic_orig = r.orig;
         } else {
             a.bth.opcode = ROCE_OP_READ_RESP_ONLY;
         }
@@ -823,9 +852,11 @@ void RcEngine::execute(Qp &q, const Packet &p)
     if (((info & ROCE_HDR_FULL) && p.payload_len != mtu) || p.payload_len > mtu)
         return class_c(q, p, ROCE_NAK_INVALID_REQ, WcStatus::RemInvReqErr);
     // The QP's access flags (IBA: an operation the QP does not enable is an invalid request).
-    const uint32_t need = is_write || op == ROCE_OP_ATOMIC_WRITE              ? RC_ACCESS_REMOTE_WRITE
-                          : op == ROCE_OP_READ_REQUEST                        ? RC_ACCESS_REMOTE_READ
-                          : op == ROCE_OP_CMP_SWAP || op == ROCE_OP_FETCH_ADD ? RC_ACCESS_REMOTE_ATOMIC
+    const bool is_xatomic = op == ROCE_OP_XATOMIC || op == ROCE_OP_XATOMIC_POST;
+    const uint32_t need = is_write || op == ROCE_OP_ATOMIC_WRITE ? RC_ACCESS_REMOTE_WRITE
+                          : op == ROCE_OP_READ_REQUEST           ? RC_ACCESS_REMOTE_READ
+                          : op == ROCE_OP_CMP_SWAP || op == ROCE_OP_FETCH_ADD || is_xatomic
+                              ? RC_ACCESS_REMOTE_ATOMIC
                           : op == ROCE_OP_FLUSH ? (RC_ACCESS_FLUSH_GLOBAL | RC_ACCESS_FLUSH_PERSIST)
                                                 : 0;
     if (need && !(q.attr.access & need)) return class_c(q, p, ROCE_NAK_INVALID_REQ, WcStatus::RemInvReqErr);
@@ -840,6 +871,17 @@ void RcEngine::execute(Qp &q, const Packet &p)
             q.ack_owed = true;
             q.ack_psn = psn;
         }
+    };
+    // An executed atomic's answer (ATOMIC ACK / XATOMIC ACK: the value before), at once.
+    auto atomic_ack = [&](uint8_t resp_opcode, uint64_t orig) {
+        q.epsn = roce_psn_add(psn, 1);
+        covered_by_response(ctr_, q.ack_owed, q.ack_requests, q.ack_psn, psn);
+        Packet a;
+        a.bth.opcode = resp_opcode;
+        a.bth.psn = psn;
+        a.aeth = Aeth{ROCE_AETH_ACK(ROCE_AETH_CREDITS_INVALID), q.msn & ROCE_MSN_MASK};
+        a.atomic_orig = orig;
+        send_packet(q, a);
     };
     auto save = [&](uint32_t last, uint64_t va, uint32_t rkey, uint32_t len, uint64_t orig) {
         Resource &r = q.res[q.res_next];
@@ -937,15 +979,30 @@ void RcEngine::execute(Qp &q, const Packet &p)
                            WcStatus::RemAccessErr);
         save(psn, p.atomic.va, p.atomic.rkey, 8, orig);
         q.msn = roce_psn_add(q.msn, 1);
-        q.epsn = roce_psn_add(psn, 1);
         ctr_.executed++;
-        covered_by_response(ctr_, q.ack_owed, q.ack_requests, q.ack_psn, psn);
-        Packet a;
-        a.bth.opcode = ROCE_OP_ATOMIC_ACK;
-        a.bth.psn = psn;
-        a.aeth = Aeth{ROCE_AETH_ACK(ROCE_AETH_CREDITS_INVALID), q.msn & ROCE_MSN_MASK};
-        a.atomic_orig = orig;
-        send_packet(q, a);
+        atomic_ack(ROCE_OP_ATOMIC_ACK, orig);
+        return;
+    }
+    case ROCE_OP_XATOMIC:
+    case ROCE_OP_XATOMIC_POST: {
+        const XAtomicEth &x = p.xatomic;
+        const bool fetch = op == ROCE_OP_XATOMIC;
+        uint64_t orig = 0;
+        // the env checks op, size, MR and alignment (an unknown op or size, or a VA not aligned to
+        // the size: invalid request, as a misaligned IB atomic in rxe)
+        const Remote r = env_.xatomic_remote(q.qpn, x.rkey, x.va, x, fetch, &orig);
+        if (r == Remote::InvalidRequest) return class_c(q, p, ROCE_NAK_INVALID_REQ, WcStatus::RemInvReqErr);
+        if (r != Remote::Ok)
+            return class_c(q, p, r == Remote::AccessError ? ROCE_NAK_REMOTE_ACCESS : ROCE_NAK_REMOTE_OP,
+                           r == Remote::AccessError ? WcStatus::RemAccessErr : WcStatus::RemOpErr);
+        q.msn = roce_psn_add(q.msn, 1);
+        ctr_.executed++;
+        if (!fetch) { // acknowledged like a WRITE (coalesced ACKs)
+            owe_ack();
+            return;
+        }
+        save(psn, x.va, x.rkey, x.size, orig);
+        atomic_ack(ROCE_OP_XATOMIC_ACK, orig);
         return;
     }
     case ROCE_OP_FLUSH:
@@ -1014,7 +1071,7 @@ void RcEngine::receive(const uint8_t *frame, size_t len)
 {
     ctr_.rx_frames++;
     Packet p;
-    const WireError e = parse_frame(frame, len, p);
+    const WireError e = parse_frame(frame, len, p, true, cfg_.xatomic);
     if (e == WireError::OpcodeUnknown || e == WireError::OpcodeReserved) {
         ctr_.rx_malformed++;
         answer_unsupported(frame, len, p);

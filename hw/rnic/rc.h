@@ -88,7 +88,21 @@ enum class WcStatus : uint8_t {
 };
 const char *wc_status_name(WcStatus s);
 
-enum class WrOp : uint8_t { Send, SendImm, Write, WriteImm, Read, CmpSwap, FetchAdd, Flush, AtomicWrite };
+// XAtomic / XAtomicPost: the extended atomics of the atomic unit (roce.h "Extended atomics"):
+// with and without the old value returned.
+enum class WrOp : uint8_t {
+    Send,
+    SendImm,
+    Write,
+    WriteImm,
+    Read,
+    CmpSwap,
+    FetchAdd,
+    Flush,
+    AtomicWrite,
+    XAtomic,
+    XAtomicPost
+};
 
 // Memory region and QP access flags (ibv_access_flags order; FLUSH as in IBA 1.5 / rdma-core).
 enum : uint32_t {
@@ -103,13 +117,15 @@ enum : uint32_t {
 struct SendWr {
     uint64_t wr_id = 0;
     WrOp op = WrOp::Send;
-    uint32_t length = 0; // bytes (SEND/WRITE/READ; atomics 8; FLUSH: the range)
+    uint32_t length = 0; // bytes (SEND/WRITE/READ; atomics 8; XAtomic xsize, XAtomicPost 0; FLUSH: the range)
     uint64_t local = 0;  // the local buffer, opaque to the engine (RcEnv::read_local/write_local)
     uint64_t remote_va = 0;
     uint32_t rkey = 0;
     uint32_t imm = 0;      // SendImm/WriteImm: ImmDt as on the wire
-    uint64_t swap_add = 0; // CmpSwap: swap; FetchAdd: add; AtomicWrite: the value
-    uint64_t compare = 0;  // CmpSwap
+    uint64_t swap_add = 0; // CmpSwap: swap; FetchAdd: add; AtomicWrite: the value; XAtomic*: operand
+    uint64_t compare = 0;  // CmpSwap, XAtomic* MCSWAP
+    uint64_t mask = 0;     // XAtomic* MCSWAP
+    uint8_t xop = ROCE_XOP_ADD, xsize = ROCE_XATOMIC_SIZE64; // XAtomic*: ROCE_XOP_*, 4 or 8
     uint8_t flush_placement = ROCE_FETH_PLT_GLOBAL;
     uint8_t flush_selectivity = ROCE_FETH_SEL_RANGE;
     bool signaled = true, solicited = false, fence = false;
@@ -127,7 +143,10 @@ struct Completion {
     bool solicited = false; // receive: the last packet had SE set
 };
 
-enum class Remote : uint8_t { Ok, AccessError, OpError };
+// The responder's verdict on a remote access: Ok; AccessError (rkey, PD, bounds, access flag:
+// NAK remote access error); OpError (memory failed: NAK remote operational error); InvalidRequest
+// (a malformed extended atomic: unknown op or size, VA not aligned to the size: NAK invalid request).
+enum class Remote : uint8_t { Ok, AccessError, OpError, InvalidRequest };
 
 class RcEnv {
 public:
@@ -151,6 +170,11 @@ public:
     // value before. Executed once per request: duplicates are answered from the saved value.
     virtual Remote atomic_remote(uint32_t qpn, uint8_t opcode, uint32_t rkey, uint64_t va, uint64_t swap_add,
                                  uint64_t compare, uint64_t *orig) = 0;
+    // An extended atomic (ROCE_OP_XATOMIC / _POST) on the x.size bytes at va, everything checked
+    // here (op and size: InvalidRequest; the MR: AccessError; va aligned to size: InvalidRequest);
+    // *orig gets the value before (zero-extended). Executed once per request, like atomic_remote.
+    virtual Remote xatomic_remote(uint32_t qpn, uint32_t rkey, uint64_t va, const XAtomicEth &x, bool fetch,
+                                  uint64_t *orig) = 0;
     virtual Remote atomic_write_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t value) = 0;
     virtual Remote flush_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t len, uint8_t placement,
                                 uint8_t selectivity) = 0;
@@ -188,6 +212,9 @@ struct RcConfig {
     uint32_t sq_depth = 4096;         // send WRs posted and not completed, per QP
     uint32_t max_inflight_psn = 4096; // PSNs assigned and not acknowledged, per QP (< 2^23)
     uint32_t ack_req_every = 16;      // AckReq on at least every Nth request packet
+    bool xatomic = false;             // the extended atomics (ROCE_OP_XATOMIC*): sent, executed
+                                      // through RcEnv::xatomic_remote, answered; false: NAKed
+                                      // as unsupported (an RNIC without the atomic unit)
 };
 
 enum class RcResult : uint8_t { Ok, NoQp, Exists, BadState, BadAttr, QueueFull, BadWr };

@@ -54,6 +54,10 @@ uint8_t cqe_opcode(WrOp op)
         return RNIC_CQE_OP_FLUSH;
     case WrOp::AtomicWrite:
         return RNIC_CQE_OP_ATOMIC_WRITE;
+    case WrOp::XAtomic:
+        return RNIC_CQE_OP_XATOMIC;
+    case WrOp::XAtomicPost:
+        return RNIC_CQE_OP_XATOMIC_POST;
     }
     return RNIC_CQE_OP_SEND;
 }
@@ -136,6 +140,10 @@ uint8_t wr_cqe_opcode(uint8_t op)
         return RNIC_CQE_OP_FLUSH;
     case RNIC_WR_ATOMIC_WRITE:
         return RNIC_CQE_OP_ATOMIC_WRITE;
+    case RNIC_WR_XATOMIC:
+        return RNIC_CQE_OP_XATOMIC;
+    case RNIC_WR_XATOMIC_POST:
+        return RNIC_CQE_OP_XATOMIC_POST;
     default:
         return RNIC_CQE_OP_SEND;
     }
@@ -217,7 +225,8 @@ std::span<const Rnic::RegRow> Rnic::reg_table()
         {"VERSION", RNIC_REG_VERSION, 4, A::RO, RNIC_VERSION_VALUE, 0},
         {"CAPS", RNIC_REG_CAPS, 4, A::RO, 0, 0,
          [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t {
-             return RNIC_CAP_FLUSH | RNIC_CAP_ATOMIC_WRITE | (d.cfg_.link ? RNIC_CAP_LINK : 0);
+             return RNIC_CAP_FLUSH | RNIC_CAP_ATOMIC_WRITE | RNIC_CAP_XATOMIC |
+                    (d.cfg_.link ? RNIC_CAP_LINK : 0);
          }},
         {"NODE_ID", RNIC_REG_NODE_ID, 4, A::RO, 0, 0,
          [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.host_.node_id(); }},
@@ -331,7 +340,16 @@ Rnic::Rnic(Host host, RnicConfig cfg, SendFn send, TimerFn timer)
     cfg_.timing.link_mbps = std::max(cfg_.timing.link_mbps, 1u);
     cfg_.timing.pcie_mbps = std::max(cfg_.timing.pcie_mbps, 1u);
     cfg_.timing.nic_mhz = std::max(cfg_.timing.nic_mhz, 1u);
+    cfg_.rc.xatomic = true; // the atomic unit is here
+    cfg_.amu.atomicity = AmuAtomicity::Global;
+    cfg_.amu.symmetric = false;
     std::lock_guard lk(mu_);
+    if (const char *e = amu_check_config(cfg_.amu)) { // the glue refuses these at realize
+        guest_error("atomic unit properties refused (%s): the defaults are used", e);
+        cfg_.amu = AmuConfig{};
+    }
+    amu_host_ = std::make_unique<AmuDev>(*this);
+    amu_reset();
     pds_.resize(RNIC_MAX_PD);
     mrs_.resize(RNIC_MAX_MR);
     mr_tag_.assign(RNIC_MAX_MR, 0);
@@ -346,6 +364,7 @@ void Rnic::reset()
 {
     std::lock_guard lk(mu_);
     rc_ = std::make_unique<RcEngine>(static_cast<RcEnv &>(*this), cfg_.rc);
+    amu_reset();
     for (auto &p : pds_)
         p = Pd{};
     for (auto &m : mrs_)
@@ -1043,14 +1062,27 @@ void Rnic::pump_sq(Qp &q)
         case RNIC_WR_ATOMIC_WRITE:
             wr.op = WrOp::AtomicWrite;
             break;
+        case RNIC_WR_XATOMIC:
+            wr.op = WrOp::XAtomic, needs_local_write = true;
+            break;
+        case RNIC_WR_XATOMIC_POST:
+            wr.op = WrOp::XAtomicPost;
+            break;
         default:
             lerr = RNIC_LERR_OPCODE;
             break;
         }
+        const bool xatomic = wr.op == WrOp::XAtomic || wr.op == WrOp::XAtomicPost;
+        if (!lerr && xatomic &&
+            (x.xop >= ROCE_XOP_COUNT || (x.xsize != ROCE_XATOMIC_SIZE32 && x.xsize != ROCE_XATOMIC_SIZE64)))
+            lerr = RNIC_LERR_OPCODE;
         uint64_t len = 0;
         if (!lerr && x.num_sge > RNIC_MAX_SEND_SGE) lerr = RNIC_LERR_SGE_COUNT;
-        if (!lerr && (wr.op == WrOp::Flush || wr.op == WrOp::AtomicWrite) && x.num_sge)
+        if (!lerr && (wr.op == WrOp::Flush || wr.op == WrOp::AtomicWrite || wr.op == WrOp::XAtomicPost) &&
+            x.num_sge)
             lerr = RNIC_LERR_SGE_COUNT;
+        if (!lerr && wr.op == WrOp::XAtomic && (x.num_sge != 1 || x.sge[0].length != x.xsize))
+            lerr = x.num_sge != 1 ? RNIC_LERR_SGE_COUNT : RNIC_LERR_LENGTH;
         if (!lerr && (wr.op == WrOp::CmpSwap || wr.op == WrOp::FetchAdd) &&
             (x.num_sge != 1 || x.sge[0].length != 8))
             lerr = x.num_sge != 1 ? RNIC_LERR_SGE_COUNT : RNIC_LERR_LENGTH;
@@ -1078,6 +1110,9 @@ void Rnic::pump_sq(Qp &q)
         wr.imm = x.imm;
         wr.swap_add = x.swap_add;
         wr.compare = x.compare;
+        wr.mask = x.mask;
+        wr.xop = x.xop;
+        wr.xsize = x.xsize;
         wr.flush_placement = x.flush_type & ROCE_FETH_PLT_MASK;
         wr.flush_selectivity = (x.flush_type & ROCE_FETH_SEL_MASK) >> ROCE_FETH_SEL_SHIFT;
         wr.signaled = x.flags & RNIC_WQE_F_SIGNALED;
@@ -1235,46 +1270,195 @@ Remote Rnic::read_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint8_t *dst,
     return mr_rw(*m, va, dst, len, false) ? Remote::Ok : Remote::OpError;
 }
 
+// ---- the atomic unit (docs/atomic-unit.md "In the RNIC") ----
+
+// The unit's host: guest RAM by guest-physical address. amo() maps the word and performs one
+// host atomic on it (atomic with the guest CPUs' own atomics: TCG executes those as host
+// atomics); a word that cannot be mapped (not plain RAM) is read, computed and written through
+// DMA, which is atomic only among the device's own atomics, and counted as a guest error.
+class Rnic::AmuDev : public AmuHost {
+public:
+    explicit AmuDev(Rnic &d) : d_(d) {}
+    bool valid(uint64_t addr, uint32_t len) override { return d_.probe_ram(addr, len); }
+    uint64_t amo(uint64_t addr, uint8_t size, uint8_t op, uint64_t operand, uint64_t compare,
+                 uint64_t mask) override
+    {
+        uint64_t maplen = size;
+        void *p = d_.host_.dma_map(addr, maplen, true);
+        if (p && maplen >= size && (reinterpret_cast<uintptr_t>(p) & (size - 1)) == 0) {
+            const uint64_t old = amo_host_atomic(p, size, op, operand, compare, mask);
+            d_.host_.dma_unmap(p, maplen, true, size);
+            return old;
+        }
+        if (p) d_.host_.dma_unmap(p, maplen, true, 0);
+        d_.guest_error(
+            "atomic unit: the word at 0x%llx cannot be mapped: executed through DMA, not "
+            "atomic with the CPUs' atomics",
+            (unsigned long long)addr);
+        uint64_t old = 0;
+        d_.dma(addr, &old, size, false);
+        uint64_t nv = amo_alu(op, size, old, operand, compare, mask);
+        d_.dma(addr, &nv, size, true);
+        return old;
+    }
+    uint64_t read_word(uint64_t addr) override
+    {
+        uint64_t v = 0;
+        d_.dma(addr, &v, 8, false);
+        return v;
+    }
+    void write_word(uint64_t addr, uint64_t value) override { d_.dma(addr, &value, 8, true); }
+    void complete(const AmoResult &r) override
+    {
+        result = r;
+        done = true;
+    }
+    void guest_error(const std::string &msg) override { d_.guest_error("%s", msg.c_str()); }
+
+    bool done = false;
+    AmoResult result;
+
+private:
+    Rnic &d_;
+};
+
+void Rnic::amu_reset()
+{
+    amu_ = std::make_unique<AtomicUnit>(cfg_.amu, *amu_host_);
+    amu_start_ps_ = UINT64_MAX;
+    // The unloaded time of one operation that misses (a host read, the ALU): the requester's
+    // timing model adds it for an atomic (every node's unit has the same properties).
+    uint64_t word = 0;
+    struct Done : AmuRamHost {
+        using AmuRamHost::AmuRamHost;
+        uint64_t at = 0;
+        void complete(const AmoResult &r) override { at = r.done_ps; }
+    } host(reinterpret_cast<uint8_t *>(&word), 0, 8);
+    AtomicUnit one(cfg_.amu, host);
+    AmoRequest rq;
+    rq.op = ROCE_XOP_ADD;
+    rq.operand = 1;
+    one.submit(rq);
+    one.drain();
+    amu_unloaded_ns_ = host.at / 1000;
+}
+
+void Rnic::amu_sync()
+{
+    const AmuCounters &c = amu_->counters();
+#define RNIC_AMU_SYNC_(name, doc) ctr_.amu_##name = c.name;
+    AMU_COUNTERS(RNIC_AMU_SYNC_)
+#undef RNIC_AMU_SYNC_
+    ctr_.amu_busy_ns = amu_start_ps_ == UINT64_MAX ? 0 : (amu_->now_ps() - amu_start_ps_) / 1000;
+}
+
+// One atomic through the unit, at the device's current time: the model runs until the unit's
+// ALU executed it (earlier operations' host writes may still be in flight in the model).
+Remote Rnic::amu_exec(const Mr &m, uint64_t va, const AmoRequest &req, uint64_t *orig)
+{
+    // the guest-physical address of the operand (aligned to its size: never across a page)
+    uint64_t pa = va;
+    if (!m.phys) {
+        const uint64_t ps = 1ull << m.page_shift, rel = va - (m.iova & ~(ps - 1));
+        pa = m.pages[rel >> m.page_shift] + (rel & (ps - 1));
+    }
+    AmoRequest rq = req;
+    rq.addr = pa;
+    const uint64_t arrival = host_.now_ns() * 1000;
+    rq.arrival_ps = arrival;
+    if (amu_->now_ps() < arrival) amu_->run_until(arrival);
+    if (amu_start_ps_ == UINT64_MAX) amu_start_ps_ = std::max(arrival, amu_->now_ps());
+    amu_host_->done = false;
+    amu_->submit(rq);
+    // An idle unit's clock stays where its last event was (run_until returns at once), so the
+    // first target is the arrival: the model jumps there, then goes on a cycle at a time.
+    const uint64_t step = std::max<uint64_t>(1, 1000000ull / cfg_.amu.nic_mhz);
+    for (uint64_t guard = 0; !amu_host_->done && !amu_->idle() && guard < 100000000; guard++) {
+        const uint64_t before = amu_->now_ps();
+        amu_->run_until(std::max(before, arrival) + step);
+        if (amu_->now_ps() == before && !amu_host_->done) break; // the model reported a deadlock
+    }
+    const AmoResult &r = amu_host_->result;
+    if (!amu_host_->done) {
+        guest_error("atomic unit: operation at 0x%llx did not complete in the model; the unit is reset",
+                    (unsigned long long)pa);
+        amu_reset();
+        return Remote::OpError;
+    }
+    ctr_.amu_modeled_ns += (std::max(r.done_ps, arrival) - arrival) / 1000;
+    amu_sync();
+    if (r.status != AmoStatus::Ok) {
+        guest_error("atomic unit: operation at guest address 0x%llx refused: %s", (unsigned long long)pa,
+                    amo_status_name(r.status));
+        return Remote::OpError;
+    }
+    *orig = r.old;
+    return Remote::Ok;
+}
+
 Remote Rnic::atomic_remote(uint32_t qpn, uint8_t opcode, uint32_t rkey, uint64_t va, uint64_t swap_add,
                            uint64_t compare, uint64_t *orig)
 {
     Mr *m = nullptr;
     const Remote r = remote_mr(qpn, rkey, va, 8, RNIC_ACCESS_REMOTE_ATOMIC, &m);
-    if (r != Remote::Ok) return r;
-    if (va & 7) {
+    if (r != Remote::Ok) {
+        guest_error("QP 0x%x: %s at 0x%llx rkey 0x%x refused by the MR check", qpn,
+                    opcode == ROCE_OP_CMP_SWAP ? "COMPARE_SWAP" : "FETCH_ADD", (unsigned long long)va, rkey);
+        return r;
+    }
+    if (va & 7) { // the engine refuses it first (invalid request)
         ctr_.remote_violations++;
         return Remote::AccessError;
     }
-    // the guest-physical address of the 8 bytes (8-aligned: never across a page)
-    uint64_t pa = va;
-    if (!m->phys) {
-        const uint64_t ps = 1ull << m->page_shift, rel = va - (m->iova & ~(ps - 1));
-        pa = m->pages[rel >> m->page_shift] + (rel & (ps - 1));
+    AmoRequest rq;
+    rq.size = 8;
+    if (opcode == ROCE_OP_CMP_SWAP) { // a masked compare-swap with every bit
+        rq.op = ROCE_XOP_MCSWAP;
+        rq.compare = compare;
+        rq.mask = ~0ull;
+    } else {
+        rq.op = ROCE_XOP_ADD;
     }
-    uint64_t maplen = 8;
-    void *p = host_.dma_map(pa, maplen, true);
-    if (p && maplen >= 8 && (reinterpret_cast<uintptr_t>(p) & 7) == 0) {
-        // atomic with the guest's own atomics (TCG executes them as host atomics)
-        std::atomic_ref<uint64_t> a(*static_cast<uint64_t *>(p));
-        uint64_t old = a.load();
-        if (opcode == ROCE_OP_CMP_SWAP) {
-            while (old == compare && !a.compare_exchange_weak(old, swap_add)) {
-            }
-        } else {
-            old = a.fetch_add(swap_add);
-        }
-        host_.dma_unmap(p, maplen, true, 8);
-        *orig = old;
-        ctr_.modeled_pcie_ns += 2 * pcie_ns(8);
-        return Remote::Ok;
+    rq.operand = swap_add;
+    const Remote e = amu_exec(*m, va, rq, orig);
+    ctr_.modeled_pcie_ns += 2 * pcie_ns(8);
+    return e;
+}
+
+Remote Rnic::xatomic_remote(uint32_t qpn, uint32_t rkey, uint64_t va, const XAtomicEth &x, bool fetch,
+                            uint64_t *orig)
+{
+    if (x.op >= ROCE_XOP_COUNT || (x.size != ROCE_XATOMIC_SIZE32 && x.size != ROCE_XATOMIC_SIZE64)) {
+        guest_error("QP 0x%x: extended atomic with op %u size %u: no such operation (ops 0..%u, size 4 or 8)",
+                    qpn, x.op, x.size, ROCE_XOP_COUNT - 1);
+        ctr_.remote_violations++;
+        return Remote::InvalidRequest;
     }
-    if (p) host_.dma_unmap(p, maplen, true, 0);
-    uint64_t old = 0;
-    if (!dma(pa, &old, 8, false)) return Remote::OpError;
-    const uint64_t nv = opcode == ROCE_OP_CMP_SWAP ? (old == compare ? swap_add : old) : old + swap_add;
-    if (nv != old && !dma(pa, const_cast<uint64_t *>(&nv), 8, true)) return Remote::OpError;
-    *orig = old;
-    return Remote::Ok;
+    Mr *m = nullptr;
+    const Remote r = remote_mr(qpn, rkey, va, x.size, RNIC_ACCESS_REMOTE_ATOMIC, &m);
+    if (r != Remote::Ok) {
+        guest_error(
+            "QP 0x%x: extended atomic at 0x%llx rkey 0x%x refused by the MR check (rkey, PD, bounds, "
+            "REMOTE_ATOMIC)",
+            qpn, (unsigned long long)va, rkey);
+        return r;
+    }
+    if (va & (x.size - 1u)) {
+        guest_error("QP 0x%x: extended atomic at 0x%llx not aligned to its %u bytes", qpn,
+                    (unsigned long long)va, x.size);
+        ctr_.remote_violations++;
+        return Remote::InvalidRequest;
+    }
+    AmoRequest rq;
+    rq.op = x.op;
+    rq.size = x.size;
+    rq.fetch = fetch;
+    rq.operand = x.operand;
+    rq.compare = x.compare;
+    rq.mask = x.mask;
+    const Remote e = amu_exec(*m, va, rq, orig);
+    ctr_.modeled_pcie_ns += 2 * pcie_ns(x.size);
+    return e;
 }
 
 Remote Rnic::atomic_write_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t value)
@@ -1405,7 +1589,7 @@ void Rnic::complete(const Completion &c)
     e.opcode = cqe_opcode(c.op);
     if (c.status == WcStatus::Success) {
         e.modeled_ns = model_wr_ns(w.wqe.opcode, w.len, q->attr.path_mtu);
-        if (c.op != WrOp::Read && c.op != WrOp::CmpSwap && c.op != WrOp::FetchAdd)
+        if (c.op != WrOp::Read && c.op != WrOp::CmpSwap && c.op != WrOp::FetchAdd && c.op != WrOp::XAtomic)
             e.byte_len = uint32_t(w.len);
         ctr_.modeled_wr_ns += e.modeled_ns;
     } else {
@@ -1611,11 +1795,21 @@ uint64_t Rnic::model_wr_ns(uint8_t op, uint64_t len, uint32_t mtu) const
         break;
     case RNIC_WR_CMP_SWAP:
     case RNIC_WR_FETCH_ADD:
-        ns += nic_ns(kCyclesPerPacket) + ser_ns(frame_len(ROCE_OP_CMP_SWAP, 0) + kWireOverhead) + hops;
-        ns += nic_ns(kCyclesPerPacket) + 3 * uint64_t(t.pcie_ns) + 2 * pcie_ns(8); // read, then write
-        ns += ser_ns(frame_len(ROCE_OP_ATOMIC_ACK, 0) + kWireOverhead) + hops;
+    case RNIC_WR_XATOMIC:
+    case RNIC_WR_XATOMIC_POST: {
+        // the target's atomic unit: its unloaded time for an operation that misses (amu_reset)
+        const bool x = op == RNIC_WR_XATOMIC || op == RNIC_WR_XATOMIC_POST;
+        ns += nic_ns(kCyclesPerPacket) +
+              ser_ns(frame_len(x ? ROCE_OP_XATOMIC : ROCE_OP_CMP_SWAP, 0) + kWireOverhead) + hops;
+        ns += nic_ns(kCyclesPerPacket) + amu_unloaded_ns_;
+        if (op == RNIC_WR_XATOMIC_POST) {
+            ns += one + hops; // ACK
+            break;
+        }
+        ns += ser_ns(frame_len(x ? ROCE_OP_XATOMIC_ACK : ROCE_OP_ATOMIC_ACK, 0) + kWireOverhead) + hops;
         ns += nic_ns(kCyclesPerPacket) + t.pcie_ns + pcie_ns(8); // the result into the local SGE
         break;
+    }
     default: // FLUSH, ATOMIC WRITE
         ns += nic_ns(kCyclesPerPacket) +
               ser_ns(frame_len(op == RNIC_WR_FLUSH ? ROCE_OP_FLUSH : ROCE_OP_ATOMIC_WRITE,

@@ -18,8 +18,15 @@
 // places bytes with recv_write() (lkey checks per SGE), and complete(recv) writes the CQE.
 // Target side: every remote access (WRITE, READ, atomics, FLUSH, ATOMIC WRITE) is checked here
 // against the MR of its rkey (index and key byte, PD of the QP, bounds, access flag) before any
-// byte moves, and executed by the device on guest RAM (atomics through a mapped host pointer,
-// atomic with the guest's own atomics); never by the guest's CPUs.
+// byte moves, and executed by the device on guest RAM; never by the guest's CPUs. Every atomic
+// (COMPARE_SWAP, FETCH_ADD, the extended XATOMIC/XATOMIC_POST) is handed to the atomic unit
+// (atomic_unit.h, docs/atomic-unit.md) at its arrival on the device's clock: the unit's ALU
+// performs it as one host atomic on the mapped guest word (global atomicity: atomic with the
+// guest CPUs' own atomics) and its timing model accounts the unit's cache, tags and host link
+// (AMU_* counters). The engine calls in one at a time and needs the old value at once, so the
+// device runs the model until that operation executed; the unit's look-ahead window therefore
+// only ever holds operations that arrived while it was busy (none: register forwarding and rate
+// limiting do not show in the device; amu-model shows them under the paper's load).
 //
 // Threading (one lock, mu_): ctrl_read/ctrl_write/db_read/db_write come from a vCPU thread
 // (MMIO), on_frame from the fabric port's thread, poll() from the glue's timer in the main
@@ -52,6 +59,7 @@
 
 #include "rackemu/host.h"
 #include "rackemu/rnic_regs.h"
+#include "atomic_unit.h"
 #include "rc.h"
 #include "regbank.h"
 
@@ -83,6 +91,9 @@ struct RnicConfig {
     // (rnic_default_peer_addr); the glue may set the port library's.
     std::function<bool(uint32_t node, uint8_t mac[6], uint32_t *ip)> peer_addr;
     RcConfig rc;
+    // The atomic unit's properties (the glue's amu-*; must pass amu_check_config, else the
+    // defaults are used and a guest error says so). atomicity is always Global in the device.
+    AmuConfig amu;
 };
 
 // The fabric's addressing rule for a node (rkf_eth_node_mac/rkf_eth_node_ipv4, fabric_proto.h:
@@ -152,6 +163,8 @@ private:
     Remote read_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint8_t *dst, uint32_t len) override;
     Remote atomic_remote(uint32_t qpn, uint8_t opcode, uint32_t rkey, uint64_t va, uint64_t swap_add,
                          uint64_t compare, uint64_t *orig) override;
+    Remote xatomic_remote(uint32_t qpn, uint32_t rkey, uint64_t va, const XAtomicEth &x, bool fetch,
+                          uint64_t *orig) override;
     Remote atomic_write_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t value) override;
     Remote flush_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t len, uint8_t placement,
                         uint8_t selectivity) override;
@@ -179,6 +192,12 @@ private:
                     uint32_t len, bool write, uint32_t *lerr);
     Remote remote_mr(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t len, uint32_t access, Mr **out);
     bool dma(uint64_t addr, void *buf, uint64_t len, bool write);
+
+    // the atomic unit
+    class AmuDev;
+    Remote amu_exec(const Mr &m, uint64_t va, const AmoRequest &rq, uint64_t *orig);
+    void amu_reset();
+    void amu_sync(); // the unit's counters into ctr_.amu_*
 
     // queues
     Qp *qp_by_qpn(uint32_t qpn);
@@ -227,6 +246,11 @@ private:
     uint64_t next_seq_ = 1;
 
     std::deque<std::vector<uint8_t>> loop_; // frames to this node's own MAC
+
+    std::unique_ptr<AmuDev> amu_host_;
+    std::unique_ptr<AtomicUnit> amu_;
+    uint64_t amu_unloaded_ns_ = 0; // the unit's time for one atomic that misses, unloaded
+    uint64_t amu_start_ps_ = 0;    // the unit's first arrival
 };
 
 } // namespace rackemu::rnic

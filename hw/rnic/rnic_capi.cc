@@ -5,7 +5,10 @@
 #include "rackemu/fabric_proto.h"
 #include "rnic.h"
 
+#include <cstdio>
+
 using rackemu::Host;
+using rackemu::rnic::AmuConfig;
 using rackemu::rnic::Rnic;
 using rackemu::rnic::RnicConfig;
 
@@ -13,13 +16,82 @@ struct RkRnic {
     std::unique_ptr<Rnic> core;
 };
 
+namespace {
+
+// The unit's configuration of `a`; what is wrong with it in *err (nullptr: nothing).
+AmuConfig amu_config(const RkRnicAmu &a, uint32_t nic_mhz, const char **err)
+{
+    AmuConfig c;
+    c.nic_mhz = nic_mhz;
+    c.host_lat_ns = a.host_lat_ns;
+    c.host_mbps = a.host_mbps;
+    c.mem_ns = a.mem_ns;
+    c.net_mbps = a.net_mbps;
+    c.msg_bytes = a.msg_bytes;
+    c.rdreq_bytes = a.rdreq_bytes;
+    c.wrreq_bytes = a.wrreq_bytes;
+    c.resp_bytes = a.resp_bytes;
+    c.cache_lines = a.cache_lines;
+    c.cache_ways = a.cache_ways;
+    c.lookahead = a.lookahead;
+    c.regs = a.regs;
+    c.input_queue = a.input_queue;
+    c.host_queue = a.host_queue;
+    c.tags = a.tags;
+    c.age_max = a.age_max;
+    c.hostq_threshold = a.hostq_threshold;
+    c.raw_entries = a.raw_entries;
+    c.cache_cycles = a.cache_cycles;
+    *err = nullptr;
+    if (a.rate_limit && !rackemu::rnic::amu_rate_limit_from(a.rate_limit, &c.rate_limit))
+        *err = "rate-limit must be off, aging, hostq or both";
+    else if (a.raw && !rackemu::rnic::amu_raw_from(a.raw, &c.raw))
+        *err = "raw must be none, ack or flush";
+    else
+        *err = rackemu::rnic::amu_check_config(c);
+    return c;
+}
+
+} // namespace
+
 extern "C" {
 
-RkRnic *rk_rnic_new(const RkHost *host, const RkRnicTiming *t, int link, rk_rnic_send_fn send,
-                    rk_rnic_timer_fn timer, void *opaque)
+void rk_rnic_amu_defaults(RkRnicAmu *a)
+{
+    const AmuConfig c;
+    *a =
+        RkRnicAmu{c.host_lat_ns,  c.host_mbps,  c.mem_ns,      c.net_mbps,   c.msg_bytes,       c.rdreq_bytes,
+                  c.wrreq_bytes,  c.resp_bytes, c.cache_lines, c.cache_ways, c.lookahead,       c.regs,
+                  c.input_queue,  c.host_queue, c.tags,        c.age_max,    c.hostq_threshold, c.raw_entries,
+                  c.cache_cycles, nullptr,      nullptr};
+}
+
+int rk_rnic_amu_check(const RkRnicAmu *a, uint32_t nic_mhz, char *msg, size_t len)
+{
+    const char *err = nullptr;
+    amu_config(*a, nic_mhz, &err);
+    if (!err) return 0;
+    if (msg && len) std::snprintf(msg, len, "amu-%s (docs/atomic-unit.md \"Properties\")", err);
+    return -1;
+}
+
+RkRnic *rk_rnic_new(const RkHost *host, const RkRnicTiming *t, const RkRnicAmu *amu, int link,
+                    rk_rnic_send_fn send, rk_rnic_timer_fn timer, void *opaque)
 {
     RnicConfig cfg;
     if (t) cfg.timing = {t->link_mbps, t->hop_ns, t->nic_mhz, t->pcie_ns, t->pcie_mbps, t->max_mtu};
+    if (amu) {
+        const char *err = nullptr;
+        cfg.amu = amu_config(*amu, cfg.timing.nic_mhz, &err);
+        if (err) { // the glue refuses these at realize: a defined result for any other caller
+            Host(*host).guest_errorf("rnic: atomic unit property refused (amu-%s): the defaults are used",
+                                     err);
+            cfg.amu = AmuConfig{};
+            cfg.amu.nic_mhz = cfg.timing.nic_mhz;
+        }
+    } else {
+        cfg.amu.nic_mhz = cfg.timing.nic_mhz;
+    }
     cfg.link = link != 0;
     rkf_eth_node_mac(host->node_id, cfg.mac);
     cfg.ip = rkf_eth_node_ipv4(host->node_id);

@@ -29,14 +29,33 @@ typedef struct RkRnicTiming {
     uint32_t max_mtu;   /* largest path MTU, 256..4096 */
 } RkRnicTiming;
 
+/* The atomic unit's properties (docs/atomic-unit.md "Properties"; amu-* on the device). The
+ * unit's clock is the NIC's (RkRnicTiming.nic_mhz). rate_limit: "off", "aging", "hostq", "both";
+ * raw: "none", "ack", "flush"; NULL: the default (both, ack). */
+typedef struct RkRnicAmu {
+    uint32_t host_lat_ns, host_mbps, mem_ns, net_mbps;
+    uint32_t msg_bytes, rdreq_bytes, wrreq_bytes, resp_bytes;
+    uint32_t cache_lines, cache_ways, lookahead, regs, input_queue, host_queue, tags;
+    uint32_t age_max, hostq_threshold, raw_entries, cache_cycles;
+    const char *rate_limit;
+    const char *raw;
+} RkRnicAmu;
+
+/* The defaults (the paper's), for a caller without properties. */
+void rk_rnic_amu_defaults(RkRnicAmu *a);
+/* 0 if `a` is valid; else -1 and a message naming the bad property (amu-...) in msg. */
+int rk_rnic_amu_check(const RkRnicAmu *a, uint32_t nic_mhz, char *msg, size_t len);
+
 /* Transmit one frame; returns 0 when it was queued to the link. */
 typedef int (*rk_rnic_send_fn)(void *opaque, const uint8_t *frame, size_t len);
 /* The earliest time rk_rnic_poll() has work (UINT64_MAX: none). */
 typedef void (*rk_rnic_timer_fn)(void *opaque, uint64_t deadline_ns);
 
-/* `host` is copied. link = 0: no fabric port (frames to other nodes are dropped and counted). */
-RkRnic *rk_rnic_new(const RkHost *host, const RkRnicTiming *timing, int link, rk_rnic_send_fn send,
-                    rk_rnic_timer_fn timer, void *opaque);
+/* `host` is copied. link = 0: no fabric port (frames to other nodes are dropped and counted).
+ * amu: NULL for the defaults; an invalid one (rk_rnic_amu_check) is replaced by the defaults
+ * with a guest error. */
+RkRnic *rk_rnic_new(const RkHost *host, const RkRnicTiming *timing, const RkRnicAmu *amu, int link,
+                    rk_rnic_send_fn send, rk_rnic_timer_fn timer, void *opaque);
 void rk_rnic_free(RkRnic *r);
 uint64_t rk_rnic_ctrl_read(RkRnic *r, uint64_t offset, unsigned size);
 void rk_rnic_ctrl_write(RkRnic *r, uint64_t offset, uint64_t value, unsigned size);

@@ -74,7 +74,7 @@ def test_check_suite_passes(rcluster):
                  "refuse_foreign_doorbell_mmap", "objects_released_at_exit", "fetch_add", "cmp_swap_hit",
                  "atomic_write", "flush"):
         assert must in names, must
-    assert d[-1]["checks"] == "76" and d[-1]["failed"] == "0"
+    assert d[-1]["checks"] == "107" and d[-1]["failed"] == "0"
 
 
 def test_check_suite_passes_for_an_unprivileged_user(rcluster):
@@ -82,7 +82,7 @@ def test_check_suite_passes_for_an_unprivileged_user(rcluster):
     r = rcluster.node(1).exec("su u -c 'ulimit -l; rnic check'", timeout=600)
     d = kv(r.stdout)
     failed = [x for x in d if x.get("ok") == "0"]
-    assert r.rc == 0 and not failed and d[-1]["checks"] == "76", (r.stdout + r.stderr).decode()
+    assert r.rc == 0 and not failed and d[-1]["checks"] == "107", (r.stdout + r.stderr).decode()
     assert r.stdout.startswith(b"8192\n")
 
 

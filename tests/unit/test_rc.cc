@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "atomic_unit.h" // amo_alu
 #include "rc.h"
 #include "wire.h"
 
@@ -46,7 +47,7 @@ struct Wire {
         if (down) return void(dropped++);
         if (drop_if) {
             Packet p;
-            if (parse_frame(f, n, p) == WireError::Ok && drop_if(p)) return void(dropped++);
+            if (parse_frame(f, n, p, true, true) == WireError::Ok && drop_if(p)) return void(dropped++);
         }
         if (draw(drop)) return void(dropped++);
         Frame fr{to, std::vector<uint8_t>(f, f + n)};
@@ -136,6 +137,22 @@ struct Node : RcEnv {
         std::memcpy(&mem[va], &v, 8);
         return Remote::Ok;
     }
+    Remote xatomic_remote(uint32_t qpn, uint32_t rkey, uint64_t va, const XAtomicEth &x, bool,
+                          uint64_t *orig) override
+    {
+        if (x.op >= ROCE_XOP_COUNT || (x.size != 4 && x.size != 8)) return Remote::InvalidRequest;
+        if (Remote r = check_remote(qpn, rkey, va, x.size, RC_ACCESS_REMOTE_ATOMIC); r != Remote::Ok)
+            return r;
+        if (va & (x.size - 1u)) return Remote::InvalidRequest;
+        xatomic_execs++;
+        uint64_t v = 0;
+        std::memcpy(&v, &mem[va], x.size);
+        *orig = v;
+        const uint64_t nv = amo_alu(x.op, x.size, v, x.operand, x.compare, x.mask);
+        std::memcpy(&mem[va], &nv, x.size);
+        return Remote::Ok;
+    }
+    unsigned xatomic_execs = 0;
     Remote atomic_write_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t value) override
     {
         if (Remote r = check_remote(qpn, rkey, va, 8, RC_ACCESS_REMOTE_WRITE); r != Remote::Ok) return r;
@@ -525,6 +542,143 @@ TEST(Rc, DuplicateAtomicIsAnsweredFromTheSavedValueNeverReExecuted)
     EXPECT_GE(r.b.eng.counters().dup_replays, 1u);
     for (auto &c : r.a.take())
         EXPECT_EQ(c.status, WcStatus::Success);
+}
+
+// The extended atomics (roce.h): every op at 32 and 64 bits, with and without the old value,
+// through lost responses: a duplicated XATOMIC is answered from the responder resource, a
+// duplicated XATOMIC_POST re-ACKed; neither is executed twice.
+TEST(Rc, ExtendedAtomicsEveryOpBothSizesDuplicatesNeverReExecuted)
+{
+    RcConfig cfg;
+    cfg.xatomic = true;
+    Rig r(1024, 100, 5000, cfg);
+    int xacks = 0, acks = 0; // the 2nd and 5th atomic ACK and the 1st and 3rd ACK are lost
+    r.wire.drop_if = [&](const Packet &p) {
+        if (p.bth.opcode == ROCE_OP_XATOMIC_ACK) return ++xacks == 2 || xacks == 5;
+        if (p.bth.opcode == ROCE_OP_ACK) return ++acks == 1 || acks == 3;
+        return false;
+    };
+    struct Want {
+        uint64_t at, old;
+        uint8_t size;
+    };
+    std::vector<Want> want;
+    uint64_t ref[2] = {0x1111222233334444ull, 0x55556666ull}; // the 64-bit and the 32-bit word
+    std::memcpy(&r.b.mem[0x20000], &ref[0], 8);
+    std::memcpy(&r.b.mem[0x20008], &ref[1], 4);
+    unsigned n = 0;
+    for (uint8_t op = 0; op < ROCE_XOP_COUNT; op++)
+        for (uint8_t size : {8, 4})
+            for (bool fetch : {true, false}) {
+                uint64_t &w = ref[size == 4];
+                const uint64_t va = size == 8 ? 0x20000 : 0x20008;
+                SendWr x =
+                    r.wr(fetch ? WrOp::XAtomic : WrOp::XAtomicPost, 0x3000 + 8 * n, fetch ? size : 0, va);
+                x.xop = op;
+                x.xsize = size;
+                x.swap_add = 0x0F0F0F0F0F0F0F0Full * (n + 1);
+                x.compare = w;                  // MCSWAP: matches
+                x.mask = 0x00FF00FF00FF00FFull; // only these bits change
+                ASSERT_EQ(r.a.eng.post_send(kQa, x), RcResult::Ok);
+                if (fetch) want.push_back({0x3000 + 8 * n, w, size});
+                w = amo_alu(op, size, w, x.swap_add, x.compare, x.mask);
+                n++;
+            }
+    r.run();
+    EXPECT_EQ(get64(r.b.mem, 0x20000), ref[0]);
+    uint32_t w32;
+    std::memcpy(&w32, &r.b.mem[0x20008], 4);
+    EXPECT_EQ(w32, uint32_t(ref[1]));
+    for (const Want &w : want) {
+        uint64_t v = 0;
+        std::memcpy(&v, &r.a.mem[w.at], w.size);
+        EXPECT_EQ(v, w.old) << "at 0x" << std::hex << w.at;
+    }
+    EXPECT_EQ(r.b.xatomic_execs, n) << "each executed exactly once";
+    EXPECT_GE(r.b.eng.counters().duplicates, 1u);
+    EXPECT_GE(r.b.eng.counters().dup_replays, 1u);
+    auto c = r.a.take();
+    ASSERT_EQ(c.size(), n);
+    for (auto &e : c) {
+        EXPECT_EQ(e.status, WcStatus::Success) << wc_status_name(e.status) << " wr " << e.wr_id;
+        EXPECT_TRUE(e.op == WrOp::XAtomic || e.op == WrOp::XAtomicPost);
+    }
+}
+
+// Refusals of the extended atomics: by the requester (bad op/size/length, or an engine without
+// the unit), by the responder (an unknown op on the wire, unaligned, no atomic right): the
+// spec's NAK, the requester's completion says which, the target word unchanged.
+TEST(Rc, ExtendedAtomicRefusals)
+{
+    {
+        Rig plain; // no atomic unit: the engine refuses to send them
+        SendWr x = plain.wr(WrOp::XAtomic, 0x3000, 8, 0x20000);
+        EXPECT_EQ(plain.a.eng.post_send(kQa, x), RcResult::BadWr);
+    }
+    RcConfig cfg;
+    cfg.xatomic = true;
+    struct Case {
+        const char *what;
+        uint8_t op, size;
+        uint64_t va;
+        uint32_t rkey;
+        WcStatus st;
+        uint8_t nak;
+    };
+    const Case cases[] = {
+        {"unaligned 64-bit", ROCE_XOP_ADD, 8, 0x20004, 0x100, WcStatus::RemInvReqErr, ROCE_NAK_INVALID_REQ},
+        {"unaligned 32-bit", ROCE_XOP_OR, 4, 0x20002, 0x100, WcStatus::RemInvReqErr, ROCE_NAK_INVALID_REQ},
+        {"read-only MR", ROCE_XOP_XOR, 8, 0x180000, 0x200, WcStatus::RemAccessErr, ROCE_NAK_REMOTE_ACCESS},
+        {"unknown rkey", ROCE_XOP_SWAP, 8, 0x20000, 0x999, WcStatus::RemAccessErr, ROCE_NAK_REMOTE_ACCESS},
+        {"beyond the MR", ROCE_XOP_AND, 8, 0x10000 + (1 << 20), 0x100, WcStatus::RemAccessErr,
+         ROCE_NAK_REMOTE_ACCESS},
+    };
+    for (const Case &k : cases) {
+        SCOPED_TRACE(k.what);
+        Rig r(1024, 100, 5000, cfg);
+        std::vector<uint8_t> before = r.b.mem;
+        SendWr x = r.wr(WrOp::XAtomic, 0x3000, k.size, k.va, k.rkey);
+        x.xop = k.op;
+        x.xsize = k.size;
+        x.swap_add = 1;
+        ASSERT_EQ(r.a.eng.post_send(kQa, x), RcResult::Ok);
+        r.run();
+        auto c = r.a.take();
+        ASSERT_EQ(c.size(), 1u);
+        EXPECT_EQ(c[0].status, k.st);
+        EXPECT_EQ(r.b.xatomic_execs, 0u);
+        EXPECT_TRUE(r.b.mem == before) << "target memory changed";
+        EXPECT_EQ(r.b.eng.counters().err_naks_tx, 1u);
+        EXPECT_EQ(r.a.eng.qp_state(kQa), QpState::Error);
+    }
+    // the requester's own checks
+    Rig r(1024, 100, 5000, cfg);
+    SendWr x = r.wr(WrOp::XAtomic, 0x3000, 8, 0x20000);
+    x.xop = ROCE_XOP_COUNT;
+    EXPECT_EQ(r.a.eng.post_send(kQa, x), RcResult::BadWr);
+    x.xop = ROCE_XOP_ADD;
+    x.xsize = 2;
+    EXPECT_EQ(r.a.eng.post_send(kQa, x), RcResult::BadWr);
+    x.xsize = 4; // the length must be the size
+    EXPECT_EQ(r.a.eng.post_send(kQa, x), RcResult::BadWr);
+    x.op = WrOp::XAtomicPost; // no local buffer
+    EXPECT_EQ(r.a.eng.post_send(kQa, x), RcResult::BadWr);
+    // an unknown op on the wire (a requester that does not check): NAK invalid request
+    Packet p;
+    p.bth.opcode = ROCE_OP_XATOMIC;
+    p.bth.dqpn = kQb;
+    p.bth.psn = 100;
+    p.l3.src_ip = 0xC6120001;
+    p.xatomic = XAtomicEth{0x20000, 0x100, 9, 8, 1, 0, 0};
+    std::vector<uint8_t> f(ROCE_FRAME_MAX);
+    size_t len = 0;
+    ASSERT_EQ(build_frame(p, f.data(), f.size(), &len), WireError::Ok);
+    r.b.eng.receive(f.data(), len);
+    ASSERT_EQ(r.wire.q.size(), 1u);
+    Packet nak;
+    ASSERT_EQ(parse_frame(r.wire.q.front().bytes.data(), r.wire.q.front().bytes.size(), nak), WireError::Ok);
+    EXPECT_EQ(nak.aeth.syndrome, ROCE_AETH_NAK(ROCE_NAK_INVALID_REQ));
+    EXPECT_EQ(r.b.xatomic_execs, 0u);
 }
 
 TEST(Rc, LostReadResponsesAreReRequestedForTheRemainder)
