@@ -16,13 +16,13 @@
  * The replay uses the other implementation, so a systematic error of one cannot cancel itself.
  *
  * PE 0 prints one line: impl pes log2_table table_words updates seconds gups devclock_seconds
- * devclock_gups unit_ops unit_busy_ns modeled_gups errors error_pct verify=pass|fail native_xor.
+ * devclock_gups unit_ops unit_mean_ns errors error_pct verify=pass|fail native_xor.
  * gups = updates / seconds / 1e9 (wall time of the update phase in the guest, barrier to barrier).
  * devclock: the longest span of a PE's RNIC clock between its first doorbell and last completion
- * (QEMU's virtual clock plus modeled latencies: under TCG it tracks the wall time). modeled_gups:
- * the atomics the PEs' atomic units executed in the phase over the longest modeled busy time of a
- * unit (counters amu_ops, amu_busy_ns), `na` when the device has no atomic unit counters or the
- * phase ran no atomic (the message baseline).
+ * (QEMU's virtual clock plus modeled latencies: under TCG it tracks the wall time). unit_ops,
+ * unit_mean_ns: the atomics the PEs' atomic units executed in the phase and their mean modeled
+ * time from arrival to execution (counters amu_ops, amu_modeled_ns), `na` when the device has no
+ * atomic unit counters or the phase ran no atomic (the message baseline).
  */
 #include <shmem.h>
 #include <stdio.h>
@@ -35,7 +35,7 @@
 #define MAX_OUTSTANDING 1024
 
 static long errors_total;
-static uint64_t spans[64], unit_ops[64], unit_busy[64];
+static uint64_t spans[64], unit_ops[64], unit_ns[64];
 
 /* The stream's element n (HPCC's HPCC_starts: 2^n in GF(2)[x] / POLY by squaring). */
 static uint64_t hpcc_starts(int64_t n)
@@ -178,7 +178,7 @@ int main(int argc, char **argv)
 	int log_table = 16, i, me, n, log_n = 0, atomic;
 	struct run r;
 	uint64_t k, t_start, t_end, ops, span = 0, wrong = 0;
-	long long ops0, busy0;
+	long long ops0, ns0;
 	double t0, t1;
 
 	for (i = 1; i < argc; i++) {
@@ -229,7 +229,7 @@ int main(int argc, char **argv)
 
 	shmemx_model_window_reset();
 	ops0 = shmemx_rnic_counter("amu_ops");
-	busy0 = shmemx_rnic_counter("amu_busy_ns");
+	ns0 = shmemx_rnic_counter("amu_modeled_ns");
 	t0 = now();
 	if (atomic)
 		run_atomic(&r);
@@ -241,12 +241,12 @@ int main(int argc, char **argv)
 	if (ops)
 		span = t_end - t_start;
 	shmem_uint64_put(&spans[me], &span, 1, 0);
-	if (ops0 >= 0 && busy0 >= 0) {
+	if (ops0 >= 0 && ns0 >= 0) {
 		uint64_t d_ops = (uint64_t)(shmemx_rnic_counter("amu_ops") - ops0);
-		uint64_t d_busy = (uint64_t)(shmemx_rnic_counter("amu_busy_ns") - busy0);
+		uint64_t d_ns = (uint64_t)(shmemx_rnic_counter("amu_modeled_ns") - ns0);
 
 		shmem_uint64_put(&unit_ops[me], &d_ops, 1, 0);
-		shmem_uint64_put(&unit_busy[me], &d_busy, 1, 0);
+		shmem_uint64_put(&unit_ns[me], &d_ns, 1, 0);
 	}
 	shmem_barrier_all();
 
@@ -262,23 +262,22 @@ int main(int argc, char **argv)
 	shmem_barrier_all();
 	if (me == 0) {
 		double secs = t1 - t0, pct = 100.0 * (double)errors_total / (double)(1ull << log_table);
-		uint64_t maxspan = 0, uops = 0, ubusy = 0;
-		char modeled[32] = "na";
+		uint64_t maxspan = 0, uops = 0, uns = 0;
+		char mean[32] = "na";
 
 		for (i = 0; i < n; i++) {
 			maxspan = spans[i] > maxspan ? spans[i] : maxspan;
 			uops += unit_ops[i];
-			ubusy = unit_busy[i] > ubusy ? unit_busy[i] : ubusy;
+			uns += unit_ns[i];
 		}
-		if (uops && ubusy)
-			snprintf(modeled, sizeof(modeled), "%.6f", (double)uops / (double)ubusy);
+		if (uops)
+			snprintf(mean, sizeof(mean), "%.1f", (double)uns / (double)uops);
 		printf("impl=%s pes=%d log2_table=%d table_words=%llu updates=%llu seconds=%.6f gups=%.9f "
-		       "devclock_seconds=%.9f devclock_gups=%.9f unit_ops=%llu unit_busy_ns=%llu modeled_gups=%s "
+		       "devclock_seconds=%.9f devclock_gups=%.9f unit_ops=%llu unit_mean_ns=%s "
 		       "errors=%ld error_pct=%.4f verify=%s native_xor=%d\n",
 		       impl, n, log_table, 1ull << log_table, (unsigned long long)r.nupdate, secs,
 		       (double)r.nupdate / secs / 1e9, (double)maxspan * 1e-9,
-		       maxspan ? (double)r.nupdate / (double)maxspan : 0.0, (unsigned long long)uops,
-		       (unsigned long long)ubusy, modeled, errors_total, pct, pct <= 1.0 ? "pass" : "fail",
+		       maxspan ? (double)r.nupdate / (double)maxspan : 0.0, (unsigned long long)uops, mean, errors_total, pct, pct <= 1.0 ? "pass" : "fail",
 		       shmemx_native_bitwise_atomics());
 	}
 	{

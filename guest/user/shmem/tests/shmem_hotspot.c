@@ -7,13 +7,14 @@
  * (one at a time) or an XOR.
  *
  * PE 0 prints one line: pattern op pes ops_per_pe total_ops seconds rate_mops mbytes_s
- * devclock_seconds devclock_mops modeled_mops modeled_mbytes_s errors, then `target_<counter>=delta`
+ * devclock_seconds devclock_mops unit_ops unit_mean_ns errors, then `target_<counter>=delta`
  * of its RNIC's counters that changed. Wall: barrier to barrier in the guest. devclock: the longest
  * span of a source PE's RNIC clock between its first doorbell and last completion (QEMU's virtual
- * clock plus modeled latencies: under TCG it tracks the wall time). modeled: the target's atomic
- * unit, atomics executed over its modeled busy time (counters amu_ops, amu_busy_ns; `na` without
- * them). MB/s counts 8 bytes per update (the paper's unit). errors: target words whose final value
- * is not the exact expected one (0 or the run failed: exit status 1).
+ * clock plus modeled latencies: under TCG it tracks the wall time). unit_ops, unit_mean_ns: the
+ * atomics the target's atomic unit executed and their mean modeled time from arrival to execution
+ * (counters amu_ops, amu_modeled_ns; `na` without them). MB/s counts 8 bytes per update (the
+ * paper's unit). errors: target words whose final value is not the exact expected one (0 or the
+ * run failed: exit status 1).
  */
 #include <shmem.h>
 #include <stdio.h>
@@ -130,28 +131,27 @@ int main(int argc, char **argv)
 			errors += words[0] != (uint64_t)total;
 		}
 		{
-			char mops[32] = "na", mbs[32] = "na";
-			long long uo = -1, ub = -1;
+			char mean[32] = "na";
+			long long uo = -1, um = -1;
+			uint64_t dops = 0;
 
 			for (i = 0; i < nc; i++) {
 				if (!strcmp(shmemx_rnic_counter_name(i), "amu_ops"))
 					uo = i;
-				if (!strcmp(shmemx_rnic_counter_name(i), "amu_busy_ns"))
-					ub = i;
+				if (!strcmp(shmemx_rnic_counter_name(i), "amu_modeled_ns"))
+					um = i;
 			}
 			shmemx_rnic_counters(after, MAX_COUNTERS);
-			if (uo >= 0 && ub >= 0 && after[uo] > before[uo] && after[ub] > before[ub]) {
-				double r = (double)(after[uo] - before[uo]) / (double)(after[ub] - before[ub]);
-
-				snprintf(mops, sizeof(mops), "%.3f", r * 1e3);
-				snprintf(mbs, sizeof(mbs), "%.1f", r * 8e3);
+			if (uo >= 0 && um >= 0 && after[uo] > before[uo]) {
+				dops = after[uo] - before[uo];
+				snprintf(mean, sizeof(mean), "%.1f", (double)(after[um] - before[um]) / (double)dops);
 			}
 			printf("pattern=%s op=%s pes=%d ops_per_pe=%ld total_ops=%ld seconds=%.6f rate_mops=%.4f "
-			       "mbytes_s=%.3f devclock_seconds=%.9f devclock_mops=%.3f modeled_mops=%s modeled_mbytes_s=%s "
+			       "mbytes_s=%.3f devclock_seconds=%.9f devclock_mops=%.3f unit_ops=%llu unit_mean_ns=%s "
 			       "errors=%ld native_xor=%d\n",
 			       pattern, op, n, ops, total, secs, (double)total / secs / 1e6, (double)total * 8 / secs / 1e6,
-			       (double)maxspan * 1e-9, maxspan ? (double)total / (double)maxspan * 1e3 : 0.0, mops, mbs,
-			       errors, shmemx_native_bitwise_atomics());
+			       (double)maxspan * 1e-9, maxspan ? (double)total / (double)maxspan * 1e3 : 0.0,
+			       (unsigned long long)dops, mean, errors, shmemx_native_bitwise_atomics());
 		}
 		if (nc > 0)
 			for (i = 0; i < nc; i++)
