@@ -64,3 +64,25 @@ if [ ! -f "$lib/librmc.a" ] || [ -n "$(find "$src/librmc.c" "$src/librmc.h" "$RA
         -c -o "$lib/librmc.o" "$src/librmc.c" && rm -f "$lib/librmc.a" && aarch64-linux-gnu-ar rcs "$lib/librmc.a" "$lib/librmc.o" &&
         cp "$src/librmc.h" "$lib/" || die "building librmc.a failed"
 fi
+# the OpenSHMEM library (docs/shmem.md; link with -lshmem -lpthread, include <shmem.h> with -I:
+# libshmem.a carries librnic), then the programs written against it, guest/user/shmem/tests/*.c
+# (shmem_check.c: shmem-check), compiled as a user would: only -I<lib> -L<lib> -lshmem.
+shm=$src/shmem
+if [ ! -f "$lib/libshmem.a" ] || [ -n "$(find "$shm" "$src/librnic.c" "$src/librnic.h" "$src/spin.h" "$RACKEMU_ROOT/guest/include" \
+        "$RACKEMU_ROOT/hw/include" "$0" -newer "$lib/libshmem.a" \( -name '*.[ch]' -o -name build.sh \) | head -n1)" ]; then
+    for f in "$shm/libshmem.c" "$src/librnic.c"; do
+        $CC "${CFLAGS[@]}" -c -o "$lib/$(basename "$f" .c).o" "$f" || die "building libshmem.a ($(basename "$f")) failed"
+    done
+    rm -f "$lib/libshmem.a"
+    aarch64-linux-gnu-ar rcs "$lib/libshmem.a" "$lib/libshmem.o" "$lib/librnic.o" && cp "$shm/shmem.h" "$lib/" ||
+        die "building libshmem.a failed"
+fi
+for c in "$shm"/tests/*.c; do
+    [ -f "$c" ] || continue
+    name=$(basename "$c" .c)
+    name=${name//_/-}
+    if [ ! -f "$out/$name" ] || [ "$c" -nt "$out/$name" ] || [ "$lib/libshmem.a" -nt "$out/$name" ]; then
+        $CC -static -O2 -Wall -Wextra -Werror -I"$lib" -o "$out/$name.tmp" "$c" -L"$lib" -lshmem -lpthread &&
+            mv "$out/$name.tmp" "$out/$name" || die "building guest/user/shmem/tests ($name) failed"
+    fi
+done

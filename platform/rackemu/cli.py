@@ -8,6 +8,7 @@
     rackemu bridge restart
     rackemu exec NODE [--timeout S] -- CMD...
     rackemu cp LOCAL NODE:PATH | NODE:PATH LOCAL
+    rackemu shmemrun -n N [--cluster NAME] PROG [ARGS...]
     rackemu console NODE [--follow]
     rackemu bridge-stats [--json]
     rackemu demo [--nodes N] [--packets K]
@@ -342,6 +343,21 @@ def _exec_all(cluster: Cluster, command: str | list[str], timeout: float) -> int
 _REMOTE_RE = re.compile(r"^(?:node)?(\d+):(.*)$")
 
 
+def cmd_shmemrun(args: argparse.Namespace) -> int:
+    from . import shmemrun
+    if args.cluster:
+        if args.name and args.name != args.cluster:
+            raise ClusterError(f"--cluster {args.cluster} and --name {args.name} disagree; give one")
+        args.name = args.cluster
+    rest = list(args.args)
+    prog = args.prog
+    if prog == "--":
+        if not rest:
+            raise ClusterError("no program given: rackemu shmemrun -n N PROG [ARGS...]")
+        prog = rest.pop(0)
+    return shmemrun.main(_attach(args), args.n, prog, rest, args.env or [], args.timeout, say)
+
+
 def cmd_cp(args: argparse.Namespace) -> int:
     src_r, dst_r = _REMOTE_RE.match(args.src), _REMOTE_RE.match(args.dst)
     if bool(src_r) == bool(dst_r):
@@ -618,6 +634,7 @@ examples:
   rackemu exec 1 -- unimem info         run a command on node 1
   rackemu exec all -- uname -r          ... on every node
   rackemu cp ./prog 0:/root/            copy a file to node 0
+  rackemu shmemrun -n 4 shmem-check     an OpenSHMEM program on nodes 0..3 as 4 PEs
   rackemu console 0 --follow            watch node 0's serial console
   rackemu bridge-stats                  the fabric's per-port counters
   rackemu node restart 1                restart node 1 (fresh boot), wait for its agent
@@ -721,6 +738,31 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select_args(ex)
     ex.add_argument("cmd", nargs="*", metavar="-- CMD", help="the command and its arguments, after --")
     ex.set_defaults(func=cmd_exec)
+
+    # shmemrun
+    sr = sub.add_parser("shmemrun", formatter_class=fmt, help="run an OpenSHMEM program on N nodes as N PEs",
+                        description="Run PROG on nodes 0..N-1 as OpenSHMEM PEs 0..N-1 (libshmem over the "
+                                    "RNIC: the nodes need -device rackemu-rnic). Each PE's output is printed "
+                                    "with a [pe I] prefix; when one PE fails the others are stopped; the exit "
+                                    "status is the failing PE's (else the worst).",
+                        epilog="PROG is a host file (copied to every node; build it with aarch64-linux-gnu-gcc "
+                               "-static -I build/guest/lib prog.c -L build/guest/lib -lshmem -lpthread) or a "
+                               "program in the guests' PATH.\nexamples:\n"
+                               "  rackemu shmemrun -n 4 shmem-check\n"
+                               "  rackemu shmemrun -n 4 shmem-gups --impl message --log2-table 16\n"
+                               "  rackemu shmemrun -n 2 --env SHMEM_SYMMETRIC_SIZE=16M ./a.out\n"
+                               "docs/shmem.md has the library's reference.")
+    sr.add_argument("-n", "--npes", dest="n", type=_nodes_arg, required=True, metavar="N",
+                    help="number of PEs (nodes 0..N-1 run one each)")
+    sr.add_argument("--cluster", metavar="NAME", help="the cluster's name (as --name)")
+    sr.add_argument("--timeout", type=_positive_float, default=600.0, metavar="S",
+                    help="seconds before every PE is killed (default 600; exit status 124)")
+    sr.add_argument("--env", action="append", metavar="NAME=VALUE",
+                    help="environment for every PE (repeatable), e.g. SHMEM_SYMMETRIC_SIZE=16M")
+    _add_select_args(sr)
+    sr.add_argument("prog", metavar="PROG", help="the program: a host file or a guest command")
+    sr.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="the program's arguments")
+    sr.set_defaults(func=cmd_shmemrun)
 
     # cp
     cp = sub.add_parser("cp", formatter_class=fmt, help="copy a file to or from a node",

@@ -1,0 +1,144 @@
+"""Scenario: the OpenSHMEM subset (docs/shmem.md) on a 4-node cluster with the RNIC, driven by
+`rackemu shmemrun` as a person runs it.
+
+shmem-check is written against the standard API only and built by the image build against
+build/guest/lib/libshmem.a; shmem-gups (HPCC RandomAccess) and shmem-hotspot (seed 003 sec. IV)
+likewise. Every assertion is on data: exact values, check counts, verification error counts.
+"""
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import _clusters, _config, _start
+from rackemu.config import build_dir
+from guest_tools import kv
+
+ROOT = Path(__file__).resolve().parents[2]
+RACKEMU = str(ROOT / "rackemu")
+RNIC_ARGS = ["-device", "rackemu-rnic"]
+
+
+@pytest.fixture(scope="module")
+def scluster():
+    c = _start(_config(f"e2e-shmem-{int(time.time())}", nodes=4, qemu_args=RNIC_ARGS))
+    yield c
+    c.down()
+    _clusters.remove(c)
+
+
+def shmemrun(c, *args, timeout=900):
+    # QEMU serves one agent client at a time: this process lets go of every node's for the CLI
+    for n in c.nodes:
+        n.agent().close()
+    env = dict(os.environ, RACKEMU_SKIP_SETUP="1")
+    return subprocess.run([RACKEMU, "shmemrun", "--run-dir", str(c.run_dir), *args], capture_output=True,
+                          env=env, timeout=timeout)
+
+
+def pe_lines(r, pe):
+    """The key=value lines PE `pe` printed (shmemrun prefixes them with [pe I])."""
+    pre = f"[pe {pe}] ".encode()
+    return kv(b"\n".join(line[len(pre):] for line in r.stdout.splitlines() if line.startswith(pre)))
+
+
+def test_standard_api_program_runs_exactly_on_4_pes(scluster):
+    r = shmemrun(scluster, "-n", "4", "shmem-check", "--iters", "20")
+    assert r.returncode == 0, (r.stdout + r.stderr).decode()
+    names = set()
+    for pe in range(4):
+        d = pe_lines(r, pe)
+        bad = [x for x in d if x.get("ok") == "0"]
+        assert not bad, bad
+        names |= {x["check"] for x in d if "check" in x}
+        assert d[-1]["pe"] == str(pe) and d[-1]["failed"] == "0" and int(d[-1]["checks"]) >= 15
+    for must in ("put_heap", "put_static", "get_static", "get_heap", "g", "fetch_inc_nonneg",
+                 "inc_add_fetch_add", "xor", "or", "and", "compare_swap_one_winner", "swap_chain",
+                 "longlong_add", "int64_fetch_add", "uint64_add", "fetch", "fetch_before_set", "fetch_xor",
+                 "fetch_and", "fetch_or", "compare_swap_miss", "lock_count", "test_lock_busy",
+                 "test_lock_free", "fence"):
+        assert must in names, must
+
+
+def test_a_host_built_program_is_copied_and_runs(scluster):
+    prog = build_dir() / "guest" / "bin" / "shmem-check"
+    assert prog.is_file(), prog
+    r = shmemrun(scluster, "-n", "2", str(prog), "--iters", "5")
+    assert r.returncode == 0, (r.stdout + r.stderr).decode()
+    assert pe_lines(r, 1)[-1]["failed"] == "0"
+
+
+@pytest.mark.parametrize("impl", ["atomic", "message"])
+def test_gups_verification_passes_with_no_error(scluster, impl):
+    r = shmemrun(scluster, "-n", "4", "shmem-gups", "--impl", impl, "--log2-table", "12")
+    assert r.returncode == 0, (r.stdout + r.stderr).decode()
+    d = pe_lines(r, 0)[-1]
+    assert d["impl"] == impl and d["pes"] == "4" and d["updates"] == str(4 * 4096)
+    assert d["errors"] == "0" and d["verify"] == "pass"
+    assert float(d["gups"]) > 0
+
+
+@pytest.mark.parametrize("pattern", ["single", "unique16"])
+def test_hotspot_totals_are_exact(scluster, pattern):
+    r = shmemrun(scluster, "-n", "4", "shmem-hotspot", "--pattern", pattern, "--ops", "300")
+    assert r.returncode == 0, (r.stdout + r.stderr).decode()
+    d = pe_lines(r, 0)
+    assert d[0]["errors"] == "0" and d[0]["total_ops"] == "900"
+    counters = {k: int(v) for x in d[1:] for k, v in x.items()}
+    assert counters.get("target_rx_frames", 0) >= 900, counters
+
+
+def test_more_pes_than_nodes_is_refused(scluster):
+    r = shmemrun(scluster, "-n", "5", "shmem-check")
+    assert r.returncode == 1 and b"-n 5 asks for 5 PEs" in r.stderr
+
+
+def test_missing_program_is_refused(scluster):
+    r = shmemrun(scluster, "-n", "2", "no-such-shmem-prog")
+    assert r.returncode == 1 and b"program no-such-shmem-prog not found on node 0" in r.stderr
+
+
+def test_a_dying_pe_stops_the_others(scluster):
+    # PE 1 fails at once; PEs 0 and 2 would wait 600 s: they are stopped, the status is PE 1's
+    script = 'if [ "$RACKEMU_SHMEM_PE" = 1 ]; then echo dying >&2; exit 7; fi; sleep 600'
+    r = shmemrun(scluster, "-n", "3", "sh", "-c", script, timeout=300)
+    assert r.returncode == 7, (r.stdout + r.stderr).decode()
+    err = r.stderr.decode()
+    assert "[pe 1] dying" in err and "[pe 1] shmemrun: exited with status 7" in err
+    for pe in (0, 2):
+        assert f"[pe {pe}] shmemrun: stopped after another PE failed" in err
+    for i in range(3):
+        assert scluster.node(i).exec("pgrep -f 'sleep 600' || true").stdout.strip() == b""
+
+
+def test_a_pe_dying_inside_libshmem_fails_the_run(scluster):
+    # PE 2 is killed while the others sit in shmem_barrier_all (shmem-check waits in its first
+    # barrier for PE 2, which never starts shmem_init): they fail instead of hanging.
+    script = ('if [ "$RACKEMU_SHMEM_PE" = 2 ]; then sleep 2; kill -KILL $$; fi; exec shmem-check --iters 2')
+    r = shmemrun(scluster, "-n", "3", "--timeout", "240", "sh", "-c", script, timeout=300)
+    assert r.returncode not in (0, 124), (r.stdout + r.stderr).decode()
+    err = r.stderr.decode()
+    assert "[pe 2] shmemrun: exited with status" in err
+    for pe in (0, 1):
+        assert f"[pe {pe}] shmemrun: stopped after another PE failed" in err
+
+
+def test_a_pe_killed_mid_run_fails_the_others_without_the_launcher(scluster):
+    # the library alone (no shmemrun to stop anyone): PE 1 is killed while the PEs run atomics and
+    # barriers; PEs 0 and 2 must exit with an error naming what failed, never hang
+    from rackemu.cluster import Background
+    port = 21000 + int(time.time()) % 5000
+    env = f"RACKEMU_SHMEM_NPES=3 RACKEMU_SHMEM_ROOT=node0 RACKEMU_SHMEM_PORT={port}"
+    cmds = {pe: f"RACKEMU_SHMEM_PE={pe} {env} shmem-check --iters 100000" for pe in (0, 2)}
+    cmds[1] = (f"RACKEMU_SHMEM_PE=1 {env} shmem-check --iters 100000 >/dev/null & "
+               f"sleep 8; kill -KILL $!; wait $!; exit 0")
+    jobs = {pe: Background(scluster.node(pe).exec, cmd, timeout=240) for pe, cmd in cmds.items()}
+    res = {pe: j.result() for pe, j in jobs.items()}
+    for pe in (0, 2):
+        r = res[pe]
+        assert not r.timed_out, f"PE {pe} hung after PE 1 died"
+        assert r.rc == 1, (r.rc, r.stderr)
+        assert re.search(rb"shmem: PE %d: .*(failed|left)" % pe, r.stderr), r.stderr
