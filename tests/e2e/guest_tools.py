@@ -113,3 +113,16 @@ class RnicRelay:
         self.server.sh(f"touch {self.tag}.stop")
         self._wait(self.server, f"{self.tag}.out", "rc=")
         return kv(self.server.exec(f"cat {self.tag}.out").stdout)
+
+    @classmethod
+    def kill_server_under(cls, cluster, tag, client_cmd, opts="--timeout 10 --retry 3", run_s=3):
+        """Node 1 runs `rnic CLIENT_CMD` against a server on node 0; after run_s seconds node 0's
+        QEMU is killed. Returns the client's (rc, output, seconds from the kill to its end)."""
+        relay = cls(cluster.node(0), tag, 1, opts)
+        cl = relay.client(cluster.node(1), client_cmd)
+        relay.go(cl)
+        time.sleep(run_s)
+        t0 = time.monotonic()
+        cluster.kill_node(0)
+        rc, out = relay.result(cl, timeout=120)
+        return rc, out, time.monotonic() - t0

@@ -194,14 +194,7 @@ def test_a_dead_target_turns_pending_atomics_into_error_completions(fresh_cluste
     """Node 0 killed while node 1 has extended atomics in flight: they complete with
     RETRY_EXC_ERR (the rest flushed), reported by rnic_quiet, in far less than the test's time."""
     c = fresh_cluster(nodes=2, qemu_args=["-device", "rackemu-rnic"])
-    s, cn = c.node(0), c.node(1)
-    relay = Relay(s, "amu-kill", 1, "--timeout 10 --retry 3")
-    cl = relay.client(cn, "xatomic --count 100000000 --window 64 --timeout 10 --retry 3")
-    relay.go(cl)
-    time.sleep(3)
-    t0 = time.monotonic()
-    c.kill_node(0)
-    rc, out = relay.result(cl, timeout=120)
-    took = time.monotonic() - t0
+    rc, out, took = Relay.kill_server_under(c, "amu-kill",
+                                            "xatomic --count 100000000 --window 64 --timeout 10 --retry 3")
     assert rc == 1 and b"status 12 (transport retries exceeded)" in out, out.decode()
     assert took < 30, took
