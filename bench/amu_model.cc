@@ -12,7 +12,7 @@
 // their device-property names: nic-mhz host-lat-ns host-mbps mem-ns net-mbps msg-bytes
 // rdreq-bytes wrreq-bytes resp-bytes cmd-bytes cache-lines cache-ways (0: fully associative)
 // lookahead regs input-queue host-queue tags rate-limit (off|aging|hostq|both) age-max
-// hostq-threshold raw (none|ack|flush) raw-entries cache-cycles symmetric (0|1) atomicity
+// hostq-threshold raw (none|ack|flush) raw-entries cache-cycles conflict-bypass (0|1) symmetric (0|1) atomicity
 // (global|hca).
 #include <cerrno>
 #include <cstdio>
@@ -92,6 +92,7 @@ std::vector<Prop> props()
                  [](const AmuConfig &c) { return std::string(amu_raw_name(c.raw)); }});
     u32("raw-entries", &AmuConfig::raw_entries);
     u32("cache-cycles", &AmuConfig::cache_cycles);
+    u32("conflict-bypass", &AmuConfig::conflict_bypass);
     p.push_back({"symmetric", [](AmuConfig &c, const std::string &v) { c.symmetric = num(v, "symmetric") != 0; },
                  [](const AmuConfig &c) { return std::string(c.symmetric ? "1" : "0"); }});
     p.push_back({"atomicity",

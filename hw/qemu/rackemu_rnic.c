@@ -18,6 +18,7 @@
  * blocked: the transport's in-flight state is not saved (docs/rnic.md "Caveats").
  */
 #include "qemu/osdep.h"
+#include "qemu/error-report.h"
 #include "qemu/log.h"
 #include "qemu/main-loop.h"
 #include "qemu/timer.h"
@@ -65,6 +66,7 @@ struct RackemuRnicState {
     RkRnicAmu amu;         /* the atomic unit's properties (amu-*) */
     char *amu_rate_limit;  /* amu-rate-limit, amu-raw: strings (NULL: the default) */
     char *amu_raw;
+    bool cpu_parallel; /* x-cpu-parallel: TCG's parallel mode on every vCPU (global atomicity) */
     QEMUTimer *timer;
     QEMUBH *bh;
     int level[RNIC_MSIX_VECTORS]; /* latest level per vector, from any thread */
@@ -401,9 +403,15 @@ static void rackemu_rnic_realize(PCIDevice *pdev, Error **errp)
      * mode, which QEMU chooses only for more than one possible vCPU; with one, a guest atomic is
      * a plain load and store that a NIC atomic from the fabric thread can fall between (updates
      * were lost in tests/e2e/test_rnic_atomics.py). Parallel mode for every vCPU: their threads
-     * have not translated anything yet when a -device is realized.
+     * have not translated anything yet when a -device is realized. x-cpu-parallel=off leaves
+     * QEMU's choice, only to measure what parallel mode costs (docs/atomic-unit.md): the guest's
+     * atomics are then not atomic with the NIC's.
      */
-    if (tcg_enabled()) {
+    if (tcg_enabled() && !s->cpu_parallel) {
+        warn_report("rackemu-rnic: x-cpu-parallel=off: the guest's atomics are not atomic with the "
+                    "NIC's on a one-vCPU node (a measurement setting, not for use)");
+    }
+    if (tcg_enabled() && s->cpu_parallel) {
         CPUState *cpu;
 
         CPU_FOREACH(cpu) {
@@ -520,9 +528,11 @@ static Property rackemu_rnic_props[] = {
     DEFINE_PROP_UINT32("amu-age-max", RackemuRnicState, amu.age_max, 4),
     DEFINE_PROP_UINT32("amu-hostq-threshold", RackemuRnicState, amu.hostq_threshold, 2),
     DEFINE_PROP_UINT32("amu-raw-entries", RackemuRnicState, amu.raw_entries, 64),
+    DEFINE_PROP_UINT32("amu-conflict-bypass", RackemuRnicState, amu.conflict_bypass, 0),
     DEFINE_PROP_UINT32("amu-cache-cycles", RackemuRnicState, amu.cache_cycles, 2),
     DEFINE_PROP_STRING("amu-rate-limit", RackemuRnicState, amu_rate_limit),
     DEFINE_PROP_STRING("amu-raw", RackemuRnicState, amu_raw),
+    DEFINE_PROP_BOOL("x-cpu-parallel", RackemuRnicState, cpu_parallel, true),
     DEFINE_PROP_END_OF_LIST(),
 };
 

@@ -86,6 +86,7 @@ const char *amu_check_config(const AmuConfig &c)
         return "raw-entries must be 1..65536";
     if (c.age_max < 1) return "age-max must be at least 1";
     if (c.cache_cycles < 1 || c.cache_cycles > 1000) return "cache-cycles must be 1..1000";
+    if (c.conflict_bypass > 1) return "conflict-bypass must be 0 or 1";
     return nullptr;
 }
 
@@ -194,13 +195,36 @@ AtomicUnit::AtomicUnit(const AmuConfig &c, AmuHost &host) : cfg_(c), host_(host)
 void AtomicUnit::submit(const AmoRequest &r)
 {
     AmoRequest q = r;
-    q.arrival_ps = std::max(q.arrival_ps, now_);
+    // An arrival before the last instant processed counts as then (its message enters later).
+    q.arrival_ps = std::max(q.arrival_ps, last_ps_);
     if (!link_q_.empty()) q.arrival_ps = std::max(q.arrival_ps, link_q_.back().arrival_ps);
     if (!started_) {
         started_ = true;
         start_ps_ = q.arrival_ps;
     }
+    // The next instant was chosen without this op: if it heads the link, the instant its
+    // message is in (next_time()'s rule) may come first. So run_until in steps, submitting each
+    // op after the model ran up to its arrival (the RNIC), processes the same instants as
+    // submitting every op first.
+    if (link_q_.empty() && input_q_.size() < cfg_.input_queue && now_ > last_ps_) {
+        const uint64_t enter = std::max(q.arrival_ps, link_free_ps_) + ser_ps(cfg_.msg_bytes, cfg_.net_mbps);
+        now_ = std::min(now_, std::max(last_ps_ + cycle_ps_, grid(enter)));
+    }
     link_q_.push_back(q);
+}
+
+AmoStatus AtomicUnit::execute(const AmoRequest &r, uint64_t *old)
+{
+    *old = 0;
+    if (cfg_.atomicity != AmuAtomicity::Global) return AmoStatus::BadOp;
+    const AmoStatus s = check(r);
+    AmoRequest q = r;
+    if (s == AmoStatus::Ok) {
+        q.executed = true;
+        q.executed_old = *old = host_.amo(r.addr, r.size, r.op, r.operand, r.compare, r.mask);
+    }
+    submit(q);
+    return s;
 }
 
 bool AtomicUnit::idle() const
@@ -208,9 +232,17 @@ bool AtomicUnit::idle() const
     return link_q_.empty() && input_q_.empty() && issued_.empty() && hostq_.empty() && events_.empty();
 }
 
+// Work in the unit: anything past the start of its input link (an op whose message has not
+// started arriving yet is the network's, not the unit's).
+bool AtomicUnit::has_work() const
+{
+    return !input_q_.empty() || !issued_.empty() || !hostq_.empty() || !events_.empty() ||
+           (!link_q_.empty() && link_q_.front().arrival_ps <= now_);
+}
+
 double AtomicUnit::mean_outstanding() const
 {
-    const uint64_t span = now_ > start_ps_ ? now_ - start_ps_ : 0;
+    const uint64_t span = last_ps_ > start_ps_ ? last_ps_ - start_ps_ : 0;
     return span ? double(tag_area_ / (long double)span) : 0.0;
 }
 
@@ -381,14 +413,12 @@ int32_t AtomicUnit::victim(uint64_t word) const
     return best;
 }
 
-bool AtomicUnit::window_has(uint64_t word) const
+bool AtomicUnit::window_has(uint64_t word)
 {
     const size_t n = std::min<size_t>(cfg_.lookahead, input_q_.size());
     for (size_t i = 1; i < n; i++) {
         const AmoRequest &r = input_q_[i];
-        if ((r.addr & ~7ull) == word && r.op < ROCE_XOP_COUNT && (r.size == 4 || r.size == 8) &&
-            r.addr % r.size == 0 && host_.valid(r.addr, r.size))
-            return true;
+        if ((r.addr & ~7ull) == word && (r.executed || check(r) == AmoStatus::Ok)) return true;
     }
     return false;
 }
@@ -415,18 +445,21 @@ bool AtomicUnit::rate_limit_allows(uint32_t chain) const
 void AtomicUnit::finish(const AmoRequest &r, AmoStatus s, uint64_t old)
 {
     ctr_.ops++;
-    host_.complete(AmoResult{r.id, s, old, now_ + cycle_ps_});
+    host_.complete(AmoResult{r.id, s, old, now_ + cycle_ps_, r.arrival_ps});
+}
+
+AmoStatus AtomicUnit::check(const AmoRequest &r)
+{
+    if (r.op >= ROCE_XOP_COUNT || (r.size != 4 && r.size != 8)) return AmoStatus::BadOp;
+    if (r.addr % r.size) return AmoStatus::Unaligned;
+    if (!host_.valid(r.addr, r.size)) return AmoStatus::AccessError;
+    return AmoStatus::Ok;
 }
 
 bool AtomicUnit::refuse(const AmoRequest &r)
 {
-    AmoStatus s = AmoStatus::Ok;
-    if (r.op >= ROCE_XOP_COUNT || (r.size != 4 && r.size != 8))
-        s = AmoStatus::BadOp;
-    else if (r.addr % r.size)
-        s = AmoStatus::Unaligned;
-    else if (!host_.valid(r.addr, r.size))
-        s = AmoStatus::AccessError;
+    // An op executed at submission passed these checks then (and its memory was touched).
+    const AmoStatus s = r.executed ? AmoStatus::Ok : check(r);
     if (s == AmoStatus::Ok) return false;
     ctr_.errors++;
     host_.guest_error("atomic unit: op " + std::to_string(r.op) + " size " + std::to_string(r.size) +
@@ -479,7 +512,7 @@ bool AtomicUnit::issue()
     };
 
     int32_t install = -1;
-    bool evict_to_raw = false;
+    bool evict_to_raw = false, bypass = false;
     if (fr >= 0) {
         is.src = Src::Reg;
         is.src_reg = fr;
@@ -497,13 +530,13 @@ bool AtomicUnit::issue()
             is.line = l;
         } else {
             if (raw_blocks()) return false;
-            if (sets_) {
-                install = victim(word);
-                if (install < 0) {
-                    if (!head_flag_conflict_) ctr_.stall_conflict++;
-                    head_flag_conflict_ = true;
-                    return false;
-                }
+            if (sets_) install = victim(word);
+            if (sets_ && install < 0 && !cfg_.conflict_bypass) {
+                if (!head_flag_conflict_) ctr_.stall_conflict++;
+                head_flag_conflict_ = true;
+                return false;
+            }
+            if (install >= 0) {
                 const Line &v = lines_[size_t(install)];
                 evict_to_raw = cfg_.raw == AmuRaw::Flush && v.state == LineState::Valid && v.written;
                 if (evict_to_raw && (flushing_ || raw_flush_.size() >= cfg_.raw_entries)) {
@@ -514,8 +547,11 @@ bool AtomicUnit::issue()
                 }
             }
             if (hostq_full()) return false;
-            is.src = sets_ ? Src::Line : Src::OwnRead;
+            // no cache, or (conflict-bypass) no way free in the set: a read of its own, the
+            // result written through without a line
+            is.src = install >= 0 ? Src::Line : Src::OwnRead;
             is.line = install;
+            bypass = sets_ && install < 0;
         }
     }
 
@@ -530,6 +566,7 @@ bool AtomicUnit::issue()
         is.ready_ps = now_ + uint64_t(cfg_.cache_cycles) * cycle_ps_;
     } else {
         ctr_.misses++;
+        ctr_.bypasses += bypass;
         if (install >= 0) {
             Line &v = lines_[size_t(install)];
             if (v.state == LineState::Valid) ctr_.evictions++;
@@ -605,7 +642,9 @@ bool AtomicUnit::alu()
     const unsigned shift = (h.rq.size == 4 && (h.rq.addr & 4)) ? 32 : 0;
     const uint64_t m = lane_mask(h.rq.size);
     uint64_t old;
-    if (cfg_.atomicity == AmuAtomicity::Global)
+    if (h.rq.executed)
+        old = h.rq.executed_old;
+    else if (cfg_.atomicity == AmuAtomicity::Global)
         old = host_.amo(h.rq.addr, h.rq.size, h.rq.op, h.rq.operand, h.rq.compare, h.rq.mask);
     else
         old = (cur >> shift) & m;
@@ -669,6 +708,15 @@ uint64_t AtomicUnit::next_time() const
 void AtomicUnit::run_until(uint64_t ps)
 {
     while (!idle() && now_ < ps) {
+        // The time since the last instant processed, in the state that instant left: host
+        // requests in flight (Little's law) and the busy time.
+        const uint64_t dt = now_ - last_ps_;
+        if (started_ && last_ps_ >= start_ps_) tag_area_ += (long double)tags_used_ * (long double)dt;
+        if (work_)
+            active_ps_ += dt;
+        else if (!link_q_.empty() && link_q_.front().arrival_ps < now_) // the next op started arriving
+            active_ps_ += now_ - std::max(link_q_.front().arrival_ps, last_ps_);
+        last_ps_ = now_;
         const size_t ev_before = events_.size(), in_before = link_q_.size();
         process_events();
         link_in();
@@ -676,6 +724,7 @@ void AtomicUnit::run_until(uint64_t ps)
         progress |= host_queue_out();
         progress |= alu();
         progress |= issue();
+        work_ = has_work();
         uint64_t nx = progress ? now_ + cycle_ps_ : next_time();
         if (nx == kNever) {
             // Cannot happen by construction (every stall waits on an event or a later stage):
@@ -683,10 +732,9 @@ void AtomicUnit::run_until(uint64_t ps)
             host_.guest_error("atomic unit: internal deadlock at " + std::to_string(now_) + " ps");
             return;
         }
-        nx = std::max(now_ + cycle_ps_, (nx + cycle_ps_ - 1) / cycle_ps_ * cycle_ps_);
-        nx = std::min(nx, std::max(ps, now_ + 1));
-        if (started_ && now_ >= start_ps_) tag_area_ += (long double)tags_used_ * (long double)(nx - now_);
-        now_ = nx;
+        // The next instant, on the clock's grid; it may lie beyond ps (then it is not processed
+        // yet: an operation submitted meanwhile can pull it back, submit()).
+        now_ = std::max(now_ + cycle_ps_, grid(nx));
     }
 }
 
@@ -744,6 +792,7 @@ AmuLoadResult finish_load(AtomicUnit &u, ModelHost &h, uint64_t ops, bool exact)
     r.ops = ops;
     r.c = u.counters();
     r.mean_outstanding = u.mean_outstanding();
+    r.active_ns = double(u.active_ps()) / 1000.0;
     if (!h.error.empty() || h.done != ops || h.errors) {
         r.error = h.error.empty() ? "operations lost or failed" : h.error;
         return r;

@@ -19,7 +19,8 @@
 //       when another op in the window targets the same word and the rate-limit policy allows
 //       it, else the cache line and a host write (write-through);
 //     and blocks (named stalls, counted) on: a busy word (read and not yet written back), a set
-//     whose ways are all busy or filling (conflict), the RAW buffer, a full host queue.
+//     whose ways are all busy or filling (conflict; with conflict-bypass the op reads the word for
+//     itself instead, like the uncached unit), the RAW buffer, a full host queue.
 //   ALU (in order, one op per cycle, when its operand is ready): executes; writes the register
 //     or the line plus a host write into the HOST QUEUE (and the RAW buffer); completes the op.
 //   HOST QUEUE ──> HOST LINK NIC->host (rdreq-bytes / wrreq-bytes per request at host-mbps), one
@@ -89,10 +90,13 @@ struct AmuConfig {
     uint32_t hostq_threshold = 2; // HostQueue: suppress only when the host queue holds this many
                                   // (or every tag / RAW entry is taken)
     AmuRaw raw = AmuRaw::Ack;
-    uint32_t raw_entries = 64; // RAW buffer entries
-    uint32_t cache_cycles = 2; // cache access, issue to operand ready on a hit
-    bool symmetric = false;    // every op that arrives is matched by a command of this node's own
-                               // host (cmd-bytes host->NIC): RandomAccess's balanced traffic
+    uint32_t raw_entries = 64;    // RAW buffer entries
+    uint32_t cache_cycles = 2;    // cache access, issue to operand ready on a hit
+    uint32_t conflict_bypass = 0; // 1: a miss whose set has no free way (all busy or filling) reads
+                                  // the word for itself, uncached, instead of blocking the issue
+                                  // unit (sec. III.A's design blocks: 0, the default)
+    bool symmetric = false;       // every op that arrives is matched by a command of this node's own
+                                  // host (cmd-bytes host->NIC): RandomAccess's balanced traffic
     AmuAtomicity atomicity = AmuAtomicity::Global;
 };
 // nullptr, or what is wrong with `c` (a property out of range: the message names it).
@@ -113,14 +117,19 @@ struct AmoRequest {
     bool fetch = true; // the old value is wanted (XATOMIC / IB atomics) or not (XATOMIC_POST)
     uint64_t operand = 0, compare = 0, mask = 0;
     uint64_t arrival_ps = 0; // when its message starts arriving on the input link
+    // Set by AtomicUnit::execute (not by callers): the host atomic was performed at submission
+    // and `executed_old` is its old value; the ALU stage only times the operation.
+    bool executed = false;
+    uint64_t executed_old = 0;
 };
 enum class AmoStatus : uint8_t { Ok, Unaligned, BadOp, AccessError };
 const char *amo_status_name(AmoStatus s);
 struct AmoResult {
     uint64_t id = 0;
     AmoStatus status = AmoStatus::Ok;
-    uint64_t old = 0;     // the value before the operation (zero-extended for 32 bits); 0 on error
-    uint64_t done_ps = 0; // modeled: the ALU executed it (or the issue unit refused it)
+    uint64_t old = 0;        // the value before the operation (zero-extended for 32 bits); 0 on error
+    uint64_t done_ps = 0;    // modeled: the ALU executed it (or the issue unit refused it)
+    uint64_t arrival_ps = 0; // modeled: its arrival as the unit took it (not before the unit's clock)
 };
 
 // The ALU: the new value of an operand-size word (roce.h's definitions). size 4 uses the low 32 bits.
@@ -184,7 +193,8 @@ private:
     X(raw_hits, "misses that found their address in the RAW buffer") \
     X(raw_flushes, "flushes issued (Flush approach)") \
     X(raw_full, "writes or evictions that waited for a RAW buffer entry") \
-    X(max_outstanding, "most host requests outstanding at once")
+    X(max_outstanding, "most host requests outstanding at once") \
+    X(bypasses, "misses that bypassed the cache: no free way in the set (conflict-bypass)")
 struct AmuCounters {
 #define AMU_FIELD(name, doc) uint64_t name = 0;
     AMU_COUNTERS(AMU_FIELD)
@@ -199,12 +209,28 @@ public:
     // Queue an operation at its arrival time (requests must be submitted in arrival order; an
     // arrival before now() counts as now()).
     void submit(const AmoRequest &r);
-    // Advance the model to `ps` (or until nothing is left to do, if earlier: drain()).
+    // Values first, timing behind (the RNIC, whose RC engine needs each old value at once): with
+    // atomicity Global, perform the operation's host atomic now and return its status and old
+    // value, then queue it like submit() for the timing model, whose ALU stage only times it
+    // (complete() reports its modeled done_ps when the model gets there). The host atomics happen
+    // in submission order, which is the ALU's order (issue and ALU are in order; a refused op
+    // touches no memory), so every value equals the one execution at the ALU would give, and the
+    // window, registers, rate limiting and RAW buffer act on whatever operations are queued
+    // together. A refused operation (BadOp, Unaligned, AccessError) touches no memory and is
+    // queued to be refused (counted, logged, completed) at issue. With atomicity Hca it is
+    // refused as BadOp and nothing is queued (that data path needs the model's values).
+    AmoStatus execute(const AmoRequest &r, uint64_t *old);
+    // Advance the model: process every instant before `ps` at which something happens (or until
+    // nothing is left to do: drain()). now_ps() is then the next instant it would process.
     void run_until(uint64_t ps);
     void drain() { run_until(UINT64_MAX); }
     bool idle() const;
     uint64_t now_ps() const { return now_; }
     const AmuCounters &counters() const { return ctr_; }
+    // Modeled time the unit had work (an operation on its input link or inside, a host request
+    // or a host event pending), ps: the busy time that update rates are taken over; idle gaps
+    // between arrivals are not in it (unlike now_ps() - the first arrival).
+    uint64_t active_ps() const { return active_ps_; }
     // Time-averaged host requests outstanding since the first arrival (Little's law: tags needed).
     double mean_outstanding() const;
     const AmuConfig &config() const { return cfg_; }
@@ -254,6 +280,7 @@ private:
         bool operator>(const Event &o) const { return ps != o.ps ? ps > o.ps : seq > o.seq; }
     };
 
+    uint64_t grid(uint64_t ps) const { return (ps + cycle_ps_ - 1) / cycle_ps_ * cycle_ps_; }
     uint64_t ser_ps(uint32_t bytes, uint32_t mbps) const { return uint64_t(bytes) * 1000000ull / mbps; }
     void schedule(uint64_t ps, Ev k, uint64_t word, uint64_t value, int32_t line, uint64_t issued_seq);
     void process_events();
@@ -262,11 +289,13 @@ private:
     bool alu();
     bool issue();
     bool refuse(const AmoRequest &r);
+    AmoStatus check(const AmoRequest &r);
+    bool has_work() const;
     int32_t lookup(uint64_t word) const;
     int32_t victim(uint64_t word) const;
     bool word_busy(uint64_t word) const;
     bool rate_limit_allows(uint32_t chain) const;
-    bool window_has(uint64_t word) const;
+    bool window_has(uint64_t word);
     Issued *find_issued(uint64_t seq);
     void set_tags(uint32_t n);
     void start_flush();
@@ -299,6 +328,9 @@ private:
     bool started_ = false;
     uint64_t start_ps_ = 0;
     long double tag_area_ = 0;
+    uint64_t active_ps_ = 0;
+    uint64_t last_ps_ = 0; // the last instant processed (now_ is the next one)
+    bool work_ = false;    // has_work() as the last instant left it
     AmuCounters ctr_;
 };
 
@@ -335,6 +367,7 @@ struct AmuLoadResult {
     double mbps = 0;       // 8-byte updates per second, as MB/s (the paper's y axis)
     double mops = 0;       // updates per microsecond
     double mean_outstanding = 0;
+    double active_ns = 0; // the unit's busy time (AtomicUnit::active_ps)
     AmuCounters c;
 };
 AmuLoadResult amu_model_hotspot(const AmuConfig &, const HotspotMix &);

@@ -404,6 +404,7 @@ void Rnic::guest_error(const char *fmt, ...)
 uint64_t Rnic::counter(unsigned i)
 {
     if (i >= RNIC_CNT_COUNT) return 0;
+    if (i >= RNIC_CNT_INDEX_AMU_OPS) amu_settle(); // the AMU_* counters are the table's last
     uint64_t v = 0;
     if (i < kRcCount) {
         const RcCounters &c = rc_->counters();
@@ -1321,15 +1322,12 @@ public:
         return v;
     }
     void write_word(uint64_t addr, uint64_t value) override { d_.dma(addr, &value, 8, true); }
+    // The model reached an operation's execution (amu_exec executed its value at arrival).
     void complete(const AmoResult &r) override
     {
-        result = r;
-        done = true;
+        d_.ctr_.amu_modeled_ns += (std::max(r.done_ps, r.arrival_ps) - r.arrival_ps) / 1000;
     }
     void guest_error(const std::string &msg) override { d_.guest_error("%s", msg.c_str()); }
-
-    bool done = false;
-    AmoResult result;
 
 private:
     Rnic &d_;
@@ -1363,10 +1361,22 @@ void Rnic::amu_sync()
     AMU_COUNTERS(RNIC_AMU_SYNC_)
 #undef RNIC_AMU_SYNC_
     ctr_.amu_busy_ns = amu_start_ps_ == UINT64_MAX ? 0 : (amu_->now_ps() - amu_start_ps_) / 1000;
+    ctr_.amu_active_ns = amu_->active_ps() / 1000;
 }
 
-// One atomic through the unit, at the device's current time: the model runs until the unit's
-// ALU executed it (earlier operations' host writes may still be in flight in the model).
+// The unit's model run to the end of the operations it holds, its counters into ctr_ (reading
+// an AMU_* counter; every value was executed at arrival, only the modeled timing was pending).
+void Rnic::amu_settle()
+{
+    if (!amu_->idle()) amu_->drain();
+    amu_sync();
+}
+
+// One atomic through the unit, at the device's current time: its value now (the unit's
+// execute(): the host atomic on the guest word, in arrival order), its timing by the unit's model
+// behind, which runs up to each arrival, so the operations that arrive while the unit is still
+// busy (a burst drained from the link at once, or queued behind a miss) share its look-ahead
+// window, registers, rate limiting and RAW buffer (docs/atomic-unit.md "In the RNIC").
 Remote Rnic::amu_exec(const Mr &m, uint64_t va, const AmoRequest &req, uint64_t *orig)
 {
     // the guest-physical address of the operand (aligned to its size: never across a page)
@@ -1381,31 +1391,13 @@ Remote Rnic::amu_exec(const Mr &m, uint64_t va, const AmoRequest &req, uint64_t 
     rq.arrival_ps = arrival;
     if (amu_->now_ps() < arrival) amu_->run_until(arrival);
     if (amu_start_ps_ == UINT64_MAX) amu_start_ps_ = std::max(arrival, amu_->now_ps());
-    amu_host_->done = false;
-    amu_->submit(rq);
-    // An idle unit's clock stays where its last event was (run_until returns at once), so the
-    // first target is the arrival: the model jumps there, then goes on a cycle at a time.
-    const uint64_t step = std::max<uint64_t>(1, 1000000ull / cfg_.amu.nic_mhz);
-    for (uint64_t guard = 0; !amu_host_->done && !amu_->idle() && guard < 100000000; guard++) {
-        const uint64_t before = amu_->now_ps();
-        amu_->run_until(std::max(before, arrival) + step);
-        if (amu_->now_ps() == before && !amu_host_->done) break; // the model reported a deadlock
-    }
-    const AmoResult &r = amu_host_->result;
-    if (!amu_host_->done) {
-        guest_error("atomic unit: operation at 0x%llx did not complete in the model; the unit is reset",
-                    (unsigned long long)pa);
-        amu_reset();
-        return Remote::OpError;
-    }
-    ctr_.amu_modeled_ns += (std::max(r.done_ps, arrival) - arrival) / 1000;
+    const AmoStatus s = amu_->execute(rq, orig);
     amu_sync();
-    if (r.status != AmoStatus::Ok) {
+    if (s != AmoStatus::Ok) {
         guest_error("atomic unit: operation at guest address 0x%llx refused: %s", (unsigned long long)pa,
-                    amo_status_name(r.status));
+                    amo_status_name(s));
         return Remote::OpError;
     }
-    *orig = r.old;
     return Remote::Ok;
 }
 

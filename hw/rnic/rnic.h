@@ -24,9 +24,10 @@
 // performs it as one host atomic on the mapped guest word (global atomicity: atomic with the
 // guest CPUs' own atomics) and its timing model accounts the unit's cache, tags and host link
 // (AMU_* counters). The engine calls in one at a time and needs the old value at once, so the
-// device runs the model until that operation executed; the unit's look-ahead window therefore
-// only ever holds operations that arrived while it was busy (none: register forwarding and rate
-// limiting do not show in the device; amu-model shows them under the paper's load).
+// value is executed at arrival (AtomicUnit::execute: arrival order is the ALU's order) and the
+// model times the operation behind, up to each next arrival: operations that arrive while the
+// unit is busy share its look-ahead window, registers, rate limiting and RAW buffer. Reading an
+// AMU_* counter runs the model to the end of what it holds.
 //
 // Threading (one lock, mu_): ctrl_read/ctrl_write/db_read/db_write come from a vCPU thread
 // (MMIO), on_frame from the fabric port's thread, poll() from the glue's timer in the main
@@ -222,7 +223,8 @@ private:
     class AmuDev;
     Remote amu_exec(const Mr &m, uint64_t va, const AmoRequest &rq, uint64_t *orig);
     void amu_reset();
-    void amu_sync(); // the unit's counters into ctr_.amu_*
+    void amu_sync();   // the unit's counters into ctr_.amu_*
+    void amu_settle(); // the model run to the end of what it holds, then amu_sync
 
     // queues
     Qp *qp_by_qpn(uint32_t qpn);

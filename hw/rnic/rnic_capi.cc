@@ -45,6 +45,7 @@ AmuConfig amu_config(const RkRnicAmu &a, uint32_t nic_mhz, const char **err)
     c.hostq_threshold = a.hostq_threshold;
     c.raw_entries = a.raw_entries;
     c.cache_cycles = a.cache_cycles;
+    c.conflict_bypass = a.conflict_bypass;
     *err = nullptr;
     if (a.rate_limit && !rackemu::rnic::amu_rate_limit_from(a.rate_limit, &c.rate_limit))
         *err = "rate-limit must be off, aging, hostq or both";
@@ -62,11 +63,11 @@ extern "C" {
 void rk_rnic_amu_defaults(RkRnicAmu *a)
 {
     const AmuConfig c;
-    *a =
-        RkRnicAmu{c.host_lat_ns,  c.host_mbps,  c.mem_ns,      c.net_mbps,   c.msg_bytes,       c.rdreq_bytes,
-                  c.wrreq_bytes,  c.resp_bytes, c.cache_lines, c.cache_ways, c.lookahead,       c.regs,
-                  c.input_queue,  c.host_queue, c.tags,        c.age_max,    c.hostq_threshold, c.raw_entries,
-                  c.cache_cycles, nullptr,      nullptr};
+    *a = RkRnicAmu{
+        c.host_lat_ns,  c.host_mbps,       c.mem_ns,      c.net_mbps,   c.msg_bytes,       c.rdreq_bytes,
+        c.wrreq_bytes,  c.resp_bytes,      c.cache_lines, c.cache_ways, c.lookahead,       c.regs,
+        c.input_queue,  c.host_queue,      c.tags,        c.age_max,    c.hostq_threshold, c.raw_entries,
+        c.cache_cycles, c.conflict_bypass, nullptr,       nullptr};
 }
 
 int rk_rnic_amu_check(const RkRnicAmu *a, uint32_t nic_mhz, char *msg, size_t len)

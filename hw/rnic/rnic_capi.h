@@ -37,7 +37,7 @@ typedef struct RkRnicAmu {
     uint32_t host_lat_ns, host_mbps, mem_ns, net_mbps;
     uint32_t msg_bytes, rdreq_bytes, wrreq_bytes, resp_bytes;
     uint32_t cache_lines, cache_ways, lookahead, regs, input_queue, host_queue, tags;
-    uint32_t age_max, hostq_threshold, raw_entries, cache_cycles;
+    uint32_t age_max, hostq_threshold, raw_entries, cache_cycles, conflict_bypass;
     const char *rate_limit;
     const char *raw;
 } RkRnicAmu;

@@ -418,3 +418,134 @@ TEST(AtomicUnit, ConfigCheckNamesTheProperty)
     c.cache_ways = 4;
     EXPECT_NE(amu_check_config(c), nullptr);
 }
+
+// The RNIC's way in (AtomicUnit::execute): each value at submission, the model run up to each next
+// arrival before it is submitted (the device runs it to the arrival on its clock). For every
+// geometry, rate-limit policy and RAW approach, on random streams of every op kind with bursts
+// (operations that share the window) and gaps: the old values and memory are the in-order
+// reference, and the model's timing and counters are exactly those of the same stream submitted
+// and executed at the ALU (submit + drain): forwarding, suppressed writes, stalls, RAW hits and
+// flushes, the tag limit and the busy time act the same.
+TEST(AtomicUnit, ExecuteAtArrivalTimesTheSameWindowAsTheAlu)
+{
+    uint64_t forwards = 0, suppressed = 0, raw_hits = 0, raw_flushes = 0, stall_tags = 0, stall_busy = 0,
+             stall_conflict = 0;
+    for (auto raw : {AmuRaw::Ack, AmuRaw::Flush})
+        for (auto rl : {AmuRateLimit::Off, AmuRateLimit::Aging, AmuRateLimit::HostQueue, AmuRateLimit::Both})
+            for (const auto &geo : kGeometries) {
+                AmuConfig c;
+                c.raw = raw;
+                c.raw_entries = 2;
+                c.rate_limit = rl;
+                c.cache_lines = geo.lines;
+                c.cache_ways = geo.ways;
+                c.tags = 4;
+                c.regs = 2;
+                const uint32_t words = 6, seed = geo.lines * 13 + 7 * uint32_t(rl) + 100 * uint32_t(raw);
+                const std::string what = "raw " + std::to_string(int(raw)) + " rate-limit " +
+                                         std::to_string(int(rl)) + " lines " + std::to_string(geo.lines) +
+                                         " ways " + std::to_string(geo.ways);
+                std::vector<uint64_t> init(words);
+                std::mt19937_64 g(seed ^ 0x55);
+                for (auto &w : init)
+                    w = g();
+                auto ops = random_ops(seed, 2000, words);
+                std::vector<uint64_t> ref = init;
+                const auto old = reference(ref, ops);
+
+                std::vector<uint64_t> mem_a = init, mem_b = init;
+                Host ha(mem_a), hb(mem_b);
+                AtomicUnit a(c, ha), b(c, hb);
+                for (const auto &r : ops)
+                    a.submit(r);
+                a.drain();
+                std::vector<uint64_t> got(ops.size());
+                for (const auto &r : ops) {
+                    if (b.now_ps() < r.arrival_ps) b.run_until(r.arrival_ps);
+                    ASSERT_EQ(b.execute(r, &got[r.id]), AmoStatus::Ok) << what;
+                    ASSERT_EQ(got[r.id], old[r.id]) << what << " op " << r.id; // at once
+                }
+                b.drain();
+                ASSERT_EQ(hb.done, ops.size()) << what;
+                EXPECT_TRUE(hb.errors.empty()) << what;
+                EXPECT_EQ(mem_b, ref) << what;
+                for (size_t i = 0; i < ops.size(); i++) {
+                    ASSERT_EQ(hb.results[i].old, old[i]) << what << " op " << i;
+                    ASSERT_EQ(hb.results[i].done_ps, ha.results[i].done_ps) << what << " op " << i;
+                }
+                const AmuCounters &ka = a.counters(), &kb = b.counters();
+#define AMU_SAME_(name, doc) EXPECT_EQ(kb.name, ka.name) << what << ": " #name;
+                AMU_COUNTERS(AMU_SAME_)
+#undef AMU_SAME_
+                EXPECT_EQ(b.active_ps(), a.active_ps()) << what;
+                EXPECT_LE(kb.max_outstanding, c.tags) << what;
+                EXPECT_EQ(kb.host_writes + kb.writes_suppressed, ops.size()) << what; // none lost
+                forwards += kb.forwards;
+                suppressed += kb.writes_suppressed;
+                raw_hits += kb.raw_hits;
+                raw_flushes += kb.raw_flushes;
+                stall_tags += kb.stall_tags;
+                stall_busy += kb.stall_busy;
+                stall_conflict += kb.stall_conflict;
+            }
+    // the streams exercised what the window and the buffers do
+    EXPECT_GT(forwards, 0u);
+    EXPECT_GT(suppressed, 0u);
+    EXPECT_GT(raw_hits, 0u);
+    EXPECT_GT(raw_flushes, 0u);
+    EXPECT_GT(stall_tags, 0u);
+    EXPECT_GT(stall_busy, 0u);
+    EXPECT_GT(stall_conflict, 0u);
+}
+
+// execute() refuses what submit() would refuse at issue (no memory touched, the error completed
+// and counted by the model), and with atomicity Hca it queues nothing.
+TEST(AtomicUnit, ExecuteRefusalsAndHca)
+{
+    std::vector<uint64_t> mem(4, 7);
+    Host h(mem);
+    AtomicUnit u(AmuConfig{}, h);
+    uint64_t old = 1;
+    EXPECT_EQ(u.execute(AmoRequest{0, kBase + 4, ROCE_XOP_ADD, 8, true, 1, 0, 0, 0}, &old),
+              AmoStatus::Unaligned);
+    EXPECT_EQ(old, 0u);
+    EXPECT_EQ(u.execute(AmoRequest{1, kBase, 9, 8, true, 1, 0, 0, 0}, &old), AmoStatus::BadOp);
+    EXPECT_EQ(u.execute(AmoRequest{2, kBase + 64, ROCE_XOP_ADD, 8, true, 1, 0, 0, 0}, &old),
+              AmoStatus::AccessError);
+    EXPECT_EQ(u.execute(AmoRequest{3, kBase + 8, ROCE_XOP_ADD, 8, true, 5, 0, 0, 0}, &old), AmoStatus::Ok);
+    EXPECT_EQ(old, 7u);
+    EXPECT_EQ(mem, (std::vector<uint64_t>{7, 12, 7, 7}));
+    u.drain();
+    EXPECT_EQ(h.done, 4u);
+    EXPECT_EQ(u.counters().errors, 3u);
+    EXPECT_EQ(h.errors.size(), 3u);
+    EXPECT_EQ(h.results[3].status, AmoStatus::Ok);
+    EXPECT_EQ(h.results[3].old, 7u);
+    EXPECT_EQ(mem, (std::vector<uint64_t>{7, 12, 7, 7})) << "the ALU did not execute it twice";
+
+    AmuConfig hca;
+    hca.atomicity = AmuAtomicity::Hca;
+    AtomicUnit v(hca, h);
+    EXPECT_EQ(v.execute(AmoRequest{0, kBase, ROCE_XOP_ADD, 8, true, 1, 0, 0, 0}, &old), AmoStatus::BadOp);
+    EXPECT_TRUE(v.idle());
+    EXPECT_EQ(mem[0], 7u);
+}
+
+// The busy time excludes idle gaps: two isolated misses take twice one miss's time, however far
+// apart they arrive.
+TEST(AtomicUnit, ActiveTimeExcludesIdleGaps)
+{
+    std::vector<uint64_t> mem(2, 0);
+    Host h(mem);
+    AtomicUnit one(AmuConfig{}, h);
+    one.submit(AmoRequest{0, kBase, ROCE_XOP_ADD, 8, false, 1, 0, 0, 0});
+    one.drain();
+    const uint64_t t1 = one.active_ps();
+    EXPECT_GT(t1, 0u);
+    AtomicUnit two(AmuConfig{}, h);
+    two.submit(AmoRequest{0, kBase, ROCE_XOP_ADD, 8, false, 1, 0, 0, 0});
+    two.submit(AmoRequest{1, kBase + 8, ROCE_XOP_ADD, 8, false, 1, 0, 0, 1000000000});
+    two.drain();
+    EXPECT_EQ(two.active_ps(), 2 * t1);
+    EXPECT_GT(two.now_ps(), 1000000000u);
+}

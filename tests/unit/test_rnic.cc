@@ -871,6 +871,52 @@ TEST(Rnic, ExtendedAtomicRefusals)
     }
 }
 
+// A burst of atomics that reach the target at one device time share the unit's look-ahead
+// window (values at arrival, timing by the model behind): results forwarded through registers,
+// host writes suppressed by rate limiting, none lost; the busy time counts the burst once, not
+// the idle time before a second burst.
+TEST(Rnic, AtomicBurstSharesTheUnitsWindow)
+{
+    Pair p;
+    p.set_clock(1000000000ull);
+    const uint64_t w0 = p.bufb + 8192, w1 = p.bufb + 8192 + 8;
+    const unsigned n = 96;
+    for (unsigned i = 0; i < n; i++)
+        p.a.post_send(p.qa, xwqe(false, ROCE_XOP_ADD, 8, i, 0, p.keya, i % 3 ? w0 : w1, p.keyb, i + 1));
+    auto c = p.wait_a(n);
+    ASSERT_EQ(c.size(), n);
+    uint64_t want0 = 0, want1 = 0;
+    for (unsigned i = 0; i < n; i++) {
+        EXPECT_EQ(c[i].status, RNIC_WC_SUCCESS) << i;
+        (i % 3 ? want0 : want1) += i + 1;
+    }
+    uint64_t v0, v1;
+    std::memcpy(&v0, p.b.mem(w0), 8);
+    std::memcpy(&v1, p.b.mem(w1), 8);
+    EXPECT_EQ(v0, want0);
+    EXPECT_EQ(v1, want1);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_AMU_OPS), n);
+    EXPECT_GT(p.b.counter(RNIC_CNT_INDEX_AMU_FORWARDS), 0u) << "operands from the register file";
+    EXPECT_GT(p.b.counter(RNIC_CNT_INDEX_AMU_WRITES_SUPPRESSED), 0u) << "rate limiting acted";
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_AMU_HOST_WRITES) + p.b.counter(RNIC_CNT_INDEX_AMU_WRITES_SUPPRESSED),
+              n);
+    const uint64_t active = p.b.counter(RNIC_CNT_INDEX_AMU_ACTIVE_NS);
+    EXPECT_GT(active, 0u);
+    EXPECT_NEAR(double(p.b.counter(RNIC_CNT_INDEX_AMU_BUSY_NS)), double(active), 4.0)
+        << "one burst: no idle gap";
+    // a second burst a second later: the busy clock spans the gap, the active time does not
+    p.set_clock(p.clock + 1000000000ull);
+    for (unsigned i = 0; i < n; i++)
+        p.a.post_send(p.qa, xwqe(false, ROCE_XOP_ADD, 8, n + i, 0, p.keya, w0, p.keyb, 1));
+    ASSERT_EQ(p.wait_a(n).size(), n);
+    std::memcpy(&v0, p.b.mem(w0), 8);
+    EXPECT_EQ(v0, want0 + n);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_AMU_OPS), 2 * n);
+    EXPECT_GT(p.b.counter(RNIC_CNT_INDEX_AMU_BUSY_NS), 1000000000u);
+    EXPECT_LT(p.b.counter(RNIC_CNT_INDEX_AMU_ACTIVE_NS), 4 * active);
+    EXPECT_GT(p.b.counter(RNIC_CNT_INDEX_AMU_ACTIVE_NS), active);
+}
+
 // Every atomic executed exactly once through loss, duplication, reordering and corruption (the
 // RC duplicate rule through the unit): fetched old values are the exact prefix sums.
 TEST(Rnic, ExtendedAtomicsExactlyOnceUnderLossAndDuplication)

@@ -498,8 +498,9 @@ struct rnic_cqe {
     RNIC_AMU_COUNTERS(X)
 
 /* The atomic unit's (target side of every atomic: docs/atomic-unit.md "Counters"); AMU_OPS..
- * AMU_MAX_OUTSTANDING mirror the core's AMU_COUNTERS (hw/rnic/atomic_unit.h), AMU_MODELED_NS is
- * the device's. Modeled figures: the unit's timing model, not the emulator's speed. */
+ * AMU_MAX_OUTSTANDING and AMU_BYPASSES mirror the core's AMU_COUNTERS (hw/rnic/atomic_unit.h),
+ * AMU_MODELED_NS, AMU_BUSY_NS and AMU_ACTIVE_NS are the device's. The AMU_* counters are the last
+ * of the table (reading one runs the unit's model to the end of what it holds). Modeled figures: the unit's timing model, not the emulator's speed. */
 #define RNIC_AMU_COUNTERS(X) \
     X(AMU_OPS,         amu_ops,         "atomics executed by the atomic unit (IB and extended, errors included)") \
     X(AMU_ERRORS,      amu_errors,      "atomics the unit refused (unaligned, bad op/size, address not in RAM)") \
@@ -519,7 +520,9 @@ struct rnic_cqe {
     X(AMU_RAW_FULL,    amu_raw_full,    "writes or evictions that waited for a RAW buffer entry") \
     X(AMU_MAX_OUTSTANDING, amu_max_outstanding, "most modeled host requests outstanding at once (a high-water mark: CNT_CLEAR leaves it)") \
     X(AMU_MODELED_NS,  amu_modeled_ns,  "sum over atomics of the unit's modeled time, arrival to execution, ns") \
-    X(AMU_BUSY_NS,     amu_busy_ns,     "the unit's modeled clock: ns from its first arrival to its latest event")
+    X(AMU_BUSY_NS,     amu_busy_ns,     "the unit's modeled clock: ns from its first arrival to its latest event (idle gaps included)") \
+    X(AMU_ACTIVE_NS,   amu_active_ns,   "modeled ns the unit had work (an op or host request in it): modeled rate = ops / active") \
+    X(AMU_BYPASSES,    amu_bypasses,    "unit misses that bypassed the cache (amu-conflict-bypass: no free way in the set)")
 
 #define RNIC_COUNTER_TABLE(X) RNIC_RC_COUNTERS(X) RNIC_DEV_COUNTERS(X)
 

@@ -12,7 +12,9 @@
  * span of a source PE's RNIC clock between its first doorbell and last completion (QEMU's virtual
  * clock plus modeled latencies: under TCG it tracks the wall time). unit_ops, unit_mean_ns: the
  * atomics the target's atomic unit executed and their mean modeled time from arrival to execution
- * (counters amu_ops, amu_modeled_ns; `na` without them). MB/s counts 8 bytes per update (the
+ * (counters amu_ops, amu_modeled_ns; `na` without them); unit_active_ns: the target unit's modeled
+ * busy time (amu_active_ns: idle gaps between arrivals excluded) and modeled_mbytes_s = 8 bytes x
+ * unit_ops / unit_active_ns, the unit's own modeled rate as fed by this run. MB/s counts 8 bytes per update (the
  * paper's unit). errors: target words whose final value is not the exact expected one (0 or the
  * run failed: exit status 1).
  */
@@ -131,8 +133,8 @@ int main(int argc, char **argv)
 			errors += words[0] != (uint64_t)total;
 		}
 		{
-			char mean[32] = "na";
-			long long uo = -1, um = -1;
+			char mean[32] = "na", act[32] = "na", mrate[32] = "na";
+			long long uo = -1, um = -1, ua = -1;
 			uint64_t dops = 0;
 
 			for (i = 0; i < nc; i++) {
@@ -140,18 +142,24 @@ int main(int argc, char **argv)
 					uo = i;
 				if (!strcmp(shmemx_rnic_counter_name(i), "amu_modeled_ns"))
 					um = i;
+				if (!strcmp(shmemx_rnic_counter_name(i), "amu_active_ns"))
+					ua = i;
 			}
 			shmemx_rnic_counters(after, MAX_COUNTERS);
 			if (uo >= 0 && um >= 0 && after[uo] > before[uo]) {
 				dops = after[uo] - before[uo];
 				snprintf(mean, sizeof(mean), "%.1f", (double)(after[um] - before[um]) / (double)dops);
 			}
+			if (dops && ua >= 0 && after[ua] > before[ua]) {
+				snprintf(act, sizeof(act), "%llu", (unsigned long long)(after[ua] - before[ua]));
+				snprintf(mrate, sizeof(mrate), "%.3f", (double)dops * 8e3 / (double)(after[ua] - before[ua]));
+			}
 			printf("pattern=%s op=%s pes=%d ops_per_pe=%ld total_ops=%ld seconds=%.6f rate_mops=%.4f "
 			       "mbytes_s=%.3f devclock_seconds=%.9f devclock_mops=%.3f unit_ops=%llu unit_mean_ns=%s "
-			       "errors=%ld native_xor=%d\n",
+			       "unit_active_ns=%s modeled_mbytes_s=%s errors=%ld native_xor=%d\n",
 			       pattern, op, n, ops, total, secs, (double)total / secs / 1e6, (double)total * 8 / secs / 1e6,
 			       (double)maxspan * 1e-9, maxspan ? (double)total / (double)maxspan * 1e3 : 0.0,
-			       (unsigned long long)dops, mean, errors, shmemx_native_bitwise_atomics());
+			       (unsigned long long)dops, mean, act, mrate, errors, shmemx_native_bitwise_atomics());
 		}
 		if (nc > 0)
 			for (i = 0; i < nc; i++)
