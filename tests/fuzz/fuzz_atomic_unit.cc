@@ -5,10 +5,12 @@
 // Input: a config block (u8 geometry, u8 raw/rate-limit/atomicity, u8 tags, u8 regs, u8 lookahead,
 // u8 host-lat), then operations: u8 word (>= 16: outside memory), u8 op (any value), u8 size (any
 // value), u8 byte offset, u64 operand, u64 compare, u64 mask, u16 arrival gap in ns, u8 flags
-// (bit 0: run the model up to the arrival first).
+// (bit 0: run the model up to the arrival first; bit 1, with atomicity Global: execute() instead
+// of submit(), its status and old value at once, as the RNIC does).
 // Checked: every operation completes exactly once; refused ones (bad op/size, unaligned, outside)
 // touch nothing; the others return the in-order reference's old value, and the final memory is
-// the reference's; at most `tags` host requests are outstanding; the unit drains (no deadlock).
+// the reference's; at most `tags` host requests are outstanding; the unit drains (no deadlock);
+// an execute()'s immediate status and old value are its completion's.
 #include "fuzz_input.h"
 
 #include <cstring>
@@ -69,6 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     Host h(mem);
     AtomicUnit u(c, h);
     std::vector<AmoRequest> ops;
+    std::vector<int> exec_status; // -1: submitted; else the AmoStatus execute() returned
+    std::vector<uint64_t> exec_old;
     uint64_t t = 0;
     while (!in.empty() && ops.size() < 2000) {
         AmoRequest r;
@@ -88,7 +92,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         h.seen.push_back(false);
         h.results.push_back({});
         if (flags & 1) u.run_until(t);
-        u.submit(r);
+        exec_status.push_back(-1);
+        exec_old.push_back(0);
+        if ((flags & 2) && c.atomicity == AmuAtomicity::Global)
+            exec_status.back() = int(u.execute(r, &exec_old.back()));
+        else
+            u.submit(r);
     }
     u.drain();
     FUZZ_CHECK(u.idle());
@@ -99,6 +108,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const bool ok = r.op < ROCE_XOP_COUNT && (r.size == 4 || r.size == 8) && r.addr % r.size == 0 &&
                         r.addr >= kBase && r.addr - kBase <= kWords * 8 - r.size;
         const AmoResult &res = h.results[r.id];
+        if (exec_status[r.id] >= 0) {
+            FUZZ_CHECK(exec_status[r.id] == int(res.status));
+            FUZZ_CHECK(exec_old[r.id] == res.old);
+        }
         if (!ok) {
             FUZZ_CHECK(res.status != AmoStatus::Ok);
             errors++;
