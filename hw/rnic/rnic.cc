@@ -367,6 +367,7 @@ void Rnic::reset()
     std::lock_guard lk(mu_);
     rc_ = std::make_unique<RcEngine>(static_cast<RcEnv &>(*this), cfg_.rc);
     amu_reset();
+    rx_pass_ns_ = rx_end_ns_ = 0;
     for (auto &p : pds_)
         p = Pd{};
     for (auto &m : mrs_)
@@ -1387,7 +1388,9 @@ Remote Rnic::amu_exec(const Mr &m, uint64_t va, const AmoRequest &req, uint64_t 
     }
     AmoRequest rq = req;
     rq.addr = pa;
-    const uint64_t arrival = host_.now_ns() * 1000;
+    // its arrival: the start of the receive pass that delivered it (frames dispatched back to
+    // back were waiting in the port's ring together), else now
+    const uint64_t arrival = (in_rx_ ? std::min(rx_pass_ns_, host_.now_ns()) : host_.now_ns()) * 1000;
     rq.arrival_ps = arrival;
     if (amu_->now_ps() < arrival) amu_->run_until(arrival);
     if (amu_start_ps_ == UINT64_MAX) amu_start_ps_ = std::max(arrival, amu_->now_ps());
@@ -1795,9 +1798,14 @@ void Rnic::on_frame(const uint8_t *frame, size_t len)
         ctr_.rx_disabled++;
         return;
     }
+    const uint64_t t = host_.now_ns();
+    if (rx_end_ns_ == 0 || t > rx_end_ns_ + kRxPassGapNs) rx_pass_ns_ = t; // a new receive pass
+    in_rx_ = true;
     rc_->receive(frame, len);
     rc_->flush_acks();
     after_engine();
+    in_rx_ = false;
+    rx_end_ns_ = std::max<uint64_t>(host_.now_ns(), 1);
 }
 
 void Rnic::poll()

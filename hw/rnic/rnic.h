@@ -123,6 +123,11 @@ enum class LinkTx : uint8_t { Sent, Busy, Dropped };
 // in link_tx_drops; RC retransmission recovers them.
 constexpr size_t kTxHoldMaxBytes = 64u << 20;
 
+// A frame whose delivery (on_frame) starts within this many ns of the previous one's end was
+// waiting behind it (the port dispatches what its ring holds back to back): the frames of one
+// such pass reach the atomic unit at the pass's start (docs/atomic-unit.md "In the RNIC").
+constexpr uint64_t kRxPassGapNs = 2000;
+
 class Rnic : private RcEnv {
 public:
     // The link: transmit one Ethernet frame.
@@ -286,6 +291,9 @@ private:
     std::unique_ptr<AtomicUnit> amu_;
     uint64_t amu_unloaded_ns_ = 0; // the unit's time for one atomic that misses, unloaded
     uint64_t amu_start_ps_ = 0;    // the unit's first arrival
+    // the receive pass (kRxPassGapNs): its start, the end of the last delivery, inside one
+    uint64_t rx_pass_ns_ = 0, rx_end_ns_ = 0;
+    bool in_rx_ = false;
 };
 
 } // namespace rackemu::rnic

@@ -79,6 +79,13 @@ def test_gups_verification_passes_with_no_error(scluster, impl):
     assert d["impl"] == impl and d["pes"] == "4" and d["updates"] == str(4 * 4096)
     assert d["errors"] == "0" and d["verify"] == "pass"
     assert float(d["gups"]) > 0
+    if impl == "atomic":
+        # every update executed by a target's atomic unit counted, none missed or added (the
+        # counters' baseline is read before the barrier that starts the phase)
+        assert d["unit_ops"] == str(4 * 4096), d
+        assert int(d["unit_active_ns"]) > 0 and float(d["modeled_gups"]) > 0, d
+    else:
+        assert d["unit_ops"] == "0" and d["modeled_gups"] == "na", d
 
 
 @pytest.mark.parametrize("pattern", ["single", "unique16"])
@@ -89,6 +96,8 @@ def test_hotspot_totals_are_exact(scluster, pattern):
     assert d[0]["errors"] == "0" and d[0]["total_ops"] == "900"
     counters = {k: int(v) for x in d[1:] for k, v in x.items()}
     assert counters.get("target_rx_frames", 0) >= 900, counters
+    assert d[0]["unit_ops"] == "900" and counters["target_amu_ops"] == 900, (d[0], counters)
+    assert counters["target_amu_active_ns"] > 0 and float(d[0]["modeled_mbytes_s"]) > 0, (d[0], counters)
 
 
 def test_more_pes_than_nodes_is_refused(scluster):

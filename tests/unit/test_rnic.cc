@@ -917,6 +917,41 @@ TEST(Rnic, AtomicBurstSharesTheUnitsWindow)
     EXPECT_GT(p.b.counter(RNIC_CNT_INDEX_AMU_ACTIVE_NS), active);
 }
 
+// The receive pass (kRxPassGapNs): frames delivered back to back (the next within the gap of the
+// previous one's end) reach the unit at the pass's start and share its window; frames delivered
+// far apart reach it at their own times, one at a time. Both exact.
+TEST(Rnic, BackToBackFramesAreOneReceivePass)
+{
+    for (uint64_t step : {500ull, 1000000ull}) {
+        SCOPED_TRACE(step);
+        Pair p;
+        p.set_clock(1000000000ull);
+        const uint64_t w = p.bufb + 8192;
+        const unsigned n = 64;
+        for (unsigned i = 0; i < n; i++)
+            p.a.post_send(p.qa, xwqe(false, ROCE_XOP_ADD, 8, i, 0, p.keya, w, p.keyb, 1));
+        unsigned delivered = 0;
+        while (!p.link.q.empty()) { // the requests, each after `step` ns
+            Link::Frame f = p.link.pop();
+            if (f.to != 1) continue; // ACKs: the RC retransmits nothing within this test's time
+            p.set_clock(p.clock + step);
+            p.b.nic->on_frame(f.bytes.data(), f.bytes.size());
+            delivered++;
+        }
+        ASSERT_EQ(delivered, n);
+        uint64_t v;
+        std::memcpy(&v, p.b.mem(w), 8);
+        EXPECT_EQ(v, n);
+        EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_AMU_OPS), n);
+        if (step < kRxPassGapNs) {
+            EXPECT_GT(p.b.counter(RNIC_CNT_INDEX_AMU_FORWARDS), 0u) << "one pass: the window holds many";
+        } else {
+            EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_AMU_FORWARDS), 0u) << "one at a time";
+            EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_AMU_WRITES_SUPPRESSED), 0u);
+        }
+    }
+}
+
 // Every atomic executed exactly once through loss, duplication, reordering and corruption (the
 // RC duplicate rule through the unit): fetched old values are the exact prefix sums.
 TEST(Rnic, ExtendedAtomicsExactlyOnceUnderLossAndDuplication)
