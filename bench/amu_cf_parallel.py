@@ -3,8 +3,9 @@
 rackemu-rnic device sets CF_PARALLEL on every vCPU so that the guest's own atomics are host
 atomics (global atomicity with the NIC's); x-cpu-parallel=off leaves QEMU's choice (serial mode
 for one vCPU), only to measure this. One node boots with each setting (both up at once) and runs
-guest workloads --runs times each, the two settings' runs interleaved; the time is the host's around the command run through the guest agent, less
-the agent's own round trip (a `:`). Medians; the ratio is on/off per workload.
+guest workloads --runs times each, the two settings' runs interleaved; the time is the host's
+around the command run through the guest agent, less the agent's own round trip (a `:`).
+Medians; the ratio is on/off per workload.
 
   compute   32 MiB from /dev/zero through sha256sum (user code, few atomics)
   forkexec  300 fork+exec of /bin/true (the kernel: locks, atomics, barriers, TLB work)
@@ -12,7 +13,7 @@ the agent's own round trip (a `:`). Medians; the ratio is on/off per workload.
 Files: build/bench/amu_cf_parallel.csv and .png.
 
 examples:
-  bench/amu_cf_parallel.py            3 runs of each (~10 min on 2 busy host cores)
+  bench/amu_cf_parallel.py --runs 5   (~2 min on 2 busy host cores)
 """
 import argparse
 import statistics

@@ -14,7 +14,7 @@ Files: build/bench/amu_cluster.csv and build/bench/amu_cluster.png (one panel pe
 paper's axes: host latency for Figs. 2-3, cache lines for Figs. 4-5; MB/s of 8-byte updates).
 
 examples:
-  bench/amu_cluster.py --quick                 3 configurations, 1 run, 300 ops (~10 min)
+  bench/amu_cluster.py --quick                 3 configurations, 1 run, 300 ops (~1 min; the full sweep ~3 min)
   bench/amu_cluster.py --only fig2,fig3 --runs 3
 """
 import argparse
