@@ -479,6 +479,16 @@ def figures(a, meas, exact, rows, bdir, S):
     S.write_dicts(bdir / "sonuma_fig8.csv", f8)
     g0 = {r["size"]: r["gap_pct"] for r in f8 if r["writers"] == writers[0]}
     gN = {r["size"]: r["gap_pct"] for r in f8 if r["writers"] == writers[-1]}
+    print(f"Fig. 8's SABRe-over-baseline gap, rackemu beside the paper ({writers[0]} -> {writers[-1]} writers):")
+    print(f"{'size':>5} {'rackemu':>17} {'paper':>13}")
+    gaps = []
+    for size in sizes:
+        p0, pN = PAPER_FIG8.get(size, (None, None))
+        ptxt = f"{p0}% -> {pN}%" if p0 is not None else "-"
+        print(f"{size:5} {g0[size]:7.0f}% -> {gN[size]:4.0f}% {ptxt:>13}")
+        gaps.append({"size": size, "writers_from": writers[0], "writers_to": writers[-1], "gap_from_pct": g0[size],
+                     "gap_to_pct": gN[size], "paper_from_pct": p0, "paper_to_pct": pN})
+    S.write_dicts(bdir / "sonuma_fig8_gap.csv", gaps)
     drop = all(r["sabre_mreads_s"] <= q["sabre_mreads_s"] + 1e-9 and r["baseline_mreads_s"] <= q["baseline_mreads_s"]
                + 1e-9 for q, r in zip(f8, f8[1:]) if q["size"] == r["size"])
     pos = all(r["gap_pct"] > 0 for r in f8)
@@ -522,7 +532,18 @@ def plot(a, sizes, writers, f8, f9, f10, bdir):
     if plt is None:
         return
     lbl = {"baseline": "Per-cache-line versions", "sabre": "LightSABRes"}
-    fig, axs = plt.subplots(1, len(sizes), figsize=(3.6 * len(sizes), 3.4), squeeze=False)
+    fig, axs = plt.subplots(1, len(sizes) + 1, figsize=(3.6 * (len(sizes) + 1), 3.4), squeeze=False)
+    gx = axs[0][-1]
+    for size in sizes:
+        r = [x for x in f8 if x["size"] == size]
+        line = gx.plot([x["writers"] for x in r], [x["gap_pct"] for x in r], marker="o", label=f"{size} B")[0]
+        if size in PAPER_FIG8:
+            gx.plot([writers[0], writers[-1]], list(PAPER_FIG8[size]), ls="--", marker="x", color=line.get_color(),
+                    label=f"{size} B, paper")
+    gx.set_title("SABRe-over-baseline gap")
+    gx.set_xlabel("Number of writers")
+    gx.set_ylabel("Gap (%)")
+    gx.legend(fontsize=6)
     for ax, size in zip(axs[0], sizes):
         r = [x for x in f8 if x["size"] == size]
         for layout, mk in (("baseline", "o"), ("sabre", "s")):
@@ -578,12 +599,17 @@ def cost(a, c, nodes, rows, bdir, S):
     """The section: measure in the guests (kept in build/bench/sonuma_cost.json), then the figures.
     Returns the number of failed verdicts."""
     runs = []
-    exact = True
+    n_exact = 0
     for i in range(a.runs):
         S.log(f"cost: measurement {i + 1} of {a.runs}")
         m, ex = measure(a, c, nodes, S)
         runs.append(m)
-        exact = exact and ex
+        n_exact += ex
+    # another process scheduled inside a marked phase adds its instructions to that run
+    # (docs/insn-count.md, caveats): the plugin is right if most runs count the check exactly, and
+    # the medians drop the interfered run
+    exact = 2 * n_exact > a.runs
+    S.log(f"cost: the plugin's self-check was exact in {n_exact} of {a.runs} runs")
     meas = median_of(runs)
     save_measured(bdir / "sonuma_cost.json", meas, exact)
     return figures(a, meas, exact, rows, bdir, S)

@@ -203,20 +203,23 @@ static void store_object(uint8_t *o, unsigned key, uint8_t *buf, uint64_t v)
 		memcpy(o + 8, buf + 8, cf.size - 8);
 	} else {
 		size_t lines = cf.size / 64;
-		uint64_t line[8];
+		uint64_t lv = (uint64_t)(uint16_t)nv << 48; /* the line version: low 16 bits of nv */
 
 		for (size_t l = 0; l < lines; l++) {
-			/* the line: 62 bytes of the stream, then the line version (low 16 bits of nv) */
-			uint16_t lv = (uint16_t)nv;
+			/* the line: 62 bytes of the stream (little-endian words straight from the
+			 * prepared value), then the line version */
+			const uint8_t *src = buf + l * 62;
+			uint64_t last = 0, x;
 
-			memcpy(line, buf + l * 62, 62);
-			memcpy((uint8_t *)line + 62, &lv, 2);
+			memcpy(&last, src + 56, 6);
 			/* the last word (6 data bytes + line version) first, then the others; never the
 			 * object's version word (line 0, word 0): rmc_obj_write_end stores it */
-			__atomic_store_n((uint64_t *)(o + l * 64 + 56), line[7], __ATOMIC_RELAXED);
+			__atomic_store_n((uint64_t *)(o + l * 64 + 56), last | lv, __ATOMIC_RELAXED);
 			__asm__ volatile("dmb ishst" ::: "memory");
-			for (unsigned w = l ? 0 : 1; w < 7; w++)
-				__atomic_store_n((uint64_t *)(o + l * 64 + 8 * w), line[w], __ATOMIC_RELAXED);
+			for (unsigned w = l ? 0 : 1; w < 7; w++) {
+				memcpy(&x, src + 8 * w, 8);
+				__atomic_store_n((uint64_t *)(o + l * 64 + 8 * w), x, __ATOMIC_RELAXED);
+			}
 		}
 	}
 	rmc_obj_write_end(ver, begun); /* dmb ishst, store-release v + 2 */

@@ -178,6 +178,9 @@ def test_baseline_reader_cost_grows_with_object_size_and_sabre_does_not(icluster
 
 def test_writer_holds_the_lock_only_for_the_stores(icluster):
     n0 = icluster.node(0)
+    # a server an earlier test stopped dumps its counts when it exits: wait for that first
+    n0.exec("for i in $(seq 600); do pidof rmc-kv >/dev/null || break; sleep 0.05; done; true", timeout=60)
+    time.sleep(1)
     for layout in ("baseline", "sabre"):
         t0 = time.time()
         r = n0.exec(f"rmc-kv serve --ctx 8 --key {KEY} --layout {layout} --size 8192 --objects 20 --writers 1 "
