@@ -8,8 +8,12 @@ own paths (run dir, guest-RAM dir, name) taken out, which carries the machine, n
 count, CPU, vCPUs, memory, kernel command line and qemu_args. Any change gives another KEY: that
 is the invalidation.
 
-A node with a usable entry (nodeI.snap + nodeI.snap.meta.json, written by snapshot.py) starts
-on its usual command line plus `-incoming "exec:cat nodeI.snap"`; the launcher resumes its vCPUs,
+A node with a usable entry (nodeI.snap, nodeI.snap.ram and nodeI.snap.meta.json, written by
+snapshot.py: the device state and the guest RAM image) gets its RAM file made from the image
+(snapshot.make_ram_file: a reflink or an in-kernel copy of the image's data; a pool of threads
+makes them while the launcher starts the QEMUs, each QEMU once its own file is ready), starts on
+its usual command line plus `-incoming defer` and loads nodeI.snap with `migrate-incoming`
+(x-ignore-shared: the RAM is not in the stream); the launcher resumes its vCPUs,
 waits for its agent, then sets the guest's clock to the host's and stirs host randomness into
 the guest's /dev/urandom (a snapshot's guest would otherwise live at the instant of the save,
 with the entropy pool every other boot from that entry had). A node without one boots as
@@ -30,22 +34,23 @@ import fcntl
 import hashlib
 import json
 import os
-import shlex
 import shutil
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .cluster import ClusterError, _os_error_text, _write_atomic, prepare_private_dir
 from .config import cache_dir
 from .snapshot import (LOAD_TIMEOUT, SnapshotError, _load_and_resume, artefact_sha256, check_restorable,
-                       meta_path, save_node_locked)
+                       make_ram_file, meta_path, ram_image_path, save_node_locked)
 
 if TYPE_CHECKING:
     from .cluster import Cluster, Node
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2           # 1: RAM in the stream; 2: RAM in nodeI.snap.ram (snapshot format 2)
+RAM_WORKERS = 2            # threads making RAM files from images while QEMUs start
 AGENT_TIMEOUT = 30.0       # a restored guest's agent answers within ~1 s; then it is broken
 DEFAULT_CACHE_MIB = 8192
 KEY_FILE = "key.json"
@@ -111,8 +116,8 @@ def cache_key(material: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- one entry
 
 class Entry:
-    """CACHE_ROOT/KEY: nodeI.snap and nodeI.snap.meta.json per node, key.json, last-used,
-    .lock."""
+    """CACHE_ROOT/KEY: nodeI.snap, nodeI.snap.ram and nodeI.snap.meta.json per node, key.json,
+    last-used, .lock."""
 
     def __init__(self, root: Path, key: str, material: dict[str, Any]):
         self.dir = root / key
@@ -166,17 +171,15 @@ class Entry:
 
     def check(self, cluster: "Cluster", i: int) -> None:
         """SnapshotError unless node i's snapshot may be loaded into `cluster`: its metadata
-        fits (node, shape, build), and the file is the one written (the device, inode, size and
-        mtime recorded after the save), else its size and SHA-256 match the metadata."""
+        fits (node, shape, build), and the stream and RAM image are the ones written (the device,
+        inode, size and mtime of both recorded after the save), else their sizes and checksums
+        match the metadata."""
         path = self.snap(i)
         meta = check_restorable(cluster, i, path, verify=False)
-        try:
-            st = path.stat()
-        except OSError as e:
-            raise SnapshotError(f"cannot read {path}: {e.strerror or e}") from None
-        if meta.get("cache_stat") != _stat_of(st):
+        stat = _stats_of(path)
+        if meta.get("cache_stat") != stat:
             check_restorable(cluster, i, path, verify=True)
-            meta["cache_stat"] = _stat_of(st)    # verified: trust this version from now on
+            meta["cache_stat"] = stat    # verified: trust this version from now on
             try:
                 _write_atomic(meta_path(path), json.dumps(meta, indent=2) + "\n")
             except OSError:
@@ -186,11 +189,11 @@ class Entry:
         """Record the stat of node i's freshly written snapshot in its metadata (check)."""
         path = self.snap(i)
         meta = json.loads(meta_path(path).read_text())
-        meta["cache_stat"] = _stat_of(path.stat())
+        meta["cache_stat"] = _stats_of(path)
         _write_atomic(meta_path(path), json.dumps(meta, indent=2) + "\n")
 
     def drop(self, i: int) -> None:
-        for p in (self.snap(i), meta_path(self.snap(i))):
+        for p in (self.snap(i), ram_image_path(self.snap(i)), meta_path(self.snap(i))):
             p.unlink(missing_ok=True)
 
 
@@ -234,11 +237,22 @@ def start_nodes(cluster: "Cluster", mode: str) -> None:
     for i in cold:
         cluster.start_node(i)
     if entry is not None and load:
-        for i in load:
-            n = cluster.start_node(i, extra_args=["-incoming",
-                                                  f"exec:cat {shlex.quote(str(entry.snap(i)))}"])
-            n.snapshot = str(entry.snap(i))
-        failed = _resume_loaded(cluster, [cluster.node(i) for i in load])
+        failed_ram: dict[int, str] = {}
+        with ThreadPoolExecutor(RAM_WORKERS, thread_name_prefix="rackemu-ram") as pool:
+            made: dict[int, Future] = {i: pool.submit(make_ram_file, cluster, i, entry.snap(i))
+                                       for i in load}
+            for i in load:
+                try:
+                    made[i].result()
+                except (ClusterError, OSError) as e:
+                    failed_ram[i] = _first_line(e)
+                    continue
+                n = cluster.start_node(i, extra_args=["-incoming", "defer"], keep_ram=True)
+                n.snapshot = str(entry.snap(i))
+        started = [i for i in load if i not in failed_ram]
+        failed = _resume_loaded(cluster, [cluster.node(i) for i in started],
+                                {i: entry.snap(i) for i in started})
+        failed.update(failed_ram)
         for i, why in sorted(failed.items()):
             log(f"node {i}: cached snapshot {entry.snap(i)} failed: {why}\n"
                 f"node {i}: deleting it and booting the node afresh")
@@ -263,15 +277,16 @@ def start_nodes(cluster: "Cluster", mode: str) -> None:
             entry.close()
 
 
-def _resume_loaded(cluster: "Cluster", nodes: list["Node"]) -> dict[int, str]:
-    """Resume the nodes loading snapshots, wait for their agents, refresh their clocks and
-    entropy. Returns {node: why} for the nodes that failed (their QEMU is stopped)."""
+def _resume_loaded(cluster: "Cluster", nodes: list["Node"], snaps: dict[int, Path]) -> dict[int, str]:
+    """Load each node's snapshot (snaps: node id -> file), resume the nodes, wait for their
+    agents, refresh their clocks and entropy. Returns {node: why} for the nodes that failed
+    (their QEMU is stopped)."""
     failed: dict[int, str] = {}
     lock = threading.Lock()
 
     def resume(n: "Node") -> None:
         try:
-            _load_and_resume(cluster, n, LOAD_TIMEOUT)
+            _load_and_resume(cluster, n, LOAD_TIMEOUT, snaps[n.id])
         except ClusterError as e:    # QEMU's own words, without the restore command's advice
             text = str(e).split("\nthe node is stopped")[0]
             with lock:
@@ -320,6 +335,7 @@ def _refresh_guest(cluster: "Cluster", n: "Node") -> None:
     why = ""
     try:
         n._with_agent("clock", lambda a: a.set_clock(time.time_ns(), os.urandom(256)))
+        n.phases["refreshed"] = time.monotonic()
         return
     except ClusterError as e:
         why = str(e)
@@ -426,6 +442,17 @@ def prune(keep: Path | None = None, limit: int | None = None, log: Any = None) -
 
 def _stat_of(st: os.stat_result) -> list[int]:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _stats_of(path: Path) -> list[int]:
+    """_stat_of the stream `path` and of its RAM image, one list."""
+    out: list[int] = []
+    for p in (path, ram_image_path(path)):
+        try:
+            out += _stat_of(p.stat())
+        except OSError as e:
+            raise SnapshotError(f"cannot read {p}: {e.strerror or e}") from None
+    return out
 
 
 def _ids(ids: list[int]) -> str:

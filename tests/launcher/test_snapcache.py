@@ -12,7 +12,8 @@ import pytest
 from rackemu.cluster import Cluster
 from rackemu.config import ConfigError, load_config
 from rackemu.snapcache import Entry, cache_key, cache_root, key_material, normalized_argv, prune
-from rackemu.snapshot import SNAPSHOT_FORMAT, SnapshotError, file_sha256, meta_path, node_identity
+from rackemu.snapshot import SnapshotError, file_sha256, meta_path, ram_image_path
+from launcher_fakes import snapshot_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,11 +76,7 @@ def test_the_boot_timeout_and_the_mode_do_not_change_the_key(tmp_path, fake_buil
 def snapshot_in(entry, c, i, data=b"QEVM\x00\x00\x00\x03 stream"):
     """Node i's entry as `cluster up` leaves it after a save (metadata, then its stat)."""
     entry.dir.mkdir(parents=True, exist_ok=True)
-    path = entry.snap(i)
-    path.write_bytes(data)
-    meta = {"format": SNAPSHOT_FORMAT, **node_identity(c, i), "size": len(data),
-            "sha256": file_sha256(path)}
-    meta_path(path).write_text(json.dumps(meta))
+    path = snapshot_files(c, i, entry.snap(i), data, ram=b"page of node %d" % i)
     entry.stamp(i)
     return path
 
@@ -110,11 +107,26 @@ def test_an_entry_is_trusted_while_its_file_is_the_one_written_else_checked(tmp_
     path.write_bytes(b"QEVM\x00\x00\x00\x03 stream")
     e.check(c, 1)
     assert json.loads(meta_path(path).read_text())["cache_stat"][2] == path.stat().st_size
+    # the RAM image: a page changed in place (its stat changes) is found by the digest; a
+    # truncated one by its size before any digest
+    image = ram_image_path(path)
+    with open(image, "r+b") as f:
+        f.seek(200 << 20)
+        f.write(b"stray write")
+    with pytest.raises(SnapshotError, match="RAM image .* does not match the checksum"):
+        e.check(c, 1)
+    os.truncate(image, 100 << 20)
+    with pytest.raises(SnapshotError, match="RAM image .* is 104857600 bytes, the node's RAM 268435456"):
+        e.check(c, 1)
+    with open(image, "wb") as f:      # as saved again
+        f.write(b"page of node 1")
+        f.truncate(256 << 20)
+    e.check(c, 1)
     # another configuration: refused by the metadata before any checksum
     with pytest.raises(SnapshotError, match="guest RAM"):
         e.check(cluster(tmp_path / "r", memory="512M"), 1)
     e.drop(1)
-    assert not path.exists() and not meta_path(path).exists()
+    assert not path.exists() and not meta_path(path).exists() and not image.exists()
     e.close()
 
 
