@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "platform"))
 
 from rackemu.qmp import read_phys  # noqa: E402
-from rackemu.snapshot import SnapshotError, meta_path  # noqa: E402
+from rackemu.snapshot import SnapshotError, meta_path, ram_image_path  # noqa: E402
 
 KEY = "0x5a7e5a7e5a7e5a7e"
 MIF = 9             # a user MIF of node 1 that nobody binds: its FIFO keeps what arrives
@@ -227,6 +227,7 @@ def test_a_saved_node_comes_back_with_its_device_state_and_working_drivers(
     assert len(sections) >= 5, sections     # vmbox, packetizer, GAS, cDMA, RMC
     bad = tmp_path / "bad.snap"
     shutil.copy(meta_path(snap), meta_path(bad))
+    os.link(ram_image_path(snap), ram_image_path(bad))      # the same guest RAM
     env = dict(os.environ, PYTHONPATH=str(ROOT / "platform"))
     for k, (name, inst, start, end) in enumerate(sections):
         bad.write_bytes(data[:start] + b"\xff" * (end - start) + data[end:])  # fields and footer
