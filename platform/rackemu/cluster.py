@@ -893,7 +893,7 @@ class Cluster:
                         return
                     remaining = deadline - time.monotonic()
                     if n.ping(timeout=max(0.5, min(10.0, remaining))):
-                        n.phases["agent"] = time.monotonic()
+                        n.phases.setdefault("agent", time.monotonic())
                         with lock:
                             done[n.id] = time.monotonic() - start
                         return

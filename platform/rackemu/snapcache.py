@@ -238,6 +238,7 @@ def start_nodes(cluster: "Cluster", mode: str) -> None:
         cluster.start_node(i)
     if entry is not None and load:
         failed_ram: dict[int, str] = {}
+        loader = _Loader(cluster, {i: entry.snap(i) for i in load})
         with ThreadPoolExecutor(RAM_WORKERS, thread_name_prefix="rackemu-ram") as pool:
             made: dict[int, Future] = {i: pool.submit(make_ram_file, cluster, i, entry.snap(i))
                                        for i in load}
@@ -247,11 +248,11 @@ def start_nodes(cluster: "Cluster", mode: str) -> None:
                 except (ClusterError, OSError) as e:
                     failed_ram[i] = _first_line(e)
                     continue
+                # QEMUs are started by this thread (a QEMU dies with the thread that forked it)
                 n = cluster.start_node(i, extra_args=["-incoming", "defer"], keep_ram=True)
                 n.snapshot = str(entry.snap(i))
-        started = [i for i in load if i not in failed_ram]
-        failed = _resume_loaded(cluster, [cluster.node(i) for i in started],
-                                {i: entry.snap(i) for i in started})
+                loader.start(n)
+        failed = loader.finish()
         failed.update(failed_ram)
         for i, why in sorted(failed.items()):
             log(f"node {i}: cached snapshot {entry.snap(i)} failed: {why}\n"
@@ -277,53 +278,74 @@ def start_nodes(cluster: "Cluster", mode: str) -> None:
             entry.close()
 
 
-def _resume_loaded(cluster: "Cluster", nodes: list["Node"], snaps: dict[int, Path]) -> dict[int, str]:
-    """Load each node's snapshot (snaps: node id -> file), resume the nodes, wait for their
-    agents, refresh their clocks and entropy. Returns {node: why} for the nodes that failed
-    (their QEMU is stopped)."""
-    failed: dict[int, str] = {}
-    lock = threading.Lock()
+class _Loader:
+    """Brings up the nodes that start from snapshots, each on its own thread begun as soon as its
+    QEMU is started (start), while the launcher makes the other nodes' RAM files and starts their
+    QEMUs: load the device state and resume the vCPUs (snapshot._load_and_resume), wait for the
+    guest agent, set the guest's clock and entropy (_refresh_guest). finish() waits for all and
+    returns {node: why} for those that failed (their QEMU is stopped)."""
 
-    def resume(n: "Node") -> None:
+    def __init__(self, cluster: "Cluster", snaps: dict[int, Path]):
+        self.cluster, self.snaps = cluster, snaps
+        self.failed: dict[int, str] = {}
+        self.jobs: list[tuple["Node", threading.Thread]] = []
+        self.lock = threading.Lock()
+
+    def start(self, n: "Node") -> None:
+        t = threading.Thread(target=self._run, args=(n,), daemon=True, name=f"rackemu-resume-node{n.id}")
+        t.start()
+        self.jobs.append((n, t))
+
+    def _run(self, n: "Node") -> None:
         try:
-            _load_and_resume(cluster, n, LOAD_TIMEOUT, snaps[n.id])
+            _load_and_resume(self.cluster, n, LOAD_TIMEOUT, self.snaps[n.id])
         except ClusterError as e:    # QEMU's own words, without the restore command's advice
-            text = str(e).split("\nthe node is stopped")[0]
-            with lock:
-                failed[n.id] = text
+            with self.lock:
+                self.failed[n.id] = str(e).split("\nthe node is stopped")[0]
+            return
+        # a restored guest's agent answers at once (it was answering when saved); one that does
+        # not is left to finish(), whose wait_agents says why
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and n.alive():
+            try:
+                if n.ping(timeout=max(0.5, deadline - time.monotonic())):
+                    n.phases["agent"] = time.monotonic()
+                    _refresh_guest(self.cluster, n)
+                    return
+            except Exception:    # the agent client's errors: finish() reports them
+                return
+            time.sleep(0.05)
 
-    threads = [threading.Thread(target=resume, args=(n,), daemon=True,
-                                name=f"rackemu-resume-node{n.id}") for n in nodes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    waiting = [n for n in nodes if n.id not in failed]
-    deadline = time.monotonic() + min(AGENT_TIMEOUT, cluster.config.boot_timeout)
-    while waiting:
-        try:
-            cluster.wait_agents(waiting, timeout=max(1.0, deadline - time.monotonic()))
-            break
-        except ClusterError as e:
-            dead = [n for n in waiting if not n.alive()]
-            gone = dead or [n for n in waiting if n.state != "running"]
-            for n in gone:
-                failed[n.id] = (f"its QEMU {n.proc.exit_status() if n.proc else 'is gone'} after "
-                                f"the load" if n in dead else
-                                f"its guest agent did not answer within {AGENT_TIMEOUT:.0f} s of "
-                                f"the load") + f" ({_first_line(e)})"
-            waiting = [n for n in waiting if n not in gone]
-    for n in [cluster.node(i) for i in failed]:
-        cluster._stop_node(n)
-        n.snapshot = None
-    ok = [n for n in nodes if n.id not in failed]
-    jobs = [(n, threading.Thread(target=_refresh_guest, args=(cluster, n), daemon=True))
-            for n in ok]
-    for _, t in jobs:
-        t.start()
-    for _, t in jobs:
-        t.join()
-    return failed
+    def finish(self) -> dict[int, str]:
+        cluster, failed = self.cluster, self.failed
+        for _, t in self.jobs:
+            t.join()
+        nodes = [n for n, _ in self.jobs]
+        waiting = [n for n in nodes if n.id not in failed]
+        deadline = time.monotonic() + min(AGENT_TIMEOUT, cluster.config.boot_timeout)
+        while waiting:      # the state bookkeeping for all; waits only for a slow agent
+            try:
+                cluster.wait_agents(waiting, timeout=max(1.0, deadline - time.monotonic()))
+                break
+            except ClusterError as e:
+                dead = [n for n in waiting if not n.alive()]
+                gone = dead or [n for n in waiting if n.state != "running"]
+                for n in gone:
+                    failed[n.id] = (f"its QEMU {n.proc.exit_status() if n.proc else 'is gone'} after "
+                                    f"the load" if n in dead else
+                                    f"its guest agent did not answer within {AGENT_TIMEOUT:.0f} s of "
+                                    f"the load") + f" ({_first_line(e)})"
+                waiting = [n for n in waiting if n not in gone]
+        for n in [cluster.node(i) for i in failed if i in {m.id for m in nodes}]:
+            cluster._stop_node(n)
+            n.snapshot = None
+        late = [threading.Thread(target=_refresh_guest, args=(cluster, n), daemon=True)
+                for n in nodes if n.id not in failed and "refreshed" not in n.phases]
+        for t in late:
+            t.start()
+        for t in late:
+            t.join()
+        return failed
 
 
 def _refresh_guest(cluster: "Cluster", n: "Node") -> None:
