@@ -28,7 +28,7 @@ import fcntl
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 BLOCK = 64 << 10           # granularity of the zero-block elimination and of the digest
 CHUNK = 4 << 20            # bytes read or copied per call
@@ -38,6 +38,14 @@ _ZERO = bytes(BLOCK)
 
 class ImageError(Exception):
     """A RAM image could not be read, written or copied; the message says which file and why."""
+
+
+def _open(path: Path, flags: int, what: str) -> int:
+    """os.open(path, flags | O_CLOEXEC | O_NOFOLLOW, 0o600); ImageError "cannot WHAT PATH: why"."""
+    try:
+        return os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as e:
+        raise ImageError(f"cannot {what} {path}: {e.strerror}") from None
 
 
 def _extents(fd: int, size: int):
@@ -80,42 +88,47 @@ def _blocks(fd: int, size: int, path: Path):
             off += n
 
 
+def _scan(fd: int, size: int, path: Path, each: Callable[[int, memoryview], None] | None = None
+          ) -> tuple[str, int]:
+    """The canonical digest (module doc) and the non-zero bytes of fd's first `size` bytes;
+    `each(offset, block)` is called for every non-zero block, in order."""
+    h = hashlib.sha256()
+    data = 0
+    for off, blk in _blocks(fd, size, path):
+        h.update(off.to_bytes(8, "little"))
+        h.update(blk)
+        data += len(blk)
+        if each is not None:
+            each(off, blk)
+    return h.hexdigest(), data
+
+
 def write_image(src: str | os.PathLike, size: int, dst: str | os.PathLike) -> dict[str, Any]:
     """Copy the first `size` bytes of RAM file `src` into a new sparse image `dst` (zero blocks
     left as holes) and return what the metadata records of it: size, data bytes, digest."""
     src, dst = Path(src), Path(dst)
-    h = hashlib.sha256()
-    data = 0
-    try:
-        sfd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as e:
-        raise ImageError(f"cannot read the node's RAM file {src}: {e.strerror}") from None
+    sfd = _open(src, os.O_RDONLY, "read the node's RAM file")
     try:
         if os.fstat(sfd).st_size < size:
             raise ImageError(f"the node's RAM file {src} has {os.fstat(sfd).st_size} bytes, "
                              f"less than its RAM ({size})")
+        dfd = _open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "write")
         try:
-            dfd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        except OSError as e:
-            raise ImageError(f"cannot write {dst}: {e.strerror}") from None
-        try:
-            run_off, run = -1, bytearray()
+            run = bytearray()       # adjacent blocks, written with one call
+            run_off = [0]
 
             def flush() -> None:
                 if run:
-                    os.pwrite(dfd, run, run_off)
+                    os.pwrite(dfd, run, run_off[0])
                     run.clear()
 
-            for off, blk in _blocks(sfd, size, src):
-                h.update(off.to_bytes(8, "little"))
-                h.update(blk)
-                data += len(blk)
-                if run and run_off + len(run) == off and len(run) < CHUNK:
-                    run += blk
-                else:
+            def add(off: int, blk: memoryview) -> None:
+                if not run or run_off[0] + len(run) != off or len(run) >= CHUNK:
                     flush()
-                    run_off = off
-                    run += blk
+                    run_off[0] = off
+                run.extend(blk)
+
+            digest, data = _scan(sfd, size, src, add)
             flush()
             # no fsync (nor does QEMU's stream get one): after a crash, a file whose size or mtime
             # is not the one recorded is checked against the digest before it is used
@@ -126,28 +139,19 @@ def write_image(src: str | os.PathLike, size: int, dst: str | os.PathLike) -> di
             os.close(dfd)
     finally:
         os.close(sfd)
-    return {"size": size, "data_bytes": data, "block": BLOCK, "sha256": h.hexdigest()}
+    return {"size": size, "data_bytes": data, "block": BLOCK, "sha256": digest}
 
 
 def image_digest(path: str | os.PathLike, size: int) -> tuple[str, int]:
     """The canonical digest of image `path` (module doc) and its non-zero bytes."""
     path = Path(path)
-    h = hashlib.sha256()
-    data = 0
+    fd = _open(path, os.O_RDONLY, "read")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as e:
-        raise ImageError(f"cannot read {path}: {e.strerror}") from None
-    try:
-        for off, blk in _blocks(fd, size, path):
-            h.update(off.to_bytes(8, "little"))
-            h.update(blk)
-            data += len(blk)
+        return _scan(fd, size, path)
     except OSError as e:
         raise ImageError(f"cannot read {path}: {e.strerror}") from None
     finally:
         os.close(fd)
-    return h.hexdigest(), data
 
 
 def _copy_range(ifd: int, ofd: int, start: int, end: int, how: list[str]) -> None:
@@ -187,19 +191,13 @@ def clone_image(image: str | os.PathLike, dst: str | os.PathLike, size: int) -> 
     cheaply as the file systems allow (module doc); the method used: "reflink",
     "copy_file_range", "sendfile" or "read/write"."""
     image, dst = Path(image), Path(dst)
-    try:
-        ifd = os.open(image, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as e:
-        raise ImageError(f"cannot read the RAM image {image}: {e.strerror}") from None
+    ifd = _open(image, os.O_RDONLY, "read the RAM image")
     try:
         st = os.fstat(ifd)
         if st.st_size != size:
             raise ImageError(f"the RAM image {image} has {st.st_size} bytes, the node's RAM {size}: "
                              f"it is truncated or not this node's")
-        try:
-            ofd = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        except OSError as e:
-            raise ImageError(f"cannot create the node's RAM file {dst}: {e.strerror}") from None
+        ofd = _open(dst, os.O_RDWR | os.O_CREAT | os.O_EXCL, "create the node's RAM file")
         try:
             if os.fstat(ofd).st_dev == st.st_dev:
                 try:
