@@ -58,6 +58,7 @@ META_SUFFIX = ".meta.json"
 RAM_SUFFIX = ".ram"
 # QEMU capability that leaves shared RAM blocks (the node's RAM file) out of the stream
 IGNORE_SHARED = [{"capability": "x-ignore-shared", "state": True}]
+RAM_BACKEND = "ram"        # the node's RAM backend's id (Cluster.node_argv)
 SAVE_TIMEOUT = 300.0     # seconds for QEMU to write the stream
 LOAD_TIMEOUT = 300.0     # seconds for a new QEMU to read it
 # Keys of the metadata that must match the cluster a snapshot is restored into.
@@ -336,6 +337,15 @@ def _migrate_out(qmp: Qmp, i: int, tmp: Path, timeout: float) -> None:
     # Everything in one pass: the vCPUs are stopped, so no downtime to bound; QEMU 7.2's
     # default bandwidth cap (32 MiB/s) would only slow the write down.
     qmp.execute("migrate-set-parameters", **{"max-bandwidth": 1 << 40, "downtime-limit": 600000})
+    # x-ignore-shared leaves every shared memory backend out of the stream, and the launcher
+    # copies only the node's RAM ("ram"): another shared backend (qemu_args) would be lost
+    others = [str(m.get("id", "?")) for m in qmp.execute("query-memdev")
+              if m.get("share") and m.get("id") != RAM_BACKEND]
+    if others:
+        raise SnapshotError(f"node {i} cannot be saved: memory backend(s) {', '.join(others)} are "
+                            f"shared (share=on); a snapshot keeps only the node's RAM "
+                            f"({RAM_BACKEND!r}) out of QEMU's stream and would lose their contents. "
+                            f"Give them share=off in qemu_args to save the node")
     try:
         qmp.execute("migrate-set-capabilities", capabilities=IGNORE_SHARED)
         qmp.execute("migrate", uri=f"exec:cat > {shlex.quote(str(tmp))}")

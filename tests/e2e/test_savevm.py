@@ -255,3 +255,15 @@ def test_a_saved_node_comes_back_with_its_device_state_and_working_drivers(
     # the good snapshot still brings it back
     c.restore_node(1, snap)
     gas_ok(n0, g1, 4)
+
+
+def test_a_node_with_another_shared_memory_backend_is_refused_not_half_saved(fresh_cluster, tmp_path):
+    """x-ignore-shared leaves every shared memory backend out of the stream; the launcher copies
+    only the node's RAM, so a node with another one (here from qemu_args) is refused, and runs on."""
+    extra = tmp_path / "extra.mem"
+    c = fresh_cluster(nodes=1, qemu_args=["-object", f"memory-backend-file,id=extra,size=1M,share=on,"
+                                                     f"mem-path={extra}"])
+    with pytest.raises(SnapshotError, match=r"memory backend\(s\) extra are shared \(share=on\)"):
+        c.save_node(0, tmp_path / "n0.snap")
+    assert not (tmp_path / "n0.snap").exists() and not (tmp_path / "n0.snap.ram").exists()
+    assert c.node(0).sh("echo runs-on").strip() == "runs-on"
