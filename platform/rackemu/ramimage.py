@@ -190,6 +190,20 @@ def clone_image(image: str | os.PathLike, dst: str | os.PathLike, size: int) -> 
     """Make `dst` (which must not exist) a private copy of RAM image `image` of `size` bytes, as
     cheaply as the file systems allow (module doc); the method used: "reflink",
     "copy_file_range", "sendfile" or "read/write"."""
+    how = start_clone(image, dst, size)
+    if how == "reflink":
+        return how
+    try:
+        return finish_clone(image, dst, size)
+    except BaseException:
+        Path(dst).unlink(missing_ok=True)
+        raise
+
+
+def start_clone(image: str | os.PathLike, dst: str | os.PathLike, size: int) -> str:
+    """The cheap first half of clone_image: `dst` (which must not exist) made a reflink of
+    `image` ("reflink": done), else a hole of `size` bytes ("copy": finish_clone copies the
+    data into it; a QEMU may map `dst` meanwhile, as long as nothing reads it before)."""
     image, dst = Path(image), Path(dst)
     ifd = _open(image, os.O_RDONLY, "read the RAM image")
     try:
@@ -208,19 +222,34 @@ def clone_image(image: str | os.PathLike, dst: str | os.PathLike, size: int) -> 
                                        errno.ENOSYS, errno.EPERM):
                         raise
             os.ftruncate(ofd, size)
-            how = ["copy_file_range" if os.fstat(ofd).st_dev == st.st_dev else "sendfile"]
-            for start, end in _extents(ifd, size):
-                _copy_range(ifd, ofd, start, end, how)
-            return how[0]
-        except BaseException as e:
+            return "copy"
+        except OSError as e:
             os.close(ofd)
             ofd = -1
             dst.unlink(missing_ok=True)
-            if isinstance(e, OSError):
-                raise ImageError(f"cannot copy the RAM image {image} to {dst}: {e.strerror}") from None
-            raise
+            raise ImageError(f"cannot make the node's RAM file {dst}: {e.strerror}") from None
         finally:
             if ofd >= 0:
                 os.close(ofd)
+    finally:
+        os.close(ifd)
+
+
+def finish_clone(image: str | os.PathLike, dst: str | os.PathLike, size: int) -> str:
+    """Copy the data extents of `image` into `dst` made by start_clone (its holes stay holes);
+    the method used: "copy_file_range", "sendfile" or "read/write"."""
+    image, dst = Path(image), Path(dst)
+    ifd = _open(image, os.O_RDONLY, "read the RAM image")
+    try:
+        ofd = _open(dst, os.O_WRONLY, "write the node's RAM file")
+        try:
+            how = ["copy_file_range" if os.fstat(ofd).st_dev == os.fstat(ifd).st_dev else "sendfile"]
+            for start, end in _extents(ifd, size):
+                _copy_range(ifd, ofd, start, end, how)
+            return how[0]
+        except OSError as e:
+            raise ImageError(f"cannot copy the RAM image {image} to {dst}: {e.strerror}") from None
+        finally:
+            os.close(ofd)
     finally:
         os.close(ifd)

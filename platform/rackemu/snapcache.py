@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from .cluster import ClusterError, _os_error_text, _write_atomic, prepare_private_dir
 from .config import cache_dir
 from .snapshot import (LOAD_TIMEOUT, SnapshotError, _load_and_resume, artefact_sha256, check_restorable,
-                       make_ram_file, meta_path, ram_image_path, save_node_locked)
+                       finish_ram_file, meta_path, ram_image_path, save_node_locked, start_ram_file)
 
 if TYPE_CHECKING:
     from .cluster import Cluster, Node
@@ -240,19 +240,19 @@ def start_nodes(cluster: "Cluster", mode: str) -> None:
         failed_ram: dict[int, str] = {}
         loader = _Loader(cluster, {i: entry.snap(i) for i in load})
         with ThreadPoolExecutor(RAM_WORKERS, thread_name_prefix="rackemu-ram") as pool:
-            made: dict[int, Future] = {i: pool.submit(make_ram_file, cluster, i, entry.snap(i))
-                                       for i in load}
             for i in load:
                 try:
-                    made[i].result()
-                except (ClusterError, OSError) as e:
+                    how = start_ram_file(cluster, i, entry.snap(i))
+                except ClusterError as e:
                     failed_ram[i] = _first_line(e)
                     continue
-                # QEMUs are started by this thread (a QEMU dies with the thread that forked it)
+                # QEMUs are started by this thread (a QEMU dies with the thread that forked it),
+                # at once; the pool copies their RAM meanwhile, and each load waits for its copy
                 n = cluster.start_node(i, extra_args=["-incoming", "defer"], keep_ram=True)
                 n.snapshot = str(entry.snap(i))
-                loader.start(n)
-        failed = loader.finish()
+                loader.start(n, None if how == "reflink" else
+                             pool.submit(finish_ram_file, cluster, i, entry.snap(i)))
+            failed = loader.finish()
         failed.update(failed_ram)
         for i, why in sorted(failed.items()):
             log(f"node {i}: cached snapshot {entry.snap(i)} failed: {why}\n"
@@ -291,15 +291,19 @@ class _Loader:
         self.jobs: list[tuple["Node", threading.Thread]] = []
         self.lock = threading.Lock()
 
-    def start(self, n: "Node") -> None:
-        t = threading.Thread(target=self._run, args=(n,), daemon=True, name=f"rackemu-resume-node{n.id}")
+    def start(self, n: "Node", ram: Future | None) -> None:
+        """Bring node n up once `ram` (its RAM file's copy, if one is still running) is done."""
+        t = threading.Thread(target=self._run, args=(n, ram), daemon=True,
+                             name=f"rackemu-resume-node{n.id}")
         t.start()
         self.jobs.append((n, t))
 
-    def _run(self, n: "Node") -> None:
+    def _run(self, n: "Node", ram: Future | None) -> None:
         try:
+            if ram is not None:
+                ram.result()
             _load_and_resume(self.cluster, n, LOAD_TIMEOUT, self.snaps[n.id])
-        except ClusterError as e:    # QEMU's own words, without the restore command's advice
+        except (ClusterError, OSError) as e:    # QEMU's own words, without the restore advice
             with self.lock:
                 self.failed[n.id] = str(e).split("\nthe node is stopped")[0]
             return

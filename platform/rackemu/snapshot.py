@@ -48,7 +48,7 @@ from . import __version__
 from .cluster import KILL_WAIT, ClusterError, _no_interrupts, _os_error_text, _write_atomic
 from .config import cache_dir
 from .qmp import Qmp, QmpCommandError, QmpError
-from .ramimage import ImageError, clone_image, image_digest, write_image
+from .ramimage import ImageError, finish_clone, image_digest, start_clone, write_image
 
 if TYPE_CHECKING:
     from .cluster import Cluster, Node
@@ -427,15 +427,34 @@ def check_restorable(cluster: "Cluster", i: int, path: str | os.PathLike,
 def make_ram_file(cluster: "Cluster", i: int, path: str | os.PathLike) -> str:
     """Node i's RAM file made afresh from snapshot `path`'s RAM image (before its QEMU starts);
     the method used (ramimage.clone_image). SnapshotError says why it could not be made."""
+    how = start_ram_file(cluster, i, path)
+    return how if how == "reflink" else finish_ram_file(cluster, i, path)
+
+
+def start_ram_file(cluster: "Cluster", i: int, path: str | os.PathLike) -> str:
+    """The cheap half of make_ram_file (ramimage.start_clone): "reflink" (done) or "copy" (the
+    file has the RAM's size and no data yet: finish_ram_file copies it; the node's QEMU may be
+    started meanwhile with `-incoming defer`, and the load must wait for the copy)."""
     n = cluster.node(i)
     n.phases = {"ram_start": time.monotonic()}
     dst = cluster.ram_path(i)
     dst.unlink(missing_ok=True)
     try:
-        how = clone_image(ram_image_path(path), dst, cluster.config.memory_mib << 20)
+        how = start_clone(ram_image_path(path), dst, cluster.config.memory_mib << 20)
     except ImageError as e:
         raise SnapshotError(f"node {i}: {e}") from None
-    n.phases["ram"] = time.monotonic()
+    if how == "reflink":
+        n.phases["ram"] = time.monotonic()
+    return how
+
+
+def finish_ram_file(cluster: "Cluster", i: int, path: str | os.PathLike) -> str:
+    """The copy after start_ram_file "copy" (ramimage.finish_clone); the method used."""
+    try:
+        how = finish_clone(ram_image_path(path), cluster.ram_path(i), cluster.config.memory_mib << 20)
+    except ImageError as e:
+        raise SnapshotError(f"node {i}: {e}") from None
+    cluster.node(i).phases["ram"] = time.monotonic()
     return how
 
 
