@@ -9,11 +9,12 @@ count, CPU, vCPUs, memory, kernel command line and qemu_args. Any change gives a
 is the invalidation.
 
 A node with a usable entry (nodeI.snap, nodeI.snap.ram and nodeI.snap.meta.json, written by
-snapshot.py: the device state and the guest RAM image) gets its RAM file made from the image
-(snapshot.make_ram_file: a reflink or an in-kernel copy of the image's data; a pool of threads
-makes them while the launcher starts the QEMUs, each QEMU once its own file is ready), starts on
-its usual command line plus `-incoming defer` and loads nodeI.snap with `migrate-incoming`
-(x-ignore-shared: the RAM is not in the stream); the launcher resumes its vCPUs,
+snapshot.py: the device state and the guest RAM image) gets its RAM file created from the image
+(snapshot.start_ram_file: a reflink, or a file of the RAM's size whose data a pool of threads
+copies in the kernel meanwhile: finish_ram_file), starts at once on its usual command line plus
+`-incoming defer` and, once its copy is done, loads nodeI.snap with `migrate-incoming`
+(x-ignore-shared: the RAM is not in the stream; _Loader, one thread per node); the launcher
+resumes its vCPUs,
 waits for its agent, then sets the guest's clock to the host's and stirs host randomness into
 the guest's /dev/urandom (a snapshot's guest would otherwise live at the instant of the save,
 with the entropy pool every other boot from that entry had). A node without one boots as
