@@ -211,3 +211,23 @@ def test_artefact_digests_are_kept_across_processes_per_file_version(tmp_path, c
     os.chmod(cache, 0o777)
     assert snapshot._sums_path() is None
     os.chmod(cache, 0o700)
+
+
+def test_an_entry_of_the_old_format_is_not_read_but_rebuilt(tmp_path, fake_build, cache):
+    """Format 1 kept the guest RAM in the stream: its entries are under another key (the cache
+    format is in it), and a format-1 snapshot found under the new key is refused by its metadata
+    (start_nodes then deletes it and boots the node, which is saved anew)."""
+    c = cluster(tmp_path / "r")
+    m = key_material(c)
+    assert m["format"] == 2
+    assert cache_key(m) != cache_key(dict(m, format=1))
+    e = Entry(cache_root(), cache_key(m), m)
+    e.open()
+    path = snapshot_in(e, c, 0)
+    meta = json.loads(meta_path(path).read_text())
+    meta["format"] = 1
+    meta_path(path).write_text(json.dumps(meta))
+    with pytest.raises(SnapshotError, match="snapshot format 1; this rackemu reads format 2: it was saved "
+                                            "by an earlier rackemu with the guest RAM in the stream"):
+        e.check(c, 0)
+    e.close()
