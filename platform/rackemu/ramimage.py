@@ -23,12 +23,13 @@ else read/write. Holes stay holes: the new RAM file allocates only the image's d
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 BLOCK = 64 << 10           # granularity of the zero-block elimination and of the digest
 CHUNK = 4 << 20            # bytes read or copied per call
@@ -103,42 +104,51 @@ def _scan(fd: int, size: int, path: Path, each: Callable[[int, memoryview], None
     return h.hexdigest(), data
 
 
+@contextlib.contextmanager
+def _copying(src: Path, src_what: str, dst: Path, dst_flags: int, dst_what: str, fail: str
+             ) -> Iterator[tuple[int, int]]:
+    """(fd of src, fd of dst) for a copy; an OSError in the block becomes ImageError "FAIL: why"."""
+    ifd = _open(src, os.O_RDONLY, src_what)
+    try:
+        ofd = _open(dst, dst_flags, dst_what)
+        try:
+            yield ifd, ofd
+        except OSError as e:
+            raise ImageError(f"{fail}: {e.strerror}") from None
+        finally:
+            os.close(ofd)
+    finally:
+        os.close(ifd)
+
+
 def write_image(src: str | os.PathLike, size: int, dst: str | os.PathLike) -> dict[str, Any]:
     """Copy the first `size` bytes of RAM file `src` into a new sparse image `dst` (zero blocks
     left as holes) and return what the metadata records of it: size, data bytes, digest."""
     src, dst = Path(src), Path(dst)
-    sfd = _open(src, os.O_RDONLY, "read the node's RAM file")
-    try:
+    with _copying(src, "read the node's RAM file", dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "write",
+                  f"cannot write {dst}") as (sfd, dfd):
         if os.fstat(sfd).st_size < size:
             raise ImageError(f"the node's RAM file {src} has {os.fstat(sfd).st_size} bytes, "
                              f"less than its RAM ({size})")
-        dfd = _open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "write")
-        try:
-            run = bytearray()       # adjacent blocks, written with one call
-            run_off = [0]
+        run = bytearray()       # adjacent blocks, written with one call
+        run_off = [0]
 
-            def flush() -> None:
-                if run:
-                    os.pwrite(dfd, run, run_off[0])
-                    run.clear()
+        def flush() -> None:
+            if run:
+                os.pwrite(dfd, run, run_off[0])
+                run.clear()
 
-            def add(off: int, blk: memoryview) -> None:
-                if not run or run_off[0] + len(run) != off or len(run) >= CHUNK:
-                    flush()
-                    run_off[0] = off
-                run.extend(blk)
+        def add(off: int, blk: memoryview) -> None:
+            if not run or run_off[0] + len(run) != off or len(run) >= CHUNK:
+                flush()
+                run_off[0] = off
+            run.extend(blk)
 
-            digest, data = _scan(sfd, size, src, add)
-            flush()
-            # no fsync (nor does QEMU's stream get one): after a crash, a file whose size or mtime
-            # is not the one recorded is checked against the digest before it is used
-            os.ftruncate(dfd, size)
-        except OSError as e:
-            raise ImageError(f"cannot write {dst}: {e.strerror}") from None
-        finally:
-            os.close(dfd)
-    finally:
-        os.close(sfd)
+        digest, data = _scan(sfd, size, src, add)
+        flush()
+        # no fsync (nor does QEMU's stream get one): after a crash, a file whose size or mtime
+        # is not the one recorded is checked against the digest before it is used
+        os.ftruncate(dfd, size)
     return {"size": size, "data_bytes": data, "block": BLOCK, "sha256": digest}
 
 
@@ -239,17 +249,9 @@ def finish_clone(image: str | os.PathLike, dst: str | os.PathLike, size: int) ->
     """Copy the data extents of `image` into `dst` made by start_clone (its holes stay holes);
     the method used: "copy_file_range", "sendfile" or "read/write"."""
     image, dst = Path(image), Path(dst)
-    ifd = _open(image, os.O_RDONLY, "read the RAM image")
-    try:
-        ofd = _open(dst, os.O_WRONLY, "write the node's RAM file")
-        try:
-            how = ["copy_file_range" if os.fstat(ofd).st_dev == os.fstat(ifd).st_dev else "sendfile"]
-            for start, end in _extents(ifd, size):
-                _copy_range(ifd, ofd, start, end, how)
-            return how[0]
-        except OSError as e:
-            raise ImageError(f"cannot copy the RAM image {image} to {dst}: {e.strerror}") from None
-        finally:
-            os.close(ofd)
-    finally:
-        os.close(ifd)
+    with _copying(image, "read the RAM image", dst, os.O_WRONLY, "write the node's RAM file",
+                  f"cannot copy the RAM image {image} to {dst}") as (ifd, ofd):
+        how = ["copy_file_range" if os.fstat(ofd).st_dev == os.fstat(ifd).st_dev else "sendfile"]
+        for start, end in _extents(ifd, size):
+            _copy_range(ifd, ofd, start, end, how)
+        return how[0]
