@@ -27,11 +27,12 @@ above the untraced round trip of bench/foundation.py; the split is what this is 
 table of medians and 90th percentiles per step, writes CSV (and PNG with python3-matplotlib).
 RACKEMU_IRQ_VCPU=0 in the environment traces the bottom-half path (docs/machine.md).
 
-usage: bench/mailbox_trace.py [--count 300] [--csv FILE]
+usage: bench/mailbox_trace.py [--count 300] [--keep-logs DIR] [--csv FILE]
 """
 import argparse
 import os
 import re
+import shutil
 import statistics
 import sys
 import time
@@ -96,20 +97,21 @@ def split(n0, n1):
         a = first(n1, j, lambda e: e[2] == "rackemu_frame_in" and "from 0 " in e[3] and " type 1 " in e[3])
         b = a is not None and first(n1, a, lambda e: e[2] == "rackemu_irq" and "rackemu-vmbox" in e[3]
                                     and "level 1" in e[3])
-        c = b and first(n1, b, lambda e: e[2] == "rackemu_irq_apply" and "rackemu-vmbox" in e[3])
         d = b and first(n1, b, mmio_read_at(IRQ_STATUS))
+        c = d and first(n1, b, lambda e: e[2] == "rackemu_irq_apply" and "rackemu-vmbox" in e[3])
         f = d and first(n1, d, mmio_read_at(MIF_DATA))
         g = f and first(n1, f, lambda e: e[2] == "rackemu_unimem_send" and "to node 0 " in e[3])
-        if not all(x not in (None, False) for x in (a, b, c, d, f, g)):
-            continue  # a round trip the trace does not show whole (e.g. the packet found awake)
+        if not all(x not in (None, False) for x in (a, b, d, f, g)):
+            continue  # a round trip the trace does not show whole
+        if c is None or c is False or c > d:
+            c = b  # no apply before the handler: set at once (the awake vCPU polled the frame)
         echo = next((e for e in echoes if e[0] >= n1[g][0]), None)
         if echo is None or not n1[a][0] < nxt or echo[0] > nxt:
             continue
         ts = [t0, n1[a][0], n1[b][0], n1[c][0], n1[d][0], n1[f][0], n1[g][0], echo[0]]
         trip = {STEPS[i]: ts[i + 1] - ts[i] for i in range(7)}
         trip["round trip"] = ts[7] - t0
-        trip["via"] = n1[c][3].rsplit(" ", 1)[-1]
-        trip["applier_is_vcpu"] = n1[c][1] == n1[d][1]
+        trip["via"] = n1[c][3].rsplit(" ", 1)[-1] if c != b else "direct"
         trips.append(trip)
     return trips
 
@@ -123,6 +125,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--count", type=int, default=300, help="round trips (default 300)")
     ap.add_argument("--memory", default="192M", help="memory per node")
+    ap.add_argument("--keep-logs", metavar="DIR", help="copy the two nodes' traced logs there")
     ap.add_argument("--csv", default=str(build_dir() / "bench" / "mailbox_trace.csv"))
     a = ap.parse_args()
     cfg = load_config(None, {"nodes": 2, "name": "bench-mbtrace", "memory": a.memory,
@@ -145,26 +148,34 @@ def main():
             raise SystemExit(f"pingpong failed: {res.stdout.decode()} {res.stderr.decode()}")
         untraced = kv_lines(res.stdout.decode())[-1]
         trips = split(parse(c.node(0).log_path), parse(c.node(1).log_path))
+        if a.keep_logs:
+            Path(a.keep_logs).mkdir(parents=True, exist_ok=True)
+            for i in range(2):
+                shutil.copy(c.node(i).log_path, Path(a.keep_logs) / f"node{i}.log")
     if not trips:
         raise SystemExit("no complete round trip in the trace (is QEMU built with rackemu_irq_apply?)")
     log(f"{len(trips)} of {a.count} round trips traced whole; load {load0:.1f} .. {os.getloadavg()[0]:.1f}")
     rows = [("host", "load_1min_start", load0, "load"), ("host", "load_1min_end", os.getloadavg()[0], "load"),
-            ("trace", "round_trips", len(trips), "n"),
-            ("trace", "applied_on_the_vcpu_fraction", sum(t["via"] == "vcpu" for t in trips) / len(trips), "1"),
+            ("trace", "round_trips_whole", len(trips), "n"),
             ("trace", "pingpong_median_us_as_measured_by_the_guest", float(untraced["rtt_median_us"]), "us")]
+    for via in ("vcpu", "bh", "direct"):
+        rows.append(("trace", f"applied_by_{via}", sum(t["via"] == via for t in trips), "n"))
+    # the split of the round trips that took the interrupt path (the server was asleep)
+    irq = [t for t in trips if t["via"] != "direct"] or trips
     for s in STEPS:
         key = s.replace(" -> ", "_to_").replace(" ", "_")
-        rows.append(("trace", f"{key}_median", statistics.median(t[s] for t in trips), "us"))
-        rows.append(("trace", f"{key}_p90", pct([t[s] for t in trips], 0.9), "us"))
+        rows.append(("trace", f"{key}_median", statistics.median(t[s] for t in irq), "us"))
+        rows.append(("trace", f"{key}_p90", pct([t[s] for t in irq], 0.9), "us"))
     write_results(rows, a.csv, value_width=10)
     plt = pyplot()
     if plt:
         fig, ax = plt.subplots(figsize=(8, 3.5))
-        meds = [statistics.median(t[s] for t in trips) for s in STEPS[:-1]]
+        irq = [t for t in trips if t["via"] != "direct"] or trips
+        meds = [statistics.median(t[s] for t in irq) for s in STEPS[:-1]]
         ax.barh(STEPS[:-1], meds)
         ax.invert_yaxis()
         ax.set_xlabel("microseconds (median over traced round trips)")
-        ax.set_title(f"interrupt-mode round trip, {len(trips)} traced, via {trips[0]['via']}")
+        ax.set_title(f"interrupt-mode round trip, {len(irq)} traced, via {irq[0]['via']}")
         save_figure(fig, str(Path(a.csv).with_suffix(".png")))
 
 
