@@ -41,7 +41,7 @@ p99s); the raw shared-memory ping-pong of the fabric section is the same invocat
 Also plots the latencies (CSV path with .png) when python3-matplotlib is installed.
 
 usage: bench/foundation.py [--nodes 2,4,8] [--runs 3] [--cold-build] [--pingpong 500] [--pp-runs 3]
-                          [--only-pingpong] [--csv FILE]
+                          [--only-pingpong] [--pp-args ARGS] [--csv FILE]
 --only-pingpong boots one 2-node cluster and runs the packetizer ping-pong alone (no build, fabric,
 boot, GAS, RMC or GSAS figures).
 """
@@ -152,11 +152,13 @@ def pingpong(a, c, rows):
     rows.append(("host", "load_1min_start", os.getloadavg()[0], "load"))
     for mode, flag in (("irq", ""), ("spin", " --spin")):
         for _ in range(a.pp_runs):
+            extra = f" {a.pp_args}" if a.pp_args else ""
             srv = run_background(c.node(1), f"unimem pingpong --peer 0 --role server "
-                                 f"--count {a.pingpong}{flag}", timeout=300)
+                                 f"--count {a.pingpong}{flag}{extra}", timeout=300)
             time.sleep(1.0)
             before, qb = c.bridge_stats(), irq_paths(c)
-            res = c.node(0).exec(f"unimem pingpong --peer 1 --role client --count {a.pingpong}", timeout=300)
+            res = c.node(0).exec(f"unimem pingpong --peer 1 --role client --count {a.pingpong}{extra}",
+                                 timeout=300)
             after, qa = c.bridge_stats(), irq_paths(c)
             srv.result(320)
             if res.rc != 0:
@@ -201,6 +203,8 @@ def main():
     ap.add_argument("--memory", default="192M", help="memory per node for the boot runs")
     ap.add_argument("--only-pingpong", action="store_true",
                     help="one 2-node cluster, the packetizer ping-pong alone")
+    ap.add_argument("--pp-args", default="",
+                    help="more options of both `unimem pingpong` sides, e.g. --sync-ack (the old order)")
     ap.add_argument("--csv", default=str(build_dir() / "bench" / "foundation.csv"))
     a = ap.parse_args()
     sizes = [int(x) for x in a.nodes.split(",") if x]
