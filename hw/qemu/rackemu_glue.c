@@ -81,20 +81,29 @@ static void rackemu_host_vcpu_work(CPUState *cpu, run_on_cpu_data data)
 }
 
 /*
- * The vCPU that applies a level set on a thread without the big lock: the node's first vCPU, if
- * its thread runs and this is not a vCPU thread (a vCPU that dropped the big lock, e.g. while it
- * waits on remote memory, would apply it only after its wait: the bottom half does it sooner).
+ * The vCPU that applies a level set on a thread without the big lock: a halted one (asleep in
+ * wfi, most likely waiting for this interrupt: the kick wakes it at once), else the node's first
+ * (it applies the level when it leaves its current translation block). None when this is a vCPU
+ * thread (one that dropped the big lock, e.g. while it waits on remote memory, would apply it
+ * only after its wait: the bottom half does it sooner) or before the vCPU threads run.
  */
 static CPUState *rackemu_host_vcpu(RackemuHost *h)
 {
-    CPUState *cpu;
+    CPUState *cpu, *pick = NULL;
 
     if (!h->irq_on_vcpu || current_cpu) {
         return NULL;
     }
     RCU_READ_LOCK_GUARD();
-    cpu = first_cpu;
-    return cpu && qatomic_read(&cpu->created) ? cpu : NULL;
+    CPU_FOREACH(cpu) {
+        if (!qatomic_read(&cpu->created)) {
+            return NULL;
+        }
+        if (!pick || (qatomic_read(&cpu->halted) && !qatomic_read(&pick->halted))) {
+            pick = cpu;
+        }
+    }
+    return pick;
 }
 
 static void rackemu_host_set_irq(void *opaque, unsigned line, int level)

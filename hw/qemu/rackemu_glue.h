@@ -53,7 +53,7 @@ void rackemu_fabric_poll(RackemuFabric *f);
  *  - interrupts: up to RACKEMU_HOST_MAX_IRQS sysbus outputs (index = line). set_irq from a vCPU
  *    with the big lock held sets the line at once (a W1C or a disable lowers it before the
  *    guest's handler returns); from any other thread it records the level and queues one work
- *    item on the node's first vCPU (async_run_on_cpu: it kicks the vCPU, which applies the
+ *    item on a vCPU, halted if one is (async_run_on_cpu: it kicks the vCPU, which applies the
  *    latest recorded level of every line under the big lock it holds to run), so no thread
  *    other than a vCPU waits for the big lock, a halted vCPU wakes at once, and a burst of
  *    changes costs one update. Where no vCPU can do it (a vCPU thread that dropped the big lock,
