@@ -358,7 +358,11 @@ struct Pair : Rig {
     static constexpr uint64_t kBuf = 4 << 20;
     std::vector<struct rnic_cqe> got_a, got_b;
 
-    explicit Pair(uint16_t mtu = 1024, uint8_t timeout = 10, uint8_t retry = 7)
+    // b_access, b_upto: B's QP accepts these remote accesses and stops in this state (RTR: a
+    // responder only)
+    explicit Pair(uint16_t mtu = 1024, uint8_t timeout = 10, uint8_t retry = 7,
+                  uint32_t b_access = RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE,
+                  uint8_t b_upto = RNIC_QPS_RTS)
     {
         pda = a.create_pd();
         pdb = b.create_pd();
@@ -371,7 +375,7 @@ struct Pair : Rig {
         keya = a.mr(pda, bufa, kBuf);
         keyb = b.mr(pdb, bufb, kBuf);
         a.connect(qa, 1, qb.qpn, mtu, timeout, retry);
-        b.connect(qb, 0, qa.qpn, mtu, timeout, retry);
+        b.connect(qb, 0, qa.qpn, mtu, timeout, retry, b_access, b_upto);
     }
     // Wait for n CQEs on a's CQ (and collect b's).
     std::vector<struct rnic_cqe> wait_a(size_t n)
@@ -1621,10 +1625,12 @@ TEST(Rnic, UnsignaledWritesCompleteSilently)
     EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_WR_COMPLETED), 300u);
 }
 
+// A CQE that finds its CQ full puts the CQ in error, and the event queue reports it once (CQ_ERR).
 TEST(Rnic, CqOverflowPutsTheCqInError)
 {
     Link l;
     Node n(0, l);
+    Eq eq(n);
     const uint32_t pd = n.create_pd();
     Node::Cq cq = n.create_cq(1); // 2 entries
     Node::Qp q = n.create_qp(pd, cq, cq, 4);
@@ -1646,6 +1652,15 @@ TEST(Rnic, CqOverflowPutsTheCqInError)
     auto c = n.poll(cq);
     ASSERT_EQ(c.size(), 2u);
     EXPECT_EQ(c[0].status, RNIC_WC_WR_FLUSH_ERR);
+    auto ev = eq.poll();
+    ASSERT_EQ(ev.size(), 1u);
+    EXPECT_EQ(ev[0].type, RNIC_EV_CQ_ERR);
+    EXPECT_EQ(ev[0].element, cq.cqn);
+    EXPECT_EQ(ev[0].detail, RNIC_EV_CQ_ERR_OVERFLOW);
+    // a CQE arriving at the CQ in error is counted, and no second event is written
+    n.post_recv(q, 9, buf, 8, key);
+    EXPECT_EQ(n.counter(RNIC_CNT_INDEX_CQ_OVERFLOWS), 2u);
+    EXPECT_TRUE(eq.poll().empty());
 }
 
 // ---- loopback on one node, page-list MRs, timing model ----
@@ -1928,111 +1943,54 @@ TEST(Rnic, EventQueueQpFatalOnRetryExhaustionAndDoorbellFault)
 // QP without remote write access is an invalid request: QP_REQ_ERR.
 TEST(Rnic, EventQueueResponderAccessAndRequestErrors)
 {
-    {
-        Pair p;
+    const struct {
+        const char *what;
+        uint32_t b_access, rkey_flip;
+        uint8_t status, b_event, nak;
+    } cases[] = {
+        {"bad rkey", RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, 0x100, RNIC_WC_REM_ACCESS_ERR,
+         RNIC_EV_QP_ACCESS_ERR, ROCE_NAK_REMOTE_ACCESS},
+        {"no remote write on B's QP", RNIC_ACCESS_REMOTE_READ, 0, RNIC_WC_REM_INV_REQ_ERR, RNIC_EV_QP_REQ_ERR,
+         ROCE_NAK_INVALID_REQ},
+    };
+    for (const auto &k : cases) {
+        SCOPED_TRACE(k.what);
+        Pair p(1024, 10, 7, k.b_access);
         Eq eqa(p.a), eqb(p.b);
-        p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 1, p.bufa, 64, p.keya, p.bufb, p.keyb ^ 0x100));
+        p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 1, p.bufa, 64, p.keya, p.bufb, p.keyb ^ k.rkey_flip));
         auto c = p.wait_a(1);
         ASSERT_EQ(c.size(), 1u);
-        EXPECT_EQ(c[0].status, RNIC_WC_REM_ACCESS_ERR);
+        EXPECT_EQ(c[0].status, k.status);
         auto eb = eqb.poll();
         ASSERT_EQ(eb.size(), 1u);
-        EXPECT_EQ(eb[0].type, RNIC_EV_QP_ACCESS_ERR);
+        EXPECT_EQ(eb[0].type, k.b_event);
         EXPECT_EQ(eb[0].element, p.qb.qpn);
-        EXPECT_EQ(eb[0].detail, uint32_t(ROCE_AETH_NAK(ROCE_NAK_REMOTE_ACCESS)));
+        EXPECT_EQ(eb[0].detail, uint32_t(ROCE_AETH_NAK(k.nak)));
         auto ea = eqa.poll();
         ASSERT_EQ(ea.size(), 1u);
         EXPECT_EQ(ea[0].type, RNIC_EV_QP_FATAL);
         EXPECT_EQ(ea[0].element, p.qa.qpn);
-        EXPECT_EQ(ea[0].detail, RNIC_WC_REM_ACCESS_ERR);
-    }
-    {
-        Rig r;
-        Eq eqa(r.a), eqb(r.b);
-        const uint32_t pda = r.a.create_pd(), pdb = r.b.create_pd();
-        Node::Cq cqa = r.a.create_cq(), cqb = r.b.create_cq();
-        Node::Qp qa = r.a.create_qp(pda, cqa, cqa), qb = r.b.create_qp(pdb, cqb, cqb);
-        const uint64_t bufa = r.a.alloc(4096), bufb = r.b.alloc(4096);
-        const uint32_t ka = r.a.mr(pda, bufa, 4096), kb = r.b.mr(pdb, bufb, 4096);
-        r.a.connect(qa, 1, qb.qpn);
-        r.b.connect(qb, 0, qa.qpn, 1024, 10, 7, RNIC_ACCESS_REMOTE_READ); // no remote write
-        r.a.post_send(qa, wqe(RNIC_WR_WRITE, 1, bufa, 64, ka, bufb, kb));
-        std::vector<struct rnic_cqe> c;
-        r.run([&] {
-            auto v = r.a.poll(cqa);
-            c.insert(c.end(), v.begin(), v.end());
-            return !c.empty();
-        });
-        ASSERT_EQ(c.size(), 1u);
-        EXPECT_EQ(c[0].status, RNIC_WC_REM_INV_REQ_ERR);
-        auto eb = eqb.poll();
-        ASSERT_EQ(eb.size(), 1u);
-        EXPECT_EQ(eb[0].type, RNIC_EV_QP_REQ_ERR);
-        EXPECT_EQ(eb[0].element, qb.qpn);
-        EXPECT_EQ(eb[0].detail, uint32_t(ROCE_AETH_NAK(ROCE_NAK_INVALID_REQ)));
-        auto ea = eqa.poll();
-        ASSERT_EQ(ea.size(), 1u);
-        EXPECT_EQ(ea[0].type, RNIC_EV_QP_FATAL);
-        EXPECT_EQ(ea[0].detail, RNIC_WC_REM_INV_REQ_ERR);
+        EXPECT_EQ(ea[0].detail, k.status);
     }
 }
 
 // COMM_EST: the first packet a QP in RTR receives, once; none for a QP already in RTS.
 TEST(Rnic, EventQueueCommunicationEstablishedOnTheFirstPacketInRtr)
 {
-    Rig r;
-    Eq eqa(r.a), eqb(r.b);
-    const uint32_t pda = r.a.create_pd(), pdb = r.b.create_pd();
-    Node::Cq cqa = r.a.create_cq(), cqb = r.b.create_cq();
-    Node::Qp qa = r.a.create_qp(pda, cqa, cqa), qb = r.b.create_qp(pdb, cqb, cqb);
-    const uint64_t bufa = r.a.alloc(4096), bufb = r.b.alloc(4096);
-    const uint32_t ka = r.a.mr(pda, bufa, 4096), kb = r.b.mr(pdb, bufb, 4096);
-    r.a.connect(qa, 1, qb.qpn);
-    r.b.connect(qb, 0, qa.qpn, 1024, 10, 7, RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, RNIC_QPS_RTR);
-    fill(r.a.mem(bufa), 4096, 9);
+    Pair p(1024, 10, 7, RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, RNIC_QPS_RTR);
+    Eq eqa(p.a), eqb(p.b);
+    fill(p.a.mem(p.bufa), 4096, 9);
     for (unsigned i = 0; i < 2; i++)
-        r.a.post_send(qa, wqe(RNIC_WR_WRITE, i, bufa, 4096, ka, bufb, kb));
-    std::vector<struct rnic_cqe> c;
-    r.run([&] {
-        auto v = r.a.poll(cqa);
-        c.insert(c.end(), v.begin(), v.end());
-        return c.size() >= 2;
-    });
+        p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, i, p.bufa, 4096, p.keya, p.bufb, p.keyb));
+    auto c = p.wait_a(2);
     ASSERT_EQ(c.size(), 2u);
     EXPECT_EQ(c[1].status, RNIC_WC_SUCCESS);
-    EXPECT_EQ(std::memcmp(r.b.mem(bufb), r.a.mem(bufa), 4096), 0);
+    EXPECT_EQ(std::memcmp(p.b.mem(p.bufb), p.a.mem(p.bufa), 4096), 0);
     auto eb = eqb.poll();
     ASSERT_EQ(eb.size(), 1u); // 8 packets, one event
     EXPECT_EQ(eb[0].type, RNIC_EV_COMM_EST);
-    EXPECT_EQ(eb[0].element, qb.qpn);
+    EXPECT_EQ(eb[0].element, p.qb.qpn);
     EXPECT_TRUE(eqa.poll().empty()); // A was in RTS when B's ACKs arrived
-}
-
-TEST(Rnic, EventQueueCqErrorOnOverflow)
-{
-    Link l;
-    Node n(0, l);
-    Eq eq(n);
-    const uint32_t pd = n.create_pd();
-    Node::Cq cq = n.create_cq(1); // 2 entries
-    Node::Qp q = n.create_qp(pd, cq, cq, 4);
-    const uint64_t buf = n.alloc(4096);
-    const uint32_t key = n.mr(pd, buf, 4096);
-    struct rnic_cmd_modify_qp m = {};
-    m.attr_mask = RNIC_QP_ATTR_STATE | RNIC_QP_ATTR_ACCESS_FLAGS;
-    m.state = RNIC_QPS_INIT;
-    ASSERT_EQ(n.modify(q.qpn, m), RNIC_CMD_ST_OK);
-    for (unsigned i = 0; i < 4; i++)
-        n.post_recv(q, i, buf, 8, key);
-    m.attr_mask = RNIC_QP_ATTR_STATE;
-    m.state = RNIC_QPS_ERR;
-    ASSERT_EQ(n.modify(q.qpn, m), RNIC_CMD_ST_OK); // 4 flush CQEs into 2 slots
-    EXPECT_EQ(n.counter(RNIC_CNT_INDEX_CQ_OVERFLOWS), 2u);
-    auto ev = eq.poll();
-    ASSERT_EQ(ev.size(), 1u); // one event: the CQ entered error once
-    EXPECT_EQ(ev[0].type, RNIC_EV_CQ_ERR);
-    EXPECT_EQ(ev[0].element, cq.cqn);
-    EXPECT_EQ(ev[0].detail, RNIC_EV_CQ_ERR_OVERFLOW);
 }
 
 // Port events, arming and interrupts, and the overflow policy: a full ring keeps the oldest
