@@ -91,6 +91,8 @@ struct gsas_thread_stats {
 	uint64_t stale;      /* service answers to an earlier, abandoned request: ignored */
 	uint64_t sleeps;     /* waits that went to sleep on the arrival interrupt */
 	uint64_t probes;     /* liveness probes of a board whose answer was overdue */
+	uint64_t naps;       /* naps while the packetizer's status of a send was pending (no interrupt) */
+	uint64_t spun;       /* answers taken while spinning (no sleep, no nap) */
 };
 /* While an answer is overdue, the library probes the board every GSAS_PROBE_MS (environment
  * GSAS_PROBE_MS overrides it): a board that left the fabric fails the request with EHOSTUNREACH
