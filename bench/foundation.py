@@ -34,6 +34,10 @@ Measured, each in this run:
                         status and answers taken while spinning; the service's wake-ups (sleeps)
                         and replies not yet acknowledged when PIF 0 was needed again; the bridge
                         router's wake-ups (docs/gsas.md, "Where the time goes")
+  guest_gsas_remote_read64_{ack,service}_mean_us
+                        the mean time from the request's post to its ACK (when seen before the
+                        answer: a fabric round trip to the owner), and gsasd's mean time from
+                        taking a request off MIF 0 to posting its reply
   guest_gsas_remote_read64_per_{raw_pingpong,pktz_spin_server_rtt}
                         the READ64 median over the raw shared-memory ping-pong and over the guest
                         packetizer ping-pong with the server spinning, both of the same run
@@ -124,6 +128,7 @@ def guest_latencies(a, c, rows):
                 r["service_wakeups_per_op"] = (srv_after.get("sleeps", 0) - srv_before.get("sleeps", 0)) / served
                 r["service_unsettled_per_op"] = (srv_after.get("replies_unsettled", 0) -
                                                  srv_before.get("replies_unsettled", 0)) / served
+                r["service_mean_us"] = (srv_after.get("serve_ns", 0) - srv_before.get("serve_ns", 0)) / served / 1e3
             if "router_wakeups" in bridge_before and "router_wakeups" in bridge_after:
                 r["router_wakeups_per_op"] = (bridge_after["router_wakeups"] -
                                               bridge_before["router_wakeups"]) / a.pingpong
@@ -155,6 +160,11 @@ def guest_latencies(a, c, rows):
     for key in GSAS_PER_OP:
         if med(gsas, key) is not None:
             rows.append(("guest", f"gsas_remote_read64_{key}", med(gsas, key), "1/op"))
+    # where the time goes: the request's ACK seen by the requester (a fabric round trip to the
+    # owner) and gsasd's time from taking the request to posting the reply
+    for key in ("ack_mean_us", "service_mean_us"):
+        if med(gsas, key) is not None:
+            rows.append(("guest", f"gsas_remote_read64_{key}", med(gsas, key), "us"))
     pp = {}
     for mode, flag in (("irq", ""), ("spin", " --spin")):
         for _ in range(a.pp_runs):

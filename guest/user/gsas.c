@@ -100,14 +100,14 @@ static int cmd_stats(void)
 	close(fd);
 	printf("service=%s pid=%llu requests=%llu served=%llu malformed=%llu replies_dropped=%llu pages_in_use=%llu "
 	       "pages_limit=%llu allocations=%llu spawned=%llu sleeps=%llu exit_notices=%llu reclaimed_pages=%llu "
-	       "reply_retries=%llu replies_unsettled=%llu\n",
+	       "reply_retries=%llu replies_unsettled=%llu serve_ns=%llu\n",
 	       s.pid && kill((pid_t)s.pid, 0) == 0 ? "running" : "stopped", (unsigned long long)s.pid,
 	       (unsigned long long)s.requests, (unsigned long long)s.served, (unsigned long long)s.malformed,
 	       (unsigned long long)s.replies_dropped, (unsigned long long)s.pages_in_use,
 	       (unsigned long long)s.pages_limit, (unsigned long long)s.allocations, (unsigned long long)s.spawned,
 	       (unsigned long long)s.sleeps, (unsigned long long)s.exit_notices,
 	       (unsigned long long)s.reclaimed_pages, (unsigned long long)s.reply_retries,
-	       (unsigned long long)s.replies_unsettled);
+	       (unsigned long long)s.replies_unsettled, (unsigned long long)s.serve_ns);
 	for (unsigned e = 1; e <= GSAS_E_MAX; e++)
 		printf("%srefused_%s=%llu", e > 1 ? " " : "", err_names[e], (unsigned long long)s.refused[e]);
 	printf("\n");
@@ -568,6 +568,8 @@ static void *bench_thread(void *p)
 	j->stats.naps -= before.naps;
 	j->stats.spun -= before.spun;
 	j->stats.busy -= before.busy;
+	j->stats.acks_seen -= before.acks_seen;
+	j->stats.ack_ns -= before.ack_ns;
 	return NULL;
 }
 
@@ -646,6 +648,8 @@ static int cmd_bench(int argc, char **argv)
 		sum.naps += jobs[i].stats.naps;
 		sum.spun += jobs[i].stats.spun;
 		sum.busy += jobs[i].stats.busy;
+		sum.acks_seen += jobs[i].stats.acks_seen;
+		sum.ack_ns += jobs[i].stats.ack_ns;
 	}
 	printf("op=%s board=%llu threads=%llu ops=%llu latency_median_us=%.1f latency_p99_us=%.1f ops_per_s=%.0f failed=%d",
 	       opname, (unsigned long long)board, (unsigned long long)threads, (unsigned long long)done,
@@ -657,6 +661,10 @@ static int cmd_bench(int argc, char **argv)
 		printf(" sleeps_per_op=%.3f naps_per_op=%.3f spun_per_op=%.3f busy=%llu", (double)sum.sleeps / (double)sum.requests,
 		       (double)sum.naps / (double)sum.requests, (double)sum.spun / (double)sum.requests,
 		       (unsigned long long)sum.busy);
+	/* the request's ACK, when it came before the answer: one fabric round trip to the board */
+	if (sum.acks_seen)
+		printf(" acks_seen=%llu ack_mean_us=%.1f", (unsigned long long)sum.acks_seen,
+		       (double)sum.ack_ns / 1e3 / (double)sum.acks_seen);
 	if (first >= 0)
 		printf(" error=\"%s\" error_after_ms=%.1f since_last_ok_ms=%.1f", gsas_strerror(jobs[first].err),
 		       (double)(jobs[first].err_ns - jobs[first].err_start_ns) / 1e6,

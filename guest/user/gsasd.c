@@ -90,10 +90,7 @@ static sigset_t run_mask; /* the mask gsasd started with: unblocked while it sle
 
 static uint64_t now_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	return now_ns() / 1000; /* tool.h */
 }
 
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -610,9 +607,12 @@ int main(int argc, char **argv)
 		if (pending >= UNIMEM_PACKET_WORDS) {
 			uint64_t w[UNIMEM_PACKET_WORDS];
 
+			uint64_t t0 = now_ns();
+
 			for (unsigned i = 0; i < UNIMEM_PACKET_WORDS; i++)
 				w[i] = u.mif[VMBOX_MIF_DATA / 8];
 			serve(w);
+			st->serve_ns += now_ns() - t0;
 			last = now_us();
 			partial_since = 0;
 			continue;

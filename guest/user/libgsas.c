@@ -262,7 +262,7 @@ static int answer_matches(struct gsas_thread *t, const uint64_t w[4], uint64_t b
 static int await_answer(struct gsas_thread *t, uint64_t w[4], uint64_t bid, unsigned op, unsigned tag,
 			unsigned probe_tag, uint64_t deadline)
 {
-	uint64_t start, spin_end, next_probe;
+	uint64_t start, spin_end, next_probe, posted = now_us();
 	int acked = 0, waited = 0;
 
 	if (ack_first) { /* GSAS_ACK_FIRST=1, for A/B measurements: the ACK first, then the answer */
@@ -286,8 +286,11 @@ static int await_answer(struct gsas_thread *t, uint64_t w[4], uint64_t bid, unsi
 			uint32_t s = (uint32_t)t->u.pif[PKTZ_PIF_STATUS / 8];
 
 			if (!(s & PKTZ_ST_PEND)) {
-				if (s & PKTZ_ST_ACK)
+				if (s & PKTZ_ST_ACK) {
 					acked = 1;
+					t->stats.acks_seen++;
+					t->stats.ack_ns += (now_us() - posted) * 1000;
+				}
 				else if (s & PKTZ_ST_FABRIC_ERR)
 					return -EHOSTUNREACH;
 				else if (s & PKTZ_ST_NACK)

@@ -147,6 +147,7 @@ struct gsas_stats {
 	rk_u64 reply_retries;    /* replies posted again after the issuer's full FIFO refused them */
 	rk_u64 replies_unsettled; /* replies whose acknowledgement had not come back when PIF 0 was
 				     needed again (the next reply, or before a sleep) */
+	rk_u64 serve_ns;         /* time from taking a request off MIF 0 to its reply posted, summed */
 };
 
 #endif /* RACKEMU_GSAS_PROTO_H */
