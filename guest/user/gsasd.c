@@ -127,7 +127,7 @@ static int settle(void)
 	if (out.live && ((uint32_t)u.pif[PKTZ_PIF_STATUS / 8] & PKTZ_ST_PEND))
 		st->replies_unsettled++; /* the acknowledgement had not come back yet */
 	while (out.live) {
-		int s = unimem_wait_status(&u, 1000000);
+		int s = unimem_wait_status_spin(&u, 1000000, spin_us); /* the ACK: spin as for a request */
 
 		if (s > 0 && (s & PKTZ_ST_ACK)) {
 			out.live = 0;
