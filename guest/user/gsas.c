@@ -909,7 +909,8 @@ static void usage(void)
 	       "  check BOARD                  the API's rules and the service's refusals, one line each\n"
 	       "\n"
 	       "Failing reads and writes print error= and the reason instead of aborting as atomic.h's\n"
-	       "functions do. Environment: GSAS_TIMEOUT_MS (default 10000), GSAS_SPIN_US (default 200).\n");
+	       "functions do. Environment: GSAS_TIMEOUT_MS (default 10000), GSAS_SPIN_US (default 200),\n"
+	       "GSAS_ACK_FIRST=1 (A/B measurements: wait for the ACK of a request before its answer).\n");
 }
 
 int main(int argc, char **argv)
