@@ -19,6 +19,13 @@ Measured, each in this run:
                         present" lease), and wake-ups made after a lease lapsed with a frame left.
                         RACKEMU_FABRIC_POLL=0 in the environment measures without vCPU polling of
                         the port, RACKEMU_FABRIC_LEASE_US=0 without the lease (docs/fabric.md)
+  guest_pktz_*_n{0,1}_irq_{vcpu,bh,direct}_per_rt
+                        in each node's QEMU, the vmbox's interrupt level changes per round trip by
+                        how they were applied: by work queued on the vCPU (a kick of the vCPU,
+                        issue 11), by the main loop's bottom half (a main-loop wake-up, then a
+                        kick), at once under the big lock (docs/machine.md); RACKEMU_IRQ_VCPU=0
+                        in the environment measures the bottom-half path
+  load_1min             the host's 1-minute load average at the start and end of the guest runs
   guest_gas_remote_load_*_us
                         one 8-byte load by node 0's user space through the global address space
                         window from node 1's memory (`gas bench`, median and p99 of --pingpong loads)
@@ -46,7 +53,9 @@ p99s); the raw shared-memory ping-pong of the fabric section is the same invocat
 Also plots the latencies (CSV path with .png) when python3-matplotlib is installed.
 
 usage: bench/foundation.py [--nodes 2,4,8] [--runs 3] [--cold-build] [--pingpong 500] [--pp-runs 3]
-                          [--csv FILE]
+                          [--only-pingpong] [--pp-args ARGS] [--csv FILE]
+--only-pingpong boots one 2-node cluster and runs the packetizer ping-pong alone (no build, fabric,
+boot, GAS, RMC or GSAS figures).
 """
 import argparse
 import os
@@ -63,6 +72,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from rackemu.cluster import Cluster, run_background  # noqa: E402
 from rackemu.config import build_dir, load_config  # noqa: E402
+from rackemu.qmp import IRQ_PATHS, QmpError, irq_counters  # noqa: E402
 from benchlib import kv_lines, log, write_results  # noqa: E402
 from unimem import export  # noqa: E402
 from sonuma import KEY, MICRO_CTX, parse_csv, start_detached, stop  # noqa: E402
@@ -165,15 +175,38 @@ def guest_latencies(a, c, rows):
     for key in ("ack_mean_us", "service_mean_us"):
         if med(gsas, key) is not None:
             rows.append(("guest", f"gsas_remote_read64_{key}", med(gsas, key), "us"))
+    return pingpong(a, c, rows)
+
+
+def irq_paths(c):
+    """{node: {"irq-direct"/"irq-vcpu"/"irq-bh": count}} of every node's vmbox (QMP qom-get);
+    {} for a node whose QEMU predates the counters."""
+    out = {}
+    for i in range(2):
+        try:
+            with c.node(i).qmp() as q:
+                out[i] = irq_counters(q, "rackemu-vmbox")
+        except QmpError as e:
+            log(f"node {i}: no interrupt path counters ({e})")
+    return out
+
+
+def pingpong(a, c, rows):
+    """The packetizer ping-pong (server on its interrupt, then spinning), --pp-runs runs each, with
+    host-side wake-ups per round trip from the bridge's counters and, from each node's QEMU, how the
+    vmbox's interrupt levels were set per round trip."""
     pp = {}
+    rows.append(("host", "load_1min_start", os.getloadavg()[0], "load"))
     for mode, flag in (("irq", ""), ("spin", " --spin")):
         for _ in range(a.pp_runs):
+            extra = f" {a.pp_args}" if a.pp_args else ""
             srv = run_background(c.node(1), f"unimem pingpong --peer 0 --role server "
-                                 f"--count {a.pingpong}{flag}", timeout=300)
+                                 f"--count {a.pingpong}{flag}{extra}", timeout=300)
             time.sleep(1.0)
-            before = c.bridge_stats()
-            res = c.node(0).exec(f"unimem pingpong --peer 1 --role client --count {a.pingpong}", timeout=300)
-            after = c.bridge_stats()
+            before, qb = c.bridge_stats(), irq_paths(c)
+            res = c.node(0).exec(f"unimem pingpong --peer 1 --role client --count {a.pingpong}{extra}",
+                                 timeout=300)
+            after, qa = c.bridge_stats(), irq_paths(c)
             srv.result(320)
             if res.rc != 0:
                 log(f"pingpong ({mode}) failed: {res.stdout.decode()} {res.stderr.decode()}")
@@ -184,14 +217,24 @@ def guest_latencies(a, c, rows):
             for key in WAKE_KEYS:
                 if key in before and key in after:
                     r[f"router_{key.removeprefix('router_')}_per_rt"] = (after[key] - before[key]) / a.pingpong
+            # In QEMU: interrupt levels set per round trip on each node, by path (a level set by
+            # the port thread costs a vCPU kick with irq-vcpu, a main-loop wake-up with irq-bh).
+            for n in sorted(set(qa) & set(qb)):
+                for k in IRQ_PATHS:
+                    r[f"n{n}_{k.replace('-', '_')}_per_rt"] = (qa[n][k] - qb[n][k]) / a.pingpong
             pp.setdefault(mode, []).append(r)
-            log(f"pingpong {mode}: median {r.get('rtt_median_us')} us, p99 {r.get('rtt_p99_us')} us")
+            log(f"pingpong {mode}: median {r.get('rtt_median_us')} us, p99 {r.get('rtt_p99_us')} us, "
+                f"router wake-ups/rt {r.get('router_wakeups_per_rt', '-')}, server irq via vcpu/bh/direct "
+                f"per rt {r.get('n1_irq_vcpu_per_rt', '-')}/{r.get('n1_irq_bh_per_rt', '-')}/"
+                f"{r.get('n1_irq_direct_per_rt', '-')}")
+    rows.append(("host", "load_1min_end", os.getloadavg()[0], "load"))
+    per_rt = [f"router_{k.removeprefix('router_')}_per_rt" for k in WAKE_KEYS] + \
+        [f"n{n}_{k.replace('-', '_')}_per_rt" for n in range(2) for k in IRQ_PATHS]
     for mode, runs in pp.items():
         for key in ("rtt_median_us", "rtt_p99_us", "rtt_min_us"):
             if med(runs, key) is not None:
                 rows.append(("guest", f"pktz_{mode}_server_{key}", med(runs, key), "us"))
-        for key in WAKE_KEYS:
-            k = f"router_{key.removeprefix('router_')}_per_rt"
+        for k in per_rt:
             if med(runs, k) is not None:
                 rows.append(("guest", f"pktz_{mode}_server_{k}", med(runs, k), "1/rt"))
     return pp
@@ -205,10 +248,21 @@ def main():
     ap.add_argument("--pingpong", type=int, default=500, help="guest round trips (default 500)")
     ap.add_argument("--pp-runs", type=int, default=3, help="guest latency runs per figure (default 3)")
     ap.add_argument("--memory", default="192M", help="memory per node for the boot runs")
+    ap.add_argument("--only-pingpong", action="store_true",
+                    help="one 2-node cluster, the packetizer ping-pong alone")
+    ap.add_argument("--pp-args", default="",
+                    help="more options of both `unimem pingpong` sides, e.g. --sync-ack (the old order)")
     ap.add_argument("--csv", default=str(build_dir() / "bench" / "foundation.csv"))
     a = ap.parse_args()
     sizes = [int(x) for x in a.nodes.split(",") if x]
     rows = []  # (section, metric, value, unit)
+
+    if a.only_pingpong:
+        with Cluster(load_config(None, {"nodes": 2, "name": "bench-pp", "memory": a.memory}), log=lambda m: None) as c:
+            pingpong(a, c, rows)
+        write_results(rows, a.csv)
+        plot(rows, a.csv)
+        return
 
     log("QEMU warm build (nothing changed)")
     warm = [timed(["bash", str(ROOT / "platform/setup/build-qemu.sh")]) for _ in range(a.runs)]
