@@ -36,6 +36,18 @@ Measured, each in this run:
   guest_gsas_remote_read64_*_us
                         GSAS READ64 by node 0's user space (libgsas) of a word on board 1 (gsasd
                         there answers; `gsas bench --op read64`, median and p99 of --pingpong reads)
+  guest_gsas_remote_read64_*_per_op
+                        per READ64: the requester's sleeps on its MIF interrupt, naps on its PIF
+                        status and answers taken while spinning; the service's wake-ups (sleeps)
+                        and replies not yet acknowledged when PIF 0 was needed again; the bridge
+                        router's wake-ups (docs/gsas.md, "Where the time goes")
+  guest_gsas_remote_read64_{ack,service}_mean_us
+                        the mean time from the request's post to its ACK (when seen before the
+                        answer: a fabric round trip to the owner), and gsasd's mean time from
+                        taking a request off MIF 0 to posting its reply
+  guest_gsas_remote_read64_per_{raw_pingpong,pktz_spin_server_rtt}
+                        the READ64 median over the raw shared-memory ping-pong and over the guest
+                        packetizer ping-pong with the server spinning, both of the same run
 The guest figures are the medians over --pp-runs runs in one cluster (p99: median of the runs'
 p99s); the raw shared-memory ping-pong of the fabric section is the same invocation's.
 Also plots the latencies (CSV path with .png) when python3-matplotlib is installed.
@@ -83,6 +95,17 @@ def kv(text):
 
 
 WAKE_KEYS = ("router_wakeups", "router_sleeps", "wakes_skipped", "lease_wakes")
+# per GSAS READ64: gsas bench's requester counters, the service's and the bridge's (docs/gsas.md)
+GSAS_PER_OP = ("sleeps_per_op", "naps_per_op", "spun_per_op", "service_wakeups_per_op", "service_unsettled_per_op",
+               "router_wakeups_per_op")
+
+
+def gsas_service_stats(node):
+    """Board `node`'s gsasd counters (`gsas stats`) as integers."""
+    out = {}
+    for d in kv_lines(node.exec("gsas stats").stdout.decode()):
+        out.update({k: int(v) for k, v in d.items() if v.isdigit()})
+    return out
 
 
 def med(runs, key):
@@ -98,12 +121,28 @@ def guest_latencies(a, c, rows):
     for _ in range(a.pp_runs):
         res = c.node(0).exec(f"gas bench --gaddr {g:#x} --count {a.pingpong}", timeout=300)
         gas += [d for d in kv_lines(res.stdout.decode()) if d.get("op") == "load" and "median_us" in d]
+        srv_before, bridge_before = gsas_service_stats(c.node(1)), c.bridge_stats()
         res = c.node(0).exec(f"gsas bench --board 1 --op read64 --count {a.pingpong}", timeout=300)
+        srv_after, bridge_after = gsas_service_stats(c.node(1)), c.bridge_stats()
         d = kv_lines(res.stdout.decode())
         if res.rc != 0 or not d or "latency_median_us" not in d[-1]:
             log(f"gsas bench failed (rc {res.rc}): {res.stdout.decode()} {res.stderr.decode()}")
         else:
-            gsas.append(d[-1])
+            # wake-ups per READ64 (counts, which load cannot distort): the requester's sleeps on
+            # its MIF interrupt and naps on its PIF status (gsas bench), the service's sleeps
+            # (each one ended by a wake-up) and its replies still unacknowledged when PIF 0 was
+            # needed again (gsas stats on board 1), the bridge's router wake-ups
+            r = dict(d[-1])
+            served = srv_after.get("requests", 0) - srv_before.get("requests", 0)
+            if served > 0:
+                r["service_wakeups_per_op"] = (srv_after.get("sleeps", 0) - srv_before.get("sleeps", 0)) / served
+                r["service_unsettled_per_op"] = (srv_after.get("replies_unsettled", 0) -
+                                                 srv_before.get("replies_unsettled", 0)) / served
+                r["service_mean_us"] = (srv_after.get("serve_ns", 0) - srv_before.get("serve_ns", 0)) / served / 1e3
+            if "router_wakeups" in bridge_before and "router_wakeups" in bridge_after:
+                r["router_wakeups_per_op"] = (bridge_after["router_wakeups"] -
+                                              bridge_before["router_wakeups"]) / a.pingpong
+            gsas.append(r)
     rmc = {"spin": [], "irq": []}
     start_detached(c.node(0), f"rmc-bench serve --ctx {MICRO_CTX} --key {KEY}", "/tmp/bench-serve", "serving",
                    "rmc-bench serve")
@@ -128,6 +167,14 @@ def guest_latencies(a, c, rows):
             rows.append(("guest", f"{name}_median_us", med(runs, mk), "us"))
             rows.append(("guest", f"{name}_p99_us", med(runs, pk), "us"))
             log(f"{name}: median {med(runs, mk):.2f} us, p99 {med(runs, pk):.2f} us ({len(runs)} runs)")
+    for key in GSAS_PER_OP:
+        if med(gsas, key) is not None:
+            rows.append(("guest", f"gsas_remote_read64_{key}", med(gsas, key), "1/op"))
+    # where the time goes: the request's ACK seen by the requester (a fabric round trip to the
+    # owner) and gsasd's time from taking the request to posting the reply
+    for key in ("ack_mean_us", "service_mean_us"):
+        if med(gsas, key) is not None:
+            rows.append(("guest", f"gsas_remote_read64_{key}", med(gsas, key), "us"))
     return pingpong(a, c, rows)
 
 
@@ -253,6 +300,13 @@ def main():
                 if n == 2 and pp is None and a.pingpong:
                     pp = guest_latencies(a, c, rows)
         rows.append(("boot", f"{n}_nodes_to_agents_median", statistics.median(times), "s"))
+    # GSAS READ64 against the round trips of the same run: the host's raw shared-memory
+    # ping-pong, and the guest packetizer ping-pong with the server spinning (its floor)
+    vals = {m: v for sec, m, v, _ in rows}
+    g = vals.get("gsas_remote_read64_median_us")
+    for ref in ("raw_pingpong_median_us", "pktz_spin_server_rtt_median_us"):
+        if g is not None and vals.get(ref):
+            rows.append(("guest", f"gsas_remote_read64_per_{ref.removesuffix('_median_us')}", g / vals[ref], "x"))
     write_results(rows, a.csv)
     plot(rows, a.csv)
 
