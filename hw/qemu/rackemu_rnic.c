@@ -68,6 +68,7 @@ struct RackemuRnicState {
     char *amu_raw;
     bool cpu_parallel; /* x-cpu-parallel: TCG's parallel mode on every vCPU (global atomicity) */
     QEMUTimer *timer;
+    QEMUTimer *link_timer; /* watches the port's link state (RNIC_LINK_POLL_MS) */
     QEMUBH *bh;
     int level[RNIC_MSIX_VECTORS]; /* latest level per vector, from any thread */
     uint32_t rising;              /* vectors that rose since the bottom half last ran */
@@ -276,6 +277,21 @@ static void rackemu_rnic_timer(void *opaque)
     rk_rnic_poll(s->core);
 }
 
+/*
+ * The port's link state, for STATUS.LINK_UP and the PORT_ACTIVE / PORT_ERR async events: read
+ * every RNIC_LINK_POLL_MS of real time (the port's link hook belongs to the machine), so an event
+ * follows a change within that.
+ */
+#define RNIC_LINK_POLL_MS 100
+
+static void rackemu_rnic_link_timer(void *opaque)
+{
+    RackemuRnicState *s = opaque;
+
+    rk_rnic_set_link(s->core, rk_fabric_port_is_up(s->port));
+    timer_mod(s->link_timer, qemu_clock_get_ms(QEMU_CLOCK_REALTIME) + RNIC_LINK_POLL_MS);
+}
+
 /* Called with the core's lock held when the port's ring pushed back. */
 static void rackemu_rnic_tx_wait(void *opaque)
 {
@@ -455,6 +471,8 @@ static void rackemu_rnic_realize(PCIDevice *pdev, Error **errp)
         qemu_thread_create(&s->tx_thread, "rackemu-rnic-tx", rackemu_rnic_tx_thread, s, QEMU_THREAD_JOINABLE);
         s->tx_started = true;
         rk_fabric_port_eth_attach(s->port, RK_FABRIC_ETH_ROCE, rackemu_rnic_rx, s);
+        s->link_timer = timer_new_ms(QEMU_CLOCK_REALTIME, rackemu_rnic_link_timer, s);
+        rackemu_rnic_link_timer(s);
     }
     trace_rackemu_rnic_realize(s->node_id, s->port != NULL, s->msix);
 }
@@ -474,6 +492,10 @@ static void rackemu_rnic_exit(PCIDevice *pdev)
         s->tx_started = false;
     }
     timer_free(s->timer);
+    if (s->link_timer) {
+        timer_free(s->link_timer);
+        s->link_timer = NULL;
+    }
     qemu_bh_delete(s->bh);
     rk_rnic_free(s->core);
     s->core = NULL;
