@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The rackemu RNIC device core; see rnic.h and docs/rnic.md.
 #include "rnic.h"
+#include "rnic_objects.h"
 
 #include "rackemu/fabric_proto.h"
 
@@ -163,54 +164,6 @@ bool rnic_default_peer_addr(uint32_t node, uint8_t mac[6], uint32_t *ip)
     *ip = rkf_eth_node_ipv4(node);
     return true;
 }
-
-struct Rnic::Pending {
-    bool exec = false;
-};
-
-struct Rnic::Mr {
-    uint32_t pdn = 0;
-    uint64_t iova = 0, length = 0;
-    uint32_t access = 0;
-    bool phys = false;
-    uint8_t page_shift = 12;
-    std::vector<uint64_t> pages;
-};
-
-struct Rnic::Cq {
-    uint64_t ring = 0;
-    uint8_t depth_log2 = 0, vector = 0;
-    uint32_t pi = 0, ci = 0, arm = 0;
-    bool error = false;
-    uint32_t users = 0;
-};
-
-struct Rnic::Qp {
-    uint32_t index = 0, qpn = 0, pdn = 0, send_cqn = 0, recv_cqn = 0;
-    uint64_t sq_ring = 0, rq_ring = 0;
-    uint8_t sq_log2 = 0, rq_log2 = 0;
-    uint32_t sq_pi = 0, sq_ci = 0, rq_pi = 0, rq_ci = 0;
-    uint8_t state = RNIC_QPS_RESET; // as last seen (detects transport errors)
-    QpAttr attr;
-    uint32_t dest_node = RNIC_DEST_NODE_EXPLICIT;
-    struct Wr {
-        struct rnic_send_wqe wqe;
-        uint64_t len = 0;
-        uint64_t posted_ns = 0;
-        uint32_t lerr = RNIC_LERR_NONE;
-    };
-    std::map<uint64_t, Wr> wrs; // by sequence number (the engine's wr_id)
-    // a fetched WQE that failed its checks, waiting for earlier WRs to complete
-    bool bad_held = false;
-    Wr bad;
-    uint32_t bad_lerr = 0;
-    // the receive WQE in use (fetched on demand)
-    bool rwqe_valid = false;
-    struct rnic_recv_wqe rwqe;
-    uint64_t rlen = 0;
-    uint64_t rfirst_ns = 0;
-    uint32_t rlerr = 0;
-};
 
 // ---- register table ----
 
@@ -381,7 +334,9 @@ void Rnic::reset()
     std::fill(std::begin(qp_errors_), std::end(qp_errors_), 0);
     std::fill(std::begin(cq_errors_), std::end(cq_errors_), 0);
     ctr_ = RnicCounters{};
+    amu_base_ = RnicCounters{};
     std::fill(std::begin(cnt_base_), std::end(cnt_base_), 0);
+    rx_paused_.clear();
     loop_.clear();
     held_.clear();
     held_bytes_ = 0;
@@ -1359,10 +1314,12 @@ void Rnic::amu_reset()
 void Rnic::amu_sync()
 {
     const AmuCounters &c = amu_->counters();
-#define RNIC_AMU_SYNC_(name, doc) ctr_.amu_##name = c.name;
+#define RNIC_AMU_SYNC_(name, doc) ctr_.amu_##name = amu_base_.amu_##name + c.name;
     AMU_COUNTERS(RNIC_AMU_SYNC_)
 #undef RNIC_AMU_SYNC_
-    ctr_.amu_busy_ns = amu_start_ps_ == UINT64_MAX ? 0 : (amu_->now_ps() - amu_start_ps_) / 1000;
+    ctr_.amu_max_outstanding = std::max(amu_base_.amu_max_outstanding, c.max_outstanding);
+    ctr_.amu_busy_ns =
+        amu_base_.amu_busy_ns + (amu_start_ps_ == UINT64_MAX ? 0 : (amu_->now_ps() - amu_start_ps_) / 1000);
 }
 
 // One atomic through the unit, at the device's current time: the model runs until the unit's
@@ -1792,13 +1749,20 @@ void Rnic::drain_held()
 bool Rnic::tx_resume()
 {
     std::lock_guard lk(mu_);
-    if (tx_blocked_) drain_held();
-    return tx_blocked_;
+    if (tx_blocked_ && !paused_) drain_held();
+    return tx_blocked_ && !paused_;
 }
 
 void Rnic::on_frame(const uint8_t *frame, size_t len)
 {
     std::lock_guard lk(mu_);
+    if (paused_) { // the VM is stopped: nothing changes until it runs again (pause())
+        if (rx_paused_.size() < kPausedFrames)
+            rx_paused_.emplace_back(frame, frame + len);
+        else
+            ctr_.rx_paused_drops++; // RC retransmission recovers it
+        return;
+    }
     if (!(ctrl_ & RNIC_CTRL_ENABLE)) {
         ctr_.rx_disabled++;
         return;
@@ -1811,6 +1775,7 @@ void Rnic::on_frame(const uint8_t *frame, size_t len)
 void Rnic::poll()
 {
     std::lock_guard lk(mu_);
+    if (paused_) return;
     if (tx_blocked_) drain_held();
     rc_->poll();
     after_engine();

@@ -495,6 +495,7 @@ struct rnic_cqe {
     X(PERSIST_BYTES,   persist_bytes,   "bytes FLUSH persistence wrote back to the RAM's backing file (msync)") \
     X(LINK_BACKPRESSURE, link_backpressure, "times the link pushed back (port ring full): the device paused sending until it had room") \
     X(LINK_TX_HELD,    link_tx_held,    "frames the link could not take at once, held by the device and sent later") \
+    X(RX_PAUSED_DROPS, rx_paused_drops, "frames dropped while the VM was stopped (beyond the device's hold, or held across a load)") \
     RNIC_AMU_COUNTERS(X)
 
 /* The atomic unit's (target side of every atomic: docs/atomic-unit.md "Counters"); AMU_OPS..
