@@ -14,7 +14,7 @@ Measured, for each variant (the cluster defaults, plus any --variant), in this r
   load1_*               the host's 1-minute load average when each measurement started (median)
 
 A variant is LABEL followed by ';KEY=VALUE' overrides of cluster.toml keys (vcpus, memory,
-kernel_cmdline, cpu) or of the artefact paths (initrd, kernel), e.g. the defaults of an older
+kernel_cmdline, cpu, rnic = true/false) or of the artefact paths (initrd, kernel), e.g. the defaults of an older
 checkout with its image:
   --variant 'before;vcpus=2;kernel_cmdline=;initrd=/tmp/base/build/guest/initramfs.cpio.gz'
 
@@ -38,7 +38,7 @@ from benchlib import log, pyplot, save_figure, write_results  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PATH_KEYS = ("initrd", "kernel")
-CONFIG_KEYS = ("vcpus", "memory", "kernel_cmdline", "cpu")
+CONFIG_KEYS = ("vcpus", "memory", "kernel_cmdline", "cpu", "rnic")
 
 
 def parse_variant(spec):
@@ -51,6 +51,10 @@ def parse_variant(spec):
             raise SystemExit(f"--variant {spec!r}: unknown key {k!r} (one of {', '.join(CONFIG_KEYS + PATH_KEYS)})")
     if "vcpus" in over:
         over["vcpus"] = int(over["vcpus"])
+    if "rnic" in over:
+        if over["rnic"] not in ("true", "false"):
+            raise SystemExit(f"--variant {spec!r}: rnic is true or false")
+        over["rnic"] = over["rnic"] == "true"
     return label, over
 
 
