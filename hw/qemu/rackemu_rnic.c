@@ -634,6 +634,7 @@ static const VMStateDescription rackemu_rnic_mr_vmstate = {
         VMSTATE_UINT32(npages, struct rk_rnic_mr_state),
         VMSTATE_UINT8(phys, struct rk_rnic_mr_state),
         VMSTATE_UINT8(page_shift, struct rk_rnic_mr_state),
+        VMSTATE_UINT8_ARRAY(reserved, struct rk_rnic_mr_state, 6),
         VMSTATE_END_OF_LIST()
     },
 };
@@ -651,6 +652,7 @@ static const VMStateDescription rackemu_rnic_cq_vmstate = {
         VMSTATE_UINT8(depth_log2, struct rk_rnic_cq_state),
         VMSTATE_UINT8(vector, struct rk_rnic_cq_state),
         VMSTATE_UINT8(error, struct rk_rnic_cq_state),
+        VMSTATE_UINT8_ARRAY(reserved, struct rk_rnic_cq_state, 5),
         VMSTATE_END_OF_LIST()
     },
 };
@@ -667,11 +669,12 @@ static const VMStateDescription rackemu_rnic_qp_vmstate = {
         VMSTATE_UINT64(rq_ring, struct rk_rnic_qp_state),
         RNIC_QP_U32(index), RNIC_QP_U32(pdn), RNIC_QP_U32(send_cqn), RNIC_QP_U32(recv_cqn),
         RNIC_QP_U32(sq_pi), RNIC_QP_U32(sq_ci), RNIC_QP_U32(rq_pi), RNIC_QP_U32(rq_ci),
-        RNIC_QP_U32(dest_node), RNIC_QP_U32(bad_lerr), RNIC_QP_U32(rlerr),
+        RNIC_QP_U32(dest_node), RNIC_QP_U32(bad_lerr), RNIC_QP_U32(rlerr), RNIC_QP_U32(reserved0),
         VMSTATE_UINT64(rlen, struct rk_rnic_qp_state),
         VMSTATE_UINT64(rfirst_ns, struct rk_rnic_qp_state),
         RNIC_QP_U8(sq_log2), RNIC_QP_U8(rq_log2), RNIC_QP_U8(dev_state), RNIC_QP_U8(bad_held),
         RNIC_QP_U8(rwqe_valid),
+        VMSTATE_UINT8_ARRAY(reserved1, struct rk_rnic_qp_state, 3),
         VMSTATE_UINT8_ARRAY(rwqe, struct rk_rnic_qp_state, 64),
         /* the RC engine's: state and attributes */
         RNIC_QP_U8(state),
@@ -679,6 +682,7 @@ static const VMStateDescription rackemu_rnic_qp_vmstate = {
         VMSTATE_UINT8_ARRAY(src_mac, struct rk_rnic_qp_state, 6),
         RNIC_QP_U8(tos), RNIC_QP_U8(ttl), RNIC_QP_U8(min_rnr_timer), RNIC_QP_U8(timeout),
         RNIC_QP_U8(retry_cnt), RNIC_QP_U8(rnr_retry),
+        VMSTATE_UINT8_ARRAY(reserved2, struct rk_rnic_qp_state, 5),
         VMSTATE_UINT16(udp_sport, struct rk_rnic_qp_state),
         VMSTATE_UINT16(pkey, struct rk_rnic_qp_state),
         RNIC_QP_U32(src_ip), RNIC_QP_U32(dst_ip), RNIC_QP_U32(dest_qpn), RNIC_QP_U32(path_mtu),
@@ -687,6 +691,7 @@ static const VMStateDescription rackemu_rnic_qp_vmstate = {
         /* requester */
         VMSTATE_UINT16(ip_id, struct rk_rnic_qp_state),
         RNIC_QP_U8(retry_left), RNIC_QP_U8(rnr_left), RNIC_QP_U8(recovering),
+        VMSTATE_UINT8_ARRAY(reserved3, struct rk_rnic_qp_state, 3),
         RNIC_QP_U32(cursor), RNIC_QP_U32(next_psn), RNIC_QP_U32(una), RNIC_QP_U32(rd_outstanding),
         RNIC_QP_U32(since_ackreq), RNIC_QP_U32(recover_end),
         /* responder */
@@ -695,6 +700,7 @@ static const VMStateDescription rackemu_rnic_qp_vmstate = {
         VMSTATE_UINT64(msg_off, struct rk_rnic_qp_state),
         VMSTATE_UINT64(wr_va, struct rk_rnic_qp_state),
         RNIC_QP_U8(nak_sent), RNIC_QP_U8(in_msg), RNIC_QP_U8(wqe_held), RNIC_QP_U8(ack_owed),
+        VMSTATE_UINT8_ARRAY(reserved4, struct rk_rnic_qp_state, 4),
         VMSTATE_END_OF_LIST()
     },
 };
@@ -712,6 +718,7 @@ static const VMStateDescription rackemu_rnic_wr_vmstate = {
         VMSTATE_UINT32(qp_index, struct rk_rnic_wr_state),
         VMSTATE_UINT32(lerr, struct rk_rnic_wr_state),
         VMSTATE_UINT8(bad, struct rk_rnic_wr_state),
+        VMSTATE_UINT8_ARRAY(reserved, struct rk_rnic_wr_state, 7),
         VMSTATE_UINT8_ARRAY(wqe, struct rk_rnic_wr_state, 128),
         VMSTATE_END_OF_LIST()
     },
@@ -733,6 +740,7 @@ static const VMStateDescription rackemu_rnic_sqe_vmstate = {
         RNIC_SQE_U8(op), RNIC_SQE_U8(xop), RNIC_SQE_U8(xsize), RNIC_SQE_U8(flush_placement),
         RNIC_SQE_U8(flush_selectivity), RNIC_SQE_U8(signaled), RNIC_SQE_U8(solicited), RNIC_SQE_U8(fence),
         RNIC_SQE_U8(assigned),
+        VMSTATE_UINT8_ARRAY(reserved, struct rk_rnic_sqe_state, 3),
         VMSTATE_END_OF_LIST()
     },
 };
@@ -754,6 +762,7 @@ static const VMStateDescription rackemu_rnic_res_vmstate = {
         VMSTATE_UINT32(rkey, struct rk_rnic_res_state),
         VMSTATE_UINT32(len, struct rk_rnic_res_state),
         VMSTATE_UINT8(opcode, struct rk_rnic_res_state),
+        VMSTATE_UINT8_ARRAY(reserved, struct rk_rnic_res_state, 7),
         VMSTATE_END_OF_LIST()
     },
 };
@@ -791,6 +800,7 @@ static const VMStateDescription rackemu_rnic_vmstate = {
         VMSTATE_UINT64_ARRAY(mig.st.counters, RackemuRnicState, RK_RNIC_STATE_COUNTERS),
         VMSTATE_UINT64_ARRAY(mig.st.cnt_base, RackemuRnicState, RK_RNIC_STATE_COUNTERS),
         VMSTATE_UINT64(mig.st.next_seq, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.reserved, RackemuRnicState),
         VMSTATE_INT32(mig_n_mr, RackemuRnicState),
         VMSTATE_UINT32(mig_n_pages, RackemuRnicState),
         VMSTATE_INT32(mig_n_cq, RackemuRnicState),

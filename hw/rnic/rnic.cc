@@ -107,23 +107,6 @@ uint32_t nak_syndrome(WcStatus s)
     }
 }
 
-uint8_t engine_state(QpState s)
-{
-    switch (s) {
-    case QpState::Reset:
-        return RNIC_QPS_RESET;
-    case QpState::Init:
-        return RNIC_QPS_INIT;
-    case QpState::Rtr:
-        return RNIC_QPS_RTR;
-    case QpState::Rts:
-        return RNIC_QPS_RTS;
-    case QpState::Error:
-        return RNIC_QPS_ERR;
-    }
-    return RNIC_QPS_ERR;
-}
-
 // The CQE opcode of a WQE opcode (0 for an unknown one).
 uint8_t wr_cqe_opcode(uint8_t op)
 {
@@ -673,25 +656,7 @@ uint16_t Rnic::cmd_modify_qp(struct rnic_cmd &c)
         if (r) return RNIC_CMD_ST_BAD_PARAM;
     const uint8_t from = engine_state(rc_->qp_state(q->qpn));
     QpState to;
-    switch (a.state) {
-    case RNIC_QPS_RESET:
-        to = QpState::Reset;
-        break;
-    case RNIC_QPS_INIT:
-        to = QpState::Init;
-        break;
-    case RNIC_QPS_RTR:
-        to = QpState::Rtr;
-        break;
-    case RNIC_QPS_RTS:
-        to = QpState::Rts;
-        break;
-    case RNIC_QPS_ERR:
-        to = QpState::Error;
-        break;
-    default:
-        return RNIC_CMD_ST_BAD_STATE;
-    }
+    if (!qp_state_of(a.state, &to)) return RNIC_CMD_ST_BAD_STATE;
     // the attributes each transition requires (IBA 11.2.4.2 / ibv_modify_qp)
     uint32_t need = 0;
     if (from == RNIC_QPS_RESET && a.state == RNIC_QPS_INIT) need = RNIC_QP_ATTR_ACCESS_FLAGS;

@@ -11,6 +11,48 @@
 
 namespace rackemu::rnic {
 
+// The register value of an engine QP state (RNIC_QPS_*), and the engine state of a register
+// value (false: not a state the device models).
+inline uint8_t engine_state(QpState s)
+{
+    switch (s) {
+    case QpState::Reset:
+        return RNIC_QPS_RESET;
+    case QpState::Init:
+        return RNIC_QPS_INIT;
+    case QpState::Rtr:
+        return RNIC_QPS_RTR;
+    case QpState::Rts:
+        return RNIC_QPS_RTS;
+    case QpState::Error:
+        return RNIC_QPS_ERR;
+    }
+    return RNIC_QPS_ERR;
+}
+
+inline bool qp_state_of(uint8_t v, QpState *s)
+{
+    switch (v) {
+    case RNIC_QPS_RESET:
+        *s = QpState::Reset;
+        return true;
+    case RNIC_QPS_INIT:
+        *s = QpState::Init;
+        return true;
+    case RNIC_QPS_RTR:
+        *s = QpState::Rtr;
+        return true;
+    case RNIC_QPS_RTS:
+        *s = QpState::Rts;
+        return true;
+    case RNIC_QPS_ERR:
+        *s = QpState::Error;
+        return true;
+    default:
+        return false;
+    }
+}
+
 struct Rnic::Pending {
     bool exec = false;
 };

@@ -56,43 +56,10 @@ bool zeros(const uint8_t *p, size_t n)
     return std::all_of(p, p + n, [](uint8_t b) { return b == 0; });
 }
 
-QpState to_engine(uint8_t s)
-{
-    switch (s) {
-    case RNIC_QPS_INIT:
-        return QpState::Init;
-    case RNIC_QPS_RTR:
-        return QpState::Rtr;
-    case RNIC_QPS_RTS:
-        return QpState::Rts;
-    case RNIC_QPS_ERR:
-        return QpState::Error;
-    default:
-        return QpState::Reset;
-    }
-}
-
 bool qp_state_ok(uint8_t s)
 {
-    return s == RNIC_QPS_RESET || s == RNIC_QPS_INIT || s == RNIC_QPS_RTR || s == RNIC_QPS_RTS ||
-           s == RNIC_QPS_ERR;
-}
-
-uint8_t from_engine(QpState s)
-{
-    switch (s) {
-    case QpState::Reset:
-        return RNIC_QPS_RESET;
-    case QpState::Init:
-        return RNIC_QPS_INIT;
-    case QpState::Rtr:
-        return RNIC_QPS_RTR;
-    case QpState::Rts:
-        return RNIC_QPS_RTS;
-    case QpState::Error:
-        return RNIC_QPS_ERR;
-    }
-    return RNIC_QPS_ERR;
+    QpState e;
+    return qp_state_of(s, &e);
 }
 
 } // namespace
@@ -224,7 +191,7 @@ RnicSnapshot Rnic::save()
         r.rwqe_valid = q.rwqe_valid;
         std::memcpy(r.rwqe, &q.rwqe, sizeof(r.rwqe));
         const QpAttr &a = e->attr;
-        r.state = from_engine(e->state);
+        r.state = engine_state(e->state);
         std::memcpy(r.dst_mac, a.path.dst_mac, 6);
         std::memcpy(r.src_mac, a.path.src_mac, 6);
         r.tos = a.path.tos;
@@ -670,7 +637,7 @@ bool Rnic::load(const RnicSnapshot &s, std::string *why)
 
         rc_->create_qp(q->qpn); // checked: a fresh engine, a QPN in range
         RcEngine::Qp &e = *rc_->find(q->qpn);
-        e.state = to_engine(r.state);
+        qp_state_of(r.state, &e.state); // checked
         e.attr = a;
         e.ip_id = r.ip_id;
         e.next_psn = r.next_psn;

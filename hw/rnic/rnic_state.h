@@ -5,7 +5,9 @@
  * versioned VMState describes field by field (hw/qemu/rackemu_rnic.c). One fixed part
  * (registers, bitmaps, counters, record counts) and arrays of records, each record naming the
  * object it belongs to (a QP index, an MR index): the layout stays flat so that the VMState is
- * a list of fields, and a new field is a new VMState field under a new version.
+ * a list of fields, and a new field is a new VMState field under a new version. Every byte of
+ * every struct is a field (no implicit padding: checked with -Wpadded; reserved bytes are
+ * streamed and must be 0), so a struct compares with memcmp.
  *
  * Not here, by design: frames on the wire or held for backpressure, READ responses paused by
  * backpressure and the requests queued behind them, the timers' deadlines (re-armed at load),
