@@ -726,6 +726,13 @@ bool Rnic::load(const RnicSnapshot &s, std::string *why)
         r.orig = x.orig;
     }
 
+    // Work not sent yet (the link pushed back, or the initiator depth was full): resume_tx()
+    // continues these QPs, below or in pause(false) while paused.
+    for (const rk_rnic_qp_state &r : s.qp) {
+        RcEngine::Qp &e = *rc_->find(RNIC_QPN(r.index));
+        if (e.state == QpState::Rts && e.cursor < e.sq.size()) e.tx_stalled = true;
+    }
+
     // what belonged to the old state: frames held for the link or while paused, looped frames
     ctr_.rx_paused_drops += rx_paused_.size();
     rx_paused_.clear();
@@ -735,6 +742,10 @@ bool Rnic::load(const RnicSnapshot &s, std::string *why)
     tx_blocked_ = false;
     loop_.clear();
     update_irq();
+    if (!paused_) { // else pause(false) does it
+        rc_->resume_tx();
+        after_engine(); // WQEs posted and not fetched yet are fetched now
+    }
     arm_timer();
     return true;
 }

@@ -5,6 +5,7 @@
 // CQEs, the registers and the counters.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -1893,6 +1894,43 @@ TEST(RnicMigration, RequestsLostBeforeTheSaveAreSentAgain)
     c = p.wait_a(1);
     ASSERT_EQ(c.size(), 1u);
     EXPECT_EQ(c[0].status, RNIC_WC_SUCCESS);
+}
+
+// The link pushed back: a's second QP is paused at its first packet (nothing of it left) with
+// more WRs behind it. After the load the paused QP continues at once (not after a retransmission
+// timeout) and everything completes.
+TEST(RnicMigration, WorkNotSentYetContinuesAfterTheLoad)
+{
+    Pair p(1024, 8);
+    const Node::Qp qa2 = p.a.create_qp(p.pda, p.cqa, p.cqa), qb2 = p.b.create_qp(p.pdb, p.cqb, p.cqb);
+    Node::Qp q2 = qa2, r2 = qb2;
+    p.a.connect(q2, 1, r2.qpn, 1024, 8);
+    p.b.connect(r2, 0, q2.qpn, 1024, 8);
+    fill(p.a.mem(p.bufa), 64 << 10, 9);
+    p.link.ring = 1; // one frame per sender in flight: the second send is refused (Busy)
+    p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 1, p.bufa, 8192, p.keya, p.bufb, p.keyb));
+    for (uint64_t k = 0; k < 4; k++)
+        p.a.post_send(q2, wqe(RNIC_WR_WRITE, 10 + k, p.bufa + 8192 * (k + 1), 8192, p.keya,
+                              p.bufb + 8192 * (k + 1), p.keyb));
+    const RnicSnapshot sa = p.a.nic->save();
+    ASSERT_EQ(sa.qp.size(), 2u);
+    // the second QP's first WR has its PSNs but not one packet of it left
+    const auto first2 = std::find_if(sa.sqe.begin(), sa.sqe.end(), [](const auto &e) { return e.qp_index == 1; });
+    ASSERT_NE(first2, sa.sqe.end());
+    EXPECT_EQ(first2->resume, first2->first);
+    p.link.ring = 0;
+    p.link.q.clear();
+    p.link.queued[0] = p.link.queued[1] = 0;
+    p.a.tx_waiting = false;
+    migrate(p.a, p.link, sa);
+    // sent at the load, not after a retransmission timeout
+    EXPECT_FALSE(p.link.q.empty());
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_TIMEOUTS), 0u);
+    auto c = p.wait_a(5);
+    ASSERT_EQ(c.size(), 5u);
+    for (const auto &e : c)
+        EXPECT_EQ(e.status, RNIC_WC_SUCCESS) << e.wr_id;
+    EXPECT_EQ(std::memcmp(p.b.mem(p.bufb), p.a.mem(p.bufa), 5 * 8192), 0);
 }
 
 TEST(RnicMigration, PausedDeviceHoldsFramesAndTimersUntilItRuns)
