@@ -1915,7 +1915,8 @@ TEST(RnicMigration, WorkNotSentYetContinuesAfterTheLoad)
     const RnicSnapshot sa = p.a.nic->save();
     ASSERT_EQ(sa.qp.size(), 2u);
     // the second QP's first WR has its PSNs but not one packet of it left
-    const auto first2 = std::find_if(sa.sqe.begin(), sa.sqe.end(), [](const auto &e) { return e.qp_index == 1; });
+    const auto first2 =
+        std::find_if(sa.sqe.begin(), sa.sqe.end(), [](const auto &e) { return e.qp_index == 1; });
     ASSERT_NE(first2, sa.sqe.end());
     EXPECT_EQ(first2->resume, first2->first);
     p.link.ring = 0;
