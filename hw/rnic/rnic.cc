@@ -298,9 +298,8 @@ Rnic::Rnic(Host host, RnicConfig cfg, SendFn send, TimerFn timer, TxWaitFn tx_wa
 
 Rnic::~Rnic() = default;
 
-void Rnic::reset()
+void Rnic::clear_objects()
 {
-    std::lock_guard lk(mu_);
     rc_ = std::make_unique<RcEngine>(static_cast<RcEnv &>(*this), cfg_.rc);
     amu_reset();
     for (auto &p : pds_)
@@ -311,6 +310,12 @@ void Rnic::reset()
         c.reset();
     for (auto &q : qps_)
         q.reset();
+}
+
+void Rnic::reset()
+{
+    std::lock_guard lk(mu_);
+    clear_objects();
     ctrl_ = cmd_addr_lo_ = cmd_addr_hi_ = cmd_status_ = cmd_count_ = 0;
     int_status_ = int_enable_ = model_hi_latch_ = 0;
     std::fill(std::begin(cq_events_), std::end(cq_events_), 0);

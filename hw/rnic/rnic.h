@@ -270,6 +270,7 @@ private:
     void hold_frame(const uint8_t *frame, size_t len);
     void drain_held();
     bool check_state(const RnicSnapshot &s, std::string *why); // load(), before any change
+    void clear_objects(); // reset(), load(): a new engine, an empty atomic unit, no verbs objects
 
     // timing model
     uint64_t ser_ns(uint64_t frame_bytes) const;

@@ -514,20 +514,11 @@ bool Rnic::load(const RnicSnapshot &s, std::string *why)
     if (!check_state(s, why)) return false;
     const rk_rnic_state &st = s.st;
 
-    // everything at reset values, then the state
-    rc_ = std::make_unique<RcEngine>(static_cast<RcEnv &>(*this), cfg_.rc);
-    // The atomic unit restarts empty: its cache is write-through and in the device every
-    // atomic is one host atomic on guest RAM (atomicity Global), so RAM holds every value and
-    // an empty cache changes timing only (the first atomics after the load miss).
-    amu_reset();
-    for (auto &p : pds_)
-        p = Pd{};
-    for (auto &m : mrs_)
-        m.reset();
-    for (auto &c : cqs_)
-        c.reset();
-    for (auto &q : qps_)
-        q.reset();
+    // A new engine, no objects, then the state. The atomic unit restarts empty: its cache is
+    // write-through and in the device every atomic is one host atomic on guest RAM (atomicity
+    // Global), so RAM holds every value and an empty cache changes timing only (the first
+    // atomics after the load miss).
+    clear_objects();
     ctrl_ = st.ctrl;
     cmd_addr_lo_ = st.cmd_addr_lo;
     cmd_addr_hi_ = st.cmd_addr_hi;
