@@ -19,6 +19,13 @@ Measured, each in this run:
                         present" lease), and wake-ups made after a lease lapsed with a frame left.
                         RACKEMU_FABRIC_POLL=0 in the environment measures without vCPU polling of
                         the port, RACKEMU_FABRIC_LEASE_US=0 without the lease (docs/fabric.md)
+  guest_pktz_*_n{0,1}_irq_{vcpu,bh,direct}_per_rt
+                        in each node's QEMU, the vmbox's interrupt level changes per round trip by
+                        how they were applied: by work queued on the vCPU (a kick of the vCPU,
+                        issue 11), by the main loop's bottom half (a main-loop wake-up, then a
+                        kick), at once under the big lock (docs/machine.md); RACKEMU_IRQ_VCPU=0
+                        in the environment measures the bottom-half path
+  load_1min             the host's 1-minute load average at the start and end of the guest runs
   guest_gas_remote_load_*_us
                         one 8-byte load by node 0's user space through the global address space
                         window from node 1's memory (`gas bench`, median and p99 of --pingpong loads)
@@ -29,12 +36,26 @@ Measured, each in this run:
   guest_gsas_remote_read64_*_us
                         GSAS READ64 by node 0's user space (libgsas) of a word on board 1 (gsasd
                         there answers; `gsas bench --op read64`, median and p99 of --pingpong reads)
+  guest_gsas_remote_read64_*_per_op
+                        per READ64: the requester's sleeps on its MIF interrupt, naps on its PIF
+                        status and answers taken while spinning; the service's wake-ups (sleeps)
+                        and replies not yet acknowledged when PIF 0 was needed again; the bridge
+                        router's wake-ups (docs/gsas.md, "Where the time goes")
+  guest_gsas_remote_read64_{ack,service}_mean_us
+                        the mean time from the request's post to its ACK (when seen before the
+                        answer: a fabric round trip to the owner), and gsasd's mean time from
+                        taking a request off MIF 0 to posting its reply
+  guest_gsas_remote_read64_per_{raw_pingpong,pktz_spin_server_rtt}
+                        the READ64 median over the raw shared-memory ping-pong and over the guest
+                        packetizer ping-pong with the server spinning, both of the same run
 The guest figures are the medians over --pp-runs runs in one cluster (p99: median of the runs'
 p99s); the raw shared-memory ping-pong of the fabric section is the same invocation's.
 Also plots the latencies (CSV path with .png) when python3-matplotlib is installed.
 
 usage: bench/foundation.py [--nodes 2,4,8] [--runs 3] [--cold-build] [--pingpong 500] [--pp-runs 3]
-                          [--csv FILE]
+                          [--only-pingpong] [--pp-args ARGS] [--csv FILE]
+--only-pingpong boots one 2-node cluster and runs the packetizer ping-pong alone (no build, fabric,
+boot, GAS, RMC or GSAS figures).
 """
 import argparse
 import os
@@ -51,6 +72,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from rackemu.cluster import Cluster, run_background  # noqa: E402
 from rackemu.config import build_dir, load_config  # noqa: E402
+from rackemu.qmp import IRQ_PATHS, QmpError, irq_counters  # noqa: E402
 from benchlib import kv_lines, log, write_results  # noqa: E402
 from unimem import export  # noqa: E402
 from sonuma import KEY, MICRO_CTX, parse_csv, start_detached, stop  # noqa: E402
@@ -73,6 +95,17 @@ def kv(text):
 
 
 WAKE_KEYS = ("router_wakeups", "router_sleeps", "wakes_skipped", "lease_wakes")
+# per GSAS READ64: gsas bench's requester counters, the service's and the bridge's (docs/gsas.md)
+GSAS_PER_OP = ("sleeps_per_op", "naps_per_op", "spun_per_op", "service_wakeups_per_op", "service_unsettled_per_op",
+               "router_wakeups_per_op")
+
+
+def gsas_service_stats(node):
+    """Board `node`'s gsasd counters (`gsas stats`) as integers."""
+    out = {}
+    for d in kv_lines(node.exec("gsas stats").stdout.decode()):
+        out.update({k: int(v) for k, v in d.items() if v.isdigit()})
+    return out
 
 
 def med(runs, key):
@@ -88,12 +121,28 @@ def guest_latencies(a, c, rows):
     for _ in range(a.pp_runs):
         res = c.node(0).exec(f"gas bench --gaddr {g:#x} --count {a.pingpong}", timeout=300)
         gas += [d for d in kv_lines(res.stdout.decode()) if d.get("op") == "load" and "median_us" in d]
+        srv_before, bridge_before = gsas_service_stats(c.node(1)), c.bridge_stats()
         res = c.node(0).exec(f"gsas bench --board 1 --op read64 --count {a.pingpong}", timeout=300)
+        srv_after, bridge_after = gsas_service_stats(c.node(1)), c.bridge_stats()
         d = kv_lines(res.stdout.decode())
         if res.rc != 0 or not d or "latency_median_us" not in d[-1]:
             log(f"gsas bench failed (rc {res.rc}): {res.stdout.decode()} {res.stderr.decode()}")
         else:
-            gsas.append(d[-1])
+            # wake-ups per READ64 (counts, which load cannot distort): the requester's sleeps on
+            # its MIF interrupt and naps on its PIF status (gsas bench), the service's sleeps
+            # (each one ended by a wake-up) and its replies still unacknowledged when PIF 0 was
+            # needed again (gsas stats on board 1), the bridge's router wake-ups
+            r = dict(d[-1])
+            served = srv_after.get("requests", 0) - srv_before.get("requests", 0)
+            if served > 0:
+                r["service_wakeups_per_op"] = (srv_after.get("sleeps", 0) - srv_before.get("sleeps", 0)) / served
+                r["service_unsettled_per_op"] = (srv_after.get("replies_unsettled", 0) -
+                                                 srv_before.get("replies_unsettled", 0)) / served
+                r["service_mean_us"] = (srv_after.get("serve_ns", 0) - srv_before.get("serve_ns", 0)) / served / 1e3
+            if "router_wakeups" in bridge_before and "router_wakeups" in bridge_after:
+                r["router_wakeups_per_op"] = (bridge_after["router_wakeups"] -
+                                              bridge_before["router_wakeups"]) / a.pingpong
+            gsas.append(r)
     rmc = {"spin": [], "irq": []}
     start_detached(c.node(0), f"rmc-bench serve --ctx {MICRO_CTX} --key {KEY}", "/tmp/bench-serve", "serving",
                    "rmc-bench serve")
@@ -118,15 +167,46 @@ def guest_latencies(a, c, rows):
             rows.append(("guest", f"{name}_median_us", med(runs, mk), "us"))
             rows.append(("guest", f"{name}_p99_us", med(runs, pk), "us"))
             log(f"{name}: median {med(runs, mk):.2f} us, p99 {med(runs, pk):.2f} us ({len(runs)} runs)")
+    for key in GSAS_PER_OP:
+        if med(gsas, key) is not None:
+            rows.append(("guest", f"gsas_remote_read64_{key}", med(gsas, key), "1/op"))
+    # where the time goes: the request's ACK seen by the requester (a fabric round trip to the
+    # owner) and gsasd's time from taking the request to posting the reply
+    for key in ("ack_mean_us", "service_mean_us"):
+        if med(gsas, key) is not None:
+            rows.append(("guest", f"gsas_remote_read64_{key}", med(gsas, key), "us"))
+    return pingpong(a, c, rows)
+
+
+def irq_paths(c):
+    """{node: {"irq-direct"/"irq-vcpu"/"irq-bh": count}} of every node's vmbox (QMP qom-get);
+    {} for a node whose QEMU predates the counters."""
+    out = {}
+    for i in range(2):
+        try:
+            with c.node(i).qmp() as q:
+                out[i] = irq_counters(q, "rackemu-vmbox")
+        except QmpError as e:
+            log(f"node {i}: no interrupt path counters ({e})")
+    return out
+
+
+def pingpong(a, c, rows):
+    """The packetizer ping-pong (server on its interrupt, then spinning), --pp-runs runs each, with
+    host-side wake-ups per round trip from the bridge's counters and, from each node's QEMU, how the
+    vmbox's interrupt levels were set per round trip."""
     pp = {}
+    rows.append(("host", "load_1min_start", os.getloadavg()[0], "load"))
     for mode, flag in (("irq", ""), ("spin", " --spin")):
         for _ in range(a.pp_runs):
+            extra = f" {a.pp_args}" if a.pp_args else ""
             srv = run_background(c.node(1), f"unimem pingpong --peer 0 --role server "
-                                 f"--count {a.pingpong}{flag}", timeout=300)
+                                 f"--count {a.pingpong}{flag}{extra}", timeout=300)
             time.sleep(1.0)
-            before = c.bridge_stats()
-            res = c.node(0).exec(f"unimem pingpong --peer 1 --role client --count {a.pingpong}", timeout=300)
-            after = c.bridge_stats()
+            before, qb = c.bridge_stats(), irq_paths(c)
+            res = c.node(0).exec(f"unimem pingpong --peer 1 --role client --count {a.pingpong}{extra}",
+                                 timeout=300)
+            after, qa = c.bridge_stats(), irq_paths(c)
             srv.result(320)
             if res.rc != 0:
                 log(f"pingpong ({mode}) failed: {res.stdout.decode()} {res.stderr.decode()}")
@@ -137,14 +217,24 @@ def guest_latencies(a, c, rows):
             for key in WAKE_KEYS:
                 if key in before and key in after:
                     r[f"router_{key.removeprefix('router_')}_per_rt"] = (after[key] - before[key]) / a.pingpong
+            # In QEMU: interrupt levels set per round trip on each node, by path (a level set by
+            # the port thread costs a vCPU kick with irq-vcpu, a main-loop wake-up with irq-bh).
+            for n in sorted(set(qa) & set(qb)):
+                for k in IRQ_PATHS:
+                    r[f"n{n}_{k.replace('-', '_')}_per_rt"] = (qa[n][k] - qb[n][k]) / a.pingpong
             pp.setdefault(mode, []).append(r)
-            log(f"pingpong {mode}: median {r.get('rtt_median_us')} us, p99 {r.get('rtt_p99_us')} us")
+            log(f"pingpong {mode}: median {r.get('rtt_median_us')} us, p99 {r.get('rtt_p99_us')} us, "
+                f"router wake-ups/rt {r.get('router_wakeups_per_rt', '-')}, server irq via vcpu/bh/direct "
+                f"per rt {r.get('n1_irq_vcpu_per_rt', '-')}/{r.get('n1_irq_bh_per_rt', '-')}/"
+                f"{r.get('n1_irq_direct_per_rt', '-')}")
+    rows.append(("host", "load_1min_end", os.getloadavg()[0], "load"))
+    per_rt = [f"router_{k.removeprefix('router_')}_per_rt" for k in WAKE_KEYS] + \
+        [f"n{n}_{k.replace('-', '_')}_per_rt" for n in range(2) for k in IRQ_PATHS]
     for mode, runs in pp.items():
         for key in ("rtt_median_us", "rtt_p99_us", "rtt_min_us"):
             if med(runs, key) is not None:
                 rows.append(("guest", f"pktz_{mode}_server_{key}", med(runs, key), "us"))
-        for key in WAKE_KEYS:
-            k = f"router_{key.removeprefix('router_')}_per_rt"
+        for k in per_rt:
             if med(runs, k) is not None:
                 rows.append(("guest", f"pktz_{mode}_server_{k}", med(runs, k), "1/rt"))
     return pp
@@ -158,10 +248,21 @@ def main():
     ap.add_argument("--pingpong", type=int, default=500, help="guest round trips (default 500)")
     ap.add_argument("--pp-runs", type=int, default=3, help="guest latency runs per figure (default 3)")
     ap.add_argument("--memory", default="192M", help="memory per node for the boot runs")
+    ap.add_argument("--only-pingpong", action="store_true",
+                    help="one 2-node cluster, the packetizer ping-pong alone")
+    ap.add_argument("--pp-args", default="",
+                    help="more options of both `unimem pingpong` sides, e.g. --sync-ack (the old order)")
     ap.add_argument("--csv", default=str(build_dir() / "bench" / "foundation.csv"))
     a = ap.parse_args()
     sizes = [int(x) for x in a.nodes.split(",") if x]
     rows = []  # (section, metric, value, unit)
+
+    if a.only_pingpong:
+        with Cluster(load_config(None, {"nodes": 2, "name": "bench-pp", "memory": a.memory}), log=lambda m: None) as c:
+            pingpong(a, c, rows)
+        write_results(rows, a.csv)
+        plot(rows, a.csv)
+        return
 
     log("QEMU warm build (nothing changed)")
     warm = [timed(["bash", str(ROOT / "platform/setup/build-qemu.sh")]) for _ in range(a.runs)]
@@ -199,6 +300,13 @@ def main():
                 if n == 2 and pp is None and a.pingpong:
                     pp = guest_latencies(a, c, rows)
         rows.append(("boot", f"{n}_nodes_to_agents_median", statistics.median(times), "s"))
+    # GSAS READ64 against the round trips of the same run: the host's raw shared-memory
+    # ping-pong, and the guest packetizer ping-pong with the server spinning (its floor)
+    vals = {m: v for sec, m, v, _ in rows}
+    g = vals.get("gsas_remote_read64_median_us")
+    for ref in ("raw_pingpong_median_us", "pktz_spin_server_rtt_median_us"):
+        if g is not None and vals.get(ref):
+            rows.append(("guest", f"gsas_remote_read64_per_{ref.removesuffix('_median_us')}", g / vals[ref], "x"))
     write_results(rows, a.csv)
     plot(rows, a.csv)
 

@@ -9,11 +9,30 @@ For each N in --nodes, in one run and with a private snapshot cache (a temporary
                  (one run: the cost of filling an entry)
   snapshot_N_s   `up` with snapshot=auto from the filled entry (median of --runs)
   speedup_N      cold_N_s / snapshot_N_s
-  stream_N_mib   the mean size of one node's snapshot
+  stream_N_mib   the mean size of one node's device-state stream (nodeI.snap)
+  ram_N_mib      the mean data of one node's RAM image (nodeI.snap.ram; holes not counted)
+  load_N         the host's 1-minute load average at the start of each `up` from snapshots
+                 (median): the host is shared, and every figure here scales with it
 
-usage: bench/snapshot_boot.py [--nodes 2,8,16] [--runs 3] [--memory 256M] [--csv FILE] [--png FILE]
+Where an `up` from snapshots spends its time (medians over the --runs; per node: the median and
+the slowest node of each run), from the launcher's per-node step times (Node.phases):
+  decide         `up` called -> the first RAM file starts (key, cache checks, bridge start)
+  ram            one node's RAM file made from its image (reflink or in-kernel copy)
+  spawn          the launcher's fork+exec of one QEMU
+  all_spawned    `up` called -> the last QEMU started
+  qemu_init      a QEMU started -> its QMP monitor answers (QEMU's own start-up)
+  load           migrate-incoming -> the device state loaded (the stream: no RAM in it)
+  resume         `cont`
+  agent          vCPUs resumed -> the guest agent answers
+  all_agents     `up` called -> the last agent answered
+  refresh        agent answered -> the guest's clock and entropy set
+  total          the whole `up`
+
+usage: bench/snapshot_boot.py [--nodes 2,8,16] [--runs 3] [--memory 256M] [--no-cold]
+                              [--csv FILE] [--png FILE]
 """
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -30,22 +49,50 @@ from rackemu.config import load_config  # noqa: E402
 from benchlib import log, pyplot, save_figure, write_results  # noqa: E402
 
 
+# (name, from step, to step, per node?) over Node.phases; "up" is the call of `up`
+PHASES = [("decide", "up", "ram_start", False), ("ram", "ram_start", "ram", True),
+          ("spawn", "spawn", "spawned", True), ("all_spawned", "up", "spawned", False),
+          ("qemu_init", "spawned", "qmp", True), ("load", "incoming", "loaded", True),
+          ("resume", "loaded", "resumed", True), ("agent", "resumed", "agent", True),
+          ("all_agents", "up", "agent", False), ("refresh", "agent", "refreshed", True)]
+
+
+def breakdown(t0, phases):
+    """{phase: (median over nodes, max over nodes)} of one `up` (t0: its start; phases: each
+    node's Node.phases); the "up"-relative phases take the first (decide) or last step."""
+    out = {}
+    for name, a, b, per_node in PHASES:
+        if per_node:
+            d = [p[b] - p[a] for p in phases if a in p and b in p]
+            if d:
+                out[name] = (statistics.median(d), max(d))
+        else:
+            ends = [p[b] for p in phases if b in p]
+            if ends:
+                v = (min(ends) if name == "decide" else max(ends)) - t0
+                out[name] = (v, v)
+    return out
+
+
 def up_seconds(nodes, memory, mode):
-    """Seconds of one `up` (to every agent answering; a first use includes the saves), and the
-    cluster's nodes' snapshot paths."""
+    """Seconds of one `up` (to every agent answering; a first use includes the saves), the
+    cluster's nodes' snapshot paths, the step breakdown (breakdown) and the load average."""
     cfg = load_config(overrides={"name": "bench-snapboot", "nodes": nodes, "memory": memory,
                                  "snapshot": mode})
     c = Cluster(cfg)
+    load = os.getloadavg()[0]
     t0 = time.monotonic()
     c.up()
     secs = time.monotonic() - t0
     try:
         used = [n["snapshot"] for n in c.status_dict(ping=False)["nodes"]]
+        steps = breakdown(t0, [dict(n.phases) for n in c.nodes])
+        steps["total"] = (secs, secs)
         if any(n.sh("echo ok").strip() != "ok" for n in c.nodes):
             raise SystemExit(f"{nodes} nodes ({mode}): a node does not run commands")
     finally:
         c.down()
-    return secs, used
+    return secs, used, steps, load
 
 
 def plot(results, png):
@@ -71,11 +118,24 @@ def plot(results, png):
     save_figure(fig, png, dpi=120)
 
 
+def print_breakdown(n, runs, loads):
+    """The step table of the `up`s from snapshots of n nodes (medians over the runs)."""
+    print(f"\n{n} nodes from snapshots: where the time goes (medians of {len(runs)} runs; "
+          f"1-min load average {', '.join(f'{x:.1f}' for x in loads)})")
+    print(f"  {'step':12} {'median node [s]':>16} {'slowest node [s]':>17}")
+    for name, *_ in PHASES + [("total",)]:
+        vals = [r[name] for r in runs if name in r]
+        if vals:
+            print(f"  {name:12} {statistics.median(v[0] for v in vals):16.3f} "
+                  f"{statistics.median(v[1] for v in vals):17.3f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", default="2,8,16", help="comma-separated node counts (default 2,8,16)")
     ap.add_argument("--runs", type=int, default=3, help="runs per figure; medians are reported (default 3)")
     ap.add_argument("--memory", default="256M", help="guest RAM per node (default 256M)")
+    ap.add_argument("--no-cold", action="store_true", help="skip the cold boots (no speed-up figure)")
     ap.add_argument("--csv", default=str(ROOT / "build" / "bench" / "snapshot_boot.csv"))
     ap.add_argument("--png", default=str(ROOT / "build" / "bench" / "snapshot_boot.png"))
     args = ap.parse_args()
@@ -85,30 +145,44 @@ def main():
         os.environ["RACKEMU_CACHE"] = cache
         for n in counts:
             cold = []
-            for k in range(args.runs):
-                secs, _ = up_seconds(n, args.memory, "off")
+            for k in range(0 if args.no_cold else args.runs):
+                secs, *_ = up_seconds(n, args.memory, "off")
                 log(f"{n} nodes, cold boot {k + 1}/{args.runs}: {secs:.1f} s")
                 cold.append(secs)
-            first, used = up_seconds(n, args.memory, "auto")
+            first, used, _, _ = up_seconds(n, args.memory, "auto")
             if any(used):
                 raise SystemExit(f"{n} nodes: the first use found snapshots in a new cache: {used}")
             log(f"{n} nodes, first use (boot + save): {first:.1f} s")
-            snap = []
+            snap, steps, loads = [], [], []
             for k in range(args.runs):
-                secs, used = up_seconds(n, args.memory, "auto")
+                secs, used, st, load = up_seconds(n, args.memory, "auto")
                 if not all(used):
                     raise SystemExit(f"{n} nodes: not every node started from its snapshot: {used}")
-                log(f"{n} nodes, from snapshots {k + 1}/{args.runs}: {secs:.1f} s")
+                log(f"{n} nodes, from snapshots {k + 1}/{args.runs}: {secs:.1f} s (load {load:.1f}; "
+                    + ", ".join(f"{p} {v[1]:.2f}" for p, v in st.items()) + ")")
                 snap.append(secs)
+                steps.append(st)
+                loads.append(load)
             files = list(Path(used[0]).parent.glob("node*.snap"))
             mib = statistics.mean(f.stat().st_size for f in files) / 1048576 if files else 0.0
-            mc, ms = statistics.median(cold), statistics.median(snap)
+            ram = [json.loads(Path(str(f) + ".meta.json").read_text())["ram"]["data_bytes"] for f in files]
+            ram_mib = statistics.mean(ram) / 1048576 if ram else 0.0
+            ms = statistics.median(snap)
+            mc = statistics.median(cold) if cold else float("nan")
             results[n] = {"cold": mc, "snapshot": ms}
             rows += [("boot", f"cold_{n}_s", mc, "s"), ("boot", f"first_{n}_s", first, "s"),
                      ("boot", f"snapshot_{n}_s", ms, "s"), ("boot", f"speedup_{n}", mc / ms, "x"),
-                     ("boot", f"stream_{n}_mib", mib, "MiB")]
+                     ("boot", f"stream_{n}_mib", mib, "MiB"), ("boot", f"ram_{n}_mib", ram_mib, "MiB"),
+                     ("boot", f"load_{n}", statistics.median(loads), "")]
+            for name, *_ in PHASES:
+                vals = [st[name] for st in steps if name in st]
+                if vals:
+                    rows += [("steps", f"{name}_{n}_median_node_s", statistics.median(v[0] for v in vals), "s"),
+                             ("steps", f"{name}_{n}_slowest_node_s", statistics.median(v[1] for v in vals), "s")]
+            print_breakdown(n, steps, loads)
     write_results(rows, args.csv)
-    plot(results, args.png)
+    if not args.no_cold:
+        plot(results, args.png)
 
 
 if __name__ == "__main__":

@@ -403,7 +403,7 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="small sweep: micro sizes 64,128,2048,8192, 1 run, 50 iterations; store sizes 128,8192, "
                          "writers 0 and --vcpus, 2 s points")
-    ap.add_argument("--runs", type=int, default=3, help="microbenchmark runs (medians are taken over them)")
+    ap.add_argument("--runs", type=int, default=3, help="micro and cost runs (medians are taken over them)")
     ap.add_argument("--iters", type=int, default=200, help="synchronous requests per op and size and run")
     ap.add_argument("--window", type=int, default=16, help="requests in flight for the throughput runs")
     ap.add_argument("--tput-ops", type=int, default=10000, help="requests per op and size in the throughput runs")
@@ -429,7 +429,13 @@ def main():
                     help="cost: the modeled core's instructions per cycle (sec. 7.3: 0.8-1 in the low-ILP phase)")
     ap.add_argument("--ipc-data", type=float, default=None,
                     help="cost: IPC of the phases that touch every line of the object (the baseline's check and "
-                         "copy, the local copies; sec. 7.3's high-MLP phase); default: --ipc")
+                         "copy, the local copies, the writer's stores; sec. 7.3's high-MLP phase); default: --ipc")
+    ap.add_argument("--streaming", choices=("ipc", "roofline"), default="ipc",
+                    help="cost: model those phases at --ipc-data with their LLC stalls added (ipc, the default), "
+                         "or at their best (roofline: issue at Table 2's width and L1d ports, overlapped with "
+                         "the LLC lines: a kernel hand-tuned for MLP, sec. 7.3)")
+    ap.add_argument("--width", type=int, default=3, help="cost: dispatch/retire width (Table 2: 3)")
+    ap.add_argument("--l1-ports", type=int, default=2, help="cost: L1d ports (Table 2: 2)")
     ap.add_argument("--fig8-writers", default="0,1,2,4,8,12,16", help="cost: Fig. 8's writer counts (model)")
     ap.add_argument("--llc-core-ns", type=float, default=12.0,
                     help="cost: a core's L1 miss served by the LLC, ns (Table 2: 3-cycle L1 + 6-cycle LLC tile + "
@@ -455,9 +461,9 @@ def main():
         ap.error("--cost-sizes, --fig8-writers: comma-separated numbers")
     if any(x < 128 or x % 64 or x > 65536 for x in a.cost_sizes) or not fw or min(fw) < 0 or fw != sorted(fw):
         ap.error("--cost-sizes: multiples of 64 in 128..65536; --fig8-writers: ascending numbers >= 0")
-    a.ipc_data = a.ipc if a.ipc_data is None else a.ipc_data
-    if not 0.05 <= a.ipc <= 8 or not 0.05 <= a.ipc_data <= 8 or not 0.1 <= a.ghz <= 10 or a.cost_seconds < 1:
-        ap.error("--ipc, --ipc-data 0.05..8, --ghz 0.1..10, --cost-seconds >= 1")
+    if not 0.05 <= a.ipc <= 8 or not 0.05 <= (a.ipc_data or a.ipc) <= 8 or not 0.1 <= a.ghz <= 10 or \
+            a.cost_seconds < 1 or not 1 <= a.width <= 16 or not 1 <= a.l1_ports <= 16:
+        ap.error("--ipc, --ipc-data 0.05..8, --ghz 0.1..10, --cost-seconds >= 1, --width and --l1-ports 1..16")
     if not 1 <= a.llc_core_ns <= 1000 or (a.mlp is not None and not 1 <= a.mlp <= 1024) or \
             not 1 <= a.mshrs <= 1024 or not 1 <= a.rob <= 4096:
         ap.error("--llc-core-ns 1..1000, --mlp 1..1024, --mshrs 1..1024, --rob 1..4096")

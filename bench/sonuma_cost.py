@@ -15,6 +15,7 @@ import json
 import re
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from benchlib import pyplot, save_figure
 
@@ -107,7 +108,7 @@ def measure(a, c, nodes, S):
             # memory side (loads, stores, distinct lines per interval, L1d-model misses)
             units = {"KV_ISSUE": (rc, "attempt"), "KV_CHECK": (rc, "attempt"), "KV_COPY": (rc, reads),
                      "KV_USE": (rc, reads), "LOCAL_CHECK": (lc, lreads), "LOCAL_COPY": (lc, lreads),
-                     "LOCAL_USE": (lc, lreads), "KV_WRITE": (wc, "entries")}
+                     "LOCAL_USE": (lc, lreads), "KV_WRITE": (wc, "entries"), "KV_PREPARE": (wc, "entries")}
             for ph, (cnt, unit) in units.items():
                 pc = cnt.get(P[ph], {})
                 div = pc.get("entries", 0) if unit in ("attempt", "entries") else unit
@@ -120,6 +121,22 @@ def measure(a, c, nodes, S):
     return out, exact
 
 
+def median_of(runs):
+    """Per point, the median of every measured number over the runs (the counts are deterministic
+    up to rare interference, docs/insn-count.md; the median drops an interfered run)."""
+    out = {}
+    for key in runs[0]:
+        pts = [r[key] for r in runs]
+        m = dict(pts[0])
+        for f, v in m.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                vals = sorted(p[f] for p in pts)
+                m[f] = vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
+        m["runs"] = len(runs)
+        out[key] = m
+    return out
+
+
 def save_measured(path, meas, exact):
     """The measurement, so that the figures can be recomputed without a cluster (--cost-from)."""
     path.write_text(json.dumps({"exact": exact, "points": list(meas.values())}, indent=1) + "\n")
@@ -128,20 +145,31 @@ def save_measured(path, meas, exact):
 def load_measured(path):
     try:
         d = json.loads(Path(path).read_text())
-        return {(m["layout"], int(m["size"])): m for m in d["points"]}, bool(d["exact"])
+        pts = {(m["layout"], int(m["size"])): m for m in d["points"]}
+        for m in pts.values():  # a measurement from before the writer's prepare phase was marked
+            for f in MEMF:
+                m.setdefault(f"kv_prepare_{f}", 0.0)
+        return pts, bool(d["exact"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"--cost-from {path}: not a measurement bench/sonuma.py --only cost wrote ({e})")
 
 
 class Core:
-    """The reader's core (seed 000 Table 2; docs/sonuma-workloads.md, "The memory side"): a phase
-    takes instructions / (IPC x f) plus, per line it fetches from the LLC, max(the LLC's latency /
-    the memory-level parallelism, the line's transfer over the core's 16-byte mesh link). MLP, unless
-    --mlp fixes it: the misses a 128-entry ROB holds at the phase's measured instructions per missed
-    line, at most the L1's 32 MSHRs."""
+    """The reader's core (seed 000 Table 2; docs/sonuma-workloads.md, "The memory side"). A phase
+    that does not stream over the object (sec. 7.3's low-ILP/MLP phase) takes instructions /
+    (IPC x f) plus, per line it fetches from the LLC, max(the LLC's latency / the memory-level
+    parallelism, the line's transfer over the core's 16-byte mesh link). A phase that touches every
+    line of the object (sec. 7.3's high-MLP phase) is modeled the same way at IPC --ipc-data
+    (default --ipc), or, with --streaming roofline, as the paper's kernel hand-tuned for MLP would
+    run at best: the larger of its issue time (instructions over Table 2's 3-wide dispatch, loads
+    and stores over its 2 L1d ports) and its LLC lines' time, which overlap. MLP, unless --mlp fixes
+    it: the misses a 128-entry ROB holds at the phase's measured instructions per missed line, at
+    most the L1's 32 MSHRs."""
 
     def __init__(self, a):
-        self.ipc, self.ipc_data, self.ghz = a.ipc, a.ipc_data, a.ghz
+        self.ipc, self.ipc_data, self.ghz = a.ipc, a.ipc_data or a.ipc, a.ghz
+        self.roofline = getattr(a, "streaming", "ipc") == "roofline"
+        self.width, self.ports = getattr(a, "width", 3), getattr(a, "l1_ports", 2)
         self.llc_ns, self.mlp, self.mshrs, self.rob = a.llc_core_ns, a.mlp, a.mshrs, a.rob
         self.line_ns = 64.0 / (16 * a.ghz)  # Table 2: 16-byte mesh links, one flit per core cycle
 
@@ -150,30 +178,72 @@ class Core:
             return self.mlp
         return max(1.0, min(float(self.mshrs), self.rob * lines / max(insns, 1.0)))
 
-    def ns(self, insns, lines, data=False, mlp=None):
-        t = insns / ((self.ipc_data if data else self.ipc) * self.ghz)
-        if lines > 0:
-            t += lines * max(self.llc_ns / (mlp or self.mlp_of(insns, lines)), self.line_ns)
-        return t
+    def llc_time(self, insns, lines, mlp=None):
+        return lines * max(self.llc_ns / (mlp or self.mlp_of(insns, lines)), self.line_ns) if lines > 0 else 0.0
+
+    def ns(self, insns, lines, data=False, mlp=None, memops=0.0):
+        if data and self.roofline:  # the streaming phase: issue-bound or LLC-bound, overlapped
+            issue = max(insns / self.width, memops / self.ports) / self.ghz
+            return max(issue, self.llc_time(insns, lines, mlp))
+        return insns / ((self.ipc_data if data else self.ipc) * self.ghz) + self.llc_time(insns, lines, mlp)
 
 
 # The first phase that reads the object the RCP wrote into the reader's LLC (its lines are not in
 # the L1d, whatever the plugin's L1d model says: it does not see device writes): every distinct line
 # that phase touches is an LLC access. Every other phase's LLC accesses are its L1d-model misses.
 FRESH = {"baseline": "kv_check", "sabre": "kv_use"}
-DATA = ("kv_check", "kv_copy", "local_check", "local_copy")  # touch every line: --ipc-data
+DATA = ("kv_check", "kv_copy", "local_check", "local_copy", "kv_write")  # touch every line: --ipc-data
 
 
-PHASES = ("kv_issue", "kv_check", "kv_copy", "kv_use", "local_check", "local_copy", "local_use", "kv_write")
+PHASES = ("kv_issue", "kv_check", "kv_copy", "kv_use", "local_check", "local_copy", "local_use", "kv_write",
+          "kv_prepare")
 
 
 def llc_lines(m, ph):
     """The lines phase `ph` fetches from the LLC, per its unit."""
-    return m[f"{ph}_lines"] if FRESH.get(m["layout"]) == ph else m[f"{ph}_misses"]
+    return m[f"{ph}_lines"] if FRESH.get(m.get("layout")) == ph else m[f"{ph}_misses"]
 
 
 def phase_ns(core, m, ph, mlp=None):
-    return core.ns(m[f"{ph}_insns"], llc_lines(m, ph), ph in DATA, mlp)
+    return core.ns(m[f"{ph}_insns"], llc_lines(m, ph), ph in DATA, mlp,
+                   m.get(f"{ph}_loads", 0.0) + m.get(f"{ph}_stores", 0.0))
+
+
+def write_ns(core, m):
+    """The writer's update, locked: rmc-kv's KV_WRITE phase (lock, the stores of the value prepared
+    beforehand, unlock), its instructions and L1d-model misses through the core model."""
+    return phase_ns(core, m, "kv_write")
+
+
+def breakdown_row(size, w, layout, r, objects, m):
+    """One row of Fig. 8's breakdown: where a reader's time per accepted read goes, and the
+    writers that cause its conflicts (docs/sonuma-workloads.md, "Fig. 8, term by term")."""
+    att = r["att"]
+    W = min(w, objects)
+    return {"size": size, "writers": w, "layout": layout, "attempts_per_read": att,
+            "failed_attempt_pct": 100 * (1 - 1 / att),
+            "locked_fraction_pct": 100 * W / objects,
+            "device_ns_per_attempt": r["dev_ns"] / att, "device_ns_ok": r["lat_ns"],
+            "issue_ns": r["issue_ns"], "check_ns": r["check_ns"], "check_fail_ns": r["check_fail_ns"],
+            "copy_ns": r["copy_ns"], "use_ns": r["use_ns"], "read_ns": r["read_ns"],
+            "update_ns": r["update_ns"] if w else 0.0,
+            "updates_per_s_per_writer": 1e9 / r["update_ns"] if w and r["update_ns"] > 0 else 0.0,
+            "update_insns": m["kv_write_insns"], "prepare_insns": m["kv_prepare_insns"],
+            "mreads_s": r["mreads"], "bound": r["bound"]}
+
+
+def print_breakdown(brk):
+    print("Fig. 8, term by term (per reader): device ns per attempt (unloaded), software ns per attempt "
+          "(issue, check; a failed baseline check stops at line 0) and per accepted read (copy, use), "
+          "attempts per read, failed attempts, the key-locked fraction W/N, the writer's locked update "
+          "(modeled from its measured KV_WRITE phase) and its rate")
+    print(f"{'size':>5} {'W':>3} {'layout':8} {'dev/att':>7} {'issue':>6} {'check':>6} {'ck fail':>7} {'copy':>6}"
+          f" {'use':>5} {'att/read':>8} {'fail %':>7} {'locked %':>8} {'read ns':>8} {'upd ns':>7} {'upd/s/wr':>9}")
+    for r in brk:
+        print(f"{r['size']:5} {r['writers']:3} {r['layout']:8} {r['device_ns_per_attempt']:7.0f} {r['issue_ns']:6.0f}"
+              f" {r['check_ns']:6.0f} {r['check_fail_ns']:7.0f} {r['copy_ns']:6.0f} {r['use_ns']:5.0f}"
+              f" {r['attempts_per_read']:8.3f} {r['failed_attempt_pct']:7.1f} {r['locked_fraction_pct']:8.1f}"
+              f" {r['read_ns']:8.0f} {r['update_ns']:7.0f} {r['updates_per_s_per_writer']:9.3g}")
 
 
 def conflict_sim(layout, n, W, N, t_w, lat_ok, lat64, c_ns, sw, grid=1000):
@@ -238,7 +308,7 @@ def figures(a, meas, exact, rows, bdir, S):
           f"LLC lines (the lines of the object the RCP wrote, first touched after the completion, and the other "
           f"phases' L1d-model misses); remote ISSUE and CHECK per attempt, COPY and USE per accepted read")
     print(f"{'layout':9} {'size':>5} | {'issue':>9} {'check':>11} {'copy':>10} {'use':>8} | local: {'check':>9}"
-          f" {'copy':>10} {'use':>7} | {'write/upd':>11}")
+          f" {'copy':>10} {'use':>7} | {'update':>11} {'prepare':>11}")
     ins = []
 
     def cell(m, ph, w):
@@ -247,14 +317,18 @@ def figures(a, meas, exact, rows, bdir, S):
     for (layout, size), m in sorted(meas.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         print(f"{layout:9} {size:5} | {cell(m, 'kv_issue', 9)} {cell(m, 'kv_check', 11)} {cell(m, 'kv_copy', 10)}"
               f" {cell(m, 'kv_use', 8)} | {'':7}{cell(m, 'local_check', 9)} {cell(m, 'local_copy', 10)}"
-              f" {cell(m, 'local_use', 7)} | {cell(m, 'kv_write', 11)}")
+              f" {cell(m, 'local_use', 7)} | {cell(m, 'kv_write', 11)} {cell(m, 'kv_prepare', 11)}")
         ins.append(m)
         for ph in PHASES:
             rows.append(("cost", f"{layout}_{size}_{ph}_insns", m[f"{ph}_insns"], "insns"))
             rows.append(("cost", f"{layout}_{size}_{ph}_llc_lines", llc_lines(m, ph), "lines"))
     S.write_dicts(bdir / "sonuma_insn.csv", ins)
-    print(f"(instructions/LLC lines; time: instructions / ({a.ipc} IPC x {a.ghz} GHz), the check and copy at IPC "
-          f"{a.ipc_data}, + LLC lines x max({a.llc_core_ns:g} ns / MLP, {core.line_ns:g} ns); {mlp_txt})")
+    data_txt = (f"at IPC {core.ipc_data}, stalls added" if not core.roofline else
+                f"max(instructions / {core.width}-wide dispatch, loads + stores / {core.ports} L1d ports, "
+                f"the LLC lines' time)")
+    print(f"(instructions/LLC lines; time: instructions / ({a.ipc} IPC x {a.ghz} GHz) + LLC lines x "
+          f"max({a.llc_core_ns:g} ns / MLP, {core.line_ns:g} ns); the phases that stream over the object (check, "
+          f"copy, update) {data_txt}; {mlp_txt})")
     bl = {s: meas[("baseline", s)] for s in sizes}
     grows = all(bl[b]["kv_check_insns"] + bl[b]["kv_copy_insns"] > bl[s]["kv_check_insns"] + bl[s]["kv_copy_insns"]
                 and bl[b]["kv_check_lines"] > bl[s]["kv_check_lines"] for s, b in zip(sizes, sizes[1:]))
@@ -330,7 +404,11 @@ def figures(a, meas, exact, rows, bdir, S):
     print("  paper (sec. 7.2): SABRe-over-baseline gap 128 B: 15% -> 3%, 1 KB: 30% -> 41%, 8 KB: 87% -> 97% "
           "(0 -> 16 writers)")
 
-    def fig8_point(size, w, mlp=None, fused=False, copy_writer=False):
+    # the other model of the streaming phases, for the sensitivity
+    other = "ipc" if core.roofline else "roofline"
+    other_core = Core(SimpleNamespace(**{**vars(a), "streaming": other}))
+
+    def fig8_point(size, w, mlp=None, fused=False, core=core):
         res = {}
         for layout in LAYOUTS:
             m = meas[(layout, size)]
@@ -342,16 +420,14 @@ def figures(a, meas, exact, rows, bdir, S):
             check_fail = check / n if layout == "baseline" else check
             if fused and layout == "baseline":
                 check, check_fail, copy = check + copy, check + copy, 0.0
-            # the writer's update as measured (rmc-kv generates a verifiable payload: gen() and a
-            # checksum per word); `copy_writer`: an update that only copies a prepared value in, as
-            # long as the layout's local copy-out (measured)
-            if copy_writer:
-                t_w = phase_ns(core, m, "local_copy")
-            else:
-                t_w = core.ns(m["kv_write_insns"], m["kv_write_misses"])
+            # the writer's update: the locked span only (lock, the stores of the prepared value,
+            # unlock: rmc-kv's KV_WRITE phase), back to back, as the paper's writers, which write a
+            # predefined value in a tight loop (sec. 7.2); the payload generation rmc-kv does
+            # beforehand (KV_PREPARE, for its verification) is not the paper's and not modeled
+            t_w = write_ns(core, m)
             lat_ok, lat64 = lat[(op[layout], size)], lat[(op[layout], 64)]
-            att, t_read, _ = conflict_sim(layout, n, w, a.objects, t_w, lat_ok, lat64, c_ns,
-                                          (issue, check, check_fail, copy, use))
+            att, t_read, dev = conflict_sim(layout, n, w, a.objects, t_w, lat_ok, lat64, c_ns,
+                                            (issue, check, check_fail, copy, use))
             # the contention model: the reader's time beyond the unloaded latency of the requests
             # that load the device is think time (unloaded, it gives back t_read per read). Every
             # baseline attempt is a full read of the object; an aborted SABRe moves (almost) nothing,
@@ -360,22 +436,29 @@ def figures(a, meas, exact, rows, bdir, S):
             think = max(0.0, (t_read - reqs * lat_ok) / reqs)
             r = S.rmc_model("load", "--llc", "--sizes", str(size), "--ops", op[layout], "--threads", "16",
                             "--window", "1", "--think-ns", f"{think:.1f}", *sets)[0]
-            res[layout] = (att, float(r["mops"]) / reqs, r["bound"], t_read, t_w)
-        return res, 100 * (res["sabre"][1] / res["baseline"][1] - 1)
+            res[layout] = {"att": att, "mreads": float(r["mops"]) / reqs, "bound": r["bound"], "read_ns": t_read,
+                           "update_ns": t_w, "dev_ns": dev, "lat_ns": lat_ok, "issue_ns": issue, "check_ns": check,
+                           "check_fail_ns": check_fail, "copy_ns": copy, "use_ns": use}
+        return res, 100 * (res["sabre"]["mreads"] / res["baseline"]["mreads"] - 1)
 
     print(f"{'size':>5} {'W':>3} {'att base':>8} {'att sabre':>9} {'baseline':>9} {'sabre':>9} {'gap':>7}"
           f" {'read ns b/s':>13} {'t_w ns':>7}  bound base/sabre")
+    brk = []
     for size in sizes:
         for w in writers:
             res, gap = fig8_point(size, w)
             b, s = res["baseline"], res["sabre"]
-            f8.append({"size": size, "writers": w, "attempts_baseline": b[0], "attempts_sabre": s[0],
-                       "baseline_mreads_s": b[1], "sabre_mreads_s": s[1], "gap_pct": gap,
-                       "baseline_read_ns": b[3], "sabre_read_ns": s[3], "update_ns": b[4],
-                       "bound_baseline": b[2], "bound_sabre": s[2]})
-            print(f"{size:5} {w:3} {b[0]:8.3f} {s[0]:9.3f} {b[1]:9.2f} {s[1]:9.2f} {gap:6.1f}%"
-                  f" {b[3]:6.0f}/{s[3]:<6.0f} {b[4]:7.0f}  {b[2]}/{s[2]}")
+            f8.append({"size": size, "writers": w, "attempts_baseline": b["att"], "attempts_sabre": s["att"],
+                       "baseline_mreads_s": b["mreads"], "sabre_mreads_s": s["mreads"], "gap_pct": gap,
+                       "baseline_read_ns": b["read_ns"], "sabre_read_ns": s["read_ns"], "update_ns": b["update_ns"],
+                       "bound_baseline": b["bound"], "bound_sabre": s["bound"]})
+            print(f"{size:5} {w:3} {b['att']:8.3f} {s['att']:9.3f} {b['mreads']:9.2f} {s['mreads']:9.2f} {gap:6.1f}%"
+                  f" {b['read_ns']:6.0f}/{s['read_ns']:<6.0f} {b['update_ns']:7.0f}  {b['bound']}/{s['bound']}")
             rows.append(("fig8", f"gap_{size}_w{w}_pct", gap, "%"))
+            for layout in LAYOUTS:
+                brk.append(breakdown_row(size, w, layout, res[layout], a.objects, meas[(layout, size)]))
+    print_breakdown(brk)
+    S.write_dicts(bdir / "sonuma_fig8_breakdown.csv", brk)
     # what the paper's numbers imply, and how the gap moves with what the model cannot measure
     for size in sizes:
         if size in PAPER_FIG8:
@@ -387,14 +470,25 @@ def figures(a, meas, exact, rows, bdir, S):
     for label, kw in (("every LLC line exposed (MLP 1)", {"mlp": 1.0}),
                       ("check fused with the copy-out (sec. 7.2's unpack)", {"fused": True}),
                       ("both", {"mlp": 1.0, "fused": True}),
-                      ("writers that copy a prepared value in (update = the local copy-out)", {"copy_writer": True}),
-                      ("MLP 1, fused check, copying writers", {"mlp": 1.0, "fused": True, "copy_writer": True})):
+                      ("streaming phases at IPC --ipc-data, stalls added" if other == "ipc" else
+                       "streaming phases at their best, issue (3-wide, 2 L1d ports) overlapped with the LLC "
+                       "lines (--streaming roofline)", {"core": other_core})):
         print(f"    {label}: " + ", ".join(
             f"{s} B {fig8_point(s, writers[0], **kw)[1]:.0f}% -> {fig8_point(s, writers[-1], **kw)[1]:.0f}%"
             for s in sizes))
     S.write_dicts(bdir / "sonuma_fig8.csv", f8)
     g0 = {r["size"]: r["gap_pct"] for r in f8 if r["writers"] == writers[0]}
     gN = {r["size"]: r["gap_pct"] for r in f8 if r["writers"] == writers[-1]}
+    print(f"Fig. 8's SABRe-over-baseline gap, rackemu beside the paper ({writers[0]} -> {writers[-1]} writers):")
+    print(f"{'size':>5} {'rackemu':>17} {'paper':>13}")
+    gaps = []
+    for size in sizes:
+        p0, pN = PAPER_FIG8.get(size, (None, None))
+        ptxt = f"{p0}% -> {pN}%" if p0 is not None else "-"
+        print(f"{size:5} {g0[size]:7.0f}% -> {gN[size]:4.0f}% {ptxt:>13}")
+        gaps.append({"size": size, "writers_from": writers[0], "writers_to": writers[-1], "gap_from_pct": g0[size],
+                     "gap_to_pct": gN[size], "paper_from_pct": p0, "paper_to_pct": pN})
+    S.write_dicts(bdir / "sonuma_fig8_gap.csv", gaps)
     drop = all(r["sabre_mreads_s"] <= q["sabre_mreads_s"] + 1e-9 and r["baseline_mreads_s"] <= q["baseline_mreads_s"]
                + 1e-9 for q, r in zip(f8, f8[1:]) if q["size"] == r["size"])
     pos = all(r["gap_pct"] > 0 for r in f8)
@@ -438,7 +532,18 @@ def plot(a, sizes, writers, f8, f9, f10, bdir):
     if plt is None:
         return
     lbl = {"baseline": "Per-cache-line versions", "sabre": "LightSABRes"}
-    fig, axs = plt.subplots(1, len(sizes), figsize=(3.6 * len(sizes), 3.4), squeeze=False)
+    fig, axs = plt.subplots(1, len(sizes) + 1, figsize=(3.6 * (len(sizes) + 1), 3.4), squeeze=False)
+    gx = axs[0][-1]
+    for size in sizes:
+        r = [x for x in f8 if x["size"] == size]
+        line = gx.plot([x["writers"] for x in r], [x["gap_pct"] for x in r], marker="o", label=f"{size} B")[0]
+        if size in PAPER_FIG8:
+            gx.plot([writers[0], writers[-1]], list(PAPER_FIG8[size]), ls="--", marker="x", color=line.get_color(),
+                    label=f"{size} B, paper")
+    gx.set_title("SABRe-over-baseline gap")
+    gx.set_xlabel("Number of writers")
+    gx.set_ylabel("Gap (%)")
+    gx.legend(fontsize=6)
     for ax, size in zip(axs[0], sizes):
         r = [x for x in f8 if x["size"] == size]
         for layout, mk in (("baseline", "o"), ("sabre", "s")):
@@ -493,6 +598,18 @@ def plot(a, sizes, writers, f8, f9, f10, bdir):
 def cost(a, c, nodes, rows, bdir, S):
     """The section: measure in the guests (kept in build/bench/sonuma_cost.json), then the figures.
     Returns the number of failed verdicts."""
-    meas, exact = measure(a, c, nodes, S)
+    runs = []
+    n_exact = 0
+    for i in range(a.runs):
+        S.log(f"cost: measurement {i + 1} of {a.runs}")
+        m, ex = measure(a, c, nodes, S)
+        runs.append(m)
+        n_exact += ex
+    # another process scheduled inside a marked phase adds its instructions to that run
+    # (docs/insn-count.md, caveats): the plugin is right if most runs count the check exactly, and
+    # the medians drop the interfered run
+    exact = 2 * n_exact > a.runs
+    S.log(f"cost: the plugin's self-check was exact in {n_exact} of {a.runs} runs")
+    meas = median_of(runs)
     save_measured(bdir / "sonuma_cost.json", meas, exact)
     return figures(a, meas, exact, rows, bdir, S)

@@ -91,6 +91,10 @@ struct gsas_thread_stats {
 	uint64_t stale;      /* service answers to an earlier, abandoned request: ignored */
 	uint64_t sleeps;     /* waits that went to sleep on the arrival interrupt */
 	uint64_t probes;     /* liveness probes of a board whose answer was overdue */
+	uint64_t naps;       /* naps while the packetizer's status of a send was pending (no interrupt) */
+	uint64_t spun;       /* answers taken while spinning (no sleep, no nap) */
+	uint64_t acks_seen;  /* requests whose ACK was seen before their answer */
+	uint64_t ack_ns;     /* their time from the post to the ACK, summed (a fabric round trip) */
 };
 /* While an answer is overdue, the library probes the board every GSAS_PROBE_MS (environment
  * GSAS_PROBE_MS overrides it): a board that left the fabric fails the request with EHOSTUNREACH

@@ -99,13 +99,15 @@ static int cmd_stats(void)
 	}
 	close(fd);
 	printf("service=%s pid=%llu requests=%llu served=%llu malformed=%llu replies_dropped=%llu pages_in_use=%llu "
-	       "pages_limit=%llu allocations=%llu spawned=%llu sleeps=%llu exit_notices=%llu reclaimed_pages=%llu\n",
+	       "pages_limit=%llu allocations=%llu spawned=%llu sleeps=%llu exit_notices=%llu reclaimed_pages=%llu "
+	       "reply_retries=%llu replies_unsettled=%llu serve_ns=%llu\n",
 	       s.pid && kill((pid_t)s.pid, 0) == 0 ? "running" : "stopped", (unsigned long long)s.pid,
 	       (unsigned long long)s.requests, (unsigned long long)s.served, (unsigned long long)s.malformed,
 	       (unsigned long long)s.replies_dropped, (unsigned long long)s.pages_in_use,
 	       (unsigned long long)s.pages_limit, (unsigned long long)s.allocations, (unsigned long long)s.spawned,
 	       (unsigned long long)s.sleeps, (unsigned long long)s.exit_notices,
-	       (unsigned long long)s.reclaimed_pages);
+	       (unsigned long long)s.reclaimed_pages, (unsigned long long)s.reply_retries,
+	       (unsigned long long)s.replies_unsettled, (unsigned long long)s.serve_ns);
 	for (unsigned e = 1; e <= GSAS_E_MAX; e++)
 		printf("%srefused_%s=%llu", e > 1 ? " " : "", err_names[e], (unsigned long long)s.refused[e]);
 	printf("\n");
@@ -417,6 +419,105 @@ static int cmd_pairs(int argc, char **argv)
 	return torn ? 1 : 0;
 }
 
+/* ---- data exactness across boards ---- */
+
+/* The pattern word `i` of seed `seed`: distinct for every word and seed, never 0. */
+static uint64_t pattern_word(uint64_t seed, unsigned i)
+{
+	uint64_t x = (seed + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)i << 32 | i);
+
+	x ^= x >> 29;
+	x *= 0xBF58476D1CE4E5B9ull;
+	return (x ^ x >> 32) | 1;
+}
+
+struct pattern_job {
+	uint64_t page, seed;
+	unsigned first, step;
+	int write;
+	uint64_t mismatches, errors;
+};
+
+/* Words first, first + step, ... of the page: WRITE64 each (--write) and READ64 it back. */
+static void *pattern_thread(void *p)
+{
+	struct pattern_job *j = p;
+	int board = GSAS_ADDR_BOARD(j->page);
+
+	for (unsigned i = j->first; i < GSAS_PAGE_SIZE / 8; i += j->step) {
+		uint64_t a = j->page + i * 8, v = 0;
+
+		if (j->write && gsas_request(GSAS_OP_WRITE64, (uint64_t)board, a, pattern_word(j->seed, i), 0, NULL, NULL)) {
+			j->errors++;
+			continue;
+		}
+		if (gsas_request(GSAS_OP_READ64, (uint64_t)board, a, 0, 0, &v, NULL))
+			j->errors++;
+		else if (v != pattern_word(j->seed, i))
+			j->mismatches++;
+	}
+	return NULL;
+}
+
+static int cmd_pattern(int argc, char **argv)
+{
+	uint64_t page = 0, seed = 1, threads = 2, mismatches = 0, errors = 0;
+	struct pattern_job jobs[64];
+	pthread_t tids[64];
+	char buf[GSAS_PAGE_SIZE];
+	int write = 0, c, rc;
+	static const struct option o[] = { { "addr", 1, 0, 'A' }, { "seed", 1, 0, 's' }, { "threads", 1, 0, 't' },
+					   { "write", 0, 0, 'w' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+
+	while ((c = getopt_long(argc, argv, "", o, NULL)) != -1) {
+		switch (c) {
+		case 'A': page = parse_addr(optarg) & ~(uint64_t)(GSAS_PAGE_SIZE - 1); break;
+		case 's': seed = num(optarg, "--seed", ~0ull); break;
+		case 't': threads = num(optarg, "--threads", 63); break;
+		case 'w': write = 1; break;
+		case 'h':
+			printf("usage: gsas pattern --addr PAGE [--seed S] [--threads T] [--write]\n"
+			       "Every 64-bit word of the page gets a value of its own derived from S. With --write, T\n"
+			       "threads WRITE64 the words (thread k: words k, k+T, ...) and READ64 each back at once;\n"
+			       "without, they only READ64 them. Then one READ4K of the page is compared word by word.\n"
+			       "Prints words= mismatches= (READ64) read4k_mismatches= errors=; exit 1 on any.\n");
+			return 0;
+		default: die("see gsas pattern --help");
+		}
+	}
+	if (GSAS_ADDR_BOARD(page) < 0 || !threads)
+		die("gsas pattern needs --addr (a GSAS page) and at least one thread");
+	for (unsigned i = 0; i < threads; i++) {
+		jobs[i] = (struct pattern_job){ .page = page, .seed = seed, .first = i, .step = (unsigned)threads, .write = write };
+		if (pthread_create(&tids[i], NULL, pattern_thread, &jobs[i]))
+			die("cannot start thread %u", i);
+	}
+	for (unsigned i = 0; i < threads; i++) {
+		pthread_join(tids[i], NULL);
+		mismatches += jobs[i].mismatches;
+		errors += jobs[i].errors;
+	}
+	rc = gsas_request(GSAS_OP_READ4K, (uint64_t)GSAS_ADDR_BOARD(page), page, 0, 0, NULL, buf);
+	if (rc) {
+		errors++;
+	} else {
+		uint64_t bad = 0;
+
+		for (unsigned i = 0; i < GSAS_PAGE_SIZE / 8; i++) {
+			uint64_t v;
+
+			memcpy(&v, buf + i * 8, 8);
+			bad += v != pattern_word(seed, i);
+		}
+		printf("words=%u mismatches=%llu read4k_mismatches=%llu errors=%llu\n", GSAS_PAGE_SIZE / 8,
+		       (unsigned long long)mismatches, (unsigned long long)bad, (unsigned long long)errors);
+		return mismatches || bad || errors ? 1 : 0;
+	}
+	printf("words=%u mismatches=%llu read4k_mismatches=-1 errors=%llu read4k_error=\"%s\"\n", GSAS_PAGE_SIZE / 8,
+	       (unsigned long long)mismatches, (unsigned long long)errors, gsas_strerror(rc));
+	return 1;
+}
+
 /* ---- latency and throughput ---- */
 
 struct bench_job {
@@ -427,6 +528,7 @@ struct bench_job {
 	uint64_t err_ns;        /* when it was reported */
 	uint64_t err_start_ns;  /* when the failing request started */
 	uint64_t last_ok_ns;    /* when the last success before it returned */
+	struct gsas_thread_stats stats; /* the library's counters over this thread's requests */
 };
 
 static volatile int bench_stop;
@@ -437,7 +539,9 @@ static void *bench_thread(void *p)
 	char page[GSAS_PAGE_SIZE];
 	uint64_t res;
 	int board = GSAS_ADDR_BOARD(j->addr);
+	struct gsas_thread_stats before;
 
+	gsas_get_thread_stats(&before);
 	j->last_ok_ns = now_ns();
 	for (uint64_t i = 0; i < j->count && !bench_stop; i++) {
 		uint64_t t = now_ns();
@@ -458,6 +562,14 @@ static void *bench_thread(void *p)
 		j->last_ok_ns = now_ns();
 		j->lat[j->done++] = j->last_ok_ns - t;
 	}
+	gsas_get_thread_stats(&j->stats);
+	j->stats.requests -= before.requests;
+	j->stats.sleeps -= before.sleeps;
+	j->stats.naps -= before.naps;
+	j->stats.spun -= before.spun;
+	j->stats.busy -= before.busy;
+	j->stats.acks_seen -= before.acks_seen;
+	j->stats.ack_ns -= before.ack_ns;
 	return NULL;
 }
 
@@ -470,6 +582,7 @@ static int cmd_bench(int argc, char **argv)
 	pthread_t tids[64];
 	void *page;
 	uint64_t done = 0;
+	struct gsas_thread_stats sum = { 0 };
 	int c, first = -1;
 	static const struct option o[] = { { "board", 1, 0, 'b' }, { "op", 1, 0, 'o' }, { "count", 1, 0, 'n' },
 					   { "threads", 1, 0, 't' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
@@ -529,10 +642,29 @@ static int cmd_bench(int argc, char **argv)
 	else
 		gsas_request(GSAS_OP_FREE, board, (uint64_t)(uintptr_t)page, 0, 0, NULL, NULL); /* may fail too */
 	qsort(all, done, sizeof(uint64_t), cmp_u64);
+	for (unsigned i = 0; i < threads; i++) {
+		sum.requests += jobs[i].stats.requests;
+		sum.sleeps += jobs[i].stats.sleeps;
+		sum.naps += jobs[i].stats.naps;
+		sum.spun += jobs[i].stats.spun;
+		sum.busy += jobs[i].stats.busy;
+		sum.acks_seen += jobs[i].stats.acks_seen;
+		sum.ack_ns += jobs[i].stats.ack_ns;
+	}
 	printf("op=%s board=%llu threads=%llu ops=%llu latency_median_us=%.1f latency_p99_us=%.1f ops_per_s=%.0f failed=%d",
 	       opname, (unsigned long long)board, (unsigned long long)threads, (unsigned long long)done,
 	       done ? all[done / 2] / 1e3 : 0.0, done ? all[done * 99 / 100] / 1e3 : 0.0,
 	       (double)done * 1e9 / (double)wall, first >= 0);
+	/* how each wait ended, per request: sleeps on the arrival interrupt, naps on the packetizer's
+	 * status, answers taken while spinning; busy: refused by the service's full FIFO */
+	if (sum.requests)
+		printf(" sleeps_per_op=%.3f naps_per_op=%.3f spun_per_op=%.3f busy=%llu", (double)sum.sleeps / (double)sum.requests,
+		       (double)sum.naps / (double)sum.requests, (double)sum.spun / (double)sum.requests,
+		       (unsigned long long)sum.busy);
+	/* the request's ACK, when it came before the answer: one fabric round trip to the board */
+	if (sum.acks_seen)
+		printf(" acks_seen=%llu ack_mean_us=%.1f", (unsigned long long)sum.acks_seen,
+		       (double)sum.ack_ns / 1e3 / (double)sum.acks_seen);
 	if (first >= 0)
 		printf(" error=\"%s\" error_after_ms=%.1f since_last_ok_ms=%.1f", gsas_strerror(jobs[first].err),
 		       (double)(jobs[first].err_ns - jobs[first].err_start_ns) / 1e6,
@@ -772,11 +904,13 @@ static void usage(void)
 	       "  raw --op OPCODE [--board B] [--addr A] [--arg1 X] [--arg2 Y]   one request as given\n"
 	       "  counter --addr A [--op fad|cas|swap] [--threads T] [--iters N]   concurrent updates\n"
 	       "  pairs --addr PAGE [--rounds N] [--writer]   WRITE128/READ4K atomicity\n"
+	       "  pattern --addr PAGE [--seed S] [--threads T] [--write]   every word exact (READ64, READ4K)\n"
 	       "  bench [--board B] [--op OP] [--threads T] [--count N]   latency and throughput\n"
 	       "  check BOARD                  the API's rules and the service's refusals, one line each\n"
 	       "\n"
 	       "Failing reads and writes print error= and the reason instead of aborting as atomic.h's\n"
-	       "functions do. Environment: GSAS_TIMEOUT_MS (default 10000), GSAS_SPIN_US (default 50).\n");
+	       "functions do. Environment: GSAS_TIMEOUT_MS (default 10000), GSAS_SPIN_US (default 200),\n"
+	       "GSAS_ACK_FIRST=1 (A/B measurements: wait for the ACK of a request before its answer).\n");
 }
 
 int main(int argc, char **argv)
@@ -806,6 +940,7 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[0], "raw")) return cmd_raw(argc, argv);
 	if (!strcmp(argv[0], "counter")) return cmd_counter(argc, argv);
 	if (!strcmp(argv[0], "pairs")) return cmd_pairs(argc, argv);
+	if (!strcmp(argv[0], "pattern")) return cmd_pattern(argc, argv);
 	if (!strcmp(argv[0], "bench")) return cmd_bench(argc, argv);
 	if (!strcmp(argv[0], "check")) return cmd_check(argc, argv);
 	die("unknown command '%s' (see gsas --help)", argv[0]);

@@ -90,10 +90,7 @@ static sigset_t run_mask; /* the mask gsasd started with: unblocked while it sle
 
 static uint64_t now_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+	return now_ns() / 1000; /* tool.h */
 }
 
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -110,23 +107,55 @@ static void logmsg(const char *fmt, ...)
 
 /* ---- replies ---- */
 
-/* Send one packet to the issuer's MIF; retry while its FIFO is full, up to the deadline. */
-static int send_to(uint64_t pid, const uint64_t w[4], uint64_t deadline)
+/*
+ * The packet last posted from PIF 0 whose packetizer status is not yet settled. The service
+ * does not wait for a reply's acknowledgement before it serves the next request: the
+ * acknowledgement flies back while it works, and the reply is settled (ACK taken, or posted
+ * again while the issuer's full FIFO refuses it, until its deadline) when PIF 0 is needed for
+ * the next packet and before the service sleeps (docs/gsas.md, "Where the time goes").
+ */
+static struct {
+	int live;
+	uint64_t dest, w[4], deadline;
+	unsigned backoff;
+} out;
+
+/* Settle the posted packet: 0 once acknowledged (or if none is live), -1 if it was dropped (the
+ * issuer's FIFO refused it until its deadline, the fabric failed it, or PIF 0 is stuck). */
+static int settle(void)
 {
-	uint64_t dest = unimem_mif_gaddr(&u, UNIMEM_PID_NODE(pid), UNIMEM_PID_MIF(pid));
-	unsigned backoff = 10;
+	if (out.live && ((uint32_t)u.pif[PKTZ_PIF_STATUS / 8] & PKTZ_ST_PEND))
+		st->replies_unsettled++; /* the acknowledgement had not come back yet */
+	while (out.live) {
+		int s = unimem_wait_status_spin(&u, 1000000, spin_us); /* the ACK: spin as for a request */
 
-	for (;;) {
-		int s = unimem_send(&u, dest, w, 1000000);
-
-		if (s > 0 && (s & PKTZ_ST_ACK))
+		if (s > 0 && (s & PKTZ_ST_ACK)) {
+			out.live = 0;
 			return 0;
-		if (s < 0 || !(s & PKTZ_ST_NACK) || (s & PKTZ_ST_FABRIC_ERR) || now_us() > deadline)
+		}
+		if (s < 0 || !(s & PKTZ_ST_NACK) || (s & PKTZ_ST_FABRIC_ERR) || now_us() > out.deadline) {
+			out.live = 0;
+			st->replies_dropped++;
 			return -1;
-		usleep(backoff); /* the issuer's FIFO is full: it drains it while it waits for us */
-		if (backoff < 1000)
-			backoff *= 2;
+		}
+		usleep(out.backoff); /* the issuer's FIFO is full: it drains it while it waits for us */
+		if (out.backoff < 1000)
+			out.backoff *= 2;
+		st->reply_retries++;
+		unimem_post(&u, out.dest, out.w);
 	}
+	return 0;
+}
+
+/* Post one packet to the issuer's MIF (PIF 0 must be settled). */
+static void post(uint64_t pid, const uint64_t w[4], uint64_t deadline)
+{
+	out.dest = unimem_mif_gaddr(&u, UNIMEM_PID_NODE(pid), UNIMEM_PID_MIF(pid));
+	memcpy(out.w, w, sizeof(out.w));
+	out.deadline = deadline;
+	out.backoff = 10;
+	out.live = 1;
+	unimem_post(&u, out.dest, out.w);
 }
 
 static void reply(uint64_t pid, unsigned op, unsigned tag, uint64_t err, uint64_t result, uint64_t addr,
@@ -137,10 +166,8 @@ static void reply(uint64_t pid, unsigned op, unsigned tag, uint64_t err, uint64_
 
 	st->refused[err <= GSAS_E_MAX ? err : 0] += err != GSAS_E_OK;
 	st->served += err == GSAS_E_OK;
-	if (send_to(pid, w, deadline)) {
-		st->replies_dropped++;
-		return;
-	}
+	settle(); /* the previous reply, another request's: its fate is counted there */
+	post(pid, w, deadline);
 	if (!page4k)
 		return;
 	for (unsigned i = 0; i < GSAS_READ4K_PACKETS; i++) {
@@ -148,13 +175,12 @@ static void reply(uint64_t pid, unsigned op, unsigned tag, uint64_t err, uint64_
 		unsigned n = GSAS_PAGE_SIZE - off < GSAS_READ4K_BYTES_PER_PACKET ? GSAS_PAGE_SIZE - off
 										  : GSAS_READ4K_BYTES_PER_PACKET;
 
+		if (settle()) /* the answer or the previous data packet was dropped: so is the rest */
+			return;
 		w[0] = GSAS_W0(GSAS_OP_DATA, i);
 		w[1] = w[2] = w[3] = 0;
 		memcpy(&w[1], page4k + off, n);
-		if (send_to(pid, w, deadline + (uint64_t)i * 10000)) {
-			st->replies_dropped++;
-			return;
-		}
+		post(pid, w, deadline + (uint64_t)i * 10000);
 	}
 }
 
@@ -581,9 +607,12 @@ int main(int argc, char **argv)
 		if (pending >= UNIMEM_PACKET_WORDS) {
 			uint64_t w[UNIMEM_PACKET_WORDS];
 
+			uint64_t t0 = now_ns();
+
 			for (unsigned i = 0; i < UNIMEM_PACKET_WORDS; i++)
 				w[i] = u.mif[VMBOX_MIF_DATA / 8];
 			serve(w);
+			st->serve_ns += now_ns() - t0;
 			last = now_us();
 			partial_since = 0;
 			continue;
@@ -604,6 +633,10 @@ int main(int argc, char **argv)
 		}
 		if (now_us() - last < spin_us) {
 			spin_relax();
+			continue;
+		}
+		if (out.live) {
+			settle(); /* the last reply's fate before sleeping: a refused one is posted again */
 			continue;
 		}
 		{

@@ -34,7 +34,8 @@ struct gsas_thread {
 static __thread struct gsas_thread thr;
 static pthread_key_t thr_key;
 static pthread_once_t thr_once = PTHREAD_ONCE_INIT;
-static unsigned timeout_ms = 10000, spin_us = 50, probe_ms = GSAS_PROBE_MS;
+static unsigned timeout_ms = 10000, spin_us = 200, probe_ms = GSAS_PROBE_MS;
+static int ack_first;
 
 static uint64_t now_us(void)
 {
@@ -74,6 +75,7 @@ static void setup_once(void)
 		spin_us = (unsigned)atoi(s);
 	if ((s = getenv("GSAS_PROBE_MS")) && atoi(s) > 0)
 		probe_ms = (unsigned)atoi(s);
+	ack_first = (s = getenv("GSAS_ACK_FIRST")) && atoi(s) > 0;
 }
 
 static int thread_get(struct gsas_thread **out)
@@ -155,6 +157,7 @@ static int wait_pif(struct gsas_thread *t, uint64_t deadline)
 			spin_relax();
 			continue;
 		}
+		t->stats.naps++;
 		spin_nap(&nap);
 	}
 	return s;
@@ -218,11 +221,124 @@ static int recv_packet(struct gsas_thread *t, uint64_t w[4], uint64_t deadline, 
 	return 0;
 }
 
+/* How long a wait for an answer spins before it naps or sleeps. A request to this board's own
+ * service on a board with one online CPU does not spin at all: the service needs that CPU. */
+static unsigned spin_budget(const struct gsas_thread *t, uint64_t bid)
+{
+	static long cpus;
+
+	if (!cpus)
+		cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	return bid == t->u.info.node_id && cpus == 1 ? 0 : spin_us;
+}
+
+/* The answer to request (op, tag), checked: 1 if w is it, 0 if it is to be ignored (counted). */
+static int answer_matches(struct gsas_thread *t, const uint64_t w[4], uint64_t bid, unsigned op, unsigned tag)
+{
+	if (UNIMEM_PACKET_PID(w[0]) != UNIMEM_SERVICE_PID(bid)) {
+		t->stats.forged++; /* someone else's packet in our MIF: never trusted */
+		return 0;
+	}
+	if (GSAS_W0_OP(w[0]) != op || GSAS_W0_TAG(w[0]) != tag) {
+		t->stats.stale++;
+		return 0;
+	}
+	return 1;
+}
+
+#define AWAIT_BUSY 1 /* the service's FIFO refused the request (NACK): back off and post it again */
+
+/*
+ * The answer to the request just posted. The service's response is the request's
+ * acknowledgement (docs/gsas.md, "Where the time goes"): the library does not wait for the
+ * packetizer's ACK before it looks for the answer, it watches both at once. While it spins it
+ * polls the MIF (the answer) and the PIF's status (NACK: the service's FIFO is full;
+ * NACK|FABRIC_ERR: the board is gone or this node's link is down). After the spin, a status
+ * still pending is napped on (the packetizer raises no interrupt); once the request is
+ * acknowledged the thread sleeps on the MIF's arrival interrupt, and every probe_ms without an
+ * answer it probes the board (a dead board ends the wait with -EHOSTUNREACH).
+ * 0 with the answer in w, AWAIT_BUSY, or -errno.
+ */
+static int await_answer(struct gsas_thread *t, uint64_t w[4], uint64_t bid, unsigned op, unsigned tag,
+			unsigned probe_tag, uint64_t deadline)
+{
+	uint64_t start, spin_end, next_probe, posted = now_us();
+	int acked = 0, waited = 0;
+
+	if (ack_first) { /* GSAS_ACK_FIRST=1, for A/B measurements: the ACK first, then the answer */
+		int s = wait_pif(t, deadline);
+
+		if (s < 0)
+			return -ETIMEDOUT;
+		if (!(s & PKTZ_ST_ACK))
+			return s & PKTZ_ST_FABRIC_ERR ? -EHOSTUNREACH : s & PKTZ_ST_NACK ? AWAIT_BUSY : s == 0 ? -EPERM : -EINVAL;
+		acked = 1;
+	}
+	start = now_us();
+	spin_end = start + spin_budget(t, bid);
+	next_probe = start + (uint64_t)probe_ms * 1000;
+	for (;;) {
+		uint64_t now, until;
+		struct unimem_wait wt;
+		int rc;
+
+		if (!acked) {
+			uint32_t s = (uint32_t)t->u.pif[PKTZ_PIF_STATUS / 8];
+
+			if (!(s & PKTZ_ST_PEND)) {
+				if (s & PKTZ_ST_ACK) {
+					acked = 1;
+					t->stats.acks_seen++;
+					t->stats.ack_ns += (now_us() - posted) * 1000;
+				}
+				else if (s & PKTZ_ST_FABRIC_ERR)
+					return -EHOSTUNREACH;
+				else if (s & PKTZ_ST_NACK)
+					return AWAIT_BUSY;
+				else
+					return s == 0 ? -EPERM : -EINVAL; /* not sent: no PID_CONF, or ILLEGAL */
+			}
+		}
+		if (unimem_pending(&t->u) >= UNIMEM_PACKET_WORDS) {
+			for (unsigned i = 0; i < UNIMEM_PACKET_WORDS; i++)
+				w[i] = t->u.mif[VMBOX_MIF_DATA / 8];
+			if (!answer_matches(t, w, bid, op, tag))
+				continue;
+			t->stats.spun += !waited;
+			return 0;
+		}
+		now = now_us();
+		if (now < spin_end) {
+			spin_relax();
+			continue;
+		}
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		waited = 1;
+		if (now >= next_probe && acked) {
+			if ((rc = probe_board(t, bid, probe_tag)))
+				return rc;
+			next_probe = now_us() + (uint64_t)probe_ms * 1000;
+			continue;
+		}
+		/* not yet acknowledged: the answer's arrival interrupt ends the sleep as well, but a
+		 * NACK raises none, so look at the status again after a millisecond */
+		until = !acked ? now + 1000 : next_probe;
+		if (until > deadline)
+			until = deadline;
+		wt.timeout_ms = (unsigned)((until - now + 999) / 1000);
+		wt.count = 0;
+		t->stats.sleeps++;
+		if (ioctl(t->u.fd, UNIMEM_IOC_WAIT, &wt) < 0 && errno != ETIMEDOUT && errno != EINTR)
+			return -errno;
+	}
+}
+
 int gsas_request(unsigned op, uint64_t bid, uint64_t addr, uint64_t arg1, uint64_t arg2, uint64_t *result,
 		 void *buf)
 {
 	struct gsas_thread *t;
-	uint64_t w[4], deadline, dest, dummy;
+	uint64_t req[4], w[4], deadline, dest, dummy;
 	unsigned tag, probe_tag, backoff = 20, next = 0;
 	int rc;
 
@@ -236,22 +352,19 @@ int gsas_request(unsigned op, uint64_t bid, uint64_t addr, uint64_t arg1, uint64
 	probe_tag = tag ^ 0x80; /* never the tag of this request: its answer is stale */
 	deadline = now_us() + (uint64_t)timeout_ms * 1000;
 	dest = unimem_mif_gaddr(&t->u, (unsigned)bid, UNIMEM_IF_SERVICE);
-	w[0] = GSAS_W0(op, tag);
-	w[1] = addr;
-	w[2] = arg1;
-	w[3] = arg2;
+	req[0] = GSAS_W0(op, tag);
+	req[1] = addr;
+	req[2] = arg1;
+	req[3] = arg2;
 	t->stats.requests++;
 	for (;;) {
-		int s = send_packet(t, dest, w, deadline);
-
-		if (s > 0 && (s & PKTZ_ST_ACK))
-			break;
-		if (s < 0)
+		/* one buffer per PIF (sec. 5.2.4): the previous packet must have left */
+		if (wait_pif(t, deadline) < 0)
 			return -ETIMEDOUT;
-		if (s & PKTZ_ST_FABRIC_ERR)
-			return -EHOSTUNREACH;
-		if (!(s & PKTZ_ST_NACK))
-			return s == 0 ? -EPERM : -EINVAL;
+		unimem_post(&t->u, dest, req);
+		rc = await_answer(t, w, bid, op, tag, probe_tag, deadline);
+		if (rc != AWAIT_BUSY)
+			break;
 		t->stats.busy++; /* the service's FIFO is full: back off and retry */
 		if (now_us() > deadline)
 			return -ETIMEDOUT;
@@ -259,19 +372,8 @@ int gsas_request(unsigned op, uint64_t bid, uint64_t addr, uint64_t arg1, uint64
 		if (backoff < 2000)
 			backoff *= 2;
 	}
-	for (;;) {
-		if ((rc = recv_packet(t, w, deadline, bid, probe_tag)))
-			return rc;
-		if (UNIMEM_PACKET_PID(w[0]) != UNIMEM_SERVICE_PID(bid)) {
-			t->stats.forged++; /* someone else's packet in our MIF: never trusted */
-			continue;
-		}
-		if (GSAS_W0_OP(w[0]) != op || GSAS_W0_TAG(w[0]) != tag) {
-			t->stats.stale++;
-			continue;
-		}
-		break;
-	}
+	if (rc)
+		return rc;
 	*result = w[2];
 	if (op != GSAS_OP_READ4K || w[1] != GSAS_E_OK)
 		return (int)w[1];

@@ -134,8 +134,11 @@ struct rnic_cq *rnic_create_cq_vec(struct rnic_ctx *ctx, unsigned depth_log2, un
 	cq->ring_size = page_round(sizeof(struct rnic_cqe) << depth_log2);
 	cq->ring = map(ctx, cq->ring_size, u.ring_off);
 	cq->db = map(ctx, RNIC_PAGE_SIZE, u.db_off);
-	if (cq->ring && cq->db)
+	if (cq->ring && cq->db) {
+		if (cq->cqn < RNIC_MAX_CQ)
+			ctx->cq_by_cqn[cq->cqn] = cq;
 		return cq;
+	}
 fail:
 	e = errno;
 	if (cq && cq->ring)
@@ -150,10 +153,15 @@ fail:
 
 int rnic_destroy_cq(struct rnic_cq *cq)
 {
-	int ret = ioc(cq->ctx, RNIC_IOC_DESTROY_CQ, &cq->cqn);
+	int ret;
 
+	if (cq->events_unacked)
+		return -EBUSY; /* rnic_ack_async_event first */
+	ret = ioc(cq->ctx, RNIC_IOC_DESTROY_CQ, &cq->cqn);
 	if (ret)
 		return ret; /* e.g. -EBUSY: a QP still uses it */
+	if (cq->cqn < RNIC_MAX_CQ && cq->ctx->cq_by_cqn[cq->cqn] == cq)
+		cq->ctx->cq_by_cqn[cq->cqn] = NULL;
 	munmap(cq->ring, cq->ring_size);
 	munmap((void *)cq->db, RNIC_PAGE_SIZE);
 	free(cq->qps);
@@ -196,6 +204,8 @@ struct rnic_qp *rnic_create_qp(struct rnic_ctx *ctx, uint32_t pdn, struct rnic_c
 			goto fail;
 		send_cq->qps = l;
 		send_cq->qps[send_cq->nqps++] = qp;
+		if (RNIC_QP_INDEX(qp->qpn) < RNIC_MAX_QP)
+			ctx->qp_by_index[RNIC_QP_INDEX(qp->qpn)] = qp;
 		return qp;
 	}
 fail:
@@ -214,10 +224,15 @@ fail:
 
 int rnic_destroy_qp(struct rnic_qp *qp)
 {
-	int ret = ioc(qp->ctx, RNIC_IOC_DESTROY_QP, &qp->qpn);
+	int ret;
 
+	if (qp->events_unacked)
+		return -EBUSY; /* rnic_ack_async_event first */
+	ret = ioc(qp->ctx, RNIC_IOC_DESTROY_QP, &qp->qpn);
 	if (ret)
 		return ret;
+	if (RNIC_QP_INDEX(qp->qpn) < RNIC_MAX_QP && qp->ctx->qp_by_index[RNIC_QP_INDEX(qp->qpn)] == qp)
+		qp->ctx->qp_by_index[RNIC_QP_INDEX(qp->qpn)] = NULL;
 	for (unsigned i = 0; i < qp->send_cq->nqps; i++) {
 		if (qp->send_cq->qps[i] != qp)
 			continue;
@@ -730,6 +745,65 @@ int rnic_post_xatomic(struct rnic_qp *qp, const struct rnic_xatomic *x, int time
 
 	rnic_wqe_xatomic(&w, x);
 	return rnic_post(qp, &w, timeout_ms);
+}
+
+int rnic_get_async_event(struct rnic_ctx *ctx, struct rnic_async_event *ev, int timeout_ms)
+{
+	struct rnic_uasync_event u = { .timeout_ms = timeout_ms < 0 ? 0xffffffffu : (uint32_t)timeout_ms };
+	int ret;
+
+	while ((ret = ioc(ctx, RNIC_IOC_GET_ASYNC_EVENT, &u)) == -ETIMEDOUT && timeout_ms < 0)
+		; /* no limit: wait again */
+	if (ret)
+		return ret;
+	memset(ev, 0, sizeof(*ev));
+	ev->type = u.type;
+	ev->element = u.element;
+	ev->detail = u.detail;
+	ev->lost = u.lost;
+	ev->modeled_at_ns = u.modeled_at_ns;
+	switch (u.type) {
+	case RNIC_EV_QP_FATAL:
+	case RNIC_EV_QP_REQ_ERR:
+	case RNIC_EV_QP_ACCESS_ERR:
+	case RNIC_EV_COMM_EST:
+		if (u.element >= RNIC_QPN_BASE && RNIC_QP_INDEX(u.element) < RNIC_MAX_QP)
+			ev->qp = ctx->qp_by_index[RNIC_QP_INDEX(u.element)];
+		if (ev->qp)
+			ev->qp->events_unacked++;
+		break;
+	case RNIC_EV_CQ_ERR:
+		if (u.element < RNIC_MAX_CQ)
+			ev->cq = ctx->cq_by_cqn[u.element];
+		if (ev->cq)
+			ev->cq->events_unacked++;
+		break;
+	}
+	return 0;
+}
+
+void rnic_ack_async_event(struct rnic_async_event *ev)
+{
+	if (ev->qp && ev->qp->events_unacked)
+		ev->qp->events_unacked--;
+	if (ev->cq && ev->cq->events_unacked)
+		ev->cq->events_unacked--;
+	ev->qp = NULL; /* a second ack of the same event does nothing */
+	ev->cq = NULL;
+}
+
+const char *rnic_event_type_str(unsigned type)
+{
+	switch (type) {
+	case RNIC_EV_CQ_ERR: return "CQ_ERR";
+	case RNIC_EV_QP_FATAL: return "QP_FATAL";
+	case RNIC_EV_QP_REQ_ERR: return "QP_REQ_ERR";
+	case RNIC_EV_QP_ACCESS_ERR: return "QP_ACCESS_ERR";
+	case RNIC_EV_COMM_EST: return "COMM_EST";
+	case RNIC_EV_PORT_ACTIVE: return "PORT_ACTIVE";
+	case RNIC_EV_PORT_ERR: return "PORT_ERR";
+	default: return "?";
+	}
 }
 
 const char *rnic_wc_status_str(unsigned status)

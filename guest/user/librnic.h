@@ -17,10 +17,16 @@
 #include "rackemu/rnic_uapi.h"
 #include "rackemu/roce.h" /* ROCE_XOP_*, ROCE_XATOMIC_SIZE* */
 
+struct rnic_qp;
+struct rnic_cq;
+
 struct rnic_ctx {
 	int fd;
 	struct rnic_uinfo info;
 	unsigned spin_us;     /* how long rnic_wait_cq spins before blocking: RNIC_SPIN_US at open, default 50 */
+	/* this context's objects by number, for async events (rnic_get_async_event) */
+	struct rnic_qp *qp_by_index[RNIC_MAX_QP];
+	struct rnic_cq *cq_by_cqn[RNIC_MAX_CQ];
 };
 
 struct rnic_mr {
@@ -45,6 +51,7 @@ struct rnic_cq {
 	uint32_t outstanding;
 	struct rnic_cqe *stash;
 	unsigned nstash, stash_cap, stash_head;
+	uint32_t events_unacked; /* async events returned and not yet acknowledged */
 };
 
 struct rnic_qp {
@@ -63,6 +70,7 @@ struct rnic_qp {
 	uint64_t errors;             /* tracked WRs completed with an error since the last rnic_quiet */
 	struct rnic_cqe first_error; /* the first of those (status, vendor_err, wr_id) */
 	int fence_next;              /* rnic_fence: the next rnic_post carries RNIC_WQE_F_FENCE */
+	uint32_t events_unacked;     /* async events returned and not yet acknowledged */
 };
 
 struct rnic_ctx *rnic_open(const char *path); /* NULL: RNIC_DEV_PATH */
@@ -124,6 +132,31 @@ int rnic_wait_cq(struct rnic_cq *cq, struct rnic_cqe *out, int n, int timeout_ms
  * (armed, then a CQE) since the last call, up to n; waits up to timeout_ms (0: do not wait).
  * Returns how many (>= 1), -ETIMEDOUT, or a negative errno. ctx->fd is pollable (POLLIN). */
 int rnic_get_cq_events(struct rnic_ctx *ctx, uint32_t *cqns, int n, int timeout_ms);
+
+/* ---- Asynchronous events (as ibv_get_async_event / ibv_ack_async_event; docs/rnic-verbs.md
+ * "Async events") ----
+ * Events that belong to no work request: a QP of this context entered the error state
+ * (RNIC_EV_QP_FATAL: detail is the RNIC_WC_* cause, e.g. RETRY_EXC; RNIC_EV_QP_REQ_ERR /
+ * RNIC_EV_QP_ACCESS_ERR: as responder it refused an invalid request / a remote access, detail
+ * the NAK syndrome), its first packet arrived in RTR (RNIC_EV_COMM_EST), a CQ of this context
+ * overflowed (RNIC_EV_CQ_ERR), the port went down or up (RNIC_EV_PORT_ERR / _PORT_ACTIVE, to
+ * every context). Only the process that owns a QP or CQ sees its events. */
+struct rnic_async_event {
+	uint32_t type;          /* RNIC_EV_* */
+	uint32_t element;       /* QPN, CQN or RNIC_PORT_NUM */
+	uint32_t detail;        /* see above */
+	uint32_t lost;          /* events this context lost before this one (its queue or the device's was full) */
+	uint64_t modeled_at_ns; /* the device's timing-model clock at the event */
+	struct rnic_qp *qp;     /* QP events: the QP (NULL if the library does not know it) */
+	struct rnic_cq *cq;     /* RNIC_EV_CQ_ERR: the CQ (NULL likewise) */
+};
+/* The next event: waits up to timeout_ms (0: do not wait; -1: no limit). Returns 0, -EAGAIN
+ * (timeout 0, none waiting), -ETIMEDOUT, -EINTR. ctx->fd polls POLLPRI while events wait. Every
+ * event returned must be acknowledged: rnic_destroy_qp / rnic_destroy_cq refuse (-EBUSY) an
+ * object with events not acknowledged (ibv_destroy_* would block instead). */
+int rnic_get_async_event(struct rnic_ctx *ctx, struct rnic_async_event *ev, int timeout_ms);
+void rnic_ack_async_event(struct rnic_async_event *ev);
+const char *rnic_event_type_str(unsigned type);
 
 /* ---- Many outstanding work requests, quiet and fence (docs/rnic-verbs.md "Outstanding work") ----
  * rnic_post queues a send WQE as a tracked work request: always signaled (its CQE is reaped by

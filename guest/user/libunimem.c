@@ -90,8 +90,13 @@ static unsigned unimem_spin_us(void)
 
 int unimem_wait_status(struct unimem *u, unsigned timeout_us)
 {
+	return unimem_wait_status_spin(u, timeout_us, unimem_spin_us());
+}
+
+int unimem_wait_status_spin(struct unimem *u, unsigned timeout_us, unsigned spin_us)
+{
 	volatile uint64_t *p = u->pif;
-	uint64_t start = now_us(), deadline = start + timeout_us, spin_end = start + unimem_spin_us();
+	uint64_t start = now_us(), deadline = start + timeout_us, spin_end = start + spin_us;
 	unsigned nap = 20;
 	uint32_t st;
 

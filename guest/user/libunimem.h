@@ -45,6 +45,8 @@ int unimem_send(struct unimem *u, uint64_t dest, const uint64_t words[4], unsign
  * status, or -1 after timeout_us. */
 int unimem_post(struct unimem *u, uint64_t dest, const uint64_t words[4]);
 int unimem_wait_status(struct unimem *u, unsigned timeout_us);
+/* The same with the caller's spin budget instead of UNIMEM_SPIN_US (gsasd: its --spin-us). */
+int unimem_wait_status_spin(struct unimem *u, unsigned timeout_us, unsigned spin_us);
 
 /* Number of words waiting in this process's MIF. */
 static inline unsigned unimem_pending(const struct unimem *u)

@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "librnic.h"
@@ -945,6 +946,114 @@ static void check_vectors(struct pair *p)
 		rnic_destroy_cq(cq1);
 }
 
+/* Async events of ctx until one of `type` for `element` (others acknowledged and skipped), up to
+ * timeout_ms. Returns 0 with *out (not yet acknowledged), or the last error (-ETIMEDOUT, ...). */
+static int await_event(struct rnic_ctx *ctx, unsigned type, uint32_t element, int timeout_ms,
+		       struct rnic_async_event *out)
+{
+	struct timespec t0, t;
+	int ret, left = timeout_ms;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		ret = rnic_get_async_event(ctx, out, left);
+		if (ret)
+			return ret;
+		if (out->type == type && out->element == element)
+			return 0;
+		rnic_ack_async_event(out);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		left = timeout_ms - (int)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+		if (left <= 0)
+			return -ETIMEDOUT;
+	}
+}
+
+/* The async event queue: a QP whose retries run out reports QP_FATAL (RETRY_EXC) to its owner
+ * only; a CQ that overflows reports CQ_ERR; objects with events not acknowledged are not
+ * destroyed. */
+static void check_async(struct pair *p)
+{
+	struct rnic_ctx *other = rnic_open(NULL);
+	struct rnic_async_event ev, stray;
+	struct rnic_conn nowhere = p->b.me;
+	struct rnic_conn_opts o = { .timeout = 8, .retry_cnt = 1 };
+	struct rnic_cqe c;
+	struct rnic_cq *small;
+	struct rnic_qp *x;
+	int r, r2, r3;
+
+	if (!(p->ctx->info.caps & RNIC_CAP_EQ)) {
+		check("async_cap", 0, "caps=0x%x: the device has no event queue", p->ctx->info.caps);
+		return;
+	}
+	if (!other) {
+		check("async_setup", 0, "second open: errno=%d", errno);
+		return;
+	}
+	while (rnic_get_async_event(p->ctx, &ev, 0) == 0) /* the earlier checks' events */
+		rnic_ack_async_event(&ev);
+
+	/* retries exhausted: A toward a QP number nobody has, 1 ms timeout, one retry */
+	{
+		struct rnic_cmd_modify_qp m = { .attr_mask = RNIC_QP_ATTR_STATE, .state = RNIC_QPS_RESET };
+
+		drain(p->a.cq);
+		rnic_modify_qp(p->a.qp, &m);
+	}
+	nowhere.qpn = 0xfffff0;
+	r = rnic_qp_connect(p->a.qp, &p->a.me, &nowhere, &o);
+	c = r ? (struct rnic_cqe){ .status = 0xfe } : run(p, wr(RNIC_WR_WRITE, 60, &p->a, 0, 8, (uintptr_t)p->b.buf, p->b.mr.rkey));
+	r = await_event(p->ctx, RNIC_EV_QP_FATAL, p->a.qp->qpn, 5000, &ev);
+	r2 = rnic_get_async_event(other, &stray, 0);
+	r3 = rnic_destroy_qp(p->a.qp); /* not acknowledged yet: refused */
+	check("async_qp_fatal_retry_exceeded",
+	      c.status == RNIC_WC_RETRY_EXC_ERR && r == 0 && ev.detail == RNIC_WC_RETRY_EXC_ERR && ev.qp == p->a.qp &&
+		      r2 == -EAGAIN && r3 == -EBUSY,
+	      "cqe_status=%u event_err=%d type=%s detail=%u qp_known=%d other_process_event=%d destroy_unacked=%d",
+	      c.status, r, r ? "-" : rnic_event_type_str(ev.type), ev.detail, ev.qp == p->a.qp, r2, r3);
+	if (!r)
+		rnic_ack_async_event(&ev);
+
+	/* CQ overflow: 4 receives flushed into a CQ of 2 entries */
+	small = rnic_create_cq(p->ctx, 1);
+	x = small ? rnic_create_qp(p->ctx, p->a.pd, small, small, 4, 4) : NULL;
+	if (!x) {
+		check("async_cq_setup", 0, "errno=%d", errno);
+	} else {
+		struct rnic_cmd_modify_qp m = { .attr_mask = RNIC_QP_ATTR_STATE | RNIC_QP_ATTR_ACCESS_FLAGS,
+						.state = RNIC_QPS_INIT, .access = RNIC_ACCESS_REMOTE_WRITE };
+
+		rnic_modify_qp(x, &m);
+		for (unsigned i = 0; i < 4; i++) {
+			struct rnic_recv_wqe rw = rwr(70 + i, &p->a, 0, 8);
+
+			rnic_post_recv(x, &rw);
+		}
+		m = (struct rnic_cmd_modify_qp){ .attr_mask = RNIC_QP_ATTR_STATE, .state = RNIC_QPS_ERR };
+		rnic_modify_qp(x, &m);
+		r = await_event(p->ctx, RNIC_EV_CQ_ERR, small->cqn, 5000, &ev);
+		r2 = rnic_get_async_event(other, &stray, 0);
+		rnic_destroy_qp(x);
+		r3 = rnic_destroy_cq(small);
+		check("async_cq_err_overflow",
+		      r == 0 && ev.cq == small && ev.detail == RNIC_EV_CQ_ERR_OVERFLOW && r2 == -EAGAIN && r3 == -EBUSY,
+		      "event_err=%d detail=%u cq_known=%d other_process_event=%d destroy_unacked=%d", r, ev.detail,
+		      ev.cq == small, r2, r3);
+		if (!r)
+			rnic_ack_async_event(&ev);
+		if (rnic_destroy_cq(small))
+			check("async_cq_destroy_after_ack", 0, "the CQ could not be destroyed");
+	}
+	r = rnic_get_async_event(p->ctx, &ev, 0);
+	check("async_nothing_left", r == -EAGAIN, "err=%d type=%s element=0x%x", r,
+	      r ? "-" : rnic_event_type_str(ev.type), r ? 0 : ev.element);
+	if (!r)
+		rnic_ack_async_event(&ev);
+	rnic_close(other);
+	pair_connect(p, NULL); /* the later checks start from a connected pair */
+}
+
 static int cmd_check(void)
 {
 	struct pair p;
@@ -965,6 +1074,7 @@ static int cmd_check(void)
 	check_local(&p);
 	check_interrupt(&p);
 	check_vectors(&p);
+	check_async(&p);
 	check_driver(&p);
 	rnic_close(p.ctx);
 	return check_summary();

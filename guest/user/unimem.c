@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "libunimem.h"
+#include "spin.h"
 #include "tool.h"
 
 #define ACK_TIMEOUT_US 5000000u
@@ -319,16 +320,28 @@ static int cmd_peek(int argc, char **argv)
 	return 0;
 }
 
+/* A reply's or request's status once it has left: 0 if acknowledged, else prints why and 1. */
+static int pingpong_acked(struct unimem *u, const char *what, long i, long peer)
+{
+	char sbuf[64];
+	int st = unimem_wait_status(u, ACK_TIMEOUT_US);
+
+	if (st > 0 && (st & PKTZ_ST_ACK))
+		return 0;
+	printf("%s=%ld %s_status=%s (is the %s running on node %ld?)\n", strcmp(what, "reply") ? "round" : "served",
+	       i, what, unimem_status_str(st, sbuf, sizeof(sbuf)), strcmp(what, "reply") ? "server" : "client", peer);
+	return 1;
+}
+
 static int cmd_pingpong(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "peer", 1, 0, 'p' }, { "role", 1, 0, 'r' }, { "count", 1, 0, 'c' }, { "client-mif", 1, 0, 'C' },
-		{ "server-mif", 1, 0, 'S' }, { "timeout", 1, 0, 't' }, { "spin", 0, 0, 's' }, { "help", 0, 0, 'h' },
-		{ 0 } };
+		{ "server-mif", 1, 0, 'S' }, { "timeout", 1, 0, 't' }, { "spin", 0, 0, 's' },
+		{ "sync-ack", 0, 0, 'a' }, { "help", 0, 0, 'h' }, { 0 } };
 	long peer = -1, count = 100, cmif = 20, smif = 21, timeout = 30000;
-	int server = -1, spin = 0, o;
+	int server = -1, spin = 0, sync_ack = 0, o;
 	struct unimem u;
-	char sbuf[64];
 
 	while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (o) {
@@ -343,14 +356,21 @@ static int cmd_pingpong(int argc, char **argv)
 		case 'S': smif = num_range(optarg, "--server-mif", 1, 63); break;
 		case 't': timeout = num_range(optarg, "--timeout", 1, 86400000); break;
 		case 's': spin = 1; break;
+		case 'a': sync_ack = 1; break;
 		case 'h':
 			printf("usage: unimem pingpong --peer N --role client|server [--count K] [--client-mif C]\n"
-			       "                       [--server-mif S] [--timeout MS] [--spin]\n"
+			       "                       [--server-mif S] [--timeout MS] [--spin] [--sync-ack]\n"
 			       "Round trips packetizer -> mailbox between this node and node N. The server takes MIF S\n"
 			       "(default 21) and echoes each packet back to the client's MIF C (default 20). The client\n"
 			       "times K round trips with CLOCK_MONOTONIC and prints rtt_min_us, rtt_median_us,\n"
 			       "rtt_p99_us, rtt_max_us. Start the server first. The client always polls its MIF; the\n"
-			       "server sleeps until the arrival interrupt, or polls too with --spin.\n");
+			       "server sleeps until the arrival interrupt, or polls too with --spin.\n"
+			       "Each packet's acknowledgement is checked (any other answer ends the run) when the\n"
+			       "side needs its PIF again: the server after the next request arrived, the client after\n"
+			       "the echo (or as soon as the request failed). The acknowledgement of a reply travels\n"
+			       "with the next request, so waiting for it at once kept the server from seeing that\n"
+			       "request (the PIF status wait naps, and the arrival interrupt is off meanwhile);\n"
+			       "--sync-ack waits for each acknowledgement right after the post, as before.\n");
 			return 0;
 		default: return 2;
 		}
@@ -364,11 +384,11 @@ static int cmd_pingpong(int argc, char **argv)
 		fflush(stdout);
 		for (long i = 0; i < count; i++) {
 			uint64_t w[4], deadline = now_ns() + (uint64_t)timeout * 1000000ull;
-			int rc = 0, st;
+			int rc = 0;
 
 			if (spin) {
 				while (unimem_pending(&u) < UNIMEM_PACKET_WORDS && now_ns() < deadline)
-					;
+					spin_relax();
 				rc = unimem_pending(&u) < UNIMEM_PACKET_WORDS ? -ETIMEDOUT : unimem_recv(&u, w, -1);
 			} else {
 				rc = unimem_recv(&u, w, (int)timeout);
@@ -377,12 +397,15 @@ static int cmd_pingpong(int argc, char **argv)
 				printf("served=%ld timeout=1\n", i);
 				return 1;
 			}
-			st = unimem_send(&u, dest, w, ACK_TIMEOUT_US);
-			if (st <= 0 || !(st & PKTZ_ST_ACK)) {
-				printf("served=%ld reply_status=%s\n", i, unimem_status_str(st, sbuf, sizeof(sbuf)));
+			/* one buffer per PIF: the previous reply has left (its acknowledgement) */
+			if (i && !sync_ack && pingpong_acked(&u, "reply", i - 1, peer))
 				return 1;
-			}
+			unimem_post(&u, dest, w);
+			if (sync_ack && pingpong_acked(&u, "reply", i, peer))
+				return 1;
 		}
+		if (!sync_ack && pingpong_acked(&u, "reply", count - 1, peer))
+			return 1;
 		printf("served=%ld\n", count);
 		unimem_close(&u);
 		return 0;
@@ -392,24 +415,35 @@ static int cmd_pingpong(int argc, char **argv)
 		die("out of memory");
 	for (long i = 0; i < count; i++) {
 		uint64_t w[4] = { 0, (uint64_t)i, u.info.node_id, 0x9090 }, r[4], t0 = now_ns(), deadline;
-		int st = unimem_send(&u, dest, w, ACK_TIMEOUT_US);
-		if (st <= 0 || !(st & PKTZ_ST_ACK)) {
-			printf("round=%ld send_status=%s (is the server running on node %ld?)\n", i,
-			       unimem_status_str(st, sbuf, sizeof(sbuf)), peer);
+		uint32_t st, polls = 0;
+
+		unimem_post(&u, dest, w);
+		if (sync_ack && pingpong_acked(&u, "send", i, peer))
 			return 1;
-		}
 		deadline = t0 + (uint64_t)timeout * 1000000ull;
-		while (unimem_pending(&u) < UNIMEM_PACKET_WORDS)
+		while (unimem_pending(&u) < UNIMEM_PACKET_WORDS) {
+			/* a request refused or lost (no echo will come): say so soon, not at the timeout
+			 * (every 64th poll: each status read is a device access, like the MIF's) */
+			if (!(++polls & 63)) {
+				st = (uint32_t)u.pif[PKTZ_PIF_STATUS / 8];
+				if (!(st & (PKTZ_ST_PEND | PKTZ_ST_ACK)) && pingpong_acked(&u, "send", i, peer))
+					return 1;
+			}
 			if (now_ns() > deadline) {
 				printf("round=%ld timeout=1\n", i);
 				return 1;
 			}
+			spin_relax();
+		}
 		unimem_recv(&u, r, -1);
 		rtt[i] = now_ns() - t0;
 		if (r[1] != (uint64_t)i) {
 			printf("round=%ld bad_echo=0x%llx\n", i, (unsigned long long)r[1]);
 			return 1;
 		}
+		/* the request was delivered (its echo is here): its acknowledgement came before it */
+		if (!sync_ack && pingpong_acked(&u, "send", i, peer))
+			return 1;
 	}
 	qsort(rtt, count, sizeof(*rtt), cmp_u64);
 	printf("count=%ld rtt_min_us=%.2f rtt_median_us=%.2f rtt_p99_us=%.2f rtt_max_us=%.2f\n", count,

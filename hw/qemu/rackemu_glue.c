@@ -6,6 +6,7 @@
 #include "qemu/rcu.h"
 #include "qemu/module.h"
 #include "hw/irq.h"
+#include "hw/core/cpu.h"
 #include "exec/address-spaces.h"
 #include "exec/memory.h"
 #include "qemu/timer.h"
@@ -52,18 +53,63 @@ type_init(rackemu_fabric_register)
 
 /* ---- the host interface (rackemu/host.h) ---- */
 
-static void rackemu_host_bh(void *opaque)
+static void rackemu_host_apply(RackemuHost *h, const char *via)
 {
-    RackemuHost *h = opaque;
-
+    trace_rackemu_irq_apply(h->name, h->host.node_id, via);
     for (unsigned i = 0; i < h->nirqs; i++) {
         qemu_set_irq(h->lines[i], qatomic_read(&h->pending[i]));
     }
 }
 
+static void rackemu_host_bh(void *opaque)
+{
+    rackemu_host_apply(opaque, "bh");
+}
+
+/* Runs on the vCPU thread, which holds the big lock here (process_queued_cpu_work). */
+static void rackemu_host_vcpu_work(CPUState *cpu, run_on_cpu_data data)
+{
+    RackemuHost *h = data.host_ptr;
+
+    qatomic_set(&h->work_queued, false);
+    /*
+     * Pairs with the qatomic_xchg in rackemu_host_set_irq: a level recorded after the store
+     * above either is read below or queues the work again.
+     */
+    smp_mb();
+    rackemu_host_apply(h, "vcpu");
+}
+
+/*
+ * The vCPU that applies a level set on a thread without the big lock: a halted one (asleep in
+ * wfi, most likely waiting for this interrupt: the kick wakes it at once), else the node's first
+ * (it applies the level when it leaves its current translation block). None when this is a vCPU
+ * thread (one that dropped the big lock, e.g. while it waits on remote memory, would apply it
+ * only after its wait: the bottom half does it sooner) or before the vCPU threads run.
+ */
+static CPUState *rackemu_host_vcpu(RackemuHost *h)
+{
+    CPUState *cpu, *pick = NULL;
+
+    if (!h->irq_on_vcpu || current_cpu) {
+        return NULL;
+    }
+    RCU_READ_LOCK_GUARD();
+    CPU_FOREACH(cpu) {
+        if (!qatomic_read(&cpu->created)) {
+            return NULL;
+        }
+        if (!pick || (qatomic_read(&cpu->halted) && !qatomic_read(&pick->halted))) {
+            pick = cpu;
+        }
+    }
+    return pick;
+}
+
 static void rackemu_host_set_irq(void *opaque, unsigned line, int level)
 {
     RackemuHost *h = opaque;
+    CPUState *cpu;
 
     if (line >= h->nirqs) {
         return;
@@ -71,8 +117,24 @@ static void rackemu_host_set_irq(void *opaque, unsigned line, int level)
     trace_rackemu_irq(h->name, h->host.node_id, line, !!level);
     qatomic_set(&h->pending[line], !!level);
     if (qemu_mutex_iothread_locked()) {
+        qatomic_inc(&h->irq_direct);
         qemu_set_irq(h->lines[line], !!level);
+        return;
+    }
+    cpu = rackemu_host_vcpu(h);
+    if (cpu) {
+        /*
+         * Issue 11: the vCPU sets the line itself, under the big lock it takes anyway to run;
+         * queueing the work kicks it (a halted vCPU wakes at once, a running one leaves its
+         * translation block). The bottom half cost a wake-up of the main loop, which then
+         * kicked the vCPU, which then waited for the big lock the main loop held.
+         */
+        qatomic_inc(&h->irq_vcpu);
+        if (!qatomic_xchg(&h->work_queued, true)) {
+            async_run_on_cpu(cpu, rackemu_host_vcpu_work, RUN_ON_CPU_HOST_PTR(h));
+        }
     } else {
+        qatomic_inc(&h->irq_bh);
         qemu_bh_schedule(h->bh);
     }
 }
@@ -249,6 +311,13 @@ void rackemu_host_init(RackemuHost *h, SysBusDevice *sbd, const char *name, unsi
         h->pending[i] = 0;
     }
     h->bh = qemu_bh_new(rackemu_host_bh, h);
+    h->irq_on_vcpu = !g_strcmp0(g_getenv("RACKEMU_IRQ_VCPU"), "0") ? false : true;
+    h->work_queued = false;
+    h->irq_direct = h->irq_vcpu = h->irq_bh = 0;
+    /* how the device's interrupt levels were set (docs/machine.md); read with QMP qom-get */
+    object_property_add_uint64_ptr(OBJECT(sbd), "irq-direct", &h->irq_direct, OBJ_PROP_FLAG_READ);
+    object_property_add_uint64_ptr(OBJECT(sbd), "irq-vcpu", &h->irq_vcpu, OBJ_PROP_FLAG_READ);
+    object_property_add_uint64_ptr(OBJECT(sbd), "irq-bh", &h->irq_bh, OBJ_PROP_FLAG_READ);
     h->host.ops = &rackemu_host_ops;
     h->host.opaque = h;
     h->host.port = rackemu_fabric_port(f);

@@ -52,9 +52,12 @@ void rackemu_fabric_poll(RackemuFabric *f);
  * The glue's implementation of the one host interface (rackemu/host.h), shared by every device:
  *  - interrupts: up to RACKEMU_HOST_MAX_IRQS sysbus outputs (index = line). set_irq from a vCPU
  *    with the big lock held sets the line at once (a W1C or a disable lowers it before the
- *    guest's handler returns); from any other thread it records the level and schedules one
- *    bottom half that applies the latest recorded level of every line in the main loop, so no
- *    thread ever waits for the big lock and a burst of changes costs one update.
+ *    guest's handler returns); from any other thread it records the level and queues one work
+ *    item on a vCPU, halted if one is (async_run_on_cpu: it kicks the vCPU, which applies the
+ *    latest recorded level of every line under the big lock it holds to run), so no thread
+ *    other than a vCPU waits for the big lock, a halted vCPU wakes at once, and a burst of
+ *    changes costs one update. Where no vCPU can do it (a vCPU thread that dropped the big lock,
+ *    before the vCPUs run, RACKEMU_IRQ_VCPU=0) a bottom half does the same in the main loop.
  *  - DMA: the node's physical address space through the memory API (dirty tracking and
  *    translated-code invalidation stay correct). Only RAM is reachable (and ROM/flash in
  *    read-array mode for reads): device registers give RK_SLAVE_ERROR, holes RK_DECODE_ERROR,
@@ -73,6 +76,12 @@ typedef struct RackemuHost {
     qemu_irq lines[RACKEMU_HOST_MAX_IRQS];
     int pending[RACKEMU_HOST_MAX_IRQS]; /* latest level from a thread without the big lock */
     QEMUBH *bh;
+    bool irq_on_vcpu;  /* false: RACKEMU_IRQ_VCPU=0, levels from other threads go to the bottom half */
+    bool work_queued;  /* the vCPU work that applies `pending` is queued and has not started */
+    /* how set_irq calls were applied (QOM properties irq-direct, irq-vcpu, irq-bh) */
+    uint64_t irq_direct; /* at once: the caller held the big lock (a vCPU's MMIO access) */
+    uint64_t irq_vcpu;   /* by work queued on the node's vCPU (another thread, issue 11) */
+    uint64_t irq_bh;     /* by the main loop's bottom half (see rackemu_host_init's comment) */
 } RackemuHost;
 
 /*

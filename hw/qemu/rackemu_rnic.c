@@ -72,6 +72,7 @@ struct RackemuRnicState {
     char *amu_rate_limit;  /* amu-rate-limit, amu-raw: strings (NULL: the default) */
     char *amu_raw;
     QEMUTimer *timer;
+    QEMUTimer *link_timer; /* watches the port's link state (RNIC_LINK_POLL_MS) */
     QEMUBH *bh;
     int level[RNIC_MSIX_VECTORS]; /* latest level per vector, from any thread */
     uint32_t rising;              /* vectors that rose since the bottom half last ran */
@@ -284,6 +285,21 @@ static void rackemu_rnic_timer(void *opaque)
     rk_rnic_poll(s->core);
 }
 
+/*
+ * The port's link state, for STATUS.LINK_UP and the PORT_ACTIVE / PORT_ERR async events: read
+ * every RNIC_LINK_POLL_MS of real time (the port's link hook belongs to the machine), so an event
+ * follows a change within that.
+ */
+#define RNIC_LINK_POLL_MS 100
+
+static void rackemu_rnic_link_timer(void *opaque)
+{
+    RackemuRnicState *s = opaque;
+
+    rk_rnic_set_link(s->core, rk_fabric_port_is_up(s->port));
+    timer_mod(s->link_timer, qemu_clock_get_ms(QEMU_CLOCK_REALTIME) + RNIC_LINK_POLL_MS);
+}
+
 /* Called with the core's lock held when the port's ring pushed back. */
 static void rackemu_rnic_tx_wait(void *opaque)
 {
@@ -465,6 +481,8 @@ static void rackemu_rnic_realize(PCIDevice *pdev, Error **errp)
         qemu_thread_create(&s->tx_thread, "rackemu-rnic-tx", rackemu_rnic_tx_thread, s, QEMU_THREAD_JOINABLE);
         s->tx_started = true;
         rk_fabric_port_eth_attach(s->port, RK_FABRIC_ETH_ROCE, rackemu_rnic_rx, s);
+        s->link_timer = timer_new_ms(QEMU_CLOCK_REALTIME, rackemu_rnic_link_timer, s);
+        rackemu_rnic_link_timer(s);
     }
     s->vmse = qemu_add_vm_change_state_handler(rackemu_rnic_vm_state, s);
     trace_rackemu_rnic_realize(s->node_id, s->port != NULL, s->msix);
@@ -485,6 +503,10 @@ static void rackemu_rnic_exit(PCIDevice *pdev)
         s->tx_started = false;
     }
     timer_free(s->timer);
+    if (s->link_timer) {
+        timer_free(s->link_timer);
+        s->link_timer = NULL;
+    }
     qemu_bh_delete(s->bh);
     rk_rnic_free(s->core);
     s->core = NULL;
@@ -700,7 +722,8 @@ static const VMStateDescription rackemu_rnic_qp_vmstate = {
         VMSTATE_UINT64(msg_off, struct rk_rnic_qp_state),
         VMSTATE_UINT64(wr_va, struct rk_rnic_qp_state),
         RNIC_QP_U8(nak_sent), RNIC_QP_U8(in_msg), RNIC_QP_U8(wqe_held), RNIC_QP_U8(ack_owed),
-        VMSTATE_UINT8_ARRAY(reserved4, struct rk_rnic_qp_state, 4),
+        RNIC_QP_U8(comm_est),
+        VMSTATE_UINT8_ARRAY(reserved4, struct rk_rnic_qp_state, 3),
         VMSTATE_END_OF_LIST()
     },
 };
@@ -801,6 +824,15 @@ static const VMStateDescription rackemu_rnic_vmstate = {
         VMSTATE_UINT64_ARRAY(mig.st.cnt_base, RackemuRnicState, RK_RNIC_STATE_COUNTERS),
         VMSTATE_UINT64(mig.st.next_seq, RackemuRnicState),
         VMSTATE_UINT32(mig.st.reserved, RackemuRnicState),
+        VMSTATE_UINT64(mig.st.eq_base, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.eq_ctrl, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.eq_pi, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.eq_ci, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.eq_seq, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.eq_status, RackemuRnicState),
+        VMSTATE_UINT8(mig.st.eq_armed, RackemuRnicState),
+        VMSTATE_UINT8(mig.st.link_up, RackemuRnicState),
+        VMSTATE_UINT8_ARRAY(mig.st.reserved_eq, RackemuRnicState, 2),
         VMSTATE_INT32(mig_n_mr, RackemuRnicState),
         VMSTATE_UINT32(mig_n_pages, RackemuRnicState),
         VMSTATE_INT32(mig_n_cq, RackemuRnicState),

@@ -115,7 +115,7 @@ RcResult RcEngine::modify_qp(uint32_t qpn, QpState to, const QpAttr &a)
         return RcResult::Ok;
     }
     if (to == QpState::Error) {
-        if (from != QpState::Error) to_error(*q, WcStatus::WrFlushErr);
+        if (from != QpState::Error) to_error(*q, WcStatus::WrFlushErr, RcEvent::None); // the consumer's own
         return RcResult::Ok;
     }
     const uint32_t remote_mask = RC_ACCESS_REMOTE_WRITE | RC_ACCESS_REMOTE_READ | RC_ACCESS_REMOTE_ATOMIC |
@@ -142,6 +142,7 @@ RcResult RcEngine::modify_qp(uint32_t qpn, QpState to, const QpAttr &a)
         q->epsn = a.rq_psn;
         q->res.assign(a.max_dest_rd_atomic, Resource{});
         q->res_next = 0;
+        q->comm_est = false;
         break;
     case QpState::Rts:
         if (from != QpState::Rtr && from != QpState::Rts) return RcResult::BadState;
@@ -265,7 +266,8 @@ bool RcEngine::send_request(Qp &q, size_t idx)
                 const WcStatus st = env_.read_local(q.qpn, wr, off, data_.data(), len);
                 if (st != WcStatus::Success) {
                     // Only the front WR can be failed in order; a later one waits until it is.
-                    if (idx == 0) complete_front(q, st, 0), to_error(q, WcStatus::WrFlushErr);
+                    if (idx == 0)
+                        complete_front(q, st, 0), to_error(q, WcStatus::WrFlushErr, RcEvent::QpFatal, st);
                     return false;
                 }
             }
@@ -460,7 +462,7 @@ void RcEngine::retry(Qp &q, uint32_t from, bool rnr, unsigned rnr_code)
         if (q.attr.rnr_retry != 7) {
             if (q.rnr_left == 0) {
                 ctr_.rnr_exhausted++;
-                to_error(q, WcStatus::RnrRetryExcErr);
+                to_error(q, WcStatus::RnrRetryExcErr, RcEvent::QpFatal, WcStatus::RnrRetryExcErr);
                 return;
             }
             q.rnr_left--;
@@ -482,7 +484,7 @@ void RcEngine::retry(Qp &q, uint32_t from, bool rnr, unsigned rnr_code)
     }
     if (q.retry_left == 0) {
         ctr_.retry_exhausted++;
-        to_error(q, WcStatus::RetryExcErr);
+        to_error(q, WcStatus::RetryExcErr, RcEvent::QpFatal, WcStatus::RetryExcErr);
         return;
     }
     q.retry_left--;
@@ -536,7 +538,7 @@ void RcEngine::on_response(Qp &q, const Packet &p)
                 return;
             }
             if (!q.sq.empty()) complete_front(q, nak_status(val), 0);
-            to_error(q, WcStatus::WrFlushErr);
+            to_error(q, WcStatus::WrFlushErr, RcEvent::QpFatal, nak_status(val));
         } else {
             ctr_.resp_dropped++; // reserved syndrome type
         }
@@ -590,14 +592,14 @@ void RcEngine::on_response(Qp &q, const Packet &p)
         if (op != want_op || p.payload_len != want) {
             ctr_.resp_dropped++;
             complete_front(q, WcStatus::BadRespErr, 0);
-            to_error(q, WcStatus::WrFlushErr);
+            to_error(q, WcStatus::WrFlushErr, RcEvent::QpFatal, WcStatus::BadRespErr);
             return;
         }
         if (want) {
             const WcStatus st = env_.write_local(q.qpn, wr, off, p.payload, want);
             if (st != WcStatus::Success) {
                 complete_front(q, st, 0);
-                to_error(q, WcStatus::WrFlushErr);
+                to_error(q, WcStatus::WrFlushErr, RcEvent::QpFatal, st);
                 return;
             }
         }
@@ -617,7 +619,7 @@ void RcEngine::on_response(Qp &q, const Packet &p)
         const WcStatus st = env_.write_local(q.qpn, wr, 0, v, 8);
         complete_front(q, st, 8);
         if (st != WcStatus::Success)
-            to_error(q, WcStatus::WrFlushErr);
+            to_error(q, WcStatus::WrFlushErr, RcEvent::QpFatal, st);
         else
             restart_timer(q);
     } else if (wr.op == WrOp::XAtomic) {
@@ -632,7 +634,7 @@ void RcEngine::on_response(Qp &q, const Packet &p)
         const WcStatus st = env_.write_local(q.qpn, wr, 0, v, wr.xsize);
         complete_front(q, st, wr.xsize);
         if (st != WcStatus::Success)
-            to_error(q, WcStatus::WrFlushErr);
+            to_error(q, WcStatus::WrFlushErr, RcEvent::QpFatal, st);
         else
             restart_timer(q);
     } else if (wr.op == WrOp::Flush || wr.op == WrOp::AtomicWrite) {
@@ -651,9 +653,10 @@ void RcEngine::on_response(Qp &q, const Packet &p)
     progress(q);
 }
 
-void RcEngine::to_error(Qp &q, WcStatus front_status)
+void RcEngine::to_error(Qp &q, WcStatus front_status, RcEvent ev, WcStatus why, uint8_t syndrome)
 {
-    if (q.state != QpState::Error) ctr_.qp_errors++;
+    const bool entered = q.state != QpState::Error;
+    if (entered) ctr_.qp_errors++;
     q.state = QpState::Error;
     bool first = true;
     while (!q.sq.empty()) {
@@ -669,6 +672,7 @@ void RcEngine::to_error(Qp &q, WcStatus front_status)
     q.rd_out.active = false;
     q.backlog.clear();
     env_.flush_recv(q.qpn);
+    if (entered && ev != RcEvent::None) env_.qp_event(q.qpn, ev, why, syndrome);
 }
 
 // ---- Responder ----
@@ -739,7 +743,8 @@ void RcEngine::send_read_responses(Qp &q, uint32_t rkey, uint64_t va, uint32_t l
         if (chunk && env_.read_remote(q.qpn, rkey, a, data_.data(), chunk) != Remote::Ok) {
             // The MR changed under a READ (deregistered): a remote access NAK at this PSN.
             send_ack(q, p.bth.psn, ROCE_AETH_NAK(ROCE_NAK_REMOTE_ACCESS));
-            to_error(q, WcStatus::WrFlushErr);
+            to_error(q, WcStatus::WrFlushErr, RcEvent::QpAccessErr, WcStatus::RemAccessErr,
+                     ROCE_AETH_NAK(ROCE_NAK_REMOTE_ACCESS));
             return;
         }
         p.payload = data_.data();
@@ -763,7 +768,10 @@ void RcEngine::class_c(Qp &q, const Packet &p, uint8_t nak, WcStatus recv_status
             Completion{q.qpn, 0, true, recv_status, WrOp::Send, uint32_t(q.msg_off), false, 0, false});
     }
     send_ack(q, p.bth.psn, ROCE_AETH_NAK(nak));
-    to_error(q, WcStatus::WrFlushErr);
+    const RcEvent ev = nak == ROCE_NAK_INVALID_REQ     ? RcEvent::QpReqErr
+                       : nak == ROCE_NAK_REMOTE_ACCESS ? RcEvent::QpAccessErr
+                                                       : RcEvent::QpFatal;
+    to_error(q, WcStatus::WrFlushErr, ev, recv_status, ROCE_AETH_NAK(nak));
 }
 
 void RcEngine::on_duplicate(Qp &q, const Packet &p)
@@ -1064,8 +1072,8 @@ void RcEngine::receive(const uint8_t *frame, size_t len)
 
 // Requests wait while this QP's READ responses are paused (and behind those already waiting):
 // the responder answers in PSN order. A conforming requester has at most max_inflight_psn
-// packets outstanding; beyond kMaxBacklog the request is dropped (rx_bad_state) and resent.
-constexpr size_t kMaxBacklog = 8192;
+// packets outstanding; beyond RC_MAX_BACKLOG the request is dropped (rx_backlog_drops) and
+// resent by the requester's go-back-N.
 
 void RcEngine::receive_frame(const uint8_t *frame, size_t len, bool from_backlog)
 {
@@ -1098,13 +1106,17 @@ void RcEngine::receive_frame(const uint8_t *frame, size_t len, bool from_backlog
         ctr_.rx_bad_state++;
         return;
     }
+    if (q->state == QpState::Rtr && !q->comm_est) { // IBA 11.6.3: Communication Established
+        q->comm_est = true;
+        env_.qp_event(q->qpn, RcEvent::CommEst, WcStatus::Success, 0);
+    }
     if (p.info & ROCE_HDR_RESPONSE) {
         on_response(*q, p);
         return;
     }
     if (q->rd_out.active || (!from_backlog && !q->backlog.empty())) {
-        if (q->backlog.size() >= kMaxBacklog) {
-            ctr_.rx_bad_state++;
+        if (q->backlog.size() >= RC_MAX_BACKLOG) {
+            ctr_.rx_backlog_drops++;
             return;
         }
         q->backlog.emplace_back(frame, frame + len);

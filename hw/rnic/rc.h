@@ -150,6 +150,14 @@ struct Completion {
     bool solicited = false; // receive: the last packet had SE set
 };
 
+// Asynchronous events of a QP (ibv_event_type's; the device reports them through its event queue).
+// QpFatal: the QP entered Error as requester (retries exhausted, a NAK, a bad response, a local
+// buffer that failed) or for an operational error as responder; QpReqErr / QpAccessErr: as
+// responder it NAKed an invalid request / a remote access error (class C) and entered Error;
+// CommEst: the first packet arrived while the QP was in Rtr. Not reported: a consumer's own
+// modify to Error.
+enum class RcEvent : uint8_t { None, QpFatal, QpReqErr, QpAccessErr, CommEst };
+
 // The responder's verdict on a remote access: Ok; AccessError (rkey, PD, bounds, access flag:
 // NAK remote access error); OpError (memory failed: NAK remote operational error); InvalidRequest
 // (a malformed extended atomic: unknown op or size, VA not aligned to the size: NAK invalid request).
@@ -199,6 +207,14 @@ public:
     virtual void flush_recv(uint32_t qpn) = 0;
 
     virtual void complete(const Completion &c) = 0;
+    // An asynchronous event of a QP (after the QP's flush completions, if it entered Error).
+    // why: QpFatal's cause (the failed WR's status: RetryExcErr, RnrRetryExcErr, a NAK's status,
+    // BadRespErr, a local error), or the receive status of a class C error; syndrome: the AETH
+    // NAK syndrome the responder sent (QpReqErr, QpAccessErr, a responder's QpFatal), else 0.
+    virtual void qp_event(uint32_t qpn, RcEvent ev, WcStatus why, uint8_t syndrome)
+    {
+        (void)qpn, (void)ev, (void)why, (void)syndrome;
+    }
 };
 
 struct QpAttr {
@@ -218,6 +234,10 @@ struct QpAttr {
 };
 
 constexpr uint32_t RC_MAX_RD_ATOMIC = 64;
+// Request frames a responder QP keeps in order behind its paused READ responses (backpressure).
+// A conforming requester has at most RcConfig::max_inflight_psn (4096) packets outstanding;
+// beyond this a request is dropped and counted in rx_backlog_drops: the requester resends it.
+constexpr size_t RC_MAX_BACKLOG = 8192;
 
 struct RcConfig {
     uint32_t sq_depth = 4096;         // send WRs posted and not completed, per QP
@@ -267,7 +287,8 @@ private:
     friend class Rnic; // its save()/load() take and restore the engine's QPs (rnic_state.cc)
     struct Qp;
     Qp *find(uint32_t qpn) const;
-    void to_error(Qp &q, WcStatus front_status);
+    void to_error(Qp &q, WcStatus front_status, RcEvent ev, WcStatus why = WcStatus::WrFlushErr,
+                  uint8_t syndrome = 0);
     void progress(Qp &q);
     bool send_request(Qp &q, size_t idx);
     void go_back(Qp &q, uint32_t from_psn);

@@ -39,6 +39,7 @@ struct RcEngine::Qp {
     QpState state = QpState::Reset;
     QpAttr attr;
     uint16_t ip_id = 0;
+    bool comm_est = false; // RcEvent::CommEst reported since entering Rtr
 
     // Requester.
     std::deque<SendEntry> sq;

@@ -161,7 +161,7 @@ std::span<const Rnic::RegRow> Rnic::reg_table()
         {"VERSION", RNIC_REG_VERSION, 4, A::RO, RNIC_VERSION_VALUE, 0},
         {"CAPS", RNIC_REG_CAPS, 4, A::RO, 0, 0,
          [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t {
-             return RNIC_CAP_FLUSH | RNIC_CAP_ATOMIC_WRITE | RNIC_CAP_XATOMIC |
+             return RNIC_CAP_FLUSH | RNIC_CAP_ATOMIC_WRITE | RNIC_CAP_XATOMIC | RNIC_CAP_EQ |
                     (d.cfg_.link ? RNIC_CAP_LINK : 0);
          }},
         {"NODE_ID", RNIC_REG_NODE_ID, 4, A::RO, 0, 0,
@@ -195,7 +195,7 @@ std::span<const Rnic::RegRow> Rnic::reg_table()
          }},
         {"STATUS", RNIC_REG_STATUS, 4, A::RO, 0, 0,
          [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t {
-             return d.cfg_.link ? RNIC_STATUS_LINK_UP : 0;
+             return d.cfg_.link && d.eq_.link_up ? RNIC_STATUS_LINK_UP : 0;
          }},
         {"MODEL_NS_LO", RNIC_REG_MODEL_NS_LO, 4, A::RO, 0, 0,
          [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t {
@@ -260,6 +260,51 @@ std::span<const Rnic::RegRow> Rnic::reg_table()
          [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.cfg_.timing.pcie_mbps; }},
         {"MAX_MTU", RNIC_REG_MAX_MTU, 4, A::RO, 0, 0,
          [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.cfg_.timing.max_mtu; }},
+        {"EQ_BASE_LO", RNIC_REG_EQ_BASE_LO, 4, A::RW, 0, 0xffffffc0u,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return uint32_t(d.eq_.base); },
+         [](Rnic &d, const R &, unsigned, uint64_t m, uint64_t, Pending &) {
+             if (d.eq_.ctrl & RNIC_EQ_CTRL_ENABLE)
+                 return d.guest_error("EQ_BASE_LO written while the event queue is enabled: ignored");
+             d.eq_.base = (d.eq_.base & ~0xffffffffull) | uint32_t(m);
+         }},
+        {"EQ_BASE_HI", RNIC_REG_EQ_BASE_HI, 4, A::RW, 0, 0xffffffffu,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return uint32_t(d.eq_.base >> 32); },
+         [](Rnic &d, const R &, unsigned, uint64_t m, uint64_t, Pending &) {
+             if (d.eq_.ctrl & RNIC_EQ_CTRL_ENABLE)
+                 return d.guest_error("EQ_BASE_HI written while the event queue is enabled: ignored");
+             d.eq_.base = (d.eq_.base & 0xffffffffull) | uint64_t(uint32_t(m)) << 32;
+         }},
+        {"EQ_CTRL", RNIC_REG_EQ_CTRL, 4, A::RW, 0, RNIC_EQ_CTRL_WRITABLE,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.eq_.ctrl; },
+         [](Rnic &d, const R &, unsigned, uint64_t m, uint64_t, Pending &) { d.eq_write_ctrl(uint32_t(m)); }},
+        {"EQ_PI", RNIC_REG_EQ_PI, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.eq_.pi; }},
+        {"EQ_CI", RNIC_REG_EQ_CI, 4, A::RW, 0, 0xffffffffu,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.eq_.ci; },
+         [](Rnic &d, const R &, unsigned, uint64_t m, uint64_t, Pending &) {
+             const uint32_t v = uint32_t(m);
+             if (v - d.eq_.ci > d.eq_.pi - d.eq_.ci)
+                 return d.guest_error("EQ_CI %u beyond the producer index %u (consumer was %u): ignored", v,
+                                      d.eq_.pi, d.eq_.ci);
+             d.eq_.ci = v;
+         }},
+        {"EQ_ARM", RNIC_REG_EQ_ARM, 4, A::RW, 0, 0xffffffffu,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.eq_.armed ? 1 : 0; },
+         [](Rnic &d, const R &, unsigned, uint64_t m, uint64_t, Pending &) {
+             if (m != 1) return d.guest_error("EQ_ARM: wrote %llu, only 1 arms", (unsigned long long)m);
+             if (!(d.eq_.ctrl & RNIC_EQ_CTRL_ENABLE))
+                 return d.guest_error("EQ_ARM while the event queue is disabled: ignored");
+             const unsigned v = (d.eq_.ctrl & RNIC_EQ_CTRL_VECTOR_MASK) >> RNIC_EQ_CTRL_VECTOR_SHIFT;
+             if (d.eq_.pi != d.eq_.ci) { // events already wait: interrupt now
+                 d.eq_.armed = false;
+                 d.raise(v);
+             } else {
+                 d.eq_.armed = true;
+             }
+         }},
+        {"EQ_STATUS", RNIC_REG_EQ_STATUS, 4, A::W1C, 0, RNIC_EQ_ST_W1C,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.eq_.status; },
+         [](Rnic &d, const R &, unsigned, uint64_t m, uint64_t, Pending &) { d.eq_.status = uint32_t(m); }},
         {"COUNTERS", RNIC_REG_COUNTERS, 8, A::RO, 0, 0,
          [](Rnic &d, const R &, unsigned i, Pending &) -> uint64_t { return d.counter(i); }, nullptr,
          RNIC_CNT_COUNT, 8},
@@ -281,6 +326,7 @@ Rnic::Rnic(Host host, RnicConfig cfg, SendFn send, TimerFn timer, TxWaitFn tx_wa
     cfg_.rc.xatomic = true; // the atomic unit is here
     cfg_.amu.atomicity = AmuAtomicity::Global;
     cfg_.amu.symmetric = false;
+    eq_.link_up = cfg_.link;
     std::lock_guard lk(mu_);
     if (const char *e = amu_check_config(cfg_.amu)) { // the glue refuses these at realize
         guest_error("atomic unit properties refused (%s): the defaults are used", e);
@@ -329,6 +375,9 @@ void Rnic::reset()
     held_.clear();
     held_bytes_ = 0;
     tx_blocked_ = false;
+    const bool link_up = eq_.link_up; // the port's state is not the device's to reset
+    eq_ = RnicEq{};
+    eq_.link_up = link_up;
     update_irq();
     arm_timer();
 }
@@ -871,8 +920,10 @@ void Rnic::qp_fail(Qp &q, const char *why)
     guest_error("QP 0x%x: %s: the QP goes to the error state", q.qpn, why);
     qp_errors_[q.index / 64] |= 1ull << (q.index % 64);
     raise(0);
+    const bool entered = rc_->qp_state(q.qpn) != QpState::Error;
     rc_->modify_qp(q.qpn, QpState::Error, q.attr);
     q.state = RNIC_QPS_ERR;
+    if (entered) eq_event(RNIC_EV_QP_FATAL, q.qpn, 0);
 }
 
 void Rnic::sq_doorbell(Qp &q, uint32_t pi)
@@ -1577,6 +1628,7 @@ void Rnic::write_cqe(uint32_t cqn, struct rnic_cqe &e, bool solicited_event)
         raise(0);
         guest_error("CQ %u overflowed (%u entries, consumer index %u): the CQ is in error", cqn, depth,
                     c->ci);
+        eq_event(RNIC_EV_CQ_ERR, cqn, RNIC_EV_CQ_ERR_OVERFLOW);
         return;
     }
     e.owner = uint8_t(((c->pi >> c->depth_log2) & 1) ^ 1);
@@ -1593,6 +1645,7 @@ void Rnic::write_cqe(uint32_t cqn, struct rnic_cqe &e, bool solicited_event)
         cq_errors_[cqn / 64] |= 1ull << (cqn % 64);
         raise(0);
         guest_error("CQ %u: CQE write at 0x%llx failed: the CQ is in error", cqn, (unsigned long long)at);
+        eq_event(RNIC_EV_CQ_ERR, cqn, RNIC_EV_CQ_ERR_WRITE);
         return;
     }
     c->pi++;
@@ -1605,6 +1658,102 @@ void Rnic::write_cqe(uint32_t cqn, struct rnic_cqe &e, bool solicited_event)
         cq_events_[cqn / 64] |= 1ull << (cqn % 64);
         raise(c->vector);
     }
+}
+
+// ---- the asynchronous event queue ----
+
+void Rnic::qp_event(uint32_t qpn, RcEvent ev, WcStatus why, uint8_t syndrome)
+{
+    switch (ev) {
+    case RcEvent::QpFatal:
+        return eq_event(RNIC_EV_QP_FATAL, qpn, wc_status(why));
+    case RcEvent::QpReqErr:
+        return eq_event(RNIC_EV_QP_REQ_ERR, qpn, syndrome);
+    case RcEvent::QpAccessErr:
+        return eq_event(RNIC_EV_QP_ACCESS_ERR, qpn, syndrome);
+    case RcEvent::CommEst:
+        return eq_event(RNIC_EV_COMM_EST, qpn, 0);
+    case RcEvent::None:
+        return;
+    }
+}
+
+// Write one event; a full ring drops it (the oldest are kept) and counts it.
+void Rnic::eq_event(uint8_t type, uint32_t element, uint32_t detail)
+{
+    if (!(eq_.ctrl & RNIC_EQ_CTRL_ENABLE)) return;
+    const uint8_t log2 = uint8_t((eq_.ctrl & RNIC_EQ_CTRL_DEPTH_MASK) >> RNIC_EQ_CTRL_DEPTH_SHIFT);
+    const uint32_t depth = 1u << log2;
+    const uint32_t seq = eq_.seq++;
+    if (eq_.pi - eq_.ci >= depth) {
+        ctr_.eq_overflows++;
+        if (!(eq_.status & RNIC_EQ_ST_OVERFLOW))
+            guest_error(
+                "event queue full (%u entries, consumer index %u): event %u for 0x%x dropped, "
+                "and the next ones until the driver consumes entries",
+                depth, eq_.ci, type, element);
+        eq_.status |= RNIC_EQ_ST_OVERFLOW;
+        return;
+    }
+    struct rnic_eqe e = {};
+    e.type = type;
+    e.element = element;
+    e.detail = detail;
+    e.seq = seq;
+    e.modeled_at_ns = host_.now_ns();
+    const uint8_t owner = uint8_t(((eq_.pi >> log2) & 1) ^ 1);
+    const uint64_t at = eq_.base + uint64_t(eq_.pi & (depth - 1)) * sizeof(e);
+    e.owner = uint8_t(owner ^ 1); // the entry, then the owner byte last
+    bool ok = dma(at, &e, sizeof(e), true);
+    e.owner = owner;
+    ok = ok && dma(at + offsetof(struct rnic_eqe, owner), &e.owner, 1, true);
+    if (!ok) {
+        ctr_.dma_errors++;
+        guest_error("event queue: write at 0x%llx failed: event %u for 0x%x lost", (unsigned long long)at,
+                    type, element);
+        return;
+    }
+    eq_.pi++;
+    ctr_.eq_events++;
+    if (eq_.armed) {
+        eq_.armed = false;
+        raise((eq_.ctrl & RNIC_EQ_CTRL_VECTOR_MASK) >> RNIC_EQ_CTRL_VECTOR_SHIFT);
+    }
+}
+
+void Rnic::eq_write_ctrl(uint32_t m)
+{
+    const bool was = eq_.ctrl & RNIC_EQ_CTRL_ENABLE, on = m & RNIC_EQ_CTRL_ENABLE;
+    if (was) {
+        if ((m ^ eq_.ctrl) & ~RNIC_EQ_CTRL_ENABLE)
+            guest_error("EQ_CTRL: depth and vector cannot change while the event queue is enabled: kept");
+        if (!on) {
+            eq_.ctrl &= ~RNIC_EQ_CTRL_ENABLE;
+            eq_.armed = false;
+        }
+        return;
+    }
+    eq_.ctrl = m & ~RNIC_EQ_CTRL_ENABLE;
+    if (!on) return;
+    const uint8_t log2 = uint8_t((m & RNIC_EQ_CTRL_DEPTH_MASK) >> RNIC_EQ_CTRL_DEPTH_SHIFT);
+    if (!valid_depth(log2) || !probe_ram(eq_.base, uint64_t(sizeof(struct rnic_eqe)) << log2)) {
+        eq_.status |= RNIC_EQ_ST_BAD_CONFIG;
+        guest_error("EQ_CTRL: enable refused: %s (ring 0x%llx, depth_log2 %u)",
+                    valid_depth(log2) ? "the ring is not in RAM" : "depth_log2 outside 1..12",
+                    (unsigned long long)eq_.base, log2);
+        return;
+    }
+    eq_.ctrl = m;
+    eq_.pi = eq_.ci = eq_.seq = 0;
+    eq_.armed = false;
+}
+
+void Rnic::set_link(bool up)
+{
+    std::lock_guard lk(mu_);
+    if (!cfg_.link || up == eq_.link_up) return;
+    eq_.link_up = up;
+    eq_event(up ? RNIC_EV_PORT_ACTIVE : RNIC_EV_PORT_ERR, RNIC_PORT_NUM, 0);
 }
 
 void Rnic::raise(unsigned v)
@@ -1691,7 +1840,7 @@ void Rnic::send_frame(const uint8_t *frame, size_t len)
 
 void Rnic::hold_frame(const uint8_t *frame, size_t len)
 {
-    if (held_bytes_ + len > kTxHoldMaxBytes) {
+    if (held_bytes_ + len > cfg_.tx_hold_max_bytes) {
         ctr_.link_tx_drops++; // RC retransmission recovers it
         return;
     }

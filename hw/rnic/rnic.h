@@ -97,6 +97,11 @@ constexpr uint32_t kCyclesPerPacket = 10;
 // what the device hands to the port.
 constexpr uint32_t kWireOverhead = 24;
 
+// Frames (bytes) the device holds while the link pushes back: READ responses and ACKs the
+// responder owes (the requester itself pauses instead). Beyond it frames are dropped and counted
+// in link_tx_drops; RC retransmission recovers them. RnicConfig::tx_hold_max_bytes (tests).
+constexpr size_t kTxHoldMaxBytes = 64u << 20;
+
 struct RnicConfig {
     RnicTiming timing;
     uint8_t mac[6] = {0x02, 0x52, 0x4b, 0, 0, 0};
@@ -109,6 +114,9 @@ struct RnicConfig {
     // The atomic unit's properties (the glue's amu-*; must pass amu_check_config, else the
     // defaults are used and a guest error says so). atomicity is always Global in the device.
     AmuConfig amu;
+    // Bytes of frames held while the link pushes back (kTxHoldMaxBytes; smaller in tests, to
+    // reach the limit quickly).
+    size_t tx_hold_max_bytes = kTxHoldMaxBytes;
 };
 
 // The fabric's addressing rule for a node (rkf_eth_node_mac/rkf_eth_node_ipv4, fabric_proto.h:
@@ -125,10 +133,18 @@ struct RnicCounters {
 // the device holds it and pauses), or dropped it (no link, a bad frame; counted).
 enum class LinkTx : uint8_t { Sent, Busy, Dropped };
 
-// Frames (bytes) the device holds while the link pushes back: READ responses and ACKs the
-// responder owes (the requester itself pauses instead). Beyond it frames are dropped and counted
-// in link_tx_drops; RC retransmission recovers them.
-constexpr size_t kTxHoldMaxBytes = 64u << 20;
+// The asynchronous event queue (RNIC_REG_EQ_*, docs/rnic.md "Async events"): its whole state,
+// in one struct so that migration can carry it (with link_up, the port state events report).
+struct RnicEq {
+    uint64_t base = 0;   // the ring's guest-physical address (EQ_BASE_LO/HI, 64-aligned)
+    uint32_t ctrl = 0;   // EQ_CTRL as accepted: ENABLE, DEPTH_LOG2, VECTOR
+    uint32_t pi = 0;     // events written since ENABLE (free-running)
+    uint32_t ci = 0;     // the driver's consumer index (EQ_CI)
+    uint32_t seq = 0;    // events generated since ENABLE, dropped ones included (rnic_eqe.seq)
+    uint32_t status = 0; // RNIC_EQ_ST_* (W1C)
+    bool armed = false;  // EQ_ARM: interrupt on the next event
+    bool link_up = true; // the port's state as last reported (STATUS.LINK_UP, PORT_* events)
+};
 
 // The architectural state (rnic_state.h): the fixed part and the record arrays.
 struct RnicSnapshot {
@@ -171,6 +187,9 @@ public:
     // The link has room again: send the held frames in order, then let the paused send queues
     // continue. Returns true while the link still pushes back (wait for room and call again).
     bool tx_resume();
+    // The fabric port's link went up or down (the glue watches the port): STATUS.LINK_UP and a
+    // PORT_ACTIVE / PORT_ERR async event on a change. Ignored without a link (RnicConfig::link).
+    void set_link(bool up);
 
     // Device reset: every object destroyed, registers and counters at reset values.
     void reset();
@@ -226,6 +245,7 @@ private:
     WcStatus recv_write(uint32_t qpn, uint64_t off, const uint8_t *src, uint32_t len) override;
     void flush_recv(uint32_t qpn) override;
     void complete(const Completion &c) override;
+    void qp_event(uint32_t qpn, RcEvent ev, WcStatus why, uint8_t syndrome) override;
 
     // registers and commands
     void guest_error(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -265,6 +285,8 @@ private:
     void qp_fail(Qp &q, const char *why);
     void after_engine();
     void raise(unsigned vector);
+    void eq_event(uint8_t type, uint32_t element, uint32_t detail);
+    void eq_write_ctrl(uint32_t merged);
     void update_irq();
     void arm_timer();
     void hold_frame(const uint8_t *frame, size_t len);
@@ -297,6 +319,7 @@ private:
     RnicCounters ctr_;
     uint64_t cnt_base_[RNIC_CNT_COUNT] = {}; // values at the last CNT_CLEAR
     bool irq_[RNIC_MSIX_VECTORS] = {};
+    RnicEq eq_;
 
     // verbs objects
     std::vector<Pd> pds_;

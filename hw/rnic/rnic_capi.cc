@@ -169,6 +169,10 @@ void rk_rnic_reset(RkRnic *r)
 {
     r->core->reset();
 }
+void rk_rnic_set_link(RkRnic *r, int up)
+{
+    r->core->set_link(up != 0);
+}
 int rk_rnic_irq_level(RkRnic *r, unsigned v)
 {
     return r->core->irq_level(v) ? 1 : 0;

@@ -72,6 +72,8 @@ void rk_rnic_poll(RkRnic *r);
  * Returns 1 while the link still pushes back (wait for room, then call again), 0 when drained. */
 int rk_rnic_tx_resume(RkRnic *r);
 void rk_rnic_reset(RkRnic *r);
+/* The fabric port's link state (STATUS.LINK_UP; a change is a PORT_ACTIVE / PORT_ERR async event). */
+void rk_rnic_set_link(RkRnic *r, int up);
 /* The level of interrupt line (MSI-X vector) `vector`. */
 int rk_rnic_irq_level(RkRnic *r, unsigned vector);
 

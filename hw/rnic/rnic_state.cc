@@ -133,6 +133,14 @@ RnicSnapshot Rnic::save()
     }
     std::memcpy(st.cnt_base, cnt_base_, sizeof(st.cnt_base));
     st.next_seq = next_seq_;
+    st.eq_base = eq_.base;
+    st.eq_ctrl = eq_.ctrl;
+    st.eq_pi = eq_.pi;
+    st.eq_ci = eq_.ci;
+    st.eq_seq = eq_.seq;
+    st.eq_status = eq_.status;
+    st.eq_armed = eq_.armed;
+    st.link_up = eq_.link_up;
 
     for (uint32_t i = 0; i < RNIC_MAX_MR; i++) {
         const Mr *m = mrs_[i].get();
@@ -235,6 +243,7 @@ RnicSnapshot Rnic::save()
         r.in_msg = e->in_msg;
         r.wqe_held = e->wqe_held;
         r.ack_owed = e->ack_owed;
+        r.comm_est = e->comm_est;
         s.qp.push_back(r);
 
         auto wr_rec = [&](uint64_t seq, const Qp::Wr &w, bool bad) {
@@ -331,6 +340,23 @@ bool Rnic::check_state(const RnicSnapshot &s, std::string *why)
     for (uint32_t i = 0; i < RNIC_CNT_COUNT; i++)
         if (st.cnt_base[i] > st.counters[i]) return fail(why, "counter %u below its clear base", i);
     if (st.next_seq == 0) return fail(why, "next WR sequence number 0");
+    // the event queue: as its registers accept it (an enabled ring passed the ENABLE checks)
+    if ((st.eq_ctrl & ~RNIC_EQ_CTRL_WRITABLE) || (st.eq_status & ~RNIC_EQ_ST_W1C) || (st.eq_base & 63) ||
+        !bool_ok(st.eq_armed) || !bool_ok(st.link_up) || !zeros(st.reserved_eq, sizeof(st.reserved_eq)))
+        return fail(why, "event queue: reserved bits (CTRL 0x%x, STATUS 0x%x, base 0x%llx)", st.eq_ctrl,
+                    st.eq_status, (unsigned long long)st.eq_base);
+    if (st.eq_ctrl & RNIC_EQ_CTRL_ENABLE) {
+        const unsigned log2 = (st.eq_ctrl & RNIC_EQ_CTRL_DEPTH_MASK) >> RNIC_EQ_CTRL_DEPTH_SHIFT;
+        if (log2 < RNIC_DEPTH_LOG2_MIN || log2 > RNIC_DEPTH_LOG2_MAX ||
+            !probe_ram(st.eq_base, uint64_t(sizeof(struct rnic_eqe)) << log2))
+            return fail(why, "event queue: depth 2^%u or ring 0x%llx outside RAM", log2,
+                        (unsigned long long)st.eq_base);
+        if (st.eq_pi - st.eq_ci > (1u << log2))
+            return fail(why, "event queue: indices %u/%u", st.eq_pi, st.eq_ci);
+    } else if (st.eq_armed) {
+        return fail(why, "event queue: armed while disabled");
+    }
+    if (!cfg_.link && !st.link_up) return fail(why, "link down on a device without a link");
     auto pd_ok = [&](uint32_t pdn) {
         return pdn >= 1 && pdn <= RNIC_MAX_PD && (st.pd_valid[(pdn - 1) / 64] >> ((pdn - 1) % 64) & 1);
     };
@@ -424,7 +450,7 @@ bool Rnic::check_state(const RnicSnapshot &s, std::string *why)
             if (!cfg_.peer_addr(q.dest_node, mac, &ip)) return fail(why, "QP %u: node %u", i, q.dest_node);
         }
         if (!bool_ok(q.bad_held) || !bool_ok(q.rwqe_valid) || !bool_ok(q.recovering) ||
-            !bool_ok(q.nak_sent) || !bool_ok(q.wqe_held) || !bool_ok(q.ack_owed))
+            !bool_ok(q.nak_sent) || !bool_ok(q.wqe_held) || !bool_ok(q.ack_owed) || !bool_ok(q.comm_est))
             return fail(why, "QP %u: a flag is neither 0 nor 1", i);
         if (q.bad_lerr > RNIC_LERR_LENGTH || q.rlerr > RNIC_LERR_LENGTH)
             return fail(why, "QP %u: local error", i);
@@ -553,6 +579,14 @@ bool Rnic::load(const RnicSnapshot &s, std::string *why)
     amu_base_ = ctr_; // the unit's own counters restart at zero (amu_sync adds them)
     std::memcpy(cnt_base_, st.cnt_base, sizeof(cnt_base_));
     next_seq_ = st.next_seq;
+    eq_.base = st.eq_base;
+    eq_.ctrl = st.eq_ctrl;
+    eq_.pi = st.eq_pi;
+    eq_.ci = st.eq_ci;
+    eq_.seq = st.eq_seq;
+    eq_.status = st.eq_status;
+    eq_.armed = st.eq_armed;
+    eq_.link_up = st.link_up;
 
     size_t page_at = 0;
     for (const rk_rnic_mr_state &r : s.mr) {
@@ -649,6 +683,7 @@ bool Rnic::load(const RnicSnapshot &s, std::string *why)
         e.wr_len = r.wr_len;
         e.wqe_held = r.wqe_held;
         e.ack_owed = r.ack_owed;
+        e.comm_est = r.comm_est;
         e.ack_psn = r.ack_psn;
         e.ack_requests = r.ack_requests;
         e.res.assign(r.n_res, Resource{});

@@ -28,7 +28,7 @@ extern "C" {
 /* Bump with every change of a struct below (and the glue's VMState version with it). */
 #define RK_RNIC_STATE_VERSION  1u
 /* The counters this version saves; rnic_state.cc asserts it equals RNIC_CNT_COUNT. */
-#define RK_RNIC_STATE_COUNTERS 77u
+#define RK_RNIC_STATE_COUNTERS 80u
 
 /* The fixed part. */
 struct rk_rnic_state {
@@ -49,6 +49,10 @@ struct rk_rnic_state {
     /* the record counts (the glue checks them against the bounds before allocating) */
     uint32_t n_mr, n_pages, n_cq, n_qp, n_wr, n_sqe, n_res;
     uint32_t reserved;
+    /* the async event queue (RNIC_REG_EQ_*) and the port state its events report */
+    uint64_t eq_base;
+    uint32_t eq_ctrl, eq_pi, eq_ci, eq_seq, eq_status;
+    uint8_t eq_armed, link_up, reserved_eq[2];
 };
 
 /* A memory region (n_pages entries of the page array, in MR record order; 0 for a physical MR). */
@@ -88,7 +92,7 @@ struct rk_rnic_qp_state {
     /* engine: responder */
     uint32_t epsn, msn, wr_rkey, wr_len, ack_psn, ack_requests, res_next, n_res;
     uint64_t msg_off, wr_va;
-    uint8_t nak_sent, in_msg, wqe_held, ack_owed, reserved4[4];
+    uint8_t nak_sent, in_msg, wqe_held, ack_owed, comm_est, reserved4[3];
 };
 
 /* A send WR the device fetched and has not completed (bad = 1: the QP's held failed WQE). */

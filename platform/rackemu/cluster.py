@@ -281,6 +281,9 @@ class Node:
         self.started_at: float | None = None   # wall clock (time.time) of the QEMU start
         self._t0: float | None = None           # monotonic time of the QEMU start
         self.snapshot: str | None = None        # the snapshot this QEMU started from, if any
+        # monotonic times of this QEMU's start-up steps (spawned, agent; a snapshot boot adds
+        # ram, qmp, incoming, loaded, resumed, refreshed): bench/snapshot_boot.py's breakdown
+        self.phases: dict[str, float] = {}
 
     def __repr__(self) -> str:
         return f"<Node {self.id} {self.state} pid={self.pid}>"
@@ -841,9 +844,10 @@ class Cluster:
             time.sleep(0.05)
         self.log(f"bridge ready (pid {self.bridge.pid}, control socket {self.run_dir / 'bridge.ctl'})")
 
-    def start_node(self, i: int, extra_args: Iterable[str] = ()) -> Node:
+    def start_node(self, i: int, extra_args: Iterable[str] = (), keep_ram: bool = False) -> Node:
         """Start (or restart) node i's QEMU; does not wait for the guest. `extra_args` go after
-        the node's usual command line (a restore adds `-incoming ...`)."""
+        the node's usual command line (a restore adds `-incoming ...`). keep_ram: the node's RAM
+        file was made for this QEMU (a restore copied the snapshot's RAM image into it), keep it."""
         n = self.node(i)
         if n.alive():
             raise ClusterError(f"node {i} is already running (pid {n.pid})")
@@ -854,8 +858,12 @@ class Cluster:
                 pass
         self._prepare_ram_dir()
         # A fresh file: QEMU would otherwise map the previous incarnation's memory as is.
-        self.ram_path(i).unlink(missing_ok=True)
+        if not keep_ram:
+            self.ram_path(i).unlink(missing_ok=True)
+        n.phases = {k: v for k, v in n.phases.items() if k.startswith("ram")} if keep_ram else {}
+        n.phases["spawn"] = time.monotonic()
         n.proc = self._spawn(self.node_argv(i) + list(extra_args), n.log_path)
+        n.phases["spawned"] = time.monotonic()
         n.state = "starting"
         n.snapshot = None
         n.boot_seconds = None
@@ -885,6 +893,7 @@ class Cluster:
                         return
                     remaining = deadline - time.monotonic()
                     if n.ping(timeout=max(0.5, min(10.0, remaining))):
+                        n.phases.setdefault("agent", time.monotonic())
                         with lock:
                             done[n.id] = time.monotonic() - start
                         return

@@ -174,3 +174,19 @@ def read_phys(qmp: Qmp, addr: int, count: int = 1, width: int = 8) -> list[int]:
     if len(words) != count:
         raise QmpError(f"xp /{count}{unit}x {addr:#x} answered {text!r}")
     return words
+
+
+IRQ_PATHS = ("irq-direct", "irq-vcpu", "irq-bh")
+
+
+def irq_counters(qmp: Qmp, dev_type: str) -> dict[str, int]:
+    """How a rackemu device (QOM type `dev_type`, e.g. "rackemu-vmbox"; one per node) set its
+    interrupt levels so far (docs/machine.md, "Threads and locking"): {"irq-direct": at once
+    under the big lock, "irq-vcpu": by work queued on the vCPU from another thread, "irq-bh": by
+    the main loop's bottom half}. The machine creates its devices unnamed, so the device is found
+    by type under /machine/unattached; QmpError if the node has none."""
+    for child in qmp.execute("qom-list", path="/machine/unattached"):
+        if child.get("type") == f"child<{dev_type}>":
+            path = f"/machine/unattached/{child['name']}"
+            return {p: int(qmp.execute("qom-get", path=path, property=p)) for p in IRQ_PATHS}
+    raise QmpError(f"{qmp.path}: no {dev_type} device under /machine/unattached")

@@ -8,8 +8,13 @@ own paths (run dir, guest-RAM dir, name) taken out, which carries the machine, n
 count, CPU, vCPUs, memory, kernel command line and qemu_args. Any change gives another KEY: that
 is the invalidation.
 
-A node with a usable entry (nodeI.snap + nodeI.snap.meta.json, written by snapshot.py) starts
-on its usual command line plus `-incoming "exec:cat nodeI.snap"`; the launcher resumes its vCPUs,
+A node with a usable entry (nodeI.snap, nodeI.snap.ram and nodeI.snap.meta.json, written by
+snapshot.py: the device state and the guest RAM image) gets its RAM file created from the image
+(snapshot.start_ram_file: a reflink, or a file of the RAM's size whose data a pool of threads
+copies in the kernel meanwhile: finish_ram_file), starts at once on its usual command line plus
+`-incoming defer` and, once its copy is done, loads nodeI.snap with `migrate-incoming`
+(x-ignore-shared: the RAM is not in the stream; _Loader, one thread per node); the launcher
+resumes its vCPUs,
 waits for its agent, then sets the guest's clock to the host's and stirs host randomness into
 the guest's /dev/urandom (a snapshot's guest would otherwise live at the instant of the save,
 with the entropy pool every other boot from that entry had). A node without one boots as
@@ -30,22 +35,23 @@ import fcntl
 import hashlib
 import json
 import os
-import shlex
 import shutil
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .cluster import ClusterError, _os_error_text, _write_atomic, prepare_private_dir
 from .config import cache_dir
 from .snapshot import (LOAD_TIMEOUT, SnapshotError, _load_and_resume, artefact_sha256, check_restorable,
-                       meta_path, save_node_locked)
+                       finish_ram_file, meta_path, ram_image_path, save_node_locked, start_ram_file)
 
 if TYPE_CHECKING:
     from .cluster import Cluster, Node
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2           # 1: RAM in the stream; 2: RAM in nodeI.snap.ram (snapshot format 2)
+RAM_WORKERS = 2            # threads making RAM files from images while QEMUs start
 AGENT_TIMEOUT = 30.0       # a restored guest's agent answers within ~1 s; then it is broken
 DEFAULT_CACHE_MIB = 8192
 KEY_FILE = "key.json"
@@ -111,8 +117,8 @@ def cache_key(material: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- one entry
 
 class Entry:
-    """CACHE_ROOT/KEY: nodeI.snap and nodeI.snap.meta.json per node, key.json, last-used,
-    .lock."""
+    """CACHE_ROOT/KEY: nodeI.snap, nodeI.snap.ram and nodeI.snap.meta.json per node, key.json,
+    last-used, .lock."""
 
     def __init__(self, root: Path, key: str, material: dict[str, Any]):
         self.dir = root / key
@@ -166,17 +172,15 @@ class Entry:
 
     def check(self, cluster: "Cluster", i: int) -> None:
         """SnapshotError unless node i's snapshot may be loaded into `cluster`: its metadata
-        fits (node, shape, build), and the file is the one written (the device, inode, size and
-        mtime recorded after the save), else its size and SHA-256 match the metadata."""
+        fits (node, shape, build), and the stream and RAM image are the ones written (the device,
+        inode, size and mtime of both recorded after the save), else their sizes and checksums
+        match the metadata."""
         path = self.snap(i)
         meta = check_restorable(cluster, i, path, verify=False)
-        try:
-            st = path.stat()
-        except OSError as e:
-            raise SnapshotError(f"cannot read {path}: {e.strerror or e}") from None
-        if meta.get("cache_stat") != _stat_of(st):
+        stat = _stats_of(path)
+        if meta.get("cache_stat") != stat:
             check_restorable(cluster, i, path, verify=True)
-            meta["cache_stat"] = _stat_of(st)    # verified: trust this version from now on
+            meta["cache_stat"] = stat    # verified: trust this version from now on
             try:
                 _write_atomic(meta_path(path), json.dumps(meta, indent=2) + "\n")
             except OSError:
@@ -186,11 +190,11 @@ class Entry:
         """Record the stat of node i's freshly written snapshot in its metadata (check)."""
         path = self.snap(i)
         meta = json.loads(meta_path(path).read_text())
-        meta["cache_stat"] = _stat_of(path.stat())
+        meta["cache_stat"] = _stats_of(path)
         _write_atomic(meta_path(path), json.dumps(meta, indent=2) + "\n")
 
     def drop(self, i: int) -> None:
-        for p in (self.snap(i), meta_path(self.snap(i))):
+        for p in (self.snap(i), ram_image_path(self.snap(i)), meta_path(self.snap(i))):
             p.unlink(missing_ok=True)
 
 
@@ -234,11 +238,23 @@ def start_nodes(cluster: "Cluster", mode: str) -> None:
     for i in cold:
         cluster.start_node(i)
     if entry is not None and load:
-        for i in load:
-            n = cluster.start_node(i, extra_args=["-incoming",
-                                                  f"exec:cat {shlex.quote(str(entry.snap(i)))}"])
-            n.snapshot = str(entry.snap(i))
-        failed = _resume_loaded(cluster, [cluster.node(i) for i in load])
+        failed_ram: dict[int, str] = {}
+        loader = _Loader(cluster, {i: entry.snap(i) for i in load})
+        with ThreadPoolExecutor(RAM_WORKERS, thread_name_prefix="rackemu-ram") as pool:
+            for i in load:
+                try:
+                    how = start_ram_file(cluster, i, entry.snap(i))
+                except ClusterError as e:
+                    failed_ram[i] = _first_line(e)
+                    continue
+                # QEMUs are started by this thread (a QEMU dies with the thread that forked it),
+                # at once; the pool copies their RAM meanwhile, and each load waits for its copy
+                n = cluster.start_node(i, extra_args=["-incoming", "defer"], keep_ram=True)
+                n.snapshot = str(entry.snap(i))
+                loader.start(n, None if how == "reflink" else
+                             pool.submit(finish_ram_file, cluster, i, entry.snap(i)))
+            failed = loader.finish()
+        failed.update(failed_ram)
         for i, why in sorted(failed.items()):
             log(f"node {i}: cached snapshot {entry.snap(i)} failed: {why}\n"
                 f"node {i}: deleting it and booting the node afresh")
@@ -263,52 +279,78 @@ def start_nodes(cluster: "Cluster", mode: str) -> None:
             entry.close()
 
 
-def _resume_loaded(cluster: "Cluster", nodes: list["Node"]) -> dict[int, str]:
-    """Resume the nodes loading snapshots, wait for their agents, refresh their clocks and
-    entropy. Returns {node: why} for the nodes that failed (their QEMU is stopped)."""
-    failed: dict[int, str] = {}
-    lock = threading.Lock()
+class _Loader:
+    """Brings up the nodes that start from snapshots, each on its own thread begun as soon as its
+    QEMU is started (start), while the launcher makes the other nodes' RAM files and starts their
+    QEMUs: load the device state and resume the vCPUs (snapshot._load_and_resume), wait for the
+    guest agent, set the guest's clock and entropy (_refresh_guest). finish() waits for all and
+    returns {node: why} for those that failed (their QEMU is stopped)."""
 
-    def resume(n: "Node") -> None:
-        try:
-            _load_and_resume(cluster, n, LOAD_TIMEOUT)
-        except ClusterError as e:    # QEMU's own words, without the restore command's advice
-            text = str(e).split("\nthe node is stopped")[0]
-            with lock:
-                failed[n.id] = text
+    def __init__(self, cluster: "Cluster", snaps: dict[int, Path]):
+        self.cluster, self.snaps = cluster, snaps
+        self.failed: dict[int, str] = {}
+        self.jobs: list[tuple["Node", threading.Thread]] = []
+        self.lock = threading.Lock()
 
-    threads = [threading.Thread(target=resume, args=(n,), daemon=True,
-                                name=f"rackemu-resume-node{n.id}") for n in nodes]
-    for t in threads:
+    def start(self, n: "Node", ram: Future | None) -> None:
+        """Bring node n up once `ram` (its RAM file's copy, if one is still running) is done."""
+        t = threading.Thread(target=self._run, args=(n, ram), daemon=True,
+                             name=f"rackemu-resume-node{n.id}")
         t.start()
-    for t in threads:
-        t.join()
-    waiting = [n for n in nodes if n.id not in failed]
-    deadline = time.monotonic() + min(AGENT_TIMEOUT, cluster.config.boot_timeout)
-    while waiting:
+        self.jobs.append((n, t))
+
+    def _run(self, n: "Node", ram: Future | None) -> None:
         try:
-            cluster.wait_agents(waiting, timeout=max(1.0, deadline - time.monotonic()))
-            break
-        except ClusterError as e:
-            dead = [n for n in waiting if not n.alive()]
-            gone = dead or [n for n in waiting if n.state != "running"]
-            for n in gone:
-                failed[n.id] = (f"its QEMU {n.proc.exit_status() if n.proc else 'is gone'} after "
-                                f"the load" if n in dead else
-                                f"its guest agent did not answer within {AGENT_TIMEOUT:.0f} s of "
-                                f"the load") + f" ({_first_line(e)})"
-            waiting = [n for n in waiting if n not in gone]
-    for n in [cluster.node(i) for i in failed]:
-        cluster._stop_node(n)
-        n.snapshot = None
-    ok = [n for n in nodes if n.id not in failed]
-    jobs = [(n, threading.Thread(target=_refresh_guest, args=(cluster, n), daemon=True))
-            for n in ok]
-    for _, t in jobs:
-        t.start()
-    for _, t in jobs:
-        t.join()
-    return failed
+            if ram is not None:
+                ram.result()
+            _load_and_resume(self.cluster, n, LOAD_TIMEOUT, self.snaps[n.id])
+        except (ClusterError, OSError) as e:    # QEMU's own words, without the restore advice
+            with self.lock:
+                self.failed[n.id] = str(e).split("\nthe node is stopped")[0]
+            return
+        # a restored guest's agent answers at once (it was answering when saved); one that does
+        # not is left to finish(), whose wait_agents says why
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and n.alive():
+            try:
+                if n.ping(timeout=max(0.5, deadline - time.monotonic())):
+                    n.phases["agent"] = time.monotonic()
+                    _refresh_guest(self.cluster, n)
+                    return
+            except Exception:    # the agent client's errors: finish() reports them
+                return
+            time.sleep(0.05)
+
+    def finish(self) -> dict[int, str]:
+        cluster, failed = self.cluster, self.failed
+        for _, t in self.jobs:
+            t.join()
+        nodes = [n for n, _ in self.jobs]
+        waiting = [n for n in nodes if n.id not in failed]
+        deadline = time.monotonic() + min(AGENT_TIMEOUT, cluster.config.boot_timeout)
+        while waiting:      # the state bookkeeping for all; waits only for a slow agent
+            try:
+                cluster.wait_agents(waiting, timeout=max(1.0, deadline - time.monotonic()))
+                break
+            except ClusterError as e:
+                dead = [n for n in waiting if not n.alive()]
+                gone = dead or [n for n in waiting if n.state != "running"]
+                for n in gone:
+                    failed[n.id] = (f"its QEMU {n.proc.exit_status() if n.proc else 'is gone'} after "
+                                    f"the load" if n in dead else
+                                    f"its guest agent did not answer within {AGENT_TIMEOUT:.0f} s of "
+                                    f"the load") + f" ({_first_line(e)})"
+                waiting = [n for n in waiting if n not in gone]
+        for n in [cluster.node(i) for i in failed if i in {m.id for m in nodes}]:
+            cluster._stop_node(n)
+            n.snapshot = None
+        late = [threading.Thread(target=_refresh_guest, args=(cluster, n), daemon=True)
+                for n in nodes if n.id not in failed and "refreshed" not in n.phases]
+        for t in late:
+            t.start()
+        for t in late:
+            t.join()
+        return failed
 
 
 def _refresh_guest(cluster: "Cluster", n: "Node") -> None:
@@ -320,6 +362,7 @@ def _refresh_guest(cluster: "Cluster", n: "Node") -> None:
     why = ""
     try:
         n._with_agent("clock", lambda a: a.set_clock(time.time_ns(), os.urandom(256)))
+        n.phases["refreshed"] = time.monotonic()
         return
     except ClusterError as e:
         why = str(e)
@@ -426,6 +469,17 @@ def prune(keep: Path | None = None, limit: int | None = None, log: Any = None) -
 
 def _stat_of(st: os.stat_result) -> list[int]:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _stats_of(path: Path) -> list[int]:
+    """_stat_of the stream `path` and of its RAM image, one list."""
+    out: list[int] = []
+    for p in (path, ram_image_path(path)):
+        try:
+            out += _stat_of(p.stat())
+        except OSError as e:
+            raise SnapshotError(f"cannot read {p}: {e.strerror or e}") from None
+    return out
 
 
 def _ids(ids: list[int]) -> str:

@@ -1,18 +1,28 @@
 """Save one node of a running cluster to a file and restore it (docs/launcher.md, "Save and
 restore").
 
-A snapshot is QEMU's own migration stream, written by `migrate` to `exec:cat > FILE` (QEMU 7.2
-has no `file:` transport) while the node's vCPUs are stopped, and read back by a new QEMU
-started with the node's usual command line plus `-incoming exec:cat FILE`. It holds the whole
-node: guest RAM (the stream carries it: the node's RAM file in shm_dir is not kept, so a
-snapshot stays valid after the node has run on, restarted, or the cluster was stopped),
-vCPUs, the GIC, virtio (the guest agent's port) and every rackemu device's VMState.
+A snapshot (format 2) is two files. FILE is QEMU's own migration stream, written by `migrate`
+to `exec:cat > FILE` (QEMU 7.2 has no `file:` transport) while the node's vCPUs are stopped,
+with the `x-ignore-shared` capability: it holds the vCPUs, the GIC, virtio (the guest agent's
+port), every rackemu device's VMState and the small non-shared RAM blocks, but not the guest
+RAM, which is a shared file (memory-backend-file,share=on). FILE.ram is a copy of the guest RAM
+made by the launcher while the vCPUs are still stopped (ramimage.py: sparse, zero blocks left
+as holes), so a snapshot stays valid after the node has run on, restarted, or the cluster was
+stopped. A restore makes the new node's RAM file from FILE.ram before its QEMU starts (a reflink
+or an in-kernel copy of the data extents), starts QEMU with `-incoming defer`, enables
+`x-ignore-shared` and then loads FILE with `migrate-incoming exec:cat FILE`. QEMU accepts the
+RAM block as it finds it when the block's name, size and guest-physical address match the
+stream's (migration/ram.c, RAM_SAVE_FLAG_MEM_SIZE: same command line), and refuses a stream saved
+with the capability into a QEMU without it (savevm.c, "configuration" capabilities) and pages of
+a block it ignores (a format-1 stream, which carried the RAM).
 
 Beside FILE the launcher writes FILE.meta.json: the node and cluster shape, the SHA-256 of the
-QEMU binary, the kernel and the initramfs, and the size and SHA-256 of FILE. A restore refuses
-a snapshot of another node, another cluster shape or another build, and (unless verify=False)
-a file whose size or checksum changed; QEMU itself refuses a stream it cannot load (exit status 1,
-`load of migration failed`), which the launcher reports with QEMU's words.
+QEMU binary, the kernel and the initramfs, the size and SHA-256 of FILE, and the RAM image's
+size, data bytes and digest (ramimage.py). A restore refuses a snapshot of another node,
+another cluster shape or another build, one of format 1 (the RAM in the stream: save the node
+again), and (unless verify=False) a stream or RAM image whose size or checksum changed; QEMU
+itself refuses a stream it cannot load (exit status 1, `load of migration failed`), which the
+launcher reports with QEMU's words.
 
 The fabric: the restored QEMU joins the bridge under the same node id. The bridge accepts a
 node id again once it has seen the previous connection close (docs/fabric.md, "Handshake"),
@@ -38,12 +48,17 @@ from . import __version__
 from .cluster import KILL_WAIT, ClusterError, _no_interrupts, _os_error_text, _write_atomic
 from .config import cache_dir
 from .qmp import Qmp, QmpCommandError, QmpError
+from .ramimage import ImageError, finish_clone, image_digest, start_clone, write_image
 
 if TYPE_CHECKING:
     from .cluster import Cluster, Node
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2       # 1: guest RAM in the stream; 2: guest RAM in FILE.ram (module doc)
 META_SUFFIX = ".meta.json"
+RAM_SUFFIX = ".ram"
+# QEMU capability that leaves shared RAM blocks (the node's RAM file) out of the stream
+IGNORE_SHARED = [{"capability": "x-ignore-shared", "state": True}]
+RAM_BACKEND = "ram"        # the node's RAM backend's id (Cluster.node_argv)
 SAVE_TIMEOUT = 300.0     # seconds for QEMU to write the stream
 LOAD_TIMEOUT = 300.0     # seconds for a new QEMU to read it
 # Keys of the metadata that must match the cluster a snapshot is restored into.
@@ -60,6 +75,11 @@ class SnapshotError(ClusterError):
 
 def meta_path(path: str | os.PathLike) -> Path:
     return Path(str(path) + META_SUFFIX)
+
+
+def ram_image_path(path: str | os.PathLike) -> Path:
+    """Where snapshot `path` keeps the guest RAM (format 2)."""
+    return Path(str(path) + RAM_SUFFIX)
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -178,12 +198,18 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
         raise SnapshotError(f"cannot read the snapshot metadata {mp}: {e}") from None
     if not isinstance(meta, dict) or meta.get("format") != SNAPSHOT_FORMAT:
         got = meta.get("format") if isinstance(meta, dict) else None
+        why = (": it was saved by an earlier rackemu with the guest RAM in the stream; this one "
+               "keeps the RAM in FILE.ram. Save the node again" if got == 1 else "")
         raise SnapshotError(f"{mp} has snapshot format {got!r}; this rackemu reads format "
-                            f"{SNAPSHOT_FORMAT}")
+                            f"{SNAPSHOT_FORMAT}{why}")
     # kernel_cmdline joined the metadata later: an older file lacks it and is refused by
     # compatibility_problems as made for another command line, not as foreign
-    missing = [k for k in (*SHAPE_KEYS, *BUILD_KEYS, "size", "sha256")
+    missing = [k for k in (*SHAPE_KEYS, *BUILD_KEYS, "size", "sha256", "ram")
                if k not in meta and k != "kernel_cmdline"]
+    ram = meta.get("ram")
+    if not missing and not (isinstance(ram, dict) and isinstance(ram.get("size"), int)
+                            and isinstance(ram.get("sha256"), str)):
+        missing = ["ram.size", "ram.sha256"]
     if missing:
         raise SnapshotError(f"{mp} lacks {', '.join(missing)}: not a rackemu snapshot's metadata")
     return meta
@@ -264,23 +290,42 @@ def save_node_locked(cluster: "Cluster", i: int, path: Path, stop: bool = False,
                     except ClusterError:
                         pass
             raise
+        tmp_ram = ram_image_path(tmp)
+        try:
+            # the vCPUs are still stopped: the RAM file holds what the stream's devices saw
+            ram = write_image(cluster.ram_path(i), cluster.config.memory_mib << 20, tmp_ram)
+        except BaseException as e:
+            with _no_interrupts():
+                tmp.unlink(missing_ok=True)
+                tmp_ram.unlink(missing_ok=True)
+                if was == "running":
+                    try:
+                        qmp.execute("cont")
+                    except ClusterError:
+                        pass
+            if isinstance(e, ImageError):
+                raise SnapshotError(f"node {i} cannot be saved: {e}") from None
+            raise
         size = tmp.stat().st_size
         meta = {"format": SNAPSHOT_FORMAT, "rackemu": __version__, "created": time.time(),
                 "cluster": cluster.config.name, "run_dir": str(cluster.run_dir),
-                **ident, "size": size, "sha256": file_sha256(tmp),
+                **ident, "size": size, "sha256": file_sha256(tmp), "ram": ram,
                 "save_seconds": round(time.monotonic() - t0, 2)}
         try:
             _write_atomic(meta_path(path), json.dumps(meta, indent=2) + "\n")
+            os.replace(tmp_ram, ram_image_path(path))
             os.replace(tmp, path)
         except OSError as e:
             tmp.unlink(missing_ok=True)
+            tmp_ram.unlink(missing_ok=True)
             raise SnapshotError(f"cannot write {path}: {_os_error_text(e, path.parent)}") from None
         if stop:
             qmp.close()
         elif was == "running":
             qmp.execute("cont")
-    cluster.log(f"node {i}: saved {size / 1048576:.1f} MiB in {time.monotonic() - t0:.1f} s "
-                f"({path}, metadata {meta_path(path).name})")
+    cluster.log(f"node {i}: saved {size / 1048576:.1f} MiB of device state and "
+                f"{ram['data_bytes'] / 1048576:.1f} MiB of RAM in {time.monotonic() - t0:.1f} s "
+                f"({path}, {ram_image_path(path).name}, metadata {meta_path(path).name})")
     if stop:
         cluster._stop_node(n)
         cluster.log(f"node {i}: QEMU stopped; restore it with `rackemu node restore {i} "
@@ -292,7 +337,17 @@ def _migrate_out(qmp: Qmp, i: int, tmp: Path, timeout: float) -> None:
     # Everything in one pass: the vCPUs are stopped, so no downtime to bound; QEMU 7.2's
     # default bandwidth cap (32 MiB/s) would only slow the write down.
     qmp.execute("migrate-set-parameters", **{"max-bandwidth": 1 << 40, "downtime-limit": 600000})
+    # x-ignore-shared leaves every shared memory backend out of the stream, and the launcher
+    # copies only the node's RAM ("ram"): another shared backend (qemu_args) would be lost
+    others = [str(m.get("id", "?")) for m in qmp.execute("query-memdev")
+              if m.get("share") and m.get("id") != RAM_BACKEND]
+    if others:
+        raise SnapshotError(f"node {i} cannot be saved: memory backend(s) {', '.join(others)} are "
+                            f"shared (share=on); a snapshot keeps only the node's RAM "
+                            f"({RAM_BACKEND!r}) out of QEMU's stream and would lose their contents. "
+                            f"Give them share=off in qemu_args to save the node")
     try:
+        qmp.execute("migrate-set-capabilities", capabilities=IGNORE_SHARED)
         qmp.execute("migrate", uri=f"exec:cat > {shlex.quote(str(tmp))}")
     except QmpCommandError as e:
         hint = (" (a device of this build cannot be migrated yet: its VMState is marked "
@@ -335,6 +390,19 @@ def check_restorable(cluster: "Cluster", i: int, path: str | os.PathLike,
                             f"{cluster.config.name!r}: it was saved from another configuration "
                             f"or build:\n" + "\n".join(f"  {p}" for p in problems) +
                             "\nrestore it into a cluster started with the same build and shape")
+    image = ram_image_path(path)
+    try:
+        isize = image.stat().st_size
+    except OSError as e:
+        raise SnapshotError(f"{path} has no RAM image {image.name} beside it ({e.strerror}): copy "
+                            f"it with the snapshot, or save the node again") from None
+    ram_bytes = cluster.config.memory_mib << 20
+    if meta["ram"]["size"] != ram_bytes:
+        raise SnapshotError(f"{meta_path(path)} records {meta['ram']['size']} bytes of guest RAM, "
+                            f"node {i} has {ram_bytes}: the metadata was changed")
+    if isize != ram_bytes:
+        raise SnapshotError(f"the RAM image {image} is {isize} bytes, the node's RAM {ram_bytes}: "
+                            f"the image is truncated or was changed after it was saved")
     if not verify:
         return meta
     size = path.stat().st_size
@@ -345,7 +413,49 @@ def check_restorable(cluster: "Cluster", i: int, path: str | os.PathLike,
         raise SnapshotError(f"{path} does not match the checksum recorded when it was saved: it "
                             f"is corrupt or was changed (pass --no-verify to let QEMU try it "
                             f"anyway)")
+    try:
+        digest, _ = image_digest(image, ram_bytes)
+    except ImageError as e:
+        raise SnapshotError(str(e)) from None
+    if digest != meta["ram"]["sha256"]:
+        raise SnapshotError(f"the RAM image {image} does not match the checksum recorded when it "
+                            f"was saved: it is corrupt or was changed (pass --no-verify to load "
+                            f"it anyway)")
     return meta
+
+
+def make_ram_file(cluster: "Cluster", i: int, path: str | os.PathLike) -> str:
+    """Node i's RAM file made afresh from snapshot `path`'s RAM image (before its QEMU starts);
+    the method used (ramimage.clone_image). SnapshotError says why it could not be made."""
+    how = start_ram_file(cluster, i, path)
+    return how if how == "reflink" else finish_ram_file(cluster, i, path)
+
+
+def start_ram_file(cluster: "Cluster", i: int, path: str | os.PathLike) -> str:
+    """The cheap half of make_ram_file (ramimage.start_clone): "reflink" (done) or "copy" (the
+    file has the RAM's size and no data yet: finish_ram_file copies it; the node's QEMU may be
+    started meanwhile with `-incoming defer`, and the load must wait for the copy)."""
+    n = cluster.node(i)
+    n.phases = {"ram_start": time.monotonic()}
+    dst = cluster.ram_path(i)
+    dst.unlink(missing_ok=True)
+    try:
+        how = start_clone(ram_image_path(path), dst, cluster.config.memory_mib << 20)
+    except ImageError as e:
+        raise SnapshotError(f"node {i}: {e}") from None
+    if how == "reflink":
+        n.phases["ram"] = time.monotonic()
+    return how
+
+
+def finish_ram_file(cluster: "Cluster", i: int, path: str | os.PathLike) -> str:
+    """The copy after start_ram_file "copy" (ramimage.finish_clone); the method used."""
+    try:
+        how = finish_clone(ram_image_path(path), cluster.ram_path(i), cluster.config.memory_mib << 20)
+    except ImageError as e:
+        raise SnapshotError(f"node {i}: {e}") from None
+    cluster.node(i).phases["ram"] = time.monotonic()
+    return how
 
 
 def restore_node(cluster: "Cluster", i: int, path: str | os.PathLike, verify: bool = True,
@@ -371,11 +481,12 @@ def restore_node(cluster: "Cluster", i: int, path: str | os.PathLike, verify: bo
             cluster.log(f"node {i}: stopping the running QEMU (pid {n.pid}); its state is replaced")
         cluster._clear_node_for_rejoin(n)
         cluster._check_ram_space([n])
-        cluster.start_node(i, extra_args=["-incoming", f"exec:cat {shlex.quote(str(path))}"])
+        how = make_ram_file(cluster, i, path)
+        cluster.start_node(i, extra_args=["-incoming", "defer"], keep_ram=True)
         n.snapshot = str(path)
         try:
-            cluster.log(f"node {i}: loading {path}")
-            _load_and_resume(cluster, n, timeout)
+            cluster.log(f"node {i}: RAM made from {ram_image_path(path).name} ({how}); loading {path}")
+            _load_and_resume(cluster, n, timeout, path)
             cluster.log(f"node {i}: state loaded and vCPUs resumed after "
                         f"{time.monotonic() - t0:.1f} s; waiting for its guest agent")
             cluster.wait_agents([n], timeout=agent_timeout)
@@ -400,9 +511,13 @@ def _qemu_complaint(n: "Node") -> str:
     return "\n".join(f"    {ln}" for ln in (picked or lines)[-8:]) or "    (no output)"
 
 
-def _load_and_resume(cluster: "Cluster", n: "Node", timeout: float) -> None:
+def _load_and_resume(cluster: "Cluster", n: "Node", timeout: float, path: str | os.PathLike) -> None:
+    """Load snapshot `path` into node n, whose QEMU was started with `-incoming defer` on the RAM
+    file make_ram_file made, and resume its vCPUs (SnapshotError with QEMU's words if it
+    refuses)."""
     deadline = time.monotonic() + timeout
     qmp: Qmp | None = None
+    started = False
     try:
         while True:
             if not n.alive():
@@ -426,7 +541,19 @@ def _load_and_resume(cluster: "Cluster", n: "Node", timeout: float) -> None:
                 try:
                     qmp = Qmp(n.qmp_path)
                     qmp.connect()
+                    n.phases.setdefault("qmp", time.monotonic())
                 except QmpError:
+                    qmp = None
+            if qmp is not None and not started:
+                try:
+                    qmp.execute("migrate-set-capabilities", capabilities=IGNORE_SHARED)
+                    qmp.execute("migrate-incoming", uri=f"exec:cat {shlex.quote(str(path))}")
+                    started = True
+                    n.phases["incoming"] = time.monotonic()
+                except QmpCommandError as e:
+                    raise SnapshotError(f"node {n.id}: QEMU refused to load {path}: {e.desc}") from None
+                except QmpError:
+                    qmp.close()
                     qmp = None
             if qmp is not None:
                 try:
@@ -436,14 +563,16 @@ def _load_and_resume(cluster: "Cluster", n: "Node", timeout: float) -> None:
                     qmp = None
                     status = None
                 if status in ("paused", "postmigrate"):
+                    n.phases["loaded"] = time.monotonic()
                     qmp.execute("cont")  # type: ignore[union-attr]
+                    n.phases["resumed"] = time.monotonic()
                     return
                 if status == "running":
                     return
                 if status not in (None, "inmigrate"):
                     raise SnapshotError(f"node {n.id}: after loading the snapshot QEMU is in state "
                                         f"{status!r}:\n{_qemu_complaint(n)}")
-            time.sleep(0.1)
+            time.sleep(0.02 if started else 0.05)   # a load of device state takes ~0.1 s
     finally:
         if qmp is not None:
             qmp.close()

@@ -125,6 +125,32 @@ def test_write128_is_never_torn_in_read4k(cluster2, run_concurrently):
         assert (words[2 * s], words[2 * s + 1]) == (x, x ^ (2**64 - 1)), s
 
 
+def test_read64_write64_data_is_exact_across_boards(cluster2):
+    """Every word of a page written with WRITE64 on the other board reads back exact, through
+    READ64 right after the write, from the owner's board, and in one READ4K: each answer is
+    taken as the request's acknowledgement and replies are posted without waiting for theirs
+    (docs/gsas.md, "Where the time goes"), so an answer matched to the wrong request or a lost
+    reply would show here."""
+    n0, n1 = cluster2.node(0), cluster2.node(1)
+    for writer, reader, board, seed in ((n0, n1, 1, 7), (n1, n0, 0, 8)):
+        page = hold_page(writer, board, tag=f"pattern{board}")
+        before = kv(cluster2.node(board).exec("gsas stats").stdout)[0]
+        r = writer.exec(f"gsas pattern --addr {page:#x} --seed {seed} --threads 3 --write", timeout=300)
+        d = kv(r.stdout)[-1]
+        assert r.rc == 0 and d["words"] == "512" and d["mismatches"] == "0", r.stdout + r.stderr
+        assert d["read4k_mismatches"] == "0" and d["errors"] == "0", r.stdout
+        r = reader.exec(f"gsas pattern --addr {page:#x} --seed {seed} --threads 2", timeout=300)
+        d = kv(r.stdout)[-1]
+        assert r.rc == 0 and (d["mismatches"], d["read4k_mismatches"]) == ("0", "0"), r.stdout + r.stderr
+        # another seed's pattern is not what the page holds: the check can fail
+        r = reader.exec(f"gsas pattern --addr {page:#x} --seed {seed + 100} --threads 1", timeout=300)
+        assert r.rc == 1 and kv(r.stdout)[-1]["mismatches"] == "512", r.stdout
+        after = kv(cluster2.node(board).exec("gsas stats").stdout)[0]
+        assert after["replies_dropped"] == before["replies_dropped"], (before, after)
+        # 512 WRITE64 + 512 READ64 by the writer, 2 x 512 READ64 by the reader, 3 READ4K
+        assert int(after["served"]) - int(before["served"]) >= 4 * 512 + 3
+
+
 def test_remote_fork_spawns_and_passes_its_argument(cluster2):
     n0, n1 = cluster2.node(0), cluster2.node(1)
     addr = hold_page(n0, 0, tag="fork")

@@ -16,7 +16,7 @@ import pytest
 from conftest import _clusters, _config, _start
 from guest_tools import RnicRelay as Relay, kv, run_kv, stop_procs
 
-CHECKS = 110  # lines `rnic check` prints (31 of them the extended atomics)
+CHECKS = 113  # lines `rnic check` prints (31 of them the extended atomics, 3 the async events)
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +74,15 @@ def test_check_suite_passes(rcluster):
                  "cq_channel_poll_read",
                  "refuse_foreign_doorbell_mmap", "objects_released_at_exit", "fetch_add", "cmp_swap_hit",
                  "atomic_write", "flush", "flush_persist", "refuse_cq_vector_beyond_count",
-                 "cq_vectors_own_interrupts"):
+                 "cq_vectors_own_interrupts", "async_qp_fatal_retry_exceeded", "async_cq_err_overflow",
+                 "async_nothing_left"):
         assert must in names, must
     assert d[-1]["checks"] == str(CHECKS) and d[-1]["failed"] == "0"
+    # the device wrote the events the checks consumed (QP_FATAL, CQ_ERR and the refusals' own)
+    # into its event queue, and none was lost there
+    r, c = rnic(n, "counters")
+    cnt = {k: int(v) for x in c for k, v in x.items()}
+    assert cnt["eq_events"] >= 2 and cnt["eq_overflows"] == 0, cnt
 
 
 def test_check_suite_passes_for_an_unprivileged_user(rcluster):

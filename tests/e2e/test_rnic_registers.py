@@ -240,3 +240,85 @@ def test_doorbell_beyond_the_ring_fails_the_qp(node, nic):
     assert nic.rdb(page + R["RNIC_QP_DB_STATE"]) == R["RNIC_QPS_ERR"]
     assert nic.counter("DOORBELL_ERRORS") == before + 1
     assert "SQ producer index more than the ring" in node.stderr_text()
+
+
+def eq_enable(nic, node, log2=3, vector=2):
+    ring = nic.alloc(32 << log2)
+    node.memwrite(ring, bytes(32 << log2))
+    nic.wreg(R["RNIC_REG_EQ_CTRL"], 0)
+    nic.wreg(R["RNIC_REG_EQ_BASE_LO"], ring & 0xffffffff)
+    nic.wreg(R["RNIC_REG_EQ_BASE_HI"], ring >> 32)
+    nic.wreg(R["RNIC_REG_EQ_CTRL"], R["RNIC_EQ_CTRL_ENABLE"] | log2 << R["RNIC_EQ_CTRL_DEPTH_SHIFT"] |
+             vector << R["RNIC_EQ_CTRL_VECTOR_SHIFT"])
+    assert nic.reg(R["RNIC_REG_EQ_CTRL"]) & R["RNIC_EQ_CTRL_ENABLE"]
+    return {"ring": ring, "log2": log2, "ci": 0}
+
+
+def eq_poll(nic, node, eq):
+    out = []
+    while True:
+        slot = eq["ci"] & ((1 << eq["log2"]) - 1)
+        t, owner, _, element, detail, seq, at, _ = struct.unpack("<BBHIIIQQ", node.memread(eq["ring"] + slot * 32, 32))
+        if (owner & 1) != (((eq["ci"] >> eq["log2"]) & 1) ^ 1):
+            break
+        out.append({"type": t, "element": element, "detail": detail, "seq": seq, "at": at})
+        eq["ci"] += 1
+    if out:
+        nic.wreg(R["RNIC_REG_EQ_CI"], eq["ci"])
+    return out
+
+
+def test_async_event_queue_reports_qp_and_cq_errors(node, nic):
+    """The event queue through the real glue: a bad ring is refused with a guest error; a bad
+    rkey gives the responder QP_ACCESS_ERR and the requester QP_FATAL (REM_ACCESS_ERR); a CQ
+    overflow gives CQ_ERR; an armed queue raises its own vector's INT_STATUS bit."""
+    assert nic.reg(R["RNIC_REG_CAPS"]) & R["RNIC_CAP_EQ"]
+    nic.wreg(R["RNIC_REG_EQ_CTRL"], 0)
+    nic.wreg(R["RNIC_REG_EQ_BASE_LO"], 0x08000000)  # the GIC, not RAM
+    nic.wreg(R["RNIC_REG_EQ_BASE_HI"], 0)
+    nic.wreg(R["RNIC_REG_EQ_CTRL"], R["RNIC_EQ_CTRL_ENABLE"] | 3 << R["RNIC_EQ_CTRL_DEPTH_SHIFT"])
+    assert not nic.reg(R["RNIC_REG_EQ_CTRL"]) & R["RNIC_EQ_CTRL_ENABLE"]
+    assert nic.reg(R["RNIC_REG_EQ_STATUS"]) & R["RNIC_EQ_ST_BAD_CONFIG"]
+    assert "EQ_CTRL: enable refused" in node.stderr_text()
+    nic.wreg(R["RNIC_REG_EQ_STATUS"], R["RNIC_EQ_ST_W1C"])
+    eq = eq_enable(nic, node)
+    events0 = nic.counter("EQ_EVENTS")
+    nic.wreg(R["RNIC_REG_INT_STATUS"], R["RNIC_INT_ALL"])
+    nic.wreg(R["RNIC_REG_EQ_ARM"], 1)
+
+    pd, _, _ = nic.ok(R["RNIC_CMD_CREATE_PD"])
+    cq = nic.cq(log2=4)
+    q1, q2 = nic.qp(pd, cq), nic.qp(pd, cq)
+    buf = nic.alloc(8192)
+    st, _, key, _ = nic.mr(pd, buf, 8192)
+    assert st == 0
+    nic.connect(q1, q2["qpn"])
+    nic.connect(q2, q1["qpn"])
+    nic.post(q1, R["RNIC_WR_WRITE"], 1, buf, 8, key, buf + 4096, key ^ 0x80)
+    c = nic.poll(cq)
+    assert [e["status"] for e in c] == [R["RNIC_WC_REM_ACCESS_ERR"]], c
+    ev = eq_poll(nic, node, eq)
+    by = {e["type"]: e for e in ev}
+    assert len(ev) == 2 and set(by) == {R["RNIC_EV_QP_ACCESS_ERR"], R["RNIC_EV_QP_FATAL"]}, ev
+    assert by[R["RNIC_EV_QP_ACCESS_ERR"]]["element"] == q2["qpn"]
+    assert by[R["RNIC_EV_QP_FATAL"]]["element"] == q1["qpn"]
+    assert by[R["RNIC_EV_QP_FATAL"]]["detail"] == R["RNIC_WC_REM_ACCESS_ERR"]
+    assert nic.reg(R["RNIC_REG_INT_STATUS"]) & (1 << 2), "the armed queue raised its vector (2)"
+    assert nic.reg(R["RNIC_REG_EQ_ARM"]) == 0
+
+    # a CQ of 2 entries, 3 receives flushed into it: one CQ_ERR
+    small = nic.cq(log2=1)
+    q3 = nic.qp(pd, small)
+    A = R["RNIC_QP_ATTR_STATE"] | R["RNIC_QP_ATTR_ACCESS_FLAGS"]
+    assert nic.modify(q3["qpn"], A, R["RNIC_QPS_INIT"]) == 0
+    page = (q3["qpn"] - R["RNIC_QPN_BASE"]) * 0x1000
+    for i in range(3):
+        w = struct.pack("<QB7sQII", 50 + i, 1, bytes(7), buf, 8, key)
+        node.memwrite(q3["rq"] + i * 64, w + bytes(64 - len(w)))
+    nic.db(page + R["RNIC_QP_DB_RQ_PI"], 3)
+    assert nic.modify(q3["qpn"], R["RNIC_QP_ATTR_STATE"], R["RNIC_QPS_ERR"]) == 0
+    ev = eq_poll(nic, node, eq)
+    assert [(e["type"], e["element"], e["detail"]) for e in ev] == \
+        [(R["RNIC_EV_CQ_ERR"], small["cqn"], R["RNIC_EV_CQ_ERR_OVERFLOW"])], ev
+    assert nic.counter("EQ_EVENTS") == events0 + 3 and nic.counter("EQ_OVERFLOWS") == 0
+    nic.wreg(R["RNIC_REG_EQ_CTRL"], 0)

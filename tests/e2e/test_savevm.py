@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "platform"))
 
 from rackemu.qmp import read_phys  # noqa: E402
-from rackemu.snapshot import SnapshotError, meta_path  # noqa: E402
+from rackemu.snapshot import SnapshotError, meta_path, ram_image_path  # noqa: E402
 
 KEY = "0x5a7e5a7e5a7e5a7e"
 MIF = 9             # a user MIF of node 1 that nobody binds: its FIFO keeps what arrives
@@ -227,6 +227,7 @@ def test_a_saved_node_comes_back_with_its_device_state_and_working_drivers(
     assert len(sections) >= 5, sections     # vmbox, packetizer, GAS, cDMA, RMC
     bad = tmp_path / "bad.snap"
     shutil.copy(meta_path(snap), meta_path(bad))
+    os.link(ram_image_path(snap), ram_image_path(bad))      # the same guest RAM
     env = dict(os.environ, PYTHONPATH=str(ROOT / "platform"))
     for k, (name, inst, start, end) in enumerate(sections):
         bad.write_bytes(data[:start] + b"\xff" * (end - start) + data[end:])  # fields and footer
@@ -254,3 +255,15 @@ def test_a_saved_node_comes_back_with_its_device_state_and_working_drivers(
     # the good snapshot still brings it back
     c.restore_node(1, snap)
     gas_ok(n0, g1, 4)
+
+
+def test_a_node_with_another_shared_memory_backend_is_refused_not_half_saved(fresh_cluster, tmp_path):
+    """x-ignore-shared leaves every shared memory backend out of the stream; the launcher copies
+    only the node's RAM, so a node with another one (here from qemu_args) is refused, and runs on."""
+    extra = tmp_path / "extra.mem"
+    c = fresh_cluster(nodes=1, qemu_args=["-object", f"memory-backend-file,id=extra,size=1M,share=on,"
+                                                     f"mem-path={extra}"])
+    with pytest.raises(SnapshotError, match=r"memory backend\(s\) extra are shared \(share=on\)"):
+        c.save_node(0, tmp_path / "n0.snap")
+    assert not (tmp_path / "n0.snap").exists() and not (tmp_path / "n0.snap.ram").exists()
+    assert c.node(0).sh("echo runs-on").strip() == "runs-on"

@@ -1,10 +1,14 @@
 """Scenario: `cluster up --snapshot auto` (docs/launcher.md, "Booting from snapshots").
 
 A private snapshot cache (RACKEMU_CACHE in tmp_path). The first 2-node `up` boots the nodes and
-saves them into the cache; the second starts both from their snapshots: each node knows its
-own id, its guest clock is the host's (not the save's), and the drivers work across nodes
-through the new bridge: a mailbox round trip each way, RMC reads each way, GAS loads each way
-(and a second boot from the same snapshot draws other random numbers).
+saves them into the cache; node 0 writes a file into its RAM (a small one and 8 MiB of random
+bytes in its /tmp, a tmpfs) and is saved into the entry again. The second starts both from
+their snapshots (the guest RAM from each node's image, the device state from the stream): the
+files read back exactly, each node knows its own id, its guest clock is the host's (not the
+save's), and the drivers work across nodes through the new bridge: a mailbox round trip each
+way, RMC reads each way, GAS loads each way (and a second boot from the same snapshot draws
+other random numbers). A second cluster started from the same entry meanwhile has its own RAM:
+a file node 0 of one changes is unchanged on the other, and the image is unchanged.
 Then node 1's cached stream is damaged in a way only QEMU can see (metadata and checksum made to
 match): the third `up` starts node 0 from its snapshot, reports node 1's refusal, boots node 1
 afresh and saves it again. A changed kernel command line is another configuration: the fourth
@@ -20,7 +24,8 @@ from guest_tools import check, export, kv, rmc_hold
 
 from rackemu.cluster import Cluster
 from rackemu.config import load_config
-from rackemu.snapshot import file_sha256, meta_path
+from rackemu.ramimage import image_digest
+from rackemu.snapshot import file_sha256, meta_path, ram_image_path
 
 KEY = "0x5a7e5a7e00000001"
 CTX = 64 << 10
@@ -66,6 +71,14 @@ def test_nodes_boot_from_their_cached_snapshots_and_work_across_the_new_fabric(
     snaps = [entry / f"node{i}.snap" for i in range(2)]
     assert all(p.is_file() and meta_path(p).is_file() for p in snaps)
     assert [json.loads(meta_path(p).read_text())["node"] for p in snaps] == [0, 1]
+    assert all(ram_image_path(p).stat().st_size == 256 << 20 for p in snaps)
+    # what node 0's guest has in RAM when it is saved (again, into the entry)
+    marker = f"written before the save {os.getpid()}"
+    r = c.node(0).exec(f"echo '{marker}' > /tmp/marker && dd if=/dev/urandom of=/tmp/big bs=1M "
+                       f"count=8 2>/dev/null && md5sum /tmp/big", timeout=60)
+    assert r.rc == 0, r.stderr
+    big_md5 = r.stdout.split()[0].decode()
+    c.save_node(0, snaps[0], force=True)
     c.down()
 
     c = fresh_cluster(nodes=2, snapshot="auto")
@@ -76,6 +89,19 @@ def test_nodes_boot_from_their_cached_snapshots_and_work_across_the_new_fabric(
         assert n.sh("hostname").strip() == f"node{n.id}"
         guest_time = int(n.sh("date +%s"))
         assert abs(guest_time - time.time()) < 30, (n.id, guest_time, time.time())
+    assert n0.sh("cat /tmp/marker").strip() == marker
+    assert n0.sh("md5sum /tmp/big").split()[0] == big_md5
+    # another cluster from the same entry: its own RAM files, made from the same images
+    other = fresh_cluster(nodes=2, snapshot="auto")
+    assert booted_from(other) == [str(p) for p in snaps]
+    n0.sh("echo changed on the first cluster > /tmp/marker")
+    assert other.node(0).sh("cat /tmp/marker").strip() == marker
+    other.node(0).sh("echo changed on the second cluster > /tmp/marker")
+    assert n0.sh("cat /tmp/marker").strip() == "changed on the first cluster"
+    assert other.node(0).sh("md5sum /tmp/big").split()[0] == big_md5
+    other.down()
+    meta0 = json.loads(meta_path(snaps[0]).read_text())
+    assert image_digest(ram_image_path(snaps[0]), 256 << 20)[0] == meta0["ram"]["sha256"]
     rmc_hold(n0, 3, CTX, "sb0", KEY, "--seed", "5")
     rmc_hold(n1, 3, CTX, "sb1", KEY, "--seed", "7")
     g0, _ = export(n0, 64 << 10, 3, "sb0")

@@ -182,14 +182,28 @@ def test_setup_while_pending_sets_overwr_buf_and_only_the_first_packet_arrives(c
     assert after - before == 4  # one packet of four words
 
 
-def test_pingpong_round_trips(cluster2, run_concurrently):
+@pytest.mark.parametrize("order", ["", " --sync-ack"], ids=["ack-checked-later", "sync-ack"])
+def test_pingpong_round_trips(cluster2, run_concurrently, order):
+    """Both orders of the acknowledgement check (docs/unimem.md) echo every packet (the client
+    checks each echo's sequence number) and see every packet acknowledged."""
     n0, n1 = cluster2.node(0), cluster2.node(1)
-    server, client = run_concurrently(n1, "unimem pingpong --peer 0 --role server --count 50",
-                                      n0, "unimem pingpong --peer 1 --role client --count 50")
+    server, client = run_concurrently(n1, f"unimem pingpong --peer 0 --role server --count 50{order}",
+                                      n0, f"unimem pingpong --peer 1 --role client --count 50{order}")
     assert server.rc == 0 and client.rc == 0, client.stdout + server.stdout
+    assert kv_lines(server.stdout)[-1] == {"served": "50"}, server.stdout
     stats = kv_lines(client.stdout)[-1]
     assert stats["count"] == "50"
     assert 0 < float(stats["rtt_min_us"]) <= float(stats["rtt_median_us"]) <= float(stats["rtt_max_us"])
+
+
+def test_pingpong_to_an_absent_node_reports_the_refusal(cluster2):
+    """A request that is not acknowledged ends the client with its status, not at its timeout
+    (no echo can come): node 5 is not in the 2-node cluster."""
+    r = cluster2.node(0).exec("unimem pingpong --peer 5 --role client --count 3 --timeout 600000", timeout=120)
+    assert r.rc == 1, r.stdout
+    line = kv_lines(r.stdout)[-1]
+    assert line["round"] == "0" and "send_status" in line and "timeout" not in line, r.stdout
+    assert "ACK" not in line["send_status"].replace("NACK", ""), r.stdout
 
 
 def test_killed_destination_fails_the_sender_and_the_bridge_serves_the_rest(fresh_cluster, run_concurrently):

@@ -11,7 +11,7 @@ import tempfile
 import pytest
 
 from qtest import QEMU, BRIDGE, Bridge, QtestNode, regs_counters, regs_header, wait_for
-from rackemu.qmp import QmpCommandError
+from rackemu.qmp import QmpCommandError, irq_counters
 
 R = regs_header()
 B = regs_header("board.h")
@@ -217,6 +217,62 @@ def test_kernel_interface_kif_to_kif_across_the_fabric(rack):
         n1.writeq(CTRL + R["VMBOX_CTRL_KIF_CTRL"], 0)
         n1.writeq(CTRL + R["VMBOX_CTRL_KIF_FLUSH"], 1)
         n0.writeq(TIF + R["PKTZ_TIF_KIF_CONF"], 0)
+
+
+GICD = 0x08000000  # the virt machine's GICv2 distributor
+VMBOX_IRQ = 32 + B["RACKEMU_VMBOX_SPI"]
+
+
+def vmbox_line(node):
+    """The vmbox's interrupt line at the GIC (GICD_ISPENDR reflects a level-triggered SPI); a GIC
+    register, so reading it never polls the node's fabric port."""
+    return (node.read(GICD + 0x200 + 4 * (VMBOX_IRQ // 32), 4) >> (VMBOX_IRQ % 32)) & 1
+
+
+@pytest.mark.parametrize("on_vcpu", [True, False], ids=["vcpu-work", "bottom-half"])
+def test_an_arrival_on_the_port_thread_raises_the_line(on_vcpu, monkeypatch):
+    """Issue 11: node 1's fabric port thread (no big lock) delivers a packet into a MIF whose
+    interrupt is enabled; the vmbox's line rises at the GIC, set by work queued on node 1's vCPU
+    (counter irq-vcpu), not by the main loop's bottom half; with RACKEMU_IRQ_VCPU=0 by the
+    bottom half (irq-bh), as before. The packet is intact either way, and the guest's disable
+    (a store under the big lock) lowers the line at once (irq-direct)."""
+    with tempfile.TemporaryDirectory(prefix="rackemu-vmbox-irq-") as d:
+        bridge = Bridge(d)
+        n0 = QtestNode(0, 2, bridge.socket)
+        with monkeypatch.context() as m:
+            m.setenv("RACKEMU_IRQ_VCPU", "1" if on_vcpu else "0")
+            n1 = QtestNode(1, 2, bridge.socket, qmp_path=os.path.join(d, "n1.qmp"))
+        try:
+            for n in (n0, n1):
+                n.writeq(TIF + R["PKTZ_TIF_BASE_DEST"], VMBOX)
+                n.writeq(TIF + 8 * 3, pid(n.node_id, 3))
+                n.writeq(TIF + R["PKTZ_TIF_PID_CONF"], 1 << 3)
+            wait_for(lambda: len([p for p in bridge.stats()["ports"] if p["state"] == "up"]) == 2,
+                     what="2 nodes connected to the bridge")
+            # from here on node 1's vmbox is not read until the line is up: a read would poll the
+            # port and take the packet on the qtest thread, which holds the big lock
+            n1.writeq(CTRL + R["VMBOX_CTRL_IRQ_ENABLE"], 1 << 7)
+            assert vmbox_line(n1) == 0
+            with n1.qmp() as q:
+                before = irq_counters(q, "rackemu-vmbox")
+                assert send(n0, 3, mif_addr(1, 7), 0x5A00_0000_0000_0000, 0x71, 0x72, 0x73) == ACK
+                wait_for(lambda: vmbox_line(n1) == 1, timeout=10, what="the vmbox's line at the GIC")
+                after = irq_counters(q, "rackemu-vmbox")
+                raised = {k: after[k] - before[k] for k in after}
+                if on_vcpu:
+                    assert raised["irq-vcpu"] >= 1 and raised["irq-bh"] == 0, raised
+                else:
+                    assert raised["irq-bh"] >= 1 and raised["irq-vcpu"] == 0, raised
+                assert raised["irq-direct"] == 0, raised
+                assert n1.readq(CTRL + R["VMBOX_CTRL_IRQ_STATUS"]) == 1 << 7
+                n1.writeq(CTRL + R["VMBOX_CTRL_IRQ_ENABLE"], 0)
+                assert vmbox_line(n1) == 0  # no wait: set at once under the big lock
+                assert irq_counters(q, "rackemu-vmbox")["irq-direct"] > after["irq-direct"]
+                assert recv(n1, 7) == [0x5A00_0000_0000_0000 | pid(0, 3), 0x71, 0x72, 0x73]
+        finally:
+            n0.close()
+            n1.close()
+            bridge.stop()
 
 
 def test_a_node_without_the_kif():

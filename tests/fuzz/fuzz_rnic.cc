@@ -10,8 +10,11 @@
 //   6 a frame from the input (length, bytes)  7 a sent frame back, one bit flipped (index, bit)
 //   8 time passes (ns) and poll()             9 reset()
 //   10 the link: refuse sends (Busy: backpressure) or take them again, then tx_resume()
-//   11 pause / resume (frames arriving meanwhile are held)
-//   12 save -> (optionally corrupted: one byte of the fixed part or of a record) load into the
+//   11 the port's link state (set_link: PORT_ACTIVE / PORT_ERR events)
+//   12 the async event queue: a ring at a RAM offset, depth and vector from the input, enabled
+//      and armed (its events then land in RAM the other operations also use)
+//   13 pause / resume (frames arriving meanwhile are held)
+//   14 save -> (optionally corrupted: one byte of the fixed part or of a record) load into the
 //      same core; an intact state must load (docs/rnic.md "Migration")
 // Checked (besides the sanitizers): the interrupt line the host sees is the core's level, and
 // the core never asks for memory outside RAM without getting an error (TestHost's decode), and a
@@ -52,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return LinkTx::Sent;
     });
     for (unsigned ops = 0; !in.empty() && ops < 512; ops++) {
-        switch (in.u8() % 13) {
+        switch (in.u8() % 15) {
         case 0: {
             const uint64_t off = in.u16() % 0x2000;
             const uint64_t val = in.u64();
@@ -115,10 +118,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (void)nic.tx_resume();
             break;
         case 11:
+            nic.set_link(in.u8() & 1);
+            break;
+        case 12: {
+            const uint64_t ring = kRamBase + (in.u16() % kRamSize);
+            const uint32_t ctrl = RNIC_EQ_CTRL_ENABLE | uint32_t(in.u8() % 14) << RNIC_EQ_CTRL_DEPTH_SHIFT |
+                                  uint32_t(in.u8() % 8) << RNIC_EQ_CTRL_VECTOR_SHIFT;
+            nic.ctrl_write(RNIC_REG_EQ_CTRL, 0, 4);
+            nic.ctrl_write(RNIC_REG_EQ_BASE_LO, uint32_t(ring), 4);
+            nic.ctrl_write(RNIC_REG_EQ_BASE_HI, uint32_t(ring >> 32), 4);
+            nic.ctrl_write(RNIC_REG_EQ_CTRL, ctrl, 4);
+            nic.ctrl_write(RNIC_REG_EQ_ARM, 1, 4);
+            break;
+        }
+        case 13:
             paused = !paused;
             nic.pause(paused);
             break;
-        case 12: {
+        case 14: {
             RnicSnapshot st = nic.save();
             const uint8_t how = in.u8() % 4;
             auto flip = [&in](void *p, size_t n) {

@@ -69,3 +69,27 @@ def pids_referencing(path) -> list[int]:
         if str(path) in argv and st[st.rfind(")") + 2] not in "ZX":
             out.append(int(e))
     return out
+
+
+def snapshot_files(c, node: int, path: Path, data: bytes = b"QEVM\x00\x00\x00\x03 stream",
+                   ram: bytes = b"", **changes) -> Path:
+    """A snapshot of node `node` of cluster c as `rackemu node save` writes it (format 2): the
+    stream `path` (`data`), the RAM image path.ram (c's guest RAM, `ram` at offset 0, the rest a
+    hole) and path.meta.json; `changes` override metadata keys."""
+    import json
+
+    from rackemu.ramimage import BLOCK, image_digest
+    from rackemu.snapshot import SNAPSHOT_FORMAT, file_sha256, meta_path, node_identity, ram_image_path
+    size = c.config.memory_mib << 20
+    path.write_bytes(data)
+    image = ram_image_path(path)
+    with open(image, "wb") as f:
+        f.write(ram)
+        f.truncate(size)
+    digest, data_bytes = image_digest(image, size)
+    meta = {"format": SNAPSHOT_FORMAT, **node_identity(c, node), "size": len(data),
+            "sha256": file_sha256(path),
+            "ram": {"size": size, "data_bytes": data_bytes, "block": BLOCK, "sha256": digest}}
+    meta.update(changes)
+    meta_path(path).write_text(json.dumps(meta))
+    return path

@@ -12,7 +12,8 @@ import pytest
 from rackemu.cluster import Cluster
 from rackemu.config import ConfigError, load_config
 from rackemu.snapcache import Entry, cache_key, cache_root, key_material, normalized_argv, prune
-from rackemu.snapshot import SNAPSHOT_FORMAT, SnapshotError, file_sha256, meta_path, node_identity
+from rackemu.snapshot import SnapshotError, file_sha256, meta_path, ram_image_path
+from launcher_fakes import snapshot_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,11 +76,7 @@ def test_the_boot_timeout_and_the_mode_do_not_change_the_key(tmp_path, fake_buil
 def snapshot_in(entry, c, i, data=b"QEVM\x00\x00\x00\x03 stream"):
     """Node i's entry as `cluster up` leaves it after a save (metadata, then its stat)."""
     entry.dir.mkdir(parents=True, exist_ok=True)
-    path = entry.snap(i)
-    path.write_bytes(data)
-    meta = {"format": SNAPSHOT_FORMAT, **node_identity(c, i), "size": len(data),
-            "sha256": file_sha256(path)}
-    meta_path(path).write_text(json.dumps(meta))
+    path = snapshot_files(c, i, entry.snap(i), data, ram=b"page of node %d" % i)
     entry.stamp(i)
     return path
 
@@ -110,11 +107,26 @@ def test_an_entry_is_trusted_while_its_file_is_the_one_written_else_checked(tmp_
     path.write_bytes(b"QEVM\x00\x00\x00\x03 stream")
     e.check(c, 1)
     assert json.loads(meta_path(path).read_text())["cache_stat"][2] == path.stat().st_size
+    # the RAM image: a page changed in place (its stat changes) is found by the digest; a
+    # truncated one by its size before any digest
+    image = ram_image_path(path)
+    with open(image, "r+b") as f:
+        f.seek(200 << 20)
+        f.write(b"stray write")
+    with pytest.raises(SnapshotError, match="RAM image .* does not match the checksum"):
+        e.check(c, 1)
+    os.truncate(image, 100 << 20)
+    with pytest.raises(SnapshotError, match="RAM image .* is 104857600 bytes, the node's RAM 268435456"):
+        e.check(c, 1)
+    with open(image, "wb") as f:      # as saved again
+        f.write(b"page of node 1")
+        f.truncate(256 << 20)
+    e.check(c, 1)
     # another configuration: refused by the metadata before any checksum
     with pytest.raises(SnapshotError, match="guest RAM"):
         e.check(cluster(tmp_path / "r", memory="512M"), 1)
     e.drop(1)
-    assert not path.exists() and not meta_path(path).exists()
+    assert not path.exists() and not meta_path(path).exists() and not image.exists()
     e.close()
 
 
@@ -199,3 +211,23 @@ def test_artefact_digests_are_kept_across_processes_per_file_version(tmp_path, c
     os.chmod(cache, 0o777)
     assert snapshot._sums_path() is None
     os.chmod(cache, 0o700)
+
+
+def test_an_entry_of_the_old_format_is_not_read_but_rebuilt(tmp_path, fake_build, cache):
+    """Format 1 kept the guest RAM in the stream: its entries are under another key (the cache
+    format is in it), and a format-1 snapshot found under the new key is refused by its metadata
+    (start_nodes then deletes it and boots the node, which is saved anew)."""
+    c = cluster(tmp_path / "r")
+    m = key_material(c)
+    assert m["format"] == 2
+    assert cache_key(m) != cache_key(dict(m, format=1))
+    e = Entry(cache_root(), cache_key(m), m)
+    e.open()
+    path = snapshot_in(e, c, 0)
+    meta = json.loads(meta_path(path).read_text())
+    meta["format"] = 1
+    meta_path(path).write_text(json.dumps(meta))
+    with pytest.raises(SnapshotError, match="snapshot format 1; this rackemu reads format 2: it was saved "
+                                            "by an earlier rackemu with the guest RAM in the stream"):
+        e.check(c, 0)
+    e.close()

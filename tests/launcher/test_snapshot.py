@@ -10,8 +10,9 @@ import pytest
 
 from rackemu.cluster import Cluster, ClusterError
 from rackemu.config import load_config
-from rackemu.snapshot import (SNAPSHOT_FORMAT, SnapshotError, check_restorable, file_sha256,
-                              meta_path, node_identity, read_meta)
+from rackemu.snapshot import (SNAPSHOT_FORMAT, SnapshotError, check_restorable, meta_path, ram_image_path,
+                              read_meta)
+from launcher_fakes import snapshot_files
 
 ROOT = Path(__file__).resolve().parents[2]
 RACKEMU = str(ROOT / "rackemu")
@@ -30,13 +31,9 @@ def cluster(run_dir, **kw):
 
 
 def snapshot_for(c, node, path, data=b"QEVM\x00\x00\x00\x03 stream", **changes):
-    """A snapshot file and the metadata `rackemu node save` would write for node `node` of c."""
-    path.write_bytes(data)
-    meta = {"format": SNAPSHOT_FORMAT, **node_identity(c, node), "size": len(data),
-            "sha256": file_sha256(path)}
-    meta.update(changes)
-    meta_path(path).write_text(json.dumps(meta))
-    return path
+    """A snapshot (stream, RAM image, metadata) as `rackemu node save` would write it for node
+    `node` of c."""
+    return snapshot_files(c, node, path, data, ram=b"guest page", **changes)
 
 
 @pytest.mark.parametrize("cmd", [["node", "save"], ["node", "restore"]])
@@ -54,7 +51,11 @@ def test_restore_names_a_missing_file_or_metadata(tmp_path):
     assert r.returncode == 1 and "has no metadata file x.snap.meta.json beside it" in r.stderr
     meta_path(tmp_path / "x.snap").write_text('{"format": 99}')
     r = run("node", "restore", "1", str(tmp_path / "x.snap"), "--run-dir", str(tmp_path / "r"))
-    assert r.returncode == 1 and "snapshot format 99; this rackemu reads format 1" in r.stderr
+    assert r.returncode == 1 and "snapshot format 99; this rackemu reads format 2" in r.stderr
+    meta_path(tmp_path / "x.snap").write_text('{"format": 1}')
+    r = run("node", "restore", "1", str(tmp_path / "x.snap"), "--run-dir", str(tmp_path / "r"))
+    assert r.returncode == 1 and "snapshot format 1; this rackemu reads format 2: it was saved by an " \
+        "earlier rackemu with the guest RAM in the stream" in r.stderr and "Save the node again" in r.stderr
     meta_path(tmp_path / "x.snap").write_text("{not json")
     r = run("node", "restore", "1", str(tmp_path / "x.snap"), "--run-dir", str(tmp_path / "r"))
     assert r.returncode == 1 and "cannot read the snapshot metadata" in r.stderr
@@ -111,15 +112,37 @@ def test_restore_checks_node_shape_build_and_checksum(tmp_path, fake_build):
     changed = tmp_path / "changed.snap"
     changed.write_bytes(b"QEVM\x00\x00\x00\x03 strean")       # same size, other bytes
     meta_path(changed).write_text(meta_path(good).read_text())
+    os.link(ram_image_path(good), ram_image_path(changed))
     with pytest.raises(SnapshotError, match="checksum"):
         check_restorable(c, 1, changed)
     assert check_restorable(c, 1, changed, verify=False)["node"] == 1   # QEMU gets to judge
     cut = tmp_path / "cut.snap"
     cut.write_bytes(b"QEVM")
     meta_path(cut).write_text(meta_path(good).read_text())
+    os.link(ram_image_path(good), ram_image_path(cut))
     with pytest.raises(SnapshotError, match="is 4 bytes, its metadata says 15: the file is truncated"):
         check_restorable(c, 1, cut)
     assert check_restorable(c, 1, cut, verify=False)["node"] == 1
+    # the RAM image: missing, truncated, changed in place (same size), or given to a node with
+    # other RAM; --no-verify skips only the checksum
+    image = ram_image_path(good)
+    image.write_bytes(b"guest page")
+    os.truncate(image, 4096)
+    with pytest.raises(SnapshotError, match=r"RAM image .* is 4096 bytes, the node's RAM 268435456: the image "
+                                            r"is truncated"):
+        check_restorable(c, 1, good, verify=False)
+    os.truncate(image, 256 << 20)
+    with open(image, "r+b") as f:
+        f.write(b"guestXpage")
+    with pytest.raises(SnapshotError, match=r"RAM image .* does not match the checksum"):
+        check_restorable(c, 1, good)
+    assert check_restorable(c, 1, good, verify=False)["node"] == 1
+    with open(image, "r+b") as f:
+        f.write(b"guest page")
+    assert check_restorable(c, 1, good)["node"] == 1
+    image.unlink()
+    with pytest.raises(SnapshotError, match=r"has no RAM image good.snap.ram beside it"):
+        check_restorable(c, 1, good, verify=False)
     incomplete = tmp_path / "incomplete.snap"
     incomplete.write_bytes(b"x")
     meta_path(incomplete).write_text(json.dumps({"format": SNAPSHOT_FORMAT, "node": 1}))

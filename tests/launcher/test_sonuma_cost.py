@@ -65,3 +65,67 @@ def test_conflicts_follow_their_cause():
     # more writers, more attempts and a longer read
     b20 = sonuma_cost.conflict_sim("baseline", n, 20, N, t_w, lat, lat64, 1.0, SW)
     assert b20[0] > b[0] and b20[1] > b[1]
+
+
+def test_writer_update_is_the_locked_span_only():
+    # the paper's writers write a predefined value in a tight loop (sec. 7.2): the update Fig. 8's
+    # conflicts see is rmc-kv's KV_WRITE (lock, stores of the prepared value, unlock), never the
+    # payload generation it does beforehand, unlocked (KV_PREPARE)
+    c = core()
+    m = {"kv_write_insns": 2000.0, "kv_write_misses": 128.0, "kv_prepare_insns": 25000.0, "kv_prepare_misses": 0.0}
+    assert sonuma_cost.write_ns(c, m) == pytest.approx(c.ns(2000, 128, data=True))
+    m["kv_prepare_insns"] = 0.0
+    assert sonuma_cost.write_ns(c, m) == pytest.approx(c.ns(2000, 128, data=True))
+
+
+def test_shorter_locked_updates_mean_fewer_baseline_retries():
+    # a reader that finds its key locked retries until the update ends: the retries scale with the
+    # update's length, the locked fraction W/N does not (back-to-back writers)
+    n, N, lat, lat64 = 128, 100, 400.0, 150.0
+    long_ = sonuma_cost.conflict_sim("baseline", n, 16, N, 16700.0, lat, lat64, 1.0, SW)
+    short = sonuma_cost.conflict_sim("baseline", n, 16, N, 1000.0, lat, lat64, 1.0, SW)
+    assert long_[0] > 5 * (short[0] - 1) + 1 and short[0] < 1.5
+
+
+def test_breakdown_row_terms():
+    r = {"att": 1.25, "mreads": 10.0, "bound": "think", "read_ns": 500.0, "update_ns": 2000.0, "dev_ns": 450.0,
+         "lat_ns": 360.0, "issue_ns": 47.0, "check_ns": 100.0, "check_fail_ns": 1.0, "copy_ns": 90.0, "use_ns": 12.0}
+    m = {"kv_write_insns": 3000.0, "kv_prepare_insns": 9000.0}
+    row = sonuma_cost.breakdown_row(1024, 16, "baseline", r, 100, m)
+    assert row["failed_attempt_pct"] == pytest.approx(20.0)  # 1 - 1 / 1.25
+    assert row["locked_fraction_pct"] == pytest.approx(16.0)  # W / N
+    assert row["device_ns_per_attempt"] == pytest.approx(360.0)
+    assert row["updates_per_s_per_writer"] == pytest.approx(5e5)
+    assert sonuma_cost.breakdown_row(1024, 0, "sabre", r, 100, m)["updates_per_s_per_writer"] == 0
+
+
+def test_median_of_runs_and_old_measurements(tmp_path):
+    runs = [{("baseline", 128): {"layout": "baseline", "size": 128, "kv_check_insns": x}} for x in (28.0, 90.0, 28.5)]
+    med = sonuma_cost.median_of(runs)[("baseline", 128)]
+    assert med["kv_check_insns"] == 28.5 and med["runs"] == 3 and med["layout"] == "baseline"
+    # a measurement saved before the writer's prepare phase existed still loads (prepare: 0)
+    p = tmp_path / "old.json"
+    p.write_text('{"exact": true, "points": [{"layout": "sabre", "size": 128, "kv_write_insns": 414}]}')
+    pts, exact = sonuma_cost.load_measured(p)
+    assert exact and pts[("sabre", 128)]["kv_prepare_insns"] == 0.0
+
+
+def test_streaming_phase_is_issue_or_llc_bound_overlapped():
+    # --streaming roofline: sec. 7.3's high-MLP phase at its best (a kernel hand-tuned for MLP):
+    # Table 2's 3-wide dispatch and 2 L1d ports bound its issue, which overlaps its LLC lines; the
+    # other phases keep IPC + stalls added
+    c = core(streaming="roofline")
+    # 1 KB strip: 160 instructions, 64 loads + 64 stores, no LLC line: port-bound, 64 cycles
+    assert c.ns(160, 0, data=True, memops=128) == pytest.approx(32.0)
+    # 1 KB check: 112 instructions (37 cycles), 16 loads, 16 LLC lines at MLP 18: the 2 ns link floor
+    assert c.ns(112, 16, data=True, memops=16) == pytest.approx(32.0)
+    # 8 KB check, instruction-bound: 1800 instructions / 3 = 600 cycles > 128 lines x 2 ns
+    assert c.ns(1800, 128, data=True, memops=128) == pytest.approx(300.0)
+    assert c.ns(1000, 1, data=False) == pytest.approx(500 + 12.0)  # not streaming: IPC 1, stall added
+    # the default: the streaming phases as the others, at IPC --ipc-data
+    assert core(ipc_data=0.5).ns(112, 16, data=True, memops=16) == pytest.approx(112 + 32.0)
+    # the phases that stream: the baseline's check and copy, the local ones, the writer's update
+    assert set(sonuma_cost.DATA) == {"kv_check", "kv_copy", "local_check", "local_copy", "kv_write"}
+    m = {"layout": "baseline", "kv_copy_insns": 160.0, "kv_copy_misses": 0.0, "kv_copy_loads": 64.0,
+         "kv_copy_stores": 64.0, "kv_copy_lines": 40.0}
+    assert sonuma_cost.phase_ns(c, m, "kv_copy") == pytest.approx(32.0)

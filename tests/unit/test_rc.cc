@@ -92,6 +92,8 @@ struct Node : RcEnv {
 
     uint64_t now_ns() override { return clock; }
     void send_frame(const uint8_t *f, size_t n) override { wire.send(1 - id, f, n); }
+    bool link_ready = true; // false: the link pushes back (the engine paces READ responses)
+    bool tx_ready() override { return link_ready; }
     WcStatus read_local(uint32_t, const SendWr &wr, uint64_t off, uint8_t *dst, uint32_t len) override
     {
         if (wr.local + off + len > kMem) return WcStatus::LocProtErr;
@@ -946,4 +948,52 @@ TEST(Rc, QpStateTransitionsAreValidated)
     EXPECT_EQ(n.eng.qp_state(5), QpState::Reset);
     EXPECT_EQ(n.eng.destroy_qp(5), RcResult::Ok);
     EXPECT_EQ(n.eng.destroy_qp(5), RcResult::NoQp);
+}
+
+// The responder's request backlog (RC_MAX_BACKLOG frames behind paused READ responses): a
+// requester allowed more PSNs in flight than the backlog holds overflows it while the link
+// pushes back. The overflow is dropped and counted as rx_backlog_drops (not rx_bad_state), and
+// go-back-N resends it: every byte arrives exactly.
+TEST(Rc, RequestBacklogOverflowIsCountedAndRecoveredByRetransmission)
+{
+    RcConfig cfg;
+    cfg.max_inflight_psn = 16384; // more than the responder's backlog, so the limit is reachable
+    Rig r(256, 100, 5000, cfg);
+    constexpr uint64_t kDst = 0x200000, kLen = 1 << 20; // B: a second 2 MiB MR, rkey 0x300
+    r.b.mrs[0x300] = Mr{kDst, 2 * kLen, kAll};
+    fill(r.b.mem, 0x10000, 4096, 5);
+    fill(r.a.mem, kDst, 2 * kLen, 6);
+    // A READ whose responses the link refuses: B pauses it (rd_out) and backlogs what follows
+    r.a.eng.post_send(kQa, r.wr(WrOp::Read, 0x100000, 4096, 0x10000));
+    // 2 MiB of WRITEs at MTU 256: 8192 request packets behind the READ, then 1024 more
+    for (uint64_t off = 0; off < 2 * kLen + 256 * 1024; off += kLen / 4) {
+        const uint64_t n = std::min<uint64_t>(kLen / 4, 2 * kLen + 256 * 1024 - off);
+        const uint64_t src = off < 2 * kLen ? kDst + off : kDst + (off - 2 * kLen);
+        const uint64_t dst = off < 2 * kLen ? kDst + off : 0x10000 + 8192 + (off - 2 * kLen);
+        r.a.eng.post_send(kQa, r.wr(WrOp::Write, src, uint32_t(n), dst, off < 2 * kLen ? 0x300 : 0x100));
+    }
+    ASSERT_EQ(r.wire.q.size(), 1u + 8192u + 1024u); // every packet went out: the window allows it
+    r.b.link_ready = false;
+    while (!r.wire.q.empty()) {
+        Wire::Frame f = std::move(r.wire.q.front());
+        r.wire.q.pop_front();
+        (f.to ? r.b : r.a).eng.receive(f.bytes.data(), f.bytes.size());
+    }
+    EXPECT_EQ(r.b.eng.counters().rx_backlog_drops, 1024u); // exactly what did not fit
+    EXPECT_EQ(r.b.eng.counters().rx_bad_state, 0u);
+    EXPECT_EQ(r.b.eng.counters().executed, 1u); // the READ; nothing behind it ran yet
+    EXPECT_TRUE(r.b.cq.empty());
+    // the link has room again: the READ's responses, then the backlog in order, then the resends
+    r.b.link_ready = true;
+    r.b.eng.resume_tx();
+    r.run();
+    auto c = r.a.take();
+    ASSERT_EQ(c.size(), 1u + 9u);
+    for (const Completion &x : c)
+        EXPECT_EQ(x.status, WcStatus::Success);
+    EXPECT_TRUE(same(r.a.mem, 0x100000, r.b.mem, 0x10000, 4096)); // READ before the WRITEs landed
+    EXPECT_TRUE(same(r.b.mem, kDst, r.a.mem, kDst, 2 * kLen));
+    EXPECT_TRUE(same(r.b.mem, 0x10000 + 8192, r.a.mem, kDst, 256 * 1024));
+    EXPECT_GE(r.a.eng.counters().retransmits, 1024u);
+    EXPECT_EQ(r.b.eng.counters().rx_backlog_drops, 1024u);
 }

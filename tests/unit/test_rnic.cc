@@ -48,6 +48,7 @@ struct Link {
     // send beyond that is refused (LinkTx::Busy), as rk_fabric_port_eth_send's -EAGAIN.
     unsigned ring = 0;
     unsigned queued[2] = {};
+    bool blocked[2] = {}; // this node's port refuses every frame (LinkTx::Busy) until cleared
     uint64_t refused = 0;
 
     bool draw(double p) { return p > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < p; }
@@ -57,7 +58,7 @@ struct Link {
         std::lock_guard lk(mu);
         if (n < 14) return LinkTx::Dropped;
         const unsigned from = f[11] & 1; // source MAC 02:52:4b:00:00:<node>
-        if (ring && queued[from] >= ring) return refused++, LinkTx::Busy;
+        if ((ring && queued[from] >= ring) || blocked[from]) return refused++, LinkTx::Busy;
         sent++;
         const unsigned to = f[5]; // 02:52:4b:00:00:<node>
         if (down || draw(drop)) return dropped++, LinkTx::Sent;
@@ -232,7 +233,7 @@ struct Node {
     // RESET -> INIT -> RTR -> RTS toward (peer_node, peer_qpn).
     void connect(const Qp &q, unsigned peer_node, uint32_t peer_qpn, uint16_t mtu = 1024,
                  uint8_t timeout = 10, uint8_t retry = 7,
-                 uint32_t access = RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE)
+                 uint32_t access = RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, uint8_t upto = RNIC_QPS_RTS)
     {
         struct rnic_cmd_modify_qp m = {};
         m.attr_mask = RNIC_QP_ATTR_STATE | RNIC_QP_ATTR_ACCESS_FLAGS;
@@ -250,6 +251,7 @@ struct Node {
         m.min_rnr_timer = 1;
         m.dest_node = peer_node;
         ASSERT_EQ(modify(q.qpn, m), RNIC_CMD_ST_OK);
+        if (upto == RNIC_QPS_RTR) return;
         m.attr_mask = RNIC_QP_ATTR_STATE | RNIC_QP_ATTR_SQ_PSN | RNIC_QP_ATTR_TIMEOUT |
                       RNIC_QP_ATTR_RETRY_CNT | RNIC_QP_ATTR_RNR_RETRY | RNIC_QP_ATTR_MAX_QP_RD_ATOMIC;
         m.state = RNIC_QPS_RTS;
@@ -275,6 +277,42 @@ struct Node {
         std::memcpy(mem(q.rq + uint64_t(q.rq_pi & ((1u << q.rq_log2) - 1)) * 64), &w, 64);
         q.rq_pi++;
         nic->db_write(RNIC_DB_QP(q.index()) + RNIC_QP_DB_RQ_PI, q.rq_pi, 4);
+    }
+};
+
+// The async event queue, as the driver runs it: a ring in guest RAM, consumed by the owner bit.
+struct Eq {
+    Node &n;
+    uint64_t ring;
+    uint8_t log2;
+    uint32_t ci = 0;
+    Eq(Node &node, uint8_t depth_log2 = 4, uint8_t vector = 0)
+        : n(node), ring(node.alloc(32ull << depth_log2)), log2(depth_log2)
+    {
+        n.nic->ctrl_write(RNIC_REG_EQ_BASE_LO, uint32_t(ring), 4);
+        n.nic->ctrl_write(RNIC_REG_EQ_BASE_HI, uint32_t(ring >> 32), 4);
+        n.nic->ctrl_write(RNIC_REG_EQ_CTRL,
+                          RNIC_EQ_CTRL_ENABLE | uint32_t(log2) << RNIC_EQ_CTRL_DEPTH_SHIFT |
+                              uint32_t(vector) << RNIC_EQ_CTRL_VECTOR_SHIFT,
+                          4);
+        EXPECT_EQ(n.reg(RNIC_REG_EQ_CTRL) & RNIC_EQ_CTRL_ENABLE, RNIC_EQ_CTRL_ENABLE);
+    }
+    // The events written since the last call (EQ_CI written back).
+    std::vector<struct rnic_eqe> poll()
+    {
+        std::vector<struct rnic_eqe> out;
+        for (;;) {
+            const uint64_t at = ring + uint64_t(ci & ((1u << log2) - 1)) * 32;
+            const uint8_t owner = std::atomic_ref<uint8_t>(*n.mem(at + offsetof(struct rnic_eqe, owner)))
+                                      .load(std::memory_order_acquire);
+            if ((owner & 1) != (((ci >> log2) & 1) ^ 1)) break;
+            struct rnic_eqe e;
+            std::memcpy(&e, n.mem(at), sizeof(e));
+            out.push_back(e);
+            ci++;
+        }
+        if (!out.empty()) n.nic->ctrl_write(RNIC_REG_EQ_CI, ci, 4);
+        return out;
     }
 };
 
@@ -323,7 +361,11 @@ struct Pair : Rig {
     static constexpr uint64_t kBuf = 4 << 20;
     std::vector<struct rnic_cqe> got_a, got_b;
 
-    explicit Pair(uint16_t mtu = 1024, uint8_t timeout = 10, uint8_t retry = 7)
+    // b_access, b_upto: B's QP accepts these remote accesses and stops in this state (RTR: a
+    // responder only)
+    explicit Pair(uint16_t mtu = 1024, uint8_t timeout = 10, uint8_t retry = 7,
+                  uint32_t b_access = RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE,
+                  uint8_t b_upto = RNIC_QPS_RTS)
     {
         pda = a.create_pd();
         pdb = b.create_pd();
@@ -336,7 +378,7 @@ struct Pair : Rig {
         keya = a.mr(pda, bufa, kBuf);
         keyb = b.mr(pdb, bufb, kBuf);
         a.connect(qa, 1, qb.qpn, mtu, timeout, retry);
-        b.connect(qb, 0, qa.qpn, mtu, timeout, retry);
+        b.connect(qb, 0, qa.qpn, mtu, timeout, retry, b_access, b_upto);
     }
     // Wait for n CQEs on a's CQ (and collect b's).
     std::vector<struct rnic_cqe> wait_a(size_t n)
@@ -397,7 +439,7 @@ TEST(Rnic, IdentityRegistersAndReadOnlyWrites)
     EXPECT_EQ(n.reg(RNIC_REG_ID), RNIC_ID_VALUE);
     EXPECT_EQ(n.reg(RNIC_REG_VERSION), RNIC_VERSION_VALUE);
     EXPECT_EQ(n.reg(RNIC_REG_CAPS),
-              RNIC_CAP_FLUSH | RNIC_CAP_ATOMIC_WRITE | RNIC_CAP_XATOMIC | RNIC_CAP_LINK);
+              RNIC_CAP_FLUSH | RNIC_CAP_ATOMIC_WRITE | RNIC_CAP_XATOMIC | RNIC_CAP_EQ | RNIC_CAP_LINK);
     EXPECT_EQ(n.reg(RNIC_REG_NODE_ID), 3u);
     EXPECT_EQ(n.reg(RNIC_REG_MAX_QP), RNIC_MAX_QP);
     EXPECT_EQ(n.reg(RNIC_REG_MAX_MR), RNIC_MAX_MR);
@@ -1586,10 +1628,12 @@ TEST(Rnic, UnsignaledWritesCompleteSilently)
     EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_WR_COMPLETED), 300u);
 }
 
+// A CQE that finds its CQ full puts the CQ in error, and the event queue reports it once (CQ_ERR).
 TEST(Rnic, CqOverflowPutsTheCqInError)
 {
     Link l;
     Node n(0, l);
+    Eq eq(n);
     const uint32_t pd = n.create_pd();
     Node::Cq cq = n.create_cq(1); // 2 entries
     Node::Qp q = n.create_qp(pd, cq, cq, 4);
@@ -1611,6 +1655,15 @@ TEST(Rnic, CqOverflowPutsTheCqInError)
     auto c = n.poll(cq);
     ASSERT_EQ(c.size(), 2u);
     EXPECT_EQ(c[0].status, RNIC_WC_WR_FLUSH_ERR);
+    auto ev = eq.poll();
+    ASSERT_EQ(ev.size(), 1u);
+    EXPECT_EQ(ev[0].type, RNIC_EV_CQ_ERR);
+    EXPECT_EQ(ev[0].element, cq.cqn);
+    EXPECT_EQ(ev[0].detail, RNIC_EV_CQ_ERR_OVERFLOW);
+    // a CQE arriving at the CQ in error is counted, and no second event is written
+    n.post_recv(q, 9, buf, 8, key);
+    EXPECT_EQ(n.counter(RNIC_CNT_INDEX_CQ_OVERFLOWS), 2u);
+    EXPECT_TRUE(eq.poll().empty());
 }
 
 // ---- loopback on one node, page-list MRs, timing model ----
@@ -1718,6 +1771,289 @@ TEST(Rnic, ResetDestroysEverything)
     c.handle = p.qa.qpn;
     EXPECT_EQ(p.a.cmd(c), RNIC_CMD_ST_BAD_QP);
     EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_TX_FRAMES), 0u);
+}
+
+// ---- the transmit hold limit ----
+
+// While the link pushes back the device holds the frames its responder owes (ACKs here), up to
+// tx_hold_max_bytes (64 MiB in the device; 2 KiB here so that a test reaches it). Beyond that a
+// frame is dropped and counted in link_tx_drops; the requester's retransmission recovers the
+// lost ACKs and the data arrives exactly.
+TEST(Rnic, TransmitHoldLimitDropsAndCountsAndNothingIsLost)
+{
+    EXPECT_EQ(RnicConfig{}.tx_hold_max_bytes, kTxHoldMaxBytes);
+    EXPECT_EQ(kTxHoldMaxBytes, size_t(64) << 20);
+    constexpr size_t kHold = 2048;
+    RnicConfig cfg;
+    cfg.tx_hold_max_bytes = kHold;
+    Link link;
+    Node a(0, link), b(1, link, cfg);
+    const uint32_t pda = a.create_pd(), pdb = b.create_pd();
+    Node::Cq cqa = a.create_cq(), cqb = b.create_cq();
+    Node::Qp qa = a.create_qp(pda, cqa, cqa), qb = b.create_qp(pdb, cqb, cqb);
+    const uint64_t bufa = a.alloc(1 << 20), bufb = b.alloc(1 << 20);
+    const uint32_t ka = a.mr(pda, bufa, 1 << 20), kb = b.mr(pdb, bufb, 1 << 20);
+    a.connect(qa, 1, qb.qpn, 256, 8);
+    b.connect(qb, 0, qa.qpn, 256, 8);
+    fill(a.mem(bufa), 1 << 20, 41);
+    // B's port refuses everything: each ACK B owes is held, until 2 KiB are held
+    link.blocked[1] = true;
+    for (unsigned i = 0; i < 16; i++)
+        a.post_send(qa, wqe(RNIC_WR_WRITE, i, bufa + i * 65536, 65536, ka, bufb + i * 65536, kb));
+    uint64_t clock = 0;
+    auto deliver = [&] {
+        while (!link.q.empty()) {
+            Link::Frame f = link.pop();
+            (f.to ? b : a).nic->on_frame(f.bytes.data(), f.bytes.size());
+        }
+    };
+    deliver();
+    const uint64_t held = b.counter(RNIC_CNT_INDEX_LINK_TX_HELD),
+                   drops = b.counter(RNIC_CNT_INDEX_LINK_TX_DROPS);
+    // every frame B sent is an ACK of one size: the hold took what fits, and no more
+    const size_t ack_len =
+        ROCE_ETH_LEN + ROCE_IPV4_LEN + ROCE_UDP_LEN + ROCE_BTH_LEN + ROCE_AETH_LEN + ROCE_ICRC_LEN;
+    EXPECT_EQ(held, kHold / ack_len);
+    EXPECT_GT(drops, 0u) << "held " << held;
+    EXPECT_EQ(held + drops, b.counter(RNIC_CNT_INDEX_ACKS_TX));
+    EXPECT_EQ(b.counter(RNIC_CNT_INDEX_LINK_BACKPRESSURE), 1u);
+    EXPECT_TRUE(b.tx_waiting);
+    // the link takes frames again: the held ACKs go out in order, the dropped ones are made up
+    // for by the requester's retransmission (timer) and the responder's re-ACK of duplicates
+    link.blocked[1] = false;
+    b.tx_waiting = b.nic->tx_resume();
+    std::vector<struct rnic_cqe> got;
+    for (unsigned step = 0; step < 100000 && got.size() < 16; step++) {
+        deliver();
+        auto v = a.poll(cqa);
+        got.insert(got.end(), v.begin(), v.end());
+        if (got.size() >= 16 || !link.q.empty()) continue;
+        const uint64_t d = std::min(a.nic->next_deadline_ns(), b.nic->next_deadline_ns());
+        if (d == UINT64_MAX) break;
+        clock = std::max(clock + 1, d);
+        a.host.clock_ns = b.host.clock_ns = clock;
+        a.nic->poll();
+        b.nic->poll();
+    }
+    ASSERT_EQ(got.size(), 16u);
+    for (unsigned i = 0; i < 16; i++) {
+        EXPECT_EQ(got[i].wr_id, i);
+        EXPECT_EQ(got[i].status, RNIC_WC_SUCCESS);
+    }
+    EXPECT_EQ(std::memcmp(b.mem(bufb), a.mem(bufa), 1 << 20), 0);
+    EXPECT_EQ(b.counter(RNIC_CNT_INDEX_LINK_TX_DROPS), drops); // only the hold dropped
+    EXPECT_GT(a.counter(RNIC_CNT_INDEX_TIMEOUTS), 0u);
+    EXPECT_GT(b.counter(RNIC_CNT_INDEX_DUPLICATES), 0u);
+}
+
+// ---- the async event queue ----
+
+TEST(Rnic, EventQueueRegistersRefuseBadSettings)
+{
+    Link l;
+    Node n(0, l);
+    EXPECT_TRUE(n.reg(RNIC_REG_CAPS) & RNIC_CAP_EQ);
+    const size_t e0 = n.host.guest_errors().size();
+    // depth_log2 0 and 13: refused, ENABLE stays 0, BAD_CONFIG set
+    const uint64_t ring = n.alloc(32u << 12);
+    n.nic->ctrl_write(RNIC_REG_EQ_BASE_LO, uint32_t(ring), 4);
+    n.nic->ctrl_write(RNIC_REG_EQ_BASE_HI, uint32_t(ring >> 32), 4);
+    for (uint32_t log2 : {0u, 13u}) {
+        n.nic->ctrl_write(RNIC_REG_EQ_CTRL, RNIC_EQ_CTRL_ENABLE | log2 << RNIC_EQ_CTRL_DEPTH_SHIFT, 4);
+        EXPECT_EQ(n.reg(RNIC_REG_EQ_CTRL) & RNIC_EQ_CTRL_ENABLE, 0u) << log2;
+        EXPECT_EQ(n.reg(RNIC_REG_EQ_STATUS), RNIC_EQ_ST_BAD_CONFIG);
+        n.nic->ctrl_write(RNIC_REG_EQ_STATUS, RNIC_EQ_ST_BAD_CONFIG, 4);
+        EXPECT_EQ(n.reg(RNIC_REG_EQ_STATUS), 0u);
+    }
+    // a ring that leaves RAM: refused
+    n.nic->ctrl_write(RNIC_REG_EQ_BASE_LO, uint32_t(kBase + kRam - 64), 4);
+    n.nic->ctrl_write(RNIC_REG_EQ_CTRL, RNIC_EQ_CTRL_ENABLE | 4u << RNIC_EQ_CTRL_DEPTH_SHIFT, 4);
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_CTRL) & RNIC_EQ_CTRL_ENABLE, 0u);
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_STATUS), RNIC_EQ_ST_BAD_CONFIG);
+    // the low 6 address bits read as 0
+    n.nic->ctrl_write(RNIC_REG_EQ_BASE_LO, uint32_t(ring) | 0x3f, 4);
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_BASE_LO), uint32_t(ring));
+    // a good one: enabled, indices at 0; base and depth are then fixed
+    n.nic->ctrl_write(RNIC_REG_EQ_CTRL,
+                      RNIC_EQ_CTRL_ENABLE | 12u << RNIC_EQ_CTRL_DEPTH_SHIFT | 3u << RNIC_EQ_CTRL_VECTOR_SHIFT,
+                      4);
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_CTRL),
+              RNIC_EQ_CTRL_ENABLE | 12u << RNIC_EQ_CTRL_DEPTH_SHIFT | 3u << RNIC_EQ_CTRL_VECTOR_SHIFT);
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_PI), 0u);
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_CI), 0u);
+    const size_t e1 = n.host.guest_errors().size();
+    EXPECT_GE(e1, e0 + 3);
+    n.nic->ctrl_write(RNIC_REG_EQ_BASE_LO, 0x1000, 4);
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_BASE_LO), uint32_t(ring));
+    n.nic->ctrl_write(RNIC_REG_EQ_CTRL, RNIC_EQ_CTRL_ENABLE | 2u << RNIC_EQ_CTRL_DEPTH_SHIFT, 4);
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_CTRL) & RNIC_EQ_CTRL_DEPTH_MASK, 12u << RNIC_EQ_CTRL_DEPTH_SHIFT);
+    // CI beyond PI and an arm value other than 1: refused
+    n.nic->ctrl_write(RNIC_REG_EQ_CI, 1, 4);
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_CI), 0u);
+    n.nic->ctrl_write(RNIC_REG_EQ_ARM, 2, 4);
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_ARM), 0u);
+    EXPECT_EQ(n.host.guest_errors().size(), e1 + 4);
+    // disable: events are no longer written
+    n.nic->ctrl_write(RNIC_REG_EQ_CTRL, 0, 4);
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_CTRL) & RNIC_EQ_CTRL_ENABLE, 0u);
+    n.nic->set_link(false);
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_PI), 0u);
+    EXPECT_EQ(n.counter(RNIC_CNT_INDEX_EQ_EVENTS), 0u);
+    EXPECT_EQ(n.counter(RNIC_CNT_INDEX_EQ_OVERFLOWS), 0u);
+    EXPECT_EQ(n.reg(RNIC_REG_STATUS) & RNIC_STATUS_LINK_UP, 0u);
+}
+
+// Retry exhaustion: the requester's QP_FATAL carries RETRY_EXC; a consumer's own move to Error
+// reports nothing; a bad doorbell is QP_FATAL with detail 0.
+TEST(Rnic, EventQueueQpFatalOnRetryExhaustionAndDoorbellFault)
+{
+    Pair p(1024, 8, 2);
+    Eq eqa(p.a), eqb(p.b);
+    p.link.down = true;
+    p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 1, p.bufa, 64, p.keya, p.bufb, p.keyb));
+    auto c = p.wait_a(1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].status, RNIC_WC_RETRY_EXC_ERR);
+    auto ev = eqa.poll();
+    ASSERT_EQ(ev.size(), 1u);
+    EXPECT_EQ(ev[0].type, RNIC_EV_QP_FATAL);
+    EXPECT_EQ(ev[0].element, p.qa.qpn);
+    EXPECT_EQ(ev[0].detail, RNIC_WC_RETRY_EXC_ERR);
+    EXPECT_EQ(ev[0].seq, 0u);
+    EXPECT_EQ(ev[0].modeled_at_ns, p.clock);
+    EXPECT_TRUE(eqb.poll().empty()); // B saw nothing: not even a first packet
+    // the consumer moves B's QP to Error itself: no event
+    struct rnic_cmd_modify_qp m = {};
+    m.attr_mask = RNIC_QP_ATTR_STATE;
+    m.state = RNIC_QPS_ERR;
+    ASSERT_EQ(p.b.modify(p.qb.qpn, m), RNIC_CMD_ST_OK);
+    EXPECT_TRUE(eqb.poll().empty());
+    // a doorbell beyond the ring on a healthy QP: QP_FATAL, detail 0
+    Node::Qp q2 = p.a.create_qp(p.pda, p.cqa, p.cqa, 2);
+    p.a.connect(q2, 1, p.qb.qpn);
+    p.a.nic->db_write(RNIC_DB_QP(q2.index()) + RNIC_QP_DB_SQ_PI, 5, 4);
+    ev = eqa.poll();
+    ASSERT_EQ(ev.size(), 1u);
+    EXPECT_EQ(ev[0].type, RNIC_EV_QP_FATAL);
+    EXPECT_EQ(ev[0].element, q2.qpn);
+    EXPECT_EQ(ev[0].detail, 0u);
+    EXPECT_EQ(ev[0].seq, 1u);
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_EQ_EVENTS), 2u);
+}
+
+// The responder's class C errors: a remote access violation (bad rkey) is QP_ACCESS_ERR with the
+// NAK syndrome on the responder and QP_FATAL with REM_ACCESS_ERR on the requester; a WRITE to a
+// QP without remote write access is an invalid request: QP_REQ_ERR.
+TEST(Rnic, EventQueueResponderAccessAndRequestErrors)
+{
+    const struct {
+        const char *what;
+        uint32_t b_access, rkey_flip;
+        uint8_t status, b_event, nak;
+    } cases[] = {
+        {"bad rkey", RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, 0x100, RNIC_WC_REM_ACCESS_ERR,
+         RNIC_EV_QP_ACCESS_ERR, ROCE_NAK_REMOTE_ACCESS},
+        {"no remote write on B's QP", RNIC_ACCESS_REMOTE_READ, 0, RNIC_WC_REM_INV_REQ_ERR, RNIC_EV_QP_REQ_ERR,
+         ROCE_NAK_INVALID_REQ},
+    };
+    for (const auto &k : cases) {
+        SCOPED_TRACE(k.what);
+        Pair p(1024, 10, 7, k.b_access);
+        Eq eqa(p.a), eqb(p.b);
+        p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 1, p.bufa, 64, p.keya, p.bufb, p.keyb ^ k.rkey_flip));
+        auto c = p.wait_a(1);
+        ASSERT_EQ(c.size(), 1u);
+        EXPECT_EQ(c[0].status, k.status);
+        auto eb = eqb.poll();
+        ASSERT_EQ(eb.size(), 1u);
+        EXPECT_EQ(eb[0].type, k.b_event);
+        EXPECT_EQ(eb[0].element, p.qb.qpn);
+        EXPECT_EQ(eb[0].detail, uint32_t(ROCE_AETH_NAK(k.nak)));
+        auto ea = eqa.poll();
+        ASSERT_EQ(ea.size(), 1u);
+        EXPECT_EQ(ea[0].type, RNIC_EV_QP_FATAL);
+        EXPECT_EQ(ea[0].element, p.qa.qpn);
+        EXPECT_EQ(ea[0].detail, k.status);
+    }
+}
+
+// COMM_EST: the first packet a QP in RTR receives, once; none for a QP already in RTS.
+TEST(Rnic, EventQueueCommunicationEstablishedOnTheFirstPacketInRtr)
+{
+    Pair p(1024, 10, 7, RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, RNIC_QPS_RTR);
+    Eq eqa(p.a), eqb(p.b);
+    fill(p.a.mem(p.bufa), 4096, 9);
+    for (unsigned i = 0; i < 2; i++)
+        p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, i, p.bufa, 4096, p.keya, p.bufb, p.keyb));
+    auto c = p.wait_a(2);
+    ASSERT_EQ(c.size(), 2u);
+    EXPECT_EQ(c[1].status, RNIC_WC_SUCCESS);
+    EXPECT_EQ(std::memcmp(p.b.mem(p.bufb), p.a.mem(p.bufa), 4096), 0);
+    auto eb = eqb.poll();
+    ASSERT_EQ(eb.size(), 1u); // 8 packets, one event
+    EXPECT_EQ(eb[0].type, RNIC_EV_COMM_EST);
+    EXPECT_EQ(eb[0].element, p.qb.qpn);
+    EXPECT_TRUE(eqa.poll().empty()); // A was in RTS when B's ACKs arrived
+}
+
+// Port events, arming and interrupts, and the overflow policy: a full ring keeps the oldest
+// events and drops the new ones (counted, OVERFLOW set, a gap in seq).
+TEST(Rnic, EventQueuePortEventsArmingAndOverflow)
+{
+    Link l;
+    Node n(0, l);
+    n.nic->ctrl_write(RNIC_REG_INT_ENABLE, RNIC_INT_ALL, 4);
+    Eq eq(n, 1, 5); // 2 entries, vector 5
+    EXPECT_EQ(n.reg(RNIC_REG_STATUS) & RNIC_STATUS_LINK_UP, RNIC_STATUS_LINK_UP);
+    n.nic->set_link(true); // no change: no event
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_PI), 0u);
+    // not armed: the event is written, no interrupt
+    n.nic->set_link(false);
+    EXPECT_EQ(n.reg(RNIC_REG_STATUS) & RNIC_STATUS_LINK_UP, 0u);
+    EXPECT_FALSE(n.host.irq_level(5));
+    auto ev = eq.poll();
+    ASSERT_EQ(ev.size(), 1u);
+    EXPECT_EQ(ev[0].type, RNIC_EV_PORT_ERR);
+    EXPECT_EQ(ev[0].element, RNIC_PORT_NUM);
+    // armed: the next event interrupts on the EQ's vector, once, and disarms
+    n.nic->ctrl_write(RNIC_REG_EQ_ARM, 1, 4);
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_ARM), 1u);
+    n.nic->set_link(true);
+    EXPECT_TRUE(n.host.irq_level(5));
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_ARM), 0u);
+    n.nic->ctrl_write(RNIC_REG_INT_STATUS, 1u << 5, 4);
+    EXPECT_FALSE(n.host.irq_level(5));
+    // arming with an event already waiting interrupts at once
+    n.nic->ctrl_write(RNIC_REG_EQ_ARM, 1, 4);
+    EXPECT_TRUE(n.host.irq_level(5));
+    n.nic->ctrl_write(RNIC_REG_INT_STATUS, 1u << 5, 4);
+    // the ring: PORT_ACTIVE (seq 1) waits, one more fits, then two are dropped
+    n.nic->set_link(false); // seq 2: written (2 of 2)
+    n.nic->set_link(true);  // seq 3: dropped
+    n.nic->set_link(false); // seq 4: dropped
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_PI), 3u);
+    EXPECT_EQ(n.counter(RNIC_CNT_INDEX_EQ_OVERFLOWS), 2u);
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_STATUS), RNIC_EQ_ST_OVERFLOW);
+    ev = eq.poll();
+    ASSERT_EQ(ev.size(), 2u); // the oldest are kept
+    EXPECT_EQ(ev[0].type, RNIC_EV_PORT_ACTIVE);
+    EXPECT_EQ(ev[0].seq, 1u);
+    EXPECT_EQ(ev[1].type, RNIC_EV_PORT_ERR);
+    EXPECT_EQ(ev[1].seq, 2u);
+    n.nic->ctrl_write(RNIC_REG_EQ_STATUS, RNIC_EQ_ST_OVERFLOW, 4);
+    n.nic->set_link(true); // seq 5: room again; the gap 2 -> 5 shows two were lost
+    ev = eq.poll();
+    ASSERT_EQ(ev.size(), 1u);
+    EXPECT_EQ(ev[0].type, RNIC_EV_PORT_ACTIVE);
+    EXPECT_EQ(ev[0].seq, 5u);
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_STATUS), 0u);
+    EXPECT_EQ(n.counter(RNIC_CNT_INDEX_EQ_EVENTS), 4u);
+    // the ring wrapped twice: the owner phase flipped and the entries still read right
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_PI), 4u);
+    // reset: the EQ is off, the port's state stays
+    n.nic->reset();
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_CTRL), 0u);
+    EXPECT_EQ(n.reg(RNIC_REG_STATUS) & RNIC_STATUS_LINK_UP, RNIC_STATUS_LINK_UP);
 }
 
 // ---- migration (docs/rnic.md "Migration", hw/rnic/rnic_state.cc) ----
@@ -1932,6 +2268,62 @@ TEST(RnicMigration, WorkNotSentYetContinuesAfterTheLoad)
     for (const auto &e : c)
         EXPECT_EQ(e.status, RNIC_WC_SUCCESS) << e.wr_id;
     EXPECT_EQ(std::memcmp(p.b.mem(p.bufb), p.a.mem(p.bufa), 5 * 8192), 0);
+}
+
+// The async event queue and the port state migrate: an event that waits unconsumed, the ring's
+// indices and seq, arming and the port's last reported state; after the load the next event lands
+// behind it with the next seq and raises the armed vector.
+TEST(RnicMigration, EventQueueAndPortStateSurvive)
+{
+    Link l;
+    Node n(0, l);
+    Eq eq(n, 3, 2);
+    n.nic->set_link(false); // PORT_ERR, seq 0
+    ASSERT_EQ(eq.poll().size(), 1u);
+    n.nic->set_link(true); // PORT_ACTIVE, seq 1: left unconsumed
+    n.nic->ctrl_write(RNIC_REG_INT_ENABLE, RNIC_INT_ALL, 4);
+    const RnicSnapshot s = n.nic->save();
+    EXPECT_EQ(s.st.eq_pi, 2u);
+    EXPECT_EQ(s.st.eq_ci, 1u);
+    EXPECT_EQ(s.st.eq_seq, 2u);
+    EXPECT_EQ(s.st.link_up, 1u);
+    migrate(n, l, s);
+    n.nic->ctrl_write(RNIC_REG_INT_STATUS, RNIC_INT_ALL, 4);
+    n.nic->ctrl_write(RNIC_REG_EQ_ARM, 1, 4); // an event waits: the vector fires at once
+    EXPECT_TRUE(n.nic->int_status() & (1u << 2));
+    n.nic->ctrl_write(RNIC_REG_INT_STATUS, RNIC_INT_ALL, 4);
+    n.nic->set_link(false); // seq 2, behind the waiting one
+    auto ev = eq.poll();
+    ASSERT_EQ(ev.size(), 2u);
+    EXPECT_EQ(ev[0].type, RNIC_EV_PORT_ACTIVE);
+    EXPECT_EQ(ev[0].seq, 1u);
+    EXPECT_EQ(ev[1].type, RNIC_EV_PORT_ERR);
+    EXPECT_EQ(ev[1].seq, 2u);
+    EXPECT_EQ(n.reg(RNIC_REG_STATUS) & RNIC_STATUS_LINK_UP, 0u);
+    EXPECT_TRUE(same_state(n.nic->save(), n.nic->save()));
+    // refusals of the event queue's state
+    using M = std::function<void(RnicSnapshot &)>;
+    const std::vector<std::pair<const char *, M>> bad = {
+        {"eq ctrl", [](RnicSnapshot &x) { x.st.eq_ctrl |= 1u << 30; }},
+        {"eq status", [](RnicSnapshot &x) { x.st.eq_status |= 1u << 7; }},
+        {"eq base alignment", [](RnicSnapshot &x) { x.st.eq_base += 8; }},
+        {"eq ring outside RAM", [](RnicSnapshot &x) { x.st.eq_base = kBase + kRam - 64; }},
+        {"eq depth", [](RnicSnapshot &x) { x.st.eq_ctrl &= ~RNIC_EQ_CTRL_DEPTH_MASK; }},
+        {"eq indices", [](RnicSnapshot &x) { x.st.eq_pi = x.st.eq_ci + 9; }},
+        {"eq armed while disabled",
+         [](RnicSnapshot &x) { x.st.eq_ctrl &= ~RNIC_EQ_CTRL_ENABLE, x.st.eq_armed = 1; }},
+        {"eq flag", [](RnicSnapshot &x) { x.st.link_up = 2; }},
+        {"eq reserved", [](RnicSnapshot &x) { x.st.reserved_eq[1] = 1; }},
+    };
+    const RnicSnapshot before = n.nic->save();
+    for (const auto &[name, mutate] : bad) {
+        RnicSnapshot x = s;
+        mutate(x);
+        std::string why;
+        EXPECT_FALSE(n.nic->load(x, &why)) << name;
+        EXPECT_NE(why.find("event queue"), std::string::npos) << name << ": " << why;
+        EXPECT_TRUE(same_state(n.nic->save(), before)) << name;
+    }
 }
 
 TEST(RnicMigration, PausedDeviceHoldsFramesAndTimersUntilItRuns)

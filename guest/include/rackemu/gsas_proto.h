@@ -144,6 +144,10 @@ struct gsas_stats {
 	rk_u64 exit_notices;     /* GSAS_OP_EXITED notices taken from the kernels */
 	rk_u64 reclaimed_pages;  /* pages freed because their owner exited */
 	rk_u64 ops[256];         /* requests per opcode */
+	rk_u64 reply_retries;    /* replies posted again after the issuer's full FIFO refused them */
+	rk_u64 replies_unsettled; /* replies whose acknowledgement had not come back when PIF 0 was
+				     needed again (the next reply, or before a sleep) */
+	rk_u64 serve_ns;         /* time from taking a request off MIF 0 to its reply posted, summed */
 };
 
 #endif /* RACKEMU_GSAS_PROTO_H */

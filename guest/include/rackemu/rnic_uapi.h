@@ -74,6 +74,23 @@ struct rnic_uwait_cq {
 	rk_u64 events;                        /* in: count already seen; out: count now */
 };
 
+/* RNIC_IOC_GET_ASYNC_EVENT: the next asynchronous event of this file (docs/rnic-verbs.md "Async
+ * events"): events of its own QPs and CQs, and the port's (to every open file). Waits up to
+ * timeout_ms; 0: do not wait. Returns 0 with the event; -EAGAIN (timeout_ms 0) or -ETIMEDOUT
+ * when there is none; -EINTR on a signal. The file keeps up to RNIC_FILE_EVENTS events; beyond
+ * that the newest are dropped and counted in `lost` (as are events the device's queue dropped,
+ * counted on every file). poll() on the file reports EPOLLPRI while events wait. */
+struct rnic_uasync_event {
+	rk_u32 timeout_ms;    /* in */
+	rk_u32 type;          /* out: RNIC_EV_* */
+	rk_u32 element;       /* out: QPN, CQN or RNIC_PORT_NUM */
+	rk_u32 detail;        /* out: as struct rnic_eqe's */
+	rk_u64 modeled_at_ns; /* out: the device's timing-model clock at the event */
+	rk_u32 lost;          /* out: events this file lost since the last call */
+	rk_u32 reserved;      /* in: 0 */
+};
+#define RNIC_FILE_EVENTS 64u
+
 #define RNIC_IOC_MAGIC 'R'
 #define RNIC_IOC_QUERY       _IOR(RNIC_IOC_MAGIC, 0x40, struct rnic_uinfo)
 #define RNIC_IOC_ALLOC_PD    _IOR(RNIC_IOC_MAGIC, 0x41, rk_u32)
@@ -88,6 +105,7 @@ struct rnic_uwait_cq {
 #define RNIC_IOC_DESTROY_QP  _IOW(RNIC_IOC_MAGIC, 0x4a, rk_u32)
 #define RNIC_IOC_WAIT_CQ     _IOWR(RNIC_IOC_MAGIC, 0x4b, struct rnic_uwait_cq)
 #define RNIC_IOC_COUNTERS    _IOR(RNIC_IOC_MAGIC, 0x4c, rk_u64[RNIC_CNT_COUNT])
+#define RNIC_IOC_GET_ASYNC_EVENT _IOWR(RNIC_IOC_MAGIC, 0x4d, struct rnic_uasync_event)
 
 /* mmap offsets: page offset = type << 16 | index */
 #define RNIC_MAP_SQ   1u

@@ -13,6 +13,9 @@
  * page is revoked (unmapped) when its object is destroyed, so a later object with the same index
  * is never reachable through a stale mapping. Completion interrupts: the process arms a CQ
  * through its doorbell page, and RNIC_IOC_WAIT_CQ sleeps until the CQ fires.
+ * Asynchronous events: the device writes them into one event queue (RNIC_REG_EQ_*) the driver
+ * owns, interrupting on vector 0 while armed; the handler hands each to the file that owns its
+ * QP or CQ (port events to every open file), where RNIC_IOC_GET_ASYNC_EVENT takes them.
  */
 #include <linux/delay.h>
 #include <linux/dma-mapping.h>
@@ -81,6 +84,9 @@ struct rnic_vec {
 	char name[24];              /* /proc/interrupts: rackemu_rnic-v<N> */
 };
 
+#define RNIC_EQ_LOG2   8u /* the driver's event queue: 256 entries (8 KiB) */
+#define RNIC_EQ_VECTOR 0u /* on the async vector, beside the QP/CQ error bitmaps */
+
 struct rnic_dev {
 	struct pci_dev *pdev;
 	void __iomem *regs;
@@ -98,6 +104,11 @@ struct rnic_dev {
 	struct rnic_mr *mr;         /* RNIC_MAX_MR */
 	struct rnic_cq cq[RNIC_MAX_CQ];
 	struct rnic_qp qp[RNIC_MAX_QP];
+	/* async events (rd->irq_lock): the device's queue, and the open files to deliver to */
+	struct rnic_eqe *eq;
+	dma_addr_t eq_dma;
+	u32 eq_ci;
+	struct list_head files;
 };
 
 struct rnic_file {
@@ -106,6 +117,10 @@ struct rnic_file {
 	/* completion channel: CQs of this file that fired since the last read() (rd->irq_lock) */
 	DECLARE_BITMAP(fired, RNIC_MAX_CQ);
 	wait_queue_head_t wait;
+	/* async events for this file (rd->irq_lock): a ring, the newest dropped when full */
+	struct list_head node;      /* in rd->files */
+	struct rnic_uasync_event ev[RNIC_FILE_EVENTS];
+	u32 ev_head, ev_tail, ev_lost;
 };
 
 static DEFINE_IDA(rnic_ida);
@@ -649,6 +664,135 @@ static int rnic_destroy_qp_locked(struct rnic_file *f, u32 qpn)
 	return 0;
 }
 
+/* ---- async events ---- */
+
+/* Queue an event for f (rd->irq_lock held); a full queue drops it and counts it. */
+static void rnic_file_event(struct rnic_file *f, const struct rnic_eqe *e)
+{
+	struct rnic_uasync_event *u;
+
+	if (f->ev_tail - f->ev_head >= RNIC_FILE_EVENTS) {
+		f->ev_lost++;
+		return;
+	}
+	u = &f->ev[f->ev_tail % RNIC_FILE_EVENTS];
+	memset(u, 0, sizeof(*u));
+	u->type = e->type;
+	u->element = e->element;
+	u->detail = e->detail;
+	u->modeled_at_ns = e->modeled_at_ns;
+	f->ev_tail++;
+	wake_up_interruptible(&f->wait);
+}
+
+/*
+ * Take every event the device wrote (rd->irq_lock held), give each to its owner, then hand the
+ * entries back (EQ_CI) and re-arm: an event written meanwhile interrupts again at once.
+ */
+static void rnic_eq_drain(struct rnic_dev *rd)
+{
+	const u32 depth = 1u << RNIC_EQ_LOG2;
+	struct rnic_file *f;
+	u32 st, n = 0;
+
+	for (;;) {
+		struct rnic_eqe *e = &rd->eq[rd->eq_ci & (depth - 1)];
+		struct rnic_eqe ev;
+		u32 idx;
+
+		if ((READ_ONCE(e->owner) & 1) != (((rd->eq_ci >> RNIC_EQ_LOG2) & 1) ^ 1))
+			break;
+		dma_rmb(); /* the owner byte is written last */
+		ev = *e;
+		rd->eq_ci++;
+		n++;
+		switch (ev.type) {
+		case RNIC_EV_QP_FATAL:
+		case RNIC_EV_QP_REQ_ERR:
+		case RNIC_EV_QP_ACCESS_ERR:
+		case RNIC_EV_COMM_EST:
+			idx = RNIC_QP_INDEX(ev.element);
+			if (ev.element >= RNIC_QPN_BASE && idx < RNIC_MAX_QP && rd->qp[idx].owner)
+				rnic_file_event(rd->qp[idx].owner, &ev);
+			break;
+		case RNIC_EV_CQ_ERR:
+			if (ev.element < RNIC_MAX_CQ && rd->cq[ev.element].owner)
+				rnic_file_event(rd->cq[ev.element].owner, &ev);
+			break;
+		case RNIC_EV_PORT_ACTIVE:
+		case RNIC_EV_PORT_ERR:
+			dev_info(&rd->pdev->dev, "port %u: link %s\n", ev.element,
+				 ev.type == RNIC_EV_PORT_ACTIVE ? "up" : "down");
+			list_for_each_entry(f, &rd->files, node)
+				rnic_file_event(f, &ev);
+			break;
+		default:
+			dev_warn_ratelimited(&rd->pdev->dev, "async event of unknown type %u (element 0x%x) ignored\n",
+					     ev.type, ev.element);
+		}
+	}
+	if (n)
+		wr32(rd, RNIC_REG_EQ_CI, rd->eq_ci);
+	st = rd32(rd, RNIC_REG_EQ_STATUS);
+	if (st & RNIC_EQ_ST_OVERFLOW) { /* whose events were lost is unknown: every file is told */
+		wr32(rd, RNIC_REG_EQ_STATUS, RNIC_EQ_ST_OVERFLOW);
+		dev_warn_ratelimited(&rd->pdev->dev, "the async event queue overflowed: events were lost\n");
+		list_for_each_entry(f, &rd->files, node) {
+			f->ev_lost++;
+			wake_up_interruptible(&f->wait);
+		}
+	}
+	wr32(rd, RNIC_REG_EQ_ARM, 1);
+}
+
+static bool rnic_has_event(struct rnic_file *f)
+{
+	unsigned long flags;
+	bool any;
+
+	spin_lock_irqsave(&f->rd->irq_lock, flags);
+	any = f->ev_tail != f->ev_head;
+	spin_unlock_irqrestore(&f->rd->irq_lock, flags);
+	return any;
+}
+
+static int rnic_get_async_event(struct rnic_file *f, void __user *p)
+{
+	struct rnic_dev *rd = f->rd;
+	struct rnic_uasync_event u, out;
+	long left;
+	u32 lost;
+
+	if (copy_from_user(&u, p, sizeof(u)))
+		return -EFAULT;
+	if (u.reserved) {
+		dev_err(&rd->pdev->dev, "GET_ASYNC_EVENT: the reserved field must be 0\n");
+		return -EINVAL;
+	}
+	for (;;) {
+		spin_lock_irq(&rd->irq_lock);
+		if (f->ev_tail != f->ev_head) {
+			out = f->ev[f->ev_head % RNIC_FILE_EVENTS];
+			f->ev_head++;
+			lost = f->ev_lost;
+			f->ev_lost = 0;
+			spin_unlock_irq(&rd->irq_lock);
+			out.timeout_ms = u.timeout_ms;
+			out.lost = lost;
+			return copy_to_user(p, &out, sizeof(out)) ? -EFAULT : 0;
+		}
+		spin_unlock_irq(&rd->irq_lock);
+		if (!u.timeout_ms)
+			return -EAGAIN;
+		left = wait_event_interruptible_timeout(f->wait, READ_ONCE(f->ev_tail) != READ_ONCE(f->ev_head),
+							msecs_to_jiffies(u.timeout_ms));
+		if (left < 0)
+			return left;
+		if (!left && READ_ONCE(f->ev_tail) == READ_ONCE(f->ev_head))
+			return -ETIMEDOUT;
+	}
+}
+
 /* ---- interrupts ---- */
 
 static irqreturn_t rnic_irq(int irq, void *data)
@@ -698,6 +842,8 @@ static irqreturn_t rnic_irq(int irq, void *data)
 			dev_info_ratelimited(&rd->pdev->dev, "QPs entered the error state: index bitmap word %u = 0x%llx\n", w, er);
 		}
 	}
+	if (rd->eq && (st & BIT(RNIC_EQ_VECTOR)))
+		rnic_eq_drain(rd);
 	spin_unlock_irqrestore(&rd->irq_lock, flags);
 	return IRQ_HANDLED;
 }
@@ -751,6 +897,8 @@ static long rnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		return rnic_modify_qp(f, p, true);
 	case RNIC_IOC_WAIT_CQ:
 		return rnic_wait_cq(f, p);
+	case RNIC_IOC_GET_ASYNC_EVENT:
+		return rnic_get_async_event(f, p);
 	case RNIC_IOC_COUNTERS: {
 		u64 c[RNIC_CNT_COUNT];
 
@@ -866,6 +1014,9 @@ static int rnic_open(struct inode *inode, struct file *file)
 	f->rd = rd;
 	f->mapping = file->f_mapping;
 	init_waitqueue_head(&f->wait);
+	spin_lock_irq(&rd->irq_lock);
+	list_add_tail(&f->node, &rd->files);
+	spin_unlock_irq(&rd->irq_lock);
 	file->private_data = f;
 	return 0;
 }
@@ -920,7 +1071,7 @@ static __poll_t rnic_poll(struct file *file, poll_table *wait)
 	struct rnic_file *f = file->private_data;
 
 	poll_wait(file, &f->wait, wait);
-	return rnic_fired(f) ? EPOLLIN | EPOLLRDNORM : 0;
+	return (rnic_fired(f) ? EPOLLIN | EPOLLRDNORM : 0) | (rnic_has_event(f) ? EPOLLPRI : 0);
 }
 
 /* Destroy everything the file owns, in dependency order: QPs, CQs, MRs, PDs. */
@@ -950,7 +1101,10 @@ static int rnic_release(struct inode *inode, struct file *file)
 	struct rnic_file *f = file->private_data;
 
 	f->mapping = NULL; /* no mapping is left: each held the file */
-	rnic_file_cleanup(f);
+	rnic_file_cleanup(f); /* its QPs and CQs are gone: no event names it any more */
+	spin_lock_irq(&f->rd->irq_lock);
+	list_del(&f->node);
+	spin_unlock_irq(&f->rd->irq_lock);
 	kfree(f);
 	return 0;
 }
@@ -980,6 +1134,7 @@ static int rnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	rd->pdev = pdev;
 	mutex_init(&rd->lock);
 	spin_lock_init(&rd->irq_lock);
+	INIT_LIST_HEAD(&rd->files);
 	for (i = 0; i < RNIC_MAX_CQ; i++)
 		init_waitqueue_head(&rd->cq[i].wait);
 	rd->mr = devm_kcalloc(dev, RNIC_MAX_MR, sizeof(*rd->mr), GFP_KERNEL);
@@ -1020,6 +1175,22 @@ static int rnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		return -ENOMEM;
 	wr32(rd, RNIC_REG_CMD_ADDR_LO, lower_32_bits(rd->cmd_dma));
 	wr32(rd, RNIC_REG_CMD_ADDR_HI, upper_32_bits(rd->cmd_dma));
+	if (rd32(rd, RNIC_REG_CAPS) & RNIC_CAP_EQ) {
+		rd->eq = dmam_alloc_coherent(dev, sizeof(struct rnic_eqe) << RNIC_EQ_LOG2, &rd->eq_dma, GFP_KERNEL);
+		if (!rd->eq)
+			return -ENOMEM;
+		wr32(rd, RNIC_REG_EQ_CTRL, 0);
+		wr32(rd, RNIC_REG_EQ_BASE_LO, lower_32_bits(rd->eq_dma));
+		wr32(rd, RNIC_REG_EQ_BASE_HI, upper_32_bits(rd->eq_dma));
+		wr32(rd, RNIC_REG_EQ_CTRL, RNIC_EQ_CTRL_ENABLE | RNIC_EQ_LOG2 << RNIC_EQ_CTRL_DEPTH_SHIFT |
+						   RNIC_EQ_VECTOR << RNIC_EQ_CTRL_VECTOR_SHIFT);
+		if (!(rd32(rd, RNIC_REG_EQ_CTRL) & RNIC_EQ_CTRL_ENABLE)) {
+			dev_err(dev, "the device refused the event queue at 0x%llx (EQ_STATUS 0x%x)\n",
+				(unsigned long long)rd->eq_dma, rd32(rd, RNIC_REG_EQ_STATUS));
+			return -EIO;
+		}
+		wr32(rd, RNIC_REG_EQ_ARM, 1);
+	}
 
 	rd->nvec = pci_alloc_irq_vectors(pdev, 1, RNIC_MSIX_VECTORS, PCI_IRQ_MSIX | PCI_IRQ_LEGACY);
 	if (rd->nvec < 0) {
@@ -1067,6 +1238,7 @@ fail_ida:
 	ida_free(&rnic_ida, rd->id);
 fail_vec:
 	wr32(rd, RNIC_REG_INT_ENABLE, 0);
+	wr32(rd, RNIC_REG_EQ_CTRL, 0);
 	while (--i >= 0)
 		devm_free_irq(dev, pci_irq_vector(pdev, i), &rd->vec[i]);
 	pci_free_irq_vectors(pdev);
@@ -1080,6 +1252,7 @@ static void rnic_remove(struct pci_dev *pdev)
 
 	misc_deregister(&rd->misc); /* no new opens; open files keep the module (fops owner) */
 	wr32(rd, RNIC_REG_CTRL, 0);
+	wr32(rd, RNIC_REG_EQ_CTRL, 0); /* before devres frees its ring */
 	wr32(rd, RNIC_REG_INT_ENABLE, 0);
 	for (i = 0; i < rd->nvec; i++)
 		devm_free_irq(&pdev->dev, pci_irq_vector(pdev, i), &rd->vec[i]);

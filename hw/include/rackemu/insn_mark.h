@@ -52,7 +52,8 @@ enum rk_phase {
     RK_PH_LOCAL_COPY = 6,  // baseline: strip the line versions; sabre layout: copy the object
     RK_PH_LOCAL_USE = 7,   // as RK_PH_KV_USE
     // The writer's update (rmc-kv serve --writers), per update.
-    RK_PH_KV_WRITE = 8, // write_object: begin, the payload and its stores, end
+    RK_PH_KV_WRITE = 8,   // store_object: begin (lock), the stores of the prepared value, end
+    RK_PH_KV_PREPARE = 9, // prepare_object: generate the next value and its checksum (unlocked)
     // The plugin's self-test (insn-count-check).
     RK_PH_CHECK_A = 20,
     RK_PH_CHECK_B = 21,

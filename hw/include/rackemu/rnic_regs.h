@@ -78,12 +78,13 @@
 #define RNIC_REG_ID            0x000u   /* R 32: RNIC_ID_VALUE */
 #define RNIC_ID_VALUE          0x524e4943u /* "RNIC" */
 #define RNIC_REG_VERSION       0x004u   /* R 32: RNIC_VERSION_VALUE: major [31:16], minor [15:0] */
-#define RNIC_VERSION_VALUE     0x00010001u /* 1.1: this header (1.1: extended atomics, the atomic unit's counters) */
+#define RNIC_VERSION_VALUE     0x00010002u /* 1.2: this header (1.1: extended atomics, the atomic unit's counters; 1.2: the async event queue) */
 #define RNIC_REG_CAPS          0x008u   /* R 32: RNIC_CAP_* */
 #define RNIC_CAP_FLUSH         (1u << 0) /* FLUSH (0x1C), global visibility and persistence */
 #define RNIC_CAP_ATOMIC_WRITE  (1u << 1) /* ATOMIC WRITE (0x1D) */
 #define RNIC_CAP_LINK          (1u << 2) /* attached to the node's fabric port (else loopback to itself only) */
 #define RNIC_CAP_XATOMIC       (1u << 3) /* extended atomics RNIC_WR_XATOMIC/_POST, executed by the atomic unit (docs/atomic-unit.md) */
+#define RNIC_CAP_EQ            (1u << 4) /* the asynchronous event queue (RNIC_REG_EQ_*) */
 #define RNIC_REG_NODE_ID       0x00Cu   /* R 32: this node's id in the rack */
 #define RNIC_REG_MAX_PD        0x010u   /* R 32: RNIC_MAX_PD */
 #define RNIC_REG_MAX_MR        0x014u   /* R 32: RNIC_MAX_MR */
@@ -132,6 +133,35 @@
 #define RNIC_REG_PCIE_NS       0x60Cu   /* R 32: PCIe one-way latency, ns (pcie-ns) */
 #define RNIC_REG_PCIE_MBPS     0x610u   /* R 32: PCIe bandwidth, MByte/s (pcie-mbps) */
 #define RNIC_REG_MAX_MTU       0x614u   /* R 32: largest path MTU accepted by modify QP (mtu, 256..4096) */
+
+/* Asynchronous event queue (docs/rnic.md "Async events"): events that belong to no work request
+ * (ibv_get_async_event's), written by the device as struct rnic_eqe into ONE ring of 2^n entries
+ * in guest memory. Program EQ_BASE_LO/HI and EQ_CTRL.DEPTH_LOG2/VECTOR with ENABLE 0, then set
+ * ENABLE: the device checks the ring (64-aligned, depth RNIC_DEPTH_LOG2_MIN..MAX, inside RAM) and
+ * refuses a bad one (guest error, EQ_STATUS.BAD_CONFIG, ENABLE stays 0). Enabling starts PI and
+ * CI at 0; base and depth cannot change while enabled (guest error). The driver consumes entries
+ * by the owner bit (as CQEs) and writes EQ_CI; EQ_ARM asks for one interrupt on the vector at
+ * the next event (at once if entries are already waiting), like a CQ's RNIC_CQ_ARM_NEXT.
+ * Full ring (PI - CI == depth): the NEW event is dropped, the oldest are kept; it is counted in
+ * eq_overflows and EQ_STATUS.OVERFLOW is set (W1C). QP and CQ errors are also in the QP_ERRORS /
+ * CQ_ERRORS bitmaps, so a driver that saw OVERFLOW rescans those. With ENABLE 0 no events are
+ * written (nor counted as lost). */
+#define RNIC_REG_EQ_BASE_LO    0x700u   /* R/W 32: ring address [31:6] ([5:0] read as 0) */
+#define RNIC_REG_EQ_BASE_HI    0x704u   /* R/W 32: ring address [63:32] */
+#define RNIC_REG_EQ_CTRL       0x708u   /* R/W 32: RNIC_EQ_CTRL_* */
+#define RNIC_EQ_CTRL_ENABLE    (1u << 0)  /* write events; 0 -> 1 checks the ring and zeroes PI and CI */
+#define RNIC_EQ_CTRL_DEPTH_SHIFT 8u       /* [11:8] depth_log2 (RNIC_DEPTH_LOG2_MIN..MAX) */
+#define RNIC_EQ_CTRL_DEPTH_MASK  (0xfu << RNIC_EQ_CTRL_DEPTH_SHIFT)
+#define RNIC_EQ_CTRL_VECTOR_SHIFT 16u     /* [18:16] interrupt vector 0..RNIC_MSIX_VECTORS-1 */
+#define RNIC_EQ_CTRL_VECTOR_MASK (0x7u << RNIC_EQ_CTRL_VECTOR_SHIFT)
+#define RNIC_EQ_CTRL_WRITABLE  (RNIC_EQ_CTRL_ENABLE | RNIC_EQ_CTRL_DEPTH_MASK | RNIC_EQ_CTRL_VECTOR_MASK)
+#define RNIC_REG_EQ_PI         0x70Cu   /* R 32: events the device has written (free-running) */
+#define RNIC_REG_EQ_CI         0x710u   /* R/W 32: events the driver consumed; beyond PI: guest error, ignored */
+#define RNIC_REG_EQ_ARM        0x714u   /* R/W 32: write 1: interrupt on the next event; R: 1 while armed */
+#define RNIC_REG_EQ_STATUS     0x718u   /* R/W1C 32: RNIC_EQ_ST_* */
+#define RNIC_EQ_ST_OVERFLOW    (1u << 0) /* an event found the ring full and was dropped (sticky, W1C) */
+#define RNIC_EQ_ST_BAD_CONFIG  (1u << 1) /* the last ENABLE was refused (ring misaligned, depth, outside RAM; W1C) */
+#define RNIC_EQ_ST_W1C         (RNIC_EQ_ST_OVERFLOW | RNIC_EQ_ST_BAD_CONFIG)
 
 #define RNIC_REG_COUNTERS      0x1000u  /* R 64 x RNIC_CNT_COUNT: counters (below), offset RNIC_CNT_<NAME> */
 
@@ -431,6 +461,34 @@ struct rnic_cqe {
     rk_u64 reserved[2];
 };
 
+/* Async event types (ibv_event_type values). */
+#define RNIC_EV_CQ_ERR         0u       /* element: CQN. The CQ overflowed or a CQE write failed (CQ in error) */
+#define RNIC_EV_QP_FATAL       1u       /* element: QPN. The QP entered Error: retries exhausted, bad response, bad doorbell or WQE ring */
+#define RNIC_EV_QP_REQ_ERR     2u       /* element: QPN. As responder it NAKed an invalid request (class C) and entered Error */
+#define RNIC_EV_QP_ACCESS_ERR  3u       /* element: QPN. As responder it NAKed a remote access error (rkey, bounds, access) and entered Error */
+#define RNIC_EV_COMM_EST       4u       /* element: QPN. The first packet arrived while the QP was in RTR */
+#define RNIC_EV_PORT_ACTIVE    9u       /* element: port 1. The fabric link came up */
+#define RNIC_EV_PORT_ERR       10u      /* element: port 1. The fabric link went down */
+#define RNIC_EV_TYPE_MAX       10u
+#define RNIC_EV_CQ_ERR_OVERFLOW 0u      /* CQ_ERR detail: a CQE found the CQ full */
+#define RNIC_EV_CQ_ERR_WRITE    1u      /* CQ_ERR detail: a CQE write failed (ring outside RAM) */
+#define RNIC_PORT_NUM          1u       /* the device's one port, as verbs number ports */
+
+/* Event queue entry (32 bytes). Valid when (owner & 1) == ((ci >> depth_log2) & 1) ^ 1, as a
+ * CQE; the device writes the whole entry, the owner byte last. */
+struct rnic_eqe {
+    rk_u8  type;          /* RNIC_EV_* */
+    rk_u8  owner;         /* bit 0: phase; written last */
+    rk_u16 reserved0;
+    rk_u32 element;       /* QPN, CQN or port number, by type */
+    rk_u32 detail;        /* QP_FATAL: the RNIC_WC_* status of the failure (RETRY_EXC, ...), 0 for a
+                           * doorbell or send-WQE check fault; REQ/ACCESS_ERR: the AETH NAK syndrome sent; CQ_ERR:
+                           * RNIC_EV_CQ_ERR_*; else 0 */
+    rk_u32 seq;           /* events generated since ENABLE (dropped ones included): a gap shows a loss */
+    rk_u64 modeled_at_ns; /* the timing model's clock when the event happened */
+    rk_u64 reserved1;
+};
+
 /* ---- Counters: RNIC_REG_COUNTERS + RNIC_CNT_<NAME> (R, 64-bit) ----
  * X(NAME, name, description). The transport engine's (RNIC_RC_COUNTERS, rc.h uses it as
  * RC_COUNTER_TABLE) then the device's own. From it come the offsets RNIC_CNT_<NAME>,
@@ -442,7 +500,7 @@ struct rnic_cqe {
     X(RX_MALFORMED,    rx_malformed,    "frames dropped as malformed (any WireError but ICRC)") \
     X(RX_ICRC_ERRORS,  rx_icrc_errors,  "frames dropped for a bad ICRC") \
     X(RX_UNKNOWN_QP,   rx_unknown_qp,   "frames for a QP number that does not exist") \
-    X(RX_BAD_STATE,    rx_bad_state,    "frames for a QP not in a state to take them, from the wrong source, or beyond its request backlog") \
+    X(RX_BAD_STATE,    rx_bad_state,    "frames for a QP not in a state to take them, or from the wrong source or P_Key") \
     X(RX_CNP,          rx_cnp,          "congestion notification packets received (not acted on)") \
     X(REQ_PACKETS,     req_packets,     "request packets sent the first time") \
     X(RETRANSMITS,     retransmits,     "request packets sent again (go-back-N)") \
@@ -466,7 +524,8 @@ struct rnic_cqe {
     X(EXECUTED,        executed,        "request messages executed by the responder") \
     X(WR_COMPLETED,    wr_completed,    "send work requests completed successfully") \
     X(WR_ERRORS,       wr_errors,       "send or receive work requests completed with an error (flushes included)") \
-    X(QP_ERRORS,       qp_errors,       "QPs moved to the Error state by the transport")
+    X(QP_ERRORS,       qp_errors,       "QPs moved to the Error state by the transport") \
+    X(RX_BACKLOG_DROPS, rx_backlog_drops, "requests dropped because their QP's backlog behind a paused READ was full (RC_MAX_BACKLOG frames; the requester resends them)")
 
 #define RNIC_DEV_COUNTERS(X) \
     X(COMMANDS,        commands,        "commands executed") \
@@ -495,6 +554,8 @@ struct rnic_cqe {
     X(PERSIST_BYTES,   persist_bytes,   "bytes FLUSH persistence wrote back to the RAM's backing file (msync)") \
     X(LINK_BACKPRESSURE, link_backpressure, "times the link pushed back (port ring full): the device paused sending until it had room") \
     X(LINK_TX_HELD,    link_tx_held,    "frames the link could not take at once, held by the device and sent later") \
+    X(EQ_EVENTS,       eq_events,       "async events written to the event queue") \
+    X(EQ_OVERFLOWS,    eq_overflows,    "async events dropped because the event queue was full (the oldest are kept)") \
     X(RX_PAUSED_DROPS, rx_paused_drops, "frames dropped while the VM was stopped (beyond the device's hold, or held across a load)") \
     RNIC_AMU_COUNTERS(X)
 
@@ -539,6 +600,7 @@ static_assert(sizeof(struct rnic_sge) == 16, "SGE is 16 bytes");
 static_assert(sizeof(struct rnic_send_wqe) == 128, "send WQE is 128 bytes");
 static_assert(sizeof(struct rnic_recv_wqe) == 64, "receive WQE is 64 bytes");
 static_assert(sizeof(struct rnic_cqe) == 64, "CQE is 64 bytes");
+static_assert(sizeof(struct rnic_eqe) == 32, "EQE is 32 bytes");
 static_assert(RNIC_REG_COUNTERS + 8 * RNIC_CNT_COUNT <= RNIC_BAR_CTRL_SIZE, "counters fit BAR0");
 static_assert(RNIC_BAR_DB_SIZE == 0x200000u, "BAR2 is 2 MiB");
 #elif !defined(__KERNEL__)
@@ -546,6 +608,7 @@ _Static_assert(sizeof(struct rnic_cmd) == RNIC_CMD_SIZE, "command block is 128 b
 _Static_assert(sizeof(struct rnic_send_wqe) == 128, "send WQE is 128 bytes");
 _Static_assert(sizeof(struct rnic_recv_wqe) == 64, "receive WQE is 64 bytes");
 _Static_assert(sizeof(struct rnic_cqe) == 64, "CQE is 64 bytes");
+_Static_assert(sizeof(struct rnic_eqe) == 32, "EQE is 32 bytes");
 #endif
 
 /* clang-format on */
