@@ -79,15 +79,7 @@ def test_snapshot_booted_nodes_carry_rdma_across_the_switch(scluster):
         assert rc == 0 and checks and all(x["ok"] == "1" for x in checks), out.decode()
         relay.stop()
 
-        count = 200
-        relay = Relay(s, "sbf", 2)
-        c0, c1 = relay.client(s, f"faa --count {count}"), relay.client(c, f"faa --count {count}")
-        relay.go(c0, c1)
-        for cl in (c0, c1):
-            rc, out = relay.result(cl)
-            assert rc == 0 and kv(out)[-2]["errors"] == "0", out.decode()
-        done = [x for x in relay.stop() if x.get("server") == "done"]
-        assert done and int(done[0]["counter"]) == 2 * count, done
+        assert Relay.faa_total(s, [s, c], "sbf", 200) == 2 * 200
     finally:
         stop_procs(s, "rnic")
         stop_procs(c, "rnic")
