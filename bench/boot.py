@@ -12,14 +12,18 @@ Measured, for each variant (the cluster defaults, plus any --variant), in this r
                         with the launcher's agent connections open (as in the e2e tests); median
                         of --runs
   load1_*               the host's 1-minute load average when each measurement started (median)
+  workload_NAME_s       with --workload NAME=CMD: CMD's run time in node 0's guest (its own clock,
+                        around the command) on the booted idle cluster, median of --runs; e.g. the
+                        cost of TCG's parallel mode, which the RNIC turns on for every vCPU
 
 A variant is LABEL followed by ';KEY=VALUE' overrides of cluster.toml keys (vcpus, memory,
-kernel_cmdline, cpu) or of the artefact paths (initrd, kernel), e.g. the defaults of an older
+kernel_cmdline, cpu, rnic = true/false) or of the artefact paths (initrd, kernel), e.g. the defaults of an older
 checkout with its image:
   --variant 'before;vcpus=2;kernel_cmdline=;initrd=/tmp/base/build/guest/initramfs.cpio.gz'
 
 usage: bench/boot.py [--nodes 1,8,16] [--runs 3] [--idle-nodes 8] [--idle-seconds 10]
-                     [--settle 5] [--variant SPEC]... [--no-defaults] [--csv FILE]
+                     [--settle 5] [--variant SPEC]... [--no-defaults] [--workload NAME=CMD]...
+                     [--csv FILE]
 """
 import argparse
 import os
@@ -38,7 +42,7 @@ from benchlib import log, pyplot, save_figure, write_results  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PATH_KEYS = ("initrd", "kernel")
-CONFIG_KEYS = ("vcpus", "memory", "kernel_cmdline", "cpu")
+CONFIG_KEYS = ("vcpus", "memory", "kernel_cmdline", "cpu", "rnic")
 
 
 def parse_variant(spec):
@@ -51,6 +55,10 @@ def parse_variant(spec):
             raise SystemExit(f"--variant {spec!r}: unknown key {k!r} (one of {', '.join(CONFIG_KEYS + PATH_KEYS)})")
     if "vcpus" in over:
         over["vcpus"] = int(over["vcpus"])
+    if "rnic" in over:
+        if over["rnic"] not in ("true", "false"):
+            raise SystemExit(f"--variant {spec!r}: rnic is true or false")
+        over["rnic"] = over["rnic"] == "true"
     return label, over
 
 
@@ -78,6 +86,16 @@ def idle_pct(c, seconds):
     time.sleep(seconds)
     t1, c1 = time.monotonic(), cpu_ticks(pids)
     return 100.0 * (c1 - c0) / CLK_TCK / (t1 - t0)
+
+
+def guest_seconds(node, cmd):
+    """cmd's run time in node's guest, by the guest's own clock (no agent round trip in it)."""
+    # /proc/uptime in centiseconds (busybox date has no %N): run workloads of a second or more
+    up = "$(cut -d' ' -f1 /proc/uptime | tr -d .)"
+    r = node.exec(f"s={up}; {cmd} >/dev/null 2>&1; e={up}; echo $((e - s))", timeout=600)
+    if r.rc != 0:
+        raise SystemExit(f"workload {cmd!r} on node {node.id}: exit {r.rc}: {r.stderr.decode()}")
+    return int(r.stdout.decode().split()[-1]) / 100
 
 
 def plot(res, variants, sizes, png):
@@ -117,6 +135,8 @@ def main():
     ap.add_argument("--settle", type=float, default=5.0, help="seconds after boot before the idle sample")
     ap.add_argument("--variant", action="append", default=[], help="LABEL;KEY=VALUE;... (repeatable)")
     ap.add_argument("--no-defaults", action="store_true", help="only the --variant configurations")
+    ap.add_argument("--workload", action="append", default=[],
+                    help="NAME=CMD: time CMD in node 0's guest on the idle cluster (repeatable)")
     ap.add_argument("--csv", default=str(build_dir() / "bench" / "boot.csv"))
     a = ap.parse_args()
     sizes = [int(x) for x in a.nodes.split(",") if x]
@@ -125,8 +145,15 @@ def main():
         raise SystemExit("nothing to measure: --no-defaults without --variant")
     if a.idle_nodes and a.idle_nodes not in sizes:
         sizes.append(a.idle_nodes)
+    workloads = []
+    for w in a.workload:
+        name, _, cmd = w.partition("=")
+        if not name or not cmd:
+            raise SystemExit(f"--workload {w!r}: expected NAME=CMD")
+        workloads.append((name, cmd))
     res = {label: {"boot": {n: [] for n in sizes}, "idle": {"disconnected": [], "connected": []},
-                   "load": {n: [] for n in sizes}, "idle_load": []} for label, _ in variants}
+                   "load": {n: [] for n in sizes}, "idle_load": [],
+                   "work": {name: [] for name, _ in workloads}} for label, _ in variants}
 
     for r in range(a.runs):
         for n in sizes:
@@ -153,6 +180,10 @@ def main():
                         res[label]["idle"]["connected"].append(pct2)
                         log(f"{label}: {n} idle nodes: {pct:.1f} % of a core (no client), "
                             f"{pct2:.1f} % (clients connected)")
+                        for name, cmd in workloads:
+                            secs = guest_seconds(c.node(0), cmd)
+                            res[label]["work"][name].append(secs)
+                            log(f"{label}: workload {name}: {secs:.2f} s")
 
     rows = []
     for label, _ in variants:
@@ -166,6 +197,9 @@ def main():
             if res[label]["idle"][kind]:
                 rows.append((sec, f"idle_{a.idle_nodes}_nodes_{kind}_cpu_pct",
                              statistics.median(res[label]["idle"][kind]), "%core"))
+        for name, _ in workloads:
+            if res[label]["work"][name]:
+                rows.append((sec, f"workload_{name}_s", statistics.median(res[label]["work"][name]), "s"))
         if res[label]["idle_load"]:
             rows.append((sec, "load1_idle_median", statistics.median(res[label]["idle_load"]), "load"))
     write_results(rows, a.csv)

@@ -14,12 +14,17 @@
  * Threading: BAR accesses on a vCPU (big lock held); frames arrive on the port's thread without
  * the big lock; the core's interrupts from there are applied by a bottom half. When the port's
  * ring is full the core holds frames and pauses (backpressure); the device's transmit thread
- * waits for room on the ring's futex and resumes it (docs/rnic.md "Backpressure"). Migration is
- * blocked: the transport's in-flight state is not saved (docs/rnic.md "Caveats").
+ * waits for room on the ring's futex and resumes it (docs/rnic.md "Backpressure").
+ *
+ * Migration (docs/rnic.md "Migration"): the core is paused while the VM is stopped (frames from
+ * the link are held, timers wait); a versioned VMState carries the core's architectural state
+ * (hw/rnic/rnic_state.h: pre_save takes it, post_load hands it to the core, which validates all
+ * of it), beside the standard PCI config space and MSI-X state.
  */
 #include "qemu/osdep.h"
 #include "qemu/error-report.h"
 #include "qemu/log.h"
+#include "qemu/error-report.h"
 #include "qemu/main-loop.h"
 #include "qemu/timer.h"
 #include "qemu/thread.h"
@@ -32,7 +37,8 @@
 #include "hw/core/cpu.h"
 #include "exec/exec-all.h" /* CF_PARALLEL */
 #include "sysemu/tcg.h"
-#include "migration/blocker.h"
+#include "migration/vmstate.h"
+#include "sysemu/runstate.h"
 #include "sysemu/dma.h"
 
 #include "rackemu/rnic_regs.h"
@@ -73,7 +79,11 @@ struct RackemuRnicState {
     int level[RNIC_MSIX_VECTORS]; /* latest level per vector, from any thread */
     uint32_t rising;              /* vectors that rose since the bottom half last ran */
     bool msix;                    /* MSI-X table present */
-    Error *blocker;
+    VMChangeStateEntry *vmse;
+    /* migration: the core's state, filled in pre_save / read by post_load (counts streamed apart) */
+    RkRnicSaved mig;
+    int32_t mig_n_mr, mig_n_cq, mig_n_qp, mig_n_wr, mig_n_sqe, mig_n_res;
+    uint32_t mig_n_pages;
     /*
      * Backpressure: the core asks (tx_ev) when the port's ring pushed back; tx_thread waits for
      * room on the ring's futex (no big lock) and calls rk_rnic_tx_resume().
@@ -384,6 +394,20 @@ static void rackemu_rnic_find_node(RackemuRnicState *s)
     }
 }
 
+/*
+ * While the VM is stopped (savevm, migration, gdb, stop) the core changes nothing: frames from the
+ * link are held in order until the VM runs again, timers and paused senders wait.
+ */
+static void rackemu_rnic_vm_state(void *opaque, bool running, RunState state)
+{
+    RackemuRnicState *s = opaque;
+
+    if (s->core) {
+        trace_rackemu_rnic_pause(s->node_id, !running);
+        rk_rnic_pause(s->core, !running);
+    }
+}
+
 static void rackemu_rnic_realize(PCIDevice *pdev, Error **errp)
 {
     RackemuRnicState *s = RACKEMU_RNIC(pdev);
@@ -434,12 +458,6 @@ static void rackemu_rnic_realize(PCIDevice *pdev, Error **errp)
             cpu->tcg_cflags |= CF_PARALLEL;
         }
     }
-    error_setg(&s->blocker, "rackemu-rnic: the RDMA transport's in-flight state is not migratable");
-    if (migrate_add_blocker(s->blocker, errp) < 0) {
-        error_free(s->blocker);
-        s->blocker = NULL;
-        return;
-    }
     pdev->config[PCI_INTERRUPT_PIN] = 1;
     if (pcie_endpoint_cap_init(pdev, 0x80) < 0) {
         error_setg(errp, "rackemu-rnic: no room for the PCIe capability");
@@ -474,6 +492,7 @@ static void rackemu_rnic_realize(PCIDevice *pdev, Error **errp)
         s->link_timer = timer_new_ms(QEMU_CLOCK_REALTIME, rackemu_rnic_link_timer, s);
         rackemu_rnic_link_timer(s);
     }
+    s->vmse = qemu_add_vm_change_state_handler(rackemu_rnic_vm_state, s);
     trace_rackemu_rnic_realize(s->node_id, s->port != NULL, s->msix);
 }
 
@@ -502,8 +521,10 @@ static void rackemu_rnic_exit(PCIDevice *pdev)
     if (s->msix) {
         msix_uninit_exclusive_bar(pdev);
     }
-    migrate_del_blocker(s->blocker);
-    error_free(s->blocker);
+    if (s->vmse) {
+        qemu_del_vm_change_state_handler(s->vmse);
+        s->vmse = NULL;
+    }
 }
 
 static void rackemu_rnic_reset(DeviceState *dev)
@@ -520,6 +541,330 @@ static void rackemu_rnic_reset(DeviceState *dev)
     qatomic_set(&s->rising, 0);
     pci_set_irq(PCI_DEVICE(s), 0);
 }
+
+/* ---- migration (docs/rnic.md "Migration") ---- */
+
+static void rackemu_rnic_mig_free(RackemuRnicState *s)
+{
+    g_free(s->mig.mr);
+    g_free(s->mig.pages);
+    g_free(s->mig.cq);
+    g_free(s->mig.qp);
+    g_free(s->mig.wr);
+    g_free(s->mig.sqe);
+    g_free(s->mig.res);
+    memset(&s->mig, 0, sizeof(s->mig));
+    s->mig_n_mr = s->mig_n_cq = s->mig_n_qp = s->mig_n_wr = s->mig_n_sqe = s->mig_n_res = 0;
+    s->mig_n_pages = 0;
+}
+
+static int rackemu_rnic_pre_save(void *opaque)
+{
+    RackemuRnicState *s = opaque;
+    RkRnicSaved x;
+
+    rackemu_rnic_mig_free(s);
+    if (!s->core) {
+        return -EINVAL;
+    }
+    /* the VM is stopped: the core is paused (rackemu_rnic_vm_state), its state is still */
+    rk_rnic_save(s->core, &x);
+    s->mig.st = x.st;
+    s->mig.mr = g_memdup2(x.mr, (gsize)x.st.n_mr * sizeof(*x.mr));
+    s->mig.pages = g_memdup2(x.pages, (gsize)x.st.n_pages * sizeof(*x.pages));
+    s->mig.cq = g_memdup2(x.cq, (gsize)x.st.n_cq * sizeof(*x.cq));
+    s->mig.qp = g_memdup2(x.qp, (gsize)x.st.n_qp * sizeof(*x.qp));
+    s->mig.wr = g_memdup2(x.wr, (gsize)x.st.n_wr * sizeof(*x.wr));
+    s->mig.sqe = g_memdup2(x.sqe, (gsize)x.st.n_sqe * sizeof(*x.sqe));
+    s->mig.res = g_memdup2(x.res, (gsize)x.st.n_res * sizeof(*x.res));
+    s->mig_n_mr = (int32_t)x.st.n_mr; /* each within the bounds of rackemu_rnic_counts_valid */
+    s->mig_n_pages = x.st.n_pages;
+    s->mig_n_cq = (int32_t)x.st.n_cq;
+    s->mig_n_qp = (int32_t)x.st.n_qp;
+    s->mig_n_wr = (int32_t)x.st.n_wr;
+    s->mig_n_sqe = (int32_t)x.st.n_sqe;
+    s->mig_n_res = (int32_t)x.st.n_res;
+    rk_rnic_saved_free(&x);
+    trace_rackemu_rnic_save(s->node_id, s->mig.st.n_qp, s->mig.st.n_sqe);
+    return 0;
+}
+
+static int rackemu_rnic_post_save(void *opaque)
+{
+    rackemu_rnic_mig_free(opaque);
+    return 0;
+}
+
+static int rackemu_rnic_pre_load(void *opaque)
+{
+    rackemu_rnic_mig_free(opaque);
+    return 0;
+}
+
+/*
+ * Before the records are allocated: a hostile count must not allocate gigabytes. Page-list
+ * entries: at most what the device can hold, and at most 16 entries per page of guest RAM (more
+ * would be registrations covering all of RAM 16 times over: refused, docs/rnic.md "Migration").
+ */
+static bool rackemu_rnic_counts_valid(void *opaque, int version_id)
+{
+    RackemuRnicState *s = opaque;
+    uint64_t ram_pages = current_machine ? current_machine->ram_size >> 12 : 0;
+
+    return s->mig_n_mr >= 0 && s->mig_n_mr <= (int32_t)RNIC_MAX_MR && s->mig_n_cq >= 0 &&
+           s->mig_n_cq <= (int32_t)RNIC_MAX_CQ && s->mig_n_qp >= 0 && s->mig_n_qp <= (int32_t)RNIC_MAX_QP &&
+           s->mig_n_wr >= 0 && s->mig_n_wr <= (int32_t)(RNIC_MAX_QP * ((1u << RNIC_DEPTH_LOG2_MAX) + 1)) &&
+           s->mig_n_sqe >= 0 && s->mig_n_sqe <= s->mig_n_wr && s->mig_n_res >= 0 &&
+           s->mig_n_res <= (int32_t)(RNIC_MAX_QP * 64) &&
+           (uint64_t)s->mig_n_pages <= (uint64_t)s->mig_n_mr * RNIC_MR_MAX_PAGES &&
+           (uint64_t)s->mig_n_pages <= 16 * ram_pages;
+}
+
+static int rackemu_rnic_post_load(void *opaque, int version_id)
+{
+    RackemuRnicState *s = opaque;
+    char msg[300] = "";
+    int rc;
+
+    if (!s->core) {
+        return -EINVAL;
+    }
+    s->mig.st.n_mr = (uint32_t)s->mig_n_mr;
+    s->mig.st.n_pages = s->mig_n_pages;
+    s->mig.st.n_cq = (uint32_t)s->mig_n_cq;
+    s->mig.st.n_qp = (uint32_t)s->mig_n_qp;
+    s->mig.st.n_wr = (uint32_t)s->mig_n_wr;
+    s->mig.st.n_sqe = (uint32_t)s->mig_n_sqe;
+    s->mig.st.n_res = (uint32_t)s->mig_n_res;
+    rc = rk_rnic_load(s->core, &s->mig, msg, sizeof(msg));
+    trace_rackemu_rnic_load(s->node_id, s->mig.st.n_qp, rc);
+    rackemu_rnic_mig_free(s);
+    if (rc) {
+        error_report("rackemu-rnic node %u: migration state refused: %s", s->node_id, msg);
+        return rc;
+    }
+    for (unsigned v = 0; v < RNIC_MSIX_VECTORS; v++) {
+        qatomic_set(&s->level[v], rk_rnic_irq_level(s->core, v));
+    }
+    qatomic_set(&s->rising, 0); /* MSI-X pending bits migrate with the MSI-X state */
+    rackemu_rnic_irq_apply(s);
+    return 0;
+}
+
+static const VMStateDescription rackemu_rnic_mr_vmstate = {
+    .name = "rackemu-rnic/mr",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .fields = (VMStateField[]) {
+        VMSTATE_UINT64(iova, struct rk_rnic_mr_state),
+        VMSTATE_UINT64(length, struct rk_rnic_mr_state),
+        VMSTATE_UINT32(index, struct rk_rnic_mr_state),
+        VMSTATE_UINT32(pdn, struct rk_rnic_mr_state),
+        VMSTATE_UINT32(access, struct rk_rnic_mr_state),
+        VMSTATE_UINT32(npages, struct rk_rnic_mr_state),
+        VMSTATE_UINT8(phys, struct rk_rnic_mr_state),
+        VMSTATE_UINT8(page_shift, struct rk_rnic_mr_state),
+        VMSTATE_UINT8_ARRAY(reserved, struct rk_rnic_mr_state, 6),
+        VMSTATE_END_OF_LIST()
+    },
+};
+
+static const VMStateDescription rackemu_rnic_cq_vmstate = {
+    .name = "rackemu-rnic/cq",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .fields = (VMStateField[]) {
+        VMSTATE_UINT64(ring, struct rk_rnic_cq_state),
+        VMSTATE_UINT32(index, struct rk_rnic_cq_state),
+        VMSTATE_UINT32(pi, struct rk_rnic_cq_state),
+        VMSTATE_UINT32(ci, struct rk_rnic_cq_state),
+        VMSTATE_UINT32(arm, struct rk_rnic_cq_state),
+        VMSTATE_UINT8(depth_log2, struct rk_rnic_cq_state),
+        VMSTATE_UINT8(vector, struct rk_rnic_cq_state),
+        VMSTATE_UINT8(error, struct rk_rnic_cq_state),
+        VMSTATE_UINT8_ARRAY(reserved, struct rk_rnic_cq_state, 5),
+        VMSTATE_END_OF_LIST()
+    },
+};
+
+#define RNIC_QP_U32(f) VMSTATE_UINT32(f, struct rk_rnic_qp_state)
+#define RNIC_QP_U8(f) VMSTATE_UINT8(f, struct rk_rnic_qp_state)
+static const VMStateDescription rackemu_rnic_qp_vmstate = {
+    .name = "rackemu-rnic/qp",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .fields = (VMStateField[]) {
+        /* the device's half */
+        VMSTATE_UINT64(sq_ring, struct rk_rnic_qp_state),
+        VMSTATE_UINT64(rq_ring, struct rk_rnic_qp_state),
+        RNIC_QP_U32(index), RNIC_QP_U32(pdn), RNIC_QP_U32(send_cqn), RNIC_QP_U32(recv_cqn),
+        RNIC_QP_U32(sq_pi), RNIC_QP_U32(sq_ci), RNIC_QP_U32(rq_pi), RNIC_QP_U32(rq_ci),
+        RNIC_QP_U32(dest_node), RNIC_QP_U32(bad_lerr), RNIC_QP_U32(rlerr), RNIC_QP_U32(reserved0),
+        VMSTATE_UINT64(rlen, struct rk_rnic_qp_state),
+        VMSTATE_UINT64(rfirst_ns, struct rk_rnic_qp_state),
+        RNIC_QP_U8(sq_log2), RNIC_QP_U8(rq_log2), RNIC_QP_U8(dev_state), RNIC_QP_U8(bad_held),
+        RNIC_QP_U8(rwqe_valid),
+        VMSTATE_UINT8_ARRAY(reserved1, struct rk_rnic_qp_state, 3),
+        VMSTATE_UINT8_ARRAY(rwqe, struct rk_rnic_qp_state, 64),
+        /* the RC engine's: state and attributes */
+        RNIC_QP_U8(state),
+        VMSTATE_UINT8_ARRAY(dst_mac, struct rk_rnic_qp_state, 6),
+        VMSTATE_UINT8_ARRAY(src_mac, struct rk_rnic_qp_state, 6),
+        RNIC_QP_U8(tos), RNIC_QP_U8(ttl), RNIC_QP_U8(min_rnr_timer), RNIC_QP_U8(timeout),
+        RNIC_QP_U8(retry_cnt), RNIC_QP_U8(rnr_retry),
+        VMSTATE_UINT8_ARRAY(reserved2, struct rk_rnic_qp_state, 5),
+        VMSTATE_UINT16(udp_sport, struct rk_rnic_qp_state),
+        VMSTATE_UINT16(pkey, struct rk_rnic_qp_state),
+        RNIC_QP_U32(src_ip), RNIC_QP_U32(dst_ip), RNIC_QP_U32(dest_qpn), RNIC_QP_U32(path_mtu),
+        RNIC_QP_U32(rq_psn), RNIC_QP_U32(max_dest_rd_atomic), RNIC_QP_U32(sq_psn),
+        RNIC_QP_U32(max_rd_atomic), RNIC_QP_U32(access),
+        /* requester */
+        VMSTATE_UINT16(ip_id, struct rk_rnic_qp_state),
+        RNIC_QP_U8(retry_left), RNIC_QP_U8(rnr_left), RNIC_QP_U8(recovering),
+        VMSTATE_UINT8_ARRAY(reserved3, struct rk_rnic_qp_state, 3),
+        RNIC_QP_U32(cursor), RNIC_QP_U32(next_psn), RNIC_QP_U32(una), RNIC_QP_U32(rd_outstanding),
+        RNIC_QP_U32(since_ackreq), RNIC_QP_U32(recover_end),
+        /* responder */
+        RNIC_QP_U32(epsn), RNIC_QP_U32(msn), RNIC_QP_U32(wr_rkey), RNIC_QP_U32(wr_len),
+        RNIC_QP_U32(ack_psn), RNIC_QP_U32(ack_requests), RNIC_QP_U32(res_next), RNIC_QP_U32(n_res),
+        VMSTATE_UINT64(msg_off, struct rk_rnic_qp_state),
+        VMSTATE_UINT64(wr_va, struct rk_rnic_qp_state),
+        RNIC_QP_U8(nak_sent), RNIC_QP_U8(in_msg), RNIC_QP_U8(wqe_held), RNIC_QP_U8(ack_owed),
+        RNIC_QP_U8(comm_est),
+        VMSTATE_UINT8_ARRAY(reserved4, struct rk_rnic_qp_state, 3),
+        VMSTATE_END_OF_LIST()
+    },
+};
+#undef RNIC_QP_U32
+#undef RNIC_QP_U8
+
+static const VMStateDescription rackemu_rnic_wr_vmstate = {
+    .name = "rackemu-rnic/wr",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .fields = (VMStateField[]) {
+        VMSTATE_UINT64(seq, struct rk_rnic_wr_state),
+        VMSTATE_UINT64(len, struct rk_rnic_wr_state),
+        VMSTATE_UINT64(posted_ns, struct rk_rnic_wr_state),
+        VMSTATE_UINT32(qp_index, struct rk_rnic_wr_state),
+        VMSTATE_UINT32(lerr, struct rk_rnic_wr_state),
+        VMSTATE_UINT8(bad, struct rk_rnic_wr_state),
+        VMSTATE_UINT8_ARRAY(reserved, struct rk_rnic_wr_state, 7),
+        VMSTATE_UINT8_ARRAY(wqe, struct rk_rnic_wr_state, 128),
+        VMSTATE_END_OF_LIST()
+    },
+};
+
+#define RNIC_SQE_U64(f) VMSTATE_UINT64(f, struct rk_rnic_sqe_state)
+#define RNIC_SQE_U32(f) VMSTATE_UINT32(f, struct rk_rnic_sqe_state)
+#define RNIC_SQE_U8(f) VMSTATE_UINT8(f, struct rk_rnic_sqe_state)
+static const VMStateDescription rackemu_rnic_sqe_vmstate = {
+    .name = "rackemu-rnic/sqe",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .fields = (VMStateField[]) {
+        RNIC_SQE_U64(wr_id), RNIC_SQE_U64(local), RNIC_SQE_U64(remote_va), RNIC_SQE_U64(swap_add),
+        RNIC_SQE_U64(compare), RNIC_SQE_U64(mask),
+        RNIC_SQE_U32(qp_index), RNIC_SQE_U32(length), RNIC_SQE_U32(rkey), RNIC_SQE_U32(imm),
+        RNIC_SQE_U32(first), RNIC_SQE_U32(last), RNIC_SQE_U32(npkts), RNIC_SQE_U32(resume),
+        RNIC_SQE_U32(read_next),
+        RNIC_SQE_U8(op), RNIC_SQE_U8(xop), RNIC_SQE_U8(xsize), RNIC_SQE_U8(flush_placement),
+        RNIC_SQE_U8(flush_selectivity), RNIC_SQE_U8(signaled), RNIC_SQE_U8(solicited), RNIC_SQE_U8(fence),
+        RNIC_SQE_U8(assigned),
+        VMSTATE_UINT8_ARRAY(reserved, struct rk_rnic_sqe_state, 3),
+        VMSTATE_END_OF_LIST()
+    },
+};
+#undef RNIC_SQE_U64
+#undef RNIC_SQE_U32
+#undef RNIC_SQE_U8
+
+static const VMStateDescription rackemu_rnic_res_vmstate = {
+    .name = "rackemu-rnic/res",
+    .version_id = 1,
+    .minimum_version_id = 1,
+    .fields = (VMStateField[]) {
+        VMSTATE_UINT64(va, struct rk_rnic_res_state),
+        VMSTATE_UINT64(orig, struct rk_rnic_res_state),
+        VMSTATE_UINT32(qp_index, struct rk_rnic_res_state),
+        VMSTATE_UINT32(slot, struct rk_rnic_res_state),
+        VMSTATE_UINT32(first, struct rk_rnic_res_state),
+        VMSTATE_UINT32(last, struct rk_rnic_res_state),
+        VMSTATE_UINT32(rkey, struct rk_rnic_res_state),
+        VMSTATE_UINT32(len, struct rk_rnic_res_state),
+        VMSTATE_UINT8(opcode, struct rk_rnic_res_state),
+        VMSTATE_UINT8_ARRAY(reserved, struct rk_rnic_res_state, 7),
+        VMSTATE_END_OF_LIST()
+    },
+};
+
+/*
+ * Version 1 = RK_RNIC_STATE_VERSION 1. Frames in flight are not state: RC retransmission
+ * recovers them after the load. post_load refuses (-EINVAL) a state the core finds out of range.
+ */
+static const VMStateDescription rackemu_rnic_vmstate = {
+    .name = "rackemu-rnic",
+    .version_id = RK_RNIC_STATE_VERSION,
+    .minimum_version_id = RK_RNIC_STATE_VERSION,
+    .pre_save = rackemu_rnic_pre_save,
+    .post_save = rackemu_rnic_post_save,
+    .pre_load = rackemu_rnic_pre_load,
+    .post_load = rackemu_rnic_post_load,
+    .fields = (VMStateField[]) {
+        VMSTATE_PCI_DEVICE(parent_obj, RackemuRnicState),
+        VMSTATE_MSIX(parent_obj, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.version, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.ctrl, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.cmd_addr_lo, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.cmd_addr_hi, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.cmd_status, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.cmd_count, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.int_status, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.int_enable, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.model_hi_latch, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.irq_lines, RackemuRnicState),
+        VMSTATE_UINT64_ARRAY(mig.st.cq_events, RackemuRnicState, RNIC_BITMAP_WORDS(RNIC_MAX_CQ)),
+        VMSTATE_UINT64_ARRAY(mig.st.qp_errors, RackemuRnicState, RNIC_BITMAP_WORDS(RNIC_MAX_QP)),
+        VMSTATE_UINT64_ARRAY(mig.st.cq_errors, RackemuRnicState, RNIC_BITMAP_WORDS(RNIC_MAX_CQ)),
+        VMSTATE_UINT64_ARRAY(mig.st.pd_valid, RackemuRnicState, RNIC_BITMAP_WORDS(RNIC_MAX_PD)),
+        VMSTATE_UINT8_ARRAY(mig.st.mr_tag, RackemuRnicState, RNIC_MAX_MR),
+        VMSTATE_UINT64_ARRAY(mig.st.counters, RackemuRnicState, RK_RNIC_STATE_COUNTERS),
+        VMSTATE_UINT64_ARRAY(mig.st.cnt_base, RackemuRnicState, RK_RNIC_STATE_COUNTERS),
+        VMSTATE_UINT64(mig.st.next_seq, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.reserved, RackemuRnicState),
+        VMSTATE_UINT64(mig.st.eq_base, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.eq_ctrl, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.eq_pi, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.eq_ci, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.eq_seq, RackemuRnicState),
+        VMSTATE_UINT32(mig.st.eq_status, RackemuRnicState),
+        VMSTATE_UINT8(mig.st.eq_armed, RackemuRnicState),
+        VMSTATE_UINT8(mig.st.link_up, RackemuRnicState),
+        VMSTATE_UINT8_ARRAY(mig.st.reserved_eq, RackemuRnicState, 2),
+        VMSTATE_INT32(mig_n_mr, RackemuRnicState),
+        VMSTATE_UINT32(mig_n_pages, RackemuRnicState),
+        VMSTATE_INT32(mig_n_cq, RackemuRnicState),
+        VMSTATE_INT32(mig_n_qp, RackemuRnicState),
+        VMSTATE_INT32(mig_n_wr, RackemuRnicState),
+        VMSTATE_INT32(mig_n_sqe, RackemuRnicState),
+        VMSTATE_INT32(mig_n_res, RackemuRnicState),
+        VMSTATE_VALIDATE("rackemu-rnic record counts", rackemu_rnic_counts_valid),
+        VMSTATE_STRUCT_VARRAY_ALLOC(mig.mr, RackemuRnicState, mig_n_mr, 1, rackemu_rnic_mr_vmstate,
+                                    struct rk_rnic_mr_state),
+        VMSTATE_VARRAY_UINT32_ALLOC(mig.pages, RackemuRnicState, mig_n_pages, 1, vmstate_info_uint64, uint64_t),
+        VMSTATE_STRUCT_VARRAY_ALLOC(mig.cq, RackemuRnicState, mig_n_cq, 1, rackemu_rnic_cq_vmstate,
+                                    struct rk_rnic_cq_state),
+        VMSTATE_STRUCT_VARRAY_ALLOC(mig.qp, RackemuRnicState, mig_n_qp, 1, rackemu_rnic_qp_vmstate,
+                                    struct rk_rnic_qp_state),
+        VMSTATE_STRUCT_VARRAY_ALLOC(mig.wr, RackemuRnicState, mig_n_wr, 1, rackemu_rnic_wr_vmstate,
+                                    struct rk_rnic_wr_state),
+        VMSTATE_STRUCT_VARRAY_ALLOC(mig.sqe, RackemuRnicState, mig_n_sqe, 1, rackemu_rnic_sqe_vmstate,
+                                    struct rk_rnic_sqe_state),
+        VMSTATE_STRUCT_VARRAY_ALLOC(mig.res, RackemuRnicState, mig_n_res, 1, rackemu_rnic_res_vmstate,
+                                    struct rk_rnic_res_state),
+        VMSTATE_END_OF_LIST()
+    },
+};
 
 static Property rackemu_rnic_props[] = {
     DEFINE_PROP_UINT32("node-id", RackemuRnicState, node_id, UINT32_MAX),
@@ -573,6 +918,7 @@ static void rackemu_rnic_class_init(ObjectClass *oc, void *data)
     k->revision = RNIC_PCI_REVISION;
     dc->desc = "rackemu RNIC: RoCEv2 RDMA NIC with InfiniBand RC (docs/rnic.md)";
     dc->reset = rackemu_rnic_reset;
+    dc->vmsd = &rackemu_rnic_vmstate;
     set_bit(DEVICE_CATEGORY_NETWORK, dc->categories);
     device_class_set_props(dc, rackemu_rnic_props);
 }

@@ -284,6 +284,7 @@ public:
     size_t outstanding(uint32_t qpn) const;
 
 private:
+    friend class Rnic; // its save()/load() take and restore the engine's QPs (rnic_state.cc)
     struct Qp;
     Qp *find(uint32_t qpn) const;
     void to_error(Qp &q, WcStatus front_status, RcEvent ev, WcStatus why = WcStatus::WrFlushErr,

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The rackemu RNIC device core; see rnic.h and docs/rnic.md.
 #include "rnic.h"
+#include "rnic_objects.h"
 
 #include "rackemu/fabric_proto.h"
 
@@ -106,23 +107,6 @@ uint32_t nak_syndrome(WcStatus s)
     }
 }
 
-uint8_t engine_state(QpState s)
-{
-    switch (s) {
-    case QpState::Reset:
-        return RNIC_QPS_RESET;
-    case QpState::Init:
-        return RNIC_QPS_INIT;
-    case QpState::Rtr:
-        return RNIC_QPS_RTR;
-    case QpState::Rts:
-        return RNIC_QPS_RTS;
-    case QpState::Error:
-        return RNIC_QPS_ERR;
-    }
-    return RNIC_QPS_ERR;
-}
-
 // The CQE opcode of a WQE opcode (0 for an unknown one).
 uint8_t wr_cqe_opcode(uint8_t op)
 {
@@ -163,54 +147,6 @@ bool rnic_default_peer_addr(uint32_t node, uint8_t mac[6], uint32_t *ip)
     *ip = rkf_eth_node_ipv4(node);
     return true;
 }
-
-struct Rnic::Pending {
-    bool exec = false;
-};
-
-struct Rnic::Mr {
-    uint32_t pdn = 0;
-    uint64_t iova = 0, length = 0;
-    uint32_t access = 0;
-    bool phys = false;
-    uint8_t page_shift = 12;
-    std::vector<uint64_t> pages;
-};
-
-struct Rnic::Cq {
-    uint64_t ring = 0;
-    uint8_t depth_log2 = 0, vector = 0;
-    uint32_t pi = 0, ci = 0, arm = 0;
-    bool error = false;
-    uint32_t users = 0;
-};
-
-struct Rnic::Qp {
-    uint32_t index = 0, qpn = 0, pdn = 0, send_cqn = 0, recv_cqn = 0;
-    uint64_t sq_ring = 0, rq_ring = 0;
-    uint8_t sq_log2 = 0, rq_log2 = 0;
-    uint32_t sq_pi = 0, sq_ci = 0, rq_pi = 0, rq_ci = 0;
-    uint8_t state = RNIC_QPS_RESET; // as last seen (detects transport errors)
-    QpAttr attr;
-    uint32_t dest_node = RNIC_DEST_NODE_EXPLICIT;
-    struct Wr {
-        struct rnic_send_wqe wqe;
-        uint64_t len = 0;
-        uint64_t posted_ns = 0;
-        uint32_t lerr = RNIC_LERR_NONE;
-    };
-    std::map<uint64_t, Wr> wrs; // by sequence number (the engine's wr_id)
-    // a fetched WQE that failed its checks, waiting for earlier WRs to complete
-    bool bad_held = false;
-    Wr bad;
-    uint32_t bad_lerr = 0;
-    // the receive WQE in use (fetched on demand)
-    bool rwqe_valid = false;
-    struct rnic_recv_wqe rwqe;
-    uint64_t rlen = 0;
-    uint64_t rfirst_ns = 0;
-    uint32_t rlerr = 0;
-};
 
 // ---- register table ----
 
@@ -408,9 +344,8 @@ Rnic::Rnic(Host host, RnicConfig cfg, SendFn send, TimerFn timer, TxWaitFn tx_wa
 
 Rnic::~Rnic() = default;
 
-void Rnic::reset()
+void Rnic::clear_objects()
 {
-    std::lock_guard lk(mu_);
     rc_ = std::make_unique<RcEngine>(static_cast<RcEnv &>(*this), cfg_.rc);
     amu_reset();
     rx_pass_ns_ = rx_end_ns_ = 0;
@@ -422,13 +357,21 @@ void Rnic::reset()
         c.reset();
     for (auto &q : qps_)
         q.reset();
+}
+
+void Rnic::reset()
+{
+    std::lock_guard lk(mu_);
+    clear_objects();
     ctrl_ = cmd_addr_lo_ = cmd_addr_hi_ = cmd_status_ = cmd_count_ = 0;
     int_status_ = int_enable_ = model_hi_latch_ = 0;
     std::fill(std::begin(cq_events_), std::end(cq_events_), 0);
     std::fill(std::begin(qp_errors_), std::end(qp_errors_), 0);
     std::fill(std::begin(cq_errors_), std::end(cq_errors_), 0);
     ctr_ = RnicCounters{};
+    amu_base_ = RnicCounters{};
     std::fill(std::begin(cnt_base_), std::end(cnt_base_), 0);
+    rx_paused_.clear();
     loop_.clear();
     held_.clear();
     held_bytes_ = 0;
@@ -769,25 +712,7 @@ uint16_t Rnic::cmd_modify_qp(struct rnic_cmd &c)
         if (r) return RNIC_CMD_ST_BAD_PARAM;
     const uint8_t from = engine_state(rc_->qp_state(q->qpn));
     QpState to;
-    switch (a.state) {
-    case RNIC_QPS_RESET:
-        to = QpState::Reset;
-        break;
-    case RNIC_QPS_INIT:
-        to = QpState::Init;
-        break;
-    case RNIC_QPS_RTR:
-        to = QpState::Rtr;
-        break;
-    case RNIC_QPS_RTS:
-        to = QpState::Rts;
-        break;
-    case RNIC_QPS_ERR:
-        to = QpState::Error;
-        break;
-    default:
-        return RNIC_CMD_ST_BAD_STATE;
-    }
+    if (!qp_state_of(a.state, &to)) return RNIC_CMD_ST_BAD_STATE;
     // the attributes each transition requires (IBA 11.2.4.2 / ibv_modify_qp)
     uint32_t need = 0;
     if (from == RNIC_QPS_RESET && a.state == RNIC_QPS_INIT) need = RNIC_QP_ATTR_ACCESS_FLAGS;
@@ -1409,11 +1334,13 @@ void Rnic::amu_reset()
 void Rnic::amu_sync()
 {
     const AmuCounters &c = amu_->counters();
-#define RNIC_AMU_SYNC_(name, doc) ctr_.amu_##name = c.name;
+#define RNIC_AMU_SYNC_(name, doc) ctr_.amu_##name = amu_base_.amu_##name + c.name;
     AMU_COUNTERS(RNIC_AMU_SYNC_)
 #undef RNIC_AMU_SYNC_
-    ctr_.amu_busy_ns = amu_start_ps_ == UINT64_MAX ? 0 : (amu_->now_ps() - amu_start_ps_) / 1000;
-    ctr_.amu_active_ns = amu_->active_ps() / 1000;
+    ctr_.amu_max_outstanding = std::max(amu_base_.amu_max_outstanding, c.max_outstanding);
+    ctr_.amu_busy_ns =
+        amu_base_.amu_busy_ns + (amu_start_ps_ == UINT64_MAX ? 0 : (amu_->now_ps() - amu_start_ps_) / 1000);
+    ctr_.amu_active_ns = amu_base_.amu_active_ns + amu_->active_ps() / 1000;
 }
 
 // The unit's model run to the end of the operations it holds, its counters into ctr_ (reading
@@ -1936,13 +1863,20 @@ void Rnic::drain_held()
 bool Rnic::tx_resume()
 {
     std::lock_guard lk(mu_);
-    if (tx_blocked_) drain_held();
-    return tx_blocked_;
+    if (tx_blocked_ && !paused_) drain_held();
+    return tx_blocked_ && !paused_;
 }
 
 void Rnic::on_frame(const uint8_t *frame, size_t len)
 {
     std::lock_guard lk(mu_);
+    if (paused_) { // the VM is stopped: nothing changes until it runs again (pause())
+        if (rx_paused_.size() < kPausedFrames)
+            rx_paused_.emplace_back(frame, frame + len);
+        else
+            ctr_.rx_paused_drops++; // RC retransmission recovers it
+        return;
+    }
     if (!(ctrl_ & RNIC_CTRL_ENABLE)) {
         ctr_.rx_disabled++;
         return;
@@ -1960,6 +1894,7 @@ void Rnic::on_frame(const uint8_t *frame, size_t len)
 void Rnic::poll()
 {
     std::lock_guard lk(mu_);
+    if (paused_) return;
     if (tx_blocked_) drain_held();
     rc_->poll();
     after_engine();

@@ -49,8 +49,15 @@
 // before its response: a full memory barrier after the earlier WRITEs (all applied, in PSN
 // order, by this thread) for global visibility; for persistence also a write-back of the range
 // to the RAM's backing file (RkHostOps::persist, msync), the emulated persistence domain
-// (docs/rnic.md "FLUSH"). Migration of a node with an RNIC is refused (the glue
-// registers a migration blocker): in-flight transport state is not saved.
+// (docs/rnic.md "FLUSH").
+//
+// Migration (docs/rnic.md "Migration", rnic_state.h/.cc): pause(true) quiesces the device while
+// the VM is stopped (frames from the link are held in order, up to kPausedFrames, beyond that
+// dropped and counted in rx_paused_drops; timers and paused senders wait); save() exports the
+// architectural state (registers, verbs objects, every QP's transport state and responder
+// resources, counters); load() validates a state completely before it changes anything. Frames
+// in flight are not state: RC retransmission recovers them (load() arms the retransmission timer
+// of every QP with unacknowledged work).
 // Caveat: CQ overflow puts the CQ into an error state (its CQEs are dropped and counted, async
 // event CQ_ERRORS); the QPs using it are not moved to Error.
 #pragma once
@@ -70,6 +77,7 @@
 #include "atomic_unit.h"
 #include "rc.h"
 #include "regbank.h"
+#include "rnic_state.h"
 
 namespace rackemu::rnic {
 
@@ -144,6 +152,18 @@ struct RnicEq {
 // such pass reach the atomic unit at the pass's start (docs/atomic-unit.md "In the RNIC").
 constexpr uint64_t kRxPassGapNs = 2000;
 
+// The architectural state (rnic_state.h): the fixed part and the record arrays.
+struct RnicSnapshot {
+    rk_rnic_state st{};
+    std::vector<rk_rnic_mr_state> mr;
+    std::vector<uint64_t> pages; // the MRs' page lists, concatenated in MR record order
+    std::vector<rk_rnic_cq_state> cq;
+    std::vector<rk_rnic_qp_state> qp;
+    std::vector<rk_rnic_wr_state> wr;
+    std::vector<rk_rnic_sqe_state> sqe;
+    std::vector<rk_rnic_res_state> res;
+};
+
 class Rnic : private RcEnv {
 public:
     // The link: transmit one Ethernet frame.
@@ -179,6 +199,17 @@ public:
 
     // Device reset: every object destroyed, registers and counters at reset values.
     void reset();
+
+    // Migration (rnic_state.cc). pause(true): the device changes nothing while the VM is
+    // stopped: frames from the link are held in order (kPausedFrames; beyond, dropped and
+    // counted), timers and paused senders wait; pause(false) delivers the held frames and goes
+    // on. save(): the state (any time, under the lock). load(): validate `s` completely (false
+    // and a reason in *why, nothing changed) then replace the device's state with it; frames
+    // held while paused belonged to the old state and are dropped (counted).
+    void pause(bool on);
+    RnicSnapshot save();
+    bool load(const RnicSnapshot &s, std::string *why);
+    static constexpr size_t kPausedFrames = 4096;
 
     // Counter i (RNIC_CNT_INDEX_*), as the register reads it.
     uint64_t counter(unsigned index);
@@ -267,6 +298,8 @@ private:
     void arm_timer();
     void hold_frame(const uint8_t *frame, size_t len);
     void drain_held();
+    bool check_state(const RnicSnapshot &s, std::string *why); // load(), before any change
+    void clear_objects(); // reset(), load(): a new engine, an empty atomic unit, no verbs objects
 
     // timing model
     uint64_t ser_ns(uint64_t frame_bytes) const;
@@ -317,6 +350,13 @@ private:
     // the receive pass (kRxPassGapNs): its start, the end of the last delivery, inside one
     uint64_t rx_pass_ns_ = 0, rx_end_ns_ = 0;
     bool in_rx_ = false;
+
+    // The unit's counters before the last load (the unit restarts empty: rnic_state.cc).
+    RnicCounters amu_base_;
+
+    // Migration: paused while the VM is stopped; frames from the link wait here.
+    bool paused_ = false;
+    std::deque<std::vector<uint8_t>> rx_paused_;
 };
 
 } // namespace rackemu::rnic

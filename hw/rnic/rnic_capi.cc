@@ -3,6 +3,9 @@
 #include "rnic_capi.h"
 
 #include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "rackemu/fabric_proto.h"
 #include "rnic.h"
@@ -20,6 +23,22 @@ struct RkRnic {
 };
 
 namespace {
+
+// A malloc()ed copy of a record array (NULL when empty), for the C side to free().
+template <typename T> T *dup_records(const std::vector<T> &v)
+{
+    if (v.empty()) return nullptr;
+    T *p = static_cast<T *>(malloc(v.size() * sizeof(T)));
+    if (!p) abort(); // as the glue's g_malloc: out of memory is fatal
+    std::memcpy(p, v.data(), v.size() * sizeof(T));
+    return p;
+}
+
+// The records of a C array (none when NULL).
+template <typename T> std::vector<T> to_vector(const T *p, uint32_t n)
+{
+    return p ? std::vector<T>(p, p + n) : std::vector<T>{};
+}
 
 // The unit's configuration of `a`; what is wrong with it in *err (nullptr: nothing).
 AmuConfig amu_config(const RkRnicAmu &a, uint32_t nic_mhz, const char **err)
@@ -158,6 +177,55 @@ void rk_rnic_set_link(RkRnic *r, int up)
 int rk_rnic_irq_level(RkRnic *r, unsigned v)
 {
     return r->core->irq_level(v) ? 1 : 0;
+}
+
+void rk_rnic_pause(RkRnic *r, int on)
+{
+    r->core->pause(on != 0);
+}
+
+void rk_rnic_save(RkRnic *r, RkRnicSaved *out)
+{
+    const rackemu::rnic::RnicSnapshot s = r->core->save();
+    *out = RkRnicSaved{};
+    out->st = s.st;
+    out->mr = dup_records(s.mr);
+    out->pages = dup_records(s.pages);
+    out->cq = dup_records(s.cq);
+    out->qp = dup_records(s.qp);
+    out->wr = dup_records(s.wr);
+    out->sqe = dup_records(s.sqe);
+    out->res = dup_records(s.res);
+}
+
+void rk_rnic_saved_free(RkRnicSaved *s)
+{
+    free(s->mr);
+    free(s->pages);
+    free(s->cq);
+    free(s->qp);
+    free(s->wr);
+    free(s->sqe);
+    free(s->res);
+    *s = RkRnicSaved{};
+}
+
+int rk_rnic_load(RkRnic *r, const RkRnicSaved *in, char *msg, size_t len)
+{
+    rackemu::rnic::RnicSnapshot s;
+    s.st = in->st;
+    // the counts are checked against the records by load(); here only what the arrays hold
+    s.mr = to_vector(in->mr, in->st.n_mr);
+    s.pages = to_vector(in->pages, in->st.n_pages);
+    s.cq = to_vector(in->cq, in->st.n_cq);
+    s.qp = to_vector(in->qp, in->st.n_qp);
+    s.wr = to_vector(in->wr, in->st.n_wr);
+    s.sqe = to_vector(in->sqe, in->st.n_sqe);
+    s.res = to_vector(in->res, in->st.n_res);
+    std::string why;
+    if (r->core->load(s, &why)) return 0;
+    if (msg && len) snprintf(msg, len, "%s", why.c_str());
+    return -EINVAL;
 }
 
 } // extern "C"

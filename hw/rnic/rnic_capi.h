@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "rackemu/host.h"
+#include "rnic_state.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -75,6 +76,28 @@ void rk_rnic_reset(RkRnic *r);
 void rk_rnic_set_link(RkRnic *r, int up);
 /* The level of interrupt line (MSI-X vector) `vector`. */
 int rk_rnic_irq_level(RkRnic *r, unsigned vector);
+
+/*
+ * Migration (docs/rnic.md "Migration"). rk_rnic_pause(r, 1) while the VM is stopped (frames from
+ * the link are held, timers wait), 0 when it runs again. rk_rnic_save fills `out`: the fixed part
+ * and malloc()ed record arrays of st.n_* entries (free them with rk_rnic_saved_free).
+ * rk_rnic_load validates everything and returns 0, or -EINVAL with the reason in msg (the
+ * device is unchanged).
+ */
+typedef struct RkRnicSaved {
+    struct rk_rnic_state st;
+    struct rk_rnic_mr_state *mr;
+    uint64_t *pages;
+    struct rk_rnic_cq_state *cq;
+    struct rk_rnic_qp_state *qp;
+    struct rk_rnic_wr_state *wr;
+    struct rk_rnic_sqe_state *sqe;
+    struct rk_rnic_res_state *res;
+} RkRnicSaved;
+void rk_rnic_pause(RkRnic *r, int on);
+void rk_rnic_save(RkRnic *r, RkRnicSaved *out);
+void rk_rnic_saved_free(RkRnicSaved *s);
+int rk_rnic_load(RkRnic *r, const RkRnicSaved *s, char *msg, size_t len);
 
 #ifdef __cplusplus
 }

@@ -115,6 +115,21 @@ class RnicRelay:
         return kv(self.server.exec(f"cat {self.tag}.out").stdout)
 
     @classmethod
+    def faa_total(cls, server, clients, tag, count):
+        """Each node of `clients` runs `rnic faa --count COUNT` against a server on `server` (a
+        client on the server's own node loops back to its MAC); each must end without errors.
+        Returns the server's counter when all hung up."""
+        relay = cls(server, tag, len(clients))
+        cl = [relay.client(n, f"faa --count {count}") for n in clients]
+        relay.go(*cl)
+        for c in cl:
+            rc, out = relay.result(c)
+            assert rc == 0 and kv(out)[-2]["errors"] == "0", out.decode()
+        done = [x for x in relay.stop() if x.get("server") == "done"]
+        assert done, done
+        return int(done[0]["counter"])
+
+    @classmethod
     def kill_server_under(cls, cluster, tag, client_cmd, opts="--timeout 10 --retry 3", run_s=3):
         """Node 1 runs `rnic CLIENT_CMD` against a server on node 0; after run_s seconds node 0's
         QEMU is killed. Returns the client's (rc, output, seconds from the kill to its end)."""

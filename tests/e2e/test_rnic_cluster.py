@@ -228,15 +228,7 @@ def test_fetch_add_from_every_node_gives_the_exact_total(rcluster):
     s, c = rcluster.node(0), rcluster.node(1)
     count = 300
     try:
-        relay = Relay(s, "faa", 2)
-        c0 = relay.client(s, f"faa --count {count}")   # node 0 loops back to its own MAC
-        c1 = relay.client(c, f"faa --count {count}")
-        relay.go(c0, c1)
-        for cl in (c0, c1):
-            rc, out = relay.result(cl)
-            assert rc == 0 and kv(out)[-2]["errors"] == "0", out.decode()
-        done = [x for x in relay.stop() if x.get("server") == "done"]
-        assert done and int(done[0]["counter"]) == 2 * count, done
+        assert Relay.faa_total(s, [s, c], "faa", count) == 2 * count  # node 0 loops back to its own MAC
     finally:
         stop_all(s)
         stop_all(c)

@@ -13,8 +13,12 @@
 //   11 the port's link state (set_link: PORT_ACTIVE / PORT_ERR events)
 //   12 the async event queue: a ring at a RAM offset, depth and vector from the input, enabled
 //      and armed (its events then land in RAM the other operations also use)
+//   13 pause / resume (frames arriving meanwhile are held)
+//   14 save -> (optionally corrupted: one byte of the fixed part or of a record) load into the
+//      same core; an intact state must load (docs/rnic.md "Migration")
 // Checked (besides the sanitizers): the interrupt line the host sees is the core's level, and
-// the core never asks for memory outside RAM without getting an error (TestHost's decode).
+// the core never asks for memory outside RAM without getting an error (TestHost's decode), and a
+// saved state loads.
 #include "fuzz_input.h"
 
 #include <deque>
@@ -43,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     RnicConfig cfg;
     rnic_default_peer_addr(0, cfg.mac, &cfg.ip);
     cfg.rc.sq_depth = 64;
-    bool busy = false;
+    bool busy = false, paused = false;
     Rnic nic(th.host(nullptr, nullptr, 0, 2), cfg, [&sent, &busy](const uint8_t *f, size_t n) {
         if (busy) return LinkTx::Busy;
         if (sent.size() >= 64) sent.pop_front();
@@ -51,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return LinkTx::Sent;
     });
     for (unsigned ops = 0; !in.empty() && ops < 512; ops++) {
-        switch (in.u8() % 13) {
+        switch (in.u8() % 15) {
         case 0: {
             const uint64_t off = in.u16() % 0x2000;
             const uint64_t val = in.u64();
@@ -127,9 +131,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             nic.ctrl_write(RNIC_REG_EQ_ARM, 1, 4);
             break;
         }
+        case 13:
+            paused = !paused;
+            nic.pause(paused);
+            break;
+        case 14: {
+            RnicSnapshot st = nic.save();
+            const uint8_t how = in.u8() % 4;
+            auto flip = [&in](void *p, size_t n) {
+                if (n) static_cast<uint8_t *>(p)[in.u32() % n] ^= uint8_t(1 + in.u8() % 255);
+            };
+            std::string why;
+            if (how == 0) {
+                FUZZ_CHECK(nic.load(st, &why)); // an intact state always loads
+                break;
+            }
+            if (how == 1) flip(&st.st, sizeof st.st);
+            if (how == 2 && !st.qp.empty()) flip(&st.qp[in.u8() % st.qp.size()], sizeof(rk_rnic_qp_state));
+            if (how == 3 && !st.sqe.empty())
+                flip(&st.sqe[in.u8() % st.sqe.size()], sizeof(rk_rnic_sqe_state));
+            (void)nic.load(st, &why);
+            break;
+        }
         }
         for (unsigned v = 0; v < RNIC_MSIX_VECTORS; v++)
             FUZZ_CHECK(th.irq_level(v) == nic.irq_level(v));
     }
+    if (paused) nic.pause(false);
     return 0;
 }

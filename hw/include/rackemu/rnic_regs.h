@@ -556,6 +556,7 @@ struct rnic_eqe {
     X(LINK_TX_HELD,    link_tx_held,    "frames the link could not take at once, held by the device and sent later") \
     X(EQ_EVENTS,       eq_events,       "async events written to the event queue") \
     X(EQ_OVERFLOWS,    eq_overflows,    "async events dropped because the event queue was full (the oldest are kept)") \
+    X(RX_PAUSED_DROPS, rx_paused_drops, "frames dropped while the VM was stopped (beyond the device's hold, or held across a load)") \
     RNIC_AMU_COUNTERS(X)
 
 /* The atomic unit's (target side of every atomic: docs/atomic-unit.md "Counters"); AMU_OPS..
