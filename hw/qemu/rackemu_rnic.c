@@ -74,7 +74,7 @@ struct RackemuRnicState {
     char *amu_raw;
     bool cpu_parallel; /* x-cpu-parallel: TCG's parallel mode on every vCPU (global atomicity) */
     QEMUTimer *timer;
-    QEMUTimer *link_timer; /* watches the port's link state (RNIC_LINK_POLL_MS) */
+    RkFabricEndpoint *link_ep; /* the port's link changes (rackemu_rnic_on_link) */
     QEMUBH *bh;
     int level[RNIC_MSIX_VECTORS]; /* latest level per vector, from any thread */
     uint32_t rising;              /* vectors that rose since the bottom half last ran */
@@ -288,18 +288,17 @@ static void rackemu_rnic_timer(void *opaque)
 }
 
 /*
- * The port's link state, for STATUS.LINK_UP and the PORT_ACTIVE / PORT_ERR async events: read
- * every RNIC_LINK_POLL_MS of real time (the port's link hook belongs to the machine), so an event
- * follows a change within that.
+ * The port's link state, for STATUS.LINK_UP and the PORT_ACTIVE / PORT_ERR async events: the
+ * port reports every change to the services bound to it (rk_fabric_endpoint.h), on its thread.
+ * The RNIC's frames take the port's Ethernet receiver (rk_fabric_port_eth_attach), never the
+ * service table's RKF_SVC_ETH entry, so that entry carries only this callback. While the VM is
+ * stopped the core keeps the change and applies it when the VM runs (rk_rnic_set_link).
  */
-#define RNIC_LINK_POLL_MS 100
-
-static void rackemu_rnic_link_timer(void *opaque)
+static void rackemu_rnic_on_link(void *opaque, int up)
 {
     RackemuRnicState *s = opaque;
 
-    rk_rnic_set_link(s->core, rk_fabric_port_is_up(s->port));
-    timer_mod(s->link_timer, qemu_clock_get_ms(QEMU_CLOCK_REALTIME) + RNIC_LINK_POLL_MS);
+    rk_rnic_set_link(s->core, up);
 }
 
 /* Called with the core's lock held when the port's ring pushed back. */
@@ -405,11 +404,16 @@ static void rackemu_rnic_vm_state(void *opaque, bool running, RunState state)
     if (s->core) {
         trace_rackemu_rnic_pause(s->node_id, !running);
         rk_rnic_pause(s->core, !running);
+        if (running && s->port) {
+            /* a loaded state carries the saving node's link: this port's is the truth */
+            rk_rnic_set_link(s->core, rk_fabric_port_is_up(s->port));
+        }
     }
 }
 
 static void rackemu_rnic_realize(PCIDevice *pdev, Error **errp)
 {
+    static const struct rk_fabric_service link_ops = { NULL, NULL, rackemu_rnic_on_link };
     RackemuRnicState *s = RACKEMU_RNIC(pdev);
     uint32_t mtu = s->timing.max_mtu;
 
@@ -489,8 +493,8 @@ static void rackemu_rnic_realize(PCIDevice *pdev, Error **errp)
         qemu_thread_create(&s->tx_thread, "rackemu-rnic-tx", rackemu_rnic_tx_thread, s, QEMU_THREAD_JOINABLE);
         s->tx_started = true;
         rk_fabric_port_eth_attach(s->port, RK_FABRIC_ETH_ROCE, rackemu_rnic_rx, s);
-        s->link_timer = timer_new_ms(QEMU_CLOCK_REALTIME, rackemu_rnic_link_timer, s);
-        rackemu_rnic_link_timer(s);
+        s->link_ep = rackemu_fabric_bind(s->fabric, RKF_SVC_ETH, &link_ops, s);
+        rk_rnic_set_link(s->core, rk_fabric_port_is_up(s->port)); /* a change before the bind */
     }
     s->vmse = qemu_add_vm_change_state_handler(rackemu_rnic_vm_state, s);
     trace_rackemu_rnic_realize(s->node_id, s->port != NULL, s->msix);
@@ -503,6 +507,8 @@ static void rackemu_rnic_exit(PCIDevice *pdev)
     if (s->port) {
         rk_fabric_port_eth_attach(s->port, RK_FABRIC_ETH_ROCE, NULL, NULL);
     }
+    rk_fabric_unbind(s->link_ep); /* waits for a link callback that is running */
+    s->link_ep = NULL;
     if (s->tx_started) {
         qatomic_set(&s->tx_stop, true);
         qemu_event_set(&s->tx_ev);
@@ -511,10 +517,6 @@ static void rackemu_rnic_exit(PCIDevice *pdev)
         s->tx_started = false;
     }
     timer_free(s->timer);
-    if (s->link_timer) {
-        timer_free(s->link_timer);
-        s->link_timer = NULL;
-    }
     qemu_bh_delete(s->bh);
     rk_rnic_free(s->core);
     s->core = NULL;

@@ -1746,7 +1746,12 @@ void Rnic::eq_write_ctrl(uint32_t m)
 void Rnic::set_link(bool up)
 {
     std::lock_guard lk(mu_);
-    if (!cfg_.link || up == eq_.link_up) return;
+    if (!cfg_.link) return;
+    if (paused_) { // the VM is stopped: nothing is written now; pause(false) applies it
+        link_pending_ = up ? 1 : 0;
+        return;
+    }
+    if (up == eq_.link_up) return;
     eq_.link_up = up;
     eq_event(up ? RNIC_EV_PORT_ACTIVE : RNIC_EV_PORT_ERR, RNIC_PORT_NUM, 0);
 }

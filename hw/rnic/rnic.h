@@ -356,6 +356,7 @@ private:
 
     // Migration: paused while the VM is stopped; frames from the link wait here.
     bool paused_ = false;
+    int link_pending_ = -1; // set_link() while paused: the state to apply at pause(false), or -1
     std::deque<std::vector<uint8_t>> rx_paused_;
 };
 

@@ -82,6 +82,14 @@ void Rnic::pause(bool on)
         }
         rc_->receive(f.data(), f.size());
     }
+    if (link_pending_ >= 0) { // a link change while the VM was stopped
+        const bool up = link_pending_ == 1;
+        link_pending_ = -1;
+        if (up != eq_.link_up) {
+            eq_.link_up = up;
+            eq_event(up ? RNIC_EV_PORT_ACTIVE : RNIC_EV_PORT_ERR, RNIC_PORT_NUM, 0);
+        }
+    }
     rc_->flush_acks();
     rc_->poll();
     if (tx_blocked_) {
@@ -98,7 +106,9 @@ void Rnic::pause(bool on)
 RnicSnapshot Rnic::save()
 {
     std::lock_guard lk(mu_);
-    amu_sync();
+    // every value was executed at arrival; the unit's model (its counters) runs behind: to the
+    // end of what it holds, since the loading instance's unit starts empty
+    amu_settle();
     RnicSnapshot s;
     rk_rnic_state &st = s.st;
     st.version = RK_RNIC_STATE_VERSION;

@@ -2137,6 +2137,28 @@ TEST(Rnic, EventQueuePortEventsArmingAndOverflow)
     EXPECT_EQ(n.reg(RNIC_REG_STATUS) & RNIC_STATUS_LINK_UP, RNIC_STATUS_LINK_UP);
 }
 
+TEST(Rnic, LinkChangesWhileThePausedVmIsStoppedWriteNothingUntilItRuns)
+{
+    Link l;
+    Node n(0, l);
+    Eq eq(n, 4, 0);
+    n.nic->pause(true);
+    n.nic->set_link(false); // the port went down while the VM was stopped
+    n.nic->set_link(true);
+    n.nic->set_link(false);
+    EXPECT_EQ(n.reg(RNIC_REG_EQ_PI), 0u); // nothing written into the stopped guest's memory
+    EXPECT_EQ(n.reg(RNIC_REG_STATUS) & RNIC_STATUS_LINK_UP, RNIC_STATUS_LINK_UP);
+    n.nic->pause(false); // the last state counts: one PORT_ERR
+    auto ev = eq.poll();
+    ASSERT_EQ(ev.size(), 1u);
+    EXPECT_EQ(ev[0].type, RNIC_EV_PORT_ERR);
+    EXPECT_EQ(n.reg(RNIC_REG_STATUS) & RNIC_STATUS_LINK_UP, 0u);
+    n.nic->pause(true);
+    n.nic->set_link(false); // no change while stopped: nothing at resume
+    n.nic->pause(false);
+    EXPECT_TRUE(eq.poll().empty());
+}
+
 // ---- migration (docs/rnic.md "Migration", hw/rnic/rnic_state.cc) ----
 
 bool same_state(const RnicSnapshot &x, const RnicSnapshot &y)
