@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 #include <string>
 #include <thread>
 
@@ -54,13 +55,9 @@ struct PairLink {
     bool tx_pair = false;            // our frames to the peer go on the ring now (a START marker went ahead)
     bool rx_pair = false;            // the peer's frames to us come on the ring now (its START arrived)
     std::atomic<bool> broken{false}; // the ring from the peer was corrupt: not used any more
-    // Requests this node sent to the peer and not yet answered (either path), so that they can
-    // be answered NODE_GONE when the pair goes: the bridge does not track them (docs/fabric.md).
-    std::mutex pend_mu;
-    std::map<std::tuple<uint8_t, uint16_t, uint64_t>, uint32_t> pend;
-    size_t npend = 0;
 };
-constexpr size_t kPairPendMax = 65536; // beyond it requests are not tracked (counted)
+constexpr uint32_t kPendMax = 65536; // requests tracked per peer; beyond, not tracked (counted)
+using PendKey = std::tuple<uint16_t, uint8_t, uint16_t, uint64_t>; // peer, svc, op, tag
 
 void fmt(char *err, size_t errlen, const char *f, ...)
 {
@@ -139,6 +136,15 @@ struct RkFabricPort {
     bool pairs_on = false;
     std::array<PairLink *, RKF_MAX_NODES> pairs{};
     uint64_t start_seen[RKF_MAX_NODES] = {}; // rx_mu: a START marker that came before its pair
+    // With pairs on: the requests this node sent and that are not answered yet, per peer (either
+    // path). The bridge matches no replies between the nodes of a pair, so this port does for
+    // replies from a paired peer (a forged, duplicate or stale one is dropped: stray_replies), and
+    // answers what is pending NODE_GONE when a pair's peer dies (docs/fabric.md).
+    std::mutex pend_mu;
+    std::map<PendKey, uint32_t> pend;
+    uint32_t npend[RKF_MAX_NODES] = {};
+    bool pend_overflow[RKF_MAX_NODES] = {}; // a request went untracked since the table was empty
+    std::atomic<uint64_t> stray_replies{0};
     std::atomic<uint64_t> pair_frames_tx{0}, pair_frames_rx{0}, pair_markers{0}, pair_bad{0}, pairs_up{0},
         pairs_down{0}, pair_gone_replies{0}, pair_untracked{0};
     rk_fabric_port_hooks hooks{}; // set before the thread starts and before any send; then read-only
@@ -184,6 +190,8 @@ struct RkFabricPort {
     void pair_broken_locked(PairLink &pl);
     bool pairs_ready_locked() const;
     void dispatch_rx(const rkf_frame_hdr &h, const unsigned char *payload);
+    bool pend_add(const rkf_frame_hdr &h);
+    bool pend_settle(uint16_t peer, uint8_t svc, uint16_t op, uint64_t tag);
 };
 
 namespace {
@@ -491,9 +499,7 @@ int RkFabricPort::push(const rkf_frame_hdr &h, const void *payload)
 {
     const uint64_t deadline = now_ns() + 100000000ull;
     std::unique_lock lk(tx_mu);
-    bool reported = false;
-    PairLink *tracked = nullptr; // the pair whose pending table holds this request
-    uint64_t tracked_gen = 0;
+    bool reported = false, tracked = false;
     for (;;) {
         if (!up) {
             send_failures++;
@@ -503,17 +509,7 @@ int RkFabricPort::push(const rkf_frame_hdr &h, const void *payload)
         if (!reported && hooks.frame) hooks.frame(hooks.opaque, RK_FABRIC_OUT, &h);
         reported = true;
         PairLink *pl = h.svc != RKF_SVC_ETH && h.dst < RKF_MAX_NODES ? pairs[h.dst] : nullptr;
-        if (pl && h.type == RKF_T_REQ && !tracked) {
-            std::lock_guard pk(pl->pend_mu);
-            if (pl->npend < kPairPendMax) {
-                pl->pend[{h.svc, h.op, h.tag}]++;
-                pl->npend++;
-                tracked = pl;
-                tracked_gen = pl->gen;
-            } else {
-                pair_untracked++;
-            }
-        }
+        if (pairs_on && h.type == RKF_T_REQ && !tracked) tracked = pend_add(h);
         Ring *r = &shm->to_bridge;
         const rkf_frame_hdr *fh = &h;
         const void *fp = payload;
@@ -570,15 +566,7 @@ int RkFabricPort::push(const rkf_frame_hdr &h, const void *payload)
         const uint64_t now = now_ns();
         if (now >= deadline) {
             send_failures++;
-            PairLink *cur = h.dst < RKF_MAX_NODES ? pairs[h.dst] : nullptr;
-            if (tracked && cur == tracked && cur->gen == tracked_gen) {
-                std::lock_guard pk(cur->pend_mu);
-                auto it = cur->pend.find({h.svc, h.op, h.tag});
-                if (it != cur->pend.end()) {
-                    if (--it->second == 0) cur->pend.erase(it);
-                    cur->npend--;
-                }
-            }
+            if (tracked) pend_settle(h.dst, h.svc, h.op, h.tag);
             return -EAGAIN;
         }
         full_waits++;
@@ -653,17 +641,41 @@ void RkFabricPort::eth_input(const rkf_frame_hdr &h, const unsigned char *payloa
 // request the pair's table holds for it (it will not be answered NODE_GONE when the pair goes).
 void RkFabricPort::dispatch_rx(const rkf_frame_hdr &h, const unsigned char *payload)
 {
-    if (h.type == RKF_T_REPLY && h.src < RKF_MAX_NODES) {
-        if (PairLink *pl = pairs[h.src]) {
-            std::lock_guard pk(pl->pend_mu);
-            auto it = pl->pend.find({h.svc, h.op, h.tag});
-            if (it != pl->pend.end()) {
-                if (--it->second == 0) pl->pend.erase(it);
-                pl->npend--;
-            }
-        }
+    if (pairs_on && h.type == RKF_T_REPLY && h.src < RKF_MAX_NODES &&
+        !pend_settle(h.src, h.svc, h.op, h.tag) && pairs[h.src]) {
+        // From a paired peer (the bridge does not match those) and answering nothing pending.
+        stray_replies++;
+        return;
     }
     dispatch(h, payload);
+}
+
+// Track a request (pairs on; any destination: a pair may appear while it is pending). False if
+// the peer's table is full (then its replies are not filtered until the table empties).
+bool RkFabricPort::pend_add(const rkf_frame_hdr &h)
+{
+    if (h.dst >= RKF_MAX_NODES) return false;
+    std::lock_guard pk(pend_mu);
+    if (npend[h.dst] >= kPendMax) {
+        pend_overflow[h.dst] = true;
+        pair_untracked++;
+        return false;
+    }
+    pend[{h.dst, h.svc, h.op, h.tag}]++;
+    npend[h.dst]++;
+    return true;
+}
+
+// A reply (or a failed send) settles one pending request. False if none matched and the peer's
+// table did not overflow (a reply that answers nothing).
+bool RkFabricPort::pend_settle(uint16_t peer, uint8_t svc, uint16_t op, uint64_t tag)
+{
+    std::lock_guard pk(pend_mu);
+    auto it = pend.find({peer, svc, op, tag});
+    if (it == pend.end()) return pend_overflow[peer];
+    if (--it->second == 0) pend.erase(it);
+    if (--npend[peer] == 0) pend_overflow[peer] = false;
+    return true;
 }
 
 int RkFabricPort::drain_locked(unsigned max)
@@ -671,7 +683,8 @@ int RkFabricPort::drain_locked(unsigned max)
     Ring &rx = shm->to_node;
     unsigned char payload[RKF_SLOT_SIZE];
     rkf_frame_hdr h;
-    int handled = 0;
+    int handled = 0;     // frames (not markers)
+    unsigned popped = 0; // markers
     PopResult pr;
     while (unsigned(handled) < max && (pr = ring_pop(rx, h, payload)) == PopResult::Ok) {
         handled++;
@@ -679,6 +692,19 @@ int RkFabricPort::drain_locked(unsigned max)
             bad_frames++;
             log(RK_FABRIC_LOG_BAD_INPUT, "rackemu-fabric: node %u: dropped a frame from the bridge: %s",
                 node_id, why);
+            continue;
+        }
+        if (h.svc == RKF_SVC_BRIDGE && h.type == RKF_T_MSG && h.op == RKF_OP_PAIR_START) {
+            handled--; // a marker: not a frame for this node's services (nor its traces)
+            // The peer's next frames come on our pair ring (the bridge forwards only a marker of
+            // a live pair, from its node; one that came before the pair did waits for it).
+            PairLink *pl = h.src < RKF_MAX_NODES ? pairs[h.src] : nullptr;
+            if (pl && pl->gen == h.tag && !pl->broken.load(std::memory_order_relaxed)) {
+                pl->rx_pair = true;
+            } else if (h.src < RKF_MAX_NODES && (!pl || h.tag > pl->gen)) {
+                start_seen[h.src] = h.tag;
+            }
+            popped++;
             continue;
         }
         frames_rx++;
@@ -689,17 +715,6 @@ int RkFabricPort::drain_locked(unsigned max)
             continue;
         }
         if (eth_asm.interrupt()) eth_rx_bad++;
-        if (h.svc == RKF_SVC_BRIDGE && h.type == RKF_T_MSG && h.op == RKF_OP_PAIR_START) {
-            // The peer's next frames come on our pair ring (the bridge forwards only a marker of
-            // a live pair, from its node; one that came before the pair did waits for it).
-            PairLink *pl = h.src < RKF_MAX_NODES ? pairs[h.src] : nullptr;
-            if (pl && pl->gen == h.tag && !pl->broken.load(std::memory_order_relaxed)) {
-                pl->rx_pair = true;
-            } else if (h.src < RKF_MAX_NODES && (!pl || h.tag > pl->gen)) {
-                start_seen[h.src] = h.tag;
-            }
-            continue;
-        }
         // The peer switched to the bridge: what it sent before on the ring (up to its END
         // marker, or all that is there) goes first.
         if (h.src < RKF_MAX_NODES && pairs[h.src] && pairs[h.src]->rx_pair)
@@ -707,7 +722,7 @@ int RkFabricPort::drain_locked(unsigned max)
         dispatch_rx(h, payload);
     }
     const bool corrupt = pr == PopResult::Corrupt;
-    if (handled) {
+    if (handled || popped) {
         // The router may wait for room in this ring (its per-destination queue).
         if (ring_space_freed(rx)) wake_router(*shm, *bell);
     }
@@ -726,7 +741,8 @@ int RkFabricPort::pair_drain_locked(PairLink &pl, unsigned max)
 {
     unsigned char payload[RKF_SLOT_SIZE];
     rkf_frame_hdr h;
-    unsigned n = 0;
+    unsigned n = 0;      // frames
+    bool popped = false; // anything, the END marker included
     while (pl.rx_pair && n < max) {
         const PopResult pr = ring_pop(*pl.rx, h, payload);
         if (pr == PopResult::Empty) break;
@@ -734,6 +750,7 @@ int RkFabricPort::pair_drain_locked(PairLink &pl, unsigned max)
             pair_broken_locked(pl);
             break;
         }
+        popped = true;
         n++;
         const char *why = frame_defect(h);
         if (!why && (h.src != pl.peer || h.dst != node_id)) why = "wrong source or destination";
@@ -750,6 +767,7 @@ int RkFabricPort::pair_drain_locked(PairLink &pl, unsigned max)
         }
         if (h.svc == RKF_SVC_BRIDGE) {
             pl.rx_pair = false; // END: its next frames come through the bridge
+            n--;
             break;
         }
         frames_rx++;
@@ -758,7 +776,7 @@ int RkFabricPort::pair_drain_locked(PairLink &pl, unsigned max)
         if (hooks.frame) hooks.frame(hooks.opaque, RK_FABRIC_IN, &h);
         dispatch_rx(h, payload);
     }
-    if (n && ring_space_freed(*pl.rx)) futex_op(&pl.rx->ctl.space_wait, FUTEX_WAKE, INT32_MAX, nullptr);
+    if (popped && ring_space_freed(*pl.rx)) futex_op(&pl.rx->ctl.space_wait, FUTEX_WAKE, INT32_MAX, nullptr);
     return int(n);
 }
 
@@ -863,6 +881,9 @@ void RkFabricPort::pair_install(PairLink *pl)
         pairs[pl->peer] = pl;
     }
     pairs_up++;
+    // The peer's START may have come before the pair (start_seen): its frames wait on the ring
+    // and the port thread, asleep on the rings it read until now, must look at this one too.
+    wake_port_thread();
 }
 
 // The pair with `peer` (generation `gen`) is gone. Frames the peer put on the ring before are
@@ -882,18 +903,28 @@ void RkFabricPort::pair_remove(unsigned peer, uint64_t gen, uint16_t status)
     futex_wake_always(&pl->tx->ctl.space_wait); // a sender blocked on the ring: it re-reads
     munmap(pl->shm, sizeof(PairShm));
     pairs_down++;
-    std::map<std::tuple<uint8_t, uint16_t, uint64_t>, uint32_t> pend;
-    {
-        std::lock_guard pk(pl->pend_mu);
-        pend.swap(pl->pend);
-    }
     delete pl;
+    // Everything pending to the peer, whichever path it took (what went through the bridge the
+    // bridge does not track either: the nodes were paired).
+    std::vector<std::pair<PendKey, uint32_t>> gone;
+    {
+        std::lock_guard pk(pend_mu);
+        for (auto it = pend.lower_bound({uint16_t(peer), 0, 0, 0});
+             it != pend.end() && std::get<0>(it->first) == peer;) {
+            gone.emplace_back(it->first, it->second);
+            it = pend.erase(it);
+        }
+        npend[peer] = 0;
+        pend_overflow[peer] = false;
+    }
     if (up) {
-        for (const auto &[key, count] : pend) {
+        for (const auto &[key, count] : gone) {
             rkf_frame_hdr r{};
             r.magic = RKF_FRAME_MAGIC;
             r.type = RKF_T_REPLY;
-            std::tie(r.svc, r.op, r.tag) = key;
+            r.svc = std::get<1>(key);
+            r.op = std::get<2>(key);
+            r.tag = std::get<3>(key);
             r.src = uint16_t(peer);
             r.dst = uint16_t(node_id);
             r.status = status;
@@ -919,6 +950,10 @@ void RkFabricPort::pairs_clear_locked()
         pairs_down++;
     }
     std::fill(std::begin(start_seen), std::end(start_seen), 0);
+    std::lock_guard pk(pend_mu); // the link is down: every service fails what it has pending
+    pend.clear();
+    std::fill(std::begin(npend), std::end(npend), 0);
+    std::fill(std::begin(pend_overflow), std::end(pend_overflow), false);
 }
 
 void RkFabricPort::run()
@@ -1321,6 +1356,7 @@ void rk_fabric_port_get_stats(RkFabricPort *p, struct rk_fabric_port_stats *o)
     o->pairs_down = p->pairs_down;
     o->pair_gone_replies = p->pair_gone_replies;
     o->pair_untracked = p->pair_untracked;
+    o->stray_replies = p->stray_replies;
 }
 
 int rk_fabric_port_pair_active(RkFabricPort *p, unsigned peer)

@@ -103,6 +103,12 @@ TEST(FabricPairs, FramesGoDirectWhenNoRuleApplies)
     ASSERT_TRUE(t.echo0.wait([&] { return t.echo0.replies.size() == 1; }));
     EXPECT_EQ(t.echo0.replies[0].tag, 77u);
     EXPECT_EQ(t.echo0.replies[0].status, RKF_ST_OK);
+    // Idle means asleep: the port threads sleep on their rings (futex_waitv over the bridge ring
+    // and the pair ring) and nothing wakes them.
+    std::this_thread::sleep_for(50ms);
+    const uint64_t asleep = stats(t.n0).sleeps + stats(t.n1).sleeps;
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(stats(t.n0).sleeps + stats(t.n1).sleeps, asleep);
     const auto s0 = stats(t.n0), s1 = stats(t.n1);
     EXPECT_EQ(s0.pair_frames_tx, n + 1);
     EXPECT_EQ(s1.pair_frames_rx, n + 1);
@@ -410,4 +416,54 @@ TEST(FabricPairs, TheBridgeOptionTurnsThemOff)
     EXPECT_NE(st.find("\"pairs_enabled\":false"), std::string::npos) << st;
     rk_fabric_port_free(n1);
     rk_fabric_port_free(n0);
+}
+
+// Between the nodes of a pair the bridge matches no replies, so the requester's port does: a
+// reply from a paired node that answers nothing this port asked it (a forgery by a third node,
+// a duplicate) is dropped and counted; the genuine one arrives once.
+TEST(FabricPairs, ForgedAndDuplicateRepliesFromPairedNodesAreDroppedByTheRequester)
+{
+    BridgeRig rig;
+    RkFabricPort *n0 = rig.port(0, nullptr, false), *n1 = rig.port(1, nullptr, false), *n2 = rig.port(2);
+    Mailbox m0, m1;
+    rk_fabric_port_register(n0, RKF_SVC_MEM, nullptr, Mailbox::on_reply, nullptr, &m0);
+    rk_fabric_port_register(n1, RKF_SVC_MEM, Mailbox::on_request, nullptr, nullptr, &m1);
+    rk_fabric_port_start(n0);
+    rk_fabric_port_start(n1);
+    ASSERT_TRUE(eventually([&] {
+        return rk_fabric_port_pair_active(n0, 1) && rk_fabric_port_pair_active(n0, 2) &&
+               rk_fabric_port_pair_active(n2, 0);
+    }));
+    rkf_frame_hdr req = request(RKF_SVC_MEM, 1, 77, 0);
+    ASSERT_EQ(rk_fabric_port_send(n0, &req, nullptr), 0);
+    ASSERT_TRUE(m1.wait([&] { return !m1.requests.empty(); }));
+    // Node 2 answers node 0's request to node 1, on its own pair ring with node 0, and a request
+    // never made; then, with a fault rule moving the pairs to the bridge, again.
+    const uint64_t forged = 0x4141414141414141ull;
+    rkf_frame_hdr r{};
+    r.type = RKF_T_REPLY;
+    r.svc = RKF_SVC_MEM;
+    r.op = 1;
+    r.dst = 0;
+    r.tag = 77;
+    r.len = 8;
+    ASSERT_EQ(rk_fabric_port_send(n2, &r, &forged), 0);
+    r.tag = 78;
+    ASSERT_EQ(rk_fabric_port_send(n2, &r, &forged), 0);
+    ASSERT_NE(control(rig.dir, "fault add delay us=1 svc=mem node=2\n").find("\"ok\""), std::string::npos);
+    r.tag = 77;
+    ASSERT_EQ(rk_fabric_port_send(n2, &r, &forged), 0);
+    ASSERT_TRUE(eventually([&] { return stats(n0).stray_replies == 3; }));
+    // The genuine answer and a duplicate.
+    const uint64_t real = 0x1122334455667788ull;
+    ASSERT_EQ(rk_fabric_port_reply(n1, &m1.requests[0], RKF_ST_OK, &real, 8), 0);
+    ASSERT_EQ(rk_fabric_port_reply(n1, &m1.requests[0], RKF_ST_OK, &real, 8), 0);
+    ASSERT_TRUE(eventually([&] { return stats(n0).stray_replies == 4; }));
+    ASSERT_EQ(m0.nreplies(), 1u);
+    EXPECT_EQ(m0.replies[0].src, 1u);
+    uint64_t got;
+    std::memcpy(&got, m0.payloads[0].data(), 8);
+    EXPECT_EQ(got, real);
+    for (auto *p : {n0, n1, n2})
+        rk_fabric_port_free(p);
 }
