@@ -89,6 +89,36 @@ bool safe_to_map(int fd, size_t need, const char *what, char *err, size_t errlen
     }
     return true;
 }
+
+// One message of the bridge's socket into `buf`, with up to `maxfds` descriptors in `fds` (the
+// others: -1); descriptors beyond them are closed. Returns recvmsg()'s result.
+ssize_t recv_with_fds(int s, void *buf, size_t len, int flags, int *fds, size_t maxfds)
+{
+    iovec iov{buf, len};
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(4 * sizeof(int))];
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cbuf;
+    mh.msg_controllen = sizeof cbuf;
+    std::fill(fds, fds + maxfds, -1);
+    const ssize_t n = recvmsg(s, &mh, flags | MSG_CMSG_CLOEXEC);
+    size_t got = 0;
+    for (cmsghdr *c = n < 0 ? nullptr : CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        const size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t k = 0; k < nfd; k++) {
+            int f;
+            std::memcpy(&f, CMSG_DATA(c) + k * sizeof(int), sizeof f);
+            if (got < maxfds) {
+                fds[got++] = f;
+            } else {
+                close(f);
+            }
+        }
+    }
+    return n;
+}
 } // namespace
 
 struct RkFabricPort {
@@ -274,21 +304,8 @@ int RkFabricPort::connect_once(char *err, size_t errlen)
         return -1;
     }
     rkf_welcome w{};
-    iovec iov{&w, sizeof w};
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(3 * sizeof(int))];
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = cbuf;
-    mh.msg_controllen = sizeof cbuf;
-    ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
-    int fds[3] = {-1, -1, -1}; // port memory, doorbell, liveness table (optional)
-    for (cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-            size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            std::memcpy(fds, CMSG_DATA(c), std::min<size_t>(nfd, 3) * sizeof(int));
-        }
-    }
+    int fds[3]; // port memory, doorbell, liveness table (optional)
+    ssize_t n = recv_with_fds(s, &w, sizeof w, 0, fds, 3);
     auto fail = [&](int rc) {
         for (int fd : fds)
             if (fd >= 0) close(fd);
@@ -361,29 +378,9 @@ void RkFabricPort::watch(int s)
         if (pfd[1].revents) return;
         if (pfd[0].revents & POLLIN) {
             rkf_pair_msg m{};
-            iovec iov{&m, sizeof m};
-            alignas(cmsghdr) char cbuf[CMSG_SPACE(4 * sizeof(int))];
-            msghdr mh{};
-            mh.msg_iov = &iov;
-            mh.msg_iovlen = 1;
-            mh.msg_control = cbuf;
-            mh.msg_controllen = sizeof cbuf;
-            const ssize_t n = recvmsg(s, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+            int fd;
+            const ssize_t n = recv_with_fds(s, &m, sizeof m, MSG_DONTWAIT, &fd, 1);
             if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
-            int fd = -1;
-            for (cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-                if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-                const size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                for (size_t k = 0; k < nfd; k++) {
-                    int f;
-                    std::memcpy(&f, CMSG_DATA(c) + k * sizeof(int), sizeof f);
-                    if (fd < 0) {
-                        fd = f;
-                    } else {
-                        close(f);
-                    }
-                }
-            }
             if (n == ssize_t(sizeof m) && m.magic == RKF_PAIR_MAGIC) {
                 pair_message(m, fd); // takes fd
             } else if (n > 0) {
