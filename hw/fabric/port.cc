@@ -697,6 +697,10 @@ int RkFabricPort::drain_locked(unsigned max)
             // a live pair, from its node; one that came before the pair did waits for it).
             PairLink *pl = h.src < RKF_MAX_NODES ? pairs[h.src] : nullptr;
             if (pl && pl->gen == h.tag && !pl->broken.load(std::memory_order_relaxed)) {
+                // Still reading the ring: the END of the previous stretch is there, before the
+                // frames that follow this START (the sender left the ring, sent nothing through
+                // the bridge, and came back): take that stretch first.
+                if (pl->rx_pair) handled += pair_drain_locked(*pl, RKF_RING_SLOTS + 1);
                 pl->rx_pair = true;
             } else if (h.src < RKF_MAX_NODES && (!pl || h.tag > pl->gen)) {
                 start_seen[h.src] = h.tag;

@@ -364,8 +364,11 @@ TEST(FabricPairs, ACorruptPairRingTakesDownOnlyThatPair)
     ASSERT_TRUE(ring_push(to0, msg(1, 2), none));
     bridge_send(start, none);
     ASSERT_TRUE(rx0.wait([&] { return rx0.requests.size() == 2; }));
-    EXPECT_EQ(rx0.requests[0].tag, 0u);
-    EXPECT_EQ(rx0.requests[1].tag, 1u);
+    {
+        std::lock_guard lk(rx0.mu);
+        EXPECT_EQ(rx0.requests[0].tag, 0u);
+        EXPECT_EQ(rx0.requests[1].tag, 1u);
+    }
     EXPECT_EQ(stats(t.n0).pair_bad, 2u);
     // Impossible indices: the pair goes (node 0 asks the bridge, which tells both).
     to0.ctl.head.store(to0.ctl.tail.load() + 5 * RKF_RING_SLOTS, std::memory_order_release);
@@ -381,7 +384,10 @@ TEST(FabricPairs, ACorruptPairRingTakesDownOnlyThatPair)
     // Node 2 through the bridge still reaches node 0; node 0's link and its pair with node 1 live.
     bridge_send(msg(2, 2), none);
     ASSERT_TRUE(rx0.wait([&] { return rx0.requests.size() == 3; }));
-    EXPECT_EQ(rx0.requests[2].tag, 2u);
+    {
+        std::lock_guard lk(rx0.mu);
+        EXPECT_EQ(rx0.requests[2].tag, 2u);
+    }
     EXPECT_EQ(rk_fabric_port_is_up(t.n0), 1);
     EXPECT_EQ(rk_fabric_port_pair_active(t.n0, 1), 1);
     EXPECT_EQ(rk_fabric_port_pair_active(t.n0, 2), 0);
@@ -459,11 +465,14 @@ TEST(FabricPairs, ForgedAndDuplicateRepliesFromPairedNodesAreDroppedByTheRequest
     ASSERT_EQ(rk_fabric_port_reply(n1, &m1.requests[0], RKF_ST_OK, &real, 8), 0);
     ASSERT_EQ(rk_fabric_port_reply(n1, &m1.requests[0], RKF_ST_OK, &real, 8), 0);
     ASSERT_TRUE(eventually([&] { return stats(n0).stray_replies == 4; }));
-    ASSERT_EQ(m0.nreplies(), 1u);
-    EXPECT_EQ(m0.replies[0].src, 1u);
-    uint64_t got;
-    std::memcpy(&got, m0.payloads[0].data(), 8);
-    EXPECT_EQ(got, real);
+    {
+        std::lock_guard lk(m0.mu);
+        EXPECT_EQ(m0.replies.size(), 1u);
+        EXPECT_EQ(m0.replies[0].src, 1u);
+        uint64_t got;
+        std::memcpy(&got, m0.payloads[0].data(), 8);
+        EXPECT_EQ(got, real);
+    }
     for (auto *p : {n0, n1, n2})
         rk_fabric_port_free(p);
 }
