@@ -702,6 +702,9 @@ int RkFabricPort::drain_locked(unsigned max)
                 // the bridge, and came back): take that stretch first.
                 if (pl->rx_pair) handled += pair_drain_locked(*pl, RKF_RING_SLOTS + 1);
                 pl->rx_pair = true;
+                // A port thread asleep on the rings it read before (this may be a driver or a
+                // polling vCPU) must add this ring to its wait: wake it to look again.
+                futex_wake_always(&shm->to_node.ctl.sleeping);
             } else if (h.src < RKF_MAX_NODES && (!pl || h.tag > pl->gen)) {
                 start_seen[h.src] = h.tag;
             }
@@ -867,8 +870,6 @@ void RkFabricPort::pair_install(PairLink *pl)
             return;
         }
         old = pairs[pl->peer];
-        if (start_seen[pl->peer] == pl->gen) pl->rx_pair = true;
-        start_seen[pl->peer] = 0;
     }
     if (old) pair_remove(old->peer, old->gen, RKF_ST_NODE_GONE); // its DOWN never came
     {
@@ -880,6 +881,10 @@ void RkFabricPort::pair_install(PairLink *pl)
             return;
         }
         pairs[pl->peer] = pl;
+        // In the same section as the installation: a START processed before it is in start_seen,
+        // one processed after it finds the pair.
+        if (start_seen[pl->peer] == pl->gen) pl->rx_pair = true;
+        start_seen[pl->peer] = 0;
     }
     pairs_up++;
     // The peer's START may have come before the pair (start_seen): its frames wait on the ring
@@ -896,6 +901,9 @@ void RkFabricPort::pair_remove(unsigned peer, uint64_t gen, uint16_t status)
     std::unique_lock rk(rx_mu);
     PairLink *pl = pairs[peer];
     if (!pl || pl->gen != gen) return;
+    // What the bridge and the peer delivered before (a NOROUTE of the bridge, the peer's last
+    // frames) is dispatched before the NODE_GONE answers below.
+    if (up && drain_locked(RKF_RING_SLOTS) < 0) rx_corrupt = true; // the port thread acts
     if (up && pl->rx_pair) pair_drain_locked(*pl, RKF_RING_SLOTS + 1);
     {
         std::lock_guard lk(tx_mu);

@@ -268,6 +268,7 @@ int main(int argc, char **argv)
     const double secs = (now_ns() - t0) / 1e9;
     const double fps = (w.replies - base) / secs;
     Stats raw = raw_pingpong(iters);
+    const int direct = rk_fabric_port_pair_active(p, 1); // which path the figures above took
 
     rk_fabric_port_free(p);
     close(ctl[0]);
@@ -290,7 +291,6 @@ int main(int argc, char **argv)
            (unsigned long long)(rk_fabric_drive_ns() / 1000));
     // Direct node-to-node rings (docs/fabric.md): with a pair, the "bridge" figures above are
     // the one-hop path; RACKEMU_FABRIC_PAIRS=0 measures through the bridge.
-    const int direct = rk_fabric_port_pair_active(p, 1);
     printf("path: %s\n", direct ? "direct pair ring (RACKEMU_FABRIC_PAIRS=0: through the bridge)"
                                 : "through the bridge (no direct pair)");
     if (!csv.empty()) {
