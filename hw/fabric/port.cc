@@ -860,31 +860,27 @@ void RkFabricPort::pair_message(const rkf_pair_msg &m, int fd)
 
 void RkFabricPort::pair_install(PairLink *pl)
 {
-    PairLink *old = nullptr;
-    {
-        std::lock_guard rk(rx_mu);
-        std::lock_guard lk(tx_mu);
-        if (!up) {
-            munmap(pl->shm, sizeof(PairShm));
-            delete pl;
-            return;
+    for (;;) {
+        PairLink *old;
+        {
+            std::lock_guard rk(rx_mu);
+            std::lock_guard lk(tx_mu);
+            if (!up) {
+                munmap(pl->shm, sizeof(PairShm));
+                delete pl;
+                return;
+            }
+            old = pairs[pl->peer];
+            if (!old) {
+                pairs[pl->peer] = pl;
+                // In the same section as the installation: a START processed before it is in
+                // start_seen, one processed after it finds the pair.
+                if (start_seen[pl->peer] == pl->gen) pl->rx_pair = true;
+                start_seen[pl->peer] = 0;
+                break;
+            }
         }
-        old = pairs[pl->peer];
-    }
-    if (old) pair_remove(old->peer, old->gen, RKF_ST_NODE_GONE); // its DOWN never came
-    {
-        std::lock_guard rk(rx_mu);
-        std::lock_guard lk(tx_mu);
-        if (!up) {
-            munmap(pl->shm, sizeof(PairShm));
-            delete pl;
-            return;
-        }
-        pairs[pl->peer] = pl;
-        // In the same section as the installation: a START processed before it is in start_seen,
-        // one processed after it finds the pair.
-        if (start_seen[pl->peer] == pl->gen) pl->rx_pair = true;
-        start_seen[pl->peer] = 0;
+        pair_remove(old->peer, old->gen, RKF_ST_NODE_GONE); // its DOWN never came
     }
     pairs_up++;
     // The peer's START may have come before the pair (start_seen): its frames wait on the ring
