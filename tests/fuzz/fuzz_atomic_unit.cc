@@ -2,11 +2,14 @@
 // libFuzzer harness of the NIC atomic unit (hw/rnic/atomic_unit.h; docs/fuzzing.md,
 // docs/atomic-unit.md) against a 16-word target memory.
 //
-// Input: a config block (u8 geometry, u8 raw/rate-limit/atomicity, u8 tags, u8 regs, u8 lookahead,
-// u8 host-lat), then operations: u8 word (>= 16: outside memory), u8 op (any value), u8 size (any
-// value), u8 byte offset, u64 operand, u64 compare, u64 mask, u16 arrival gap in ns, u8 flags
-// (bit 0: run the model up to the arrival first; bit 1, with atomicity Global: execute() instead
-// of submit(), its status and old value at once, as the RNIC does).
+// Input: a config block (u8 geometry, u8 raw/rate-limit/atomicity/entry, u8 tags, u8 regs, u8
+// lookahead, u8 host-lat), then operations: u8 word (>= 16: outside memory), u8 op (any value), u8
+// size (any value), u8 byte offset, u64 operand, u64 compare, u64 mask, u16 arrival gap in ns, u8
+// flags (bit 0: run the model up to the arrival first). The entry (modes bit 5, with atomicity
+// Global): every operation goes in by execute(), its status and old value at once, as the RNIC
+// does; else by submit(). One entry per run: execute() applies a value at arrival, ahead of
+// operations submitted earlier that the model still holds, so a mixed stream is not in arrival
+// order by design (the RNIC uses execute() only).
 // Checked: every operation completes exactly once; refused ones (bad op/size, unaligned, outside)
 // touch nothing; the others return the in-order reference's old value, and the final memory is
 // the reference's; at most `tags` host requests are outstanding; the unit drains (no deadlock);
@@ -70,6 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         mem[i] = ref[i] = 0x0101010101010101ull * i;
     Host h(mem);
     AtomicUnit u(c, h);
+    const bool by_execute = (modes & 32) && c.atomicity == AmuAtomicity::Global;
     std::vector<AmoRequest> ops;
     std::vector<int> exec_status; // -1: submitted; else the AmoStatus execute() returned
     std::vector<uint64_t> exec_old;
@@ -94,7 +98,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (flags & 1) u.run_until(t);
         exec_status.push_back(-1);
         exec_old.push_back(0);
-        if ((flags & 2) && c.atomicity == AmuAtomicity::Global)
+        if (by_execute)
             exec_status.back() = int(u.execute(r, &exec_old.back()));
         else
             u.submit(r);
