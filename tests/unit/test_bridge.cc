@@ -543,10 +543,7 @@ TEST(WaitDiscipline, APollingThreadDispatchesDeliveredFramesWithoutWaiting)
 // poller stops, its lease lapses and the port thread delivers again. No reply is lost either way.
 TEST(WaitDiscipline, APollerHoldingALeaseSparesThePortThreadItsWakeUps)
 {
-    // The lease is on the bridge's ring: the frames must cross the bridge (no direct pair).
-    Bridge::Options o;
-    o.pairs = false;
-    BridgeRig b(o);
+    BridgeRig b;
     RkFabricPort *n0 = b.port(0), *n1 = b.port(1);
     Mailbox m;
     rk_fabric_port_register(n0, RKF_SVC_ECHO, nullptr, Mailbox::on_reply, nullptr, &m);
