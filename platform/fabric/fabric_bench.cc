@@ -268,6 +268,7 @@ int main(int argc, char **argv)
     const double secs = (now_ns() - t0) / 1e9;
     const double fps = (w.replies - base) / secs;
     Stats raw = raw_pingpong(iters);
+    const int direct = rk_fabric_port_pair_active(p, 1); // which path the figures above took
 
     rk_fabric_port_free(p);
     close(ctl[0]);
@@ -288,6 +289,10 @@ int main(int argc, char **argv)
     printf("bridge round trip (driving) / raw ping-pong: %.1fx; spin %llu us, drive %llu us\n",
            br.median_us / raw.median_us, (unsigned long long)(rk_fabric_spin_ns() / 1000),
            (unsigned long long)(rk_fabric_drive_ns() / 1000));
+    // Direct node-to-node rings (docs/fabric.md): with a pair, the "bridge" figures above are
+    // the one-hop path; RACKEMU_FABRIC_PAIRS=0 measures through the bridge.
+    printf("path: %s\n", direct ? "direct pair ring (RACKEMU_FABRIC_PAIRS=0: through the bridge)"
+                                : "through the bridge (no direct pair)");
     if (!csv.empty()) {
         FILE *f = fopen(csv.c_str(), "a");
         if (f) {
@@ -304,6 +309,7 @@ int main(int argc, char **argv)
                 "fabric,bridge_rtt_blocking_wakeups_per_rt,%.3f\nfabric,bridge_rtt_blocking_sleeps_per_rt,%.3f\n",
                 bs_w, bs_s);
             fprintf(f, "fabric,bridge_frames_per_s,%.0f\n", fps);
+            fprintf(f, "fabric,direct_pair,%d\n", direct);
             fclose(f);
         }
     }
