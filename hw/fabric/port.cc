@@ -165,7 +165,6 @@ struct RkFabricPort {
     // the kernel has futex_waitv; then RKF_CAP_PAIR is announced and the bridge may hand pairs.
     bool pairs_on = false;
     std::array<PairLink *, RKF_MAX_NODES> pairs{};
-    uint64_t start_seen[RKF_MAX_NODES] = {}; // rx_mu: a START marker that came before its pair
     // With pairs on: the requests this node sent and that are not answered yet, per peer (either
     // path). The bridge matches no replies between the nodes of a pair, so this port does for
     // replies from a paired peer (a forged, duplicate or stale one is dropped: stray_replies), and
@@ -693,8 +692,10 @@ int RkFabricPort::drain_locked(unsigned max)
         }
         if (h.svc == RKF_SVC_BRIDGE && h.type == RKF_T_MSG && h.op == RKF_OP_PAIR_START) {
             handled--; // a marker: not a frame for this node's services (nor its traces)
-            // The peer's next frames come on our pair ring (the bridge forwards only a marker of
-            // a live pair, from its node; one that came before the pair did waits for it).
+            // The peer's next frames come on our pair ring. The bridge forwards only a marker of
+            // a live pair, from its node, and lets the peer send one only after this port mapped
+            // the pair (RKF_PAIR_READY); one for a pair that is not here (removed meanwhile, or
+            // from a peer that does not keep the protocol) is ignored: nothing reads that ring.
             PairLink *pl = h.src < RKF_MAX_NODES ? pairs[h.src] : nullptr;
             if (pl && pl->gen == h.tag && !pl->broken.load(std::memory_order_relaxed)) {
                 // Still reading the ring: the END of the previous stretch is there, before the
@@ -705,8 +706,6 @@ int RkFabricPort::drain_locked(unsigned max)
                 // A port thread asleep on the rings it read before (this may be a driver or a
                 // polling vCPU) must add this ring to its wait: wake it to look again.
                 futex_wake_always(&shm->to_node.ctl.sleeping);
-            } else if (h.src < RKF_MAX_NODES && (!pl || h.tag > pl->gen)) {
-                start_seen[h.src] = h.tag;
             }
             popped++;
             continue;
@@ -873,19 +872,24 @@ void RkFabricPort::pair_install(PairLink *pl)
             old = pairs[pl->peer];
             if (!old) {
                 pairs[pl->peer] = pl;
-                // In the same section as the installation: a START processed before it is in
-                // start_seen, one processed after it finds the pair.
-                if (start_seen[pl->peer] == pl->gen) pl->rx_pair = true;
-                start_seen[pl->peer] = 0;
+                // Only now may the peer send its START (the bridge keeps the pair on its path
+                // until both nodes said this), so every START of this pair finds it.
+                rkf_pair_msg m{};
+                m.magic = RKF_PAIR_MAGIC;
+                m.kind = RKF_PAIR_READY;
+                m.peer = uint16_t(pl->peer);
+                m.gen = pl->gen;
+                if (send(sock, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL) != ssize_t(sizeof m))
+                    log(RK_FABRIC_LOG_WARN,
+                        "rackemu-fabric: node %u: could not tell the bridge that the pair with node %u is mapped "
+                        "(%s); frames to it keep going through the bridge",
+                        node_id, pl->peer, strerror(errno));
                 break;
             }
         }
         pair_remove(old->peer, old->gen, RKF_ST_NODE_GONE); // its DOWN never came
     }
     pairs_up++;
-    // The peer's START may have come before the pair (start_seen): its frames wait on the ring
-    // and the port thread, asleep on the rings it read until now, must look at this one too.
-    wake_port_thread();
 }
 
 // The pair with `peer` (generation `gen`) is gone. Frames the peer put on the ring before are
@@ -954,7 +958,6 @@ void RkFabricPort::pairs_clear_locked()
         pl = nullptr;
         pairs_down++;
     }
-    std::fill(std::begin(start_seen), std::end(start_seen), 0);
     std::lock_guard pk(pend_mu); // the link is down: every service fails what it has pending
     pend.clear();
     std::fill(std::begin(npend), std::end(npend), 0);
@@ -1041,6 +1044,9 @@ void RkFabricPort::run()
             }
             for (unsigned i = 0; i < nw; i++)
                 words[i]->store(1, std::memory_order_seq_cst);
+            // The announcements before the look at the rings (Dekker with the producers' fence
+            // in futex_wake: docs/fabric.md, invariant 6).
+            std::atomic_thread_fence(std::memory_order_seq_cst);
             ready = !ring_empty(shm->to_node) || pairs_ready_locked() || stop.load() || peer_gone.load() ||
                     rx_corrupt.load();
         }
@@ -1370,6 +1376,44 @@ int rk_fabric_port_pair_active(RkFabricPort *p, unsigned peer)
     std::lock_guard lk(p->tx_mu);
     const PairLink *pl = p->pairs[peer];
     return pl && pl->shm->mode.load(std::memory_order_acquire) == RKF_PAIR_MODE_DIRECT && !pl->broken ? 1 : 0;
+}
+
+int rk_fabric_port_describe_pair(RkFabricPort *p, unsigned peer, char *buf, size_t len)
+{
+    if (!buf || !len) return 0;
+    if (peer >= RKF_MAX_NODES) return snprintf(buf, len, "peer %u out of range", peer);
+    auto ring = [](const Ring &r) {
+        char b[96];
+        snprintf(b, sizeof b, "head %u tail %u sleeping %u space_wait %u", r.ctl.head.load(),
+                 r.ctl.tail.load(), r.ctl.sleeping.load(), r.ctl.space_wait.load());
+        return std::string(b);
+    };
+    const bool rx_locked = p->rx_mu.try_lock();
+    std::lock_guard lk(p->tx_mu);
+    std::string o = "node " + std::to_string(p->node_id) + " -> peer " + std::to_string(peer) + ": ";
+    if (!p->up) {
+        o += "link down";
+    } else {
+        o += "to_bridge [" + ring(p->shm->to_bridge) + "] to_node [" + ring(p->shm->to_node) +
+             "] router_asleep " + std::to_string(p->shm->router_asleep.load());
+        const PairLink *pl = p->pairs[peer];
+        if (!pl) {
+            o += "; no pair";
+        } else {
+            o += "; pair gen " + std::to_string(pl->gen) + " mode " + std::to_string(pl->shm->mode.load()) +
+                 " busy " + std::to_string(pl->shm->busy[0].load()) + "/" +
+                 std::to_string(pl->shm->busy[1].load()) + " tx ring [" + ring(*pl->tx) + "] rx ring [" +
+                 ring(*pl->rx) + "] tx_pair " + std::to_string(pl->tx_pair) + (pl->broken ? " broken" : "");
+        }
+        if (rx_locked) {
+            o += " rx_pair " + (pl ? std::to_string(pl->rx_pair) : std::string("-")) + " drivers " +
+                 std::to_string(p->drivers) + " parked " + std::to_string(p->parked);
+        } else {
+            o += " rx_pair busy (the receive lock is held)";
+        }
+    }
+    if (rx_locked) p->rx_mu.unlock();
+    return snprintf(buf, len, "%s", o.c_str());
 }
 
 int rk_fabric_port_eth_attach(RkFabricPort *p, enum rk_fabric_eth_rx_class cls, rk_fabric_eth_rx_fn fn,

@@ -217,6 +217,13 @@ void rk_fabric_port_get_stats(RkFabricPort *port, struct rk_fabric_port_stats *o
 /* 1 while frames to `peer` take the direct pair ring (the pair exists and the bridge's mode for it
  * is DIRECT), else 0. For tests and tools; frames go wherever the mode says at each send. */
 int rk_fabric_port_pair_active(RkFabricPort *port, unsigned peer);
+/* One line on this port's state toward `peer`, for a test or a log that must explain a stall: the
+ * pair's generation and mode, its two busy words, both pair rings' head/tail/sleeping/space_wait,
+ * the path this port takes to the peer and reads from it (tx_pair, rx_pair, a START seen before
+ * its pair), and the bridge rings' indices. Values are read while other threads run (a snapshot,
+ * not a consistent cut); the path words only if the receive lock is free (else "busy"). Returns
+ * what snprintf returns. */
+int rk_fabric_port_describe_pair(RkFabricPort *port, unsigned peer, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -641,7 +641,7 @@ void Bridge::make_pairs_locked(unsigned id)
         Pair pr;
         pr.shm = ps;
         pr.gen = ps->gen;
-        pr.mode = pair_mode_wanted_locked(a, b);
+        pr.mode = pair_mode_wanted_locked(a, b, pr); // BRIDGE until both nodes are ready
         ps->mode.store(pr.mode, std::memory_order_release);
         const bool to_a = pair_msg(ports_[a].sock, RKF_PAIR_UP, b, 0, pr.gen, fd);
         const bool to_b = to_a && pair_msg(ports_[b].sock, RKF_PAIR_UP, a, 0, pr.gen, fd);
@@ -680,12 +680,15 @@ void Bridge::tear_pair_locked(unsigned x, unsigned y, uint32_t reason)
     pairs_torn_++;
 }
 
-// Direct only while nothing on the bridge's path must see the pair's frames: no capture of
+// Direct only once both nodes mapped the pair (RKF_PAIR_READY: a START marker must find the
+// receiver's pair, or the frames behind it on the ring would wait for a START that already came
+// and went), and while nothing on the bridge's path must see the pair's frames: no capture of
 // either node's service frames, no fault rule that could match a service frame between them,
 // and no frame held by a rule (a frame the bridge still holds must reach the receiver before
 // the frames that follow it on the ring).
-uint32_t Bridge::pair_mode_wanted_locked(unsigned a, unsigned b) const
+uint32_t Bridge::pair_mode_wanted_locked(unsigned a, unsigned b, const Pair &pr) const
 {
+    if (!pr.ready[0] || !pr.ready[1]) return RKF_PAIR_MODE_BRIDGE;
     for (unsigned n : {a, b}) {
         if (capture_.wants(n, false, false) || capture_.wants(n, true, false)) return RKF_PAIR_MODE_BRIDGE;
     }
@@ -702,7 +705,7 @@ void Bridge::update_pair_modes_locked()
 {
     for (auto &[key, pr] : pairs_) {
         const unsigned a = key / RKF_MAX_NODES, b = key % RKF_MAX_NODES;
-        const uint32_t want = pair_mode_wanted_locked(a, b);
+        const uint32_t want = pair_mode_wanted_locked(a, b, pr);
         if (want == pr.mode) continue;
         pr.mode = want;
         pair_switches_++;
@@ -728,19 +731,26 @@ void Bridge::update_pair_modes_locked()
     }
 }
 
-// Bytes on a node's socket after the handshake: RKF_PAIR_BAD (the ring from `peer` to it was
-// corrupt) tears that pair down; anything else counts as an error, as before.
+// Bytes on a node's socket after the handshake: RKF_PAIR_READY (the node mapped the pair with
+// `peer`: once both did, it may go direct), RKF_PAIR_BAD (the ring from `peer` to it was corrupt)
+// tears that pair down; anything else counts as an error, as before.
 void Bridge::pair_socket_msg(unsigned id, const unsigned char *b, ssize_t n)
 {
     std::lock_guard lk(mu_);
     rkf_pair_msg m{};
     if (n == ssize_t(sizeof m)) std::memcpy(&m, b, sizeof m);
-    if (n != ssize_t(sizeof m) || m.magic != RKF_PAIR_MAGIC || m.kind != RKF_PAIR_BAD) {
+    if (n != ssize_t(sizeof m) || m.magic != RKF_PAIR_MAGIC ||
+        (m.kind != RKF_PAIR_BAD && m.kind != RKF_PAIR_READY)) {
         ports_[id].c.errors++; // nothing else is expected on the socket after the handshake
         return;
     }
-    const Pair *pr = pair_locked(id, m.peer);
+    Pair *pr = pair_locked(id, m.peer);
     if (!pr || pr->gen != m.gen) return; // already gone
+    if (m.kind == RKF_PAIR_READY) {
+        pr->ready[id < m.peer ? 0 : 1] = true;
+        update_pair_modes_locked();
+        return;
+    }
     pair_broken_++;
     ports_[id].c.errors++;
     log("node %u found its pair ring from node %u corrupt; the pair uses the bridge from now on", id,
@@ -817,7 +827,13 @@ bool Bridge::deliver_locked(unsigned dst, const rkf_frame_hdr &h, const unsigned
         wake_node_locked(d);
         return true;
     }
-    if (d.overflow.size() < opt_.overflow_limit) {
+    // A START marker is never dropped for a full queue (up to twice its limit: a node can only
+    // make one per switch of its pair, or flood them, which only harms its own pair): the
+    // receiver reads the pair ring only after it, so a lost START stranded every frame the
+    // sender then put on the ring, and once that ring was full, the sender's END marker too.
+    const bool start_marker = h.svc == RKF_SVC_BRIDGE && h.type == RKF_T_MSG && h.op == RKF_OP_PAIR_START;
+    if (d.overflow.size() < opt_.overflow_limit ||
+        (start_marker && d.overflow.size() < 2 * opt_.overflow_limit)) {
         std::vector<unsigned char> f(sizeof h + h.len);
         std::memcpy(f.data(), &h, sizeof h);
         if (h.len) std::memcpy(f.data() + sizeof h, payload, h.len);

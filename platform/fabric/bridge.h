@@ -119,6 +119,7 @@ private:
         PairShm *shm = nullptr;
         uint64_t gen = 0;
         uint32_t mode = RKF_PAIR_MODE_BRIDGE; // what the bridge last wrote
+        bool ready[2] = {false, false};       // node a / b mapped it (RKF_PAIR_READY): DIRECT needs both
     };
 
     void accept_conns(int lfd, bool control);
@@ -153,7 +154,7 @@ private:
     // up); set every pair's mode from the rules and capture now in force.
     void make_pairs_locked(unsigned id);
     void tear_pair_locked(unsigned a, unsigned b, uint32_t reason);
-    uint32_t pair_mode_wanted_locked(unsigned a, unsigned b) const;
+    uint32_t pair_mode_wanted_locked(unsigned a, unsigned b, const Pair &pr) const;
     void update_pair_modes_locked();
     Pair *pair_locked(unsigned x, unsigned y);
     void pair_socket_msg(unsigned id, const unsigned char *b, ssize_t n);

@@ -241,13 +241,19 @@ struct rkf_live_table {
  *   bridge -> node RKF_PAIR_UP:   a pair with node `peer` exists; one descriptor (SCM_RIGHTS): a
  *                                 sealed memfd of the pair's memory (shm_ring.h, PairShm);
  *   bridge -> node RKF_PAIR_DOWN: the pair with `peer` (generation `gen`) is gone; `reason`;
- *   node -> bridge RKF_PAIR_BAD:  the ring from `peer` had impossible indices: tear the pair down.
+ *   node -> bridge RKF_PAIR_BAD:  the ring from `peer` had impossible indices: tear the pair down;
+ *   node -> bridge RKF_PAIR_READY: the node mapped the pair with `peer` (generation `gen`) and
+ *                                 reads its markers from now on. The bridge lets a pair go DIRECT
+ *                                 only after both nodes said so: a sender sends its START marker
+ *                                 only in DIRECT, so it never reaches a node that has no pair to
+ *                                 read (docs/fabric.md, "The switch protocol's invariants").
  * `PairShm::mode` is written by the bridge only.
  */
 #define RKF_PAIR_MAGIC      0x524b4650u /* "RKFP" */
 #define RKF_PAIR_UP         1u
 #define RKF_PAIR_DOWN       2u
 #define RKF_PAIR_BAD        3u
+#define RKF_PAIR_READY      4u
 #define RKF_PAIR_GONE       1u /* reason: the peer disconnected (its QEMU died or was stopped) */
 #define RKF_PAIR_BROKEN     2u /* reason: a ring of the pair was corrupt */
 #define RKF_PAIR_MODE_BRIDGE 0u /* senders send via the bridge (a rule or capture needs to see) */
@@ -255,7 +261,7 @@ struct rkf_live_table {
 #define RKF_PAIR_MODE_GONE   2u /* torn down: via the bridge */
 struct rkf_pair_msg {
     uint32_t magic;  /* RKF_PAIR_MAGIC */
-    uint16_t kind;   /* RKF_PAIR_UP / DOWN / BAD */
+    uint16_t kind;   /* RKF_PAIR_UP / DOWN / BAD / READY */
     uint16_t peer;   /* the other node of the pair */
     uint32_t reason; /* DOWN: RKF_PAIR_GONE / RKF_PAIR_BROKEN */
     uint32_t reserved;
