@@ -511,28 +511,42 @@ int RkFabricPort::push(const rkf_frame_hdr &h, const void *payload)
         const void *fp = payload;
         rkf_frame_hdr marker;
         std::atomic<uint32_t> *busy = nullptr;
-        bool direct = false, is_marker = false;
+        bool direct = false, is_marker = false, pair_room = true;
         if (pl) {
             // Dekker with the bridge (shm_ring.h, PairShm): busy, then mode.
             busy = &pl->shm->busy[pl->txd];
             busy->store(1, std::memory_order_seq_cst);
             const uint32_t mode = pl->shm->mode.load(std::memory_order_seq_cst);
             const bool gone = mode == RKF_PAIR_MODE_GONE || pl->broken.load(std::memory_order_relaxed);
-            const bool want = mode == RKF_PAIR_MODE_DIRECT && !gone;
+            bool want = mode == RKF_PAIR_MODE_DIRECT && !gone;
+            if (want) {
+                // The ring's last slot stays free for an END marker (frames and a START only while
+                // two are free), so this node can always leave the ring. A callback runs on a
+                // thread that holds this port's receive lock: waiting there for the peer to read
+                // would stop this node reading the peer, and two port threads answering each
+                // other's requests would wait for each other (100 ms, then the replies were lost):
+                // its frame goes through the bridge instead (docs/fabric.md, invariant 8).
+                const bool room = ring_used(*pl->tx) < RKF_RING_SLOTS - 1;
+                if (!room && tl_in_callback) {
+                    want = false;
+                } else {
+                    pair_room = room;
+                }
+            }
             if (want != pl->tx_pair && !want && gone) {
                 pl->tx_pair = false; // nobody reads that ring any more: no END marker
-            } else if (want != pl->tx_pair) {
+            } else if (want != pl->tx_pair && pair_room) {
                 marker = pair_marker(node_id, pl->peer, want ? RKF_OP_PAIR_START : RKF_OP_PAIR_END, pl->gen);
                 fh = &marker;
                 fp = nullptr;
                 is_marker = true;
                 direct = !want; // END goes on the ring, START through the bridge
             } else {
-                direct = pl->tx_pair;
+                direct = want; // the ring (to wait for room there when it has none)
             }
             if (direct) r = pl->tx;
         }
-        if (ring_push(*r, *fh, fp)) {
+        if (pair_room && ring_push(*r, *fh, fp)) {
             if (busy) busy->store(0, std::memory_order_release);
             if (direct) {
                 if (futex_wake(&r->ctl.sleeping)) wakeups_sent++;
@@ -553,7 +567,7 @@ int RkFabricPort::push(const rkf_frame_hdr &h, const void *payload)
         // Ring full: announce it, make sure its consumer is awake, and block until it frees a
         // slot (it clears space_wait and wakes us) or the deadline passes.
         r->ctl.space_wait.store(1, std::memory_order_seq_cst);
-        if (!ring_full(*r)) continue;
+        if (pair_room ? !ring_full(*r) : ring_used(*r) < RKF_RING_SLOTS - 1) continue;
         if (direct) {
             futex_wake(&r->ctl.sleeping);
         } else {

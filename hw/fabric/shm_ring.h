@@ -284,6 +284,13 @@ inline bool ring_push(Ring &r, const rkf_frame_hdr &h, const void *payload)
     return true;
 }
 
+// Slots the producer has published and the consumer not taken yet (the tail read seq_cst, for
+// a re-check after announcing `space_wait`).
+inline uint32_t ring_used(const Ring &r)
+{
+    return r.ctl.head.load(std::memory_order_relaxed) - r.ctl.tail.load(std::memory_order_seq_cst);
+}
+
 inline bool ring_full(const Ring &r)
 {
     return r.ctl.head.load(std::memory_order_relaxed) - r.ctl.tail.load(std::memory_order_seq_cst) >=
