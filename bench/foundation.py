@@ -45,7 +45,8 @@ Measured, each in this run:
   guest_gsas_remote_read64_*_per_op
                         per READ64: the requester's sleeps on its MIF interrupt, naps on its PIF
                         status and answers taken while spinning; the service's wake-ups (sleeps)
-                        and replies not yet acknowledged when PIF 0 was needed again; the bridge
+                        and replies not yet acknowledged when PIF 0 was needed for the next packet
+                        (service_unsettled) or when it was about to sleep (_at_sleep); the bridge
                         router's wake-ups (docs/gsas.md, "Where the time goes")
   guest_gsas_remote_read64_{ack,service}_mean_us
                         the mean time from the request's post to its ACK (when seen before the
@@ -104,7 +105,7 @@ def kv(text):
 WAKE_KEYS = ("router_wakeups", "router_sleeps", "wakes_skipped", "lease_wakes")
 # per GSAS READ64: gsas bench's requester counters, the service's and the bridge's (docs/gsas.md)
 GSAS_PER_OP = ("sleeps_per_op", "naps_per_op", "spun_per_op", "service_wakeups_per_op", "service_unsettled_per_op",
-               "router_wakeups_per_op")
+               "service_unsettled_at_sleep_per_op", "router_wakeups_per_op")
 
 
 def gsas_service_stats(node):
@@ -206,6 +207,8 @@ def gsas_read64(a, c, rows):
                 r["service_wakeups_per_op"] = (srv_after.get("sleeps", 0) - srv_before.get("sleeps", 0)) / served
                 r["service_unsettled_per_op"] = (srv_after.get("replies_unsettled", 0) -
                                                  srv_before.get("replies_unsettled", 0)) / served
+                r["service_unsettled_at_sleep_per_op"] = (srv_after.get("unsettled_at_sleep", 0) -
+                                                          srv_before.get("unsettled_at_sleep", 0)) / served
                 r["service_mean_us"] = (srv_after.get("serve_ns", 0) - srv_before.get("serve_ns", 0)) / served / 1e3
             if "router_wakeups" in bridge_before and "router_wakeups" in bridge_after:
                 r["router_wakeups_per_op"] = (bridge_after["router_wakeups"] -
@@ -257,7 +260,7 @@ def pingpong(a, c, rows):
     rows.append(("host", "load_1min_start", os.getloadavg()[0], "load"))
     for mode, flag in (("irq", ""), ("spin", " --spin")):
         for first in [f for _ in range(a.pp_runs) for f in ack_orders(a)]:
-            key = mode if first else f"{mode}_ackafter"
+            label = mode if first else f"{mode}_ackafter"
             extra = f" {a.pp_args}" if a.pp_args else ""
             srv = run_background(c.node(1), f"unimem pingpong --peer 0 --role server "
                                  f"--count {a.pingpong}{flag}{extra}", timeout=300)
@@ -285,8 +288,8 @@ def pingpong(a, c, rows):
             for n in sorted(set(aa) & set(ab)):
                 for k in ACK_PATHS:
                     r[f"n{n}_{k.replace('-', '_')}_per_rt"] = (aa[n][k] - ab[n][k]) / a.pingpong
-            pp.setdefault(key, []).append(r)
-            log(f"pingpong {key}: median {r.get('rtt_median_us')} us, p99 {r.get('rtt_p99_us')} us, "
+            pp.setdefault(label, []).append(r)
+            log(f"pingpong {label}: median {r.get('rtt_median_us')} us, p99 {r.get('rtt_p99_us')} us, "
                 f"router wake-ups/rt {r.get('router_wakeups_per_rt', '-')}, server irq via vcpu/bh/direct "
                 f"per rt {r.get('n1_irq_vcpu_per_rt', '-')}/{r.get('n1_irq_bh_per_rt', '-')}/"
                 f"{r.get('n1_irq_direct_per_rt', '-')}")

@@ -219,6 +219,8 @@ def main():
     ap.add_argument("--count", type=int, default=300, help="round trips (default 300)")
     ap.add_argument("--memory", default="192M", help="memory per node")
     ap.add_argument("--spin", action="store_true", help="node 1's server polls (both sides spin)")
+    ap.add_argument("--client-reads", action="store_true",
+                    help="with --spin, also trace node 0's device reads: how often its vCPU polls while it waits")
     ap.add_argument("--ack-after", action="store_true",
                     help="the old order: a delivery visible (and its interrupt raised) before its ACK is sent")
     ap.add_argument("--keep-logs", metavar="DIR", help="copy the two nodes' traced logs there")
@@ -238,6 +240,8 @@ def main():
             with c.node(i).qmp() as q:
                 for name in (SPIN_EVENTS if a.spin else names):
                     q.execute("trace-event-set-state", name=name, enable=True)
+                if a.spin and a.client_reads and i == 0:
+                    q.execute("trace-event-set-state", name="rackemu_mmio_read", enable=True)
         res = c.node(0).exec(f"unimem pingpong --peer 1 --role client --count {a.count}", timeout=600)
         srv.result(620)
         for i in range(2):
@@ -258,6 +262,8 @@ def main():
     rows = [("host", "load_1min_start", load0, "load"), ("host", "load_1min_end", os.getloadavg()[0], "load"),
             ("trace", "round_trips_whole", len(trips), "n"),
             ("trace", "pingpong_median_us_as_measured_by_the_guest", float(untraced["rtt_median_us"]), "us")]
+    if a.spin and a.client_reads:
+        client_polls(logs[0], rows)
     if a.spin:
         spin_rows(trips, rows)
         rows += [("trace", k, v, "n") for k, v in sorted(taken.items())]
@@ -276,6 +282,33 @@ def main():
         rows.append(("trace", f"{key}_p90", pct([t[s] for t in irq], 0.9), "us"))
     write_results(rows, a.csv, value_width=10)
     plot(irq, STEPS, f"interrupt-mode round trip, {len(irq)} traced, via {irq[0]['via']}", a.csv)
+
+
+def client_polls(n0, rows):
+    """Node 0's device reads (each one polls the node's port) while it waits for the echo: per
+    round trip (post .. echo frame in) how many, and the longest gap between two."""
+    req = sends(n0, 1)
+    vcpu = statistics.mode([t for _, t, _ in req]) if req else None
+    reads = [e[0] for e in n0 if e[2] == "rackemu_mmio_read" and e[1] == vcpu]
+    echoes = sorted(t for t, _ in frames(n0, "rackemu_frame_in", 1, 1).values())
+    counts, gaps, i = [], [], 0
+    for t0, _, _ in req:
+        t1 = next((t for t in echoes if t > t0), None)
+        if t1 is None:
+            break
+        while i < len(reads) and reads[i] < t0:
+            i += 1
+        mine = [t0]
+        while i < len(reads) and reads[i] <= t1:
+            mine.append(reads[i])
+            i += 1
+        mine.append(t1)
+        counts.append(len(mine) - 2)
+        gaps.append(max(b - a for a, b in zip(mine, mine[1:])))
+    if counts:
+        rows.append(("trace", "client_reads_per_wait_median", statistics.median(counts), "n"))
+        rows.append(("trace", "client_longest_gap_between_reads_median", statistics.median(gaps), "us"))
+        rows.append(("trace", "client_longest_gap_between_reads_p90", pct(gaps, 0.9), "us"))
 
 
 def spin_rows(trips, rows):
