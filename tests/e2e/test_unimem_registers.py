@@ -229,6 +229,16 @@ def vmbox_line(node):
     return (node.read(GICD + 0x200 + 4 * (VMBOX_IRQ // 32), 4) >> (VMBOX_IRQ % 32)) & 1
 
 
+def pif3_ready(bridge, *nodes):
+    """PIF 3 of each node may send (BASE_DEST, PIDT, PID_CONF), once all are on the bridge."""
+    for n in nodes:
+        n.writeq(TIF + R["PKTZ_TIF_BASE_DEST"], VMBOX)
+        n.writeq(TIF + 8 * 3, pid(n.node_id, 3))
+        n.writeq(TIF + R["PKTZ_TIF_PID_CONF"], 1 << 3)
+    wait_for(lambda: len([p for p in bridge.stats()["ports"] if p["state"] == "up"]) == len(nodes),
+             what=f"{len(nodes)} nodes connected to the bridge")
+
+
 @pytest.mark.parametrize("on_vcpu", [True, False], ids=["vcpu-work", "bottom-half"])
 def test_an_arrival_on_the_port_thread_raises_the_line(on_vcpu, monkeypatch):
     """Issue 11: node 1's fabric port thread (no big lock) delivers a packet into a MIF whose
@@ -243,12 +253,7 @@ def test_an_arrival_on_the_port_thread_raises_the_line(on_vcpu, monkeypatch):
             m.setenv("RACKEMU_IRQ_VCPU", "1" if on_vcpu else "0")
             n1 = QtestNode(1, 2, bridge.socket, qmp_path=os.path.join(d, "n1.qmp"))
         try:
-            for n in (n0, n1):
-                n.writeq(TIF + R["PKTZ_TIF_BASE_DEST"], VMBOX)
-                n.writeq(TIF + 8 * 3, pid(n.node_id, 3))
-                n.writeq(TIF + R["PKTZ_TIF_PID_CONF"], 1 << 3)
-            wait_for(lambda: len([p for p in bridge.stats()["ports"] if p["state"] == "up"]) == 2,
-                     what="2 nodes connected to the bridge")
+            pif3_ready(bridge, n0, n1)
             # from here on node 1's vmbox is not read until the line is up: a read would poll the
             # port and take the packet on the qtest thread, which holds the big lock
             n1.writeq(CTRL + R["VMBOX_CTRL_IRQ_ENABLE"], 1 << 7)
@@ -287,12 +292,7 @@ def test_deliveries_are_answered_in_the_order_chosen(first):
         n0 = QtestNode(0, 2, bridge.socket, qmp_path=os.path.join(d, "n0.qmp"))
         n1 = QtestNode(1, 2, bridge.socket, qmp_path=os.path.join(d, "n1.qmp"))
         try:
-            for n in (n0, n1):
-                n.writeq(TIF + R["PKTZ_TIF_BASE_DEST"], VMBOX)
-                n.writeq(TIF + 8 * 3, pid(n.node_id, 3))
-                n.writeq(TIF + R["PKTZ_TIF_PID_CONF"], 1 << 3)
-            wait_for(lambda: len([p for p in bridge.stats()["ports"] if p["state"] == "up"]) == 2,
-                     what="2 nodes connected to the bridge")
+            pif3_ready(bridge, n0, n1)
             with n0.qmp() as q0, n1.qmp() as q1:
                 assert vmbox_ack_order(q0)["acks-first"] == 0  # nothing delivered yet
                 before = vmbox_ack_order(q0, first), vmbox_ack_order(q1, first)
