@@ -65,7 +65,9 @@ std::vector<uint64_t> registers(Vmbox &v)
     return r;
 }
 
-void save_load(Vmbox &v, uint8_t how, uint8_t which, uint16_t val)
+// `held`: called while a delivery's answer runs: the state includes its held words, which the
+// live core does not show yet, so their registers may differ.
+void save_load(Vmbox &v, uint8_t how, uint8_t which, uint16_t val, bool held = false)
 {
     VmboxState st = v.save();
     bool corrupt = false;
@@ -100,7 +102,7 @@ void save_load(Vmbox &v, uint8_t how, uint8_t which, uint16_t val)
     const VmboxState back = w.save();
     FUZZ_CHECK(back.fifos == st.fifos && back.counters == st.counters && back.irq_enable == st.irq_enable);
     FUZZ_CHECK(back.kif_ctrl == st.kif_ctrl && back.kif_counters == st.kif_counters);
-    if ((how % 4) == 0 && !(which & 0x80)) FUZZ_CHECK(registers(w) == registers(v));
+    if ((how % 4) == 0 && !(which & 0x80) && !held) FUZZ_CHECK(registers(w) == registers(v));
 }
 
 } // namespace
@@ -205,7 +207,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 case 5:
                     if (saves++ < 2)
                         save_load(v, uint8_t(nested_val), uint8_t(nested_val >> 8),
-                                  uint16_t(nested_val >> 16));
+                                  uint16_t(nested_val >> 16), true);
                     break;
                 }
             });
