@@ -6,10 +6,13 @@ rmc-kv's reader, local reader and writer have in each software phase, counted by
 plugin (docs/insn-count.md) between the marks the workload sets (hw/include/rackemu/insn_mark.h),
 per object size and layout, from the code that runs.
 Modeled: their time through a core model with Table 2's parameters (instructions / (IPC x f) +
-LLC lines x max(LLC latency / MLP, a line over the 16-byte mesh link): `Core`); the device's
-latency (every CQE's modeled_ns, and rmc-model for LLC-resident objects and for many readers: the
-contention model with the software time as think time); Fig. 8's conflicts from their cause
-(`conflict_sim`). Nothing here is a cost per layout written down by hand.
+LLC lines x max(LLC latency / MLP, a line over the 16-byte mesh link), at least one LLC latency;
+the baseline's unpack in sec. 7.3's 1 KB chunks: `Core`); the device's latency (every CQE's
+modeled_ns, and rmc-model for LLC-resident objects and for many readers: the contention model with
+the software time as think time); Fig. 8's conflicts from their cause (`conflict_sim`; the
+baseline learns of one after its unpack, `unpack_costs`; destination writers' modified lines are
+owner-forwarded, `fwd_fraction`). Nothing here is a cost per layout written down by hand, and no
+constant is fitted to a figure of the paper.
 """
 import json
 import math
