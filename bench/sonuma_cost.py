@@ -562,14 +562,18 @@ def figures(a, meas, exact, rows, bdir, S):
                 q = fwd_fraction(core, size, w, a.objects, t_w, 16, t_read / att)
                 att, t_read, dev = conflict_sim(layout, n, w, a.objects, t_w, lat_ok, lat64, c_ns, sw_,
                                                 fwd_ns=core.fwd_ns, fwd_q=q)
-            # the contention model: the reader's time beyond the unloaded latency of the requests
-            # that load the device is think time (unloaded, it gives back t_read per read). Every
-            # baseline attempt is a full read of the object; an aborted SABRe moves (almost) nothing,
-            # its R2P2 skipping the blocks, so a SABRe read loads the device as one request
-            reqs = att if layout == "baseline" else 1.0
-            think = max(0.0, (t_read - reqs * lat_ok) / reqs)
+            # the contention model: every attempt is a request, and the reader's time beyond the
+            # requests' unloaded latencies is think time (unloaded, it gives back t_read per read).
+            # Every baseline attempt is a full read of the object; a failed SABRe is a LOCKED abort
+            # in the model (`--abort-frac`): the R2P2 reads the blocks it issued before the odd
+            # version returned and answers the others empty, a cycle each, as conflict_sim charges
+            # its latency (lat64 + (n - 1) cycles; a WINDOW abort's longer one goes to think time)
+            reqs = att
+            lat_req = att * lat_ok if layout == "baseline" else lat_ok + (att - 1) * min(lat_ok, lat64 + (n - 1) * c_ns)
+            think = max(0.0, (t_read - lat_req) / reqs)
+            abort = ["--abort-frac", f"{min(0.99, 1 - 1 / att):.4f}"] if layout == "sabre" else []
             r = S.rmc_model("load", "--llc", "--sizes", str(size), "--ops", op[layout], "--threads", "16",
-                            "--window", "1", "--think-ns", f"{think:.1f}", *sets)[0]
+                            "--window", "1", "--think-ns", f"{think:.1f}", *abort, *sets)[0]
             res[layout] = {"att": att, "mreads": float(r["mops"]) / reqs, "bound": r["bound"], "read_ns": t_read,
                            "update_ns": t_w, "dev_ns": dev, "lat_ns": lat_ok, "issue_ns": issue, "check_ns": check,
                            "check_fail_ns": check_fail, "copy_ns": copy, "use_ns": use, "fwd_q": q}
