@@ -4,8 +4,9 @@
 //
 //   amu-model hotspot [--pes N] [--ops N] [--addrs N] [--fetch] [--set NAME=V[,V...]]...
 //       N-1 PEs target PE 0 with ops ADDs each, on one word (--addrs 0) or N words each (sec. IV)
-//   amu-model gups [--table-log2 N] [--procs N] [--set ...]
+//   amu-model gups [--table-log2 N] [--procs N] [--rate MUPS] [--set ...]
 //       HPCC RandomAccess XOR updates (POLY 7, HPCC_starts) of N processes arriving at node 0
+//       (--rate: offered evenly at MUPS updates per microsecond; default all at once)
 //   amu-model bounds [--set ...]
 //       the analytical bounds of sec. VI (eq. 1-6) for the properties
 // A --set with a comma list sweeps it: one row per combination of all lists. Properties, by
@@ -14,6 +15,10 @@
 // lookahead regs input-queue host-queue tags rate-limit (off|aging|hostq|both) age-max
 // hostq-threshold raw (none|ack|flush) raw-entries cache-cycles conflict-bypass (0|1) symmetric (0|1) atomicity
 // (global|hca).
+// Besides the counters, each row has the model's timing statistics (AmuStats): the mean time a
+// host read / write holds its tag, the mean wait of a read's response and of a command for the
+// host->NIC direction, that direction's utilisation over the active time, and the time the issue
+// unit's head op was blocked by each cause (ns).
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -32,7 +37,7 @@ namespace {
 {
     std::fprintf(stderr,
                  "amu-model: %s\nusage: amu-model hotspot [--pes N] [--ops N] [--addrs N] [--fetch] [--set NAME=V[,V..]]...\n"
-                 "       amu-model gups [--table-log2 N] [--procs N] [--set NAME=V[,V..]]...\n"
+                 "       amu-model gups [--table-log2 N] [--procs N] [--rate MUPS] [--set NAME=V[,V..]]...\n"
                  "       amu-model bounds [--set NAME=V[,V..]]...\n"
                  "       amu-model --help   (the properties are listed in bench/amu_model.cc and docs/atomic-unit.md)\n",
                  why.c_str());
@@ -107,6 +112,24 @@ std::vector<Prop> props()
     return p;
 }
 
+// The timing statistics' columns (AmuStats), after the counters.
+constexpr const char *kStatCols = ",read_hold_ns,write_hold_ns,resp_wait_ns,cmd_wait_ns,h2n_util,active_ns,"
+                                  "block_busy_ns,block_conflict_fill_ns,block_conflict_alu_ns,block_raw_ns,"
+                                  "block_hostq_ns,alu_block_ns";
+
+void print_stats(const AmuLoadResult &r)
+{
+    const AmuStats &s = r.s;
+    auto mean = [](uint64_t ps, uint64_t n) { return n ? double(ps) / double(n) / 1000.0 : 0.0; };
+    std::printf(",%.2f,%.2f,%.2f,%.2f,%.4f,%.0f", mean(s.read_hold_ps, s.reads), mean(s.write_hold_ps, s.writes),
+                mean(s.resp_wait_ps, s.reads), mean(s.cmd_wait_ps, s.cmds),
+                r.active_ns > 0 ? double(s.h2n_busy_ps) / 1000.0 / r.active_ns : 0.0, r.active_ns);
+    for (AmuBlock b : {AmuBlock::Busy, AmuBlock::ConflictFill, AmuBlock::ConflictAlu, AmuBlock::Raw,
+                       AmuBlock::HostQueue})
+        std::printf(",%.0f", double(s.block_ps[size_t(b)]) / 1000.0);
+    std::printf(",%.0f", double(s.alu_block_ps) / 1000.0);
+}
+
 std::vector<std::string> split(const std::string &s)
 {
     std::vector<std::string> out;
@@ -127,7 +150,8 @@ int main(int argc, char **argv)
         std::printf("amu-model: the seed-003 atomic unit's model (hw/rnic/atomic_unit.h) under the experiments' load.\n"
                     "  hotspot [--pes N] [--ops N] [--addrs N] [--fetch]  N-1 PEs -> PE 0, sec. IV (Figs. 2-5)\n"
                     "  hotspot ... [--seed N]  the arrival order's seed\n"
-                    "  gups [--table-log2 N] [--procs N]                  RandomAccess XORs (Figs. 6-7, Table III)\n"
+                    "  gups [--table-log2 N] [--procs N] [--rate MUPS]    RandomAccess XORs (Figs. 6-7, Table III);\n"
+                    "                                                     --rate offers MUPS updates/us (default: all at once)\n"
                     "  bounds                                             eq. 1-6 of sec. VI (Tables III-IV)\n"
                     "  --set NAME=V[,V...]  a property, or a list to sweep; names:");
         for (auto &p : props()) std::printf(" %s", p.name);
@@ -153,6 +177,12 @@ int main(int argc, char **argv)
         else if (a == "--fetch") hm.fetch = true;
         else if (a == "--table-log2") gm.table_log2 = uint32_t(num(val(), a));
         else if (a == "--procs") gm.procs = uint32_t(num(val(), a));
+        else if (a == "--rate") {
+            const std::string v = val();
+            char *end;
+            gm.offered_mups = std::strtod(v.c_str(), &end);
+            if (v.empty() || *end || !(gm.offered_mups > 0)) usage("bad --rate '" + v + "' (updates per microsecond, > 0)");
+        }
         else if (a == "--seed") hm.seed = gm.seed = num(val(), a);
         else if (a == "--set") {
             const std::string kv = val();
@@ -177,7 +207,7 @@ int main(int argc, char **argv)
 #define AMU_COL(name, doc) std::printf(",%s", #name);
         AMU_COUNTERS(AMU_COL)
 #undef AMU_COL
-        std::printf("\n");
+        std::printf("%s\n", kStatCols);
     }
     std::vector<size_t> idx(sweep.size(), 0);
     for (;;) {
@@ -198,6 +228,8 @@ int main(int argc, char **argv)
 #define AMU_ZERO(name, doc) std::printf(",0");
             AMU_COUNTERS(AMU_ZERO)
 #undef AMU_ZERO
+            for (const char *q = kStatCols; *q; q++)
+                if (*q == ',') std::printf(",0");
             std::printf("\n");
         } else {
             const AmuLoadResult r = cmd == "hotspot" ? amu_model_hotspot(c, hm) : amu_model_gups(c, gm);
@@ -210,6 +242,7 @@ int main(int argc, char **argv)
 #define AMU_VAL(name, doc) std::printf(",%llu", (unsigned long long)r.c.name);
             AMU_COUNTERS(AMU_VAL)
 #undef AMU_VAL
+            print_stats(r);
             std::printf("\n");
         }
         std::fflush(stdout);

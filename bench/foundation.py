@@ -29,6 +29,12 @@ Measured, each in this run:
                         issue 11), by the main loop's bottom half (a main-loop wake-up, then a
                         kick), at once under the big lock (docs/machine.md); RACKEMU_IRQ_VCPU=0
                         in the environment measures the bottom-half path
+  guest_pktz_*_n{0,1}_acks_{first,after}_per_rt
+                        in each node's QEMU, deliveries into the vmbox per round trip by the order of
+                        their answer: the sender's ACK sent before the packet became visible and
+                        raised the interrupt (first, the default), or after (the old order);
+                        --ack-order after|ab measures the old order, or both alternately in one
+                        cluster (rows of the old order are named *_ackafter_*; docs/mailbox.md)
   load_1min             the host's 1-minute load average at the start and end of the guest runs
   guest_gas_remote_load_*_us
                         one 8-byte load by node 0's user space through the global address space
@@ -43,7 +49,8 @@ Measured, each in this run:
   guest_gsas_remote_read64_*_per_op
                         per READ64: the requester's sleeps on its MIF interrupt, naps on its PIF
                         status and answers taken while spinning; the service's wake-ups (sleeps)
-                        and replies not yet acknowledged when PIF 0 was needed again; the bridge
+                        and replies not yet acknowledged when PIF 0 was needed for the next packet
+                        (service_unsettled) or when it was about to sleep (_at_sleep); the bridge
                         router's wake-ups (docs/gsas.md, "Where the time goes")
   guest_gsas_remote_read64_{ack,service}_mean_us
                         the mean time from the request's post to its ACK (when seen before the
@@ -57,9 +64,10 @@ p99s); the raw shared-memory ping-pong of the fabric section is the same invocat
 Also plots the latencies (CSV path with .png) when python3-matplotlib is installed.
 
 usage: bench/foundation.py [--nodes 2,4,8] [--runs 3] [--cold-build] [--pingpong 500] [--pp-runs 3]
-                          [--only-pingpong] [--pp-args ARGS] [--csv FILE]
+                          [--only-pingpong] [--only-gsas] [--pp-args ARGS] [--ack-order first|after|ab]
+                          [--csv FILE]
 --only-pingpong boots one 2-node cluster and runs the packetizer ping-pong alone (no build, fabric,
-boot, GAS, RMC or GSAS figures).
+boot, GAS, RMC or GSAS figures); --only-gsas the GSAS READ64 and the ping-pong.
 """
 import argparse
 import os
@@ -76,7 +84,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from rackemu.cluster import Cluster, run_background  # noqa: E402
 from rackemu.config import build_dir, load_config  # noqa: E402
-from rackemu.qmp import IRQ_PATHS, QmpError, irq_counters  # noqa: E402
+from rackemu.qmp import ACK_PATHS, IRQ_PATHS, QmpError, irq_counters, vmbox_ack_order  # noqa: E402
 from benchlib import kv_lines, log, write_results  # noqa: E402
 from unimem import export  # noqa: E402
 from sonuma import KEY, MICRO_CTX, parse_csv, start_detached, stop  # noqa: E402
@@ -101,7 +109,7 @@ def kv(text):
 WAKE_KEYS = ("router_wakeups", "router_sleeps", "wakes_skipped", "lease_wakes", "pair_frames")
 # per GSAS READ64: gsas bench's requester counters, the service's and the bridge's (docs/gsas.md)
 GSAS_PER_OP = ("sleeps_per_op", "naps_per_op", "spun_per_op", "service_wakeups_per_op", "service_unsettled_per_op",
-               "router_wakeups_per_op")
+               "service_unsettled_at_sleep_per_op", "router_wakeups_per_op")
 
 
 def gsas_service_stats(node):
@@ -117,37 +125,40 @@ def med(runs, key):
     return statistics.median(vals) if vals else None
 
 
+def ack_orders(a):
+    """The vmbox answer orders to measure (--ack-order): [True] first (default), [False] after, or both."""
+    return {"first": [True], "after": [False], "ab": [True, False]}[a.ack_order]
+
+
+def set_ack_order(c, first):
+    """Both nodes' vmbox deliveries answer first (True) or after the packet is visible (False);
+    {node: {"acks-first"/"acks-after": count so far}}, {} for a node whose QEMU lacks them."""
+    out = {}
+    for i in range(2):
+        try:
+            with c.node(i).qmp() as q:
+                out[i] = vmbox_ack_order(q, first)
+        except QmpError as e:
+            log(f"node {i}: no vmbox answer order switch ({e})")
+    return out
+
+
+def order_name(name, first):
+    """A figure's name in the old order (*_ackafter_*): `name` has the form section_rest."""
+    return name if first else name.replace("_", "_ackafter_", 1)
+
+
 def guest_latencies(a, c, rows):
     """GAS load, RMC 64-byte READ (spin and irq), GSAS READ64 and the packetizer ping-pong (irq and
     spin), --pp-runs runs each."""
     g = export(c.node(1), 4096, 7, "n1")
-    gas, gsas = [], []
+    gas = []
     for _ in range(a.pp_runs):
         res = c.node(0).exec(f"gas bench --gaddr {g:#x} --count {a.pingpong}", timeout=300)
         gas += [d for d in kv_lines(res.stdout.decode()) if d.get("op") == "load" and "median_us" in d]
-        srv_before, bridge_before = gsas_service_stats(c.node(1)), c.bridge_stats()
-        res = c.node(0).exec(f"gsas bench --board 1 --op read64 --count {a.pingpong}", timeout=300)
-        srv_after, bridge_after = gsas_service_stats(c.node(1)), c.bridge_stats()
-        d = kv_lines(res.stdout.decode())
-        if res.rc != 0 or not d or "latency_median_us" not in d[-1]:
-            log(f"gsas bench failed (rc {res.rc}): {res.stdout.decode()} {res.stderr.decode()}")
-        else:
-            # wake-ups per READ64 (counts, which load cannot distort): the requester's sleeps on
-            # its MIF interrupt and naps on its PIF status (gsas bench), the service's sleeps
-            # (each one ended by a wake-up) and its replies still unacknowledged when PIF 0 was
-            # needed again (gsas stats on board 1), the bridge's router wake-ups
-            r = dict(d[-1])
-            served = srv_after.get("requests", 0) - srv_before.get("requests", 0)
-            if served > 0:
-                r["service_wakeups_per_op"] = (srv_after.get("sleeps", 0) - srv_before.get("sleeps", 0)) / served
-                r["service_unsettled_per_op"] = (srv_after.get("replies_unsettled", 0) -
-                                                 srv_before.get("replies_unsettled", 0)) / served
-                r["service_mean_us"] = (srv_after.get("serve_ns", 0) - srv_before.get("serve_ns", 0)) / served / 1e3
-            if "router_wakeups" in bridge_before and "router_wakeups" in bridge_after:
-                r["router_wakeups_per_op"] = (bridge_after["router_wakeups"] -
-                                              bridge_before["router_wakeups"]) / a.pingpong
-            gsas.append(r)
+    gsas = gsas_read64(a, c, rows)
     rmc = {"spin": [], "irq": []}
+    return gsas
     start_detached(c.node(0), f"rmc-bench serve --ctx {MICRO_CTX} --key {KEY}", "/tmp/bench-serve", "serving",
                    "rmc-bench serve")
     try:
@@ -168,18 +179,68 @@ def guest_latencies(a, c, rows):
                                ("rmc_read64_irq", rmc["irq"], "wall_med_us", "wall_p99_us"),
                                ("gsas_remote_read64", gsas, "latency_median_us", "latency_p99_us")):
         if runs:
-            rows.append(("guest", f"{name}_median_us", med(runs, mk), "us"))
-            rows.append(("guest", f"{name}_p99_us", med(runs, pk), "us"))
             log(f"{name}: median {med(runs, mk):.2f} us, p99 {med(runs, pk):.2f} us ({len(runs)} runs)")
+            if name != "gsas_remote_read64":
+                rows.append(("guest", f"{name}_median_us", med(runs, mk), "us"))
+                rows.append(("guest", f"{name}_p99_us", med(runs, pk), "us"))
+    gsas_rows(rows, gsas)
+    return pingpong(a, c, rows)
+
+
+def gsas_read64(a, c, rows):
+    """GSAS READ64 from board 0 of a word on board 1, --pp-runs runs per answer order (alternating
+    with --ack-order ab); returns the default order's runs and adds the rows of the others."""
+    runs = {}
+    for _ in range(a.pp_runs):
+        for first in ack_orders(a):
+            set_ack_order(c, first)
+            srv_before, bridge_before = gsas_service_stats(c.node(1)), c.bridge_stats()
+            res = c.node(0).exec(f"gsas bench --board 1 --op read64 --count {a.pingpong}", timeout=300)
+            srv_after, bridge_after = gsas_service_stats(c.node(1)), c.bridge_stats()
+            d = kv_lines(res.stdout.decode())
+            if res.rc != 0 or not d or "latency_median_us" not in d[-1]:
+                log(f"gsas bench failed (rc {res.rc}): {res.stdout.decode()} {res.stderr.decode()}")
+                continue
+            # wake-ups per READ64 (counts, which load cannot distort): the requester's sleeps on
+            # its MIF interrupt and naps on its PIF status (gsas bench), the service's sleeps
+            # (each one ended by a wake-up) and its replies still unacknowledged when PIF 0 was
+            # needed again (gsas stats on board 1), the bridge's router wake-ups
+            r = dict(d[-1])
+            served = srv_after.get("requests", 0) - srv_before.get("requests", 0)
+            if served > 0:
+                r["service_wakeups_per_op"] = (srv_after.get("sleeps", 0) - srv_before.get("sleeps", 0)) / served
+                r["service_unsettled_per_op"] = (srv_after.get("replies_unsettled", 0) -
+                                                 srv_before.get("replies_unsettled", 0)) / served
+                r["service_unsettled_at_sleep_per_op"] = (srv_after.get("unsettled_at_sleep", 0) -
+                                                          srv_before.get("unsettled_at_sleep", 0)) / served
+                r["service_mean_us"] = (srv_after.get("serve_ns", 0) - srv_before.get("serve_ns", 0)) / served / 1e3
+            if "router_wakeups" in bridge_before and "router_wakeups" in bridge_after:
+                r["router_wakeups_per_op"] = (bridge_after["router_wakeups"] -
+                                              bridge_before["router_wakeups"]) / a.pingpong
+            log(f"gsas READ64 ({'ack first' if first else 'ack after'}): median {r.get('latency_median_us')} us, "
+                f"unsettled replies/op {r.get('service_unsettled_per_op', '-')}")
+            runs.setdefault(first, []).append(r)
+    set_ack_order(c, True)
+    for first, rs in runs.items():
+        if not first:  # the default order's rows are written with the other latencies
+            gsas_rows(rows, rs, first)
+    return runs.get(True, [])
+
+
+def gsas_rows(rows, gsas, first=True):
+    """The READ64 figures (median, p99, per-op counts, means) of `gsas` runs."""
+    for mk, pk in (("latency_median_us", "latency_p99_us"),):
+        if med(gsas, mk) is not None:
+            rows.append(("guest", order_name("gsas_remote_read64_median_us", first), med(gsas, mk), "us"))
+            rows.append(("guest", order_name("gsas_remote_read64_p99_us", first), med(gsas, pk), "us"))
     for key in GSAS_PER_OP:
         if med(gsas, key) is not None:
-            rows.append(("guest", f"gsas_remote_read64_{key}", med(gsas, key), "1/op"))
+            rows.append(("guest", order_name(f"gsas_remote_read64_{key}", first), med(gsas, key), "1/op"))
     # where the time goes: the request's ACK seen by the requester (a fabric round trip to the
     # owner) and gsasd's time from taking the request to posting the reply
     for key in ("ack_mean_us", "service_mean_us"):
         if med(gsas, key) is not None:
-            rows.append(("guest", f"gsas_remote_read64_{key}", med(gsas, key), "us"))
-    return pingpong(a, c, rows)
+            rows.append(("guest", order_name(f"gsas_remote_read64_{key}", first), med(gsas, key), "us"))
 
 
 def irq_paths(c):
@@ -202,15 +263,16 @@ def pingpong(a, c, rows):
     pp = {}
     rows.append(("host", "load_1min_start", os.getloadavg()[0], "load"))
     for mode, flag in (("irq", ""), ("spin", " --spin")):
-        for _ in range(a.pp_runs):
+        for first in [f for _ in range(a.pp_runs) for f in ack_orders(a)]:
+            label = mode if first else f"{mode}_ackafter"
             extra = f" {a.pp_args}" if a.pp_args else ""
             srv = run_background(c.node(1), f"unimem pingpong --peer 0 --role server "
                                  f"--count {a.pingpong}{flag}{extra}", timeout=300)
             time.sleep(1.0)
-            before, qb = c.bridge_stats(), irq_paths(c)
+            before, qb, ab = c.bridge_stats(), irq_paths(c), set_ack_order(c, first)
             res = c.node(0).exec(f"unimem pingpong --peer 1 --role client --count {a.pingpong}{extra}",
                                  timeout=300)
-            after, qa = c.bridge_stats(), irq_paths(c)
+            after, qa, aa = c.bridge_stats(), irq_paths(c), set_ack_order(c, first)
             srv.result(320)
             if res.rc != 0:
                 log(f"pingpong ({mode}) failed: {res.stdout.decode()} {res.stderr.decode()}")
@@ -229,14 +291,19 @@ def pingpong(a, c, rows):
             # Frames the nodes put on direct pair rings (docs/fabric.md): these crossed no router.
             pf = [sum(p.get("pair_frames_out", 0) for p in s.get("ports", [])) for s in (before, after)]
             r["router_pair_frames_per_rt"] = (pf[1] - pf[0]) / a.pingpong
-            pp.setdefault(mode, []).append(r)
-            log(f"pingpong {mode}: median {r.get('rtt_median_us')} us, p99 {r.get('rtt_p99_us')} us, "
+            # deliveries into each vmbox by the order of their answer (ACK before or after visible)
+            for n in sorted(set(aa) & set(ab)):
+                for k in ACK_PATHS:
+                    r[f"n{n}_{k.replace('-', '_')}_per_rt"] = (aa[n][k] - ab[n][k]) / a.pingpong
+            pp.setdefault(label, []).append(r)
+            log(f"pingpong {label}: median {r.get('rtt_median_us')} us, p99 {r.get('rtt_p99_us')} us, "
                 f"router wake-ups/rt {r.get('router_wakeups_per_rt', '-')}, server irq via vcpu/bh/direct "
                 f"per rt {r.get('n1_irq_vcpu_per_rt', '-')}/{r.get('n1_irq_bh_per_rt', '-')}/"
                 f"{r.get('n1_irq_direct_per_rt', '-')}")
+    set_ack_order(c, True)
     rows.append(("host", "load_1min_end", os.getloadavg()[0], "load"))
     per_rt = [f"router_{k.removeprefix('router_')}_per_rt" for k in WAKE_KEYS] + \
-        [f"n{n}_{k.replace('-', '_')}_per_rt" for n in range(2) for k in IRQ_PATHS]
+        [f"n{n}_{k.replace('-', '_')}_per_rt" for n in range(2) for k in IRQ_PATHS + ACK_PATHS]
     for mode, runs in pp.items():
         for key in ("rtt_median_us", "rtt_p99_us", "rtt_min_us"):
             if med(runs, key) is not None:
@@ -259,13 +326,20 @@ def main():
                     help="one 2-node cluster, the packetizer ping-pong alone")
     ap.add_argument("--pp-args", default="",
                     help="more options of both `unimem pingpong` sides, e.g. --sync-ack (the old order)")
+    ap.add_argument("--only-gsas", action="store_true",
+                    help="one 2-node cluster, the GSAS READ64 and the packetizer ping-pong")
+    ap.add_argument("--ack-order", choices=("first", "after", "ab"), default="first",
+                    help="vmbox deliveries answer first (default), after the packet is visible (the old "
+                    "order), or both alternately in one cluster (ab)")
     ap.add_argument("--csv", default=str(build_dir() / "bench" / "foundation.csv"))
     a = ap.parse_args()
     sizes = [int(x) for x in a.nodes.split(",") if x]
     rows = []  # (section, metric, value, unit)
 
-    if a.only_pingpong:
+    if a.only_pingpong or a.only_gsas:
         with Cluster(load_config(None, {"nodes": 2, "name": "bench-pp", "memory": a.memory}), log=lambda m: None) as c:
+            if a.only_gsas:
+                gsas_rows(rows, gsas_read64(a, c, rows))
             pingpong(a, c, rows)
         write_results(rows, a.csv)
         plot(rows, a.csv)

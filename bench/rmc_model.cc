@@ -7,6 +7,7 @@
 //                              mean_ns,unloaded_ns,util_r2p2,util_att,util_link,util_rgp,util_rcp,
 //                              att_stalls,bound
 // opts: --sizes 64,128,... --threads N --window N --think-ns X --llc --ops read,sabre,sabre-nospec
+//       --abort-frac F (load, SABRe ops: the fraction of requests that abort LOCKED, 0..0.99)
 //       --set NAME=VALUE (a timing property by its device-property name: rmc-mhz, mem-latency-ns,
 //       llc-latency-ns, hop-ns, hops, link-gbps, r2p2-gbps, r2p2-count, r2p2-issue-cycles,
 //       pkt-hdr-bytes, att-entries, sb-depth)
@@ -28,7 +29,7 @@ namespace {
     std::fprintf(
         stderr,
         "rmc-model: %s\nusage: rmc-model latency|load [--sizes A,B,..] [--ops read,sabre,sabre-nospec] "
-        "[--threads N] [--window N] [--think-ns X] [--llc] [--set NAME=VALUE]...\n",
+        "[--threads N] [--window N] [--think-ns X] [--abort-frac F] [--llc] [--set NAME=VALUE]...\n",
         why);
     std::exit(2);
 }
@@ -87,7 +88,7 @@ int main(int argc, char **argv)
     std::vector<uint32_t> sizes = {64, 128, 256, 512, 1024, 2048, 4096, 8192};
     std::vector<std::string> ops = {"read", "sabre", "sabre-nospec"};
     uint32_t threads = 16, window = 16;
-    double think = 0;
+    double think = 0, abort_frac = 0;
     bool llc = false;
     for (int i = 2; i < argc; i++) {
         std::string a = argv[i];
@@ -125,6 +126,11 @@ int main(int argc, char **argv)
             const char *s = val();
             think = std::strtod(s, &end);
             if (end == s || *end || !(think >= 0 && think < 1e9)) usage("--think-ns: 0..1e9");
+        } else if (a == "--abort-frac") {
+            char *end;
+            const char *s = val();
+            abort_frac = std::strtod(s, &end);
+            if (end == s || *end || !(abort_frac >= 0 && abort_frac <= 0.99)) usage("--abort-frac: 0..0.99");
         } else if (a == "--llc") {
             llc = true;
         } else if (a == "--set") {
@@ -166,6 +172,7 @@ int main(int argc, char **argv)
             m.threads = threads;
             m.window = window;
             m.think_ns = think;
+            m.abort_frac = m.op == RMC_OP_SABRE ? abort_frac : 0.0; // reads do not abort
             LoadResult r = model_load(t, m);
             if (!r.ok) {
                 std::fprintf(stderr, "rmc-model: %s %u: %s\n", o.c_str(), s, r.error);

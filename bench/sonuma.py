@@ -443,6 +443,20 @@ def main():
     ap.add_argument("--mlp", type=float, default=None,
                     help="cost: LLC misses a core overlaps (default: min(--mshrs, --rob x the phase's LLC lines / "
                          "its instructions))")
+    ap.add_argument("--unpack-chunk", type=int, default=1024,
+                    help="cost: the baseline's version-stripping kernel fetches the object from the LLC in chunks "
+                         "of this many bytes, every line of a chunk in flight, chunk after chunk (sec. 7.3: "
+                         "hand-tuned \"to maximize the MLP, at 1KB data chunks\"); 0: its MLP from the ROB")
+    ap.add_argument("--unpack", choices=("fused", "two-pass"), default="fused",
+                    help="cost: Fig. 8's baseline checks while it unpacks, one pass whose verdict comes at its end "
+                         "(fused, sec. 7.2: a failed attempt pays the whole unpack), or in two passes as rmc-kv "
+                         "runs them (a failed check stops at the odd header)")
+    ap.add_argument("--fwd-ns", type=float, default=None,
+                    help="cost: what an R2P2 read of a line a destination core holds modified adds (Table 2's "
+                         "directory MESI: the owner's 3-cycle L1 + 2.5 mesh hops x 3 cycles; default 10.5 cycles "
+                         "at --ghz)")
+    ap.add_argument("--l1d-kib", type=int, default=32, help="cost: L1d size, KiB (Table 2: 32): a writer's lines "
+                                                            "stay modified in it while its keys fit")
     ap.add_argument("--mshrs", type=int, default=32, help="cost: L1d MSHRs (Table 2: 32)")
     ap.add_argument("--rob", type=int, default=128, help="cost: reorder-buffer entries (Table 2: 128)")
     ap.add_argument("--cost-from", default=None, metavar="FILE",
@@ -467,6 +481,9 @@ def main():
     if not 1 <= a.llc_core_ns <= 1000 or (a.mlp is not None and not 1 <= a.mlp <= 1024) or \
             not 1 <= a.mshrs <= 1024 or not 1 <= a.rob <= 4096:
         ap.error("--llc-core-ns 1..1000, --mlp 1..1024, --mshrs 1..1024, --rob 1..4096")
+    if a.unpack_chunk < 0 or a.unpack_chunk % 64 or a.unpack_chunk > 65536 or \
+            (a.fwd_ns is not None and not 0 <= a.fwd_ns <= 1000) or not 1 <= a.l1d_kib <= 65536:
+        ap.error("--unpack-chunk: a multiple of 64 in 0..65536; --fwd-ns 0..1000; --l1d-kib 1..65536")
     if not 1 <= a.model_threads <= 4096 or not 1 <= a.model_window <= 4096:
         ap.error("--model-threads, --model-window: 1..4096")
     if a.quick:

@@ -6,12 +6,16 @@ rmc-kv's reader, local reader and writer have in each software phase, counted by
 plugin (docs/insn-count.md) between the marks the workload sets (hw/include/rackemu/insn_mark.h),
 per object size and layout, from the code that runs.
 Modeled: their time through a core model with Table 2's parameters (instructions / (IPC x f) +
-LLC lines x max(LLC latency / MLP, a line over the 16-byte mesh link): `Core`); the device's
-latency (every CQE's modeled_ns, and rmc-model for LLC-resident objects and for many readers: the
-contention model with the software time as think time); Fig. 8's conflicts from their cause
-(`conflict_sim`). Nothing here is a cost per layout written down by hand.
+LLC lines x max(LLC latency / MLP, a line over the 16-byte mesh link), at least one LLC latency;
+the baseline's unpack in sec. 7.3's 1 KB chunks: `Core`); the device's latency (every CQE's
+modeled_ns, and rmc-model for LLC-resident objects and for many readers: the contention model with
+the software time as think time); Fig. 8's conflicts from their cause (`conflict_sim`; the
+baseline learns of one after its unpack, `unpack_costs`; destination writers' modified lines are
+owner-forwarded, `fwd_fraction`). Nothing here is a cost per layout written down by hand, and no
+constant is fitted to a figure of the paper.
 """
 import json
+import math
 import re
 import time
 from pathlib import Path
@@ -158,13 +162,19 @@ class Core:
     """The reader's core (seed 000 Table 2; docs/sonuma-workloads.md, "The memory side"). A phase
     that does not stream over the object (sec. 7.3's low-ILP/MLP phase) takes instructions /
     (IPC x f) plus, per line it fetches from the LLC, max(the LLC's latency / the memory-level
-    parallelism, the line's transfer over the core's 16-byte mesh link). A phase that touches every
+    parallelism, the line's transfer over the core's 16-byte mesh link), and at least one LLC latency
+    (its first miss waits for it). A phase that touches every
     line of the object (sec. 7.3's high-MLP phase) is modeled the same way at IPC --ipc-data
     (default --ipc), or, with --streaming roofline, as the paper's kernel hand-tuned for MLP would
     run at best: the larger of its issue time (instructions over Table 2's 3-wide dispatch, loads
     and stores over its 2 L1d ports) and its LLC lines' time, which overlap. MLP, unless --mlp fixes
     it: the misses a 128-entry ROB holds at the phase's measured instructions per missed line, at
-    most the L1's 32 MSHRs."""
+    most the L1's 32 MSHRs.
+    The baseline's unpack (its version check and strip, remote and local) is the paper's
+    version-stripping kernel, hand-tuned "to maximize the MLP, at 1KB data chunks" (sec. 7.3): within
+    a --unpack-chunk chunk every line is in flight at once (at most the MSHRs), the chunks follow
+    one another, so each chunk exposes one LLC latency and its other lines follow at the link's
+    pace (`chunked_llc_time`; --unpack-chunk 0 or --mlp: the ROB model above)."""
 
     def __init__(self, a):
         self.ipc, self.ipc_data, self.ghz = a.ipc, a.ipc_data or a.ipc, a.ghz
@@ -172,6 +182,13 @@ class Core:
         self.width, self.ports = getattr(a, "width", 3), getattr(a, "l1_ports", 2)
         self.llc_ns, self.mlp, self.mshrs, self.rob = a.llc_core_ns, a.mlp, a.mshrs, a.rob
         self.line_ns = 64.0 / (16 * a.ghz)  # Table 2: 16-byte mesh links, one flit per core cycle
+        self.chunk = getattr(a, "unpack_chunk", 0)
+        self.l1d = getattr(a, "l1d_kib", 32) * 1024
+        # an LLC access to a line another core of the destination holds modified (Table 2's
+        # directory MESI): the home tile forwards it to the owner, which sends the line: the owner's
+        # L1 (3 cycles) and the home-to-owner trip (2.5 hops of 3 cycles in the 4 x 4 mesh) more
+        fwd = getattr(a, "fwd_ns", None)
+        self.fwd_ns = (3 + 2.5 * 3) / a.ghz if fwd is None else fwd
 
     def mlp_of(self, insns, lines):
         if self.mlp:
@@ -179,13 +196,36 @@ class Core:
         return max(1.0, min(float(self.mshrs), self.rob * lines / max(insns, 1.0)))
 
     def llc_time(self, insns, lines, mlp=None):
-        return lines * max(self.llc_ns / (mlp or self.mlp_of(insns, lines)), self.line_ns) if lines > 0 else 0.0
+        """`lines` LLC lines, `mlp` of them in flight: one per max(latency / MLP, link transfer), and
+        never less than one LLC latency (the phase's first miss waits for it whatever else is in
+        flight; an average below one line: that fraction of it)."""
+        if lines <= 0:
+            return 0.0
+        return max(min(lines, 1.0) * self.llc_ns,
+                   lines * max(self.llc_ns / (mlp or self.mlp_of(insns, lines)), self.line_ns))
 
-    def ns(self, insns, lines, data=False, mlp=None, memops=0.0):
+    def chunked_llc_time(self, lines, chunks):
+        """`lines` LLC lines fetched in `chunks` chunks, one after the other, every line of a chunk in
+        flight at once (a chunk with more lines than MSHRs issues in rounds): each chunk (round)
+        waits one LLC latency for its first line, the others follow one per link transfer."""
+        if lines <= 0:
+            return 0.0
+        rounds = self.rounds(lines, chunks)
+        return rounds * self.llc_ns + (lines - rounds) * self.line_ns
+
+    def rounds(self, lines, chunks):
+        """The chunks' issue rounds (a chunk of more lines than MSHRs takes several)."""
+        return min(lines, max(chunks, 1, math.ceil(lines / self.mshrs))) if lines > 0 else 0
+
+    def ns(self, insns, lines, data=False, mlp=None, memops=0.0, chunks=None):
+        llc = self.chunked_llc_time(lines, chunks) if chunks else self.llc_time(insns, lines, mlp)
         if data and self.roofline:  # the streaming phase: issue-bound or LLC-bound, overlapped
             issue = max(insns / self.width, memops / self.ports) / self.ghz
-            return max(issue, self.llc_time(insns, lines, mlp))
-        return insns / ((self.ipc_data if data else self.ipc) * self.ghz) + self.llc_time(insns, lines, mlp)
+            if chunks and lines > 0:  # each chunk's first LLC latency is exposed, the rest overlaps
+                exposed = self.rounds(lines, chunks) * self.llc_ns
+                return exposed + max(issue, llc - exposed)
+            return max(issue, llc)
+        return insns / ((self.ipc_data if data else self.ipc) * self.ghz) + llc
 
 
 # The first phase that reads the object the RCP wrote into the reader's LLC (its lines are not in
@@ -204,9 +244,28 @@ def llc_lines(m, ph):
     return m[f"{ph}_lines"] if FRESH.get(m.get("layout")) == ph else m[f"{ph}_misses"]
 
 
-def phase_ns(core, m, ph, mlp=None):
-    return core.ns(m[f"{ph}_insns"], llc_lines(m, ph), ph in DATA, mlp,
-                   m.get(f"{ph}_loads", 0.0) + m.get(f"{ph}_stores", 0.0))
+# The baseline's version-stripping kernel (sec. 7.3): where its lines come from the LLC, it fetches
+# them in --unpack-chunk chunks (Core). The copy's lines are L1 hits (the check brought them in).
+UNPACK = ("kv_check", "local_check")
+
+
+def unpack_chunks(core, m, ph, mlp=None):
+    """The chunks phase `ph` fetches its LLC lines in, or None (the ROB model): the baseline's unpack
+    (UNPACK) under --unpack-chunk, unless an MLP is given (--mlp, a sensitivity)."""
+    if not core.chunk or mlp or core.mlp or m.get("layout") != "baseline" or ph not in UNPACK:
+        return None
+    return math.ceil(m["size"] / core.chunk)
+
+
+def phase_ns(core, m, ph, mlp=None, prefetch=False):
+    """Phase `ph`'s time per unit. `prefetch`: sec. 7.3's perfect data prefetcher, which brings the
+    object into the L1d once its first access is seen: only the unpack's first chunk is fetched from
+    the LLC (the other phases are unchanged)."""
+    lines, chunks = llc_lines(m, ph), unpack_chunks(core, m, ph, mlp)
+    if prefetch and chunks:
+        lines, chunks = min(lines, core.chunk / 64), 1
+    return core.ns(m[f"{ph}_insns"], lines, ph in DATA, mlp,
+                   m.get(f"{ph}_loads", 0.0) + m.get(f"{ph}_stores", 0.0), chunks)
 
 
 def write_ns(core, m):
@@ -229,24 +288,28 @@ def breakdown_row(size, w, layout, r, objects, m):
             "update_ns": r["update_ns"] if w else 0.0,
             "updates_per_s_per_writer": 1e9 / r["update_ns"] if w and r["update_ns"] > 0 else 0.0,
             "update_insns": m["kv_write_insns"], "prepare_insns": m["kv_prepare_insns"],
-            "mreads_s": r["mreads"], "bound": r["bound"]}
+            "owner_fwd_pct": 100 * r.get("fwd_q", 0.0), "mreads_s": r["mreads"], "bound": r["bound"]}
 
 
 def print_breakdown(brk):
     print("Fig. 8, term by term (per reader): device ns per attempt (unloaded), software ns per attempt "
-          "(issue, check; a failed baseline check stops at line 0) and per accepted read (copy, use), "
-          "attempts per read, failed attempts, the key-locked fraction W/N, the writer's locked update "
-          "(modeled from its measured KV_WRITE phase) and its rate")
+          "(issue, check; the baseline's: its unpack, fused with the copy unless --unpack two-pass, where a failed "
+          "check stops at line 0) and per accepted read (copy, use), "
+          "attempts per read, failed attempts, the key-locked fraction W/N, the unlocked attempts whose lines "
+          "a writer holds modified (owner-forwarded), the writer's locked update (modeled from its measured "
+          "KV_WRITE phase) and its rate")
     print(f"{'size':>5} {'W':>3} {'layout':8} {'dev/att':>7} {'issue':>6} {'check':>6} {'ck fail':>7} {'copy':>6}"
-          f" {'use':>5} {'att/read':>8} {'fail %':>7} {'locked %':>8} {'read ns':>8} {'upd ns':>7} {'upd/s/wr':>9}")
+          f" {'use':>5} {'att/read':>8} {'fail %':>7} {'locked %':>8} {'fwd %':>6} {'read ns':>8} {'upd ns':>7}"
+          f" {'upd/s/wr':>9}")
     for r in brk:
         print(f"{r['size']:5} {r['writers']:3} {r['layout']:8} {r['device_ns_per_attempt']:7.0f} {r['issue_ns']:6.0f}"
               f" {r['check_ns']:6.0f} {r['check_fail_ns']:7.0f} {r['copy_ns']:6.0f} {r['use_ns']:5.0f}"
               f" {r['attempts_per_read']:8.3f} {r['failed_attempt_pct']:7.1f} {r['locked_fraction_pct']:8.1f}"
-              f" {r['read_ns']:8.0f} {r['update_ns']:7.0f} {r['updates_per_s_per_writer']:9.3g}")
+              f" {r['owner_fwd_pct']:6.1f} {r['read_ns']:8.0f} {r['update_ns']:7.0f}"
+              f" {r['updates_per_s_per_writer']:9.3g}")
 
 
-def conflict_sim(layout, n, W, N, t_w, lat_ok, lat64, c_ns, sw, grid=1000):
+def conflict_sim(layout, n, W, N, t_w, lat_ok, lat64, c_ns, sw, grid=1000, fwd_ns=0.0, fwd_q=0.0):
     """Fig. 8's conflicts from their cause, for one reader (docs/sonuma-workloads.md, "Conflicts").
     W writers; writer w owns the keys = w (mod W) and updates them round-robin, back to back, t_w ns
     each (the version is odd meanwhile; the n lines are written in order over t_w). An attempt at key
@@ -260,7 +323,10 @@ def conflict_sim(layout, n, W, N, t_w, lat_ok, lat64, c_ns, sw, grid=1000):
     window aborts it (WINDOW) when it lands. A failed attempt retries the same key at once.
     sw: software ns (issue, check_ok, check_fail, copy, use). The reader's first x is uniform over
     the key's update period (`grid` points, each followed to its accepted read: an expectation, not
-    a random sample). Returns (attempts per read, reader time per read, device time per read)."""
+    a random sample). Coherence at the destination: an attempt that finds its key locked reads lines
+    the writer holds modified (fwd_ns more: the owner forwards them); any other attempt pays fwd_ns
+    with probability fwd_q (`fwd_fraction`: the key was written since its last read and its lines are
+    still in the writer's L1). Returns (attempts per read, reader time per read, device time per read)."""
     issue, check_ok, check_fail, copy, use = sw
     if W == 0 or t_w <= 0:
         return 1.0, issue + lat_ok + check_ok + copy + use, lat_ok
@@ -276,15 +342,16 @@ def conflict_sim(layout, n, W, N, t_w, lat_ok, lat64, c_ns, sw, grid=1000):
                 u %= period
                 locked = u < t_w
                 y = period - u  # from x to the next update's beginning
+                fwd = fwd_ns if locked else fwd_ns * fwd_q
                 if layout == "baseline":
                     torn = not locked and y <= span and y + (n - 0.5) * t_w / n <= span
-                    d = lat_ok
+                    d = lat_ok + fwd
                     ok = not locked and not torn
                     cost = issue + d + (check_fail if locked else check_ok + (copy + use if ok else 0.0))
                 else:
                     window = not locked and y <= span
                     ok = not (locked or window)
-                    d = lat_ok if ok else min(lat_ok, lat64 + (y if window else 0.0) + (n - 1) * c_ns)
+                    d = fwd + (lat_ok if ok else min(lat_ok, lat64 + (y if window else 0.0) + (n - 1) * c_ns))
                     cost = issue + d + check_ok + (use if ok else 0.0)
                 tot_a += keys / grid
                 tot_t += cost * keys / grid
@@ -293,6 +360,52 @@ def conflict_sim(layout, n, W, N, t_w, lat_ok, lat64, c_ns, sw, grid=1000):
                 if ok:
                     break
     return tot_a / N, tot_t / N, tot_d / N
+
+
+FIG8_TOLERANCE = 5  # percentage points (the paper's text states its gaps as whole percents)
+
+
+def fig8_size_verdict(g0, gN, p0, pN):
+    """One size's Fig. 8 verdict: the gap's level at both writer counts against the paper's, and
+    whether it moves with the writers the paper's way."""
+    if p0 is None:
+        return "-"
+    same_way = (gN > g0) == (pN > p0)
+    if same_way and abs(g0 - p0) <= FIG8_TOLERANCE and abs(gN - pN) <= FIG8_TOLERANCE:
+        return "REPRODUCED (direction and magnitude)"
+    if same_way:
+        return "direction reproduced, magnitude NOT"
+    return "NOT REPRODUCED (the gap moves against the paper's)"
+
+
+def unpack_costs(layout, check, copy, n, fused):
+    """(check of a good attempt, check of a failed one, copy) for Fig. 8. A SABRe's check is the
+    completion's status, whatever it says. The baseline, `fused` (--unpack fused, the default): the
+    paper's microbenchmark "unpacks the transferred data into an application buffer, checking for
+    atomicity violation in the process" (sec. 7.2): one pass whose verdict comes at its end, so a
+    failed attempt pays the whole unpack. Two passes (--unpack two-pass, rmc-kv's code): the check,
+    then the copy; a failed check stops at the odd header (line 0), one of the n lines' worth."""
+    if layout != "baseline":
+        return check, check, copy
+    if fused:
+        return check + copy, check + copy, 0.0
+    return check, check / n, copy
+
+
+def fwd_fraction(core, size, W, N, t_w, readers, t_att):
+    """The fraction of a reader's attempts on an unlocked key whose lines a writer at the destination
+    still holds modified (Fig. 8's destination-side coherence; docs/sonuma-workloads.md): writer w
+    rewrites its N / W keys round-robin, every key once per period P = N / W x t_w; the readers'
+    attempts on a key arrive at rate readers / (N x t_att) (Poisson), and only the first after an
+    update finds the lines modified (its read leaves them shared): (1 - e^-x) / x of the attempts,
+    x the attempts per key per period. The lines are still in the writer's L1d if its keys fit
+    (N / W x size <= L1d); otherwise, written round-robin, a fraction L1d / (N / W x size) is."""
+    if W <= 0 or t_w <= 0 or t_att <= 0:
+        return 0.0
+    keys = N / min(W, N)
+    resident = min(1.0, core.l1d / (keys * size))
+    x = readers / (N * t_att) * keys * t_w
+    return resident * ((1 - math.exp(-x)) / x if x > 1e-9 else 1.0)
 
 
 def figures(a, meas, exact, rows, bdir, S):
@@ -364,13 +477,30 @@ def figures(a, meas, exact, rows, bdir, S):
               f" {ts:6.0f} | {imp:10.1f}% {(str(paper) + '%') if paper else '-':>6}")
         f9.append({"size": size, "baseline_transfer_ns": b[0], "baseline_app_ns": b[1], "baseline_check_ns": b[2],
                    "sabre_transfer_ns": s[0], "sabre_app_ns": s[1], "sabre_check_ns": s[2],
-                   "improvement_pct": imp})
+                   "improvement_pct": imp, "improvement_prefetch_pct": ""})
         rows.append(("fig9", f"latency_improvement_{size}_pct", imp, "%"))
     ok9a = all(r["improvement_pct"] > 0 for r in f9) and all(
         b["improvement_pct"] > x["improvement_pct"] for x, b in zip(f9, f9[1:]))
     print(f"verdict Fig. 9a: {'REPRODUCED' if ok9a else 'NOT REPRODUCED'} in shape: SABRe faster at every size and "
           f"the improvement grows with size (paper: 35% -> 52%; here "
           f"{f9[0]['improvement_pct']:.0f}% -> {f9[-1]['improvement_pct']:.0f}%)")
+    # sec. 7.3's check on the unpack's exposed LLC latency (a comparison, not a fit): with a perfect
+    # data prefetcher, "only the LLC access latency of accessing the first 1KB is exposed", and the
+    # 8 KB benefit would shrink from 52% to 30-35%
+    if core.chunk:
+        for r in f9:
+            if r["size"] <= core.chunk:
+                continue
+            m = meas[("baseline", r["size"])]
+            pf = m["model_med_ns"] + r["baseline_app_ns"] + sum(
+                phase_ns(core, m, ph, prefetch=True) for ph in ("kv_check", "kv_copy"))
+            tot_s = r["sabre_transfer_ns"] + r["sabre_app_ns"] + r["sabre_check_ns"]
+            r["improvement_prefetch_pct"] = 100 * (1 - tot_s / pf)
+            print(f"  with sec. 7.3's perfect data prefetcher (the unpack fetches only its first "
+                  f"{core.chunk} B from the LLC): {r['size']} B {r['improvement_pct']:.0f}% -> "
+                  f"{r['improvement_prefetch_pct']:.0f}%" + (" (paper, 8 KB: 52% -> 30-35%)" if r["size"] == 8192
+                                                             else ""))
+            rows.append(("fig9", f"latency_improvement_prefetch_{r['size']}_pct", r["improvement_prefetch_pct"], "%"))
     thr9 = {}
     for size in sizes:
         for layout in LAYOUTS:
@@ -407,38 +537,46 @@ def figures(a, meas, exact, rows, bdir, S):
     # the other model of the streaming phases, for the sensitivity
     other = "ipc" if core.roofline else "roofline"
     other_core = Core(SimpleNamespace(**{**vars(a), "streaming": other}))
+    rob_core = Core(SimpleNamespace(**{**vars(a), "unpack_chunk": 0}))  # the unpack's MLP from the ROB
+    a_unpack = getattr(a, "unpack", "fused")
 
-    def fig8_point(size, w, mlp=None, fused=False, core=core):
+    def fig8_point(size, w, mlp=None, fused=None, core=core, coherence=True):
         res = {}
+        fused = a_unpack == "fused" if fused is None else fused
         for layout in LAYOUTS:
             m = meas[(layout, size)]
             issue, check, copy, use = (phase_ns(core, m, ph, mlp)
                                        for ph in ("kv_issue", "kv_check", "kv_copy", "kv_use"))
             n = max(1, size // 64)
-            # a failed baseline check stops at the odd header (line 0): one line's worth of the check;
-            # `fused`: the check is part of the copy-out, as in the paper's microbenchmark (sec. 7.2)
-            check_fail = check / n if layout == "baseline" else check
-            if fused and layout == "baseline":
-                check, check_fail, copy = check + copy, check + copy, 0.0
+            check, check_fail, copy = unpack_costs(layout, check, copy, n, fused)
             # the writer's update: the locked span only (lock, the stores of the prepared value,
             # unlock: rmc-kv's KV_WRITE phase), back to back, as the paper's writers, which write a
             # predefined value in a tight loop (sec. 7.2); the payload generation rmc-kv does
             # beforehand (KV_PREPARE, for its verification) is not the paper's and not modeled
             t_w = write_ns(core, m)
             lat_ok, lat64 = lat[(op[layout], size)], lat[(op[layout], 64)]
-            att, t_read, dev = conflict_sim(layout, n, w, a.objects, t_w, lat_ok, lat64, c_ns,
-                                            (issue, check, check_fail, copy, use))
-            # the contention model: the reader's time beyond the unloaded latency of the requests
-            # that load the device is think time (unloaded, it gives back t_read per read). Every
-            # baseline attempt is a full read of the object; an aborted SABRe moves (almost) nothing,
-            # its R2P2 skipping the blocks, so a SABRe read loads the device as one request
-            reqs = att if layout == "baseline" else 1.0
-            think = max(0.0, (t_read - reqs * lat_ok) / reqs)
+            sw_ = (issue, check, check_fail, copy, use)
+            att, t_read, dev = conflict_sim(layout, n, w, a.objects, t_w, lat_ok, lat64, c_ns, sw_)
+            q = 0.0
+            if coherence and w:  # the destination's writers hold the lines they wrote: owner forwards
+                q = fwd_fraction(core, size, w, a.objects, t_w, 16, t_read / att)
+                att, t_read, dev = conflict_sim(layout, n, w, a.objects, t_w, lat_ok, lat64, c_ns, sw_,
+                                                fwd_ns=core.fwd_ns, fwd_q=q)
+            # the contention model: every attempt is a request, and the reader's time beyond the
+            # requests' unloaded latencies is think time (unloaded, it gives back t_read per read).
+            # Every baseline attempt is a full read of the object; a failed SABRe is a LOCKED abort
+            # in the model (`--abort-frac`): the R2P2 reads the blocks it issued before the odd
+            # version returned and answers the others empty, a cycle each, as conflict_sim charges
+            # its latency (lat64 + (n - 1) cycles; a WINDOW abort's longer one goes to think time)
+            reqs = att
+            lat_req = att * lat_ok if layout == "baseline" else lat_ok + (att - 1) * min(lat_ok, lat64 + (n - 1) * c_ns)
+            think = max(0.0, (t_read - lat_req) / reqs)
+            abort = ["--abort-frac", f"{min(0.99, 1 - 1 / att):.4f}"] if layout == "sabre" else []
             r = S.rmc_model("load", "--llc", "--sizes", str(size), "--ops", op[layout], "--threads", "16",
-                            "--window", "1", "--think-ns", f"{think:.1f}", *sets)[0]
+                            "--window", "1", "--think-ns", f"{think:.1f}", *abort, *sets)[0]
             res[layout] = {"att": att, "mreads": float(r["mops"]) / reqs, "bound": r["bound"], "read_ns": t_read,
                            "update_ns": t_w, "dev_ns": dev, "lat_ns": lat_ok, "issue_ns": issue, "check_ns": check,
-                           "check_fail_ns": check_fail, "copy_ns": copy, "use_ns": use}
+                           "check_fail_ns": check_fail, "copy_ns": copy, "use_ns": use, "fwd_q": q}
         return res, 100 * (res["sabre"]["mreads"] / res["baseline"]["mreads"] - 1)
 
     print(f"{'size':>5} {'W':>3} {'att base':>8} {'att sabre':>9} {'baseline':>9} {'sabre':>9} {'gap':>7}"
@@ -468,8 +606,12 @@ def figures(a, meas, exact, rows, bdir, S):
                   f"a baseline read of {need:.0f} ns per reader (here {r0['baseline_read_ns']:.0f} ns)")
     print(f"  sensitivity (not a fit): gap at {writers[0]} -> {writers[-1]} writers")
     for label, kw in (("every LLC line exposed (MLP 1)", {"mlp": 1.0}),
-                      ("check fused with the copy-out (sec. 7.2's unpack)", {"fused": True}),
-                      ("both", {"mlp": 1.0, "fused": True}),
+                      (("the unpack in two passes as rmc-kv runs it (a failed check stops at line 0)"
+                        if a_unpack == "fused" else "check fused with the copy-out (sec. 7.2's unpack)"),
+                       {"fused": a_unpack != "fused"}),
+                      ("the unpack's MLP from the ROB, not in 1 KB chunks (--unpack-chunk 0)", {"core": rob_core}),
+                      ("no coherence at the destination (R2P2 reads of written lines at the LLC's latency)",
+                       {"coherence": False}),
                       ("streaming phases at IPC --ipc-data, stalls added" if other == "ipc" else
                        "streaming phases at their best, issue (3-wide, 2 L1d ports) overlapped with the LLC "
                        "lines (--streaming roofline)", {"core": other_core})):
@@ -480,14 +622,16 @@ def figures(a, meas, exact, rows, bdir, S):
     g0 = {r["size"]: r["gap_pct"] for r in f8 if r["writers"] == writers[0]}
     gN = {r["size"]: r["gap_pct"] for r in f8 if r["writers"] == writers[-1]}
     print(f"Fig. 8's SABRe-over-baseline gap, rackemu beside the paper ({writers[0]} -> {writers[-1]} writers):")
-    print(f"{'size':>5} {'rackemu':>17} {'paper':>13}")
+    print(f"{'size':>5} {'rackemu':>17} {'paper':>13}  verdict (magnitude: both ends within "
+          f"{FIG8_TOLERANCE} points of the paper's)")
     gaps = []
     for size in sizes:
         p0, pN = PAPER_FIG8.get(size, (None, None))
         ptxt = f"{p0}% -> {pN}%" if p0 is not None else "-"
-        print(f"{size:5} {g0[size]:7.0f}% -> {gN[size]:4.0f}% {ptxt:>13}")
+        verdict = fig8_size_verdict(g0[size], gN[size], p0, pN)
+        print(f"{size:5} {g0[size]:7.0f}% -> {gN[size]:4.0f}% {ptxt:>13}  {verdict}")
         gaps.append({"size": size, "writers_from": writers[0], "writers_to": writers[-1], "gap_from_pct": g0[size],
-                     "gap_to_pct": gN[size], "paper_from_pct": p0, "paper_to_pct": pN})
+                     "gap_to_pct": gN[size], "paper_from_pct": p0, "paper_to_pct": pN, "verdict": verdict})
     S.write_dicts(bdir / "sonuma_fig8_gap.csv", gaps)
     drop = all(r["sabre_mreads_s"] <= q["sabre_mreads_s"] + 1e-9 and r["baseline_mreads_s"] <= q["baseline_mreads_s"]
                + 1e-9 for q, r in zip(f8, f8[1:]) if q["size"] == r["size"])

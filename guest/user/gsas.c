@@ -100,14 +100,15 @@ static int cmd_stats(void)
 	close(fd);
 	printf("service=%s pid=%llu requests=%llu served=%llu malformed=%llu replies_dropped=%llu pages_in_use=%llu "
 	       "pages_limit=%llu allocations=%llu spawned=%llu sleeps=%llu exit_notices=%llu reclaimed_pages=%llu "
-	       "reply_retries=%llu replies_unsettled=%llu serve_ns=%llu\n",
+	       "reply_retries=%llu replies_unsettled=%llu unsettled_at_sleep=%llu serve_ns=%llu\n",
 	       s.pid && kill((pid_t)s.pid, 0) == 0 ? "running" : "stopped", (unsigned long long)s.pid,
 	       (unsigned long long)s.requests, (unsigned long long)s.served, (unsigned long long)s.malformed,
 	       (unsigned long long)s.replies_dropped, (unsigned long long)s.pages_in_use,
 	       (unsigned long long)s.pages_limit, (unsigned long long)s.allocations, (unsigned long long)s.spawned,
 	       (unsigned long long)s.sleeps, (unsigned long long)s.exit_notices,
 	       (unsigned long long)s.reclaimed_pages, (unsigned long long)s.reply_retries,
-	       (unsigned long long)s.replies_unsettled, (unsigned long long)s.serve_ns);
+	       (unsigned long long)s.replies_unsettled, (unsigned long long)s.unsettled_at_sleep,
+	       (unsigned long long)s.serve_ns);
 	for (unsigned e = 1; e <= GSAS_E_MAX; e++)
 		printf("%srefused_%s=%llu", e > 1 ? " " : "", err_names[e], (unsigned long long)s.refused[e]);
 	printf("\n");

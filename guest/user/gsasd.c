@@ -121,11 +121,17 @@ static struct {
 } out;
 
 /* Settle the posted packet: 0 once acknowledged (or if none is live), -1 if it was dropped (the
- * issuer's FIFO refused it until its deadline, the fabric failed it, or PIF 0 is stuck). */
-static int settle(void)
+ * issuer's FIFO refused it until its deadline, the fabric failed it, or PIF 0 is stuck).
+ * `to_sleep`: before the service sleeps, not because PIF 0 is needed for the next packet. */
+static int settle_for(int to_sleep)
 {
-	if (out.live && ((uint32_t)u.pif[PKTZ_PIF_STATUS / 8] & PKTZ_ST_PEND))
-		st->replies_unsettled++; /* the acknowledgement had not come back yet */
+	if (out.live && ((uint32_t)u.pif[PKTZ_PIF_STATUS / 8] & PKTZ_ST_PEND)) {
+		/* the acknowledgement had not come back yet */
+		if (to_sleep)
+			st->unsettled_at_sleep++;
+		else
+			st->replies_unsettled++;
+	}
 	while (out.live) {
 		int s = unimem_wait_status_spin(&u, 1000000, spin_us); /* the ACK: spin as for a request */
 
@@ -145,6 +151,11 @@ static int settle(void)
 		unimem_post(&u, out.dest, out.w);
 	}
 	return 0;
+}
+
+static int settle(void)
+{
+	return settle_for(0);
 }
 
 /* Post one packet to the issuer's MIF (PIF 0 must be settled). */
@@ -636,7 +647,7 @@ int main(int argc, char **argv)
 			continue;
 		}
 		if (out.live) {
-			settle(); /* the last reply's fate before sleeping: a refused one is posted again */
+			settle_for(1); /* the last reply's fate before sleeping: a refused one is posted again */
 			continue;
 		}
 		{

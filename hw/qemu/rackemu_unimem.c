@@ -55,7 +55,16 @@ struct RackemuPacketizerState {
     uint32_t node_id;
     uint32_t node_count;
     bool kif;        /* property "kif": the kernel interface (KIF) is present (default on) */
-    RkPktzState mig; /* migration: filled by pre_save, read by post_load */
+    /*
+     * Deliveries into the vmbox answer first (issue 11, docs/mailbox.md): the sender's ACK or
+     * NACK is sent before the packet becomes visible and raises the interrupt, so a reply the
+     * receiving guest posts cannot reach the sender before that acknowledgement.
+     * RACKEMU_VMBOX_ACK_FIRST=0 in the environment restores the old order (A/B measurements).
+     */
+    bool ack_first;
+    uint64_t acks_first; /* QOM "acks-first": deliveries answered before they became visible */
+    uint64_t acks_after; /* QOM "acks-after": deliveries answered after (the old order) */
+    RkPktzState mig;     /* migration: filled by pre_save, read by post_load */
 };
 
 /* ---- vmbox ---- */
@@ -234,6 +243,20 @@ static void rackemu_vmbox_class_init(ObjectClass *oc, void *data)
 
 /* ---- packetizer ---- */
 
+/* A packet into this node's own vmbox: its answer completes the sending PIF. */
+struct rackemu_local_answer {
+    RackemuPacketizerState *s;
+    uint64_t tag;
+};
+
+static void rackemu_local_answered(void *opaque, int st)
+{
+    struct rackemu_local_answer *la = opaque;
+
+    trace_rackemu_unimem_complete(la->s->node_id, la->tag, rk_status_name((rk_status)st));
+    rk_pktz_complete(la->s->core, la->tag, (rk_status)st);
+}
+
 /*
  * The packetizer's transmit link: into this node's vmbox, or to another node's over the fabric.
  * `pif` (0..63, or UNIMEM_KIF) travels with the packet as its sending interface: the receiving
@@ -246,14 +269,22 @@ static void rackemu_pktz_transmit(void *opaque, unsigned pif, uint64_t tag, uint
     unsigned node = UNIMEM_GADDR_NODE(dest);
     struct rkf_mbox_deliver d = { .mif = mif, .src_if = pif, .nwords = UNIMEM_PACKET_WORDS };
     struct rkf_frame_hdr h = { 0 };
-    rk_status st;
     int rc;
 
     trace_rackemu_unimem_send(s->node_id, pif, node, mif, tag);
     if (node == s->node_id) {
-        st = s->vmbox ? rk_vmbox_deliver(s->vmbox->core, mif, pif, words, UNIMEM_PACKET_WORDS) : RK_UNREACHABLE;
-        trace_rackemu_unimem_complete(s->node_id, tag, rk_status_name(st));
-        rk_pktz_complete(s->core, tag, st);
+        struct rackemu_local_answer la = { s, tag };
+
+        if (!s->vmbox) {
+            rackemu_local_answered(&la, RK_UNREACHABLE);
+        } else if (qatomic_read(&s->ack_first)) {
+            qatomic_inc(&s->acks_first);
+            rk_vmbox_deliver_answer_first(s->vmbox->core, mif, pif, words, UNIMEM_PACKET_WORDS,
+                                          rackemu_local_answered, &la);
+        } else {
+            qatomic_inc(&s->acks_after);
+            rackemu_local_answered(&la, rk_vmbox_deliver(s->vmbox->core, mif, pif, words, UNIMEM_PACKET_WORDS));
+        }
         return;
     }
     if (!s->ep) {
@@ -277,12 +308,32 @@ static void rackemu_pktz_transmit(void *opaque, unsigned pif, uint64_t tag, uint
     }
 }
 
-/* Fabric port thread: another node's packetizer delivers into this node's vmbox. */
+/* A peer's delivery: the reply (ACK, NACK, BAD_FRAME) goes back to the sender's packetizer. */
+struct rackemu_peer_answer {
+    RackemuPacketizerState *s;
+    RkFabricEndpoint *ep;
+    const struct rkf_frame_hdr *h;
+};
+
+static void rackemu_peer_answered(void *opaque, int reply)
+{
+    struct rackemu_peer_answer *pa = opaque;
+
+    trace_rackemu_unimem_serve(pa->s->node_id, pa->h->src, pa->h->len, reply);
+    if (reply >= 0) {
+        rk_fabric_endpoint_reply(pa->ep, pa->h, reply, NULL, 0);
+    }
+}
+
+/*
+ * Another node's packetizer delivers into this node's vmbox: on the fabric port thread, or on a
+ * vCPU that polls a device register (rk_fabric_port_poll) or a thread that drives the port.
+ */
 static void rackemu_unimem_on_request(void *opaque, RkFabricEndpoint *ep, const struct rkf_frame_hdr *h,
                                       const void *payload)
 {
     RackemuPacketizerState *s = opaque;
-    int reply;
+    struct rackemu_peer_answer pa = { s, ep, h };
 
     /*
      * The fabric port connects during machine init, before QEMU's first system reset, which
@@ -293,11 +344,15 @@ static void rackemu_unimem_on_request(void *opaque, RkFabricEndpoint *ep, const 
         g_usleep(1000);
     }
     /* validated and delivered by the core (vmbox.h, serve_frame) */
-    reply = qatomic_read(&s->vmbox->ready) ? rk_vmbox_serve_frame(s->vmbox->core, h, payload)
-                                           : (h->type == RKF_T_REQ ? (int)RKF_ST_BAD_FRAME : -1);
-    trace_rackemu_unimem_serve(s->node_id, h->src, h->len, reply);
-    if (reply >= 0) {
-        rk_fabric_endpoint_reply(ep, h, reply, NULL, 0);
+    if (!qatomic_read(&s->vmbox->ready)) {
+        rackemu_peer_answered(&pa, h->type == RKF_T_REQ ? (int)RKF_ST_BAD_FRAME : -1);
+    } else if (qatomic_read(&s->ack_first)) {
+        /* the ACK is in the ring before the guest can see the packet (or take its interrupt) */
+        qatomic_inc(&s->acks_first);
+        rk_vmbox_serve_frame_answer_first(s->vmbox->core, h, payload, rackemu_peer_answered, &pa);
+    } else {
+        qatomic_inc(&s->acks_after);
+        rackemu_peer_answered(&pa, rk_vmbox_serve_frame(s->vmbox->core, h, payload));
     }
 }
 
@@ -349,6 +404,16 @@ static const MemoryRegionOps rackemu_pktz_ops = {
     .impl = { .min_access_size = 1, .max_access_size = 8 },
 };
 
+static bool rackemu_pktz_get_ack_first(Object *obj, Error **errp)
+{
+    return qatomic_read(&RACKEMU_PACKETIZER(obj)->ack_first);
+}
+
+static void rackemu_pktz_set_ack_first(Object *obj, bool on, Error **errp)
+{
+    qatomic_set(&RACKEMU_PACKETIZER(obj)->ack_first, on);
+}
+
 static void rackemu_pktz_realize(DeviceState *dev, Error **errp)
 {
     RackemuPacketizerState *s = RACKEMU_PACKETIZER(dev);
@@ -365,6 +430,13 @@ static void rackemu_pktz_realize(DeviceState *dev, Error **errp)
     rackemu_host_init(&s->host, SYS_BUS_DEVICE(s), TYPE_RACKEMU_PACKETIZER, 1, s->fabric, s->node_id,
                       s->node_count);
     s->core = rk_pktz_new(&s->host.host, rackemu_pktz_transmit, s, s->kif);
+    s->ack_first = g_strcmp0(g_getenv("RACKEMU_VMBOX_ACK_FIRST"), "0") != 0;
+    s->acks_first = s->acks_after = 0;
+    /* the order, switchable at run time with QMP qom-set (A/B in one cluster: bench/foundation.py) */
+    object_property_add_bool(OBJECT(dev), "ack-first", rackemu_pktz_get_ack_first, rackemu_pktz_set_ack_first);
+    /* how deliveries into the vmbox were answered (docs/mailbox.md); read with QMP qom-get */
+    object_property_add_uint64_ptr(OBJECT(dev), "acks-first", &s->acks_first, OBJ_PROP_FLAG_READ);
+    object_property_add_uint64_ptr(OBJECT(dev), "acks-after", &s->acks_after, OBJ_PROP_FLAG_READ);
     /* Serves other nodes' deliveries into the vmbox from the port thread. */
     s->ep = rackemu_fabric_bind(s->fabric, RKF_SVC_UNIMEM_MBOX, &ops, s);
 }

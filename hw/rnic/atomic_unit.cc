@@ -246,10 +246,19 @@ double AtomicUnit::mean_outstanding() const
     return span ? double(tag_area_ / (long double)span) : 0.0;
 }
 
-void AtomicUnit::schedule(uint64_t ps, Ev k, uint64_t word, uint64_t value, int32_t line, uint64_t issued_seq)
+void AtomicUnit::schedule(uint64_t ps, Ev k, uint64_t word, uint64_t value, int32_t line, uint64_t issued_seq,
+                          uint64_t sent_ps)
 {
-    events_.push_back(Event{ps, ev_seq_++, k, word, value, line, issued_seq});
+    events_.push_back(Event{ps, ev_seq_++, k, word, value, line, issued_seq, sent_ps});
     std::push_heap(events_.begin(), events_.end(), std::greater<Event>());
+}
+
+uint64_t AtomicUnit::h2n_send(uint64_t ready_ps, uint32_t bytes)
+{
+    const uint64_t start = std::max(h2n_free_, ready_ps), ser = ser_ps(bytes, cfg_.host_mbps);
+    h2n_free_ = start + ser;
+    st_.h2n_busy_ps += ser;
+    return start;
 }
 
 void AtomicUnit::set_tags(uint32_t n)
@@ -273,15 +282,25 @@ void AtomicUnit::process_events()
         const uint64_t L = uint64_t(cfg_.host_lat_ns) * 1000, M = uint64_t(cfg_.mem_ns) * 1000;
         switch (e.kind) {
         case Ev::ReadAtHost: {
-            // The memory read happens now (Hca data); the response leaves mem-ns later and
-            // crosses the host->NIC direction behind whatever is already on it.
+            // The memory read happens now (Hca data); the response is ready mem-ns later.
             const uint64_t v = cfg_.atomicity == AmuAtomicity::Hca ? host_.read_word(e.word) : 0;
-            h2n_free_ = std::max(h2n_free_, e.ps + M) + ser_ps(cfg_.resp_bytes, cfg_.host_mbps);
-            schedule(h2n_free_ + L, Ev::ReadResp, e.word, v, e.line, e.issued_seq);
+            schedule(e.ps + M, Ev::RespReady, e.word, v, e.line, e.issued_seq, e.sent_ps);
+            break;
+        }
+        case Ev::RespReady: {
+            // The response takes the host->NIC direction in the order transfers are ready for it
+            // (responses and the node's own commands): it is claimed when ready, not when the
+            // request reached the host, so a command that is ready first goes first.
+            const uint64_t start = h2n_send(e.ps, cfg_.resp_bytes);
+            st_.resp_wait_ps += start - e.ps;
+            schedule(start + ser_ps(cfg_.resp_bytes, cfg_.host_mbps) + L, Ev::ReadResp, e.word, e.value,
+                     e.line, e.issued_seq, e.sent_ps);
             break;
         }
         case Ev::ReadResp:
             set_tags(tags_used_ - 1);
+            st_.reads++;
+            st_.read_hold_ps += e.ps - e.sent_ps;
             if (e.line >= 0) {
                 Line &l = lines_[size_t(e.line)];
                 l.state = LineState::Valid;
@@ -299,6 +318,8 @@ void AtomicUnit::process_events()
             break;
         case Ev::WriteAtHost:
             set_tags(tags_used_ - 1);
+            st_.writes++;
+            st_.write_hold_ps += e.ps - e.sent_ps;
             break;
         case Ev::WriteDone:
             if (cfg_.atomicity == AmuAtomicity::Hca) host_.write_word(e.word, e.value);
@@ -329,7 +350,10 @@ void AtomicUnit::link_in()
         const uint64_t enter = std::max(r.arrival_ps, link_free_ps_) + ser;
         if (enter > now_) return;
         link_free_ps_ = enter;
-        if (cfg_.symmetric) h2n_free_ = std::max(h2n_free_, enter) + ser_ps(cfg_.cmd_bytes, cfg_.host_mbps);
+        if (cfg_.symmetric) { // the node's own command to its NIC, on the host->NIC direction
+            st_.cmds++;
+            st_.cmd_wait_ps += h2n_send(enter, cfg_.cmd_bytes) - enter;
+        }
         input_q_.push_back(r);
         link_q_.pop_front();
     }
@@ -369,10 +393,10 @@ bool AtomicUnit::host_queue_out()
         set_tags(tags_used_ + 1);
         if (rd) {
             ctr_.host_reads++;
-            schedule(at_host, Ev::ReadAtHost, h.word, 0, h.line, h.issued_seq);
+            schedule(at_host, Ev::ReadAtHost, h.word, 0, h.line, h.issued_seq, now_);
         } else {
             ctr_.host_writes++;
-            schedule(at_host, Ev::WriteAtHost, h.word, 0, -1, 0);
+            schedule(at_host, Ev::WriteAtHost, h.word, 0, -1, 0, now_);
             schedule(at_host + M, Ev::WriteDone, h.word, h.value, -1, 0);
             last_write_done_ps_ = std::max(last_write_done_ps_, at_host + M);
             if (cfg_.raw == AmuRaw::Ack) schedule(at_host + M + L, Ev::Ack, h.word, 0, -1, 0);
@@ -478,6 +502,7 @@ bool AtomicUnit::refuse(const AmoRequest &r)
 // change, so a stalled op leaves no trace but its stall counter.
 bool AtomicUnit::issue()
 {
+    head_block_ = AmuBlock::None;
     if (input_q_.empty()) return false;
     const AmoRequest r = input_q_.front();
     if (refuse(r)) {
@@ -502,12 +527,14 @@ bool AtomicUnit::issue()
         }
         if (hit && !head_flag_raw_) ctr_.raw_hits++;
         head_flag_raw_ = head_flag_raw_ || hit;
+        if (hit) head_block_ = AmuBlock::Raw;
         return hit;
     };
     auto hostq_full = [&]() {
         const bool full = hostq_.size() >= cfg_.host_queue;
         if (full && !head_flag_hostq_) ctr_.stall_hostq++;
         head_flag_hostq_ = head_flag_hostq_ || full;
+        if (full) head_block_ = AmuBlock::HostQueue;
         return full;
     };
 
@@ -522,6 +549,7 @@ bool AtomicUnit::issue()
         if (word_busy(word)) {
             if (!head_flag_busy_) ctr_.stall_busy++;
             head_flag_busy_ = true;
+            head_block_ = AmuBlock::Busy;
             return false;
         }
         const int32_t l = lookup(word);
@@ -534,6 +562,12 @@ bool AtomicUnit::issue()
             if (sets_ && install < 0 && !cfg_.conflict_bypass) {
                 if (!head_flag_conflict_) ctr_.stall_conflict++;
                 head_flag_conflict_ = true;
+                // what the set's ways wait for: a host read (filling), or the in-order ALU
+                const uint32_t set = uint32_t((word >> 3) % sets_);
+                head_block_ = AmuBlock::ConflictAlu;
+                for (uint32_t w = 0; w < cfg_.cache_ways; w++)
+                    if (lines_[set * cfg_.cache_ways + w].state == LineState::Filling)
+                        head_block_ = AmuBlock::ConflictFill;
                 return false;
             }
             if (install >= 0) {
@@ -542,6 +576,7 @@ bool AtomicUnit::issue()
                 if (evict_to_raw && (flushing_ || raw_flush_.size() >= cfg_.raw_entries)) {
                     if (!head_flag_raw_) ctr_.raw_full++;
                     head_flag_raw_ = true;
+                    head_block_ = AmuBlock::Raw;
                     start_flush();
                     return false;
                 }
@@ -597,6 +632,7 @@ bool AtomicUnit::issue()
 // The ALU: the head of the issued ops, in order, once its operand is there.
 bool AtomicUnit::alu()
 {
+    alu_blocked_ = false;
     if (issued_.empty()) return false;
     Issued &h = issued_.front();
     uint64_t ready_ps;
@@ -615,6 +651,7 @@ bool AtomicUnit::alu()
         if (hostq_.size() >= cfg_.host_queue) {
             if (!alu_flag_hostq_) ctr_.stall_hostq++;
             alu_flag_hostq_ = true;
+            alu_blocked_ = true;
             return false;
         }
         const bool raw_full =
@@ -626,6 +663,7 @@ bool AtomicUnit::alu()
         if (raw_full) {
             if (!alu_flag_raw_) ctr_.raw_full++;
             alu_flag_raw_ = true;
+            alu_blocked_ = true;
             if (cfg_.raw == AmuRaw::Flush) start_flush();
             return false;
         }
@@ -711,7 +749,11 @@ void AtomicUnit::run_until(uint64_t ps)
         // The time since the last instant processed, in the state that instant left: host
         // requests in flight (Little's law) and the busy time.
         const uint64_t dt = now_ - last_ps_;
-        if (started_ && last_ps_ >= start_ps_) tag_area_ += (long double)tags_used_ * (long double)dt;
+        if (started_ && last_ps_ >= start_ps_) {
+            tag_area_ += (long double)tags_used_ * (long double)dt;
+            st_.block_ps[size_t(head_block_)] += dt;
+            st_.alu_block_ps += alu_blocked_ ? dt : 0;
+        }
         if (work_)
             active_ps_ += dt;
         else if (!link_q_.empty() && link_q_.front().arrival_ps < now_) // the next op started arriving
@@ -791,6 +833,7 @@ AmuLoadResult finish_load(AtomicUnit &u, ModelHost &h, uint64_t ops, bool exact)
     AmuLoadResult r;
     r.ops = ops;
     r.c = u.counters();
+    r.s = u.stats();
     r.mean_outstanding = u.mean_outstanding();
     r.active_ns = double(u.active_ps()) / 1000.0;
     if (!h.error.empty() || h.done != ops || h.errors) {
@@ -865,8 +908,9 @@ AmuLoadResult amu_model_gups(const AmuConfig &c, const GupsMix &m)
         bad.error = e;
         return bad;
     }
-    if (m.table_log2 < 1 || m.table_log2 > 22 || m.procs < 1 || m.procs > 1024 || (m.procs & (m.procs - 1))) {
-        bad.error = "gups: table-log2 1..22, procs a power of two 1..1024";
+    if (m.table_log2 < 1 || m.table_log2 > 22 || m.procs < 1 || m.procs > 1024 || (m.procs & (m.procs - 1)) ||
+        !(m.offered_mups >= 0 && m.offered_mups <= 1e6)) {
+        bad.error = "gups: table-log2 1..22, procs a power of two 1..1024, rate 0..1000000 M/s";
         return bad;
     }
     const uint64_t words = 1ull << m.table_log2, per_proc = 4 * words;
@@ -895,6 +939,7 @@ AmuLoadResult amu_model_gups(const AmuConfig &c, const GupsMix &m)
             const uint64_t w = v & (words - 1);
             ref[w] ^= v;
             AmoRequest r;
+            if (m.offered_mups > 0) r.arrival_ps = uint64_t(double(n) * 1e6 / m.offered_mups);
             r.id = n++;
             r.addr = w * 8;
             r.op = ROCE_XOP_XOR;

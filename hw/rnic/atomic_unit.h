@@ -26,8 +26,9 @@
 //   HOST QUEUE ──> HOST LINK NIC->host (rdreq-bytes / wrreq-bytes per request at host-mbps), one
 //     tag per request (tags, HyperTransport's 32/64/128) from departure until: a read's response
 //     is back (2 x host-lat-ns + mem-ns + serialisation), a write reaches the host (host-lat-ns).
-//     Responses (resp-bytes) and, for a node that also injects, commands (cmd-bytes) share the
-//     host->NIC direction. A write completes in memory mem-ns after it reaches the host, so a read
+//     Responses (resp-bytes, ready mem-ns after the read reaches the host) and, for a node that
+//     also injects, commands (cmd-bytes) share the host->NIC direction, served in the order they
+//     are ready. A write completes in memory mem-ns after it reaches the host, so a read
 //     issued after it can pass it: the RAW hazard of sec. III.B.
 //   RAW BUFFER (raw-entries): Ack approach: every host write stays until its acknowledgement
 //     (completion + host-lat-ns); a miss on an address in it waits. Flush approach: only evicted
@@ -201,6 +202,24 @@ struct AmuCounters {
 #undef AMU_FIELD
 };
 
+// Where the modeled time goes (amu-model and the benches; not device counters): how long host
+// requests hold their tags and why, and what the issue unit's head op waited for. Times in ps.
+enum class AmuBlock : uint8_t { None, Busy, ConflictFill, ConflictAlu, Raw, HostQueue, Count };
+struct AmuStats {
+    uint64_t reads = 0, writes = 0;               // host requests whose tag came back
+    uint64_t read_hold_ps = 0, write_hold_ps = 0; // summed: tag taken (departure) to tag back
+    // Summed over reads: the response's wait for the host->NIC direction (queued behind other
+    // responses and, with `symmetric`, the node's own commands), part of read_hold_ps.
+    uint64_t resp_wait_ps = 0;
+    uint64_t cmds = 0, cmd_wait_ps = 0; // the node's own commands (symmetric) and their wait
+    uint64_t h2n_busy_ps = 0;           // host->NIC direction serialising (responses + commands)
+    // The issue unit's head op blocked, by cause: a busy word; a conflict while a way of its set
+    // is filling (its host read outstanding) or while every way holds a word read and returned
+    // but not yet executed by the in-order ALU; the RAW buffer; a full host queue.
+    uint64_t block_ps[size_t(AmuBlock::Count)] = {};
+    uint64_t alu_block_ps = 0; // the ALU held (operand ready) by a full host queue or RAW buffer
+};
+
 class AtomicUnit {
 public:
     // `c` must pass amu_check_config (the glue refuses a bad property at realize).
@@ -227,6 +246,7 @@ public:
     bool idle() const;
     uint64_t now_ps() const { return now_; }
     const AmuCounters &counters() const { return ctr_; }
+    const AmuStats &stats() const { return st_; }
     // Modeled time the unit had work (an operation on its input link or inside, a host request
     // or a host event pending), ps: the busy time that update rates are taken over; idle gaps
     // between arrivals are not in it (unlike now_ps() - the first arrival).
@@ -269,7 +289,7 @@ private:
         uint64_t issued_seq = 0; // Read for an op of its own (no cache)
         bool waited = false;
     };
-    enum class Ev : uint8_t { ReadAtHost, ReadResp, WriteAtHost, WriteDone, Ack, FlushDone };
+    enum class Ev : uint8_t { ReadAtHost, RespReady, ReadResp, WriteAtHost, WriteDone, Ack, FlushDone };
     struct Event {
         uint64_t ps;
         uint64_t seq;
@@ -277,12 +297,17 @@ private:
         uint64_t word, value;
         int32_t line;
         uint64_t issued_seq;
+        uint64_t sent_ps; // a host request's departure (its tag taken)
         bool operator>(const Event &o) const { return ps != o.ps ? ps > o.ps : seq > o.seq; }
     };
 
     uint64_t grid(uint64_t ps) const { return (ps + cycle_ps_ - 1) / cycle_ps_ * cycle_ps_; }
     uint64_t ser_ps(uint32_t bytes, uint32_t mbps) const { return uint64_t(bytes) * 1000000ull / mbps; }
-    void schedule(uint64_t ps, Ev k, uint64_t word, uint64_t value, int32_t line, uint64_t issued_seq);
+    void schedule(uint64_t ps, Ev k, uint64_t word, uint64_t value, int32_t line, uint64_t issued_seq,
+                  uint64_t sent_ps = 0);
+    // The host->NIC direction, first come first served in time: a transfer of `bytes` ready at
+    // `ready_ps` starts when the direction is free; returns its start.
+    uint64_t h2n_send(uint64_t ready_ps, uint32_t bytes);
     void process_events();
     void link_in();
     bool host_queue_out();
@@ -332,6 +357,9 @@ private:
     uint64_t last_ps_ = 0; // the last instant processed (now_ is the next one)
     bool work_ = false;    // has_work() as the last instant left it
     AmuCounters ctr_;
+    AmuStats st_;
+    AmuBlock head_block_ = AmuBlock::None; // what the head op waited for at the last instant
+    bool alu_blocked_ = false;             // the ALU's operand was ready but it could not write
 };
 
 // ---- The load generator of the experiments (sec. IV), driving one unit ----
@@ -357,6 +385,9 @@ struct GupsMix {
     uint32_t table_log2 = 14;
     uint32_t procs = 64;
     uint64_t seed = 1;
+    // Updates per microsecond offered to node 0, evenly spaced (0: all queued at once, the unit
+    // and its links set the pace). A light load measures the unloaded times (Table III, eq. 6).
+    double offered_mups = 0;
 };
 struct AmuLoadResult {
     bool ok = false;
@@ -369,6 +400,7 @@ struct AmuLoadResult {
     double mean_outstanding = 0;
     double active_ns = 0; // the unit's busy time (AtomicUnit::active_ps)
     AmuCounters c;
+    AmuStats s;
 };
 AmuLoadResult amu_model_hotspot(const AmuConfig &, const HotspotMix &);
 AmuLoadResult amu_model_gups(const AmuConfig &, const GupsMix &);

@@ -161,8 +161,10 @@ LoadResult model_load(const Timing &t, const LoadMix &m)
         return r;
     }
     if (m.threads < 1 || m.threads > 4096 || m.window < 1 || m.window > 4096 || m.requests > 1000000 ||
-        !(m.think_ns >= 0 && m.think_ns < 1e9)) {
-        r.error = "threads, window 1..4096, requests <= 1000000, think_ns 0..1e9";
+        !(m.think_ns >= 0 && m.think_ns < 1e9) || !(m.abort_frac >= 0 && m.abort_frac <= 0.99) ||
+        (m.abort_frac > 0 && m.op != RMC_OP_SABRE)) {
+        r.error =
+            "threads, window 1..4096, requests <= 1000000, think_ns 0..1e9, abort_frac 0..0.99 (SABRE only)";
         return r;
     }
     if (t.r2p2_count > 256 || t.att_entries > RMC_ATT_MAX) {
@@ -178,6 +180,12 @@ LoadResult model_load(const Timing &t, const LoadMix &m)
     tr.spec = m.spec;
     tr.llc = m.llc;
     const double R = sabre ? model_r2p2_sabre_ns(t, tr) : 0;
+    // a LOCKED abort: the blocks issued before the odd version is known (speculation: one per g
+    // while the stream buffer has room; without it, block 0 only), then the rest answered empty
+    SabreTrace ta = tr;
+    ta.abort = Abort::Locked;
+    ta.issued_at_abort = m.spec ? std::min({n, p.D, uint32_t(p.M / p.g) + 1}) : 1;
+    const double R_ab = sabre ? model_r2p2_sabre_ns(t, ta) : 0;
     r.unloaded_ns = sabre ? model_sabre_ns(t, R, false) : model_read_ns(t, 0, m.size, false, m.llc);
     const double s_req = double(t.pkt_hdr) / std::max(1u, t.link_gbps);
     uint32_t per_thread = m.requests;
@@ -195,7 +203,9 @@ LoadResult model_load(const Timing &t, const LoadMix &m)
     std::vector<Server> rgp(nr2p2), rcp(nr2p2), r2p2(nr2p2);
     std::vector<std::vector<Server>> att(nr2p2, std::vector<Server>(natt));
     Server req_link, rep_link;
-    uint32_t rr = 0; // the next R2P2 of the round-robin of read blocks
+    uint32_t rr = 0;                    // the next R2P2 of the round-robin of read blocks
+    uint64_t idx = 0;                   // requests issued so far (which of them abort)
+    double occ_r2p2 = 0, occ_reply = 0; // R2P2 and reply-link time claimed, summed over requests
     // (issue time, thread): every thread starts with `window` requests, each completion issues the next
     using Ev = std::pair<double, uint32_t>;
     std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> ready;
@@ -219,6 +229,10 @@ LoadResult model_load(const Timing &t, const LoadMix &m)
         cpu_free[th] = ti;
         const uint32_t b = th % nr2p2; // the thread's RGP/RCP backend
         const uint32_t npkt = n + (sabre ? 1 : 0);
+        const bool ab = m.abort_frac > 0 &&
+                        std::floor(double(idx + 1) * m.abort_frac) > std::floor(double(idx) * m.abort_frac);
+        idx++;
+        const uint32_t up = ab ? ta.issued_at_abort : n; // blocks read with data
         // source: WQE fetch, RGP unroll, request packets on the link, the network
         const double u = rgp[b].claim(ti + p.L, npkt * p.c) + p.c; // the first packet leaves
         const double lq = req_link.claim(u, npkt * s_req);
@@ -228,6 +242,7 @@ LoadResult model_load(const Timing &t, const LoadMix &m)
             // unloaded: a + c + M + (n-1) g_r; each R2P2 serves its share at g per block
             dest_done = a + p.c + p.M + (n - 1) * p.g_r;
             first_ready = a + p.c + p.M;
+            occ_r2p2 += n * p.g;
             for (uint32_t k = 0; k < std::min(n, nr2p2); k++) {
                 const uint32_t which = (rr + k) % nr2p2;
                 const uint32_t nk = n / nr2p2 + (k < n % nr2p2 ? 1 : 0);
@@ -252,17 +267,23 @@ LoadResult model_load(const Timing &t, const LoadMix &m)
                 }
             if (best > a) r.att_stalls++;
             const double reg = best;
-            // block 0's request follows the registration by a cycle (the closed form's F + c + R)
-            const double st = r2p2[k].claim(reg + p.c, n * p.g);
+            // block 0's request follows the registration by a cycle (the closed form's F + c + R);
+            // an aborted SABRe answers its blocks after `up` at a cycle each, without data
+            const double work = up * p.g + (n - up) * p.c;
+            const double st = r2p2[k].claim(reg + p.c, work);
+            occ_r2p2 += work;
             // unloaded: the last block or the decision at reg + c + R - c (R ends with the validation packet)
-            dest_done = std::max(reg + R, st + (n - 1) * p.g + p.c + p.M);
+            dest_done = std::max(reg + (ab ? R_ab : R), st + (up - 1) * p.g + p.c + p.M + (n - up) * p.c);
             first_ready = std::max(reg, st - p.c) + 2 * p.c + p.M;
             att[k][e].claim(reg, dest_done + p.c - reg); // held until the validation packet leaves
         }
         // reply link: n block replies (+ the validation packet), the network, the RCP, the CQE
         const double tail = sabre ? p.c : 0.0; // the validation packet follows the last block
-        const double ls = rep_link.claim(first_ready, n * p.s + (sabre ? s_req : 0.0));
-        const double dep_end = std::max(dest_done + tail + p.s, ls + n * p.s + (sabre ? s_req : 0.0));
+        // replies: `up` with a block of data, the others (an abort's) and the validation header-only
+        const double rep = up * p.s + (n - up) * s_req + (sabre ? s_req : 0.0);
+        occ_reply += rep;
+        const double ls = rep_link.claim(first_ready, rep);
+        const double dep_end = std::max(dest_done + tail + p.s, ls + rep);
         const double arr_first = ls + p.s + p.H, arr_last = dep_end + p.H;
         const double rs = rcp[b].claim(arr_first, (n + (sabre ? 1 : 0)) * p.c);
         const double rcp_end = std::max(arr_last + p.c, rs + (n + (sabre ? 1 : 0)) * p.c);
@@ -277,26 +298,27 @@ LoadResult model_load(const Timing &t, const LoadMix &m)
     r.mean_ns = lat_sum / double(total);
     if (t1 > t0 && total - 1 > k0) {
         const double span = t1 - t0;
-        r.gbps = double(total - 1 - k0) * m.size / span;
         r.mops = double(total - 1 - k0) / span * 1000.0;
     } else { // one request: its own latency
-        r.gbps = m.size / r.mean_ns;
         r.mops = 1000.0 / r.mean_ns;
     }
-    // utilisation: the steady-state payload rate over each resource class's capacity for this mix
+    r.gbps = r.mops / 1000.0 * m.size * (1.0 - m.abort_frac); // aborted SABRes deliver no payload
+    // utilisation: the steady-state request rate times each resource class's mean time per request,
+    // over its instances
+    const double rate = r.mops / 1000.0;            // requests per ns
     const double used = std::min(m.threads, nr2p2); // backends in use
-    const double bytes = m.size, npk = n + (sabre ? 1 : 0);
-    r.util_r2p2 = r.gbps / (nr2p2 * bytes / (n * p.g));
-    r.util_link = r.gbps / (bytes / std::max(n * p.s + (sabre ? s_req : 0.0), npk * s_req));
-    r.util_rgp = r.gbps / (used * bytes / (npk * p.c));
-    r.util_rcp = r.gbps / (used * bytes / (npk * p.c));
+    const double npk = n + (sabre ? 1 : 0);
+    r.util_r2p2 = rate * (occ_r2p2 / double(total)) / nr2p2;
+    r.util_link = rate * std::max(occ_reply / double(total), npk * s_req);
+    r.util_rgp = rate * npk * p.c / used;
+    r.util_rcp = rate * npk * p.c / used;
     if (sabre) {
         double held = 0; // mean ATT hold time of a SABRe
         for (auto &v : att)
             for (auto &x : v)
                 held += x.busy;
         held /= double(total);
-        r.util_att = r.gbps / (double(nr2p2) * natt * bytes / held);
+        r.util_att = rate * held / (double(nr2p2) * natt);
     }
     struct {
         double u;

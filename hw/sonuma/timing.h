@@ -77,6 +77,11 @@ struct LoadMix {
     uint32_t requests = 0; // per thread; 0: enough for a steady state (at least 64 and 20000 blocks)
     double think_ns = 0;   // software time a thread's core spends per request (after its completion,
                            // before the next issue; one request at a time per core) (0: none)
+    // SABRe: the fraction of requests (spread evenly) that find the version odd, a LOCKED abort:
+    // the R2P2 issues the blocks it can before the odd version returns, then answers the other
+    // requests at once without data, a cycle each (sec. 5.1: one reply per request packet); the
+    // source still unrolled every request (0: none; 0..0.99). Payload GB/s counts the others only.
+    double abort_frac = 0;
 };
 struct LoadResult {
     bool ok = false;

@@ -47,6 +47,16 @@ int rk_vmbox_serve_frame(RkVmbox *v, const struct rkf_frame_hdr *h, const void *
 {
     return v->core.serve_frame(*h, payload);
 }
+rk_status rk_vmbox_deliver_answer_first(RkVmbox *v, unsigned mif, unsigned src_if, const uint64_t *words,
+                                        unsigned nwords, rk_vmbox_answer_fn answer, void *opaque)
+{
+    return v->core.deliver(mif, src_if, words, nwords, [&](rk_status st) { answer(opaque, int(st)); });
+}
+int rk_vmbox_serve_frame_answer_first(RkVmbox *v, const struct rkf_frame_hdr *h, const void *payload,
+                                      rk_vmbox_answer_fn answer, void *opaque)
+{
+    return v->core.serve_frame(*h, payload, [&](int reply) { answer(opaque, reply); });
+}
 int rk_vmbox_irq_level(RkVmbox *v)
 {
     return v->core.irq_level();

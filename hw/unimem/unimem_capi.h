@@ -71,6 +71,14 @@ rk_status rk_vmbox_deliver(RkVmbox *v, unsigned mif, unsigned src_if, const uint
 /* A RKF_SVC_UNIMEM_MBOX request from a peer (`payload`: h->len bytes): the reply status
  * (RKF_ST_*), or -1 when no reply is due. */
 int rk_vmbox_serve_frame(RkVmbox *v, const struct rkf_frame_hdr *h, const void *payload);
+/* The same two, answering first (Vmbox::deliver with an answer, vmbox.h): `answer(opaque, r)`
+ * runs with the result (rk_status for deliver, the reply status or -1 for serve_frame) before
+ * the words become visible to the guest and raise the arrival interrupt. */
+typedef void (*rk_vmbox_answer_fn)(void *opaque, int result);
+rk_status rk_vmbox_deliver_answer_first(RkVmbox *v, unsigned mif, unsigned src_if, const uint64_t *words,
+                                        unsigned nwords, rk_vmbox_answer_fn answer, void *opaque);
+int rk_vmbox_serve_frame_answer_first(RkVmbox *v, const struct rkf_frame_hdr *h, const void *payload,
+                                      rk_vmbox_answer_fn answer, void *opaque);
 int rk_vmbox_irq_level(RkVmbox *v);
 void rk_vmbox_reset(RkVmbox *v);
 /* Migration: freeze(1) refuses deliveries (NACK) until freeze(0), so none is acknowledged after

@@ -53,7 +53,7 @@ std::span<const Reg<Vmbox, Vmbox::Ctx>> Vmbox::reg_table()
                (ne && (d.kif_ctrl_ & VMBOX_KIF_IRQ_ENABLE) ? VMBOX_KIF_IRQ : 0);
     };
     auto kif_flush = [](Vmbox &d, const R &, unsigned, uint64_t, uint64_t raw, Ctx &) {
-        if (raw & 1) d.fifos_[UNIMEM_KIF].head = d.fifos_[UNIMEM_KIF].count = 0;
+        if (raw & 1) d.drop_visible_locked(d.fifos_[UNIMEM_KIF]);
     };
     auto kif_counter = [](Vmbox &d, const R &r, unsigned, Ctx &) {
         return d.kif_cnt_[(r.offset - VMBOX_CTRL_OFFSET - VMBOX_CTRL_KIF_COUNTERS) / 8];
@@ -95,12 +95,17 @@ void Vmbox::guest_error_locked(const std::string &msg)
     host_.guest_error(msg); // host ops never call back into the core
 }
 
+// Behind every word the FIFO has: visible at once, or held with the words of a delivery whose
+// answer is running (FIFO order: nothing overtakes them).
 bool Vmbox::push_locked(unsigned mif, uint64_t word)
 {
     Fifo &f = fifos_[mif];
-    if (f.count == depth_) return false;
-    f.slots[(f.head + f.count) % depth_] = word;
-    f.count++;
+    if (f.count + f.held == depth_) return false;
+    f.slots[(f.head + f.count + f.held) % depth_] = word;
+    if (f.holders)
+        f.held++;
+    else
+        f.count++;
     if (mif == UNIMEM_KIF)
         kif_cnt_[VMBOX_KIF_CNT_INDEX_ENQUEUED]++;
     else
@@ -140,11 +145,18 @@ void Vmbox::sync_irq_locked()
     host_.set_irq(0, level);
 }
 
+// Empties what the guest sees; held words (their answer is running) stay, and appear after it.
 void Vmbox::flush_locked(uint64_t mask)
 {
     for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
-        if (mask & (1ull << i)) fifos_[i].head = fifos_[i].count = 0;
+        if (mask & (1ull << i)) drop_visible_locked(fifos_[i]);
     }
+}
+
+void Vmbox::drop_visible_locked(Fifo &f)
+{
+    f.head = f.held ? (f.head + f.count) % depth_ : 0;
+    f.count = 0;
 }
 
 // ---- public interface ----
@@ -184,7 +196,7 @@ void Vmbox::reset()
 {
     std::lock_guard lk(mu_);
     for (auto &f : fifos_)
-        f.head = f.count = 0;
+        f.head = f.count = f.held = 0; // held words too (f.holders: their publish still comes)
     irq_enable_ = 0;
     kif_ctrl_ = 0;
     cnt_.fill(0);
@@ -293,7 +305,7 @@ Status Vmbox::kif_deliver_locked(unsigned src_if, const uint64_t *words, unsigne
         kif_cnt_[VMBOX_KIF_CNT_INDEX_REFUSED]++; // no kernel listens (KIF_CTRL.ENABLE clear)
         return RK_NACK;
     }
-    if (depth_ - fifos_[UNIMEM_KIF].count < nwords) {
+    if (depth_ - fifos_[UNIMEM_KIF].count - fifos_[UNIMEM_KIF].held < nwords) {
         kif_cnt_[VMBOX_KIF_CNT_INDEX_NACKS]++;
         return RK_NACK;
     }
@@ -303,13 +315,12 @@ Status Vmbox::kif_deliver_locked(unsigned src_if, const uint64_t *words, unsigne
     return RK_OK;
 }
 
-Status Vmbox::deliver(unsigned mif, unsigned src_if, const uint64_t *words, unsigned nwords)
+// mu_ held, mif and src_if valid, nwords > 0.
+Status Vmbox::take_locked(unsigned mif, unsigned src_if, const uint64_t *words, unsigned nwords)
 {
-    if (mif >= UNIMEM_IF_TOTAL || src_if >= UNIMEM_IF_TOTAL || nwords == 0) return RK_NACK;
-    std::lock_guard lk(mu_);
     if (frozen_) return RK_NACK; // a snapshot is being taken: the sender may retry
     if (mif == UNIMEM_KIF) return kif_deliver_locked(src_if, words, nwords);
-    const unsigned room = depth_ - fifos_[mif].count;
+    const unsigned room = depth_ - fifos_[mif].count - fifos_[mif].held;
     if (room == 0 || (room < nwords && !burst_known_issue_)) {
         cnt_[VMBOX_CNT_INDEX_NACKS]++;
         return RK_NACK;
@@ -322,9 +333,45 @@ Status Vmbox::deliver(unsigned mif, unsigned src_if, const uint64_t *words, unsi
     return RK_OK;
 }
 
-int Vmbox::serve_frame(const rkf_frame_hdr &h, const void *payload)
+Status Vmbox::deliver(unsigned mif, unsigned src_if, const uint64_t *words, unsigned nwords)
 {
-    rkf_mbox_deliver d{};
+    if (mif >= UNIMEM_IF_TOTAL || src_if >= UNIMEM_IF_TOTAL || nwords == 0) return RK_NACK;
+    std::lock_guard lk(mu_);
+    return take_locked(mif, src_if, words, nwords);
+}
+
+// The last holder of a FIFO's held words makes them visible (and raises the line).
+void Vmbox::publish(unsigned mif)
+{
+    std::lock_guard lk(mu_);
+    Fifo &f = fifos_[mif];
+    if (--f.holders) return;
+    f.count += f.held;
+    f.held = 0;
+    sync_irq_locked();
+}
+
+Status Vmbox::deliver(unsigned mif, unsigned src_if, const uint64_t *words, unsigned nwords,
+                      const Answer &answer)
+{
+    if (mif >= UNIMEM_IF_TOTAL || src_if >= UNIMEM_IF_TOTAL || nwords == 0) {
+        answer(RK_NACK);
+        return RK_NACK;
+    }
+    Status st;
+    {
+        std::lock_guard lk(mu_);
+        fifos_[mif].holders++; // what take_locked pushes is held
+        st = take_locked(mif, src_if, words, nwords);
+    }
+    answer(st);
+    publish(mif); // also when refused: the holder's count goes back
+    return st;
+}
+
+// Validates a delivery frame: 0 when it is one, else the reply status (logged), or -1.
+int Vmbox::check_frame(const rkf_frame_hdr &h, const void *payload, rkf_mbox_deliver &d)
+{
     const size_t hdr = offsetof(rkf_mbox_deliver, words);
     std::memcpy(&d, payload, std::min<size_t>(h.len, sizeof d));
     if (h.type != RKF_T_REQ || h.op != RKF_OP_MBOX_DELIVER || h.len < hdr + 8 || d.nwords < 1 ||
@@ -334,6 +381,28 @@ int Vmbox::serve_frame(const rkf_frame_hdr &h, const void *payload)
                           std::to_string(h.op) + ", " + std::to_string(h.len) + " bytes) refused");
         return h.type == RKF_T_REQ ? int(RKF_ST_BAD_FRAME) : -1;
     }
+    return 0;
+}
+
+int Vmbox::serve_frame(const rkf_frame_hdr &h, const void *payload, const FrameAnswer &answer)
+{
+    rkf_mbox_deliver d{};
+    int reply = check_frame(h, payload, d);
+    if (reply) {
+        answer(reply);
+        return reply;
+    }
+    deliver(d.mif, d.src_if, d.words, d.nwords, [&](Status s) {
+        reply = s == RK_OK ? int(RKF_ST_OK) : int(RKF_ST_REFUSED);
+        answer(reply);
+    });
+    return reply;
+}
+
+int Vmbox::serve_frame(const rkf_frame_hdr &h, const void *payload)
+{
+    rkf_mbox_deliver d{};
+    if (const int reply = check_frame(h, payload, d)) return reply;
     return deliver(d.mif, d.src_if, d.words, d.nwords) == RK_OK ? int(RKF_ST_OK) : int(RKF_ST_REFUSED);
 }
 
@@ -349,8 +418,9 @@ VmboxState Vmbox::save() const
     st.kif_counters = kif_cnt_;
     for (unsigned i = 0; i < UNIMEM_IF_TOTAL; i++) {
         const Fifo &f = fifos_[i];
-        st.fifos[i].resize(f.count);
-        for (unsigned k = 0; k < f.count; k++)
+        // held words included: their delivery is acknowledged (or about to be)
+        st.fifos[i].resize(f.count + f.held);
+        for (unsigned k = 0; k < f.count + f.held; k++)
             st.fifos[i][k] = f.slots[(f.head + k) % depth_];
     }
     st.counters = cnt_;
@@ -372,7 +442,7 @@ bool Vmbox::load(const VmboxState &st)
     kif_cnt_ = st.kif_counters;
     for (unsigned i = 0; i < UNIMEM_IF_TOTAL; i++) {
         Fifo &f = fifos_[i];
-        f.head = 0;
+        f.head = f.held = 0;
         f.count = unsigned(st.fifos[i].size());
         std::copy(st.fifos[i].begin(), st.fifos[i].end(), f.slots.begin());
     }

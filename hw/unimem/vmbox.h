@@ -24,6 +24,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <string>
@@ -87,6 +88,21 @@ public:
     // NACK, RKF_ST_BAD_FRAME = malformed, logged), or -1 when no reply is due (not a request).
     int serve_frame(const rkf_frame_hdr &h, const void *payload);
 
+    // The same, answering first (issue 11): the words are taken into the FIFO (or refused) at
+    // once, then `answer` runs with the result (deliver: RK_OK / RK_NACK; serve_frame: the reply
+    // status, or -1) on the calling thread without the core lock, and only after it returned do
+    // the words become visible: MIF_COUNT, NONEMPTY, the data window, save() aside, and the
+    // arrival interrupt. So the sender's acknowledgement is on its way before the receiving guest
+    // can see the packet, and a reply the guest posts cannot overtake it. Meanwhile the taken
+    // words hold their room (a later packet is refused if they filled the FIFO), and words that
+    // arrive behind them (a guest store, another delivery) wait with them: FIFO order holds.
+    // A reset during the answer discards them; FLUSH empties only the words visible before them.
+    using Answer = std::function<void(Status)>;
+    using FrameAnswer = std::function<void(int)>;
+    Status deliver(unsigned mif, unsigned src_if, const uint64_t *words, unsigned nwords,
+                   const Answer &answer);
+    int serve_frame(const rkf_frame_hdr &h, const void *payload, const FrameAnswer &answer);
+
     // While frozen (migration: from pre_save until the VM runs again) deliveries are refused
     // with RK_NACK and not counted, so that none is acknowledged after a snapshot of the state.
     void freeze(bool on);
@@ -111,9 +127,15 @@ public:
 private:
     struct Fifo {
         std::vector<uint64_t> slots;
-        unsigned head = 0, count = 0;
+        unsigned head = 0, count = 0; // the words the guest sees: slots [head, head + count)
+        unsigned held = 0;            // taken, not yet visible: the next `held` slots
+        unsigned holders = 0;         // deliveries with an answer that hold words here now
     };
     bool push_locked(unsigned mif, uint64_t word);
+    Status take_locked(unsigned mif, unsigned src_if, const uint64_t *words, unsigned nwords);
+    void publish(unsigned mif);
+    void drop_visible_locked(Fifo &f);
+    int check_frame(const rkf_frame_hdr &h, const void *payload, rkf_mbox_deliver &d);
     uint64_t nonempty_locked() const;
     bool level_locked() const;
     void sync_irq_locked();

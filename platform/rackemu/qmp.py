@@ -185,8 +185,28 @@ def irq_counters(qmp: Qmp, dev_type: str) -> dict[str, int]:
     under the big lock, "irq-vcpu": by work queued on the vCPU from another thread, "irq-bh": by
     the main loop's bottom half}. The machine creates its devices unnamed, so the device is found
     by type under /machine/unattached; QmpError if the node has none."""
+    path = device_path(qmp, dev_type)
+    return {p: int(qmp.execute("qom-get", path=path, property=p)) for p in IRQ_PATHS}
+
+
+def device_path(qmp: Qmp, dev_type: str) -> str:
+    """The QOM path of the node's one device of type `dev_type` (the machine creates its devices
+    unnamed, so it is found by type under /machine/unattached); QmpError if the node has none."""
     for child in qmp.execute("qom-list", path="/machine/unattached"):
         if child.get("type") == f"child<{dev_type}>":
-            path = f"/machine/unattached/{child['name']}"
-            return {p: int(qmp.execute("qom-get", path=path, property=p)) for p in IRQ_PATHS}
+            return f"/machine/unattached/{child['name']}"
     raise QmpError(f"{qmp.path}: no {dev_type} device under /machine/unattached")
+
+
+ACK_PATHS = ("acks-first", "acks-after")
+
+
+def vmbox_ack_order(qmp: Qmp, first: bool | None = None) -> dict[str, int]:
+    """Deliveries into the node's vmbox so far by the order of their answer (docs/mailbox.md, "The
+    arrival interrupt's path"): {"acks-first": the sender's ACK/NACK left before the packet became
+    visible, "acks-after": after it (the old order)}, counted by the packetizer's glue. With
+    `first` given, switch the order for the deliveries that follow (QOM "ack-first") first."""
+    path = device_path(qmp, "rackemu-packetizer")
+    if first is not None:
+        qmp.execute("qom-set", path=path, property="ack-first", value=bool(first))
+    return {p: int(qmp.execute("qom-get", path=path, property=p)) for p in ACK_PATHS}

@@ -11,7 +11,7 @@ import tempfile
 import pytest
 
 from qtest import QEMU, BRIDGE, Bridge, QtestNode, regs_counters, regs_header, wait_for
-from rackemu.qmp import QmpCommandError, irq_counters
+from rackemu.qmp import QmpCommandError, irq_counters, vmbox_ack_order
 
 R = regs_header()
 B = regs_header("board.h")
@@ -229,6 +229,16 @@ def vmbox_line(node):
     return (node.read(GICD + 0x200 + 4 * (VMBOX_IRQ // 32), 4) >> (VMBOX_IRQ % 32)) & 1
 
 
+def pif3_ready(bridge, *nodes):
+    """PIF 3 of each node may send (BASE_DEST, PIDT, PID_CONF), once all are on the bridge."""
+    for n in nodes:
+        n.writeq(TIF + R["PKTZ_TIF_BASE_DEST"], VMBOX)
+        n.writeq(TIF + 8 * 3, pid(n.node_id, 3))
+        n.writeq(TIF + R["PKTZ_TIF_PID_CONF"], 1 << 3)
+    wait_for(lambda: len([p for p in bridge.stats()["ports"] if p["state"] == "up"]) == len(nodes),
+             what=f"{len(nodes)} nodes connected to the bridge")
+
+
 @pytest.mark.parametrize("on_vcpu", [True, False], ids=["vcpu-work", "bottom-half"])
 def test_an_arrival_on_the_port_thread_raises_the_line(on_vcpu, monkeypatch):
     """Issue 11: node 1's fabric port thread (no big lock) delivers a packet into a MIF whose
@@ -243,12 +253,7 @@ def test_an_arrival_on_the_port_thread_raises_the_line(on_vcpu, monkeypatch):
             m.setenv("RACKEMU_IRQ_VCPU", "1" if on_vcpu else "0")
             n1 = QtestNode(1, 2, bridge.socket, qmp_path=os.path.join(d, "n1.qmp"))
         try:
-            for n in (n0, n1):
-                n.writeq(TIF + R["PKTZ_TIF_BASE_DEST"], VMBOX)
-                n.writeq(TIF + 8 * 3, pid(n.node_id, 3))
-                n.writeq(TIF + R["PKTZ_TIF_PID_CONF"], 1 << 3)
-            wait_for(lambda: len([p for p in bridge.stats()["ports"] if p["state"] == "up"]) == 2,
-                     what="2 nodes connected to the bridge")
+            pif3_ready(bridge, n0, n1)
             # from here on node 1's vmbox is not read until the line is up: a read would poll the
             # port and take the packet on the qtest thread, which holds the big lock
             n1.writeq(CTRL + R["VMBOX_CTRL_IRQ_ENABLE"], 1 << 7)
@@ -269,6 +274,39 @@ def test_an_arrival_on_the_port_thread_raises_the_line(on_vcpu, monkeypatch):
                 assert vmbox_line(n1) == 0  # no wait: set at once under the big lock
                 assert irq_counters(q, "rackemu-vmbox")["irq-direct"] > after["irq-direct"]
                 assert recv(n1, 7) == [0x5A00_0000_0000_0000 | pid(0, 3), 0x71, 0x72, 0x73]
+        finally:
+            n0.close()
+            n1.close()
+            bridge.stop()
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["ack-first", "ack-after"])
+def test_deliveries_are_answered_in_the_order_chosen(first):
+    """Issue 11: a delivery into a vmbox sends the sender's ACK before the packet becomes visible
+    (QOM "ack-first", the default; the order itself is asserted by the core's unit tests,
+    VmboxAnswerFirst). Here through the glue on both paths: a peer's packet served by node 1's
+    port thread and a packet into node 0's own vmbox, each counted once in the chosen order's
+    counter (acks-first, or acks-after for the old order, switched at run time) and intact."""
+    with tempfile.TemporaryDirectory(prefix="rackemu-vmbox-ack-") as d:
+        bridge = Bridge(d)
+        n0 = QtestNode(0, 2, bridge.socket, qmp_path=os.path.join(d, "n0.qmp"))
+        n1 = QtestNode(1, 2, bridge.socket, qmp_path=os.path.join(d, "n1.qmp"))
+        try:
+            pif3_ready(bridge, n0, n1)
+            with n0.qmp() as q0, n1.qmp() as q1:
+                assert vmbox_ack_order(q0)["acks-first"] == 0  # nothing delivered yet
+                before = vmbox_ack_order(q0, first), vmbox_ack_order(q1, first)
+                assert send(n0, 3, mif_addr(1, 9), 0x5B00_0000_0000_0000, 0x91, 0x92, 0x93) == ACK
+                assert send(n0, 3, mif_addr(0, 10), 0x5C00_0000_0000_0000, 0xA1, 0xA2, 0xA3) == ACK
+                after = vmbox_ack_order(q0), vmbox_ack_order(q1)
+                vmbox_ack_order(q0, True)
+                assert {k: after[0][k] - before[0][k] for k in after[0]} == \
+                    {"acks-first": int(first), "acks-after": int(not first)}
+            counted = {k: after[1][k] - before[1][k] for k in after[1]}
+            assert counted == {"acks-first": int(first), "acks-after": int(not first)}, counted
+            assert recv(n1, 9) == [0x5B00_0000_0000_0000 | pid(0, 3), 0x91, 0x92, 0x93]
+            assert recv(n0, 10) == [0x5C00_0000_0000_0000 | pid(0, 3), 0xA1, 0xA2, 0xA3]
+            assert recv(n1, 9)[0] == EMPTY
         finally:
             n0.close()
             n1.close()

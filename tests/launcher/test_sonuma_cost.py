@@ -3,6 +3,7 @@ plugin measured (instructions at IPC x f, LLC lines at the latency over the memo
 parallelism, never faster than the mesh link), and Fig. 8's conflict model follows its cause:
 writers hold a key locked a fraction W/N of the time, a baseline attempt on a locked key pays
 the full transfer, a SABRe's LOCKED abort only a one-block round trip."""
+import math
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +16,7 @@ import sonuma_cost  # noqa: E402
 
 
 def core(**kw):
-    a = dict(ipc=1.0, ipc_data=0.5, ghz=2.0, llc_core_ns=12.0, mlp=None, mshrs=32, rob=128)
+    a = dict(ipc=1.0, ipc_data=0.5, ghz=2.0, llc_core_ns=12.0, mlp=None, mshrs=32, rob=128, unpack_chunk=0)
     a.update(kw)
     return sonuma_cost.Core(SimpleNamespace(**a))
 
@@ -27,6 +28,10 @@ def test_core_model_charges_instructions_and_llc_lines():
     # 7 instructions a line: 128 x 10 / 70 = 18 misses in flight, 12 / 18 ns < the 2 ns link floor
     assert c.mlp_of(70, 10) == pytest.approx(128 * 10 / 70)
     assert c.ns(70, 10) == pytest.approx(35 + 10 * 2.0)
+    # never less than one LLC latency: 5 lines at the link floor would be 10 ns; the first miss waits 12
+    assert c.llc_time(10, 5) == pytest.approx(12.0)
+    assert c.llc_time(10, 0.5) == pytest.approx(6.0)  # half a line on average: half a latency
+    assert c.llc_time(10, 0) == 0.0
     # one miss among 1000 instructions: the ROB holds one: the full LLC latency
     assert c.ns(1000, 1) == pytest.approx(500 + 12.0)
     assert core(mlp=1.0).ns(70, 10) == pytest.approx(35 + 10 * 12.0)
@@ -129,3 +134,100 @@ def test_streaming_phase_is_issue_or_llc_bound_overlapped():
     m = {"layout": "baseline", "kv_copy_insns": 160.0, "kv_copy_misses": 0.0, "kv_copy_loads": 64.0,
          "kv_copy_stores": 64.0, "kv_copy_lines": 40.0}
     assert sonuma_cost.phase_ns(c, m, "kv_copy") == pytest.approx(32.0)
+
+
+def test_unpack_fetches_the_object_in_1kib_chunks():
+    # sec. 7.3: the version-stripping kernel is hand-tuned "to maximize the MLP, at 1KB data chunks":
+    # a chunk's lines all in flight, chunk after chunk: one exposed LLC latency per chunk, the other
+    # lines at the 16-byte link's pace (2 ns a line at 2 GHz)
+    c = core(unpack_chunk=1024)
+    assert c.chunked_llc_time(130, 8) == pytest.approx(8 * 12.0 + 122 * 2.0)
+    assert c.chunked_llc_time(4, 1) == pytest.approx(12.0 + 3 * 2.0)
+    assert c.chunked_llc_time(0, 1) == 0.0
+    assert c.chunked_llc_time(64, 1) == pytest.approx(2 * 12.0 + 62 * 2.0)  # 64 lines, 32 MSHRs: two rounds
+    m = {"layout": "baseline", "size": 8192, "kv_check_insns": 900.0, "kv_check_lines": 130.0,
+         "kv_check_misses": 0.0, "local_check_insns": 900.0, "local_check_misses": 128.0,
+         "local_check_lines": 130.0}
+    assert sonuma_cost.unpack_chunks(c, m, "kv_check") == 8
+    assert sonuma_cost.phase_ns(c, m, "kv_check") == pytest.approx(900 / 1.0 + 8 * 12 + 122 * 2)  # ipc_data 0.5
+    # the local unpack is the same kernel (its LLC lines: the L1d-model misses)
+    assert sonuma_cost.phase_ns(c, m, "local_check") == pytest.approx(900 + 8 * 12 + 120 * 2)
+    # the ROB model otherwise: 128 x 130 / 900 = 18.5 lines in flight, at the link floor
+    assert sonuma_cost.phase_ns(core(), m, "kv_check") == pytest.approx(900 + 130 * 2.0)
+    assert sonuma_cost.phase_ns(core(unpack_chunk=0), m, "kv_check") == pytest.approx(900 + 130 * 2.0)
+    # an explicit MLP (a sensitivity) overrides the chunks; other layouts and phases never chunk
+    assert sonuma_cost.phase_ns(c, m, "kv_check", mlp=1.0) == pytest.approx(900 + 130 * 12.0)
+    assert sonuma_cost.unpack_chunks(c, {**m, "layout": "sabre"}, "kv_check") is None
+    assert sonuma_cost.unpack_chunks(c, m, "kv_copy") is None
+    # 1 KB: one chunk; 128 B: one chunk
+    assert sonuma_cost.unpack_chunks(c, {**m, "size": 1024}, "kv_check") == 1
+    assert sonuma_cost.unpack_chunks(c, {**m, "size": 128}, "kv_check") == 1
+
+
+def test_perfect_prefetcher_exposes_only_the_first_chunk():
+    # sec. 7.3: "only the LLC access latency of accessing the first 1KB is exposed"
+    c = core(unpack_chunk=1024)
+    m = {"layout": "baseline", "size": 8192, "kv_check_insns": 900.0, "kv_check_lines": 130.0,
+         "kv_check_misses": 0.0, "kv_copy_insns": 1000.0, "kv_copy_misses": 0.0}
+    assert sonuma_cost.phase_ns(c, m, "kv_check", prefetch=True) == pytest.approx(900 + 12 + 15 * 2.0)
+    assert sonuma_cost.phase_ns(c, m, "kv_copy", prefetch=True) == sonuma_cost.phase_ns(c, m, "kv_copy")
+
+
+def test_fused_unpack_fails_after_the_whole_unpack():
+    # sec. 7.2: the baseline "unpacks ... checking for atomicity violation in the process": a failed
+    # attempt pays the unpack; rmc-kv's two passes stop a failed check at line 0; a SABRe's check is
+    # its completion's status either way
+    assert sonuma_cost.unpack_costs("baseline", 100.0, 80.0, 16, True) == (180.0, 180.0, 0.0)
+    assert sonuma_cost.unpack_costs("baseline", 100.0, 80.0, 16, False) == (100.0, 100.0 / 16, 80.0)
+    assert sonuma_cost.unpack_costs("sabre", 1.0, 0.0, 16, True) == (1.0, 1.0, 0.0)
+    # so under writers a fused baseline read costs more than a two-pass one (same attempts)
+    n, N, t_w, lat, lat64 = 16, 100, 2000.0, 300.0, 150.0
+    fu = sonuma_cost.conflict_sim("baseline", n, 16, N, t_w, lat, lat64, 1.0,
+                                  (50.0, *sonuma_cost.unpack_costs("baseline", 100.0, 80.0, n, True), 5.0))
+    tp = sonuma_cost.conflict_sim("baseline", n, 16, N, t_w, lat, lat64, 1.0,
+                                  (50.0, *sonuma_cost.unpack_costs("baseline", 100.0, 80.0, n, False), 5.0))
+    assert fu[1] > tp[1]
+
+
+def test_destination_coherence_owner_forwards():
+    c = core()
+    # Table 2: the owner's 3-cycle L1 + 2.5 hops x 3 cycles, at 2 GHz
+    assert c.fwd_ns == pytest.approx(5.25)
+    assert sonuma_cost.fwd_fraction(c, 128, 0, 100, 100.0, 16, 200.0) == 0.0
+    # 16 writers of 100 128-byte keys: every key's lines fit its writer's L1; updates (6.25 keys x
+    # 100 ns = 625 ns apart) far more often than reads (16 / (100 x 200 ns) = 0.8 per us per key):
+    # nearly every attempt is the first after an update
+    x = 16 / (100 * 200.0) * 6.25 * 100.0
+    assert sonuma_cost.fwd_fraction(c, 128, 16, 100, 100.0, 16, 200.0) == pytest.approx((1 - math.exp(-x)) / x)
+    # rare updates: only the first read after each finds the lines modified
+    assert sonuma_cost.fwd_fraction(c, 128, 1, 100, 1e6, 16, 200.0) < 0.01
+    # 8 KiB keys beyond the writer's 32 KiB L1d (100 x 8 KiB for one writer): mostly written back
+    assert sonuma_cost.fwd_fraction(c, 8192, 1, 100, 10.0, 16, 200.0) <= 32 * 1024 / (100 * 8192) + 1e-9
+    # the device time per attempt grows by the forward: always when the key is locked, else with q
+    n, N, t_w, lat, lat64 = 2, 100, 100.0, 200.0, 199.0
+    for layout in ("baseline", "sabre"):
+        a0 = sonuma_cost.conflict_sim(layout, n, 16, N, t_w, lat, lat64, 1.0, SW)
+        a1 = sonuma_cost.conflict_sim(layout, n, 16, N, t_w, lat, lat64, 1.0, SW, fwd_ns=5.0, fwd_q=0.0)
+        a2 = sonuma_cost.conflict_sim(layout, n, 16, N, t_w, lat, lat64, 1.0, SW, fwd_ns=5.0, fwd_q=1.0)
+        assert a0[2] < a1[2] < a2[2] and a2[2] == pytest.approx(a0[2] + 5.0 * a2[0], rel=0.05)
+        assert a2[1] > a0[1]
+
+
+def test_roofline_unpack_exposes_one_llc_latency_per_chunk():
+    # --streaming roofline with the chunked unpack: each chunk waits one LLC latency, then its lines'
+    # transfers overlap the kernel's issue
+    c = core(streaming="roofline", unpack_chunk=1024)
+    # 8 KB: 8 x 12 ns exposed; issue 1800 / 3 = 600 cycles = 300 ns > 122 lines x 2 ns
+    assert c.ns(1800, 130, data=True, memops=128, chunks=8) == pytest.approx(96 + 300.0)
+    # few instructions: the lines' transfers bound it
+    assert c.ns(30, 130, data=True, memops=16, chunks=8) == pytest.approx(96 + 122 * 2.0)
+
+
+def test_fig8_verdict_per_size():
+    v = sonuma_cost.fig8_size_verdict
+    # within 5 points of the paper's at both writer counts, moving the same way
+    assert v(18.0, 5.0, 15, 3).startswith("REPRODUCED")
+    assert v(12.0, 10.0, 15, 3) == "direction reproduced, magnitude NOT"  # 10 % against 3 %
+    assert v(40.0, 44.0, 87, 97) == "direction reproduced, magnitude NOT"
+    assert v(67.0, 60.0, 30, 41).startswith("NOT REPRODUCED")
+    assert v(1.0, 2.0, None, None) == "-"

@@ -360,6 +360,92 @@ TEST(AtomicUnit, TimingOfOneMissByHand)
     EXPECT_EQ(h.results[0].done_ps, 598000u);
     EXPECT_EQ(u.counters().host_reads, 1u);
     EXPECT_EQ(u.counters().host_writes, 1u);
+    // Tag times (AmuStats): the read from its departure (14 ns) to its response (592.695 ns); the
+    // write (16 B: 6.956 ns) leaves the cycle after the ALU (598 ns) and holds its tag 250 ns more.
+    const AmuStats &s = u.stats();
+    EXPECT_EQ(s.reads, 1u);
+    EXPECT_EQ(s.read_hold_ps, 578695u);
+    EXPECT_EQ(s.writes, 1u);
+    EXPECT_EQ(s.write_hold_ps, 256956u);
+    EXPECT_EQ(s.resp_wait_ps, 0u);
+}
+
+// Sec. III.A: "A cache entry is busy if it has been read and not yet written back (either to the
+// cache or the register file)", and sec. V-A on Fig. 3: a conflicting access waits "while the
+// first access is serviced and then consumed". One line, two words: the second op's miss blocks
+// the issue unit while the first's read is outstanding, and issues the cycle its op is executed
+// (written to the line), not when the write-through reaches the host (250 ns later) or completes.
+TEST(AtomicUnit, ConflictWaitsForTheCacheWriteNotTheHostWrite)
+{
+    std::vector<uint64_t> mem(2, 0);
+    Host h(mem);
+    AmuConfig c;
+    c.cache_lines = 1;
+    AtomicUnit u(c, h);
+    u.submit(AmoRequest{0, kBase, ROCE_XOP_ADD, 8, false, 1, 0, 0, 0});
+    u.submit(AmoRequest{1, kBase + 8, ROCE_XOP_ADD, 8, false, 1, 0, 0, 0});
+    u.drain();
+    EXPECT_EQ(h.results[0].done_ps, 598000u); // TimingOfOneMissByHand
+    // op 1 issues at 596 ns with the ALU's write of op 0; the host queue sends that write at 598 ns
+    // (6.956 ns on the link), then op 1's read at 606 ns: 578.695 ns round trip, operand a cycle
+    // later (1186.695), the ALU at 1188, done at 1190 ns.
+    EXPECT_EQ(h.results[1].done_ps, 1190000u);
+    EXPECT_EQ(u.counters().stall_conflict, 1u);
+    const AmuStats &s = u.stats();
+    // blocked from op 1's arrival in the queue (24 ns) to 596 ns: on the filling line until the
+    // response is in (the instant 594 ns), then one cycle for the ALU to execute op 0
+    EXPECT_EQ(s.block_ps[size_t(AmuBlock::ConflictFill)], 570000u);
+    EXPECT_EQ(s.block_ps[size_t(AmuBlock::ConflictAlu)], 2000u);
+    EXPECT_EQ(mem[0], 1u);
+    EXPECT_EQ(mem[1], 1u);
+}
+
+// The host->NIC direction is first come, first served in time (RandomAccess: the node's own
+// 32-byte commands and the 12-byte read responses, eq. 4). A command that is ready while a
+// response is still in host memory goes first; the link is not held idle for the response.
+TEST(AtomicUnit, HostToNicDirectionServesInTimeOrder)
+{
+    std::vector<uint64_t> mem(2, 0);
+    Host h(mem);
+    AmuConfig c;
+    c.cache_lines = 0;
+    c.symmetric = true;
+    AtomicUnit u(c, h);
+    // op 0's read reaches the host at 267.478 ns, its response is ready at 337.478 ns; op 1's
+    // message is in at 292 ns and its command takes the direction 292..305.9 ns.
+    u.submit(AmoRequest{0, kBase, ROCE_XOP_ADD, 8, false, 1, 0, 0, 0});
+    u.submit(AmoRequest{1, kBase + 8, ROCE_XOP_ADD, 8, false, 1, 0, 0, 280000});
+    u.drain();
+    const AmuStats &s = u.stats();
+    EXPECT_EQ(s.cmds, 2u);
+    EXPECT_EQ(s.cmd_wait_ps, 0u);  // not behind op 0's response, which was not ready
+    EXPECT_EQ(s.resp_wait_ps, 0u); // nor the response behind the command, done before it was ready
+    EXPECT_EQ(h.results[0].done_ps, 598000u);
+    // Saturated: RandomAccess with no tag limit runs near the bound of eq. 5 (the host->NIC
+    // direction, 44 bytes per update), which the direction then fills; the rest of a read's tag
+    // time is the unloaded round trip (TimingOfOneMissByHand) plus its response's queueing there.
+    AmuConfig g;
+    g.cache_lines = 0;
+    g.symmetric = true;
+    g.tags = 4096;
+    const auto r = amu_model_gups(g, GupsMix{});
+    ASSERT_TRUE(r.ok) << r.error;
+    EXPECT_TRUE(r.exact);
+    const double bound = amu_bounds(g).amu_rate / 1e6;
+    EXPECT_GT(r.mops, 0.95 * bound);
+    EXPECT_LE(r.mops, bound * 1.001);
+    EXPECT_GT(double(r.s.h2n_busy_ps) / 1000.0, 0.95 * r.active_ns);
+    EXPECT_EQ(r.s.read_hold_ps - r.s.resp_wait_ps, r.s.reads * 578695u);
+    // Offered evenly at 2 M updates/s (almost) nothing queues: each update holds tags for eq. 6's
+    // RdLat + MemLat + WrLat (820 ns) plus serialisation, 835.651 ns.
+    GupsMix light;
+    light.offered_mups = 2;
+    const auto l = amu_model_gups(g, light);
+    ASSERT_TRUE(l.ok) << l.error;
+    EXPECT_NEAR(l.mops, 2.0, 0.01);
+    EXPECT_LT(l.s.resp_wait_ps, l.s.reads * 100u); // a response rarely meets a command (< 0.1 ns each)
+    EXPECT_EQ(l.s.read_hold_ps - l.s.resp_wait_ps, l.s.reads * 578695u);
+    EXPECT_EQ(l.s.write_hold_ps, l.s.writes * 256956u);
 }
 
 // One word, 63 sources, a cache: the register file absorbs the updates and the rate is the

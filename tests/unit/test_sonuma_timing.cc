@@ -245,6 +245,50 @@ TEST(SonumaTiming, SixteenSynchronousReadersOf8KiBLlcObjectsMeetTheTable2Bound)
     }
 }
 
+TEST(SonumaTiming, AbortedSabresOccupyTheR2p2ForTheBlocksTheyIssuedAndACycleForEachOther)
+{
+    // Fig. 8's conflicts under load: a LOCKED SABRe issues the blocks it can before the odd version
+    // returns (LLC-resident: M / g + 1 = 10 / 3.2 + 1 = 4 at 20 GB/s), then answers the other
+    // request packets at once without data, a cycle each (sec. 5.1: one reply per request)
+    Timing t;
+    LoadMix m;
+    m.op = RMC_OP_SABRE;
+    m.llc = true;
+    m.size = 8192;
+    m.threads = 16;
+    m.window = 1;
+    LoadResult none = model_load(t, m);
+    ASSERT_TRUE(none.ok);
+    m.abort_frac = 0.5;
+    LoadResult half = model_load(t, m);
+    ASSERT_TRUE(half.ok);
+    const double g = 64.0 / 20, c = 1.0;
+    const double occ = 0.5 * 128 * g + 0.5 * (4 * g + 124 * c);        // R2P2 ns per request, on average
+    EXPECT_NEAR(half.mops, 4 * 1000.0 / occ, 0.03 * 4 * 1000.0 / occ); // the 4 R2P2s bound it
+    EXPECT_NE(half.bound.find("r2p2"), std::string::npos);
+    EXPECT_NEAR(half.gbps, half.mops / 1000.0 * 8192 * 0.5, 1e-6); // aborts carry no payload
+    EXPECT_GT(half.mops, none.mops);                               // an abort is cheaper than a read,
+    EXPECT_LT(half.gbps, none.gbps);                               // and delivers nothing
+    // one thread, one request at a time, every other one aborted: each its closed form, unloaded
+    m.threads = 1;
+    m.requests = 100;
+    LoadResult one = model_load(t, m);
+    SabreTrace ta;
+    ta.nblocks = 128;
+    ta.llc = true;
+    ta.abort = Abort::Locked;
+    ta.issued_at_abort = 4;
+    const double aborted = model_sabre_ns(t, model_r2p2_sabre_ns(t, ta), false);
+    EXPECT_LT(aborted, one.unloaded_ns);
+    EXPECT_NEAR(one.mean_ns, (aborted + one.unloaded_ns) / 2, 1e-6);
+    // refused: reads do not abort, nor can every request
+    m.abort_frac = 1.0;
+    EXPECT_FALSE(model_load(t, m).ok);
+    m.abort_frac = 0.5;
+    m.op = RMC_OP_READ;
+    EXPECT_FALSE(model_load(t, m).ok);
+}
+
 TEST(SonumaTiming, LoadRefusesWhatItCannotModel)
 {
     Timing t;

@@ -1,7 +1,10 @@
 // Unit tests of the Unimem vmbox core (hw/unimem/vmbox.cc).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_host.h"
@@ -258,6 +261,190 @@ TEST(Vmbox, AFrozenVmboxRefusesDeliveriesWithoutCountingThem)
     r.vm.freeze(false);
     EXPECT_EQ(r.vm.deliver(4, 1, &w, 1), RK_OK);
     EXPECT_EQ(r.vm.fill(4), 1u);
+}
+
+// ---- answering first (issue 11): the acknowledgement leaves before the guest sees the packet ----
+
+namespace {
+constexpr uint64_t kCtrlOff = VMBOX_CTRL_OFFSET;
+rkf_frame_hdr delivery_frame(rkf_mbox_deliver &d, unsigned mif, uint64_t first)
+{
+    rkf_frame_hdr h{};
+    h.type = RKF_T_REQ;
+    h.svc = RKF_SVC_UNIMEM_MBOX;
+    h.op = RKF_OP_MBOX_DELIVER;
+    d = rkf_mbox_deliver{};
+    d.mif = uint8_t(mif);
+    d.src_if = 1;
+    d.nwords = 4;
+    for (unsigned i = 0; i < 4; i++)
+        d.words[i] = first + i;
+    h.len = offsetof(rkf_mbox_deliver, words) + 4 * 8;
+    return h;
+}
+} // namespace
+
+TEST(VmboxAnswerFirst, TheWordsAppearAndTheLineRisesOnlyAfterTheAnswer)
+{
+    Rig r(8);
+    ASSERT_EQ(r.vm.write(kCtrlOff + VMBOX_CTRL_IRQ_ENABLE, 1ull << 9, 8), RK_OK);
+    rkf_mbox_deliver d;
+    const rkf_frame_hdr h = delivery_frame(d, 9, 0x900);
+    int answers = 0;
+    const int reply = r.vm.serve_frame(h, &d, [&](int st) {
+        answers++;
+        EXPECT_EQ(st, int(RKF_ST_OK));
+        // taken, but nothing of it is visible yet: count, NONEMPTY, data window, the line
+        EXPECT_EQ(r.vm.fill(9), 0u);
+        EXPECT_EQ(r.load(VMBOX_MIF_OFFSET(9) + VMBOX_MIF_COUNT), 0u);
+        EXPECT_EQ(r.load(kCtrlOff + VMBOX_CTRL_NONEMPTY), 0u);
+        EXPECT_EQ(r.load(kCtrlOff + VMBOX_CTRL_IRQ_STATUS), 0u);
+        EXPECT_EQ(r.load(VMBOX_MIF_OFFSET(9)), VMBOX_EMPTY_PATTERN);
+        EXPECT_FALSE(r.vm.irq_level());
+        EXPECT_TRUE(r.irq_changes.empty());
+    });
+    EXPECT_EQ(reply, int(RKF_ST_OK));
+    EXPECT_EQ(answers, 1);
+    EXPECT_EQ(r.irq_changes, std::vector<bool>{true}); // raised once, after the answer
+    EXPECT_EQ(r.load(VMBOX_MIF_OFFSET(9) + VMBOX_MIF_COUNT), 4u);
+    for (uint64_t i = 0; i < 4; i++)
+        EXPECT_EQ(r.load(VMBOX_MIF_OFFSET(9)), 0x900 + i);
+    EXPECT_EQ(r.vm.counters().enqueued, 4u);
+    EXPECT_EQ(r.vm.counters().dequeued, 4u);
+}
+
+TEST(VmboxAnswerFirst, HeldWordsKeepTheirRoomAndARefusalIsAnsweredToo)
+{
+    Rig r(8);
+    rkf_mbox_deliver d;
+    rkf_frame_hdr h = delivery_frame(d, 3, 0x30);
+    ASSERT_EQ(r.vm.deliver(3, 1, d.words, 4), RK_OK); // 4 of 8 slots used
+    std::vector<int> seen;
+    r.vm.serve_frame(h, &d, [&](int st) {
+        seen.push_back(st);
+        // the held words fill the FIFO: a third packet is refused meanwhile (a NACK)
+        rkf_mbox_deliver d2;
+        const rkf_frame_hdr h2 = delivery_frame(d2, 3, 0x50);
+        EXPECT_EQ(r.vm.serve_frame(h2, &d2, [&](int st2) { seen.push_back(st2); }), int(RKF_ST_REFUSED));
+    });
+    EXPECT_EQ(seen, (std::vector<int>{int(RKF_ST_OK), int(RKF_ST_REFUSED)}));
+    EXPECT_EQ(r.vm.fill(3), 8u);
+    EXPECT_EQ(r.vm.counters().nacks, 1u);
+    // malformed and not-a-request frames are answered (BAD_FRAME, -1) and change nothing
+    h.len += 8;
+    seen.clear();
+    EXPECT_EQ(r.vm.serve_frame(h, &d, [&](int st) { seen.push_back(st); }), int(RKF_ST_BAD_FRAME));
+    h.len -= 8;
+    h.type = RKF_T_REPLY;
+    EXPECT_EQ(r.vm.serve_frame(h, &d, [&](int st) { seen.push_back(st); }), -1);
+    EXPECT_EQ(seen, (std::vector<int>{int(RKF_ST_BAD_FRAME), -1}));
+    const uint64_t w = 7;
+    std::vector<int> bad;
+    EXPECT_EQ(r.vm.deliver(UNIMEM_IF_TOTAL, 1, &w, 1, [&](Status st) { bad.push_back(st); }), RK_NACK);
+    EXPECT_EQ(bad, std::vector<int>{RK_NACK});
+    EXPECT_EQ(r.vm.fill(3), 8u);
+}
+
+TEST(VmboxAnswerFirst, WhatArrivesDuringTheAnswerQueuesBehindTheHeldPacket)
+{
+    Rig r(16);
+    ASSERT_EQ(r.vm.write(VMBOX_MIF_OFFSET(4), 0x1, 8), RK_OK); // visible before the packet
+    rkf_mbox_deliver d;
+    const rkf_frame_hdr h = delivery_frame(d, 4, 0x40);
+    r.vm.serve_frame(h, &d, [&](int) {
+        // a guest store and a local packet (answered first as well) arrive behind it
+        EXPECT_EQ(r.vm.write(VMBOX_MIF_OFFSET(4), 0x2, 8), RK_OK);
+        const uint64_t local[2] = {0x3, 0x4};
+        EXPECT_EQ(r.vm.deliver(4, 2, local, 2, [&](Status) { EXPECT_EQ(r.vm.fill(4), 1u); }), RK_OK);
+        // still held: only the word from before is visible, until the outer answer returns
+        EXPECT_EQ(r.vm.fill(4), 1u);
+        // FLUSH empties what the guest sees; the held words appear after the answer
+        EXPECT_EQ(r.vm.write(kCtrlOff + VMBOX_CTRL_FLUSH, 1ull << 4, 8), RK_OK);
+        EXPECT_EQ(r.vm.fill(4), 0u);
+    });
+    const std::vector<uint64_t> want{0x40, 0x41, 0x42, 0x43, 0x2, 0x3, 0x4};
+    EXPECT_EQ(r.vm.fill(4), want.size());
+    for (uint64_t v : want)
+        EXPECT_EQ(r.load(VMBOX_MIF_OFFSET(4)), v);
+    EXPECT_EQ(r.load(VMBOX_MIF_OFFSET(4)), VMBOX_EMPTY_PATTERN);
+}
+
+TEST(VmboxAnswerFirst, ASnapshotDuringTheAnswerKeepsThePacketAndAResetDropsIt)
+{
+    Rig r(8);
+    rkf_mbox_deliver d;
+    const rkf_frame_hdr h = delivery_frame(d, 6, 0x60);
+    VmboxState st;
+    r.vm.serve_frame(h, &d, [&](int) { st = r.vm.save(); }); // acknowledged: it must be in the state
+    ASSERT_EQ(st.fifos[6].size(), 4u);
+    Rig b(8);
+    ASSERT_TRUE(b.vm.load(st));
+    for (uint64_t i = 0; i < 4; i++)
+        EXPECT_EQ(b.load(VMBOX_MIF_OFFSET(6)), 0x60 + i);
+
+    Rig c(8);
+    c.vm.serve_frame(h, &d, [&](int) { c.vm.reset(); });
+    EXPECT_EQ(c.vm.fill(6), 0u);                      // the reset took it; its publish changes nothing
+    ASSERT_EQ(c.vm.deliver(6, 1, d.words, 4), RK_OK); // and the FIFO works as before
+    EXPECT_EQ(c.vm.fill(6), 4u);
+}
+
+TEST(VmboxAnswerFirst, TheKifHoldsItsPacketsToo)
+{
+    Rig r(8);
+    ASSERT_EQ(r.vm.write(kCtrlOff + VMBOX_CTRL_KIF_CTRL, VMBOX_KIF_ENABLE | VMBOX_KIF_IRQ_ENABLE, 8), RK_OK);
+    const uint64_t pkt[4] = {0xa, 0xb, 0xc, 0xd};
+    EXPECT_EQ(r.vm.deliver(UNIMEM_KIF, UNIMEM_KIF, pkt, 4,
+                           [&](Status st) {
+                               EXPECT_EQ(st, RK_OK);
+                               EXPECT_EQ(r.load(kCtrlOff + VMBOX_CTRL_KIF_STATUS), 0u);
+                               EXPECT_FALSE(r.vm.irq_level());
+                           }),
+              RK_OK);
+    EXPECT_EQ(r.load(kCtrlOff + VMBOX_CTRL_KIF_STATUS), uint64_t(VMBOX_KIF_NONEMPTY | VMBOX_KIF_IRQ));
+    EXPECT_TRUE(r.vm.irq_level());
+    // refused from a PIF: answered NACK, nothing held
+    EXPECT_EQ(r.vm.deliver(UNIMEM_KIF, 5, pkt, 4, [](Status st) { EXPECT_EQ(st, RK_NACK); }), RK_NACK);
+    EXPECT_EQ(r.load(VMBOX_KIF_OFFSET + VMBOX_MIF_COUNT), 4u);
+}
+
+// A sender thread delivers packets that answer first while a reader thread drains the FIFO: every
+// word the reader sees belongs to a packet already answered, all arrive, in order (TSan runs it).
+TEST(VmboxAnswerFirst, AReaderOnAnotherThreadNeverSeesAPacketBeforeItsAnswer)
+{
+    Rig r(64);
+    constexpr uint64_t kPackets = 20000;
+    std::atomic<uint64_t> answered{0};
+    std::atomic<bool> bad_order{false}, early{false};
+    std::thread reader([&] {
+        uint64_t next = 0;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (next < kPackets * 4 && std::chrono::steady_clock::now() < deadline) {
+            uint64_t v = 0;
+            r.vm.read(VMBOX_MIF_OFFSET(7), 8, v);
+            if (v == VMBOX_EMPTY_PATTERN) {
+                std::this_thread::yield();
+                continue;
+            }
+            if (v != next) bad_order = true;
+            if (v / 4 >= answered.load()) early = true; // its packet's answer had not returned yet
+            next++;
+        }
+        EXPECT_EQ(next, kPackets * 4);
+    });
+    for (uint64_t p = 0; p < kPackets;) {
+        const uint64_t w[4] = {4 * p, 4 * p + 1, 4 * p + 2, 4 * p + 3};
+        const Status st = r.vm.deliver(7, 1, w, 4, [&](Status s) {
+            if (s == RK_OK) answered.store(p + 1);
+        });
+        if (st == RK_OK)
+            p++;
+        else
+            std::this_thread::yield(); // full: the reader drains it
+    }
+    reader.join();
+    EXPECT_FALSE(bad_order.load());
+    EXPECT_FALSE(early.load());
 }
 
 // ---- the kernel interface (KIF, issue 14) ----

@@ -146,8 +146,10 @@ struct gsas_stats {
 	rk_u64 ops[256];         /* requests per opcode */
 	rk_u64 reply_retries;    /* replies posted again after the issuer's full FIFO refused them */
 	rk_u64 replies_unsettled; /* replies whose acknowledgement had not come back when PIF 0 was
-				     needed again (the next reply, or before a sleep) */
+				     needed for the next packet */
 	rk_u64 serve_ns;         /* time from taking a request off MIF 0 to its reply posted, summed */
+	rk_u64 unsettled_at_sleep; /* ... when the service was about to sleep (its spin ran out
+				      before the round trip of its last reply came back) */
 };
 
 #endif /* RACKEMU_GSAS_PROTO_H */
