@@ -7,18 +7,22 @@ Measured, each in this run:
   boot_N_nodes_s        `cluster up` to all agents answering, for each N in --nodes (median of --runs)
   fabric: raw shared-memory ping-pong vs bridge echo round trip (median, p99; the requester
           driving its port, and blocking), host wake-ups and sleeps per round trip, and frames/s,
-          from build/host/rackemu-fabric-bench (each figure the median of --runs runs)
+          from build/host/rackemu-fabric-bench (each figure the median of --runs runs); section
+          `fabric` on the direct pair ring between the two nodes (the default), `fabric_no_pairs`
+          through the bridge (RACKEMU_FABRIC_PAIRS=0), alternately in one run
   guest_pktz_*_rtt_*_us packetizer -> fabric -> mailbox round trip from guest user space
                         (`unimem pingpong` between node 0 and node 1, median and p99), with the
                         server woken by the arrival interrupt (irq) and with the server polling (spin)
-  guest_pktz_*_router_{wakeups,sleeps,wakes_skipped,lease_wakes}_per_rt
+  guest_pktz_*_router_{wakeups,sleeps,wakes_skipped,lease_wakes,pair_frames}_per_rt
                         host-side wake-ups per guest round trip, from the bridge's counters: futex
                         wake-ups the router sent to node port threads, router sleeps (each one
                         ended by a node's wake of the router, or a lease's end), port-thread
                         wake-ups skipped because the node's vCPU polled its port ("poller
                         present" lease), and wake-ups made after a lease lapsed with a frame left.
+                        pair_frames: frames the nodes sent on their direct pair ring (no router).
                         RACKEMU_FABRIC_POLL=0 in the environment measures without vCPU polling of
-                        the port, RACKEMU_FABRIC_LEASE_US=0 without the lease (docs/fabric.md)
+                        the port, RACKEMU_FABRIC_LEASE_US=0 without the lease, RACKEMU_FABRIC_PAIRS=0
+                        without direct pair rings (docs/fabric.md)
   guest_pktz_*_n{0,1}_irq_{vcpu,bh,direct}_per_rt
                         in each node's QEMU, the vmbox's interrupt level changes per round trip by
                         how they were applied: by work queued on the vCPU (a kick of the vCPU,
@@ -102,7 +106,7 @@ def kv(text):
     return out
 
 
-WAKE_KEYS = ("router_wakeups", "router_sleeps", "wakes_skipped", "lease_wakes")
+WAKE_KEYS = ("router_wakeups", "router_sleeps", "wakes_skipped", "lease_wakes", "pair_frames")
 # per GSAS READ64: gsas bench's requester counters, the service's and the bridge's (docs/gsas.md)
 GSAS_PER_OP = ("sleeps_per_op", "naps_per_op", "spun_per_op", "service_wakeups_per_op", "service_unsettled_per_op",
                "service_unsettled_at_sleep_per_op", "router_wakeups_per_op")
@@ -284,6 +288,9 @@ def pingpong(a, c, rows):
             for n in sorted(set(qa) & set(qb)):
                 for k in IRQ_PATHS:
                     r[f"n{n}_{k.replace('-', '_')}_per_rt"] = (qa[n][k] - qb[n][k]) / a.pingpong
+            # Frames the nodes put on direct pair rings (docs/fabric.md): these crossed no router.
+            pf = [sum(p.get("pair_frames_out", 0) for p in s.get("ports", [])) for s in (before, after)]
+            r["router_pair_frames_per_rt"] = (pf[1] - pf[0]) / a.pingpong
             # deliveries into each vmbox by the order of their answer (ACK before or after visible)
             for n in sorted(set(aa) & set(ab)):
                 for k in ACK_PATHS:
@@ -351,15 +358,20 @@ def main():
     log("fabric benchmark")
     fb = build_dir() / "host" / "rackemu-fabric-bench"
     fabric = {}  # (section, metric) -> values of the runs
+    # Both paths in one run: the direct pair ring (default) and through the bridge
+    # (RACKEMU_FABRIC_PAIRS=0), alternately (docs/fabric.md, "Direct node-to-node rings").
     for _ in range(a.runs):
-        with tempfile.NamedTemporaryFile("r", suffix=".csv") as f:
-            out = subprocess.run([str(fb), "--csv", f.name], check=True, capture_output=True, text=True).stdout
-            print(out)
-            for line in open(f.name):
-                sec, metric, val = line.strip().split(",")
-                fabric.setdefault((sec, metric), []).append(float(val))
+        for section, env in (("fabric", None), ("fabric_no_pairs", dict(os.environ, RACKEMU_FABRIC_PAIRS="0"))):
+            with tempfile.NamedTemporaryFile("r", suffix=".csv") as f:
+                out = subprocess.run([str(fb), "--csv", f.name], check=True, capture_output=True, text=True,
+                                     env=env).stdout
+                print(out)
+                for line in open(f.name):
+                    _, metric, val = line.strip().split(",")
+                    fabric.setdefault((section, metric), []).append(float(val))
     for (sec, metric), vals in fabric.items():
-        unit = "us" if metric.endswith("_us") else "1/rt" if metric.endswith("_per_rt") else "1/s"
+        unit = ("us" if metric.endswith("_us") else "1/rt" if metric.endswith("_per_rt")
+                else "" if metric == "direct_pair" else "1/s")
         rows.append((sec, metric, statistics.median(vals), unit))
 
     pp = None

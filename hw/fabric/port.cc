@@ -2,13 +2,17 @@
 // A node's fabric port (see rk_fabric_port.h and docs/fabric.md).
 #include "rk_fabric_port.h"
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <condition_variable>
+#include <map>
 #include <mutex>
+#include <tuple>
+#include <vector>
 #include <string>
 #include <thread>
 
@@ -39,6 +43,22 @@ struct EthRx {
     void *opaque = nullptr;
 };
 
+// A direct ring pair with one peer (docs/fabric.md, "Direct node-to-node rings"). The pointer in
+// RkFabricPort::pairs changes only with rx_mu and tx_mu held; tx_pair is the sender's (tx_mu),
+// rx_pair the receiver's (rx_mu).
+struct PairLink {
+    PairShm *shm = nullptr;
+    unsigned peer = 0;
+    uint64_t gen = 0;
+    unsigned txd = 0; // index of the ring this node produces
+    Ring *tx = nullptr, *rx = nullptr;
+    bool tx_pair = false;            // our frames to the peer go on the ring now (a START marker went ahead)
+    bool rx_pair = false;            // the peer's frames to us come on the ring now (its START arrived)
+    std::atomic<bool> broken{false}; // the ring from the peer was corrupt: not used any more
+};
+constexpr uint32_t kPendMax = 65536; // requests tracked per peer; beyond, not tracked (counted)
+using PendKey = std::tuple<uint16_t, uint8_t, uint16_t, uint64_t>; // peer, svc, op, tag
+
 void fmt(char *err, size_t errlen, const char *f, ...)
 {
     if (!err || !errlen) return;
@@ -68,6 +88,36 @@ bool safe_to_map(int fd, size_t need, const char *what, char *err, size_t errlen
         return false;
     }
     return true;
+}
+
+// One message of the bridge's socket into `buf`, with up to `maxfds` descriptors in `fds` (the
+// others: -1); descriptors beyond them are closed. Returns recvmsg()'s result.
+ssize_t recv_with_fds(int s, void *buf, size_t len, int flags, int *fds, size_t maxfds)
+{
+    iovec iov{buf, len};
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(4 * sizeof(int))];
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cbuf;
+    mh.msg_controllen = sizeof cbuf;
+    std::fill(fds, fds + maxfds, -1);
+    const ssize_t n = recvmsg(s, &mh, flags | MSG_CMSG_CLOEXEC);
+    size_t got = 0;
+    for (cmsghdr *c = n < 0 ? nullptr : CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        const size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t k = 0; k < nfd; k++) {
+            int f;
+            std::memcpy(&f, CMSG_DATA(c) + k * sizeof(int), sizeof f);
+            if (got < maxfds) {
+                fds[got++] = f;
+            } else {
+                close(f);
+            }
+        }
+    }
+    return n;
 }
 } // namespace
 
@@ -111,6 +161,21 @@ struct RkFabricPort {
     std::atomic<uint64_t> frames_tx{0}, frames_rx{0}, bytes_tx{0}, bytes_rx{0}, bad_frames{0},
         send_failures{0}, link_downs{0}, connects{0}, wakeups_sent{0}, sleeps{0}, driven_frames{0},
         full_waits{0}, polled_frames{0}, lease_renewals{0};
+    // Direct node-to-node rings: on only when the environment allows (RACKEMU_FABRIC_PAIRS) and
+    // the kernel has futex_waitv; then RKF_CAP_PAIR is announced and the bridge may hand pairs.
+    bool pairs_on = false;
+    std::array<PairLink *, RKF_MAX_NODES> pairs{};
+    // With pairs on: the requests this node sent and that are not answered yet, per peer (either
+    // path). The bridge matches no replies between the nodes of a pair, so this port does for
+    // replies from a paired peer (a forged, duplicate or stale one is dropped: stray_replies), and
+    // answers what is pending NODE_GONE when a pair's peer dies (docs/fabric.md).
+    std::mutex pend_mu;
+    std::map<PendKey, uint32_t> pend;
+    uint32_t npend[RKF_MAX_NODES] = {};
+    bool pend_overflow[RKF_MAX_NODES] = {}; // a request went untracked since the table was empty
+    std::atomic<uint64_t> stray_replies{0};
+    std::atomic<uint64_t> pair_frames_tx{0}, pair_frames_rx{0}, pair_markers{0}, pair_bad{0}, pairs_up{0},
+        pairs_down{0}, pair_gone_replies{0}, pair_untracked{0};
     rk_fabric_port_hooks hooks{}; // set before the thread starts and before any send; then read-only
     // Ethernet (RKF_SVC_ETH): receivers guarded by svc_mu (and svc_busy, like svcs), the
     // reassembler used only by the dispatching thread, the frame counter under tx_mu.
@@ -145,6 +210,17 @@ struct RkFabricPort {
     void dispatch(const rkf_frame_hdr &h, const unsigned char *payload);
     void eth_input(const rkf_frame_hdr &h, const unsigned char *payload);
     void callback_done();
+    // Pairs (docs/fabric.md, "Direct node-to-node rings").
+    void pair_message(const rkf_pair_msg &m, int fd);
+    void pair_install(PairLink *pl);
+    void pair_remove(unsigned peer, uint64_t gen, uint16_t status);
+    void pairs_clear_locked(); // rx_mu and tx_mu held: link down or free
+    int pair_drain_locked(PairLink &pl, unsigned max);
+    void pair_broken_locked(PairLink &pl);
+    bool pairs_ready_locked() const;
+    void dispatch_rx(const rkf_frame_hdr &h, const unsigned char *payload);
+    bool pend_add(const rkf_frame_hdr &h);
+    bool pend_settle(uint16_t peer, uint8_t svc, uint16_t op, uint64_t tag);
 };
 
 namespace {
@@ -213,7 +289,7 @@ int RkFabricPort::connect_once(char *err, size_t errlen)
     hello.version = RKF_PROTO_VERSION;
     hello.node_id = node_id;
     hello.node_count = node_count;
-    hello.caps = caps;
+    hello.caps = caps | (pairs_on ? RKF_CAP_PAIR : 0u);
     snprintf(hello.name, sizeof hello.name, "node%u pid %d", node_id, int(getpid()));
     if (send(s, &hello, sizeof hello, MSG_NOSIGNAL) != sizeof hello) {
         fmt(err, errlen, "handshake send failed: %s", strerror(errno));
@@ -227,21 +303,8 @@ int RkFabricPort::connect_once(char *err, size_t errlen)
         return -1;
     }
     rkf_welcome w{};
-    iovec iov{&w, sizeof w};
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(3 * sizeof(int))];
-    msghdr mh{};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = cbuf;
-    mh.msg_controllen = sizeof cbuf;
-    ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
-    int fds[3] = {-1, -1, -1}; // port memory, doorbell, liveness table (optional)
-    for (cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-            size_t nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            std::memcpy(fds, CMSG_DATA(c), std::min<size_t>(nfd, 3) * sizeof(int));
-        }
-    }
+    int fds[3]; // port memory, doorbell, liveness table (optional)
+    ssize_t n = recv_with_fds(s, &w, sizeof w, 0, fds, 3);
     auto fail = [&](int rc) {
         for (int fd : fds)
             if (fd >= 0) close(fd);
@@ -300,8 +363,9 @@ int RkFabricPort::connect_once(char *err, size_t errlen)
     return 0;
 }
 
-// Sleeps until the bridge hangs up (or stop_watcher): no periodic wake-up. Bytes on the socket
-// are not expected after the handshake and are discarded.
+// Sleeps until the bridge hangs up (or stop_watcher): no periodic wake-up. The bridge's only
+// messages after the handshake are about pairs (RKF_PAIR_UP with the pair's memory, RKF_PAIR_DOWN);
+// anything else is counted and discarded.
 void RkFabricPort::watch(int s)
 {
     pollfd pfd[2] = {{s, POLLIN | POLLRDHUP, 0}, {watch_stop, POLLIN, 0}};
@@ -311,12 +375,20 @@ void RkFabricPort::watch(int s)
             break; // cannot watch: treat as gone rather than miss a dead bridge
         }
         if (pfd[1].revents) return;
-        if (pfd[0].revents & (POLLHUP | POLLERR | POLLRDHUP)) break;
         if (pfd[0].revents & POLLIN) {
-            char b[64];
-            const ssize_t n = recv(s, b, sizeof b, MSG_DONTWAIT);
+            rkf_pair_msg m{};
+            int fd;
+            const ssize_t n = recv_with_fds(s, &m, sizeof m, MSG_DONTWAIT, &fd, 1);
             if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
+            if (n == ssize_t(sizeof m) && m.magic == RKF_PAIR_MAGIC) {
+                pair_message(m, fd); // takes fd
+            } else if (n > 0) {
+                bad_frames++;
+                if (fd >= 0) close(fd);
+            }
+            continue;
         }
+        if (pfd[0].revents & (POLLHUP | POLLERR | POLLRDHUP)) break;
     }
     peer_gone = true;
     wake_port_thread();
@@ -348,7 +420,8 @@ void RkFabricPort::link_down(const char *why)
         std::lock_guard rk(rx_mu);
         std::lock_guard lk(tx_mu);
         if (!up) return;
-        clear_live(); // every peer's state is unknown now: direct accesses fall back and fail
+        clear_live();         // every peer's state is unknown now: direct accesses fall back and fail
+        pairs_clear_locked(); // the bridge is gone: its pairs too (a new bridge hands new ones)
         up = false;
         // Senders blocked on a full ring return -ENOTCONN.
         futex_wake_always(&shm->to_bridge.ctl.space_wait);
@@ -398,11 +471,31 @@ void RkFabricPort::clear_live()
     mmap(live, RKF_LIVE_SIZE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 }
 
+namespace {
+rkf_frame_hdr pair_marker(unsigned src, unsigned dst, uint16_t op, uint64_t gen)
+{
+    rkf_frame_hdr m{};
+    m.magic = RKF_FRAME_MAGIC;
+    m.type = RKF_T_MSG;
+    m.svc = RKF_SVC_BRIDGE;
+    m.op = op;
+    m.src = uint16_t(src);
+    m.dst = uint16_t(dst);
+    m.tag = gen;
+    m.ts_ns = now_ns();
+    return m;
+}
+} // namespace
+
+// Queue one frame: on the pair ring of its destination while the bridge's `mode` says DIRECT,
+// else on the bridge ring. A change of path is announced on the old path first (a START marker
+// through the bridge, an END marker on the pair ring), so the receiver, which reads one path
+// until it meets the marker, gets the frames in the order they were sent (docs/fabric.md).
 int RkFabricPort::push(const rkf_frame_hdr &h, const void *payload)
 {
     const uint64_t deadline = now_ns() + 100000000ull;
     std::unique_lock lk(tx_mu);
-    bool reported = false;
+    bool reported = false, tracked = false;
     for (;;) {
         if (!up) {
             send_failures++;
@@ -411,32 +504,88 @@ int RkFabricPort::push(const rkf_frame_hdr &h, const void *payload)
         // Reported before it is pushed, so that a trace never shows the reply before its request.
         if (!reported && hooks.frame) hooks.frame(hooks.opaque, RK_FABRIC_OUT, &h);
         reported = true;
-        Ring &r = shm->to_bridge;
-        if (ring_push(r, h, payload)) {
-            frames_tx++;
-            bytes_tx += sizeof h + h.len;
-            if (wake_router(*shm, *bell)) {
+        PairLink *pl = h.svc != RKF_SVC_ETH && h.dst < RKF_MAX_NODES ? pairs[h.dst] : nullptr;
+        if (pairs_on && h.type == RKF_T_REQ && !tracked) tracked = pend_add(h);
+        Ring *r = &shm->to_bridge;
+        const rkf_frame_hdr *fh = &h;
+        const void *fp = payload;
+        rkf_frame_hdr marker;
+        std::atomic<uint32_t> *busy = nullptr;
+        bool direct = false, is_marker = false, pair_room = true;
+        if (pl) {
+            // Dekker with the bridge (shm_ring.h, PairShm): busy, then mode.
+            busy = &pl->shm->busy[pl->txd];
+            busy->store(1, std::memory_order_seq_cst);
+            const uint32_t mode = pl->shm->mode.load(std::memory_order_seq_cst);
+            const bool gone = mode == RKF_PAIR_MODE_GONE || pl->broken.load(std::memory_order_relaxed);
+            bool want = mode == RKF_PAIR_MODE_DIRECT && !gone;
+            if (want) {
+                // The ring's last slot stays free for an END marker (frames and a START only while
+                // two are free), so this node can always leave the ring. A callback runs on a
+                // thread that holds this port's receive lock: waiting there for the peer to read
+                // would stop this node reading the peer, and two port threads answering each
+                // other's requests would wait for each other (100 ms, then the replies were lost):
+                // its frame goes through the bridge instead (docs/fabric.md, invariant 8).
+                const bool room = ring_used(*pl->tx) < RKF_RING_SLOTS - 1;
+                if (!room && tl_in_callback) {
+                    want = false;
+                } else {
+                    pair_room = room;
+                }
+            }
+            if (want != pl->tx_pair && !want && gone) {
+                pl->tx_pair = false; // nobody reads that ring any more: no END marker
+            } else if (want != pl->tx_pair && pair_room) {
+                marker = pair_marker(node_id, pl->peer, want ? RKF_OP_PAIR_START : RKF_OP_PAIR_END, pl->gen);
+                fh = &marker;
+                fp = nullptr;
+                is_marker = true;
+                direct = !want; // END goes on the ring, START through the bridge
+            } else {
+                direct = want; // the ring (to wait for room there when it has none)
+            }
+            if (direct) r = pl->tx;
+        }
+        if (pair_room && ring_push(*r, *fh, fp)) {
+            if (busy) busy->store(0, std::memory_order_release);
+            if (direct) {
+                if (futex_wake(&r->ctl.sleeping)) wakeups_sent++;
+            } else if (wake_router(*shm, *bell)) {
                 wakeups_sent++;
             }
+            if (is_marker) {
+                pl->tx_pair = !direct;
+                pair_markers++;
+                continue; // now the frame itself, on the new path
+            }
+            frames_tx++;
+            bytes_tx += sizeof h + h.len;
+            if (direct) pair_frames_tx++;
             return 0;
         }
-        // Ring full: announce it, make sure the router is awake, and block until it frees a
+        if (busy) busy->store(0, std::memory_order_release);
+        // Ring full: announce it, make sure its consumer is awake, and block until it frees a
         // slot (it clears space_wait and wakes us) or the deadline passes.
-        r.ctl.space_wait.store(1, std::memory_order_seq_cst);
-        if (!ring_full(r)) continue;
-        wake_router(*shm, *bell);
+        r->ctl.space_wait.store(1, std::memory_order_seq_cst);
+        if (pair_room ? !ring_full(*r) : ring_used(*r) < RKF_RING_SLOTS - 1) continue;
+        if (direct) {
+            futex_wake(&r->ctl.sleeping);
+        } else {
+            wake_router(*shm, *bell);
+        }
         const uint64_t now = now_ns();
         if (now >= deadline) {
             send_failures++;
+            if (tracked) pend_settle(h.dst, h.svc, h.op, h.tag);
             return -EAGAIN;
         }
         full_waits++;
         const uint64_t left = deadline - now;
         timespec ts{time_t(left / 1000000000ull), long(left % 1000000000ull)};
-        std::atomic<uint32_t> *w = &r.ctl.space_wait;
+        std::atomic<uint32_t> *w = &r->ctl.space_wait;
         lk.unlock();
-        // If the link goes down meanwhile, link_down wakes this word before it unmaps it; a wait
-        // that starts after the unmap fails at once (EFAULT) or sees a fresh ring's 0.
+        // If the link goes down (or the pair goes) meanwhile, this word is woken before it is
+        // unmapped; a wait that starts after the unmap fails at once (EFAULT) or sees a fresh 0.
         futex_op(w, FUTEX_WAIT, 1, &ts);
         lk.lock();
     }
@@ -498,12 +647,54 @@ void RkFabricPort::eth_input(const rkf_frame_hdr &h, const unsigned char *payloa
     callback_done();
 }
 
+// A frame for a service of this node, from either path: a reply from a paired peer settles the
+// request the pair's table holds for it (it will not be answered NODE_GONE when the pair goes).
+void RkFabricPort::dispatch_rx(const rkf_frame_hdr &h, const unsigned char *payload)
+{
+    if (pairs_on && h.type == RKF_T_REPLY && h.src < RKF_MAX_NODES &&
+        !pend_settle(h.src, h.svc, h.op, h.tag) && pairs[h.src]) {
+        // From a paired peer (the bridge does not match those) and answering nothing pending.
+        stray_replies++;
+        return;
+    }
+    dispatch(h, payload);
+}
+
+// Track a request (pairs on; any destination: a pair may appear while it is pending). False if
+// the peer's table is full (then its replies are not filtered until the table empties).
+bool RkFabricPort::pend_add(const rkf_frame_hdr &h)
+{
+    if (h.dst >= RKF_MAX_NODES) return false;
+    std::lock_guard pk(pend_mu);
+    if (npend[h.dst] >= kPendMax) {
+        pend_overflow[h.dst] = true;
+        pair_untracked++;
+        return false;
+    }
+    pend[{h.dst, h.svc, h.op, h.tag}]++;
+    npend[h.dst]++;
+    return true;
+}
+
+// A reply (or a failed send) settles one pending request. False if none matched and the peer's
+// table did not overflow (a reply that answers nothing).
+bool RkFabricPort::pend_settle(uint16_t peer, uint8_t svc, uint16_t op, uint64_t tag)
+{
+    std::lock_guard pk(pend_mu);
+    auto it = pend.find({peer, svc, op, tag});
+    if (it == pend.end()) return pend_overflow[peer];
+    if (--it->second == 0) pend.erase(it);
+    if (--npend[peer] == 0) pend_overflow[peer] = false;
+    return true;
+}
+
 int RkFabricPort::drain_locked(unsigned max)
 {
     Ring &rx = shm->to_node;
     unsigned char payload[RKF_SLOT_SIZE];
     rkf_frame_hdr h;
-    int handled = 0;
+    int handled = 0;     // frames (not markers)
+    unsigned popped = 0; // markers
     PopResult pr;
     while (unsigned(handled) < max && (pr = ring_pop(rx, h, payload)) == PopResult::Ok) {
         handled++;
@@ -511,6 +702,26 @@ int RkFabricPort::drain_locked(unsigned max)
             bad_frames++;
             log(RK_FABRIC_LOG_BAD_INPUT, "rackemu-fabric: node %u: dropped a frame from the bridge: %s",
                 node_id, why);
+            continue;
+        }
+        if (h.svc == RKF_SVC_BRIDGE && h.type == RKF_T_MSG && h.op == RKF_OP_PAIR_START) {
+            handled--; // a marker: not a frame for this node's services (nor its traces)
+            // The peer's next frames come on our pair ring. The bridge forwards only a marker of
+            // a live pair, from its node, and lets the peer send one only after this port mapped
+            // the pair (RKF_PAIR_READY); one for a pair that is not here (removed meanwhile, or
+            // from a peer that does not keep the protocol) is ignored: nothing reads that ring.
+            PairLink *pl = h.src < RKF_MAX_NODES ? pairs[h.src] : nullptr;
+            if (pl && pl->gen == h.tag && !pl->broken.load(std::memory_order_relaxed)) {
+                // Still reading the ring: the END of the previous stretch is there, before the
+                // frames that follow this START (the sender left the ring, sent nothing through
+                // the bridge, and came back): take that stretch first.
+                if (pl->rx_pair) handled += pair_drain_locked(*pl, RKF_RING_SLOTS + 1);
+                pl->rx_pair = true;
+                // A port thread asleep on the rings it read before (this may be a driver or a
+                // polling vCPU) must add this ring to its wait: wake it to look again.
+                futex_wake_always(&shm->to_node.ctl.sleeping);
+            }
+            popped++;
             continue;
         }
         frames_rx++;
@@ -521,14 +732,250 @@ int RkFabricPort::drain_locked(unsigned max)
             continue;
         }
         if (eth_asm.interrupt()) eth_rx_bad++;
-        dispatch(h, payload);
+        // The peer switched to the bridge: what it sent before on the ring (up to its END
+        // marker, or all that is there) goes first.
+        if (h.src < RKF_MAX_NODES && pairs[h.src] && pairs[h.src]->rx_pair)
+            handled += pair_drain_locked(*pairs[h.src], RKF_RING_SLOTS + 1);
+        dispatch_rx(h, payload);
     }
-    if (handled) {
+    const bool corrupt = pr == PopResult::Corrupt;
+    if (handled || popped) {
         // The router may wait for room in this ring (its per-destination queue).
         if (ring_space_freed(rx)) wake_router(*shm, *bell);
-        return handled;
     }
-    return pr == PopResult::Corrupt ? -1 : 0;
+    for (PairLink *pl : pairs) {
+        if (unsigned(handled) >= max) break;
+        if (pl && pl->rx_pair) handled += pair_drain_locked(*pl, max - unsigned(handled));
+    }
+    if (handled) return handled;
+    return corrupt ? -1 : 0;
+}
+
+// The peer's frames on the pair ring, until its END marker, `max` frames, or none is left. The
+// peer is untrusted as the bridge is: each frame is validated (and must come from the peer, for
+// this node, not Ethernet, no bridge frame but the marker); impossible indices take the pair down.
+int RkFabricPort::pair_drain_locked(PairLink &pl, unsigned max)
+{
+    unsigned char payload[RKF_SLOT_SIZE];
+    rkf_frame_hdr h;
+    unsigned n = 0;      // frames
+    bool popped = false; // anything, the END marker included
+    while (pl.rx_pair && n < max) {
+        const PopResult pr = ring_pop(*pl.rx, h, payload);
+        if (pr == PopResult::Empty) break;
+        if (pr == PopResult::Corrupt) {
+            pair_broken_locked(pl);
+            break;
+        }
+        popped = true;
+        n++;
+        const char *why = frame_defect(h);
+        if (!why && (h.src != pl.peer || h.dst != node_id)) why = "wrong source or destination";
+        if (!why && h.svc == RKF_SVC_ETH) why = "an Ethernet fragment (Ethernet goes through the bridge)";
+        if (!why && h.svc == RKF_SVC_BRIDGE && (h.type != RKF_T_MSG || h.op != RKF_OP_PAIR_END))
+            why = "a bridge frame that is not an END marker";
+        if (why) {
+            bad_frames++;
+            pair_bad++;
+            log(RK_FABRIC_LOG_BAD_INPUT,
+                "rackemu-fabric: node %u: dropped a frame from node %u's pair ring: %s", node_id, pl.peer,
+                why);
+            continue;
+        }
+        if (h.svc == RKF_SVC_BRIDGE) {
+            pl.rx_pair = false; // END: its next frames come through the bridge
+            n--;
+            break;
+        }
+        frames_rx++;
+        bytes_rx += sizeof h + h.len;
+        pair_frames_rx++;
+        if (hooks.frame) hooks.frame(hooks.opaque, RK_FABRIC_IN, &h);
+        dispatch_rx(h, payload);
+    }
+    if (popped && ring_space_freed(*pl.rx)) futex_op(&pl.rx->ctl.space_wait, FUTEX_WAKE, INT32_MAX, nullptr);
+    return int(n);
+}
+
+bool RkFabricPort::pairs_ready_locked() const
+{
+    for (const PairLink *pl : pairs) {
+        if (pl && pl->rx_pair && !ring_empty(*pl->rx)) return true;
+    }
+    return false;
+}
+
+// Impossible indices on the ring from the peer: only this pair goes. Its frames are not read
+// any more, this node sends to the peer through the bridge, and the bridge is asked to tear the
+// pair down (it tells both nodes; the peer then sends through the bridge too).
+void RkFabricPort::pair_broken_locked(PairLink &pl)
+{
+    pl.broken = true;
+    pl.rx_pair = false;
+    pair_bad++;
+    log(RK_FABRIC_LOG_BAD_INPUT,
+        "rackemu-fabric: node %u: the pair ring from node %u has impossible indices; that pair is closed, its "
+        "frames go through the bridge",
+        node_id, pl.peer);
+    rkf_pair_msg m{};
+    m.magic = RKF_PAIR_MAGIC;
+    m.kind = RKF_PAIR_BAD;
+    m.peer = uint16_t(pl.peer);
+    m.gen = pl.gen;
+    (void)!send(sock, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+// From the watcher thread: a message of the bridge about a pair. Takes `fd`.
+void RkFabricPort::pair_message(const rkf_pair_msg &m, int fd)
+{
+    if (m.kind == RKF_PAIR_DOWN) {
+        if (fd >= 0) close(fd);
+        if (m.peer < RKF_MAX_NODES)
+            pair_remove(m.peer, m.gen, m.reason == RKF_PAIR_GONE ? RKF_ST_NODE_GONE : RKF_ST_LINK_DOWN);
+        return;
+    }
+    char err[200] = "";
+    void *mem = MAP_FAILED;
+    if (m.kind != RKF_PAIR_UP || fd < 0) {
+        snprintf(err, sizeof err, "message kind %u without its memory", unsigned(m.kind));
+    } else if (!pairs_on) {
+        snprintf(err, sizeof err, "pairs are off here but the bridge sent one");
+    } else if (m.peer >= RKF_MAX_NODES || m.peer == node_id) {
+        snprintf(err, sizeof err, "peer %u out of range", unsigned(m.peer));
+    } else if (safe_to_map(fd, sizeof(PairShm), "pair memory", err, sizeof err)) {
+        mem = mmap(nullptr, sizeof(PairShm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (mem == MAP_FAILED) snprintf(err, sizeof err, "mmap: %s", strerror(errno));
+    }
+    if (fd >= 0) close(fd);
+    if (mem != MAP_FAILED) {
+        auto *ps = static_cast<PairShm *>(mem);
+        const unsigned a = std::min(node_id, unsigned(m.peer)), b = std::max(node_id, unsigned(m.peer));
+        if (ps->magic != RKF_PAIR_MAGIC || ps->version != RKF_PROTO_VERSION || ps->a != a || ps->b != b ||
+            ps->gen != m.gen) {
+            snprintf(err, sizeof err, "its memory names another pair or has a bad magic/version");
+            munmap(mem, sizeof(PairShm));
+        } else {
+            auto *pl = new PairLink;
+            pl->shm = ps;
+            pl->peer = m.peer;
+            pl->gen = m.gen;
+            pl->txd = node_id == a ? 0 : 1;
+            pl->tx = &ps->ring[pl->txd];
+            pl->rx = &ps->ring[1 - pl->txd];
+            pair_install(pl);
+            return;
+        }
+    }
+    pair_bad++;
+    log(RK_FABRIC_LOG_BAD_INPUT, "rackemu-fabric: node %u: pair ring from the bridge not used: %s", node_id,
+        err);
+}
+
+void RkFabricPort::pair_install(PairLink *pl)
+{
+    for (;;) {
+        PairLink *old;
+        {
+            std::lock_guard rk(rx_mu);
+            std::lock_guard lk(tx_mu);
+            if (!up) {
+                munmap(pl->shm, sizeof(PairShm));
+                delete pl;
+                return;
+            }
+            old = pairs[pl->peer];
+            if (!old) {
+                pairs[pl->peer] = pl;
+                // Only now may the peer send its START (the bridge keeps the pair on its path
+                // until both nodes said this), so every START of this pair finds it.
+                rkf_pair_msg m{};
+                m.magic = RKF_PAIR_MAGIC;
+                m.kind = RKF_PAIR_READY;
+                m.peer = uint16_t(pl->peer);
+                m.gen = pl->gen;
+                if (send(sock, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL) != ssize_t(sizeof m))
+                    log(RK_FABRIC_LOG_WARN,
+                        "rackemu-fabric: node %u: could not tell the bridge that the pair with node %u is mapped "
+                        "(%s); frames to it keep going through the bridge",
+                        node_id, pl->peer, strerror(errno));
+                break;
+            }
+        }
+        pair_remove(old->peer, old->gen, RKF_ST_NODE_GONE); // its DOWN never came
+    }
+    pairs_up++;
+}
+
+// The pair with `peer` (generation `gen`) is gone. Frames the peer put on the ring before are
+// still delivered; then the memory is unmapped and this node's requests outstanding to the peer
+// are answered `status` (NODE_GONE: the peer died; LINK_DOWN: the pair broke), as the bridge does
+// for the requests it routes.
+void RkFabricPort::pair_remove(unsigned peer, uint64_t gen, uint16_t status)
+{
+    std::unique_lock rk(rx_mu);
+    PairLink *pl = pairs[peer];
+    if (!pl || pl->gen != gen) return;
+    // What the bridge and the peer delivered before (a NOROUTE of the bridge, the peer's last
+    // frames) is dispatched before the NODE_GONE answers below.
+    if (up && drain_locked(RKF_RING_SLOTS) < 0) rx_corrupt = true; // the port thread acts
+    if (up && pl->rx_pair) pair_drain_locked(*pl, RKF_RING_SLOTS + 1);
+    {
+        std::lock_guard lk(tx_mu);
+        pairs[peer] = nullptr;
+    }
+    futex_wake_always(&pl->tx->ctl.space_wait); // a sender blocked on the ring: it re-reads
+    munmap(pl->shm, sizeof(PairShm));
+    pairs_down++;
+    delete pl;
+    // Everything pending to the peer, whichever path it took (what went through the bridge the
+    // bridge does not track either: the nodes were paired).
+    std::vector<std::pair<PendKey, uint32_t>> gone;
+    {
+        std::lock_guard pk(pend_mu);
+        for (auto it = pend.lower_bound({uint16_t(peer), 0, 0, 0});
+             it != pend.end() && std::get<0>(it->first) == peer;) {
+            gone.emplace_back(it->first, it->second);
+            it = pend.erase(it);
+        }
+        npend[peer] = 0;
+        pend_overflow[peer] = false;
+    }
+    if (up) {
+        for (const auto &[key, count] : gone) {
+            rkf_frame_hdr r{};
+            r.magic = RKF_FRAME_MAGIC;
+            r.type = RKF_T_REPLY;
+            r.svc = std::get<1>(key);
+            r.op = std::get<2>(key);
+            r.tag = std::get<3>(key);
+            r.src = uint16_t(peer);
+            r.dst = uint16_t(node_id);
+            r.status = status;
+            r.ts_ns = now_ns();
+            for (uint32_t k = 0; k < count; k++) {
+                pair_gone_replies++;
+                dispatch(r, nullptr);
+            }
+        }
+    }
+    rk.unlock();
+    wake_port_thread(); // it may sleep on the unmapped ring's word
+}
+
+void RkFabricPort::pairs_clear_locked()
+{
+    for (PairLink *&pl : pairs) {
+        if (!pl) continue;
+        futex_wake_always(&pl->tx->ctl.space_wait);
+        munmap(pl->shm, sizeof(PairShm));
+        delete pl;
+        pl = nullptr;
+        pairs_down++;
+    }
+    std::lock_guard pk(pend_mu); // the link is down: every service fails what it has pending
+    pend.clear();
+    std::fill(std::begin(npend), std::end(npend), 0);
+    std::fill(std::begin(pend_overflow), std::end(pend_overflow), false);
 }
 
 void RkFabricPort::run()
@@ -598,9 +1045,43 @@ void RkFabricPort::run()
                 continue;
             }
         }
-        Ring &rx = shm->to_node;
-        futex_sleep(&rx.ctl.sleeping, -1,
-                    [&] { return !ring_empty(rx) || stop.load() || peer_gone.load() || rx_corrupt.load(); });
+        // Announced on the bridge ring and on every pair ring being read; any of them wakes it.
+        std::atomic<uint32_t> *words[1 + RKF_MAX_NODES];
+        unsigned nw = 0;
+        bool ready;
+        {
+            std::lock_guard rk(rx_mu);
+            if (!up) continue;
+            words[nw++] = &shm->to_node.ctl.sleeping;
+            for (PairLink *pl : pairs) {
+                if (pl && pl->rx_pair) words[nw++] = &pl->rx->ctl.sleeping;
+            }
+            for (unsigned i = 0; i < nw; i++)
+                words[i]->store(1, std::memory_order_seq_cst);
+            // The announcements before the look at the rings (Dekker with the producers' fence
+            // in futex_wake: docs/fabric.md, invariant 6).
+            std::atomic_thread_fence(std::memory_order_seq_cst);
+            ready = !ring_empty(shm->to_node) || pairs_ready_locked() || stop.load() || peer_gone.load() ||
+                    rx_corrupt.load();
+        }
+        if (!ready) {
+            // A pair removed meanwhile wakes the bridge ring's word (pair_remove) before its own
+            // memory can be reused.
+            if (nw == 1) {
+                futex_op(words[0], FUTEX_WAIT, 1, nullptr);
+            } else {
+                futex_wait_any(words, nw);
+            }
+        }
+        {
+            std::lock_guard rk(rx_mu);
+            if (up) {
+                shm->to_node.ctl.sleeping.store(0, std::memory_order_relaxed);
+                for (PairLink *pl : pairs) {
+                    if (pl) pl->rx->ctl.sleeping.store(0, std::memory_order_relaxed);
+                }
+            }
+        }
         last_activity = now_ns();
     }
 }
@@ -653,7 +1134,7 @@ int RkFabricPort::drive(int (*done)(void *), void *arg, uint64_t max_ns)
             Ring &rx = shm->to_node;
             rx.ctl.sleeping.store(1, std::memory_order_seq_cst);
             // A frame that arrived after the last drain saw no sleeper: hand it to the port thread.
-            if (!ring_empty(rx)) futex_wake(&rx.ctl.sleeping);
+            if (!ring_empty(rx) || pairs_ready_locked()) futex_wake(&rx.ctl.sleeping);
         }
         if (drivers == 0 && parked) {
             // The port thread parked behind the drivers: it announces itself and looks again.
@@ -681,7 +1162,7 @@ int RkFabricPort::poll_rx(unsigned max)
         // not wake the port thread for what it delivers meanwhile (it wakes it if a frame is still
         // here when the lease lapses: shm_ring.h, lease_follow_up).
         if (lease_renew(shm->to_node.ctl, lease_ns())) lease_renewals++;
-        if (!ring_empty(shm->to_node)) {
+        if (!ring_empty(shm->to_node) || pairs_ready_locked()) {
             n = drain_locked(max);
             if (n > 0) polled_frames += unsigned(n);
         }
@@ -726,6 +1207,10 @@ RkFabricPort *rk_fabric_port_new(const char *socket_path, unsigned node_id, unsi
     p->node_id = node_id;
     p->node_count = node_count;
     p->caps = caps;
+    {
+        const char *e = getenv("RACKEMU_FABRIC_PAIRS");
+        p->pairs_on = !(e && std::strcmp(e, "0") == 0) && futex_waitv_supported();
+    }
     const uint64_t deadline = now_ns() + uint64_t(connect_timeout_ms) * 1000000ull;
     for (;;) {
         int rc = p->connect_once(err, errlen);
@@ -768,6 +1253,7 @@ void rk_fabric_port_free(RkFabricPort *p)
     if (p->thr.joinable()) p->thr.join();
     p->stop_watcher();
     if (p->up) {
+        p->pairs_clear_locked(); // no thread left that uses them
         munmap(p->shm, sizeof(PortShm));
         munmap(p->bell, sizeof(Doorbell));
         close(p->sock);
@@ -887,6 +1373,61 @@ void rk_fabric_port_get_stats(RkFabricPort *p, struct rk_fabric_port_stats *o)
     o->full_waits = p->full_waits;
     o->polled_frames = p->polled_frames;
     o->lease_renewals = p->lease_renewals;
+    o->pair_frames_tx = p->pair_frames_tx;
+    o->pair_frames_rx = p->pair_frames_rx;
+    o->pair_markers = p->pair_markers;
+    o->pair_bad = p->pair_bad;
+    o->pairs_up = p->pairs_up;
+    o->pairs_down = p->pairs_down;
+    o->pair_gone_replies = p->pair_gone_replies;
+    o->pair_untracked = p->pair_untracked;
+    o->stray_replies = p->stray_replies;
+}
+
+int rk_fabric_port_pair_active(RkFabricPort *p, unsigned peer)
+{
+    if (peer >= RKF_MAX_NODES) return 0;
+    std::lock_guard lk(p->tx_mu);
+    const PairLink *pl = p->pairs[peer];
+    return pl && pl->shm->mode.load(std::memory_order_acquire) == RKF_PAIR_MODE_DIRECT && !pl->broken ? 1 : 0;
+}
+
+int rk_fabric_port_describe_pair(RkFabricPort *p, unsigned peer, char *buf, size_t len)
+{
+    if (!buf || !len) return 0;
+    if (peer >= RKF_MAX_NODES) return snprintf(buf, len, "peer %u out of range", peer);
+    auto ring = [](const Ring &r) {
+        char b[96];
+        snprintf(b, sizeof b, "head %u tail %u sleeping %u space_wait %u", r.ctl.head.load(),
+                 r.ctl.tail.load(), r.ctl.sleeping.load(), r.ctl.space_wait.load());
+        return std::string(b);
+    };
+    const bool rx_locked = p->rx_mu.try_lock();
+    std::lock_guard lk(p->tx_mu);
+    std::string o = "node " + std::to_string(p->node_id) + " -> peer " + std::to_string(peer) + ": ";
+    if (!p->up) {
+        o += "link down";
+    } else {
+        o += "to_bridge [" + ring(p->shm->to_bridge) + "] to_node [" + ring(p->shm->to_node) +
+             "] router_asleep " + std::to_string(p->shm->router_asleep.load());
+        const PairLink *pl = p->pairs[peer];
+        if (!pl) {
+            o += "; no pair";
+        } else {
+            o += "; pair gen " + std::to_string(pl->gen) + " mode " + std::to_string(pl->shm->mode.load()) +
+                 " busy " + std::to_string(pl->shm->busy[0].load()) + "/" +
+                 std::to_string(pl->shm->busy[1].load()) + " tx ring [" + ring(*pl->tx) + "] rx ring [" +
+                 ring(*pl->rx) + "] tx_pair " + std::to_string(pl->tx_pair) + (pl->broken ? " broken" : "");
+        }
+        if (rx_locked) {
+            o += " rx_pair " + (pl ? std::to_string(pl->rx_pair) : std::string("-")) + " drivers " +
+                 std::to_string(p->drivers) + " parked " + std::to_string(p->parked);
+        } else {
+            o += " rx_pair busy (the receive lock is held)";
+        }
+    }
+    if (rx_locked) p->rx_mu.unlock();
+    return snprintf(buf, len, "%s", o.c_str());
 }
 
 int rk_fabric_port_eth_attach(RkFabricPort *p, enum rk_fabric_eth_rx_class cls, rk_fabric_eth_rx_fn fn,

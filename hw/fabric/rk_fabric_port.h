@@ -204,8 +204,26 @@ struct rk_fabric_port_stats {
     uint64_t polled_frames;  /* frames dispatched by a polling thread (rk_fabric_port_poll) */
     uint64_t lease_renewals; /* "poller present" leases a polling thread stored (rk_fabric_port_poll;
                               * the bridge counts the wake-ups they spared: wakes_skipped) */
+    /* Direct node-to-node rings (docs/fabric.md): frames sent and received on pair rings, path
+     * markers sent, bad input from a peer's ring (frames dropped, corrupt rings, unusable pair
+     * memory), pairs installed and removed, requests answered NODE_GONE/LINK_DOWN by this port
+     * when a pair went, requests not tracked (65536 pending to one peer). */
+    uint64_t pair_frames_tx, pair_frames_rx, pair_markers, pair_bad, pairs_up, pairs_down, pair_gone_replies,
+        pair_untracked;
+    uint64_t stray_replies; /* replies from a paired peer that answer no pending request: dropped here
+                             * (the bridge does not match replies between the nodes of a pair) */
 };
 void rk_fabric_port_get_stats(RkFabricPort *port, struct rk_fabric_port_stats *out);
+/* 1 while frames to `peer` take the direct pair ring (the pair exists and the bridge's mode for it
+ * is DIRECT), else 0. For tests and tools; frames go wherever the mode says at each send. */
+int rk_fabric_port_pair_active(RkFabricPort *port, unsigned peer);
+/* One line on this port's state toward `peer`, for a test or a log that must explain a stall: the
+ * pair's generation and mode, its two busy words, both pair rings' head/tail/sleeping/space_wait,
+ * the path this port takes to the peer and reads from it (tx_pair, rx_pair, a START seen before
+ * its pair), and the bridge rings' indices. Values are read while other threads run (a snapshot,
+ * not a consistent cut); the path words only if the receive lock is free (else "busy"). Returns
+ * what snprintf returns. */
+int rk_fabric_port_describe_pair(RkFabricPort *port, unsigned peer, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 
 #include <linux/futex.h>
@@ -70,6 +71,28 @@ struct PortShm {
     Ring to_bridge;
     Ring to_node;
 };
+
+// A direct node-to-node pair (docs/fabric.md, "Direct node-to-node rings"): one sealed memfd the
+// bridge creates for nodes `a` < `b` and hands to both. ring[0] carries a -> b, ring[1] b -> a;
+// each ring's consumer is the receiving node's port, its producer the sending node's port.
+// `mode` (RKF_PAIR_MODE_*) is the bridge's word: senders read it before every frame. `busy[d]`
+// is 1 while the sender of direction d decides and pushes (Dekker with `mode`): the bridge,
+// after switching the pair to the bridge, waits until both are 0, so no frame sent after a
+// fault rule or capture was installed takes the pair ring. Both nodes write everything but
+// `mode`: the bridge reads only indices (counters) and `busy`, and validates nothing else here.
+struct PairShm {
+    uint32_t magic;   // RKF_PAIR_MAGIC
+    uint32_t version; // RKF_PROTO_VERSION
+    uint16_t a, b;    // the pair's nodes, a < b
+    uint32_t pad0;
+    uint64_t gen;               // the pair's generation (markers carry it)
+    std::atomic<uint32_t> mode; // RKF_PAIR_MODE_*: bridge only
+    char pad1[36];
+    std::atomic<uint32_t> busy[2]; // sender of ring[d] between reading `mode` and publishing
+    char pad2[56];
+    Ring ring[2];
+};
+static_assert(offsetof(PairShm, busy) == 64 && offsetof(PairShm, ring) % 64 == 0, "pair layout");
 
 // The bridge's doorbell page: the futex word its router sleeps on (1 while it sleeps). Nodes
 // wake it (store 0, FUTEX_WAKE) when they clear their port's `router_asleep`.
@@ -178,6 +201,34 @@ inline bool wake_router(PortShm &shm, Doorbell &bell)
     return false;
 }
 
+// Wait on several futex words at once (Linux 5.16 futex_waitv): returns when any of `w[i]` is
+// woken or does not hold 1. Shared (not private) words: they live in memory other processes map.
+// A port thread sleeps so on its bridge ring and the pair rings it reads.
+#ifndef SYS_futex_waitv
+#define SYS_futex_waitv 449
+#endif
+inline long futex_wait_any(std::atomic<uint32_t> *const *w, unsigned n)
+{
+    struct futex_waitv v[1 + RKF_MAX_NODES] = {};
+    n = std::min<unsigned>(n, FUTEX_WAITV_MAX);
+    for (unsigned i = 0; i < n; i++) {
+        v[i].val = 1;
+        v[i].uaddr = uint64_t(uintptr_t(w[i]));
+        v[i].flags = FUTEX_32; // FUTEX2_SIZE_U32, shared
+    }
+    return syscall(SYS_futex_waitv, v, n, 0, nullptr, 0);
+}
+
+// Does this kernel have futex_waitv (pair rings need it; without it a port announces no
+// RKF_CAP_PAIR and everything goes through the bridge as before)?
+inline bool futex_waitv_supported()
+{
+    static const bool ok = [] {
+        return syscall(SYS_futex_waitv, nullptr, 0, 0, nullptr, 0) < 0 && errno != ENOSYS;
+    }();
+    return ok;
+}
+
 // Wake whoever sleeps on `w`, whether or not it announced it (shutdown, liveness: events that
 // must never be lost, also when a thread driving the port took the announcement over).
 inline void futex_wake_always(std::atomic<uint32_t> *w)
@@ -231,6 +282,13 @@ inline bool ring_push(Ring &r, const rkf_frame_hdr &h, const void *payload)
     }
     r.ctl.head.store(head + 1, std::memory_order_release);
     return true;
+}
+
+// Slots the producer has published and the consumer not taken yet (the tail read seq_cst, for
+// a re-check after announcing `space_wait`).
+inline uint32_t ring_used(const Ring &r)
+{
+    return r.ctl.head.load(std::memory_order_relaxed) - r.ctl.tail.load(std::memory_order_seq_cst);
 }
 
 inline bool ring_full(const Ring &r)

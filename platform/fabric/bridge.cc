@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -203,6 +204,32 @@ bool welcome(int s, uint16_t status, const char *msg, const int *fds, int nfds)
     return sendmsg(s, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == ssize_t(sizeof w);
 }
 
+// A pair message (fabric_proto.h) on a node's socket, with the pair's memfd for RKF_PAIR_UP.
+bool pair_msg(int s, uint16_t kind, unsigned peer, uint32_t reason, uint64_t gen, int fd)
+{
+    rkf_pair_msg m{};
+    m.magic = RKF_PAIR_MAGIC;
+    m.kind = kind;
+    m.peer = uint16_t(peer);
+    m.reason = reason;
+    m.gen = gen;
+    iovec iov{&m, sizeof m};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))]{};
+    if (fd >= 0) {
+        mh.msg_control = cbuf;
+        mh.msg_controllen = sizeof cbuf;
+        cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    }
+    return sendmsg(s, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == ssize_t(sizeof m);
+}
+
 } // namespace
 
 Bridge::Bridge(Options o) : opt_(std::move(o))
@@ -210,6 +237,7 @@ Bridge::Bridge(Options o) : opt_(std::move(o))
     if (opt_.max_nodes == 0 || opt_.max_nodes > RKF_MAX_NODES) opt_.max_nodes = RKF_MAX_NODES;
     if (opt_.max_outstanding == 0) opt_.max_outstanding = 1;
     if (opt_.max_pending == 0) opt_.max_pending = 1;
+    if (const char *e = getenv("RACKEMU_FABRIC_PAIRS"); e && std::strcmp(e, "0") == 0) opt_.pairs = false;
     faults_ = FaultEngine(opt_.fault_seed);
     for (Port &p : ports_)
         p.eth_asm = std::make_unique<EthReassembler>();
@@ -481,12 +509,14 @@ void Bridge::handshake(int s, const rkf_hello &hello, ssize_t n)
     p.sock = s;
     p.shm = shm;
     p.name = h.name;
-    p.caps = h.caps;
+    p.caps = h.caps & ~RKF_CAP_PAIR; // services; the pair capability is the port's
+    p.pair_cap = opt_.pairs && (h.caps & RKF_CAP_PAIR);
     p.overflow.clear();
     p.eth_asm->reset();
     p.eth_seq_out = 0;
     p.c.connects++;
     p.c.outstanding = 0;
+    make_pairs_locked(h.node_id);
     // The router sleeps without a timeout and arms only the ports it knew: let it arm this one.
     futex_wake_always(&bell_->sleeping);
     log("node %u connected (%s, caps 0x%x, sees %u nodes)", unsigned(h.node_id), printable(p.name).c_str(),
@@ -533,6 +563,10 @@ void Bridge::drop_port(unsigned id, const char *why)
     p.lease_pending = false;
     // First, so that a peer reaching this node's RAM directly sees it gone before anything else.
     __atomic_store_n(&live_->node[id], p.live_gen << 1, __ATOMIC_RELEASE);
+    // Its pairs: the peers stop sending on them and answer their requests to it NODE_GONE.
+    for (unsigned j = 0; j < RKF_MAX_NODES; j++) {
+        if (j != id && pair_locked(id, j)) tear_pair_locked(id, j, RKF_PAIR_GONE);
+    }
     close(p.sock);
     p.sock = -1;
     munmap(p.shm, sizeof(PortShm));
@@ -571,6 +605,157 @@ void Bridge::drop_port(unsigned id, const char *why)
     p.eth_asm->reset();
     faults_.forget(id); // held copies for it could not be delivered any more
     log("node %u disconnected (%s); %u outstanding request(s) answered NODE_GONE", id, why, failed);
+}
+
+Bridge::Pair *Bridge::pair_locked(unsigned x, unsigned y)
+{
+    if (x == y || x >= RKF_MAX_NODES || y >= RKF_MAX_NODES) return nullptr;
+    auto it = pairs_.find(std::min(x, y) * RKF_MAX_NODES + std::max(x, y));
+    return it == pairs_.end() ? nullptr : &it->second;
+}
+
+// A node that announced RKF_CAP_PAIR connected: one pair with every other such node that is up.
+// The memory is sealed like a port's (no holder can resize it under the others' mappings); each
+// node gets the descriptor in an RKF_PAIR_UP message behind its welcome.
+void Bridge::make_pairs_locked(unsigned id)
+{
+    if (!ports_[id].pair_cap) return;
+    for (unsigned j = 0; j < opt_.max_nodes; j++) {
+        Port &q = ports_[j];
+        if (j == id || q.state != State::Up || !q.pair_cap || pair_locked(id, j)) continue;
+        const unsigned a = std::min(id, j), b = std::max(id, j);
+        int fd = sealed_memfd("rackemu-pair", sizeof(PairShm));
+        void *m =
+            fd >= 0 ? mmap(nullptr, sizeof(PairShm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+        if (m == MAP_FAILED) {
+            log("no pair ring for nodes %u and %u: %s (they use the bridge)", a, b, strerror(errno));
+            if (fd >= 0) close(fd);
+            continue;
+        }
+        auto *ps = static_cast<PairShm *>(m);
+        ps->magic = RKF_PAIR_MAGIC;
+        ps->version = RKF_PROTO_VERSION;
+        ps->a = uint16_t(a);
+        ps->b = uint16_t(b);
+        ps->gen = ++pair_gen_;
+        Pair pr;
+        pr.shm = ps;
+        pr.gen = ps->gen;
+        pr.mode = pair_mode_wanted_locked(a, b, pr); // BRIDGE until both nodes are ready
+        ps->mode.store(pr.mode, std::memory_order_release);
+        const bool to_a = pair_msg(ports_[a].sock, RKF_PAIR_UP, b, 0, pr.gen, fd);
+        const bool to_b = to_a && pair_msg(ports_[b].sock, RKF_PAIR_UP, a, 0, pr.gen, fd);
+        close(fd);
+        if (!to_b) {
+            // One side never heard of it: nobody may use it.
+            ps->mode.store(RKF_PAIR_MODE_GONE, std::memory_order_release);
+            if (to_a) pair_msg(ports_[a].sock, RKF_PAIR_DOWN, b, RKF_PAIR_BROKEN, pr.gen, -1);
+            munmap(ps, sizeof(PairShm));
+            log("no pair ring for nodes %u and %u: cannot hand it over (they use the bridge)", a, b);
+            continue;
+        }
+        pairs_[a * RKF_MAX_NODES + b] = pr;
+        pairs_made_++;
+    }
+}
+
+// Gone: the senders read GONE and use the bridge; the nodes still up hear of it (RKF_PAIR_DOWN)
+// and answer their requests outstanding on it NODE_GONE (reason GONE) or LINK_DOWN (BROKEN).
+// Frames still in its rings are read by a receiver that is up before it unmaps the memory.
+void Bridge::tear_pair_locked(unsigned x, unsigned y, uint32_t reason)
+{
+    const unsigned a = std::min(x, y), b = std::max(x, y);
+    auto it = pairs_.find(a * RKF_MAX_NODES + b);
+    if (it == pairs_.end()) return;
+    Pair &pr = it->second;
+    pr.shm->mode.store(RKF_PAIR_MODE_GONE, std::memory_order_seq_cst);
+    ports_[a].c.pair_frames_out += pr.shm->ring[0].ctl.head.load(std::memory_order_relaxed);
+    ports_[b].c.pair_frames_out += pr.shm->ring[1].ctl.head.load(std::memory_order_relaxed);
+    for (unsigned n : {a, b}) {
+        if (ports_[n].state == State::Up)
+            pair_msg(ports_[n].sock, RKF_PAIR_DOWN, n == a ? b : a, reason, pr.gen, -1);
+    }
+    munmap(pr.shm, sizeof(PairShm));
+    pairs_.erase(it);
+    pairs_torn_++;
+}
+
+// Direct only once both nodes mapped the pair (RKF_PAIR_READY: a START marker must find the
+// receiver's pair, or the frames behind it on the ring would wait for a START that already came
+// and went), and while nothing on the bridge's path must see the pair's frames: no capture of
+// either node's service frames, no fault rule that could match a service frame between them,
+// and no frame held by a rule (a frame the bridge still holds must reach the receiver before
+// the frames that follow it on the ring).
+uint32_t Bridge::pair_mode_wanted_locked(unsigned a, unsigned b, const Pair &pr) const
+{
+    if (!pr.ready[0] || !pr.ready[1]) return RKF_PAIR_MODE_BRIDGE;
+    for (unsigned n : {a, b}) {
+        if (capture_.wants(n, false, false) || capture_.wants(n, true, false)) return RKF_PAIR_MODE_BRIDGE;
+    }
+    if (faults_.held() || faults_.touches_service_frames(a, b) || faults_.touches_service_frames(b, a))
+        return RKF_PAIR_MODE_BRIDGE;
+    return RKF_PAIR_MODE_DIRECT;
+}
+
+// After rules or capture changed. A switch to the bridge returns once neither sender is between
+// reading the mode and publishing (each sets `busy` around that, and `mode` is stored before
+// `busy` is read: Dekker), so every frame sent after it goes through the bridge; a sender that
+// stays busy (a stopped QEMU) is waited for at most pair_ack_timeout_us, then counted.
+void Bridge::update_pair_modes_locked()
+{
+    for (auto &[key, pr] : pairs_) {
+        const unsigned a = key / RKF_MAX_NODES, b = key % RKF_MAX_NODES;
+        const uint32_t want = pair_mode_wanted_locked(a, b, pr);
+        if (want == pr.mode) continue;
+        pr.mode = want;
+        pair_switches_++;
+        pr.shm->mode.store(want, std::memory_order_seq_cst);
+        if (want != RKF_PAIR_MODE_BRIDGE) continue;
+        const uint64_t deadline = now_ns() + uint64_t(opt_.pair_ack_timeout_us) * 1000;
+        for (unsigned spins = 0;; spins++) {
+            if (!pr.shm->busy[0].load(std::memory_order_seq_cst) &&
+                !pr.shm->busy[1].load(std::memory_order_seq_cst))
+                break;
+            if (now_ns() >= deadline) {
+                pair_ack_timeouts_++;
+                log("a sender of nodes %u and %u did not see the switch to the bridge within %u us", a, b,
+                    opt_.pair_ack_timeout_us);
+                break;
+            }
+            if (spins < 1000) {
+                cpu_relax();
+            } else {
+                usleep(20); // a sender descheduled in its window: sleep, do not spin
+            }
+        }
+    }
+}
+
+// Bytes on a node's socket after the handshake: RKF_PAIR_READY (the node mapped the pair with
+// `peer`: once both did, it may go direct), RKF_PAIR_BAD (the ring from `peer` to it was corrupt)
+// tears that pair down; anything else counts as an error, as before.
+void Bridge::pair_socket_msg(unsigned id, const unsigned char *b, ssize_t n)
+{
+    std::lock_guard lk(mu_);
+    rkf_pair_msg m{};
+    if (n == ssize_t(sizeof m)) std::memcpy(&m, b, sizeof m);
+    if (n != ssize_t(sizeof m) || m.magic != RKF_PAIR_MAGIC ||
+        (m.kind != RKF_PAIR_BAD && m.kind != RKF_PAIR_READY)) {
+        ports_[id].c.errors++; // nothing else is expected on the socket after the handshake
+        return;
+    }
+    Pair *pr = pair_locked(id, m.peer);
+    if (!pr || pr->gen != m.gen) return; // already gone
+    if (m.kind == RKF_PAIR_READY) {
+        pr->ready[id < m.peer ? 0 : 1] = true;
+        update_pair_modes_locked();
+        return;
+    }
+    pair_broken_++;
+    ports_[id].c.errors++;
+    log("node %u found its pair ring from node %u corrupt; the pair uses the bridge from now on", id,
+        unsigned(m.peer));
+    tear_pair_locked(id, m.peer, RKF_PAIR_BROKEN);
 }
 
 namespace {
@@ -642,7 +827,13 @@ bool Bridge::deliver_locked(unsigned dst, const rkf_frame_hdr &h, const unsigned
         wake_node_locked(d);
         return true;
     }
-    if (d.overflow.size() < opt_.overflow_limit) {
+    // A START marker is never dropped for a full queue (up to twice its limit: a node can only
+    // make one per switch of its pair, or flood them, which only harms its own pair): the
+    // receiver reads the pair ring only after it, so a lost START stranded every frame the
+    // sender then put on the ring, and once that ring was full, the sender's END marker too.
+    const bool start_marker = h.svc == RKF_SVC_BRIDGE && h.type == RKF_T_MSG && h.op == RKF_OP_PAIR_START;
+    if (d.overflow.size() < opt_.overflow_limit ||
+        (start_marker && d.overflow.size() < 2 * opt_.overflow_limit)) {
         std::vector<unsigned char> f(sizeof h + h.len);
         std::memcpy(f.data(), &h, sizeof h);
         if (h.len) std::memcpy(f.data() + sizeof h, payload, h.len);
@@ -685,6 +876,19 @@ bool Bridge::route_locked(unsigned src, const rkf_frame_hdr &h, const unsigned c
         eth_ingress_locked(src, h, payload);
         return true;
     }
+    if (h.svc == RKF_SVC_BRIDGE && h.type == RKF_T_MSG && h.op == RKF_OP_PAIR_START) {
+        // "My next frames to you come on our pair ring": forwarded in order behind what this node
+        // sent before (the destination's queue), past capture and fault rules (the pair is direct
+        // only while none apply; held frames keep it on the bridge), so that the receiver switches
+        // at the right frame. Only for a live pair of these two nodes, this generation.
+        const Pair *pr = h.dst < opt_.max_nodes && h.dst != src ? pair_locked(src, h.dst) : nullptr;
+        if (!pr || pr->gen != h.tag || h.len) {
+            pair_bad_markers_++;
+            s.c.drops++;
+            return false;
+        }
+        return deliver_locked(h.dst, h, payload);
+    }
     if (s.eth_asm->interrupt()) {
         eth_bad_fragments_++;
         s.c.errors++;
@@ -706,7 +910,14 @@ bool Bridge::route_locked(unsigned src, const rkf_frame_hdr &h, const unsigned c
         }
         return false;
     }
-    if (h.type == RKF_T_REPLY && !settle_locked(uint16_t(src), h.dst, h.svc, h.op, h.tag)) {
+    // Between the nodes of a pair the bridge does not match replies to requests: a request may
+    // go one way and its reply the other (the pair switches between the ring and the bridge),
+    // and only these two nodes can write their ring anyway; the requester's port answers
+    // NODE_GONE for what it has outstanding when the pair goes (docs/fabric.md).
+    const bool paired = h.dst != src && pair_locked(src, h.dst);
+    const bool settled = h.type == RKF_T_REPLY && settle_locked(uint16_t(src), h.dst, h.svc, h.op, h.tag);
+    if (h.type == RKF_T_REPLY && !settled && paired) pair_replies_++;
+    if (h.type == RKF_T_REPLY && !settled && !paired) {
         // Not the answer to a request the bridge routed from h.dst to this node: a forgery,
         // a duplicate, or late after the requester went away. The requester never sees it.
         unsolicited_++;
@@ -718,7 +929,7 @@ bool Bridge::route_locked(unsigned src, const rkf_frame_hdr &h, const unsigned c
             src, unsigned(h.dst), unsigned(h.svc), h.tag, src);
         return false;
     }
-    if (h.type == RKF_T_REQ) {
+    if (h.type == RKF_T_REQ && !paired) {
         if (s.c.outstanding >= opt_.max_outstanding) {
             over_cap_++;
             s.c.drops++;
@@ -898,6 +1109,9 @@ void Bridge::router()
                 release_locked(fault_out_);
                 next_due = faults_.next_due();
             }
+            // The last held frame has gone: pairs the rules no longer concern may go direct.
+            if (held_before_ && !faults_.held()) update_pair_modes_locked();
+            held_before_ = faults_.held() != 0;
             for (unsigned i = 0; i < opt_.max_nodes; i++) {
                 Port &p = ports_[i];
                 if (p.state != State::Up) continue;
@@ -1026,7 +1240,20 @@ std::string Bridge::stats_json()
       << ",\"eth_hairpin\":" << eth_hairpin_ << ",\"eth_queue_drops\":" << eth_queue_drops_
       << ",\"eth_no_port\":" << eth_no_port_ << ",\"fault_rules\":" << faults_.rules().size()
       << ",\"fault_held\":" << faults_.held() << ",\"fault_lost\":" << fault_lost_
-      << ",\"capture\":" << capture_.status_json() << ",\"ports\":[";
+      << ",\"capture\":" << capture_.status_json() << ",\"pairs_enabled\":" << (opt_.pairs ? "true" : "false")
+      << ",\"pairs\":" << pairs_.size() << ",\"pairs_direct\":"
+      << std::count_if(pairs_.begin(), pairs_.end(),
+                       [](const auto &e) { return e.second.mode == RKF_PAIR_MODE_DIRECT; })
+      << ",\"pairs_made\":" << pairs_made_ << ",\"pairs_torn\":" << pairs_torn_
+      << ",\"pair_switches\":" << pair_switches_ << ",\"pair_ack_timeouts\":" << pair_ack_timeouts_
+      << ",\"pair_broken\":" << pair_broken_ << ",\"pair_bad_markers\":" << pair_bad_markers_
+      << ",\"pair_replies\":" << pair_replies_ << ",\"ports\":[";
+    // Frames each node published on its live pairs' rings (the ring heads it writes: its word).
+    uint64_t pair_out[RKF_MAX_NODES] = {};
+    for (const auto &[key, pr] : pairs_) {
+        pair_out[key / RKF_MAX_NODES] += pr.shm->ring[0].ctl.head.load(std::memory_order_relaxed);
+        pair_out[key % RKF_MAX_NODES] += pr.shm->ring[1].ctl.head.load(std::memory_order_relaxed);
+    }
     bool first = true;
     for (unsigned i = 0; i < opt_.max_nodes; i++) {
         const Port &p = ports_[i];
@@ -1044,7 +1271,8 @@ std::string Bridge::stats_json()
           << ",\"eth_frames_in\":" << p.c.eth_frames_in << ",\"eth_frames_out\":" << p.c.eth_frames_out
           << ",\"eth_bytes_in\":" << p.c.eth_bytes_in << ",\"eth_bytes_out\":" << p.c.eth_bytes_out
           << ",\"eth_drops\":" << p.c.eth_drops << ",\"wakes_skipped\":" << p.c.wakes_skipped
-          << ",\"lease_wakes\":" << p.c.lease_wakes << "}";
+          << ",\"lease_wakes\":" << p.c.lease_wakes << ",\"pair_rings\":" << (p.pair_cap ? "true" : "false")
+          << ",\"pair_frames_out\":" << p.c.pair_frames_out + pair_out[i] << "}";
     }
     o << "]}";
     return o.str();
@@ -1090,6 +1318,7 @@ std::string Bridge::fault_command(const std::string &args)
         const unsigned id = faults_.add(rest, err);
         if (!id) return json_error(err);
         log("fault rule %u added: %s", id, faults_.rules().back().spec.c_str());
+        update_pair_modes_locked();
         return "{\"ok\":true,\"id\":" + std::to_string(id) + ",\"rule\":\"" + faults_.rules().back().spec +
                "\"}";
     }
@@ -1097,6 +1326,7 @@ std::string Bridge::fault_command(const std::string &args)
         if (rest == "all") {
             const size_t n = faults_.rules().size();
             faults_.clear();
+            update_pair_modes_locked();
             log("all %zu fault rule(s) removed", n);
             return "{\"ok\":true,\"removed\":" + std::to_string(n) + "}";
         }
@@ -1105,6 +1335,7 @@ std::string Bridge::fault_command(const std::string &args)
         if (rest.empty() || *end || !faults_.del(unsigned(id))) {
             return json_error("no fault rule '" + rest + "' (give an id from 'fault list', or 'all')");
         }
+        update_pair_modes_locked();
         log("fault rule %lu removed", id);
         return "{\"ok\":true,\"removed\":1}";
     }
@@ -1124,12 +1355,14 @@ std::string Bridge::capture_command(const std::string &args)
         Capture::Options o;
         std::string err;
         if (!Capture::parse(rest, o, err) || !capture_.start(o, err)) return json_error(err);
+        update_pair_modes_locked();
         log("capture started: %s", rest.c_str());
         return "{\"ok\":true,\"capture\":" + capture_.status_json() + "}";
     }
     if (verb == "stop" && rest.empty()) {
         const std::string st = capture_.status_json();
         capture_.stop();
+        update_pair_modes_locked();
         return "{\"ok\":true,\"capture\":" + st + "}";
     }
     if (verb == "status" && rest.empty()) {
@@ -1177,13 +1410,12 @@ void Bridge::run()
         }
         for (size_t k = 0; k < ids.size(); k++) {
             if (!pfds[3 + k].revents) continue;
-            char b[256];
+            unsigned char b[256];
             ssize_t n = recv(pfds[3 + k].fd, b, sizeof b, MSG_DONTWAIT);
             if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) {
                 drop_port(ids[k], n == 0 ? "connection closed" : strerror(errno));
             } else if (n > 0) {
-                std::lock_guard lk(mu_);
-                ports_[ids[k]].c.errors++; // nothing is expected on the socket after the handshake
+                pair_socket_msg(ids[k], b, n);
             }
         }
         // Every connection in progress makes what progress it can without blocking; the ones

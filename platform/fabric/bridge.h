@@ -44,6 +44,9 @@ struct PortCounters {
     // vCPU of the node held a poll lease, and wake-ups made later because a frame was still in the
     // ring when the lease lapsed (the poller had stopped).
     uint64_t wakes_skipped = 0, lease_wakes = 0;
+    // Direct node-to-node rings: frames this node published on pair rings that are gone (the
+    // live ones are read from their ring indices when stats are asked for).
+    uint64_t pair_frames_out = 0;
 };
 
 class Bridge {
@@ -61,6 +64,10 @@ public:
         unsigned max_pending = 32;       // handshake (and control) connections in progress; the oldest goes
         uint64_t fault_seed = 1;         // default seed of fault rules (each rule: seed + its id)
         std::vector<std::string> faults; // fault rules installed at start (faults.h syntax)
+        // Direct node-to-node rings between nodes that announce RKF_CAP_PAIR (--no-pairs, or
+        // RACKEMU_FABRIC_PAIRS=0 in the bridge's environment, turns them off).
+        bool pairs = true;
+        unsigned pair_ack_timeout_us = 10000; // longest wait for a sender to see a switch
     };
 
     explicit Bridge(Options o);
@@ -105,6 +112,14 @@ private:
         // lease lapses. Router only (under mu_).
         bool lease_pending = false;
         uint32_t lease_head = 0;
+        bool pair_cap = false; // announced RKF_CAP_PAIR
+    };
+    // A direct pair a < b (docs/fabric.md, "Direct node-to-node rings"); key a * 64 + b.
+    struct Pair {
+        PairShm *shm = nullptr;
+        uint64_t gen = 0;
+        uint32_t mode = RKF_PAIR_MODE_BRIDGE; // what the bridge last wrote
+        bool ready[2] = {false, false};       // node a / b mapped it (RKF_PAIR_READY): DIRECT needs both
     };
 
     void accept_conns(int lfd, bool control);
@@ -135,6 +150,14 @@ private:
     // A reply from `dst` answers one outstanding request of `src`: forget it. False if none.
     bool settle_locked(uint16_t dst, uint16_t src, uint8_t svc, uint16_t op, uint64_t tag);
     void log(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+    // Pairs: create those of a node that just connected; tear one down (telling the nodes still
+    // up); set every pair's mode from the rules and capture now in force.
+    void make_pairs_locked(unsigned id);
+    void tear_pair_locked(unsigned a, unsigned b, uint32_t reason);
+    uint32_t pair_mode_wanted_locked(unsigned a, unsigned b, const Pair &pr) const;
+    void update_pair_modes_locked();
+    Pair *pair_locked(unsigned x, unsigned y);
+    void pair_socket_msg(unsigned id, const unsigned char *b, ssize_t n);
 
     Options opt_;
     int listen_fd_ = -1, ctl_fd_ = -1, wake_pipe_[2] = {-1, -1};
@@ -163,6 +186,10 @@ private:
     uint64_t fault_lost_ = 0;
     std::vector<FaultPacket> fault_out_; // scratch, router only
     Capture capture_;
+    std::map<unsigned, Pair> pairs_; // under mu_
+    uint64_t pair_gen_ = 0, pairs_made_ = 0, pairs_torn_ = 0, pair_switches_ = 0, pair_ack_timeouts_ = 0,
+             pair_broken_ = 0, pair_bad_markers_ = 0, pair_replies_ = 0;
+    bool held_before_ = false;                     // router: fault rules held frames at its last pass
     std::vector<Conn> conns_;                      // main loop only
     std::atomic<uint64_t> router_sleeps_{0};       // written by the router without mu_, read by stats_json()
     uint64_t wakes_skipped_ = 0, lease_wakes_ = 0; // all ports' PortCounters of the same names (mu_)

@@ -24,7 +24,7 @@ void usage(FILE *f)
     fprintf(
         f,
         "usage: rackemu-bridge --run-dir DIR [--max-nodes N] [--max-outstanding N] [--fault RULE]...\n"
-        "                      [--fault-seed N] [--verbose]\n"
+        "                      [--fault-seed N] [--no-pairs] [--verbose]\n"
         "\n"
         "The rackemu fabric bridge: the rack switch that links the nodes of a cluster.\n"
         "Creates DIR/fabric.sock (nodes connect here: -M rackemu-node,fabric=DIR/fabric.sock)\n"
@@ -41,6 +41,8 @@ void usage(FILE *f)
         "                   --fault 'drop prob=0.01 svc=eth kind=roce'; syntax:\n"
         "                   %s\n"
         "  --fault-seed N   default seed of fault rules (rule i: N + i; default 1)\n"
+        "  --no-pairs       no direct node-to-node rings: every frame goes through the bridge\n"
+        "                   (also RACKEMU_FABRIC_PAIRS=0 in the environment; docs/fabric.md)\n"
         "  --help           this text\n",
         rackemu::fabric::FaultEngine::help());
 }
@@ -99,6 +101,8 @@ int main(int argc, char **argv)
                 return 2;
             }
             o.fault_seed = n;
+        } else if (a == "--no-pairs") {
+            o.pairs = false;
         } else if (a == "--verbose") {
             o.verbose = true;
         } else if (a == "--help" || a == "-h") {

@@ -200,6 +200,13 @@ int main(int argc, char **argv)
     rk_fabric_port_register(p, RKF_SVC_ECHO, nullptr, Waiter::on_reply, nullptr, &w);
     rk_fabric_port_start(p);
     usleep(200000);
+    // With pairs on, the pair goes direct once both ports mapped it (RKF_PAIR_READY): measure
+    // from then on (at most 2 s more; the path is printed below either way).
+    for (int i = 0; i < 200 && !rk_fabric_port_pair_active(p, 1); i++) {
+        const char *e = getenv("RACKEMU_FABRIC_PAIRS");
+        if (e && std::strcmp(e, "0") == 0) break;
+        usleep(10000);
+    }
     rkf_frame_hdr h{};
     h.type = RKF_T_REQ;
     h.svc = RKF_SVC_ECHO;
@@ -268,6 +275,7 @@ int main(int argc, char **argv)
     const double secs = (now_ns() - t0) / 1e9;
     const double fps = (w.replies - base) / secs;
     Stats raw = raw_pingpong(iters);
+    const int direct = rk_fabric_port_pair_active(p, 1); // which path the figures above took
 
     rk_fabric_port_free(p);
     close(ctl[0]);
@@ -288,6 +296,10 @@ int main(int argc, char **argv)
     printf("bridge round trip (driving) / raw ping-pong: %.1fx; spin %llu us, drive %llu us\n",
            br.median_us / raw.median_us, (unsigned long long)(rk_fabric_spin_ns() / 1000),
            (unsigned long long)(rk_fabric_drive_ns() / 1000));
+    // Direct node-to-node rings (docs/fabric.md): with a pair, the "bridge" figures above are
+    // the one-hop path; RACKEMU_FABRIC_PAIRS=0 measures through the bridge.
+    printf("path: %s\n", direct ? "direct pair ring (RACKEMU_FABRIC_PAIRS=0: through the bridge)"
+                                : "through the bridge (no direct pair)");
     if (!csv.empty()) {
         FILE *f = fopen(csv.c_str(), "a");
         if (f) {
@@ -304,6 +316,7 @@ int main(int argc, char **argv)
                 "fabric,bridge_rtt_blocking_wakeups_per_rt,%.3f\nfabric,bridge_rtt_blocking_sleeps_per_rt,%.3f\n",
                 bs_w, bs_s);
             fprintf(f, "fabric,bridge_frames_per_s,%.0f\n", fps);
+            fprintf(f, "fabric,direct_pair,%d\n", direct);
             fclose(f);
         }
     }

@@ -281,6 +281,24 @@ bool FaultEngine::matches(const Rule &r, const FaultPacket &p) const
     return true;
 }
 
+bool FaultEngine::touches_service_frames(unsigned src, unsigned dst) const
+{
+    FaultPacket p;
+    p.src = uint16_t(src);
+    p.dst = uint16_t(dst);
+    p.bytes.resize(sizeof(rkf_frame_hdr));
+    for (const Rule &r : rules_) {
+        // A rule matches service frames when it names a service other than Ethernet and no
+        // Ethernet kind; which one does not matter: any of them leaves the pair on the bridge.
+        for (unsigned svc = 0; svc < RKF_SVC_COUNT; svc++) {
+            if (svc == RKF_SVC_ETH) continue;
+            p.bytes[5] = uint8_t(svc);
+            if (matches(r, p)) return true;
+        }
+    }
+    return false;
+}
+
 bool FaultEngine::fires(Rule &r)
 {
     if (r.limit && r.hits >= r.limit) return false;

@@ -76,6 +76,9 @@ public:
     // When the next held packet is due (UINT64_MAX: none held).
     uint64_t next_due() const;
     size_t held() const { return held_.size(); }
+    // Could a rule match a rackemu service frame (not Ethernet) from `src` to `dst`? (The
+    // bridge keeps such a pair of nodes off their direct ring: docs/fabric.md.)
+    bool touches_service_frames(unsigned src, unsigned dst) const;
     // Forget held packets to or from `node` (it disconnected); returns how many.
     size_t forget(unsigned node);
 

@@ -543,7 +543,10 @@ TEST(WaitDiscipline, APollingThreadDispatchesDeliveredFramesWithoutWaiting)
 // poller stops, its lease lapses and the port thread delivers again. No reply is lost either way.
 TEST(WaitDiscipline, APollerHoldingALeaseSparesThePortThreadItsWakeUps)
 {
-    BridgeRig b;
+    // The lease is on the bridge's ring: the frames must cross the bridge (no direct pair).
+    Bridge::Options o;
+    o.pairs = false;
+    BridgeRig b(o);
     RkFabricPort *n0 = b.port(0), *n1 = b.port(1);
     Mailbox m;
     rk_fabric_port_register(n0, RKF_SVC_ECHO, nullptr, Mailbox::on_reply, nullptr, &m);

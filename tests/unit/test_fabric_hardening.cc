@@ -115,7 +115,11 @@ TEST(FabricHardening, APortRefusesPortMemorySmallerThanTheRings)
 // that sends it; anything else is dropped and counted ("unsolicited").
 TEST(FabricHardening, AReplyFromANodeTheRequestDidNotGoToIsDropped)
 {
-    BridgeRig b;
+    // The bridge's own reply matching and outstanding table: between nodes of a direct pair the
+    // bridge keeps no such state (the requester's port matches: test_fabric_pairs.cc).
+    Bridge::Options o;
+    o.pairs = false;
+    BridgeRig b(o);
     RkFabricPort *n0 = b.port(0), *n1 = b.port(1, nullptr, false), *n2 = b.port(2);
     ASSERT_TRUE(n0 && n1 && n2);
     Mailbox m0, m1;
@@ -196,7 +200,11 @@ TEST(FabricHardening, BridgeErrorRepliesCarryTheDestinationAsTheirSource)
 // are answered CONGESTED and counted, and other ports are not affected.
 TEST(FabricHardening, OutstandingRequestsPerPortAreCappedAndAnsweredCongested)
 {
-    BridgeRig b;
+    // The bridge's own reply matching and outstanding table: between nodes of a direct pair the
+    // bridge keeps no such state (the requester's port matches: test_fabric_pairs.cc).
+    Bridge::Options o;
+    o.pairs = false;
+    BridgeRig b(o);
     RkFabricPort *n0 = b.port(0), *n1 = b.port(1, nullptr, false), *n2 = b.port(2);
     Mailbox m0, m1, m2;
     rk_fabric_port_register(n0, RKF_SVC_MEM, nullptr, Mailbox::on_reply, nullptr, &m0);
@@ -241,6 +249,7 @@ TEST(FabricHardening, TheOutstandingCapIsAnOption)
 {
     Bridge::Options o;
     o.max_outstanding = 8;
+    o.pairs = false; // the cap is on requests the bridge routes (see above)
     BridgeRig b(o);
     RkFabricPort *n0 = b.port(0), *n1 = b.port(1, nullptr, false);
     Mailbox m0, m1;

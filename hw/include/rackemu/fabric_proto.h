@@ -38,6 +38,9 @@
 #define RKF_CAP_MEM         (1u << 1) /* serves RKF_SVC_MEM against its guest RAM */
 #define RKF_CAP_RMC         (1u << 2) /* has a soNUMA RMC (RKF_SVC_RMC) */
 #define RKF_CAP_ETH         (1u << 3) /* has an Ethernet endpoint on the port (RKF_SVC_ETH) */
+/* Not a service: the port takes direct node-to-node rings (docs/fabric.md, "Direct node-to-node
+ * rings"). Set by the port itself, reported by the bridge as `pair_rings`, not in `caps`. */
+#define RKF_CAP_PAIR        (1u << 4)
 
 struct rkf_hello {
     uint32_t magic;      /* RKF_HELLO_MAGIC */
@@ -81,6 +84,11 @@ struct rkf_welcome {
 #define RKF_SVC_RMC         4u /* soNUMA RMC requests, data and validation packets (docs/sonuma.md) */
 #define RKF_SVC_ETH         5u /* Ethernet frames, switched by the bridge by MAC (see below) */
 #define RKF_SVC_COUNT       8u
+
+/* RKF_SVC_BRIDGE, type RKF_T_MSG, from a node: markers of the direct node-to-node rings
+ * (docs/fabric.md). tag = the pair's generation (PairShm::gen in shm_ring.h), len 0. */
+#define RKF_OP_PAIR_START 1u /* via the bridge: my next frames to you come on our pair ring */
+#define RKF_OP_PAIR_END   2u /* on the pair ring: my next frames to you come via the bridge */
 
 /* Reply status (rkf_frame_hdr.status of an RKF_T_REPLY) */
 #define RKF_ST_OK        0u
@@ -227,7 +235,41 @@ struct rkf_live_table {
     uint64_t node[RKF_MAX_NODES]; /* (generation << 1) | RKF_LIVE_UP */
 };
 
+/*
+ * Direct node-to-node rings ("pair rings", docs/fabric.md). Messages on a node's handshake socket
+ * after the welcome (SOCK_SEQPACKET, one struct per message):
+ *   bridge -> node RKF_PAIR_UP:   a pair with node `peer` exists; one descriptor (SCM_RIGHTS): a
+ *                                 sealed memfd of the pair's memory (shm_ring.h, PairShm);
+ *   bridge -> node RKF_PAIR_DOWN: the pair with `peer` (generation `gen`) is gone; `reason`;
+ *   node -> bridge RKF_PAIR_BAD:  the ring from `peer` had impossible indices: tear the pair down;
+ *   node -> bridge RKF_PAIR_READY: the node mapped the pair with `peer` (generation `gen`) and
+ *                                 reads its markers from now on. The bridge lets a pair go DIRECT
+ *                                 only after both nodes said so: a sender sends its START marker
+ *                                 only in DIRECT, so it never reaches a node that has no pair to
+ *                                 read (docs/fabric.md, "The switch protocol's invariants").
+ * `PairShm::mode` is written by the bridge only.
+ */
+#define RKF_PAIR_MAGIC      0x524b4650u /* "RKFP" */
+#define RKF_PAIR_UP         1u
+#define RKF_PAIR_DOWN       2u
+#define RKF_PAIR_BAD        3u
+#define RKF_PAIR_READY      4u
+#define RKF_PAIR_GONE       1u /* reason: the peer disconnected (its QEMU died or was stopped) */
+#define RKF_PAIR_BROKEN     2u /* reason: a ring of the pair was corrupt */
+#define RKF_PAIR_MODE_BRIDGE 0u /* senders send via the bridge (a rule or capture needs to see) */
+#define RKF_PAIR_MODE_DIRECT 1u /* senders use the pair ring */
+#define RKF_PAIR_MODE_GONE   2u /* torn down: via the bridge */
+struct rkf_pair_msg {
+    uint32_t magic;  /* RKF_PAIR_MAGIC */
+    uint16_t kind;   /* RKF_PAIR_UP / DOWN / BAD / READY */
+    uint16_t peer;   /* the other node of the pair */
+    uint32_t reason; /* DOWN: RKF_PAIR_GONE / RKF_PAIR_BROKEN */
+    uint32_t reserved;
+    uint64_t gen;    /* the pair's generation (unique per bridge) */
+};
+
 #ifdef __cplusplus
+static_assert(sizeof(struct rkf_pair_msg) == 24, "pair message is 24 bytes");
 static_assert(sizeof(struct rkf_mem_req) + RKF_MEM_CHUNK <= RKF_MAX_PAYLOAD, "a write chunk fits a slot");
 static_assert(sizeof(struct rkf_frame_hdr) == 32, "frame header is 32 bytes on the wire");
 static_assert(sizeof(struct rkf_eth_frag) == 8, "fragment header is 8 bytes");
