@@ -893,7 +893,10 @@ void RkFabricPort::pair_install(PairLink *pl)
                 m.kind = RKF_PAIR_READY;
                 m.peer = uint16_t(pl->peer);
                 m.gen = pl->gen;
-                if (send(sock, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL) != ssize_t(sizeof m))
+                // EPIPE / ECONNRESET: the bridge is going away; the link-down warning that follows
+                // says so, and the pair goes with the link.
+                if (send(sock, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL) != ssize_t(sizeof m) &&
+                    errno != EPIPE && errno != ECONNRESET)
                     log(RK_FABRIC_LOG_WARN,
                         "rackemu-fabric: node %u: could not tell the bridge that the pair with node %u is mapped "
                         "(%s); frames to it keep going through the bridge",

@@ -262,7 +262,10 @@ TEST(Bridge, PortHooksReportFramesBothWaysAndLinkChanges)
     ASSERT_TRUE(ob.wait([&] { return ob.links.size() == 2; }));
     EXPECT_EQ(ob.links[1], 0);
     EXPECT_EQ(m.links, std::vector<int>{0});
-    ASSERT_EQ(ob.logs.size(), 2u);
+    std::string all;
+    for (auto &l : ob.logs)
+        all += std::to_string(int(l.first)) + ": " + l.second + "\n";
+    ASSERT_EQ(ob.logs.size(), 2u) << all;
     EXPECT_EQ(ob.logs[1].first, RK_FABRIC_LOG_WARN);
     EXPECT_NE(ob.logs[1].second.find("link down"), std::string::npos);
     rk_fabric_port_free(n0);
