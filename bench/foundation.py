@@ -107,6 +107,7 @@ def kv(text):
 
 
 WAKE_KEYS = ("router_wakeups", "router_sleeps", "wakes_skipped", "lease_wakes", "pair_frames")
+PAIR_WAKE_KEYS = ("pair_wakes_skipped", "pair_follow_up_wakes", "pair_backstop_wakes")
 # per GSAS READ64: gsas bench's requester counters, the service's and the bridge's (docs/gsas.md)
 GSAS_PER_OP = ("sleeps_per_op", "naps_per_op", "spun_per_op", "service_wakeups_per_op", "service_unsettled_per_op",
                "service_unsettled_at_sleep_per_op", "router_wakeups_per_op")
@@ -291,6 +292,11 @@ def pingpong(a, c, rows):
             # Frames the nodes put on direct pair rings (docs/fabric.md): these crossed no router.
             pf = [sum(p.get("pair_frames_out", 0) for p in s.get("ports", [])) for s in (before, after)]
             r["router_pair_frames_per_rt"] = (pf[1] - pf[0]) / a.pingpong
+            # Wake-ups of a port thread the pair rings' poll lease spared, and those made later
+            # (a sender's follow-up, a receiver's backstop timer), both nodes together.
+            for key in PAIR_WAKE_KEYS:
+                v = [sum(p.get(key, 0) for p in s.get("ports", [])) for s in (before, after)]
+                r[f"router_{key}_per_rt"] = (v[1] - v[0]) / a.pingpong
             # deliveries into each vmbox by the order of their answer (ACK before or after visible)
             for n in sorted(set(aa) & set(ab)):
                 for k in ACK_PATHS:
@@ -299,10 +305,13 @@ def pingpong(a, c, rows):
             log(f"pingpong {label}: median {r.get('rtt_median_us')} us, p99 {r.get('rtt_p99_us')} us, "
                 f"router wake-ups/rt {r.get('router_wakeups_per_rt', '-')}, server irq via vcpu/bh/direct "
                 f"per rt {r.get('n1_irq_vcpu_per_rt', '-')}/{r.get('n1_irq_bh_per_rt', '-')}/"
-                f"{r.get('n1_irq_direct_per_rt', '-')}")
+                f"{r.get('n1_irq_direct_per_rt', '-')}, pair wake-ups skipped/followed up/backstop per rt "
+                + "/".join(f"{r.get(f'router_{k}_per_rt', 0):.2f}" for k in PAIR_WAKE_KEYS)
+                + f"; slowest rounds (round:us) {r.get('slowest', '-')}")
     set_ack_order(c, True)
     rows.append(("host", "load_1min_end", os.getloadavg()[0], "load"))
     per_rt = [f"router_{k.removeprefix('router_')}_per_rt" for k in WAKE_KEYS] + \
+        [f"router_{k}_per_rt" for k in PAIR_WAKE_KEYS] + \
         [f"n{n}_{k.replace('-', '_')}_per_rt" for n in range(2) for k in IRQ_PATHS + ACK_PATHS]
     for mode, runs in pp.items():
         for key in ("rtt_median_us", "rtt_p99_us", "rtt_min_us"):

@@ -363,8 +363,9 @@ static int cmd_pingpong(int argc, char **argv)
 			       "Round trips packetizer -> mailbox between this node and node N. The server takes MIF S\n"
 			       "(default 21) and echoes each packet back to the client's MIF C (default 20). The client\n"
 			       "times K round trips with CLOCK_MONOTONIC and prints rtt_min_us, rtt_median_us,\n"
-			       "rtt_p99_us, rtt_max_us. Start the server first. The client always polls its MIF; the\n"
-			       "server sleeps until the arrival interrupt, or polls too with --spin.\n"
+			       "rtt_p99_us, rtt_max_us, and its 8 slowest rounds (slowest=ROUND:US,...). Start the\n"
+			       "server first. The client always polls its MIF; the server sleeps until the arrival\n"
+			       "interrupt, or polls too with --spin.\n"
 			       "Each packet's acknowledgement is checked (any other answer ends the run) when the\n"
 			       "side needs its PIF again: the server after the next request arrived, the client after\n"
 			       "the echo (or as soon as the request failed). The acknowledgement of a reply travels\n"
@@ -444,6 +445,26 @@ static int cmd_pingpong(int argc, char **argv)
 		/* the request was delivered (its echo is here): its acknowledgement came before it */
 		if (!sync_ack && pingpong_acked(&u, "send", i, peer))
 			return 1;
+	}
+	/* the slowest rounds with their index: where in the run the tail falls */
+	{
+		long top[8];
+		int ntop = 0;
+
+		for (long i = 0; i < count; i++) {
+			int k;
+
+			if (ntop == 8 && rtt[i] <= rtt[top[7]])
+				continue;
+			k = ntop < 8 ? ntop++ : 7;
+			for (; k > 0 && rtt[top[k - 1]] < rtt[i]; k--)
+				top[k] = top[k - 1];
+			top[k] = i;
+		}
+		printf("slowest=");
+		for (int k = 0; k < ntop; k++)
+			printf("%s%ld:%.1f", k ? "," : "", top[k], rtt[top[k]] / 1e3);
+		printf("\n");
 	}
 	qsort(rtt, count, sizeof(*rtt), cmp_u64);
 	printf("count=%ld rtt_min_us=%.2f rtt_median_us=%.2f rtt_p99_us=%.2f rtt_max_us=%.2f\n", count,

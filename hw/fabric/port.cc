@@ -3,6 +3,7 @@
 #include "rk_fabric_port.h"
 
 #include <array>
+#include <bitset>
 #include <atomic>
 #include <cerrno>
 #include <cstdarg>
@@ -55,6 +56,10 @@ struct PairLink {
     bool tx_pair = false;            // our frames to the peer go on the ring now (a START marker went ahead)
     bool rx_pair = false;            // the peer's frames to us come on the ring now (its START arrived)
     std::atomic<bool> broken{false}; // the ring from the peer was corrupt: not used any more
+    // A wake-up of the peer's port thread skipped for frames up to ring index fu_head (the peer's
+    // poller held the lease): followed up until the peer took them (follow_ups_locked). tx_mu.
+    bool fu = false;
+    uint32_t fu_head = 0;
 };
 constexpr uint32_t kPendMax = 65536; // requests tracked per peer; beyond, not tracked (counted)
 using PendKey = std::tuple<uint16_t, uint8_t, uint16_t, uint64_t>; // peer, svc, op, tag
@@ -175,7 +180,10 @@ struct RkFabricPort {
     bool pend_overflow[RKF_MAX_NODES] = {}; // a request went untracked since the table was empty
     std::atomic<uint64_t> stray_replies{0};
     std::atomic<uint64_t> pair_frames_tx{0}, pair_frames_rx{0}, pair_markers{0}, pair_bad{0}, pairs_up{0},
-        pairs_down{0}, pair_gone_replies{0}, pair_untracked{0};
+        pairs_down{0}, pair_gone_replies{0}, pair_untracked{0}, pair_wakes_skipped{0},
+        pair_follow_up_wakes{0}, pair_backstop_wakes{0};
+    // Some pair has a skipped wake-up to follow up (PairLink::fu; a hint read without tx_mu).
+    std::atomic<bool> fu_hint{false};
     rk_fabric_port_hooks hooks{}; // set before the thread starts and before any send; then read-only
     // Ethernet (RKF_SVC_ETH): receivers guarded by svc_mu (and svc_busy, like svcs), the
     // reassembler used only by the dispatching thread, the frame counter under tx_mu.
@@ -218,6 +226,9 @@ struct RkFabricPort {
     int pair_drain_locked(PairLink &pl, unsigned max);
     void pair_broken_locked(PairLink &pl);
     bool pairs_ready_locked() const;
+    void pair_leases_renew_locked();          // rx_mu held: a polling thread's promise on the pair rings
+    uint64_t follow_ups_locked(uint64_t now); // tx_mu held: see PairLink::fu
+    void follow_ups_try();                    // the same from a polling thread, if tx_mu is free
     void dispatch_rx(const rkf_frame_hdr &h, const unsigned char *payload);
     bool pend_add(const rkf_frame_hdr &h);
     bool pend_settle(uint16_t peer, uint8_t svc, uint16_t op, uint64_t tag);
@@ -495,6 +506,7 @@ int RkFabricPort::push(const rkf_frame_hdr &h, const void *payload)
 {
     const uint64_t deadline = now_ns() + 100000000ull;
     std::unique_lock lk(tx_mu);
+    if (fu_hint.load(std::memory_order_relaxed)) follow_ups_locked(now_ns());
     bool reported = false, tracked = false;
     for (;;) {
         if (!up) {
@@ -549,7 +561,19 @@ int RkFabricPort::push(const rkf_frame_hdr &h, const void *payload)
         if (pair_room && ring_push(*r, *fh, fp)) {
             if (busy) busy->store(0, std::memory_order_release);
             if (direct) {
-                if (futex_wake(&r->ctl.sleeping)) wakeups_sent++;
+                switch (wake_pair_consumer(r->ctl)) {
+                case Wake::Woken:
+                    wakeups_sent++;
+                    break;
+                case Wake::Skipped:
+                    pl->fu = true;
+                    pl->fu_head = r->ctl.head.load(std::memory_order_relaxed);
+                    fu_hint.store(true, std::memory_order_relaxed);
+                    pair_wakes_skipped++;
+                    break;
+                case Wake::None:
+                    break;
+                }
             } else if (wake_router(*shm, *bell)) {
                 wakeups_sent++;
             }
@@ -805,6 +829,45 @@ bool RkFabricPort::pairs_ready_locked() const
     return false;
 }
 
+void RkFabricPort::pair_leases_renew_locked()
+{
+    for (PairLink *pl : pairs) {
+        if (pl && pl->rx_pair && lease_renew(pl->rx->ctl, lease_ns())) lease_renewals++;
+    }
+}
+
+// Skipped wake-ups (push): the peer's poller promised to poll within its lease. Once the lease
+// has lapsed with our frames still in the ring, the peer's port thread gets the wake-up it was
+// spared (shm_ring.h, lease_follow_up). Returns the earliest lease still running (0: none left).
+uint64_t RkFabricPort::follow_ups_locked(uint64_t now)
+{
+    uint64_t due = 0;
+    for (PairLink *pl : pairs) {
+        if (!pl || !pl->fu) continue;
+        uint64_t d = 0;
+        bool woken = false;
+        if (lease_follow_up(pl->tx->ctl, pl->fu_head, now, &d, &woken)) {
+            pl->fu = false;
+            if (woken) {
+                pair_follow_up_wakes++;
+                std::atomic<uint64_t> &c = pl->tx->ctl.follow_up_wakes;
+                c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+            }
+        } else if (!due || d < due) {
+            due = d;
+        }
+    }
+    fu_hint.store(due != 0, std::memory_order_relaxed);
+    return due;
+}
+
+void RkFabricPort::follow_ups_try()
+{
+    if (!fu_hint.load(std::memory_order_relaxed) || !tx_mu.try_lock()) return;
+    follow_ups_locked(now_ns());
+    tx_mu.unlock();
+}
+
 // Impossible indices on the ring from the peer: only this pair goes. Its frames are not read
 // any more, this node sends to the peer through the bridge, and the bridge is asked to tear the
 // pair down (it tells both nodes; the peer then sends through the bridge too).
@@ -1048,40 +1111,68 @@ void RkFabricPort::run()
                 continue;
             }
         }
+        // Skipped wake-ups this node owes a peer: followed up here, or at the earliest lease's end.
+        uint64_t due = 0;
+        if (fu_hint.load(std::memory_order_relaxed)) {
+            std::lock_guard lk(tx_mu);
+            due = follow_ups_locked(now_ns());
+        }
         // Announced on the bridge ring and on every pair ring being read; any of them wakes it.
+        // A pair ring whose lease a poller of this node holds gets kAsleepTimed: its producer may
+        // then skip the wake-up, and this thread looks again after pair_backstop_ns() at the latest.
         std::atomic<uint32_t> *words[1 + RKF_MAX_NODES];
+        uint32_t vals[1 + RKF_MAX_NODES];
+        std::bitset<RKF_MAX_NODES> timed;
         unsigned nw = 0;
         bool ready;
         {
             std::lock_guard rk(rx_mu);
             if (!up) continue;
-            words[nw++] = &shm->to_node.ctl.sleeping;
-            for (PairLink *pl : pairs) {
-                if (pl && pl->rx_pair) words[nw++] = &pl->rx->ctl.sleeping;
+            const uint64_t t = now_ns();
+            words[nw] = &shm->to_node.ctl.sleeping;
+            vals[nw++] = kAsleep;
+            for (unsigned peer = 0; peer < RKF_MAX_NODES; peer++) {
+                PairLink *pl = pairs[peer];
+                if (!pl || !pl->rx_pair) continue;
+                const bool lease = lease_valid(pl->rx->ctl.poll_lease.load(std::memory_order_relaxed), t);
+                timed[peer] = lease;
+                words[nw] = &pl->rx->ctl.sleeping;
+                vals[nw++] = lease ? kAsleepTimed : kAsleep;
             }
             for (unsigned i = 0; i < nw; i++)
-                words[i]->store(1, std::memory_order_seq_cst);
+                words[i]->store(vals[i], std::memory_order_seq_cst);
             // The announcements before the look at the rings (Dekker with the producers' fence
             // in futex_wake: docs/fabric.md, invariant 6).
             std::atomic_thread_fence(std::memory_order_seq_cst);
             ready = !ring_empty(shm->to_node) || pairs_ready_locked() || stop.load() || peer_gone.load() ||
                     rx_corrupt.load();
         }
+        bool timed_out = false;
         if (!ready) {
+            uint64_t until = timed.any() ? now_ns() + pair_backstop_ns() : 0;
+            if (due && (!until || due < until)) until = due;
             // A pair removed meanwhile wakes the bridge ring's word (pair_remove) before its own
             // memory can be reused.
-            if (nw == 1) {
+            if (nw == 1 && !until) {
                 futex_op(words[0], FUTEX_WAIT, 1, nullptr);
             } else {
-                futex_wait_any(words, nw);
+                timed_out = futex_wait_any(words, vals, nw, until) < 0 && errno == ETIMEDOUT;
             }
         }
         {
             std::lock_guard rk(rx_mu);
             if (up) {
                 shm->to_node.ctl.sleeping.store(0, std::memory_order_relaxed);
-                for (PairLink *pl : pairs) {
-                    if (pl) pl->rx->ctl.sleeping.store(0, std::memory_order_relaxed);
+                for (unsigned peer = 0; peer < RKF_MAX_NODES; peer++) {
+                    PairLink *pl = pairs[peer];
+                    if (!pl) continue;
+                    pl->rx->ctl.sleeping.store(0, std::memory_order_relaxed);
+                    // The backstop took frames a producer skipped and nobody followed up.
+                    if (timed_out && timed[peer] && pl->rx_pair && !ring_empty(*pl->rx)) {
+                        pair_backstop_wakes++;
+                        std::atomic<uint64_t> &c = pl->rx->ctl.backstop_wakes;
+                        c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+                    }
                 }
             }
         }
@@ -1113,6 +1204,7 @@ int RkFabricPort::drive(int (*done)(void *), void *arg, uint64_t max_ns)
                 if (!took_over) {
                     took_over = rx.ctl.sleeping.exchange(0, std::memory_order_seq_cst) != 0;
                 }
+                pair_leases_renew_locked(); // this thread polls the pair rings too
                 n = drain_locked(64);
                 if (n > 0) driven_frames += unsigned(n);
                 if (n < 0) {
@@ -1123,6 +1215,7 @@ int RkFabricPort::drive(int (*done)(void *), void *arg, uint64_t max_ns)
             }
             rx_mu.unlock();
         }
+        follow_ups_try();
         if (done(arg)) {
             r = 1;
             break;
@@ -1165,12 +1258,14 @@ int RkFabricPort::poll_rx(unsigned max)
         // not wake the port thread for what it delivers meanwhile (it wakes it if a frame is still
         // here when the lease lapses: shm_ring.h, lease_follow_up).
         if (lease_renew(shm->to_node.ctl, lease_ns())) lease_renewals++;
+        pair_leases_renew_locked();
         if (!ring_empty(shm->to_node) || pairs_ready_locked()) {
             n = drain_locked(max);
             if (n > 0) polled_frames += unsigned(n);
         }
     }
     rx_mu.unlock();
+    follow_ups_try(); // frames this node sent to a peer whose poller stopped
     if (n < 0) {
         rx_corrupt = true; // the port thread takes the link down
         wake_port_thread();
@@ -1385,6 +1480,9 @@ void rk_fabric_port_get_stats(RkFabricPort *p, struct rk_fabric_port_stats *o)
     o->pair_gone_replies = p->pair_gone_replies;
     o->pair_untracked = p->pair_untracked;
     o->stray_replies = p->stray_replies;
+    o->pair_wakes_skipped = p->pair_wakes_skipped;
+    o->pair_follow_up_wakes = p->pair_follow_up_wakes;
+    o->pair_backstop_wakes = p->pair_backstop_wakes;
 }
 
 int rk_fabric_port_pair_active(RkFabricPort *p, unsigned peer)

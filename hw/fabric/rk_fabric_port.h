@@ -212,6 +212,11 @@ struct rk_fabric_port_stats {
         pair_untracked;
     uint64_t stray_replies; /* replies from a paired peer that answer no pending request: dropped here
                              * (the bridge does not match replies between the nodes of a pair) */
+    /* "Poller present" on pair rings (docs/fabric.md): wake-ups of the peer's port thread this
+     * node skipped because the peer's poller held the lease, wake-ups it made when it followed
+     * one up (the lease lapsed with its frames still there), and timed wake-ups of this node's
+     * port thread that found frames a producer had skipped (the backstop). */
+    uint64_t pair_wakes_skipped, pair_follow_up_wakes, pair_backstop_wakes;
 };
 void rk_fabric_port_get_stats(RkFabricPort *port, struct rk_fabric_port_stats *out);
 /* 1 while frames to `peer` take the direct pair ring (the pair exists and the bridge's mode for it

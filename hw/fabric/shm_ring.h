@@ -44,7 +44,16 @@ struct alignas(64) RingCtl {
     // the ring on its own (a vCPU reading a device register), so the producer need not wake the
     // sleeping consumer for a frame: see wake_consumer() and lease_follow_up() below.
     std::atomic<uint64_t> poll_lease;
-    char pad2[48];
+    // Pair rings only (docs/fabric.md, "Poller present on pair rings"), counters the bridge reads
+    // and reports per node (numbers from the nodes, not trusted for anything): wake-ups the
+    // producer skipped because a poller held the lease, wake-ups it made when it followed one of
+    // them up (the lease lapsed with frames left), and timed wake-ups of the consumer's port
+    // thread that found frames (the backstop, below). The first two are the producer's words,
+    // the third the consumer's.
+    std::atomic<uint64_t> wakes_skipped;
+    std::atomic<uint64_t> follow_up_wakes;
+    std::atomic<uint64_t> backstop_wakes;
+    char pad2[24];
 };
 // `space_wait` (protocol version 2): the producer sets it when it finds the ring full, then
 // re-checks and waits. After it frees slots the consumer clears it and wakes the producer: on
@@ -54,6 +63,16 @@ struct alignas(64) RingCtl {
 // leaves it 0 (no lease: every wake-up is made), so no protocol version change.
 static_assert(sizeof(RingCtl) == 192, "ring control block: three cache lines (fabric_proto.h)");
 static_assert(offsetof(RingCtl, poll_lease) == 136, "poll_lease lies in the third line's former padding");
+static_assert(offsetof(RingCtl, backstop_wakes) == 160,
+              "pair counters lie in the third line's former padding");
+
+// The consumer's `sleeping` word. On the bridge's rings it is 0 or 1. On a pair ring the
+// consumer's port thread stores kAsleepTimed instead of kAsleep when it goes to sleep while its
+// node's poller holds the ring's lease: it then sleeps at most kPairBackstopNs, so a producer
+// that skips its wake-up (wake_pair_consumer) can rely on the frame being taken within that
+// time even if the poller stops and nobody follows up. A producer that finds kAsleep wakes it.
+constexpr uint32_t kAwake = 0, kAsleep = 1, kAsleepTimed = 2;
+constexpr uint64_t kPairBackstopNs = 1000000; // pair_backstop_ns(): RACKEMU_FABRIC_BACKSTOP_US
 
 struct Ring {
     RingCtl ctl;
@@ -157,6 +176,22 @@ inline Wake wake_consumer(RingCtl &c)
     return futex_wake(&c.sleeping) ? Wake::Woken : Wake::None;
 }
 
+// Producer side of a pair ring, after it published frames: the bridge's rule (wake_consumer)
+// with one more condition for skipping, since no router follows up here: the consumer's port
+// thread sleeps with its backstop timer (kAsleepTimed). A skipped wake-up is followed up by the
+// producer's node while it runs (lease_follow_up at its next poll, send or port-thread pass).
+inline Wake wake_pair_consumer(RingCtl &c)
+{
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const uint32_t s = c.sleeping.load(std::memory_order_relaxed);
+    if (s == kAwake) return Wake::None;
+    if (s == kAsleepTimed && lease_valid(c.poll_lease.load(std::memory_order_relaxed), now_ns())) {
+        c.wakes_skipped.store(c.wakes_skipped.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        return Wake::Skipped;
+    }
+    return futex_wake(&c.sleeping) ? Wake::Woken : Wake::None;
+}
+
 // Poller side (the consumer's side, holding the right to consume): promise to poll again within
 // `lease` ns. Stored only when a quarter of the lease has passed since the last store, so a tight
 // poll loop does not write the shared line at every poll. True if it stored.
@@ -202,21 +237,25 @@ inline bool wake_router(PortShm &shm, Doorbell &bell)
 }
 
 // Wait on several futex words at once (Linux 5.16 futex_waitv): returns when any of `w[i]` is
-// woken or does not hold 1. Shared (not private) words: they live in memory other processes map.
-// A port thread sleeps so on its bridge ring and the pair rings it reads.
+// woken or does not hold `val[i]`, or at `until_ns` (CLOCK_MONOTONIC; 0: no timeout). Shared (not
+// private) words: they live in memory other processes map. A port thread sleeps so on its bridge
+// ring and the pair rings it reads.
 #ifndef SYS_futex_waitv
 #define SYS_futex_waitv 449
 #endif
-inline long futex_wait_any(std::atomic<uint32_t> *const *w, unsigned n)
+inline long futex_wait_any(std::atomic<uint32_t> *const *w, const uint32_t *val, unsigned n,
+                           uint64_t until_ns)
 {
     struct futex_waitv v[1 + RKF_MAX_NODES] = {};
     n = std::min<unsigned>(n, FUTEX_WAITV_MAX);
     for (unsigned i = 0; i < n; i++) {
-        v[i].val = 1;
+        v[i].val = val[i];
         v[i].uaddr = uint64_t(uintptr_t(w[i]));
         v[i].flags = FUTEX_32; // FUTEX2_SIZE_U32, shared
     }
-    return syscall(SYS_futex_waitv, v, n, 0, nullptr, 0);
+    if (!until_ns) return syscall(SYS_futex_waitv, v, n, 0, nullptr, 0);
+    const timespec ts{time_t(until_ns / 1000000000ull), long(until_ns % 1000000000ull)};
+    return syscall(SYS_futex_waitv, v, n, 0, &ts, CLOCK_MONOTONIC);
 }
 
 // Does this kernel have futex_waitv (pair rings need it; without it a port announces no
@@ -396,6 +435,20 @@ constexpr uint64_t kLeaseNs = 10000;
 inline uint64_t lease_ns()
 {
     static const uint64_t ns = std::min<uint64_t>(env_us("RACKEMU_FABRIC_LEASE_US", kLeaseNs), kLeaseMaxNs);
+    return ns;
+}
+
+// How long a port thread that sleeps with kAsleepTimed sleeps at most: the longest a frame whose
+// wake-up was skipped waits when its poller stopped and its producer's node stopped running too.
+// Also the period at which a port thread whose vCPU polls wakes once (about 1000 times a second
+// per polling node: a few microseconds each). RACKEMU_FABRIC_BACKSTOP_US overrides it (100 us to
+// 1 s; other values keep the default).
+inline uint64_t pair_backstop_ns()
+{
+    static const uint64_t ns = [] {
+        const uint64_t v = env_us("RACKEMU_FABRIC_BACKSTOP_US", kPairBackstopNs);
+        return v >= 100000 ? v : kPairBackstopNs;
+    }();
     return ns;
 }
 

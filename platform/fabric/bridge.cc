@@ -669,8 +669,14 @@ void Bridge::tear_pair_locked(unsigned x, unsigned y, uint32_t reason)
     if (it == pairs_.end()) return;
     Pair &pr = it->second;
     pr.shm->mode.store(RKF_PAIR_MODE_GONE, std::memory_order_seq_cst);
-    ports_[a].c.pair_frames_out += pr.shm->ring[0].ctl.head.load(std::memory_order_relaxed);
-    ports_[b].c.pair_frames_out += pr.shm->ring[1].ctl.head.load(std::memory_order_relaxed);
+    for (unsigned d = 0; d < 2; d++) {
+        const RingCtl &c = pr.shm->ring[d].ctl; // produced by a (d 0) or b, read by the other
+        PortCounters &tx = ports_[d ? b : a].c, &rx = ports_[d ? a : b].c;
+        tx.pair_frames_out += c.head.load(std::memory_order_relaxed);
+        tx.pair_wakes_skipped += c.wakes_skipped.load(std::memory_order_relaxed);
+        tx.pair_follow_up_wakes += c.follow_up_wakes.load(std::memory_order_relaxed);
+        rx.pair_backstop_wakes += c.backstop_wakes.load(std::memory_order_relaxed);
+    }
     for (unsigned n : {a, b}) {
         if (ports_[n].state == State::Up)
             pair_msg(ports_[n].sock, RKF_PAIR_DOWN, n == a ? b : a, reason, pr.gen, -1);
@@ -1249,10 +1255,18 @@ std::string Bridge::stats_json()
       << ",\"pair_broken\":" << pair_broken_ << ",\"pair_bad_markers\":" << pair_bad_markers_
       << ",\"pair_replies\":" << pair_replies_ << ",\"ports\":[";
     // Frames each node published on its live pairs' rings (the ring heads it writes: its word).
-    uint64_t pair_out[RKF_MAX_NODES] = {};
+    uint64_t pair_out[RKF_MAX_NODES] = {}, skipped[RKF_MAX_NODES] = {}, follow_ups[RKF_MAX_NODES] = {},
+             backstops[RKF_MAX_NODES] = {};
     for (const auto &[key, pr] : pairs_) {
-        pair_out[key / RKF_MAX_NODES] += pr.shm->ring[0].ctl.head.load(std::memory_order_relaxed);
-        pair_out[key % RKF_MAX_NODES] += pr.shm->ring[1].ctl.head.load(std::memory_order_relaxed);
+        for (unsigned d = 0; d < 2; d++) {
+            const RingCtl &c = pr.shm->ring[d].ctl;
+            const unsigned tx = d ? key % RKF_MAX_NODES : key / RKF_MAX_NODES,
+                           rx = d ? key / RKF_MAX_NODES : key % RKF_MAX_NODES;
+            pair_out[tx] += c.head.load(std::memory_order_relaxed);
+            skipped[tx] += c.wakes_skipped.load(std::memory_order_relaxed);
+            follow_ups[tx] += c.follow_up_wakes.load(std::memory_order_relaxed);
+            backstops[rx] += c.backstop_wakes.load(std::memory_order_relaxed);
+        }
     }
     bool first = true;
     for (unsigned i = 0; i < opt_.max_nodes; i++) {
@@ -1272,7 +1286,10 @@ std::string Bridge::stats_json()
           << ",\"eth_bytes_in\":" << p.c.eth_bytes_in << ",\"eth_bytes_out\":" << p.c.eth_bytes_out
           << ",\"eth_drops\":" << p.c.eth_drops << ",\"wakes_skipped\":" << p.c.wakes_skipped
           << ",\"lease_wakes\":" << p.c.lease_wakes << ",\"pair_rings\":" << (p.pair_cap ? "true" : "false")
-          << ",\"pair_frames_out\":" << p.c.pair_frames_out + pair_out[i] << "}";
+          << ",\"pair_frames_out\":" << p.c.pair_frames_out + pair_out[i]
+          << ",\"pair_wakes_skipped\":" << p.c.pair_wakes_skipped + skipped[i]
+          << ",\"pair_follow_up_wakes\":" << p.c.pair_follow_up_wakes + follow_ups[i]
+          << ",\"pair_backstop_wakes\":" << p.c.pair_backstop_wakes + backstops[i] << "}";
     }
     o << "]}";
     return o.str();

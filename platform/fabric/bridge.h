@@ -47,6 +47,9 @@ struct PortCounters {
     // Direct node-to-node rings: frames this node published on pair rings that are gone (the
     // live ones are read from their ring indices when stats are asked for).
     uint64_t pair_frames_out = 0;
+    // The node's "poller present" counters on pair rings (shm_ring.h, RingCtl; the nodes' numbers):
+    // wake-ups it skipped and followed up as a producer, backstop wake-ups as a consumer.
+    uint64_t pair_wakes_skipped = 0, pair_follow_up_wakes = 0, pair_backstop_wakes = 0;
 };
 
 class Bridge {

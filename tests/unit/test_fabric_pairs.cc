@@ -14,6 +14,16 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// A poll lease of 1 ms instead of 10 us and a backstop of 20 ms instead of 1 (read once per
+// process, before any port exists): the "poller present" tests below need the lease to outlast
+// the scheduling delays of a loaded 2-core host between a poll and the send that relies on it, and
+// the backstop to come well after the lease's end. Every other test here runs with them too,
+// which the wake-up rules must not care about.
+const bool kLongLease = [] {
+    return setenv("RACKEMU_FABRIC_LEASE_US", "1000", 1) == 0 &&
+           setenv("RACKEMU_FABRIC_BACKSTOP_US", "20000", 1) == 0;
+}();
+
 // Waits (up to 10 s) until `pred()` holds; polls every millisecond.
 template <typename P> bool eventually(P pred, std::chrono::milliseconds d = 10s)
 {
@@ -585,4 +595,98 @@ TEST(FabricPairs, PortThreadsAnsweringEachOthersFloodLoseNothing)
         (unsigned long long)s0.pair_markers, (unsigned long long)s1.pair_markers);
     rk_fabric_port_free(n0);
     rk_fabric_port_free(n1);
+}
+
+// "Poller present" on pair rings (docs/fabric.md): while a thread of node 1 polls (a vCPU reading
+// a device register), node 0 skips the wake-ups of node 1's sleeping port thread and the poller
+// takes the frames; a skipped wake-up is followed up by node 0 when it keeps running, and by node
+// 1's backstop timer when nobody does. In every case each frame arrives, in order. The test's own
+// thread is the poller (rk_fabric_port_poll: what a vCPU does at a device register read), so it
+// decides when polling stops.
+namespace {
+// Polls `p` for `d` (a vCPU spinning on a register), or until `stop()`.
+template <typename P> void poll_for(RkFabricPort *p, std::chrono::microseconds d, P stop)
+{
+    const auto end = std::chrono::steady_clock::now() + d;
+    while (std::chrono::steady_clock::now() < end && !stop())
+        rk_fabric_port_poll(p);
+}
+void poll_for(RkFabricPort *p, std::chrono::microseconds d)
+{
+    poll_for(p, d, [] { return false; });
+}
+} // namespace
+
+TEST(FabricPairs, APollingReceiverSparesTheSendersWakeUps)
+{
+    ASSERT_TRUE(kLongLease);
+    Two t;
+    ASSERT_TRUE(eventually(
+        [&] { return rk_fabric_port_pair_active(t.n0, 1) && rk_fabric_port_pair_active(t.n1, 0); }));
+    ASSERT_EQ(send_msg(t.n0, 1, 0), 0); // the START marker: from now on the ring
+    ASSERT_TRUE(t.rx1.wait([&] { return t.rx1.requests.size() == 1; }));
+    const auto b1 = stats(t.n1);
+    // Node 1 polls; between frames its port thread goes to sleep (timed: the lease is held), and
+    // node 0 finds it so.
+    uint64_t n = 1;
+    for (; n < 2000 && stats(t.n0).pair_wakes_skipped < 20; n++) {
+        poll_for(t.n1, 300us);
+        ASSERT_EQ(send_msg(t.n0, 1, n), 0);
+        poll_for(t.n1, 5000us, [&] {
+            std::lock_guard lk(t.rx1.mu);
+            return t.rx1.requests.size() > n;
+        });
+    }
+    ASSERT_TRUE(t.rx1.wait([&] { return t.rx1.requests.size() >= n; }))
+        << pair_state(t.n0, t.n1, t.rx1, t.rig.dir);
+    EXPECT_TRUE(stream_is(t.rx1, n, 0));
+    const auto s0 = stats(t.n0), s1 = stats(t.n1);
+    EXPECT_GE(s0.pair_wakes_skipped, 20u) << n << " frames, node 1 slept " << s1.sleeps - b1.sleeps
+                                          << " times" << pair_state(t.n0, t.n1, t.rx1, t.rig.dir);
+    EXPECT_GE(s1.polled_frames - b1.polled_frames, s0.pair_wakes_skipped); // each skipped one: the poller's
+    // The bridge reports the node's counters.
+    const std::string st = control(t.rig.dir, "stats");
+    EXPECT_EQ(stat_of(st, "pair_wakes_skipped"), s0.pair_wakes_skipped) << st;
+}
+
+TEST(FabricPairs, ASkippedWakeUpIsFollowedUpByTheSenderOrTheBackstop)
+{
+    ASSERT_TRUE(kLongLease);
+    Two t;
+    ASSERT_TRUE(eventually(
+        [&] { return rk_fabric_port_pair_active(t.n0, 1) && rk_fabric_port_pair_active(t.n1, 0); }));
+    ASSERT_EQ(send_msg(t.n0, 1, 0), 0);
+    ASSERT_TRUE(t.rx1.wait([&] { return t.rx1.requests.size() == 1; }));
+    uint64_t n = 1;
+    // Node 1 polls, node 0 sends, node 1 stops polling for good: node 0's wake-up was skipped and
+    // nobody takes the frame. With `sender_polls` node 0 keeps running (a vCPU waiting for its
+    // reply) and wakes node 1's port thread once the lease has lapsed; else nobody runs on node 0
+    // and node 1's port thread takes the frame at its backstop timer.
+    for (const bool sender_polls : {true, false}) {
+        bool seen = false;
+        for (int trial = 0; trial < 50 && !seen; trial++) {
+            // A frame while node 1 polls: its port thread, woken for it or not, then goes to sleep
+            // with the lease held (timed), so the next frame's wake-up can be skipped.
+            poll_for(t.n1, 100us);
+            ASSERT_EQ(send_msg(t.n0, 1, n++), 0);
+            poll_for(t.n1, 3000us);
+            const auto b0 = stats(t.n0), b1 = stats(t.n1);
+            rk_fabric_port_poll(t.n1); // the lease is fresh, and the last
+            ASSERT_EQ(send_msg(t.n0, 1, n++), 0);
+            if (sender_polls) poll_for(t.n0, 5000us);
+            ASSERT_TRUE(t.rx1.wait([&] { return t.rx1.requests.size() >= n; }))
+                << pair_state(t.n0, t.n1, t.rx1, t.rig.dir);
+            const auto a0 = stats(t.n0), a1 = stats(t.n1);
+            if (a0.pair_wakes_skipped == b0.pair_wakes_skipped) continue; // woken at once: try again
+            // Node 1's port thread may have slept since long before (a skipped frame before this
+            // one): its backstop timer can then come before the lease's end. Try again.
+            if (sender_polls && a1.pair_backstop_wakes != b1.pair_backstop_wakes) continue;
+            seen = true;
+            EXPECT_EQ(a0.pair_follow_up_wakes - b0.pair_follow_up_wakes, sender_polls ? 1u : 0u);
+            EXPECT_EQ(a1.pair_backstop_wakes - b1.pair_backstop_wakes, sender_polls ? 0u : 1u);
+        }
+        EXPECT_TRUE(seen) << (sender_polls ? "follow-up" : "backstop")
+                          << ": no trial had its wake-up skipped";
+    }
+    EXPECT_TRUE(stream_is(t.rx1, n, 0));
 }
