@@ -159,7 +159,6 @@ def guest_latencies(a, c, rows):
         gas += [d for d in kv_lines(res.stdout.decode()) if d.get("op") == "load" and "median_us" in d]
     gsas = gsas_read64(a, c, rows)
     rmc = {"spin": [], "irq": []}
-    return gsas
     start_detached(c.node(0), f"rmc-bench serve --ctx {MICRO_CTX} --key {KEY}", "/tmp/bench-serve", "serving",
                    "rmc-bench serve")
     try:
