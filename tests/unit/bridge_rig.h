@@ -327,4 +327,13 @@ inline rkf_frame_hdr request(uint8_t svc, uint16_t dst, uint64_t tag, uint16_t l
     h.len = len;
     return h;
 }
+
+// A reply (op 1) as a node would send it to `dst` for request `tag`: the forged answers of the
+// hardening tests start from this.
+inline rkf_frame_hdr reply(uint8_t svc, uint16_t dst, uint64_t tag, uint16_t len)
+{
+    rkf_frame_hdr h = request(svc, dst, tag, len);
+    h.type = RKF_T_REPLY;
+    return h;
+}
 } // namespace rackemu::fabric::test

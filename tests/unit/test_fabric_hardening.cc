@@ -131,13 +131,7 @@ TEST(FabricHardening, AReplyFromANodeTheRequestDidNotGoToIsDropped)
     ASSERT_TRUE(m1.wait([&] { return !m1.requests.empty(); }));
     // node 2 answers node 0's request to node 1, as itself (the bridge fixes src) ...
     const uint64_t forged = 0x4141414141414141ull;
-    rkf_frame_hdr r{};
-    r.type = RKF_T_REPLY;
-    r.svc = RKF_SVC_MEM;
-    r.op = 1;
-    r.dst = 0;
-    r.tag = 77;
-    r.len = 8;
+    rkf_frame_hdr r = reply(RKF_SVC_MEM, 0, 77, 8);
     ASSERT_EQ(rk_fabric_port_send(n2, &r, &forged), 0);
     // ... and claiming to be node 1
     r.magic = RKF_FRAME_MAGIC;

@@ -515,13 +515,7 @@ TEST(FabricPairs, ForgedAndDuplicateRepliesFromPairedNodesAreDroppedByTheRequest
     // Node 2 answers node 0's request to node 1, on its own pair ring with node 0, and a request
     // never made; then, with a fault rule moving the pairs to the bridge, again.
     const uint64_t forged = 0x4141414141414141ull;
-    rkf_frame_hdr r{};
-    r.type = RKF_T_REPLY;
-    r.svc = RKF_SVC_MEM;
-    r.op = 1;
-    r.dst = 0;
-    r.tag = 77;
-    r.len = 8;
+    rkf_frame_hdr r = reply(RKF_SVC_MEM, 0, 77, 8);
     ASSERT_EQ(rk_fabric_port_send(n2, &r, &forged), 0);
     r.tag = 78;
     ASSERT_EQ(rk_fabric_port_send(n2, &r, &forged), 0);
