@@ -196,6 +196,26 @@ def test_pingpong_round_trips(cluster2, run_concurrently, order):
     assert 0 < float(stats["rtt_min_us"]) <= float(stats["rtt_median_us"]) <= float(stats["rtt_max_us"])
 
 
+def test_spinning_pingpong_spares_the_port_threads_wake_ups(cluster2, run_concurrently):
+    """Both sides spinning (docs/fabric.md, "Poller present on pair rings"): every frame of the
+    round trips takes the pair ring, every echo comes back in order, and the senders skip waking
+    the port thread of a node whose vCPU polls (the bridge's per-node counters)."""
+    n0, n1 = cluster2.node(0), cluster2.node(1)
+    before = {p["node"]: p for p in cluster2.bridge_stats()["ports"]}
+    server, client = run_concurrently(n1, "unimem pingpong --peer 0 --role server --spin --count 200",
+                                      n0, "unimem pingpong --peer 1 --role client --count 200")
+    assert server.rc == 0 and client.rc == 0, client.stdout + server.stdout
+    assert kv_lines(server.stdout)[-1] == {"served": "200"}, server.stdout
+    assert kv_lines(client.stdout)[-1]["count"] == "200"
+    after = {p["node"]: p for p in cluster2.bridge_stats()["ports"]}
+    delta = {k: sum(after[n].get(k, 0) - before[n].get(k, 0) for n in (0, 1))
+             for k in ("pair_frames_out", "pair_wakes_skipped")}
+    # packet and acknowledgement each way per round trip, on the pair ring (the agent's exec
+    # traffic is not on the fabric)
+    assert delta["pair_frames_out"] >= 4 * 200, (delta, after)
+    assert delta["pair_wakes_skipped"] > 0, (delta, after)
+
+
 def test_pingpong_to_an_absent_node_reports_the_refusal(cluster2):
     """A request that is not acknowledged ends the client with its status, not at its timeout
     (no echo can come): node 5 is not in the 2-node cluster."""
