@@ -87,6 +87,44 @@ struct Consumer {
         }
     }
 
+    // The port thread on a pair ring (port.cc, run(); docs/fabric.md, "Poller present on pair
+    // rings"): as above, but it announces kAsleepTimed while a poller holds the lease, and then
+    // sleeps at most `backstop` ns. A timed wake-up that finds frames is the backstop at work.
+    std::atomic<uint64_t> backstops{0};
+    void pair_port_thread(uint64_t backstop)
+    {
+        uint64_t last = now_ns();
+        while (!stop.load()) {
+            unsigned n;
+            {
+                std::lock_guard lk(rx_mu);
+                n = drain(by_thread);
+            }
+            if (n) {
+                last = now_ns();
+                continue;
+            }
+            if (now_ns() - last < 2000) {
+                cpu_relax();
+                continue;
+            }
+            thread_sleeps++;
+            RingCtl &c = ring->ctl;
+            const bool timed = lease_valid(c.poll_lease.load(std::memory_order_relaxed), now_ns());
+            const uint32_t v = timed ? kAsleepTimed : kAsleep;
+            c.sleeping.store(v, std::memory_order_seq_cst);
+            std::atomic_thread_fence(std::memory_order_seq_cst);
+            if (ring_empty(*ring) && !stop.load()) {
+                const timespec ts{time_t(backstop / 1000000000), long(backstop % 1000000000)};
+                const bool timed_out =
+                    futex_op(&c.sleeping, FUTEX_WAIT, v, timed ? &ts : nullptr) < 0 && errno == ETIMEDOUT;
+                if (timed_out && !ring_empty(*ring)) backstops++;
+            }
+            c.sleeping.store(kAwake, std::memory_order_relaxed);
+            last = now_ns();
+        }
+    }
+
     // A vCPU reading a device register (port.cc, poll_rx): renew the lease, take what is there.
     void poll(uint64_t lease)
     {
@@ -120,12 +158,16 @@ struct PortThread {
     Consumer &c;
     std::thread t;
     explicit PortThread(Consumer &c_) : c(c_), t([this] { c.port_thread(); }) {}
+    PortThread(Consumer &c_, uint64_t backstop) : c(c_), t([this, backstop] { c.pair_port_thread(backstop); })
+    {
+    }
     ~PortThread() { c.shut_down(t); }
 };
 
 // The producer's side (the bridge's router: wake_node_locked, lease_follow_up_locked).
 struct Producer {
     Ring &ring;
+    bool pair = false; // a node on a pair ring (wake_pair_consumer), else the bridge's router
     bool pending = false;
     uint32_t pending_head = 0;
     uint64_t woken = 0, skipped = 0, lease_wakes = 0;
@@ -136,7 +178,7 @@ struct Producer {
         const uint64_t payload = seq;
         while (!ring_push(ring, h, &payload))
             std::this_thread::sleep_for(10us); // the test's ring never fills
-        switch (wake_consumer(ring.ctl)) {
+        switch (pair ? wake_pair_consumer(ring.ctl) : wake_consumer(ring.ctl)) {
         case Wake::Woken:
             woken++;
             break;
@@ -336,4 +378,80 @@ TEST(PollLease, DeliveryRacingLeaseExpiryLosesNothing)
         (unsigned long long)kFrames, (unsigned long long)c.by_poller.load(),
         (unsigned long long)c.by_thread.load(), (unsigned long long)p.woken, (unsigned long long)p.skipped,
         (unsigned long long)p.lease_wakes);
+}
+
+// The pair-ring rule under the same kind of storm, with a sender that often stops following up
+// (its vCPU halted after the send): a frame whose wake-up was skipped is then taken by the
+// poller, by a later follow-up, or by the consumer's backstop timer. Every frame must be taken,
+// in order, whichever of them took it (the test prints how often the backstop did).
+TEST(PollLease, OnAPairRingASkippedWakeUpNobodyFollowsUpEndsAtTheBackstop)
+{
+    Consumer c;
+    constexpr uint64_t kBackstop = 200000; // 200 us, so that the test does not take long
+    PortThread port(c, kBackstop);
+    constexpr uint64_t kFrames = 4000;
+    constexpr uint64_t kLease = 8000;
+    std::atomic<bool> done{false};
+    std::thread vcpu([&] {
+        std::mt19937 rng(5);
+        while (!done.load()) {
+            const uint64_t burst = now_ns() + rng() % 400000;
+            while (now_ns() < burst && !done.load()) {
+                c.poll(kLease);
+                cpu_relax();
+            }
+            std::this_thread::sleep_for(std::chrono::nanoseconds(rng() % 100000)); // halted
+        }
+    });
+    Producer p{*c.ring, true};
+    std::mt19937 rng(13);
+    for (uint64_t i = 0; i < kFrames; i++) {
+        p.push(i);
+        const uint64_t gap_end = now_ns() + rng() % 30000;
+        if (rng() % 2) {
+            while (now_ns() < gap_end) { // the sender keeps running: it follows up
+                p.follow_up();
+                cpu_relax();
+            }
+        } else {
+            sleep_until_ns(gap_end); // halted: no follow-up until its next frame
+        }
+    }
+    p.settle();
+    const bool all = c.wait_taken(kFrames, 60s);
+    done = true;
+    vcpu.join();
+    EXPECT_TRUE(all) << "taken " << c.taken.load() << " of " << kFrames;
+    EXPECT_EQ(c.out_of_order.load(), 0u);
+    EXPECT_EQ(c.by_poller.load() + c.by_thread.load(), kFrames);
+    EXPECT_GT(p.skipped, 0u);
+    std::printf(
+        "frames %llu: poller %llu, port thread %llu (backstop %llu); wake-ups %llu, skipped %llu, "
+        "followed up %llu\n",
+        (unsigned long long)kFrames, (unsigned long long)c.by_poller.load(),
+        (unsigned long long)c.by_thread.load(), (unsigned long long)c.backstops.load(),
+        (unsigned long long)p.woken, (unsigned long long)p.skipped, (unsigned long long)p.lease_wakes);
+}
+
+// The rule itself: a sender finding kAsleep wakes at once whatever the lease (the port thread
+// arms no timer then); finding kAsleepTimed, it skips only while the lease is valid.
+TEST(PollLease, APairSenderSkipsOnlyForATimedSleeperWithAValidLease)
+{
+    Consumer c;
+    RingCtl &ctl = c.ring->ctl;
+    ctl.poll_lease.store(now_ns() + 500000);
+    ctl.sleeping.store(kAsleep);
+    EXPECT_EQ(wake_pair_consumer(ctl), Wake::Woken);
+    EXPECT_EQ(ctl.sleeping.load(), kAwake);
+    ctl.sleeping.store(kAsleepTimed);
+    EXPECT_EQ(wake_pair_consumer(ctl), Wake::Skipped);
+    EXPECT_EQ(ctl.wakes_skipped.load(), 1u);
+    EXPECT_EQ(ctl.sleeping.load(), kAsleepTimed);
+    ctl.poll_lease.store(now_ns() - 1);
+    EXPECT_EQ(wake_pair_consumer(ctl), Wake::Woken);
+    ctl.poll_lease.store(now_ns() + 2 * kLeaseMaxNs); // not believed
+    ctl.sleeping.store(kAsleepTimed);
+    EXPECT_EQ(wake_pair_consumer(ctl), Wake::Woken);
+    EXPECT_EQ(wake_pair_consumer(ctl), Wake::None); // awake
+    EXPECT_EQ(ctl.wakes_skipped.load(), 1u);
 }
