@@ -36,7 +36,7 @@ namespace {
 [[noreturn]] void usage(const std::string &why)
 {
     std::fprintf(stderr,
-                 "amu-model: %s\nusage: amu-model hotspot [--pes N] [--ops N] [--addrs N] [--fetch] [--set NAME=V[,V..]]...\n"
+                 "amu-model: %s\nusage: amu-model hotspot [--pes N] [--ops N] [--addrs N] [--fetch] [--order O] [--set NAME=V[,V..]]...\n"
                  "       amu-model gups [--table-log2 N] [--procs N] [--rate MUPS] [--set NAME=V[,V..]]...\n"
                  "       amu-model bounds [--set NAME=V[,V..]]...\n"
                  "       amu-model --help   (the properties are listed in bench/amu_model.cc and docs/atomic-unit.md)\n",
@@ -150,6 +150,10 @@ int main(int argc, char **argv)
         std::printf("amu-model: the seed-003 atomic unit's model (hw/rnic/atomic_unit.h) under the experiments' load.\n"
                     "  hotspot [--pes N] [--ops N] [--addrs N] [--fetch]  N-1 PEs -> PE 0, sec. IV (Figs. 2-5)\n"
                     "  hotspot ... [--seed N]  the arrival order's seed\n"
+                    "  hotspot ... [--order random|round-robin|bursts:N]  how the sources' messages\n"
+                    "      interleave at the target (sec. IV gives a 3D torus with round-robin router\n"
+                    "      arbitration, not the order): a random source each (default), the sources in\n"
+                    "      turn, or N messages of a random source back to back\n"
                     "  gups [--table-log2 N] [--procs N] [--rate MUPS]    RandomAccess XORs (Figs. 6-7, Table III);\n"
                     "                                                     --rate offers MUPS updates/us (default: all at once)\n"
                     "  bounds                                             eq. 1-6 of sec. VI (Tables III-IV)\n"
@@ -184,6 +188,15 @@ int main(int argc, char **argv)
             if (v.empty() || *end || !(gm.offered_mups > 0)) usage("bad --rate '" + v + "' (updates per microsecond, > 0)");
         }
         else if (a == "--seed") hm.seed = gm.seed = num(val(), a);
+        else if (a == "--order") {
+            const std::string v = val();
+            if (v == "random") hm.order = HotspotOrder::Random;
+            else if (v == "round-robin") hm.order = HotspotOrder::RoundRobin;
+            else if (v.rfind("bursts:", 0) == 0) {
+                hm.order = HotspotOrder::Bursts;
+                hm.burst = uint32_t(num(v.substr(7), a));
+            } else usage("bad --order '" + v + "' (random, round-robin or bursts:N)");
+        }
         else if (a == "--set") {
             const std::string kv = val();
             const auto eq = kv.find('=');

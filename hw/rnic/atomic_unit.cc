@@ -857,28 +857,40 @@ AmuLoadResult amu_model_hotspot(const AmuConfig &c, const HotspotMix &m)
         bad.error = e;
         return bad;
     }
-    if (m.pes < 2 || m.pes > 4096 || m.ops_per_pe < 1 || m.ops_per_pe > 100000 || m.addrs_per_pe > 4096) {
-        bad.error = "hot-spot: pes 2..4096, ops-per-pe 1..100000, addrs-per-pe 0..4096";
+    if (m.pes < 2 || m.pes > 4096 || m.ops_per_pe < 1 || m.ops_per_pe > 100000 || m.addrs_per_pe > 4096 ||
+        (m.order == HotspotOrder::Bursts && (m.burst < 1 || m.burst > m.ops_per_pe))) {
+        bad.error = "hot-spot: pes 2..4096, ops-per-pe 1..100000, addrs-per-pe 0..4096, burst 1..ops-per-pe";
         return bad;
     }
     const uint32_t srcs = m.pes - 1, per = std::max(1u, m.addrs_per_pe);
     std::vector<uint64_t> mem(size_t(m.addrs_per_pe ? srcs * per : 1), 0);
     ModelHost h(mem);
     AtomicUnit u(c, h);
-    // The target's input link takes the next message from a random source among those with
-    // messages left (each source's own order kept): the sources run unsynchronised, so the
-    // arbitration does not line their i-th operations up.
+    // The target's input link takes the next message from a source with messages left (each
+    // source's own order kept), chosen as `m.order` says (HotspotMix). By default a random one:
+    // the sources run unsynchronised, so the arbitration does not line their i-th operations up.
     uint64_t id = 0, rng = 0x9E3779B97F4A7C15ull ^ m.seed;
     std::vector<uint32_t> next(srcs, 0), live(srcs);
     for (uint32_t p = 0; p < srcs; p++)
         live[p] = p;
+    size_t k = 0, rr = 0;
+    uint32_t left_in_burst = 0;
     while (!live.empty()) {
-        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        const size_t k = size_t(rng % live.size());
+        if (m.order == HotspotOrder::RoundRobin) {
+            k = rr++ % live.size();
+        } else if (m.order == HotspotOrder::Random || left_in_burst == 0) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            k = size_t(rng % live.size());
+            left_in_burst = m.burst;
+        }
+        if (left_in_burst) left_in_burst--;
         const uint32_t pe = live[k], i = next[pe]++;
         if (next[pe] == m.ops_per_pe) {
+            // the last source in the slot moves in: a burst in progress ends with its source
             live[k] = live.back();
             live.pop_back();
+            left_in_burst = 0;
+            if (m.order == HotspotOrder::RoundRobin && rr) rr--; // the source moved into k goes next
         }
         {
             AmoRequest r;

@@ -364,12 +364,19 @@ private:
 
 // ---- The load generator of the experiments (sec. IV), driving one unit ----
 // Hot-spot: `pes` PEs, all but PE 0 issue ops_per_pe non-fetching ADDs of 1 to node 0, either all
-// on one word (addrs_per_pe = 0) or each PE on its own addrs_per_pe words in turn; the messages
-// interleave on the target's input link in a random order (seeded; each PE's own order kept).
+// on one word (addrs_per_pe = 0) or each PE on its own addrs_per_pe words in turn. How the
+// messages interleave on the target's input link (each PE's own order kept) is the network's,
+// which sec. IV gives only as a 3D torus with round-robin router arbitration; `order` chooses:
+//   Random:     the next message from a random source with messages left (seeded; default);
+//   RoundRobin: the sources in turn, one message each (all PEs at the same step at once);
+//   Bursts:     a random source sends `burst` messages back to back, then another.
+enum class HotspotOrder { Random, RoundRobin, Bursts };
 struct HotspotMix {
     uint32_t pes = 64, ops_per_pe = 1000, addrs_per_pe = 0;
     bool fetch = false;
     uint64_t seed = 1;
+    HotspotOrder order = HotspotOrder::Random;
+    uint32_t burst = 16; // Bursts: messages per burst, 1..ops_per_pe
 };
 // RandomAccess: `updates` XORs of HPCC's stream (POLY 7, HPCC_starts) at random words of a table
 // of 2^table_log2 words on this node; with cfg.symmetric the node injects as many as it receives.

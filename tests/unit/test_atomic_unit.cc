@@ -474,6 +474,41 @@ TEST(AtomicUnit, HotSpotRatesFollowTheRules)
     }
 }
 
+// Fig. 3 at 16 addresses per PE depends on the order in which the sources' messages reach the
+// target (HotspotMix::order; docs/atomic-unit.md): sources in turn line up their i-th words, which
+// map to 2 of the 32 direct-mapped sets, so nearly every op waits for its set; a random source each
+// finds its set taken after ~7 sets; a PE's 16 words back to back take 16 distinct sets. Every
+// order delivers every op (exact memory), and refuses a burst longer than a PE's ops.
+TEST(AtomicUnit, HotSpotArrivalOrderDecidesTheReadsInFlight)
+{
+    AmuConfig c;
+    c.cache_lines = 32;
+    c.tags = 32;
+    HotspotMix m;
+    m.pes = 64;
+    m.ops_per_pe = 160;
+    m.addrs_per_pe = 16;
+    AmuLoadResult r[3];
+    const HotspotOrder orders[3] = {HotspotOrder::RoundRobin, HotspotOrder::Random, HotspotOrder::Bursts};
+    for (int k = 0; k < 3; k++) {
+        m.order = orders[k];
+        r[k] = amu_model_hotspot(c, m);
+        ASSERT_TRUE(r[k].ok) << r[k].error;
+        EXPECT_TRUE(r[k].exact) << k;
+        EXPECT_EQ(r[k].ops, 63u * 160u);
+    }
+    for (int k = 0; k < 3; k++)
+        std::printf("order %d: %.1f MB/s, %.1f in flight, %llu conflict stalls\n", k, r[k].mbps,
+                    r[k].mean_outstanding, (unsigned long long)r[k].c.stall_conflict);
+    EXPECT_LT(r[0].mean_outstanding, 4.0);
+    EXPECT_LT(r[0].mean_outstanding, r[1].mean_outstanding);
+    EXPECT_GT(r[2].mean_outstanding, 2 * r[1].mean_outstanding);
+    EXPECT_GT(r[2].mbps, 2 * r[1].mbps);
+    EXPECT_GT(r[1].mbps, 2 * r[0].mbps);
+    m.burst = 161;
+    EXPECT_FALSE(amu_model_hotspot(c, m).ok);
+}
+
 TEST(AtomicUnit, BoundsAreSectionSixs)
 {
     AmuConfig c;
