@@ -193,9 +193,12 @@ def fig3(a, bdir, out):
                          "--set", f"cache-lines={lines}", "--set", "tags=32", "--set", f"host-lat-ns={lst(LATS)}"):
                 got[(lines, r["host-lat-ns"])] = r
                 exact = exact and r["exact"] == "1"
-        print(f"  {order:12}" + "".join(
-            f"{float(got[(32, str(x))]['mbps']):8.1f} /{float(got[(0, str(x))]['mbps']):6.1f} ({float(got[(32, str(x))]['mean_outstanding']):4.1f})"
-            for x in LATS))
+        cells = []
+        for x in LATS:
+            cached, uncached = got[(32, str(x))], got[(0, str(x))]
+            cells.append(f"{float(cached['mbps']):8.1f} /{float(uncached['mbps']):6.1f} "
+                         f"({float(cached['mean_outstanding']):4.1f})")
+        print(f"  {order:12}" + "".join(cells))
         out.append(("fig3", f"16addr_32tags_250ns_{order.replace(':', '')}_cached",
                     float(got[(32, str(LATS[-1]))]["mbps"]), "MB/s"))
         out.append(("fig3", f"16addr_32tags_250ns_{order.replace(':', '')}_uncached",
