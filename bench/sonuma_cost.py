@@ -97,12 +97,17 @@ def measure(a, c, nodes, S):
                        timeout=a.cost_seconds + 120)[-1]
             lc = read_counts(c.insn_path(1), t0)
             lreads = float(lo["reads"])
+            if lreads < 10 or int(lo.get("torn", 0)):
+                raise SystemExit(f"rmc-kv local {layout} {size}: {lo}")
             # the writer's update (for Fig. 8's conflict model)
             t0 = time.time()
             S.run(n0, f"rmc-kv serve --ctx {S.KV_CTX} --key {S.KEY} {common} --writers 1 --seconds 1",
                   timeout=120)
             wc = read_counts(c.insn_path(0), t0)
             wr = wc.get(P["KV_WRITE"], {"insns": 0, "entries": 0})
+            if not wr.get("entries"):  # no update counted: Fig. 8 would model writers that never write
+                raise SystemExit(f"rmc-kv serve --writers 1 {layout} {size}: the plugin counted no KV_WRITE phase "
+                                 f"on node 0 (docs/insn-count.md); its update cost is not measured")
             m = {
                 "layout": layout, "size": size, "reads": int(reads), "attempts": int(attempts),
                 "model_med_ns": float(rd["model_med_ns"]),
