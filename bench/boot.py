@@ -27,6 +27,7 @@ usage: bench/boot.py [--nodes 1,8,16] [--runs 3] [--idle-nodes 8] [--idle-second
 """
 import argparse
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -98,8 +99,9 @@ def guest_seconds(node, cmd):
     if r.rc != 0 or len(out) < 2:
         raise SystemExit(f"workload {cmd!r} on node {node.id}: exit {r.rc}: {r.stdout.decode()} {r.stderr.decode()}")
     if out[-1] != "0":
-        raise SystemExit(f"workload {cmd!r} on node {node.id} failed (exit {out[-1]}): run it by hand "
-                         f"(./rackemu exec 0 -- sh -c '...') and fix it; its time is not a figure")
+        raise SystemExit(f"workload {cmd!r} on node {node.id} failed (exit {out[-1]}), so its time is no figure: "
+                         f"try it on a booted node (./rackemu cluster up; ./rackemu exec 0 -- sh -c "
+                         f"{shlex.quote(cmd)}) and fix it")
     return int(out[-2]) / 100
 
 

@@ -206,8 +206,9 @@ def finish(rows, a, want):
     plot(rows, a.csv)
     missing = unmeasured(rows, want)
     if missing:
+        shown = ", ".join(missing[:12]) + (f" and {len(missing) - 12} more" if len(missing) > 12 else "")
         raise SystemExit(f"foundation: {len(missing)} of {len(want)} figures asked for were NOT measured: "
-                         f"{', '.join(missing)}. The [bench] lines above name the command that failed; fix it "
+                         f"{shown}. The [bench] lines above name the command that failed; fix it "
                          f"(a guest tool missing from the image: ./rackemu setup) and run again, or leave the "
                          f"section out (--pingpong 0: no guest figures; --only-pingpong, --only-gsas).")
 

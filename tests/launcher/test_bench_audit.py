@@ -75,17 +75,20 @@ def _is_retry_loop(tree, handler):
 
 # ---- bench/foundation.py's guest figures, on the guest tools' own output ----
 
-# Lines as the guest tools print them (gas.c, gsas.c, rmc_bench.c, unimem.c; from a real run)
-GAS_EXPORT = "gaddr=0x0100100000 local=0x4b200000 size=4096\n"
-GAS_BENCH = ("op=load count=300 min_us=0.21 median_us=0.26 p99_us=0.41 max_us=9.12\n"
-             "op=store count=300 min_us=0.22 median_us=0.27 p99_us=0.45 max_us=8.70\n")
-GSAS_BENCH = ("op=read64 board=1 threads=1 ops=300 latency_median_us=6.2 latency_p99_us=19.4 ops_per_s=140052 "
-              "failed=0 sleeps_per_op=0.020 naps_per_op=0.103 spun_per_op=0.877 busy=0 acks_seen=297 "
-              "ack_mean_us=3.1\n")
-RMC_CSV = ("mode,op,size,iters,window,errors,wall_med_us,wall_p99_us,model_med_ns,ops_per_s\n"
-           "lat,read,64,300,1,0,1.09,4.43,386,0\n")
-PINGPONG = ("slowest=12:77.0,40:60.1\n"
-            "count=300 rtt_min_us=4.10 rtt_median_us=5.30 rtt_p99_us=77.00 rtt_max_us=101.00\n")
+# Lines as the guest tools print them (gas.c, gsas.c, rmc_bench.c, unimem.c), captured from a
+# 2-node cluster of this tree
+GAS_EXPORT = "gaddr=0x0444032000 local=0x44032000 size=4096\n"
+GAS_BENCH = ("op=load count=50 min_us=0.26 median_us=0.27 p99_us=220.56 max_us=220.56\n"
+             "op=store count=50 min_us=0.26 median_us=0.27 p99_us=38.42 max_us=38.42\n")
+GSAS_BENCH = ("op=read64 board=1 threads=1 ops=50 latency_median_us=6.2 latency_p99_us=1530.8 ops_per_s=5605 "
+              "failed=0 sleeps_per_op=0.000 naps_per_op=0.000 spun_per_op=1.000 busy=0 acks_seen=49 ack_mean_us=2.4\n")
+SERVING = ("serving ctx=9 size=1048576 version_off=0 objects=every_64B_block key=0x5eedbe4c40fab1e5\n")
+RMC_CSV = ("mode,op,size,iters,window,errors,wall_med_us,wall_p99_us,model_med_ns,ops_per_s,wall_mb_per_s,"
+           "model_gb_per_s,model_mb_per_s,model_p99_ns,wall_mean_us,wall_min_us,dev_wall_med_us,bad_bytes,src_node,"
+           "dst_node,spin\n"
+           "lat,read,64,50,1,0,1.07,502.19,184,,,,,184,11.48,1.04,0.18,0,1,0,1\n")
+PINGPONG = ("slowest=9:2057.2,0:1564.6,1:219.4,2:75.0,7:68.5,10:45.1,5:31.0,3:27.9\n"
+            "count=50 rtt_min_us=7.17 rtt_median_us=8.02 rtt_p99_us=2057.15 rtt_max_us=2057.15\n")
 
 
 class Res:
@@ -134,14 +137,17 @@ def gsas_stats():
     def answer(cmd):
         n["v"] += 300
         v = n["v"]
-        return Res(f"service=running pid=90 requests={v} served={v} malformed=0 replies_dropped=0 sleeps={v // 10} "
-                   f"replies_unsettled={v // 50} unsettled_at_sleep={v // 100} serve_ns={v * 900}\n")
+        return Res(f"service=running pid=106 requests={v} served={v} malformed=0 replies_dropped=0 pages_in_use=0 "
+                   f"pages_limit=8192 allocations=0 spawned=0 sleeps={v // 10} exit_notices=0 reclaimed_pages=0 "
+                   f"reply_retries=0 replies_unsettled={v // 50} unsettled_at_sleep={v // 100} serve_ns={v * 900}\n"
+                   "refused_badop=0 refused_badaddr=0 refused_perm=0 refused_nomem=0 refused_inval=0 "
+                   "refused_spawn=0 refused_sender=0\n")
     return answer
 
 
 def fake_cluster(gas_rc=0):
     node0 = [(r"^cat /tmp/bench-export", GAS_EXPORT), (r"^gas bench", Res(GAS_BENCH, gas_rc) if gas_rc else GAS_BENCH),
-             (r"^gsas bench", GSAS_BENCH), (r"^cat /tmp/bench-serve", "serving ctx=9\n"),
+             (r"^gsas bench", GSAS_BENCH), (r"^cat /tmp/bench-serve", SERVING),
              (r"unimem pingpong", PINGPONG)]
     node1 = [(r"^cat /tmp/bench-export", GAS_EXPORT), (r"^gsas stats", gsas_stats()),
              (r"rmc-bench run", RMC_CSV), (r"unimem pingpong", PINGPONG)]
@@ -191,11 +197,11 @@ def test_foundation_guest_figures_all_measured(guest, order):
     assert foundation.unmeasured(rows, want) == []
     got = {m: v for _, m, v, _ in rows}
     if order != "after":
-        assert got["gas_remote_load_median_us"] == pytest.approx(0.26)
-        assert got["rmc_read64_spin_median_us"] == pytest.approx(1.09)
+        assert got["gas_remote_load_median_us"] == pytest.approx(0.27)
+        assert got["rmc_read64_spin_median_us"] == pytest.approx(1.07)
         assert got["gsas_remote_read64_median_us"] == pytest.approx(6.2)
         assert got["gsas_remote_read64_service_wakeups_per_op"] == pytest.approx(0.1)
-        assert got["pktz_spin_server_rtt_p99_us"] == pytest.approx(77.0)
+        assert got["pktz_spin_server_rtt_p99_us"] == pytest.approx(2057.15)
         assert got["pktz_irq_server_router_wakeups_per_rt"] == pytest.approx(1000 / 300)
 
 
