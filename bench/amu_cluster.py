@@ -199,7 +199,7 @@ def main():
     for f in sorted({r["figure"] for r in rows}):
         print(f"paper {f}: {PAPER[f]}")
     summary = [(r["figure"], f"{r['config']}_{r['x']}_{r['pattern']}_cluster".replace(" ", "_").replace(",", ""),
-                r["cluster_modeled_mbps"], "MB/s") for r in rows]
+                r["cluster_modeled_mbps"], "MB/s modeled") for r in rows]
     write_results(summary, out / "amu_cluster_summary.csv")
     plot(rows, out / "amu_cluster.png", args.nodes)
     errors = sum(r["errors"] for r in rows)
