@@ -118,6 +118,12 @@ def micro(a, n0, n1, rows, raw_path):
     table = {}
     for r in data:
         table.setdefault((r["mode"], r["op"], int(r["size"])), []).append(r)
+    # every op and size asked for, latency and throughput, in every run: no gap in the tables below
+    short = [f"{mode} {op} {size}: {len(table.get((mode, op, size), []))} of {a.runs} runs"
+             for mode in ("lat", "tput") for op in OPS for size in (int(x) for x in sizes.split(","))
+             if len(table.get((mode, op, size), [])) != a.runs]
+    if short:
+        raise SystemExit(f"rmc-bench run wrote no row for: {'; '.join(short)} (raw rows: {raw_path})")
 
     def med(key, field):
         return statistics.median(float(r[field]) for r in table[key])
