@@ -456,7 +456,7 @@ def main():
                     fabric.setdefault((section, metric), []).append(float(val))
     for (sec, metric), vals in fabric.items():
         unit = ("us" if metric.endswith("_us") else "1/rt" if metric.endswith("_per_rt")
-                else "" if metric == "direct_pair" else "1/s")
+                else "0/1" if metric == "direct_pair" else "1/s")
         rows.append((sec, metric, statistics.median(vals), unit))
 
     pp = None

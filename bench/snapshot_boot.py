@@ -182,7 +182,7 @@ def main():
             rows += [("boot", f"cold_{n}_s", mc, "s"), ("boot", f"speedup_{n}", mc / ms, "x")] if cold else []
             rows += [("boot", f"first_{n}_s", first, "s"), ("boot", f"snapshot_{n}_s", ms, "s"),
                      ("boot", f"stream_{n}_mib", mib, "MiB"), ("boot", f"ram_{n}_mib", ram_mib, "MiB"),
-                     ("boot", f"load_{n}", statistics.median(loads), "")]
+                     ("boot", f"load_{n}", statistics.median(loads), "load")]
             for name, *_ in PHASES:
                 vals = [st[name] for st in steps if name in st]
                 if vals:
