@@ -27,6 +27,7 @@ usage: bench/boot.py [--nodes 1,8,16] [--runs 3] [--idle-nodes 8] [--idle-second
 """
 import argparse
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -92,10 +93,16 @@ def guest_seconds(node, cmd):
     """cmd's run time in node's guest, by the guest's own clock (no agent round trip in it)."""
     # /proc/uptime in centiseconds (busybox date has no %N): run workloads of a second or more
     up = "$(cut -d' ' -f1 /proc/uptime | tr -d .)"
-    r = node.exec(f"s={up}; {cmd} >/dev/null 2>&1; e={up}; echo $((e - s))", timeout=600)
-    if r.rc != 0:
-        raise SystemExit(f"workload {cmd!r} on node {node.id}: exit {r.rc}: {r.stderr.decode()}")
-    return int(r.stdout.decode().split()[-1]) / 100
+    # the workload's own exit status (the shell's is the echo's): a failed workload is no figure
+    r = node.exec(f"s={up}; {{ {cmd}\n}} >/dev/null 2>&1; rc=$?; e={up}; echo $((e - s)) $rc", timeout=600)
+    out = r.stdout.decode().split()
+    if r.rc != 0 or len(out) < 2:
+        raise SystemExit(f"workload {cmd!r} on node {node.id}: exit {r.rc}: {r.stdout.decode()} {r.stderr.decode()}")
+    if out[-1] != "0":
+        raise SystemExit(f"workload {cmd!r} on node {node.id} failed (exit {out[-1]}), so its time is no figure: "
+                         f"try it on a booted node (./rackemu cluster up; ./rackemu exec 0 -- sh -c "
+                         f"{shlex.quote(cmd)}) and fix it")
+    return int(out[-2]) / 100
 
 
 def plot(res, variants, sizes, png):

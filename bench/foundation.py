@@ -2,9 +2,12 @@
 """Foundation benchmark: prints a table and writes CSV (not a test; figures vary by machine).
 
 Measured, each in this run:
-  qemu_build_warm_s     build-qemu.sh with nothing changed (median of --runs)
-  qemu_build_cold_s     configure + full build in a scratch build dir, ccache off (--cold-build)
-  boot_N_nodes_s        `cluster up` to all agents answering, for each N in --nodes (median of --runs)
+  qemu_build_warm_median
+                        build-qemu.sh with nothing changed, seconds (median of --runs)
+  qemu_build_cold       configure + full build in a scratch build dir, ccache off, seconds (--cold-build)
+  boot_N_nodes_to_agents_median
+                        `cluster up` to all agents answering, seconds, for each N in --nodes (median
+                        of --runs)
   fabric: raw shared-memory ping-pong vs bridge echo round trip (median, p99; the requester
           driving its port, and blocking), host wake-ups and sleeps per round trip, and frames/s,
           from build/host/rackemu-fabric-bench (each figure the median of --runs runs); section
@@ -60,7 +63,10 @@ Measured, each in this run:
                         the READ64 median over the raw shared-memory ping-pong and over the guest
                         packetizer ping-pong with the server spinning, both of the same run
 The guest figures are the medians over --pp-runs runs in one cluster (p99: median of the runs'
-p99s); the raw shared-memory ping-pong of the fabric section is the same invocation's.
+p99s), measured in the 2-node cluster (2 must be in --nodes unless --pingpong 0); the raw
+shared-memory ping-pong of the fabric section is the same invocation's.
+Exit status 1, after the table, when a figure the options ask for could not be measured (a guest
+command failed: the [bench] lines say which), naming the figures missing.
 Also plots the latencies (CSV path with .png) when python3-matplotlib is installed.
 
 usage: bench/foundation.py [--nodes 2,4,8] [--runs 3] [--cold-build] [--pingpong 500] [--pp-runs 3]
@@ -111,6 +117,16 @@ PAIR_WAKE_KEYS = ("pair_wakes_skipped", "pair_follow_up_wakes", "pair_backstop_w
 # per GSAS READ64: gsas bench's requester counters, the service's and the bridge's (docs/gsas.md)
 GSAS_PER_OP = ("sleeps_per_op", "naps_per_op", "spun_per_op", "service_wakeups_per_op", "service_unsettled_per_op",
                "service_unsettled_at_sleep_per_op", "router_wakeups_per_op")
+# the packetizer ping-pong's figures per mode: latencies (us) and host-side counts per round trip
+PP_LATENCIES = ("rtt_median_us", "rtt_p99_us", "rtt_min_us")
+PP_PER_RT = tuple(dict.fromkeys(
+    [f"router_{k.removeprefix('router_')}_per_rt" for k in WAKE_KEYS] + [f"router_{k}_per_rt" for k in PAIR_WAKE_KEYS]
+    + [f"n{n}_{k.replace('-', '_')}_per_rt" for n in range(2) for k in IRQ_PATHS + ACK_PATHS]))
+# what rackemu-fabric-bench --csv writes (platform/fabric/fabric_bench.cc), in both fabric sections
+FABRIC_METRICS = ("raw_pingpong_median_us", "raw_pingpong_p99_us", "bridge_rtt_median_us", "bridge_rtt_p99_us",
+                  "bridge_rtt_wakeups_per_rt", "bridge_rtt_sleeps_per_rt", "bridge_rtt_blocking_median_us",
+                  "bridge_rtt_blocking_p99_us", "bridge_rtt_blocking_wakeups_per_rt",
+                  "bridge_rtt_blocking_sleeps_per_rt", "bridge_frames_per_s", "direct_pair")
 
 
 def gsas_service_stats(node):
@@ -149,6 +165,55 @@ def order_name(name, first):
     return name if first else name.replace("_", "_ackafter_", 1)
 
 
+def promised(a, sizes):
+    """(section, metric) of every figure the options ask for (the docstring's list): a run that
+    leaves one out failed, whatever else it printed."""
+    want = []
+    full = not (a.only_pingpong or a.only_gsas)
+    if full:
+        want.append(("qemu", "build_warm_median"))
+        if a.cold_build:
+            want.append(("qemu", "build_cold"))
+        want += [(sec, m) for sec in ("fabric", "fabric_no_pairs") for m in FABRIC_METRICS]
+        want += [("boot", f"{n}_nodes_to_agents_median") for n in sizes]
+        if not a.pingpong:
+            return want
+        want += [("guest", f"{name}_{q}_us") for name in ("gas_remote_load", "rmc_read64_spin", "rmc_read64_irq")
+                 for q in ("median", "p99")]
+    if not a.only_pingpong:
+        for first in ack_orders(a):
+            # (ack_mean_us only when an ACK came before an answer: not promised)
+            want += [("guest", order_name(f"gsas_remote_read64_{k}", first))
+                     for k in ("median_us", "p99_us", "service_mean_us") + GSAS_PER_OP]
+    want += [("host", "load_1min_start"), ("host", "load_1min_end")]
+    for mode in ("irq", "spin"):
+        for first in ack_orders(a):
+            label = mode if first else f"{mode}_ackafter"
+            want += [("guest", f"pktz_{label}_server_{k}") for k in PP_LATENCIES + PP_PER_RT]
+    if full and True in ack_orders(a):
+        want += [("guest", f"gsas_remote_read64_per_{ref}") for ref in ("raw_pingpong", "pktz_spin_server_rtt")]
+    return want
+
+
+def unmeasured(rows, want):
+    """The figures of `want` that no row holds."""
+    have = {(sec, metric) for sec, metric, _, _ in rows}
+    return [f"{sec} {metric}" for sec, metric in want if (sec, metric) not in have]
+
+
+def finish(rows, a, want):
+    """The table, CSV and plot of what was measured; then a failure if a figure asked for is not there."""
+    write_results(rows, a.csv)
+    plot(rows, a.csv)
+    missing = unmeasured(rows, want)
+    if missing:
+        shown = ", ".join(missing[:12]) + (f" and {len(missing) - 12} more" if len(missing) > 12 else "")
+        raise SystemExit(f"foundation: {len(missing)} of {len(want)} figures asked for were NOT measured: "
+                         f"{shown}. The [bench] lines above name the command that failed; fix it "
+                         f"(a guest tool missing from the image: ./rackemu setup) and run again, or leave the "
+                         f"section out (--pingpong 0: no guest figures; --only-pingpong, --only-gsas).")
+
+
 def guest_latencies(a, c, rows):
     """GAS load, RMC 64-byte READ (spin and irq), GSAS READ64 and the packetizer ping-pong (irq and
     spin), --pp-runs runs each."""
@@ -156,7 +221,11 @@ def guest_latencies(a, c, rows):
     gas = []
     for _ in range(a.pp_runs):
         res = c.node(0).exec(f"gas bench --gaddr {g:#x} --count {a.pingpong}", timeout=300)
-        gas += [d for d in kv_lines(res.stdout.decode()) if d.get("op") == "load" and "median_us" in d]
+        got = [d for d in kv_lines(res.stdout.decode()) if d.get("op") == "load" and "median_us" in d]
+        if res.rc != 0 or not got:
+            log(f"gas bench failed (rc {res.rc}): {res.stdout.decode()} {res.stderr.decode()}")
+            continue
+        gas += got
     gsas = gsas_read64(a, c, rows)
     rmc = {"spin": [], "irq": []}
     start_detached(c.node(0), f"rmc-bench serve --ctx {MICRO_CTX} --key {KEY}", "/tmp/bench-serve", "serving",
@@ -309,14 +378,11 @@ def pingpong(a, c, rows):
                 + f"; slowest rounds (round:us) {r.get('slowest', '-')}")
     set_ack_order(c, True)
     rows.append(("host", "load_1min_end", os.getloadavg()[0], "load"))
-    per_rt = [f"router_{k.removeprefix('router_')}_per_rt" for k in WAKE_KEYS] + \
-        [f"router_{k}_per_rt" for k in PAIR_WAKE_KEYS] + \
-        [f"n{n}_{k.replace('-', '_')}_per_rt" for n in range(2) for k in IRQ_PATHS + ACK_PATHS]
     for mode, runs in pp.items():
-        for key in ("rtt_median_us", "rtt_p99_us", "rtt_min_us"):
+        for key in PP_LATENCIES:
             if med(runs, key) is not None:
                 rows.append(("guest", f"pktz_{mode}_server_{key}", med(runs, key), "us"))
-        for k in per_rt:
+        for k in PP_PER_RT:
             if med(runs, k) is not None:
                 rows.append(("guest", f"pktz_{mode}_server_{k}", med(runs, k), "1/rt"))
     return pp
@@ -327,7 +393,8 @@ def main():
     ap.add_argument("--nodes", default="2,4,8", help="cluster sizes to boot (default 2,4,8)")
     ap.add_argument("--runs", type=int, default=3, help="repetitions for medians (default 3)")
     ap.add_argument("--cold-build", action="store_true", help="also time a cold QEMU build (~7 min)")
-    ap.add_argument("--pingpong", type=int, default=500, help="guest round trips (default 500)")
+    ap.add_argument("--pingpong", type=int, default=500,
+                    help="guest round trips and accesses per run (default 500; 0: no guest figures)")
     ap.add_argument("--pp-runs", type=int, default=3, help="guest latency runs per figure (default 3)")
     ap.add_argument("--memory", default="192M", help="memory per node for the boot runs")
     ap.add_argument("--only-pingpong", action="store_true",
@@ -341,16 +408,27 @@ def main():
                     "order), or both alternately in one cluster (ab)")
     ap.add_argument("--csv", default=str(build_dir() / "bench" / "foundation.csv"))
     a = ap.parse_args()
-    sizes = [int(x) for x in a.nodes.split(",") if x]
+    try:
+        sizes = [int(x) for x in a.nodes.split(",") if x]
+    except ValueError:
+        ap.error(f"--nodes: {a.nodes!r} is not a comma-separated list of node counts")
+    if a.runs < 1 or a.pp_runs < 1 or a.pingpong < 0 or not sizes or min(sizes) < 1:
+        ap.error("--runs, --pp-runs and every --nodes count must be >= 1, --pingpong >= 0")
+    full = not (a.only_pingpong or a.only_gsas)
+    if full and a.pingpong and 2 not in sizes:
+        ap.error("the guest figures are measured on the 2-node cluster: add 2 to --nodes, or pass --pingpong 0 "
+                 "to leave them out")
+    if not full and not a.pingpong:
+        ap.error("--only-pingpong and --only-gsas need --pingpong >= 1")
+    want = promised(a, sizes)
     rows = []  # (section, metric, value, unit)
 
-    if a.only_pingpong or a.only_gsas:
+    if not full:
         with Cluster(load_config(None, {"nodes": 2, "name": "bench-pp", "memory": a.memory}), log=lambda m: None) as c:
             if a.only_gsas:
                 gsas_rows(rows, gsas_read64(a, c, rows))
             pingpong(a, c, rows)
-        write_results(rows, a.csv)
-        plot(rows, a.csv)
+        finish(rows, a, want)
         return
 
     log("QEMU warm build (nothing changed)")
@@ -379,7 +457,7 @@ def main():
                     fabric.setdefault((section, metric), []).append(float(val))
     for (sec, metric), vals in fabric.items():
         unit = ("us" if metric.endswith("_us") else "1/rt" if metric.endswith("_per_rt")
-                else "" if metric == "direct_pair" else "1/s")
+                else "0/1" if metric == "direct_pair" else "1/s")
         rows.append((sec, metric, statistics.median(vals), unit))
 
     pp = None
@@ -396,13 +474,12 @@ def main():
         rows.append(("boot", f"{n}_nodes_to_agents_median", statistics.median(times), "s"))
     # GSAS READ64 against the round trips of the same run: the host's raw shared-memory
     # ping-pong, and the guest packetizer ping-pong with the server spinning (its floor)
-    vals = {m: v for sec, m, v, _ in rows}
+    vals = {m: v for sec, m, v, _ in rows if sec in ("fabric", "guest")}  # not fabric_no_pairs' raw figure
     g = vals.get("gsas_remote_read64_median_us")
     for ref in ("raw_pingpong_median_us", "pktz_spin_server_rtt_median_us"):
         if g is not None and vals.get(ref):
             rows.append(("guest", f"gsas_remote_read64_per_{ref.removesuffix('_median_us')}", g / vals[ref], "x"))
-    write_results(rows, a.csv)
-    plot(rows, a.csv)
+    finish(rows, a, want)
 
 
 def plot(rows, csv_path):

@@ -29,7 +29,8 @@ namespace {
     std::fprintf(
         stderr,
         "rmc-model: %s\nusage: rmc-model latency|load [--sizes A,B,..] [--ops read,sabre,sabre-nospec] "
-        "[--threads N] [--window N] [--think-ns X] [--abort-frac F] [--llc] [--set NAME=VALUE]...\n",
+        "[--threads N] [--window N] [--think-ns X] [--abort-frac F] [--llc] [--set NAME=VALUE]...\n"
+        "       rmc-model --help\n",
         why);
     std::exit(2);
 }
@@ -81,6 +82,21 @@ void set_prop(Timing &t, const std::string &kv)
 
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) {
+        std::printf(
+            "rmc-model: the RMC timing model (hw/sonuma/timing.h) the device uses, without a cluster; CSV on stdout.\n"
+            "  latency [opts]   one request alone: op,size,llc,latency_ns\n"
+            "  load [opts]      the contention model: op,size,llc,threads,window,think_ns,gbps,mops,mean_ns,\n"
+            "                   unloaded_ns,util_r2p2,util_att,util_link,util_rgp,util_rcp,att_stalls,bound\n"
+            "  --sizes A,B,..   bytes, 1..65536 (default 64..8192)   --ops read,sabre,sabre-nospec (default all)\n"
+            "  --threads N --window N (load; default 16 x 16)      --think-ns X (load: per request, ns)\n"
+            "  --abort-frac F   load, SABRe ops: the fraction that abort LOCKED (0..0.99)\n"
+            "  --llc            the data LLC-resident instead of memory-resident\n"
+            "  --set NAME=VALUE a timing property by its device-property name: rmc-mhz mem-latency-ns\n"
+            "                   llc-latency-ns hop-ns hops link-gbps r2p2-gbps r2p2-count r2p2-issue-cycles\n"
+            "                   pkt-hdr-bytes att-entries sb-depth (docs/sonuma.md)\n");
+        return 0;
+    }
     if (argc < 2) usage("no command");
     std::string cmd = argv[1];
     if (cmd != "latency" && cmd != "load") usage("command: latency or load");

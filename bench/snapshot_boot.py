@@ -135,11 +135,17 @@ def main():
     ap.add_argument("--nodes", default="2,8,16", help="comma-separated node counts (default 2,8,16)")
     ap.add_argument("--runs", type=int, default=3, help="runs per figure; medians are reported (default 3)")
     ap.add_argument("--memory", default="256M", help="guest RAM per node (default 256M)")
-    ap.add_argument("--no-cold", action="store_true", help="skip the cold boots (no speed-up figure)")
+    ap.add_argument("--no-cold", action="store_true",
+                    help="skip the cold boots (no cold_N_s or speedup_N rows, no PNG)")
     ap.add_argument("--csv", default=str(ROOT / "build" / "bench" / "snapshot_boot.csv"))
     ap.add_argument("--png", default=str(ROOT / "build" / "bench" / "snapshot_boot.png"))
     args = ap.parse_args()
-    counts = [int(x) for x in args.nodes.split(",") if x]
+    try:
+        counts = [int(x) for x in args.nodes.split(",") if x]
+    except ValueError:
+        ap.error(f"--nodes: {args.nodes!r} is not a comma-separated list of node counts")
+    if args.runs < 1 or not counts or min(counts) < 1:
+        ap.error("--runs and every --nodes count must be >= 1")
     rows, results = [], {}
     with tempfile.TemporaryDirectory(prefix="rackemu-snapboot-") as cache:
         os.environ["RACKEMU_CACHE"] = cache
@@ -164,16 +170,19 @@ def main():
                 steps.append(st)
                 loads.append(load)
             files = list(Path(used[0]).parent.glob("node*.snap"))
-            mib = statistics.mean(f.stat().st_size for f in files) / 1048576 if files else 0.0
+            if len(files) != n:
+                raise SystemExit(f"{n} nodes: {len(files)} snapshot streams (node*.snap) in {Path(used[0]).parent}: "
+                                 f"the stream and RAM sizes cannot be measured")
+            mib = statistics.mean(f.stat().st_size for f in files) / 1048576
             ram = [json.loads(Path(str(f) + ".meta.json").read_text())["ram"]["data_bytes"] for f in files]
-            ram_mib = statistics.mean(ram) / 1048576 if ram else 0.0
+            ram_mib = statistics.mean(ram) / 1048576
             ms = statistics.median(snap)
-            mc = statistics.median(cold) if cold else float("nan")
+            mc = statistics.median(cold) if cold else None
             results[n] = {"cold": mc, "snapshot": ms}
-            rows += [("boot", f"cold_{n}_s", mc, "s"), ("boot", f"first_{n}_s", first, "s"),
-                     ("boot", f"snapshot_{n}_s", ms, "s"), ("boot", f"speedup_{n}", mc / ms, "x"),
+            rows += [("boot", f"cold_{n}_s", mc, "s"), ("boot", f"speedup_{n}", mc / ms, "x")] if cold else []
+            rows += [("boot", f"first_{n}_s", first, "s"), ("boot", f"snapshot_{n}_s", ms, "s"),
                      ("boot", f"stream_{n}_mib", mib, "MiB"), ("boot", f"ram_{n}_mib", ram_mib, "MiB"),
-                     ("boot", f"load_{n}", statistics.median(loads), "")]
+                     ("boot", f"load_{n}", statistics.median(loads), "load")]
             for name, *_ in PHASES:
                 vals = [st[name] for st in steps if name in st]
                 if vals:

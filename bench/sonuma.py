@@ -118,6 +118,12 @@ def micro(a, n0, n1, rows, raw_path):
     table = {}
     for r in data:
         table.setdefault((r["mode"], r["op"], int(r["size"])), []).append(r)
+    # every op and size asked for, latency and throughput, in every run: no gap in the tables below
+    short = [f"{mode} {op} {size}: {len(table.get((mode, op, size), []))} of {a.runs} runs"
+             for mode in ("lat", "tput") for op in OPS for size in (int(x) for x in sizes.split(","))
+             if len(table.get((mode, op, size), [])) != a.runs]
+    if short:
+        raise SystemExit(f"rmc-bench run wrote no row for: {'; '.join(short)} (raw rows: {raw_path})")
 
     def med(key, field):
         return statistics.median(float(r[field]) for r in table[key])
@@ -217,12 +223,13 @@ def model(a, rows, bdir):
     big = [s for s in sz if s > 2048]
     large = all(lt[("sabre", s)] - lt[("read", s)] > 0.25 * lt[("read", s)] for s in big)
     ok7a = eq1 and nospec and grows and large
+    # (the 2 KB remark only when 2048 is among --model-sizes; the verdict itself always)
+    at2k = (f"; the paper's 'match up to 2 KB' is qualitative (no numbers in the text): the model's gap is "
+            f"{100 * gap[sz.index(2048)] / lt[('read', 2048)]:.0f}% at 2 KB" if 2048 in sz else "")
     print(f"verdict Fig. 7a: {'REPRODUCED' if ok7a else 'NOT REPRODUCED'} in shape: one block equal: "
           f"{'yes' if eq1 else 'NO'}; no-spec slower by ~M beyond one block: {'yes' if nospec else 'NO'}; "
           f"SABRe-read gap grows with size: {'yes' if grows else 'NO'}; gap > 25% above 2 KB: "
-          f"{'yes' if large else 'NO'}; the paper's 'match up to 2 KB' is qualitative (no numbers in the "
-          f"text): the model's gap is {100 * gap[sz.index(2048)] / lt[('read', 2048)]:.0f}% at 2 KB"
-          if 2048 in sz else "")
+          f"{'yes' if large else 'NO'}{at2k}")
 
     load = []
     for w in sorted({a.model_window, 16}):
@@ -332,6 +339,9 @@ def kv(a, nodes, rows, raw_path):
                     stop(n0, "rmc-kv")
                 srv = kv_lines(n0.exec("cat /tmp/kvs").stdout.decode())
                 upd = srv[-1] if srv and "updates_per_s" in srv[-1] else {}
+                if w and not upd:  # the writers' rate is a column of every point with writers
+                    raise SystemExit(f"rmc-kv serve --writers {w} on node 0 printed no updates line after it was "
+                                     f"stopped (/tmp/kvs: {n0.exec('cat /tmp/kvs').stdout.decode().strip()!r})")
                 ds = []
                 for n, r in zip(readers, res):
                     lines = kv_lines(r.stdout.decode())

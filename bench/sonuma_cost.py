@@ -97,12 +97,17 @@ def measure(a, c, nodes, S):
                        timeout=a.cost_seconds + 120)[-1]
             lc = read_counts(c.insn_path(1), t0)
             lreads = float(lo["reads"])
+            if lreads < 10 or int(lo.get("torn", 0)):
+                raise SystemExit(f"rmc-kv local {layout} {size}: {lo}")
             # the writer's update (for Fig. 8's conflict model)
             t0 = time.time()
             S.run(n0, f"rmc-kv serve --ctx {S.KV_CTX} --key {S.KEY} {common} --writers 1 --seconds 1",
                   timeout=120)
             wc = read_counts(c.insn_path(0), t0)
             wr = wc.get(P["KV_WRITE"], {"insns": 0, "entries": 0})
+            if not wr.get("entries"):  # no update counted: Fig. 8 would model writers that never write
+                raise SystemExit(f"rmc-kv serve --writers 1 {layout} {size}: the plugin counted no KV_WRITE phase "
+                                 f"on node 0 (docs/insn-count.md); its update cost is not measured")
             m = {
                 "layout": layout, "size": size, "reads": int(reads), "attempts": int(attempts),
                 "model_med_ns": float(rd["model_med_ns"]),
@@ -478,7 +483,7 @@ def figures(a, meas, exact, rows, bdir, S):
         f9.append({"size": size, "baseline_transfer_ns": b[0], "baseline_app_ns": b[1], "baseline_check_ns": b[2],
                    "sabre_transfer_ns": s[0], "sabre_app_ns": s[1], "sabre_check_ns": s[2],
                    "improvement_pct": imp, "improvement_prefetch_pct": ""})
-        rows.append(("fig9", f"latency_improvement_{size}_pct", imp, "%"))
+        rows.append(("fig9", f"latency_improvement_{size}_pct", imp, "% modeled"))
     ok9a = all(r["improvement_pct"] > 0 for r in f9) and all(
         b["improvement_pct"] > x["improvement_pct"] for x, b in zip(f9, f9[1:]))
     print(f"verdict Fig. 9a: {'REPRODUCED' if ok9a else 'NOT REPRODUCED'} in shape: SABRe faster at every size and "
@@ -500,7 +505,8 @@ def figures(a, meas, exact, rows, bdir, S):
                   f"{core.chunk} B from the LLC): {r['size']} B {r['improvement_pct']:.0f}% -> "
                   f"{r['improvement_prefetch_pct']:.0f}%" + (" (paper, 8 KB: 52% -> 30-35%)" if r["size"] == 8192
                                                              else ""))
-            rows.append(("fig9", f"latency_improvement_prefetch_{r['size']}_pct", r["improvement_prefetch_pct"], "%"))
+            rows.append(("fig9", f"latency_improvement_prefetch_{r['size']}_pct", r["improvement_prefetch_pct"],
+                         "% modeled"))
     thr9 = {}
     for size in sizes:
         for layout in LAYOUTS:
@@ -517,7 +523,7 @@ def figures(a, meas, exact, rows, bdir, S):
         gains.append(g)
         f9[sizes.index(size)].update({"baseline_15r_mops": b, "sabre_15r_mops": s, "gain_15r_pct": g})
         print(f"{size:5} {b:9.2f} {s:9.2f} {g:6.1f}%")
-        rows.append(("fig9", f"throughput_gain_15r_{size}_pct", g, "%"))
+        rows.append(("fig9", f"throughput_gain_15r_{size}_pct", g, "% modeled"))
     ok9b = all(g > 0 for g in gains)
     print(f"verdict Fig. 9b: {'REPRODUCED' if ok9b else 'NOT REPRODUCED'} in shape: SABRe gains at every size "
           f"({', '.join(f'{g:.0f}%' for g in gains)}; paper 30-60%)")
@@ -592,7 +598,7 @@ def figures(a, meas, exact, rows, bdir, S):
                        "bound_baseline": b["bound"], "bound_sabre": s["bound"]})
             print(f"{size:5} {w:3} {b['att']:8.3f} {s['att']:9.3f} {b['mreads']:9.2f} {s['mreads']:9.2f} {gap:6.1f}%"
                   f" {b['read_ns']:6.0f}/{s['read_ns']:<6.0f} {b['update_ns']:7.0f}  {b['bound']}/{s['bound']}")
-            rows.append(("fig8", f"gap_{size}_w{w}_pct", gap, "%"))
+            rows.append(("fig8", f"gap_{size}_w{w}_pct", gap, "% modeled"))
             for layout in LAYOUTS:
                 brk.append(breakdown_row(size, w, layout, res[layout], a.objects, meas[(layout, size)]))
     print_breakdown(brk)
@@ -661,7 +667,7 @@ def figures(a, meas, exact, rows, bdir, S):
         paper = PAPER_FIG10.get(size)
         print(f"{size:5} {b:9.2f} {s:9.2f} {ratio:6.2f} {paper if paper else '-':>6}")
         f10.append({"size": size, "baseline_mlookups_s": b, "sabre_mlookups_s": s, "ratio": ratio})
-        rows.append(("fig10", f"local_ratio_{size}", ratio, "x"))
+        rows.append(("fig10", f"local_ratio_{size}", ratio, "x modeled"))
     S.write_dicts(bdir / "sonuma_fig10.csv", f10)
     ok10 = all(r["ratio"] > 1 for r in f10) and all(b["ratio"] > x["ratio"] for x, b in zip(f10, f10[1:]))
     print(f"verdict Fig. 10: {'REPRODUCED' if ok10 else 'NOT REPRODUCED'} in shape: SABRe layout faster at every "

@@ -11,10 +11,11 @@ Measured in one run on a booted cluster (node 0 is the initiator, node 1 the own
                       instruction (`gas check`), median over --runs
   cdma_{local_to_local,remote_to_local,local_to_remote}_{SIZE}_mb_s
                       cDMA copies through Linux's xilinx_dma (`cdma copy --repeat`), median of
-                      --runs x 5 copies, for each size in --dma-sizes
+                      --runs x 5 copies, for each size in --dma-sizes (at most 2M: source and
+                      destination are the two halves of a 4 MiB export)
   mailbox_rtt_{median,p99}_us
                       user space on node 0 -> node 1's kernel (mbox_echo.ko callback, answer with
-                      mailbox_send_message) -> node 0 (`mbox ping`)
+                      mailbox_send_message) -> node 0 (`mbox ping`, min(--count, 1000) round trips)
   gsas_{local,remote}_{OP}_{median,p99}_us
                       one GSAS request (atomic.h through the atomic service) from node 0 to board
                       0 (local) and board 1 (remote), one thread (`gsas bench`), median over --runs
@@ -28,7 +29,7 @@ rows of the fabric cluster are in sections gas.fabric and cdma.fabric, and secti
 fabric/direct for each metric both have (latency: >1 means direct is faster; MB/s: <1); a PNG
 bar chart of those ratios is written beside the CSV.
 
-usage: bench/unimem.py [--runs 3] [--count 2000] [--bulk 1M] [--dma-sizes 4K,64K,1M,4M] [--memory 256M]
+usage: bench/unimem.py [--runs 3] [--count 2000] [--bulk 1M] [--dma-sizes 4K,64K,1M,2M] [--memory 256M]
                       [--gsas-count 300] [--gsas-threads 1,2,4] [--only gas,cdma,mailbox,gsas]
                       [--transport direct[,fabric]] [--csv FILE]
 """
@@ -45,6 +46,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from rackemu.cluster import Cluster  # noqa: E402
 from rackemu.config import build_dir, load_config  # noqa: E402
 from benchlib import kv_lines, log, pyplot, run, save_figure, write_results  # noqa: E402
+
+DMA_EXPORT = 4 << 20  # the cDMA section's buffer on each node
+DMA_MAX = DMA_EXPORT // 2  # a copy reads one half and writes the other
 
 
 def export(node, size, seed, tag):
@@ -64,7 +68,8 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--count", type=int, default=2000, help="accesses / round trips per run")
     ap.add_argument("--bulk", default="1M", help="region size for the bandwidth runs (at most 4M)")
-    ap.add_argument("--dma-sizes", default="4K,64K,1M,4M")
+    ap.add_argument("--dma-sizes", default="4K,64K,1M,2M",
+                    help=f"cDMA copy sizes, each 1..{DMA_MAX >> 20}M (default 4K,64K,1M,2M)")
     ap.add_argument("--memory", default="256M")
     ap.add_argument("--gsas-count", type=int, default=300, help="GSAS requests per thread and run")
     ap.add_argument("--gsas-threads", default="1,2,4", help="thread counts for the GSAS throughput runs")
@@ -84,8 +89,16 @@ def main():
     transports = [t for t in a.transport.split(",") if t]
     if not transports or set(transports) - {"direct", "fabric"}:
         ap.error("--transport: direct and/or fabric")
-    bulk = size(a.bulk)
-    dma_sizes = [size(x) for x in a.dma_sizes.split(",") if x]
+    try:
+        bulk = size(a.bulk)
+        dma_sizes = [size(x) for x in a.dma_sizes.split(",") if x]
+    except (ValueError, KeyError, IndexError):
+        ap.error("--bulk, --dma-sizes: byte counts such as 4096, 64K, 1M")
+    if not 64 <= bulk <= 4 << 20:
+        ap.error("--bulk: 64 bytes .. 4M")
+    if "cdma" in only and (not dma_sizes or not all(1 <= x <= DMA_MAX for x in dma_sizes)):
+        ap.error(f"--dma-sizes: each 1 .. {DMA_MAX >> 20}M (a copy's source and destination are the two halves of "
+                 f"a {DMA_EXPORT >> 20} MiB export)")
     rows = []
     for t in transports:
         # fabric: clear the machine's ram-dir (a later -machine option is merged over the launcher's)
@@ -167,21 +180,17 @@ def gas_section(a, n0, n1, bulk, rows):
 def cdma_section(a, n0, n1, dma_sizes, rows):
     log("cDMA copies")
     run(n0, "insmod /lib/modules/extra/xilinx_dma.ko && insmod /lib/modules/extra/unimem_dma.ko")
-    big = max(dma_sizes)
-    g1 = export(n1, 4 << 20, 7, "dma1")
-    g0 = export(n0, 4 << 20, 7, "dma0")
+    g1 = export(n1, DMA_EXPORT, 7, "dma1")
+    export(n0, DMA_EXPORT, 7, "dma0")  # node 0's buffer: its local address p0
     p0 = int(kv_lines(n0.exec("cat /tmp/bench-export-dma0").stdout.decode())[0]["local"], 16)
-    half = 2 << 20
-    for sz in dma_sizes:
-        if sz > half:
-            sz = half
+    half = DMA_MAX
+    for sz in dma_sizes:  # main() refused sizes above half the export
         for name, src, dst in (("local_to_local", f"p:{p0:#x}", f"p:{p0 + half:#x}"),
                                ("remote_to_local", f"g:{g1:#x}", f"p:{p0:#x}"),
                                ("local_to_remote", f"p:{p0:#x}", f"g:{g1 + half:#x}")):
             v = [float(run(n0, f"cdma copy --src {src} --dst {dst} --len {sz} --repeat 5")[0]["mb_per_s"])
                  for _ in range(a.runs)]
             rows.append(("cdma", f"{name}_{sz}_mb_s", statistics.median(v), "MB/s"))
-    del big, g0
 
 
 def mailbox_section(a, n0, n1, rows):
