@@ -175,9 +175,9 @@ def main():
     bad = only - {"fig2", "fig3", "fig4", "fig5", "ratelimit"}
     if bad:
         ap.error(f"--only: unknown {', '.join(sorted(bad))}")
-    todo = [c for c in CONFIGS if (not only or c[0] in only) and (not args.quick or c[:3] in QUICK)]
+    selected = [c for c in CONFIGS if (not only or c[0] in only) and (not args.quick or c[:3] in QUICK)]
     rows = []
-    for fig, x, label, props in todo:
+    for fig, x, label, props in selected:
         log(f"{fig} {label} @ {x}: booting {args.nodes} nodes with {props}")
         rows += run_config(args, fig, x, label, props)
     out = build_dir() / "bench"

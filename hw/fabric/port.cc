@@ -226,9 +226,9 @@ struct RkFabricPort {
     int pair_drain_locked(PairLink &pl, unsigned max);
     void pair_broken_locked(PairLink &pl);
     bool pairs_ready_locked() const;
-    void pair_leases_renew_locked();          // rx_mu held: a polling thread's promise on the pair rings
-    uint64_t follow_ups_locked(uint64_t now); // tx_mu held: see PairLink::fu
-    void follow_ups_try();                    // the same from a polling thread, if tx_mu is free
+    void pair_leases_renew_locked(uint64_t now); // rx_mu held: a polling thread's promise on the pair rings
+    uint64_t follow_ups_locked(uint64_t now);    // tx_mu held: see PairLink::fu
+    void follow_ups_try();                       // the same from a polling thread, if tx_mu is free
     void dispatch_rx(const rkf_frame_hdr &h, const unsigned char *payload);
     bool pend_add(const rkf_frame_hdr &h);
     bool pend_settle(uint16_t peer, uint8_t svc, uint16_t op, uint64_t tag);
@@ -829,10 +829,10 @@ bool RkFabricPort::pairs_ready_locked() const
     return false;
 }
 
-void RkFabricPort::pair_leases_renew_locked()
+void RkFabricPort::pair_leases_renew_locked(uint64_t now)
 {
     for (PairLink *pl : pairs) {
-        if (pl && pl->rx_pair && lease_renew(pl->rx->ctl, lease_ns())) lease_renewals++;
+        if (pl && pl->rx_pair && lease_renew(pl->rx->ctl, lease_ns(), now)) lease_renewals++;
     }
 }
 
@@ -850,8 +850,7 @@ uint64_t RkFabricPort::follow_ups_locked(uint64_t now)
             pl->fu = false;
             if (woken) {
                 pair_follow_up_wakes++;
-                std::atomic<uint64_t> &c = pl->tx->ctl.follow_up_wakes;
-                c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+                count_up(pl->tx->ctl.follow_up_wakes);
             }
         } else if (!due || d < due) {
             due = d;
@@ -1170,8 +1169,7 @@ void RkFabricPort::run()
                     // The backstop took frames a producer skipped and nobody followed up.
                     if (timed_out && timed[peer] && pl->rx_pair && !ring_empty(*pl->rx)) {
                         pair_backstop_wakes++;
-                        std::atomic<uint64_t> &c = pl->rx->ctl.backstop_wakes;
-                        c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+                        count_up(pl->rx->ctl.backstop_wakes);
                     }
                 }
             }
@@ -1204,7 +1202,7 @@ int RkFabricPort::drive(int (*done)(void *), void *arg, uint64_t max_ns)
                 if (!took_over) {
                     took_over = rx.ctl.sleeping.exchange(0, std::memory_order_seq_cst) != 0;
                 }
-                pair_leases_renew_locked(); // this thread polls the pair rings too
+                pair_leases_renew_locked(now_ns()); // this thread polls the pair rings too
                 n = drain_locked(64);
                 if (n > 0) driven_frames += unsigned(n);
                 if (n < 0) {
@@ -1257,8 +1255,9 @@ int RkFabricPort::poll_rx(unsigned max)
         // "Poller present": this thread will poll again within the lease, so the bridge need
         // not wake the port thread for what it delivers meanwhile (it wakes it if a frame is still
         // here when the lease lapses: shm_ring.h, lease_follow_up).
-        if (lease_renew(shm->to_node.ctl, lease_ns())) lease_renewals++;
-        pair_leases_renew_locked();
+        const uint64_t now = now_ns(); // one clock read for every ring this poll renews
+        if (lease_renew(shm->to_node.ctl, lease_ns(), now)) lease_renewals++;
+        pair_leases_renew_locked(now);
         if (!ring_empty(shm->to_node) || pairs_ready_locked()) {
             n = drain_locked(max);
             if (n > 0) polled_frames += unsigned(n);

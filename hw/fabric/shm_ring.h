@@ -176,6 +176,13 @@ inline Wake wake_consumer(RingCtl &c)
     return futex_wake(&c.sleeping) ? Wake::Woken : Wake::None;
 }
 
+// One more on a counter of the ring control block that only this side writes (a plain store:
+// no locked read-modify-write on a line the other process reads).
+inline void count_up(std::atomic<uint64_t> &c)
+{
+    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
 // Producer side of a pair ring, after it published frames: the bridge's rule (wake_consumer)
 // with one more condition for skipping, since no router follows up here: the consumer's port
 // thread sleeps with its backstop timer (kAsleepTimed). A skipped wake-up is followed up by the
@@ -186,7 +193,7 @@ inline Wake wake_pair_consumer(RingCtl &c)
     const uint32_t s = c.sleeping.load(std::memory_order_relaxed);
     if (s == kAwake) return Wake::None;
     if (s == kAsleepTimed && lease_valid(c.poll_lease.load(std::memory_order_relaxed), now_ns())) {
-        c.wakes_skipped.store(c.wakes_skipped.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        count_up(c.wakes_skipped);
         return Wake::Skipped;
     }
     return futex_wake(&c.sleeping) ? Wake::Woken : Wake::None;
@@ -195,10 +202,10 @@ inline Wake wake_pair_consumer(RingCtl &c)
 // Poller side (the consumer's side, holding the right to consume): promise to poll again within
 // `lease` ns. Stored only when a quarter of the lease has passed since the last store, so a tight
 // poll loop does not write the shared line at every poll. True if it stored.
-inline bool lease_renew(RingCtl &c, uint64_t lease)
+inline bool lease_renew(RingCtl &c, uint64_t lease, uint64_t now = now_ns())
 {
     if (!lease) return false;
-    const uint64_t until = now_ns() + lease;
+    const uint64_t until = now + lease;
     if (until - c.poll_lease.load(std::memory_order_relaxed) <= lease / 4) return false;
     c.poll_lease.store(until, std::memory_order_relaxed);
     return true;
