@@ -2,8 +2,9 @@
 // amu-model: runs the NIC atomic unit (hw/rnic/atomic_unit.h) under the load generator of seed
 // 003's experiments, for bench/atomic_unit.py: the device's own code, no cluster. CSV on stdout.
 //
-//   amu-model hotspot [--pes N] [--ops N] [--addrs N] [--fetch] [--set NAME=V[,V...]]...
-//       N-1 PEs target PE 0 with ops ADDs each, on one word (--addrs 0) or N words each (sec. IV)
+//   amu-model hotspot [--pes N] [--ops N] [--addrs N] [--fetch] [--order O] [--set NAME=V[,V...]]...
+//       N-1 PEs target PE 0 with ops ADDs each, on one word (--addrs 0) or N words each (sec. IV),
+//       arriving in the order sec. IV's torus gives them (--order torus, the default; torus.h)
 //   amu-model gups [--table-log2 N] [--procs N] [--rate MUPS] [--set ...]
 //       HPCC RandomAccess XOR updates (POLY 7, HPCC_starts) of N processes arriving at node 0
 //       (--rate: offered evenly at MUPS updates per microsecond; default all at once)
@@ -24,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -150,10 +152,12 @@ int main(int argc, char **argv)
         std::printf("amu-model: the seed-003 atomic unit's model (hw/rnic/atomic_unit.h) under the experiments' load.\n"
                     "  hotspot [--pes N] [--ops N] [--addrs N] [--fetch]  N-1 PEs -> PE 0, sec. IV (Figs. 2-5)\n"
                     "  hotspot ... [--seed N]  the arrival order's seed\n"
-                    "  hotspot ... [--order random|round-robin|bursts:N]  how the sources' messages\n"
-                    "      interleave at the target (sec. IV gives a 3D torus with round-robin router\n"
-                    "      arbitration, not the order): a random source each (default), the sources in\n"
+                    "  hotspot ... [--order torus|random|round-robin|bursts:N]  how the sources' messages\n"
+                    "      interleave at the target: as sec. IV's network delivers them (default: a packet\n"
+                    "      model of its 3D torus, hw/rnic/torus.h), a random source each, the sources in\n"
                     "      turn, or N messages of a random source back to back\n"
+                    "  hotspot ... [--torus-vc N] [--torus-pes-per-node N]  the torus's buffer per virtual\n"
+                    "      channel (packets; default 0: the credit round trip; not in the paper) and PEs per node (default 2)\n"
                     "  gups [--table-log2 N] [--procs N] [--rate MUPS]    RandomAccess XORs (Figs. 6-7, Table III);\n"
                     "                                                     --rate offers MUPS updates/us (default: all at once)\n"
                     "  bounds                                             eq. 1-6 of sec. VI (Tables III-IV)\n"
@@ -192,11 +196,14 @@ int main(int argc, char **argv)
             const std::string v = val();
             if (v == "random") hm.order = HotspotOrder::Random;
             else if (v == "round-robin") hm.order = HotspotOrder::RoundRobin;
+            else if (v == "torus") hm.order = HotspotOrder::Torus;
             else if (v.rfind("bursts:", 0) == 0) {
                 hm.order = HotspotOrder::Bursts;
                 hm.burst = uint32_t(num(v.substr(7), a));
-            } else usage("bad --order '" + v + "' (random, round-robin or bursts:N)");
+            } else usage("bad --order '" + v + "' (random, round-robin, bursts:N or torus)");
         }
+        else if (a == "--torus-vc") hm.net.vc_packets = uint32_t(num(val(), a));
+        else if (a == "--torus-pes-per-node") hm.net.pes_per_node = uint32_t(num(val(), a));
         else if (a == "--set") {
             const std::string kv = val();
             const auto eq = kv.find('=');
@@ -210,6 +217,14 @@ int main(int argc, char **argv)
         } else usage("unknown option " + a);
     }
 
+    if (cmd == "hotspot" && hm.order == HotspotOrder::Torus) { // one network run serves the whole sweep
+        TorusOrder o = torus_hotspot_order(hm.net, hm.pes, hm.ops_per_pe);
+        if (!o.ok) {
+            std::fprintf(stderr, "amu-model: %s\n", o.error.c_str());
+            return 1;
+        }
+        hm.arrivals = std::make_shared<const std::vector<uint32_t>>(std::move(o.src));
+    }
     std::printf("kind,pes,addrs,table_log2,procs");
     for (auto &p : all) std::printf(",%s", p.name);
     if (cmd == "bounds")

@@ -43,7 +43,8 @@ from benchlib import log, write_results  # noqa: E402
 
 LATS = (50, 100, 150, 200, 250)
 SECTIONS = ("fig2", "fig3", "fig4", "fig5", "fig6", "fig7", "tables")
-ORDERS = ("random", "round-robin", "bursts:4", "bursts:16")  # Fig. 3's arrival-order sensitivity
+# Fig. 3's arrival-order sensitivity: the torus's (the default, from the paper's network), then chosen ones
+ORDERS = ("torus", "random", "round-robin", "bursts:4", "bursts:16")
 NET_LIMIT = 4000 / 48 * 8  # MB/s of 8-byte updates in 48-byte messages at 4 GB/s: 666.7
 # Tables III and IV of the paper: RdLat/WrLat -> requests
 TABLE3 = {250: 43, 150: 27, 50: 11}
@@ -181,9 +182,10 @@ def fig3(a, bdir, out):
                   f"{r['stall_conflict']} of {r['ops']} ops stalled on a conflict; hits {r['hits']}; "
                   f"in flight {float(r['mean_outstanding']):.1f}")
     # The order in which the sources' messages reach the target decides how often a new op finds
-    # its direct-mapped set taken (sec. IV gives the network, a 3D torus with round-robin router
-    # arbitration, not the order): a sensitivity table, not a verdict.
-    print("16 addresses, 32 tags, by arrival order (amu-model --order; the default is random): "
+    # its direct-mapped set taken. Sec. IV gives the network (a 3D torus, round-robin router
+    # arbitration, 4 VCs), not the order; the default is the order a packet model of that network
+    # gives (hw/rnic/torus.h), the others are chosen: a sensitivity table, not a verdict.
+    print("16 addresses, 32 tags, by arrival order (amu-model --order; the default is torus): "
           "cached / uncached MB/s, mean host requests in flight with the cache")
     print(f"  {'order':12}" + "".join(f"{f'{x} ns':>24}" for x in LATS))
     for order in ORDERS:
@@ -237,7 +239,10 @@ def fig45(a, bdir, out, tags, name):
     big = pes[-1]
     checks = [
         (f"{big} PEs: 4-way at 64 lines > direct-mapped at 256 lines", v(big, 4, 64) > v(big, 1, 256)),
-        (f"{big} PEs: rate grows with ways at 128 lines", v(big, 1, 128) <= v(big, 4, 128) <= v(big, 16, 128) * 1.02),
+        # Up to 4 ways the rate grows; beyond, at 32 tags, every geometry meets the tag bound (the
+        # uncached 303 MB/s plus its hits: Fig. 5's point), so more ways only have to hold it (5%).
+        (f"{big} PEs: rate grows with ways at 128 lines (to 4-way; 16-way within 5% of it)",
+         v(big, 1, 128) < v(big, 4, 128) <= v(big, 16, 128) * 1.05),
         ("32-line 64-way is zero", all(v(p, 64, 32) == 0 for p in pes)),
         ("more PEs need more lines (direct-mapped, 128 lines)", v(pes[0], 1, 128) >= v(big, 1, 128)),
         ("final memory exact", all(r["exact"] == "1" for r in rows if float(r["mbps"]) > 0))]

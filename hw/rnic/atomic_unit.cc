@@ -875,8 +875,31 @@ AmuLoadResult amu_model_hotspot(const AmuConfig &c, const HotspotMix &m)
         live[p] = p;
     size_t k = 0, rr = 0;
     uint32_t left_in_burst = 0;
+    std::shared_ptr<const std::vector<uint32_t>> torus = m.arrivals;
+    size_t tk = 0;
+    if (m.order == HotspotOrder::Torus && !torus) {
+        TorusOrder o = torus_hotspot_order(m.net, m.pes, m.ops_per_pe);
+        if (!o.ok) {
+            bad.error = o.error;
+            return bad;
+        }
+        torus = std::make_shared<const std::vector<uint32_t>>(std::move(o.src));
+    }
+    if (m.order == HotspotOrder::Torus && torus->size() != size_t(srcs) * m.ops_per_pe) {
+        bad.error = "hot-spot: the arrivals given are not this mix's (" + std::to_string(torus->size()) +
+                    " messages)";
+        return bad;
+    }
     while (!live.empty()) {
-        if (m.order == HotspotOrder::RoundRobin) {
+        if (m.order == HotspotOrder::Torus) {
+            const uint32_t pe = (*torus)[tk++] - 1; // the network's next message (its PE 1.. are sources 0..)
+            k = size_t(std::find(live.begin(), live.end(), pe) - live.begin());
+            if (k == live.size()) {
+                bad.error =
+                    "hot-spot: the arrivals given name PE " + std::to_string(pe + 1) + " once too often";
+                return bad;
+            }
+        } else if (m.order == HotspotOrder::RoundRobin) {
             k = rr++ % live.size();
         } else if (m.order == HotspotOrder::Random || left_in_burst == 0) {
             rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;

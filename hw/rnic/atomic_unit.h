@@ -55,11 +55,13 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "rackemu/roce.h"
+#include "torus.h"
 
 namespace rackemu::rnic {
 
@@ -367,16 +369,23 @@ private:
 // on one word (addrs_per_pe = 0) or each PE on its own addrs_per_pe words in turn. How the
 // messages interleave on the target's input link (each PE's own order kept) is the network's,
 // which sec. IV gives only as a 3D torus with round-robin router arbitration; `order` chooses:
-//   Random:     the next message from a random source with messages left (seeded; default);
+//   Random:     the next message from a random source with messages left (seeded);
 //   RoundRobin: the sources in turn, one message each (all PEs at the same step at once);
-//   Bursts:     a random source sends `burst` messages back to back, then another.
-enum class HotspotOrder { Random, RoundRobin, Bursts };
+//   Bursts:     a random source sends `burst` messages back to back, then another;
+//   Torus:      the order sec. IV's network gives them: a packet-level model of its 3D torus
+//               (torus.h: dimension-order routing, round-robin arbitration, dateline VCs), `net`
+//               (the default: the order follows from the paper's parameters, not a choice).
+enum class HotspotOrder { Random, RoundRobin, Bursts, Torus };
 struct HotspotMix {
     uint32_t pes = 64, ops_per_pe = 1000, addrs_per_pe = 0;
     bool fetch = false;
     uint64_t seed = 1;
-    HotspotOrder order = HotspotOrder::Random;
+    HotspotOrder order = HotspotOrder::Torus;
     uint32_t burst = 16; // Bursts: messages per burst, 1..ops_per_pe
+    TorusNet net;        // Torus: the network
+    // Torus: the order torus_hotspot_order(net, pes, ops_per_pe) gave, when the caller keeps it
+    // for a sweep (it does not depend on the unit); computed here when empty
+    std::shared_ptr<const std::vector<uint32_t>> arrivals;
 };
 // RandomAccess: `updates` XORs of HPCC's stream (POLY 7, HPCC_starts) at random words of a table
 // of 2^table_log2 words on this node; with cfg.symmetric the node injects as many as it receives.

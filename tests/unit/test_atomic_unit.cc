@@ -2,6 +2,7 @@
 // arithmetic, exactness against in-order execution for every cache geometry, RAW buffer approach
 // and rate-limiting policy, the RAW hazard itself, the tag limit, refused operations, global
 // atomicity against concurrent CPU atomics, and timing rules computed by hand.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -477,7 +478,8 @@ TEST(AtomicUnit, HotSpotRatesFollowTheRules)
 // Fig. 3 at 16 addresses per PE depends on the order in which the sources' messages reach the
 // target (HotspotMix::order; docs/atomic-unit.md): sources in turn line up their i-th words, which
 // map to 2 of the 32 direct-mapped sets, so nearly every op waits for its set; a random source each
-// finds its set taken after ~7 sets; a PE's 16 words back to back take 16 distinct sets. Every
+// finds its set taken after ~7 sets, and so does the torus's per-packet round-robin (the default);
+// a PE's 16 words back to back take 16 distinct sets. Every
 // order delivers every op (exact memory), and refuses a burst longer than a PE's ops.
 TEST(AtomicUnit, HotSpotArrivalOrderDecidesTheReadsInFlight)
 {
@@ -488,16 +490,17 @@ TEST(AtomicUnit, HotSpotArrivalOrderDecidesTheReadsInFlight)
     m.pes = 64;
     m.ops_per_pe = 160;
     m.addrs_per_pe = 16;
-    AmuLoadResult r[3];
-    const HotspotOrder orders[3] = {HotspotOrder::RoundRobin, HotspotOrder::Random, HotspotOrder::Bursts};
-    for (int k = 0; k < 3; k++) {
+    AmuLoadResult r[4];
+    const HotspotOrder orders[4] = {HotspotOrder::RoundRobin, HotspotOrder::Random, HotspotOrder::Bursts,
+                                    HotspotOrder::Torus};
+    for (int k = 0; k < 4; k++) {
         m.order = orders[k];
         r[k] = amu_model_hotspot(c, m);
         ASSERT_TRUE(r[k].ok) << r[k].error;
         EXPECT_TRUE(r[k].exact) << k;
         EXPECT_EQ(r[k].ops, 63u * 160u);
     }
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         std::printf("order %d: %.1f MB/s, %.1f in flight, %llu conflict stalls\n", k, r[k].mbps,
                     r[k].mean_outstanding, (unsigned long long)r[k].c.stall_conflict);
     EXPECT_LT(r[0].mean_outstanding, 4.0);
@@ -505,7 +508,118 @@ TEST(AtomicUnit, HotSpotArrivalOrderDecidesTheReadsInFlight)
     EXPECT_GT(r[2].mean_outstanding, 2 * r[1].mean_outstanding);
     EXPECT_GT(r[2].mbps, 2 * r[1].mbps);
     EXPECT_GT(r[1].mbps, 2 * r[0].mbps);
+    // the torus interleaves its inputs per packet: close to a random source each, far from bursts
+    EXPECT_GT(r[3].mean_outstanding, 0.75 * r[1].mean_outstanding);
+    EXPECT_LT(r[3].mean_outstanding, 1.25 * r[1].mean_outstanding);
+    m.order = HotspotOrder::Bursts;
     m.burst = 161;
+    EXPECT_FALSE(amu_model_hotspot(c, m).ok);
+}
+
+// The network of sec. IV (torus.h): the cube-like factorisation, the latencies by hand, and
+// round-robin arbitration at every router sharing the target's port among its inputs.
+TEST(Torus, DimensionsAreTheFactorisationClosestToACube)
+{
+    using D = std::array<uint32_t, 3>;
+    EXPECT_EQ(torus_dims(32), (D{4, 4, 2})); // 64 PEs on 32 dual-processor nodes
+    EXPECT_EQ(torus_dims(27), (D{3, 3, 3}));
+    EXPECT_EQ(torus_dims(4), (D{2, 2, 1}));
+    EXPECT_EQ(torus_dims(7), (D{7, 1, 1}));
+    EXPECT_EQ(torus_dims(1), (D{1, 1, 1}));
+}
+
+TEST(Torus, TwoNodesShareTheTargetsPortRoundRobin)
+{
+    // PEs 0 and 1 on node 0 (PE 0 the target), PEs 2 and 3 on node 1, one link between them
+    const TorusOrder o = torus_hotspot_order(TorusNet{}, 4, 400);
+    ASSERT_TRUE(o.ok) << o.error;
+    ASSERT_EQ(o.src.size(), 1200u);
+    // PE 1: injected in 6 cycles (48 B at 4 GB/s, 2 ns cycles), 25 in the router, 6 to eject
+    EXPECT_EQ(o.src[0], 1u);
+    EXPECT_EQ(o.at_cycle[0], 37u);
+    EXPECT_EQ(o.at_cycle[1], 43u);
+    // PE 2: one more link time and router, ready to eject at 31 + 6 + 25 = 62, but the port is
+    // PE 1's until 67 (its sixth message, ready at 61): out at 73
+    const size_t first2 = size_t(std::find(o.src.begin(), o.src.end(), 2u) - o.src.begin());
+    ASSERT_EQ(first2, 6u);
+    EXPECT_EQ(o.at_cycle[first2], 73u);
+    // then the ejection alternates between its two inputs, and node 1's link between its PEs
+    uint32_t n[4] = {};
+    for (size_t i = 100; i < 500; i++)
+        n[o.src[i]]++;
+    EXPECT_EQ(n[1], 200u);
+    EXPECT_EQ(n[2], 100u);
+    EXPECT_EQ(n[3], 100u);
+    uint32_t all[4] = {};
+    for (uint32_t p : o.src)
+        all[p]++;
+    EXPECT_EQ(all[0], 0u);
+    EXPECT_EQ(all[1], 400u);
+    EXPECT_EQ(all[3], 400u);
+    TorusNet bad;
+    bad.msg_bytes = 0;
+    EXPECT_FALSE(torus_hotspot_order(bad, 4, 10).ok);
+    EXPECT_FALSE(torus_hotspot_order(TorusNet{}, 1, 10).ok);
+}
+
+TEST(Torus, SixtyFourPEsKeepTheTargetsLinkBusy)
+{
+    const TorusOrder o = torus_hotspot_order(TorusNet{}, 64, 300);
+    ASSERT_TRUE(o.ok) << o.error;
+    EXPECT_EQ(o.dims, (std::array<uint32_t, 3>{4, 4, 2}));
+    std::vector<uint32_t> per(64, 0);
+    for (uint32_t p : o.src)
+        per[p]++;
+    for (uint32_t p = 1; p < 64; p++)
+        EXPECT_EQ(per[p], 300u) << p;
+    // buffers covering the credit round trip: from the first arrival on, a message every 6 cycles
+    EXPECT_EQ(o.ejection_busy, 63u * 300u * 6u);
+    EXPECT_EQ(o.cycles - o.at_cycle[0] + 6, o.ejection_busy);
+    // node 0's router has six inputs with traffic (+x, -x, +y, -y, +z, its own NIC): the local
+    // PE 1 gets a sixth of the port at first, PE 2 and 3 (on node 1, behind -x) a twelfth each
+    uint32_t early[64] = {};
+    for (size_t i = 60; i < 660; i++)
+        early[o.src[i]]++;
+    EXPECT_NEAR(early[1], 100, 2);
+    EXPECT_NEAR(early[2], 50, 2);
+    EXPECT_NEAR(early[3], 50, 2);
+    // shallow buffers (2 packets) cannot cover the round trip: the target's link idles
+    TorusNet shallow;
+    shallow.vc_packets = 2;
+    const TorusOrder s = torus_hotspot_order(shallow, 64, 300);
+    ASSERT_TRUE(s.ok);
+    EXPECT_LT(double(s.ejection_busy) / double(s.cycles), 0.8);
+    // many nodes, one-packet buffers: the dateline VCs keep it moving
+    TorusNet one;
+    one.vc_packets = 1;
+    const TorusOrder big = torus_hotspot_order(one, 256, 10);
+    ASSERT_TRUE(big.ok) << big.error;
+    EXPECT_EQ(big.src.size(), 255u * 10u);
+}
+
+// The default arrival order is the torus's; a kept order serves a sweep and is checked.
+TEST(AtomicUnit, HotSpotTakesItsOrderFromTheTorus)
+{
+    AmuConfig c;
+    HotspotMix m;
+    m.pes = 16;
+    m.ops_per_pe = 50;
+    m.addrs_per_pe = 16;
+    EXPECT_EQ(m.order, HotspotOrder::Torus);
+    const auto a = amu_model_hotspot(c, m);
+    ASSERT_TRUE(a.ok) << a.error;
+    EXPECT_TRUE(a.exact);
+    TorusOrder o = torus_hotspot_order(m.net, m.pes, m.ops_per_pe);
+    ASSERT_TRUE(o.ok);
+    m.arrivals = std::make_shared<const std::vector<uint32_t>>(o.src);
+    const auto b = amu_model_hotspot(c, m);
+    ASSERT_TRUE(b.ok) << b.error;
+    EXPECT_EQ(b.elapsed_ns, a.elapsed_ns);
+    EXPECT_EQ(b.c.misses, a.c.misses);
+    std::vector<uint32_t> dup(o.src.size(), 1u); // PE 1 named 15 times too often
+    m.arrivals = std::make_shared<const std::vector<uint32_t>>(dup);
+    EXPECT_FALSE(amu_model_hotspot(c, m).ok);
+    m.arrivals = std::make_shared<const std::vector<uint32_t>>(o.src.begin(), o.src.end() - 1);
     EXPECT_FALSE(amu_model_hotspot(c, m).ok);
 }
 
