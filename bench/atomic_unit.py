@@ -91,9 +91,16 @@ def plot(path, panels, ylabel="MB/s (modeled)"):
         print("(python3-matplotlib not installed: no PNG)")
         return
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
+    markers, styles = "osD^vP*X", ("-", "--", ":", "-.")
     for ax, (title, xlabel, series) in zip(axes[0], panels):
+        # "8 PEs, 4-way": a colour per group (before the comma), a marker and line style per
+        # variant, so that Figs. 4-5's 16 series stay apart (the default cycle has 10 colours)
+        groups = list(dict.fromkeys(lb.split(", ")[0] for lb in series))
+        variants = list(dict.fromkeys(", ".join(lb.split(", ")[1:]) for lb in series))
         for label, (xs, ys) in series.items():
-            ax.plot(xs, ys, marker="o", label=label)
+            g, v = groups.index(label.split(", ")[0]), variants.index(", ".join(label.split(", ")[1:]))
+            ax.plot(xs, ys, marker=markers[v % len(markers)], linestyle=styles[v % len(styles)],
+                    color=f"C{g % 10}", label=label)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
