@@ -25,6 +25,7 @@ namespace {
 
 constexpr uint32_t kInject = 12; // buffers 0..11: link port d (0 +x, 1 -x, 2 +y, 3 -y, 4 +z, 5 -z) x 2 VCs
 constexpr uint32_t kBuffers = 13;
+constexpr uint64_t kMaxSteps = 4000000000ull;
 
 struct Pkt {
     uint32_t pe;
@@ -66,6 +67,16 @@ TorusOrder torus_hotspot_order(const TorusNet &net, uint32_t pes, uint32_t ops_p
         std::max<uint64_t>(1, (uint64_t(net.msg_bytes) * net.clock_mhz + net.link_mbps - 1) / net.link_mbps);
     const uint64_t hop = uint64_t(net.router_ns) * net.clock_mhz / 1000;
     const uint32_t cap = net.vc_packets ? net.vc_packets : uint32_t((2 * link + hop - 1) / link);
+    // The model steps every router every cycle: refuse a run that would take minutes (about 30 ns
+    // a router-cycle; 64 PEs x 1000 messages are 12 M, 0.4 s) rather than look hung.
+    const uint64_t steps = uint64_t(pes - 1) * ops_per_pe * link * nodes;
+    if (steps > kMaxSteps) {
+        o.error = "torus: " + std::to_string(pes) + " PEs x " + std::to_string(ops_per_pe) + " messages is " +
+                  std::to_string(steps / 1000000) + " M router-cycles, more than the model's " +
+                  std::to_string(kMaxSteps / 1000000) + " M (about 2 minutes): fewer PEs or messages, or " +
+                  "another --order";
+        return o;
+    }
     auto coord = [&](uint32_t n, uint32_t d) {
         return d == 0 ? n % dm[0] : d == 1 ? (n / dm[0]) % dm[1] : n / (dm[0] * dm[1]);
     };

@@ -560,6 +560,9 @@ TEST(Torus, TwoNodesShareTheTargetsPortRoundRobin)
     bad.msg_bytes = 0;
     EXPECT_FALSE(torus_hotspot_order(bad, 4, 10).ok);
     EXPECT_FALSE(torus_hotspot_order(TorusNet{}, 1, 10).ok);
+    const TorusOrder huge = torus_hotspot_order(TorusNet{}, 4096, 100000); // hours: refused at once
+    EXPECT_FALSE(huge.ok);
+    EXPECT_NE(huge.error.find("router-cycles"), std::string::npos) << huge.error;
 }
 
 TEST(Torus, SixtyFourPEsKeepTheTargetsLinkBusy)
