@@ -231,6 +231,7 @@ int main(int argc, char **argv)
 	__atomic_store_n(&all_created, 1, __ATOMIC_RELEASE);
 	for (unsigned i = 0; i < threads; i++)
 		pthread_join(ws[i].t, NULL);
+	pthread_barrier_destroy(&done);
 	RK_MARK_DUMP();
 	/* what the plugin must report: per vCPU, the threads pinned there run reps x each loop */
 	for (unsigned c = 0; c < (unsigned)(ncpu > 0 ? ncpu : 1) && c < threads; c++) {

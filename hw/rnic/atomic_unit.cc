@@ -892,11 +892,12 @@ AmuLoadResult amu_model_hotspot(const AmuConfig &c, const HotspotMix &m)
     }
     while (!live.empty()) {
         if (m.order == HotspotOrder::Torus) {
-            const uint32_t pe = (*torus)[tk++] - 1; // the network's next message (its PE 1.. are sources 0..)
+            const uint32_t named = (*torus)[tk++], pe = named - 1; // the network's PEs 1.. are sources 0..
             k = size_t(std::find(live.begin(), live.end(), pe) - live.begin());
             if (k == live.size()) {
-                bad.error =
-                    "hot-spot: the arrivals given name PE " + std::to_string(pe + 1) + " once too often";
+                bad.error = "hot-spot: the arrivals given name PE " + std::to_string(named) +
+                            ", not a source with messages left (PEs 1.." + std::to_string(m.pes - 1) + ", " +
+                            std::to_string(m.ops_per_pe) + " messages each)";
                 return bad;
             }
         } else if (m.order == HotspotOrder::RoundRobin) {

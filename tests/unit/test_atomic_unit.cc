@@ -621,7 +621,15 @@ TEST(AtomicUnit, HotSpotTakesItsOrderFromTheTorus)
     EXPECT_EQ(b.c.misses, a.c.misses);
     std::vector<uint32_t> dup(o.src.size(), 1u); // PE 1 named 15 times too often
     m.arrivals = std::make_shared<const std::vector<uint32_t>>(dup);
-    EXPECT_FALSE(amu_model_hotspot(c, m).ok);
+    const auto d = amu_model_hotspot(c, m);
+    EXPECT_FALSE(d.ok);
+    EXPECT_NE(d.error.find("PE 1, not a source with messages left"), std::string::npos) << d.error;
+    std::vector<uint32_t> zero(o.src);
+    zero[0] = 0; // the target itself
+    m.arrivals = std::make_shared<const std::vector<uint32_t>>(zero);
+    const auto z = amu_model_hotspot(c, m);
+    EXPECT_FALSE(z.ok);
+    EXPECT_NE(z.error.find("PE 0,"), std::string::npos) << z.error;
     m.arrivals = std::make_shared<const std::vector<uint32_t>>(o.src.begin(), o.src.end() - 1);
     EXPECT_FALSE(amu_model_hotspot(c, m).ok);
 }
