@@ -794,13 +794,11 @@ int rk_rmem_enable_direct(RkRemoteMem *m, const char *ram_dir, int own_fd, const
                            (long long)st.st_size, (unsigned long long)m->ram_size);
     }
     if (ftruncate(fd, off_t(span)) < 0) {
-        return enable_fail(fd, err, errlen, "cannot grow %s by its tail page: %s", path.c_str(),
-                           strerror(errno));
+        return enable_fail(fd, err, errlen, "cannot grow %s by its tail: %s", path.c_str(), strerror(errno));
     }
     void *t = mmap(nullptr, RK_RMEM_TAIL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off_t(m->ram_size));
     if (t == MAP_FAILED)
-        return enable_fail(fd, err, errlen, "cannot map the tail page of %s: %s", path.c_str(),
-                           strerror(errno));
+        return enable_fail(fd, err, errlen, "cannot map the tail of %s: %s", path.c_str(), strerror(errno));
     close(fd);
     auto *tail = static_cast<rk_rmem_tail *>(t);
     __atomic_store_n(&tail->magic, 0u, __ATOMIC_RELAXED); // a previous incarnation's page: start again
@@ -877,7 +875,8 @@ int rk_rmem_direct_run(RkRemoteMem *m, unsigned node, rk_rmem_direct_fn fn, void
     const int st = m->direct_run(
         node,
         [&](unsigned char *base) {
-            const rk_rmem_view v{base, m->ram_base, m->ram_size, base + m->ram_size};
+            const rk_rmem_view v{base, m->ram_base, m->ram_size, base + m->ram_size,
+                                 __atomic_load_n(&m->live->eth_watched, __ATOMIC_ACQUIRE)};
             ret = fn(opaque, &v);
             return int(RK_RMEM_OK);
         },

@@ -52,23 +52,26 @@ enum {
  * NULL (a standalone node: only its own RAM is reachable). Registers RKF_SVC_MEM with the port,
  * so create it before rk_fabric_port_start(). `timeout_ms`: how long a call waits for an
  * answer before it gives up (RK_RMEM_TIMEOUT). `log` reports malformed peer requests. */
-/* Published by each node at the end of its RAM file (file offset ram_size, one page): the
+/* Published by each node at the end of its RAM file (file offset ram_size, RK_RMEM_TAIL_SIZE): the
  * counters of the accesses that peers made directly, kept by the peers with atomic adds, so that
  * the owner's served_* statistics count them as if it had served them. */
 #define RK_RMEM_TAIL_MAGIC 0x524b4d54u /* "RKMT" */
-#define RK_RMEM_TAIL_SIZE  4096u
+#define RK_RMEM_TAIL_SIZE  0x100000u   /* 1 MiB: the header page, then the devices' areas */
 struct rk_rmem_tail {
     uint32_t magic;    /* RK_RMEM_TAIL_MAGIC once the owner initialised the page */
     uint32_t version;  /* 1 */
-    uint64_t ram_size; /* the owner's RAM size: the file's size minus this page */
+    uint64_t ram_size; /* the owner's RAM size: the file's size minus the tail */
     uint64_t served_reads, served_writes, served_bytes, served_refused;
 };
-/* The rest of the tail page, from RK_RMEM_TAIL_DEV_OFF, belongs to the node's devices: each
+/* The rest of the tail, from RK_RMEM_TAIL_DEV_OFF, belongs to the node's devices: each
  * publishes what peers need to act on its memory directly (the RMC its context table,
- * struct rmc_pub in rackemu/sonuma_regs.h) at a fixed offset. Zeroed when the page is (re)made. */
-#define RK_RMEM_TAIL_DEV_OFF  1024u
-#define RK_RMEM_TAIL_RMC_OFF  1024u /* struct rmc_pub, at most RK_RMEM_TAIL_RMC_SIZE bytes */
-#define RK_RMEM_TAIL_RMC_SIZE 1024u
+ * struct rmc_pub in rackemu/sonuma_regs.h; the RNIC its QP and MR tables, struct rnic_pub in
+ * rackemu/rnic_regs.h) at a fixed offset. Zeroed when the tail is (re)made. */
+#define RK_RMEM_TAIL_DEV_OFF   1024u
+#define RK_RMEM_TAIL_RMC_OFF   1024u /* struct rmc_pub, at most RK_RMEM_TAIL_RMC_SIZE bytes */
+#define RK_RMEM_TAIL_RMC_SIZE  1024u
+#define RK_RMEM_TAIL_RNIC_OFF  4096u /* struct rnic_pub, at most RK_RMEM_TAIL_RNIC_SIZE bytes */
+#define RK_RMEM_TAIL_RNIC_SIZE (RK_RMEM_TAIL_SIZE - RK_RMEM_TAIL_RNIC_OFF)
 
 RkRemoteMem *rk_rmem_new(RkFabricPort *port, unsigned node_id, uint64_t ram_base, uint64_t ram_size,
                          void *ram_host, unsigned timeout_ms, rk_rmem_log_fn log, void *log_opaque);
@@ -109,7 +112,8 @@ void *rk_rmem_tail_area(RkRemoteMem *m, unsigned off, unsigned len);
 struct rk_rmem_view {
     const unsigned char *ram; /* the peer's RAM, guest physical ram_base */
     uint64_t ram_base, ram_size;
-    unsigned char *tail; /* the peer's tail page (RK_RMEM_TAIL_SIZE bytes) */
+    unsigned char *tail;  /* the peer's tail (RK_RMEM_TAIL_SIZE bytes) */
+    uint64_t eth_watched; /* the bridge's rkf_live_table.eth_watched, read before `fn` runs */
 };
 typedef int (*rk_rmem_direct_fn)(void *opaque, const struct rk_rmem_view *view);
 int rk_rmem_direct_run(RkRemoteMem *m, unsigned node, rk_rmem_direct_fn fn, void *opaque, int *fn_ret);

@@ -69,6 +69,7 @@ struct RackemuRnicState {
     uint32_t node_id;      /* UINT32_MAX: the machine's node-id */
     uint32_t node_count;
     RkRnicTiming timing;
+    bool direct;           /* READs to live peers copy from their RAM files (docs/rnic.md "Direct path") */
     RkRnicAmu amu;         /* the atomic unit's properties (amu-*) */
     char *amu_rate_limit;  /* amu-rate-limit, amu-raw: strings (NULL: the default) */
     char *amu_raw;
@@ -482,7 +483,8 @@ static void rackemu_rnic_realize(PCIDevice *pdev, Error **errp)
     s->host.ops = &rackemu_rnic_host_ops;
     s->host.opaque = s;
     s->host.port = s->port;
-    s->host.rmem = NULL;
+    /* the direct path (docs/rnic.md "Direct path"): the node's remote memory, when it has one */
+    s->host.rmem = s->direct && s->fabric ? rackemu_fabric_rmem(s->fabric) : NULL;
     s->host.node_id = s->node_id;
     s->host.node_count = s->node_count;
     s->core = rk_rnic_new(&s->host, &s->timing, &s->amu, s->port != NULL, rackemu_rnic_send, rackemu_rnic_arm,
@@ -801,7 +803,8 @@ static const VMStateDescription rackemu_rnic_res_vmstate = {
 };
 
 /*
- * Version 1 = RK_RNIC_STATE_VERSION 1. Frames in flight are not state: RC retransmission
+ * Version 2 = RK_RNIC_STATE_VERSION 2 (version 1 had 82 counters: the direct path's 3 came
+ * since; a version-1 stream is refused). Frames in flight are not state: RC retransmission
  * recovers them after the load. post_load refuses (-EINVAL) a state the core finds out of range.
  */
 static const VMStateDescription rackemu_rnic_vmstate = {
@@ -878,6 +881,7 @@ static Property rackemu_rnic_props[] = {
     DEFINE_PROP_UINT32("pcie-ns", RackemuRnicState, timing.pcie_ns, 400),
     DEFINE_PROP_UINT32("pcie-mbps", RackemuRnicState, timing.pcie_mbps, 16000),
     DEFINE_PROP_UINT32("mtu", RackemuRnicState, timing.max_mtu, 4096),
+    DEFINE_PROP_BOOL("direct", RackemuRnicState, direct, true),
     /* the atomic unit (docs/atomic-unit.md "Properties"; defaults: the paper's) */
     DEFINE_PROP_UINT32("amu-host-lat-ns", RackemuRnicState, amu.host_lat_ns, 250),
     DEFINE_PROP_UINT32("amu-host-mbps", RackemuRnicState, amu.host_mbps, 2300),

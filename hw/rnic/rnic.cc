@@ -192,6 +192,7 @@ std::span<const Rnic::RegRow> Rnic::reg_table()
                  }
              }
              d.ctrl_ = uint32_t(merged) & RNIC_CTRL_WRITABLE;
+             d.publish(); // CTRL.ENABLE: whether peers may read directly
          }},
         {"STATUS", RNIC_REG_STATUS, 4, A::RO, 0, 0,
          [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t {
@@ -340,6 +341,8 @@ Rnic::Rnic(Host host, RnicConfig cfg, SendFn send, TimerFn timer, TxWaitFn tx_wa
     cqs_.resize(RNIC_MAX_CQ);
     qps_.resize(RNIC_MAX_QP);
     rc_ = std::make_unique<RcEngine>(static_cast<RcEnv &>(*this), cfg_.rc);
+    pub_init();
+    publish();
 }
 
 Rnic::~Rnic() = default;
@@ -357,6 +360,9 @@ void Rnic::clear_objects()
         c.reset();
     for (auto &q : qps_)
         q.reset();
+    pub_pages_used_ = 0;
+    pub_unplaced_ = 0;
+    pub_all_dirty();
 }
 
 void Rnic::reset()
@@ -381,6 +387,7 @@ void Rnic::reset()
     eq_.link_up = link_up;
     update_irq();
     arm_timer();
+    publish();
 }
 
 void Rnic::guest_error(const char *fmt, ...)
@@ -398,6 +405,7 @@ uint64_t Rnic::counter(unsigned i)
 {
     if (i >= RNIC_CNT_COUNT) return 0;
     if (i >= RNIC_CNT_INDEX_AMU_OPS) amu_settle(); // the AMU_* counters are the table's last
+    sync_served();
     uint64_t v = 0;
     if (i < kRcCount) {
         const RcCounters &c = rc_->counters();
@@ -575,6 +583,14 @@ void Rnic::exec_command()
     }
     c.status = st;
     cmd_status_ = st;
+    if (st == RNIC_CMD_ST_OK) { // what peers' direct READs check (rnic_direct.cc)
+        if (c.opcode == RNIC_CMD_REG_MR) pub_mr_changed(RNIC_KEY_INDEX(c.out0));
+        if (c.opcode == RNIC_CMD_DEREG_MR) pub_mr_changed(RNIC_KEY_INDEX(c.handle));
+        if (c.opcode == RNIC_CMD_CREATE_QP || c.opcode == RNIC_CMD_MODIFY_QP ||
+            c.opcode == RNIC_CMD_DESTROY_QP)
+            pub_qp_dirty_.set();
+        publish();
+    }
     if (st != RNIC_CMD_ST_OK) {
         ctr_.command_errors++;
         guest_error("command %u (handle 0x%x) refused with status %u", c.opcode, c.handle, st);
@@ -925,6 +941,7 @@ void Rnic::qp_fail(Qp &q, const char *why)
     const bool entered = rc_->qp_state(q.qpn) != QpState::Error;
     rc_->modify_qp(q.qpn, QpState::Error, q.attr);
     q.state = RNIC_QPS_ERR;
+    pub_qp_changed(q.index);
     if (entered) eq_event(RNIC_EV_QP_FATAL, q.qpn, 0);
 }
 
@@ -1107,6 +1124,8 @@ void Rnic::pump_sq(Qp &q)
         if (wr.op == WrOp::Send || wr.op == WrOp::SendImm || wr.op == WrOp::Write ||
             wr.op == WrOp::WriteImm || wr.op == WrOp::AtomicWrite)
             ctr_.payload_tx_bytes += wr.length;
+        // a READ alone on its QP, to a peer reachable directly: a copy, no frames (rnic_direct.cc)
+        if (wr.op == WrOp::Read && direct_read(q, seq, wr)) continue;
         const RcResult r = rc_->post_send(q.qpn, wr);
         if (r != RcResult::Ok) {
             // the checks above make this unreachable; never lose the WR silently
@@ -1793,12 +1812,14 @@ void Rnic::after_engine()
                 qp_errors_[q.index / 64] |= 1ull << (q.index % 64);
                 raise(0);
             }
+            if (s != q.state) pub_qp_changed(q.index);
             q.state = s;
             if (q.sq_ci != q.sq_pi || q.bad_held) pump_sq(q);
         }
         if (loop_.empty()) break;
     }
     arm_timer();
+    publish();
 }
 
 void Rnic::arm_timer()

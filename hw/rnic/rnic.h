@@ -62,6 +62,7 @@
 // event CQ_ERRORS); the QPs using it are not moved to Error.
 #pragma once
 
+#include <bitset>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -74,6 +75,7 @@
 
 #include "rackemu/host.h"
 #include "rackemu/rnic_regs.h"
+#include "rk_remote_mem.h"
 #include "atomic_unit.h"
 #include "rc.h"
 #include "regbank.h"
@@ -103,6 +105,19 @@ constexpr uint32_t kWireOverhead = 24;
 // in link_tx_drops; RC retransmission recovers them. RnicConfig::tx_hold_max_bytes (tests).
 constexpr size_t kTxHoldMaxBytes = 64u << 20;
 
+// The direct path (docs/rnic.md "Direct path"): READs to a live peer copied from its RAM file.
+// Longest READ done so (longer ones take the wire: they are bandwidth, not latency).
+constexpr uint32_t kDirectReadMax = 256u << 10;
+struct RnicDirect {
+    // This node's published table (its area of the RAM-file tail, RK_RMEM_TAIL_RNIC_OFF) and
+    // its size; null: nothing published, peers' READs of this node take the wire.
+    rnic_pub *own = nullptr;
+    size_t own_bytes = 0;
+    uint32_t node = UINT32_MAX; // this node's fabric id
+    // rk_rmem_direct_run on the node's remote memory; empty: this node's READs take the wire.
+    std::function<int(unsigned node, rk_rmem_direct_fn fn, void *opaque, int *fn_ret)> run;
+};
+
 struct RnicConfig {
     RnicTiming timing;
     uint8_t mac[6] = {0x02, 0x52, 0x4b, 0, 0, 0};
@@ -118,6 +133,7 @@ struct RnicConfig {
     // Bytes of frames held while the link pushes back (kTxHoldMaxBytes; smaller in tests, to
     // reach the limit quickly).
     size_t tx_hold_max_bytes = kTxHoldMaxBytes;
+    RnicDirect direct;
 };
 
 // The fabric's addressing rule for a node (rkf_eth_node_mac/rkf_eth_node_ipv4, fabric_proto.h:
@@ -301,6 +317,15 @@ private:
     bool check_state(const RnicSnapshot &s, std::string *why); // load(), before any change
     void clear_objects(); // reset(), load(): a new engine, an empty atomic unit, no verbs objects
 
+    // the direct path (rnic_direct.cc)
+    bool direct_read(Qp &q, uint64_t seq, const SendWr &wr); // true: done (completed or failed)
+    void pub_init();
+    void pub_all_dirty();
+    void pub_qp_changed(uint32_t index);
+    void pub_mr_changed(uint32_t index);
+    void publish();
+    void sync_served();
+
     // timing model
     uint64_t ser_ns(uint64_t frame_bytes) const;
     uint64_t pcie_ns(uint64_t bytes) const;
@@ -353,6 +378,19 @@ private:
 
     // The unit's counters before the last load (the unit restarts empty: rnic_state.cc).
     RnicCounters amu_base_;
+
+    // The direct path: the published table, its page list area and what is used of it, the
+    // flags as published, what changed since, peers' served READs already counted, the bounce
+    // buffer of this node's direct READs.
+    rnic_pub *pub_ = nullptr;
+    uint64_t *pub_pages_ = nullptr;
+    uint64_t pub_page_cap_ = 0, pub_pages_used_ = 0;
+    uint32_t pub_unplaced_ = 0; // MRs published without their page list (no room)
+    uint32_t pub_flags_ = 0;
+    uint64_t pub_served_seen_ = 0;
+    std::bitset<RNIC_MAX_QP> pub_qp_dirty_;
+    std::bitset<RNIC_MAX_MR> pub_mr_dirty_;
+    std::vector<uint8_t> direct_buf_;
 
     // Migration: paused while the VM is stopped; frames from the link wait here.
     bool paused_ = false;

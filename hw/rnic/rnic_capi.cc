@@ -118,6 +118,19 @@ RkRnic *rk_rnic_new(const RkHost *host, const RkRnicTiming *t, const RkRnicAmu *
     cfg.link = link != 0;
     rkf_eth_node_mac(host->node_id, cfg.mac);
     cfg.ip = rkf_eth_node_ipv4(host->node_id);
+    // The direct path over the node's remote memory (docs/rnic.md "Direct path"): on when the
+    // machine turned it on there (ram-dir) and the glue passed it (property `direct`).
+    if (RkRemoteMem *m = host->rmem) {
+        cfg.direct.own =
+            static_cast<rnic_pub *>(rk_rmem_tail_area(m, RK_RMEM_TAIL_RNIC_OFF, RK_RMEM_TAIL_RNIC_SIZE));
+        if (cfg.direct.own) {
+            cfg.direct.own_bytes = RK_RMEM_TAIL_RNIC_SIZE;
+            cfg.direct.node = host->node_id;
+            cfg.direct.run = [m](unsigned node, rk_rmem_direct_fn fn, void *opaque, int *ret) {
+                return rk_rmem_direct_run(m, node, fn, opaque, ret);
+            };
+        }
+    }
     auto *r = new RkRnic;
     r->core = std::make_unique<Rnic>(
         Host(*host), cfg,

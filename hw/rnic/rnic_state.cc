@@ -71,6 +71,7 @@ void Rnic::pause(bool on)
     std::lock_guard lk(mu_);
     if (paused_ == on) return;
     paused_ = on;
+    publish(); // the VM's run state: whether peers may read directly
     if (on) return;
     // the VM runs again: the frames that waited, in order, then whatever timers are due
     while (!rx_paused_.empty()) {
@@ -109,6 +110,7 @@ RnicSnapshot Rnic::save()
     // every value was executed at arrival; the unit's model (its counters) runs behind: to the
     // end of what it holds, since the loading instance's unit starts empty
     amu_settle();
+    sync_served();
     RnicSnapshot s;
     rk_rnic_state &st = s.st;
     st.version = RK_RNIC_STATE_VERSION;
@@ -783,6 +785,7 @@ bool Rnic::load(const RnicSnapshot &s, std::string *why)
         after_engine(); // WQEs posted and not fetched yet are fetched now
     }
     arm_timer();
+    publish(); // clear_objects() marked everything
     return true;
 }
 

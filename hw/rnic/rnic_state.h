@@ -26,9 +26,9 @@ extern "C" {
 #endif
 
 /* Bump with every change of a struct below (and the glue's VMState version with it). */
-#define RK_RNIC_STATE_VERSION  1u
+#define RK_RNIC_STATE_VERSION  2u
 /* The counters this version saves; rnic_state.cc asserts it equals RNIC_CNT_COUNT. */
-#define RK_RNIC_STATE_COUNTERS 82u
+#define RK_RNIC_STATE_COUNTERS 85u
 
 /* The fixed part. */
 struct rk_rnic_state {

@@ -709,6 +709,15 @@ uint32_t Bridge::pair_mode_wanted_locked(unsigned a, unsigned b, const Pair &pr)
 // stays busy (a stopped QEMU) is waited for at most pair_ack_timeout_us, then counted.
 void Bridge::update_pair_modes_locked()
 {
+    // The nodes whose Ethernet frames the bridge must see (rkf_live_table.eth_watched): stored
+    // before the control command that changed rules or capture answers.
+    uint64_t watched = 0;
+    for (unsigned n = 0; n < RKF_MAX_NODES; n++) {
+        if (faults_.held() || capture_.wants(n, false, true) || capture_.wants(n, true, true) ||
+            faults_.touches_eth_frames(n))
+            watched |= 1ull << n;
+    }
+    if (live_) __atomic_store_n(&live_->eth_watched, watched, __ATOMIC_SEQ_CST);
     for (auto &[key, pr] : pairs_) {
         const unsigned a = key / RKF_MAX_NODES, b = key % RKF_MAX_NODES;
         const uint32_t want = pair_mode_wanted_locked(a, b, pr);

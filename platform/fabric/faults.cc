@@ -299,6 +299,24 @@ bool FaultEngine::touches_service_frames(unsigned src, unsigned dst) const
     return false;
 }
 
+bool FaultEngine::touches_eth_frames(unsigned node) const
+{
+    FaultPacket p;
+    p.eth = true;
+    for (const Rule &r : rules_) {
+        Rule any = r;
+        any.kinds = ~0u; // whatever kind it names, some RoCE or IP frame could be one
+        for (unsigned peer = 0; peer < RKF_MAX_NODES; peer++) {
+            for (const bool out : {true, false}) {
+                p.src = uint16_t(out ? node : peer);
+                p.dst = uint16_t(out ? peer : node);
+                if (matches(any, p)) return true;
+            }
+        }
+    }
+    return false;
+}
+
 bool FaultEngine::fires(Rule &r)
 {
     if (r.limit && r.hits >= r.limit) return false;

@@ -79,6 +79,9 @@ public:
     // Could a rule match a rackemu service frame (not Ethernet) from `src` to `dst`? (The
     // bridge keeps such a pair of nodes off their direct ring: docs/fabric.md.)
     bool touches_service_frames(unsigned src, unsigned dst) const;
+    // Could a rule match an Ethernet frame (of any kind) to or from `node`? (The bridge then
+    // keeps that node's RNIC off its direct path: rkf_live_table.eth_watched, docs/rnic.md.)
+    bool touches_eth_frames(unsigned node) const;
     // Forget held packets to or from `node` (it disconnected); returns how many.
     size_t forget(unsigned node);
 

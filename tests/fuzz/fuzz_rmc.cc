@@ -254,8 +254,10 @@ void incoming_request(Rmc &rmc, Input &in, unsigned node_count)
 // rk_rmem_direct_run answers (0 no direct path, 1 runs the core's copy on them, 2 unreachable).
 struct Peer {
     alignas(64) std::array<uint8_t, kRamSize> ram{};
-    alignas(64) std::array<uint8_t, RK_RMEM_TAIL_SIZE> tail{};
-    alignas(64) std::array<uint8_t, RK_RMEM_TAIL_SIZE> own{}; // this node's tail page
+    // the tails up to the end of the RMC's area, all the RMC reads of them (a whole tail is 1 MiB:
+    // too much to clear for every input)
+    alignas(64) std::array<uint8_t, RK_RMEM_TAIL_RMC_OFF + RK_RMEM_TAIL_RMC_SIZE> tail{};
+    alignas(64) std::array<uint8_t, RK_RMEM_TAIL_RMC_OFF + RK_RMEM_TAIL_RMC_SIZE> own{}; // this node's
     std::atomic<unsigned> mode{0};
     RmcDirect make()
     {
@@ -266,7 +268,7 @@ struct Peer {
             const unsigned m = mode.load();
             if (m == 0) return RK_RMEM_NO_DIRECT;
             if (m == 2) return RK_RMEM_UNREACHABLE;
-            const rk_rmem_view v{ram.data(), kRamBase, kRamSize, tail.data()};
+            const rk_rmem_view v{ram.data(), kRamBase, kRamSize, tail.data(), 0};
             *ret = fn(op, &v);
             return RK_RMEM_OK;
         };

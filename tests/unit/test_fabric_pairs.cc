@@ -181,6 +181,40 @@ TEST(FabricPairs, AFaultRuleActsOnEveryFrameSentAfterItWasAdded)
     EXPECT_TRUE(stream_is(t.rx1, 10, 0));
 }
 
+// rkf_live_table.eth_watched: the nodes whose Ethernet frames the bridge must see (a capture of
+// them, a fault rule that could match one); the RNIC's direct READs take the wire while either
+// end's bit is set (docs/rnic.md "Direct path"). Set before the control command answers.
+TEST(FabricPairs, TheLivenessTableNamesTheNodesWhoseEthernetFramesTheBridgeMustSee)
+{
+    Two t;
+    const rkf_live_table *live = rk_fabric_port_liveness(t.n0);
+    ASSERT_NE(live, nullptr);
+    auto watched = [&] { return __atomic_load_n(&live->eth_watched, __ATOMIC_ACQUIRE); };
+    EXPECT_EQ(watched(), 0u);
+    // service frames only: Ethernet is not concerned
+    ASSERT_NE(control(t.rig.dir, "fault add drop svc=mbox between=0,1\n").find("\"ok\":true"),
+              std::string::npos);
+    EXPECT_EQ(watched(), 0u);
+    ASSERT_NE(control(t.rig.dir, "fault add delay us=5 svc=eth between=0,1\n").find("\"ok\":true"),
+              std::string::npos);
+    EXPECT_EQ(watched(), 0x3u);
+    ASSERT_NE(control(t.rig.dir, "fault add drop kind=arp dst=5\n").find("\"ok\":true"), std::string::npos);
+    EXPECT_EQ(watched(), ~0ull) << "frames to node 5 come from every node";
+    control(t.rig.dir, "fault del all\n");
+    EXPECT_EQ(watched(), 0u);
+    const std::string pcap = t.rig.dir + "/eth.pcapng";
+    ASSERT_NE(control(t.rig.dir, "capture start path=" + pcap + " nodes=1 what=eth\n").find("\"ok\":true"),
+              std::string::npos);
+    EXPECT_EQ(watched(), 0x2u);
+    control(t.rig.dir, "capture stop\n");
+    EXPECT_EQ(watched(), 0u);
+    ASSERT_NE(
+        control(t.rig.dir, "capture start path=" + pcap + " nodes=1 what=rackemu\n").find("\"ok\":true"),
+        std::string::npos);
+    EXPECT_EQ(watched(), 0u) << "a capture of service frames only";
+    control(t.rig.dir, "capture stop\n");
+}
+
 // A numbered stream while the pair switches between its ring and the bridge hundreds of times
 // (fault rules that concern the pair but not the stream's service, and a capture of node 1):
 // every message arrives once, in order.

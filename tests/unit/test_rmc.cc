@@ -165,7 +165,7 @@ struct Cluster {
                     const uint64_t w = live[node].load();
                     if (!(w & 1)) return RK_RMEM_UNREACHABLE;
                     Node &p = *nodes[node];
-                    const rk_rmem_view v{p.ram.data(), kRamBase, kRamSize, p.tail.data()};
+                    const rk_rmem_view v{p.ram.data(), kRamBase, kRamSize, p.tail.data(), 0};
                     direct_runs++;
                     *ret = fn(op, &v);
                     if (during) during(node);

@@ -231,7 +231,14 @@ static inline uint32_t rkf_eth_node_ipv4(unsigned node) { return RKF_ETH_IPV4_NE
 struct rkf_live_table {
     uint32_t magic;   /* RKF_LIVE_MAGIC once the bridge filled it in */
     uint32_t version; /* RKF_PROTO_VERSION */
-    uint64_t reserved[7];
+    /* Bit i set while the bridge must see node i's Ethernet frames: a capture records them (in
+     * or out), a fault rule could match one to or from node i, or a rule holds a frame. A device
+     * that could reach a peer's RAM directly instead of sending frames (the RNIC's READs,
+     * docs/rnic.md "Direct path") sends frames while its node's or the peer's bit is set. Written
+     * before a `capture`/`fault` control command answers (a word of former padding: the
+     * protocol version is unchanged). */
+    uint64_t eth_watched;
+    uint64_t reserved[6];
     uint64_t node[RKF_MAX_NODES]; /* (generation << 1) | RKF_LIVE_UP */
 };
 

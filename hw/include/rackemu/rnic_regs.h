@@ -489,6 +489,50 @@ struct rnic_eqe {
     rk_u64 reserved1;
 };
 
+/* ---- What the RNIC publishes for its peers' direct READs (docs/rnic.md "Direct path") ----
+ * At RK_RMEM_TAIL_RNIC_OFF of the node's RAM-file tail (hw/fabric/rk_remote_mem.h): not guest
+ * memory, not visible to the guest. The owner writes it under a seqlock (seq odd while it
+ * changes) whenever what its responder checks for a READ changes: CTRL.ENABLE, the VM's run
+ * state, a QP's state, PD, access flags, source address or P_Key, an MR registered or
+ * deregistered. A requester copies a QP's and an MR's entries, the page list and the data
+ * between two equal even reads of seq, or sends the READ on the wire. An MR whose page list
+ * does not fit `pages` is published without it (npages 0, not phys): its READs take the wire. */
+#define RNIC_PUB_MAGIC     0x42504e52u /* "RNPB" */
+#define RNIC_PUB_F_SERVING (1u << 0)   /* CTRL.ENABLE set and the VM running: direct READs allowed */
+struct rnic_pub_qp {
+    rk_u32 pdn;    /* 0: no QP at this index */
+    rk_u8 state;   /* RNIC_QPS_* as the transport has it */
+    rk_u8 reserved[3];
+    rk_u32 access; /* the QP's RNIC_ACCESS_REMOTE_* */
+    rk_u32 src_ip; /* the only source its responder takes requests from (the path's peer), host order */
+    rk_u16 pkey;
+    rk_u16 reserved2;
+    rk_u32 reserved3;
+};
+struct rnic_pub_mr {
+    rk_u64 iova, length;
+    rk_u32 key;        /* lkey = rkey; 0: no MR at this index */
+    rk_u32 pdn;
+    rk_u32 access;     /* RNIC_ACCESS_* */
+    rk_u8 phys;        /* 1: iova is guest physical (RNIC_MR_F_PHYS) */
+    rk_u8 page_shift;
+    rk_u16 reserved;
+    rk_u32 first_page; /* index into rnic_pub.pages */
+    rk_u32 npages;     /* 0 (and not phys): not published, READs take the wire */
+};
+struct rnic_pub {
+    rk_u32 magic;        /* RNIC_PUB_MAGIC once published */
+    rk_u32 flags;        /* RNIC_PUB_F_* (under seq) */
+    rk_u64 seq;          /* seqlock */
+    rk_u64 served_reads; /* READs of this node's memory that peers completed directly (peers add) */
+    rk_u64 served_bytes;
+    struct rnic_pub_qp qp[RNIC_MAX_QP];
+    struct rnic_pub_mr mr[RNIC_MAX_MR];
+    /* then, up to the end of the area, rk_u64 pages[]: the published MRs' page lists (guest
+     * physical), from RNIC_PUB_PAGES_OFF */
+};
+#define RNIC_PUB_PAGES_OFF sizeof(struct rnic_pub)
+
 /* ---- Counters: RNIC_REG_COUNTERS + RNIC_CNT_<NAME> (R, 64-bit) ----
  * X(NAME, name, description). The transport engine's (RNIC_RC_COUNTERS, rc.h uses it as
  * RC_COUNTER_TABLE) then the device's own. From it come the offsets RNIC_CNT_<NAME>,
@@ -557,6 +601,9 @@ struct rnic_eqe {
     X(EQ_EVENTS,       eq_events,       "async events written to the event queue") \
     X(EQ_OVERFLOWS,    eq_overflows,    "async events dropped because the event queue was full (the oldest are kept)") \
     X(RX_PAUSED_DROPS, rx_paused_drops, "frames dropped while the VM was stopped (beyond the device's hold, or held across a load)") \
+    X(DIRECT_READS,    direct_reads,    "READ WRs completed by a copy from the responder's RAM file, no frame sent (docs/rnic.md \"Direct path\")") \
+    X(DIRECT_READ_BYTES, direct_read_bytes, "bytes those READs placed") \
+    X(SERVED_DIRECT_READS, served_direct_reads, "READs of this node's memory that peers completed directly (read from its published table)") \
     RNIC_AMU_COUNTERS(X)
 
 /* The atomic unit's (target side of every atomic: docs/atomic-unit.md "Counters"); AMU_OPS..
@@ -606,6 +653,7 @@ static_assert(sizeof(struct rnic_cqe) == 64, "CQE is 64 bytes");
 static_assert(sizeof(struct rnic_eqe) == 32, "EQE is 32 bytes");
 static_assert(RNIC_REG_COUNTERS + 8 * RNIC_CNT_COUNT <= RNIC_BAR_CTRL_SIZE, "counters fit BAR0");
 static_assert(RNIC_BAR_DB_SIZE == 0x200000u, "BAR2 is 2 MiB");
+static_assert(sizeof(struct rnic_pub_qp) == 24 && sizeof(struct rnic_pub_mr) == 40, "published entries");
 #elif !defined(__KERNEL__)
 _Static_assert(sizeof(struct rnic_cmd) == RNIC_CMD_SIZE, "command block is 128 bytes");
 _Static_assert(sizeof(struct rnic_send_wqe) == 128, "send WQE is 128 bytes");
