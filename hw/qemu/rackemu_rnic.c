@@ -803,7 +803,7 @@ static const VMStateDescription rackemu_rnic_res_vmstate = {
 };
 
 /*
- * Version 2 = RK_RNIC_STATE_VERSION 2 (version 1 had 82 counters: the direct path's 3 came
+ * Version 2 = RK_RNIC_STATE_VERSION 2 (version 1 had 82 counters: the direct path's 7 came
  * since; a version-1 stream is refused). Frames in flight are not state: RC retransmission
  * recovers them after the load. post_load refuses (-EINVAL) a state the core finds out of range.
  */

@@ -1124,8 +1124,9 @@ void Rnic::pump_sq(Qp &q)
         if (wr.op == WrOp::Send || wr.op == WrOp::SendImm || wr.op == WrOp::Write ||
             wr.op == WrOp::WriteImm || wr.op == WrOp::AtomicWrite)
             ctr_.payload_tx_bytes += wr.length;
-        // a READ alone on its QP, to a peer reachable directly: a copy, no frames (rnic_direct.cc)
-        if (wr.op == WrOp::Read && direct_read(q, seq, wr)) continue;
+        // a READ or WRITE alone on its QP, to a peer reachable directly: a copy, no frames
+        // (rnic_direct.cc)
+        if ((wr.op == WrOp::Read || wr.op == WrOp::Write) && direct_op(q, seq, wr)) continue;
         const RcResult r = rc_->post_send(q.qpn, wr);
         if (r != RcResult::Ok) {
             // the checks above make this unreachable; never lose the WR silently

@@ -105,17 +105,21 @@ constexpr uint32_t kWireOverhead = 24;
 // in link_tx_drops; RC retransmission recovers them. RnicConfig::tx_hold_max_bytes (tests).
 constexpr size_t kTxHoldMaxBytes = 64u << 20;
 
-// The direct path (docs/rnic.md "Direct path"): READs to a live peer copied from its RAM file.
-// Longest READ done so (longer ones take the wire: they are bandwidth, not latency).
-constexpr uint32_t kDirectReadMax = 256u << 10;
+// The direct path (docs/rnic.md "Direct path"): READs and WRITEs to a live peer copied from or
+// into its RAM file. Longest message done so (longer ones take the wire).
+constexpr uint32_t kDirectMax = 256u << 10;
 struct RnicDirect {
     // This node's published table (its area of the RAM-file tail, RK_RMEM_TAIL_RNIC_OFF) and
     // its size; null: nothing published, peers' READs of this node take the wire.
     rnic_pub *own = nullptr;
     size_t own_bytes = 0;
     uint32_t node = UINT32_MAX; // this node's fabric id
-    // rk_rmem_direct_run on the node's remote memory; empty: this node's READs take the wire.
+    // rk_rmem_direct_run on the node's remote memory; empty: this node's requests take the wire.
     std::function<int(unsigned node, rk_rmem_direct_fn fn, void *opaque, int *fn_ret)> run;
+    // The bridge's liveness words (rkf_live_table.node[], RNIC_PUB_NODES of them): a WRITE's busy
+    // word holds its node's, and the owner clears a word whose holder is gone. Null: 1 is held
+    // and never cleared by the owner (tests).
+    const uint64_t *live = nullptr;
 };
 
 struct RnicConfig {
@@ -318,7 +322,8 @@ private:
     void clear_objects(); // reset(), load(): a new engine, an empty atomic unit, no verbs objects
 
     // the direct path (rnic_direct.cc)
-    bool direct_read(Qp &q, uint64_t seq, const SendWr &wr); // true: done (completed or failed)
+    bool direct_op(Qp &q, uint64_t seq, const SendWr &wr); // true: done (completed or failed)
+    void pub_wait_writers();
     void pub_init();
     void pub_all_dirty();
     void pub_qp_changed(uint32_t index);
@@ -387,7 +392,7 @@ private:
     uint64_t pub_page_cap_ = 0, pub_pages_used_ = 0;
     uint32_t pub_unplaced_ = 0; // MRs published without their page list (no room)
     uint32_t pub_flags_ = 0;
-    uint64_t pub_served_seen_ = 0;
+    uint64_t pub_reads_seen_ = 0, pub_writes_seen_ = 0;
     std::bitset<RNIC_MAX_QP> pub_qp_dirty_;
     std::bitset<RNIC_MAX_MR> pub_mr_dirty_;
     std::vector<uint8_t> direct_buf_;

@@ -1,41 +1,51 @@
 // SPDX-License-Identifier: MIT
 //
 // The RNIC's direct path (docs/rnic.md "Direct path", issue 11 item 4): on one host every node's
-// RAM is a shared file, so a READ to a live peer can be done by the requester itself, as a copy
-// from the peer's RAM file, instead of a request and response frames through the switch.
+// RAM is a shared file, so a READ or WRITE to a live peer can be done by the requester itself,
+// as a copy from or into the peer's RAM file, instead of frames through the switch.
 //
 // Owner side: the device publishes, in its area of the node's RAM-file tail (struct rnic_pub,
-// rackemu/rnic_regs.h), everything its responder checks before it answers a READ: whether it
-// serves (CTRL.ENABLE, the VM running), each QP's state, PD, access flags, accepted source and
-// P_Key, each MR's key, PD, access, bounds and page list. It writes under a seqlock.
-// Requester side: a READ WR whose QP has nothing else in flight, to a peer node reachable
-// directly, while the bridge does not need to see either node's Ethernet frames (a capture or a
-// fault rule: rkf_live_table.eth_watched), runs the responder's checks on that table and copies
-// the data between two equal even reads of the seqlock; anything else takes the wire, where the
-// responder gives the exact answer. Nothing in the RC transport changes: no PSN is used on
-// either side, so the wire afterwards goes on as if the READ had not been sent.
+// rackemu/rnic_regs.h), everything its responder checks before it executes a READ or WRITE:
+// whether it serves (CTRL.ENABLE, the VM running), each QP's state, PD, access flags, accepted
+// source and P_Key, each MR's key, PD, access, bounds and page list. It writes under a seqlock,
+// and before it changes anything it waits until no peer's direct WRITE is in progress (the
+// busy words), so a WRITE never lands in memory the table no longer grants.
+// Requester side: a READ or WRITE (without immediate) WR whose QP has nothing else in flight, to
+// a peer node reachable directly, while the bridge does not need to see either node's Ethernet
+// frames (a capture or a fault rule: rkf_live_table.eth_watched), runs the responder's checks on
+// that table and copies; anything else takes the wire, where the responder gives the exact
+// answer. Nothing in the RC transport changes: no PSN is used on either side, so the wire
+// afterwards goes on as if the request had not been sent.
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "rackemu/fabric_proto.h"
 #include "rnic.h"
 #include "rnic_objects.h"
+#include "shm_ring.h"
 
 namespace rackemu::rnic {
+
+static_assert(RNIC_PUB_NODES == RKF_MAX_NODES, "a busy word per fabric node");
 
 namespace {
 
 enum : int { kDirectNo = 0, kDirectDone = 1 };
 
 // The request as the direct function sees it (no resources owned: it runs under the remote
-// memory's SIGBUS guard, which may jump out of it).
-struct DirectRead {
+// memory's SIGBUS guard, which may jump out of it; the busy word is cleared by the caller then).
+struct DirectOp {
     uint32_t self_node, peer_node;
     uint32_t self_ip; // the responder QP must take requests from this address
     uint16_t pkey;
     uint32_t dqpn, rkey;
     uint64_t va, len;
-    uint8_t *buf; // len bytes: the data goes here, never straight into guest memory
+    uint8_t *buf;    // len bytes: READ data goes here (never straight into guest memory), WRITE
+    bool write;      // data comes from here
+    uint64_t holder; // WRITE: busy[self_node] while it copies (this node's liveness word, non-zero)
+    uint64_t *busy;  // WRITE: the word it holds, for the caller to clear
 };
 
 template <typename T> T ld(const T *p)
@@ -43,9 +53,11 @@ template <typename T> T ld(const T *p)
     return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
 
-int direct_read_fn(void *opaque, const rk_rmem_view *v)
+// The responder's work on the peer's mapped RAM file: its checks on the published table, then the
+// copy (a WRITE checks every piece to be RAM before the first byte moves).
+int direct_fn(void *opaque, const rk_rmem_view *v)
 {
-    auto &d = *static_cast<DirectRead *>(opaque);
+    auto &d = *static_cast<DirectOp *>(opaque);
     if (((v->eth_watched >> d.self_node) | (v->eth_watched >> d.peer_node)) & 1) return kDirectNo;
     auto *pub = reinterpret_cast<rnic_pub *>(v->tail + RK_RMEM_TAIL_RNIC_OFF);
     const auto *pages =
@@ -57,8 +69,15 @@ int direct_read_fn(void *opaque, const rk_rmem_view *v)
         return kDirectNo;
     const rnic_pub_qp &qe = pub->qp[RNIC_QP_INDEX(d.dqpn)];
     const rnic_pub_mr &me = pub->mr[RNIC_KEY_INDEX(d.rkey)];
+    const uint32_t need = d.write ? RNIC_ACCESS_REMOTE_WRITE : RNIC_ACCESS_REMOTE_READ;
+    // A WRITE holds busy[] from before its first look at seq to the end of its copy (Dekker with
+    // the owner, which makes seq odd and then reads busy[]: one of the two sees the other).
+    if (d.write) {
+        d.busy = &pub->busy[d.self_node];
+        __atomic_store_n(d.busy, d.holder, __ATOMIC_SEQ_CST);
+    }
     for (int tries = 0; tries < 4; tries++) {
-        const uint64_t seq = __atomic_load_n(&pub->seq, __ATOMIC_ACQUIRE);
+        const uint64_t seq = __atomic_load_n(&pub->seq, __ATOMIC_SEQ_CST);
         if (seq & 1) continue; // the owner is changing it: look again
         const uint32_t flags = ld(&pub->flags);
         const uint32_t q_pdn = ld(&qe.pdn), q_access = ld(&qe.access), q_src = ld(&qe.src_ip);
@@ -71,43 +90,53 @@ int direct_read_fn(void *opaque, const rk_rmem_view *v)
         std::atomic_thread_fence(std::memory_order_acquire);
         if (__atomic_load_n(&pub->seq, __ATOMIC_RELAXED) != seq) continue;
         // the responder's checks (rc.cc: state, source, P_Key, the QP's access; rnic.cc
-        // remote_mr: key, PD, access, bounds); a READ they refuse goes on the wire, which NAKs it
+        // remote_mr: key, PD, access, bounds); a request they refuse goes on the wire, which NAKs it
         if (!(flags & RNIC_PUB_F_SERVING) || q_pdn == 0 ||
             (q_state != RNIC_QPS_RTR && q_state != RNIC_QPS_RTS) || q_src != d.self_ip || q_pkey != d.pkey ||
-            !(q_access & RNIC_ACCESS_REMOTE_READ) || key != d.rkey || m_pdn != q_pdn ||
-            !(m_access & RNIC_ACCESS_REMOTE_READ) || d.va < iova || d.va + d.len < d.va ||
-            d.va + d.len > iova + length)
+            !(q_access & need) || key != d.rkey || m_pdn != q_pdn || !(m_access & need) || d.va < iova ||
+            d.va + d.len < d.va || d.va + d.len > iova + length)
             return kDirectNo;
         if (!phys && (npages == 0 || first > page_cap || npages > page_cap - first ||
                       shift < RNIC_MR_PAGE_SHIFT_MIN || shift > RNIC_MR_PAGE_SHIFT_MAX))
             return kDirectNo; // not published (did not fit) or not sane: the wire
-        auto piece = [&](uint64_t pa, uint64_t n, uint8_t *to) {
-            if (pa < v->ram_base || pa - v->ram_base > v->ram_size || n > v->ram_size - (pa - v->ram_base))
-                return false;
-            std::memcpy(to, v->ram + (pa - v->ram_base), size_t(n));
+        // The range in physically contiguous pieces: fn(peer RAM, bytes, offset in the message).
+        auto walk = [&](auto &&fn) {
+            auto piece = [&](uint64_t pa, uint64_t n, uint64_t at) {
+                if (pa < v->ram_base || pa - v->ram_base > v->ram_size ||
+                    n > v->ram_size - (pa - v->ram_base))
+                    return false;
+                fn(v->ram + (pa - v->ram_base), n, at);
+                return true;
+            };
+            if (phys) return piece(d.va, d.len, 0);
+            const uint64_t ps = 1ull << shift, base = iova & ~(ps - 1);
+            for (uint64_t at = 0; at < d.len;) {
+                const uint64_t rel = d.va + at - base, pg = rel >> shift, in = rel & (ps - 1);
+                const uint64_t n = std::min(d.len - at, ps - in);
+                if (pg >= npages || !piece(ld(&pages[first + pg]) + in, n, at)) return false;
+                at += n;
+            }
             return true;
         };
-        bool ok = true;
-        if (phys) {
-            ok = piece(d.va, d.len, d.buf);
-        } else {
-            const uint64_t ps = 1ull << shift, base = iova & ~(ps - 1);
-            uint64_t va = d.va, left = d.len;
-            uint8_t *to = d.buf;
-            while (ok && left) {
-                const uint64_t rel = va - base, pg = rel >> shift, in = rel & (ps - 1);
-                const uint64_t n = std::min(left, ps - in);
-                ok = pg < npages && piece(ld(&pages[first + pg]) + in, n, to);
-                va += n;
-                left -= n;
-                to += n;
-            }
+        if (d.write) {
+            // under busy[]: the owner changes nothing until it is cleared
+            if (!walk([](const unsigned char *, uint64_t, uint64_t) {})) return kDirectNo;
+            walk([&](const unsigned char *ram, uint64_t n, uint64_t at) {
+                std::memcpy(const_cast<unsigned char *>(ram), d.buf + at, size_t(n));
+            });
+            std::atomic_thread_fence(std::memory_order_seq_cst);
+            __atomic_add_fetch(&pub->served_writes, uint64_t(1), __ATOMIC_RELAXED);
+            __atomic_add_fetch(&pub->served_write_bytes, d.len, __ATOMIC_RELAXED);
+            return kDirectDone;
         }
+        const bool ok = walk([&](const unsigned char *ram, uint64_t n, uint64_t at) {
+            std::memcpy(d.buf + at, ram, size_t(n));
+        });
         std::atomic_thread_fence(std::memory_order_seq_cst);
         if (__atomic_load_n(&pub->seq, __ATOMIC_RELAXED) != seq) continue; // changed during the copy
         if (!ok) return kDirectNo;
         __atomic_add_fetch(&pub->served_reads, uint64_t(1), __ATOMIC_RELAXED);
-        __atomic_add_fetch(&pub->served_bytes, d.len, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&pub->served_read_bytes, d.len, __ATOMIC_RELAXED);
         return kDirectDone;
     }
     return kDirectNo;
@@ -125,39 +154,55 @@ uint32_t node_of_mac(const uint8_t mac[6])
 
 // ---- requester ----
 
-bool Rnic::direct_read(Qp &q, uint64_t seq, const SendWr &wr)
+bool Rnic::direct_op(Qp &q, uint64_t seq, const SendWr &wr)
 {
-    if (!cfg_.direct.run || !wr.length || wr.length > kDirectReadMax || q.wrs.size() != 1 ||
-        rc_->outstanding(q.qpn) != 0 || rc_->qp_state(q.qpn) != QpState::Rts || tx_blocked_ ||
-        !q.attr.max_rd_atomic)
+    const bool write = wr.op == WrOp::Write;
+    if ((!write && wr.op != WrOp::Read) || !cfg_.direct.run || !wr.length || wr.length > kDirectMax ||
+        q.wrs.size() != 1 || rc_->outstanding(q.qpn) != 0 || rc_->qp_state(q.qpn) != QpState::Rts ||
+        tx_blocked_ || (!write && !q.attr.max_rd_atomic))
         return false;
-    const uint32_t peer = node_of_mac(q.attr.path.dst_mac);
-    if (peer == UINT32_MAX || peer == cfg_.direct.node || cfg_.direct.node >= RKF_MAX_NODES) return false;
-    if (direct_buf_.size() < kDirectReadMax) direct_buf_.resize(kDirectReadMax);
-    DirectRead d{cfg_.direct.node, peer,         q.attr.path.src_ip, q.attr.pkey,       q.attr.dest_qpn,
-                 wr.rkey,          wr.remote_va, wr.length,          direct_buf_.data()};
-    int done = kDirectNo;
-    if (cfg_.direct.run(peer, direct_read_fn, &d, &done) != RK_RMEM_OK || done != kDirectDone) return false;
+    const uint32_t self = cfg_.direct.node, peer = node_of_mac(q.attr.path.dst_mac);
+    if (peer == UINT32_MAX || peer == self || self >= RKF_MAX_NODES) return false;
+    if (direct_buf_.size() < kDirectMax) direct_buf_.resize(kDirectMax);
     auto it = q.wrs.find(seq);
     uint32_t lerr = RNIC_LERR_NONE;
-    const WcStatus st =
-        sge_rw(q, it->second.wqe.sge, it->second.wqe.num_sge, 0, direct_buf_.data(), wr.length, true, &lerr);
-    ctr_.direct_reads++;
-    if (st != WcStatus::Success) {
-        // what the engine does when a READ response cannot be placed: the WR fails, the QP
-        // goes to Error (rc.cc, the requester's write_local)
+    // what the engine does when a local buffer fails (rc.cc, read_local / write_local): the WR
+    // completes with the error and the QP goes to Error
+    auto fail = [&](WcStatus st, const char *why) {
         it->second.lerr = lerr;
         Completion c;
         c.qpn = q.qpn;
         c.wr_id = seq;
         c.status = st;
-        c.op = WrOp::Read;
+        c.op = wr.op;
         complete(c);
-        qp_fail(q, "READ data could not be placed");
+        qp_fail(q, why);
         return true;
+    };
+    if (write) { // gather first: what the wire would send
+        const WcStatus st = sge_rw(q, it->second.wqe.sge, it->second.wqe.num_sge, 0, direct_buf_.data(),
+                                   wr.length, false, &lerr);
+        if (st != WcStatus::Success) return fail(st, "WRITE data could not be gathered");
     }
-    ctr_.payload_rx_bytes += wr.length;
-    ctr_.direct_read_bytes += wr.length;
+    uint64_t holder = 1;
+    if (cfg_.direct.live) holder = __atomic_load_n(&cfg_.direct.live[self], __ATOMIC_RELAXED) | 1;
+    DirectOp d{self,         peer,      q.attr.path.src_ip, q.attr.pkey, q.attr.dest_qpn, wr.rkey,
+               wr.remote_va, wr.length, direct_buf_.data(), write,       holder,          nullptr};
+    int done = kDirectNo;
+    const int st = cfg_.direct.run(peer, direct_fn, &d, &done);
+    if (d.busy) __atomic_store_n(d.busy, uint64_t(0), __ATOMIC_SEQ_CST); // also after a fault
+    if (st != RK_RMEM_OK || done != kDirectDone) return false;           // the wire: the same WR, untouched
+    if (write) {
+        ctr_.direct_writes++;
+        ctr_.direct_write_bytes += wr.length;
+    } else {
+        ctr_.direct_reads++;
+        const WcStatus ps = sge_rw(q, it->second.wqe.sge, it->second.wqe.num_sge, 0, direct_buf_.data(),
+                                   wr.length, true, &lerr);
+        if (ps != WcStatus::Success) return fail(ps, "READ data could not be placed");
+        ctr_.payload_rx_bytes += wr.length;
+        ctr_.direct_read_bytes += wr.length;
+    }
     rc_->ctr_.wr_completed++;
     if (!wr.signaled) {
         q.wrs.erase(seq);
@@ -166,7 +211,7 @@ bool Rnic::direct_read(Qp &q, uint64_t seq, const SendWr &wr)
     Completion c;
     c.qpn = q.qpn;
     c.wr_id = seq;
-    c.op = WrOp::Read;
+    c.op = wr.op;
     c.byte_len = wr.length;
     complete(c);
     return true;
@@ -186,7 +231,8 @@ void Rnic::pub_init()
     __atomic_store_n(&pub_->magic, 0u, __ATOMIC_RELAXED);
     __atomic_store_n(&pub_->seq, uint64_t(0), __ATOMIC_RELAXED);
     pub_->flags = 0;
-    pub_served_seen_ = __atomic_load_n(&pub_->served_reads, __ATOMIC_RELAXED);
+    pub_reads_seen_ = __atomic_load_n(&pub_->served_reads, __ATOMIC_RELAXED);
+    pub_writes_seen_ = __atomic_load_n(&pub_->served_writes, __ATOMIC_RELAXED);
     std::memset(pub_->qp, 0, sizeof pub_->qp);
     std::memset(pub_->mr, 0, sizeof pub_->mr);
     __atomic_store_n(&pub_->magic, RNIC_PUB_MAGIC, __ATOMIC_RELEASE);
@@ -216,8 +262,8 @@ void Rnic::publish()
     const uint32_t flags = (ctrl_ & RNIC_CTRL_ENABLE) && !paused_ ? RNIC_PUB_F_SERVING : 0;
     if (flags == pub_flags_ && pub_qp_dirty_.none() && pub_mr_dirty_.none()) return;
     const uint64_t seq = __atomic_load_n(&pub_->seq, __ATOMIC_RELAXED);
-    __atomic_store_n(&pub_->seq, seq + 1, __ATOMIC_RELAXED); // odd: changing
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    __atomic_store_n(&pub_->seq, seq + 1, __ATOMIC_SEQ_CST); // odd: changing
+    pub_wait_writers();
     __atomic_store_n(&pub_->flags, flags, __ATOMIC_RELAXED);
     pub_flags_ = flags;
     for (uint32_t i = 0; pub_qp_dirty_.any() && i < RNIC_MAX_QP; i++) {
@@ -274,13 +320,49 @@ void Rnic::publish()
     __atomic_store_n(&pub_->seq, seq + 2, __ATOMIC_RELEASE);
 }
 
-// READs of this node's memory that peers completed directly, since the last look.
+// After seq went odd: wait until no peer's direct WRITE is between its look at the table and the
+// end of its copy. A word whose holder is not that incarnation of the peer any more (it died
+// mid-copy) is cleared. A live peer that holds its word for 1 s (descheduled for that long) is
+// given up on, logged and counted: the change goes ahead.
+void Rnic::pub_wait_writers()
+{
+    using clock = std::chrono::steady_clock;
+    clock::time_point deadline{};
+    for (uint32_t n = 0; n < RNIC_PUB_NODES; n++) {
+        for (unsigned spins = 0;; spins++) {
+            const uint64_t h = __atomic_load_n(&pub_->busy[n], __ATOMIC_SEQ_CST);
+            if (!h) break;
+            if (cfg_.direct.live && (__atomic_load_n(&cfg_.direct.live[n], __ATOMIC_ACQUIRE) | 1) != h) {
+                uint64_t want = h;
+                __atomic_compare_exchange_n(&pub_->busy[n], &want, uint64_t(0), false, __ATOMIC_SEQ_CST,
+                                            __ATOMIC_SEQ_CST);
+                continue;
+            }
+            if (spins < 1000) {
+                fabric::cpu_relax();
+                continue;
+            }
+            if (deadline == clock::time_point{}) deadline = clock::now() + std::chrono::seconds(1);
+            if (clock::now() >= deadline) {
+                ctr_.direct_wait_timeouts++;
+                guest_error("node %u's direct WRITE held the table for over 1 s: changed anyway", n);
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::microseconds(20)); // a descheduled peer: sleep
+        }
+    }
+}
+
+// What peers completed directly on this node's memory, since the last look.
 void Rnic::sync_served()
 {
     if (!pub_) return;
-    const uint64_t now = __atomic_load_n(&pub_->served_reads, __ATOMIC_RELAXED);
-    ctr_.served_direct_reads += now - pub_served_seen_;
-    pub_served_seen_ = now;
+    const uint64_t r = __atomic_load_n(&pub_->served_reads, __ATOMIC_RELAXED);
+    const uint64_t w = __atomic_load_n(&pub_->served_writes, __ATOMIC_RELAXED);
+    ctr_.served_direct_reads += r - pub_reads_seen_;
+    ctr_.served_direct_writes += w - pub_writes_seen_;
+    pub_reads_seen_ = r;
+    pub_writes_seen_ = w;
 }
 
 } // namespace rackemu::rnic

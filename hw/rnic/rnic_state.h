@@ -28,7 +28,7 @@ extern "C" {
 /* Bump with every change of a struct below (and the glue's VMState version with it). */
 #define RK_RNIC_STATE_VERSION  2u
 /* The counters this version saves; rnic_state.cc asserts it equals RNIC_CNT_COUNT. */
-#define RK_RNIC_STATE_COUNTERS 85u
+#define RK_RNIC_STATE_COUNTERS 89u
 
 /* The fixed part. */
 struct rk_rnic_state {

@@ -241,16 +241,18 @@ def test_capture_decodes_every_rnic_opcode_with_good_icrc(clean, tmp_path):
     assert not bad, f"{len(bad)} of {len(frames)} frames with a bad ICRC"
 
 
-def test_reads_alone_on_their_qp_are_direct_unless_the_bridge_must_see_them(clean):
-    """Issue 11 item 4 (docs/rnic.md "Direct path"): a READ alone on its QP to a live peer is a copy
-    from the peer's RAM file, counted on both sides, with the data verified; while a fault rule
-    could match the two nodes' RoCE frames, every READ goes on the wire, where the rule sees it."""
+def test_reads_and_writes_alone_on_their_qp_are_direct_unless_the_bridge_must_see_them(clean):
+    """Issue 11 item 4 (docs/rnic.md "Direct path"): a READ or WRITE alone on its QP to a live peer
+    is a copy from or into the peer's RAM file, counted on both sides, with the data verified
+    (--verify: every byte read back and compared); while a fault rule could match the two nodes'
+    RoCE frames, every request goes on the wire, where the rule sees it."""
     c = clean
     s, cn = c.node(0), c.node(1)
     iters = 20
-    cmd = f"bench --ops read --sizes 64,4K,64K --iters {iters} --window 1 --rate-windows 1 --verify {QP_OPTS}"
+    cmd = (f"bench --ops read,write --sizes 64,4K,64K --iters {iters} --window 1 --rate-windows 1 --verify "
+           f"{QP_OPTS}")
 
-    def reads(tag):
+    def run_ops(tag):
         relay = Relay(s, tag, 1, QP_OPTS)
         cl = relay.client(cn, cmd)
         relay.go(cl)
@@ -262,14 +264,17 @@ def test_reads_alone_on_their_qp_are_direct_unless_the_bridge_must_see_them(clea
         relay.stop()
 
     b1, b0 = counters(cn), counters(s)
-    reads("direct")
+    run_ops("direct")
     d1, d0 = delta(b1, counters(cn)), delta(b0, counters(s))
-    assert d1["direct_reads"] >= 3 * iters, d1
-    assert d0["served_direct_reads"] == d1["direct_reads"], (d0, d1)
-    assert d1["direct_read_bytes"] >= iters * (64 + 4096 + 65536), d1
+    for op in ("read", "write"):
+        assert d1[f"direct_{op}s"] >= 3 * iters, d1
+        assert d0[f"served_direct_{op}s"] == d1[f"direct_{op}s"], (d0, d1)
+        assert d1[f"direct_{op}_bytes"] >= iters * (64 + 4096 + 65536), d1
+    assert d0["direct_wait_timeouts"] == 0
     rid = add_rule(c, f"delay us=1 {MATCH}")
     b1, b0 = counters(cn), counters(s)
-    reads("wire")
+    run_ops("wire")
     d1, d0 = delta(b1, counters(cn)), delta(b0, counters(s))
-    assert d1["direct_reads"] == 0 and d0["served_direct_reads"] == 0, (d0, d1)
-    assert rule_stats(c, rid)["matched"] >= 3 * iters
+    for k in ("direct_reads", "direct_writes"):
+        assert d1[k] == 0 and d0["served_" + k] == 0, (d0, d1)
+    assert rule_stats(c, rid)["matched"] >= 6 * iters

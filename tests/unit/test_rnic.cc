@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -2654,7 +2655,7 @@ TEST(RnicDirect, ReadsCopyFromThePeersRamWithoutAFrameAndTheWireStaysInStep)
     DirectPair d;
     Pair &p = d.p;
     const uint64_t sent0 = p.link.sent;
-    const uint32_t sizes[] = {1, 8, 4096 + 7, 65536, kDirectReadMax};
+    const uint32_t sizes[] = {1, 8, 4096 + 7, 65536, kDirectMax};
     for (uint32_t len : sizes) {
         std::memset(p.a.mem(p.bufa), 0, len);
         p.a.post_send(p.qa, wqe(RNIC_WR_READ, len, p.bufa, len, p.keya, p.bufb + 3, p.keyb));
@@ -2671,16 +2672,17 @@ TEST(RnicDirect, ReadsCopyFromThePeersRamWithoutAFrameAndTheWireStaysInStep)
     EXPECT_EQ(d.direct_reads(), std::size(sizes));
     EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_SERVED_DIRECT_READS), std::size(sizes));
     EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_WR_COMPLETED), std::size(sizes));
-    // longer than kDirectReadMax: the wire, same data
-    auto e = d.read(5, kDirectReadMax + 1);
+    // longer than kDirectMax: the wire, same data
+    auto e = d.read(5, kDirectMax + 1);
     EXPECT_EQ(e.status, RNIC_WC_SUCCESS);
-    EXPECT_EQ(std::memcmp(p.a.mem(p.bufa), p.b.mem(p.bufb + 5), kDirectReadMax + 1), 0);
+    EXPECT_EQ(std::memcmp(p.a.mem(p.bufa), p.b.mem(p.bufb + 5), kDirectMax + 1), 0);
     EXPECT_GT(p.link.sent, sent0);
     EXPECT_EQ(d.direct_reads(), std::size(sizes));
-    // A READ behind a WRITE still in flight goes on the wire behind it (it must see the WRITE):
-    // the direct path would read the old bytes.
-    fill(p.a.mem(p.bufa + 0x100000), 3000, 99);
-    p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 1, p.bufa + 0x100000, 3000, p.keya, p.bufb + 0x200000, p.keyb));
+    // A READ behind a WRITE still in flight (too long for the direct path) goes on the wire
+    // behind it (it must see the WRITE): the direct path would read the old bytes.
+    fill(p.a.mem(p.bufa + 0x100000), kDirectMax + 100, 99);
+    p.a.post_send(
+        p.qa, wqe(RNIC_WR_WRITE, 1, p.bufa + 0x100000, kDirectMax + 100, p.keya, p.bufb + 0x200000, p.keyb));
     p.a.post_send(p.qa, wqe(RNIC_WR_READ, 2, p.bufa + 0x180000, 3000, p.keya, p.bufb + 0x200000, p.keyb));
     auto two = p.wait_a(2);
     ASSERT_EQ(two.size(), 2u);
@@ -2705,6 +2707,99 @@ TEST(RnicDirect, ReadsCopyFromThePeersRamWithoutAFrameAndTheWireStaysInStep)
     EXPECT_EQ(std::memcmp(p.a.mem(p.bufa), p.b.mem(p.bufb), 64), 0);
     EXPECT_EQ(d.read(64, 64, 64).wr_id, 7u);
     EXPECT_EQ(d.direct_reads(), std::size(sizes) + 3);
+}
+
+TEST(RnicDirect, WritesCopyIntoThePeersRamWithoutAFrame)
+{
+    DirectPair d;
+    Pair &p = d.p;
+    const uint64_t sent0 = p.link.sent;
+    const uint32_t sizes[] = {1, 8, 4096 + 7, kDirectMax};
+    uint64_t n = 0;
+    for (uint32_t len : sizes) {
+        fill(p.a.mem(p.bufa), len, len);
+        p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, len, p.bufa, len, p.keya, p.bufb + 5, p.keyb));
+        auto e = p.a.poll(p.cqa);
+        ASSERT_EQ(e.size(), 1u) << len;
+        EXPECT_EQ(e[0].status, RNIC_WC_SUCCESS);
+        EXPECT_EQ(e[0].opcode, RNIC_CQE_OP_WRITE);
+        EXPECT_EQ(e[0].byte_len, len);
+        EXPECT_EQ(std::memcmp(p.b.mem(p.bufb + 5), p.a.mem(p.bufa), len), 0) << len;
+        n++;
+    }
+    EXPECT_EQ(p.link.sent, sent0) << "no frame left node 0";
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_DIRECT_WRITES), n);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_SERVED_DIRECT_WRITES), n);
+    // then a READ of what was written, and a SEND on the wire: the transport is in step
+    EXPECT_EQ(d.read(5, 4096, 0x100000).status, RNIC_WC_SUCCESS);
+    EXPECT_EQ(std::memcmp(p.a.mem(p.bufa + 0x100000), p.b.mem(p.bufb + 5), 4096), 0);
+    p.b.post_recv(p.qb, 9, p.bufb + 0x300000, 100, p.keyb);
+    p.a.post_send(p.qa, wqe(RNIC_WR_SEND, 3, p.bufa, 100, p.keya));
+    auto r = p.wait_b(1);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].status, RNIC_WC_SUCCESS);
+    EXPECT_EQ(std::memcmp(p.b.mem(p.bufb + 0x300000), p.a.mem(p.bufa), 100), 0);
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_SEQ_NAKS_RX), 0u);
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_RETRANSMITS), 0u);
+    // an MR without remote write: the wire, which NAKs it; nothing written
+    const uint64_t ro = p.b.alloc(4096);
+    std::memset(p.b.mem(ro), 0x5a, 4096);
+    const uint32_t rokey = p.b.mr(p.pdb, ro, 4096, RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_READ);
+    p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 4, p.bufa, 64, p.keya, ro, rokey));
+    auto e = p.wait_a(2); // the SEND's, collected while waiting for node 1's, and this one
+    ASSERT_EQ(e.size(), 2u);
+    EXPECT_EQ(e[0].wr_id, 3u);
+    EXPECT_EQ(e[1].wr_id, 4u);
+    EXPECT_EQ(e[1].status, RNIC_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(p.b.mem(ro)[0], 0x5a);
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_DIRECT_WRITES), n);
+}
+
+// A peer's direct WRITE holds its busy word while it copies: the owner changes its table (here:
+// deregisters the MR, after which the guest may reuse the pages) only once the word is clear.
+// A word whose holder is no longer that incarnation (its liveness word changed) is cleared.
+TEST(RnicDirect, TheOwnerWaitsForAPeersWriteInProgressAndClearsADeadOnesWord)
+{
+    DirectWorld w;
+    std::vector<uint64_t> live(RNIC_PUB_NODES, 0);
+    live[0] = (7ull << 1) | 1; // node 0, generation 7, up
+    live[1] = (3ull << 1) | 1;
+    RnicConfig ca = w.config(0), cb = w.config(1);
+    ca.direct.live = cb.direct.live = live.data();
+    Pair p(1024, 10, 7, RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, RNIC_QPS_RTS, ca, cb);
+    w.ram[0] = p.a.host.ram.data();
+    w.ram[1] = p.b.host.ram.data();
+    auto *pub = reinterpret_cast<rnic_pub *>(w.tail[1].data() + RK_RMEM_TAIL_RNIC_OFF);
+    // a WRITE as node 0 does it holds node 0's liveness word, and clears it when done
+    p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 1, p.bufa, 64, p.keya, p.bufb, p.keyb));
+    ASSERT_EQ(p.a.poll(p.cqa).size(), 1u);
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_DIRECT_WRITES), 1u);
+    EXPECT_EQ(__atomic_load_n(&pub->busy[0], __ATOMIC_SEQ_CST), 0u);
+    // node 0 in the middle of a copy: the deregistration waits until it is done
+    __atomic_store_n(&pub->busy[0], live[0], __ATOMIC_SEQ_CST);
+    std::atomic<bool> done{false};
+    std::thread dereg([&] {
+        struct rnic_cmd c = {};
+        c.opcode = RNIC_CMD_DEREG_MR;
+        c.handle = p.keyb;
+        EXPECT_EQ(p.b.cmd(c), RNIC_CMD_ST_OK);
+        done = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_FALSE(done.load()) << "the table changed under a WRITE in progress";
+    EXPECT_EQ(pub->seq % 2, 1u);
+    __atomic_store_n(&pub->busy[0], uint64_t(0), __ATOMIC_SEQ_CST);
+    dereg.join();
+    EXPECT_TRUE(done.load());
+    EXPECT_EQ(pub->seq % 2, 0u);
+    EXPECT_EQ(pub->mr[RNIC_KEY_INDEX(p.keyb)].key, 0u);
+    // a holder that died mid-copy (node 0 reconnected as generation 8): its word is cleared at once
+    __atomic_store_n(&pub->busy[0], live[0], __ATOMIC_SEQ_CST);
+    live[0] = (8ull << 1) | 1;
+    const uint64_t buf = p.b.alloc(4096);
+    p.b.mr(p.pdb, buf, 4096);
+    EXPECT_EQ(__atomic_load_n(&pub->busy[0], __ATOMIC_SEQ_CST), 0u);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_DIRECT_WAIT_TIMEOUTS), 0u);
 }
 
 TEST(RnicDirect, ThroughTheRespondersPageListMr)

@@ -489,16 +489,21 @@ struct rnic_eqe {
     rk_u64 reserved1;
 };
 
-/* ---- What the RNIC publishes for its peers' direct READs (docs/rnic.md "Direct path") ----
+/* ---- What the RNIC publishes for its peers' direct READs and WRITEs (docs/rnic.md "Direct path") ----
  * At RK_RMEM_TAIL_RNIC_OFF of the node's RAM-file tail (hw/fabric/rk_remote_mem.h): not guest
  * memory, not visible to the guest. The owner writes it under a seqlock (seq odd while it
  * changes) whenever what its responder checks for a READ changes: CTRL.ENABLE, the VM's run
  * state, a QP's state, PD, access flags, source address or P_Key, an MR registered or
  * deregistered. A requester copies a QP's and an MR's entries, the page list and the data
- * between two equal even reads of seq, or sends the READ on the wire. An MR whose page list
- * does not fit `pages` is published without it (npages 0, not phys): its READs take the wire. */
+ * between two equal even reads of seq, or sends the request on the wire. A WRITE also holds
+ * busy[its node] (its liveness word, non-zero) from before its first read of seq until its
+ * copy is done, and the owner, after making seq odd, waits until no peer holds it (or the
+ * holder is not that incarnation any more): so no direct WRITE lands in memory an MR no longer
+ * covers. An MR whose page list does not fit `pages` is published without it (npages 0, not
+ * phys): its READs and WRITEs take the wire. */
 #define RNIC_PUB_MAGIC     0x42504e52u /* "RNPB" */
-#define RNIC_PUB_F_SERVING (1u << 0)   /* CTRL.ENABLE set and the VM running: direct READs allowed */
+#define RNIC_PUB_F_SERVING (1u << 0)   /* CTRL.ENABLE set and the VM running: direct accesses allowed */
+#define RNIC_PUB_NODES     64u         /* busy words: one per fabric node (RKF_MAX_NODES) */
 struct rnic_pub_qp {
     rk_u32 pdn;    /* 0: no QP at this index */
     rk_u8 state;   /* RNIC_QPS_* as the transport has it */
@@ -525,7 +530,10 @@ struct rnic_pub {
     rk_u32 flags;        /* RNIC_PUB_F_* (under seq) */
     rk_u64 seq;          /* seqlock */
     rk_u64 served_reads; /* READs of this node's memory that peers completed directly (peers add) */
-    rk_u64 served_bytes;
+    rk_u64 served_read_bytes;
+    rk_u64 served_writes; /* WRITEs likewise */
+    rk_u64 served_write_bytes;
+    rk_u64 busy[RNIC_PUB_NODES]; /* a peer's direct WRITE in progress: its liveness word, else 0 */
     struct rnic_pub_qp qp[RNIC_MAX_QP];
     struct rnic_pub_mr mr[RNIC_MAX_MR];
     /* then, up to the end of the area, rk_u64 pages[]: the published MRs' page lists (guest
@@ -603,7 +611,11 @@ struct rnic_pub {
     X(RX_PAUSED_DROPS, rx_paused_drops, "frames dropped while the VM was stopped (beyond the device's hold, or held across a load)") \
     X(DIRECT_READS,    direct_reads,    "READ WRs completed by a copy from the responder's RAM file, no frame sent (docs/rnic.md \"Direct path\")") \
     X(DIRECT_READ_BYTES, direct_read_bytes, "bytes those READs placed") \
+    X(DIRECT_WRITES,   direct_writes,   "WRITE WRs completed by a copy into the responder's RAM file, no frame sent") \
+    X(DIRECT_WRITE_BYTES, direct_write_bytes, "bytes those WRITEs wrote") \
     X(SERVED_DIRECT_READS, served_direct_reads, "READs of this node's memory that peers completed directly (read from its published table)") \
+    X(SERVED_DIRECT_WRITES, served_direct_writes, "WRITEs into this node's memory that peers completed directly") \
+    X(DIRECT_WAIT_TIMEOUTS, direct_wait_timeouts, "table changes that gave up waiting (1 s) for a live peer's direct WRITE to finish") \
     RNIC_AMU_COUNTERS(X)
 
 /* The atomic unit's (target side of every atomic: docs/atomic-unit.md "Counters"); AMU_OPS..
