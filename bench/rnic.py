@@ -16,6 +16,11 @@ also on errors), then per run (--runs, medians over them):
                  --op read --mode lat`: wall median, modeled median)
   gas            one 8-byte load through the global address space window, node 0 from node 1's
                  memory (`gas bench`: wall median)
+With --transport direct,wire (the default: both) the cross figures are measured twice, on two
+clusters booted one after the other: `direct` with the RNIC's direct path on (its default: a READ
+or WRITE alone on its QP is a copy of the peer's RAM file, docs/rnic.md "Direct path"), `wire`
+with `-global rackemu-rnic.direct=off` on every node (every request as RoCEv2 frames through the
+switch); the wire rows are mode `cross-wire`. The RMC and GAS sections run on the first cluster.
 Files: build/bench/rnic.csv (section,metric,value,unit), build/bench/rnic_runs.csv (every run),
 build/bench/rnic.png.
 
@@ -93,9 +98,9 @@ def plot(res, png):
         sizes = sorted(pts)
         a1.plot(sizes, [statistics.median(pts[s]["wall"]) for s in sizes], marker="o",
                 label=f"RNIC {OP_LABEL.get(op, op)} {mode} wall")
-        if mode == "cross":
+        if mode.startswith("cross"):
             a1.plot(sizes, [statistics.median(pts[s]["model"]) for s in sizes], ls="--",
-                    label=f"RNIC {OP_LABEL.get(op, op)} modeled")
+                    label=f"RNIC {OP_LABEL.get(op, op)} {mode} modeled")
     if res["rmc"]:
         sizes = sorted(res["rmc"])
         a1.plot(sizes, [statistics.median(res["rmc"][s]["wall"]) for s in sizes], marker="s", color="black",
@@ -131,6 +136,8 @@ def main():
     ap.add_argument("--window", type=int, default=16, help="RNIC WRs in flight for bandwidth")
     ap.add_argument("--rate-windows", default="1,4,16,64", help="outstanding counts for the message rate")
     ap.add_argument("--gas-count", type=int, default=500, help="GAS loads per run")
+    ap.add_argument("--transport", default="direct,wire",
+                    help="RNIC direct path on, off (wire), or both in turn (default direct,wire)")
     ap.add_argument("--skip", default="", help="sections to leave out: rmc, gas (comma-separated)")
     ap.add_argument("--quick", action="store_true", help="sizes 8,4K,64K, 20 iterations, 1 run")
     ap.add_argument("--csv", default=str(build_dir() / "bench" / "rnic.csv"), help="summary CSV path")
@@ -143,18 +150,33 @@ def main():
         ap.error("--runs and --iters must be >= 1, --modes a list of loopback, cross")
     if skip - {"rmc", "gas"}:
         ap.error(f"--skip: unknown section(s) {', '.join(sorted(skip - {'rmc', 'gas'}))} (rmc, gas)")
-    cfg = load_config(overrides={"name": args.name, "nodes": 2, "memory": "256M", "rnic": True})
-    cfg.check_artefacts()
+    transports = [t for t in args.transport.split(",") if t]
+    if not transports or any(t not in ("direct", "wire") for t in transports):
+        ap.error("--transport: a list of direct, wire")
     res = {"lat": {}, "rate": {}, "rmc": {}, "gas": []}
     raw = []   # (run, section, metric, value)
+    for k, transport in enumerate(transports):
+        extra = [] if transport == "direct" else ["-global", "rackemu-rnic.direct=off"]
+        cfg = load_config(overrides={"name": args.name, "nodes": 2, "memory": "256M", "rnic": True,
+                                     "qemu_args": extra})
+        cfg.check_artefacts()
+        log(f"transport {transport}: booting")
+        measure(cfg, args, [m for m in modes if k == 0 or m == "cross"], skip if k == 0 else {"rmc", "gas"},
+                "" if transport == "direct" or len(transports) == 1 else "-wire", res, raw)
+    report(args, res, raw)
+
+
+def measure(cfg, args, modes, skip, suffix, res, raw):
+    """One cluster: the RNIC modes (cross labelled cross+suffix), then the RMC and GAS."""
     c = Cluster(cfg, log=log)
     c.up()
     try:
         gaddr = export(c.node(1), 4096, 7, "rnicbench") if "gas" not in skip else None
         for r in range(args.runs):
-            for mode in modes:
+            for run_mode in modes:
+                mode = run_mode + (suffix if run_mode == "cross" else "")
                 log(f"run {r + 1}/{args.runs}: rnic {mode}")
-                for d in rnic_run(c, mode, args, RNIC_PORT + r):
+                for d in rnic_run(c, run_mode, args, RNIC_PORT + r):
                     if "op" in d and "lat_us" in d:
                         p = res["lat"].setdefault((mode, d["op"]), {}).setdefault(
                             int(d["size"]), {"wall": [], "model": [], "bw": []})
@@ -180,6 +202,9 @@ def main():
                 raw.append((r + 1, "gas", "load_8_lat_wall_us", res["gas"][-1]))
     finally:
         c.down()
+
+
+def report(args, res, raw):
     rows = []
     for (mode, op), pts in sorted(res["lat"].items()):
         for size in sorted(pts):
