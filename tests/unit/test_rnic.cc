@@ -2787,7 +2787,7 @@ TEST(RnicDirect, TheOwnerWaitsForAPeersWriteInProgressAndClearsADeadOnesWord)
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     EXPECT_FALSE(done.load()) << "the table changed under a WRITE in progress";
-    EXPECT_EQ(pub->seq % 2, 1u);
+    EXPECT_EQ(__atomic_load_n(&pub->seq, __ATOMIC_ACQUIRE) % 2, 1u) << "odd: the owner is changing it";
     __atomic_store_n(&pub->busy[0], uint64_t(0), __ATOMIC_SEQ_CST);
     dereg.join();
     EXPECT_TRUE(done.load());
