@@ -81,6 +81,8 @@
 #include "regbank.h"
 #include "rnic_state.h"
 
+struct rkf_live_table;
+
 namespace rackemu::rnic {
 
 // The timing model (docs/rnic.md "Timing model"). The glue's properties.
@@ -116,10 +118,10 @@ struct RnicDirect {
     uint32_t node = UINT32_MAX; // this node's fabric id
     // rk_rmem_direct_run on the node's remote memory; empty: this node's requests take the wire.
     std::function<int(unsigned node, rk_rmem_direct_fn fn, void *opaque, int *fn_ret)> run;
-    // The bridge's liveness words (rkf_live_table.node[], RNIC_PUB_NODES of them): a WRITE's busy
-    // word holds its node's, and the owner clears a word whose holder is gone. Null: 1 is held
-    // and never cleared by the owner (tests).
-    const uint64_t *live = nullptr;
+    // The node's view of the bridge's liveness table (rk_fabric_port_liveness): a WRITE's busy
+    // word holds its node's word, and the owner clears a word whose holder is no longer live
+    // (while its table is valid). Null: 1 is held and never cleared by the owner.
+    const rkf_live_table *live = nullptr;
 };
 
 struct RnicConfig {

@@ -126,8 +126,7 @@ RkRnic *rk_rnic_new(const RkHost *host, const RkRnicTiming *t, const RkRnicAmu *
         if (cfg.direct.own) {
             cfg.direct.own_bytes = RK_RMEM_TAIL_RNIC_SIZE;
             cfg.direct.node = host->node_id;
-            if (const rkf_live_table *t = host->port ? rk_fabric_port_liveness(host->port) : nullptr)
-                cfg.direct.live = t->node;
+            if (host->port) cfg.direct.live = rk_fabric_port_liveness(host->port);
             cfg.direct.run = [m](unsigned node, rk_rmem_direct_fn fn, void *opaque, int *ret) {
                 return rk_rmem_direct_run(m, node, fn, opaque, ret);
             };

@@ -44,8 +44,7 @@ struct DirectOp {
     uint64_t va, len;
     uint8_t *buf;    // len bytes: READ data goes here (never straight into guest memory), WRITE
     bool write;      // data comes from here
-    uint64_t holder; // WRITE: busy[self_node] while it copies (this node's liveness word, non-zero)
-    uint64_t *busy;  // WRITE: the word it holds, for the caller to clear
+    uint64_t holder; // WRITE: busy[self_node] while it copies (this node's liveness word, UP set)
 };
 
 template <typename T> T ld(const T *p)
@@ -53,29 +52,37 @@ template <typename T> T ld(const T *p)
     return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
 
+int direct_fn_held(DirectOp &d, const rk_rmem_view *v, rnic_pub *pub);
+
 // The responder's work on the peer's mapped RAM file: its checks on the published table, then the
-// copy (a WRITE checks every piece to be RAM before the first byte moves).
+// copy (a WRITE checks every piece to be RAM before the first byte moves). A WRITE holds busy[]
+// from before its first look at seq to the end of its copy (Dekker with the owner, which makes
+// seq odd and then reads busy[]: one of the two sees the other); the word is cleared here, under
+// the SIGBUS guard (after a fault it stays: the file is gone, and with it the word).
 int direct_fn(void *opaque, const rk_rmem_view *v)
 {
     auto &d = *static_cast<DirectOp *>(opaque);
     if (((v->eth_watched >> d.self_node) | (v->eth_watched >> d.peer_node)) & 1) return kDirectNo;
     auto *pub = reinterpret_cast<rnic_pub *>(v->tail + RK_RMEM_TAIL_RNIC_OFF);
+    if (__atomic_load_n(&pub->magic, __ATOMIC_ACQUIRE) != RNIC_PUB_MAGIC) return kDirectNo;
+    if (!d.write) return direct_fn_held(d, v, pub);
+    __atomic_store_n(&pub->busy[d.self_node], d.holder, __ATOMIC_SEQ_CST);
+    const int r = direct_fn_held(d, v, pub);
+    __atomic_store_n(&pub->busy[d.self_node], uint64_t(0), __ATOMIC_SEQ_CST);
+    return r;
+}
+
+int direct_fn_held(DirectOp &d, const rk_rmem_view *v, rnic_pub *pub)
+{
     const auto *pages =
         reinterpret_cast<const uint64_t *>(v->tail + RK_RMEM_TAIL_RNIC_OFF + RNIC_PUB_PAGES_OFF);
     const uint64_t page_cap = (RK_RMEM_TAIL_RNIC_SIZE - RNIC_PUB_PAGES_OFF) / 8;
-    if (__atomic_load_n(&pub->magic, __ATOMIC_ACQUIRE) != RNIC_PUB_MAGIC) return kDirectNo;
     if (d.dqpn < RNIC_QPN_BASE || RNIC_QP_INDEX(d.dqpn) >= RNIC_MAX_QP ||
         RNIC_KEY_INDEX(d.rkey) >= RNIC_MAX_MR)
         return kDirectNo;
     const rnic_pub_qp &qe = pub->qp[RNIC_QP_INDEX(d.dqpn)];
     const rnic_pub_mr &me = pub->mr[RNIC_KEY_INDEX(d.rkey)];
     const uint32_t need = d.write ? RNIC_ACCESS_REMOTE_WRITE : RNIC_ACCESS_REMOTE_READ;
-    // A WRITE holds busy[] from before its first look at seq to the end of its copy (Dekker with
-    // the owner, which makes seq odd and then reads busy[]: one of the two sees the other).
-    if (d.write) {
-        d.busy = &pub->busy[d.self_node];
-        __atomic_store_n(d.busy, d.holder, __ATOMIC_SEQ_CST);
-    }
     for (int tries = 0; tries < 4; tries++) {
         const uint64_t seq = __atomic_load_n(&pub->seq, __ATOMIC_SEQ_CST);
         if (seq & 1) continue; // the owner is changing it: look again
@@ -90,11 +97,11 @@ int direct_fn(void *opaque, const rk_rmem_view *v)
         std::atomic_thread_fence(std::memory_order_acquire);
         if (__atomic_load_n(&pub->seq, __ATOMIC_RELAXED) != seq) continue;
         // the responder's checks (rc.cc: state, source, P_Key, the QP's access; rnic.cc
-        // remote_mr: key, PD, access, bounds); a request they refuse goes on the wire, which NAKs it
-        if (!(flags & RNIC_PUB_F_SERVING) || q_pdn == 0 ||
-            (q_state != RNIC_QPS_RTR && q_state != RNIC_QPS_RTS) || q_src != d.self_ip || q_pkey != d.pkey ||
-            !(q_access & need) || key != d.rkey || m_pdn != q_pdn || !(m_access & need) || d.va < iova ||
-            d.va + d.len < d.va || d.va + d.len > iova + length)
+        // remote_mr: key, PD, access, bounds); a request they refuse goes on the wire, which NAKs
+        // it. A responder still in RTR takes the wire too: its first packet raises COMM_EST.
+        if (!(flags & RNIC_PUB_F_SERVING) || q_pdn == 0 || q_state != RNIC_QPS_RTS || q_src != d.self_ip ||
+            q_pkey != d.pkey || !(q_access & need) || key != d.rkey || m_pdn != q_pdn || !(m_access & need) ||
+            d.va < iova || d.va + d.len < d.va || d.va + d.len > iova + length)
             return kDirectNo;
         if (!phys && (npages == 0 || first > page_cap || npages > page_cap - first ||
                       shift < RNIC_MR_PAGE_SHIFT_MIN || shift > RNIC_MR_PAGE_SHIFT_MAX))
@@ -157,51 +164,52 @@ uint32_t node_of_mac(const uint8_t mac[6])
 bool Rnic::direct_op(Qp &q, uint64_t seq, const SendWr &wr)
 {
     const bool write = wr.op == WrOp::Write;
-    if ((!write && wr.op != WrOp::Read) || !cfg_.direct.run || !wr.length || wr.length > kDirectMax ||
+    // the transport's own copy of the attributes (what the wire uses: modify QP takes some only
+    // at their transition)
+    const QpAttr *at = rc_->qp_attr(q.qpn);
+    if ((!write && wr.op != WrOp::Read) || !at || !cfg_.direct.run || !wr.length || wr.length > kDirectMax ||
         q.wrs.size() != 1 || rc_->outstanding(q.qpn) != 0 || rc_->qp_state(q.qpn) != QpState::Rts ||
-        tx_blocked_ || (!write && !q.attr.max_rd_atomic))
+        tx_blocked_ || (!write && !at->max_rd_atomic))
         return false;
-    const uint32_t self = cfg_.direct.node, peer = node_of_mac(q.attr.path.dst_mac);
+    const uint32_t self = cfg_.direct.node, peer = node_of_mac(at->path.dst_mac);
     if (peer == UINT32_MAX || peer == self || self >= RKF_MAX_NODES) return false;
-    if (direct_buf_.size() < kDirectMax) direct_buf_.resize(kDirectMax);
-    auto it = q.wrs.find(seq);
-    uint32_t lerr = RNIC_LERR_NONE;
-    // what the engine does when a local buffer fails (rc.cc, read_local / write_local): the WR
-    // completes with the error and the QP goes to Error
-    auto fail = [&](WcStatus st, const char *why) {
-        it->second.lerr = lerr;
-        Completion c;
-        c.qpn = q.qpn;
-        c.wr_id = seq;
-        c.status = st;
-        c.op = wr.op;
-        complete(c);
-        qp_fail(q, why);
-        return true;
-    };
-    if (write) { // gather first: what the wire would send
-        const WcStatus st = sge_rw(q, it->second.wqe.sge, it->second.wqe.num_sge, 0, direct_buf_.data(),
-                                   wr.length, false, &lerr);
-        if (st != WcStatus::Success) return fail(st, "WRITE data could not be gathered");
-    }
+    // A WRITE's busy word is this node's liveness word (generation, UP): the owner clears a word
+    // that is no longer its holder's live word. No liveness (link down): no direct WRITE.
     uint64_t holder = 1;
-    if (cfg_.direct.live) holder = __atomic_load_n(&cfg_.direct.live[self], __ATOMIC_RELAXED) | 1;
-    DirectOp d{self,         peer,      q.attr.path.src_ip, q.attr.pkey, q.attr.dest_qpn, wr.rkey,
-               wr.remote_va, wr.length, direct_buf_.data(), write,       holder,          nullptr};
+    if (const rkf_live_table *t = cfg_.direct.live)
+        holder = __atomic_load_n(&t->magic, __ATOMIC_ACQUIRE) == RKF_LIVE_MAGIC
+                     ? __atomic_load_n(&t->node[self], __ATOMIC_ACQUIRE)
+                     : 0;
+    if (write && !(holder & RKF_LIVE_UP)) return false;
+    if (direct_buf_.size() < kDirectMax) direct_buf_.resize(kDirectMax);
+    const auto it = q.wrs.find(seq);
+    // A local buffer that fails is left to the wire, which fails it exactly as always (the
+    // engine's read_local / write_local: the WR's error, the QP to Error, its counters and
+    // event); this attempt's own count of the refusal is taken back.
+    const uint64_t prot_errors = ctr_.local_prot_errors;
+    uint32_t lerr = RNIC_LERR_NONE;
+    if (write && sge_rw(q, it->second.wqe.sge, it->second.wqe.num_sge, 0, direct_buf_.data(), wr.length,
+                        false, &lerr) != WcStatus::Success) {
+        ctr_.local_prot_errors = prot_errors;
+        return false;
+    }
+    DirectOp d{self,         peer,      at->path.src_ip,    at->pkey, at->dest_qpn, wr.rkey,
+               wr.remote_va, wr.length, direct_buf_.data(), write,    holder};
     int done = kDirectNo;
     const int st = cfg_.direct.run(peer, direct_fn, &d, &done);
-    if (d.busy) __atomic_store_n(d.busy, uint64_t(0), __ATOMIC_SEQ_CST); // also after a fault
-    if (st != RK_RMEM_OK || done != kDirectDone) return false;           // the wire: the same WR, untouched
-    if (write) {
-        ctr_.direct_writes++;
-        ctr_.direct_write_bytes += wr.length;
-    } else {
+    if (st != RK_RMEM_OK || done != kDirectDone) return false; // the wire: the same WR, untouched
+    if (!write) {
+        if (sge_rw(q, it->second.wqe.sge, it->second.wqe.num_sge, 0, direct_buf_.data(), wr.length, true,
+                   &lerr) != WcStatus::Success) {
+            ctr_.local_prot_errors = prot_errors; // (the peer counted a READ it served)
+            return false;
+        }
         ctr_.direct_reads++;
-        const WcStatus ps = sge_rw(q, it->second.wqe.sge, it->second.wqe.num_sge, 0, direct_buf_.data(),
-                                   wr.length, true, &lerr);
-        if (ps != WcStatus::Success) return fail(ps, "READ data could not be placed");
         ctr_.payload_rx_bytes += wr.length;
         ctr_.direct_read_bytes += wr.length;
+    } else {
+        ctr_.direct_writes++;
+        ctr_.direct_write_bytes += wr.length;
     }
     rc_->ctr_.wr_completed++;
     if (!wr.signaled) {
@@ -270,12 +278,13 @@ void Rnic::publish()
         if (!pub_qp_dirty_.test(i)) continue;
         pub_qp_dirty_.reset(i);
         rnic_pub_qp e{};
-        if (const Qp *q = qps_[i].get()) {
+        const Qp *q = qps_[i].get();
+        if (const QpAttr *at = q ? rc_->qp_attr(q->qpn) : nullptr) { // the transport's (rc.cc checks those)
             e.pdn = q->pdn;
             e.state = engine_state(rc_->qp_state(q->qpn));
-            e.access = q->attr.access;
-            e.src_ip = q->attr.path.dst_ip;
-            e.pkey = q->attr.pkey;
+            e.access = at->access;
+            e.src_ip = at->path.dst_ip;
+            e.pkey = at->pkey;
         }
         std::memcpy(&pub_->qp[i], &e, sizeof e);
     }
@@ -321,18 +330,22 @@ void Rnic::publish()
 }
 
 // After seq went odd: wait until no peer's direct WRITE is between its look at the table and the
-// end of its copy. A word whose holder is not that incarnation of the peer any more (it died
-// mid-copy) is cleared. A live peer that holds its word for 1 s (descheduled for that long) is
-// given up on, logged and counted: the change goes ahead.
+// end of its copy (at most kDirectMax bytes once it runs). A word whose holder is not the live
+// incarnation of that peer any more (it died or reconnected mid-copy: its liveness word changed,
+// the bridge clears UP first) is cleared, as long as this node's view of the table is valid. A live holder is waited for however long it takes
+// (a descheduled or stopped QEMU: what hardware does for a DMA in flight), logged once a second
+// and counted in direct_wait_stalls, so the change never goes ahead under a WRITE.
 void Rnic::pub_wait_writers()
 {
     using clock = std::chrono::steady_clock;
-    clock::time_point deadline{};
     for (uint32_t n = 0; n < RNIC_PUB_NODES; n++) {
+        clock::time_point next_log{};
         for (unsigned spins = 0;; spins++) {
             const uint64_t h = __atomic_load_n(&pub_->busy[n], __ATOMIC_SEQ_CST);
             if (!h) break;
-            if (cfg_.direct.live && (__atomic_load_n(&cfg_.direct.live[n], __ATOMIC_ACQUIRE) | 1) != h) {
+            const rkf_live_table *t = cfg_.direct.live;
+            if (t && __atomic_load_n(&t->magic, __ATOMIC_ACQUIRE) == RKF_LIVE_MAGIC &&
+                __atomic_load_n(&t->node[n], __ATOMIC_ACQUIRE) != h) {
                 uint64_t want = h;
                 __atomic_compare_exchange_n(&pub_->busy[n], &want, uint64_t(0), false, __ATOMIC_SEQ_CST,
                                             __ATOMIC_SEQ_CST);
@@ -342,11 +355,16 @@ void Rnic::pub_wait_writers()
                 fabric::cpu_relax();
                 continue;
             }
-            if (deadline == clock::time_point{}) deadline = clock::now() + std::chrono::seconds(1);
-            if (clock::now() >= deadline) {
-                ctr_.direct_wait_timeouts++;
-                guest_error("node %u's direct WRITE held the table for over 1 s: changed anyway", n);
-                break;
+            const clock::time_point now = clock::now();
+            if (next_log == clock::time_point{}) {
+                next_log = now + std::chrono::seconds(1);
+            } else if (now >= next_log) {
+                ctr_.direct_wait_stalls++;
+                guest_error(
+                    "waiting for node %u's direct WRITE in progress (over %llu s): its QEMU is "
+                    "stopped or descheduled",
+                    n, (unsigned long long)ctr_.direct_wait_stalls);
+                next_log = now + std::chrono::seconds(1);
             }
             std::this_thread::sleep_for(std::chrono::microseconds(20)); // a descheduled peer: sleep
         }

@@ -318,6 +318,10 @@ bool Bridge::start(std::string &err)
             return false;
         }
     }
+    {
+        std::lock_guard lk(mu_);
+        update_eth_watched_locked(); // rules given at start concern Ethernet frames from the first one
+    }
     ctl_fd_ = listen_on(control_socket(), SOCK_STREAM, err);
     return ctl_fd_ >= 0;
 }
@@ -707,10 +711,10 @@ uint32_t Bridge::pair_mode_wanted_locked(unsigned a, unsigned b, const Pair &pr)
 // reading the mode and publishing (each sets `busy` around that, and `mode` is stored before
 // `busy` is read: Dekker), so every frame sent after it goes through the bridge; a sender that
 // stays busy (a stopped QEMU) is waited for at most pair_ack_timeout_us, then counted.
-void Bridge::update_pair_modes_locked()
+// The nodes whose Ethernet frames the bridge must see (rkf_live_table.eth_watched): stored
+// before the control command that changed rules or capture answers.
+void Bridge::update_eth_watched_locked()
 {
-    // The nodes whose Ethernet frames the bridge must see (rkf_live_table.eth_watched): stored
-    // before the control command that changed rules or capture answers.
     uint64_t watched = 0;
     for (unsigned n = 0; n < RKF_MAX_NODES; n++) {
         if (faults_.held() || capture_.wants(n, false, true) || capture_.wants(n, true, true) ||
@@ -718,6 +722,11 @@ void Bridge::update_pair_modes_locked()
             watched |= 1ull << n;
     }
     if (live_) __atomic_store_n(&live_->eth_watched, watched, __ATOMIC_SEQ_CST);
+}
+
+void Bridge::update_pair_modes_locked()
+{
+    update_eth_watched_locked();
     for (auto &[key, pr] : pairs_) {
         const unsigned a = key / RKF_MAX_NODES, b = key % RKF_MAX_NODES;
         const uint32_t want = pair_mode_wanted_locked(a, b, pr);

@@ -158,7 +158,8 @@ private:
     void make_pairs_locked(unsigned id);
     void tear_pair_locked(unsigned a, unsigned b, uint32_t reason);
     uint32_t pair_mode_wanted_locked(unsigned a, unsigned b, const Pair &pr) const;
-    void update_pair_modes_locked();
+    void update_pair_modes_locked(); // also update_eth_watched_locked()
+    void update_eth_watched_locked();
     Pair *pair_locked(unsigned x, unsigned y);
     void pair_socket_msg(unsigned id, const unsigned char *b, ssize_t n);
 

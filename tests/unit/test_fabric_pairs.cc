@@ -215,6 +215,22 @@ TEST(FabricPairs, TheLivenessTableNamesTheNodesWhoseEthernetFramesTheBridgeMustS
     control(t.rig.dir, "capture stop\n");
 }
 
+// Rules given when the bridge starts (--fault) count from the first frame, pairs or not.
+TEST(FabricPairs, RulesGivenAtStartSetTheEthernetWatchedBits)
+{
+    Bridge::Options o;
+    o.faults = {"drop svc=eth kind=roce between=0,1"};
+    o.pairs = false;
+    BridgeRig rig(o);
+    RkFabricPort *n0 = rig.port(0, nullptr, false);
+    rk_fabric_port_start(n0);
+    const rkf_live_table *live = rk_fabric_port_liveness(n0);
+    ASSERT_TRUE(
+        eventually([&] { return __atomic_load_n(&live->magic, __ATOMIC_ACQUIRE) == RKF_LIVE_MAGIC; }));
+    EXPECT_EQ(__atomic_load_n(&live->eth_watched, __ATOMIC_ACQUIRE), 0x3u);
+    rk_fabric_port_free(n0);
+}
+
 // A numbered stream while the pair switches between its ring and the bridge hundreds of times
 // (fault rules that concern the pair but not the stream's service, and a capture of node 1):
 // every message arrives once, in order.

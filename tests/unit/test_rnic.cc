@@ -20,6 +20,7 @@
 #include <string>
 #include <tuple>
 
+#include "rackemu/fabric_proto.h"
 #include "rackemu/rnic_regs.h"
 #include "rnic.h"
 #include "test_host.h"
@@ -2756,27 +2757,39 @@ TEST(RnicDirect, WritesCopyIntoThePeersRamWithoutAFrame)
 }
 
 // A peer's direct WRITE holds its busy word while it copies: the owner changes its table (here:
-// deregisters the MR, after which the guest may reuse the pages) only once the word is clear.
-// A word whose holder is no longer that incarnation (its liveness word changed) is cleared.
+// deregisters the MR, after which the guest may reuse the pages) only once the word is clear,
+// however long that takes (counted once a second). A word whose holder is no longer that live
+// incarnation (it died, or reconnected) is cleared, while the owner's view of the table is valid.
 TEST(RnicDirect, TheOwnerWaitsForAPeersWriteInProgressAndClearsADeadOnesWord)
 {
     DirectWorld w;
-    std::vector<uint64_t> live(RNIC_PUB_NODES, 0);
-    live[0] = (7ull << 1) | 1; // node 0, generation 7, up
-    live[1] = (3ull << 1) | 1;
+    auto live = std::make_unique<rkf_live_table>();
+    live->magic = RKF_LIVE_MAGIC;
+    live->node[0] = (7ull << 1) | RKF_LIVE_UP; // node 0, generation 7, up
+    live->node[1] = (3ull << 1) | RKF_LIVE_UP;
     RnicConfig ca = w.config(0), cb = w.config(1);
-    ca.direct.live = cb.direct.live = live.data();
+    ca.direct.live = cb.direct.live = live.get();
     Pair p(1024, 10, 7, RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, RNIC_QPS_RTS, ca, cb);
     w.ram[0] = p.a.host.ram.data();
     w.ram[1] = p.b.host.ram.data();
     auto *pub = reinterpret_cast<rnic_pub *>(w.tail[1].data() + RK_RMEM_TAIL_RNIC_OFF);
+    auto busy0 = [&] { return __atomic_load_n(&pub->busy[0], __ATOMIC_SEQ_CST); };
+    auto set_busy0 = [&](uint64_t v) { __atomic_store_n(&pub->busy[0], v, __ATOMIC_SEQ_CST); };
     // a WRITE as node 0 does it holds node 0's liveness word, and clears it when done
     p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 1, p.bufa, 64, p.keya, p.bufb, p.keyb));
     ASSERT_EQ(p.a.poll(p.cqa).size(), 1u);
     EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_DIRECT_WRITES), 1u);
-    EXPECT_EQ(__atomic_load_n(&pub->busy[0], __ATOMIC_SEQ_CST), 0u);
-    // node 0 in the middle of a copy: the deregistration waits until it is done
-    __atomic_store_n(&pub->busy[0], live[0], __ATOMIC_SEQ_CST);
+    EXPECT_EQ(busy0(), 0u);
+    // a table change in a thread of its own (the owner's vCPU), done when it returns
+    auto change = [&](std::atomic<bool> &done) {
+        return std::thread([&] {
+            const uint64_t buf = p.b.alloc(4096);
+            p.b.mr(p.pdb, buf, 4096);
+            done = true;
+        });
+    };
+    // node 0 in the middle of a copy for over a second: the deregistration waits until it is done
+    set_busy0(live->node[0]);
     std::atomic<bool> done{false};
     std::thread dereg([&] {
         struct rnic_cmd c = {};
@@ -2785,21 +2798,54 @@ TEST(RnicDirect, TheOwnerWaitsForAPeersWriteInProgressAndClearsADeadOnesWord)
         EXPECT_EQ(p.b.cmd(c), RNIC_CMD_ST_OK);
         done = true;
     });
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1300));
     EXPECT_FALSE(done.load()) << "the table changed under a WRITE in progress";
     EXPECT_EQ(__atomic_load_n(&pub->seq, __ATOMIC_ACQUIRE) % 2, 1u) << "odd: the owner is changing it";
-    __atomic_store_n(&pub->busy[0], uint64_t(0), __ATOMIC_SEQ_CST);
+    set_busy0(0);
     dereg.join();
     EXPECT_TRUE(done.load());
     EXPECT_EQ(pub->seq % 2, 0u);
     EXPECT_EQ(pub->mr[RNIC_KEY_INDEX(p.keyb)].key, 0u);
-    // a holder that died mid-copy (node 0 reconnected as generation 8): its word is cleared at once
-    __atomic_store_n(&pub->busy[0], live[0], __ATOMIC_SEQ_CST);
-    live[0] = (8ull << 1) | 1;
-    const uint64_t buf = p.b.alloc(4096);
-    p.b.mr(p.pdb, buf, 4096);
-    EXPECT_EQ(__atomic_load_n(&pub->busy[0], __ATOMIC_SEQ_CST), 0u);
-    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_DIRECT_WAIT_TIMEOUTS), 0u);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_DIRECT_WAIT_STALLS), 1u) << "a second of waiting, counted";
+    // a holder that died mid-copy and did not come back (the bridge cleared its UP bit): cleared
+    set_busy0(live->node[0]);
+    live->node[0] = 7ull << 1;
+    {
+        std::atomic<bool> d{false};
+        change(d).join();
+    }
+    EXPECT_EQ(busy0(), 0u);
+    // one that reconnected (generation 8): cleared too
+    set_busy0(live->node[0] | RKF_LIVE_UP);
+    live->node[0] = (8ull << 1) | RKF_LIVE_UP;
+    {
+        std::atomic<bool> d{false};
+        change(d).join();
+    }
+    EXPECT_EQ(busy0(), 0u);
+    // while the owner's view of the table is not valid (its link down), nothing is cleared
+    set_busy0((7ull << 1) | RKF_LIVE_UP);
+    __atomic_store_n(&live->magic, 0u, __ATOMIC_SEQ_CST);
+    {
+        std::atomic<bool> d{false};
+        std::thread t = change(d);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        EXPECT_FALSE(d.load());
+        __atomic_store_n(&live->magic, RKF_LIVE_MAGIC,
+                         __ATOMIC_SEQ_CST); // back: node 0 is generation 8 now: cleared
+        t.join();
+    }
+    EXPECT_EQ(busy0(), 0u);
+    // a requester whose own word is not up (its link is down) does not WRITE directly
+    live->node[0] = 8ull << 1;
+    const uint64_t before = p.a.counter(RNIC_CNT_INDEX_DIRECT_WRITES);
+    const uint32_t k2 = p.b.mr(p.pdb, p.bufb, 4096);
+    p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 2, p.bufa, 64, p.keya, p.bufb, k2));
+    auto e = p.wait_a(1);
+    ASSERT_EQ(e.size(), 1u);
+    EXPECT_EQ(e[0].status, RNIC_WC_SUCCESS);
+    EXPECT_EQ(std::memcmp(p.b.mem(p.bufb), p.a.mem(p.bufa), 64), 0);
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_DIRECT_WRITES), before);
 }
 
 TEST(RnicDirect, ThroughTheRespondersPageListMr)
@@ -2894,6 +2940,20 @@ TEST(RnicDirect, WhatTheDirectPathRefusesGetsTheWiresAnswer)
         DirectPair d(RNIC_ACCESS_REMOTE_WRITE);
         EXPECT_EQ(d.read(0, 64).status, RNIC_WC_REM_INV_REQ_ERR);
         EXPECT_EQ(d.direct_reads(), 0u);
+    }
+    {
+        SCOPED_TRACE("the responder QP is still in RTR (its first packet raises COMM_EST)");
+        DirectWorld w;
+        Pair p(1024, 10, 7, RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, RNIC_QPS_RTR, w.config(0),
+               w.config(1));
+        w.ram[0] = p.a.host.ram.data();
+        w.ram[1] = p.b.host.ram.data();
+        p.a.post_send(p.qa, wqe(RNIC_WR_READ, 1, p.bufa, 64, p.keya, p.bufb, p.keyb));
+        auto e = p.wait_a(1);
+        ASSERT_EQ(e.size(), 1u);
+        EXPECT_EQ(e[0].status, RNIC_WC_SUCCESS);
+        EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_DIRECT_READS), 0u);
+        EXPECT_GT(w.runs, 0u);
     }
     {
         SCOPED_TRACE("the responder QP is in the error state");

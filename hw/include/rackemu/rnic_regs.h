@@ -498,8 +498,8 @@ struct rnic_eqe {
  * between two equal even reads of seq, or sends the request on the wire. A WRITE also holds
  * busy[its node] (its liveness word, non-zero) from before its first read of seq until its
  * copy is done, and the owner, after making seq odd, waits until no peer holds it (or the
- * holder is not that incarnation any more): so no direct WRITE lands in memory an MR no longer
- * covers. An MR whose page list does not fit `pages` is published without it (npages 0, not
+ * holder is not that live incarnation any more): so no direct WRITE lands in memory an MR no
+ * longer covers. An MR whose page list does not fit `pages` is published without it (npages 0, not
  * phys): its READs and WRITEs take the wire. */
 #define RNIC_PUB_MAGIC     0x42504e52u /* "RNPB" */
 #define RNIC_PUB_F_SERVING (1u << 0)   /* CTRL.ENABLE set and the VM running: direct accesses allowed */
@@ -533,7 +533,7 @@ struct rnic_pub {
     rk_u64 served_read_bytes;
     rk_u64 served_writes; /* WRITEs likewise */
     rk_u64 served_write_bytes;
-    rk_u64 busy[RNIC_PUB_NODES]; /* a peer's direct WRITE in progress: its liveness word, else 0 */
+    rk_u64 busy[RNIC_PUB_NODES]; /* a peer's direct WRITE in progress: its liveness word (UP set), else 0 */
     struct rnic_pub_qp qp[RNIC_MAX_QP];
     struct rnic_pub_mr mr[RNIC_MAX_MR];
     /* then, up to the end of the area, rk_u64 pages[]: the published MRs' page lists (guest
@@ -615,7 +615,7 @@ struct rnic_pub {
     X(DIRECT_WRITE_BYTES, direct_write_bytes, "bytes those WRITEs wrote") \
     X(SERVED_DIRECT_READS, served_direct_reads, "READs of this node's memory that peers completed directly (read from its published table)") \
     X(SERVED_DIRECT_WRITES, served_direct_writes, "WRITEs into this node's memory that peers completed directly") \
-    X(DIRECT_WAIT_TIMEOUTS, direct_wait_timeouts, "table changes that gave up waiting (1 s) for a live peer's direct WRITE to finish") \
+    X(DIRECT_WAIT_STALLS, direct_wait_stalls, "seconds a table change waited for a live peer's direct WRITE in progress (its QEMU stopped or descheduled)") \
     RNIC_AMU_COUNTERS(X)
 
 /* The atomic unit's (target side of every atomic: docs/atomic-unit.md "Counters"); AMU_OPS..
