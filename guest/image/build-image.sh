@@ -60,13 +60,13 @@ done
 for b in "$g/bin"/*; do [ -f "$b" ] && install -m 0755 "$b" "$root/bin/"; done
 # the remoteFork example target (docs/gsas.md): gsas run under this name acts as `gsas child`
 [ -f "$root/bin/gsas" ] && ln -sf gsas "$root/bin/gsas-child"
-# root, and an unprivileged user for tests and careful use (`su u -c CMD`; docs/trust-model.md);
-# init makes /home/u theirs
-printf 'root:x:0:0:root:/root:/bin/sh\nu:x:1000:1000:unprivileged user:/home/u:/bin/sh\n' > "$root/etc/passwd"
-printf 'root:x:0:\nu:x:1000:\n' > "$root/etc/group"
-printf 'root::0:0:99999:7:::\nu:!:0:0:99999:7:::\n' > "$root/etc/shadow"
+# root, and two unprivileged users for tests and careful use (`su u -c CMD`, `su v -c CMD`;
+# docs/trust-model.md); init makes /home/u and /home/v theirs
+printf 'root:x:0:0:root:/root:/bin/sh\nu:x:1000:1000:unprivileged user:/home/u:/bin/sh\nv:x:1001:1001:second unprivileged user:/home/v:/bin/sh\n' > "$root/etc/passwd"
+printf 'root:x:0:\nu:x:1000:\nv:x:1001:\n' > "$root/etc/group"
+printf 'root::0:0:99999:7:::\nu:!:0:0:99999:7:::\nv:!:0:0:99999:7:::\n' > "$root/etc/shadow"
 chmod 0600 "$root/etc/shadow"
-mkdir -p "$root/home/u"
+mkdir -p "$root/home/u" "$root/home/v"
 (cd "$root" && find . | LC_ALL=C sort | cpio --quiet -o -H newc --owner=0:0 > "$out.tmp")
 mv "$out.tmp" "$out"
 rm -f "$g/initramfs.cpio.gz" "$g/initramfs.cpio.gz.key" # the compressed image of older checkouts
