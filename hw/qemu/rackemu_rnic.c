@@ -33,7 +33,6 @@
 #include "hw/pci/pci.h"
 #include "hw/pci/pcie.h"
 #include "hw/pci/msix.h"
-#include "hw/boards.h"
 #include "hw/core/cpu.h"
 #include "exec/exec-all.h" /* CF_PARALLEL */
 #include "sysemu/tcg.h"
@@ -607,13 +606,12 @@ static int rackemu_rnic_pre_load(void *opaque)
 
 /*
  * Before the records are allocated: a hostile count must not allocate gigabytes. Page-list
- * entries: at most what the device can hold, and at most 16 entries per page of guest RAM (more
- * would be registrations covering all of RAM 16 times over: refused, docs/rnic.md "Migration").
+ * entries: at most what the device holds (RNIC_MR_TOTAL_PAGES, which REG_MR enforces too, so
+ * every state that saves restores; docs/rnic.md "Migration").
  */
 static bool rackemu_rnic_counts_valid(void *opaque, int version_id)
 {
     RackemuRnicState *s = opaque;
-    uint64_t ram_pages = current_machine ? current_machine->ram_size >> 12 : 0;
 
     return s->mig_n_mr >= 0 && s->mig_n_mr <= (int32_t)RNIC_MAX_MR && s->mig_n_cq >= 0 &&
            s->mig_n_cq <= (int32_t)RNIC_MAX_CQ && s->mig_n_qp >= 0 && s->mig_n_qp <= (int32_t)RNIC_MAX_QP &&
@@ -621,7 +619,7 @@ static bool rackemu_rnic_counts_valid(void *opaque, int version_id)
            s->mig_n_sqe >= 0 && s->mig_n_sqe <= s->mig_n_wr && s->mig_n_res >= 0 &&
            s->mig_n_res <= (int32_t)(RNIC_MAX_QP * 64) &&
            (uint64_t)s->mig_n_pages <= (uint64_t)s->mig_n_mr * RNIC_MR_MAX_PAGES &&
-           (uint64_t)s->mig_n_pages <= 16 * ram_pages;
+           s->mig_n_pages <= RNIC_MR_TOTAL_PAGES;
 }
 
 static int rackemu_rnic_post_load(void *opaque, int version_id)

@@ -11,6 +11,9 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <random>
+
+#include <sys/random.h>
 
 namespace rackemu::rnic {
 
@@ -598,6 +601,17 @@ void Rnic::exec_command()
     if (!dma(addr, &c, sizeof(c), true)) cmd_status_ = RNIC_CMD_ST_BAD_ADDR;
 }
 
+// An MR key's low byte (rxe's choice): random, 1..255 (0 is never valid), never the index's
+// previous one, so that another user cannot guess a key from the index alone.
+uint8_t Rnic::next_key_tag(uint8_t prev)
+{
+    for (;;) {
+        uint8_t t = 0;
+        if (getrandom(&t, 1, 0) != 1) t = uint8_t(key_rng_() >> 24);
+        if (t != 0 && t != prev) return t;
+    }
+}
+
 uint16_t Rnic::cmd_reg_mr(struct rnic_cmd &c)
 {
     const struct rnic_cmd_mr &a = c.params.mr;
@@ -635,9 +649,19 @@ uint16_t Rnic::cmd_reg_mr(struct rnic_cmd &c)
             if (!probe_ram(pa, ps)) return RNIC_CMD_ST_BAD_ADDR;
         }
     }
+    // The page lists of all MRs together stay within RNIC_MR_TOTAL_PAGES (QEMU's heap, and what
+    // a restore accepts: docs/rnic.md "Migration").
+    uint64_t listed = m->pages.size();
+    for (const auto &o : mrs_)
+        listed += o ? o->pages.size() : 0;
+    if (listed > RNIC_MR_TOTAL_PAGES) {
+        guest_error("REG_MR: %zu more page-list entries would exceed the device's %u: refused", m->pages.size(),
+                    unsigned(RNIC_MR_TOTAL_PAGES));
+        return RNIC_CMD_ST_NO_RESOURCE;
+    }
     for (uint32_t i = 0; i < RNIC_MAX_MR; i++) {
         if (mrs_[i]) continue;
-        mr_tag_[i] = uint8_t(mr_tag_[i] % 255 + 1); // 1..255: key byte 0 is never valid
+        mr_tag_[i] = next_key_tag(mr_tag_[i]);
         mrs_[i] = std::move(m);
         pds_[pdi].users++;
         c.out0 = c.out1 = i << 8 | mr_tag_[i];

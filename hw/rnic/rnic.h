@@ -69,6 +69,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -364,6 +365,8 @@ private:
     std::vector<Pd> pds_;
     std::vector<std::unique_ptr<Mr>> mrs_;
     std::vector<uint8_t> mr_tag_;
+    std::mt19937 key_rng_{std::random_device{}()}; // when getrandom() fails
+    uint8_t next_key_tag(uint8_t prev);
     std::vector<std::unique_ptr<Cq>> cqs_;
     std::vector<std::unique_ptr<Qp>> qps_;
     uint64_t next_seq_ = 1;

@@ -38,7 +38,8 @@ enum : int { kDirectNo = 0, kDirectDone = 1 };
 // memory's SIGBUS guard, which may jump out of it; the busy word is cleared by the caller then).
 struct DirectOp {
     uint32_t self_node, peer_node;
-    uint32_t self_ip; // the responder QP must take requests from this address
+    uint32_t self_ip;  // this node's fabric address: the responder QP's peer must be it
+    uint32_t self_qpn; // the requester QP: the responder QP's connected peer must be it
     uint16_t pkey;
     uint32_t dqpn, rkey;
     uint64_t va, len;
@@ -88,6 +89,7 @@ int direct_fn_held(DirectOp &d, const rk_rmem_view *v, rnic_pub *pub)
         if (seq & 1) continue; // the owner is changing it: look again
         const uint32_t flags = ld(&pub->flags);
         const uint32_t q_pdn = ld(&qe.pdn), q_access = ld(&qe.access), q_src = ld(&qe.src_ip);
+        const uint32_t q_peer = ld(&qe.dest_qpn);
         const uint8_t q_state = ld(&qe.state);
         const uint16_t q_pkey = ld(&qe.pkey);
         const uint64_t iova = ld(&me.iova), length = ld(&me.length);
@@ -98,9 +100,12 @@ int direct_fn_held(DirectOp &d, const rk_rmem_view *v, rnic_pub *pub)
         if (__atomic_load_n(&pub->seq, __ATOMIC_RELAXED) != seq) continue;
         // the responder's checks (rc.cc: state, source, P_Key, the QP's access; rnic.cc
         // remote_mr: key, PD, access, bounds); a request they refuse goes on the wire, which NAKs
-        // it. A responder still in RTR takes the wire too: its first packet raises COMM_EST.
+        // it. Only the responder QP's connected peer (this node, the requester QP) may use it: on
+        // the wire another QP's request lacks the connection's PSN and gets nothing (a READ's
+        // response goes to the peer QP). A responder still in RTR takes the wire too: its first
+        // packet raises COMM_EST.
         if (!(flags & RNIC_PUB_F_SERVING) || q_pdn == 0 || q_state != RNIC_QPS_RTS || q_src != d.self_ip ||
-            q_pkey != d.pkey || !(q_access & need) || key != d.rkey || m_pdn != q_pdn || !(m_access & need) ||
+            q_peer != d.self_qpn || q_pkey != d.pkey || !(q_access & need) || key != d.rkey || m_pdn != q_pdn || !(m_access & need) ||
             d.va < iova || d.va + d.len < d.va || d.va + d.len > iova + length)
             return kDirectNo;
         if (!phys && (npages == 0 || first > page_cap || npages > page_cap - first ||
@@ -149,14 +154,6 @@ int direct_fn_held(DirectOp &d, const rk_rmem_view *v, rnic_pub *pub)
     return kDirectNo;
 }
 
-// The fabric's node of a peer MAC (rkf_eth_node_mac: 02:52:4b:00:00:<id>), or UINT32_MAX.
-uint32_t node_of_mac(const uint8_t mac[6])
-{
-    static const uint8_t prefix[5] = {0x02, 0x52, 0x4b, 0x00, 0x00};
-    if (std::memcmp(mac, prefix, 5) != 0 || mac[5] >= RKF_MAX_NODES) return UINT32_MAX;
-    return mac[5];
-}
-
 } // namespace
 
 // ---- requester ----
@@ -171,8 +168,10 @@ bool Rnic::direct_op(Qp &q, uint64_t seq, const SendWr &wr)
         q.wrs.size() != 1 || rc_->outstanding(q.qpn) != 0 || rc_->qp_state(q.qpn) != QpState::Rts ||
         tx_blocked_ || (!write && !at->max_rd_atomic))
         return false;
-    const uint32_t self = cfg_.direct.node, peer = node_of_mac(at->path.dst_mac);
-    if (peer == UINT32_MAX || peer == self || self >= RKF_MAX_NODES) return false;
+    const uint32_t self = cfg_.direct.node;
+    const int peer_or_none = rkf_eth_mac_node(at->path.dst_mac);
+    const uint32_t peer = uint32_t(peer_or_none);
+    if (peer_or_none < 0 || peer == self || self >= RKF_MAX_NODES) return false;
     // A WRITE's busy word is this node's liveness word (generation, UP): the owner clears a word
     // that is no longer its holder's live word. No liveness (link down): no direct WRITE.
     uint64_t holder = 1;
@@ -193,8 +192,8 @@ bool Rnic::direct_op(Qp &q, uint64_t seq, const SendWr &wr)
         ctr_.local_prot_errors = prot_errors;
         return false;
     }
-    DirectOp d{self,         peer,      at->path.src_ip,    at->pkey, at->dest_qpn, wr.rkey,
-               wr.remote_va, wr.length, direct_buf_.data(), write,    holder};
+    DirectOp d{self,    peer,         rkf_eth_node_ipv4(self), q.qpn, at->pkey, at->dest_qpn, wr.rkey,
+               wr.remote_va, wr.length, direct_buf_.data(), write, holder};
     int done = kDirectNo;
     const int st = cfg_.direct.run(peer, direct_fn, &d, &done);
     if (st != RK_RMEM_OK || done != kDirectDone) return false; // the wire: the same WR, untouched
@@ -285,6 +284,7 @@ void Rnic::publish()
             e.access = at->access;
             e.src_ip = at->path.dst_ip;
             e.pkey = at->pkey;
+            e.dest_qpn = at->dest_qpn;
         }
         std::memcpy(&pub_->qp[i], &e, sizeof e);
     }

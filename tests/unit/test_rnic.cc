@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <memory>
 #include <random>
+#include <set>
 #include <thread>
 #include <atomic>
 #include <mutex>
@@ -235,7 +236,8 @@ struct Node {
     // RESET -> INIT -> RTR -> RTS toward (peer_node, peer_qpn).
     void connect(const Qp &q, unsigned peer_node, uint32_t peer_qpn, uint16_t mtu = 1024,
                  uint8_t timeout = 10, uint8_t retry = 7,
-                 uint32_t access = RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, uint8_t upto = RNIC_QPS_RTS)
+                 uint32_t access = RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, uint8_t upto = RNIC_QPS_RTS,
+                 uint32_t psn = 0xfffff0) // both directions' first PSN (close to the wrap)
     {
         struct rnic_cmd_modify_qp m = {};
         m.attr_mask = RNIC_QP_ATTR_STATE | RNIC_QP_ATTR_ACCESS_FLAGS;
@@ -248,7 +250,7 @@ struct Node {
         m.state = RNIC_QPS_RTR;
         m.path_mtu = mtu;
         m.dest_qpn = peer_qpn;
-        m.rq_psn = 0xfffff0; // close to the wrap
+        m.rq_psn = psn;
         m.max_dest_rd_atomic = 16;
         m.min_rnr_timer = 1;
         m.dest_node = peer_node;
@@ -257,7 +259,7 @@ struct Node {
         m.attr_mask = RNIC_QP_ATTR_STATE | RNIC_QP_ATTR_SQ_PSN | RNIC_QP_ATTR_TIMEOUT |
                       RNIC_QP_ATTR_RETRY_CNT | RNIC_QP_ATTR_RNR_RETRY | RNIC_QP_ATTR_MAX_QP_RD_ATOMIC;
         m.state = RNIC_QPS_RTS;
-        m.sq_psn = 0xfffff0;
+        m.sq_psn = psn;
         m.timeout = timeout;
         m.retry_cnt = retry;
         m.rnr_retry = 7;
@@ -614,6 +616,35 @@ TEST(Rnic, TablesFillUpAndRefuse)
     struct rnic_cmd c = {};
     c.opcode = RNIC_CMD_CREATE_PD;
     EXPECT_EQ(n.cmd(c), RNIC_CMD_ST_NO_RESOURCE);
+}
+
+// An MR key is index << 8 | a key byte; the byte is random (as rxe's), so that a user who knows
+// or guesses the index (the first MR of a node is index 0) does not know the key.
+TEST(Rnic, MrKeysCarryAnUnpredictableKeyByte)
+{
+    Link l;
+    Node n(0, l);
+    const uint32_t pd = n.create_pd();
+    const uint64_t buf = n.alloc(4096);
+    std::set<uint32_t> tags;
+    unsigned successors = 0;
+    uint32_t prev = 0;
+    for (int i = 0; i < 32; i++) {
+        const uint32_t key = n.mr(pd, buf, 4096);
+        ASSERT_EQ(RNIC_KEY_INDEX(key), 0u);
+        const uint32_t tag = RNIC_KEY_TAG(key);
+        EXPECT_NE(tag, 0u);
+        EXPECT_NE(tag, prev) << "a key byte repeated at once at the same index";
+        successors += tag == ((prev + 1) & 0xff);
+        tags.insert(tag);
+        prev = tag;
+        struct rnic_cmd c = {};
+        c.opcode = RNIC_CMD_DEREG_MR;
+        c.handle = key;
+        ASSERT_EQ(n.cmd(c), RNIC_CMD_ST_OK);
+    }
+    EXPECT_LT(successors, 8u) << "the key bytes count up";
+    EXPECT_GT(tags.size(), 16u);
 }
 
 // ---- every operation at the boundary sizes ----
@@ -2222,6 +2253,54 @@ struct MidTransfer : Pair {
     }
 };
 
+// The page lists of all MRs together are bounded per device (RNIC_MR_TOTAL_PAGES), and a device
+// filled to that bound saves and loads (the restore takes what REG_MR allowed).
+TEST(RnicMigration, PageListsAreBoundedPerDeviceAndEveryStateThatSavesLoads)
+{
+    Link l;
+    Node n(0, l);
+    const uint32_t pd = n.create_pd();
+    const uint64_t page = n.alloc(4096);
+    const uint64_t list = n.alloc(uint64_t(RNIC_MR_MAX_PAGES) * 8);
+    for (uint64_t k = 0; k < RNIC_MR_MAX_PAGES; k++)
+        std::memcpy(n.mem(list + 8 * k), &page, 8);
+    auto reg = [&](uint32_t *key) {
+        struct rnic_cmd c = {};
+        c.opcode = RNIC_CMD_REG_MR;
+        c.handle = pd;
+        c.params.mr = {0, uint64_t(RNIC_MR_MAX_PAGES) << 12, list, RNIC_MR_MAX_PAGES, RNIC_ACCESS_ALL, 12, 0, 0, 0};
+        const uint16_t st = n.cmd(c);
+        if (key) *key = c.out0;
+        return st;
+    };
+    constexpr unsigned kFit = RNIC_MR_TOTAL_PAGES / RNIC_MR_MAX_PAGES;
+    uint32_t first = 0;
+    for (unsigned i = 0; i < kFit; i++)
+        ASSERT_EQ(reg(i ? nullptr : &first), RNIC_CMD_ST_OK) << i;
+    const uint64_t errors = n.counter(RNIC_CNT_INDEX_COMMAND_ERRORS);
+    EXPECT_EQ(reg(nullptr), RNIC_CMD_ST_NO_RESOURCE);
+    EXPECT_EQ(n.counter(RNIC_CNT_INDEX_COMMAND_ERRORS), errors + 1);
+    const RnicSnapshot s = n.nic->save();
+    EXPECT_EQ(s.st.n_pages, RNIC_MR_TOTAL_PAGES);
+    migrate(n, l, s);
+    EXPECT_TRUE(same_state(n.nic->save(), s));
+    // one entry more than the device holds is refused on load
+    RnicSnapshot over = s;
+    over.mr.back().npages++;
+    over.mr.back().length += 4096;
+    over.pages.push_back(page);
+    over.st.n_pages++;
+    std::string why;
+    EXPECT_FALSE(n.nic->load(over, &why));
+    EXPECT_NE(why.find("page-list entries"), std::string::npos) << why;
+    // a deregistration makes room again
+    struct rnic_cmd c = {};
+    c.opcode = RNIC_CMD_DEREG_MR;
+    c.handle = first;
+    ASSERT_EQ(n.cmd(c), RNIC_CMD_ST_OK);
+    EXPECT_EQ(reg(nullptr), RNIC_CMD_ST_OK);
+}
+
 TEST(RnicMigration, SaveLoadSaveGivesTheSameState)
 {
     MidTransfer p;
@@ -2884,6 +2963,41 @@ TEST(RnicDirect, PageListReadsMatchTheWire)
     auto f = p.wait_a(1);
     ASSERT_EQ(f.size(), 1u);
     EXPECT_EQ(f[0].status, RNIC_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(d.direct_reads(), 1u);
+}
+
+// Only the responder QP's connected peer may use it directly: another QP of the requester's node
+// (another user's, aimed at the victim's QP and MR) takes the wire, where it lacks the
+// connection's PSN and gets nothing; on the direct path it read and wrote the victim's memory.
+TEST(RnicDirect, OnlyTheResponderQpsConnectedPeerIsServed)
+{
+    DirectPair d;
+    Pair &p = d.p;
+    // the intruder: a QP of its own on node 0, pointed at b's QP, with its own first PSN
+    auto intruder = [&](uint32_t psn) {
+        Node::Qp q = p.a.create_qp(p.pda, p.cqa, p.cqa);
+        p.a.connect(q, 1, p.qb.qpn, 1024, 1, 1, RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, RNIC_QPS_RTS, psn);
+        return q;
+    };
+    Node::Qp x = intruder(0x123456);
+    std::memset(p.a.mem(p.bufa), 0, 4096);
+    p.a.post_send(x, wqe(RNIC_WR_READ, 1, p.bufa, 4096, p.keya, p.bufb, p.keyb));
+    auto e = p.wait_a(1);
+    ASSERT_EQ(e.size(), 1u);
+    EXPECT_NE(e[0].status, RNIC_WC_SUCCESS);
+    std::vector<uint8_t> zero(4096, 0);
+    EXPECT_EQ(std::memcmp(p.a.mem(p.bufa), zero.data(), 4096), 0) << "the victim's bytes reached the intruder";
+    Node::Qp y = intruder(0x654321);
+    std::vector<uint8_t> before(p.b.mem(p.bufb), p.b.mem(p.bufb) + 4096);
+    fill(p.a.mem(p.bufa), 4096, 77);
+    p.a.post_send(y, wqe(RNIC_WR_WRITE, 2, p.bufa, 4096, p.keya, p.bufb, p.keyb));
+    p.wait_a(1);
+    EXPECT_EQ(std::memcmp(p.b.mem(p.bufb), before.data(), 4096), 0) << "the intruder wrote the victim's memory";
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_DIRECT_READS), 0u);
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_DIRECT_WRITES), 0u);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_SERVED_DIRECT_READS), 0u);
+    // the connected peer still is served directly
+    EXPECT_EQ(d.read(0, 64).status, RNIC_WC_SUCCESS);
     EXPECT_EQ(d.direct_reads(), 1u);
 }
 

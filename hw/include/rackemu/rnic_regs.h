@@ -72,6 +72,7 @@
 #define RNIC_MR_PAGE_SHIFT_MIN 12u      /* MR page sizes 4 KiB .. 1 GiB */
 #define RNIC_MR_PAGE_SHIFT_MAX 30u
 #define RNIC_MR_MAX_PAGES      0x40000u /* 262144 entries per page list (1 GiB of 4 KiB pages) */
+#define RNIC_MR_TOTAL_PAGES    0x100000u /* page-list entries of all MRs together (REG_MR: NO_RESOURCE) */
 #define RNIC_MSIX_VECTORS      8u       /* vector 0: async events; CQs choose any vector 0..7 */
 
 /* ---- BAR0 layout ---- */
@@ -512,7 +513,7 @@ struct rnic_pub_qp {
     rk_u32 src_ip; /* the only source its responder takes requests from (the path's peer), host order */
     rk_u16 pkey;
     rk_u16 reserved2;
-    rk_u32 reserved3;
+    rk_u32 dest_qpn; /* the connected peer QP: the only requester QP its responder serves */
 };
 struct rnic_pub_mr {
     rk_u64 iova, length;
