@@ -82,7 +82,18 @@ RcResult RcEngine::create_qp(uint32_t qpn)
 
 RcResult RcEngine::destroy_qp(uint32_t qpn)
 {
-    return qps_.erase(qpn) ? RcResult::Ok : RcResult::NoQp;
+    Qp *q = find(qpn);
+    if (!q) return RcResult::NoQp;
+    backlog_clear(*q);
+    qps_.erase(qpn);
+    return RcResult::Ok;
+}
+
+void RcEngine::backlog_clear(Qp &q)
+{
+    for (const auto &f : q.backlog)
+        backlog_bytes_ -= f.size();
+    q.backlog.clear();
 }
 
 QpState RcEngine::qp_state(uint32_t qpn) const
@@ -110,6 +121,7 @@ RcResult RcEngine::modify_qp(uint32_t qpn, QpState to, const QpAttr &a)
     const QpState from = q->state;
     if (to == QpState::Reset) {
         const uint32_t n = q->qpn;
+        backlog_clear(*q);
         *q = Qp{};
         q->qpn = n;
         return RcResult::Ok;
@@ -367,6 +379,7 @@ void RcEngine::resume_tx()
         while (!q.rd_out.active && !q.backlog.empty() && env_.tx_ready()) {
             const std::vector<uint8_t> f = std::move(q.backlog.front());
             q.backlog.pop_front();
+            backlog_bytes_ -= f.size();
             receive_frame(f.data(), f.size(), true);
         }
         if (q.rd_out.active || !q.backlog.empty()) q.tx_stalled = true;
@@ -670,7 +683,7 @@ void RcEngine::to_error(Qp &q, WcStatus front_status, RcEvent ev, WcStatus why, 
     q.in_msg = 0;
     q.wqe_held = false;
     q.rd_out.active = false;
-    q.backlog.clear();
+    backlog_clear(q);
     env_.flush_recv(q.qpn);
     if (entered && ev != RcEvent::None) env_.qp_event(q.qpn, ev, why, syndrome);
 }
@@ -1039,7 +1052,8 @@ void RcEngine::execute(Qp &q, const Packet &p)
 }
 
 // An opcode this RNIC does not implement, in an otherwise intact frame for one of our QPs at the
-// expected PSN: NAK invalid request (class C), as IBA requires of an unsupported opcode.
+// expected PSN: NAK invalid request (class C), as IBA requires of an unsupported opcode. The frame
+// is counted once: rx_unknown_qp, rx_bad_state, rx_icrc_errors, or else rx_malformed.
 void RcEngine::answer_unsupported(const uint8_t *frame, size_t len, const Packet &p)
 {
     Qp *q = find(p.bth.dqpn);
@@ -1049,8 +1063,11 @@ void RcEngine::answer_unsupported(const uint8_t *frame, size_t len, const Packet
         return;
     }
     const size_t ip_len = roce_get16(frame + ROCE_ETH_LEN + 2);
-    if (ROCE_ETH_LEN + ip_len > len || ip_len < ROCE_IPV4_LEN + ROCE_UDP_LEN + ROCE_BTH_LEN + ROCE_ICRC_LEN)
+    if (ROCE_ETH_LEN + ip_len > len ||
+        ip_len < ROCE_IPV4_LEN + ROCE_UDP_LEN + ROCE_BTH_LEN + ROCE_ICRC_LEN) {
+        ctr_.rx_malformed++;
         return;
+    }
     const uint8_t *ic = frame + ROCE_ETH_LEN + ip_len - ROCE_ICRC_LEN;
     const uint32_t want =
         uint32_t(ic[0]) | uint32_t(ic[1]) << 8 | uint32_t(ic[2]) << 16 | uint32_t(ic[3]) << 24;
@@ -1058,6 +1075,7 @@ void RcEngine::answer_unsupported(const uint8_t *frame, size_t len, const Packet
         ctr_.rx_icrc_errors++;
         return;
     }
+    ctr_.rx_malformed++;
     if (p.l3.src_ip != q->attr.path.dst_ip || p.bth.psn != q->epsn) return;
     Packet b = p;
     b.info = 0;
@@ -1072,16 +1090,16 @@ void RcEngine::receive(const uint8_t *frame, size_t len)
 
 // Requests wait while this QP's READ responses are paused (and behind those already waiting):
 // the responder answers in PSN order. A conforming requester has at most max_inflight_psn
-// packets outstanding; beyond RC_MAX_BACKLOG the request is dropped (rx_backlog_drops) and
-// resent by the requester's go-back-N.
+// packets outstanding; beyond RC_MAX_BACKLOG, or beyond RcConfig::max_backlog_bytes in all QPs'
+// backlogs together, the request is dropped (rx_backlog_drops) and resent by the requester's
+// go-back-N.
 
 void RcEngine::receive_frame(const uint8_t *frame, size_t len, bool from_backlog)
 {
     Packet p;
     const WireError e = parse_frame(frame, len, p, true, cfg_.xatomic);
     if (e == WireError::OpcodeUnknown || e == WireError::OpcodeReserved) {
-        ctr_.rx_malformed++;
-        answer_unsupported(frame, len, p);
+        answer_unsupported(frame, len, p); // counts the frame once, in the counter of its fate
         return;
     }
     if (e == WireError::Icrc) {
@@ -1115,11 +1133,12 @@ void RcEngine::receive_frame(const uint8_t *frame, size_t len, bool from_backlog
         return;
     }
     if (q->rd_out.active || (!from_backlog && !q->backlog.empty())) {
-        if (q->backlog.size() >= RC_MAX_BACKLOG) {
+        if (q->backlog.size() >= RC_MAX_BACKLOG || len > cfg_.max_backlog_bytes - backlog_bytes_) {
             ctr_.rx_backlog_drops++;
             return;
         }
         q->backlog.emplace_back(frame, frame + len);
+        backlog_bytes_ += len;
         q->tx_stalled = true;
         return;
     }

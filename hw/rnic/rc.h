@@ -243,6 +243,8 @@ struct RcConfig {
     uint32_t sq_depth = 4096;         // send WRs posted and not completed, per QP
     uint32_t max_inflight_psn = 4096; // PSNs assigned and not acknowledged, per QP (< 2^23)
     uint32_t ack_req_every = 16;      // AckReq on at least every Nth request packet
+    uint64_t max_backlog_bytes = 64ull << 20; // request frames waiting in all QPs' backlogs together
+                                              // (beyond: dropped, rx_backlog_drops; resent by the peer)
     bool xatomic = false;             // the extended atomics (ROCE_OP_XATOMIC*): sent, executed
                                       // through RcEnv::xatomic_remote, answered; false: NAKed
                                       // as unsupported (an RNIC without the atomic unit)
@@ -280,6 +282,7 @@ public:
     void resume_tx();
 
     const RcCounters &counters() const { return ctr_; }
+    uint64_t backlog_bytes() const { return backlog_bytes_; }
     // Send WRs not yet completed (test and debug aid).
     size_t outstanding(uint32_t qpn) const;
 
@@ -308,11 +311,13 @@ private:
     void send_packet(Qp &q, Packet &p);
     void receive_frame(const uint8_t *frame, size_t len, bool from_backlog = false);
     void answer_unsupported(const uint8_t *frame, size_t len, const Packet &p);
+    void backlog_clear(Qp &q);
 
     RcEnv &env_;
     const RcConfig cfg_;
     std::map<uint32_t, std::unique_ptr<Qp>> qps_;
     RcCounters ctr_;
+    uint64_t backlog_bytes_ = 0; // of frames in every QP's backlog (cfg_.max_backlog_bytes)
     std::vector<uint8_t> frame_, data_;
     uint32_t resume_after_ = 0; // resume_tx() round robin
 };

@@ -902,13 +902,79 @@ TEST(Rc, BadFramesAreCountedAndDropped)
     f[ROCE_ETH_LEN + ROCE_IPV4_LEN + ROCE_UDP_LEN] = ROCE_OP_XATOMIC_REQ_FIRST;
     const uint32_t c = icrc(f.data() + ROCE_ETH_LEN, n - ROCE_ETH_LEN - 4);
     std::memcpy(&f[n - 4], &c, 4); // little-endian host
+    const RcCounters before = r.b.eng.counters();
     r.b.eng.receive(f.data(), n);
+    // counted once (it was counted as malformed and again as unknown QP or bad state)
+    const RcCounters after = r.b.eng.counters();
+    EXPECT_EQ(after.rx_malformed, before.rx_malformed + 1);
+    EXPECT_EQ(after.rx_unknown_qp, before.rx_unknown_qp);
+    EXPECT_EQ(after.rx_bad_state, before.rx_bad_state);
+    EXPECT_EQ(after.rx_icrc_errors, before.rx_icrc_errors);
+    // the same opcode for a QP that does not exist: rx_unknown_qp alone
+    f[ROCE_ETH_LEN + ROCE_IPV4_LEN + ROCE_UDP_LEN + 5] ^= 0x40; // BTH destination QP
+    const uint32_t c2 = icrc(f.data() + ROCE_ETH_LEN, n - ROCE_ETH_LEN - 4);
+    std::memcpy(&f[n - 4], &c2, 4);
+    r.b.eng.receive(f.data(), n);
+    const RcCounters stray = r.b.eng.counters();
+    EXPECT_EQ(stray.rx_unknown_qp, after.rx_unknown_qp + 1);
+    EXPECT_EQ(stray.rx_malformed, after.rx_malformed);
     ASSERT_EQ(r.wire.q.size(), 1u);
     Packet nak;
     ASSERT_EQ(parse_frame(r.wire.q.front().bytes.data(), r.wire.q.front().bytes.size(), nak), WireError::Ok);
     EXPECT_EQ(nak.aeth.syndrome, ROCE_AETH_NAK(ROCE_NAK_INVALID_REQ));
     EXPECT_EQ(nak.bth.psn, 100u);
     EXPECT_EQ(r.b.eng.qp_state(kQb), QpState::Error);
+}
+
+// The backlogs of all QPs together hold at most RcConfig::max_backlog_bytes (the engine's heap
+// is bounded per device, not only per QP): what does not fit is dropped, counted and resent, and
+// the bytes are given back as the backlog drains.
+TEST(Rc, RequestBacklogsAreBoundedInBytesPerDevice)
+{
+    RcConfig cfg;
+    cfg.max_backlog_bytes = 64 * 1024;
+    Rig r(256, 100, 5000, cfg);
+    constexpr uint64_t kDst = 0x200000, kLen = 256 * 1024;
+    r.b.mrs[0x300] = Mr{kDst, kLen, kAll};
+    fill(r.b.mem, 0x10000, 4096, 5);
+    fill(r.a.mem, kDst, kLen, 6);
+    r.a.eng.post_send(kQa, r.wr(WrOp::Read, 0x100000, 4096, 0x10000));
+    r.a.eng.post_send(kQa, r.wr(WrOp::Write, kDst, uint32_t(kLen), kDst, 0x300)); // 1024 packets
+    r.b.link_ready = false;
+    size_t frame = 0;
+    while (!r.wire.q.empty()) {
+        Wire::Frame f = std::move(r.wire.q.front());
+        r.wire.q.pop_front();
+        if (f.to) frame = std::max(frame, f.bytes.size());
+        (f.to ? r.b : r.a).eng.receive(f.bytes.data(), f.bytes.size());
+        EXPECT_LE(r.b.eng.backlog_bytes(), cfg.max_backlog_bytes);
+    }
+    // far below the per-QP frame limit (RC_MAX_BACKLOG), the byte bound dropped the rest
+    const uint64_t kept = 1024u - r.b.eng.counters().rx_backlog_drops;
+    EXPECT_GE(kept, cfg.max_backlog_bytes / frame);
+    EXPECT_LE(kept, cfg.max_backlog_bytes / (frame - 16)); // (only the first packet has a RETH)
+    EXPECT_GT(r.b.eng.backlog_bytes() + frame, cfg.max_backlog_bytes);
+    r.b.link_ready = true;
+    r.b.eng.resume_tx();
+    r.run();
+    auto c = r.a.take();
+    ASSERT_EQ(c.size(), 2u);
+    for (const Completion &x : c)
+        EXPECT_EQ(x.status, WcStatus::Success);
+    EXPECT_TRUE(same(r.b.mem, kDst, r.a.mem, kDst, kLen));
+    EXPECT_EQ(r.b.eng.backlog_bytes(), 0u);
+    // an error flushes a backlog and gives its bytes back too
+    r.a.eng.post_send(kQa, r.wr(WrOp::Read, 0x100000, 4096, 0x10000));
+    r.a.eng.post_send(kQa, r.wr(WrOp::Write, kDst, 4096, kDst, 0x300));
+    r.b.link_ready = false;
+    while (!r.wire.q.empty()) {
+        Wire::Frame f = std::move(r.wire.q.front());
+        r.wire.q.pop_front();
+        (f.to ? r.b : r.a).eng.receive(f.bytes.data(), f.bytes.size());
+    }
+    EXPECT_GT(r.b.eng.backlog_bytes(), 0u);
+    ASSERT_EQ(r.b.eng.modify_qp(kQb, QpState::Error, QpAttr{}), RcResult::Ok);
+    EXPECT_EQ(r.b.eng.backlog_bytes(), 0u);
 }
 
 TEST(Rc, QpStateTransitionsAreValidated)
