@@ -187,6 +187,38 @@ inline bool eth_is_rocev2(const unsigned char *f, size_t len)
     return eth_kind(f, len) == EthKind::RoceV2;
 }
 
+// Whether a frame that node `node`'s port sent carries that node's own addresses (docs/fabric.md,
+// "Source addresses"): the source MAC always; an IPv4 packet's source address; an ARP packet's
+// sender hardware and protocol addresses (0.0.0.0 for an address probe). One 802.1Q tag is
+// looked through. IPv6 source addresses are not checked (the RNIC takes RoCEv2 over IPv4 only).
+enum class EthSource { Ok, Mac, Ipv4, Arp };
+
+inline EthSource eth_source_check(unsigned node, const unsigned char *f, size_t len)
+{
+    uint8_t mac[6];
+    rkf_eth_node_mac(node, mac);
+    if (len < RKF_ETH_HDR_LEN || std::memcmp(f + 6, mac, 6) != 0) return EthSource::Mac;
+    size_t off = 12;
+    uint16_t type = uint16_t(f[off] << 8 | f[off + 1]);
+    if (type == 0x8100u && len >= 18) {
+        off += 4;
+        type = uint16_t(f[off] << 8 | f[off + 1]);
+    }
+    off += 2;
+    const uint32_t ip = rkf_eth_node_ipv4(node);
+    auto be32 = [&](size_t at) {
+        return uint32_t(f[at]) << 24 | uint32_t(f[at + 1]) << 16 | uint32_t(f[at + 2]) << 8 | f[at + 3];
+    };
+    if (type == RKF_ETHERTYPE_IPV4)
+        return len >= off + 20 && be32(off + 12) == ip ? EthSource::Ok : EthSource::Ipv4;
+    if (type == RKF_ETHERTYPE_ARP) {
+        if (len < off + 28) return EthSource::Arp;
+        const uint32_t spa = be32(off + 14);
+        return std::memcmp(f + off + 8, mac, 6) == 0 && (spa == ip || spa == 0) ? EthSource::Ok : EthSource::Arp;
+    }
+    return EthSource::Ok;
+}
+
 // Broadcast and multicast destinations have the group bit (bit 0 of the first byte) set.
 inline bool eth_is_group(const unsigned char *f)
 {

@@ -2,6 +2,7 @@
 // The rackemu fabric bridge; see bridge.h and docs/fabric.md.
 #include "bridge.h"
 
+#include <bit>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdarg>
@@ -996,6 +997,23 @@ void Bridge::eth_ingress_locked(unsigned src, const rkf_frame_hdr &h, const unsi
     const size_t len = as.size();
     s.c.eth_frames_in++;
     s.c.eth_bytes_in += len;
+    if (opt_.eth_source_check) {
+        const EthSource why = eth_source_check(src, f, len);
+        if (why != EthSource::Ok) {
+            s.c.eth_spoofed++;
+            s.c.drops++;
+            eth_spoofed_++;
+            if (std::has_single_bit(s.c.eth_spoofed)) // the 1st, 2nd, 4th, ...: a flood logs little
+                log("dropped an Ethernet frame from node %u with a %s that is not its own (%llu so far; "
+                    "docs/fabric.md \"Source addresses\")",
+                    src,
+                    why == EthSource::Mac    ? "source MAC"
+                    : why == EthSource::Ipv4 ? "source IPv4 address"
+                                             : "ARP sender address",
+                    (unsigned long long)s.c.eth_spoofed);
+            return;
+        }
+    }
     capture_.record(src, false, true, f, len);
     const int to = eth_is_group(f) ? -1 : rkf_eth_mac_node(f);
     if (to == int(src)) {
@@ -1262,7 +1280,7 @@ std::string Bridge::stats_json()
       << ",\"wakes_skipped\":" << wakes_skipped_ << ",\"lease_wakes\":" << lease_wakes_
       << ",\"eth_floods\":" << eth_floods_ << ",\"eth_bad_fragments\":" << eth_bad_fragments_
       << ",\"eth_hairpin\":" << eth_hairpin_ << ",\"eth_queue_drops\":" << eth_queue_drops_
-      << ",\"eth_no_port\":" << eth_no_port_ << ",\"fault_rules\":" << faults_.rules().size()
+      << ",\"eth_no_port\":" << eth_no_port_ << ",\"eth_spoofed\":" << eth_spoofed_ << ",\"fault_rules\":" << faults_.rules().size()
       << ",\"fault_held\":" << faults_.held() << ",\"fault_lost\":" << fault_lost_
       << ",\"capture\":" << capture_.status_json() << ",\"pairs_enabled\":" << (opt_.pairs ? "true" : "false")
       << ",\"pairs\":" << pairs_.size() << ",\"pairs_direct\":"
@@ -1302,7 +1320,7 @@ std::string Bridge::stats_json()
           << ",\"queued\":" << p.overflow.size() << ",\"outstanding\":" << p.c.outstanding
           << ",\"eth_frames_in\":" << p.c.eth_frames_in << ",\"eth_frames_out\":" << p.c.eth_frames_out
           << ",\"eth_bytes_in\":" << p.c.eth_bytes_in << ",\"eth_bytes_out\":" << p.c.eth_bytes_out
-          << ",\"eth_drops\":" << p.c.eth_drops << ",\"wakes_skipped\":" << p.c.wakes_skipped
+          << ",\"eth_drops\":" << p.c.eth_drops << ",\"eth_spoofed\":" << p.c.eth_spoofed << ",\"wakes_skipped\":" << p.c.wakes_skipped
           << ",\"lease_wakes\":" << p.c.lease_wakes << ",\"pair_rings\":" << (p.pair_cap ? "true" : "false")
           << ",\"pair_frames_out\":" << p.c.pair_frames_out + pair_out[i]
           << ",\"pair_wakes_skipped\":" << p.c.pair_wakes_skipped + skipped[i]

@@ -40,6 +40,7 @@ struct PortCounters {
     // Ethernet (RKF_SVC_ETH): whole frames and their bytes (frame only), and frames lost on the
     // way out of this port (its queue full, or it went away while a fault rule held the frame).
     uint64_t eth_frames_in = 0, eth_frames_out = 0, eth_bytes_in = 0, eth_bytes_out = 0, eth_drops = 0;
+    uint64_t eth_spoofed = 0; // frames refused: a source MAC, IPv4 or ARP address not this port's
     // "Poller present" (shm_ring.h): wake-ups of the node's sleeping port thread skipped because a
     // vCPU of the node held a poll lease, and wake-ups made later because a frame was still in the
     // ring when the lease lapsed (the poller had stopped).
@@ -70,6 +71,9 @@ public:
         // Direct node-to-node rings between nodes that announce RKF_CAP_PAIR (--no-pairs, or
         // RACKEMU_FABRIC_PAIRS=0 in the bridge's environment, turns them off).
         bool pairs = true;
+        // Ethernet frames must carry their port's own source MAC, and IPv4/ARP its own address
+        // (eth_source_check); others are dropped and counted in eth_spoofed (--no-source-check).
+        bool eth_source_check = true;
         unsigned pair_ack_timeout_us = 10000; // longest wait for a sender to see a switch
     };
 
@@ -182,9 +186,10 @@ private:
     uint64_t unsolicited_ = 0, over_cap_ = 0, conn_timeouts_ = 0, conn_evicted_ = 0;
     // Ethernet switch: frames flooded (broadcast, multicast, unknown unicast), partial frames
     // dropped, frames addressed to their own sender, frames lost to a full destination queue,
-    // frames that found no other port connected (flooded to nobody).
+    // frames that found no other port connected (flooded to nobody), frames whose source
+    // addresses were not their port's (eth_source_check).
     uint64_t eth_floods_ = 0, eth_bad_fragments_ = 0, eth_hairpin_ = 0, eth_queue_drops_ = 0,
-             eth_no_port_ = 0;
+             eth_no_port_ = 0, eth_spoofed_ = 0;
     // Fault rules (under mu_): copies lost because their destination went away while held.
     FaultEngine faults_;
     uint64_t fault_lost_ = 0;

@@ -24,7 +24,7 @@ void usage(FILE *f)
     fprintf(
         f,
         "usage: rackemu-bridge --run-dir DIR [--max-nodes N] [--max-outstanding N] [--fault RULE]...\n"
-        "                      [--fault-seed N] [--no-pairs] [--verbose]\n"
+        "                      [--fault-seed N] [--no-pairs] [--no-source-check] [--verbose]\n"
         "\n"
         "The rackemu fabric bridge: the rack switch that links the nodes of a cluster.\n"
         "Creates DIR/fabric.sock (nodes connect here: -M rackemu-node,fabric=DIR/fabric.sock)\n"
@@ -43,6 +43,9 @@ void usage(FILE *f)
         "  --fault-seed N   default seed of fault rules (rule i: N + i; default 1)\n"
         "  --no-pairs       no direct node-to-node rings: every frame goes through the bridge\n"
         "                   (also RACKEMU_FABRIC_PAIRS=0 in the environment; docs/fabric.md)\n"
+        "  --no-source-check  forward Ethernet frames whatever their source MAC and IPv4/ARP\n"
+        "                   addresses (by default a node's frames must carry its own: others are\n"
+        "                   dropped and counted as eth_spoofed; docs/fabric.md \"Source addresses\")\n"
         "  --help           this text\n",
         rackemu::fabric::FaultEngine::help());
 }
@@ -103,6 +106,8 @@ int main(int argc, char **argv)
             o.fault_seed = n;
         } else if (a == "--no-pairs") {
             o.pairs = false;
+        } else if (a == "--no-source-check") {
+            o.eth_source_check = false;
         } else if (a == "--verbose") {
             o.verbose = true;
         } else if (a == "--help" || a == "-h") {

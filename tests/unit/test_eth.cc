@@ -31,6 +31,11 @@ std::vector<uint8_t> udp_frame(unsigned dst, unsigned src, uint16_t dport)
     f[14] = 0x45;      // IPv4, IHL 5
     f[20] = f[21] = 0; // no fragment
     f[23] = 17;        // UDP
+    const uint32_t sip = rkf_eth_node_ipv4(src), dip = rkf_eth_node_ipv4(dst);
+    for (int i = 0; i < 4; i++) {
+        f[26 + i] = uint8_t(sip >> (24 - 8 * i));
+        f[30 + i] = uint8_t(dip >> (24 - 8 * i));
+    }
     f[34 + 2] = uint8_t(dport >> 8);
     f[34 + 3] = uint8_t(dport);
     return f;
@@ -131,6 +136,53 @@ TEST(Eth, BroadcastMulticastAndUnknownUnicastFloodToEveryOtherPort)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     EXPECT_EQ(s[0].count(), 0u) << "a frame is never sent back to its ingress port";
     EXPECT_EQ(stat_of(control(b.dir, "stats"), "eth_floods"), 4u);
+}
+
+// A node cannot claim another's addresses (docs/fabric.md "Source addresses"): a frame whose
+// source MAC, IPv4 source or ARP sender is not its port's is dropped and counted; a forged RoCEv2
+// frame from node 2 posing as node 0 never reaches node 1.
+TEST(Eth, FramesWithAnotherNodesSourceAddressesAreDroppedAndCounted)
+{
+    BridgeRig b;
+    RkFabricPort *n0 = b.port(0), *n1 = b.port(1), *n2 = b.port(2);
+    ASSERT_TRUE(n0 && n1 && n2);
+    EthSink net, roce;
+    rk_fabric_port_eth_attach(n1, RK_FABRIC_ETH_NET, EthSink::rx, &net);
+    rk_fabric_port_eth_attach(n1, RK_FABRIC_ETH_ROCE, EthSink::rx, &roce);
+    // node 2 sends node 0's RoCEv2 frame: its own MAC, node 0's IPv4; then node 0's MAC too
+    auto ip_forged = udp_frame(1, 0, 4791);
+    rkf_eth_node_mac(2, ip_forged.data() + 6);
+    auto mac_forged = udp_frame(1, 0, 4791);
+    // an ARP reply from node 2 claiming node 0's address (sender MAC node 2's, sender IP node 0's)
+    std::vector<uint8_t> arp = to_node(1, 2, 60, 1);
+    arp[12] = 0x08;
+    arp[13] = 0x06;
+    const uint8_t hdr[8] = {0, 1, 8, 0, 6, 4, 0, 2};
+    std::memcpy(arp.data() + 14, hdr, 8);
+    rkf_eth_node_mac(2, arp.data() + 22);
+    const uint32_t ip0 = rkf_eth_node_ipv4(0);
+    for (int i = 0; i < 4; i++)
+        arp[28 + i] = uint8_t(ip0 >> (24 - 8 * i));
+    for (const auto *f : {&ip_forged, &mac_forged, &arp})
+        ASSERT_EQ(rk_fabric_port_eth_send(n2, f->data(), f->size()), 0);
+    // then node 2's own frames, which pass (and show that the forged ones were not just slow)
+    auto own = udp_frame(1, 2, 4791);
+    auto own_arp = arp;
+    const uint32_t ip2 = rkf_eth_node_ipv4(2);
+    for (int i = 0; i < 4; i++)
+        own_arp[28 + i] = uint8_t(ip2 >> (24 - 8 * i));
+    ASSERT_EQ(rk_fabric_port_eth_send(n2, own.data(), own.size()), 0);
+    ASSERT_EQ(rk_fabric_port_eth_send(n2, own_arp.data(), own_arp.size()), 0);
+    ASSERT_TRUE(roce.wait_count(1));
+    ASSERT_TRUE(net.wait_count(1));
+    EXPECT_EQ(roce.frames[0].second, own);
+    EXPECT_EQ(net.frames[0].second, own_arp);
+    const std::string st = control(b.dir, "stats");
+    EXPECT_EQ(port_stat(st, 2, "eth_spoofed"), 3u);
+    EXPECT_EQ(stat_of(st, "eth_spoofed"), 3u);
+    EXPECT_EQ(port_stat(st, 0, "eth_spoofed"), 0u);
+    EXPECT_EQ(roce.frames.size(), 1u);
+    EXPECT_EQ(net.frames.size(), 1u);
 }
 
 TEST(Eth, RoceV2FramesGoToTheRoceReceiverAndEverythingElseToTheNetdev)
