@@ -1540,6 +1540,18 @@ int rk_fabric_port_eth_attach(RkFabricPort *p, enum rk_fabric_eth_rx_class cls, 
     return 0;
 }
 
+int rk_fabric_port_eth_attached(RkFabricPort *p, enum rk_fabric_eth_rx_class cls)
+{
+    if (unsigned(cls) >= RK_FABRIC_ETH_CLASSES) return 0;
+    std::lock_guard lk(p->svc_mu);
+    return p->eth_rx[cls].fn != nullptr;
+}
+
+int rk_fabric_eth_is_rocev2(const void *frame, size_t len)
+{
+    return eth_is_rocev2(static_cast<const unsigned char *>(frame), len);
+}
+
 int rk_fabric_port_eth_sendv(RkFabricPort *p, const struct iovec *iov, int iovcnt)
 {
     unsigned char buf[RKF_ETH_MAX_FRAME];

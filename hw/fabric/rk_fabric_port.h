@@ -164,6 +164,12 @@ typedef void (*rk_fabric_eth_rx_fn)(void *opaque, const uint8_t *frame, size_t l
  * Returns 0, or -EINVAL for an unknown class. */
 int rk_fabric_port_eth_attach(RkFabricPort *port, enum rk_fabric_eth_rx_class cls, rk_fabric_eth_rx_fn fn,
                               void *opaque);
+/* Whether a receiver of `cls` is attached now (1) or not (0). */
+int rk_fabric_port_eth_attached(RkFabricPort *port, enum rk_fabric_eth_rx_class cls);
+/* Whether `frame` (its first `len` bytes: the headers are enough) is RoCEv2 as the port classifies
+ * frames for RK_FABRIC_ETH_ROCE: IPv4 (first fragment) or IPv6 UDP to port 4791, one 802.1Q tag
+ * looked through. */
+int rk_fabric_eth_is_rocev2(const void *frame, size_t len);
 /* Send one Ethernet frame (RKF_ETH_MIN_FRAME .. RKF_ETH_MAX_FRAME bytes, destination MAC first,
  * no FCS), as `iovcnt` pieces that are concatenated (a QEMU netdev's receive_iov). Never blocks
  * (beyond the port's short transmit lock): returns 0 when the whole frame is queued to the

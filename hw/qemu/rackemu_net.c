@@ -29,6 +29,7 @@ enum {
     RN_TX_DEFERRED,     /* times the ring was full: the NIC's transmit paused, the frame retried */
     RN_TX_DROPPED_DOWN, /* frames from the NIC dropped because the link was down */
     RN_TX_DROPPED_BAD,  /* frames the port refused (shorter than 14 or longer than 9216 bytes) */
+    RN_TX_DROPPED_ROCE, /* RoCEv2 frames of the kernel's stack refused (stack-roce, docs/networking.md) */
     RN_RX_FRAMES,       /* frames from the bridge handed to the NIC */
     RN_RX_BYTES,        /* their bytes */
     RN_RX_DROPPED_FULL, /* frames dropped because the backend's queue was full (guest not reading) */
@@ -38,8 +39,8 @@ enum {
     RN_COUNT
 };
 static const char *const rackemu_net_counter_names[RN_COUNT] = {
-    "tx-frames",     "tx-bytes",        "tx-deferred",     "tx-dropped-down", "tx-dropped-bad", "rx-frames",
-    "rx-bytes",      "rx-dropped-full", "rx-dropped-nic",  "rx-queue-max",    "link-changes",
+    "tx-frames",       "tx-bytes",  "tx-deferred",     "tx-dropped-down", "tx-dropped-bad", "tx-dropped-roce",
+    "rx-frames",       "rx-bytes",  "rx-dropped-full", "rx-dropped-nic",  "rx-queue-max",   "link-changes",
 };
 
 typedef struct RackemuNetPkt {
@@ -58,6 +59,7 @@ struct RackemuNet {
     Object parent_obj;
     RkFabricPort *port;
     unsigned node_id;
+    OnOffAuto stack_roce; /* RoCEv2 from the kernel's stack: rackemu_net_tx_allowed() */
     NetClientState *nc; /* NULL once QEMU's net layer cleaned it up (exit) */
     DeviceState *nic;
 
@@ -182,11 +184,44 @@ static void rackemu_net_tx_retry(void *opaque)
     }
 }
 
+/*
+ * Whether the guest's kernel stack may send this frame: RoCEv2 (UDP to port 4791) only with
+ * stack-roce=on, or with auto (the default) on a node without an RNIC on the port (soft-RoCE).
+ * Otherwise any user's UDP socket could inject requests into a peer's RNIC (ReDMArk).
+ */
+static bool rackemu_net_tx_allowed(RackemuNet *n, const struct iovec *iov, int iovcnt)
+{
+    uint8_t hdr[128];
+    size_t got;
+
+    if (n->stack_roce == ON_OFF_AUTO_ON) {
+        return true;
+    }
+    got = iov_to_buf(iov, iovcnt, 0, hdr, sizeof(hdr));
+    if (!rk_fabric_eth_is_rocev2(hdr, got)) {
+        return true;
+    }
+    return n->stack_roce == ON_OFF_AUTO_AUTO && !rk_fabric_port_eth_attached(n->port, RK_FABRIC_ETH_ROCE);
+}
+
 static ssize_t rackemu_net_receive_iov(NetClientState *nc, const struct iovec *iov, int iovcnt)
 {
     RackemuNet *n = DO_UPCAST(RackemuNetClient, nc, nc)->owner;
     size_t len = iov_size(iov, iovcnt);
-    int rc = rk_fabric_port_eth_sendv(n->port, iov, iovcnt);
+    int rc;
+
+    if (!rackemu_net_tx_allowed(n, iov, iovcnt)) {
+        rackemu_net_count(n, RN_TX_DROPPED_ROCE, 1);
+        if (qatomic_read(&n->counters[RN_TX_DROPPED_ROCE]) == 1) {
+            qemu_log_mask(LOG_GUEST_ERROR,
+                          "rackemu-net: node %u: the guest's network stack sent RoCEv2 (UDP port 4791) on "
+                          "a node whose RNIC owns RoCE: dropped (counted in tx-dropped-roce; "
+                          "-M rackemu-node,stack-roce=on allows it)\n", n->node_id);
+        }
+        trace_rackemu_net_tx_drop(n->node_id, len, "RoCEv2 from the stack");
+        return len;
+    }
+    rc = rk_fabric_port_eth_sendv(n->port, iov, iovcnt);
 
     switch (rc) {
     case 0:
@@ -309,7 +344,7 @@ static BusState *rackemu_net_free_transport(void)
 }
 
 RackemuNet *rackemu_net_create(Object *parent, RkFabricPort *port, unsigned node_id, unsigned mtu,
-                               Error **errp)
+                               OnOffAuto stack_roce, Error **errp)
 {
     BusState *bus = rackemu_net_free_transport();
     RackemuNet *n;
@@ -329,6 +364,7 @@ RackemuNet *rackemu_net_create(Object *parent, RkFabricPort *port, unsigned node
     object_unref(OBJECT(n));
     n->port = port;
     n->node_id = node_id;
+    n->stack_roce = stack_roce;
     n->link_want = rk_fabric_port_is_up(port);
     n->nc = qemu_new_net_client(&rackemu_net_info, NULL, "rackemu-fabric", RACKEMU_NET_NAME);
     DO_UPCAST(RackemuNetClient, nc, n->nc)->owner = n;

@@ -29,6 +29,7 @@
 #define RACKEMU_NET_H
 
 #include "qom/object.h"
+#include "qapi/qapi-types-common.h" /* OnOffAuto */
 #include "rk_fabric_port.h"
 
 #define TYPE_RACKEMU_NET "rackemu-net"
@@ -45,10 +46,12 @@ OBJECT_DECLARE_SIMPLE_TYPE(RackemuNet, RACKEMU_NET)
  * transport with the highest base address (where a first -device virtio-* would go), with the
  * node's MAC and `mtu` as its advertised MTU (virtio-net host_mtu). `parent` owns the result
  * (child "rackemu-net"). Call it in the machine's init, after virt's init and before the port
- * starts. Returns NULL with `errp` set if no transport is free or the name is taken.
+ * starts. `stack_roce`: whether the guest's stack may send RoCEv2 (UDP port 4791) frames: on,
+ * off, or auto (only while no RNIC is attached to the port; docs/networking.md). Returns NULL
+ * with `errp` set if no transport is free or the name is taken.
  */
 RackemuNet *rackemu_net_create(Object *parent, RkFabricPort *port, unsigned node_id, unsigned mtu,
-                               Error **errp);
+                               OnOffAuto stack_roce, Error **errp);
 /* The port's link went up or down (any thread): the NIC's carrier follows, in the main loop. */
 void rackemu_net_link(RackemuNet *n, int up);
 

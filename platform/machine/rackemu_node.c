@@ -47,6 +47,7 @@ struct RackemuNodeState {
     uint32_t remote_timeout_ms;
     uint32_t rmc_segment_mb;
     bool net;         /* the virtio-net NIC on the fabric port (docs/networking.md) */
+    int stack_roce;   /* OnOffAuto: RoCEv2 from the guest's stack (rackemu_net_create) */
     uint32_t net_mtu; /* its advertised MTU */
     RackemuNet *netdev; /* NULL: no NIC (net=off, or no fabric); read by the link hook on any thread */
     RackemuFabric *fab; /* the node's port to the rack, linked into every device as "fabric" */
@@ -409,7 +410,8 @@ static void rackemu_node_init(MachineState *ms)
     if (rn->net && rn->fab->port) {
         /* the IP network's NIC: virtio-net on a virtio-mmio transport, backed by the port */
         Error *err = NULL;
-        RackemuNet *net = rackemu_net_create(OBJECT(ms), rn->fab->port, rn->node_id, rn->net_mtu, &err);
+        RackemuNet *net = rackemu_net_create(OBJECT(ms), rn->fab->port, rn->node_id, rn->net_mtu,
+                                             (OnOffAuto)rn->stack_roce, &err);
 
         if (!net) {
             error_reportf_err(err, "rackemu-node: the node's NIC (net=on): ");
@@ -492,6 +494,16 @@ static void rackemu_node_set_net(Object *obj, bool value, Error **errp)
     RACKEMU_NODE_MACHINE(obj)->net = value;
 }
 
+static int rackemu_node_get_stack_roce(Object *obj, Error **errp)
+{
+    return RACKEMU_NODE_MACHINE(obj)->stack_roce;
+}
+
+static void rackemu_node_set_stack_roce(Object *obj, int value, Error **errp)
+{
+    RACKEMU_NODE_MACHINE(obj)->stack_roce = value;
+}
+
 static void rackemu_node_instance_init(Object *obj)
 {
     RackemuNodeState *rn = RACKEMU_NODE_MACHINE(obj);
@@ -502,6 +514,7 @@ static void rackemu_node_instance_init(Object *obj)
     rn->remote_timeout_ms = 2000;
     rn->rmc_segment_mb = 32;
     rn->net = true;
+    rn->stack_roce = ON_OFF_AUTO_AUTO;
     rn->net_mtu = RACKEMU_NET_MTU_DEFAULT;
 }
 
@@ -546,6 +559,12 @@ static void rackemu_node_class_init(ObjectClass *oc, void *data)
     object_class_property_set_description(oc, "net",
                                           "The node's virtio-net NIC on the fabric port, MAC "
                                           "02:52:4b:00:00:<node-id> (default on; needs a fabric)");
+    object_class_property_add_enum(oc, "stack-roce", "OnOffAuto", &OnOffAuto_lookup, rackemu_node_get_stack_roce,
+                                   rackemu_node_set_stack_roce);
+    object_class_property_set_description(oc, "stack-roce",
+                                          "Whether the guest's network stack may send RoCEv2 (UDP "
+                                          "port 4791) on the fabric: on, off, or auto (default: only "
+                                          "on a node without an RNIC, e.g. for soft-RoCE)");
     rackemu_node_add_u32(oc, "net-mtu", offsetof(RackemuNodeState, net_mtu),
                          "MTU the NIC advertises to the guest (68..9000, default 1500)");
     object_class_property_add_bool(oc, "burst-known-issue", rackemu_node_get_burst, rackemu_node_set_burst);

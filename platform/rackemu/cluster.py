@@ -791,7 +791,8 @@ class Cluster:
             machine += (f",node-id={i},node-count={c.nodes},fabric={d / 'fabric.sock'}"
                         f",ram-dir={self.ram_dir}")
             # the node's virtio-net NIC on the fabric port (docs/networking.md)
-            machine += f",net=on,net-mtu={c.net_mtu}" if c.net else ",net=off"
+            machine += (f",net=on,net-mtu={c.net_mtu},stack-roce={c.stack_roce}" if c.net
+                        else ",net=off")
         append = f"console=ttyAMA0 rackemu.node={i}"
         if c.kernel_cmdline:
             append += " " + c.kernel_cmdline

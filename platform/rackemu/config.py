@@ -83,6 +83,7 @@ DEFAULTS: dict[str, Any] = {
     "insn_count": False,
     "net": True,
     "net_mtu": 1500,
+    "stack_roce": "auto",
     "rnic": False,
     "rnic_props": {},
     "run_dir": "",
@@ -96,6 +97,7 @@ DEFAULTS: dict[str, Any] = {
 
 MACHINES = ("rackemu-node", "virt")
 SNAPSHOT_MODES = ("auto", "off", "refresh")   # rackemu.snapcache
+STACK_ROCE_MODES = ("auto", "on", "off")      # the machine's stack-roce (docs/networking.md)
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")
 _CPU_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _MEM_RE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:i?B)?\s*$", re.IGNORECASE)
@@ -145,6 +147,7 @@ class ClusterConfig:
     insn_count: bool = DEFAULTS["insn_count"]  # load the rk_insn TCG plugin (docs/insn-count.md)
     net: bool = DEFAULTS["net"]            # each node's virtio-net NIC on the fabric (docs/networking.md)
     net_mtu: int = DEFAULTS["net_mtu"]     # the MTU it advertises to the guest
+    stack_roce: str = DEFAULTS["stack_roce"]  # RoCEv2 from the guest's stack: auto/on/off
     rnic: bool = DEFAULTS["rnic"]          # `-device rackemu-rnic` on every node (docs/rnic.md)
     rnic_props: dict[str, int] = dataclasses.field(default_factory=dict)  # its properties (RNIC_PROPS)
     run_dir: Path = RUN_BASE / "default"
@@ -414,6 +417,12 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
         raise ConfigError(f"net_mtu: {net_mtu} is out of range; the fabric NIC's MTU is "
                           f"{NET_MTU_MIN} to {NET_MTU_MAX} bytes (1500: standard, 9000: jumbo frames)")
 
+    stack_roce = raw["stack_roce"]
+    _check_type("stack_roce", stack_roce, (str,), 'a string ("auto", "on" or "off")')
+    if stack_roce not in STACK_ROCE_MODES:
+        raise ConfigError(f"stack_roce: {stack_roce!r} is not one of {', '.join(STACK_ROCE_MODES)} "
+                          f"(whether the guest's network stack may send RoCEv2; docs/networking.md)")
+
     rnic = raw["rnic"]
     _check_type("rnic", rnic, (bool,), "true or false")
     rnic_props = _rnic_props(raw["rnic_props"])
@@ -460,7 +469,7 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
         name=name, nodes=nodes, memory_mib=memory_mib, vcpus=vcpus, cpu=cpu, machine=machine,
         kernel_cmdline=cmdline.strip(), boot_timeout=float(boot_timeout), snapshot=snapshot,
         insn_count=insn_count,
-        net=net, net_mtu=net_mtu, rnic=rnic, rnic_props=rnic_props,
+        net=net, net_mtu=net_mtu, stack_roce=stack_roce, rnic=rnic, rnic_props=rnic_props,
         run_dir=run_dir_path,
         shm_dir=shm_dir_path,
         qemu_args=lists["qemu_args"], bridge_args=lists["bridge_args"],

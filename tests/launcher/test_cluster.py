@@ -59,8 +59,9 @@ def test_up_runs_bridge_and_nodes_and_down_leaves_nothing(fake_build, fake_agent
 
 
 @pytest.mark.parametrize("over,machine_tail", [
-    ({}, ",net=on,net-mtu=1500"),
-    ({"net_mtu": 9000}, ",net=on,net-mtu=9000"),
+    ({}, ",net=on,net-mtu=1500,stack-roce=auto"),
+    ({"net_mtu": 9000}, ",net=on,net-mtu=9000,stack-roce=auto"),
+    ({"stack_roce": "on"}, ",net=on,net-mtu=1500,stack-roce=on"),
     ({"net": False}, ",net=off"),
 ])
 def test_the_nodes_nic_on_the_fabric_is_on_the_machine_command_line(
