@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -347,6 +348,18 @@ static int full_io(int fd, void *buf, size_t n, int send_it)
 		n -= (size_t)r;
 	}
 	return 0;
+}
+
+uint32_t rnic_random_psn(void)
+{
+	uint32_t v = 0;
+	struct timespec ts;
+
+	if (getrandom(&v, sizeof(v), 0) == sizeof(v))
+		return v & 0xffffff;
+	/* no entropy source (it does not happen on Linux >= 3.17): the clock, as before */
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint32_t)(ts.tv_nsec ^ ts.tv_sec * 2654435761u ^ (uint32_t)getpid() << 8) & 0xffffff;
 }
 
 int rnic_exchange(int sock, const struct rnic_conn *local, struct rnic_conn *remote)

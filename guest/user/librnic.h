@@ -111,6 +111,9 @@ struct rnic_conn_opts {
 	uint8_t rd_atomic;    /* 0: 16 */
 };
 
+/* A first PSN for a connection: 24 random bits (getrandom), so that another user on the fabric
+ * cannot guess where a connection's sequence starts (docs/trust-model.md). */
+uint32_t rnic_random_psn(void);
 /* RESET -> INIT -> RTR -> RTS towards `remote`, sending from local->psn. */
 int rnic_qp_connect(struct rnic_qp *qp, const struct rnic_conn *local, const struct rnic_conn *remote,
 		    const struct rnic_conn_opts *opts);

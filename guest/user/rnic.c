@@ -1278,7 +1278,7 @@ static int bench_server(struct side *me, unsigned port, unsigned clients, const 
 			if (!k->qp)
 				fatal("creating a client's CQ and QP", errno);
 			mine.qpn = k->qp->qpn;
-			mine.psn = (uint32_t)(now_ns() & 0xffffff);
+			mine.psn = rnic_random_psn();
 			ret = rnic_exchange(k->sock, &mine, &peer);
 			ret = ret ? ret : rnic_qp_connect(k->qp, &mine, &peer, co);
 			if (ret)
@@ -1359,7 +1359,7 @@ static int bench_server_files(struct side *me, const char *peer, unsigned client
 		if (!conn[i].qp)
 			fatal("creating a client's CQ and QP", errno);
 		mine.qpn = conn[i].qp->qpn;
-		mine.psn = (uint32_t)((now_ns() + i * 7919) & 0xffffff);
+		mine.psn = rnic_random_psn();
 		conn_print(i, &mine);
 		conn[i].sock = (int)mine.psn; /* kept for the connect below */
 	}
@@ -1619,7 +1619,7 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 			maxsize = sizes[i];
 	b.ctx = open_dev();
 	side_init(&b.me, b.ctx, (size_t)maxsize + 8192 < (2u << 20) ? (2u << 20) : (size_t)maxsize + 8192,
-		  (uint32_t)(now_ns() & 0xffffff));
+		  rnic_random_psn());
 	if (server)
 		return peer ? bench_server_files(&b.me, peer, clients, &co, &cpu)
 			    : bench_server(&b.me, port, clients, &co, &cpu);
@@ -1636,7 +1636,7 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 		if (wait_file(go, 120))
 			return 1;
 	} else if (b.loopback) {
-		side_init(&b.srv, b.ctx, b.me.len, (uint32_t)((now_ns() >> 8) & 0xffffff));
+		side_init(&b.srv, b.ctx, b.me.len, rnic_random_psn());
 		b.peer = b.srv.me;
 		ret = rnic_qp_connect(b.srv.qp, &b.srv.me, &b.me.me, &co);
 	} else {

@@ -469,7 +469,6 @@ void shmem_init(void)
 {
 	struct rnic_conn_opts opts = { .rd_atomic = 64 };
 	struct boot_rec *all;
-	struct timespec ts;
 	uint32_t psn;
 	int i, ret;
 
@@ -538,8 +537,7 @@ void shmem_init(void)
 	all = calloc((size_t)S.n, sizeof(*all));
 	if (!all)
 		fatal("out of memory");
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	psn = (uint32_t)(ts.tv_nsec ^ getpid() ^ (S.me << 12)) & 0xffffffu;
+	psn = rnic_random_psn();
 	all[S.me] = (struct boot_rec){ .magic = BOOT_MAGIC, .pe = (uint32_t)S.me, .n = (uint32_t)S.n,
 				       .node = S.ctx->info.node_id, .psn = psn, .heap_rkey = S.heap_mr.rkey,
 				       .data_rkey = S.data_mr.rkey, .heap_base = (uintptr_t)S.heap,
