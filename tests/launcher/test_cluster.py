@@ -40,7 +40,7 @@ def test_up_runs_bridge_and_nodes_and_down_leaves_nothing(fake_build, fake_agent
         argv = c.nodes[1].proc.argv
         assert argv[argv.index("-M") + 1] == (f"rackemu-node,memory-backend=ram,node-id=1,node-count=3,"
                                               f"fabric={run_dir}/fabric.sock,ram-dir={c.ram_dir},"
-                                              f"net=on,net-mtu=1500")
+                                              f"net=on,net-mtu=1500,stack-roce=auto")
         assert f"mem-path={c.ram_dir}/node1.ram" in argv[argv.index("-object") + 1]
         assert "share=on" in argv[argv.index("-object") + 1]  # guest RAM as a shared-memory file
         assert argv[argv.index("-append") + 1] == f"console=ttyAMA0 rackemu.node=1 {GUEST_CMDLINE}"
