@@ -214,7 +214,8 @@ inline EthSource eth_source_check(unsigned node, const unsigned char *f, size_t 
     if (type == RKF_ETHERTYPE_ARP) {
         if (len < off + 28) return EthSource::Arp;
         const uint32_t spa = be32(off + 14);
-        return std::memcmp(f + off + 8, mac, 6) == 0 && (spa == ip || spa == 0) ? EthSource::Ok : EthSource::Arp;
+        return std::memcmp(f + off + 8, mac, 6) == 0 && (spa == ip || spa == 0) ? EthSource::Ok
+                                                                                : EthSource::Arp;
     }
     return EthSource::Ok;
 }

@@ -1063,8 +1063,7 @@ void RcEngine::answer_unsupported(const uint8_t *frame, size_t len, const Packet
         return;
     }
     const size_t ip_len = roce_get16(frame + ROCE_ETH_LEN + 2);
-    if (ROCE_ETH_LEN + ip_len > len ||
-        ip_len < ROCE_IPV4_LEN + ROCE_UDP_LEN + ROCE_BTH_LEN + ROCE_ICRC_LEN) {
+    if (ROCE_ETH_LEN + ip_len > len || ip_len < ROCE_IPV4_LEN + ROCE_UDP_LEN + ROCE_BTH_LEN + ROCE_ICRC_LEN) {
         ctr_.rx_malformed++;
         return;
     }

@@ -240,14 +240,14 @@ constexpr uint32_t RC_MAX_RD_ATOMIC = 64;
 constexpr size_t RC_MAX_BACKLOG = 8192;
 
 struct RcConfig {
-    uint32_t sq_depth = 4096;         // send WRs posted and not completed, per QP
-    uint32_t max_inflight_psn = 4096; // PSNs assigned and not acknowledged, per QP (< 2^23)
-    uint32_t ack_req_every = 16;      // AckReq on at least every Nth request packet
+    uint32_t sq_depth = 4096;                 // send WRs posted and not completed, per QP
+    uint32_t max_inflight_psn = 4096;         // PSNs assigned and not acknowledged, per QP (< 2^23)
+    uint32_t ack_req_every = 16;              // AckReq on at least every Nth request packet
     uint64_t max_backlog_bytes = 64ull << 20; // request frames waiting in all QPs' backlogs together
                                               // (beyond: dropped, rx_backlog_drops; resent by the peer)
-    bool xatomic = false;             // the extended atomics (ROCE_OP_XATOMIC*): sent, executed
-                                      // through RcEnv::xatomic_remote, answered; false: NAKed
-                                      // as unsupported (an RNIC without the atomic unit)
+    bool xatomic = false;                     // the extended atomics (ROCE_OP_XATOMIC*): sent, executed
+                                              // through RcEnv::xatomic_remote, answered; false: NAKed
+                                              // as unsupported (an RNIC without the atomic unit)
 };
 
 enum class RcResult : uint8_t { Ok, NoQp, Exists, BadState, BadAttr, QueueFull, BadWr };

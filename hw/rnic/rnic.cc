@@ -655,8 +655,8 @@ uint16_t Rnic::cmd_reg_mr(struct rnic_cmd &c)
     for (const auto &o : mrs_)
         listed += o ? o->pages.size() : 0;
     if (listed > RNIC_MR_TOTAL_PAGES) {
-        guest_error("REG_MR: %zu more page-list entries would exceed the device's %u: refused", m->pages.size(),
-                    unsigned(RNIC_MR_TOTAL_PAGES));
+        guest_error("REG_MR: %zu more page-list entries would exceed the device's %u: refused",
+                    m->pages.size(), unsigned(RNIC_MR_TOTAL_PAGES));
         return RNIC_CMD_ST_NO_RESOURCE;
     }
     for (uint32_t i = 0; i < RNIC_MAX_MR; i++) {

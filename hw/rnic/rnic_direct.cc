@@ -105,8 +105,9 @@ int direct_fn_held(DirectOp &d, const rk_rmem_view *v, rnic_pub *pub)
         // response goes to the peer QP). A responder still in RTR takes the wire too: its first
         // packet raises COMM_EST.
         if (!(flags & RNIC_PUB_F_SERVING) || q_pdn == 0 || q_state != RNIC_QPS_RTS || q_src != d.self_ip ||
-            q_peer != d.self_qpn || q_pkey != d.pkey || !(q_access & need) || key != d.rkey || m_pdn != q_pdn || !(m_access & need) ||
-            d.va < iova || d.va + d.len < d.va || d.va + d.len > iova + length)
+            q_peer != d.self_qpn || q_pkey != d.pkey || !(q_access & need) || key != d.rkey ||
+            m_pdn != q_pdn || !(m_access & need) || d.va < iova || d.va + d.len < d.va ||
+            d.va + d.len > iova + length)
             return kDirectNo;
         if (!phys && (npages == 0 || first > page_cap || npages > page_cap - first ||
                       shift < RNIC_MR_PAGE_SHIFT_MIN || shift > RNIC_MR_PAGE_SHIFT_MAX))
@@ -192,8 +193,8 @@ bool Rnic::direct_op(Qp &q, uint64_t seq, const SendWr &wr)
         ctr_.local_prot_errors = prot_errors;
         return false;
     }
-    DirectOp d{self,    peer,         rkf_eth_node_ipv4(self), q.qpn, at->pkey, at->dest_qpn, wr.rkey,
-               wr.remote_va, wr.length, direct_buf_.data(), write, holder};
+    DirectOp d{self,         peer,      rkf_eth_node_ipv4(self), q.qpn, at->pkey, at->dest_qpn, wr.rkey,
+               wr.remote_va, wr.length, direct_buf_.data(),      write, holder};
     int done = kDirectNo;
     const int st = cfg_.direct.run(peer, direct_fn, &d, &done);
     if (st != RK_RMEM_OK || done != kDirectDone) return false; // the wire: the same WR, untouched

@@ -350,7 +350,8 @@ bool Rnic::check_state(const RnicSnapshot &s, std::string *why)
         s.res.size() != st.n_res)
         return fail(why, "record counts do not match the records");
     if (st.n_pages > RNIC_MR_TOTAL_PAGES)
-        return fail(why, "%u page-list entries beyond the device's %u", st.n_pages, unsigned(RNIC_MR_TOTAL_PAGES));
+        return fail(why, "%u page-list entries beyond the device's %u", st.n_pages,
+                    unsigned(RNIC_MR_TOTAL_PAGES));
     for (uint32_t i = 0; i < RNIC_CNT_COUNT; i++)
         if (st.cnt_base[i] > st.counters[i]) return fail(why, "counter %u below its clear base", i);
     if (st.next_seq == 0) return fail(why, "next WR sequence number 0");

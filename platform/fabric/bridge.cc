@@ -1280,10 +1280,11 @@ std::string Bridge::stats_json()
       << ",\"wakes_skipped\":" << wakes_skipped_ << ",\"lease_wakes\":" << lease_wakes_
       << ",\"eth_floods\":" << eth_floods_ << ",\"eth_bad_fragments\":" << eth_bad_fragments_
       << ",\"eth_hairpin\":" << eth_hairpin_ << ",\"eth_queue_drops\":" << eth_queue_drops_
-      << ",\"eth_no_port\":" << eth_no_port_ << ",\"eth_spoofed\":" << eth_spoofed_ << ",\"fault_rules\":" << faults_.rules().size()
-      << ",\"fault_held\":" << faults_.held() << ",\"fault_lost\":" << fault_lost_
-      << ",\"capture\":" << capture_.status_json() << ",\"pairs_enabled\":" << (opt_.pairs ? "true" : "false")
-      << ",\"pairs\":" << pairs_.size() << ",\"pairs_direct\":"
+      << ",\"eth_no_port\":" << eth_no_port_ << ",\"eth_spoofed\":" << eth_spoofed_
+      << ",\"fault_rules\":" << faults_.rules().size() << ",\"fault_held\":" << faults_.held()
+      << ",\"fault_lost\":" << fault_lost_ << ",\"capture\":" << capture_.status_json()
+      << ",\"pairs_enabled\":" << (opt_.pairs ? "true" : "false") << ",\"pairs\":" << pairs_.size()
+      << ",\"pairs_direct\":"
       << std::count_if(pairs_.begin(), pairs_.end(),
                        [](const auto &e) { return e.second.mode == RKF_PAIR_MODE_DIRECT; })
       << ",\"pairs_made\":" << pairs_made_ << ",\"pairs_torn\":" << pairs_torn_
@@ -1320,8 +1321,9 @@ std::string Bridge::stats_json()
           << ",\"queued\":" << p.overflow.size() << ",\"outstanding\":" << p.c.outstanding
           << ",\"eth_frames_in\":" << p.c.eth_frames_in << ",\"eth_frames_out\":" << p.c.eth_frames_out
           << ",\"eth_bytes_in\":" << p.c.eth_bytes_in << ",\"eth_bytes_out\":" << p.c.eth_bytes_out
-          << ",\"eth_drops\":" << p.c.eth_drops << ",\"eth_spoofed\":" << p.c.eth_spoofed << ",\"wakes_skipped\":" << p.c.wakes_skipped
-          << ",\"lease_wakes\":" << p.c.lease_wakes << ",\"pair_rings\":" << (p.pair_cap ? "true" : "false")
+          << ",\"eth_drops\":" << p.c.eth_drops << ",\"eth_spoofed\":" << p.c.eth_spoofed
+          << ",\"wakes_skipped\":" << p.c.wakes_skipped << ",\"lease_wakes\":" << p.c.lease_wakes
+          << ",\"pair_rings\":" << (p.pair_cap ? "true" : "false")
           << ",\"pair_frames_out\":" << p.c.pair_frames_out + pair_out[i]
           << ",\"pair_wakes_skipped\":" << p.c.pair_wakes_skipped + skipped[i]
           << ",\"pair_follow_up_wakes\":" << p.c.pair_follow_up_wakes + follow_ups[i]

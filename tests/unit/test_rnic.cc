@@ -2268,7 +2268,8 @@ TEST(RnicMigration, PageListsAreBoundedPerDeviceAndEveryStateThatSavesLoads)
         struct rnic_cmd c = {};
         c.opcode = RNIC_CMD_REG_MR;
         c.handle = pd;
-        c.params.mr = {0, uint64_t(RNIC_MR_MAX_PAGES) << 12, list, RNIC_MR_MAX_PAGES, RNIC_ACCESS_ALL, 12, 0, 0, 0};
+        c.params.mr = {
+            0, uint64_t(RNIC_MR_MAX_PAGES) << 12, list, RNIC_MR_MAX_PAGES, RNIC_ACCESS_ALL, 12, 0, 0, 0};
         const uint16_t st = n.cmd(c);
         if (key) *key = c.out0;
         return st;
@@ -2976,7 +2977,8 @@ TEST(RnicDirect, OnlyTheResponderQpsConnectedPeerIsServed)
     // the intruder: a QP of its own on node 0, pointed at b's QP, with its own first PSN
     auto intruder = [&](uint32_t psn) {
         Node::Qp q = p.a.create_qp(p.pda, p.cqa, p.cqa);
-        p.a.connect(q, 1, p.qb.qpn, 1024, 1, 1, RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, RNIC_QPS_RTS, psn);
+        p.a.connect(q, 1, p.qb.qpn, 1024, 1, 1, RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, RNIC_QPS_RTS,
+                    psn);
         return q;
     };
     Node::Qp x = intruder(0x123456);
@@ -2986,13 +2988,15 @@ TEST(RnicDirect, OnlyTheResponderQpsConnectedPeerIsServed)
     ASSERT_EQ(e.size(), 1u);
     EXPECT_NE(e[0].status, RNIC_WC_SUCCESS);
     std::vector<uint8_t> zero(4096, 0);
-    EXPECT_EQ(std::memcmp(p.a.mem(p.bufa), zero.data(), 4096), 0) << "the victim's bytes reached the intruder";
+    EXPECT_EQ(std::memcmp(p.a.mem(p.bufa), zero.data(), 4096), 0)
+        << "the victim's bytes reached the intruder";
     Node::Qp y = intruder(0x654321);
     std::vector<uint8_t> before(p.b.mem(p.bufb), p.b.mem(p.bufb) + 4096);
     fill(p.a.mem(p.bufa), 4096, 77);
     p.a.post_send(y, wqe(RNIC_WR_WRITE, 2, p.bufa, 4096, p.keya, p.bufb, p.keyb));
     p.wait_a(1);
-    EXPECT_EQ(std::memcmp(p.b.mem(p.bufb), before.data(), 4096), 0) << "the intruder wrote the victim's memory";
+    EXPECT_EQ(std::memcmp(p.b.mem(p.bufb), before.data(), 4096), 0)
+        << "the intruder wrote the victim's memory";
     EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_DIRECT_READS), 0u);
     EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_DIRECT_WRITES), 0u);
     EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_SERVED_DIRECT_READS), 0u);
