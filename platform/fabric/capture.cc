@@ -232,7 +232,8 @@ std::string Capture::status_json() const
         }
         s << ",\"path\":\"" << p << "\",\"frames\":" << frames_ << ",\"bytes\":" << bytes_
           << ",\"file_bytes\":" << written_ << ",\"skipped_full\":" << skipped_
-          << ",\"full\":" << (full_ ? "true" : "false");
+          << ",\"full\":" << (full_ ? "true" : "false") << ",\"snaplen\":" << o_.snaplen
+          << ",\"max_mb\":" << (o_.max_bytes >> 20);
     }
     s << "}";
     return s.str();

@@ -451,7 +451,8 @@ def _bridge_answer(cluster: Cluster, command: str) -> dict:
     """The bridge's answer; an error answer (a bad rule or option) raises BadRequest."""
     ans = cluster.bridge_command(command)
     if "error" in ans:
-        raise BadRequest(f"the bridge refused `{command}`: {ans['error']}")
+        shown = command if len(command) <= 120 else command[:100] + f"... ({len(command)} bytes)"
+        raise BadRequest(f"the bridge refused `{shown}`: {ans['error']}")
     return ans
 
 

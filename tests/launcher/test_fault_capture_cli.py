@@ -49,3 +49,48 @@ def test_fault_rules_and_capture_through_the_cli_with_the_real_bridge(tmp_path, 
     finally:
         c.down()
     assert pids_referencing(run_dir) == []
+
+
+@pytest.fixture
+def bridge_only(tmp_path, monkeypatch):
+    """A cluster whose bridge (the real one) runs without nodes; yields (cluster, CLI selector)."""
+    build = make_build(tmp_path, FAKES / "fake_qemu.py", BRIDGE)
+    monkeypatch.setenv("RACKEMU_BUILD", str(build))
+    run_dir = tmp_path / "run"
+    c = Cluster(load_config(overrides={"run_dir": str(run_dir), "nodes": 2, "memory": "128M", "vcpus": 1}))
+    c.start_node = lambda i: None
+    c.wait_agents = lambda *a, **k: None
+    c.up()
+    try:
+        yield c, ["--run-dir", str(run_dir)]
+    finally:
+        c.down()
+    assert pids_referencing(run_dir) == []
+
+
+def test_long_bridge_commands_run_whole_and_over_long_ones_are_refused(bridge_only, tmp_path, capsys):
+    """Issue 23 finding 5: the bridge cut a control command at 256 bytes and ran the rest (a
+    262-byte rule lost its last key; a capture with a 198-character path started with max_mb=1),
+    then the CLI failed on a reset connection. Now a command runs whole, or is refused whole with
+    the limit named, and the CLI shows the bridge's reason (exit 2)."""
+    from rackemu import cli
+    c, sel = bridge_only
+    cap = tmp_path / ("c" * (198 - len(str(tmp_path)) - 8) + ".pcapng")
+    assert len(str(cap)) == 198
+    capsys.readouterr()
+    assert cli.main(["capture", "start", "-o", str(cap), *sel]) == 0, capsys.readouterr().err
+    st = c.bridge_command("capture status")
+    assert st["path"] == str(cap) and st["max_mb"] == 1024 and st["snaplen"] == 65535, st
+    assert cli.main(["capture", "stop", *sel]) == 0
+    rule = ["drop", "src=" + ",".join(map(str, range(64))), "svc=eth,mbox,echo,mem,rmc,bridge,rackemu",
+            "limit=1000000000", "dst=2"]
+    assert len("fault add " + " ".join(rule)) > 256
+    capsys.readouterr()
+    assert cli.main(["fault", "add", *rule, *sel]) == 0, capsys.readouterr().err
+    assert "dst=2 seed=2" in capsys.readouterr().out
+    huge = ["drop", "src=" + ",".join(["0"] * 5000), "dst=3"]
+    assert cli.main(["fault", "add", *huge, *sel]) == 2
+    err = capsys.readouterr().err
+    assert "longer than 8192 bytes, the limit of a control command: refused, nothing was done" in err, err
+    assert "Traceback" not in err and len(err) < 600, err
+    assert [r["rule"] for r in c.bridge_command("fault list")["rules"]] == [" ".join(rule) + " seed=2"]

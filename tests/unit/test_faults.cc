@@ -406,3 +406,43 @@ TEST(Capture, WritesThePcapngOfTheChosenNodesFrames)
     EXPECT_EQ(rep.type, RKF_T_REPLY);
     EXPECT_EQ(rep.tag, 5u);
 }
+
+// Issue 23 finding 5: a control command over 256 bytes was cut there and the cut command run
+// (a 262-byte `fault add ... dst=2` installed a rule without dst=2; a capture with a 198-byte
+// path started with max_mb=1 instead of 1024), then the client saw a reset instead of the
+// answer. A command of up to Bridge::kMaxControlCommand bytes now runs whole; a longer one is
+// refused whole with the limit in the answer; none is run in part.
+TEST(ControlCommands, LongCommandsRunWholeAndOverLongOnesAreRefusedNeverCut)
+{
+    constexpr auto npos = std::string::npos;
+    BridgeRig b;
+    std::string r = ctl(b.dir, "fault add drop" + std::string(242, ' ') + "dst=2"); // 262 bytes
+    EXPECT_NE(r.find("\"rule\":\"drop dst=2 seed=2\""), npos) << r;
+    const std::string path = b.dir + "/" + std::string(198 - b.dir.size() - 8, 'p') + ".pcapng";
+    ASSERT_EQ(path.size(), 198u);
+    r = ctl(b.dir, "capture start path=" + path + " what=all dir=in snaplen=65535 max_mb=1024");
+    EXPECT_NE(r.find("\"path\":\"" + path + "\""), npos) << r;
+    EXPECT_NE(r.find("\"max_mb\":1024"), npos) << r;
+    ctl(b.dir, "capture stop");
+
+    // Spaces between the words: every prefix of these commands is a valid, broader rule.
+    const std::string head = "fault add drop", tail = " dst=3";
+    const size_t pad = Bridge::kMaxControlCommand - head.size() - tail.size();
+    r = ctl(b.dir, head + std::string(pad, ' ') + tail); // exactly the limit
+    EXPECT_NE(r.find("\"rule\":\"drop dst=3 seed=3\""), npos) << r;
+    for (size_t extra : {size_t(1), size_t(100000)}) { // one byte over; many writes over
+        r = ctl(b.dir, head + std::string(pad + extra, ' ') + tail);
+        EXPECT_NE(r.find("longer than 8192 bytes, the limit of a control command: refused, nothing "
+                         "was done"),
+                  npos)
+            << r;
+        EXPECT_NE(r.find("the command starting 'fault add drop"), npos) << r;
+        EXPECT_TRUE(json_text_ok(r)) << r;
+    }
+    // No newline within the deadline: what arrived may be a prefix, and is not run either.
+    r = control(b.dir, "fault add drop", 5000);
+    EXPECT_NE(r.find("did not end with a newline within 1000 ms: refused"), npos) << r;
+    r = ctl(b.dir, "fault list");
+    EXPECT_NE(r.find("\"id\":2,"), npos) << r;
+    EXPECT_EQ(r.find("\"id\":3,"), npos) << "a refused command added a rule: " << r;
+}
