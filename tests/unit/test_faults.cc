@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bridge_rig.h"
@@ -84,6 +85,31 @@ TEST(FaultRules, BadRulesAreRefusedWithAReason)
     EXPECT_TRUE(e.rules().empty());
     EXPECT_EQ(e.add("drop every=3 svc=eth kind=roce,arp src=0,1 limit=5 seed=9", err), 1u) << err;
     EXPECT_EQ(e.rules()[0].spec, "drop every=3 svc=eth kind=roce,arp src=0,1 limit=5 seed=9");
+}
+
+// Issue 23 finding 7: a key given twice (`prob=0.1 prob=0.2`) was accepted, the last value
+// silently winning; rules and capture options refuse it, naming the key.
+TEST(FaultRules, AKeyGivenTwiceIsRefusedByName)
+{
+    FaultEngine e;
+    std::string err;
+    const std::pair<const char *, const char *> twice[] = {{"drop prob=0.1 prob=0.2", "prob"},
+                                                           {"drop dst=1 svc=eth dst=2", "dst"},
+                                                           {"delay us=5 jitter=1 us=5", "us"},
+                                                           {"down node=1 node=2", "node"},
+                                                           {"drop seed=1 limit=2 seed=1", "seed"}};
+    for (const auto &[rule, key] : twice) {
+        err.clear();
+        EXPECT_EQ(e.add(rule, err), 0u) << rule;
+        EXPECT_EQ(err, "'" + std::string(key) + "' is given twice; give each key once") << rule;
+    }
+    EXPECT_TRUE(e.rules().empty());
+    Capture::Options o;
+    EXPECT_FALSE(Capture::parse("path=/tmp/a.pcapng max_mb=1 max_mb=1024", o, err));
+    EXPECT_EQ(err, "capture option 'max_mb' is given twice; give each option once");
+    EXPECT_FALSE(Capture::parse("path=/tmp/a.pcapng nodes=0 path=/tmp/b.pcapng", o, err));
+    EXPECT_EQ(err, "capture option 'path' is given twice; give each option once");
+    EXPECT_TRUE(Capture::parse("path=/tmp/a.pcapng nodes=0,1 max_mb=2", o, err)) << err;
 }
 
 TEST(FaultRules, DropEveryNthAndLimitCountExactly)
