@@ -395,10 +395,10 @@ bool Bridge::service_conn(Conn &c, short revents, uint64_t now)
     if (!c.replying) {
         bool eof = false;
         if (revents) {
-            char buf[256];
-            ssize_t n = recv(c.fd, buf, sizeof buf - std::min<size_t>(c.in.size(), 255), MSG_DONTWAIT);
+            char buf[4096];
+            ssize_t n = recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
             if (n > 0) {
-                c.in.append(buf, size_t(n));
+                control_input(c, buf, size_t(n));
             } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
                 eof = true;
             }
@@ -406,14 +406,24 @@ bool Bridge::service_conn(Conn &c, short revents, uint64_t now)
         std::string trimmed = c.in;
         while (!trimmed.empty() && (trimmed.back() == '\r' || trimmed.back() == ' '))
             trimmed.pop_back();
-        const bool complete = eof || c.in.find('\n') != std::string::npos || c.in.size() >= 128 ||
-                              trimmed == "stats" || trimmed == "shutdown";
+        // A command ends at its newline or when the client shuts down its sending side; the
+        // bare words need neither. Whatever else is there at the deadline may be a prefix.
+        const bool complete =
+            eof || c.line_end || (!c.too_long && (trimmed == "stats" || trimmed == "shutdown"));
         if (!complete) {
             if (now < c.deadline_ns) return false;
             std::lock_guard lk(mu_);
             conn_timeouts_++;
         }
-        c.out = control_reply(c.in.substr(0, c.in.find('\n')));
+        if (c.too_long) {
+            c.out = control_refusal(c.in, "is longer than " + std::to_string(kMaxControlCommand) +
+                                              " bytes, the limit of a control command");
+        } else if (!complete && !c.in.empty()) {
+            c.out = control_refusal(c.in, "did not end with a newline within " +
+                                              std::to_string(opt_.control_timeout_ms) + " ms");
+        } else {
+            c.out = control_reply(c.in);
+        }
         c.replying = true;
         c.deadline_ns = now + 2000000000ull;
         revents = POLLOUT;
@@ -430,6 +440,11 @@ bool Bridge::service_conn(Conn &c, short revents, uint64_t now)
             return true;
         }
         if (c.sent == c.out.size()) {
+            // Bytes the client sent after its command, left unread, would turn the close into
+            // a reset that can discard the answer on the client's side: read them first.
+            char sink[4096];
+            for (int k = 0; k < 16 && recv(c.fd, sink, sizeof sink, MSG_DONTWAIT) > 0; k++) {
+            }
             close(c.fd);
             return true;
         }
@@ -439,6 +454,31 @@ bool Bridge::service_conn(Conn &c, short revents, uint64_t now)
     conn_timeouts_++;
     close(c.fd);
     return true;
+}
+
+// Bytes of a control command: kept up to its newline (the newline and anything after it are
+// not part of it) and up to kMaxControlCommand; beyond that the command is marked too long and
+// the rest of its line is read and dropped, so that the client's answer is not lost to a reset.
+void Bridge::control_input(Conn &c, const char *buf, size_t n)
+{
+    if (c.line_end) return;
+    const auto *nl = static_cast<const char *>(memchr(buf, '\n', n));
+    const size_t len = nl ? size_t(nl - buf) : n;
+    const size_t room = kMaxControlCommand - c.in.size();
+    c.in.append(buf, std::min(len, room));
+    if (len > room) c.too_long = true;
+    c.line_end = nl != nullptr;
+}
+
+// The answer to a control command that is not run: what was wrong, and the command's start.
+std::string Bridge::control_refusal(const std::string &cmd, const std::string &why)
+{
+    std::string r = "{\"error\":\"the command starting '";
+    json_escape(r, cmd.substr(0, 40));
+    r += "' " + why + ": refused, nothing was done\"}\n";
+    std::lock_guard lk(mu_);
+    log("control command refused: it %s", why.c_str());
+    return r;
 }
 
 void Bridge::handshake(int s, const rkf_hello &hello, ssize_t n)

@@ -89,6 +89,9 @@ public:
     void stop();
 
     std::string stats_json();
+    // The longest control command, in bytes before its newline: a capture path of PATH_MAX
+    // with every option fits. A longer one is refused whole, never run in part.
+    static constexpr size_t kMaxControlCommand = 8192;
     std::string fabric_socket() const { return opt_.run_dir + "/fabric.sock"; }
     std::string control_socket() const { return opt_.run_dir + "/bridge.ctl"; }
 
@@ -102,6 +105,8 @@ private:
         std::string in, out; // control: command received so far, answer still to send
         size_t sent = 0;
         bool replying = false;
+        bool line_end = false; // control: the command's newline arrived (later bytes are dropped)
+        bool too_long = false; // control: over kMaxControlCommand (`in` keeps its start)
     };
     struct Port {
         State state = State::Empty;
@@ -134,6 +139,8 @@ private:
     bool service_conn(Conn &c, short revents, uint64_t now);
     void handshake(int s, const rkf_hello &h, ssize_t n);
     std::string control_reply(std::string cmd);
+    void control_input(Conn &c, const char *buf, size_t n);
+    std::string control_refusal(const std::string &cmd, const std::string &why);
     void drop_port(unsigned id, const char *why);
     void router();
     bool route_locked(unsigned src, const rkf_frame_hdr &h, const unsigned char *payload);

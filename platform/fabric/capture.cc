@@ -3,6 +3,7 @@
 // draft-ietf-opsawg-pcapng: section header, interface description and enhanced packet blocks).
 #include "capture.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -53,11 +54,17 @@ bool Capture::parse(const std::string &args, Options &o, std::string &err)
 {
     std::stringstream ss(args);
     std::string w;
+    std::vector<std::string> keys; // given so far: a second value would silently replace the first
     while (ss >> w) {
         const size_t eq = w.find('=');
         const std::string k = eq == std::string::npos ? w : w.substr(0, eq);
         const std::string v = eq == std::string::npos ? "" : w.substr(eq + 1);
         uint64_t n = 0;
+        if (std::find(keys.begin(), keys.end(), k) != keys.end()) {
+            err = "capture option '" + k + "' is given twice; give each option once";
+            return false;
+        }
+        keys.push_back(k);
         if (k == "path") {
             if (v.empty() || v[0] != '/') {
                 err = "capture path must be absolute (the bridge runs in its own directory)";
@@ -232,7 +239,8 @@ std::string Capture::status_json() const
         }
         s << ",\"path\":\"" << p << "\",\"frames\":" << frames_ << ",\"bytes\":" << bytes_
           << ",\"file_bytes\":" << written_ << ",\"skipped_full\":" << skipped_
-          << ",\"full\":" << (full_ ? "true" : "false");
+          << ",\"full\":" << (full_ ? "true" : "false") << ",\"snaplen\":" << o_.snaplen
+          << ",\"max_mb\":" << (o_.max_bytes >> 20);
     }
     s << "}";
     return s.str();

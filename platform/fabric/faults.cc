@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdlib>
 #include <sstream>
+#include <vector>
 
 namespace rackemu::fabric {
 
@@ -142,6 +143,7 @@ unsigned FaultEngine::add(const std::string &spec, std::string &err)
     std::string norm = word;
     bool have_prob = false, have_every = false, have_us = false, have_seed = false, have_where = false;
     r.max_hold_ns = 1000000;
+    std::vector<std::string> keys; // given so far: a second value would silently replace the first
     while (ss >> word) {
         const size_t eq = word.find('=');
         if (eq == std::string::npos || eq == 0) {
@@ -149,6 +151,11 @@ unsigned FaultEngine::add(const std::string &spec, std::string &err)
             return 0;
         }
         const std::string k = word.substr(0, eq), v = word.substr(eq + 1);
+        if (std::find(keys.begin(), keys.end(), k) != keys.end()) {
+            err = "'" + k + "' is given twice; give each key once";
+            return 0;
+        }
+        keys.push_back(k);
         uint64_t u = 0;
         bool ok = true;
         std::string expect;

@@ -26,6 +26,12 @@ HDR = struct.Struct("<IHHII")  # magic, version, type, id, len
 RESP = struct.Struct("<iIII")  # status, flags, out_len, err_len
 
 
+def _guest_bytes(text: str) -> bytes:
+    """A command or path for the guest as bytes: UTF-8, and the bytes of a host argument that was
+    not UTF-8 (Python holds them as lone surrogates) passed through unchanged, as a shell would."""
+    return text.encode("utf-8", "surrogateescape")
+
+
 class AgentError(Exception):
     """The agent could not be reached or could not carry out the request."""
 
@@ -179,7 +185,7 @@ class AgentClient:
         if env:
             cmd = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + cmd
         stdin = stdin or b""
-        c = cmd.encode()
+        c = _guest_bytes(cmd)
         ms = 0 if timeout is None else max(1, int(timeout * 1000))
         body = struct.pack("<III", ms, len(stdin), len(c)) + c + stdin
         wait = None if timeout is None else timeout + 30  # the agent reports the timeout itself
@@ -196,7 +202,7 @@ class AgentClient:
                 data = f.read()
         if len(data) > AG_MAX_BODY - 4096:
             raise AgentError(f"file too large for the agent ({len(data)} bytes, max {AG_MAX_BODY - 4096})")
-        p = remote_path.encode()
+        p = _guest_bytes(remote_path)
         st, fl, out, err = self._request(AG_PUT, struct.pack("<II", mode, len(p)) + p + bytes(data), timeout)
         if fl & AG_F_ERROR or st != 0:
             raise AgentError(f"put {remote_path}: {err.decode(errors='replace')}")
@@ -211,7 +217,7 @@ class AgentClient:
             raise AgentError(f"set_clock: {err.decode(errors='replace')} (status {st})")
 
     def get(self, remote_path: str, timeout: float = 120.0) -> bytes:
-        st, fl, out, err = self._request(AG_GET, remote_path.encode(), timeout)
+        st, fl, out, err = self._request(AG_GET, _guest_bytes(remote_path), timeout)
         if fl & AG_F_ERROR or st != 0:
             raise AgentError(f"get {remote_path}: {err.decode(errors='replace')}")
         return out

@@ -451,7 +451,8 @@ def _bridge_answer(cluster: Cluster, command: str) -> dict:
     """The bridge's answer; an error answer (a bad rule or option) raises BadRequest."""
     ans = cluster.bridge_command(command)
     if "error" in ans:
-        raise BadRequest(f"the bridge refused `{command}`: {ans['error']}")
+        shown = command if len(command) <= 120 else command[:100] + f"... ({len(command)} bytes)"
+        raise BadRequest(f"the bridge refused `{shown}`: {ans['error']}")
     return ans
 
 
@@ -459,8 +460,21 @@ class BadRequest(Exception):
     """A rule or option the bridge refused: exit status 2, the bridge's reason."""
 
 
+def _text_arg(what: str, s: str) -> str:
+    """`s` if it is UTF-8 text, which the bridge's commands are; else BadRequest naming it (an
+    argument of other bytes reaches Python as lone surrogates, which used to end in a
+    UnicodeEncodeError traceback)."""
+    try:
+        s.encode()
+    except UnicodeEncodeError:
+        shown = os.fsencode(s).decode("utf-8", "backslashreplace")
+        raise BadRequest(f"{what} '{shown}' is not UTF-8 text; the bridge takes its rules, options "
+                         f"and paths as UTF-8") from None
+    return s
+
+
 def cmd_fault_add(args: argparse.Namespace) -> int:
-    rule = " ".join(args.rule)
+    rule = " ".join(_text_arg("fault rule argument", a) for a in args.rule)
     ans = _bridge_answer(_attach(args), f"fault add {rule}")
     print(f"fault rule {ans['id']}: {ans['rule']}")
     return 0
@@ -499,7 +513,7 @@ def _capture_line(c: dict) -> str:
 
 
 def cmd_capture_start(args: argparse.Namespace) -> int:
-    path = os.path.abspath(args.output)
+    path = _text_arg("capture file", os.path.abspath(args.output))
     if any(c.isspace() for c in path):
         raise BadRequest(f"capture file {path!r}: the path must not contain white space")
     opts = [f"path={path}", f"what={args.what}", f"dir={args.dir}", f"snaplen={args.snaplen}",
@@ -1006,6 +1020,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # source): a message, never a traceback.
         where = f" ({e.filename})" if e.filename else ""
         error(f"{e.strerror or e}{where}")
+        return 1
+    except UnicodeError as e:
+        # Last resort likewise: text that must be UTF-8 and is not (an argument of other bytes).
+        error(f"text that is not UTF-8 where UTF-8 is needed (an argument or a file name?): {e}")
         return 1
 
 

@@ -1235,6 +1235,10 @@ class Cluster:
         {"error": ...} answer is returned as is: the caller reports it)."""
         if "\n" in command:
             raise ClusterError("a bridge command is one line")
+        try:
+            line = command.encode() + b"\n"
+        except UnicodeEncodeError:
+            raise ClusterError(f"a bridge command is UTF-8 text, not {ascii(command)[:200]}") from None
         if not self.config.fabric:
             raise ClusterError(f"machine {self.config.machine!r} has no fabric bridge")
         ctl = self.run_dir / "bridge.ctl"
@@ -1245,7 +1249,7 @@ class Cluster:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.settimeout(timeout)
                 s.connect(str(ctl))
-                s.sendall(command.encode() + b"\n")
+                s.sendall(line)
                 while True:
                     chunk = s.recv(65536)
                     if not chunk:

@@ -440,7 +440,7 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
     if run_dir_path == Path("/") or run_dir_path == Path.home():
         raise ConfigError(f"run_dir: {run_dir_path} cannot be a cluster's run directory")
     # UNIX socket paths are limited to 107 bytes; the longest one is node63.agent/qmp.
-    if len(str(run_dir_path / "node63.agent").encode()) > 100:
+    if len(os.fsencode(run_dir_path / "node63.agent")) > 100:
         raise ConfigError(f"run_dir: {run_dir_path} is too long for UNIX socket paths "
                           f"(keep it under ~85 characters)")
 

@@ -3,8 +3,11 @@
 
 Each PE is started through its node's guest agent with the environment libshmem reads
 (RACKEMU_SHMEM_PE, _NPES, _ROOT: the host name of PE 0's node, _PORT: the TCP port of the start-up
-exchange) plus the --env pairs. A program given as a host file is copied to every node first; a
-bare name or guest path must exist on every node. When a PE fails (non-zero exit, killed, timed
+exchange, _SECRET: the job's secret, which the PEs prove to each other in that exchange) plus the
+--env pairs. The secret is drawn afresh for every run and reaches the PE's shell on its standard
+input, never on a command line (a guest's command lines are visible to all its users). A program
+given as a host file is copied to every node first; a bare name or guest path must exist on every
+node. When a PE fails (non-zero exit, killed, timed
 out, agent lost), the others are stopped. Each PE's output is printed with a `[pe I]` prefix,
 stdout to stdout and stderr to stderr, in PE order; the exit status is the worst PE's.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import secrets
 import shlex
 import sys
 import time
@@ -26,7 +30,9 @@ GUEST_DIR = "/tmp/shmemrun"
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 KILL_GRACE = 3.0
 _nap = time.sleep  # the launcher's poll interval (tests replace it)
-RESERVED_ENV = ("RACKEMU_SHMEM_PE", "RACKEMU_SHMEM_NPES", "RACKEMU_SHMEM_ROOT", "RACKEMU_SHMEM_PORT")
+RESERVED_ENV = ("RACKEMU_SHMEM_PE", "RACKEMU_SHMEM_NPES", "RACKEMU_SHMEM_ROOT", "RACKEMU_SHMEM_PORT",
+                "RACKEMU_SHMEM_SECRET")
+SECRET_BYTES = 32          # libshmem wants 64 hex digits
 
 
 @dataclass
@@ -46,6 +52,7 @@ class Plan:
     env: dict[str, str] = field(default_factory=dict)
     timeout: float = 600.0
     tag: str = ""
+    secret: str = field(default_factory=lambda: secrets.token_hex(SECRET_BYTES), repr=False)
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
@@ -91,7 +98,14 @@ def pe_command(plan: Plan, pe: int, root: str, port: int) -> str:
     pidfile = f"{GUEST_DIR}/{plan.tag}.pe{pe}.pid"
     assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     prog = " ".join(shlex.quote(a) for a in plan.argv)
-    return f"mkdir -p {GUEST_DIR}; echo $$ > {pidfile}; exec env {assigns} {prog}"
+    # the secret comes on stdin (pe_stdin) into the environment, past every command line
+    return (f"IFS= read -r RACKEMU_SHMEM_SECRET; export RACKEMU_SHMEM_SECRET; mkdir -p {GUEST_DIR}; "
+            f"echo $$ > {pidfile}; exec env {assigns} {prog}")
+
+
+def pe_stdin(plan: Plan) -> bytes:
+    """What pe_command's shell reads first: the job's secret (the program's stdin is then empty)."""
+    return plan.secret.encode() + b"\n"
 
 
 def stop_pe(node: Any, plan: Plan, pe: int) -> None:
@@ -113,7 +127,7 @@ def run(cluster: Cluster, plan: Plan, say: Callable[[str], None] = lambda m: Non
     root = f"node{nodes[0].id}"
 
     def one(pe: int) -> PeResult:
-        r = nodes[pe].exec(pe_command(plan, pe, root, port), timeout=plan.timeout)
+        r = nodes[pe].exec(pe_command(plan, pe, root, port), timeout=plan.timeout, stdin=pe_stdin(plan))
         if getattr(r, "timed_out", False):
             return PeResult(pe, 124, r.stdout, r.stderr, f"timed out after {plan.timeout:g} s (--timeout)")
         return PeResult(pe, r.rc if isinstance(r.rc, int) and 0 <= r.rc < 256 else 1, r.stdout, r.stderr)

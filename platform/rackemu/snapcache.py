@@ -173,8 +173,8 @@ class Entry:
     def check(self, cluster: "Cluster", i: int) -> None:
         """SnapshotError unless node i's snapshot may be loaded into `cluster`: its metadata
         fits (node, shape, build), and the stream and RAM image are the ones written (the device,
-        inode, size and mtime of both recorded after the save), else their sizes and checksums
-        match the metadata."""
+        inode, size, mtime and ctime of both recorded after the save or the last verification),
+        else their sizes and checksums match the metadata."""
         path = self.snap(i)
         meta = check_restorable(cluster, i, path, verify=False)
         stat = _stats_of(path)
@@ -468,7 +468,9 @@ def prune(keep: Path | None = None, limit: int | None = None, log: Any = None) -
 
 
 def _stat_of(st: os.stat_result) -> list[int]:
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+    """What identifies one version of a file: the mtime alone can be set back (os.utime, `touch
+    -d`) after an edit in place; the ctime changes with every write and no program can set it."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def _stats_of(path: Path) -> list[int]:

@@ -7,6 +7,7 @@ likewise. Every assertion is on data: exact values, check counts, verification e
 """
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -20,6 +21,8 @@ from guest_tools import kv
 ROOT = Path(__file__).resolve().parents[2]
 RACKEMU = str(ROOT / "rackemu")
 RNIC_ARGS = ["-device", "rackemu-rnic"]
+INTRUDER = Path(__file__).resolve().parent / "shmem_intruder.c"
+SECRET = "5ec2e7" * 10 + "abcd"     # a job's secret for PEs started by hand (64 hex digits)
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +143,7 @@ def test_a_pe_killed_mid_run_fails_the_others_without_the_launcher(scluster):
     # barriers; PEs 0 and 2 must exit with an error naming what failed, never hang
     from rackemu.cluster import Background
     port = 21000 + int(time.time()) % 5000
-    env = f"RACKEMU_SHMEM_NPES=3 RACKEMU_SHMEM_ROOT=node0 RACKEMU_SHMEM_PORT={port}"
+    env = f"RACKEMU_SHMEM_NPES=3 RACKEMU_SHMEM_ROOT=node0 RACKEMU_SHMEM_PORT={port} RACKEMU_SHMEM_SECRET={SECRET}"
     cmds = {pe: f"RACKEMU_SHMEM_PE={pe} {env} shmem-check --iters 100000" for pe in (0, 2)}
     cmds[1] = (f"RACKEMU_SHMEM_PE=1 {env} shmem-check --iters 100000 >/dev/null & "
                f"sleep 8; kill -KILL $!; wait $!; exit 0")
@@ -151,3 +154,51 @@ def test_a_pe_killed_mid_run_fails_the_others_without_the_launcher(scluster):
         assert not r.timed_out, f"PE {pe} hung after PE 1 died"
         assert r.rc == 1, (r.rc, r.stderr)
         assert re.search(rb"shmem: PE %d: .*(failed|left)" % pe, r.stderr), r.stderr
+
+
+def test_an_intruder_without_the_secret_learns_nothing_and_takes_no_slot(scluster, tmp_path):
+    """Issue 23 finding 10: any local user who connected to PE 0's start-up port got every PE's
+    QPN, rkey and heap base, or took a PE's place. Three unprivileged users' processes on PE 0's
+    node (u and v; tests/e2e/shmem_intruder.c) find the port in /proc/net/tcp and connect while PEs
+    1-3 are held back: one stays silent, one sends a start record as PE 1 (the exchange before the
+    fix), one a made-up proof as PE 1. Each gets PE 0's challenge (magic and a nonce, 40 bytes) and
+    then the connection closed, nothing else; PE 0 refuses and counts all three; the job runs
+    exactly on its 4 PEs."""
+    cc = "aarch64-linux-gnu-gcc"
+    if not shutil.which(cc):
+        pytest.skip(f"{cc} not found (./rackemu setup installs it)")
+    binary = tmp_path / "shmem-intruder"
+    r = subprocess.run([cc, "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(binary), str(INTRUDER)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    n0 = scluster.node(0)
+    tag = f"{os.getpid()}-{int(time.time())}"
+    n0.put(binary, "/tmp/shmem-intruder", mode=0o755)
+    modes = {"silent": "u", "record": "v", "proof": "u"}
+    for mode, user in modes.items():
+        r = n0.exec(f"su {user} -c 'setsid /tmp/shmem-intruder {mode} 4 </dev/null "
+                    f">/tmp/intruder-{tag}-{mode} 2>&1 &'", timeout=30)
+        assert r.rc == 0, r.stderr
+    # PEs 1-3 start 20 s after PE 0, so the intruders meet PE 0 alone
+    script = 'if [ "$RACKEMU_SHMEM_PE" != 0 ]; then sleep 20; fi; exec shmem-check --iters 5'
+    r = shmemrun(scluster, "-n", "4", "--timeout", "400", "sh", "-c", script, timeout=500)
+    text = (r.stdout + r.stderr).decode(errors="replace")
+    assert r.returncode == 0, text
+    for pe in range(4):
+        d = pe_lines(r, pe)
+        assert not [x for x in d if x.get("ok") == "0"] and d[-1]["failed"] == "0", (pe, d[-1])
+    assert "[pe 0] shmem: PE 0: refused 3 start-up connection(s) that did not prove the job's secret" in text, text
+    assert len(re.findall(r"\[pe 0\] shmem: PE 0: refused a start-up connection from 127\.0\.0\.1:", text)) == 3
+    seen = {}
+    deadline = time.monotonic() + 120
+    while len(seen) < len(modes) and time.monotonic() < deadline:
+        for mode in modes:
+            d = kv(n0.exec(f"cat /tmp/intruder-{tag}-{mode} 2>/dev/null; true").stdout)
+            if d and "end" in d[-1]:
+                seen[mode] = d[-1]
+        time.sleep(1)
+    n0.exec(f"rm -f /tmp/intruder-{tag}-*")
+    assert set(seen) == set(modes), seen
+    for mode, d in seen.items():
+        assert d["received"] == "40" and d["magic"] == "43484d32", (mode, d)   # "CHM2" and a nonce
+        assert d["end"] in ("eof", "reset"), (mode, d)

@@ -1,6 +1,10 @@
 """`rackemu fault` and `rackemu capture` against the real fabric bridge, started by the launcher
 without nodes (the commands talk only to the bridge's control socket). Skipped until
 ./rackemu setup has built the bridge."""
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from rackemu.cluster import Cluster
@@ -9,6 +13,7 @@ from rackemu.config import build_dir, default_bridge, load_config
 from launcher_fakes import FAKES, make_build, pids_referencing
 
 BRIDGE = default_bridge(build_dir())
+RACKEMU = str(Path(__file__).resolve().parents[2] / "rackemu")
 pytestmark = pytest.mark.skipif(not BRIDGE.exists(), reason="the bridge is not built (./rackemu setup)")
 
 
@@ -49,3 +54,72 @@ def test_fault_rules_and_capture_through_the_cli_with_the_real_bridge(tmp_path, 
     finally:
         c.down()
     assert pids_referencing(run_dir) == []
+
+
+@pytest.fixture
+def bridge_only(tmp_path, monkeypatch):
+    """A cluster whose bridge (the real one) runs without nodes; yields (cluster, CLI selector)."""
+    build = make_build(tmp_path, FAKES / "fake_qemu.py", BRIDGE)
+    monkeypatch.setenv("RACKEMU_BUILD", str(build))
+    run_dir = tmp_path / "run"
+    c = Cluster(load_config(overrides={"run_dir": str(run_dir), "nodes": 2, "memory": "128M", "vcpus": 1}))
+    c.start_node = lambda i: None
+    c.wait_agents = lambda *a, **k: None
+    c.up()
+    try:
+        yield c, ["--run-dir", str(run_dir)]
+    finally:
+        c.down()
+    assert pids_referencing(run_dir) == []
+
+
+def test_long_bridge_commands_run_whole_and_over_long_ones_are_refused(bridge_only, tmp_path, capsys):
+    """Issue 23 finding 5: the bridge cut a control command at 256 bytes and ran the rest (a
+    262-byte rule lost its last key; a capture with a 198-character path started with max_mb=1),
+    then the CLI failed on a reset connection. Now a command runs whole, or is refused whole with
+    the limit named, and the CLI shows the bridge's reason (exit 2)."""
+    from rackemu import cli
+    c, sel = bridge_only
+    cap = tmp_path / ("c" * (198 - len(str(tmp_path)) - 8) + ".pcapng")
+    assert len(str(cap)) == 198
+    capsys.readouterr()
+    assert cli.main(["capture", "start", "-o", str(cap), *sel]) == 0, capsys.readouterr().err
+    st = c.bridge_command("capture status")
+    assert st["path"] == str(cap) and st["max_mb"] == 1024 and st["snaplen"] == 65535, st
+    assert cli.main(["capture", "stop", *sel]) == 0
+    rule = ["drop", "src=" + ",".join(map(str, range(64))), "svc=eth,mbox,echo,mem,rmc,bridge,rackemu",
+            "limit=1000000000", "dst=2"]
+    assert len("fault add " + " ".join(rule)) > 256
+    capsys.readouterr()
+    assert cli.main(["fault", "add", *rule, *sel]) == 0, capsys.readouterr().err
+    assert "dst=2 seed=2" in capsys.readouterr().out
+    huge = ["drop", "src=" + ",".join(["0"] * 5000), "dst=3"]
+    assert cli.main(["fault", "add", *huge, *sel]) == 2
+    err = capsys.readouterr().err
+    assert "longer than 8192 bytes, the limit of a control command: refused, nothing was done" in err, err
+    assert "Traceback" not in err and len(err) < 600, err
+    assert [r["rule"] for r in c.bridge_command("fault list")["rules"]] == [" ".join(rule) + " seed=2"]
+
+
+def test_non_utf8_arguments_and_keys_given_twice_are_messages_not_tracebacks(bridge_only, tmp_path):
+    """Issue 23 finding 7: a fault rule or capture path that is not UTF-8 ended in a
+    UnicodeEncodeError traceback, and a key given twice (`prob=0.1 prob=0.2`) was accepted with
+    the last value. Both are refused with a message naming the argument or key (exit 2)."""
+    c, sel = bridge_only
+    env = dict(os.environ, RACKEMU_SKIP_SETUP="1")
+
+    def rackemu(*args):
+        return subprocess.run([RACKEMU, *args, *sel], capture_output=True, env=env, timeout=60)
+
+    r = rackemu("fault", "add", "drop", b"dst=1\xff")
+    assert r.returncode == 2 and b"Traceback" not in r.stderr, r.stderr
+    assert b"fault rule argument 'dst=1\\xff' is not UTF-8 text" in r.stderr, r.stderr
+    r = rackemu("capture", "start", "-o", os.fsencode(tmp_path) + b"/cap\xfe.pcapng")
+    assert r.returncode == 2 and b"Traceback" not in r.stderr, r.stderr
+    assert b"cap\\xfe.pcapng' is not UTF-8 text" in r.stderr, r.stderr
+    r = rackemu("fault", "add", "drop", "prob=0.1", "prob=0.2")
+    assert r.returncode == 2 and b"'prob' is given twice; give each key once" in r.stderr, r.stderr
+    assert c.bridge_command("fault list")["rules"] == []
+    assert c.bridge_command("capture status") == {"active": False}
+    ans = c.bridge_command(f"capture start path={tmp_path}/a.pcapng max_mb=1 max_mb=1024")
+    assert ans == {"error": "capture option 'max_mb' is given twice; give each option once"}, ans

@@ -243,6 +243,32 @@ def test_non_utf8_toml_is_a_message(tmp_path):
     assert r.returncode == 1 and "is not UTF-8 text" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_arguments_that_are_not_utf8_reach_the_guest_as_bytes_or_are_a_message(tmp_path, fake_build):
+    """Issue 23 finding 7, the audit of free-form arguments: `exec` commands and `cp` paths that
+    are not UTF-8 (a file name in Latin-1, say) ended in a UnicodeEncodeError traceback in the agent
+    client; they now reach the guest as the same bytes, as a shell passes them. A run directory
+    that is not UTF-8 was a traceback in the socket-path length check of `cluster up`."""
+    from rackemu.agent import AG_EXEC, AG_GET, AG_PUT, AgentClient
+    sent = []
+    a = AgentClient(str(tmp_path / "nothing.agent"))
+    a._request = lambda typ, body, timeout: sent.append((typ, body)) or (0, 0, b"", b"")
+    name = os.fsdecode(b"/tmp/caf\xe9")
+    a.exec(["ls", "-l", name])
+    a.exec(f"cat {name} | wc -c")
+    a.put(b"data", name, mode=0o600)
+    a.get(name)
+    assert [t for t, _ in sent] == [AG_EXEC, AG_EXEC, AG_PUT, AG_GET]
+    assert sent[0][1].endswith(b"ls -l '/tmp/caf\xe9'") and sent[1][1].endswith(b"cat /tmp/caf\xe9 | wc -c")
+    assert sent[2][1].endswith(b"/tmp/caf\xe9data") and sent[3][1] == b"/tmp/caf\xe9"
+    bad = os.fsencode(tmp_path) + b"/run\xff"
+    assert load_config(overrides={"run_dir": os.fsdecode(bad)}).run_dir == Path(os.fsdecode(bad))
+    env = dict(os.environ, RACKEMU_SKIP_SETUP="1", RACKEMU_BUILD=str(tmp_path / "no-build"))
+    r = subprocess.run([str(ROOT / "rackemu"), "cluster", "up", "--run-dir", bad], capture_output=True,
+                       env=env, timeout=60)     # the run dir is taken; the missing build stops `up`
+    assert r.returncode == 1 and b"run `./rackemu setup` first" in r.stderr, r.stderr
+    assert b"Traceback" not in r.stderr and b"UTF-8" not in r.stderr and not os.path.exists(bad)
+
+
 def test_run_dir_that_is_a_file_or_under_a_file_is_a_message(tmp_path, fake_build):
     f = tmp_path / "afile"
     f.write_text("x")

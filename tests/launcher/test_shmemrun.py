@@ -21,6 +21,7 @@ class PeAgent(FakeAgentClient):
     `fail_pe` exits with status 3; the others run until shmemrun's kill (or `hang_all`)."""
     fail_pe = None
     log: list = []
+    stdins: list = []        # (node, stdin) of every PE's command
     killed: dict = {}
     lock = threading.Lock()
 
@@ -38,6 +39,8 @@ class PeAgent(FakeAgentClient):
         m = re.search(r"RACKEMU_SHMEM_PE=(\d+)", cmd)
         if m:
             pe = int(m.group(1))
+            with PeAgent.lock:
+                PeAgent.stdins.append((n, stdin))
             env_line = " ".join(re.findall(r"(RACKEMU_SHMEM_\w+=\S+)", cmd))
             if pe == PeAgent.fail_pe:
                 return ns(rc=3, stdout=b"", stderr=b"boom\n", timed_out=False)
@@ -56,7 +59,7 @@ class PeAgent(FakeAgentClient):
 @pytest.fixture
 def cluster3(fake_build, monkeypatch, run_dir):
     FakeAgentClient.answer = True
-    PeAgent.fail_pe, PeAgent.log, PeAgent.killed = None, [], {}
+    PeAgent.fail_pe, PeAgent.log, PeAgent.killed, PeAgent.stdins = None, [], {}, []
     monkeypatch.setattr(rc, "_agent_client_class", lambda: PeAgent)
     c = Cluster(load_config(overrides={"run_dir": str(run_dir), "boot_timeout": 10, "name": "t", "nodes": 3}))
     c.up()
@@ -100,6 +103,31 @@ def test_pes_get_their_environment_and_prefixed_output(cluster3, run_dir, capsys
         assert "RACKEMU_SHMEM_ROOT=node0" in env and re.search(r"RACKEMU_SHMEM_PORT=\d+", env)
     cmds = [c for n, c in PeAgent.log if "RACKEMU_SHMEM_PE=" in c]
     assert len(cmds) == 3 and all("SHMEM_SYMMETRIC_SIZE=8M" in c and "shmem-ok --iters 5" in c for c in cmds)
+
+
+def test_every_run_gives_its_pes_a_fresh_secret_on_stdin_never_on_a_command_line(cluster3, run_dir, capsys):
+    """Issue 23 finding 10: the PEs prove a per-job secret to each other at start-up. shmemrun
+    draws it (32 random bytes, 64 hex digits) for each run and hands it to every PE's shell on
+    stdin, which exports it as RACKEMU_SHMEM_SECRET: a guest's command lines are world-readable
+    (/proc/PID/cmdline), its processes' environments are not. --env cannot set it."""
+    secrets = []
+    for _ in range(2):
+        PeAgent.stdins, PeAgent.log = [], []
+        assert shmemrun(run_dir, "-n", "3", "shmem-ok") == 0
+        assert sorted(n for n, _ in PeAgent.stdins) == [0, 1, 2]
+        given = {s for _, s in PeAgent.stdins}
+        assert len(given) == 1, "the PEs of one run got different secrets"
+        secret = given.pop()
+        assert re.fullmatch(rb"[0-9a-f]{64}\n", secret), secret
+        for _, cmd in PeAgent.log:
+            assert secret.strip().decode() not in cmd
+        pe_cmds = [c for _, c in PeAgent.log if "RACKEMU_SHMEM_PE=" in c]
+        assert all(c.startswith("IFS= read -r RACKEMU_SHMEM_SECRET; export RACKEMU_SHMEM_SECRET;")
+                   for c in pe_cmds), pe_cmds
+        secrets.append(secret)
+    assert secrets[0] != secrets[1]
+    assert shmemrun(run_dir, "-n", "2", "--env", "RACKEMU_SHMEM_SECRET=00", "shmem-ok") == 1
+    assert "shmemrun sets" in capsys.readouterr().err
 
 
 def test_fewer_pes_than_nodes_uses_the_first_nodes(cluster3, run_dir, capsys):

@@ -130,6 +130,31 @@ def test_an_entry_is_trusted_while_its_file_is_the_one_written_else_checked(tmp_
     e.close()
 
 
+@pytest.mark.parametrize("which", ["stream", "image"])
+def test_a_file_edited_in_place_with_its_mtime_set_back_is_verified_again(
+        tmp_path, fake_build, cache, which):
+    """Issue 23 finding 6: the cache trusted (device, inode, size, mtime) after one check, so a
+    stream or RAM image edited in place whose mtime was restored with os.utime (or `touch -d`)
+    booted unverified. The ctime, which no program can set back, is part of what is trusted."""
+    c = cluster(tmp_path / "r")
+    m = key_material(c)
+    e = Entry(cache_root(), cache_key(m), m)
+    e.open()
+    path = snapshot_in(e, c, 0)
+    e.check(c, 0)                                   # trusted by its stat from now on
+    target = path if which == "stream" else ram_image_path(path)
+    st = target.stat()
+    time.sleep(0.02)                                # a ctime the clock can tell apart
+    with open(target, "r+b") as f:                  # same size, same inode, other bytes
+        f.seek(5)
+        f.write(b"\xee")
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert target.stat().st_mtime_ns == st.st_mtime_ns and target.stat().st_size == st.st_size
+    with pytest.raises(SnapshotError, match="does not match the checksum"):
+        e.check(c, 0)
+    e.close()
+
+
 def test_entry_locks_exclude_a_writer_while_another_reads(tmp_path, fake_build, cache):
     c = cluster(tmp_path / "r")
     m = key_material(c)

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bridge_rig.h"
@@ -84,6 +85,31 @@ TEST(FaultRules, BadRulesAreRefusedWithAReason)
     EXPECT_TRUE(e.rules().empty());
     EXPECT_EQ(e.add("drop every=3 svc=eth kind=roce,arp src=0,1 limit=5 seed=9", err), 1u) << err;
     EXPECT_EQ(e.rules()[0].spec, "drop every=3 svc=eth kind=roce,arp src=0,1 limit=5 seed=9");
+}
+
+// Issue 23 finding 7: a key given twice (`prob=0.1 prob=0.2`) was accepted, the last value
+// silently winning; rules and capture options refuse it, naming the key.
+TEST(FaultRules, AKeyGivenTwiceIsRefusedByName)
+{
+    FaultEngine e;
+    std::string err;
+    const std::pair<const char *, const char *> twice[] = {{"drop prob=0.1 prob=0.2", "prob"},
+                                                           {"drop dst=1 svc=eth dst=2", "dst"},
+                                                           {"delay us=5 jitter=1 us=5", "us"},
+                                                           {"down node=1 node=2", "node"},
+                                                           {"drop seed=1 limit=2 seed=1", "seed"}};
+    for (const auto &[rule, key] : twice) {
+        err.clear();
+        EXPECT_EQ(e.add(rule, err), 0u) << rule;
+        EXPECT_EQ(err, "'" + std::string(key) + "' is given twice; give each key once") << rule;
+    }
+    EXPECT_TRUE(e.rules().empty());
+    Capture::Options o;
+    EXPECT_FALSE(Capture::parse("path=/tmp/a.pcapng max_mb=1 max_mb=1024", o, err));
+    EXPECT_EQ(err, "capture option 'max_mb' is given twice; give each option once");
+    EXPECT_FALSE(Capture::parse("path=/tmp/a.pcapng nodes=0 path=/tmp/b.pcapng", o, err));
+    EXPECT_EQ(err, "capture option 'path' is given twice; give each option once");
+    EXPECT_TRUE(Capture::parse("path=/tmp/a.pcapng nodes=0,1 max_mb=2", o, err)) << err;
 }
 
 TEST(FaultRules, DropEveryNthAndLimitCountExactly)
@@ -405,4 +431,44 @@ TEST(Capture, WritesThePcapngOfTheChosenNodesFrames)
     EXPECT_EQ(req.type, RKF_T_REQ);
     EXPECT_EQ(rep.type, RKF_T_REPLY);
     EXPECT_EQ(rep.tag, 5u);
+}
+
+// Issue 23 finding 5: a control command over 256 bytes was cut there and the cut command run
+// (a 262-byte `fault add ... dst=2` installed a rule without dst=2; a capture with a 198-byte
+// path started with max_mb=1 instead of 1024), then the client saw a reset instead of the
+// answer. A command of up to Bridge::kMaxControlCommand bytes now runs whole; a longer one is
+// refused whole with the limit in the answer; none is run in part.
+TEST(ControlCommands, LongCommandsRunWholeAndOverLongOnesAreRefusedNeverCut)
+{
+    constexpr auto npos = std::string::npos;
+    BridgeRig b;
+    std::string r = ctl(b.dir, "fault add drop" + std::string(242, ' ') + "dst=2"); // 262 bytes
+    EXPECT_NE(r.find("\"rule\":\"drop dst=2 seed=2\""), npos) << r;
+    const std::string path = b.dir + "/" + std::string(198 - b.dir.size() - 8, 'p') + ".pcapng";
+    ASSERT_EQ(path.size(), 198u);
+    r = ctl(b.dir, "capture start path=" + path + " what=all dir=in snaplen=65535 max_mb=1024");
+    EXPECT_NE(r.find("\"path\":\"" + path + "\""), npos) << r;
+    EXPECT_NE(r.find("\"max_mb\":1024"), npos) << r;
+    ctl(b.dir, "capture stop");
+
+    // Spaces between the words: every prefix of these commands is a valid, broader rule.
+    const std::string head = "fault add drop", tail = " dst=3";
+    const size_t pad = Bridge::kMaxControlCommand - head.size() - tail.size();
+    r = ctl(b.dir, head + std::string(pad, ' ') + tail); // exactly the limit
+    EXPECT_NE(r.find("\"rule\":\"drop dst=3 seed=3\""), npos) << r;
+    for (size_t extra : {size_t(1), size_t(100000)}) { // one byte over; many writes over
+        r = ctl(b.dir, head + std::string(pad + extra, ' ') + tail);
+        EXPECT_NE(r.find("longer than 8192 bytes, the limit of a control command: refused, nothing "
+                         "was done"),
+                  npos)
+            << r;
+        EXPECT_NE(r.find("the command starting 'fault add drop"), npos) << r;
+        EXPECT_TRUE(json_text_ok(r)) << r;
+    }
+    // No newline within the deadline: what arrived may be a prefix, and is not run either.
+    r = control(b.dir, "fault add drop", 5000);
+    EXPECT_NE(r.find("did not end with a newline within 1000 ms: refused"), npos) << r;
+    r = ctl(b.dir, "fault list");
+    EXPECT_NE(r.find("\"id\":2,"), npos) << r;
+    EXPECT_EQ(r.find("\"id\":3,"), npos) << "a refused command added a rule: " << r;
 }

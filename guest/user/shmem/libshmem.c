@@ -6,7 +6,10 @@
  * data+bss segment as memory regions, creates one RC QP per PE (its own PE: a loopback pair, so
  * every operation, even on this PE's memory, is done by the NIC and its atomic unit) on one send
  * and one receive CQ, and learns every peer's QPNs, PSN, rkeys and bases over TCP from PE 0
- * (environment from `rackemu shmemrun`: RACKEMU_SHMEM_PE, _NPES, _ROOT, _PORT).
+ * (environment from `rackemu shmemrun`: RACKEMU_SHMEM_PE, _NPES, _ROOT, _PORT, _SECRET). Before
+ * any record is sent, PE 0 and each PE prove to each other that they know the job's secret
+ * (HMAC-SHA-256 over fresh nonces, sha256.h): a connection that cannot is refused and counted,
+ * learns nothing of the job and takes no PE's place (docs/shmem.md, "Start-up authentication").
  *
  * Puts are non-blocking (the source is copied to a registered bounce ring, the WRITE posted);
  * gets and fetching atomics wait for their completion; non-fetching atomics are posted and
@@ -20,13 +23,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../librnic.h"
 #include "../spin.h"
+#include "sha256.h"
 #include "shmem.h"
 
 #define MAX_PES          64
@@ -38,7 +44,14 @@
 #define BOUNCE_SIZE      (4u << 20)
 #define CHUNK            (64u << 10)
 #define FETCH_BIT        (1ull << 63)
-#define BOOT_MAGIC       0x53484d31u /* "SHM1" */
+#define BOOT_MAGIC       0x53484d32u /* "SHM2": the start record, sent after the proofs */
+#define CHALLENGE_MAGIC  0x43484d32u /* "CHM2": PE 0's challenge */
+#define PROOF_MAGIC      0x50484d32u /* "PHM2": a PE's proof */
+#define SECRET_LEN       32     /* RACKEMU_SHMEM_SECRET: 64 hex digits */
+#define NONCE_LEN        32
+#define BOOT_WAIT_MS     120000 /* PE 0 waits this long for every PE */
+#define BOOT_CONN_MS     10000  /* a connection's time for each step (proof, record) */
+#define BOOT_PENDING     (MAX_PES + 16) /* connections PE 0 serves at once; then one evicts the oldest unproven */
 #define DEFAULT_HEAP     (32ull << 20)
 #define HEAP_RESERVED    4096u  /* the heap's first page is not handed out */
 #define PAGE             4096ul
@@ -47,6 +60,20 @@ struct boot_rec {
 	uint32_t magic, pe, n, node, psn, heap_rkey, data_rkey, reserved;
 	uint64_t heap_base, heap_len, data_base, data_len;
 	uint32_t qpn[MAX_PES]; /* the QP this PE uses towards PE j */
+};
+
+/* Start-up (docs/shmem.md): PE 0 -> a new connection; the PE -> PE 0 (mac: HMAC(secret,
+ * "rackemu-shmem pe" | challenge nonce | nonce | pe | n)); PE 0 -> the PE: HMAC(secret,
+ * "rackemu-shmem pe0" | nonce | challenge nonce | pe | n); then the PE's boot_rec, and the table. */
+struct boot_challenge {
+	uint32_t magic, reserved;
+	uint8_t nonce[NONCE_LEN];
+};
+
+struct boot_proof {
+	uint32_t magic, pe, n, reserved;
+	uint8_t nonce[NONCE_LEN];
+	uint8_t mac[SHA256_LEN];
 };
 
 struct peer {
@@ -95,6 +122,8 @@ static struct {
 	struct blk *blk;
 	size_t nblk;
 	int xatomic;
+	uint8_t secret[SECRET_LEN];   /* the job's (RACKEMU_SHMEM_SECRET), for the start-up proofs */
+	unsigned refused;             /* start-up connections that did not prove the secret */
 	uint64_t epoch;               /* barriers entered */
 	uint64_t arrivals[MAX_PES];   /* barrier notifications received from each PE */
 } S;
@@ -367,6 +396,167 @@ bad:
 	exit(1);
 }
 
+/* The job's secret from RACKEMU_SHMEM_SECRET, then gone from the environment (a program's
+ * children need not see it). */
+static void read_secret(void)
+{
+	char *s = getenv("RACKEMU_SHMEM_SECRET");
+	int i;
+
+	if (!s || strlen(s) != 2 * SECRET_LEN)
+		fatal("RACKEMU_SHMEM_SECRET is %s: the PEs of a job prove a secret of %d hex digits to each "
+		      "other at start-up (rackemu shmemrun sets it; docs/shmem.md)",
+		      s ? "not 64 hex digits" : "not set", 2 * SECRET_LEN);
+	for (i = 0; i < SECRET_LEN; i++) {
+		unsigned v;
+
+		if (sscanf(s + 2 * i, "%2x", &v) != 1 || !strchr("0123456789abcdefABCDEF", s[2 * i]) ||
+		    !strchr("0123456789abcdefABCDEF", s[2 * i + 1]))
+			fatal("RACKEMU_SHMEM_SECRET is not 64 hex digits");
+		S.secret[i] = (uint8_t)v;
+	}
+	memset(s, 'x', strlen(s));
+	unsetenv("RACKEMU_SHMEM_SECRET");
+}
+
+static void random_bytes(uint8_t *p, size_t n)
+{
+	while (n) {
+		ssize_t r = getrandom(p, n, 0);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			fatal("getrandom failed: %s", strerror(errno));
+		p += r, n -= (size_t)r;
+	}
+}
+
+/* The proof of the secret by PE `pe` (to_pe0) or by PE 0 (!to_pe0), bound to both nonces. */
+static void boot_mac(int to_pe0, const uint8_t *chal, const uint8_t *nonce, uint32_t pe, uint8_t out[SHA256_LEN])
+{
+	static const char label_pe[] = "rackemu-shmem pe", label_pe0[] = "rackemu-shmem pe0";
+	const uint32_t n = (uint32_t)S.n;
+	const void *part[5] = { to_pe0 ? label_pe : label_pe0, to_pe0 ? chal : nonce, to_pe0 ? nonce : chal, &pe, &n };
+	const size_t len[5] = { to_pe0 ? sizeof(label_pe) : sizeof(label_pe0), NONCE_LEN, NONCE_LEN, 4, 4 };
+
+	hmac_sha256(S.secret, SECRET_LEN, part, len, 5, out);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* A connection to PE 0's port that has not yet given its start record. */
+struct boot_conn {
+	int fd;
+	int proven;                 /* 0: its proof is awaited; 1: proven, its record is awaited */
+	uint32_t pe;                /* proven: the PE it proved to be */
+	size_t got;
+	uint64_t deadline;
+	uint8_t chal[NONCE_LEN];
+	char who[32];
+	union {
+		struct boot_proof proof;
+		struct boot_rec rec;
+	} in;
+};
+
+static void refuse(struct boot_conn *c, const char *why)
+{
+	if (++S.refused <= 8)
+		fprintf(stderr, "shmem: PE 0: refused a start-up connection from %s: %s\n", c->who, why);
+	close(c->fd);
+	c->fd = -1;
+}
+
+static void boot_accept(int l, struct boot_conn *pend, int *npend)
+{
+	struct boot_challenge ch = { .magic = CHALLENGE_MAGIC };
+	struct sockaddr_in a;
+	socklen_t alen = sizeof(a);
+	struct boot_conn *c;
+	int fd = rnic_tcp_accept(l);
+
+	if (fd < 0)
+		return;
+	if (*npend == BOOT_PENDING) { /* a flood of silent connections cannot lock the PEs out */
+		int k, old = -1;
+
+		for (k = 0; k < *npend; k++) /* at most NPES - 1 are proven: one is not */
+			if (!pend[k].proven && (old < 0 || pend[k].deadline < pend[old].deadline))
+				old = k;
+		refuse(&pend[old], "too many start-up connections at once (the oldest goes)");
+		pend[old] = pend[--(*npend)];
+	}
+	c = &pend[(*npend)++];
+	memset(c, 0, sizeof(*c));
+	c->fd = fd;
+	c->deadline = now_ms() + BOOT_CONN_MS;
+	if (getpeername(fd, (struct sockaddr *)&a, &alen) || a.sin_family != AF_INET ||
+	    !inet_ntop(AF_INET, &a.sin_addr, c->who, sizeof(c->who)))
+		strcpy(c->who, "?");
+	else
+		snprintf(c->who + strlen(c->who), sizeof(c->who) - strlen(c->who), ":%u", ntohs(a.sin_port));
+	random_bytes(c->chal, NONCE_LEN);
+	memcpy(ch.nonce, c->chal, NONCE_LEN);
+	if (send(fd, &ch, sizeof(ch), MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(ch))
+		refuse(c, "it did not take the challenge");
+}
+
+/* Progress one connection on PE 0; 1 when its PE joined (all[pe] and S.sock[pe] set). */
+static int boot_serve(struct boot_conn *c, struct boot_rec *all)
+{
+	size_t want = c->proven ? sizeof(c->in.rec) : sizeof(c->in.proof);
+	ssize_t r = recv(c->fd, (uint8_t *)&c->in + c->got, want - c->got, MSG_DONTWAIT);
+	uint8_t mac[SHA256_LEN];
+
+	if (r < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (r <= 0) {
+		if (c->proven)
+			fatal("PE %u left (exited or died) before sending its start record", c->pe);
+		refuse(c, "it left without proving the job's secret");
+		return 0;
+	}
+	c->got += (size_t)r;
+	if (c->got < want)
+		return 0;
+	if (!c->proven) {
+		struct boot_proof *p = &c->in.proof;
+		uint32_t pe = p->pe;
+
+		boot_mac(1, c->chal, p->nonce, pe, mac);
+		if (p->magic != PROOF_MAGIC || p->n != (uint32_t)S.n || pe == 0 || pe >= (uint32_t)S.n ||
+		    !sha256_equal(mac, p->mac, SHA256_LEN)) {
+			refuse(c, "it did not prove the job's secret (RACKEMU_SHMEM_SECRET)");
+			return 0;
+		}
+		if (S.sock[pe] >= 0)
+			fatal("two PEs proved the job's secret as PE %u: every PE must have its own "
+			      "RACKEMU_SHMEM_PE", pe);
+		boot_mac(0, c->chal, p->nonce, pe, mac);
+		if (send(c->fd, mac, sizeof(mac), MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(mac))
+			fatal("sending PE 0's proof to PE %u failed", pe);
+		c->proven = 1;
+		c->pe = pe;
+		c->got = 0;
+		c->deadline = now_ms() + BOOT_CONN_MS;
+		return 0;
+	}
+	if (c->in.rec.magic != BOOT_MAGIC || c->in.rec.n != (uint32_t)S.n || c->in.rec.pe != c->pe || S.sock[c->pe] >= 0)
+		fatal("PE %u sent a bad start record (pe %u of %u), or two PEs proved to be PE %u", c->pe,
+		      c->in.rec.pe, c->in.rec.n, c->pe);
+	all[c->pe] = c->in.rec;
+	S.sock[c->pe] = c->fd;
+	c->fd = -1;
+	return 1;
+}
+
 static void exchange(struct boot_rec *all)
 {
 	const char *root = getenv("RACKEMU_SHMEM_ROOT");
@@ -376,33 +566,60 @@ static void exchange(struct boot_rec *all)
 	if (!root || !*root)
 		root = "node0";
 	if (S.me == 0) {
-		int l = rnic_tcp_listen((uint16_t)port);
+		struct boot_conn pend[BOOT_PENDING];
+		struct pollfd pfd[BOOT_PENDING + 1];
+		uint64_t end = now_ms() + BOOT_WAIT_MS;
+		int l = rnic_tcp_listen((uint16_t)port), npend = 0, joined = 1;
 
 		if (l < 0)
 			fatal("listening on TCP port %u failed: %s (RACKEMU_SHMEM_PORT)", port, strerror(-l));
-		for (i = 1; i < S.n; i++) {
-			struct boot_rec r;
-			struct pollfd pfd = { .fd = l, .events = POLLIN };
-			int c;
+		while (joined < S.n) {
+			uint64_t now = now_ms(), wake = end;
+			int k;
 
-			if (poll(&pfd, 1, 120000) != 1)
-				fatal("only %d of %d PEs connected within 120 s", i, S.n);
-			c = rnic_tcp_accept(l);
-			if (c < 0 || full_io(c, &r, sizeof(r), 0))
-				fatal("accepting a PE's connection failed");
-			if (r.magic != BOOT_MAGIC || r.n != (uint32_t)S.n || r.pe == 0 || r.pe >= (uint32_t)S.n ||
-			    S.sock[r.pe] >= 0)
-				fatal("a PE connected with a bad or duplicate start record (pe %u of %u): was an "
-				      "earlier run left over?",
-				      r.pe, r.n);
-			all[r.pe] = r;
-			S.sock[r.pe] = c;
+			if (now >= end)
+				fatal("only %d of %d PEs connected within %d s", joined, S.n, BOOT_WAIT_MS / 1000);
+			pfd[0] = (struct pollfd){ .fd = l, .events = POLLIN };
+			for (k = 0; k < npend; k++) {
+				pfd[k + 1] = (struct pollfd){ .fd = pend[k].fd, .events = POLLIN };
+				if (pend[k].deadline < wake)
+					wake = pend[k].deadline;
+			}
+			if (poll(pfd, (nfds_t)npend + 1, wake > now ? (int)(wake - now) : 0) < 0 && errno != EINTR)
+				fatal("waiting for the PEs failed: %s", strerror(errno));
+			now = now_ms();
+			for (k = 0; k < npend; k++) {
+				if (pfd[k + 1].revents)
+					joined += boot_serve(&pend[k], all);
+				if (pend[k].fd < 0 || now < pend[k].deadline) /* a trickle of bytes does not extend it */
+					continue;
+				if (pend[k].proven)
+					fatal("PE %u proved the job's secret but sent no start record within %d s",
+					      pend[k].pe, BOOT_CONN_MS / 1000);
+				refuse(&pend[k], "no proof of the job's secret in time");
+			}
+			for (k = 0; k < npend;) /* drop the finished ones (joined or refused) */
+				if (pend[k].fd < 0)
+					pend[k] = pend[--npend];
+				else
+					k++;
+			if (pfd[0].revents & POLLIN)
+				boot_accept(l, pend, &npend);
 		}
 		close(l);
+		for (i = 0; i < npend; i++)
+			refuse(&pend[i], "still unproven when every PE had joined");
+		if (S.refused)
+			fprintf(stderr, "shmem: PE 0: refused %u start-up connection(s) that did not prove the job's secret\n",
+				S.refused);
 		for (i = 1; i < S.n; i++)
 			if (full_io(S.sock[i], all, sizeof(*all) * (size_t)S.n, 1))
 				fatal("sending the PE table to PE %d failed", i);
 	} else {
+		struct boot_challenge ch;
+		struct boot_proof p = { .magic = PROOF_MAGIC, .pe = (uint32_t)S.me, .n = (uint32_t)S.n };
+		struct timeval tv = { .tv_sec = BOOT_WAIT_MS / 1000 + 30 };
+		uint8_t mac[SHA256_LEN], want[SHA256_LEN];
 		int c = -1, tries;
 
 		for (tries = 0; tries < 12 && c < 0; tries++) /* rnic_tcp_connect retries 10 s itself */
@@ -410,8 +627,23 @@ static void exchange(struct boot_rec *all)
 		if (c < 0)
 			fatal("connecting to PE 0 at %s:%u failed: %s", root, port, strerror(-c));
 		S.sock[0] = c;
+		setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)); /* a silent impostor fails us */
+		if (full_io(c, &ch, sizeof(ch), 0) || ch.magic != CHALLENGE_MAGIC)
+			fatal("%s:%u did not answer as PE 0 of a job (no start-up challenge)", root, port);
+		random_bytes(p.nonce, NONCE_LEN);
+		boot_mac(1, ch.nonce, p.nonce, p.pe, p.mac);
+		if (full_io(c, &p, sizeof(p), 1) || full_io(c, mac, sizeof(mac), 0))
+			fatal("PE 0 at %s:%u refused this PE's proof of the job's secret (not the same "
+			      "RACKEMU_SHMEM_SECRET, or another job on that port)",
+			      root, port);
+		boot_mac(0, ch.nonce, p.nonce, p.pe, want);
+		if (!sha256_equal(mac, want, SHA256_LEN))
+			fatal("the process at %s:%u does not know the job's secret: it is not this job's PE 0", root,
+			      port);
 		if (full_io(c, &all[S.me], sizeof(*all), 1) || full_io(c, all, sizeof(*all) * (size_t)S.n, 0))
 			fatal("exchanging the start records with PE 0 failed (did it exit?)");
+		tv.tv_sec = 0;
+		setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	}
 }
 
@@ -483,6 +715,8 @@ void shmem_init(void)
 	if (S.n < 1 || S.me >= S.n)
 		fatal("RACKEMU_SHMEM_PE=%d is not below RACKEMU_SHMEM_NPES=%d (run the program with rackemu shmemrun)",
 		      S.me, S.n);
+	if (S.n > 1)
+		read_secret();
 	S.ctx = rnic_open(NULL);
 	if (!S.ctx)
 		fatal("opening the RNIC (%s) failed: %s (does the node have -device rackemu-rnic?)", RNIC_DEV_PATH,
