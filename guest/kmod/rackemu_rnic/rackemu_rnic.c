@@ -10,8 +10,10 @@
  * (pin_user_pages_fast, FOLL_LONGTERM, charged to RLIMIT_MEMLOCK) and hands the device their DMA
  * addresses as a page list. Queue rings are zeroed kernel pages the owner maps; a mapping keeps
  * its ring allocated until it goes, whatever the order of destroy, munmap and close. A doorbell
- * page is revoked (unmapped) when its object is destroyed, so a later object with the same index
- * is never reachable through a stale mapping. Completion interrupts: the process arms a CQ
+ * page is inserted at its first access by a fault handler that checks, under the device mutex,
+ * that the object is still the file's, and it is revoked (unmapped) when its object is
+ * destroyed, so a later object with the same index is never reachable through a stale mapping,
+ * whatever the timing of mmap against destroy. Completion interrupts: the process arms a CQ
  * through its doorbell page, and RNIC_IOC_WAIT_CQ sleeps until the CQ fires.
  * Asynchronous events: the device writes them into one event queue (RNIC_REG_EQ_*) the driver
  * owns, interrupting on vector 0 while armed; the handler hands each to the file that owns its
@@ -946,6 +948,46 @@ static const struct vm_operations_struct rnic_vm_ops = {
 	.close = rnic_vma_close,
 };
 
+/* The doorbell page at (type, idx) if that QP or CQ is f's, else 0; rd->lock held. */
+static resource_size_t rnic_db_phys_locked(struct rnic_file *f, unsigned long type, unsigned long idx)
+{
+	struct rnic_dev *rd = f->rd;
+
+	if (type == RNIC_MAP_QPDB && idx < RNIC_MAX_QP && rd->qp[idx].owner == f)
+		return rd->db_phys + RNIC_DB_QP(idx);
+	if (type == RNIC_MAP_CQDB && idx < RNIC_MAX_CQ && rd->cq[idx].owner == f)
+		return rd->db_phys + RNIC_DB_CQ(idx);
+	return 0;
+}
+
+/*
+ * A doorbell page is inserted at its first access, under rd->lock, only while its object is
+ * still the file's. A destroy clears the owner and zaps the file's mappings of the page under the
+ * same lock: a page inserted before is zapped (the VMA is in the file's mapping once it can
+ * fault), an access after faults SIGBUS. Inserting the page in mmap() instead could not be made
+ * safe: the new VMA joins the file's mapping only after mmap() returns, so a destroy in between
+ * misses it.
+ */
+static vm_fault_t rnic_db_fault(struct vm_fault *vmf)
+{
+	struct vm_area_struct *vma = vmf->vma;
+	struct rnic_file *f = vma->vm_file->private_data;
+	struct rnic_dev *rd = f->rd;
+	resource_size_t db;
+	vm_fault_t ret = VM_FAULT_SIGBUS;
+
+	mutex_lock(&rd->lock);
+	db = rnic_db_phys_locked(f, vma->vm_pgoff >> 16, vma->vm_pgoff & 0xffff);
+	if (db)
+		ret = vmf_insert_pfn(vma, vma->vm_start, db >> PAGE_SHIFT);
+	mutex_unlock(&rd->lock);
+	return ret;
+}
+
+static const struct vm_operations_struct rnic_db_vm_ops = {
+	.fault = rnic_db_fault,
+};
+
 static int rnic_mmap(struct file *file, struct vm_area_struct *vma)
 {
 	struct rnic_file *f = file->private_data;
@@ -953,12 +995,25 @@ static int rnic_mmap(struct file *file, struct vm_area_struct *vma)
 	unsigned long type = vma->vm_pgoff >> 16, idx = vma->vm_pgoff & 0xffff;
 	size_t len = vma->vm_end - vma->vm_start;
 	struct rnic_ring *r = NULL;
-	resource_size_t db = 0;
+	resource_size_t db;
 	int ret = -ENOENT;
 
 	if (!(vma->vm_flags & VM_SHARED))
 		return -EINVAL;
 	mutex_lock(&rd->lock);
+	if (type == RNIC_MAP_QPDB || type == RNIC_MAP_CQDB) {
+		db = rnic_db_phys_locked(f, type, idx);
+		mutex_unlock(&rd->lock);
+		if (!db)
+			return -ENOENT;
+		if (len != PAGE_SIZE)
+			return -EINVAL;
+		/* nothing mapped yet: rnic_db_fault inserts the page while the object is f's */
+		vma->vm_flags |= VM_IO | VM_PFNMAP | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP;
+		vma->vm_page_prot = pgprot_device(vma->vm_page_prot);
+		vma->vm_ops = &rnic_db_vm_ops;
+		return 0;
+	}
 	switch (type) {
 	case RNIC_MAP_SQ:
 	case RNIC_MAP_RQ:
@@ -969,23 +1024,6 @@ static int rnic_mmap(struct file *file, struct vm_area_struct *vma)
 		if (idx < RNIC_MAX_CQ && rd->cq[idx].owner == f)
 			r = rd->cq[idx].ring;
 		break;
-	case RNIC_MAP_QPDB:
-		if (idx < RNIC_MAX_QP && rd->qp[idx].owner == f)
-			db = rd->db_phys + RNIC_DB_QP(idx);
-		break;
-	case RNIC_MAP_CQDB:
-		if (idx < RNIC_MAX_CQ && rd->cq[idx].owner == f)
-			db = rd->db_phys + RNIC_DB_CQ(idx);
-		break;
-	}
-	if (db) {
-		mutex_unlock(&rd->lock);
-		if (len != PAGE_SIZE)
-			return -EINVAL;
-		vma->vm_flags |= VM_IO | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP;
-		vma->vm_page_prot = pgprot_device(vma->vm_page_prot);
-		vma->vm_ops = &rnic_vm_ops; /* no private data; a revoked page faults SIGBUS */
-		return io_remap_pfn_range(vma, vma->vm_start, db >> PAGE_SHIFT, PAGE_SIZE, vma->vm_page_prot);
 	}
 	if (!r || len > r->size) {
 		mutex_unlock(&rd->lock);
