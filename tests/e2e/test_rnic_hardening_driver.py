@@ -1,5 +1,5 @@
 """Scenario: hostile unprivileged users (u, uid 1000, and v, uid 1001) against the RNIC driver
-(issue 23, findings 3 and 4; docs/rnic-verbs.md "Limits", "Queues and doorbells").
+(issue 23, findings 3, 4 and 8a; docs/rnic-verbs.md "Limits", "Queues and doorbells", "Counters").
 
   - finding 3: one user took all 256 PDs, CQs and QPs and every MR, so root got ENOSPC; rings
     were kernel memory charged to nobody. Now each uid holds at most its share of each kind
@@ -10,6 +10,7 @@
     device mutex: many mmap/destroy races by two users on a 2-vCPU node leave no mapping that
     reaches the device, and the deterministic properties hold (a mapping faults once its QP is
     destroyed, even when another file's QP took the index).
+  - finding 8a: the device-wide counters (a side channel on peers' traffic) are root's only.
 
 One single-node cluster with 2 vCPUs and an RNIC serves every test (the RNIC loops its own
 traffic back; the races want two vCPUs).
@@ -146,6 +147,23 @@ def test_ring_memory_of_a_user_is_bounded(clean):
     # the rings went with the process: the same again fits
     r = as_user(n, "u", "rnic-hostile take --cq 1 --qp 21 --qp-log2 12", timeout=300)
     assert kv(r.stdout)[0]["qp_err"] == "none", r.stdout
+
+
+def test_device_counters_are_roots_only(node):
+    """Before: any user read the device-wide counters (every peer's frames, bytes, flushes)."""
+    refused0 = param(node, "refused_counters")
+    r = as_user(node, "u", "rnic counters")
+    assert r.rc == 1 and not kv(r.stdout), r.stdout
+    assert b"only root" in r.stderr, r.stderr
+    assert param(node, "refused_counters") == refused0 + 1
+    r = node.exec("rnic counters")
+    cnt = {k: int(v) for x in kv(r.stdout) for k, v in x.items()}
+    assert r.rc == 0 and cnt["commands"] > 0, r.stdout
+    # the user's check suite still passes: it checks everything but the counter deltas
+    r = as_user(node, "u", "rnic check", timeout=600)
+    d = kv(r.stdout)
+    assert d and d[0] == {"counters": "root-only", "counter_comparisons": "skipped"}, r.stdout
+    assert r.rc == 0 and d[-1]["failed"] == "0", (r.stdout + r.stderr).decode()
 
 
 def test_a_destroyed_qps_doorbell_mapping_faults(node):

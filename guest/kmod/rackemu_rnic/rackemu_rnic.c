@@ -15,7 +15,8 @@
  * destroyed, so a later object with the same index is never reachable through a stale mapping,
  * whatever the timing of mmap against destroy. Each uid may hold a share of every object kind
  * and a bounded amount of ring memory; the last objects of each kind are root's (module
- * parameters, docs/rnic-verbs.md "Limits"). Completion interrupts: the process arms a CQ
+ * parameters, docs/rnic-verbs.md "Limits"). The device's counters are root's too: they count
+ * every user's traffic. Completion interrupts: the process arms a CQ
  * through its doorbell page, and RNIC_IOC_WAIT_CQ sleeps until the CQ fires.
  * Asynchronous events: the device writes them into one event queue (RNIC_REG_EQ_*) the driver
  * owns, interrupting on vector 0 while armed; the handler hands each to the file that owns its
@@ -82,6 +83,9 @@ MODULE_PARM_DESC(reserved_qp, "QPs only privileged files may take (default 16)")
 static unsigned int max_ring_kib_per_uid = 16384;
 module_param(max_ring_kib_per_uid, uint, 0644);
 MODULE_PARM_DESC(max_ring_kib_per_uid, "KiB of kernel memory the queue rings of one unprivileged uid may take (default 16384)");
+static bool unprivileged_counters;
+module_param(unprivileged_counters, bool, 0644);
+MODULE_PARM_DESC(unprivileged_counters, "let every user read the device-wide counters (default N: privileged files only)");
 
 static unsigned int *const rnic_uid_max[RNIC_KINDS] = {
 	&max_pd_per_uid, &max_mr_per_uid, &max_cq_per_uid, &max_qp_per_uid,
@@ -91,7 +95,7 @@ static unsigned int *const rnic_reserved[RNIC_KINDS] = {
 };
 
 /* refusals: an object beyond the uid's share, one of root's reserve, ring memory beyond the bound */
-static atomic_long_t refused_uid_quota, refused_reserve, refused_ring_mem;
+static atomic_long_t refused_uid_quota, refused_reserve, refused_ring_mem, refused_counters;
 
 static int rnic_refused_get(char *buf, const struct kernel_param *kp)
 {
@@ -105,6 +109,8 @@ module_param_cb(refused_reserve, &rnic_refused_ops, &refused_reserve, 0444);
 MODULE_PARM_DESC(refused_reserve, "objects refused to unprivileged files because only root's reserve was left");
 module_param_cb(refused_ring_mem, &rnic_refused_ops, &refused_ring_mem, 0444);
 MODULE_PARM_DESC(refused_ring_mem, "CQs and QPs refused because their rings exceeded max_ring_kib_per_uid");
+module_param_cb(refused_counters, &rnic_refused_ops, &refused_counters, 0444);
+MODULE_PARM_DESC(refused_counters, "counter reads refused to unprivileged files");
 
 /* What one uid holds on one device: shared by its open files and its rings (rd->users_lock). */
 struct rnic_user {
@@ -195,7 +201,7 @@ struct rnic_file {
 	struct rnic_dev *rd;
 	struct address_space *mapping;
 	struct rnic_user *user;     /* the opener's uid */
-	bool priv;                  /* opened with CAP_SYS_ADMIN or by uid 0: no limit, the reserve */
+	bool priv;                  /* opened with CAP_SYS_ADMIN or by uid 0: no limit, reserve, counters */
 	/* completion channel: CQs of this file that fired since the last read() (rd->irq_lock) */
 	DECLARE_BITMAP(fired, RNIC_MAX_CQ);
 	wait_queue_head_t wait;
@@ -1141,6 +1147,11 @@ static long rnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	case RNIC_IOC_COUNTERS: {
 		u64 c[RNIC_CNT_COUNT];
 
+		/* device-wide: they count every user's traffic (frames, bytes, flushes, commands) */
+		if (!f->priv && !READ_ONCE(unprivileged_counters)) {
+			atomic_long_inc(&refused_counters);
+			return -EPERM;
+		}
 		for (v = 0; v < RNIC_CNT_COUNT; v++)
 			c[v] = readq(rd->regs + RNIC_REG_COUNTERS + 8 * v);
 		return copy_to_user(p, c, sizeof(c)) ? -EFAULT : 0;
