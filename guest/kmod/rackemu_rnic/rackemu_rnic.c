@@ -10,8 +10,13 @@
  * (pin_user_pages_fast, FOLL_LONGTERM, charged to RLIMIT_MEMLOCK) and hands the device their DMA
  * addresses as a page list. Queue rings are zeroed kernel pages the owner maps; a mapping keeps
  * its ring allocated until it goes, whatever the order of destroy, munmap and close. A doorbell
- * page is revoked (unmapped) when its object is destroyed, so a later object with the same index
- * is never reachable through a stale mapping. Completion interrupts: the process arms a CQ
+ * page is inserted at its first access by a fault handler that checks, under the device mutex,
+ * that the object is still the file's, and it is revoked (unmapped) when its object is
+ * destroyed, so a later object with the same index is never reachable through a stale mapping,
+ * whatever the timing of mmap against destroy. Each uid may hold a share of every object kind
+ * and a bounded amount of ring memory; the last objects of each kind are root's (module
+ * parameters, docs/rnic-verbs.md "Limits"). The device's counters are root's too: they count
+ * every user's traffic. Completion interrupts: the process arms a CQ
  * through its doorbell page, and RNIC_IOC_WAIT_CQ sleeps until the CQ fires.
  * Asynchronous events: the device writes them into one event queue (RNIC_REG_EQ_*) the driver
  * owns, interrupting on vector 0 while armed; the handler hands each to the file that owns its
@@ -41,10 +46,87 @@
 
 struct rnic_file;
 
+/*
+ * Per-uid limits (docs/rnic-verbs.md "Limits"). An unprivileged uid (all its files together) may
+ * hold at most max_<kind>_per_uid objects of each kind and max_ring_kib_per_uid KiB of queue
+ * rings; the last reserved_<kind> slots of each kind are left to privileged files (opened with
+ * CAP_SYS_ADMIN or by uid 0), which no limit applies to. Refusals are counted.
+ */
+enum rnic_kind { RNIC_K_PD, RNIC_K_MR, RNIC_K_CQ, RNIC_K_QP, RNIC_KINDS };
+static const char *const rnic_kind_name[RNIC_KINDS] = { "pd", "mr", "cq", "qp" };
+static const u32 rnic_kind_max[RNIC_KINDS] = { RNIC_MAX_PD, RNIC_MAX_MR, RNIC_MAX_CQ, RNIC_MAX_QP };
+
+static unsigned int max_pd_per_uid = RNIC_MAX_PD / 4;
+module_param(max_pd_per_uid, uint, 0644);
+MODULE_PARM_DESC(max_pd_per_uid, "PDs one unprivileged uid may hold (default 64 of 256)");
+static unsigned int max_mr_per_uid = RNIC_MAX_MR / 4;
+module_param(max_mr_per_uid, uint, 0644);
+MODULE_PARM_DESC(max_mr_per_uid, "MRs one unprivileged uid may hold (default 1024 of 4096)");
+static unsigned int max_cq_per_uid = RNIC_MAX_CQ / 4;
+module_param(max_cq_per_uid, uint, 0644);
+MODULE_PARM_DESC(max_cq_per_uid, "CQs one unprivileged uid may hold (default 64 of 256)");
+static unsigned int max_qp_per_uid = RNIC_MAX_QP / 4;
+module_param(max_qp_per_uid, uint, 0644);
+MODULE_PARM_DESC(max_qp_per_uid, "QPs one unprivileged uid may hold (default 64 of 256)");
+static unsigned int reserved_pd = RNIC_MAX_PD / 16;
+module_param(reserved_pd, uint, 0644);
+MODULE_PARM_DESC(reserved_pd, "PDs only privileged files may take (default 16)");
+static unsigned int reserved_mr = RNIC_MAX_MR / 16;
+module_param(reserved_mr, uint, 0644);
+MODULE_PARM_DESC(reserved_mr, "MRs only privileged files may take (default 256)");
+static unsigned int reserved_cq = RNIC_MAX_CQ / 16;
+module_param(reserved_cq, uint, 0644);
+MODULE_PARM_DESC(reserved_cq, "CQs only privileged files may take (default 16)");
+static unsigned int reserved_qp = RNIC_MAX_QP / 16;
+module_param(reserved_qp, uint, 0644);
+MODULE_PARM_DESC(reserved_qp, "QPs only privileged files may take (default 16)");
+static unsigned int max_ring_kib_per_uid = 16384;
+module_param(max_ring_kib_per_uid, uint, 0644);
+MODULE_PARM_DESC(max_ring_kib_per_uid, "KiB of kernel memory the queue rings of one unprivileged uid may take (default 16384)");
+static bool unprivileged_counters;
+module_param(unprivileged_counters, bool, 0644);
+MODULE_PARM_DESC(unprivileged_counters, "let every user read the device-wide counters (default N: privileged files only)");
+
+static unsigned int *const rnic_uid_max[RNIC_KINDS] = {
+	&max_pd_per_uid, &max_mr_per_uid, &max_cq_per_uid, &max_qp_per_uid,
+};
+static unsigned int *const rnic_reserved[RNIC_KINDS] = {
+	&reserved_pd, &reserved_mr, &reserved_cq, &reserved_qp,
+};
+
+/* refusals: an object beyond the uid's share, one of root's reserve, ring memory beyond the bound */
+static atomic_long_t refused_uid_quota, refused_reserve, refused_ring_mem, refused_counters;
+
+static int rnic_refused_get(char *buf, const struct kernel_param *kp)
+{
+	return sysfs_emit(buf, "%ld\n", atomic_long_read(kp->arg));
+}
+
+static const struct kernel_param_ops rnic_refused_ops = { .get = rnic_refused_get };
+module_param_cb(refused_uid_quota, &rnic_refused_ops, &refused_uid_quota, 0444);
+MODULE_PARM_DESC(refused_uid_quota, "objects refused because their uid held max_<kind>_per_uid");
+module_param_cb(refused_reserve, &rnic_refused_ops, &refused_reserve, 0444);
+MODULE_PARM_DESC(refused_reserve, "objects refused to unprivileged files because only root's reserve was left");
+module_param_cb(refused_ring_mem, &rnic_refused_ops, &refused_ring_mem, 0444);
+MODULE_PARM_DESC(refused_ring_mem, "CQs and QPs refused because their rings exceeded max_ring_kib_per_uid");
+module_param_cb(refused_counters, &rnic_refused_ops, &refused_counters, 0444);
+MODULE_PARM_DESC(refused_counters, "counter reads refused to unprivileged files");
+
+/* What one uid holds on one device: shared by its open files and its rings (rd->users_lock). */
+struct rnic_user {
+	struct list_head node;      /* in rd->users */
+	struct rnic_dev *rd;
+	kuid_t uid;
+	unsigned int refs;          /* open files and rings; rd->users_lock */
+	u64 ring_bytes;             /* rd->users_lock */
+	u32 objs[RNIC_KINDS];       /* rd->lock */
+};
+
 /* A queue ring: zeroed pages, freed when the object and the last mapping are gone. */
 struct rnic_ring {
 	struct kref ref;
 	struct device *dev;
+	struct rnic_user *user;     /* charged with size */
 	void *kva;
 	size_t size;    /* page-rounded */
 	dma_addr_t dma;
@@ -109,11 +191,17 @@ struct rnic_dev {
 	dma_addr_t eq_dma;
 	u32 eq_ci;
 	struct list_head files;
+	/* limits: objects of each kind in use (rd->lock), the uids that hold any (rd->users_lock) */
+	u32 in_use[RNIC_KINDS];
+	spinlock_t users_lock;
+	struct list_head users;
 };
 
 struct rnic_file {
 	struct rnic_dev *rd;
 	struct address_space *mapping;
+	struct rnic_user *user;     /* the opener's uid */
+	bool priv;                  /* opened with CAP_SYS_ADMIN or by uid 0: no limit, reserve, counters */
 	/* completion channel: CQs of this file that fired since the last read() (rd->irq_lock) */
 	DECLARE_BITMAP(fired, RNIC_MAX_CQ);
 	wait_queue_head_t wait;
@@ -175,15 +263,102 @@ static void rnic_cmd_init(struct rnic_dev *rd, u16 op, u32 handle)
 	rd->cmd->handle = handle;
 }
 
+/* ---- limits ---- */
+
+/* The rnic_user of uid on rd, with a reference; NULL if out of memory. */
+static struct rnic_user *rnic_user_get(struct rnic_dev *rd, kuid_t uid)
+{
+	struct rnic_user *u, *n = kzalloc(sizeof(*n), GFP_KERNEL_ACCOUNT);
+
+	if (!n)
+		return NULL;
+	spin_lock(&rd->users_lock);
+	list_for_each_entry(u, &rd->users, node) {
+		if (uid_eq(u->uid, uid)) {
+			u->refs++;
+			spin_unlock(&rd->users_lock);
+			kfree(n);
+			return u;
+		}
+	}
+	n->rd = rd;
+	n->uid = uid;
+	n->refs = 1;
+	list_add(&n->node, &rd->users);
+	spin_unlock(&rd->users_lock);
+	return n;
+}
+
+static void rnic_user_put(struct rnic_user *u)
+{
+	struct rnic_dev *rd = u->rd;
+
+	spin_lock(&rd->users_lock);
+	if (--u->refs) {
+		spin_unlock(&rd->users_lock);
+		return;
+	}
+	list_del(&u->node);
+	spin_unlock(&rd->users_lock);
+	kfree(u);
+}
+
+/*
+ * May f create one more object of kind k (rd->lock held)? An unprivileged file is refused
+ * -EDQUOT beyond its uid's share and -ENOSPC when only root's reserve is left; both counted.
+ */
+static int rnic_quota_check(struct rnic_file *f, enum rnic_kind k)
+{
+	struct rnic_dev *rd = f->rd;
+	unsigned int share = READ_ONCE(*rnic_uid_max[k]), reserve = READ_ONCE(*rnic_reserved[k]);
+
+	if (f->priv)
+		return 0;
+	if (f->user->objs[k] >= share) {
+		atomic_long_inc(&refused_uid_quota);
+		dev_warn_ratelimited(&rd->pdev->dev, "uid %u holds %u %ss, its share (max_%s_per_uid): refused\n",
+				     from_kuid_munged(&init_user_ns, f->user->uid), f->user->objs[k],
+				     rnic_kind_name[k], rnic_kind_name[k]);
+		return -EDQUOT;
+	}
+	if (rd->in_use[k] + reserve >= rnic_kind_max[k]) {
+		atomic_long_inc(&refused_reserve);
+		dev_warn_ratelimited(&rd->pdev->dev, "%u of %u %ss in use, the last %u are root's (reserved_%s): uid %u refused\n",
+				     rd->in_use[k], rnic_kind_max[k], rnic_kind_name[k], reserve, rnic_kind_name[k],
+				     from_kuid_munged(&init_user_ns, f->user->uid));
+		return -ENOSPC;
+	}
+	return 0;
+}
+
+/* f created (took) or destroyed (put back) an object of kind k; rd->lock held. */
+static void rnic_quota_take(struct rnic_file *f, enum rnic_kind k)
+{
+	f->user->objs[k]++;
+	f->rd->in_use[k]++;
+}
+
+static void rnic_quota_put(struct rnic_file *f, enum rnic_kind k)
+{
+	f->user->objs[k]--;
+	f->rd->in_use[k]--;
+}
+
 /* ---- rings ---- */
 
 static void rnic_ring_free(struct kref *ref)
 {
 	struct rnic_ring *r = container_of(ref, struct rnic_ring, ref);
+	struct rnic_user *u = r->user;
+	size_t size = r->size;
 
-	dma_unmap_single(r->dev, r->dma, r->size, DMA_BIDIRECTIONAL);
-	free_pages_exact(r->kva, r->size);
+	dma_unmap_single(r->dev, r->dma, size, DMA_BIDIRECTIONAL);
+	free_pages_exact(r->kva, size);
 	kfree(r);
+	spin_lock(&u->rd->users_lock);
+	u->ring_bytes -= size;
+	spin_unlock(&u->rd->users_lock);
+	rnic_user_put(u);
 }
 
 static void rnic_ring_put(struct rnic_ring *r)
@@ -192,27 +367,57 @@ static void rnic_ring_put(struct rnic_ring *r)
 		kref_put(&r->ref, rnic_ring_free);
 }
 
-static struct rnic_ring *rnic_ring_alloc(struct rnic_dev *rd, size_t bytes)
+/*
+ * A ring of bytes for f: charged to f's uid (refused -EDQUOT beyond max_ring_kib_per_uid unless
+ * f is privileged) and to its memory cgroup (__GFP_ACCOUNT); -ENOMEM without a warning splat.
+ */
+static struct rnic_ring *rnic_ring_alloc(struct rnic_file *f, size_t bytes)
 {
-	struct rnic_ring *r = kzalloc(sizeof(*r), GFP_KERNEL);
+	struct rnic_dev *rd = f->rd;
+	struct rnic_user *u = f->user;
+	u64 limit = (u64)READ_ONCE(max_ring_kib_per_uid) << 10;
+	size_t size = PAGE_ALIGN(bytes);
+	struct rnic_ring *r;
 
+	spin_lock(&rd->users_lock);
+	if (!f->priv && u->ring_bytes + size > limit) {
+		u64 held = u->ring_bytes;
+
+		spin_unlock(&rd->users_lock);
+		atomic_long_inc(&refused_ring_mem);
+		dev_warn_ratelimited(&rd->pdev->dev, "uid %u: rings of %llu KiB + %zu KiB exceed max_ring_kib_per_uid (%llu): refused\n",
+				     from_kuid_munged(&init_user_ns, u->uid), held >> 10, size >> 10, limit >> 10);
+		return ERR_PTR(-EDQUOT);
+	}
+	u->ring_bytes += size;
+	u->refs++;
+	spin_unlock(&rd->users_lock);
+
+	r = kzalloc(sizeof(*r), GFP_KERNEL_ACCOUNT);
 	if (!r)
-		return NULL;
+		goto fail;
 	kref_init(&r->ref);
 	r->dev = &rd->pdev->dev;
-	r->size = PAGE_ALIGN(bytes);
-	r->kva = alloc_pages_exact(r->size, GFP_KERNEL | __GFP_ZERO);
-	if (!r->kva) {
-		kfree(r);
-		return NULL;
-	}
+	r->user = u;
+	r->size = size;
+	r->kva = alloc_pages_exact(r->size, GFP_KERNEL_ACCOUNT | __GFP_ZERO | __GFP_NOWARN);
+	if (!r->kva)
+		goto fail_free;
 	r->dma = dma_map_single(r->dev, r->kva, r->size, DMA_BIDIRECTIONAL);
 	if (dma_mapping_error(r->dev, r->dma)) {
 		free_pages_exact(r->kva, r->size);
-		kfree(r);
-		return NULL;
+		goto fail_free;
 	}
 	return r;
+fail_free:
+	kfree(r);
+fail:
+	dev_warn_ratelimited(&rd->pdev->dev, "no memory for a ring of %zu KiB\n", size >> 10);
+	spin_lock(&rd->users_lock);
+	u->ring_bytes -= size;
+	spin_unlock(&rd->users_lock);
+	rnic_user_put(u);
+	return ERR_PTR(-ENOMEM);
 }
 
 /* ---- protection domains ---- */
@@ -224,6 +429,11 @@ static int rnic_alloc_pd(struct rnic_file *f, u32 __user *p)
 	u32 pdn;
 
 	mutex_lock(&rd->lock);
+	ret = rnic_quota_check(f, RNIC_K_PD);
+	if (ret) {
+		mutex_unlock(&rd->lock);
+		return ret;
+	}
 	rnic_cmd_init(rd, RNIC_CMD_CREATE_PD, 0);
 	ret = rnic_exec(rd, "CREATE_PD");
 	pdn = rd->cmd->handle;
@@ -231,8 +441,10 @@ static int rnic_alloc_pd(struct rnic_file *f, u32 __user *p)
 		dev_err(&rd->pdev->dev, "CREATE_PD returned PD %u outside 1..%u\n", pdn, RNIC_MAX_PD);
 		ret = -EIO;
 	}
-	if (!ret)
+	if (!ret) {
 		rd->pd_owner[pdn] = f;
+		rnic_quota_take(f, RNIC_K_PD);
+	}
 	mutex_unlock(&rd->lock);
 	if (!ret && put_user(pdn, p))
 		return -EFAULT; /* the PD stays with the file and goes at close */
@@ -255,8 +467,10 @@ static int rnic_dealloc_pd_locked(struct rnic_file *f, u32 pdn)
 	}
 	rnic_cmd_init(rd, RNIC_CMD_DESTROY_PD, pdn);
 	ret = rnic_exec(rd, "DESTROY_PD");
-	if (!ret)
+	if (!ret) {
 		rd->pd_owner[pdn] = NULL;
+		rnic_quota_put(f, RNIC_K_PD);
+	}
 	return ret;
 }
 
@@ -310,6 +524,12 @@ static int rnic_reg_mr(struct rnic_file *f, void __user *p)
 		dev_err(dev, "REG_MR: unknown access flags 0x%x\n", u.access & ~RNIC_ACCESS_ALL);
 		return -EINVAL;
 	}
+	/* refuse beyond the uid's share before pinning anything (checked again at registration) */
+	mutex_lock(&rd->lock);
+	ret = rnic_quota_check(f, RNIC_K_MR);
+	mutex_unlock(&rd->lock);
+	if (ret)
+		return ret;
 	/* charge the pinned pages to the process, as ib_umem does */
 	lock_limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
 	if (atomic64_add_return(m.npages, &current->mm->pinned_vm) > lock_limit && !capable(CAP_IPC_LOCK)) {
@@ -320,7 +540,7 @@ static int rnic_reg_mr(struct rnic_file *f, void __user *p)
 	}
 	m.mm = current->mm;
 	mmgrab(m.mm);
-	m.pages = kvcalloc(m.npages, sizeof(*m.pages), GFP_KERNEL);
+	m.pages = kvcalloc(m.npages, sizeof(*m.pages), GFP_KERNEL_ACCOUNT);
 	if (!m.pages) {
 		ret = -ENOMEM;
 		goto fail;
@@ -338,7 +558,7 @@ static int rnic_reg_mr(struct rnic_file *f, void __user *p)
 		}
 		got += n;
 	}
-	ret = sg_alloc_table_from_pages(&m.sgt, m.pages, m.npages, 0, m.npages << PAGE_SHIFT, GFP_KERNEL);
+	ret = sg_alloc_table_from_pages(&m.sgt, m.pages, m.npages, 0, m.npages << PAGE_SHIFT, GFP_KERNEL_ACCOUNT);
 	if (ret)
 		goto fail;
 	ret = dma_map_sgtable(dev, &m.sgt, DMA_BIDIRECTIONAL, 0);
@@ -362,6 +582,11 @@ static int rnic_reg_mr(struct rnic_file *f, void __user *p)
 		ret = -ENOENT;
 		goto fail;
 	}
+	ret = rnic_quota_check(f, RNIC_K_MR);
+	if (ret) {
+		mutex_unlock(&rd->lock);
+		goto fail;
+	}
 	rnic_cmd_init(rd, RNIC_CMD_REG_MR, u.pdn);
 	rd->cmd->params.mr.iova = u.addr;
 	rd->cmd->params.mr.length = u.length;
@@ -383,6 +608,7 @@ static int rnic_reg_mr(struct rnic_file *f, void __user *p)
 			m.key = u.lkey;
 			m.pdn = u.pdn;
 			rd->mr[idx] = m;
+			rnic_quota_take(f, RNIC_K_MR);
 		}
 	}
 	mutex_unlock(&rd->lock);
@@ -415,6 +641,7 @@ static int rnic_dereg_mr_locked(struct rnic_file *f, u32 key)
 	if (ret)
 		return ret;
 	rnic_mr_unpin(rd, &rd->mr[idx]);
+	rnic_quota_put(f, RNIC_K_MR);
 	return 0;
 }
 
@@ -444,10 +671,16 @@ static int rnic_create_cq(struct rnic_file *f, void __user *p)
 			u.comp_vector, rd->nvec - 1, u.reserved ? " (and the reserved field must be 0)" : "");
 		return -EINVAL;
 	}
-	ring = rnic_ring_alloc(rd, sizeof(struct rnic_cqe) << u.depth_log2);
-	if (!ring)
-		return -ENOMEM;
+	ring = rnic_ring_alloc(f, sizeof(struct rnic_cqe) << u.depth_log2);
+	if (IS_ERR(ring))
+		return PTR_ERR(ring);
 	mutex_lock(&rd->lock);
+	ret = rnic_quota_check(f, RNIC_K_CQ);
+	if (ret) {
+		mutex_unlock(&rd->lock);
+		rnic_ring_put(ring);
+		return ret;
+	}
 	rnic_cmd_init(rd, RNIC_CMD_CREATE_CQ, 0);
 	rd->cmd->params.cq.ring = ring->dma;
 	rd->cmd->params.cq.depth_log2 = (u8)u.depth_log2;
@@ -467,6 +700,7 @@ static int rnic_create_cq(struct rnic_file *f, void __user *p)
 		cq->events = 0;
 		cq->error = false;
 		spin_unlock_irq(&rd->irq_lock);
+		rnic_quota_take(f, RNIC_K_CQ);
 	}
 	mutex_unlock(&rd->lock);
 	if (ret) {
@@ -503,6 +737,7 @@ static int rnic_destroy_cq_locked(struct rnic_file *f, u32 cqn)
 	wake_up_all(&cq->wait);
 	rnic_ring_put(cq->ring);
 	cq->ring = NULL;
+	rnic_quota_put(f, RNIC_K_CQ);
 	return 0;
 }
 
@@ -562,10 +797,13 @@ static int rnic_create_qp(struct rnic_file *f, void __user *p)
 			u.rq_depth_log2, RNIC_DEPTH_LOG2_MIN, RNIC_DEPTH_LOG2_MAX);
 		return -EINVAL;
 	}
-	sq = rnic_ring_alloc(rd, sizeof(struct rnic_send_wqe) << u.sq_depth_log2);
-	rq = rnic_ring_alloc(rd, sizeof(struct rnic_recv_wqe) << u.rq_depth_log2);
-	if (!sq || !rq) {
-		ret = -ENOMEM;
+	sq = rnic_ring_alloc(f, sizeof(struct rnic_send_wqe) << u.sq_depth_log2);
+	if (IS_ERR(sq))
+		return PTR_ERR(sq);
+	rq = rnic_ring_alloc(f, sizeof(struct rnic_recv_wqe) << u.rq_depth_log2);
+	if (IS_ERR(rq)) {
+		ret = PTR_ERR(rq);
+		rq = NULL;
 		goto out_free;
 	}
 	mutex_lock(&rd->lock);
@@ -574,6 +812,11 @@ static int rnic_create_qp(struct rnic_file *f, void __user *p)
 		dev_err(dev, "CREATE_QP: PD %u, send CQ %u or receive CQ %u is not this file's\n", u.pdn,
 			u.send_cqn, u.recv_cqn);
 		ret = -ENOENT;
+		goto out_free;
+	}
+	ret = rnic_quota_check(f, RNIC_K_QP);
+	if (ret) {
+		mutex_unlock(&rd->lock);
 		goto out_free;
 	}
 	rnic_cmd_init(rd, RNIC_CMD_CREATE_QP, u.pdn);
@@ -599,6 +842,7 @@ static int rnic_create_qp(struct rnic_file *f, void __user *p)
 		qp->pdn = u.pdn;
 		qp->send_cqn = u.send_cqn;
 		qp->recv_cqn = u.recv_cqn;
+		rnic_quota_take(f, RNIC_K_QP);
 	}
 	mutex_unlock(&rd->lock);
 	if (ret)
@@ -661,6 +905,7 @@ static int rnic_destroy_qp_locked(struct rnic_file *f, u32 qpn)
 	rnic_ring_put(qp->sq);
 	rnic_ring_put(qp->rq);
 	memset(qp, 0, sizeof(*qp));
+	rnic_quota_put(f, RNIC_K_QP);
 	return 0;
 }
 
@@ -902,6 +1147,11 @@ static long rnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	case RNIC_IOC_COUNTERS: {
 		u64 c[RNIC_CNT_COUNT];
 
+		/* device-wide: they count every user's traffic (frames, bytes, flushes, commands) */
+		if (!f->priv && !READ_ONCE(unprivileged_counters)) {
+			atomic_long_inc(&refused_counters);
+			return -EPERM;
+		}
 		for (v = 0; v < RNIC_CNT_COUNT; v++)
 			c[v] = readq(rd->regs + RNIC_REG_COUNTERS + 8 * v);
 		return copy_to_user(p, c, sizeof(c)) ? -EFAULT : 0;
@@ -946,6 +1196,46 @@ static const struct vm_operations_struct rnic_vm_ops = {
 	.close = rnic_vma_close,
 };
 
+/* The doorbell page at (type, idx) if that QP or CQ is f's, else 0; rd->lock held. */
+static resource_size_t rnic_db_phys_locked(struct rnic_file *f, unsigned long type, unsigned long idx)
+{
+	struct rnic_dev *rd = f->rd;
+
+	if (type == RNIC_MAP_QPDB && idx < RNIC_MAX_QP && rd->qp[idx].owner == f)
+		return rd->db_phys + RNIC_DB_QP(idx);
+	if (type == RNIC_MAP_CQDB && idx < RNIC_MAX_CQ && rd->cq[idx].owner == f)
+		return rd->db_phys + RNIC_DB_CQ(idx);
+	return 0;
+}
+
+/*
+ * A doorbell page is inserted at its first access, under rd->lock, only while its object is
+ * still the file's. A destroy clears the owner and zaps the file's mappings of the page under the
+ * same lock: a page inserted before is zapped (the VMA is in the file's mapping once it can
+ * fault), an access after faults SIGBUS. Inserting the page in mmap() instead could not be made
+ * safe: the new VMA joins the file's mapping only after mmap() returns, so a destroy in between
+ * misses it.
+ */
+static vm_fault_t rnic_db_fault(struct vm_fault *vmf)
+{
+	struct vm_area_struct *vma = vmf->vma;
+	struct rnic_file *f = vma->vm_file->private_data;
+	struct rnic_dev *rd = f->rd;
+	resource_size_t db;
+	vm_fault_t ret = VM_FAULT_SIGBUS;
+
+	mutex_lock(&rd->lock);
+	db = rnic_db_phys_locked(f, vma->vm_pgoff >> 16, vma->vm_pgoff & 0xffff);
+	if (db)
+		ret = vmf_insert_pfn(vma, vma->vm_start, db >> PAGE_SHIFT);
+	mutex_unlock(&rd->lock);
+	return ret;
+}
+
+static const struct vm_operations_struct rnic_db_vm_ops = {
+	.fault = rnic_db_fault,
+};
+
 static int rnic_mmap(struct file *file, struct vm_area_struct *vma)
 {
 	struct rnic_file *f = file->private_data;
@@ -953,12 +1243,25 @@ static int rnic_mmap(struct file *file, struct vm_area_struct *vma)
 	unsigned long type = vma->vm_pgoff >> 16, idx = vma->vm_pgoff & 0xffff;
 	size_t len = vma->vm_end - vma->vm_start;
 	struct rnic_ring *r = NULL;
-	resource_size_t db = 0;
+	resource_size_t db;
 	int ret = -ENOENT;
 
 	if (!(vma->vm_flags & VM_SHARED))
 		return -EINVAL;
 	mutex_lock(&rd->lock);
+	if (type == RNIC_MAP_QPDB || type == RNIC_MAP_CQDB) {
+		db = rnic_db_phys_locked(f, type, idx);
+		mutex_unlock(&rd->lock);
+		if (!db)
+			return -ENOENT;
+		if (len != PAGE_SIZE)
+			return -EINVAL;
+		/* nothing mapped yet: rnic_db_fault inserts the page while the object is f's */
+		vma->vm_flags |= VM_IO | VM_PFNMAP | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP;
+		vma->vm_page_prot = pgprot_device(vma->vm_page_prot);
+		vma->vm_ops = &rnic_db_vm_ops;
+		return 0;
+	}
 	switch (type) {
 	case RNIC_MAP_SQ:
 	case RNIC_MAP_RQ:
@@ -969,23 +1272,6 @@ static int rnic_mmap(struct file *file, struct vm_area_struct *vma)
 		if (idx < RNIC_MAX_CQ && rd->cq[idx].owner == f)
 			r = rd->cq[idx].ring;
 		break;
-	case RNIC_MAP_QPDB:
-		if (idx < RNIC_MAX_QP && rd->qp[idx].owner == f)
-			db = rd->db_phys + RNIC_DB_QP(idx);
-		break;
-	case RNIC_MAP_CQDB:
-		if (idx < RNIC_MAX_CQ && rd->cq[idx].owner == f)
-			db = rd->db_phys + RNIC_DB_CQ(idx);
-		break;
-	}
-	if (db) {
-		mutex_unlock(&rd->lock);
-		if (len != PAGE_SIZE)
-			return -EINVAL;
-		vma->vm_flags |= VM_IO | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP;
-		vma->vm_page_prot = pgprot_device(vma->vm_page_prot);
-		vma->vm_ops = &rnic_vm_ops; /* no private data; a revoked page faults SIGBUS */
-		return io_remap_pfn_range(vma, vma->vm_start, db >> PAGE_SHIFT, PAGE_SIZE, vma->vm_page_prot);
 	}
 	if (!r || len > r->size) {
 		mutex_unlock(&rd->lock);
@@ -1007,12 +1293,18 @@ static int rnic_mmap(struct file *file, struct vm_area_struct *vma)
 static int rnic_open(struct inode *inode, struct file *file)
 {
 	struct rnic_dev *rd = container_of(file->private_data, struct rnic_dev, misc);
-	struct rnic_file *f = kzalloc(sizeof(*f), GFP_KERNEL);
+	struct rnic_file *f = kzalloc(sizeof(*f), GFP_KERNEL_ACCOUNT);
 
 	if (!f)
 		return -ENOMEM;
 	f->rd = rd;
 	f->mapping = file->f_mapping;
+	f->priv = capable(CAP_SYS_ADMIN) || uid_eq(current_uid(), GLOBAL_ROOT_UID);
+	f->user = rnic_user_get(rd, current_uid());
+	if (!f->user) {
+		kfree(f);
+		return -ENOMEM;
+	}
 	init_waitqueue_head(&f->wait);
 	spin_lock_irq(&rd->irq_lock);
 	list_add_tail(&f->node, &rd->files);
@@ -1105,9 +1397,41 @@ static int rnic_release(struct inode *inode, struct file *file)
 	spin_lock_irq(&f->rd->irq_lock);
 	list_del(&f->node);
 	spin_unlock_irq(&f->rd->irq_lock);
+	rnic_user_put(f->user); /* rings still mapped keep it */
 	kfree(f);
 	return 0;
 }
+
+/*
+ * /sys/class/misc/rnicN/limits (root only: it tells what other users hold): the objects of each
+ * kind in use, then one line per uid holding anything: its objects and ring memory.
+ */
+static ssize_t limits_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct miscdevice *misc = dev_get_drvdata(dev);
+	struct rnic_dev *rd = container_of(misc, struct rnic_dev, misc);
+	struct rnic_user *u;
+	int at;
+
+	mutex_lock(&rd->lock);
+	at = sysfs_emit(buf, "in_use pd=%u mr=%u cq=%u qp=%u\n", rd->in_use[RNIC_K_PD], rd->in_use[RNIC_K_MR],
+			rd->in_use[RNIC_K_CQ], rd->in_use[RNIC_K_QP]);
+	spin_lock(&rd->users_lock);
+	list_for_each_entry(u, &rd->users, node)
+		at += sysfs_emit_at(buf, at, "uid=%u pd=%u mr=%u cq=%u qp=%u ring_kib=%llu\n",
+				    from_kuid_munged(&init_user_ns, u->uid), u->objs[RNIC_K_PD], u->objs[RNIC_K_MR],
+				    u->objs[RNIC_K_CQ], u->objs[RNIC_K_QP], u->ring_bytes >> 10);
+	spin_unlock(&rd->users_lock);
+	mutex_unlock(&rd->lock);
+	return at;
+}
+static DEVICE_ATTR_ADMIN_RO(limits);
+
+static struct attribute *rnic_attrs[] = {
+	&dev_attr_limits.attr,
+	NULL,
+};
+ATTRIBUTE_GROUPS(rnic);
 
 static const struct file_operations rnic_fops = {
 	.owner = THIS_MODULE,
@@ -1135,6 +1459,8 @@ static int rnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	mutex_init(&rd->lock);
 	spin_lock_init(&rd->irq_lock);
 	INIT_LIST_HEAD(&rd->files);
+	spin_lock_init(&rd->users_lock);
+	INIT_LIST_HEAD(&rd->users);
 	for (i = 0; i < RNIC_MAX_CQ; i++)
 		init_waitqueue_head(&rd->cq[i].wait);
 	rd->mr = devm_kcalloc(dev, RNIC_MAX_MR, sizeof(*rd->mr), GFP_KERNEL);
@@ -1222,6 +1548,7 @@ static int rnic_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	rd->misc.name = rd->name;
 	rd->misc.fops = &rnic_fops;
 	rd->misc.mode = 0666;
+	rd->misc.groups = rnic_groups;
 	rd->misc.parent = dev;
 	ret = misc_register(&rd->misc);
 	if (ret) {
