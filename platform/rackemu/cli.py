@@ -441,7 +441,7 @@ def cmd_bridge_stats(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(stats, indent=2))
     else:
-        print(bridge_stats_table(stats))
+        print(bridge_stats_table(stats, wide=args.wide))
     return 0
 
 
@@ -876,8 +876,11 @@ def build_parser() -> argparse.ArgumentParser:
     # bridge-stats
     bs = sub.add_parser("bridge-stats", help="the fabric bridge's counters",
                         description="Ask the fabric bridge for its counters (per port: frames and "
-                                    "bytes in/out, drops, errors) and print them as a table.")
+                                    "bytes in/out, drops, errors) and print them as a table: the "
+                                    "columns a person reads first, or every counter with --wide "
+                                    "(docs/fabric.md lists them).")
     bs.add_argument("--json", action="store_true", help="print the bridge's JSON as is")
+    bs.add_argument("--wide", action="store_true", help="every counter the bridge reports")
     _add_select_args(bs)
     bs.set_defaults(func=cmd_bridge_stats)
 

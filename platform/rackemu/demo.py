@@ -189,7 +189,7 @@ def run_demo(cfg: ClusterConfig, packets: int = 100, rounds: int = 200, mif: int
                       r["rtt_median_us"], r["rtt_p99_us"]] for r in rows]))
         if stats is not None:
             print("\nbridge:")
-            print(bridge_stats_table(stats))
+            print(bridge_stats_table(stats, more=f"every port counter is in {cfg.run_dir / 'demo-bridge.csv'}"))
         print()
 
         nodes_csv = cfg.run_dir / "demo-nodes.csv"

@@ -28,18 +28,28 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-STAT_COLUMNS = ["node", "state", "frames_in", "frames_out", "bytes_in", "bytes_out", "drops", "errors"]
+# The bridge's per-port counters a person reads first (`bridge-stats`, the demo); --wide shows
+# every counter the bridge reports (docs/fabric.md, `stats`).
+STAT_COLUMNS = ["node", "state", "frames_in", "frames_out", "bytes_in", "bytes_out", "eth_frames_in",
+                "eth_frames_out", "drops", "errors"]
+STAT_SUMMARY = ["uptime_s", "malformed", "noroute", "spoofed", "eth_spoofed", "congested", "fault_rules"]
 
 
-def bridge_stats_table(stats: dict[str, Any]) -> str:
+def bridge_stats_table(stats: dict[str, Any], wide: bool = False, more: str = "--wide, or --json") -> str:
+    """The bridge's `stats` as a table of ports and `key: value` lines: the columns and counters
+    of STAT_COLUMNS/STAT_SUMMARY, or with `wide` every one the bridge reports; `more` says where
+    the others are."""
     ports = stats.get("ports", [])
     extra = sorted({k for p in ports for k in p} - set(STAT_COLUMNS))
-    cols = STAT_COLUMNS + extra
+    cols = STAT_COLUMNS + extra if wide else [c for c in STAT_COLUMNS if any(c in p for p in ports)]
     rows = [[p.get(c) for c in cols] for p in ports]
     out = [table(cols, rows)]
-    others = {k: v for k, v in stats.items() if k != "ports"}
+    others = {k: v for k, v in stats.items() if k != "ports" and (wide or k in STAT_SUMMARY)}
     for k, v in others.items():
         if isinstance(v, (dict, list)):
             v = json.dumps(v)
         out.append(f"{k}: {v}")
+    hidden = len(extra) + sum(1 for k in stats if k != "ports" and k not in STAT_SUMMARY)
+    if not wide and hidden:
+        out.append(f"({hidden} more counters: {more})")
     return "\n".join(out)
