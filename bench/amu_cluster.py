@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The atomic unit's sweeps of seed 003 Figs. 2-5 on a booted cluster (docs/atomic-unit.md
+"""The atomic unit's sweeps of the NIC-atomics paper Figs. 2-5 on a booted cluster (docs/atomic-unit.md
 "On the cluster"): for each configuration of the unit (amu-* properties of -device rackemu-rnic:
 cache lines and associativity, no cache, host latency, tags, rate limiting) a cluster of --nodes
 nodes boots and runs the hot-spot program (`shmem-hotspot`, sec. IV: PEs 1..N-1 each send --ops

@@ -149,7 +149,7 @@ std::vector<std::string> split(const std::string &s)
 int main(int argc, char **argv)
 {
     if (argc >= 2 && (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h"))) {
-        std::printf("amu-model: the seed-003 atomic unit's model (hw/rnic/atomic_unit.h) under the experiments' load.\n"
+        std::printf("amu-model: the NIC-atomics paper's atomic unit's model (hw/rnic/atomic_unit.h) under the experiments' load.\n"
                     "  hotspot [--pes N] [--ops N] [--addrs N] [--fetch]  N-1 PEs -> PE 0, sec. IV (Figs. 2-5)\n"
                     "  hotspot ... [--seed N]  the arrival order's seed\n"
                     "  hotspot ... [--order torus|random|round-robin|bursts:N]  how the sources' messages\n"

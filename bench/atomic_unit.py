@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The NIC atomic unit of seed 003 (Underwood et al., "High Message Rate, NIC-Based Atomics"):
+"""The NIC atomic unit of the NIC-atomics paper (Underwood et al., "High Message Rate, NIC-Based Atomics"):
 Figs. 2-7 and Tables III-IV from the unit's own model (build/host/amu-model runs
 hw/rnic/atomic_unit.cc, the core the RNIC will host, under the experiments' load generator; no
 cluster is booted, every figure is MODELED). Each figure prints a table with the paper's

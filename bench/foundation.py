@@ -28,9 +28,9 @@ Measured, each in this run:
                         without direct pair rings (docs/fabric.md)
   guest_pktz_*_n{0,1}_irq_{vcpu,bh,direct}_per_rt
                         in each node's QEMU, the vmbox's interrupt level changes per round trip by
-                        how they were applied: by work queued on the vCPU (a kick of the vCPU,
-                        issue 11), by the main loop's bottom half (a main-loop wake-up, then a
-                        kick), at once under the big lock (docs/machine.md); RACKEMU_IRQ_VCPU=0
+                        how they were applied: by work queued on the vCPU (a kick of the vCPU),
+                        by the main loop's bottom half (a main-loop wake-up, then a kick), at
+                        once under the big lock (docs/machine.md); RACKEMU_IRQ_VCPU=0
                         in the environment measures the bottom-half path
   guest_pktz_*_n{0,1}_acks_{first,after}_per_rt
                         in each node's QEMU, deliveries into the vmbox per round trip by the order of

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Where the time of an interrupt-mode packetizer -> mailbox round trip goes (issue 11).
+"""Where the time of an interrupt-mode packetizer -> mailbox round trip goes.
 
 Boots a 2-node cluster whose QEMUs stamp every trace line (`-msg timestamp=on`: host thread id and
 wall clock in microseconds, one clock for both QEMUs), switches on over QMP the few trace points

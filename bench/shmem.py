@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""OpenSHMEM experiments of seed 003 (docs/shmem.md) on booted nodes with -device rackemu-rnic,
+"""OpenSHMEM experiments of the NIC-atomics paper (docs/shmem.md) on booted nodes with -device rackemu-rnic,
 through `rackemu shmemrun`: a table, a CSV and a PNG (not a test: wall figures measure the
 emulator under TCG; beside them the atomic unit's modeled per-operation time from its counters).
 

@@ -8,7 +8,7 @@ also on errors and Ctrl-C) for the micro and kv sections; the model section boot
 Node 0 owns the objects, node 1 runs the microbenchmark, nodes 1..N-1 read the store (each
 with --threads reader threads, one QP each).
 
-  micro   rmc-bench (seed 000 sec. 7.1, Fig. 7a): remote read vs SABRe vs SABRe without
+  micro   rmc-bench (the SABRes paper sec. 7.1, Fig. 7a): remote read vs SABRe vs SABRe without
           speculation, object sizes --micro-sizes; synchronous latency (wall median/p99 us,
           modeled median ns) and throughput with --window requests in flight (ops/s, wall MB/s,
           modeled MB/s); medians over --runs runs. Raw rows: build/bench/sonuma_micro.csv

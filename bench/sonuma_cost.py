@@ -1,4 +1,4 @@
-"""bench/sonuma.py's `cost` section: the FaRM-style store's measured guest-CPU cost and seed 000's
+"""bench/sonuma.py's `cost` section: the FaRM-style store's measured guest-CPU cost and the SABRes paper's
 Figs. 8, 9 and 10 (docs/sonuma-workloads.md, "The measured software cost").
 
 Measured: the instructions, loads, stores, distinct 64-byte lines and L1d-model misses that
@@ -25,7 +25,7 @@ from benchlib import pyplot, save_figure
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYOUTS = ("baseline", "sabre")
-# seed 000's numbers (sec. 7.2, 7.3; the text gives no other figure values)
+# the SABRes paper's numbers (sec. 7.2, 7.3; the text gives no other figure values)
 PAPER_FIG8 = {128: (15, 3), 1024: (30, 41), 8192: (87, 97)}    # SABRe-over-baseline gap %, 0 / 16 writers
 PAPER_FIG9A = {128: 35, 8192: 52}                                # end-to-end latency improvement %
 PAPER_FIG9B = (30, 60)                                           # throughput improvement %, 15 readers
@@ -164,7 +164,7 @@ def load_measured(path):
 
 
 class Core:
-    """The reader's core (seed 000 Table 2; docs/sonuma-workloads.md, "The memory side"). A phase
+    """The reader's core (the SABRes paper Table 2; docs/sonuma-workloads.md, "The memory side"). A phase
     that does not stream over the object (sec. 7.3's low-ILP/MLP phase) takes instructions /
     (IPC x f) plus, per line it fetches from the LLC, max(the LLC's latency / the memory-level
     parallelism, the line's transfer over the core's 16-byte mesh link), and at least one LLC latency

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * QOM glue of the Unimem global address space window (seed 004 sec. 1, sec. 3.1.6;
+ * QOM glue of the Unimem global address space window (ExaNoDe D3.6 sec. 1, sec. 3.1.6;
  * docs/unimem.md). MMIO region 0 is the read-only control page, region 1 the window that the
  * machine maps at GAS_WINDOW_BASE. QEMU 7.2 dispatches MMIO under the big lock; a window
  * access drops it while the fabric round trip runs, so a vCPU that loads from another node

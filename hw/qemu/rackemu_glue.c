@@ -124,7 +124,7 @@ static void rackemu_host_set_irq(void *opaque, unsigned line, int level)
     cpu = rackemu_host_vcpu(h);
     if (cpu) {
         /*
-         * Issue 11: the vCPU sets the line itself, under the big lock it takes anyway to run;
+         * the vCPU sets the line itself, under the big lock it takes anyway to run;
          * queueing the work kicks it (a halted vCPU wakes at once, a running one leaves its
          * translation block). The bottom half cost a wake-up of the main loop, which then
          * kicked the vCPU, which then waited for the big lock the main loop held.

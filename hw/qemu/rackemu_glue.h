@@ -43,7 +43,7 @@ RkRemoteMem *rackemu_fabric_rmem(RackemuFabric *f);
 /*
  * Called by a vCPU in a register read that a guest polls (a status or FIFO register): dispatch
  * what the bridge has delivered to this node on this vCPU, now, instead of after a wake-up of
- * the port thread (rk_fabric_port_poll; issue 11). Interrupts that the dispatched frames raise
+ * the port thread (rk_fabric_port_poll). Interrupts that the dispatched frames raise
  * are set at once (the big lock is held). NULL-safe, never waits.
  */
 void rackemu_fabric_poll(RackemuFabric *f);
@@ -80,7 +80,7 @@ typedef struct RackemuHost {
     bool work_queued;  /* the vCPU work that applies `pending` is queued and has not started */
     /* how set_irq calls were applied (QOM properties irq-direct, irq-vcpu, irq-bh) */
     uint64_t irq_direct; /* at once: the caller held the big lock (a vCPU's MMIO access) */
-    uint64_t irq_vcpu;   /* by work queued on the node's vCPU (another thread, issue 11) */
+    uint64_t irq_vcpu;   /* by work queued on the node's vCPU (another thread) */
     uint64_t irq_bh;     /* by the main loop's bottom half (see rackemu_host_init's comment) */
 } RackemuHost;
 

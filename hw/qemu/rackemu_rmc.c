@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * QOM glue of the soNUMA Remote Memory Controller with LightSABRes (seed 000; docs/sonuma.md).
+ * QOM glue of the soNUMA Remote Memory Controller with LightSABRes (the SABRes paper; docs/sonuma.md).
  * The device logic is the C++ core (hw/sonuma/rmc.{h,cc}): its RGP runs on a thread of its own
  * and its R2P2/RCP on the fabric port thread, so nothing here waits for the fabric. This file
  * maps the registers and doorbell pages, carries the Table 2 timing parameters and the ATT /

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * QOM glue of the Unimem virtualized mailbox and packetizer (seed 004 sec. 5.1, 5.2).
+ * QOM glue of the Unimem virtualized mailbox and packetizer (ExaNoDe D3.6 sec. 5.1, 5.2).
  * The device logic lives in the QEMU-independent C++ cores (hw/unimem); this file maps them
  * to MMIO regions, the host interface (rackemu_glue.h: interrupt line, guest-error log),
  * properties, reset, migration and trace points, and carries packets between the packetizer and
@@ -56,7 +56,7 @@ struct RackemuPacketizerState {
     uint32_t node_count;
     bool kif;        /* property "kif": the kernel interface (KIF) is present (default on) */
     /*
-     * Deliveries into the vmbox answer first (issue 11, docs/mailbox.md): the sender's ACK or
+     * Deliveries into the vmbox answer first (docs/mailbox.md): the sender's ACK or
      * NACK is sent before the packet becomes visible and raises the interrupt, so a reply the
      * receiving guest posts cannot reach the sender before that acknowledgement.
      * RACKEMU_VMBOX_ACK_FIRST=0 in the environment restores the old order (A/B measurements).
@@ -75,7 +75,7 @@ static MemTxResult rackemu_vmbox_read(void *opaque, hwaddr addr, uint64_t *data,
     RackemuVmboxState *s = opaque;
     rk_status st;
 
-    /* a guest polling STATUS or a FIFO takes the packet the bridge delivered itself (issue 11) */
+    /* a guest polling STATUS or a FIFO takes the packet the bridge delivered itself */
     rackemu_fabric_poll(s->fabric);
     st = rk_vmbox_read(s->core, addr, size, data);
 
@@ -380,7 +380,7 @@ static uint64_t rackemu_pktz_read(void *opaque, hwaddr addr, unsigned size)
     RackemuPacketizerState *s = opaque;
     uint64_t v;
 
-    /* a guest polling a PIF's status takes its acknowledgement itself (issue 11) */
+    /* a guest polling a PIF's status takes its acknowledgement itself */
     rackemu_fabric_poll(s->fabric);
     v = rk_pktz_read(s->core, addr, size);
 

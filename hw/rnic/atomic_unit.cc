@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The NIC atomic unit (seed 003 sec. III): see atomic_unit.h for the pipeline and the atomicity.
+// The NIC atomic unit (the NIC-atomics paper sec. III): see atomic_unit.h for the pipeline and the atomicity.
 #include "atomic_unit.h"
 
 #include <cstring>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 //
-// The NIC atomic memory unit of seed 003 (Underwood et al., "High Message Rate, NIC-Based
+// The NIC atomic memory unit of the NIC-atomics paper (Underwood et al., "High Message Rate, NIC-Based
 // Atomics", sec. III), the target side of the rackemu RNIC's atomics (docs/atomic-unit.md).
 // QEMU-independent: it reaches target memory through AmuHost (read/write a word, an atomic
 // read-modify-write, validity of a range) and reports each operation's end through

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The hot-spot benchmark's arrival order through seed 003's 3D torus (torus.h).
+// The hot-spot benchmark's arrival order through the NIC-atomics paper's 3D torus (torus.h).
 #include "torus.h"
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The network of seed 003's experiments (sec. IV, Table II), modeled at packet level for one
+// The network of the NIC-atomics paper's experiments (sec. IV, Table II), modeled at packet level for one
 // question: in which order do the hot-spot benchmark's messages reach the target's NIC? Sec. V-A's
 // Fig. 3 depends on it (docs/atomic-unit.md, "The arrival order"), and the paper gives the
 // network, not the order. What is modeled, from Table II and sec. IV:

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// LightSABRes in the R2P2 (seed 000 sec. 4.1, 5.1): the Active Transfers Table, the stream
+// LightSABRes in the R2P2 (the SABRes paper sec. 4.1, 5.1): the Active Transfers Table, the stream
 // buffers, the speculation bit and the validate stage, as a state machine driven by events
 // (registration, block requests, load completions, coherence invalidations), plus the production
 // memory model that serves one SABRe from host memory with exact conflict detection

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The RMC timing model (seed 000 Table 2, sec. 5.1; docs/sonuma.md "Timing model"): the modeled
+// The RMC timing model (the SABRes paper Table 2, sec. 5.1; docs/sonuma.md "Timing model"): the modeled
 // latency of every request, from which a CQE's modeled_ns comes. Closed forms for reads, writes
 // and atomics; for SABRes the R2P2 recurrence over the stream buffer, evaluated for what actually
 // happened (speculation or not, the abort point, the validate stage). One R2P2 issues a block

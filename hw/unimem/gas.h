@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 //
-// Unimem global address space (GAS) window device core (seed 004 sec. 1 and sec. 3.1.6).
+// Unimem global address space (GAS) window device core (ExaNoDe D3.6 sec. 1 and sec. 3.1.6).
 //
 // A node's CPU reaches every node's memory at GAS_WINDOW_BASE + global address, the global
 // address carrying the owner's node id in bits [39:34]. The core checks a window access (size,

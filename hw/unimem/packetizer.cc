@@ -69,7 +69,7 @@ std::span<const Reg<Packetizer, Packetizer::Ctx>> Packetizer::reg_table()
     auto counter = [](Packetizer &d, const R &r, unsigned, Ctx &) {
         return d.s_.counters[(r.offset - PKTZ_TIF_OFFSET - PKTZ_TIF_COUNTERS) / 8];
     };
-    // the KIF's TIF rows (rackemu extension, issue 14): decoded only on a device with the KIF
+    // the KIF's TIF rows (rackemu extension): decoded only on a device with the KIF
     auto caps = [](Packetizer &d, const R &, unsigned, Ctx &) -> uint64_t {
         return d.kif_ ? UNIMEM_CAP_KIF : 0;
     };
@@ -109,7 +109,7 @@ std::span<const Reg<Packetizer, Packetizer::Ctx>> Packetizer::reg_table()
         {"CLR_REQ", t + PKTZ_TIF_CLR_REQ, 8, RegAccess::RW, 0, ~0ull, zero, clr_req}, // WC, reads 0
         {"ID", t + PKTZ_TIF_ID, 8, RegAccess::RO, PKTZ_ID_VALUE, 0},
         PKTZ_COUNTER_TABLE(PKTZ_CNT_ROW_)
-        // KIF (rackemu extension, issue 14): its TIF rows and its page (the PIF registers)
+        // KIF (rackemu extension): its TIF rows and its page (the PIF registers)
         {"CAPS", t + PKTZ_TIF_CAPS, 8, RegAccess::RO, 0, 0, caps},
         {"KIF_PIDT", t + PKTZ_TIF_KIF_PIDT, 8, RegAccess::RW, 0, PKTZ_PID_MASK, kif_pidt, set_kif_pidt},
         {"KIF_CONF", t + PKTZ_TIF_KIF_CONF, 8, RegAccess::RW, 0, 1, kif_conf, set_kif_conf},

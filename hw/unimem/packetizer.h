@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 //
-// Unimem virtualized packetizer device core (seed 004 sec. 2.2.3 Fig. 7-8, sec. 5.2,
+// Unimem virtualized packetizer device core (ExaNoDe D3.6 sec. 2.2.3 Fig. 7-8, sec. 5.2,
 // Tables 4-5, Fig. 17-18): 64 packetizer interfaces (PIFs) and the trust interface (TIF), plus
-// the kernel interface (KIF, rackemu extension, issue 14): a 65th interface with the PIF
+// the kernel interface (KIF, rackemu extension): a 65th interface with the PIF
 // registers, whose PID is KIF_PIDT (valid while KIF_CONF is set) and whose destination may also
 // be another node's KIF (unimem_regs.h, docs/unimem.md). Index UNIMEM_KIF in tags and links.
 //

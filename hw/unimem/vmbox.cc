@@ -38,7 +38,7 @@ std::span<const Reg<Vmbox, Vmbox::Ctx>> Vmbox::reg_table()
     auto counter = [](Vmbox &d, const R &r, unsigned, Ctx &) {
         return d.cnt_[(r.offset - VMBOX_CTRL_OFFSET - VMBOX_CTRL_COUNTERS) / 8];
     };
-    // the KIF's rows (rackemu extension, issue 14): decoded only on a device with the KIF
+    // the KIF's rows (rackemu extension): decoded only on a device with the KIF
     auto caps = [](Vmbox &d, const R &, unsigned, Ctx &) -> uint64_t { return d.kif_ ? UNIMEM_CAP_KIF : 0; };
     auto kif_count = [](Vmbox &d, const R &, unsigned, Ctx &) -> uint64_t {
         return d.fifos_[UNIMEM_KIF].count;
@@ -74,7 +74,7 @@ std::span<const Reg<Vmbox, Vmbox::Ctx>> Vmbox::reg_table()
         {"NONEMPTY", c + VMBOX_CTRL_NONEMPTY, 8, RegAccess::RO, 0, 0, nonempty},
         {"FLUSH", c + VMBOX_CTRL_FLUSH, 8, RegAccess::RW, 0, ~0ull, zero, flush}, // WC, reads 0
         VMBOX_COUNTER_TABLE(VMBOX_CNT_ROW_)
-        // KIF (rackemu extension, issue 14)
+        // KIF (rackemu extension)
         {"CAPS", c + VMBOX_CTRL_CAPS, 8, RegAccess::RO, 0, 0, caps},
         {"KIF_CTRL", c + VMBOX_CTRL_KIF_CTRL, 8, RegAccess::RW, 0, VMBOX_KIF_ENABLE | VMBOX_KIF_IRQ_ENABLE,
          kif_ctrl, set_kif_ctrl},

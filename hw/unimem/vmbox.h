@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 //
 // Unimem virtualized mailbox (vmbox) device core: 64 hardware FIFOs of 64-bit words, one
-// 4 KiB MIF page each (seed 004 sec. 2.2.3 Fig. 6, sec. 5.1), plus rackemu's control page and
+// 4 KiB MIF page each (ExaNoDe D3.6 sec. 2.2.3 Fig. 6, sec. 5.1), plus rackemu's control page and
 // the kernel interface (KIF, rackemu extension: a 65th FIFO for the node's kernel, filled only by
 // other packetizers' KIFs; unimem_regs.h, docs/unimem.md).
 // QEMU-independent: it reaches the outside world only through its rackemu::Host
@@ -88,7 +88,7 @@ public:
     // NACK, RKF_ST_BAD_FRAME = malformed, logged), or -1 when no reply is due (not a request).
     int serve_frame(const rkf_frame_hdr &h, const void *payload);
 
-    // The same, answering first (issue 11): the words are taken into the FIFO (or refused) at
+    // The same, answering first: the words are taken into the FIFO (or refused) at
     // once, then `answer` runs with the result (deliver: RK_OK / RK_NACK; serve_frame: the reply
     // status, or -1) on the calling thread without the core lock, and only after it returned do
     // the words become visible: MIF_COUNT, NONEMPTY, the data window, save() aside, and the

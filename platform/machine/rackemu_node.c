@@ -569,7 +569,7 @@ static void rackemu_node_class_init(ObjectClass *oc, void *data)
                          "MTU the NIC advertises to the guest (68..9000, default 1500)");
     object_class_property_add_bool(oc, "burst-known-issue", rackemu_node_get_burst, rackemu_node_set_burst);
     object_class_property_set_description(oc, "burst-known-issue",
-                                          "Model the vmbox burst known issue of seed 004 sec. 5.1.2");
+                                          "Model the vmbox burst known issue of ExaNoDe D3.6 sec. 5.1.2");
 }
 
 static const TypeInfo rackemu_node_info = {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * An unprivileged local user attacking a SHMEM job's start-up exchange (tests/e2e/test_shmem.py,
- * issue 23 finding 10): it finds PE 0's listening port in /proc/net/tcp (a root-owned TCP
+ * trust-model.md finding R10): it finds PE 0's listening port in /proc/net/tcp (a root-owned TCP
  * listener in shmemrun's port range 20000-29999), connects, and
  *   silent  sends nothing (holds a connection, as if to stall PE 0),
  *   record  sends a start record claiming to be PE 1 of NPES (to take its slot and get the table),

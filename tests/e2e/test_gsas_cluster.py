@@ -1,4 +1,4 @@
-"""Scenario: the GSAS environment (seed 004 sec. 2.2-2.4) on booted nodes.
+"""Scenario: the GSAS environment (ExaNoDe D3.6 sec. 2.2-2.4) on booted nodes.
 
 Every node's init starts gsasd, the atomic service, on interface 0 of its mailbox and
 packetizer. Programs on any node use atomic.h (here through the `gsas` tool, which is built
@@ -66,7 +66,7 @@ def test_alloc_shared_page_on_every_board_from_every_board(cluster2):
             addr = int(d[0]["addr"], 16)
             assert addr >> 48 == board + 1 and addr % 4096 == 0  # partition = board + 1
     # the allocating processes exited without freeing (the seed's leak): the atomicity driver's
-    # exit notices make each board free them (issue 15, docs/gsas.md)
+    # exit notices make each board free them (docs/gsas.md)
     for n in (cluster2.node(0), cluster2.node(1)):
         for _ in range(50):
             d = kv(n.exec("gsas stats").stdout)[0]

@@ -1,4 +1,4 @@
-"""Hardening of the fabric against its peers (issue 15, findings 6-9), with real processes.
+"""Hardening of the fabric against its peers (trust-model.md findings 6-9), with real processes.
 
 The real rackemu-bridge binary, real rackemu-node QEMUs in qtest mode (no guest: the test
 performs the CPU's loads and stores through the global address space window, as

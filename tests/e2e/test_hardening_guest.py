@@ -1,5 +1,5 @@
 """Scenario: an unprivileged guest user (uid 1000, `su u`) against the Unimem services, and
-how fast each remote service turns a killed node into an error (issue 15, findings 1, 2, 4, 12).
+how fast each remote service turns a killed node into an error (trust-model.md findings 1, 2, 4, 12).
 
   - remoteFork runs programs as root, so gsasd refuses it to senders whose PID does not carry
     a privileged interface (MIFs 1..8, CAP_SYS_ADMIN openers only): the user's script never

@@ -1,4 +1,4 @@
-"""Hardening of the soNUMA RMC (issue 15), on booted nodes: who may use a context, what a failure
+"""Hardening of the soNUMA RMC, on booted nodes: who may use a context, what a failure
 turns into and how fast (docs/sonuma.md "Errors and their bounds", docs/rmc-driver.md "Who may use
 a context").
 

@@ -16,7 +16,7 @@ Scenarios:
     does not grow, and it never copies
   - rmc-kv's writer: the locked update (KV_WRITE: lock, stores, unlock) is one entry per update,
     as many as the unlocked preparation of the value (KV_PREPARE, the payload generator and the
-    checksum), and is the smaller part: only the stores happen under the lock (seed 000 sec. 7.2's
+    checksum), and is the smaller part: only the stores happen under the lock (the SABRes paper sec. 7.2's
     writers write a predefined value)
 """
 import json

@@ -1,4 +1,4 @@
-"""Scenario: the Unimem mailbox driver (seed 004 sec. 3.2) between booted nodes.
+"""Scenario: the Unimem mailbox driver (ExaNoDe D3.6 sec. 3.2) between booted nodes.
 
 User space: node 1 registers opcodes on /dev/Unimem/mailboxB with each notification action
 (r: read/poll, s: a signal, e: an eventfd) and node 0 writes 8-byte messages to

@@ -171,7 +171,7 @@ def bridge_down_and_back(c, devs):
 def test_jumbo_mtu_and_carrier_that_follows_the_bridge(fresh_cluster):
     """net_mtu 9000: the guest takes the NIC's MTU and TCP uses 9 KB frames. Then the bridge dies:
     the NICs lose carrier (frames are dropped and counted, not queued); it comes back: carrier
-    returns and the very first ping answers (issue 12), after each of three restarts."""
+    returns and the very first ping answers, after each of three restarts."""
     c = fresh_cluster(nodes=2, net_mtu=9000)
     n0, n1 = c.node(0), c.node(1)
     dev = iface(n0)
@@ -201,7 +201,7 @@ def test_jumbo_mtu_and_carrier_that_follows_the_bridge(fresh_cluster):
     for restart in range(3):
         if restart:
             bridge_down_and_back(c, devs)
-        # Once both links are up, the FIRST frame gets through (issue 12: a first ping was lost
+        # Once both links are up, the FIRST frame gets through (a first ping was lost
         # in about one run of 3; docs/networking.md, caveats), both ways, and nothing the NICs
         # take while they have carrier is dropped.
         up = [nic_counters(n) for n in (n0, n1)]

@@ -1,4 +1,4 @@
-"""Scenario: user-level RDMA with the unim_dma_* API of seed 004 sec. 3.4 between booted nodes.
+"""Scenario: user-level RDMA with the unim_dma_* API of ExaNoDe D3.6 sec. 3.4 between booted nodes.
 
 unimem_dma.ko (the DMA buffers device and the remote allocator) runs on both nodes, over
 Linux's unmodified xilinx_dma. unim_dma_test, built against the deliverable's API, allocates

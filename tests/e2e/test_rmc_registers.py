@@ -285,7 +285,7 @@ def test_killed_node_turns_pending_requests_into_unreachable():
 
 
 def test_timed_out_request_raises_the_interrupt_line():
-    """Issue 15, finding 10: a completion written because the destination never answered (node 0
+    """trust-model.md finding 10: a completion written because the destination never answered (node 0
     stopped) raises the RMC's interrupt line like any other, seen at the GIC's distributor
     (GICD_ISPENDR reflects a level-triggered SPI's line)."""
     gicd = 0x08000000  # the virt machine's GICv2 distributor

@@ -242,7 +242,7 @@ def test_capture_decodes_every_rnic_opcode_with_good_icrc(clean, tmp_path):
 
 
 def test_reads_and_writes_alone_on_their_qp_are_direct_unless_the_bridge_must_see_them(clean):
-    """Issue 11 item 4 (docs/rnic.md "Direct path"): a READ or WRITE alone on its QP to a live peer
+    """The direct path (docs/rnic.md "Direct path"): a READ or WRITE alone on its QP to a live peer
     is a copy from or into the peer's RAM file, counted on both sides, with the data verified
     (--verify: every byte read back and compared); while a fault rule could match the two nodes'
     RoCE frames, every request goes on the wire, where the rule sees it."""

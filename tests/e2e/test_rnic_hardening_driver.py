@@ -1,5 +1,5 @@
 """Scenario: hostile unprivileged users (u, uid 1000, and v, uid 1001) against the RNIC driver
-(issue 23, findings 3, 4 and 8a; docs/rnic-verbs.md "Limits", "Queues and doorbells", "Counters").
+(docs/trust-model.md findings R3, R4 and R8; docs/rnic-verbs.md "Limits", "Queues and doorbells", "Counters").
 
   - finding 3: one user took all 256 PDs, CQs and QPs and every MR, so root got ENOSPC; rings
     were kernel memory charged to nobody. Now each uid holds at most its share of each kind

@@ -1,5 +1,5 @@
-"""Scenario: save one node of a running 2-node cluster to a file and restore it (issue 10,
-item 4; docs/launcher.md, "Save and restore").
+"""Scenario: save one node of a running 2-node cluster to a file and restore it
+(docs/launcher.md, "Save and restore").
 
 Node 1's devices are put into a state worth keeping: its vmbox FIFO 9 holds two packets that
 nobody has read, RMC context 3 is registered (held by a detached `rmc ctx-hold`), a GAS export
@@ -177,7 +177,7 @@ def test_a_saved_node_comes_back_with_its_device_state_and_working_drivers(
     try:
         meta = c.save_node(1, snap)
     except SnapshotError as e:
-        if "non-migratable" in str(e):   # until every device has its VMState (issue 10)
+        if "non-migratable" in str(e):   # until every device has its VMState
             pytest.xfail(str(e))
         raise
     assert snap.is_file() and meta_path(snap).is_file() and meta["node"] == 1

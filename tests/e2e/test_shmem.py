@@ -2,7 +2,7 @@
 `rackemu shmemrun` as a person runs it.
 
 shmem-check is written against the standard API only and built by the image build against
-build/guest/lib/libshmem.a; shmem-gups (HPCC RandomAccess) and shmem-hotspot (seed 003 sec. IV)
+build/guest/lib/libshmem.a; shmem-gups (HPCC RandomAccess) and shmem-hotspot (the NIC-atomics paper sec. IV)
 likewise. Every assertion is on data: exact values, check counts, verification error counts.
 """
 import os
@@ -157,7 +157,7 @@ def test_a_pe_killed_mid_run_fails_the_others_without_the_launcher(scluster):
 
 
 def test_an_intruder_without_the_secret_learns_nothing_and_takes_no_slot(scluster, tmp_path):
-    """Issue 23 finding 10: any local user who connected to PE 0's start-up port got every PE's
+    """trust-model.md finding R10: any local user who connected to PE 0's start-up port got every PE's
     QPN, rkey and heap base, or took a PE's place. Three unprivileged users' processes on PE 0's
     node (u and v; tests/e2e/shmem_intruder.c) find the port in /proc/net/tcp and connect while PEs
     1-3 are held back: one stays silent, one sends a start record as PE 1 (the exchange before the

@@ -1,7 +1,7 @@
 """Unimem vmbox and packetizer at register level, across three real QEMU nodes and the bridge.
 
 Each node is qemu-system-aarch64 -M rackemu-node in qtest mode (no guest; the test performs
-the CPU's loads and stores). Covers the scenarios of seed 004 sec. 5.1-5.2 end to end through
+the CPU's loads and stores). Covers the scenarios of ExaNoDe D3.6 sec. 5.1-5.2 end to end through
 the fabric: delivery with the PIDT prefix, ACK, NACK on a full FIFO, ILLEGAL, a cleared
 PID_CONF bit, the empty pattern, a dead destination and the bridge serving the others.
 """
@@ -177,7 +177,7 @@ def pktz_kif_counter(node, name):
 
 
 def test_kernel_interface_kif_to_kif_across_the_fabric(rack):
-    """The kernel interface (KIF, issue 14): node 0's KIF reaches node 1's KIF with KIF_PIDT as
+    """The kernel interface (KIF): node 0's KIF reaches node 1's KIF with KIF_PIDT as
     the PID; a user PIF cannot name a KIF; a disabled KIF and a full one answer NACK."""
     _, (n0, n1, n2) = rack
     for n in (n0, n1, n2):
@@ -241,7 +241,7 @@ def pif3_ready(bridge, *nodes):
 
 @pytest.mark.parametrize("on_vcpu", [True, False], ids=["vcpu-work", "bottom-half"])
 def test_an_arrival_on_the_port_thread_raises_the_line(on_vcpu, monkeypatch):
-    """Issue 11: node 1's fabric port thread (no big lock) delivers a packet into a MIF whose
+    """node 1's fabric port thread (no big lock) delivers a packet into a MIF whose
     interrupt is enabled; the vmbox's line rises at the GIC, set by work queued on node 1's vCPU
     (counter irq-vcpu), not by the main loop's bottom half; with RACKEMU_IRQ_VCPU=0 by the
     bottom half (irq-bh), as before. The packet is intact either way, and the guest's disable
@@ -282,7 +282,7 @@ def test_an_arrival_on_the_port_thread_raises_the_line(on_vcpu, monkeypatch):
 
 @pytest.mark.parametrize("first", [True, False], ids=["ack-first", "ack-after"])
 def test_deliveries_are_answered_in_the_order_chosen(first):
-    """Issue 11: a delivery into a vmbox sends the sender's ACK before the packet becomes visible
+    """a delivery into a vmbox sends the sender's ACK before the packet becomes visible
     (QOM "ack-first", the default; the order itself is asserted by the core's unit tests,
     VmboxAnswerFirst). Here through the glue on both paths: a peer's packet served by node 1's
     port thread and a packet into node 0's own vmbox, each counted once in the chosen order's

@@ -9,7 +9,7 @@
 //     and out-of-range ones)   4 reset
 //   5 save, optionally corrupt one field, load into a second core: a corrupt state is refused,
 //     a sound one reads back identically (every register and FIFO)
-//   6 deliver(mif, src_if, nwords, words) answering first (issue 11), with one nested operation
+//   6 deliver(mif, src_if, nwords, words) answering first, with one nested operation
 //     run inside the answer (none, a FIFO load or store, FLUSH, reset, save)
 // Checked: while an answer runs (nothing nested) the packet is not visible: the FIFO's fill and
 // the interrupt line are what they were before the delivery, and after it an accepted

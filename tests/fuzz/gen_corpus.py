@@ -35,7 +35,7 @@ def vmbox():
     yield 'kif', (u8(7) + st(0x40108, 3) + frame(64, [1, 2, 3, 4], src=64) + frame(64, [5, 6, 7, 8], src=3)
                   + ld(0x41800) + ld(0x41000) + st(0x41000, 9) + ld(0x40110) + ld(0x40120) + ld(0x40138) + st(0x40118, 1))
     yield 'kif-off', u8(0x3e) + st(0x40108, 1) + frame(64, [1, 2, 3, 4], src=64) + ld(0x40100) + ld(0x41000)
-    # deliver answering first (issue 11), with a nested operation inside the answer: 0 none, 2 a store, 3 FLUSH, 4 reset
+    # deliver answering first, with a nested operation inside the answer: 0 none, 2 a store, 3 FLUSH, 4 reset
     held = lambda mif, n, nested, val=0: u8(6) + u8(mif) + u8(1) + u8(n) + u8(nested) + u64(val) + b''.join(u64(0x60 + i) for i in range(20))
     yield 'answer-first', (u8(15) + st(0x40018, ~0) + held(5, 4, 0) + held(5, 4, 2, 0x77) + held(5, 4, 3, ~0) + ld(0x5000)
                            + held(5, 4, 4) + held(64, 4, 0) + ld(0x5000))

@@ -74,7 +74,7 @@ def bridge_only(tmp_path, monkeypatch):
 
 
 def test_long_bridge_commands_run_whole_and_over_long_ones_are_refused(bridge_only, tmp_path, capsys):
-    """Issue 23 finding 5: the bridge cut a control command at 256 bytes and ran the rest (a
+    """trust-model.md finding R5: the bridge cut a control command at 256 bytes and ran the rest (a
     262-byte rule lost its last key; a capture with a 198-character path started with max_mb=1),
     then the CLI failed on a reset connection. Now a command runs whole, or is refused whole with
     the limit named, and the CLI shows the bridge's reason (exit 2)."""
@@ -102,7 +102,7 @@ def test_long_bridge_commands_run_whole_and_over_long_ones_are_refused(bridge_on
 
 
 def test_non_utf8_arguments_and_keys_given_twice_are_messages_not_tracebacks(bridge_only, tmp_path):
-    """Issue 23 finding 7: a fault rule or capture path that is not UTF-8 ended in a
+    """trust-model.md finding R7: a fault rule or capture path that is not UTF-8 ended in a
     UnicodeEncodeError traceback, and a key given twice (`prob=0.1 prob=0.2`) was accepted with
     the last value. Both are refused with a message naming the argument or key (exit 2)."""
     c, sel = bridge_only

@@ -1,4 +1,4 @@
-// Unit tests of the NIC atomic unit (hw/rnic/atomic_unit.h, seed 003 sec. III): the ALU's
+// Unit tests of the NIC atomic unit (hw/rnic/atomic_unit.h, the NIC-atomics paper sec. III): the ALU's
 // arithmetic, exactness against in-order execution for every cache geometry, RAW buffer approach
 // and rate-limiting policy, the RAW hazard itself, the tag limit, refused operations, global
 // atomicity against concurrent CPU atomics, and timing rules computed by hand.

@@ -36,7 +36,7 @@ TEST(Bridge, RoutesARequestAndItsReplyBetweenTwoNodes)
 }
 
 // Unbinding a service while the port thread is inside its handler waits for the handler to
-// return, so the caller may free what the handler uses (issue 10: rk_fabric_unbind freed the
+// return, so the caller may free what the handler uses (rk_fabric_unbind freed the
 // endpoint under a running handler).
 TEST(Bridge, UnregisteringAServiceWaitsForItsRunningHandler)
 {
@@ -295,7 +295,7 @@ TEST(Bridge, ManyFramesArriveInOrderWithoutLoss)
     rk_fabric_port_free(n1);
 }
 
-// ---- Wait discipline (issue 11): nothing spins or wakes up periodically on the host ----
+// ---- Wait discipline: nothing spins or wakes up periodically on the host ----
 
 namespace {
 rk_fabric_port_stats stats_of(RkFabricPort *p)

@@ -435,7 +435,7 @@ TEST(Eth, ThePortDropsInconsistentFragmentsFromTheBridge)
     rk_fabric_port_free(n0);
 }
 
-// `rackemu bridge restart` (issue 12): once the ports are connected to the new bridge, the very
+// `rackemu bridge restart`: once the ports are connected to the new bridge, the very
 // first frame each node sends arrives, round after round. The ports reconnect at about the same
 // moment (their retry timers started when the old bridge went), so the new bridge's main loop
 // makes their handshakes while its router goes to sleep and wakes again: a port whose handshake

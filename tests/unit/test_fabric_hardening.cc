@@ -1,4 +1,4 @@
-// Regression tests of the fabric's hardening (issue 15, findings 6-9): a peer that truncates
+// Regression tests of the fabric's hardening (trust-model.md findings 6-9): a peer that truncates
 // the shared memory it was handed, forged replies, silent connections and requests nobody
 // answers, names that are not UTF-8. Each test failed before its fix (see docs/fabric.md,
 // "Bad input" and "Error bounds").

@@ -87,7 +87,7 @@ TEST(FaultRules, BadRulesAreRefusedWithAReason)
     EXPECT_EQ(e.rules()[0].spec, "drop every=3 svc=eth kind=roce,arp src=0,1 limit=5 seed=9");
 }
 
-// Issue 23 finding 7: a key given twice (`prob=0.1 prob=0.2`) was accepted, the last value
+// trust-model.md finding R7: a key given twice (`prob=0.1 prob=0.2`) was accepted, the last value
 // silently winning; rules and capture options refuse it, naming the key.
 TEST(FaultRules, AKeyGivenTwiceIsRefusedByName)
 {
@@ -433,7 +433,7 @@ TEST(Capture, WritesThePcapngOfTheChosenNodesFrames)
     EXPECT_EQ(rep.tag, 5u);
 }
 
-// Issue 23 finding 5: a control command over 256 bytes was cut there and the cut command run
+// trust-model.md finding R5: a control command over 256 bytes was cut there and the cut command run
 // (a 262-byte `fault add ... dst=2` installed a rule without dst=2; a capture with a 198-byte
 // path started with max_mb=1 instead of 1024), then the client saw a reset instead of the
 // answer. A command of up to Bridge::kMaxControlCommand bytes now runs whole; a longer one is

@@ -293,7 +293,7 @@ TEST(Packetizer, LoadRefusesImpossibleStatesAndChangesNothing)
     EXPECT_TRUE(a.p.load(good));
 }
 
-// ---- the kernel interface (KIF, issue 14) ----
+// ---- the kernel interface (KIF) ----
 
 namespace {
 constexpr uint64_t kTif = PKTZ_TIF_OFFSET;

@@ -722,7 +722,7 @@ TEST(RmcLoopback, ALoneNodeServesItselfWithoutFabric)
     EXPECT_FALSE(c[0].rmc->irq_level());
 }
 
-// Issue 15, finding 10: a completion written by the RGP thread (a timeout) notifies the host like
+// trust-model.md finding 10: a completion written by the RGP thread (a timeout) notifies the host like
 // one written by the RCP, so an interrupt waiter without a timeout of its own wakes up.
 TEST(RmcFabric, TimedOutRequestRaisesItsCompletionInterrupt)
 {
@@ -758,7 +758,7 @@ TEST(RmcFabric, TimedOutRequestRaisesItsCompletionInterrupt)
     EXPECT_TRUE(c[1].rmc->irq_level());
 }
 
-// Issue 15, finding 7: an error reply must come from the node the request went to (the bridge
+// trust-model.md finding 7: an error reply must come from the node the request went to (the bridge
 // answers for it with src = that node). A third node's forged NODE_GONE is dropped and counted.
 TEST(RmcFabric, ErrorReplyFromAThirdNodeIsDropped)
 {
@@ -807,7 +807,7 @@ TEST(RmcFabric, ErrorReplyFromAThirdNodeIsDropped)
     EXPECT_EQ(c[0].at(kSeg)[0], 0x5a);
 }
 
-// Issue 15, finding 11: a WRITE that times out while its owner is stopped may still be applied when
+// trust-model.md finding 11: a WRITE that times out while its owner is stopped may still be applied when
 // the owner resumes; its completion says so (UNCERTAIN), never plain UNREACHABLE. A READ that
 // times out, and a WRITE that never left, stay UNREACHABLE.
 TEST(RmcFabric, WriteTimedOutWhileOwnerPausedCompletesUncertain)
@@ -846,7 +846,7 @@ TEST(RmcFabric, WriteTimedOutWhileOwnerPausedCompletesUncertain)
     EXPECT_EQ(e.info, RMC_INFO_LINK_DOWN);
 }
 
-// Issue 15, finding 3 (device part): a destination serves a request only if it carries the
+// trust-model.md finding 3 (device part): a destination serves a request only if it carries the
 // context's key; CTX_KEY reads 0 and cannot change while the context is valid.
 TEST_F(RmcPair, RequestWithoutTheContextKeyIsRefused)
 {

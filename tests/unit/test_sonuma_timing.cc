@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The RMC timing model (hw/sonuma/timing.h) against the table of docs/design/sonuma-rmc.md sec. 5
-// (Table 2's parameters) and the shape of seed 000 Fig. 7a.
+// (Table 2's parameters) and the shape of the SABRes paper Fig. 7a.
 #include <algorithm>
 
 #include <gtest/gtest.h>
@@ -196,7 +196,7 @@ TEST(SonumaTiming, ThinkTimeFollowsEachCompletion)
 {
     // synchronous threads (window 1) that are latency-bound: each request takes the unloaded
     // latency, then the thread's software takes think_ns before it issues the next one, so
-    // threads / (latency + think) requests per ns (issue 14: the software cost of Figs. 8 and 9)
+    // threads / (latency + think) requests per ns (the software cost of Figs. 8 and 9)
     Timing t;
     LoadMix m;
     m.size = 128;

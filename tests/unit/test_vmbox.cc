@@ -263,7 +263,7 @@ TEST(Vmbox, AFrozenVmboxRefusesDeliveriesWithoutCountingThem)
     EXPECT_EQ(r.vm.fill(4), 1u);
 }
 
-// ---- answering first (issue 11): the acknowledgement leaves before the guest sees the packet ----
+// ---- answering first: the acknowledgement leaves before the guest sees the packet ----
 
 namespace {
 constexpr uint64_t kCtrlOff = VMBOX_CTRL_OFFSET;
@@ -447,7 +447,7 @@ TEST(VmboxAnswerFirst, AReaderOnAnotherThreadNeverSeesAPacketBeforeItsAnswer)
     EXPECT_FALSE(early.load());
 }
 
-// ---- the kernel interface (KIF, issue 14) ----
+// ---- the kernel interface (KIF) ----
 
 namespace {
 constexpr uint64_t kCtrl = VMBOX_CTRL_OFFSET;

@@ -168,7 +168,7 @@ struct roce_feth {
 #define ROCE_OP_ATOMIC_WRITE           0x1Du /* BTH + RETH + 8-byte payload; answered by a zero-length READ RESPONSE ONLY */
 #define ROCE_OP_CNP                    0x81u /* RoCEv2 congestion notification (A17.9.3): BTH + 16 reserved bytes */
 /* Manufacturer-specific opcodes are 0xC0..0xFF (transport types 110b and 111b, IBA 9.2).
- * rackemu reserves 0xC0..0xCF for the extended atomic requests of the NIC atomic unit (seed 003)
+ * rackemu reserves 0xC0..0xCF for the extended atomic requests of the NIC atomic unit (the NIC-atomics paper)
  * and 0xD0..0xDF for their responses; 0xE0..0xFF stay unassigned. Until the atomic-unit issue
  * defines their headers, a frame with one of these opcodes parses as "reserved opcode" and an RC
  * responder answers it with NAK Invalid Request. */
@@ -240,7 +240,7 @@ static inline unsigned roce_ext_len(rk_u32 info)
            ((info & ROCE_HDR_IMMDT) ? ROCE_IMMDT_LEN : 0u) + ((info & ROCE_HDR_CNP) ? ROCE_CNP_RESV_LEN : 0u);
 }
 
-/* ---- Extended atomics of the NIC atomic unit (seed 003 sec. III; docs/atomic-unit.md) ----
+/* ---- Extended atomics of the NIC atomic unit (the NIC-atomics paper sec. III; docs/atomic-unit.md) ----
  * Two request opcodes in rackemu's reserved range, one extension header, one response opcode:
  *   ROCE_OP_XATOMIC      BTH + XAtomicETH: executed once, answered by ROCE_OP_XATOMIC_ACK
  *                        (AETH + AtomicAckETH: the value before the operation, zero-extended for

@@ -25,7 +25,7 @@
  * emits: an LDP is two) calls on_mem, which adds to the current phase its loads or stores, the
  * 64-byte lines it touches for the first time in the current interval (a phase's interval runs
  * from the mark that opens it to the next mark; "lines" sums the distinct lines of each
- * interval) and the misses of a per-vCPU L1d model: seed 000 Table 2's 32 KiB, 2-way, 64-byte
+ * interval) and the misses of a per-vCPU L1d model: the SABRes paper Table 2's 32 KiB, 2-way, 64-byte
  * lines, LRU, write-allocate, indexed by virtual address. The model sees only this vCPU's
  * user-space accesses: not the kernel's, not other vCPUs' stores, not device (DMA) writes, so a
  * line a device or another core wrote since this vCPU last touched it still hits here (Caveat,
@@ -48,7 +48,7 @@
 QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
 
 #define RK_INSN_MAX_VCPUS 128
-/* the L1d model: seed 000 Table 2 (32 KB 2-way L1d, 64-byte blocks) */
+/* the L1d model: the SABRes paper Table 2 (32 KB 2-way L1d, 64-byte blocks) */
 #define RK_L1_WAYS 2
 #define RK_L1_SETS (32768 / 64 / RK_L1_WAYS)
 /* distinct lines per interval: an open-addressing set of line addresses, tagged by interval */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A program written against seed 004 sec. 2.3 as the deliverable prints it: besides including
+ * A program written against ExaNoDe D3.6 sec. 2.3 as the deliverable prints it: besides including
  * atomic.h it declares the API's prototypes itself, verbatim (typed pointers: char *, uint64_t *,
  * int64_t *; remoteFork takes a char *), as code copied from the document would. It must
  * compile with -Werror against rackemu's atomic.h and run on a booted cluster

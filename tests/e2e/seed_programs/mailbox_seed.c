@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A program written against the mailbox driver's user interface as seed 004 sec. 3.2.2 prints
+ * A program written against the mailbox driver's user interface as ExaNoDe D3.6 sec. 3.2.2 prints
  * it: it defines struct mailbox_action_t itself and includes rackemu's mailbox header for the
  * rest. It registers an opcode on this node's mailbox device, sends itself a message of that
  * type and reads it back (tests/e2e/test_unimem_seed_api.py).

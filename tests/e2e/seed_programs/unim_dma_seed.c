@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A program written against the user-level RDMA API of seed 004 sec. 3.4 as the deliverable
+ * A program written against the user-level RDMA API of ExaNoDe D3.6 sec. 3.4 as the deliverable
  * prints it (it declares the prototypes itself, verbatim). It allocates a 32 MiB local buffer
  * (sec. 3.1.1 allows up to 256 MB; rackemu capped buffers at 4 MiB before) and a buffer on node
  * PEER, submits transfers back to back and polls their status with unim_dma_status (sec.
