@@ -32,10 +32,14 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import __version__
-from .cluster import Cluster, ClusterError, STATE_FILE
-from .config import (ConfigError, DEFAULTS, MAX_NODES, RUN_BASE, ROOT, SNAPSHOT_MODES, load_config,
+from . import __version__, shmemrun
+from .base import Background, ClusterError
+from .cluster import STATE_FILE, Cluster
+from .config import (ConfigError, DEFAULTS, MAX_NODES, RUN_BASE, ROOT, SNAPSHOT_MODES, build_dir, load_config,
                      run_dir_for)
+from .demo import run_demo
+from .node import Node
+from .snapshot import meta_path, read_meta
 from .tables import bridge_stats_table, table
 
 
@@ -223,7 +227,6 @@ def cmd_node_save(args: argparse.Namespace) -> int:
     with _sigterm_as_interrupt():
         meta = cluster.save_node(i, args.file, stop=args.stop, force=args.force,
                                  timeout=args.timeout)
-    from .snapshot import meta_path
     say(f"node {i} saved to {args.file} ({meta['size'] / 1048576:.1f} MiB, "
         f"{time.monotonic() - t0:.1f} s; metadata {meta_path(args.file)}); "
         + ("its QEMU is stopped" if args.stop else "the node runs on"))
@@ -232,7 +235,6 @@ def cmd_node_save(args: argparse.Namespace) -> int:
 
 
 def cmd_node_restore(args: argparse.Namespace) -> int:
-    from .snapshot import read_meta
     read_meta(args.file)    # a missing or foreign file is named before anything else
     cluster = _attach(args)
     i = _node_index(args.node, cluster)
@@ -290,7 +292,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if args.node == "all":
         return _exec_all(cluster, command, args.timeout)
     node = cluster.node(_node_index(args.node, cluster))
-    _check_agent(node)
+    node.check_agent()
     r = node.exec(command, timeout=args.timeout)
     _write_out(r.stdout, sys.stdout)
     _write_out(r.stderr, sys.stderr)
@@ -300,23 +302,11 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return r.rc if isinstance(r.rc, int) and 0 <= r.rc < 256 else 1
 
 
-def _check_agent(node) -> None:
-    """Before a command: a node that cannot run it fails now with what to do, instead of after
-    the command's timeout (+30 s) with a bare "no answer"."""
-    from . import cluster as cl
-    node.check_reachable()
-    if not node.ping(cl.AGENT_CHECK_TIMEOUT):
-        node.check_reachable()     # it may have died or been stopped meanwhile
-        raise node.agent_problem(f"no answer to a ping within {cl.AGENT_CHECK_TIMEOUT:g} s")
-
-
 def _exec_all(cluster: Cluster, command: str | list[str], timeout: float) -> int:
     """Every node: a node that is not running, or whose agent does not answer, is an error
     (listed, exit status 1), never silently skipped."""
-    from .cluster import Background
-
-    def run(n):
-        _check_agent(n)
+    def run(n: Node) -> Any:
+        n.check_agent()
         return n.exec(command, timeout=timeout)
 
     jobs = [(n, Background(run, n)) for n in cluster.nodes]
@@ -344,7 +334,6 @@ _REMOTE_RE = re.compile(r"^(?:node)?(\d+):(.*)$")
 
 
 def cmd_shmemrun(args: argparse.Namespace) -> int:
-    from . import shmemrun
     if args.cluster:
         if args.name and args.name != args.cluster:
             raise ClusterError(f"--cluster {args.cluster} and --name {args.name} disagree; give one")
@@ -563,7 +552,6 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    from .config import build_dir
     unit_rc = style_rc = fuzz_rc = 0
     host = build_dir() / "host"
     style = ROOT / "tests" / "style" / "check.sh"
@@ -612,7 +600,6 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
     overrides = {"nodes": args.nodes, "name": args.name, "memory": args.memory,
                  "boot_timeout": args.boot_timeout}
     cfg = load_config(args.config, {"name": "demo", "nodes": 4} | {k: v for k, v in overrides.items() if v is not None})
