@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeAlias
 
 from . import __version__, shmemrun
 from .base import Background, ClusterError
@@ -665,15 +665,13 @@ examples:
 """
 LUA_DISSECTOR = "tools/wireshark/rackemu.lua"
 
+# What add_subparsers returns: each command group adds its parsers to it.
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
-def build_parser() -> argparse.ArgumentParser:
+
+def _add_cluster_commands(sub: SubParsers) -> None:
+    """The parsers of cluster up, status and down."""
     fmt = argparse.RawDescriptionHelpFormatter
-    p = argparse.ArgumentParser(prog="rackemu", formatter_class=fmt, epilog=EPILOG,
-                                description="Boot and drive clusters of emulated ARMv8 nodes "
-                                            "(QEMU + rackemu devices) linked by a fabric bridge.")
-    p.add_argument("--version", action="version", version=f"rackemu {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
     # cluster
     pc = sub.add_parser("cluster", help="start, inspect and stop a cluster",
                         description="Start, inspect and stop a cluster.")
@@ -727,6 +725,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select_args(dn)
     dn.set_defaults(func=cmd_cluster_down)
 
+
+def _add_guest_commands(sub: SubParsers) -> None:
+    """The parsers of exec, shmemrun, cp and console: the guests of a running cluster."""
+    fmt = argparse.RawDescriptionHelpFormatter
     # exec
     ex = sub.add_parser("exec", formatter_class=fmt, help="run a command on a node",
                         description="Run a command on a node through its guest agent; print its "
@@ -786,6 +788,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select_args(co)
     co.set_defaults(func=cmd_console)
 
+
+def _add_node_commands(sub: SubParsers) -> None:
+    """The parsers of node restart, save and restore."""
     # node
     pn = sub.add_parser("node", help="restart, save or restore one node",
                         description="Act on one node of a running cluster.")
@@ -844,6 +849,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select_args(nrs)
     nrs.set_defaults(func=cmd_node_restore)
 
+
+def _add_bridge_commands(sub: SubParsers) -> None:
+    """The parsers of bridge restart and bridge-stats."""
     # bridge
     pb = sub.add_parser("bridge", help="restart the fabric bridge",
                         description="Act on the fabric bridge of a running cluster.")
@@ -871,6 +879,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select_args(bs)
     bs.set_defaults(func=cmd_bridge_stats)
 
+
+def _add_fault_commands(sub: SubParsers) -> None:
+    """The parsers of fault add, list and del: the bridge's fault rules."""
+    fmt = argparse.RawDescriptionHelpFormatter
     # fault rules
     fr = sub.add_parser("fault", formatter_class=fmt, help="fault rules in the bridge: add, list, del",
                         description="Fault rules in the fabric bridge, applied to the frames between "
@@ -897,6 +909,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select_args(fd)
     fd.set_defaults(func=cmd_fault_del)
 
+
+def _add_capture_commands(sub: SubParsers) -> None:
+    """The parsers of capture start, stop and status: the bridge's frame capture."""
+    fmt = argparse.RawDescriptionHelpFormatter
     # capture
     ca = sub.add_parser("capture", formatter_class=fmt, help="record the frames crossing ports to a pcapng file",
                         description="Record the frames that cross chosen nodes' ports of the fabric "
@@ -928,6 +944,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select_args(cst)
     cst.set_defaults(func=cmd_capture_status)
 
+
+def _add_tool_commands(sub: SubParsers) -> None:
+    """The parsers of demo, setup and test."""
+    fmt = argparse.RawDescriptionHelpFormatter
     # demo
     de = sub.add_parser("demo", formatter_class=fmt, help="4-node ring of packets + round-trip times",
                         description="Boot a cluster (4 nodes by default), pass packets around a ring "
@@ -967,6 +987,23 @@ def build_parser() -> argparse.ArgumentParser:
                                     "the style check and the unit tests (e.g. rackemu test -k ring -x).")
     te.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARGS", help="passed to pytest")
     te.set_defaults(func=cmd_test)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: the top-level options, then each command group's parsers."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog="rackemu", formatter_class=fmt, epilog=EPILOG,
+                                description="Boot and drive clusters of emulated ARMv8 nodes "
+                                            "(QEMU + rackemu devices) linked by a fabric bridge.")
+    p.add_argument("--version", action="version", version=f"rackemu {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_cluster_commands(sub)
+    _add_guest_commands(sub)
+    _add_node_commands(sub)
+    _add_bridge_commands(sub)
+    _add_fault_commands(sub)
+    _add_capture_commands(sub)
+    _add_tool_commands(sub)
     return p
 
 
