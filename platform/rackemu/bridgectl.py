@@ -73,3 +73,49 @@ def bridge_command(config: ClusterConfig, run_dir: Path, command: str,
     except ValueError:
         raise ClusterError(f"the bridge answered `{command.split()[0]}` with something that is not JSON: "
                            f"{data[:200]!r}") from None
+
+
+def port_states(config: ClusterConfig, run_dir: Path, timeout: float = 5.0) -> dict[int, str]:
+    """{node: port state} from the bridge's `stats`."""
+    stats = bridge_command(config, run_dir, "stats", timeout)
+    return {p.get("node"): p.get("state") for p in stats.get("ports", [])}
+
+
+def wait_port_down(config: ClusterConfig, run_dir: Path, i: int, timeout: float) -> None:
+    """Wait until the bridge reports node i's port not up: it has seen the old QEMU's
+    fabric connection close."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if port_states(config, run_dir).get(i) != "up":
+            return
+        if time.monotonic() >= deadline:
+            raise ClusterError(f"the fabric bridge still reports node {i} connected "
+                               f"{timeout:.0f} s after its QEMU stopped; see "
+                               f"{run_dir / 'bridge.log'}")
+        time.sleep(0.05)
+
+
+def wait_ports_up(config: ClusterConfig, run_dir: Path, bridge: Proc, running: dict[int, Path],
+                  timeout: float, cli_select: str) -> dict[int, str]:
+    """Wait until the port of every running node ({id: its QEMU log}) is up again on the
+    restarted `bridge`; {node: port state}. ClusterError naming the nodes that did not rejoin
+    within `timeout` seconds, or if the bridge exits (`cli_select`: Cluster.cli_select)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            ports = port_states(config, run_dir)
+        except ClusterError:
+            ports = {}
+        missing = [i for i in running if ports.get(i) != "up"]
+        if not missing:
+            return {i: ports.get(i, "-") for i in running}
+        if not bridge.alive():
+            raise ClusterError(f"the restarted fabric bridge {bridge.exit_status()}; "
+                               f"its log: {run_dir / 'bridge.log'}")
+        if time.monotonic() >= deadline:
+            raise ClusterError(
+                f"the fabric bridge runs again (pid {bridge.pid}) but node(s) "
+                f"{', '.join(map(str, missing))} did not reconnect within {timeout:.0f} s; "
+                f"restart them with `rackemu node restart N{cli_select}` (their "
+                f"QEMU output: {', '.join(str(running[i]) for i in missing)})")
+        time.sleep(0.2)

@@ -36,21 +36,20 @@ import json
 import os
 import shlex
 import signal
-import stat
 import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .base import Background, ClusterError, no_interrupts, os_error_text, write_atomic
-from .bridgectl import bridge_command, wait_bridge_ready
+from .bridgectl import bridge_command, wait_bridge_ready, wait_port_down, wait_ports_up
 from .cmdline import bridge_argv, insn_path, node_argv
 from .config import RUN_BASE, ClusterConfig
-from .hostdirs import (RunLock, check_host_memory, check_ram_space, default_ram_dir, owned_private_dir,
-                       prepare_private_dir, verify_private_dir)
+from .hostdirs import (RunLock, check_host_memory, check_ram_space, clean_run_dir, default_ram_dir,
+                       prepare_private_dir, remove_ram_files, verify_private_dir)
 from .node import AGENT_CHECK_TIMEOUT, Node, run_background, wait_for_agents
-from .procs import (KILL_WAIT, TERM_GRACE, Proc, proc_alive, proc_cmdline, proc_starttime, proc_state, spawn,
-                    stop_procs)
+from .procs import (KILL_WAIT, TERM_GRACE, Proc, find_strays, pidfile_procs, proc_alive, proc_starttime, proc_state,
+                    spawn, stop_procs)
 from .snapboot import start_nodes
 from .snapshot import (LOAD_TIMEOUT, SnapshotError, check_restorable, check_save_path, load_and_resume,
                        make_ram_file, ram_image_path, write_snapshot)
@@ -186,37 +185,11 @@ class Cluster:
     def find_strays(self) -> list[tuple[int, list[str]]]:
         """Processes not recorded in our state that run our QEMU or bridge on this run dir
         (left by a launcher that was SIGKILLed before it saved its state, for example)."""
-        known = {p.pid for p in self.all_procs() if p.alive()}
-        rd = str(self.run_dir)
-        progs = {str(self.config.qemu), str(self.config.bridge)}
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            pid = int(entry)
-            if pid == os.getpid() or pid in known:
-                continue
-            argv = proc_cmdline(pid)
-            if not argv:
-                continue
-            refs_dir = any(a == rd or a.startswith(rd + "/") or f"{rd}/" in a for a in argv)
-            is_ours = (os.path.basename(argv[0]) in ("qemu-system-aarch64", "rackemu-bridge")
-                       or any(a in progs for a in argv[:2]))
-            if refs_dir and is_ours and proc_starttime(pid) is not None:
-                found.append((pid, argv))
-        return found
+        return find_strays(self.run_dir, {str(self.config.qemu), str(self.config.bridge)},
+                           {p.pid for p in self.all_procs() if p.alive()})
 
     def _pidfile_procs(self) -> list[Proc]:
-        out = []
-        for n in self.nodes:
-            try:
-                pid = int(n.pid_path.read_text().strip())
-            except (OSError, ValueError):
-                continue
-            st = proc_starttime(pid)
-            if st is not None and any(str(self.run_dir) in a for a in proc_cmdline(pid)):
-                out.append(Proc(pid, st, proc_cmdline(pid), str(n.log_path)))
-        return out
+        return pidfile_procs([(n.pid_path, n.log_path) for n in self.nodes], self.run_dir)
 
     # ---- up ----
 
@@ -244,26 +217,8 @@ class Cluster:
     def _clean_run_dir(self) -> None:
         """Remove sockets and pid files (never logs) left in the run dir, and the guest RAM
         files of nodes that are not running."""
-        if owned_private_dir(self.ram_dir):     # never touch a directory someone else made
-            live = {n.id for n in self.nodes if n.alive()}
-            for f in self.ram_dir.glob("node*.ram"):
-                if f.stem[4:].isdigit() and int(f.stem[4:]) not in live:
-                    f.unlink(missing_ok=True)
-            try:
-                self.ram_dir.rmdir()
-            except OSError:
-                pass
-        for entry in self.run_dir.iterdir():
-            try:
-                st = entry.lstat()
-            except OSError:
-                continue
-            if stat.S_ISSOCK(st.st_mode) or entry.suffix == ".pid" or \
-                    entry.name.startswith(STATE_FILE + ".tmp"):
-                try:
-                    entry.unlink()
-                except OSError:
-                    pass
+        remove_ram_files(self.ram_dir, keep={n.id for n in self.nodes if n.alive()})
+        clean_run_dir(self.run_dir, STATE_FILE + ".tmp")
 
     @property
     def ram_dir(self) -> Path:
@@ -406,13 +361,8 @@ class Cluster:
             n.state = "stopped"
         if self.run_dir.is_dir():
             self._clean_run_dir()
-        elif owned_private_dir(self.ram_dir):
-            for f in self.ram_dir.glob("node*.ram"):
-                f.unlink(missing_ok=True)
-            try:
-                self.ram_dir.rmdir()
-            except OSError:
-                pass
+        else:
+            remove_ram_files(self.ram_dir)
         self.status = final_status
         if self.run_dir.is_dir():
             try:
@@ -520,16 +470,7 @@ class Cluster:
     def wait_port_down(self, i: int, timeout: float = PORT_DOWN_TIMEOUT) -> None:
         """Wait until the bridge reports node i's port not up: it has seen the old QEMU's
         fabric connection close."""
-        deadline = time.monotonic() + timeout
-        while True:
-            ports = {p.get("node"): p.get("state") for p in self.bridge_stats().get("ports", [])}
-            if ports.get(i) != "up":
-                return
-            if time.monotonic() >= deadline:
-                raise ClusterError(f"the fabric bridge still reports node {i} connected "
-                                   f"{timeout:.0f} s after its QEMU stopped; see "
-                                   f"{self.run_dir / 'bridge.log'}")
-            time.sleep(0.05)
+        wait_port_down(self.config, self.run_dir, i, timeout)
 
     def clear_for_rejoin(self, n: Node) -> None:
         """Before a new QEMU takes node n's id (restart_node, restore_node): stop the old one
@@ -647,32 +588,13 @@ class Cluster:
                 (self.run_dir / sock).unlink(missing_ok=True)
             self._start_bridge()
             assert self.bridge is not None  # _start_bridge() set it
-            bridge = self.bridge
             running = [n for n in self.nodes if n.alive()]
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    ports = {p.get("node"): p.get("state") for p in
-                             self.bridge_stats(timeout=5.0).get("ports", [])}
-                except ClusterError:
-                    ports = {}
-                missing = [n.id for n in running if ports.get(n.id) != "up"]
-                if not missing:
-                    break
-                if not bridge.alive():
-                    raise ClusterError(f"the restarted fabric bridge {bridge.exit_status()}; "
-                                       f"its log: {log}")
-                if time.monotonic() >= deadline:
-                    raise ClusterError(
-                        f"the fabric bridge runs again (pid {bridge.pid}) but node(s) "
-                        f"{', '.join(map(str, missing))} did not reconnect within {timeout:.0f} s; "
-                        f"restart them with `rackemu node restart N{self.cli_select()}` (their "
-                        f"QEMU output: {', '.join(str(self.node(i).log_path) for i in missing)})")
-                time.sleep(0.2)
+            ports = wait_ports_up(self.config, self.run_dir, self.bridge, {n.id: n.log_path for n in running},
+                                  timeout, self.cli_select())
             self.log(f"node(s) {', '.join(str(n.id) for n in running) or '-'} reconnected "
                      f"to the fabric")
             self.settle_status()
-            return {n.id: ports.get(n.id, "-") for n in running}
+            return ports
         finally:
             self._lock.release()
 

@@ -226,3 +226,33 @@ def check_ram_space(config: ClusterConfig, ram_path: Callable[[int], Path], star
         f"space there (other clusters: `rackemu cluster down`), enlarge it (as root: "
         f"`mount -o remount,size={size} {mount}`), or point shm_dir in the cluster's config at "
         f"a larger tmpfs")
+
+
+def remove_ram_files(ram_dir: Path, keep: set[int] | None = None) -> None:
+    """Remove the guest-RAM files of the nodes not in `keep` (None: every node*.ram), and the
+    directory if that empties it; only in a directory of ours (owned_private_dir): never touch
+    one someone else made."""
+    if not owned_private_dir(ram_dir):
+        return
+    for f in ram_dir.glob("node*.ram"):
+        if keep is None or (f.stem[4:].isdigit() and int(f.stem[4:]) not in keep):
+            f.unlink(missing_ok=True)
+    try:
+        ram_dir.rmdir()
+    except OSError:
+        pass
+
+
+def clean_run_dir(run_dir: Path, tmp_prefix: str) -> None:
+    """Remove the sockets, pid files and temporary files (names starting with `tmp_prefix`)
+    left in the run dir; never logs or consoles."""
+    for entry in run_dir.iterdir():
+        try:
+            st = entry.lstat()
+        except OSError:
+            continue
+        if stat.S_ISSOCK(st.st_mode) or entry.suffix == ".pid" or entry.name.startswith(tmp_prefix):
+            try:
+                entry.unlink()
+            except OSError:
+                pass

@@ -208,3 +208,40 @@ def spawn(argv: list[str], log_path: Path, cwd: Path, detach: bool) -> Proc:
             cwd=cwd, start_new_session=True, close_fds=True,
             preexec_fn=None if detach else pdeathsig_preexec)
     return Proc(popen.pid, proc_starttime(popen.pid), argv, str(log_path), popen)
+
+
+def find_strays(run_dir: Path, programs: set[str], known: set[int]) -> list[tuple[int, list[str]]]:
+    """(pid, argv) of the processes other than `known` (and this one) that run QEMU or the
+    bridge (by name, or one of `programs`) with `run_dir` on their command line."""
+    rd = str(run_dir)
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        if pid == os.getpid() or pid in known:
+            continue
+        argv = proc_cmdline(pid)
+        if not argv:
+            continue
+        refs_dir = any(a == rd or a.startswith(rd + "/") or f"{rd}/" in a for a in argv)
+        is_ours = (os.path.basename(argv[0]) in ("qemu-system-aarch64", "rackemu-bridge")
+                   or any(a in programs for a in argv[:2]))
+        if refs_dir and is_ours and proc_starttime(pid) is not None:
+            found.append((pid, argv))
+    return found
+
+
+def pidfile_procs(files: list[tuple[Path, Path]], run_dir: Path) -> list[Proc]:
+    """The live processes named by QEMU pid files ((pid file, log) pairs) whose command line
+    names `run_dir`."""
+    out = []
+    for pid_path, log_path in files:
+        try:
+            pid = int(pid_path.read_text().strip())
+        except (OSError, ValueError):
+            continue
+        st = proc_starttime(pid)
+        if st is not None and any(str(run_dir) in a for a in proc_cmdline(pid)):
+            out.append(Proc(pid, st, proc_cmdline(pid), str(log_path)))
+    return out
