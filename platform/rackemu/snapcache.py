@@ -13,7 +13,7 @@ snapshot.py: the device state and the guest RAM image) gets its RAM file created
 (snapshot.start_ram_file: a reflink, or a file of the RAM's size whose data a pool of threads
 copies in the kernel meanwhile: finish_ram_file), starts at once on its usual command line plus
 `-incoming defer` and, once its copy is done, loads nodeI.snap with `migrate-incoming`
-(x-ignore-shared: the RAM is not in the stream; _Loader, one thread per node); the launcher
+(x-ignore-shared: the RAM is not in the stream; snapboot._Loader, one thread per node); the launcher
 resumes its vCPUs,
 waits for its agent, then sets the guest's clock to the host's and stirs host randomness into
 the guest's /dev/urandom (a snapshot's guest would otherwise live at the instant of the save,
@@ -27,6 +27,8 @@ as without it, and a line says why.
 Entries are locked with flock on KEY/.lock: shared while `up` reads them, exclusive while it
 writes or deletes; a busy entry is used as is, or skipped. The cache keeps at most
 RACKEMU_SNAPSHOT_CACHE_MB (default 8192) MiB: after a save, the least recently used entries go.
+
+This module is the cache itself (key, entries, locks, size limit); snapboot.py boots the nodes.
 """
 
 from __future__ import annotations

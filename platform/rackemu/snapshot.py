@@ -29,6 +29,10 @@ node id again once it has seen the previous connection close (docs/fabric.md, "H
 so the launcher stops the old QEMU and waits until the bridge reports that node's port down
 before it starts the new one. The other nodes keep running throughout; requests they had
 outstanding to the saved node when its old QEMU stopped were answered NODE_GONE by the bridge.
+
+This module holds the steps, each given what it needs (the node, the configuration, paths);
+Cluster.save_node and Cluster.restore_node (cluster.py) run them in order, under the cluster's
+lock, and snapboot.py does the same for the snapshot cache.
 """
 
 from __future__ import annotations
