@@ -67,6 +67,15 @@ class AgentClient:
                 c = cls._shared[path] = cls(path)
             return c
 
+    @classmethod
+    def forget(cls, path: str) -> None:
+        """Close and drop the shared client of `path`: the next shared() connects afresh (to a
+        new QEMU's socket)."""
+        with cls._shared_lock:
+            c = cls._shared.pop(path, None)
+        if c is not None:
+            c.close()
+
     def __init__(self, path: str):
         self.path = path
         self._sock: socket.socket | None = None

@@ -30,12 +30,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeAlias
 
-from . import __version__
-from .cluster import Cluster, ClusterError, STATE_FILE
-from .config import (ConfigError, DEFAULTS, MAX_NODES, RUN_BASE, ROOT, SNAPSHOT_MODES, load_config,
+from . import __version__, shmemrun
+from .base import Background, ClusterError
+from .cluster import STATE_FILE, Cluster
+from .config import (ConfigError, DEFAULTS, MAX_NODES, RUN_BASE, ROOT, SNAPSHOT_MODES, build_dir, load_config,
                      run_dir_for)
+from .demo import run_demo
+from .node import Node
+from .snapshot import meta_path, read_meta
 from .tables import bridge_stats_table, table
 
 
@@ -223,7 +227,6 @@ def cmd_node_save(args: argparse.Namespace) -> int:
     with _sigterm_as_interrupt():
         meta = cluster.save_node(i, args.file, stop=args.stop, force=args.force,
                                  timeout=args.timeout)
-    from .snapshot import meta_path
     say(f"node {i} saved to {args.file} ({meta['size'] / 1048576:.1f} MiB, "
         f"{time.monotonic() - t0:.1f} s; metadata {meta_path(args.file)}); "
         + ("its QEMU is stopped" if args.stop else "the node runs on"))
@@ -232,7 +235,6 @@ def cmd_node_save(args: argparse.Namespace) -> int:
 
 
 def cmd_node_restore(args: argparse.Namespace) -> int:
-    from .snapshot import read_meta
     read_meta(args.file)    # a missing or foreign file is named before anything else
     cluster = _attach(args)
     i = _node_index(args.node, cluster)
@@ -290,7 +292,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if args.node == "all":
         return _exec_all(cluster, command, args.timeout)
     node = cluster.node(_node_index(args.node, cluster))
-    _check_agent(node)
+    node.check_agent()
     r = node.exec(command, timeout=args.timeout)
     _write_out(r.stdout, sys.stdout)
     _write_out(r.stderr, sys.stderr)
@@ -300,23 +302,11 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return r.rc if isinstance(r.rc, int) and 0 <= r.rc < 256 else 1
 
 
-def _check_agent(node) -> None:
-    """Before a command: a node that cannot run it fails now with what to do, instead of after
-    the command's timeout (+30 s) with a bare "no answer"."""
-    from . import cluster as cl
-    node.check_reachable()
-    if not node.ping(cl.AGENT_CHECK_TIMEOUT):
-        node.check_reachable()     # it may have died or been stopped meanwhile
-        raise node.agent_problem(f"no answer to a ping within {cl.AGENT_CHECK_TIMEOUT:g} s")
-
-
 def _exec_all(cluster: Cluster, command: str | list[str], timeout: float) -> int:
     """Every node: a node that is not running, or whose agent does not answer, is an error
     (listed, exit status 1), never silently skipped."""
-    from .cluster import Background
-
-    def run(n):
-        _check_agent(n)
+    def run(n: Node) -> Any:
+        n.check_agent()
         return n.exec(command, timeout=timeout)
 
     jobs = [(n, Background(run, n)) for n in cluster.nodes]
@@ -344,7 +334,6 @@ _REMOTE_RE = re.compile(r"^(?:node)?(\d+):(.*)$")
 
 
 def cmd_shmemrun(args: argparse.Namespace) -> int:
-    from . import shmemrun
     if args.cluster:
         if args.name and args.name != args.cluster:
             raise ClusterError(f"--cluster {args.cluster} and --name {args.name} disagree; give one")
@@ -563,7 +552,6 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    from .config import build_dir
     unit_rc = style_rc = fuzz_rc = 0
     host = build_dir() / "host"
     style = ROOT / "tests" / "style" / "check.sh"
@@ -612,7 +600,6 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
     overrides = {"nodes": args.nodes, "name": args.name, "memory": args.memory,
                  "boot_timeout": args.boot_timeout}
     cfg = load_config(args.config, {"name": "demo", "nodes": 4} | {k: v for k, v in overrides.items() if v is not None})
@@ -678,15 +665,13 @@ examples:
 """
 LUA_DISSECTOR = "tools/wireshark/rackemu.lua"
 
+# What add_subparsers returns: each command group adds its parsers to it.
+SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
-def build_parser() -> argparse.ArgumentParser:
+
+def _add_cluster_commands(sub: SubParsers) -> None:
+    """The parsers of cluster up, status and down."""
     fmt = argparse.RawDescriptionHelpFormatter
-    p = argparse.ArgumentParser(prog="rackemu", formatter_class=fmt, epilog=EPILOG,
-                                description="Boot and drive clusters of emulated ARMv8 nodes "
-                                            "(QEMU + rackemu devices) linked by a fabric bridge.")
-    p.add_argument("--version", action="version", version=f"rackemu {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
     # cluster
     pc = sub.add_parser("cluster", help="start, inspect and stop a cluster",
                         description="Start, inspect and stop a cluster.")
@@ -740,6 +725,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select_args(dn)
     dn.set_defaults(func=cmd_cluster_down)
 
+
+def _add_guest_commands(sub: SubParsers) -> None:
+    """The parsers of exec, shmemrun, cp and console: the guests of a running cluster."""
+    fmt = argparse.RawDescriptionHelpFormatter
     # exec
     ex = sub.add_parser("exec", formatter_class=fmt, help="run a command on a node",
                         description="Run a command on a node through its guest agent; print its "
@@ -799,6 +788,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select_args(co)
     co.set_defaults(func=cmd_console)
 
+
+def _add_node_commands(sub: SubParsers) -> None:
+    """The parsers of node restart, save and restore."""
     # node
     pn = sub.add_parser("node", help="restart, save or restore one node",
                         description="Act on one node of a running cluster.")
@@ -857,6 +849,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select_args(nrs)
     nrs.set_defaults(func=cmd_node_restore)
 
+
+def _add_bridge_commands(sub: SubParsers) -> None:
+    """The parsers of bridge restart and bridge-stats."""
     # bridge
     pb = sub.add_parser("bridge", help="restart the fabric bridge",
                         description="Act on the fabric bridge of a running cluster.")
@@ -884,6 +879,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select_args(bs)
     bs.set_defaults(func=cmd_bridge_stats)
 
+
+def _add_fault_commands(sub: SubParsers) -> None:
+    """The parsers of fault add, list and del: the bridge's fault rules."""
+    fmt = argparse.RawDescriptionHelpFormatter
     # fault rules
     fr = sub.add_parser("fault", formatter_class=fmt, help="fault rules in the bridge: add, list, del",
                         description="Fault rules in the fabric bridge, applied to the frames between "
@@ -910,6 +909,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select_args(fd)
     fd.set_defaults(func=cmd_fault_del)
 
+
+def _add_capture_commands(sub: SubParsers) -> None:
+    """The parsers of capture start, stop and status: the bridge's frame capture."""
+    fmt = argparse.RawDescriptionHelpFormatter
     # capture
     ca = sub.add_parser("capture", formatter_class=fmt, help="record the frames crossing ports to a pcapng file",
                         description="Record the frames that cross chosen nodes' ports of the fabric "
@@ -941,6 +944,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_select_args(cst)
     cst.set_defaults(func=cmd_capture_status)
 
+
+def _add_tool_commands(sub: SubParsers) -> None:
+    """The parsers of demo, setup and test."""
+    fmt = argparse.RawDescriptionHelpFormatter
     # demo
     de = sub.add_parser("demo", formatter_class=fmt, help="4-node ring of packets + round-trip times",
                         description="Boot a cluster (4 nodes by default), pass packets around a ring "
@@ -980,6 +987,23 @@ def build_parser() -> argparse.ArgumentParser:
                                     "the style check and the unit tests (e.g. rackemu test -k ring -x).")
     te.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARGS", help="passed to pytest")
     te.set_defaults(func=cmd_test)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: the top-level options, then each command group's parsers."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog="rackemu", formatter_class=fmt, epilog=EPILOG,
+                                description="Boot and drive clusters of emulated ARMv8 nodes "
+                                            "(QEMU + rackemu devices) linked by a fabric bridge.")
+    p.add_argument("--version", action="version", version=f"rackemu {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_cluster_commands(sub)
+    _add_guest_commands(sub)
+    _add_node_commands(sub)
+    _add_bridge_commands(sub)
+    _add_fault_commands(sub)
+    _add_capture_commands(sub)
+    _add_tool_commands(sub)
     return p
 
 

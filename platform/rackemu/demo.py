@@ -15,7 +15,9 @@ import csv
 import time
 from typing import Any, Callable
 
-from .cluster import Cluster, ClusterError, run_background
+from .base import ClusterError
+from .cluster import Cluster
+from .node import run_background
 from .config import ClusterConfig
 from .tables import bridge_stats_table, table
 

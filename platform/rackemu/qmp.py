@@ -16,7 +16,7 @@ import socket
 import time
 from typing import Any, Callable
 
-from .cluster import ClusterError, _shorten
+from .base import ClusterError, shorten
 
 QMP_TIMEOUT = 30.0       # one QMP command, and connect_qmp's wait for the socket
 
@@ -63,7 +63,7 @@ class Qmp:
         try:
             greeting = self._read()
             if "QMP" not in greeting:
-                raise QmpError(f"{self.path} did not greet like QMP: {_shorten(str(greeting), 120)}")
+                raise QmpError(f"{self.path} did not greet like QMP: {shorten(str(greeting), 120)}")
             self.execute("qmp_capabilities")
         except BaseException:
             self.close()

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .cluster import Background, Cluster, ClusterError
+from .base import Background, ClusterError
+from .cluster import Cluster
 
 GUEST_DIR = "/tmp/shmemrun"
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -209,9 +210,8 @@ def main(cluster: Cluster, n: int, prog: str, args: list[str], env: list[str], t
         raise ClusterError(f"-n {n} asks for {n} PEs but cluster {cluster.config.name!r} has "
                            f"{len(cluster.nodes)} node(s) (one PE per node): use -n {len(cluster.nodes)} or "
                            f"less, or start a larger cluster (rackemu cluster up --nodes {n})")
-    from .cli import _check_agent
     for node in cluster.nodes[:n]:
-        _check_agent(node)
+        node.check_agent()
     plan = Plan(n=n, argv=[], env=parse_env(env), timeout=timeout, tag=f"run{os.getpid()}-{int(time.time())}")
     plan.argv = [resolve_program(cluster, n, prog, plan.tag), *args]
     say(f"running {' '.join(shlex.quote(a) for a in [prog, *args])} as {n} PE(s) on nodes 0..{n - 1}")

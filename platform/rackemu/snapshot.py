@@ -29,6 +29,10 @@ node id again once it has seen the previous connection close (docs/fabric.md, "H
 so the launcher stops the old QEMU and waits until the bridge reports that node's port down
 before it starts the new one. The other nodes keep running throughout; requests they had
 outstanding to the saved node when its old QEMU stopped were answered NODE_GONE by the bridge.
+
+This module holds the steps, each given what it needs (the node, the configuration, paths);
+Cluster.save_node and Cluster.restore_node (cluster.py) run them in order, under the cluster's
+lock, and snapboot.py does the same for the snapshot cache.
 """
 
 from __future__ import annotations
@@ -42,16 +46,15 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 from . import __version__
-from .cluster import KILL_WAIT, ClusterError, _no_interrupts, _os_error_text, _write_atomic
-from .config import cache_dir
+from .base import ClusterError, no_interrupts, os_error_text, write_atomic
+from .config import ClusterConfig, cache_dir
+from .node import Node
+from .procs import KILL_WAIT
 from .qmp import Qmp, QmpCommandError, QmpError
 from .ramimage import ImageError, finish_clone, image_digest, start_clone, write_image
-
-if TYPE_CHECKING:
-    from .cluster import Cluster, Node
 
 SNAPSHOT_FORMAT = 2       # 1: guest RAM in the stream; 2: guest RAM in FILE.ram (module doc)
 META_SUFFIX = ".meta.json"
@@ -155,17 +158,16 @@ def artefact_sha256(path: str | os.PathLike) -> str:
             sums[real] = [*ident, digest]
             keep = dict(list(sums.items())[-SUMS_KEEP:])
             try:
-                _write_atomic(store, json.dumps({"format": 1, "sums": keep}) + "\n")
+                write_atomic(store, json.dumps({"format": 1, "sums": keep}) + "\n")
             except OSError:
                 pass    # hashed again next time
         return digest
 
 
-def node_identity(cluster: "Cluster", i: int) -> dict[str, Any]:
-    """What a snapshot of node i depends on: the node's place and shape in the cluster and the
-    exact QEMU binary, kernel and initramfs it runs (device models and RAM layout must be the
-    same on both sides of a migration stream)."""
-    c = cluster.config
+def node_identity(c: ClusterConfig, i: int) -> dict[str, Any]:
+    """What a snapshot of node i depends on: the node's place and shape in the cluster `c` and
+    the exact QEMU binary, kernel and initramfs it runs (device models and RAM layout must be
+    the same on both sides of a migration stream)."""
     ident: dict[str, Any] = {
         "node": i, "node_count": c.nodes, "machine": c.machine, "cpu": c.cpu, "vcpus": c.vcpus,
         "memory": c.memory, "kernel_cmdline": c.kernel_cmdline,
@@ -237,20 +239,8 @@ def compatibility_problems(meta: dict[str, Any], here: dict[str, Any]) -> list[s
 
 # ---------------------------------------------------------------- save
 
-def save_node(cluster: "Cluster", i: int, path: str | os.PathLike, stop: bool = False,
-              force: bool = False, timeout: float | None = None) -> dict[str, Any]:
-    """Save node i of a running cluster to `path` (+ `path`.meta.json) and return the metadata.
-    The node's vCPUs are stopped while QEMU writes the stream; afterwards the node runs on
-    (or, with stop=True, its QEMU is stopped: restore it later with restore_node)."""
-    path = Path(path).absolute()
-    n = cluster.node(i)
-    cluster._require_running_cluster()
-    if not n.alive():
-        sel = cluster.cli_select()
-        raise SnapshotError(f"node {i} is not running (state: {n.state}): there is nothing to save; "
-                            f"bring it back with `rackemu node restore {i} FILE{sel}` or "
-                            f"`rackemu node restart {i}{sel}`")
-    n.check_reachable()
+def check_save_path(path: Path, force: bool) -> None:
+    """SnapshotError unless a snapshot may be written to `path` (force: over an existing file)."""
     if path.exists() and not force:
         raise SnapshotError(f"{path} exists; remove it or pass --force to overwrite it")
     if path.is_dir():
@@ -259,30 +249,29 @@ def save_node(cluster: "Cluster", i: int, path: str | os.PathLike, stop: bool = 
         raise SnapshotError(f"cannot write {path}: {path.parent} is not a directory")
     if not os.access(path.parent, os.W_OK):
         raise SnapshotError(f"cannot write {path}: no permission in {path.parent}")
-    cluster._acquire_lock()
-    try:
-        return save_node_locked(cluster, i, path, stop=stop, timeout=timeout)
-    finally:
-        cluster._release_lock()
 
 
-def save_node_locked(cluster: "Cluster", i: int, path: Path, stop: bool = False,
-                     timeout: float | None = None) -> dict[str, Any]:
-    """save_node's work, for a caller that holds the cluster's lock and checked the node and
-    `path` (cluster up saving a node into the snapshot cache)."""
+def write_snapshot(n: Node, config: ClusterConfig, run_dir: Path, ram_path: Path, path: Path,
+                   log: Callable[[str], None], stop: bool = False,
+                   timeout: float | None = None) -> dict[str, Any]:
+    """Write running node n's snapshot to `path` (+ .ram, .meta.json) and return the metadata:
+    its vCPUs stop while QEMU writes the stream and its RAM file `ram_path` is copied, then run
+    on, or (stop) its QMP connection is closed and the caller stops its QEMU. The caller holds
+    the cluster's lock and checked the node and `path` (Cluster.save_node, and `cluster up`
+    saving a node into the snapshot cache)."""
     timeout = SAVE_TIMEOUT if timeout is None else timeout
-    n = cluster.node(i)
-    ident = node_identity(cluster, i)
+    i = n.id
+    ident = node_identity(config, i)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     t0 = time.monotonic()
     with n.qmp() as qmp:
         was = qmp.execute("query-status").get("status")
-        cluster.log(f"node {i}: stopping its vCPUs and writing its state to {path}")
+        log(f"node {i}: stopping its vCPUs and writing its state to {path}")
         qmp.execute("stop")
         try:
             _migrate_out(qmp, i, tmp, timeout)
         except BaseException:
-            with _no_interrupts():
+            with no_interrupts():
                 tmp.unlink(missing_ok=True)
                 if was == "running":     # nothing saved: the node runs on
                     try:
@@ -293,9 +282,9 @@ def save_node_locked(cluster: "Cluster", i: int, path: Path, stop: bool = False,
         tmp_ram = ram_image_path(tmp)
         try:
             # the vCPUs are still stopped: the RAM file holds what the stream's devices saw
-            ram = write_image(cluster.ram_path(i), cluster.config.memory_mib << 20, tmp_ram)
+            ram = write_image(ram_path, config.memory_mib << 20, tmp_ram)
         except BaseException as e:
-            with _no_interrupts():
+            with no_interrupts():
                 tmp.unlink(missing_ok=True)
                 tmp_ram.unlink(missing_ok=True)
                 if was == "running":
@@ -308,28 +297,24 @@ def save_node_locked(cluster: "Cluster", i: int, path: Path, stop: bool = False,
             raise
         size = tmp.stat().st_size
         meta = {"format": SNAPSHOT_FORMAT, "rackemu": __version__, "created": time.time(),
-                "cluster": cluster.config.name, "run_dir": str(cluster.run_dir),
+                "cluster": config.name, "run_dir": str(run_dir),
                 **ident, "size": size, "sha256": file_sha256(tmp), "ram": ram,
                 "save_seconds": round(time.monotonic() - t0, 2)}
         try:
-            _write_atomic(meta_path(path), json.dumps(meta, indent=2) + "\n")
+            write_atomic(meta_path(path), json.dumps(meta, indent=2) + "\n")
             os.replace(tmp_ram, ram_image_path(path))
             os.replace(tmp, path)
         except OSError as e:
             tmp.unlink(missing_ok=True)
             tmp_ram.unlink(missing_ok=True)
-            raise SnapshotError(f"cannot write {path}: {_os_error_text(e, path.parent)}") from None
+            raise SnapshotError(f"cannot write {path}: {os_error_text(e, path.parent)}") from None
         if stop:
             qmp.close()
         elif was == "running":
             qmp.execute("cont")
-    cluster.log(f"node {i}: saved {size / 1048576:.1f} MiB of device state and "
-                f"{ram['data_bytes'] / 1048576:.1f} MiB of RAM in {time.monotonic() - t0:.1f} s "
-                f"({path}, {ram_image_path(path).name}, metadata {meta_path(path).name})")
-    if stop:
-        cluster._stop_node(n)
-        cluster.log(f"node {i}: QEMU stopped; restore it with `rackemu node restore {i} "
-                    f"{shlex.quote(str(path))}{cluster.cli_select()}`")
+    log(f"node {i}: saved {size / 1048576:.1f} MiB of device state and "
+        f"{ram['data_bytes'] / 1048576:.1f} MiB of RAM in {time.monotonic() - t0:.1f} s "
+        f"({path}, {ram_image_path(path).name}, metadata {meta_path(path).name})")
     return meta
 
 
@@ -374,20 +359,20 @@ def _migrate_out(qmp: Qmp, i: int, tmp: Path, timeout: float) -> None:
 
 # ---------------------------------------------------------------- restore
 
-def check_restorable(cluster: "Cluster", i: int, path: str | os.PathLike,
+def check_restorable(config: ClusterConfig, i: int, path: str | os.PathLike,
                      verify: bool = True) -> dict[str, Any]:
-    """Everything a restore checks before it touches the node: the file and its metadata, the
-    node, the cluster's shape and build, and (verify) the file's checksum. The metadata."""
+    """Everything a restore checks before it touches node i of the cluster `config` describes:
+    the file and its metadata, the node, the cluster's shape and build, and (verify) the file's
+    checksum. The metadata."""
     path = Path(path)
     meta = read_meta(path)
-    n = cluster.node(i)
     if meta["node"] != i:
         raise SnapshotError(f"{path} is a snapshot of node {meta['node']}, not of node {i}: a node's "
                             f"id is part of its hardware state (restore it into node {meta['node']})")
-    problems = compatibility_problems(meta, node_identity(cluster, n.id))
+    problems = compatibility_problems(meta, node_identity(config, i))
     if problems:
         raise SnapshotError(f"{path} cannot be restored into node {i} of cluster "
-                            f"{cluster.config.name!r}: it was saved from another configuration "
+                            f"{config.name!r}: it was saved from another configuration "
                             f"or build:\n" + "\n".join(f"  {p}" for p in problems) +
                             "\nrestore it into a cluster started with the same build and shape")
     image = ram_image_path(path)
@@ -396,7 +381,7 @@ def check_restorable(cluster: "Cluster", i: int, path: str | os.PathLike,
     except OSError as e:
         raise SnapshotError(f"{path} has no RAM image {image.name} beside it ({e.strerror}): copy "
                             f"it with the snapshot, or save the node again") from None
-    ram_bytes = cluster.config.memory_mib << 20
+    ram_bytes = config.memory_mib << 20
     if meta["ram"]["size"] != ram_bytes:
         raise SnapshotError(f"{meta_path(path)} records {meta['ram']['size']} bytes of guest RAM, "
                             f"node {i} has {ram_bytes}: the metadata was changed")
@@ -424,97 +409,49 @@ def check_restorable(cluster: "Cluster", i: int, path: str | os.PathLike,
     return meta
 
 
-def make_ram_file(cluster: "Cluster", i: int, path: str | os.PathLike) -> str:
-    """Node i's RAM file made afresh from snapshot `path`'s RAM image (before its QEMU starts);
-    the method used (ramimage.clone_image). SnapshotError says why it could not be made."""
-    how = start_ram_file(cluster, i, path)
-    return how if how == "reflink" else finish_ram_file(cluster, i, path)
+def make_ram_file(n: Node, dst: Path, size: int, path: str | os.PathLike) -> str:
+    """Node n's RAM file `dst` (of `size` bytes) made afresh from snapshot `path`'s RAM image
+    (before its QEMU starts); the method used (ramimage.clone_image). SnapshotError says why it
+    could not be made."""
+    how = start_ram_file(n, dst, size, path)
+    return how if how == "reflink" else finish_ram_file(n, dst, size, path)
 
 
-def start_ram_file(cluster: "Cluster", i: int, path: str | os.PathLike) -> str:
+def start_ram_file(n: Node, dst: Path, size: int, path: str | os.PathLike) -> str:
     """The cheap half of make_ram_file (ramimage.start_clone): "reflink" (done) or "copy" (the
     file has the RAM's size and no data yet: finish_ram_file copies it; the node's QEMU may be
     started meanwhile with `-incoming defer`, and the load must wait for the copy)."""
-    n = cluster.node(i)
     n.phases = {"ram_start": time.monotonic()}
-    dst = cluster.ram_path(i)
     dst.unlink(missing_ok=True)
     try:
-        how = start_clone(ram_image_path(path), dst, cluster.config.memory_mib << 20)
+        how = start_clone(ram_image_path(path), dst, size)
     except ImageError as e:
-        raise SnapshotError(f"node {i}: {e}") from None
+        raise SnapshotError(f"node {n.id}: {e}") from None
     if how == "reflink":
         n.phases["ram"] = time.monotonic()
     return how
 
 
-def finish_ram_file(cluster: "Cluster", i: int, path: str | os.PathLike) -> str:
+def finish_ram_file(n: Node, dst: Path, size: int, path: str | os.PathLike) -> str:
     """The copy after start_ram_file "copy" (ramimage.finish_clone); the method used."""
     try:
-        how = finish_clone(ram_image_path(path), cluster.ram_path(i), cluster.config.memory_mib << 20)
+        how = finish_clone(ram_image_path(path), dst, size)
     except ImageError as e:
-        raise SnapshotError(f"node {i}: {e}") from None
-    cluster.node(i).phases["ram"] = time.monotonic()
+        raise SnapshotError(f"node {n.id}: {e}") from None
+    n.phases["ram"] = time.monotonic()
     return how
 
 
-def restore_node(cluster: "Cluster", i: int, path: str | os.PathLike, verify: bool = True,
-                 timeout: float | None = None, agent_timeout: float | None = None) -> "Node":
-    """Replace node i (running or not) by the state saved in `path`: stop its QEMU, start a new
-    one on the same command line that loads the snapshot, resume its vCPUs and wait until its
-    guest agent answers again. QEMU refusing the stream raises SnapshotError with QEMU's words;
-    the node is then stopped (restart it or restore another snapshot)."""
-    timeout = LOAD_TIMEOUT if timeout is None else timeout
-    agent_timeout = 60.0 if agent_timeout is None else agent_timeout
-    path = Path(path).absolute()
-    n = cluster.node(i)
-    cluster._require_running_cluster()
-    if cluster.config.fabric and not (cluster.bridge and cluster.bridge.alive()):
-        raise SnapshotError(f"the fabric bridge of cluster {cluster.config.name!r} is not running, "
-                            f"so node {i} could not rejoin the fabric; restart it first with "
-                            f"`rackemu bridge restart{cluster.cli_select()}`")
-    check_restorable(cluster, i, path, verify=verify)
-    cluster._acquire_lock()
-    t0 = time.monotonic()
-    try:
-        if n.alive():
-            cluster.log(f"node {i}: stopping the running QEMU (pid {n.pid}); its state is replaced")
-        cluster._clear_node_for_rejoin(n)
-        cluster._check_ram_space([n])
-        how = make_ram_file(cluster, i, path)
-        cluster.start_node(i, extra_args=["-incoming", "defer"], keep_ram=True)
-        n.snapshot = str(path)
-        try:
-            cluster.log(f"node {i}: RAM made from {ram_image_path(path).name} ({how}); loading {path}")
-            _load_and_resume(cluster, n, timeout, path)
-            cluster.log(f"node {i}: state loaded and vCPUs resumed after "
-                        f"{time.monotonic() - t0:.1f} s; waiting for its guest agent")
-            cluster.wait_agents([n], timeout=agent_timeout)
-        except BaseException:
-            with _no_interrupts():
-                if n.state != "dead":
-                    cluster._stop_node(n)
-                else:
-                    cluster.ram_path(i).unlink(missing_ok=True)
-                    cluster.save_state()
-            raise
-        cluster._settle_status()
-        cluster.log(f"node {i}: restored from {path} in {time.monotonic() - t0:.1f} s")
-        return n
-    finally:
-        cluster._release_lock()
-
-
-def _qemu_complaint(n: "Node") -> str:
+def _qemu_complaint(n: Node) -> str:
     lines = [ln for ln in n.log_tail(40).splitlines() if ln.strip()]
     picked = [ln for ln in lines if "qemu-system" in ln or "error" in ln.lower() or "fail" in ln.lower()]
     return "\n".join(f"    {ln}" for ln in (picked or lines)[-8:]) or "    (no output)"
 
 
-def _load_and_resume(cluster: "Cluster", n: "Node", timeout: float, path: str | os.PathLike) -> None:
+def load_and_resume(n: Node, timeout: float, path: str | os.PathLike, cli_select: str = "") -> None:
     """Load snapshot `path` into node n, whose QEMU was started with `-incoming defer` on the RAM
     file make_ram_file made, and resume its vCPUs (SnapshotError with QEMU's words if it
-    refuses)."""
+    refuses; `cli_select` picks the cluster in its advice, Cluster.cli_select)."""
     deadline = time.monotonic() + timeout
     qmp: Qmp | None = None
     started = False
@@ -532,7 +469,7 @@ def _load_and_resume(cluster: "Cluster", n: "Node", timeout: float, path: str | 
                 why = n.proc.exit_status() if n.proc is not None else "exited"
                 raise SnapshotError(f"node {n.id}: QEMU refused the snapshot and {why}; its output "
                                     f"({n.log_path}):\n{_qemu_complaint(n)}\nthe node is stopped: "
-                                    f"`rackemu node restart {n.id}{cluster.cli_select()}` boots it "
+                                    f"`rackemu node restart {n.id}{cli_select}` boots it "
                                     f"afresh")
             if time.monotonic() >= deadline:
                 raise SnapshotError(f"node {n.id}: QEMU did not finish loading the snapshot within "

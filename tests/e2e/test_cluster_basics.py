@@ -63,10 +63,10 @@ def test_agent_clock_request_sets_the_guest_wall_clock(cluster2):
     from rackemu.agent import AG_CLOCK
     n = cluster2.node(1)
     target = time.time_ns() + 1000 * 10**9
-    n._with_agent("clock", lambda a: a.set_clock(target, os.urandom(256)))
+    n.with_agent("clock", lambda a: a.set_clock(target, os.urandom(256)))
     assert abs(int(n.sh("date +%s")) - target / 1e9) < 30
     # a body shorter than the time is refused with EINVAL, and the agent keeps serving
     st, fl, out, err = n.agent()._request(AG_CLOCK, b"\x01\x02", 10)
     assert (st, fl & 2) == (-22, 2) and b"malformed" in err, (st, fl, err)
-    n._with_agent("clock", lambda a: a.set_clock(time.time_ns()))
+    n.with_agent("clock", lambda a: a.set_clock(time.time_ns()))
     assert abs(int(n.sh("date +%s")) - time.time()) < 30

@@ -92,7 +92,7 @@ def test_stopped_qemu_and_hung_agent_give_messages_and_node_restart_recovers(
     c.node(1).exec("setsid sh -c 'sleep 1; kill -STOP $(pidof rackemu-agent)' "
                    "</dev/null >/dev/null 2>&1 &", timeout=10)
     time.sleep(2.5)
-    monkeypatch.setattr(rc, "AGENT_CHECK_TIMEOUT", 3.0)
+    monkeypatch.setattr("rackemu.node.AGENT_CHECK_TIMEOUT", 3.0)
     t0 = time.monotonic()
     assert cli.main(["exec", "1", *sel, "--", "true"]) == 1
     took = time.monotonic() - t0

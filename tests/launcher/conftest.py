@@ -32,7 +32,6 @@ def run_dir(tmp_path):
 
 @pytest.fixture
 def fake_agent(monkeypatch):
-    import rackemu.cluster
     FakeAgentClient.answer = True
-    monkeypatch.setattr(rackemu.cluster, "_agent_client_class", lambda: FakeAgentClient)
+    monkeypatch.setattr("rackemu.node._agent_client_class", lambda: FakeAgentClient)
     return FakeAgentClient

@@ -87,7 +87,7 @@ def snapshot_files(c, node: int, path: Path, data: bytes = b"QEVM\x00\x00\x00\x0
         f.write(ram)
         f.truncate(size)
     digest, data_bytes = image_digest(image, size)
-    meta = {"format": SNAPSHOT_FORMAT, **node_identity(c, node), "size": len(data),
+    meta = {"format": SNAPSHOT_FORMAT, **node_identity(c.config, node), "size": len(data),
             "sha256": file_sha256(path),
             "ram": {"size": size, "data_bytes": data_bytes, "block": BLOCK, "sha256": digest}}
     meta.update(changes)

@@ -210,7 +210,7 @@ def test_ctrl_c_during_up_stops_everything(fake_build, fake_agent, run_dir):
 
 def test_qemu_ignoring_sigterm_is_killed(fake_build, fake_agent, run_dir, monkeypatch):
     monkeypatch.setenv("FAKE_QEMU_MODE", "ignore-term")
-    monkeypatch.setattr(rc, "TERM_GRACE", 1.0)
+    monkeypatch.setattr("rackemu.procs.TERM_GRACE", 1.0)
     c = Cluster(cfg(run_dir))
     c.up()
     t0 = time.monotonic()

@@ -177,7 +177,7 @@ def fake_statvfs(free_mib, total_mib=None):
 
 def test_guest_ram_that_does_not_fit_its_file_system_is_refused_before_anything_starts(
         fake_build, fake_agent, run_dir, monkeypatch):
-    monkeypatch.setattr(rc, "_statvfs", fake_statvfs(500, 1000))
+    monkeypatch.setattr("rackemu.hostdirs._statvfs", fake_statvfs(500, 1000))
     with pytest.raises(ClusterError) as e:
         Cluster(cfg(run_dir, nodes=2, memory="256M")).up()
     msg = str(e.value)
@@ -187,7 +187,7 @@ def test_guest_ram_that_does_not_fit_its_file_system_is_refused_before_anything_
     assert pids_referencing(run_dir) == []
     assert not (run_dir / "bridge.log").exists(), "refused before the bridge started"
     # enough room: starts
-    monkeypatch.setattr(rc, "_statvfs", fake_statvfs(544, 1000))
+    monkeypatch.setattr("rackemu.hostdirs._statvfs", fake_statvfs(544, 1000))
     with cluster_up(cfg(run_dir, nodes=2, memory="256M")) as c:
         assert c.status == "up"
 
@@ -195,7 +195,7 @@ def test_guest_ram_that_does_not_fit_its_file_system_is_refused_before_anything_
 def test_node_restart_checks_the_room_too(fake_build, fake_agent, run_dir, monkeypatch):
     with cluster_up(cfg(run_dir)) as c:
         c.kill_node(1)
-        monkeypatch.setattr(rc, "_statvfs", fake_statvfs(100))
+        monkeypatch.setattr("rackemu.hostdirs._statvfs", fake_statvfs(100))
         with pytest.raises(ClusterError, match="not enough room for guest RAM"):
             c.restart_node(1)
         assert not c.node(1).alive()
@@ -286,7 +286,7 @@ def test_run_dir_that_is_a_file_or_under_a_file_is_a_message(tmp_path, fake_buil
 
 def test_a_full_disk_while_writing_the_state_is_a_message_and_cleans_up(
         fake_build, fake_agent, run_dir, monkeypatch):
-    real = rc._write_atomic
+    real = rc.write_atomic
     calls = []
 
     def write(path, text):
@@ -295,7 +295,7 @@ def test_a_full_disk_while_writing_the_state_is_a_message_and_cleans_up(
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         real(path, text)
 
-    monkeypatch.setattr(rc, "_write_atomic", write)
+    monkeypatch.setattr(rc, "write_atomic", write)
     with pytest.raises(ClusterError, match=r"cannot write the cluster's state file .*state.json: "
                                            r"No space left on device \(the file system holding "
                                            r".* is full"):
@@ -367,8 +367,8 @@ def test_exec_when_the_agent_does_not_answer_is_a_message(fake_build, fake_agent
     with cluster_up(cfg(run_dir)) as c:
         # the real client against the fake QEMU's socket: it connects, nobody answers (a guest
         # whose agent died or hangs)
-        monkeypatch.setattr(rc, "_agent_client_class", lambda: AgentClient)
-        monkeypatch.setattr(rc, "AGENT_CHECK_TIMEOUT", 1.0)
+        monkeypatch.setattr("rackemu.node._agent_client_class", lambda: AgentClient)
+        monkeypatch.setattr("rackemu.node.AGENT_CHECK_TIMEOUT", 1.0)
         t0 = time.monotonic()
         rc_ = cli.main(["exec", "0", "--run-dir", str(run_dir), "--timeout", "1", "--", "true"])
         err = capsys.readouterr().err

@@ -7,7 +7,6 @@ import types
 
 import pytest
 
-import rackemu.cluster as rc
 from rackemu import cli
 from rackemu.cluster import Cluster
 from rackemu.config import load_config
@@ -60,7 +59,7 @@ class PeAgent(FakeAgentClient):
 def cluster3(fake_build, monkeypatch, run_dir):
     FakeAgentClient.answer = True
     PeAgent.fail_pe, PeAgent.log, PeAgent.killed, PeAgent.stdins = None, [], {}, []
-    monkeypatch.setattr(rc, "_agent_client_class", lambda: PeAgent)
+    monkeypatch.setattr("rackemu.node._agent_client_class", lambda: PeAgent)
     c = Cluster(load_config(overrides={"run_dir": str(run_dir), "boot_timeout": 10, "name": "t", "nodes": 3}))
     c.up()
     yield c

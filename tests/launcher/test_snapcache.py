@@ -89,23 +89,23 @@ def test_an_entry_is_trusted_while_its_file_is_the_one_written_else_checked(tmp_
     assert e.dir.parent == cache and oct(e.dir.stat().st_mode & 0o777) == "0o700"
     assert json.loads((e.dir / "key.json").read_text()) == json.loads(json.dumps(m))
     path = snapshot_in(e, c, 1)
-    e.check(c, 1)
+    e.check(c.config, 1)
     snapshot_in(e, c, 0)
     meta_path(e.snap(0)).write_text(meta_path(path).read_text())   # node 1's metadata
     with pytest.raises(SnapshotError, match="not of node 0"):
-        e.check(c, 0)
+        e.check(c.config, 0)
     # rewritten in place with other bytes of the same size: the stat changed, the checksum is
     # checked and refuses it
     time.sleep(0.01)
     path.write_bytes(b"QEVM\x00\x00\x00\x03 strean")
     with pytest.raises(SnapshotError, match="checksum"):
-        e.check(c, 1)
+        e.check(c.config, 1)
     path.write_bytes(b"QEVM")
     with pytest.raises(SnapshotError, match="truncated"):
-        e.check(c, 1)
+        e.check(c.config, 1)
     # the right bytes again (copied back, say): verified once, then trusted by their stat
     path.write_bytes(b"QEVM\x00\x00\x00\x03 stream")
-    e.check(c, 1)
+    e.check(c.config, 1)
     assert json.loads(meta_path(path).read_text())["cache_stat"][2] == path.stat().st_size
     # the RAM image: a page changed in place (its stat changes) is found by the digest; a
     # truncated one by its size before any digest
@@ -114,17 +114,17 @@ def test_an_entry_is_trusted_while_its_file_is_the_one_written_else_checked(tmp_
         f.seek(200 << 20)
         f.write(b"stray write")
     with pytest.raises(SnapshotError, match="RAM image .* does not match the checksum"):
-        e.check(c, 1)
+        e.check(c.config, 1)
     os.truncate(image, 100 << 20)
     with pytest.raises(SnapshotError, match="RAM image .* is 104857600 bytes, the node's RAM 268435456"):
-        e.check(c, 1)
+        e.check(c.config, 1)
     with open(image, "wb") as f:      # as saved again
         f.write(b"page of node 1")
         f.truncate(256 << 20)
-    e.check(c, 1)
+    e.check(c.config, 1)
     # another configuration: refused by the metadata before any checksum
     with pytest.raises(SnapshotError, match="guest RAM"):
-        e.check(cluster(tmp_path / "r", memory="512M"), 1)
+        e.check(cluster(tmp_path / "r", memory="512M").config, 1)
     e.drop(1)
     assert not path.exists() and not meta_path(path).exists() and not image.exists()
     e.close()
@@ -141,7 +141,7 @@ def test_a_file_edited_in_place_with_its_mtime_set_back_is_verified_again(
     e = Entry(cache_root(), cache_key(m), m)
     e.open()
     path = snapshot_in(e, c, 0)
-    e.check(c, 0)                                   # trusted by its stat from now on
+    e.check(c.config, 0)                                   # trusted by its stat from now on
     target = path if which == "stream" else ram_image_path(path)
     st = target.stat()
     time.sleep(0.02)                                # a ctime the clock can tell apart
@@ -151,7 +151,7 @@ def test_a_file_edited_in_place_with_its_mtime_set_back_is_verified_again(
     os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert target.stat().st_mtime_ns == st.st_mtime_ns and target.stat().st_size == st.st_size
     with pytest.raises(SnapshotError, match="does not match the checksum"):
-        e.check(c, 0)
+        e.check(c.config, 0)
     e.close()
 
 
@@ -254,5 +254,5 @@ def test_an_entry_of_the_old_format_is_not_read_but_rebuilt(tmp_path, fake_build
     meta_path(path).write_text(json.dumps(meta))
     with pytest.raises(SnapshotError, match="snapshot format 1; this rackemu reads format 2: it was saved "
                                             "by an earlier rackemu with the guest RAM in the stream"):
-        e.check(c, 0)
+        e.check(c.config, 0)
     e.close()

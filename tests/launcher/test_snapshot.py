@@ -94,35 +94,35 @@ def test_save_refuses_a_wrong_node_an_existing_file_and_a_stopped_cluster(tmp_pa
 def test_restore_checks_node_shape_build_and_checksum(tmp_path, fake_build):
     c = cluster(tmp_path / "r")
     good = snapshot_for(c, 1, tmp_path / "good.snap")
-    assert check_restorable(c, 1, good)["node"] == 1
+    assert check_restorable(c.config, 1, good)["node"] == 1
     with pytest.raises(SnapshotError, match="is a snapshot of node 1, not of node 0"):
-        check_restorable(c, 0, good)
+        check_restorable(c.config, 0, good)
     bigger = cluster(tmp_path / "r2", memory="512M")
     with pytest.raises(SnapshotError, match=r"guest RAM: snapshot '256M', this node '512M'"):
-        check_restorable(bigger, 1, good)
+        check_restorable(bigger.config, 1, good)
     wider = cluster(tmp_path / "r3", nodes=3)
     with pytest.raises(SnapshotError, match="cluster size"):
-        check_restorable(wider, 1, good)
+        check_restorable(wider.config, 1, good)
     other_qemu = snapshot_for(c, 1, tmp_path / "q.snap", qemu_sha256="0" * 64, qemu="/old/qemu")
     with pytest.raises(SnapshotError, match=r"QEMU binary differs: the snapshot was made with /old/qemu"):
-        check_restorable(c, 1, other_qemu)
+        check_restorable(c.config, 1, other_qemu)
     other_image = snapshot_for(c, 1, tmp_path / "i.snap", initrd_sha256="1" * 64)
     with pytest.raises(SnapshotError, match="guest initramfs differs"):
-        check_restorable(c, 1, other_image)
+        check_restorable(c.config, 1, other_image)
     changed = tmp_path / "changed.snap"
     changed.write_bytes(b"QEVM\x00\x00\x00\x03 strean")       # same size, other bytes
     meta_path(changed).write_text(meta_path(good).read_text())
     os.link(ram_image_path(good), ram_image_path(changed))
     with pytest.raises(SnapshotError, match="checksum"):
-        check_restorable(c, 1, changed)
-    assert check_restorable(c, 1, changed, verify=False)["node"] == 1   # QEMU gets to judge
+        check_restorable(c.config, 1, changed)
+    assert check_restorable(c.config, 1, changed, verify=False)["node"] == 1   # QEMU gets to judge
     cut = tmp_path / "cut.snap"
     cut.write_bytes(b"QEVM")
     meta_path(cut).write_text(meta_path(good).read_text())
     os.link(ram_image_path(good), ram_image_path(cut))
     with pytest.raises(SnapshotError, match="is 4 bytes, its metadata says 15: the file is truncated"):
-        check_restorable(c, 1, cut)
-    assert check_restorable(c, 1, cut, verify=False)["node"] == 1
+        check_restorable(c.config, 1, cut)
+    assert check_restorable(c.config, 1, cut, verify=False)["node"] == 1
     # the RAM image: missing, truncated, changed in place (same size), or given to a node with
     # other RAM; --no-verify skips only the checksum
     image = ram_image_path(good)
@@ -130,19 +130,19 @@ def test_restore_checks_node_shape_build_and_checksum(tmp_path, fake_build):
     os.truncate(image, 4096)
     with pytest.raises(SnapshotError, match=r"RAM image .* is 4096 bytes, the node's RAM 268435456: the image "
                                             r"is truncated"):
-        check_restorable(c, 1, good, verify=False)
+        check_restorable(c.config, 1, good, verify=False)
     os.truncate(image, 256 << 20)
     with open(image, "r+b") as f:
         f.write(b"guestXpage")
     with pytest.raises(SnapshotError, match=r"RAM image .* does not match the checksum"):
-        check_restorable(c, 1, good)
-    assert check_restorable(c, 1, good, verify=False)["node"] == 1
+        check_restorable(c.config, 1, good)
+    assert check_restorable(c.config, 1, good, verify=False)["node"] == 1
     with open(image, "r+b") as f:
         f.write(b"guest page")
-    assert check_restorable(c, 1, good)["node"] == 1
+    assert check_restorable(c.config, 1, good)["node"] == 1
     image.unlink()
     with pytest.raises(SnapshotError, match=r"has no RAM image good.snap.ram beside it"):
-        check_restorable(c, 1, good, verify=False)
+        check_restorable(c.config, 1, good, verify=False)
     incomplete = tmp_path / "incomplete.snap"
     incomplete.write_bytes(b"x")
     meta_path(incomplete).write_text(json.dumps({"format": SNAPSHOT_FORMAT, "node": 1}))
