@@ -16,7 +16,7 @@ out=$g/initramfs.cpio
 sys_mods=(kernel/drivers/virtio/virtio_mmio.ko kernel/drivers/char/virtio_console.ko
           kernel/net/core/failover.ko kernel/drivers/net/net_failover.ko kernel/drivers/net/virtio_net.ko)
 
-# Debian's modules that the extra modules need (guest/kmod/build.sh lists them in load order).
+# Debian's modules that the extra modules need (guest/image/build-modules.sh lists them in load order).
 extra_deps=()
 [ -f "$g/modules/extra/sys-deps" ] && mapfile -t extra_deps < <(sed '/^$/d' "$g/modules/extra/sys-deps")
 

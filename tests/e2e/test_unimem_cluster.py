@@ -137,7 +137,7 @@ def test_counters_are_named_and_ordered_by_the_register_tables(cluster2):
 
 
 def test_driver_answers_bad_input_with_errors_and_never_oopses(cluster2):
-    # guest/user/unimem_check.c: wrong mmaps, binds, ioctls, reads; a store into a full FIFO
+    # guest/unimem/user/unimem_check.c: wrong mmaps, binds, ioctls, reads; a store into a full FIFO
     n0 = cluster2.node(0)
     r = n0.exec("unimem-check", timeout=60)
     checks = {d["check"]: d for d in kv_lines(r.stdout) if "check" in d}

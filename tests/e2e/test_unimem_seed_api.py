@@ -32,7 +32,7 @@ def compile_c(*args):
 
 
 def test_seed_atomic_h_prototypes_compile(tmp_path):
-    r = compile_c("-I", ROOT / "guest/user", "-c", SEED / "gsas_seed.c", "-o", tmp_path / "g.o")
+    r = compile_c("-I", ROOT / "guest/unimem/user", "-c", SEED / "gsas_seed.c", "-o", tmp_path / "g.o")
     assert r.returncode == 0, r.stderr
 
 

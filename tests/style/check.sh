@@ -12,7 +12,7 @@
 #                   (tests/unit, tests/fuzz); config: .clang-format
 #   QEMU checkpatch the QEMU glue (hw/qemu, platform/machine), QEMU 7.2's scripts/checkpatch.pl
 #                   from the QEMU source tree set-up unpacked; one exception: line length
-#   kernel checkpatch  the kernel modules (guest/kmod), the guest kernel's own
+#   kernel checkpatch  the kernel modules (guest/*/kmod), the guest kernel's own
 #                   scripts/checkpatch.pl from Debian's linux-source package
 #   flake8, mypy    the launcher (platform/rackemu), benches (bench), pytest suites (tests),
 #                   this folder's scripts; config: setup.cfg
@@ -46,7 +46,7 @@ CXX_GLOBS=('hw/*.cc' 'hw/*.h' 'hw/*.cpp' 'hw/*.hpp' 'platform/fabric/*.cc' 'plat
            'tests/unit/*.cc' 'tests/unit/*.h' 'tests/fuzz/*.cc' 'tests/fuzz/*.h')
 CXX_EXCLUDE='^hw/qemu/'
 QEMU_GLOBS=('hw/qemu/*.c' 'hw/qemu/*.h' 'platform/machine/*.c' 'platform/machine/*.h' 'platform/qemu/plugins/*.c')
-KMOD_GLOBS=('guest/kmod/*.c' 'guest/kmod/*.h')
+KMOD_GLOBS=('guest/*/kmod/*.c' 'guest/*/kmod/*.h')
 PY_DIRS=()
 for d in platform/rackemu bench tests/e2e tests/launcher tests/style; do [ -d "$d" ] && PY_DIRS+=("$d"); done
 

@@ -3,7 +3,7 @@
  * /dev/unimem_dma: copies between any two physical ranges of the node's address space
  * (local RAM, or GAS_WINDOW_BASE + a global address: another node's memory) with the cDMA
  * engine, through Linux's dmaengine API and the unmodified xilinx_dma driver
- * (guest/kmod/unimem_dma, docs/cdma.md). Root only. The user-level RDMA library (unim_dma_*)
+ * (guest/unimem/kmod/unimem_dma, docs/cdma.md). Root only. The user-level RDMA library (unim_dma_*)
  * builds on the same path.
  */
 #ifndef RACKEMU_UNIMEM_DMA_UAPI_H
@@ -31,7 +31,7 @@ struct unimem_dma_copy {
 /*
  * /dev/dmabuffers (seed 004 sec. 3.1.4, the "DMA buffers module", with the remote allocator of
  * sec. 3.1.6 behind it): RDMA buffers on any node, user-initiated transfers between them.
- * Interface of the unim_dma_* library (guest/user/unim_dma.h); docs/rdma.md.
+ * Interface of the unim_dma_* library (guest/unimem/user/unim_dma.h); docs/rdma.md.
  *   ioctl DMABUF_IOC_INFO               this node and the cluster size
  *   ioctl DMABUF_IOC_ALLOC {node, size} a buffer on `node` (this one or a remote one: the remote
  *                                       allocator there is asked over the mailbox); gives its id

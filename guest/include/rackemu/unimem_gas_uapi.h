@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * /dev/unimem_gas user interface (docs/unimem.md, "Global address space"). Shared by the kernel
- * module (guest/kmod/unimem_gas) and the user programs (guest/user/gas.c).
+ * module (guest/unimem/kmod/unimem_gas) and the user programs (guest/unimem/user/gas.c).
  *
  * mmap(offset = global address G, page aligned) maps the global address space window at
  * G: loads and stores there complete on the owner node's memory (node = G bits [39:34]). A

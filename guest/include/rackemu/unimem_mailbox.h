@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Unimem mailbox driver interface (seed 004 sec. 3.2; docs/mailbox.md). Shared by the driver
- * (guest/kmod/unimem/mailbox.c), kernel users of the mailbox, and user programs.
+ * (guest/unimem/kmod/unimem/mailbox.c), kernel users of the mailbox, and user programs.
  *
  * A message is 64 bits; bits [63:60] are its opcode (message type, 0x0-0xf). Each opcode has
  * at most one owner at a time: a kernel callback or an open local mailbox file.

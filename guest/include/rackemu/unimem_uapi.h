@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * /dev/unimem user interface (docs/unimem.md, "Driver"). Shared by the kernel module
- * (guest/kmod/unimem) and the user library (guest/user/libunimem).
+ * (guest/unimem/kmod/unimem) and the user library (guest/unimem/user/libunimem).
  *
  * Each open file owns one mailbox interface (MIF) and one packetizer interface (PIF) and
  * belongs to the process that opened it (the atomicity driver of seed 004 sec. 2.2.4): only that

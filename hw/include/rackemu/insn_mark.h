@@ -37,7 +37,7 @@
 #define RK_A64_HINT_MASK      0xfffff01fu
 #define RK_A64_HINT_IMM(insn) (((insn) >> 5) & 0x7fu)
 
-/* Phases of rmc-kv (guest/user/rmc_kv.c; docs/sonuma-workloads.md, "The measured software cost"). */
+/* Phases of rmc-kv (guest/workloads/rmc_kv.c; docs/sonuma-workloads.md, "The measured software cost"). */
 enum rk_phase {
     RK_PH_NONE = 0,
     // Remote reads of the store (rmc-kv read); ISSUE and CHECK per attempt, COPY and USE per

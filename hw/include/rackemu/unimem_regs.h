@@ -5,7 +5,7 @@
  * Source: ExaNoDe deliverable (seed 004), section 2.2.3 (Figures 6-8), section 5.1
  * (vmbox, Table 3) and section 5.2 (packetizer, Tables 4 and 5, Figures 14-18).
  * This header is the single definition shared by the device cores (hw/unimem), the
- * QEMU glue, the Linux driver (guest/kmod), the user programs, the firmware and the tests.
+ * QEMU glue, the Linux drivers (guest/unimem/kmod), the user programs, the firmware and the tests.
  * It is plain C and includes nothing but fixed-width integer types.
  */
 #ifndef RACKEMU_UNIMEM_REGS_H

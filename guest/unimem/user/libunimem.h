@@ -34,7 +34,7 @@ uint64_t unimem_mif_gaddr(const struct unimem *u, unsigned node, unsigned mif);
  * the PID the driver programmed). Waits (up to timeout_us) until the PIF is free, writes
  * payload0, payload1 and the destination (the third register sends the packet), then waits
  * until PEND clears. The packetizer raises no interrupt: a wait spins with the CPU's hint for
- * UNIMEM_SPIN_US (environment, default 50), then naps from 20 us to 1 ms (guest/user/spin.h). Returns the final PIF status (PKTZ_ST_* bits: ACK, NACK,
+ * UNIMEM_SPIN_US (environment, default 50), then naps from 20 us to 1 ms (guest/common/spin.h). Returns the final PIF status (PKTZ_ST_* bits: ACK, NACK,
  * NACK|FABRIC_ERR, ILLEGAL; 0 means nothing was sent because the PIF's PID_CONF bit is clear),
  * or -1 if PEND did not clear within timeout_us. */
 int unimem_send(struct unimem *u, uint64_t dest, const uint64_t words[4], unsigned timeout_us);

@@ -9,27 +9,33 @@ out=$RACKEMU_BUILD/guest/modules
 bdir=$RACKEMU_BUILD/guest/kmod-build
 mkdir -p "$out/extra" "$bdir"
 
-# rackemu's modules are discovered: every guest/kmod/<m>/ with a Kbuild building <m>.ko (xilinx/,
-# below, is Linux's own code and built apart). Adding a module is adding its directory. A module
-# that uses another's symbols is built after it (tried again once the others are built). Where it
-# goes follows from what it is:
+# rackemu's modules are discovered: every guest/<family>/kmod/<m>/ with a Kbuild building <m>.ko
+# (guest/unimem/kmod/xilinx/, below, is Linux's own code and built apart). Adding a module is
+# adding its directory; a module's name is unique across the families. A module that uses
+# another's symbols is built after it (tried again once the others are built). Where it goes
+# follows from what it is:
 #   - a driver, i.e. a module with an OF or PCI device table (modinfo alias of:... or pci:...),
 #     binds to the device-tree node or PCI function of its device and is loaded at boot: $out/<m>.ko, in load order
 #     (dependencies first, then by name) in $out/load-order;
 #   - any other module (examples, test helpers, modules tests insmod with parameters) is packed
 #     but not loaded at boot: $out/extra/<m>.ko (tests insmod them from /lib/modules/extra/).
 mods=()
-for d in "$RACKEMU_ROOT"/guest/kmod/*/; do
+declare -A moddir=()   # module name -> its source directory
+for d in "$RACKEMU_ROOT"/guest/*/kmod/*/; do
+    d=${d%/}
     m=$(basename "$d")
-    [ "$m" != xilinx ] && [ -f "$d/Kbuild" ] && grep -q "^obj-m *:= *$m\.o" "$d/Kbuild" && mods+=("$m")
+    [ "$m" != xilinx ] && [ -f "$d/Kbuild" ] && grep -q "^obj-m *:= *$m\.o" "$d/Kbuild" || continue
+    [ -z "${moddir[$m]:-}" ] || die "two kernel modules named $m: ${moddir[$m]#"$RACKEMU_ROOT"/} and ${d#"$RACKEMU_ROOT"/}"
+    moddir[$m]=$d
+    mods+=("$m")
 done
-[ ${#mods[@]} -gt 0 ] || die "no kernel modules found under guest/kmod"
+[ ${#mods[@]} -gt 0 ] || die "no kernel modules found under guest/*/kmod"
 build_mod() { # build_mod M: 0 built, 2 needs symbols of a module not built yet; dies on an error
     local m=$1 syms=() b
     for b in "${built[@]}"; do syms+=("$bdir/$b/Module.symvers"); done
     # Build out of tree in a copy, so the checkout stays clean.
     mkdir -p "$bdir/$m"
-    for f in "$RACKEMU_ROOT/guest/kmod/$m"/*; do cmp -s "$f" "$bdir/$m/$(basename "$f")" || cp "$f" "$bdir/$m/"; done
+    for f in "${moddir[$m]}"/*; do cmp -s "$f" "$bdir/$m/$(basename "$f")" || cp "$f" "$bdir/$m/"; done
     make -s -C "$KBUILD_DIR" M="$bdir/$m" ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu- \
         KBUILD_EXTRA_SYMBOLS="${syms[*]}" RACKEMU_ROOT="$RACKEMU_ROOT" modules > "$bdir/$m.log" 2>&1 || {
         # modpost refuses symbols no module built so far exports: try again after the others
@@ -48,7 +54,7 @@ while [ ${#pending[@]} -gt 0 ]; do
     done
     if [ ${#left[@]} -eq ${#pending[@]} ]; then
         cat "$bdir/${left[0]}.log" >&2
-        die "kernel modules ${left[*]} need symbols no module of guest/kmod exports (logs: $bdir/*.log)"
+        die "kernel modules ${left[*]} need symbols no module of guest/*/kmod exports (logs: $bdir/*.log)"
     fi
     pending=("${left[@]}")
 done
@@ -84,7 +90,7 @@ m=xilinx
 xb=$bdir/$m      # laid out as the kernel's drivers/dma/
 mkdir -p "$xb/xilinx"
 sync_file() { cmp -s "$1" "$2" || cp "$1" "$2"; }
-sync_file "$RACKEMU_ROOT/guest/kmod/xilinx/Kbuild" "$xb/Kbuild"
+sync_file "$RACKEMU_ROOT/guest/unimem/kmod/xilinx/Kbuild" "$xb/Kbuild"
 sync_file "$ksrc/drivers/dma/xilinx/xilinx_dma.c" "$xb/xilinx/xilinx_dma.c"
 sync_file "$ksrc/drivers/dma/dmatest.c" "$xb/dmatest.c"
 sync_file "$ksrc/drivers/dma/dmaengine.h" "$xb/dmaengine.h"

@@ -30,8 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../librnic.h"
-#include "../spin.h"
+#include "librnic.h"
+#include "spin.h"
 #include "sha256.h"
 #include "shmem.h"
 
