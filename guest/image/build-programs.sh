@@ -7,7 +7,7 @@
 #   - every other <name>.c with a main() is a program (adding a tool is adding its file), linked
 #     with the guest libraries and -lpthread. It is called <name> with '_' turned into '-'
 #     (unimem_check.c: unimem-check), except *_test programs, which keep their file's name
-#     (unim_dma_test, as seed 004 sec. 3.4 names it). What each one does: the comment at the top
+#     (unim_dma_test, as ExaNoDe D3.6 sec. 3.4 names it). What each one does: the comment at the top
 #     of its file;
 #   - headers are included by their name alone (-I every folder of user code), so a file name is
 #     unique among them.

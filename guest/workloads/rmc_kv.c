@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * rmc-kv: a FaRM-style key-value store over the soNUMA RMC (seed 000 sec. 6, 7.2, 7.3;
+ * rmc-kv: a FaRM-style key-value store over the soNUMA RMC (the SABRes paper sec. 6, 7.2, 7.3;
  * docs/sonuma-workloads.md). Objects live on one node (`serve`, with writer threads that update
  * them under the odd/even version protocol: concurrent reads, exclusive writes), readers on
  * another (`read`) fetch random objects one-sidedly and verify every object they accept.
@@ -186,7 +186,7 @@ static void prepare_object(uint8_t *buf, unsigned key, uint64_t nv)
 	memcpy(buf + 16, &c, 8);
 }
 
-/* One update of the object at `o` under the odd/even protocol (seed 000 sec. 4.2): lock it, store
+/* One update of the object at `o` under the odd/even protocol (the SABRes paper sec. 4.2): lock it, store
  * the value `buf` holds (prepared for version `v` + 2), unlock it at v + 2. Only the stores happen
  * under the lock, as in the paper's microbenchmark, whose writers write a predefined value (sec.
  * 7.2). CREW: the caller owns the object, so its version is still v; if it is not, the value is
@@ -665,7 +665,7 @@ static int do_read(void)
 	return torn || verr || errors ? 1 : 0;
 }
 
-/* ---- local reads (rmc-kv local; seed 000 sec. 7.3, Fig. 10) ---- */
+/* ---- local reads (rmc-kv local; the SABRes paper sec. 7.3, Fig. 10) ---- */
 
 struct local_reader {
 	pthread_t t;

@@ -1,4 +1,4 @@
-"""Hardening issue 15, findings 13-15 on a real cluster: a dead bridge is reported and restarted
+"""Hardening trust-model.md findings 13-15 on a real cluster: a dead bridge is reported and restarted
 with the nodes keeping their state; a node whose agent hangs or whose QEMU is stopped gives a
 message (not a traceback, not a long wait) and `node restart` brings it back; the guest RAM
 lives in a private directory keyed by the run dir and `down` removes it.

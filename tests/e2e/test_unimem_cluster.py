@@ -2,7 +2,7 @@
 
 Node 0 sends through a PIF of its packetizer, the fabric carries the packet, node 1's vmbox
 queues it and a process on node 1 reads it from its MIF with node 0's PID prefix. Then the
-error cases of seed 004 sec. 5.1-5.2 as a guest program sees them, and a node killed mid-test.
+error cases of ExaNoDe D3.6 sec. 5.1-5.2 as a guest program sees them, and a node killed mid-test.
 """
 import os
 import re

@@ -1,4 +1,4 @@
-"""Scenario: programs written against seed 004's APIs as the deliverable prints them.
+"""Scenario: programs written against ExaNoDe D3.6's APIs as the deliverable prints them.
 
 The sources under seed_programs/ declare the seed's prototypes and structs themselves, verbatim,
 as code copied from the document would: gsas_seed.c the atomic.h API of sec. 2.3 (typed
@@ -48,7 +48,7 @@ def test_seed_mailbox_action_struct_compiles(tmp_path):
 
 
 def test_mailbox_kernel_api_is_not_gpl_only():
-    """Seed 004 sec. 3.2.1 offers the kernel interface to drivers without condition."""
+    """ExaNoDe D3.6 sec. 3.2.1 offers the kernel interface to drivers without condition."""
     symvers = BUILD / "guest/kmod-build/unimem/Module.symvers"
     if not symvers.exists():
         pytest.skip(f"{symvers} missing: run ./rackemu setup")

@@ -244,7 +244,7 @@ def test_non_utf8_toml_is_a_message(tmp_path):
 
 
 def test_arguments_that_are_not_utf8_reach_the_guest_as_bytes_or_are_a_message(tmp_path, fake_build):
-    """Issue 23 finding 7, the audit of free-form arguments: `exec` commands and `cp` paths that
+    """trust-model.md finding R7, the audit of free-form arguments: `exec` commands and `cp` paths that
     are not UTF-8 (a file name in Latin-1, say) ended in a UnicodeEncodeError traceback in the agent
     client; they now reach the guest as the same bytes, as a shell passes them. A run directory
     that is not UTF-8 was a traceback in the socket-path length check of `cluster up`."""

@@ -105,7 +105,7 @@ def test_pes_get_their_environment_and_prefixed_output(cluster3, run_dir, capsys
 
 
 def test_every_run_gives_its_pes_a_fresh_secret_on_stdin_never_on_a_command_line(cluster3, run_dir, capsys):
-    """Issue 23 finding 10: the PEs prove a per-job secret to each other at start-up. shmemrun
+    """trust-model.md finding R10: the PEs prove a per-job secret to each other at start-up. shmemrun
     draws it (32 random bytes, 64 hex digits) for each run and hands it to every PE's shell on
     stdin, which exports it as RACKEMU_SHMEM_SECRET: a guest's command lines are world-readable
     (/proc/PID/cmdline), its processes' environments are not. --env cannot set it."""

@@ -133,7 +133,7 @@ def test_an_entry_is_trusted_while_its_file_is_the_one_written_else_checked(tmp_
 @pytest.mark.parametrize("which", ["stream", "image"])
 def test_a_file_edited_in_place_with_its_mtime_set_back_is_verified_again(
         tmp_path, fake_build, cache, which):
-    """Issue 23 finding 6: the cache trusted (device, inode, size, mtime) after one check, so a
+    """trust-model.md finding R6: the cache trusted (device, inode, size, mtime) after one check, so a
     stream or RAM image edited in place whose mtime was restored with os.utime (or `touch -d`)
     booted unverified. The ctime, which no program can set back, is part of what is trusted."""
     c = cluster(tmp_path / "r")

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * GSAS (global shared address space, seed 004 sec. 2.2-2.4): the request and response packets
+ * GSAS (global shared address space, ExaNoDe D3.6 sec. 2.2-2.4): the request and response packets
  * between the atomic.h library and the atomic service (gsasd), and the global virtual
  * addresses. The single definition shared by the service, the library, the tools and the tests;
  * documented in docs/gsas.md.

@@ -29,7 +29,7 @@ struct unimem_dma_copy {
 #define UNIMEM_DMA_IOC_COPY _IOWR('D', 1, struct unimem_dma_copy)
 
 /*
- * /dev/dmabuffers (seed 004 sec. 3.1.4, the "DMA buffers module", with the remote allocator of
+ * /dev/dmabuffers (ExaNoDe D3.6 sec. 3.1.4, the "DMA buffers module", with the remote allocator of
  * sec. 3.1.6 behind it): RDMA buffers on any node, user-initiated transfers between them.
  * Interface of the unim_dma_* library (guest/unimem/user/unim_dma.h); docs/rdma.md.
  *   ioctl DMABUF_IOC_INFO               this node and the cluster size
@@ -46,7 +46,7 @@ struct unimem_dma_copy {
  */
 #define DMABUF_DEV_PATH "/dev/dmabuffers"
 #define DMABUF_MAX_BUFFERS 64u
-/* bytes per buffer: 256 MiB as seed 004 sec. 3.1.1 gives it. Above 4 MiB a buffer comes from the
+/* bytes per buffer: 256 MiB as ExaNoDe D3.6 sec. 3.1.1 gives it. Above 4 MiB a buffer comes from the
  * node's contiguous memory area (CMA, 64 MiB in the default guest): ENOMEM when it cannot. */
 #define DMABUF_MAX_SIZE (256u << 20)
 #define DMABUF_MMAP_STRIDE (1ull << 32)   /* mmap offset of buffer id: id * stride */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unimem mailbox driver interface (seed 004 sec. 3.2; docs/mailbox.md). Shared by the driver
+ * Unimem mailbox driver interface (ExaNoDe D3.6 sec. 3.2; docs/mailbox.md). Shared by the driver
  * (guest/unimem/kmod/unimem/mailbox.c), kernel users of the mailbox, and user programs.
  *
  * A message is 64 bits; bits [63:60] are its opcode (message type, 0x0-0xf). Each opcode has
@@ -24,7 +24,7 @@
 /* The mailbox uses the vmbox FIFO and the packetizer interface with the number given by
  * unimem.ko's `mailbox_if` parameter, on every node. MAILBOX_IF (64, UNIMEM_KIF), the default,
  * is the devices' kernel interface (KIF): a FIFO and a packetizer interface of their own, so all
- * of 1..63 stay with /dev/unimem users, as seed 004 sec. 2.2.3 counts them, and only another
+ * of 1..63 stay with /dev/unimem users, as ExaNoDe D3.6 sec. 2.2.3 counts them, and only another
  * node's kernel can post into the mailbox (on devices without the KIF it means MAILBOX_IF_NO_KIF).
  * 1..63 put the mailbox on that user interface (never handed out while the mailbox holds it);
  * 0 turns it off (docs/mailbox.md). The value must be the same on every node. On the wire a
@@ -40,7 +40,7 @@
 #define MAILBOX_ORIGIN_KERNEL 0ull
 #define MAILBOX_ORIGIN_USER (1ull << 63)
 
-/* The registration record written to the local mailbox device (seed 004 sec. 3.2.2) is
+/* The registration record written to the local mailbox device (ExaNoDe D3.6 sec. 3.2.2) is
  * struct mailbox_action_t { char action; unsigned opcode; int val; }: 12 bytes on every Linux
  * ABI rackemu guests use (action at 0, opcode at 4, val at 8). This header does not define it,
  * so that a program written as the seed shows, which defines the struct itself, can include
@@ -52,7 +52,7 @@
 #define MAILBOX_ACTION_UNREGISTER 'u'
 
 #ifdef __KERNEL__
-/* Kernel interface (seed 004 sec. 3.2.1), exported with EXPORT_SYMBOL (not _GPL): modules
+/* Kernel interface (ExaNoDe D3.6 sec. 3.2.1), exported with EXPORT_SYMBOL (not _GPL): modules
  * under any license may use it, as the seed presents it to "kernel drivers" without condition
  * (docs/mailbox.md). Callbacks run in interrupt context and receive the
  * whole 64-bit message, opcode included. All return 0 on success or a negative errno:

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * struct mailbox_action_t, the record written to this node's mailbox device to register or
- * unregister a message type (seed 004 sec. 3.2.2; docs/mailbox.md). Kept apart from
+ * unregister a message type (ExaNoDe D3.6 sec. 3.2.2; docs/mailbox.md). Kept apart from
  * rackemu/unimem_mailbox.h so that programs which define the struct themselves, as the seed
  * prints it, can include that header; everyone else includes this one.
  */

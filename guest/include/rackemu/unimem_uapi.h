@@ -4,7 +4,7 @@
  * (guest/unimem/kmod/unimem) and the user library (guest/unimem/user/libunimem).
  *
  * Each open file owns one mailbox interface (MIF) and one packetizer interface (PIF) and
- * belongs to the process that opened it (the atomicity driver of seed 004 sec. 2.2.4): only that
+ * belongs to the process that opened it (the atomicity driver of ExaNoDe D3.6 sec. 2.2.4): only that
  * process may map, bind, wait on or read them; mappings are not inherited across fork().
  * mmap offset 0 maps its MIF page, offset 4096 its PIF page; nothing else can be mapped.
  */
@@ -24,7 +24,7 @@
 /*
  * The PID the driver programs into a PIF's PIDT entry: 48 bits, unique in the whole rack, so a
  * receiver (the GSAS atomic service above all) knows which thread of which process on which
- * node sent a packet, and where to reply (seed 004 sec. 2.2.3-2.2.4):
+ * node sent a packet, and where to reply (ExaNoDe D3.6 sec. 2.2.3-2.2.4):
  *   [47:42] node id   [41:36] the sender's MIF   [35:18] its tgid   [17:0] its tid
  * tgid = tid = 0 never belongs to a user thread: the atomic service (PIF 0, MIF 0) and the
  * node's kernel (UNIMEM_KERNEL_PID: the mailbox driver and the atomicity driver's exit notices)

@@ -31,7 +31,7 @@ typedef struct rmc rmc_t;
 typedef struct rmc_ctx rmc_ctx_t;
 typedef struct rmc_qp rmc_qp_t;
 
-/* LightSABRes metadata given at registration (seed 000 sec. 4.2): where the 64-bit version word
+/* LightSABRes metadata given at registration (the SABRes paper sec. 4.2): where the 64-bit version word
  * sits in every object's header, as a byte offset from the object's (64-byte aligned) base. */
 struct rmc_layout {
 	unsigned version_off; /* 0..56, multiple of 8 */
@@ -123,7 +123,7 @@ int rmc_sabre(rmc_qp_t *q, unsigned node, uint64_t roff, uint64_t loff, uint32_t
 const char *rmc_status_str(unsigned status, unsigned info);
 const char *rmc_op_str(unsigned op);
 
-/* Writers on the object's owner node (seed 000 sec. 4.2, odd/even versions): begin CASes the
+/* Writers on the object's owner node (the SABRes paper sec. 4.2, odd/even versions): begin CASes the
  * version from even v to v+1 (spinning while it is odd) and returns v; end stores v+2 with
  * release. Between them, plain stores to the object. */
 uint64_t rmc_obj_write_begin(volatile uint64_t *version);

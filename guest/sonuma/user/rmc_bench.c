@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * rmc-bench: remote read vs SABRe vs SABRe without speculation (seed 000 sec. 7.1, Fig. 7a;
+ * rmc-bench: remote read vs SABRe vs SABRe without speculation (the SABRes paper sec. 7.1, Fig. 7a;
  * docs/sonuma-workloads.md). Synchronous latency (wall clock and the device's modeled latency per
  * completion) and asynchronous throughput, per object size. Prints a table per mode, appends CSV.
  *

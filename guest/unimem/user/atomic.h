@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * atomic.h: the GSAS (global shared address space) library of seed 004 sec. 2.3, on rackemu.
+ * atomic.h: the GSAS (global shared address space) library of ExaNoDe D3.6 sec. 2.3, on rackemu.
  * Programs written against the deliverable's API include this file and link with
  * -lgsas -lpthread (build/guest/lib/). docs/gsas.md describes the environment.
  *

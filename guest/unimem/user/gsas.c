@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * gsas: the GSAS environment from the command line (seed 004 sec. 2; docs/gsas.md), written
+ * gsas: the GSAS environment from the command line (ExaNoDe D3.6 sec. 2; docs/gsas.md), written
  * against atomic.h like any application. `gsas --help` lists the subcommands. Output is
  * key=value lines; exit 0 on success, 1 when an operation or a check failed, 2 for a usage
  * error.
@@ -890,7 +890,7 @@ out:
 
 static void usage(void)
 {
-	printf("usage: gsas COMMAND [ARGS]   (the GSAS environment, seed 004 sec. 2; docs/gsas.md)\n"
+	printf("usage: gsas COMMAND [ARGS]   (the GSAS environment, ExaNoDe D3.6 sec. 2; docs/gsas.md)\n"
 	       "\n"
 	       "  info                         this board, the number of boards, this thread's MIF and PID\n"
 	       "  stats                        this board's atomic service counters (gsasd)\n"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * gsasd: the GSAS atomic service of one board (seed 004 sec. 2.2.4-2.2.8; docs/gsas.md).
+ * gsasd: the GSAS atomic service of one board (ExaNoDe D3.6 sec. 2.2.4-2.2.8; docs/gsas.md).
  *
  * It owns interface 0 of the node's vmbox and packetizer, polls MIF 0 for request packets
  * (rackemu/gsas_proto.h), translates global virtual addresses through its software MMU (a hash
@@ -522,7 +522,7 @@ static void usage(void)
 {
 	printf("usage: gsasd [--max-mem SIZE] [--max-mem-unpriv SIZE] [--spin-us N] [--reply-timeout-ms N] [--log-dir DIR] [--verbose]\n"
 	       "\n"
-	       "The GSAS atomic service of this board (seed 004 sec. 2.2.4; docs/gsas.md). Takes interface 0\n"
+	       "The GSAS atomic service of this board (ExaNoDe D3.6 sec. 2.2.4; docs/gsas.md). Takes interface 0\n"
 	       "of the Unimem mailbox and packetizer (root; one service per board), serves allocSharedPage,\n"
 	       "freeSharedPage, remoteFork, READ8/32/64/4K, WRITE8/32/64/128, CAS, FAD and SWAP for this\n"
 	       "board's partition of the global shared address space, and answers every request into the\n"

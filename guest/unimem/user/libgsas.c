@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libgsas: the atomic.h library (seed 004 sec. 2.2.4, 2.2.6-2.2.8, 2.3) over the Unimem
+ * libgsas: the atomic.h library (ExaNoDe D3.6 sec. 2.2.4, 2.2.6-2.2.8, 2.3) over the Unimem
  * packetizer and mailbox. Packet formats: rackemu/gsas_proto.h; docs/gsas.md.
  *
  * Each thread owns one /dev/unimem file (one MIF, one PIF), opened on its first call and

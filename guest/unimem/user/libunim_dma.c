@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * unim_dma library (seed 004 sec. 3.4) over /dev/dmabuffers; see unim_dma.h and docs/rdma.md.
+ * unim_dma library (ExaNoDe D3.6 sec. 3.4) over /dev/dmabuffers; see unim_dma.h and docs/rdma.md.
  *
  * State: one open /dev/dmabuffers, the buffers by ID, and a ring of the last UNIM_TRACKED
  * transfers by ID. As sec. 3.1.2 describes, a submitted transfer is stored in the library's

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * mbox: the Unimem mailbox from user space (seed 004 sec. 3.2.2; docs/mailbox.md).
+ * mbox: the Unimem mailbox from user space (ExaNoDe D3.6 sec. 3.2.2; docs/mailbox.md).
  * `mbox --help` lists the subcommands. Output is key=value lines; exit 0 on success, 1 when
  * the operation failed (a send refused, a receive that timed out), 2 for a usage error.
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * unim_dma: user-initiated RDMA over the Unimem cDMA (seed 004 sec. 3.4, "API reference"),
+ * unim_dma: user-initiated RDMA over the Unimem cDMA (ExaNoDe D3.6 sec. 3.4, "API reference"),
  * with the types and functions exactly as the deliverable lists them, so that programs written
  * against it compile unchanged. Built on /dev/dmabuffers (unimem_dma.ko; docs/rdma.md), which
  * must be loaded on every node that takes part (after xilinx_dma.ko).

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * unim_dma_test: exercises every function of the unim_dma API (seed 004 sec. 3.4) from this
+ * unim_dma_test: exercises every function of the unim_dma API (ExaNoDe D3.6 sec. 3.4) from this
  * node against every other node, with data patterns that tell "not copied" from "overwritten".
  * One `check=NAME ok=0|1 ...` line per check, then `checks=N failed=F`; exit 1 if any failed.
  *   unim_dma_test [--size BYTES]      (buffer size, default 1M, at most 4M)

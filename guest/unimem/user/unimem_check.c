@@ -337,7 +337,7 @@ int main(void)
 		unimem_close(&u2);
 	}
 
-	/* the atomicity driver (seed 004 sec. 2.2.4): a file's interfaces are its opener's only;
+	/* the atomicity driver (ExaNoDe D3.6 sec. 2.2.4): a file's interfaces are its opener's only;
 	 * another process holding the descriptor (here a fork child) cannot use them, and a fork
 	 * child does not inherit the mappings */
 	{

@@ -2,7 +2,7 @@
 /*
  * Unimem virtualized mailbox (vmbox) and virtualized packetizer: register layout.
  *
- * Source: ExaNoDe deliverable (seed 004), section 2.2.3 (Figures 6-8), section 5.1
+ * Source: ExaNoDe deliverable (ExaNoDe D3.6), section 2.2.3 (Figures 6-8), section 5.1
  * (vmbox, Table 3) and section 5.2 (packetizer, Tables 4 and 5, Figures 14-18).
  * This header is the single definition shared by the device cores (hw/unimem), the
  * QEMU glue, the Linux drivers (guest/unimem/kmod), the user programs, the firmware and the tests.
@@ -19,7 +19,7 @@
 #define UNIMEM_IF_PAGE_SHIFT   12u
 #define UNIMEM_IF_PAGE_SIZE    0x1000u  /* one 4 KiB page per interface (Fig. 6, 7) */
 #define UNIMEM_IF_SERVICE      0u       /* interface 0 belongs to the atomic service */
-/* The kernel interface (KIF, rackemu extension, issue 14): a 65th vmbox FIFO and a 65th
+/* The kernel interface (KIF, rackemu extension): a 65th vmbox FIFO and a 65th
  * packetizer interface reserved for the node's kernel (the mailbox driver of sec. 3.2, the
  * atomicity driver's notices), so that the 63 user interfaces 1..63 of sec. 2.2.3 all stay
  * free. Its pages and registers sit in offsets the seed leaves unused (VMBOX_KIF_OFFSET,
@@ -32,7 +32,7 @@
 #define UNIMEM_IF_TOTAL        65u      /* interfaces 0..63 and the KIF */
 #define UNIMEM_CAP_KIF         (1ull << 0) /* CAPS bit of both devices: the KIF is present */
 
-/* ---- Global address layout (seed 004 sec. 3.1.6: 40-bit addresses carrying the node id) ----
+/* ---- Global address layout (ExaNoDe D3.6 sec. 3.1.6: 40-bit addresses carrying the node id) ----
  * rackemu places the node id in bits [39:34] and the node-local physical address in [33:0]
  * (16 GiB per node, 64 nodes). The packetizer's BASE_DEST check uses bits [33:18].
  */
@@ -93,7 +93,7 @@ enum vmbox_counter_offset { VMBOX_COUNTER_TABLE(VMBOX_CNT_X_OFFSET_) };
 #define VMBOX_CTRL_ENQUEUED    (VMBOX_CTRL_COUNTERS + VMBOX_CNT_ENQUEUED)  /* 0x40 */
 #define VMBOX_CTRL_DEQUEUED    (VMBOX_CTRL_COUNTERS + VMBOX_CNT_DEQUEUED)  /* 0x48 */
 #define VMBOX_ID_VALUE         0x524b564d42580001ull /* "RKVMBX" v1 */
-/* KIF rows of the control page (rackemu extension, issue 14). */
+/* KIF rows of the control page (rackemu extension). */
 #define VMBOX_CTRL_CAPS        0x100u  /* R: UNIMEM_CAP_KIF when the KIF is present (property kif) */
 #define VMBOX_CTRL_KIF_CTRL    0x108u  /* R/W: bits below; reset 0 (the KIF refuses deliveries) */
 #define VMBOX_KIF_ENABLE       (1ull << 0) /* the KIF accepts deliveries (clear: every one NACKed) */
@@ -170,7 +170,7 @@ enum pktz_counter_offset { PKTZ_COUNTER_TABLE(PKTZ_CNT_X_OFFSET_) };
 #define PKTZ_TIF_ILLEGAL       (PKTZ_TIF_COUNTERS + PKTZ_CNT_ILLEGAL) /* 0x320 */
 #define PKTZ_TIF_NOPID         (PKTZ_TIF_COUNTERS + PKTZ_CNT_NOPID)   /* 0x328 */
 #define PKTZ_ID_VALUE          0x524b504b545a0001ull /* "RKPKTZ" v1 */
-/* KIF rows of the TIF page (rackemu extension, issue 14); only the driver maps the TIF. */
+/* KIF rows of the TIF page (rackemu extension); only the driver maps the TIF. */
 #define PKTZ_TIF_CAPS          0x400u  /* R: UNIMEM_CAP_KIF when the KIF is present (property kif) */
 #define PKTZ_TIF_KIF_PIDT      0x408u  /* R/W: bits [47:0], the PID the KIF stamps (the kernel's) */
 #define PKTZ_TIF_KIF_CONF      0x410u  /* R/W: bit 0, KIF_PIDT valid (as PID_CONF for a PIF) */

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * mbox_echo: a kernel user of the Unimem mailbox's kernel interface (seed 004 sec. 3.2.1),
+ * mbox_echo: a kernel user of the Unimem mailbox's kernel interface (ExaNoDe D3.6 sec. 3.2.1),
  * for tests and as an example. It registers opcode `opcode` (default 0xe) with
  * mailbox_register_callback(); the callback runs in interrupt context, so it queues the message
  * and a work item answers it with mailbox_send_message():

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * The Unimem mailbox driver (seed 004 sec. 3.2), built on the vmbox and packetizer: 64-bit
+ * The Unimem mailbox driver (ExaNoDe D3.6 sec. 3.2), built on the vmbox and packetizer: 64-bit
  * messages between nodes, classified by their 4-bit opcode, delivered to kernel callbacks
  * (interrupt context) or to user processes (read, poll, a signal or an eventfd).
  * Interface: rackemu/unimem_mailbox.h; documentation: docs/mailbox.md.

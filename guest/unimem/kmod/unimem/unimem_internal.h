@@ -49,7 +49,7 @@ void unimem_irq_mask(struct unimem *um, int mif, bool enable);
 void unimem_kif_enable(struct unimem *um, bool enable);
 void unimem_tif_write(struct unimem *um, u32 reg, u64 val);
 
-/* mailbox.c (seed 004 sec. 3.2) */
+/* mailbox.c (ExaNoDe D3.6 sec. 3.2) */
 int unimem_mbox_publish(struct unimem *um, unsigned int ifno);	/* um->lock held, both devices bound */
 void unimem_mbox_unpublish(struct unimem *um);	/* um->lock held */
 /*

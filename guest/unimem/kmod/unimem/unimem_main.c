@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * unimem: Linux driver for rackemu's Unimem virtualized mailbox and packetizer
- * (seed 004 sec. 2.2.3, 5.1, 5.2; register layout in rackemu/unimem_regs.h).
+ * (ExaNoDe D3.6 sec. 2.2.3, 5.1, 5.2; register layout in rackemu/unimem_regs.h).
  *
  * The driver owns both devices and keeps the packetizer's trust interface (TIF) to itself:
  * it programs BASE_DEST, one PIDT entry per handed-out PIF (PID = node, MIF, tgid, tid: see
  * UNIMEM_PID in rackemu/unimem_uapi.h) and the PID_CONF bits. It is the GSAS atomicity driver
- * (seed 004 sec. 2.2.4): each open of /dev/unimem gets one mailbox interface (MIF) and one
+ * (ExaNoDe D3.6 sec. 2.2.4): each open of /dev/unimem gets one mailbox interface (MIF) and one
  * packetizer interface (PIF) from 1..63 (0 is the atomic service's; the mailbox driver uses the
  * devices' kernel interface, KIF, by default, or holds interface `mailbox_if` if set to 1..63),
  * and only the opening process may map exactly those two pages (never inherited by fork
@@ -47,7 +47,7 @@ MODULE_PARM_DESC(max_per_uid, "interfaces one unprivileged user may hold at once
 static bool exit_notify = true;
 /*
  * The mailbox driver's interface (mailbox.c): 64 = the kernel interface (KIF) by default, which
- * leaves all 63 interfaces 1..63 to /dev/unimem users (seed 004 sec. 2.2.3; on devices without
+ * leaves all 63 interfaces 1..63 to /dev/unimem users (ExaNoDe D3.6 sec. 2.2.3; on devices without
  * the KIF it means 63); any of 1..63 takes that user interface; 0 = mailbox off (the mailbox API
  * answers -ENODEV). Writable at run time: the mailbox moves (EBUSY if a file holds the new
  * interface). Every node must use the same value.
@@ -245,7 +245,7 @@ static unsigned int unimem_uid_count(kuid_t uid)
 	return n;
 }
 
-/* Only the process that opened a file may use its interfaces (seed 004 sec. 2.2.4). */
+/* Only the process that opened a file may use its interfaces (ExaNoDe D3.6 sec. 2.2.4). */
 static bool unimem_owner(struct unimem_file *uf)
 {
 	return task_tgid(current) == uf->owner;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * unimem_dma: the kernel side of user-initiated RDMA on Unimem (seed 004 sec. 3.1): transfers
+ * unimem_dma: the kernel side of user-initiated RDMA on Unimem (ExaNoDe D3.6 sec. 3.1): transfers
  * with the node's cDMA engine through Linux's dmaengine API (the unmodified xilinx_dma driver
  * owns the engine), the remote allocator service (sec. 3.1.6) and the DMA buffers device
  * (sec. 3.1.4). Interface: rackemu/unimem_dma_uapi.h; docs/cdma.md, docs/rdma.md.

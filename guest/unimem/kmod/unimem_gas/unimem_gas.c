@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * unimem_gas: Linux driver for rackemu's Unimem global address space window (seed 004 sec. 1,
+ * unimem_gas: Linux driver for rackemu's Unimem global address space window (ExaNoDe D3.6 sec. 1,
  * sec. 3.1.6; layout in rackemu/unimem_regs.h, interface in rackemu/unimem_gas_uapi.h).
  *
  * Binds "rackemu,unimem-gas" (reg 0: control page, reg 1: the window). /dev/unimem_gas maps

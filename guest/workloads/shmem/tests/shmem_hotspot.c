@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * shmem-hotspot: the atomic hot-spot benchmark of seed 003 sec. IV on N PEs: PEs 1..N-1 each issue
+ * shmem-hotspot: the atomic hot-spot benchmark of the NIC-atomics paper sec. IV on N PEs: PEs 1..N-1 each issue
  * --ops (1000) atomic operations to PE 0, all on one address (--pattern single) or each on 16
  * addresses of its own (--pattern unique16: (N-1) x 16 targets), then synchronise. The operation
  * (--op) is a non-fetching add (default: posted, up to 1024 in flight per PE), a fetching add
