@@ -4,8 +4,8 @@
 // Atomics", sec. III), the target side of the rackemu RNIC's atomics (docs/atomic-unit.md).
 // QEMU-independent: it reaches target memory through AmuHost (read/write a word, an atomic
 // read-modify-write, validity of a range) and reports each operation's end through
-// AmuHost::complete. The same code runs in the unit tests, the fuzzer, bench/amu_model.cc and,
-// once the RNIC device hosts it, under QEMU against guest RAM.
+// AmuHost::complete. The same code runs in the unit tests, the fuzzer, bench/amu_model.cc and
+// in the RNIC device under QEMU, against guest RAM (rnic.cc's AmuDev).
 //
 // The pipeline (Fig. 1), one NIC clock cycle at a time (nic-mhz, 500 MHz: 2 ns):
 //
