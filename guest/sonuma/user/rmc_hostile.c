@@ -1,0 +1,374 @@
+// SPDX-License-Identifier: MIT
+/*
+ * rmc-hostile: what a hostile unprivileged user tries against /dev/rmc's doorbell pages, for the
+ * hardening tests (tests/e2e/test_rmc_hardening_driver.py, docs/rmc-driver.md "Queue pairs").
+ * Every command prints key=value lines. Each registers its own scratch contexts (one page, the
+ * first free ids from 15 down), so several users can run it at once.
+ *
+ *   rmc-hostile dbrace [--iters N]
+ *       N times: create a QP, then mmap its doorbell page in one thread while another destroys
+ *       the QP, the destroy starting at a different moment of the mmap each time; then touch the
+ *       page. A mapping that survived the destroy and reaches the device is `stale`; a revoked
+ *       one faults (SIGBUS). For a stale mapping, another file then creates a QP: if it gets the
+ *       same index, a store through the stale page is looked for in the new QP's doorbell
+ *       (`stale_rang_other`).
+ *   rmc-hostile dbstale
+ *       the same property without a race: a doorbell mapping, touched or not, faults after its
+ *       QP is destroyed, even when another file has a QP at the same index since.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "rackemu/sonuma_regs.h"
+#include "rackemu/sonuma_uapi.h"
+#include "tool.h"
+
+#define PAGE 4096
+
+static const char usage[] =
+	"usage: rmc-hostile COMMAND [options]\n"
+	"  dbrace [--iters N]  N races of mmap of a QP's doorbell page against RMC_IOC_QP_DESTROY (default\n"
+	"                 5000); prints mapped= refused= revoked= stale= (stale: a mapping that outlived the\n"
+	"                 destroy and still reads the device) stale_rang_other= (of those, doorbell stores that\n"
+	"                 rang another file's QP at the same index)\n"
+	"  dbstale        a doorbell mapping faults once its QP is destroyed (check= lines)\n";
+
+static int open_dev(void)
+{
+	int fd = open(RMC_DEV_PATH, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0) {
+		fprintf(stderr, "rmc-hostile: cannot open %s: %s\n", RMC_DEV_PATH, strerror(errno));
+		exit(1);
+	}
+	return fd;
+}
+
+/* Register a one-page context on the first free id from the top; its id, or exit. */
+static unsigned scratch_ctx(int fd)
+{
+	for (int id = RMC_CTX_COUNT - 1; id >= 0; id--) {
+		struct rmc_uapi_ctx u = { .id = (unsigned)id, .perm = CTX_PERM_READ | CTX_PERM_WRITE, .size = PAGE,
+					  .nodemask = ~0ull, .version_off = RMC_UAPI_NO_LAYOUT };
+
+		if (!ioctl(fd, RMC_IOC_CTX_REGISTER, &u))
+			return (unsigned)id;
+		if (errno != EBUSY) {
+			fprintf(stderr, "rmc-hostile: register context %d: %s\n", id, strerror(errno));
+			exit(1);
+		}
+	}
+	fprintf(stderr, "rmc-hostile: every context id is taken\n");
+	exit(1);
+}
+
+static int create_qp(int fd, unsigned ctx, struct rmc_uapi_qp *u)
+{
+	*u = (struct rmc_uapi_qp){ .ctx = ctx, .depth_log2 = 1 };
+	return ioctl(fd, RMC_IOC_QP_CREATE, u) ? errno : 0;
+}
+
+static int destroy_qp(int fd, uint32_t q)
+{
+	return ioctl(fd, RMC_IOC_QP_DESTROY, &q) ? errno : 0;
+}
+
+static volatile uint64_t *map_db(int fd, const struct rmc_uapi_qp *u)
+{
+	void *p = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)u->db_mmap_off);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* ---- touching a page that may be revoked ---- */
+
+static sigjmp_buf probe_env;
+
+static void probe_fault(int sig)
+{
+	siglongjmp(probe_env, sig);
+}
+
+/* Read (write_v NULL) or write the 64-bit register at p: 0 if it reached the device, else the
+ * signal it raised. */
+static int touch(volatile uint64_t *p, uint64_t *read_v, const uint64_t *write_v)
+{
+	struct sigaction sa, old_bus, old_segv;
+	int sig;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = probe_fault;
+	sigaction(SIGBUS, &sa, &old_bus);
+	sigaction(SIGSEGV, &sa, &old_segv);
+	sig = sigsetjmp(probe_env, 1);
+	if (!sig) {
+		if (write_v)
+			*p = *write_v;
+		else
+			*read_v = *p;
+	}
+	sigaction(SIGBUS, &old_bus, NULL);
+	sigaction(SIGSEGV, &old_segv, NULL);
+	return sig;
+}
+
+static int probe(volatile uint64_t *p, uint64_t *v)
+{
+	return touch(p, v, NULL);
+}
+
+static int poke(volatile uint64_t *p, uint64_t v)
+{
+	return touch(p, NULL, &v);
+}
+
+static int faulted(int sig)
+{
+	return sig == SIGBUS || sig == SIGSEGV;
+}
+
+/* ---- dbrace ---- */
+
+/* The destroying thread: waits for round `go`, spins `delay_ns`, destroys `qp`. */
+static struct {
+	int fd;
+	uint32_t qp;
+	uint64_t delay_ns;
+	unsigned go, done; /* __atomic */
+	int err;
+} race;
+
+static void relax(unsigned *spins)
+{
+	if (++*spins % 4096 == 0)
+		sched_yield(); /* the other thread may share our vCPU */
+	else
+		__asm__ volatile("" ::: "memory");
+}
+
+static void pin_to(unsigned cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	sched_setaffinity(0, sizeof(set), &set); /* best effort: one vCPU gives a slower race */
+}
+
+static void *destroyer(void *arg)
+{
+	unsigned round = 0;
+
+	(void)arg;
+	pin_to(1);
+	for (;;) {
+		unsigned spins = 0;
+		uint64_t t;
+
+		while (__atomic_load_n(&race.go, __ATOMIC_ACQUIRE) == round)
+			relax(&spins);
+		round = __atomic_load_n(&race.go, __ATOMIC_ACQUIRE);
+		if (round == UINT32_MAX)
+			return NULL;
+		t = now_ns() + race.delay_ns;
+		while (now_ns() < t)
+			;
+		race.err = destroy_qp(race.fd, race.qp);
+		__atomic_store_n(&race.done, round, __ATOMIC_RELEASE);
+	}
+}
+
+/* A stale mapping of QP index q: does a store through it reach another file's new QP q? 1 yes,
+ * 0 no, -1 the other file did not get index q. */
+static int stale_rings_other(volatile uint64_t *stale, uint32_t q, int other_fd, unsigned other_ctx)
+{
+	struct rmc_uapi_qp o;
+	volatile uint64_t *n;
+	uint64_t seen = 0;
+	int hit = -1;
+
+	if (create_qp(other_fd, other_ctx, &o))
+		return -1;
+	n = o.qp == q ? map_db(other_fd, &o) : NULL;
+	if (n) {
+		/* ring it: WQ tail 1 (the device takes it, and DB_WQ_TAIL reads it back) */
+		hit = !poke(stale + DB_WQ_TAIL / 8, 1) && !probe(n + DB_WQ_TAIL / 8, &seen) && seen == 1;
+		munmap((void *)n, PAGE);
+	}
+	destroy_qp(other_fd, o.qp);
+	return hit;
+}
+
+static int cmd_dbrace(int argc, char **argv)
+{
+	static const struct option opts[] = { { "iters", required_argument, 0, 'n' }, { 0, 0, 0, 0 } };
+	unsigned iters = 5000, mapped = 0, refused = 0, revoked = 0, stale = 0, rang = 0, other = 0, c;
+	uint64_t t_mmap = 0, window;
+	unsigned ctx, other_ctx;
+	int other_fd, r;
+	pthread_t th;
+
+	opterr = 0;
+	while ((r = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+		if (r != 'n')
+			bad_option(r, argv, "rmc-hostile --help");
+		iters = (unsigned)num(optarg, "--iters", 10000000);
+	}
+	race.fd = open_dev();
+	ctx = scratch_ctx(race.fd);
+	other_fd = open_dev();
+	other_ctx = scratch_ctx(other_fd);
+	pin_to(0);
+	/* how long an mmap of a doorbell page takes here: the destroy starts 0..1.5x that late */
+	for (c = 0; c < 20; c++) {
+		struct rmc_uapi_qp q;
+		volatile uint64_t *p;
+		uint64_t t0;
+
+		if ((r = create_qp(race.fd, ctx, &q))) {
+			fprintf(stderr, "rmc-hostile: create QP: %s\n", strerror(r));
+			return 1;
+		}
+		t0 = now_ns();
+		p = map_db(race.fd, &q);
+		t_mmap += now_ns() - t0;
+		if (p)
+			munmap((void *)p, PAGE);
+		destroy_qp(race.fd, q.qp);
+	}
+	t_mmap /= 20;
+	window = t_mmap * 3 / 2 + 1;
+	if (pthread_create(&th, NULL, destroyer, NULL)) {
+		fprintf(stderr, "rmc-hostile: no thread\n");
+		return 1;
+	}
+	for (unsigned i = 1; i <= iters; i++) {
+		struct rmc_uapi_qp q;
+		volatile uint64_t *p;
+		unsigned spins = 0;
+		uint64_t v = 0;
+		int sig;
+
+		if ((r = create_qp(race.fd, ctx, &q))) {
+			fprintf(stderr, "rmc-hostile: create QP (round %u): %s\n", i, strerror(r));
+			return 1;
+		}
+		race.qp = q.qp;
+		race.delay_ns = (uint64_t)i * 7919 % window; /* every moment of the mmap, in no order */
+		__atomic_store_n(&race.go, i, __ATOMIC_RELEASE);
+		p = map_db(race.fd, &q);
+		while (__atomic_load_n(&race.done, __ATOMIC_ACQUIRE) != i)
+			relax(&spins);
+		if (race.err) {
+			fprintf(stderr, "rmc-hostile: destroy QP (round %u): %s\n", i, strerror(race.err));
+			return 1;
+		}
+		if (!p) {
+			refused += errno == ENOENT;
+			other += errno != ENOENT;
+			continue;
+		}
+		mapped++;
+		/* the QP is gone: its doorbell page must fault, never reach the device */
+		sig = probe(p + DB_STATUS / 8, &v);
+		if (sig) {
+			revoked++;
+		} else {
+			int hit = stale_rings_other(p, q.qp, other_fd, other_ctx);
+
+			stale++;
+			rang += hit == 1;
+			if (stale <= 5)
+				printf("stale_mapping round=%u qp=%u delay_ns=%llu status=0x%llx rang_other=%d\n", i, q.qp,
+				       (unsigned long long)race.delay_ns, (unsigned long long)v, hit);
+		}
+		munmap((void *)p, PAGE);
+	}
+	__atomic_store_n(&race.go, UINT32_MAX, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+	printf("dbrace=done iters=%u mmap_ns=%llu mapped=%u refused=%u revoked=%u stale=%u stale_rang_other=%u "
+	       "other_errors=%u uid=%u\n",
+	       iters, (unsigned long long)t_mmap, mapped, refused, revoked, stale, rang, other, (unsigned)getuid());
+	close(other_fd);
+	close(race.fd); /* the driver releases the contexts */
+	return stale || other ? 1 : 0;
+}
+
+/* ---- dbstale ---- */
+
+static int cmd_dbstale(void)
+{
+	int a = open_dev(), b = open_dev(), r, r2, sig, sig2;
+	unsigned ca = scratch_ctx(a), cb = scratch_ctx(b);
+	struct rmc_uapi_qp qa, qb;
+	volatile uint64_t *m, *n;
+	uint64_t v = 0, h0 = 0, h1 = 0;
+
+	/* touched, then destroyed */
+	r = create_qp(a, ca, &qa);
+	m = r ? NULL : map_db(a, &qa);
+	sig = m ? probe(m + DB_STATUS / 8, &v) : -1;
+	r = r ? r : destroy_qp(a, qa.qp);
+	sig2 = m ? probe(m + DB_STATUS / 8, &v) : -1;
+	check("doorbell_touched_then_destroyed_faults", sig == 0 && r == 0 && faulted(sig2),
+	      "before=%d destroy=%d after=%s", sig, r, sig2 > 0 ? strsignal(sig2) : "reached the device");
+	if (m)
+		munmap((void *)m, PAGE);
+
+	/* mapped, never touched, destroyed; then another file's QP takes the same index */
+	r = create_qp(a, ca, &qa);
+	m = r ? NULL : map_db(a, &qa);
+	r = r ? r : destroy_qp(a, qa.qp);
+	r2 = create_qp(b, cb, &qb);
+	n = r2 ? NULL : map_db(b, &qb);
+	if (n)
+		probe(n + DB_WQ_TAIL / 8, &h0);
+	sig = m ? probe(m + DB_STATUS / 8, &v) : -1;
+	sig2 = m ? poke(m + DB_WQ_TAIL / 8, 1) : -1; /* would ring the other file's QP */
+	if (n)
+		probe(n + DB_WQ_TAIL / 8, &h1);
+	check("doorbell_of_a_reused_index_faults",
+	      r == 0 && r2 == 0 && n && qb.qp == qa.qp && faulted(sig) && faulted(sig2) && h1 == h0,
+	      "qp=%u other_file_qp=%u read=%s write=%s other_wq_tail=%llu->%llu", qa.qp, qb.qp,
+	      sig > 0 ? strsignal(sig) : "reached the device", sig2 > 0 ? strsignal(sig2) : "reached the device",
+	      (unsigned long long)h0, (unsigned long long)h1);
+	if (m)
+		munmap((void *)m, PAGE);
+	if (n)
+		munmap((void *)n, PAGE);
+
+	/* a mapping of a destroyed QP's page is refused */
+	r = r2 ? r2 : destroy_qp(b, qb.qp);
+	n = map_db(b, &qb);
+	check("doorbell_mmap_after_destroy_refused", r == 0 && !n && errno == ENOENT, "errno=%d", n ? 0 : errno);
+	if (n)
+		munmap((void *)n, PAGE);
+	close(a);
+	close(b);
+	return check_summary();
+}
+
+int main(int argc, char **argv)
+{
+	tool_prog = "rmc-hostile";
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		fputs(usage, argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	if (!strcmp(argv[1], "dbrace"))
+		return cmd_dbrace(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "dbstale"))
+		return cmd_dbstale();
+	die("unknown command '%s' (rmc-hostile --help)", argv[1]);
+}
