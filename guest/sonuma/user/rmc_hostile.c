@@ -7,8 +7,11 @@
  *
  *   rmc-hostile dbrace [--iters N]
  *       N times: create a QP, then mmap its doorbell page in one thread while another destroys
- *       the QP, the destroy starting at a different moment of the mmap each time; then touch the
- *       page. A mapping that survived the destroy and reaches the device is `stale`; a revoked
+ *       the QP; then touch the page. The destroy's delay tracks the moment mmap checks the QP's
+ *       owner (a destroy before it makes the mmap fail, one after it lands in the window the
+ *       race needs): each refused mmap delays the next destroy a step more, each mapping a step
+ *       less (a negative delay holds the mmap back instead), so about half the rounds end each
+ *       way, with a jitter of a few steps. A mapping that survived the destroy and reaches the device is `stale`; a revoked
  *       one faults (SIGBUS). For a stale mapping, another file then creates a QP: if it gets the
  *       same index, a store through the stale page is looked for in the new QP's doorbell
  *       (`stale_rang_other`).
@@ -39,9 +42,10 @@
 static const char usage[] =
 	"usage: rmc-hostile COMMAND [options]\n"
 	"  dbrace [--iters N]  N races of mmap of a QP's doorbell page against RMC_IOC_QP_DESTROY (default\n"
-	"                 5000); prints mapped= refused= revoked= stale= (stale: a mapping that outlived the\n"
-	"                 destroy and still reads the device) stale_rang_other= (of those, doorbell stores that\n"
-	"                 rang another file's QP at the same index)\n"
+	"                 5000; the destroy's delay tracks mmap's owner check); prints mapped= refused=\n"
+	"                 revoked= stale= (stale: a mapping that outlived the destroy and still reads the\n"
+	"                 device) stale_rang_other= (of those, doorbell stores that rang another file's QP\n"
+	"                 at the same index)\n"
 	"  dbstale        a doorbell mapping faults once its QP is destroyed (check= lines)\n";
 
 static int open_dev(void)
@@ -214,7 +218,8 @@ static int cmd_dbrace(int argc, char **argv)
 {
 	static const struct option opts[] = { { "iters", required_argument, 0, 'n' }, { 0, 0, 0, 0 } };
 	unsigned iters = 5000, mapped = 0, refused = 0, revoked = 0, stale = 0, rang = 0, other = 0, c;
-	uint64_t t_mmap = 0, window;
+	uint64_t t_mmap = 0;
+	int64_t delay, step;
 	unsigned ctx, other_ctx;
 	int other_fd, r;
 	pthread_t th;
@@ -230,7 +235,7 @@ static int cmd_dbrace(int argc, char **argv)
 	other_fd = open_dev();
 	other_ctx = scratch_ctx(other_fd);
 	pin_to(0);
-	/* how long an mmap of a doorbell page takes here: the destroy starts 0..1.5x that late */
+	/* how long an mmap of a doorbell page takes here: the scale of the destroy's delay */
 	for (c = 0; c < 20; c++) {
 		struct rmc_uapi_qp q;
 		volatile uint64_t *p;
@@ -248,7 +253,8 @@ static int cmd_dbrace(int argc, char **argv)
 		destroy_qp(race.fd, q.qp);
 	}
 	t_mmap /= 20;
-	window = t_mmap * 3 / 2 + 1;
+	delay = (int64_t)t_mmap / 2;
+	step = (int64_t)t_mmap / 32 + 1;
 	if (pthread_create(&th, NULL, destroyer, NULL)) {
 		fprintf(stderr, "rmc-hostile: no thread\n");
 		return 1;
@@ -258,6 +264,7 @@ static int cmd_dbrace(int argc, char **argv)
 		volatile uint64_t *p;
 		unsigned spins = 0;
 		uint64_t v = 0;
+		int64_t d;
 		int sig;
 
 		if ((r = create_qp(race.fd, ctx, &q))) {
@@ -265,8 +272,18 @@ static int cmd_dbrace(int argc, char **argv)
 			return 1;
 		}
 		race.qp = q.qp;
-		race.delay_ns = (uint64_t)i * 7919 % window; /* every moment of the mmap, in no order */
+		/* around the tracked moment, jitter of +-4 steps (in no order); a negative delay
+		 * holds the mmap back instead (the destroying thread starts late)
+		 */
+		d = delay + (int64_t)(i * 7919 % 9) * step - 4 * step;
+		race.delay_ns = d > 0 ? (uint64_t)d : 0;
 		__atomic_store_n(&race.go, i, __ATOMIC_RELEASE);
+		if (d < 0) {
+			uint64_t t = now_ns() + (uint64_t)-d;
+
+			while (now_ns() < t)
+				;
+		}
 		p = map_db(race.fd, &q);
 		while (__atomic_load_n(&race.done, __ATOMIC_ACQUIRE) != i)
 			relax(&spins);
@@ -277,9 +294,13 @@ static int cmd_dbrace(int argc, char **argv)
 		if (!p) {
 			refused += errno == ENOENT;
 			other += errno != ENOENT;
+			if (delay < 64 * (int64_t)t_mmap)
+				delay += step; /* the destroy came before the owner check: later */
 			continue;
 		}
 		mapped++;
+		if (delay > -64 * (int64_t)t_mmap)
+			delay -= step; /* after it: earlier */
 		/* the QP is gone: its doorbell page must fault, never reach the device */
 		sig = probe(p + DB_STATUS / 8, &v);
 		if (sig) {
@@ -290,16 +311,17 @@ static int cmd_dbrace(int argc, char **argv)
 			stale++;
 			rang += hit == 1;
 			if (stale <= 5)
-				printf("stale_mapping round=%u qp=%u delay_ns=%llu status=0x%llx rang_other=%d\n", i, q.qp,
-				       (unsigned long long)race.delay_ns, (unsigned long long)v, hit);
+				printf("stale_mapping round=%u qp=%u delay_ns=%lld status=0x%llx rang_other=%d\n", i, q.qp,
+				       (long long)d, (unsigned long long)v, hit);
 		}
 		munmap((void *)p, PAGE);
 	}
 	__atomic_store_n(&race.go, UINT32_MAX, __ATOMIC_RELEASE);
 	pthread_join(th, NULL);
 	printf("dbrace=done iters=%u mmap_ns=%llu mapped=%u refused=%u revoked=%u stale=%u stale_rang_other=%u "
-	       "other_errors=%u uid=%u\n",
-	       iters, (unsigned long long)t_mmap, mapped, refused, revoked, stale, rang, other, (unsigned)getuid());
+	       "other_errors=%u delay_ns=%lld uid=%u\n",
+	       iters, (unsigned long long)t_mmap, mapped, refused, revoked, stale, rang, other, (long long)delay,
+	       (unsigned)getuid());
 	close(other_fd);
 	close(race.fd); /* the driver releases the contexts */
 	return stale || other ? 1 : 0;
