@@ -8,7 +8,9 @@
  * context table, mapped into processes), queue pairs (WQ and CQ in zeroed kernel pages, mapped
  * into the owning process with the QP's doorbell page), completion interrupts and counters.
  * Memory that a process maps stays allocated until the last mapping goes away, whatever the
- * order of close, munmap and destroy; a doorbell page is revoked when its QP is destroyed.
+ * order of close, munmap and destroy. A doorbell page is inserted at its first access by a fault
+ * handler that checks, under the device mutex, that the QP is still the file's, and it is revoked
+ * when its QP is destroyed, whatever the timing of mmap against destroy.
  *
  * A context id is node-global; every registration is a new incarnation (generation). Attaching
  * and QPs are tied to the incarnation: a file that attached id c, or a QP bound to c, never
@@ -379,7 +381,8 @@ static void rmc_qp_drop(struct rmc_dev *rd, unsigned int q)
 	/* the device orphans the QP's in-flight transfers before this write returns */
 	wr64(rd, RMC_QP_REG(q, QP_CTRL), 0);
 	/* a doorbell page still mapped would ring the next owner of this QP index: revoke it
-	 * (later accesses fault with SIGBUS); WQ and CQ pages stay with their mappings
+	 * (later accesses fault with SIGBUS, rmc_db_fault); WQ and CQ pages stay with their
+	 * mappings
 	 */
 	if (qp->owner->mapping)
 		unmap_mapping_range(qp->owner->mapping, COOKIE(MAP_DB, q), PAGE_SIZE, 1);
@@ -641,6 +644,34 @@ static const struct vm_operations_struct rmc_vm_ops = {
 	.close = rmc_vma_close,
 };
 
+/*
+ * A doorbell page is inserted at its first access, under rd->lock, only while its QP is still
+ * the file's. rmc_qp_drop clears the owner and zaps the file's mappings of the page under the
+ * same lock: a page inserted before is zapped (a VMA that can fault is in the file's mapping),
+ * an access after faults SIGBUS. Inserting the page in mmap() instead could not be made safe:
+ * the new VMA joins the file's mapping only after mmap() returns, so a destroy in between
+ * misses it, even with the page inserted under the lock.
+ */
+static vm_fault_t rmc_db_fault(struct vm_fault *vmf)
+{
+	struct vm_area_struct *vma = vmf->vma;
+	struct rmc_file *f = vma->vm_file->private_data;
+	struct rmc_dev *rd = f->rd;
+	unsigned long idx = vma->vm_pgoff & 0xffff;
+	vm_fault_t ret = VM_FAULT_SIGBUS;
+
+	mutex_lock(&rd->lock);
+	if (idx < RMC_QP_COUNT && rd->qp[idx].owner == f)
+		ret = vmf_insert_pfn(vma, vma->vm_start,
+				     (rd->regs_phys + RMC_DB_REG(idx, 0)) >> PAGE_SHIFT);
+	mutex_unlock(&rd->lock);
+	return ret;
+}
+
+static const struct vm_operations_struct rmc_db_vm_ops = {
+	.fault = rmc_db_fault,
+};
+
 static int rmc_mmap(struct file *file, struct vm_area_struct *vma)
 {
 	struct rmc_file *f = file->private_data;
@@ -665,12 +696,11 @@ static int rmc_mmap(struct file *file, struct vm_area_struct *vma)
 		break;
 	case MAP_DB:
 		if (idx < RMC_QP_COUNT && rd->qp[idx].owner == f && len == PAGE_SIZE) {
-			vma->vm_flags |= VM_IO | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP;
+			/* nothing mapped yet: rmc_db_fault inserts the page while the QP is f's */
+			vma->vm_flags |= VM_IO | VM_PFNMAP | VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP;
 			vma->vm_page_prot = pgprot_device(vma->vm_page_prot);
-			vma->vm_ops = &rmc_vm_ops; /* no private data; a revoked page faults SIGBUS */
-			ret = io_remap_pfn_range(vma, vma->vm_start,
-						 (rd->regs_phys + RMC_DB_REG(idx, 0)) >> PAGE_SHIFT, PAGE_SIZE,
-						 vma->vm_page_prot);
+			vma->vm_ops = &rmc_db_vm_ops;
+			ret = 0;
 		} else if (idx < RMC_QP_COUNT && rd->qp[idx].owner == f) {
 			ret = -EINVAL; /* one page exactly */
 		} else {
