@@ -34,31 +34,141 @@ namespace rackemu::rnic {
 
 namespace {
 
-uint8_t cqe_opcode(WrOp op)
+// ---- the send WQE opcodes ----
+
+// A WQE's SGEs, by its opcode.
+enum class Sges : uint8_t {
+    List,   // 0..RNIC_MAX_SEND_SGE: the message (SEND, WRITE: gathered; READ: scattered)
+    Result, // exactly one, the result's size: 8 bytes (CMP_SWAP, FETCH_ADD) or xsize (XATOMIC)
+    None,   // none: the operands are in the WQE (FLUSH, ATOMIC WRITE, XATOMIC_POST)
+};
+
+// The engine's length of the WR (SendWr::length), by its opcode.
+enum class Len : uint8_t {
+    Sum,   // the SGEs' lengths added (at most RNIC_MAX_MSG)
+    Flush, // the WQE's flush_len: the range to flush
+    Eight, // the 8-byte value in the WQE (ATOMIC WRITE)
+};
+
+enum : uint8_t {
+    kReturns = 1u << 0, // data comes back into the SGE(s): they need LOCAL_WRITE, and a successful
+                        // CQE's byte_len is what came back (the engine's), not the WR's length
+    kXatomic = 1u << 1, // xop and xsize are checked (unknown: RNIC_LERR_OPCODE); the result is xsize
+    kPayload = 1u << 2, // its length is payload sent (the payload_tx_bytes counter)
+    kDirect = 1u << 3,  // it may be done on the direct path (rnic_direct.cc)
+};
+
+// One row per send WQE opcode (RNIC_WR_*, rackemu/rnic_regs.h; docs/rnic.md "Queue entries"):
+// the pump checks a WQE and builds the engine's WR by its row, a completion is reported by the
+// row of its engine operation. An opcode without a row is refused with RNIC_LERR_OPCODE (its CQE
+// says SEND). Besides the SGEs and the flags (SIGNALED, SOLICITED, FENCE), an operation uses
+// these fields of its WQE: every one but SEND/SEND_IMM remote_addr and rkey; SEND_IMM and
+// WRITE_IMM imm; CMP_SWAP compare and swap_add; FETCH_ADD swap_add (the addend); FLUSH flush_type
+// and flush_len; ATOMIC_WRITE swap_add (the value); XATOMIC/_POST xop, xsize, swap_add (the
+// operand), compare and mask. The engine's WR carries them all (engine_wr).
+struct WqeOp {
+    uint8_t wqe; // RNIC_WR_*
+    uint8_t cqe; // RNIC_CQE_OP_* of its completion
+    WrOp op;     // the engine's operation
+    Sges sges;
+    Len len;
+    uint8_t flags; // k*
+};
+
+// clang-format off
+constexpr WqeOp kWqeOps[] = {
+    // wqe                 cqe                       op                 sges          len         flags
+    {RNIC_WR_WRITE,        RNIC_CQE_OP_WRITE,        WrOp::Write,       Sges::List,   Len::Sum,   kPayload | kDirect},
+    {RNIC_WR_WRITE_IMM,    RNIC_CQE_OP_WRITE,        WrOp::WriteImm,    Sges::List,   Len::Sum,   kPayload},
+    {RNIC_WR_SEND,         RNIC_CQE_OP_SEND,         WrOp::Send,        Sges::List,   Len::Sum,   kPayload},
+    {RNIC_WR_SEND_IMM,     RNIC_CQE_OP_SEND,         WrOp::SendImm,     Sges::List,   Len::Sum,   kPayload},
+    {RNIC_WR_READ,         RNIC_CQE_OP_READ,         WrOp::Read,        Sges::List,   Len::Sum,   kReturns | kDirect},
+    {RNIC_WR_CMP_SWAP,     RNIC_CQE_OP_CMP_SWAP,     WrOp::CmpSwap,     Sges::Result, Len::Sum,   kReturns},
+    {RNIC_WR_FETCH_ADD,    RNIC_CQE_OP_FETCH_ADD,    WrOp::FetchAdd,    Sges::Result, Len::Sum,   kReturns},
+    {RNIC_WR_FLUSH,        RNIC_CQE_OP_FLUSH,        WrOp::Flush,       Sges::None,   Len::Flush, 0},
+    {RNIC_WR_ATOMIC_WRITE, RNIC_CQE_OP_ATOMIC_WRITE, WrOp::AtomicWrite, Sges::None,   Len::Eight, kPayload},
+    {RNIC_WR_XATOMIC,      RNIC_CQE_OP_XATOMIC,      WrOp::XAtomic,     Sges::Result, Len::Sum,   kReturns | kXatomic},
+    {RNIC_WR_XATOMIC_POST, RNIC_CQE_OP_XATOMIC_POST, WrOp::XAtomicPost, Sges::None,   Len::Sum,   kXatomic},
+};
+// clang-format on
+
+// Every engine operation has one row: a completion is reported by it.
+constexpr bool one_row_per_wr_op()
 {
-    switch (op) {
-    case WrOp::Send:
-    case WrOp::SendImm:
-        return RNIC_CQE_OP_SEND;
-    case WrOp::Write:
-    case WrOp::WriteImm:
-        return RNIC_CQE_OP_WRITE;
-    case WrOp::Read:
-        return RNIC_CQE_OP_READ;
-    case WrOp::CmpSwap:
-        return RNIC_CQE_OP_CMP_SWAP;
-    case WrOp::FetchAdd:
-        return RNIC_CQE_OP_FETCH_ADD;
-    case WrOp::Flush:
-        return RNIC_CQE_OP_FLUSH;
-    case WrOp::AtomicWrite:
-        return RNIC_CQE_OP_ATOMIC_WRITE;
-    case WrOp::XAtomic:
-        return RNIC_CQE_OP_XATOMIC;
-    case WrOp::XAtomicPost:
-        return RNIC_CQE_OP_XATOMIC_POST;
+    for (unsigned v = 0; v <= unsigned(WrOp::XAtomicPost); v++) {
+        unsigned n = 0;
+        for (const WqeOp &o : kWqeOps)
+            n += unsigned(o.op) == v;
+        if (n != 1) return false;
     }
-    return RNIC_CQE_OP_SEND;
+    return true;
+}
+static_assert(one_row_per_wr_op(), "kWqeOps: one row per WrOp");
+
+// The row of a WQE opcode; null: no such opcode.
+const WqeOp *wqe_op(uint8_t opcode)
+{
+    for (const WqeOp &o : kWqeOps)
+        if (o.wqe == opcode) return &o;
+    return nullptr;
+}
+
+// The row of an engine operation (every WrOp has one).
+const WqeOp &wqe_op_of(WrOp op)
+{
+    for (const WqeOp &o : kWqeOps)
+        if (o.op == op) return o;
+    return kWqeOps[0]; // unreachable: one_row_per_wr_op()
+}
+
+// A reason that means the WQE itself is malformed (LOC_QP_OP_ERR), not one of its SGEs
+// (LOC_PROT_ERR).
+bool malformed(uint32_t lerr)
+{
+    return lerr == RNIC_LERR_OPCODE || lerr == RNIC_LERR_SGE_COUNT || lerr == RNIC_LERR_LENGTH;
+}
+
+// The checks of a send WQE that need only the WQE and its row, in the device's order (the first
+// that fails is the CQE's vendor_err): the opcode, the extended atomic's operation and size, the
+// SGE count, the result SGE's size. RNIC_LERR_NONE: the SGEs' own checks come next (check_local).
+uint32_t wqe_malformed(const WqeOp *o, const struct rnic_send_wqe &x)
+{
+    if (!o) return RNIC_LERR_OPCODE;
+    if ((o->flags & kXatomic) &&
+        (x.xop >= ROCE_XOP_COUNT || (x.xsize != ROCE_XATOMIC_SIZE32 && x.xsize != ROCE_XATOMIC_SIZE64)))
+        return RNIC_LERR_OPCODE;
+    if (x.num_sge > RNIC_MAX_SEND_SGE) return RNIC_LERR_SGE_COUNT;
+    if (o->sges == Sges::None && x.num_sge) return RNIC_LERR_SGE_COUNT;
+    if (o->sges == Sges::Result) {
+        if (x.num_sge != 1) return RNIC_LERR_SGE_COUNT;
+        if (x.sge[0].length != ((o->flags & kXatomic) ? x.xsize : 8u)) return RNIC_LERR_LENGTH;
+    }
+    return RNIC_LERR_NONE;
+}
+
+// The engine's WR of a WQE that passed its checks: wr_id and local buffer are the core's
+// sequence number `seq` (Qp::wrs holds the WQE under it); `len` is its SGEs' sum.
+SendWr engine_wr(const WqeOp &o, const struct rnic_send_wqe &x, uint64_t seq, uint64_t len)
+{
+    SendWr wr;
+    wr.op = o.op;
+    wr.wr_id = seq;
+    wr.local = seq;
+    wr.length = o.len == Len::Flush ? x.flush_len : o.len == Len::Eight ? 8 : uint32_t(len);
+    wr.remote_va = x.remote_addr;
+    wr.rkey = x.rkey;
+    wr.imm = x.imm;
+    wr.swap_add = x.swap_add;
+    wr.compare = x.compare;
+    wr.mask = x.mask;
+    wr.xop = x.xop;
+    wr.xsize = x.xsize;
+    wr.flush_placement = x.flush_type & ROCE_FETH_PLT_MASK;
+    wr.flush_selectivity = (x.flush_type & ROCE_FETH_SEL_MASK) >> ROCE_FETH_SEL_SHIFT;
+    wr.signaled = x.flags & RNIC_WQE_F_SIGNALED;
+    wr.solicited = x.flags & RNIC_WQE_F_SOLICITED;
+    wr.fence = x.flags & RNIC_WQE_F_FENCE;
+    return wr;
 }
 
 // The AETH syndrome a remote error status came from (the CQE's vendor_err).
@@ -73,32 +183,6 @@ uint32_t nak_syndrome(WcStatus s)
         return ROCE_AETH_NAK(ROCE_NAK_REMOTE_OP);
     default:
         return 0;
-    }
-}
-
-// The CQE opcode of a WQE opcode (0 for an unknown one).
-uint8_t wr_cqe_opcode(uint8_t op)
-{
-    switch (op) {
-    case RNIC_WR_WRITE:
-    case RNIC_WR_WRITE_IMM:
-        return RNIC_CQE_OP_WRITE;
-    case RNIC_WR_READ:
-        return RNIC_CQE_OP_READ;
-    case RNIC_WR_CMP_SWAP:
-        return RNIC_CQE_OP_CMP_SWAP;
-    case RNIC_WR_FETCH_ADD:
-        return RNIC_CQE_OP_FETCH_ADD;
-    case RNIC_WR_FLUSH:
-        return RNIC_CQE_OP_FLUSH;
-    case RNIC_WR_ATOMIC_WRITE:
-        return RNIC_CQE_OP_ATOMIC_WRITE;
-    case RNIC_WR_XATOMIC:
-        return RNIC_CQE_OP_XATOMIC;
-    case RNIC_WR_XATOMIC_POST:
-        return RNIC_CQE_OP_XATOMIC_POST;
-    default:
-        return RNIC_CQE_OP_SEND;
     }
 }
 
@@ -170,26 +254,18 @@ void Rnic::pump_sq(Qp &q)
             q.wrs.erase(q.wrs.begin());
         if (q.bad_held) {
             if (outstanding) return;
-            q.bad_held = false;
-            struct rnic_cqe e = {};
-            e.wr_id = q.bad.wqe.wr_id;
-            e.qpn = q.qpn;
-            e.src_qpn = q.attr.dest_qpn;
-            e.opcode = wr_cqe_opcode(q.bad.wqe.opcode);
-            e.status = q.bad_lerr == RNIC_LERR_WQE_DMA || q.bad_lerr == RNIC_LERR_OPCODE ||
-                               q.bad_lerr == RNIC_LERR_SGE_COUNT || q.bad_lerr == RNIC_LERR_LENGTH
-                           ? RNIC_WC_LOC_QP_OP_ERR
-                           : RNIC_WC_LOC_PROT_ERR;
-            e.vendor_err = q.bad_lerr;
-            ctr_.wqe_errors++;
-            write_cqe(q.send_cqn, e, true);
-            qp_fail(q, "send WQE failed its checks");
+            complete_bad_wqe(q);
             continue;
         }
         const QpState st = rc_->qp_state(q.qpn);
         if (q.sq_ci == q.sq_pi || st == QpState::Reset) return;
         if (outstanding >= depth) return; // our copies of the WQEs are bounded by the ring
         Qp::Wr w;
+        auto hold = [&](uint32_t lerr) {
+            q.bad_held = true;
+            q.bad = w;
+            q.bad_lerr = lerr;
+        };
         const uint64_t at = q.sq_ring + uint64_t(q.sq_ci & (depth - 1)) * sizeof(struct rnic_send_wqe);
         ctr_.wqes_fetched++;
         if (!dma(at, &w.wqe, sizeof(w.wqe), false)) {
@@ -197,118 +273,61 @@ void Rnic::pump_sq(Qp &q)
                         (unsigned long long)at);
             std::memset(&w.wqe, 0, sizeof(w.wqe));
             q.sq_ci++;
-            q.bad_held = true;
-            q.bad = w;
-            q.bad_lerr = RNIC_LERR_WQE_DMA;
+            hold(RNIC_LERR_WQE_DMA);
             continue;
         }
         q.sq_ci++;
         const struct rnic_send_wqe &x = w.wqe;
-        SendWr wr;
-        uint32_t lerr = RNIC_LERR_NONE;
-        bool needs_local_write = false;
-        switch (x.opcode) {
-        case RNIC_WR_SEND:
-            wr.op = WrOp::Send;
-            break;
-        case RNIC_WR_SEND_IMM:
-            wr.op = WrOp::SendImm;
-            break;
-        case RNIC_WR_WRITE:
-            wr.op = WrOp::Write;
-            break;
-        case RNIC_WR_WRITE_IMM:
-            wr.op = WrOp::WriteImm;
-            break;
-        case RNIC_WR_READ:
-            wr.op = WrOp::Read, needs_local_write = true;
-            break;
-        case RNIC_WR_CMP_SWAP:
-            wr.op = WrOp::CmpSwap, needs_local_write = true;
-            break;
-        case RNIC_WR_FETCH_ADD:
-            wr.op = WrOp::FetchAdd, needs_local_write = true;
-            break;
-        case RNIC_WR_FLUSH:
-            wr.op = WrOp::Flush;
-            break;
-        case RNIC_WR_ATOMIC_WRITE:
-            wr.op = WrOp::AtomicWrite;
-            break;
-        case RNIC_WR_XATOMIC:
-            wr.op = WrOp::XAtomic, needs_local_write = true;
-            break;
-        case RNIC_WR_XATOMIC_POST:
-            wr.op = WrOp::XAtomicPost;
-            break;
-        default:
-            lerr = RNIC_LERR_OPCODE;
-            break;
-        }
-        const bool xatomic = wr.op == WrOp::XAtomic || wr.op == WrOp::XAtomicPost;
-        if (!lerr && xatomic &&
-            (x.xop >= ROCE_XOP_COUNT || (x.xsize != ROCE_XATOMIC_SIZE32 && x.xsize != ROCE_XATOMIC_SIZE64)))
-            lerr = RNIC_LERR_OPCODE;
+        const WqeOp *o = wqe_op(x.opcode);
+        uint32_t lerr = wqe_malformed(o, x);
         uint64_t len = 0;
-        if (!lerr && x.num_sge > RNIC_MAX_SEND_SGE) lerr = RNIC_LERR_SGE_COUNT;
-        if (!lerr && (wr.op == WrOp::Flush || wr.op == WrOp::AtomicWrite || wr.op == WrOp::XAtomicPost) &&
-            x.num_sge)
-            lerr = RNIC_LERR_SGE_COUNT;
-        if (!lerr && wr.op == WrOp::XAtomic && (x.num_sge != 1 || x.sge[0].length != x.xsize))
-            lerr = x.num_sge != 1 ? RNIC_LERR_SGE_COUNT : RNIC_LERR_LENGTH;
-        if (!lerr && (wr.op == WrOp::CmpSwap || wr.op == WrOp::FetchAdd) &&
-            (x.num_sge != 1 || x.sge[0].length != 8))
-            lerr = x.num_sge != 1 ? RNIC_LERR_SGE_COUNT : RNIC_LERR_LENGTH;
         for (unsigned k = 0; !lerr && k < x.num_sge; k++) {
             len += x.sge[k].length;
-            if (x.sge[k].length) lerr = check_local(q, x.sge[k], needs_local_write);
+            if (x.sge[k].length) lerr = check_local(q, x.sge[k], o->flags & kReturns);
         }
         if (!lerr && len > RNIC_MAX_MSG) lerr = RNIC_LERR_LENGTH;
         if (lerr) {
-            if (lerr != RNIC_LERR_OPCODE && lerr != RNIC_LERR_SGE_COUNT && lerr != RNIC_LERR_LENGTH)
-                ctr_.local_prot_errors++;
+            if (!malformed(lerr)) ctr_.local_prot_errors++;
             guest_error("QP 0x%x: send WQE %u (wr_id 0x%llx, opcode %u) refused: reason %u", q.qpn,
                         q.sq_ci - 1, (unsigned long long)x.wr_id, x.opcode, lerr);
-            q.bad_held = true;
-            q.bad = w;
-            q.bad_lerr = lerr;
+            hold(lerr);
             continue;
         }
         const uint64_t seq = next_seq_++;
-        wr.wr_id = seq;
-        wr.local = seq;
-        wr.length = wr.op == WrOp::Flush ? x.flush_len : wr.op == WrOp::AtomicWrite ? 8 : uint32_t(len);
-        wr.remote_va = x.remote_addr;
-        wr.rkey = x.rkey;
-        wr.imm = x.imm;
-        wr.swap_add = x.swap_add;
-        wr.compare = x.compare;
-        wr.mask = x.mask;
-        wr.xop = x.xop;
-        wr.xsize = x.xsize;
-        wr.flush_placement = x.flush_type & ROCE_FETH_PLT_MASK;
-        wr.flush_selectivity = (x.flush_type & ROCE_FETH_SEL_MASK) >> ROCE_FETH_SEL_SHIFT;
-        wr.signaled = x.flags & RNIC_WQE_F_SIGNALED;
-        wr.solicited = x.flags & RNIC_WQE_F_SOLICITED;
-        wr.fence = x.flags & RNIC_WQE_F_FENCE;
+        const SendWr wr = engine_wr(*o, x, seq, len);
         w.len = wr.length;
         w.posted_ns = host_.now_ns();
         q.wrs.emplace(seq, w);
-        if (wr.op == WrOp::Send || wr.op == WrOp::SendImm || wr.op == WrOp::Write ||
-            wr.op == WrOp::WriteImm || wr.op == WrOp::AtomicWrite)
-            ctr_.payload_tx_bytes += wr.length;
+        if (o->flags & kPayload) ctr_.payload_tx_bytes += wr.length;
         // a READ or WRITE alone on its QP, to a peer reachable directly: a copy, no frames
         // (rnic_direct.cc)
-        if ((wr.op == WrOp::Read || wr.op == WrOp::Write) && direct_op(q, seq, wr)) continue;
-        const RcResult r = rc_->post_send(q.qpn, wr);
-        if (r != RcResult::Ok) {
+        if ((o->flags & kDirect) && direct_op(q, seq, wr)) continue;
+        if (rc_->post_send(q.qpn, wr) != RcResult::Ok) {
             // the checks above make this unreachable; never lose the WR silently
             q.wrs.erase(seq);
-            q.bad_held = true;
-            q.bad = w;
-            q.bad_lerr = RNIC_LERR_OPCODE;
+            hold(RNIC_LERR_OPCODE);
         }
     }
+}
+
+// The WQE held for failing its checks, once every earlier WR completed: its CQE (LOC_QP_OP_ERR
+// for a malformed WQE or one not in RAM, LOC_PROT_ERR for an SGE that failed its lkey check,
+// vendor_err the reason), then the QP to Error.
+void Rnic::complete_bad_wqe(Qp &q)
+{
+    q.bad_held = false;
+    const WqeOp *o = wqe_op(q.bad.wqe.opcode);
+    struct rnic_cqe e = {};
+    e.wr_id = q.bad.wqe.wr_id;
+    e.qpn = q.qpn;
+    e.src_qpn = q.attr.dest_qpn;
+    e.opcode = o ? o->cqe : RNIC_CQE_OP_SEND;
+    e.status = q.bad_lerr == RNIC_LERR_WQE_DMA || malformed(q.bad_lerr) ? RNIC_WC_LOC_QP_OP_ERR
+                                                                        : RNIC_WC_LOC_PROT_ERR;
+    e.vendor_err = q.bad_lerr;
+    ctr_.wqe_errors++;
+    write_cqe(q.send_cqn, e, true);
+    qp_fail(q, "send WQE failed its checks");
 }
 
 // The local buffer of a send WR (its SGEs were checked at fetch).
@@ -425,11 +444,11 @@ void Rnic::complete(const Completion &c)
     q->wrs.erase(q->wrs.begin(), it);
     const Qp::Wr &w = it->second;
     e.wr_id = w.wqe.wr_id;
-    e.opcode = cqe_opcode(c.op);
+    const WqeOp &o = wqe_op_of(c.op);
+    e.opcode = o.cqe;
     if (c.status == WcStatus::Success) {
         e.modeled_ns = model_wr_ns(w.wqe.opcode, w.len, q->attr.path_mtu);
-        if (c.op != WrOp::Read && c.op != WrOp::CmpSwap && c.op != WrOp::FetchAdd && c.op != WrOp::XAtomic)
-            e.byte_len = uint32_t(w.len);
+        if (!(o.flags & kReturns)) e.byte_len = uint32_t(w.len);
         ctr_.modeled_wr_ns += e.modeled_ns;
     } else {
         e.vendor_err = nak_syndrome(c.status) ? nak_syndrome(c.status) : w.lerr;
