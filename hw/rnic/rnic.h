@@ -310,6 +310,7 @@ private:
     void sq_doorbell(Qp &q, uint32_t pi);
     void rq_doorbell(Qp &q, uint32_t pi);
     void pump_sq(Qp &q);
+    void complete_bad_wqe(Qp &q); // a WQE held for failing its checks: its CQE, the QP to Error
     bool fetch_rwqe(Qp &q);
     void write_cqe(uint32_t cqn, struct rnic_cqe &e, bool solicited_event);
     void qp_fail(Qp &q, const char *why);

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: MIT
-// The RNIC core's verbs objects (rnic.h), shared by the device (rnic.cc) and its migration code
-// (rnic_state.cc), which saves and validates them field by field. Internal to hw/rnic.
+// The RNIC core's internal types (rnic.h): the verbs objects, which its migration code
+// (rnic_state.cc) saves and validates field by field, the atomic unit's host, and the helpers
+// the core's files (rnic*.cc, one per concern: rnic.cc lists them) share. Internal to hw/rnic.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "rnic.h"
@@ -53,6 +56,48 @@ inline bool qp_state_of(uint8_t v, QpState *s)
     }
 }
 
+// A ring's depth_log2 (CQ, QP rings, the event queue): RNIC_DEPTH_LOG2_MIN..MAX.
+inline bool valid_depth(uint8_t l)
+{
+    return l >= RNIC_DEPTH_LOG2_MIN && l <= RNIC_DEPTH_LOG2_MAX;
+}
+
+// A path MTU the device accepts (IBA's 256..4096).
+inline bool valid_mtu(uint32_t m)
+{
+    return m == 256 || m == 512 || m == 1024 || m == 2048 || m == 4096;
+}
+
+// The CQE status (RNIC_WC_*) of an engine status.
+inline uint8_t wc_status(WcStatus s)
+{
+    switch (s) {
+    case WcStatus::Success:
+        return RNIC_WC_SUCCESS;
+    case WcStatus::LocLenErr:
+        return RNIC_WC_LOC_LEN_ERR;
+    case WcStatus::LocQpOpErr:
+        return RNIC_WC_LOC_QP_OP_ERR;
+    case WcStatus::LocProtErr:
+        return RNIC_WC_LOC_PROT_ERR;
+    case WcStatus::WrFlushErr:
+        return RNIC_WC_WR_FLUSH_ERR;
+    case WcStatus::BadRespErr:
+        return RNIC_WC_BAD_RESP_ERR;
+    case WcStatus::RemInvReqErr:
+        return RNIC_WC_REM_INV_REQ_ERR;
+    case WcStatus::RemAccessErr:
+        return RNIC_WC_REM_ACCESS_ERR;
+    case WcStatus::RemOpErr:
+        return RNIC_WC_REM_OP_ERR;
+    case WcStatus::RetryExcErr:
+        return RNIC_WC_RETRY_EXC_ERR;
+    case WcStatus::RnrRetryExcErr:
+        return RNIC_WC_RNR_RETRY_EXC_ERR;
+    }
+    return RNIC_WC_LOC_QP_OP_ERR;
+}
+
 struct Rnic::Pending {
     bool exec = false;
 };
@@ -99,6 +144,71 @@ struct Rnic::Qp {
     uint64_t rlen = 0;
     uint64_t rfirst_ns = 0;
     uint32_t rlerr = 0;
+};
+
+// Rnic::mr_walk (rnic.h): the pieces of [va, va + len) by the MR's page list.
+template <typename F> bool Rnic::mr_walk(const Mr &m, uint64_t va, uint64_t len, F &&piece)
+{
+    if (m.phys) return piece(va, len);
+    const uint64_t ps = 1ull << m.page_shift;
+    const uint64_t base = m.iova & ~(ps - 1);
+    while (len) {
+        const uint64_t rel = va - base;
+        const uint64_t pg = rel >> m.page_shift, in = rel & (ps - 1);
+        if (pg >= m.pages.size()) return false;
+        const uint64_t n = std::min(len, ps - in);
+        if (!piece(m.pages[pg] + in, n)) return false;
+        va += n;
+        len -= n;
+    }
+    return true;
+}
+
+// The unit's host: guest RAM by guest-physical address. amo() maps the word and performs one
+// host atomic on it (atomic with the guest CPUs' own atomics: TCG executes those as host
+// atomics); a word that cannot be mapped (not plain RAM) is read, computed and written through
+// DMA, which is atomic only among the device's own atomics, and counted as a guest error.
+class Rnic::AmuDev : public AmuHost {
+public:
+    explicit AmuDev(Rnic &d) : d_(d) {}
+    bool valid(uint64_t addr, uint32_t len) override { return d_.probe_ram(addr, len); }
+    uint64_t amo(uint64_t addr, uint8_t size, uint8_t op, uint64_t operand, uint64_t compare,
+                 uint64_t mask) override
+    {
+        uint64_t maplen = size;
+        void *p = d_.host_.dma_map(addr, maplen, true);
+        if (p && maplen >= size && (reinterpret_cast<uintptr_t>(p) & (size - 1)) == 0) {
+            const uint64_t old = amo_host_atomic(p, size, op, operand, compare, mask);
+            d_.host_.dma_unmap(p, maplen, true, size);
+            return old;
+        }
+        if (p) d_.host_.dma_unmap(p, maplen, true, 0);
+        d_.guest_error(
+            "atomic unit: the word at 0x%llx cannot be mapped: executed through DMA, not "
+            "atomic with the CPUs' atomics",
+            (unsigned long long)addr);
+        uint64_t old = 0;
+        d_.dma(addr, &old, size, false);
+        uint64_t nv = amo_alu(op, size, old, operand, compare, mask);
+        d_.dma(addr, &nv, size, true);
+        return old;
+    }
+    uint64_t read_word(uint64_t addr) override
+    {
+        uint64_t v = 0;
+        d_.dma(addr, &v, 8, false);
+        return v;
+    }
+    void write_word(uint64_t addr, uint64_t value) override { d_.dma(addr, &value, 8, true); }
+    // The model reached an operation's execution (amu_exec executed its value at arrival).
+    void complete(const AmoResult &r) override
+    {
+        d_.ctr_.amu_modeled_ns += (std::max(r.done_ps, r.arrival_ps) - r.arrival_ps) / 1000;
+    }
+    void guest_error(const std::string &msg) override { d_.guest_error("%s", msg.c_str()); }
+
+private:
+    Rnic &d_;
 };
 
 } // namespace rackemu::rnic
