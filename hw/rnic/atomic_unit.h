@@ -5,7 +5,7 @@
 // QEMU-independent: it reaches target memory through AmuHost (read/write a word, an atomic
 // read-modify-write, validity of a range) and reports each operation's end through
 // AmuHost::complete. The same code runs in the unit tests, the fuzzer, bench/amu_model.cc and
-// in the RNIC device under QEMU, against guest RAM (rnic.cc's AmuDev).
+// in the RNIC device under QEMU, against guest RAM (AmuDev, rnic_objects.h).
 //
 // The pipeline (Fig. 1), one NIC clock cycle at a time (nic-mhz, 500 MHz: 2 ns):
 //
