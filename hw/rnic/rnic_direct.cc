@@ -5,7 +5,7 @@
 // as a copy from or into the peer's RAM file, instead of frames through the switch.
 //
 // Owner side: the device publishes, in its area of the node's RAM-file tail (struct rnic_pub,
-// rackemu/rnic_regs.h), everything its responder checks before it executes a READ or WRITE:
+// rnic_pub.h: host-only), everything its responder checks before it executes a READ or WRITE:
 // whether it serves (CTRL.ENABLE, the VM running), each QP's state, PD, access flags, accepted
 // source and P_Key, each MR's key, PD, access, bounds and page list. It writes under a seqlock,
 // and before it changes anything it waits until no peer's direct WRITE is in progress (the

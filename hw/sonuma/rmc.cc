@@ -105,7 +105,7 @@ Rmc::Rmc(const RmcConfig &cfg, Host host, RmcFabric fabric, RmcDirect direct)
     rgp_ = std::thread([this] { rgp_main(); });
 }
 
-// The table peers read before they read this node's memory directly (sonuma_regs.h, struct
+// The table peers read before they read this node's memory directly (rmc_pub.h, struct
 // rmc_pub): a seqlock with this thread as the only writer (mu_ held). Called after every change
 // of CTRL.EN, a context, the run state (pause), reset and load. A reader that saw the old table
 // and copied data discards the copy unless seq is unchanged after it, so a context withdrawn
@@ -982,8 +982,6 @@ bool Rmc::fetch_one(unsigned q)
     qp.inflight++;
     return true;
 }
-
-static_assert(sizeof(rmc_pub) <= RK_RMEM_TAIL_RMC_SIZE, "the RMC's table fits its area of the tail page");
 
 namespace {
 
