@@ -65,8 +65,9 @@ struct rk_rmem_tail {
 };
 /* The rest of the tail, from RK_RMEM_TAIL_DEV_OFF, belongs to the node's devices: each
  * publishes what peers need to act on its memory directly (the RMC its context table,
- * struct rmc_pub in rackemu/sonuma_regs.h; the RNIC its QP and MR tables, struct rnic_pub in
- * rackemu/rnic_regs.h) at a fixed offset. Zeroed when the tail is (re)made. */
+ * struct rmc_pub in hw/sonuma/rmc_pub.h; the RNIC its QP and MR tables, struct rnic_pub in
+ * hw/rnic/rnic_pub.h) at a fixed offset, under a seqlock (hw/fabric/seqlock.h). Host-only: no
+ * guest ever sees these tables. Zeroed when the tail is (re)made. */
 #define RK_RMEM_TAIL_DEV_OFF   1024u
 #define RK_RMEM_TAIL_RMC_OFF   1024u /* struct rmc_pub, at most RK_RMEM_TAIL_RMC_SIZE bytes */
 #define RK_RMEM_TAIL_RMC_SIZE  1024u

@@ -80,6 +80,7 @@
 #include "atomic_unit.h"
 #include "rc.h"
 #include "regbank.h"
+#include "rnic_pub.h"
 #include "rnic_state.h"
 
 struct rkf_live_table;

@@ -5,11 +5,12 @@
 // as a copy from or into the peer's RAM file, instead of frames through the switch.
 //
 // Owner side: the device publishes, in its area of the node's RAM-file tail (struct rnic_pub,
-// rackemu/rnic_regs.h), everything its responder checks before it executes a READ or WRITE:
+// rnic_pub.h: host-only), everything its responder checks before it executes a READ or WRITE:
 // whether it serves (CTRL.ENABLE, the VM running), each QP's state, PD, access flags, accepted
-// source and P_Key, each MR's key, PD, access, bounds and page list. It writes under a seqlock,
-// and before it changes anything it waits until no peer's direct WRITE is in progress (the
-// busy words), so a WRITE never lands in memory the table no longer grants.
+// source and P_Key, each MR's key, PD, access, bounds and page list. It writes under the table's
+// seqlock (hw/fabric/seqlock.h), and before it changes anything it waits until no peer's direct
+// WRITE is in progress (the busy words, the seqlock's holders), so a WRITE never lands in memory
+// the table no longer grants.
 // Requester side: a READ or WRITE (without immediate) WR whose QP has nothing else in flight, to
 // a peer node reachable directly, while the bridge does not need to see either node's Ethernet
 // frames (a capture or a fault rule: rkf_live_table.eth_watched), runs the responder's checks on
@@ -24,6 +25,7 @@
 #include "rackemu/fabric_proto.h"
 #include "rnic.h"
 #include "rnic_objects.h"
+#include "seqlock.h"
 #include "shm_ring.h"
 
 namespace rackemu::rnic {
@@ -48,28 +50,24 @@ struct DirectOp {
     uint64_t holder; // WRITE: busy[self_node] while it copies (this node's liveness word, UP set)
 };
 
-template <typename T> T ld(const T *p)
-{
-    return __atomic_load_n(p, __ATOMIC_RELAXED);
-}
-
 int direct_fn_held(DirectOp &d, const rk_rmem_view *v, rnic_pub *pub);
 
 // The responder's work on the peer's mapped RAM file: its checks on the published table, then the
-// copy (a WRITE checks every piece to be RAM before the first byte moves). A WRITE holds busy[]
-// from before its first look at seq to the end of its copy (Dekker with the owner, which makes
-// seq odd and then reads busy[]: one of the two sees the other); the word is cleared here, under
-// the SIGBUS guard (after a fault it stays: the file is gone, and with it the word).
+// copy (a WRITE checks every piece to be RAM before the first byte moves). A WRITE cannot be
+// discarded after the copy, so it holds busy[its node] from before its first look at seq to the
+// end of its copy (Seqlock::hold: the owner, after write_begin, waits until no word is held; one
+// of the two sees the other); the word is cleared here, under the SIGBUS guard (after a fault it
+// stays: the file is gone, and with it the word).
 int direct_fn(void *opaque, const rk_rmem_view *v)
 {
     auto &d = *static_cast<DirectOp *>(opaque);
     if (((v->eth_watched >> d.self_node) | (v->eth_watched >> d.peer_node)) & 1) return kDirectNo;
     auto *pub = reinterpret_cast<rnic_pub *>(v->tail + RK_RMEM_TAIL_RNIC_OFF);
-    if (__atomic_load_n(&pub->magic, __ATOMIC_ACQUIRE) != RNIC_PUB_MAGIC) return kDirectNo;
+    if (!fabric::table_published(pub->magic, RNIC_PUB_MAGIC)) return kDirectNo;
     if (!d.write) return direct_fn_held(d, v, pub);
-    __atomic_store_n(&pub->busy[d.self_node], d.holder, __ATOMIC_SEQ_CST);
+    fabric::Seqlock::hold(pub->busy[d.self_node], d.holder);
     const int r = direct_fn_held(d, v, pub);
-    __atomic_store_n(&pub->busy[d.self_node], uint64_t(0), __ATOMIC_SEQ_CST);
+    fabric::Seqlock::unhold(pub->busy[d.self_node]);
     return r;
 }
 
@@ -81,33 +79,28 @@ int direct_fn_held(DirectOp &d, const rk_rmem_view *v, rnic_pub *pub)
     if (d.dqpn < RNIC_QPN_BASE || RNIC_QP_INDEX(d.dqpn) >= RNIC_MAX_QP ||
         RNIC_KEY_INDEX(d.rkey) >= RNIC_MAX_MR)
         return kDirectNo;
-    const rnic_pub_qp &qe = pub->qp[RNIC_QP_INDEX(d.dqpn)];
-    const rnic_pub_mr &me = pub->mr[RNIC_KEY_INDEX(d.rkey)];
     const uint32_t need = d.write ? RNIC_ACCESS_REMOTE_WRITE : RNIC_ACCESS_REMOTE_READ;
+    const fabric::Seqlock lock(pub->seq);
     for (int tries = 0; tries < 4; tries++) {
-        const uint64_t seq = __atomic_load_n(&pub->seq, __ATOMIC_SEQ_CST);
-        if (seq & 1) continue; // the owner is changing it: look again
-        const uint32_t flags = ld(&pub->flags);
-        const uint32_t q_pdn = ld(&qe.pdn), q_access = ld(&qe.access), q_src = ld(&qe.src_ip);
-        const uint32_t q_peer = ld(&qe.dest_qpn);
-        const uint8_t q_state = ld(&qe.state);
-        const uint16_t q_pkey = ld(&qe.pkey);
-        const uint64_t iova = ld(&me.iova), length = ld(&me.length);
-        const uint32_t key = ld(&me.key), m_pdn = ld(&me.pdn), m_access = ld(&me.access);
-        const uint32_t first = ld(&me.first_page), npages = ld(&me.npages);
-        const uint8_t phys = ld(&me.phys), shift = ld(&me.page_shift);
-        std::atomic_thread_fence(std::memory_order_acquire);
-        if (__atomic_load_n(&pub->seq, __ATOMIC_RELAXED) != seq) continue;
+        uint64_t seq;
+        if (!lock.read_begin(seq)) continue; // the owner is changing it: look again
+        const uint32_t flags = fabric::shared_load(pub->flags);
+        const rnic_pub_qp qe = fabric::shared_load(pub->qp[RNIC_QP_INDEX(d.dqpn)]);
+        const rnic_pub_mr me = fabric::shared_load(pub->mr[RNIC_KEY_INDEX(d.rkey)]);
+        if (!lock.read_valid(seq)) continue;
+        const uint64_t iova = me.iova, length = me.length;
+        const uint32_t first = me.first_page, npages = me.npages;
+        const uint8_t phys = me.phys, shift = me.page_shift;
         // the responder's checks (rc.cc: state, source, P_Key, the QP's access; rnic.cc
         // remote_mr: key, PD, access, bounds); a request they refuse goes on the wire, which NAKs
         // it. Only the responder QP's connected peer (this node, the requester QP) may use it: on
         // the wire another QP's request lacks the connection's PSN and gets nothing (a READ's
         // response goes to the peer QP). A responder still in RTR takes the wire too: its first
         // packet raises COMM_EST.
-        if (!(flags & RNIC_PUB_F_SERVING) || q_pdn == 0 || q_state != RNIC_QPS_RTS || q_src != d.self_ip ||
-            q_peer != d.self_qpn || q_pkey != d.pkey || !(q_access & need) || key != d.rkey ||
-            m_pdn != q_pdn || !(m_access & need) || d.va < iova || d.va + d.len < d.va ||
-            d.va + d.len > iova + length)
+        if (!(flags & RNIC_PUB_F_SERVING) || qe.pdn == 0 || qe.state != RNIC_QPS_RTS ||
+            qe.src_ip != d.self_ip || qe.dest_qpn != d.self_qpn || qe.pkey != d.pkey || !(qe.access & need) ||
+            me.key != d.rkey || me.pdn != qe.pdn || !(me.access & need) || d.va < iova ||
+            d.va + d.len < d.va || d.va + d.len > iova + length)
             return kDirectNo;
         if (!phys && (npages == 0 || first > page_cap || npages > page_cap - first ||
                       shift < RNIC_MR_PAGE_SHIFT_MIN || shift > RNIC_MR_PAGE_SHIFT_MAX))
@@ -126,7 +119,7 @@ int direct_fn_held(DirectOp &d, const rk_rmem_view *v, rnic_pub *pub)
             for (uint64_t at = 0; at < d.len;) {
                 const uint64_t rel = d.va + at - base, pg = rel >> shift, in = rel & (ps - 1);
                 const uint64_t n = std::min(d.len - at, ps - in);
-                if (pg >= npages || !piece(ld(&pages[first + pg]) + in, n, at)) return false;
+                if (pg >= npages || !piece(fabric::shared_load(pages[first + pg]) + in, n, at)) return false;
                 at += n;
             }
             return true;
@@ -137,7 +130,7 @@ int direct_fn_held(DirectOp &d, const rk_rmem_view *v, rnic_pub *pub)
             walk([&](const unsigned char *ram, uint64_t n, uint64_t at) {
                 std::memcpy(const_cast<unsigned char *>(ram), d.buf + at, size_t(n));
             });
-            std::atomic_thread_fence(std::memory_order_seq_cst);
+            // (the caller's unhold orders the copy before the owner's next change)
             __atomic_add_fetch(&pub->served_writes, uint64_t(1), __ATOMIC_RELAXED);
             __atomic_add_fetch(&pub->served_write_bytes, d.len, __ATOMIC_RELAXED);
             return kDirectDone;
@@ -145,8 +138,7 @@ int direct_fn_held(DirectOp &d, const rk_rmem_view *v, rnic_pub *pub)
         const bool ok = walk([&](const unsigned char *ram, uint64_t n, uint64_t at) {
             std::memcpy(d.buf + at, ram, size_t(n));
         });
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        if (__atomic_load_n(&pub->seq, __ATOMIC_RELAXED) != seq) continue; // changed during the copy
+        if (!lock.copy_valid(seq)) continue; // changed during the copy
         if (!ok) return kDirectNo;
         __atomic_add_fetch(&pub->served_reads, uint64_t(1), __ATOMIC_RELAXED);
         __atomic_add_fetch(&pub->served_read_bytes, d.len, __ATOMIC_RELAXED);
@@ -236,14 +228,18 @@ void Rnic::pub_init()
     }
     pub_pages_ = reinterpret_cast<uint64_t *>(reinterpret_cast<uint8_t *>(pub_) + RNIC_PUB_PAGES_OFF);
     pub_page_cap_ = (cfg_.direct.own_bytes - RNIC_PUB_PAGES_OFF) / 8;
-    __atomic_store_n(&pub_->magic, 0u, __ATOMIC_RELAXED);
-    __atomic_store_n(&pub_->seq, uint64_t(0), __ATOMIC_RELAXED);
-    pub_->flags = 0;
+    fabric::shared_store(pub_->magic, 0u);
+    fabric::Seqlock lock(pub_->seq);
+    lock.write_begin();
+    fabric::shared_store(pub_->flags, 0u);
     pub_reads_seen_ = __atomic_load_n(&pub_->served_reads, __ATOMIC_RELAXED);
     pub_writes_seen_ = __atomic_load_n(&pub_->served_writes, __ATOMIC_RELAXED);
-    std::memset(pub_->qp, 0, sizeof pub_->qp);
-    std::memset(pub_->mr, 0, sizeof pub_->mr);
-    __atomic_store_n(&pub_->magic, RNIC_PUB_MAGIC, __ATOMIC_RELEASE);
+    for (auto &e : pub_->qp)
+        fabric::shared_store(e, rnic_pub_qp{});
+    for (auto &e : pub_->mr)
+        fabric::shared_store(e, rnic_pub_mr{});
+    lock.write_end();
+    fabric::publish_table(pub_->magic, RNIC_PUB_MAGIC);
 }
 
 void Rnic::pub_all_dirty()
@@ -262,17 +258,17 @@ void Rnic::pub_mr_changed(uint32_t index)
     if (index < RNIC_MAX_MR) pub_mr_dirty_.set(index);
 }
 
-// Write what changed since the last call, under the seqlock. Called with mu_ held at the end
-// of everything that can change what a responder checks.
+// Write what changed since the last call, under the table's seqlock (this thread its only
+// writer). Called with mu_ held at the end of everything that can change what a responder checks.
 void Rnic::publish()
 {
     if (!pub_) return;
     const uint32_t flags = (ctrl_ & RNIC_CTRL_ENABLE) && !paused_ ? RNIC_PUB_F_SERVING : 0;
     if (flags == pub_flags_ && pub_qp_dirty_.none() && pub_mr_dirty_.none()) return;
-    const uint64_t seq = __atomic_load_n(&pub_->seq, __ATOMIC_RELAXED);
-    __atomic_store_n(&pub_->seq, seq + 1, __ATOMIC_SEQ_CST); // odd: changing
+    fabric::Seqlock lock(pub_->seq);
+    lock.write_begin();
     pub_wait_writers();
-    __atomic_store_n(&pub_->flags, flags, __ATOMIC_RELAXED);
+    fabric::shared_store(pub_->flags, flags);
     pub_flags_ = flags;
     for (uint32_t i = 0; pub_qp_dirty_.any() && i < RNIC_MAX_QP; i++) {
         if (!pub_qp_dirty_.test(i)) continue;
@@ -287,7 +283,7 @@ void Rnic::publish()
             e.pkey = at->pkey;
             e.dest_qpn = at->dest_qpn;
         }
-        std::memcpy(&pub_->qp[i], &e, sizeof e);
+        fabric::shared_store(pub_->qp[i], e);
     }
     if (pub_mr_dirty_.any()) {
         // pages for the changed MRs from the free end; when they do not fit, compact: every MR
@@ -316,40 +312,39 @@ void Rnic::publish()
                 if (!m->phys && m->pages.size() <= pub_page_cap_ - pub_pages_used_) {
                     e.first_page = uint32_t(pub_pages_used_);
                     e.npages = uint32_t(m->pages.size());
-                    std::memcpy(pub_pages_ + pub_pages_used_, m->pages.data(), m->pages.size() * 8);
+                    for (size_t k = 0; k < m->pages.size(); k++)
+                        fabric::shared_store(pub_pages_[pub_pages_used_ + k], m->pages[k]);
                     pub_pages_used_ += m->pages.size();
                 } else if (!m->phys) {
                     pub_unplaced_++; // published without its pages: its READs take the wire
                 }
             }
-            std::memcpy(&pub_->mr[i], &e, sizeof e);
+            fabric::shared_store(pub_->mr[i], e);
         }
         pub_mr_dirty_.reset();
     }
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    __atomic_store_n(&pub_->seq, seq + 2, __ATOMIC_RELEASE);
+    lock.write_end();
 }
 
-// After seq went odd: wait until no peer's direct WRITE is between its look at the table and the
-// end of its copy (at most kDirectMax bytes once it runs). A word whose holder is not the live
-// incarnation of that peer any more (it died or reconnected mid-copy: its liveness word changed,
-// the bridge clears UP first) is cleared, as long as this node's view of the table is valid. A live holder is waited for however long it takes
-// (a descheduled or stopped QEMU: what hardware does for a DMA in flight), logged once a second
-// and counted in direct_wait_stalls, so the change never goes ahead under a WRITE.
+// After write_begin: wait until no peer's direct WRITE holds its busy word (Seqlock::hold), from
+// its look at the table to the end of its copy (at most kDirectMax bytes once it runs). A word
+// whose holder is not the live incarnation of that peer any more (it died or reconnected
+// mid-copy: its liveness word changed, the bridge clears UP first) is taken back, as long as this
+// node's view of the table is valid. A live holder is waited for however long it takes (a
+// descheduled or stopped QEMU: what hardware does for a DMA in flight), logged once a second and
+// counted in direct_wait_stalls, so the change never goes ahead under a WRITE.
 void Rnic::pub_wait_writers()
 {
     using clock = std::chrono::steady_clock;
     for (uint32_t n = 0; n < RNIC_PUB_NODES; n++) {
         clock::time_point next_log{};
         for (unsigned spins = 0;; spins++) {
-            const uint64_t h = __atomic_load_n(&pub_->busy[n], __ATOMIC_SEQ_CST);
+            const uint64_t h = fabric::Seqlock::holder(pub_->busy[n]);
             if (!h) break;
             const rkf_live_table *t = cfg_.direct.live;
             if (t && __atomic_load_n(&t->magic, __ATOMIC_ACQUIRE) == RKF_LIVE_MAGIC &&
                 __atomic_load_n(&t->node[n], __ATOMIC_ACQUIRE) != h) {
-                uint64_t want = h;
-                __atomic_compare_exchange_n(&pub_->busy[n], &want, uint64_t(0), false, __ATOMIC_SEQ_CST,
-                                            __ATOMIC_SEQ_CST);
+                fabric::Seqlock::take_back(pub_->busy[n], h);
                 continue;
             }
             if (spins < 1000) {

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "regbank.h"
+#include "seqlock.h"
 
 namespace rackemu::sonuma {
 
@@ -100,39 +101,33 @@ Rmc::Rmc(const RmcConfig &cfg, Host host, RmcFabric fabric, RmcDirect direct)
         std::lock_guard lk(mu_);
         pub_rd_base_ = __atomic_load_n(&direct_.own->srv_rd_blocks, __ATOMIC_RELAXED);
         publish_locked();
-        __atomic_store_n(&direct_.own->magic, RMC_PUB_MAGIC, __ATOMIC_RELEASE);
+        fabric::publish_table(direct_.own->magic, RMC_PUB_MAGIC);
     }
     rgp_ = std::thread([this] { rgp_main(); });
 }
 
-// The table peers read before they read this node's memory directly (sonuma_regs.h, struct
-// rmc_pub): a seqlock with this thread as the only writer (mu_ held). Called after every change
-// of CTRL.EN, a context, the run state (pause), reset and load. A reader that saw the old table
-// and copied data discards the copy unless seq is unchanged after it, so a context withdrawn
-// (or re-keyed, or the RMC disabled, or the VM stopped) serves no direct read after the register
-// write that changed it returned.
+// The table peers read before they read this node's memory directly (rmc_pub.h): this thread is
+// its seqlock's only writer (mu_ held; hw/fabric/seqlock.h). Called after every change of
+// CTRL.EN, a context, the run state (pause), reset and load. A reader that saw the old table
+// and copied data discards the copy unless copy_valid says no write section began before the
+// copy ended, so a context withdrawn (or re-keyed, or the RMC disabled, or the VM stopped)
+// serves no direct read after the register write that changed it returned.
 void Rmc::publish_locked()
 {
     rmc_pub *p = direct_.own;
     if (!p) return;
-    const uint64_t seq = __atomic_load_n(&p->seq, __ATOMIC_RELAXED);
-    __atomic_store_n(&p->seq, seq | 1, __ATOMIC_RELAXED); // odd: changing
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+    fabric::Seqlock lock(p->seq);
+    lock.write_begin();
     const bool serving = cfg_.direct && (ctrl_ & RMC_CTRL_EN) && !paused_;
-    __atomic_store_n(&p->flags,
-                     (serving ? RMC_PUB_F_SERVING : 0u) | (cfg_.timing.llc_resident ? RMC_PUB_F_LLC : 0u),
-                     __ATOMIC_RELAXED);
+    fabric::shared_store(p->flags, (serving ? RMC_PUB_F_SERVING : 0u) |
+                                       (cfg_.timing.llc_resident ? RMC_PUB_F_LLC : 0u));
     for (unsigned c = 0; c < RMC_CTX_COUNT; c++) {
         const Ctx &x = ctxs_[c];
-        rmc_pub_ctx &e = p->ctx[c];
-        __atomic_store_n(&e.valid, x.valid() ? uint64_t(CTX_CTRL_VALID) : 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&e.base, x.base, __ATOMIC_RELAXED);
-        __atomic_store_n(&e.size, x.size, __ATOMIC_RELAXED);
-        __atomic_store_n(&e.perm, x.perm, __ATOMIC_RELAXED);
-        __atomic_store_n(&e.nodemask, x.nodemask, __ATOMIC_RELAXED);
-        __atomic_store_n(&e.key, x.key, __ATOMIC_RELAXED);
+        const rmc_pub_ctx e{
+            x.valid() ? uint64_t(CTX_CTRL_VALID) : 0, x.base, x.size, x.perm, x.nodemask, x.key};
+        fabric::shared_store(p->ctx[c], e);
     }
-    __atomic_store_n(&p->seq, (seq | 1) + 1, __ATOMIC_RELEASE); // even: stable
+    lock.write_end();
 }
 
 Rmc::~Rmc()
@@ -983,8 +978,6 @@ bool Rmc::fetch_one(unsigned q)
     return true;
 }
 
-static_assert(sizeof(rmc_pub) <= RK_RMEM_TAIL_RMC_SIZE, "the RMC's table fits its area of the tail page");
-
 namespace {
 
 // A direct READ as rk_rmem_direct_fn sees it: the request, and the bounce buffer the data goes to
@@ -1011,33 +1004,25 @@ int direct_read_fn(void *opaque, const rk_rmem_view *v)
 {
     auto &d = *static_cast<DirectRead *>(opaque);
     auto *pub = reinterpret_cast<rmc_pub *>(v->tail + RK_RMEM_TAIL_RMC_OFF);
-    if (__atomic_load_n(&pub->magic, __ATOMIC_ACQUIRE) != RMC_PUB_MAGIC || d.ctx >= RMC_CTX_COUNT)
-        return kDirectNo;
+    if (!fabric::table_published(pub->magic, RMC_PUB_MAGIC) || d.ctx >= RMC_CTX_COUNT) return kDirectNo;
+    const fabric::Seqlock lock(pub->seq);
     for (int tries = 0; tries < 4; tries++) {
-        const uint64_t seq = __atomic_load_n(&pub->seq, __ATOMIC_ACQUIRE);
-        if (seq & 1) continue; // the owner is changing it (a few stores): look again
-        const uint32_t flags = __atomic_load_n(&pub->flags, __ATOMIC_RELAXED);
-        const rmc_pub_ctx &e = pub->ctx[d.ctx];
-        const uint64_t valid = __atomic_load_n(&e.valid, __ATOMIC_RELAXED);
-        const uint64_t base = __atomic_load_n(&e.base, __ATOMIC_RELAXED);
-        const uint64_t size = __atomic_load_n(&e.size, __ATOMIC_RELAXED);
-        const uint64_t perm = __atomic_load_n(&e.perm, __ATOMIC_RELAXED);
-        const uint64_t mask = __atomic_load_n(&e.nodemask, __ATOMIC_RELAXED);
-        const uint64_t key = __atomic_load_n(&e.key, __ATOMIC_RELAXED);
-        std::atomic_thread_fence(std::memory_order_acquire);
-        if (__atomic_load_n(&pub->seq, __ATOMIC_RELAXED) != seq) continue;
-        if (!(flags & RMC_PUB_F_SERVING) || !(valid & CTX_CTRL_VALID) || d.src >= 64 ||
-            !((mask >> d.src) & 1) || key != d.key || !(perm & CTX_PERM_READ) || d.off > size ||
-            d.len > size - d.off)
+        uint64_t seq;
+        if (!lock.read_begin(seq)) continue; // the owner is changing it (a few stores): look again
+        const uint32_t flags = fabric::shared_load(pub->flags);
+        const rmc_pub_ctx e = fabric::shared_load(pub->ctx[d.ctx]);
+        if (!lock.read_valid(seq)) continue;
+        if (!(flags & RMC_PUB_F_SERVING) || !(e.valid & CTX_CTRL_VALID) || d.src >= 64 ||
+            !((e.nodemask >> d.src) & 1) || e.key != d.key || !(e.perm & CTX_PERM_READ) || d.off > e.size ||
+            d.len > e.size - d.off)
             return kDirectNo;
         // the segment as this process maps it: within the owner's RAM (checked at its enable)
-        if (base > UINT64_MAX - d.off) return kDirectNo;
-        const uint64_t a = base + d.off;
+        if (e.base > UINT64_MAX - d.off) return kDirectNo;
+        const uint64_t a = e.base + d.off;
         if (a < v->ram_base || a - v->ram_base > v->ram_size || d.len > v->ram_size - (a - v->ram_base))
             return kDirectNo;
         mem_load(d.buf, v->ram + (a - v->ram_base), size_t(d.len));
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        if (__atomic_load_n(&pub->seq, __ATOMIC_RELAXED) != seq) continue; // changed during the copy
+        if (!lock.copy_valid(seq)) continue; // changed during the copy
         d.llc = (flags & RMC_PUB_F_LLC) != 0;
         __atomic_add_fetch(&pub->srv_rd_blocks, uint64_t(d.blocks), __ATOMIC_RELAXED);
         return kDirectDone;

@@ -73,6 +73,7 @@
 #include "r2p2.h"
 #include "rk_remote_mem.h"
 #include "rmc_capi.h"
+#include "rmc_pub.h"
 #include "timing.h"
 
 namespace rackemu::sonuma {

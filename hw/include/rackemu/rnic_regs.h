@@ -490,58 +490,6 @@ struct rnic_eqe {
     rk_u64 reserved1;
 };
 
-/* ---- What the RNIC publishes for its peers' direct READs and WRITEs (docs/rnic.md "Direct path") ----
- * At RK_RMEM_TAIL_RNIC_OFF of the node's RAM-file tail (hw/fabric/rk_remote_mem.h): not guest
- * memory, not visible to the guest. The owner writes it under a seqlock (seq odd while it
- * changes) whenever what its responder checks for a READ changes: CTRL.ENABLE, the VM's run
- * state, a QP's state, PD, access flags, source address or P_Key, an MR registered or
- * deregistered. A requester copies a QP's and an MR's entries, the page list and the data
- * between two equal even reads of seq, or sends the request on the wire. A WRITE also holds
- * busy[its node] (its liveness word, non-zero) from before its first read of seq until its
- * copy is done, and the owner, after making seq odd, waits until no peer holds it (or the
- * holder is not that live incarnation any more): so no direct WRITE lands in memory an MR no
- * longer covers. An MR whose page list does not fit `pages` is published without it (npages 0, not
- * phys): its READs and WRITEs take the wire. */
-#define RNIC_PUB_MAGIC     0x42504e52u /* "RNPB" */
-#define RNIC_PUB_F_SERVING (1u << 0)   /* CTRL.ENABLE set and the VM running: direct accesses allowed */
-#define RNIC_PUB_NODES     64u         /* busy words: one per fabric node (RKF_MAX_NODES) */
-struct rnic_pub_qp {
-    rk_u32 pdn;    /* 0: no QP at this index */
-    rk_u8 state;   /* RNIC_QPS_* as the transport has it */
-    rk_u8 reserved[3];
-    rk_u32 access; /* the QP's RNIC_ACCESS_REMOTE_* */
-    rk_u32 src_ip; /* the only source its responder takes requests from (the path's peer), host order */
-    rk_u16 pkey;
-    rk_u16 reserved2;
-    rk_u32 dest_qpn; /* the connected peer QP: the only requester QP its responder serves */
-};
-struct rnic_pub_mr {
-    rk_u64 iova, length;
-    rk_u32 key;        /* lkey = rkey; 0: no MR at this index */
-    rk_u32 pdn;
-    rk_u32 access;     /* RNIC_ACCESS_* */
-    rk_u8 phys;        /* 1: iova is guest physical (RNIC_MR_F_PHYS) */
-    rk_u8 page_shift;
-    rk_u16 reserved;
-    rk_u32 first_page; /* index into rnic_pub.pages */
-    rk_u32 npages;     /* 0 (and not phys): not published, READs take the wire */
-};
-struct rnic_pub {
-    rk_u32 magic;        /* RNIC_PUB_MAGIC once published */
-    rk_u32 flags;        /* RNIC_PUB_F_* (under seq) */
-    rk_u64 seq;          /* seqlock */
-    rk_u64 served_reads; /* READs of this node's memory that peers completed directly (peers add) */
-    rk_u64 served_read_bytes;
-    rk_u64 served_writes; /* WRITEs likewise */
-    rk_u64 served_write_bytes;
-    rk_u64 busy[RNIC_PUB_NODES]; /* a peer's direct WRITE in progress: its liveness word (UP set), else 0 */
-    struct rnic_pub_qp qp[RNIC_MAX_QP];
-    struct rnic_pub_mr mr[RNIC_MAX_MR];
-    /* then, up to the end of the area, rk_u64 pages[]: the published MRs' page lists (guest
-     * physical), from RNIC_PUB_PAGES_OFF */
-};
-#define RNIC_PUB_PAGES_OFF sizeof(struct rnic_pub)
-
 /* ---- Counters: RNIC_REG_COUNTERS + RNIC_CNT_<NAME> (R, 64-bit) ----
  * X(NAME, name, description). The transport engine's (RNIC_RC_COUNTERS, rc.h uses it as
  * RC_COUNTER_TABLE) then the device's own. From it come the offsets RNIC_CNT_<NAME>,
@@ -666,7 +614,6 @@ static_assert(sizeof(struct rnic_cqe) == 64, "CQE is 64 bytes");
 static_assert(sizeof(struct rnic_eqe) == 32, "EQE is 32 bytes");
 static_assert(RNIC_REG_COUNTERS + 8 * RNIC_CNT_COUNT <= RNIC_BAR_CTRL_SIZE, "counters fit BAR0");
 static_assert(RNIC_BAR_DB_SIZE == 0x200000u, "BAR2 is 2 MiB");
-static_assert(sizeof(struct rnic_pub_qp) == 24 && sizeof(struct rnic_pub_mr) == 40, "published entries");
 #elif !defined(__KERNEL__)
 _Static_assert(sizeof(struct rnic_cmd) == RNIC_CMD_SIZE, "command block is 128 bytes");
 _Static_assert(sizeof(struct rnic_send_wqe) == 128, "send WQE is 128 bytes");

@@ -299,30 +299,6 @@ struct rkf_rmc_done {
     rk_u64 reserved;
 };
 
-/* ---- What the RMC publishes for its peers' direct reads (docs/sonuma.md "Direct path") ----
- * At RK_RMEM_TAIL_RMC_OFF of the node's RAM-file tail page (rk_remote_mem.h): not guest memory.
- * The owner writes it under a seqlock (seq odd while it changes) whenever CTRL.EN, a context's
- * validity or the VM's run state changes; a requester copies a context's entry and the data
- * between two equal even reads of seq, or takes the fabric. */
-#define RMC_PUB_MAGIC          0x504d4352u /* "RCMP" */
-#define RMC_PUB_F_SERVING      (1u << 0) /* CTRL.EN set and the VM running: direct reads allowed */
-#define RMC_PUB_F_LLC          (1u << 1) /* llc-resident: the data it serves is LLC-resident (timing) */
-struct rmc_pub_ctx {
-    rk_u64 valid;       /* CTX_CTRL_VALID */
-    rk_u64 base, size;  /* CTX_BASE, CTX_SIZE (guest physical) */
-    rk_u64 perm;        /* CTX_PERM */
-    rk_u64 nodemask;    /* CTX_NODEMASK */
-    rk_u64 key;         /* CTX_KEY */
-};
-struct rmc_pub {
-    rk_u32 magic;         /* RMC_PUB_MAGIC once published */
-    rk_u32 flags;         /* RMC_PUB_F_* (under seq) */
-    rk_u64 seq;           /* seqlock */
-    rk_u64 srv_rd_blocks; /* blocks that peers read directly: the owner's SRV_RD_BLOCKS counts them */
-    rk_u64 reserved;
-    struct rmc_pub_ctx ctx[RMC_CTX_COUNT];
-};
-
 /* ---- device-tree binding (where the board puts the device: rackemu/board.h) ---- */
 #define RACKEMU_RMC_COMPAT     "rackemu,sonuma-rmc"
 #define RACKEMU_RMC_SEG_COMPAT "rackemu,rmc-segment"
@@ -330,7 +306,6 @@ struct rmc_pub {
 #ifdef __cplusplus
 static_assert(RMC_CNT_COUNT == 36, "RMC_IOC_COUNTERS (sonuma_uapi.h) carries 36 counters");
 static_assert(sizeof(struct rmc_wqe) == RMC_WQE_SIZE, "WQE is 64 bytes");
-static_assert(sizeof(struct rmc_pub) == 32 + 48 * RMC_CTX_COUNT, "published table");
 static_assert(sizeof(struct rmc_cqe) == RMC_CQE_SIZE, "CQE is 32 bytes");
 static_assert(sizeof(struct rkf_rmc_req) == 32 && sizeof(struct rkf_rmc_done) == 32, "wire");
 static_assert(sizeof(struct rkf_rmc_data) + RMC_WIRE_DATA_MAX <= 224, "a data chunk fits a slot");
