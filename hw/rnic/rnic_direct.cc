@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 //
-// The RNIC's direct path (docs/rnic.md "Direct path", issue 11 item 4): on one host every node's
+// The RNIC's direct path (docs/rnic.md "Direct path"): on one host every node's
 // RAM is a shared file, so a READ or WRITE to a live peer can be done by the requester itself,
 // as a copy from or into the peer's RAM file, instead of frames through the switch.
 //

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The soNUMA Remote Memory Controller (RMC) with LightSABRes: the device core, independent of
-// QEMU (seed 000 sec. 4-5; interface in hw/include/rackemu/sonuma_regs.h, docs/sonuma.md).
+// QEMU (the SABRes paper sec. 4-5; interface in hw/include/rackemu/sonuma_regs.h, docs/sonuma.md).
 //
-// Pipelines (seed 000 sec. 5):
+// Pipelines (the SABRes paper sec. 5):
 //  - RGP (request generation) runs on a thread of its own. A doorbell store only records the
 //    new WQ tail and wakes it, so a vCPU never waits for the fabric. It fetches WQEs from guest
 //    memory, checks them (a malformed request completes at once with BAD_REQUEST and nothing

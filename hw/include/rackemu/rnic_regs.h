@@ -356,7 +356,7 @@ struct rnic_sge {
 #define RNIC_WR_FETCH_ADD      6u
 #define RNIC_WR_FLUSH          14u
 #define RNIC_WR_ATOMIC_WRITE   15u
-#define RNIC_WR_XATOMIC_FIRST  0x40u    /* reserved for the atomic unit's extended atomics (seed 003) */
+#define RNIC_WR_XATOMIC_FIRST  0x40u    /* reserved for the atomic unit's extended atomics (the NIC-atomics paper) */
 #define RNIC_WR_XATOMIC        0x40u    /* extended atomic returning the old value (ROCE_OP_XATOMIC) */
 #define RNIC_WR_XATOMIC_POST   0x41u    /* extended atomic, no value returned (ROCE_OP_XATOMIC_POST) */
 #define RNIC_WR_XATOMIC_LAST   0x4Fu    /* 0x42..0x4F: reserved (LOC_QP_OP_ERR, RNIC_LERR_OPCODE) */

@@ -3,7 +3,7 @@
  * soNUMA Remote Memory Controller (RMC) with LightSABRes: register layout, queue entries and
  * the payloads of the RMC fabric service (RKF_SVC_RMC, hw/include/rackemu/fabric_proto.h).
  *
- * Source: seed 000 sec. 4.1-4.2 (stream buffers, ATT, speculation bit, validate stage, odd/even
+ * Source: the SABRes paper sec. 4.1-4.2 (stream buffers, ATT, speculation bit, validate stage, odd/even
  * versions, version location given at registration), sec. 5.1-5.2 (RGP/R2P2/RCP, SABRe
  * registration and validation packets, CQ success field), Table 2 (timing). Where the seed is
  * silent: soNUMA (WQ/CQ in memory, 64-byte source unrolling, strict request-reply) and rackemu's
@@ -18,7 +18,7 @@
 #include "rackemu/rk_types.h" /* rk_u64, rk_u32, rk_u16, rk_u8 */
 
 /* ---- Geometry ---- */
-#define RMC_QP_COUNT           64u      /* queue pairs (one per thread; issue 3: at least 64) */
+#define RMC_QP_COUNT           64u      /* queue pairs (one per thread; at least 64) */
 #define RMC_CTX_COUNT          16u      /* contexts */
 #define RMC_BLOCK_SIZE         64u      /* cache block: the unit of unrolling (sec. 5) */
 #define RMC_WQE_SIZE           64u
