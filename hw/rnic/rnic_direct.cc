@@ -91,7 +91,7 @@ int direct_fn_held(DirectOp &d, const rk_rmem_view *v, rnic_pub *pub)
         const uint64_t iova = me.iova, length = me.length;
         const uint32_t first = me.first_page, npages = me.npages;
         const uint8_t phys = me.phys, shift = me.page_shift;
-        // the responder's checks (rc.cc: state, source, P_Key, the QP's access; rnic.cc
+        // the responder's checks (rc.cc: state, source, P_Key, the QP's access; rnic_verbs.cc
         // remote_mr: key, PD, access, bounds); a request they refuse goes on the wire, which NAKs
         // it. Only the responder QP's connected peer (this node, the requester QP) may use it: on
         // the wire another QP's request lacks the connection's PSN and gets nothing (a READ's

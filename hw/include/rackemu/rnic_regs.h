@@ -2,7 +2,7 @@
 /*
  * The rackemu RNIC (RoCEv2, InfiniBand RC): PCI identity, BAR layout, registers, the command
  * interface for verbs objects, doorbell pages, queue entries in guest memory (send WQE, receive
- * WQE, CQE) and the counters. The one definition shared by the device core (hw/rnic/rnic.cc), the
+ * WQE, CQE) and the counters. The one definition shared by the device core (hw/rnic/rnic*.cc), the
  * QEMU glue (hw/qemu/rackemu_rnic.c), the Linux driver (guest/rnic/kmod/rackemu_rnic), the user library,
  * the firmware and the tests. Plain C, usable from the kernel (rk_types.h) and from C++.
  *
