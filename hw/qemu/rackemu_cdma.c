@@ -100,7 +100,7 @@ static void rackemu_cdma_realize(DeviceState *dev, Error **errp)
     }
     memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_cdma_ops, s, "rackemu-cdma", RACKEMU_CDMA_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
-    rackemu_host_init(&s->host, SYS_BUS_DEVICE(s), "rackemu-cdma", 1, s->fabric, s->node_id, s->node_count);
+    rackemu_host_init(&s->host, DEVICE(s), "rackemu-cdma", 1, false, s->fabric, s->node_id, s->node_count);
     s->core = rk_cdma_new(&s->host.host, rackemu_cdma_thread, s);
     s->vmse = qemu_add_vm_change_state_handler(rackemu_cdma_vm_state, s);
 }

@@ -107,7 +107,7 @@ static void rackemu_gas_realize(DeviceState *dev, Error **errp)
                    s->node_id, s->node_count);
         return;
     }
-    rackemu_host_init(&s->host, SYS_BUS_DEVICE(s), "rackemu-gas", 0, s->fabric, s->node_id, s->node_count);
+    rackemu_host_init(&s->host, DEVICE(s), "rackemu-gas", 0, false, s->fabric, s->node_id, s->node_count);
     s->core = rk_gas_new(&s->host.host);
     memory_region_init_io(&s->ctrl, OBJECT(s), &rackemu_gas_ctrl_ops, s, "rackemu-gas-ctrl", GAS_CTRL_SIZE);
     memory_region_init_io(&s->window, OBJECT(s), &rackemu_gas_window_ops, s, "rackemu-gas-window",

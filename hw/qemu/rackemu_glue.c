@@ -10,7 +10,10 @@
 #include "exec/address-spaces.h"
 #include "exec/memory.h"
 #include "qemu/timer.h"
+#include "hw/pci/msix.h"
+#include "sysemu/dma.h"
 #include "rackemu/unimem_regs.h"
+#include "rk_fabric_port.h"
 
 #include "rackemu_glue.h"
 #include "trace.h"
@@ -53,11 +56,46 @@ type_init(rackemu_fabric_register)
 
 /* ---- the host interface (rackemu/host.h) ---- */
 
+/*
+ * Drive line `line` to `level` (big lock held). On a PCI function with MSI-X a rising line sends
+ * its vector's message; without MSI-X the INTx pin is the OR of the lines.
+ */
+static void rackemu_host_drive(RackemuHost *h, unsigned line, int level, bool edge)
+{
+    h->applied[line] = level;
+    if (!h->pci) {
+        qemu_set_irq(h->lines[line], level);
+    } else if (h->msix && msix_enabled(h->pci)) {
+        pci_set_irq(h->pci, 0);
+        if (level && edge) {
+            trace_rackemu_msix(h->name, h->host.node_id, line);
+            msix_notify(h->pci, line);
+        }
+    } else {
+        int any = 0;
+
+        for (unsigned i = 0; i < h->nirqs; i++) {
+            any |= h->applied[i];
+        }
+        pci_set_irq(h->pci, any);
+    }
+}
+
+/* Every line to its latest level; a line that rose since the last apply gives its edge even if
+ * it was high before (it fell and rose in between on another thread). */
 static void rackemu_host_apply(RackemuHost *h, const char *via)
 {
+    uint32_t rose = qatomic_xchg(&h->rose, 0);
+
     trace_rackemu_irq_apply(h->name, h->host.node_id, via);
     for (unsigned i = 0; i < h->nirqs; i++) {
-        qemu_set_irq(h->lines[i], qatomic_read(&h->pending[i]));
+        int level = qatomic_read(&h->pending[i]);
+        bool edge = level && (!h->applied[i] || (rose & (1u << i)));
+
+        if (edge && h->applied[i] && !h->pci) {
+            qemu_set_irq(h->lines[i], 0); /* the fall that happened in between */
+        }
+        rackemu_host_drive(h, i, level, edge);
     }
 }
 
@@ -115,10 +153,14 @@ static void rackemu_host_set_irq(void *opaque, unsigned line, int level)
         return;
     }
     trace_rackemu_irq(h->name, h->host.node_id, line, !!level);
-    qatomic_set(&h->pending[line], !!level);
+    if (level && !qatomic_xchg(&h->pending[line], 1)) {
+        qatomic_or(&h->rose, 1u << line);
+    } else if (!level) {
+        qatomic_set(&h->pending[line], 0);
+    }
     if (qemu_mutex_iothread_locked()) {
         qatomic_inc(&h->irq_direct);
-        qemu_set_irq(h->lines[line], !!level);
+        rackemu_host_apply(h, "direct");
         return;
     }
     cpu = rackemu_host_vcpu(h);
@@ -198,7 +240,13 @@ rk_status rackemu_check_ram(AddressSpace *as, const char *name, unsigned node_id
 
 static rk_status rackemu_host_check_ram(RackemuHost *h, uint64_t addr, uint64_t len, bool write)
 {
-    return rackemu_check_ram(&address_space_memory, h->name, h->host.node_id, addr, len, write);
+    return rackemu_check_ram(h->as, h->name, h->host.node_id, addr, len, write);
+}
+
+static bool rackemu_host_in_window(RackemuHost *h, uint64_t addr)
+{
+    return h->gas_window && addr >= GAS_WINDOW_BASE &&
+           addr - GAS_WINDOW_BASE < (uint64_t)h->host.node_count * GAS_WINDOW_NODE_SIZE;
 }
 
 /* A range of the global address space window: one owner per piece, big lock dropped. */
@@ -237,12 +285,11 @@ static rk_status rackemu_host_remote(RackemuHost *h, uint64_t g, uint8_t *p, uin
 static rk_status rackemu_host_dma_rw(void *opaque, uint64_t addr, void *buf, uint64_t len, int write)
 {
     RackemuHost *h = opaque;
-    uint64_t wsize = (uint64_t)h->host.node_count * GAS_WINDOW_NODE_SIZE;
     rk_status st;
 
     if (len == 0) {
         st = RK_OK;
-    } else if (addr >= GAS_WINDOW_BASE && addr - GAS_WINDOW_BASE < wsize) {
+    } else if (rackemu_host_in_window(h, addr)) {
         st = rackemu_host_remote(h, addr - GAS_WINDOW_BASE, buf, len, write);
     } else if (addr + len < addr) {
         st = RK_DECODE_ERROR;
@@ -250,7 +297,8 @@ static rk_status rackemu_host_dma_rw(void *opaque, uint64_t addr, void *buf, uin
         st = rackemu_host_check_ram(h, addr, len, write);
         if (st == RK_OK) {
             st = rackemu_status_from_memtx(
-                address_space_rw(&address_space_memory, addr, MEMTXATTRS_UNSPECIFIED, buf, len, write));
+                dma_memory_rw(h->as, addr, buf, len, write ? DMA_DIRECTION_FROM_DEVICE : DMA_DIRECTION_TO_DEVICE,
+                              MEMTXATTRS_UNSPECIFIED));
         }
     }
     trace_rackemu_dma(h->name, h->host.node_id, write ? "write" : "read", addr, len, rk_status_name(st));
@@ -270,10 +318,10 @@ static void *rackemu_host_dma_map(void *opaque, uint64_t addr, uint64_t *len, in
      * RAM only (a device region would be served through QEMU's single bounce buffer), and
      * never the global address space window (remote: dma_rw only)
      */
-    if (addr >= GAS_WINDOW_BASE || rackemu_host_check_ram(h, addr, *len, write) != RK_OK) {
+    if ((h->gas_window && addr >= GAS_WINDOW_BASE) || rackemu_host_check_ram(h, addr, *len, write) != RK_OK) {
         return NULL;
     }
-    p = address_space_map(&address_space_memory, addr, &plen, write, MEMTXATTRS_UNSPECIFIED);
+    p = address_space_map(h->as, addr, &plen, write, MEMTXATTRS_UNSPECIFIED);
     if (p) {
         *len = plen;
     }
@@ -283,12 +331,130 @@ static void *rackemu_host_dma_map(void *opaque, uint64_t addr, uint64_t *len, in
 
 static void rackemu_host_dma_unmap(void *opaque, void *ptr, uint64_t len, int write, uint64_t access_len)
 {
-    address_space_unmap(&address_space_memory, ptr, len, write, access_len);
+    RackemuHost *h = opaque;
+
+    address_space_unmap(h->as, ptr, len, write, access_len);
 }
 
 static uint64_t rackemu_host_now_ns(void *opaque)
 {
     return qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL);
+}
+
+/*
+ * Write [addr, addr + len) back to the RAM block's backing file with msync(MS_SYNC) (qemu_msync
+ * rounds to host pages). RAM with no file behind it has no persistence domain: nothing is
+ * counted as synced. A failed msync is RK_SLAVE_ERROR.
+ */
+static rk_status rackemu_host_persist(void *opaque, uint64_t addr, uint64_t len, uint64_t *synced)
+{
+    RackemuHost *h = opaque;
+    uint64_t at = addr, left = len;
+    rk_status st = RK_OK;
+
+    if (len && addr + len < addr) {
+        return RK_DECODE_ERROR;
+    }
+    RCU_READ_LOCK_GUARD();
+    while (left && st == RK_OK) {
+        hwaddr xlat, l = left;
+        MemoryRegion *mr = address_space_translate(h->as, at, &xlat, &l, true, MEMTXATTRS_UNSPECIFIED);
+        int fd = memory_region_is_ram(mr) ? memory_region_get_fd(mr) : -1;
+
+        if (!memory_region_is_ram(mr) || l == 0) {
+            st = RK_DECODE_ERROR;
+        } else if (fd >= 0) {
+            if (qemu_msync((uint8_t *)memory_region_get_ram_ptr(mr) + xlat, l, fd)) {
+                st = RK_SLAVE_ERROR;
+            } else {
+                *synced += l;
+            }
+        }
+        at += l;
+        left -= l;
+    }
+    trace_rackemu_dma(h->name, h->host.node_id, "persist", addr, len, rk_status_name(st));
+    return st;
+}
+
+static int rackemu_host_send_frame(void *opaque, const uint8_t *frame, size_t len)
+{
+    RackemuHost *h = opaque;
+    int rc = h->host.port ? rk_fabric_port_eth_send(h->host.port, frame, len) : -ENOTCONN;
+
+    trace_rackemu_frame(h->name, h->host.node_id, "out", (uint64_t)len, rc);
+    return rc;
+}
+
+/* Called with the core's lock held when the port's ring pushed back. */
+static void rackemu_host_tx_wait(void *opaque)
+{
+    RackemuHost *h = opaque;
+
+    trace_rackemu_frame(h->name, h->host.node_id, "backpressure", 0, -EAGAIN);
+    if (h->tx_started) {
+        qemu_event_set(&h->tx_ev);
+    }
+}
+
+/*
+ * The transmit thread: sleeps until the core holds frames, then waits (futex, no big lock) for
+ * room in the port's ring and lets the core continue; a vCPU never waits for the link.
+ */
+static void *rackemu_host_tx_thread(void *opaque)
+{
+    RackemuHost *h = opaque;
+
+    for (;;) {
+        qemu_event_reset(&h->tx_ev);
+        if (qatomic_read(&h->tx_stop)) {
+            break;
+        }
+        if (!h->tx_resume(h->core)) {
+            qemu_event_wait(&h->tx_ev);
+            continue;
+        }
+        /* -ENOTCONN: the link is down, the next resume drops what is held (counted) */
+        rk_fabric_port_eth_wait_room(h->host.port, 1, 10 * SCALE_MS);
+    }
+    return NULL;
+}
+
+/* Any thread (the core's lock held): timer_mod and timer_del are thread-safe. */
+static void rackemu_host_timer_arm(void *opaque, unsigned id, uint64_t deadline_ns)
+{
+    RackemuHost *h = opaque;
+
+    if (id >= h->ntimers) {
+        return;
+    }
+    if (deadline_ns == UINT64_MAX) {
+        timer_del(h->timers[id]);
+    } else {
+        timer_mod(h->timers[id], (int64_t)MIN(deadline_ns, (uint64_t)INT64_MAX));
+    }
+}
+
+/* A core's own thread reads guest memory through the memory API: it must be an RCU reader. */
+static void rackemu_host_thread(void *opaque, int start)
+{
+    if (start) {
+        rcu_register_thread();
+    } else {
+        rcu_unregister_thread();
+    }
+}
+
+typedef struct RackemuHostTimer {
+    RackemuHost *h;
+    unsigned id;
+} RackemuHostTimer;
+
+static void rackemu_host_timer_fire(void *opaque)
+{
+    RackemuHostTimer *t = opaque;
+
+    t->h->on_timer(t->h->core, t->id);
 }
 
 static const RkHostOps rackemu_host_ops = {
@@ -298,26 +464,39 @@ static const RkHostOps rackemu_host_ops = {
     .dma_map = rackemu_host_dma_map,
     .dma_unmap = rackemu_host_dma_unmap,
     .now_ns = rackemu_host_now_ns,
+    .persist = rackemu_host_persist,
+    .send_frame = rackemu_host_send_frame,
+    .tx_wait = rackemu_host_tx_wait,
+    .timer_arm = rackemu_host_timer_arm,
+    .thread = rackemu_host_thread,
 };
 
-void rackemu_host_init(RackemuHost *h, SysBusDevice *sbd, const char *name, unsigned nirqs,
+void rackemu_host_init(RackemuHost *h, DeviceState *dev, const char *name, unsigned nirqs, bool msix,
                        RackemuFabric *f, unsigned node_id, unsigned node_count)
 {
+    Object *pci = object_dynamic_cast(OBJECT(dev), TYPE_PCI_DEVICE);
+
     assert(nirqs <= RACKEMU_HOST_MAX_IRQS);
+    memset(h, 0, sizeof(*h));
     h->name = name;
     h->nirqs = nirqs;
-    for (unsigned i = 0; i < nirqs; i++) {
-        sysbus_init_irq(sbd, &h->lines[i]);
-        h->pending[i] = 0;
+    if (pci) {
+        h->pci = PCI_DEVICE(pci);
+        h->msix = msix;
+        h->as = pci_get_address_space(h->pci);
+    } else {
+        h->as = &address_space_memory;
+        h->gas_window = true;
+        for (unsigned i = 0; i < nirqs; i++) {
+            sysbus_init_irq(SYS_BUS_DEVICE(dev), &h->lines[i]);
+        }
     }
     h->bh = qemu_bh_new(rackemu_host_bh, h);
     h->irq_on_vcpu = !g_strcmp0(g_getenv("RACKEMU_IRQ_VCPU"), "0") ? false : true;
-    h->work_queued = false;
-    h->irq_direct = h->irq_vcpu = h->irq_bh = 0;
     /* how the device's interrupt levels were set (docs/machine.md); read with QMP qom-get */
-    object_property_add_uint64_ptr(OBJECT(sbd), "irq-direct", &h->irq_direct, OBJ_PROP_FLAG_READ);
-    object_property_add_uint64_ptr(OBJECT(sbd), "irq-vcpu", &h->irq_vcpu, OBJ_PROP_FLAG_READ);
-    object_property_add_uint64_ptr(OBJECT(sbd), "irq-bh", &h->irq_bh, OBJ_PROP_FLAG_READ);
+    object_property_add_uint64_ptr(OBJECT(dev), "irq-direct", &h->irq_direct, OBJ_PROP_FLAG_READ);
+    object_property_add_uint64_ptr(OBJECT(dev), "irq-vcpu", &h->irq_vcpu, OBJ_PROP_FLAG_READ);
+    object_property_add_uint64_ptr(OBJECT(dev), "irq-bh", &h->irq_bh, OBJ_PROP_FLAG_READ);
     h->host.ops = &rackemu_host_ops;
     h->host.opaque = h;
     h->host.port = rackemu_fabric_port(f);
@@ -326,10 +505,51 @@ void rackemu_host_init(RackemuHost *h, SysBusDevice *sbd, const char *name, unsi
     h->host.node_count = node_count;
 }
 
+void rackemu_host_start(RackemuHost *h, unsigned ntimers)
+{
+    assert(ntimers <= RACKEMU_HOST_MAX_TIMERS);
+    for (unsigned i = 0; i < ntimers && h->on_timer; i++) {
+        RackemuHostTimer *t = g_new(RackemuHostTimer, 1);
+
+        t->h = h;
+        t->id = i;
+        h->timers[i] = timer_new_ns(QEMU_CLOCK_VIRTUAL, rackemu_host_timer_fire, t);
+        h->ntimers = i + 1;
+    }
+    if (h->tx_resume && h->host.port) {
+        qemu_event_init(&h->tx_ev, false);
+        h->tx_stop = false;
+        qemu_thread_create(&h->tx_thread, "rackemu-tx", rackemu_host_tx_thread, h, QEMU_THREAD_JOINABLE);
+        h->tx_started = true;
+    }
+}
+
+void rackemu_host_fini(RackemuHost *h)
+{
+    if (h->tx_started) {
+        qatomic_set(&h->tx_stop, true);
+        qemu_event_set(&h->tx_ev);
+        qemu_thread_join(&h->tx_thread);
+        qemu_event_destroy(&h->tx_ev);
+        h->tx_started = false;
+    }
+    for (unsigned i = 0; i < h->ntimers; i++) {
+        g_free(h->timers[i]->opaque);
+        timer_free(h->timers[i]);
+        h->timers[i] = NULL;
+    }
+    h->ntimers = 0;
+    if (h->bh) {
+        qemu_bh_delete(h->bh);
+        h->bh = NULL;
+    }
+}
+
 void rackemu_host_irq_sync(RackemuHost *h, unsigned line, int level)
 {
     if (line < h->nirqs) {
         qatomic_set(&h->pending[line], !!level);
-        qemu_set_irq(h->lines[line], !!level);
+        qatomic_and(&h->rose, ~(1u << line));
+        rackemu_host_drive(h, line, !!level, false);
     }
 }

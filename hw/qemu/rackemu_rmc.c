@@ -97,7 +97,7 @@ static void rackemu_rmc_realize(DeviceState *dev, Error **errp)
 
     memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_rmc_ops, s, "rackemu-rmc", RMC_MMIO_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
-    rackemu_host_init(&s->host, SYS_BUS_DEVICE(s), "rackemu-rmc", 1, s->fabric, s->node_id, s->node_count);
+    rackemu_host_init(&s->host, DEVICE(s), "rackemu-rmc", 1, false, s->fabric, s->node_id, s->node_count);
 
     /*
      * The core: the host interface, the reserved context segment (properties seg-base, seg-size)

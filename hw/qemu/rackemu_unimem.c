@@ -122,7 +122,7 @@ static void rackemu_vmbox_realize(DeviceState *dev, Error **errp)
     }
     memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_vmbox_ops, s, TYPE_RACKEMU_VMBOX, VMBOX_MMIO_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
-    rackemu_host_init(&s->host, SYS_BUS_DEVICE(s), TYPE_RACKEMU_VMBOX, 1, NULL, s->node_id, s->node_count);
+    rackemu_host_init(&s->host, DEVICE(s), TYPE_RACKEMU_VMBOX, 1, false, NULL, s->node_id, s->node_count);
     s->core = rk_vmbox_new(&s->host.host, s->fifo_depth, s->burst_known_issue, s->kif);
     qemu_add_vm_change_state_handler(rackemu_vmbox_run_state, s);
 }
@@ -427,7 +427,7 @@ static void rackemu_pktz_realize(DeviceState *dev, Error **errp)
     }
     memory_region_init_io(&s->mmio, OBJECT(s), &rackemu_pktz_ops, s, TYPE_RACKEMU_PACKETIZER, PKTZ_MMIO_SIZE);
     sysbus_init_mmio(SYS_BUS_DEVICE(s), &s->mmio);
-    rackemu_host_init(&s->host, SYS_BUS_DEVICE(s), TYPE_RACKEMU_PACKETIZER, 1, s->fabric, s->node_id,
+    rackemu_host_init(&s->host, DEVICE(s), TYPE_RACKEMU_PACKETIZER, 1, false, s->fabric, s->node_id,
                       s->node_count);
     s->core = rk_pktz_new(&s->host.host, rackemu_pktz_transmit, s, s->kif);
     s->ack_first = g_strcmp0(g_getenv("RACKEMU_VMBOX_ACK_FIRST"), "0") != 0;

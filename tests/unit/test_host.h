@@ -86,7 +86,7 @@ public:
     RkHost raw(RkFabricPort *port = nullptr, RkRemoteMem *rmem = nullptr, unsigned node_id = 0,
                unsigned node_count = 1)
     {
-        return RkHost{&ops_, this, port, rmem, node_id, node_count};
+        return RkHost{&ops_, this, port, rmem, node_id, node_count, nullptr};
     }
     Host host(RkFabricPort *port = nullptr, RkRemoteMem *rmem = nullptr, unsigned node_id = 0,
               unsigned node_count = 1)

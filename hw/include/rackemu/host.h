@@ -16,8 +16,12 @@
  *     global address space window: the host routes those to the owner over the fabric), and
  *     map/unmap a range for direct access; all with one status type, rk_status;
  *   - time: a nanosecond clock that stops while the VM is stopped (save/restore, gdb);
- *   - the node's port to the rack (rk_fabric_bind(host->port, ...), NULL: no fabric) and
- *     one-sided remote memory over it (NULL: none).
+ *   - the node's port to the rack (host->port, NULL: no fabric; the adapter binds the core's
+ *     fabric service, rackemu/device.h) and one-sided remote memory over it (NULL: none);
+ *   - the link: send an Ethernet frame on the node's port, and when the port's ring pushes back,
+ *     ask for a call of the core's tx_resume op once it has room (tx_wait);
+ *   - timers: arm timer `id` at a deadline of the clock above; the core's timer op runs then;
+ *   - its own threads: each tells the host when it starts and ends (thread(1), thread(0)).
  * Counters are the core's own (declared once in its register header, read by the guest through
  * registers); the host only carries them to traces and stats.
  *
@@ -28,6 +32,7 @@
 #ifndef RACKEMU_HOST_H
 #define RACKEMU_HOST_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -36,6 +41,7 @@ extern "C" {
 
 typedef struct RkFabricPort RkFabricPort;
 typedef struct RkRemoteMem RkRemoteMem;
+typedef struct RkFabricEndpoint RkFabricEndpoint;
 
 /* The status of every host operation and of every core operation that can fail. */
 typedef enum rk_status {
@@ -77,6 +83,19 @@ typedef struct RkHostOps {
      * bytes written back to *synced (0 for RAM with no backing file: nothing can be made
      * durable). RK_DECODE_ERROR when part of the range is not RAM. NULL: nothing is durable. */
     rk_status (*persist)(void *opaque, uint64_t addr, uint64_t len, uint64_t *synced);
+    /* Send one Ethernet frame on the node's port: 0 queued; -EAGAIN the port's ring is full
+     * (nothing sent: hold it and call tx_wait); any other negative errno: dropped (no port,
+     * link down). NULL: no port. */
+    int (*send_frame)(void *opaque, const uint8_t *frame, size_t len);
+    /* The link pushed back: call the core's tx_resume op (rackemu/device.h) from a thread that
+     * may block, once the port has room. */
+    void (*tx_wait)(void *opaque);
+    /* Arm timer `id` (below the device's ntimers) to fire at deadline_ns of now_ns's clock (a
+     * past deadline: at once); UINT64_MAX cancels it. Re-arming replaces the deadline. */
+    void (*timer_arm)(void *opaque, unsigned id, uint64_t deadline_ns);
+    /* Every thread a core starts calls thread(1) first and thread(0) last, on that thread
+     * (QEMU: it becomes an RCU reader, as the memory API needs of a thread that does DMA). */
+    void (*thread)(void *opaque, int start);
 } RkHostOps;
 
 typedef struct RkHost {
@@ -86,11 +105,14 @@ typedef struct RkHost {
     RkRemoteMem *rmem;  /* one-sided remote memory over `port`; NULL: none */
     unsigned node_id;   /* this node's id in the rack (0 without fabric) */
     unsigned node_count;
+    RkFabricEndpoint *ep; /* the core's fabric service on `port` (rackemu/device.h fabric_svc),
+                           * bound by the host before the core is created; NULL: none */
 } RkHost;
 
 #ifdef __cplusplus
 } /* extern "C" */
 
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <string>
@@ -108,6 +130,7 @@ public:
     const RkHost &raw() const { return h_; }
     RkFabricPort *port() const { return h_.port; }
     RkRemoteMem *rmem() const { return h_.rmem; }
+    RkFabricEndpoint *ep() const { return h_.ep; }
     unsigned node_id() const { return h_.node_id; }
     unsigned node_count() const { return h_.node_count; }
 
@@ -153,6 +176,22 @@ public:
     {
         if (!h_.ops || !h_.ops->persist) return RK_OK;
         return h_.ops->persist(h_.opaque, addr, len, &synced);
+    }
+    int send_frame(const uint8_t *frame, size_t len) const
+    {
+        return h_.ops && h_.ops->send_frame ? h_.ops->send_frame(h_.opaque, frame, len) : -ENOTCONN;
+    }
+    void tx_wait() const
+    {
+        if (h_.ops && h_.ops->tx_wait) h_.ops->tx_wait(h_.opaque);
+    }
+    void timer_arm(unsigned id, uint64_t deadline_ns) const
+    {
+        if (h_.ops && h_.ops->timer_arm) h_.ops->timer_arm(h_.opaque, id, deadline_ns);
+    }
+    void thread(bool start) const
+    {
+        if (h_.ops && h_.ops->thread) h_.ops->thread(h_.opaque, start ? 1 : 0);
     }
 
 private:
