@@ -37,20 +37,30 @@
 namespace rackemu {
 
 #define RK_STATE_DECLARE_(type, name) type name{};
-#define RK_STATE_VISIT_(type, name) v(#name, name);
+#define RK_STATE_VISIT_(type, name)   v(#name, name);
 /* The members of X-macro LIST and visit(v), which calls v("name", member) for each in order. */
-#define RK_STATE_FIELDS(LIST)                                                                                   \
-    LIST(RK_STATE_DECLARE_)                                                                                     \
-    template <class V> void visit(V &v) { LIST(RK_STATE_VISIT_) }                                               \
-    template <class V> void visit(V &v) const { LIST(RK_STATE_VISIT_) }
+#define RK_STATE_FIELDS(LIST) \
+    LIST(RK_STATE_DECLARE_) \
+    template <class V> void visit(V &v) \
+    { \
+        LIST(RK_STATE_VISIT_) \
+    } \
+    template <class V> void visit(V &v) const \
+    { \
+        LIST(RK_STATE_VISIT_) \
+    }
 
 template <size_t N> using Bytes = std::array<uint8_t, N>;
 template <size_t N> using Words = std::array<uint64_t, N>;
 
-template <class T> struct is_std_array : std::false_type {};
-template <class T, size_t N> struct is_std_array<std::array<T, N>> : std::true_type {};
-template <class T> struct is_std_vector : std::false_type {};
-template <class T, class A> struct is_std_vector<std::vector<T, A>> : std::true_type {};
+template <class T> struct is_std_array : std::false_type {
+};
+template <class T, size_t N> struct is_std_array<std::array<T, N>> : std::true_type {
+};
+template <class T> struct is_std_vector : std::false_type {
+};
+template <class T, class A> struct is_std_vector<std::vector<T, A>> : std::true_type {
+};
 
 /* Writes a state: out.put("name", value) per field (visit() does it). */
 class StateOut {
@@ -66,12 +76,15 @@ public:
         } else if constexpr (std::is_integral_v<T>) {
             using U = std::make_unsigned_t<T>;
             U u = static_cast<U>(v);
-            for (size_t i = 0; i < sizeof(T); i++) buf_.push_back(uint8_t(u >> (8 * i)));
+            for (size_t i = 0; i < sizeof(T); i++)
+                buf_.push_back(uint8_t(u >> (8 * i)));
         } else if constexpr (is_std_array<T>::value) {
-            for (const auto &e : v) put(e);
+            for (const auto &e : v)
+                put(e);
         } else if constexpr (is_std_vector<T>::value) {
             put(uint32_t(v.size()));
-            for (const auto &e : v) put(e);
+            for (const auto &e : v)
+                put(e);
         } else {
             v.visit(*this);
         }
@@ -113,12 +126,14 @@ public:
                 return;
             }
             std::make_unsigned_t<T> u = 0;
-            for (size_t i = 0; i < sizeof(T); i++) u |= std::make_unsigned_t<T>(p_[i]) << (8 * i);
+            for (size_t i = 0; i < sizeof(T); i++)
+                u |= std::make_unsigned_t<T>(p_[i]) << (8 * i);
             v = static_cast<T>(u);
             p_ += sizeof(T);
             left_ -= sizeof(T);
         } else if constexpr (is_std_array<T>::value) {
-            for (auto &e : v) get(e);
+            for (auto &e : v)
+                get(e);
         } else if constexpr (is_std_vector<T>::value) {
             uint32_t n = 0;
             const char *f = field_;

@@ -81,8 +81,10 @@ static void rackemu_host_drive(RackemuHost *h, unsigned line, int level, bool ed
     }
 }
 
-/* Every line to its latest level; a line that rose since the last apply gives its edge even if
- * it was high before (it fell and rose in between on another thread). */
+/*
+ * Every line to its latest level; a line that rose since the last apply gives its edge even if
+ * it was high before (it fell and rose in between on another thread).
+ */
 static void rackemu_host_apply(RackemuHost *h, const char *via)
 {
     uint32_t rose = qatomic_xchg(&h->rose, 0);

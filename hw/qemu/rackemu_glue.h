@@ -124,8 +124,10 @@ void rackemu_host_init(RackemuHost *h, DeviceState *dev, const char *name, unsig
 /* Start the timers and the transmit thread once h->core and its callbacks are set. */
 void rackemu_host_start(RackemuHost *h, unsigned ntimers);
 void rackemu_host_fini(RackemuHost *h);
-/* The core's interrupt line `line` to `level` now, without an edge (big lock held: reset,
- * post_load; MSI-X pending bits migrate with the MSI-X state). */
+/*
+ * The core's interrupt line `line` to `level` now, without an edge (big lock held: reset,
+ * post_load; MSI-X pending bits migrate with the MSI-X state).
+ */
 void rackemu_host_irq_sync(RackemuHost *h, unsigned line, int level);
 /*
  * The host interface's DMA rule on any address space (e.g. a PCI device's bus-master space):

@@ -35,12 +35,12 @@ extern "C" {
 struct rk_fabric_service;
 
 #define RK_DEVICE_MAX_REGIONS 4
-#define RK_DEVICE_MAX_TIMERS 4
+#define RK_DEVICE_MAX_TIMERS  4
 
 typedef struct RkDeviceRegion {
     const char *name; /* the MemoryRegion's and the traces' name ("rackemu-rnic-db") */
     uint64_t size;
-    int pci_bar;      /* the BAR a PCI function maps it at; ignored on the system bus */
+    int pci_bar; /* the BAR a PCI function maps it at; ignored on the system bus */
     /* Every access size 1..8 and alignment reaches the core, which refuses what it does not
      * take with a guest error and a defined value. */
     rk_status (*read)(void *core, uint64_t offset, unsigned size, uint64_t *value);
@@ -57,8 +57,8 @@ typedef struct RkDeviceOps {
 
     unsigned nregions;
     RkDeviceRegion regions[RK_DEVICE_MAX_REGIONS];
-    unsigned nirqs;  /* interrupt lines: sysbus outputs, or a PCI function's MSI-X vectors */
-    int msix_bar;    /* PCI: the BAR of the MSI-X table and PBA (-1: INTx only) */
+    unsigned nirqs; /* interrupt lines: sysbus outputs, or a PCI function's MSI-X vectors */
+    int msix_bar;   /* PCI: the BAR of the MSI-X table and PBA (-1: INTx only) */
 
     void (*reset)(void *core);
     void (*pause)(void *core, int on);
