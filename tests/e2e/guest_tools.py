@@ -25,6 +25,23 @@ def stop_procs(node, *progs):
               f"for i in $(seq 100); do pidof {names} >/dev/null || break; sleep 0.05; done; true")
 
 
+def detached(node, cmd, out, ready, fail=None, user=None, tries=300, delay=0.1):
+    """Start shell command `cmd` on node detached (setsid: it outlives the agent's exec), as
+    `user` (None: root), its output in file `out`, and wait until the output holds `ready`;
+    returns the output. `fail` in the output, or no `ready` after `tries` polls, raises with it."""
+    line = f"setsid {cmd} </dev/null >{out} 2>&1 &"
+    node.sh(f"rm -f {out}")
+    node.exec(["su", user, "-c", line]) if user else node.sh(line)
+    for _ in range(tries):
+        got = node.exec(f"cat {out}").stdout
+        if ready in got:
+            return got
+        if fail is not None and fail in got:
+            raise AssertionError(f"node {node.id}: `{cmd}`: {got!r}")
+        time.sleep(delay)
+    raise AssertionError(f"node {node.id}: `{cmd}` did not report {ready!r}: {got!r}")
+
+
 def export(node, size, seed, tag):
     """Start `gas export` detached on node (it outlives the agent's exec); return (gaddr, local)."""
     out = f"/tmp/gas-export-{tag}"
@@ -50,17 +67,9 @@ def check(node, gaddr, length, seed, widths=None, poff=0):
 def rmc_hold(node, ctx, size, tag, key, *opts):
     """Register RMC context `ctx` (`size` bytes, access key `key`) on `node` in a detached
     `rmc ctx-hold`, and wait until it is registered; returns its key=value line as a dict."""
-    out = f"/tmp/rmc-hold-{tag}"
-    node.sh(f"rm -f {out}; setsid rmc ctx-hold --id {ctx} --size {size} --key {key} {' '.join(opts)} "
-            f"</dev/null >{out} 2>&1 &")
-    for _ in range(300):
-        r = node.exec(f"cat {out}")
-        if b"ctx=" in r.stdout:
-            return kv(r.stdout)[0]
-        if b"rmc:" in r.stdout:
-            raise AssertionError(r.stdout)
-        time.sleep(0.1)
-    raise AssertionError(f"rmc ctx-hold on node {node.id} did not start")
+    got = detached(node, f"rmc ctx-hold --id {ctx} --size {size} --key {key} {' '.join(opts)}",
+                   f"/tmp/rmc-hold-{tag}", b"ctx=", fail=b"rmc:")
+    return kv(got)[0]
 
 
 class RnicRelay:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from guest_tools import kv
+from guest_tools import detached, kv
 
 CHILD_MAGIC = 0x600dc0de600dc0de
 
@@ -28,15 +28,9 @@ def value(node, addr):
 
 def hold_page(node, board, pages=1, seconds=600, tag="p"):
     """A page on `board` allocated by a detached process on `node` that keeps it for `seconds`."""
-    out = f"/tmp/gsas-hold-{tag}"
-    node.sh(f"rm -f {out}; setsid gsas alloc --board {board} --pages {pages} --hold {seconds} "
-            f"</dev/null >{out} 2>&1 &")
-    for _ in range(300):
-        r = node.exec(f"cat {out}")
-        if b"addr=" in r.stdout:
-            return int(kv(r.stdout)[0]["addr"], 16)
-        time.sleep(0.1)
-    raise AssertionError(f"gsas alloc on node {node.id} did not answer: {r.stdout!r}")
+    got = detached(node, f"gsas alloc --board {board} --pages {pages} --hold {seconds}", f"/tmp/gsas-hold-{tag}",
+                   b"addr=")
+    return int(kv(got)[0]["addr"], 16)
 
 
 @pytest.fixture(autouse=True)

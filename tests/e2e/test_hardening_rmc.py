@@ -18,7 +18,7 @@ import shlex
 import signal
 import time
 
-from guest_tools import kv, rmc_hold
+from guest_tools import detached, kv, rmc_hold
 
 KEY = "0x6b65795f726d6331"
 SEED = 21
@@ -40,16 +40,6 @@ def as_user(node, cmd, timeout=60):
 def hold(node, ctx, size, tag, *opts):
     """Root registers context `ctx` with KEY (guest_tools.rmc_hold)."""
     return rmc_hold(node, ctx, size, "hard-" + tag, KEY, *opts)
-
-
-def start_detached(node, cmd, out, ready):
-    node.sh(f"rm -f {out}; setsid {cmd} </dev/null >{out} 2>&1 &")
-    for _ in range(300):
-        r = node.exec(f"cat {out}")
-        if ready in r.stdout:
-            return r.stdout
-        time.sleep(0.1)
-    raise AssertionError(f"node {node.id}: `{cmd}` did not start: {node.exec(f'cat {out}').stdout}")
 
 
 def stop_all(node):
@@ -150,7 +140,7 @@ def test_stopped_killed_node_and_killed_bridge_end_in_errors_on_time(fresh_clust
 
     # --- node 0 killed under rmc-bench ---
     for n in (n0, n2):
-        start_detached(n, f"rmc-bench serve --ctx 9 --key {KEY}", "/tmp/rmc-hard-serve", b"serving")
+        detached(n, f"rmc-bench serve --ctx 9 --key {KEY}", "/tmp/rmc-hard-serve", b"serving")
     bench = "rmc-bench run --ctx 9 --key {KEY} --node {node} --op read --sizes 64 --mode tput --window 16 " \
             "--tput-ops 50000000"
     job = in_background(n1, bench.format(KEY=KEY, node=0), timeout=120)

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from conftest import _clusters, _config, _start
-from guest_tools import kv
+from guest_tools import detached, kv
 
 PARAMS = "/sys/module/rackemu_rnic/parameters"
 LIMITS = "/sys/class/misc/rnic0/limits"
@@ -50,17 +50,9 @@ def set_param(node, name, value):
 
 def hold(node, user, tag, opts):
     """`rnic-hostile take OPTS --hold 600` as user, detached; returns its key=value line."""
-    out = f"/tmp/take-{tag}"
-    node.sh(f"rm -f {out}")
-    as_user(node, user, f"setsid rnic-hostile take {opts} --hold 600 </dev/null >{out} 2>&1 &")
-    for _ in range(600):
-        r = node.exec(f"cat {out}")
-        if b"pd=" in r.stdout:
-            return kv(r.stdout)[0]
-        if b"rnic-hostile:" in r.stdout:
-            raise AssertionError(r.stdout)
-        time.sleep(0.2)
-    raise AssertionError(f"rnic-hostile take as {user} did not report")
+    got = detached(node, f"rnic-hostile take {opts} --hold 600", f"/tmp/take-{tag}", b"pd=",
+                   fail=b"rnic-hostile:", user=user, tries=600, delay=0.2)
+    return kv(got)[0]
 
 
 def release(node):
