@@ -21,9 +21,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <sched.h>
-#include <setjmp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +29,7 @@
 #include <unistd.h>
 
 #include "librnic.h"
+#include "race.h"
 #include "tool.h"
 
 static const char usage[] =
@@ -64,47 +62,22 @@ static struct rnic_ctx *open_dev(void)
 
 /* ---- touching a page that may be revoked ---- */
 
-static sigjmp_buf probe_env;
-
-static void probe_fault(int sig)
-{
-	siglongjmp(probe_env, sig);
-}
-
 /* Read the 32-bit word at p: 0 and *val if it reached the device, else the signal it raised. */
 static int probe(volatile uint32_t *p, uint32_t *val)
 {
-	struct sigaction sa, old_bus, old_segv;
-	int sig;
+	uint64_t v = 0;
+	int sig = race_touch(p, 4, &v, NULL);
 
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = probe_fault;
-	sigaction(SIGBUS, &sa, &old_bus);
-	sigaction(SIGSEGV, &sa, &old_segv);
-	sig = sigsetjmp(probe_env, 1);
-	if (!sig)
-		*val = *p;
-	sigaction(SIGBUS, &old_bus, NULL);
-	sigaction(SIGSEGV, &old_segv, NULL);
+	*val = (uint32_t)v;
 	return sig;
 }
 
 /* Write v to the 32-bit word at p: 0 if it reached the device, else the signal. */
 static int poke(volatile uint32_t *p, uint32_t v)
 {
-	struct sigaction sa, old_bus, old_segv;
-	int sig;
+	uint64_t w = v;
 
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = probe_fault;
-	sigaction(SIGBUS, &sa, &old_bus);
-	sigaction(SIGSEGV, &sa, &old_segv);
-	sig = sigsetjmp(probe_env, 1);
-	if (!sig)
-		*p = v;
-	sigaction(SIGBUS, &old_bus, NULL);
-	sigaction(SIGSEGV, &old_segv, NULL);
-	return sig;
+	return race_touch(p, 4, NULL, &w);
 }
 
 /* ---- raw objects (no library mapping: only what each test needs) ---- */
@@ -233,53 +206,16 @@ static int cmd_take(int argc, char **argv)
 
 /* ---- dbrace ---- */
 
-/* The destroying thread: waits for round `go`, spins `delay_ns`, destroys `qpn`. */
+/* What the destroyer (race.h) destroys in each round. */
 static struct {
 	struct rnic_ctx *ctx;
 	uint32_t qpn;
-	uint64_t delay_ns;
-	unsigned go, done; /* __atomic */
-	int err;
-} race;
+} victim;
 
-static void relax(unsigned *spins)
+static int destroy_victim(void *unused)
 {
-	if (++*spins % 4096 == 0)
-		sched_yield(); /* the other thread may share our vCPU */
-	else
-		__asm__ volatile("" ::: "memory");
-}
-
-static void pin_to(unsigned cpu)
-{
-	cpu_set_t set;
-
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	sched_setaffinity(0, sizeof(set), &set); /* best effort: one vCPU gives a slower race */
-}
-
-static void *destroyer(void *arg)
-{
-	unsigned round = 0;
-
-	(void)arg;
-	pin_to(1);
-	for (;;) {
-		unsigned spins = 0;
-		uint64_t t;
-
-		while (__atomic_load_n(&race.go, __ATOMIC_ACQUIRE) == round)
-			relax(&spins);
-		round = __atomic_load_n(&race.go, __ATOMIC_ACQUIRE);
-		if (round == UINT32_MAX)
-			return NULL;
-		t = now_ns() + race.delay_ns;
-		while (now_ns() < t)
-			;
-		race.err = destroy_qp(race.ctx, race.qpn);
-		__atomic_store_n(&race.done, round, __ATOMIC_RELEASE);
-	}
+	(void)unused;
+	return destroy_qp(victim.ctx, victim.qpn);
 }
 
 static int cmd_dbrace(int argc, char **argv)
@@ -298,52 +234,51 @@ static int cmd_dbrace(int argc, char **argv)
 			bad_option(r, argv, "rnic-hostile --help");
 		iters = (unsigned)num(optarg, "--iters", 10000000);
 	}
-	race.ctx = open_dev();
-	if ((r = rnic_alloc_pd(race.ctx, &pd)) || (r = -create_cq(race.ctx, 1, &cq))) {
+	victim.ctx = open_dev();
+	if ((r = rnic_alloc_pd(victim.ctx, &pd)) || (r = -create_cq(victim.ctx, 1, &cq))) {
 		fprintf(stderr, "rnic-hostile: PD or CQ: %s\n", strerror(-r));
 		return 1;
 	}
-	pin_to(0);
+	race.destroy = destroy_victim;
+	race_pin_to(0);
 	/* how long an mmap of a doorbell page takes here: the destroy starts 0..1.5x that late */
 	for (c = 0; c < 20; c++) {
 		struct rnic_ucreate_qp q;
 		uint64_t t0;
 		void *p;
 
-		if ((r = create_qp(race.ctx, pd, cq.cqn, 1, &q))) {
+		if ((r = create_qp(victim.ctx, pd, cq.cqn, 1, &q))) {
 			fprintf(stderr, "rnic-hostile: create QP: %s\n", strerror(r));
 			return 1;
 		}
-		t0 = now_ns();
-		p = mmap(NULL, RNIC_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, race.ctx->fd, (off_t)q.db_off);
-		t_mmap += now_ns() - t0;
+		t0 = race_now_ns();
+		p = mmap(NULL, RNIC_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, victim.ctx->fd, (off_t)q.db_off);
+		t_mmap += race_now_ns() - t0;
 		if (p != MAP_FAILED)
 			munmap(p, RNIC_PAGE_SIZE);
-		destroy_qp(race.ctx, q.qpn);
+		destroy_qp(victim.ctx, q.qpn);
 	}
 	t_mmap /= 20;
 	window = t_mmap * 3 / 2 + 1;
-	if (pthread_create(&th, NULL, destroyer, NULL)) {
+	if (pthread_create(&th, NULL, race_destroyer, NULL)) {
 		fprintf(stderr, "rnic-hostile: no thread\n");
 		return 1;
 	}
 	for (unsigned i = 1; i <= iters; i++) {
 		struct rnic_ucreate_qp q;
-		unsigned spins = 0;
 		uint32_t v;
 		void *p;
 		int sig;
 
-		if ((r = create_qp(race.ctx, pd, cq.cqn, 1, &q))) {
+		if ((r = create_qp(victim.ctx, pd, cq.cqn, 1, &q))) {
 			fprintf(stderr, "rnic-hostile: create QP (round %u): %s\n", i, strerror(r));
 			return 1;
 		}
-		race.qpn = q.qpn;
+		victim.qpn = q.qpn;
 		race.delay_ns = (uint64_t)i * 7919 % window; /* every moment of the mmap, in no order */
-		__atomic_store_n(&race.go, i, __ATOMIC_RELEASE);
-		p = mmap(NULL, RNIC_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, race.ctx->fd, (off_t)q.db_off);
-		while (__atomic_load_n(&race.done, __ATOMIC_ACQUIRE) != i)
-			relax(&spins);
+		race_start(i);
+		p = mmap(NULL, RNIC_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, victim.ctx->fd, (off_t)q.db_off);
+		race_wait(i);
 		if (race.err) {
 			fprintf(stderr, "rnic-hostile: destroy QP (round %u): %s\n", i, strerror(race.err));
 			return 1;
@@ -366,11 +301,10 @@ static int cmd_dbrace(int argc, char **argv)
 		}
 		munmap(p, RNIC_PAGE_SIZE);
 	}
-	__atomic_store_n(&race.go, UINT32_MAX, __ATOMIC_RELEASE);
-	pthread_join(th, NULL);
+	race_end(th);
 	printf("dbrace=done iters=%u mmap_ns=%llu mapped=%u refused=%u revoked=%u stale=%u other_errors=%u\n", iters,
 	       (unsigned long long)t_mmap, mapped, refused, revoked, stale, other);
-	rnic_close(race.ctx);
+	rnic_close(victim.ctx);
 	return stale || other ? 1 : 0;
 }
 
@@ -396,7 +330,7 @@ static int cmd_dbstale(void)
 	sig = m == MAP_FAILED ? -1 : probe(m + RNIC_QP_DB_STATE / 4, &v);
 	r = destroy_qp(a, qa.qpn);
 	sig2 = m == MAP_FAILED ? -1 : probe(m + RNIC_QP_DB_STATE / 4, &v);
-	check("doorbell_touched_then_destroyed_faults", sig == 0 && r == 0 && (sig2 == SIGBUS || sig2 == SIGSEGV),
+	check("doorbell_touched_then_destroyed_faults", sig == 0 && r == 0 && race_faulted(sig2),
 	      "before=%d destroy=%d after=%s", sig, r, sig2 > 0 ? strsignal(sig2) : "reached the device");
 	if (m != MAP_FAILED)
 		munmap((void *)m, RNIC_PAGE_SIZE);
@@ -414,7 +348,7 @@ static int cmd_dbstale(void)
 	if (n != MAP_FAILED)
 		probe(n + RNIC_QP_DB_STATE / 4, &st1);
 	check("doorbell_of_a_reused_index_faults",
-	      r == 0 && qb.qpn == qa.qpn && (sig == SIGBUS || sig == SIGSEGV) && (sig2 == SIGBUS || sig2 == SIGSEGV) &&
+	      r == 0 && qb.qpn == qa.qpn && race_faulted(sig) && race_faulted(sig2) &&
 		      st1 == st0,
 	      "qpn=0x%x other_file_qpn=0x%x read=%s write=%s other_state=%u->%u", qa.qpn, qb.qpn,
 	      sig > 0 ? strsignal(sig) : "reached the device", sig2 > 0 ? strsignal(sig2) : "reached the device", st0,

@@ -23,9 +23,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <sched.h>
-#include <setjmp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +32,7 @@
 
 #include "rackemu/sonuma_regs.h"
 #include "rackemu/sonuma_uapi.h"
+#include "race.h"
 #include "tool.h"
 
 #define PAGE 4096
@@ -97,100 +95,28 @@ static volatile uint64_t *map_db(int fd, const struct rmc_uapi_qp *u)
 
 /* ---- touching a page that may be revoked ---- */
 
-static sigjmp_buf probe_env;
-
-static void probe_fault(int sig)
-{
-	siglongjmp(probe_env, sig);
-}
-
-/* Read (write_v NULL) or write the 64-bit register at p: 0 if it reached the device, else the
- * signal it raised. */
-static int touch(volatile uint64_t *p, uint64_t *read_v, const uint64_t *write_v)
-{
-	struct sigaction sa, old_bus, old_segv;
-	int sig;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = probe_fault;
-	sigaction(SIGBUS, &sa, &old_bus);
-	sigaction(SIGSEGV, &sa, &old_segv);
-	sig = sigsetjmp(probe_env, 1);
-	if (!sig) {
-		if (write_v)
-			*p = *write_v;
-		else
-			*read_v = *p;
-	}
-	sigaction(SIGBUS, &old_bus, NULL);
-	sigaction(SIGSEGV, &old_segv, NULL);
-	return sig;
-}
-
 static int probe(volatile uint64_t *p, uint64_t *v)
 {
-	return touch(p, v, NULL);
+	return race_touch(p, 8, v, NULL);
 }
 
 static int poke(volatile uint64_t *p, uint64_t v)
 {
-	return touch(p, NULL, &v);
-}
-
-static int faulted(int sig)
-{
-	return sig == SIGBUS || sig == SIGSEGV;
+	return race_touch(p, 8, NULL, &v);
 }
 
 /* ---- dbrace ---- */
 
-/* The destroying thread: waits for round `go`, spins `delay_ns`, destroys `qp`. */
+/* What the destroyer (race.h) destroys in each round. */
 static struct {
 	int fd;
 	uint32_t qp;
-	uint64_t delay_ns;
-	unsigned go, done; /* __atomic */
-	int err;
-} race;
+} victim;
 
-static void relax(unsigned *spins)
+static int destroy_victim(void *unused)
 {
-	if (++*spins % 4096 == 0)
-		sched_yield(); /* the other thread may share our vCPU */
-	else
-		__asm__ volatile("" ::: "memory");
-}
-
-static void pin_to(unsigned cpu)
-{
-	cpu_set_t set;
-
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	sched_setaffinity(0, sizeof(set), &set); /* best effort: one vCPU gives a slower race */
-}
-
-static void *destroyer(void *arg)
-{
-	unsigned round = 0;
-
-	(void)arg;
-	pin_to(1);
-	for (;;) {
-		unsigned spins = 0;
-		uint64_t t;
-
-		while (__atomic_load_n(&race.go, __ATOMIC_ACQUIRE) == round)
-			relax(&spins);
-		round = __atomic_load_n(&race.go, __ATOMIC_ACQUIRE);
-		if (round == UINT32_MAX)
-			return NULL;
-		t = now_ns() + race.delay_ns;
-		while (now_ns() < t)
-			;
-		race.err = destroy_qp(race.fd, race.qp);
-		__atomic_store_n(&race.done, round, __ATOMIC_RELEASE);
-	}
+	(void)unused;
+	return destroy_qp(victim.fd, victim.qp);
 }
 
 /* A stale mapping of QP index q: does a store through it reach another file's new QP q? 1 yes,
@@ -230,63 +156,62 @@ static int cmd_dbrace(int argc, char **argv)
 			bad_option(r, argv, "rmc-hostile --help");
 		iters = (unsigned)num(optarg, "--iters", 10000000);
 	}
-	race.fd = open_dev();
-	ctx = scratch_ctx(race.fd);
+	victim.fd = open_dev();
+	ctx = scratch_ctx(victim.fd);
 	other_fd = open_dev();
 	other_ctx = scratch_ctx(other_fd);
-	pin_to(0);
+	race.destroy = destroy_victim;
+	race_pin_to(0);
 	/* how long an mmap of a doorbell page takes here: the scale of the destroy's delay */
 	for (c = 0; c < 20; c++) {
 		struct rmc_uapi_qp q;
 		volatile uint64_t *p;
 		uint64_t t0;
 
-		if ((r = create_qp(race.fd, ctx, &q))) {
+		if ((r = create_qp(victim.fd, ctx, &q))) {
 			fprintf(stderr, "rmc-hostile: create QP: %s\n", strerror(r));
 			return 1;
 		}
-		t0 = now_ns();
-		p = map_db(race.fd, &q);
-		t_mmap += now_ns() - t0;
+		t0 = race_now_ns();
+		p = map_db(victim.fd, &q);
+		t_mmap += race_now_ns() - t0;
 		if (p)
 			munmap((void *)p, PAGE);
-		destroy_qp(race.fd, q.qp);
+		destroy_qp(victim.fd, q.qp);
 	}
 	t_mmap /= 20;
 	delay = (int64_t)t_mmap / 2;
 	step = (int64_t)t_mmap / 32 + 1;
-	if (pthread_create(&th, NULL, destroyer, NULL)) {
+	if (pthread_create(&th, NULL, race_destroyer, NULL)) {
 		fprintf(stderr, "rmc-hostile: no thread\n");
 		return 1;
 	}
 	for (unsigned i = 1; i <= iters; i++) {
 		struct rmc_uapi_qp q;
 		volatile uint64_t *p;
-		unsigned spins = 0;
 		uint64_t v = 0;
 		int64_t d;
 		int sig;
 
-		if ((r = create_qp(race.fd, ctx, &q))) {
+		if ((r = create_qp(victim.fd, ctx, &q))) {
 			fprintf(stderr, "rmc-hostile: create QP (round %u): %s\n", i, strerror(r));
 			return 1;
 		}
-		race.qp = q.qp;
+		victim.qp = q.qp;
 		/* around the tracked moment, jitter of +-4 steps (in no order); a negative delay
 		 * holds the mmap back instead (the destroying thread starts late)
 		 */
 		d = delay + (int64_t)(i * 7919 % 9) * step - 4 * step;
 		race.delay_ns = d > 0 ? (uint64_t)d : 0;
-		__atomic_store_n(&race.go, i, __ATOMIC_RELEASE);
+		race_start(i);
 		if (d < 0) {
-			uint64_t t = now_ns() + (uint64_t)-d;
+			uint64_t t = race_now_ns() + (uint64_t)-d;
 
-			while (now_ns() < t)
+			while (race_now_ns() < t)
 				;
 		}
-		p = map_db(race.fd, &q);
-		while (__atomic_load_n(&race.done, __ATOMIC_ACQUIRE) != i)
-			relax(&spins);
+		p = map_db(victim.fd, &q);
+		race_wait(i);
 		if (race.err) {
 			fprintf(stderr, "rmc-hostile: destroy QP (round %u): %s\n", i, strerror(race.err));
 			return 1;
@@ -316,14 +241,13 @@ static int cmd_dbrace(int argc, char **argv)
 		}
 		munmap((void *)p, PAGE);
 	}
-	__atomic_store_n(&race.go, UINT32_MAX, __ATOMIC_RELEASE);
-	pthread_join(th, NULL);
+	race_end(th);
 	printf("dbrace=done iters=%u mmap_ns=%llu mapped=%u refused=%u revoked=%u stale=%u stale_rang_other=%u "
 	       "other_errors=%u delay_ns=%lld uid=%u\n",
 	       iters, (unsigned long long)t_mmap, mapped, refused, revoked, stale, rang, other, (long long)delay,
 	       (unsigned)getuid());
 	close(other_fd);
-	close(race.fd); /* the driver releases the contexts */
+	close(victim.fd); /* the driver releases the contexts */
 	return stale || other ? 1 : 0;
 }
 
@@ -343,7 +267,7 @@ static int cmd_dbstale(void)
 	sig = m ? probe(m + DB_STATUS / 8, &v) : -1;
 	r = r ? r : destroy_qp(a, qa.qp);
 	sig2 = m ? probe(m + DB_STATUS / 8, &v) : -1;
-	check("doorbell_touched_then_destroyed_faults", sig == 0 && r == 0 && faulted(sig2),
+	check("doorbell_touched_then_destroyed_faults", sig == 0 && r == 0 && race_faulted(sig2),
 	      "before=%d destroy=%d after=%s", sig, r, sig2 > 0 ? strsignal(sig2) : "reached the device");
 	if (m)
 		munmap((void *)m, PAGE);
@@ -361,7 +285,7 @@ static int cmd_dbstale(void)
 	if (n)
 		probe(n + DB_WQ_TAIL / 8, &h1);
 	check("doorbell_of_a_reused_index_faults",
-	      r == 0 && r2 == 0 && n && qb.qp == qa.qp && faulted(sig) && faulted(sig2) && h1 == h0,
+	      r == 0 && r2 == 0 && n && qb.qp == qa.qp && race_faulted(sig) && race_faulted(sig2) && h1 == h0,
 	      "qp=%u other_file_qp=%u read=%s write=%s other_wq_tail=%llu->%llu", qa.qp, qb.qp,
 	      sig > 0 ? strsignal(sig) : "reached the device", sig2 > 0 ? strsignal(sig2) : "reached the device",
 	      (unsigned long long)h0, (unsigned long long)h1);
