@@ -56,7 +56,10 @@ uint64_t CrashStates::subsets_up_to(uint64_t n, unsigned k)
     return uint64_t(total);
 }
 
-CrashStates::CrashStates(const Cut &cut, const CutPolicy &policy) : cut_(cut), policy_(policy), rng_(policy.seed) {}
+CrashStates::CrashStates(const Cut &cut, const CutPolicy &policy)
+    : cut_(cut), policy_(policy), rng_(policy.seed)
+{
+}
 
 uint64_t CrashStates::total() const
 {
@@ -137,7 +140,8 @@ bool CrashStates::duplicate(const CrashState &s)
     case Pick::UpToK:
         // Enumerated by size: without its lines that change nothing, the subset is a smaller one
         // that was produced before.
-        return std::any_of(s.chosen.begin(), s.chosen.end(), [&](uint32_t i) { return !cut_.lines[i].changes(); });
+        return std::any_of(s.chosen.begin(), s.chosen.end(),
+                           [&](uint32_t i) { return !cut_.lines[i].changes(); });
     case Pick::Random: {
         std::vector<uint32_t> eff;
         for (uint32_t i : s.chosen) {

@@ -40,8 +40,8 @@ namespace rackemu::pmem {
 
 // One line written but not durable at the cut.
 struct CutLine {
-    uint64_t line = 0;      // index in the region (offset / PMEM_LINE_SIZE)
-    uint64_t written = 0;   // bit i: byte i written (placed by the RNIC or changed by the CPU)
+    uint64_t line = 0;                 // index in the region (offset / PMEM_LINE_SIZE)
+    uint64_t written = 0;              // bit i: byte i written (placed by the RNIC or changed by the CPU)
     Bytes<PMEM_LINE_SIZE> old_bytes{}; // the durable image's
     Bytes<PMEM_LINE_SIZE> new_bytes{}; // RAM's (the caches' view) at the cut
     bool changes() const { return old_bytes != new_bytes; }
@@ -108,11 +108,11 @@ private:
     const Cut &cut_;
     CutPolicy policy_;
     uint64_t visited_ = 0, explored_ = 0, pruned_ = 0;
-    unsigned size_ = 0;           // UpToK: current subset size
-    std::vector<uint32_t> comb_;  // UpToK: current combination
+    unsigned size_ = 0;          // UpToK: current subset size
+    std::vector<uint32_t> comb_; // UpToK: current combination
     bool started_ = false, done_ = false;
-    uint64_t rng_;                                  // Random
-    std::set<std::vector<uint32_t>> seen_;          // Random: kept candidates that change bytes
+    uint64_t rng_;                         // Random
+    std::set<std::vector<uint32_t>> seen_; // Random: kept candidates that change bytes
 };
 
 // One state for a single power cut: None, All, or one Random subset from `seed` (UpToK: None).

@@ -85,8 +85,8 @@ std::unique_ptr<Media> file_media(const std::string &path, uint64_t size, std::s
     if (fd < 0 || fstat(fd, &st) != 0) {
         why = path + ": " + strerror(errno);
     } else if (uint64_t(st.st_size) > size) {
-        why = path + ": " + std::to_string(st.st_size) + " bytes, larger than the region's " + std::to_string(size) +
-              " (an image of another region?)";
+        why = path + ": " + std::to_string(st.st_size) + " bytes, larger than the region's " +
+              std::to_string(size) + " (an image of another region?)";
     } else if (uint64_t(st.st_size) < size && ftruncate(fd, off_t(size)) != 0) {
         why = path + ": cannot extend to " + std::to_string(size) + " bytes: " + strerror(errno);
     }

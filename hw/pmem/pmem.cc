@@ -189,26 +189,28 @@ Status Pmem::cpu_dirty(uint64_t addr, uint64_t len)
     Status st = check_report(addr, len);
     if (st != RK_OK || len == 0) return st;
     const bool cached = cfg_.mode == Mode::Adr || cfg_.mode == Mode::AdrDdio;
-    st = for_lines(addr - cfg_.base, len, [&](uint64_t line, const uint8_t *ram, const uint8_t *dur, uint64_t) {
-        const uint64_t d = diff_mask(ram, dur);
-        if (!d) return RK_OK;
-        if (!cached) return make_durable(line, ram, d, Cause::Store);
-        add_pending(line, d, PMEM_SRC_CPU);
-        return RK_OK;
-    });
+    st = for_lines(addr - cfg_.base, len,
+                   [&](uint64_t line, const uint8_t *ram, const uint8_t *dur, uint64_t) {
+                       const uint64_t d = diff_mask(ram, dur);
+                       if (!d) return RK_OK;
+                       if (!cached) return make_durable(line, ram, d, Cause::Store);
+                       add_pending(line, d, PMEM_SRC_CPU);
+                       return RK_OK;
+                   });
     return st != RK_OK ? st : evict_excess();
 }
 
 Status Pmem::make_range_durable(uint64_t addr, uint64_t len, Cause cause)
 {
     const bool cached = cfg_.mode == Mode::Adr || cfg_.mode == Mode::AdrDdio;
-    return for_lines(addr - cfg_.base, len, [&](uint64_t line, const uint8_t *ram, const uint8_t *dur, uint64_t) {
-        const uint64_t d = diff_mask(ram, dur);
-        // none, eadr: a store not reported yet was durable when it was made
-        if (!cached) return d ? make_durable(line, ram, d, Cause::Store) : RK_OK;
-        if (!d && !where_.count(line)) return RK_OK;
-        return make_durable(line, ram, d, cause);
-    });
+    return for_lines(addr - cfg_.base, len,
+                     [&](uint64_t line, const uint8_t *ram, const uint8_t *dur, uint64_t) {
+                         const uint64_t d = diff_mask(ram, dur);
+                         // none, eadr: a store not reported yet was durable when it was made
+                         if (!cached) return d ? make_durable(line, ram, d, Cause::Store) : RK_OK;
+                         if (!d && !where_.count(line)) return RK_OK;
+                         return make_durable(line, ram, d, cause);
+                     });
 }
 
 Status Pmem::cpu_writeback(uint64_t addr, uint64_t len)
@@ -235,11 +237,12 @@ Status Pmem::flush(uint64_t addr, uint64_t len)
 Status Pmem::place(uint64_t off, uint64_t len)
 {
     const bool ddio = cfg_.mode == Mode::AdrDdio;
-    const Status st = for_lines(off, len, [&](uint64_t line, const uint8_t *ram, const uint8_t *, uint64_t m) {
-        if (!ddio) return make_durable(line, ram, m, Cause::Placement);
-        add_pending(line, m, PMEM_SRC_NIC);
-        return RK_OK;
-    });
+    const Status st =
+        for_lines(off, len, [&](uint64_t line, const uint8_t *ram, const uint8_t *, uint64_t m) {
+            if (!ddio) return make_durable(line, ram, m, Cause::Placement);
+            add_pending(line, m, PMEM_SRC_NIC);
+            return RK_OK;
+        });
     return st != RK_OK ? st : evict_excess();
 }
 
@@ -334,7 +337,8 @@ Cut Pmem::cut()
         c.nic_lost_bytes += e.data.size();
     }
     std::vector<PendingLine> lines(pending.begin(), pending.end());
-    std::sort(lines.begin(), lines.end(), [](const PendingLine &a, const PendingLine &b) { return a.line < b.line; });
+    std::sort(lines.begin(), lines.end(),
+              [](const PendingLine &a, const PendingLine &b) { return a.line < b.line; });
     for (const PendingLine &p : lines) {
         CutLine l;
         l.line = p.line;
@@ -459,7 +463,8 @@ bool Pmem::load(StateIn &in, std::string *why)
         return false;
     };
     if (s.mode != uint32_t(cfg_.mode))
-        return fail("mode: the state's %s is not this device's %s", mode_name(Mode(s.mode)), mode_name(cfg_.mode));
+        return fail("mode: the state's %s is not this device's %s", mode_name(Mode(s.mode)),
+                    mode_name(cfg_.mode));
     if (s.size != cfg_.size)
         return fail("size: the state's 0x%llx is not this region's 0x%llx", (unsigned long long)s.size,
                     (unsigned long long)cfg_.size);
@@ -468,9 +473,11 @@ bool Pmem::load(StateIn &in, std::string *why)
     std::unordered_map<uint64_t, uint32_t> where;
     for (uint32_t i = 0; i < s.pending.size(); i++) {
         const PendingLine &p = s.pending[i];
-        if (p.line >= cfg_.size / kLine) return fail("pending[%u]: line %llu beyond the region", i, (unsigned long long)p.line);
+        if (p.line >= cfg_.size / kLine)
+            return fail("pending[%u]: line %llu beyond the region", i, (unsigned long long)p.line);
         if (!p.src || p.src & ~(PMEM_SRC_CPU | PMEM_SRC_NIC)) return fail("pending[%u]: source %u", i, p.src);
-        if (!where.emplace(p.line, i).second) return fail("pending[%u]: line %llu twice", i, (unsigned long long)p.line);
+        if (!where.emplace(p.line, i).second)
+            return fail("pending[%u]: line %llu twice", i, (unsigned long long)p.line);
     }
     const uint32_t cap = cfg_.mode == Mode::None ? 0 : cfg_.nic_entries;
     if (s.nic.size() > cap) return fail("nic: %zu entries, the buffer holds %u", s.nic.size(), cap);
@@ -478,7 +485,8 @@ bool Pmem::load(StateIn &in, std::string *why)
         const NicEntry &e = s.nic[i];
         if (e.data.empty() || e.data.size() > PMEM_NIC_ENTRY_MAX || !in_region(e.addr, e.data.size()))
             return fail("nic[%u]: %zu bytes at 0x%llx", i, e.data.size(), (unsigned long long)e.addr);
-        if (e.seq >= s.next_seq || (i && e.seq <= s.nic[i - 1].seq)) return fail("nic[%u]: sequence %llu", i, (unsigned long long)e.seq);
+        if (e.seq >= s.next_seq || (i && e.seq <= s.nic[i - 1].seq))
+            return fail("nic[%u]: sequence %llu", i, (unsigned long long)e.seq);
         if (i && e.due_ns < s.nic[i - 1].due_ns) return fail("nic[%u]: due before its predecessor", i);
     }
     std::lock_guard lk(mu_);

@@ -62,8 +62,12 @@ RkDeviceOps make_ops()
     o.create = pmem_create;
     o.free = DeviceOps<Pmem>::free;
     o.nregions = 1;
-    o.regions[0] = RkDeviceRegion{"rackemu-pmem-ctrl", PMEM_MMIO_SIZE, -1, DeviceOps<Pmem>::read<&Pmem::ctrl_read>,
-                                  DeviceOps<Pmem>::write<&Pmem::ctrl_write>, pmem_reg_name};
+    o.regions[0] = RkDeviceRegion{"rackemu-pmem-ctrl",
+                                  PMEM_MMIO_SIZE,
+                                  -1,
+                                  DeviceOps<Pmem>::read<&Pmem::ctrl_read>,
+                                  DeviceOps<Pmem>::write<&Pmem::ctrl_write>,
+                                  pmem_reg_name};
     o.nirqs = 0;
     o.msix_bar = -1;
     o.reset = DeviceOps<Pmem>::reset;
@@ -71,8 +75,8 @@ RkDeviceOps make_ops()
     o.irq_level = nullptr;
     o.state_version = 1;
     // the largest state: llc-lines pending lines and a full buffer of full entries
-    o.state_max = 64 + uint64_t(PMEM_LLC_LINES_MAX) * 17 + uint64_t(PMEM_NIC_ENTRIES_MAX) * (28 + PMEM_NIC_ENTRY_MAX) +
-                  8 * PMEM_CNT_COUNT;
+    o.state_max = 64 + uint64_t(PMEM_LLC_LINES_MAX) * 17 +
+                  uint64_t(PMEM_NIC_ENTRIES_MAX) * (28 + PMEM_NIC_ENTRY_MAX) + 8 * PMEM_CNT_COUNT;
     o.save = DeviceOps<Pmem>::save;
     o.load = DeviceOps<Pmem>::load<PMEM_LLC_LINES_MAX>;
     o.fabric_svc = -1;

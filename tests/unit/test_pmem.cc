@@ -397,7 +397,8 @@ TEST(Pmem, AlignedWordsAndLinesAreNeverTornInAnyState)
         for (const CutLine &l : c.lines) {
             const uint8_t *img = image.data() + l.line * kLine;
             const bool is_new = memcmp(img, l.new_bytes.data(), kLine) == 0;
-            EXPECT_TRUE(is_new || memcmp(img, l.old_bytes.data(), kLine) == 0) << "line " << l.line << " torn";
+            EXPECT_TRUE(is_new || memcmp(img, l.old_bytes.data(), kLine) == 0)
+                << "line " << l.line << " torn";
             for (unsigned w = 0; w < kLine; w += PMEM_WORD_SIZE) {
                 EXPECT_TRUE(memcmp(img + w, (is_new ? l.new_bytes : l.old_bytes).data() + w, 8) == 0);
             }
@@ -445,12 +446,12 @@ TEST(Pmem, RangesOutsideTheRegionAndOverflowingLengthsAreRefused)
     struct {
         uint64_t addr, len;
     } bad[] = {
-        {kBase - 64, 64},                  // below
-        {kBase + kSize, 1},                // past the end
-        {kBase + kSize - 8, 16},           // straddles the end
-        {kBase + 8, UINT64_MAX - 4},       // the end overflows
-        {UINT64_MAX - 7, 16},              // the address wraps
-        {kBase, kSize + 64},               // longer than the region
+        {kBase - 64, 64},            // below
+        {kBase + kSize, 1},          // past the end
+        {kBase + kSize - 8, 16},     // straddles the end
+        {kBase + 8, UINT64_MAX - 4}, // the end overflows
+        {UINT64_MAX - 7, 16},        // the address wraps
+        {kBase, kSize + 64},         // longer than the region
     };
     for (const auto &b : bad) {
         SCOPED_TRACE(b.addr);
