@@ -194,7 +194,11 @@ Status Pmem::cpu_dirty(uint64_t addr, uint64_t len)
                        const uint64_t d = diff_mask(ram, dur);
                        if (!d) return RK_OK;
                        if (!cached) return make_durable(line, ram, d, Cause::Store);
-                       add_pending(line, d, PMEM_SRC_CPU);
+                       // The dirty log also sees placed RNIC writes (DMA dirties pages): bytes
+                       // a pending line already has are not the CPU's.
+                       auto it = where_.find(line);
+                       const uint64_t known = it == where_.end() ? 0 : pending[it->second].written;
+                       if (d & ~known) add_pending(line, d, PMEM_SRC_CPU);
                        return RK_OK;
                    });
     return st != RK_OK ? st : evict_excess();
@@ -384,9 +388,12 @@ Status Pmem::restart()
         if (st == RK_OK) st = host_.dma_write(cfg_.base + off, buf.data(), n);
         if (st != RK_OK) return st;
     }
-    // the durable image is now RAM: nothing is pending (a crash before finish_cut kept none)
+    // RAM is the durable image: nothing is pending, nothing is in the NIC (outside a cut, what
+    // was not durable is dropped uncounted)
     pending.clear();
     where_.clear();
+    nic.clear();
+    arm_timer();
     return RK_OK;
 }
 

@@ -117,4 +117,15 @@ unsigned rk_pmem_nic_drain(void *core)
     return of(core)->nic_drain();
 }
 
+rk_status rk_pmem_power_cut(void *core, uint32_t pick, uint64_t seed)
+{
+    using rackemu::pmem::Pick;
+    static_assert(PMEM_PICK_NONE == uint32_t(Pick::None) && PMEM_PICK_ALL == uint32_t(Pick::All) &&
+                  PMEM_PICK_RANDOM == uint32_t(Pick::Random));
+    if (pick != PMEM_PICK_NONE && pick != PMEM_PICK_ALL && pick != PMEM_PICK_RANDOM) return RK_SLAVE_ERROR;
+    const rackemu::pmem::Cut c = of(core)->cut();
+    const rk_status st = of(core)->finish_cut(c, rackemu::pmem::pick_one(c, Pick(pick), seed));
+    return st != RK_OK ? st : of(core)->restart();
+}
+
 } // extern "C"

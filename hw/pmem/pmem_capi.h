@@ -38,6 +38,13 @@ rk_status rk_pmem_flush(void *core, uint64_t addr, uint64_t len);
 rk_status rk_pmem_placed(void *core, uint64_t addr, uint64_t len);
 rk_status rk_pmem_nic_accept(void *core, uint64_t addr, const void *data, uint64_t len, uint64_t *seq);
 unsigned rk_pmem_nic_drain(void *core);
+/* A power cut now, keeping the pending lines `pick` chooses (PMEM_PICK_NONE, _ALL, _RANDOM with
+ * `seed`), then RAM loaded from the surviving image: the LOST_* counters say what was lost.
+ * The glue reports the dirty log first (the stores made since its last report). */
+#define PMEM_PICK_NONE   0u
+#define PMEM_PICK_ALL    1u
+#define PMEM_PICK_RANDOM 3u
+rk_status rk_pmem_power_cut(void *core, uint32_t pick, uint64_t seed);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -637,3 +637,27 @@ TEST(Pmem, DurableImageFileOutlivesTheCore)
     EXPECT_EQ(b.host.ram[8192], 0x00);
     unlink(path);
 }
+
+TEST(Pmem, PowerCutThroughTheCApiKeepsWhatItsPickChoosesAndReloadsRam)
+{
+    Dev d(PMEM_MODE_ADR);
+    memset(d.host.ram.data(), 0xc1, 8);
+    memset(d.host.ram.data() + 64, 0xc2, 8);
+    ASSERT_EQ(rk_pmem_cpu_dirty(d.core, kBase, 4096), RK_OK);
+    const uint8_t w[8] = {9, 9, 9, 9, 9, 9, 9, 9};
+    ASSERT_EQ(rk_pmem_nic_accept(d.core, kBase + 128, w, 8, nullptr), RK_OK);
+    EXPECT_EQ(rk_pmem_power_cut(d.core, 2 /* UpToK: not one state */, 0), RK_SLAVE_ERROR);
+    ASSERT_EQ(rk_pmem_power_cut(d.core, PMEM_PICK_ALL, 0), RK_OK);
+    EXPECT_EQ(d.host.ram[0], 0xc1);
+    EXPECT_EQ(d.host.ram[64], 0xc2);
+    EXPECT_EQ(d.host.ram[128], 0); // acknowledged, never placed
+    EXPECT_EQ(d.reg(PMEM_COUNTERS + PMEM_CNT_LOST_NIC), 1u);
+    EXPECT_EQ(d.reg(PMEM_COUNTERS + PMEM_CNT_LOST_BYTES), 8u);
+    // PICK_NONE drops a store that was never written back
+    memset(d.host.ram.data() + 192, 0xc3, 8);
+    ASSERT_EQ(rk_pmem_cpu_dirty(d.core, kBase, 4096), RK_OK);
+    ASSERT_EQ(rk_pmem_power_cut(d.core, PMEM_PICK_NONE, 0), RK_OK);
+    EXPECT_EQ(d.host.ram[192], 0);
+    EXPECT_EQ(d.reg(PMEM_COUNTERS + PMEM_CNT_LOST_LINES), 1u);
+    EXPECT_EQ(d.reg(PMEM_COUNTERS + PMEM_CNT_CUTS), 2u);
+}
