@@ -661,3 +661,30 @@ TEST(Pmem, PowerCutThroughTheCApiKeepsWhatItsPickChoosesAndReloadsRam)
     EXPECT_EQ(d.reg(PMEM_COUNTERS + PMEM_CNT_LOST_LINES), 1u);
     EXPECT_EQ(d.reg(PMEM_COUNTERS + PMEM_CNT_CUTS), 2u);
 }
+
+TEST(Pmem, AdrEvictsCpuStoresBeyondLlcLinesToo)
+{
+    Rig r(Mode::Adr, 2);
+    for (unsigned i = 0; i < 5; i++)
+        r.cpu_store(i * kLine, uint8_t(0x50 + i));
+    EXPECT_EQ(r.cnt(PMEM_CNT_INDEX_PENDING_LINES), 2u);
+    EXPECT_EQ(r.cnt(PMEM_CNT_INDEX_EVICT_LINES), 3u);
+    unsigned durable = 0;
+    for (unsigned i = 0; i < 5; i++)
+        durable += r.durable(i * kLine) == 0x50 + i;
+    EXPECT_EQ(durable, 3u);
+}
+
+TEST(Pmem, PausedModelPlacesNothingUntilItRunsAgain)
+{
+    Rig r(Mode::Adr);
+    r.nic_write(0, 0x66);
+    r.p->pause(true);
+    r.advance(5000);
+    EXPECT_EQ(r.p->nic_pending(), 1u);
+    EXPECT_EQ(r.host.ram[0], 0);
+    r.p->pause(false);
+    r.advance(0);
+    EXPECT_EQ(r.p->nic_pending(), 0u);
+    EXPECT_EQ(r.durable(0), 0x66);
+}
