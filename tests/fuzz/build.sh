@@ -21,7 +21,7 @@ names=${*:-$ALL}
 
 SAN=(-fsanitize=address,undefined -fno-sanitize-recover=undefined)
 FLAGS=(-std=c++20 -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-unused-parameter
-       -I"$root/hw/include" -I"$root/hw/unimem" -I"$root/hw/sonuma" -I"$root/hw/rnic" -I"$root/hw/core" -I"$root/hw/fabric" -I"$root/platform/fabric" -I"$root/tests/unit" -I"$here")
+       -I"$root/hw/include" -I"$root/hw/unimem" -I"$root/hw/sonuma" -I"$root/hw/rnic" -I"$root/hw/pmem" -I"$root/hw/core" -I"$root/hw/fabric" -I"$root/platform/fabric" -I"$root/tests/unit" -I"$here")
 
 # newer TARGET PATH...: TARGET is missing, or older than a PATH that is a file, or than a header
 # under a PATH that is a directory

@@ -216,8 +216,25 @@ def rnic():
     yield 'bad', enable + pd + cq + qp + db(0, 1000) + cmd(99) + cmd(2, 1) + u8(6) + u16(60) + bytes(60) + u8(9)
 
 
+def pmem():
+    store = lambda off, ln, b: u8(0) + u16(off) + u8(ln) + u8(b)
+    nic = lambda off, ln, b: u8(5) + u16(off + 64) + u16(ln) + u8(b)        # address: base - 64 + u16
+    placed = lambda off, ln, b: u8(4) + u16(off + 64) + u16(ln) + u8(b)
+    rng = lambda op, off, ln: u8(op) + u16(off + 64) + u8(0) + u16(ln)     # 1 dirty, 2 write-back, 3 FLUSH
+    wait = lambda ns: u8(6) + u16(ns)
+    cut = lambda k, want: u8(13) + u8(k) + u8(want)
+    work = (store(0, 8, 1) + store(64, 16, 2) + nic(128, 8, 3) + wait(50) + nic(4096, 200, 4) + wait(100)
+            + placed(8192, 64, 5) + store(200, 64, 6))
+    for mode, name in enumerate(['none', 'eadr', 'adr', 'adr-ddio']):
+        conf = mode | (4 << 2) | (1 << 5)   # 4 NIC entries, 6 LLC lines
+        yield name, u8(conf) + work + rng(2, 0, 64) + rng(3, 4096, 256) + cut(1, 3)
+    yield 'evict', u8(3 | (2 << 2)) + b''.join(placed(i * 64, 8, i) for i in range(8)) + cut(2, 200)
+    yield 'bad', u8(2 | (1 << 2)) + rng(1, 0x7ff0, 64) + u8(2) + u16(0) + u8(0xff) + u64(2 ** 64 - 1) + nic(0, 0, 1) + nic(0, 4097, 1)
+    yield 'state', u8(3 | (4 << 2) | (3 << 5)) + work + u8(11) + u8(12) + u16(16) + bytes(16) + u8(9) + u16(0x168) + u8(0) + u8(10) + u16(0x38) + u64(1) + u8(0)
+
+
 HARNESSES = dict(vmbox=vmbox, packetizer=packetizer, cdma=cdma, gas=gas, rmc=rmc, r2p2=r2p2, bridge=bridge, port=port,
-                 atomic_unit=atomic_unit, rnic=rnic)
+                 atomic_unit=atomic_unit, rnic=rnic, pmem=pmem)
 
 
 def main():
