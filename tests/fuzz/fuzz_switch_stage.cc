@@ -128,7 +128,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (unsigned frames = 0; frames < 64 && !in.empty(); frames++) {
         if (in.u8() % 2 == 0) {
             f.resize(in.u16() % 4300);
-            in.bytes(f.data(), f.size());
+            if (!f.empty()) in.bytes(f.data(), f.size());
         } else {
             Packet p;
             p.bth.opcode = ops[in.u8() % ops.size()];
