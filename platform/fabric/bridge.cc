@@ -1348,6 +1348,7 @@ std::string Bridge::stats_json()
       << ",\"eth_no_port\":" << eth_no_port_ << ",\"eth_spoofed\":" << eth_spoofed_
       << ",\"fault_rules\":" << faults_.rules().size() << ",\"fault_held\":" << faults_.held()
       << ",\"fault_lost\":" << fault_lost_ << ",\"capture\":" << capture_.status_json()
+      << ",\"switch_program\":\"" << stage_.name() << "\"" // a name from the program table: no escaping
       << ",\"pairs_enabled\":" << (opt_.pairs ? "true" : "false") << ",\"pairs\":" << pairs_.size()
       << ",\"pairs_direct\":"
       << std::count_if(pairs_.begin(), pairs_.end(),
