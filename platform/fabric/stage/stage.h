@@ -87,7 +87,7 @@ struct TableInfo {
 struct Resources {
     unsigned stages = 0;           // highest stage used + 1
     unsigned recirculations = 0;   // most passes beyond the first a packet may take
-    uint64_t sram_bytes = 0;       // arrays (cells x cell bytes) + tables (entries x (key + value))
+    uint64_t sram_bytes = 0;       // arrays (cells x cell bytes) + tables (capacity x (key + value))
     std::vector<ArrayInfo> arrays; // with run-time counters when taken from a live program
     std::vector<TableInfo> tables;
 };
