@@ -1500,6 +1500,14 @@ std::string Bridge::switch_command(const std::string &args)
     return json_error("usage: switch load NAME [key=value ...] | switch unload | switch stats | switch list");
 }
 
+void Bridge::load_switch_program(std::unique_ptr<sw::Program> p, const std::string &name)
+{
+    std::lock_guard lk(mu_);
+    stage_.load_program(std::move(p), name);
+    update_pair_modes_locked();
+    log("switch program %s loaded", name.c_str());
+}
+
 // capture start OPTIONS | capture stop | capture status (docs/fabric.md, "Capture").
 std::string Bridge::capture_command(const std::string &args)
 {

@@ -93,6 +93,9 @@ public:
     void stop();
 
     std::string stats_json();
+    // Load a switch program object (unit tests, an embedder), as `switch load` does from the
+    // program table (docs/switch.md).
+    void load_switch_program(std::unique_ptr<sw::Program> p, const std::string &name);
     // The longest control command, in bytes before its newline: a capture path of PATH_MAX
     // with every option fits. A longer one is refused whole, never run in part.
     static constexpr size_t kMaxControlCommand = 8192;

@@ -712,6 +712,88 @@ TEST(SwitchInBridge, LoadedProgramSeesEveryFrameAndAnswersThroughTheControlSocke
     rk_fabric_port_free(n1);
 }
 
+std::string run(const std::string &cmd)
+{
+    std::string out;
+    FILE *p = popen(cmd.c_str(), "r");
+    if (!p) return out;
+    char buf[512];
+    while (fgets(buf, sizeof buf, p))
+        out += buf;
+    pclose(p);
+    return out;
+}
+
+// The order in the bridge (docs/switch.md, "Order with capture and fault rules"): capture in sees
+// the frame as sent, the stage rewrites it, fault rules act on what leaves the stage, capture out
+// sees what is delivered; a synthesized frame goes back out of the ingress port.
+TEST(SwitchInBridge, CaptureInSeesTheFrameBeforeTheStageFaultsAndCaptureOutAfterIt)
+{
+    test::BridgeRig b;
+    RkFabricPort *n0 = b.port(0), *n1 = b.port(1);
+    ASSERT_TRUE(n0 && n1);
+    test::EthSink at0, at1;
+    rk_fabric_port_eth_attach(n0, RK_FABRIC_ETH_ROCE, test::EthSink::rx, &at0);
+    rk_fabric_port_eth_attach(n1, RK_FABRIC_ETH_ROCE, test::EthSink::rx, &at1);
+    // CAS -> 8-byte WRITE of the swap value, and an ACK on behalf of node 1 back to node 0.
+    b.bridge->load_switch_program(scripted([](Ctx &c, Scripted &) {
+                                      Packet &p = c.hdr.pkt;
+                                      if (p.bth.opcode != ROCE_OP_CMP_SWAP) return Verdict::Pass;
+                                      c.emit(packet(ROCE_OP_ACK, 1, 0, 0x22, p.bth.psn));
+                                      roce_put64(c.payload, p.atomic.swap_add);
+                                      p.bth.opcode = ROCE_OP_WRITE_ONLY;
+                                      p.reth = {p.atomic.va, p.atomic.rkey, 8};
+                                      p.payload = c.payload;
+                                      p.payload_len = 8;
+                                      return Verdict::Rewrite;
+                                  }),
+                                  "cas-to-write");
+    const std::string path = b.dir + "/order.pcapng";
+    ASSERT_NE(
+        test::control(b.dir, "capture start path=" + path + " nodes=0,1 what=eth dir=both\n").find("\"ok\""),
+        std::string::npos);
+    ASSERT_NE(test::control(b.dir, "fault add drop svc=eth kind=roce dst=1 limit=1\n").find("\"ok\""),
+              std::string::npos);
+    const Bytes cas1 = build(packet(ROCE_OP_CMP_SWAP, 0, 1, 0x11, 7));
+    const Bytes cas2 = build(packet(ROCE_OP_CMP_SWAP, 0, 1, 0x11, 8));
+    ASSERT_EQ(rk_fabric_port_eth_send(n0, cas1.data(), cas1.size()), 0);
+    ASSERT_TRUE(at0.wait_count(1)); // the ACK came back though the WRITE was dropped after the stage
+    ASSERT_EQ(rk_fabric_port_eth_send(n0, cas2.data(), cas2.size()), 0);
+    ASSERT_TRUE(at0.wait_count(2));
+    ASSERT_TRUE(at1.wait_count(1));
+    Packet w;
+    ASSERT_TRUE(wire_valid(at1.frames[0].second, &w));
+    EXPECT_EQ(w.bth.opcode, ROCE_OP_WRITE_ONLY);
+    EXPECT_EQ(w.bth.psn, 8u);
+    EXPECT_EQ(roce_get64(w.payload), 0x1111u);
+    Packet a;
+    ASSERT_TRUE(wire_valid(at0.frames[1].second, &a));
+    EXPECT_EQ(a.bth.opcode, ROCE_OP_ACK);
+    EXPECT_EQ(a.bth.psn, 8u);
+    const std::string st = test::control(b.dir, "switch stats\n");
+    EXPECT_NE(st.find("\"in\":2,\"roce\":2,\"not_roce\":0,\"malformed\":0,\"passed\":0,\"rewritten\":2,"
+                      "\"synthesized\":2,\"dropped\":0"),
+              std::string::npos)
+        << st;
+    EXPECT_NE(test::control(b.dir, "fault list\n").find("\"hits\":1"), std::string::npos);
+    ASSERT_NE(test::control(b.dir, "capture stop\n").find("\"frames\":5"), std::string::npos);
+    if (std::system("command -v tshark >/dev/null 2>&1") == 0) {
+        // interface, direction (1 inbound, 2 outbound), opcode: two CAS in from node 0, two ACKs
+        // out to it, one WRITE out to node 1 (the first one was dropped by the rule).
+        const std::string rec = run("tshark -r " + path +
+                                    " -T fields -e frame.interface_name -e frame.packet_flags_direction "
+                                    "-e infiniband.bth.opcode 2>/dev/null | sort");
+        EXPECT_EQ(rec,
+                  "node0\t0x00000001\t19\nnode0\t0x00000001\t19\nnode0\t0x00000002\t17\n"
+                  "node0\t0x00000002\t17\nnode1\t0x00000002\t10\n")
+            << rec;
+    }
+    rk_fabric_port_eth_attach(n0, RK_FABRIC_ETH_ROCE, nullptr, nullptr);
+    rk_fabric_port_eth_attach(n1, RK_FABRIC_ETH_ROCE, nullptr, nullptr);
+    rk_fabric_port_free(n0);
+    rk_fabric_port_free(n1);
+}
+
 TEST(SwitchInBridge, AProgramGivenAtStartIsLoadedAndABadOneRefusesToStart)
 {
     Bridge::Options o;
