@@ -1002,7 +1002,7 @@ def _add_switch_commands(sub: SubParsers) -> None:
     ssub = sw.add_subparsers(dest="switch_command", metavar="ACTION", required=True)
     sl = ssub.add_parser("load", help="load a program (replaces the loaded one)",
                          description="Load a switch program; prints its resources in switch units.")
-    sl.add_argument("program", metavar="NAME", help="a program of `rackemu switch list`")
+    sl.add_argument("program", metavar="PROGRAM", help="a program of `rackemu switch list`")
     sl.add_argument("--set", action="append", metavar="KEY=VALUE", help="a parameter (repeatable)")
     _add_select_args(sl)
     sl.set_defaults(func=cmd_switch_load)
