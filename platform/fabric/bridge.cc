@@ -291,6 +291,15 @@ bool Bridge::start(std::string &err)
         err = "cannot create run directory " + opt_.run_dir + ": " + strerror(errno);
         return false;
     }
+    {
+        std::lock_guard lk(mu_);
+        const char *strict = getenv("RACKEMU_SWITCH_STRICT"); // a discipline violation aborts
+        stage_.set_strict(strict && *strict == '1');
+        if (!opt_.switch_program.empty() && !stage_.load(opt_.switch_program, opt_.switch_params, err)) {
+            err = "switch program: " + err;
+            return false;
+        }
+    }
     if (pipe2(wake_pipe_, O_CLOEXEC | O_NONBLOCK) < 0) {
         err = std::string("pipe: ") + strerror(errno);
         return false;
@@ -759,7 +768,7 @@ void Bridge::update_eth_watched_locked()
     uint64_t watched = 0;
     for (unsigned n = 0; n < RKF_MAX_NODES; n++) {
         if (faults_.held() || capture_.wants(n, false, true) || capture_.wants(n, true, true) ||
-            faults_.touches_eth_frames(n))
+            faults_.touches_eth_frames(n) || stage_.loaded())
             watched |= 1ull << n;
     }
     if (live_) __atomic_store_n(&live_->eth_watched, watched, __ATOMIC_SEQ_CST);
@@ -1055,6 +1064,22 @@ void Bridge::eth_ingress_locked(unsigned src, const rkf_frame_hdr &h, const unsi
         }
     }
     capture_.record(src, false, true, f, len);
+    if (!stage_.loaded()) {
+        eth_switch_locked(src, f, len);
+        return;
+    }
+    // The switch program (docs/switch.md, "Order"): after the ingress capture, before switching,
+    // fault rules and the egress capture. A frame it synthesizes is switched as if it came from
+    // the node its source MAC names (an ACK on behalf of a server may go back to the sender).
+    for (const sw::Stage::Out &o : stage_.process(src, f, len)) {
+        const int from = o.synthesized && o.len >= RKF_ETH_HDR_LEN ? rkf_eth_mac_node(o.data + 6) : -1;
+        eth_switch_locked(from >= 0 && unsigned(from) < opt_.max_nodes ? unsigned(from) : src, o.data, o.len);
+    }
+}
+
+void Bridge::eth_switch_locked(unsigned src, const unsigned char *f, size_t len)
+{
+    Port &s = ports_[src];
     const int to = eth_is_group(f) ? -1 : rkf_eth_mac_node(f);
     if (to == int(src)) {
         eth_hairpin_++;
@@ -1323,6 +1348,7 @@ std::string Bridge::stats_json()
       << ",\"eth_no_port\":" << eth_no_port_ << ",\"eth_spoofed\":" << eth_spoofed_
       << ",\"fault_rules\":" << faults_.rules().size() << ",\"fault_held\":" << faults_.held()
       << ",\"fault_lost\":" << fault_lost_ << ",\"capture\":" << capture_.status_json()
+      << ",\"switch_program\":\"" << stage_.name() << "\"" // a name from the program table: no escaping
       << ",\"pairs_enabled\":" << (opt_.pairs ? "true" : "false") << ",\"pairs\":" << pairs_.size()
       << ",\"pairs_direct\":"
       << std::count_if(pairs_.begin(), pairs_.end(),
@@ -1387,9 +1413,13 @@ std::string Bridge::control_reply(std::string cmd)
     if (cmd == "capture" || cmd.rfind("capture ", 0) == 0) {
         return capture_command(cmd.substr(std::min<size_t>(cmd.size(), 8))) + "\n";
     }
+    if (cmd == "switch" || cmd.rfind("switch ", 0) == 0)
+        return switch_command(cmd.substr(std::min<size_t>(cmd.size(), 7))) + "\n";
     std::string reply = "{\"error\":\"unknown command '";
     json_escape(reply, cmd.substr(0, 32));
-    return reply + "'; commands: stats, shutdown, fault add|del|list, capture start|stop|status\"}\n";
+    return reply +
+           "'; commands: stats, shutdown, fault add|del|list, capture start|stop|status, "
+           "switch load|unload|stats|list\"}\n";
 }
 
 namespace {
@@ -1437,6 +1467,45 @@ std::string Bridge::fault_command(const std::string &args)
     if (verb == "list" && rest.empty()) return faults_.list_json();
     return json_error("usage: fault add RULE | fault del ID|all | fault list; RULE: " +
                       std::string(FaultEngine::help()));
+}
+
+// switch load NAME [key=value ...] | switch unload | switch stats | switch list (docs/switch.md).
+// Loading replaces a loaded program; either way the old program's state is gone (soft state).
+std::string Bridge::switch_command(const std::string &args)
+{
+    std::lock_guard lk(mu_);
+    const size_t sp = args.find(' ');
+    const std::string verb = args.substr(0, sp);
+    const std::string rest = sp == std::string::npos ? "" : args.substr(sp + 1);
+    if (verb == "load") {
+        std::string name, err;
+        std::vector<std::string> sets;
+        if (!sw::split_load_args(rest, name, sets, err)) return json_error(err);
+        const std::string old = stage_.name();
+        if (!stage_.load(name, sets, err)) return json_error(err); // the loaded program stays
+        update_pair_modes_locked(); // every node's RoCE frames through the bridge from now on
+        log("switch program %s loaded%s%s", name.c_str(), old.empty() ? "" : ", replacing ", old.c_str());
+        return "{\"ok\":true,\"switch\":" + stage_.stats_json() + "}";
+    }
+    if (verb == "unload" && rest.empty()) {
+        const std::string st = stage_.stats_json();
+        const bool was = stage_.loaded();
+        stage_.unload();
+        update_pair_modes_locked();
+        if (was) log("switch program unloaded");
+        return "{\"ok\":true,\"unloaded\":" + std::string(was ? "true" : "false") + ",\"switch\":" + st + "}";
+    }
+    if (verb == "stats" && rest.empty()) return stage_.stats_json();
+    if (verb == "list" && rest.empty()) return stage_.list_json();
+    return json_error("usage: switch load NAME [key=value ...] | switch unload | switch stats | switch list");
+}
+
+void Bridge::load_switch_program(std::unique_ptr<sw::Program> p, const std::string &name)
+{
+    std::lock_guard lk(mu_);
+    stage_.load_program(std::move(p), name);
+    update_pair_modes_locked();
+    log("switch program %s loaded", name.c_str());
 }
 
 // capture start OPTIONS | capture stop | capture status (docs/fabric.md, "Capture").

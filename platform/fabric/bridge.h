@@ -30,6 +30,7 @@
 #include "eth_frag.h"
 #include "faults.h"
 #include "shm_ring.h"
+#include "stage.h"
 
 namespace rackemu::fabric {
 
@@ -75,6 +76,9 @@ public:
         // (eth_source_check); others are dropped and counted in eth_spoofed (--no-source-check).
         bool eth_source_check = true;
         unsigned pair_ack_timeout_us = 10000; // longest wait for a sender to see a switch
+        // A switch program loaded at start (docs/switch.md): its name and key=value settings.
+        std::string switch_program;
+        std::vector<std::string> switch_params;
     };
 
     explicit Bridge(Options o);
@@ -89,6 +93,9 @@ public:
     void stop();
 
     std::string stats_json();
+    // Load a switch program object (unit tests, an embedder), as `switch load` does from the
+    // program table (docs/switch.md).
+    void load_switch_program(std::unique_ptr<sw::Program> p, const std::string &name);
     // The longest control command, in bytes before its newline: a capture path of PATH_MAX
     // with every option fits. A longer one is refused whole, never run in part.
     static constexpr size_t kMaxControlCommand = 8192;
@@ -152,8 +159,12 @@ private:
     // running, or UINT64_MAX.
     uint64_t lease_follow_up_locked(uint64_t now);
     void error_reply_locked(const rkf_frame_hdr &req, uint16_t status);
-    // Ethernet: one fragment from `src`; a whole frame is captured, switched and forwarded.
+    // Ethernet: one fragment from `src`; a whole frame is captured, passes the switch program
+    // (if one is loaded), and what comes out is switched and forwarded (docs/switch.md, "Order").
     void eth_ingress_locked(unsigned src, const rkf_frame_hdr &h, const unsigned char *payload);
+    // Switch one frame from `src` by its destination MAC: one copy per destination port, through
+    // the fault rules.
+    void eth_switch_locked(unsigned src, const unsigned char *f, size_t len);
     // One copy of a frame or packet on its way from src to dst, through the fault rules.
     void forward_locked(FaultPacket &&p);
     // Deliver what the fault rules let through (now or when held copies are due).
@@ -161,6 +172,7 @@ private:
     void eth_deliver_locked(unsigned src, unsigned dst, const unsigned char *f, size_t len);
     std::string fault_command(const std::string &args);
     std::string capture_command(const std::string &args);
+    std::string switch_command(const std::string &args);
     // A reply from `dst` answers one outstanding request of `src`: forget it. False if none.
     bool settle_locked(uint16_t dst, uint16_t src, uint8_t svc, uint16_t op, uint64_t tag);
     void log(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -202,6 +214,7 @@ private:
     uint64_t fault_lost_ = 0;
     std::vector<FaultPacket> fault_out_; // scratch, router only
     Capture capture_;
+    sw::Stage stage_; // the programmable stage (under mu_); a program loaded: every frame passes it
     std::map<unsigned, Pair> pairs_; // under mu_
     uint64_t pair_gen_ = 0, pairs_made_ = 0, pairs_torn_ = 0, pair_switches_ = 0, pair_ack_timeouts_ = 0,
              pair_broken_ = 0, pair_bad_markers_ = 0, pair_replies_ = 0;

@@ -25,11 +25,13 @@ void usage(FILE *f)
         f,
         "usage: rackemu-bridge --run-dir DIR [--max-nodes N] [--max-outstanding N] [--fault RULE]...\n"
         "                      [--fault-seed N] [--no-pairs] [--no-source-check] [--verbose]\n"
+        "                      [--switch NAME [--switch-set KEY=VALUE]...]\n"
         "\n"
         "The rackemu fabric bridge: the rack switch that links the nodes of a cluster.\n"
         "Creates DIR/fabric.sock (nodes connect here: -M rackemu-node,fabric=DIR/fabric.sock)\n"
         "and DIR/bridge.ctl (control: 'stats' for JSON counters, 'shutdown' to stop, 'fault add RULE',\n"
-        "'fault del ID|all', 'fault list', 'capture start OPTIONS', 'capture stop|status'; docs/fabric.md).\n"
+        "'fault del ID|all', 'fault list', 'capture start OPTIONS', 'capture stop|status'; docs/fabric.md;\n"
+        "'switch load NAME [KEY=VALUE]...', 'switch unload|stats|list'; docs/switch.md).\n"
         "Prints 'rackemu-bridge: ready' on stdout once it listens. SIGTERM/SIGINT stop it cleanly.\n"
         "\n"
         "  --run-dir DIR    directory for the sockets (created if missing)\n"
@@ -46,6 +48,10 @@ void usage(FILE *f)
         "  --no-source-check  forward Ethernet frames whatever their source MAC and IPv4/ARP\n"
         "                   addresses (by default a node's frames must carry its own: others are\n"
         "                   dropped and counted as eth_spoofed; docs/fabric.md \"Source addresses\")\n"
+        "  --switch NAME    load switch program NAME at start (docs/switch.md; `switch list` on\n"
+        "                   the control socket lists them)\n"
+        "  --switch-set KEY=VALUE\n"
+        "                   a parameter of that program (repeatable)\n"
         "  --help           this text\n",
         rackemu::fabric::FaultEngine::help());
 }
@@ -104,6 +110,10 @@ int main(int argc, char **argv)
                 return 2;
             }
             o.fault_seed = n;
+        } else if (a == "--switch") {
+            o.switch_program = value("--switch");
+        } else if (a == "--switch-set") {
+            o.switch_params.push_back(value("--switch-set"));
         } else if (a == "--no-pairs") {
             o.pairs = false;
         } else if (a == "--no-source-check") {
@@ -115,6 +125,18 @@ int main(int argc, char **argv)
             return 0;
         } else {
             fprintf(stderr, "rackemu-bridge: unknown argument '%s' (see --help)\n", a.c_str());
+            return 2;
+        }
+    }
+    if (!o.switch_params.empty() && o.switch_program.empty()) {
+        fprintf(stderr, "rackemu-bridge: --switch-set needs --switch NAME (see --help)\n");
+        return 2;
+    }
+    if (!o.switch_program.empty()) {
+        rackemu::fabric::sw::Stage check;
+        std::string err;
+        if (!check.load(o.switch_program, o.switch_params, err)) {
+            fprintf(stderr, "rackemu-bridge: --switch %s: %s\n", o.switch_program.c_str(), err.c_str());
             return 2;
         }
     }

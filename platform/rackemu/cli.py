@@ -493,6 +493,85 @@ def cmd_fault_del(args: argparse.Namespace) -> int:
     return 0
 
 
+def _switch_params(args: argparse.Namespace) -> list[str]:
+    out = []
+    for kv in args.set or []:
+        kv = _text_arg("switch parameter", kv)
+        if "=" not in kv or any(c.isspace() for c in kv):
+            raise BadRequest(f"switch load: --set '{kv}' is not KEY=VALUE (no white space)")
+        out.append(kv)
+    return out
+
+
+def cmd_switch_load(args: argparse.Namespace) -> int:
+    name = _text_arg("switch program", args.program)
+    if not name or not all(c.isalnum() or c in "-_" for c in name):
+        raise BadRequest(f"switch load: '{name}' is not a program name (see `rackemu switch list`)")
+    ans = _bridge_answer(_attach(args), " ".join(["switch load", name, *_switch_params(args)]))
+    sw = ans["switch"]
+    params = " ".join(f"{k}={v}" for k, v in sorted(sw.get("params", {}).items()))
+    r = sw.get("resources", {})
+    print(f"switch program {sw['program']} loaded ({params}): {r.get('stages')} stage(s), "
+          f"{r.get('sram_bytes')} byte(s) of SRAM, {r.get('table_entries')} table entries, "
+          f"{r.get('recirculations')} recirculation(s)")
+    return 0
+
+
+def cmd_switch_unload(args: argparse.Namespace) -> int:
+    ans = _bridge_answer(_attach(args), "switch unload")
+    if ans.get("unloaded"):
+        print(f"switch program {ans['switch']['program']} unloaded (its state is gone)")
+    else:
+        print("no switch program was loaded")
+    return 0
+
+
+def cmd_switch_stats(args: argparse.Namespace) -> int:
+    ans = _bridge_answer(_attach(args), "switch stats")
+    if args.json:
+        print(json.dumps(ans, indent=2))
+        return 0
+    if not ans.get("loaded"):
+        print("no switch program loaded; load one with `rackemu switch load NAME`")
+        return 0
+    f, r = ans["frames"], ans["resources"]
+    print(f"program {ans['program']}: {r['stages']} stage(s), {r['sram_bytes']} byte(s) of SRAM, "
+          f"{r['table_entries']} table entries, {r['recirculations']} recirculation(s)")
+    print(table(["frames in", "roce", "not roce", "malformed", "passed", "rewritten", "synthesized", "dropped"],
+                [[f["in"], f["roce"], f["not_roce"], f["malformed"], f["passed"], f["rewritten"],
+                  f["synthesized"], f["dropped"]]]))
+    if ans.get("tables"):
+        print()
+        print(table(["table", "stage", "entries", "capacity", "hits", "misses", "overflow"],
+                    [[t["name"], t["stage"], t["entries"], t["capacity"], t["hits"], t["misses"], t["overflow"]]
+                     for t in ans["tables"]]))
+    if ans.get("arrays"):
+        print()
+        print(table(["array", "stage", "cells", "bytes", "occupancy", "accesses"],
+                    [[a["name"], a["stage"], a["cells"], a["sram_bytes"], a["occupancy"], a["accesses"]]
+                     for a in ans["arrays"]]))
+    qps = ans.get("program_stats", {}).get("qps")
+    if qps:
+        print()
+        print(table(["destination", "qpn", "operations", "payload bytes", "retransmitted", "naks", "rnr naks"],
+                    [[q["dst"], q["qpn"], " ".join(f"{k}={v}" for k, v in q["ops"].items()),
+                      q["payload_bytes"], q["retransmitted"], q["naks"], q["rnr_naks"]] for q in qps]))
+    if ans.get("discipline_violations"):
+        print(f"\npipeline discipline violated {ans['discipline_violations']} time(s); first: "
+              f"{ans['first_violation']}")
+    return 0
+
+
+def cmd_switch_list(args: argparse.Namespace) -> int:
+    ans = _bridge_answer(_attach(args), "switch list")
+    for p in ans["programs"]:
+        mark = " (loaded)" if p["name"] == ans.get("loaded") else ""
+        print(f"{p['name']}{mark}: {p['summary']}")
+        for k in p["params"]:
+            print(f"    {k['key']}={k['default']}  ({k['allowed']}) {k['help']}")
+    return 0
+
+
 def _capture_line(c: dict) -> str:
     if not c.get("active"):
         return "no capture running"
@@ -910,6 +989,38 @@ def _add_fault_commands(sub: SubParsers) -> None:
     fd.set_defaults(func=cmd_fault_del)
 
 
+def _add_switch_commands(sub: SubParsers) -> None:
+    """The parsers of switch load, unload, stats and list: the bridge's programmable stage."""
+    fmt = argparse.RawDescriptionHelpFormatter
+    sw = sub.add_parser("switch", formatter_class=fmt, help="switch programs in the bridge: load, unload, stats",
+                        description="The programmable stage of the fabric bridge: a switch program "
+                                    "every Ethernet frame passes while it is loaded (RoCEv2 parsed, "
+                                    "match-action tables and register arrays, frames rewritten, "
+                                    "dropped or synthesized). Its state is soft: unloading drops it. "
+                                    "The cluster TOML's `switch` key loads one at `cluster up`. "
+                                    "docs/switch.md.")
+    ssub = sw.add_subparsers(dest="switch_command", metavar="ACTION", required=True)
+    sl = ssub.add_parser("load", help="load a program (replaces the loaded one)",
+                         description="Load a switch program; prints its resources in switch units.")
+    sl.add_argument("program", metavar="PROGRAM", help="a program of `rackemu switch list`")
+    sl.add_argument("--set", action="append", metavar="KEY=VALUE", help="a parameter (repeatable)")
+    _add_select_args(sl)
+    sl.set_defaults(func=cmd_switch_load)
+    su = ssub.add_parser("unload", help="unload the program (its state is dropped)",
+                         description="Unload the switch program: frames take the bridge's plain path.")
+    _add_select_args(su)
+    su.set_defaults(func=cmd_switch_unload)
+    st = ssub.add_parser("stats", help="frames, tables, arrays and the program's own counters",
+                         description="The loaded program's counters: frames rewritten, synthesized and "
+                                     "dropped, per table hits and misses, per array occupancy.")
+    st.add_argument("--json", action="store_true", help="print the bridge's JSON as is")
+    _add_select_args(st)
+    st.set_defaults(func=cmd_switch_stats)
+    sli = ssub.add_parser("list", help="the programs and their parameters", description="List the programs.")
+    _add_select_args(sli)
+    sli.set_defaults(func=cmd_switch_list)
+
+
 def _add_capture_commands(sub: SubParsers) -> None:
     """The parsers of capture start, stop and status: the bridge's frame capture."""
     fmt = argparse.RawDescriptionHelpFormatter
@@ -1002,6 +1113,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_node_commands(sub)
     _add_bridge_commands(sub)
     _add_fault_commands(sub)
+    _add_switch_commands(sub)
     _add_capture_commands(sub)
     _add_tool_commands(sub)
     return p

@@ -14,9 +14,11 @@ from .config import ClusterConfig
 def bridge_argv(config: ClusterConfig, run_dir: Path) -> list[str]:
     """The fabric bridge's command line."""
     faults = [a for rule in config.faults for a in ("--fault", rule)]
+    switch = ["--switch", config.switch] if config.switch else []
+    switch += [a for kv in config.switch_params for a in ("--switch-set", kv)] if config.switch else []
     return [str(config.bridge), "--run-dir", str(run_dir),
             "--max-nodes", str(config.nodes), "--fault-seed", str(config.fault_seed),
-            *faults, *config.bridge_args]
+            *faults, *switch, *config.bridge_args]
 
 
 def node_argv(c: ClusterConfig, d: Path, ram_dir: Path, i: int) -> list[str]:

@@ -92,6 +92,8 @@ DEFAULTS: dict[str, Any] = {
     "bridge_args": [],
     "faults": [],
     "fault_seed": 1,
+    "switch": "",
+    "switch_params": [],
     "paths": {"qemu": "", "bridge": "", "kernel": "", "initrd": ""},
 }
 
@@ -156,6 +158,8 @@ class ClusterConfig:
     bridge_args: list[str] = dataclasses.field(default_factory=list)
     faults: list[str] = dataclasses.field(default_factory=list)  # bridge fault rules (docs/fabric.md)
     fault_seed: int = DEFAULTS["fault_seed"]
+    switch: str = ""  # the switch program the bridge loads at start (docs/switch.md); "" none
+    switch_params: list[str] = dataclasses.field(default_factory=list)  # its key=value settings
     qemu: Path = dataclasses.field(default_factory=lambda: build_dir() / "qemu" / "qemu-system-aarch64")
     bridge: Path = dataclasses.field(default_factory=lambda: default_bridge(build_dir()))
     kernel: Path | None = None          # None: KERNEL_IMAGE from $RACKEMU_BUILD/guest/guest.env
@@ -453,7 +457,12 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
     if not isinstance(fault_seed, int) or isinstance(fault_seed, bool) or not 0 <= fault_seed < 2**64:
         raise ConfigError(f"fault_seed: expected an integer from 0 to 2**64-1, got {fault_seed!r}")
 
-    for key in ("qemu_args", "bridge_args", "faults"):
+    switch = raw["switch"]
+    _check_type("switch", switch, (str,), 'a switch program\'s name (`rackemu switch list`), or ""')
+    if switch and not all(c.isalnum() or c in "-_" for c in switch):
+        raise ConfigError(f"switch: {switch!r} is not a switch program's name (`rackemu switch list`)")
+
+    for key in ("qemu_args", "bridge_args", "faults", "switch_params"):
         v = raw[key]
         if not isinstance(v, list) or not all(isinstance(a, str) for a in v):
             raise ConfigError(f"{key}: expected a list of strings, got {v!r}")
@@ -474,6 +483,7 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
         shm_dir=shm_dir_path,
         qemu_args=lists["qemu_args"], bridge_args=lists["bridge_args"],
         faults=lists["faults"], fault_seed=fault_seed,
+        switch=switch, switch_params=lists["switch_params"],
         qemu=pth("qemu", b / "qemu" / "qemu-system-aarch64"),
         bridge=pth("bridge", default_bridge(b)),
         kernel=Path(paths["kernel"]).expanduser().absolute() if paths["kernel"] else None,

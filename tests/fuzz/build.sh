@@ -13,15 +13,17 @@ mkdir -p "$out/obj"
 CXX=${CXX_FUZZ:-clang++}
 
 # Sources a harness needs beyond the hardware: programs under platform/ (not in the build list).
+stage="platform/fabric/stage/stage.cc platform/fabric/stage/programs.cc platform/fabric/stage/opcount.cc"
 declare -A EXTRA=(
-  [bridge]="platform/fabric/bridge.cc platform/fabric/faults.cc platform/fabric/capture.cc"
+  [bridge]="platform/fabric/bridge.cc platform/fabric/faults.cc platform/fabric/capture.cc $stage"
+  [switch_stage]="$stage"
 )
 ALL=$(cd "$here" && ls fuzz_*.cc | sed 's/^fuzz_//; s/\.cc$//' | tr '\n' ' ')
 names=${*:-$ALL}
 
 SAN=(-fsanitize=address,undefined -fno-sanitize-recover=undefined)
 FLAGS=(-std=c++20 -g -O1 -fno-omit-frame-pointer -Wall -Wextra -Werror -Wno-unused-parameter
-       -I"$root/hw/include" -I"$root/hw/unimem" -I"$root/hw/sonuma" -I"$root/hw/rnic" -I"$root/hw/pmem" -I"$root/hw/core" -I"$root/hw/fabric" -I"$root/platform/fabric" -I"$root/tests/unit" -I"$here")
+       -I"$root/hw/include" -I"$root/hw/unimem" -I"$root/hw/sonuma" -I"$root/hw/rnic" -I"$root/hw/pmem" -I"$root/hw/core" -I"$root/hw/fabric" -I"$root/platform/fabric" -I"$root/platform/fabric/stage" -I"$root/tests/unit" -I"$here")
 
 # newer TARGET PATH...: TARGET is missing, or older than a PATH that is a file, or than a header
 # under a PATH that is a directory

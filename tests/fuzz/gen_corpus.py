@@ -216,6 +216,18 @@ def rnic():
     yield 'bad', enable + pd + cq + qp + db(0, 1000) + cmd(99) + cmd(2, 1) + u8(6) + u16(60) + bytes(60) + u8(9)
 
 
+def switch_stage():
+    # config byte: bit 0 802.1Q, bit 1 malformed=drop, bit 2 the rewriting program, bits 3-7 qps - 1
+    built = lambda op, psn, qpn, ln, flips=b'': u8(1) + u8(op) + u32(psn) + u8(qpn) + u16(ln) + u8(len(flips) // 3) + flips
+    raw = lambda b: u8(0) + u16(len(b)) + b
+    # valid-opcode indices: 0x13 (CAS) is index 19, 0x11 (ACK) 17, 0x0A (WRITE ONLY) 10
+    ops = built(10, 100, 1, 13) + built(19, 101, 1, 0) + built(17, 101, 2, 0) + built(12, 102, 1, 0)
+    yield 'opcount', u8(0x18) + ops + built(10, 100, 1, 13)
+    yield 'rewrite', u8(0x04) + ops
+    yield 'rewrite-vlan', u8(0x05) + ops
+    yield 'corrupt', u8(0x06) + built(19, 5, 3, 0, u16(20) + u8(0x40)) + built(10, 6, 3, 9, u16(60) + u8(1)) + raw(bytes(50))
+
+
 def pmem():
     store = lambda off, ln, b: u8(0) + u16(off) + u8(ln) + u8(b)
     nic = lambda off, ln, b: u8(5) + u16(off + 64) + u16(ln) + u8(b)        # address: base - 64 + u16
@@ -233,7 +245,7 @@ def pmem():
     yield 'state', u8(3 | (4 << 2) | (3 << 5)) + work + u8(11) + u8(12) + u16(16) + bytes(16) + u8(9) + u16(0x168) + u8(0) + u8(10) + u16(0x38) + u64(1) + u8(0)
 
 
-HARNESSES = dict(vmbox=vmbox, packetizer=packetizer, cdma=cdma, gas=gas, rmc=rmc, r2p2=r2p2, bridge=bridge, port=port,
+HARNESSES = dict(switch_stage=switch_stage, vmbox=vmbox, packetizer=packetizer, cdma=cdma, gas=gas, rmc=rmc, r2p2=r2p2, bridge=bridge, port=port,
                  atomic_unit=atomic_unit, rnic=rnic, pmem=pmem)
 
 

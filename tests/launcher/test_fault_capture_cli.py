@@ -123,3 +123,46 @@ def test_non_utf8_arguments_and_keys_given_twice_are_messages_not_tracebacks(bri
     assert c.bridge_command("capture status") == {"active": False}
     ans = c.bridge_command(f"capture start path={tmp_path}/a.pcapng max_mb=1 max_mb=1024")
     assert ans == {"error": "capture option 'max_mb' is given twice; give each option once"}, ans
+
+
+def test_switch_programs_through_the_cli_and_the_toml_with_the_real_bridge(tmp_path, monkeypatch, capsys):
+    """`switch = "opcount"` in the TOML loads the program at `cluster up`; `rackemu switch list,
+    load, stats, unload` talk to the real bridge (docs/switch.md); a program or parameter the
+    bridge refuses is exit status 2 with its reason, and the loaded program stays."""
+    from rackemu import cli
+    build = make_build(tmp_path, FAKES / "fake_qemu.py", BRIDGE)
+    monkeypatch.setenv("RACKEMU_BUILD", str(build))
+    run_dir = tmp_path / "run"
+    c = Cluster(load_config(overrides={"run_dir": str(run_dir), "nodes": 2, "memory": "128M", "vcpus": 1}))
+    c.config.switch = "opcount"
+    c.config.switch_params = ["qps=16"]
+    c.start_node = lambda i: None
+    c.wait_agents = lambda *a, **k: None
+    c.up()
+    try:
+        sel = ["--run-dir", str(run_dir)]
+        st = c.bridge_command("switch stats")
+        assert st["loaded"] and st["program"] == "opcount" and st["params"]["qps"] == "16", st
+        capsys.readouterr()
+        assert cli.main(["switch", "list", *sel]) == 0
+        out = capsys.readouterr().out
+        assert "opcount (loaded): per-QP counts" in out and "qps=256  (an integer in 1..65536)" in out, out
+        assert cli.main(["switch", "load", "opcount", "--set", "qps=0", *sel]) == 2
+        assert "opcount: qps=0 is not an integer in 1..65536" in capsys.readouterr().err
+        assert cli.main(["switch", "load", "nosuch", *sel]) == 2
+        assert "no switch program 'nosuch' (programs: opcount)" in capsys.readouterr().err
+        assert c.bridge_command("switch stats")["params"]["qps"] == "16"
+        assert cli.main(["switch", "load", "opcount", "--set", "qps=1024", "--set", "malformed=drop", *sel]) == 0
+        out = capsys.readouterr().out
+        assert "switch program opcount loaded (malformed=drop qps=1024): 4 stage(s)" in out, out
+        assert cli.main(["switch", "stats", *sel]) == 0
+        out = capsys.readouterr().out
+        assert "program opcount: 4 stage(s)" in out and "req_psn" in out, out
+        assert cli.main(["switch", "unload", *sel]) == 0
+        assert "switch program opcount unloaded" in capsys.readouterr().out
+        assert cli.main(["switch", "stats", *sel]) == 0
+        assert "no switch program loaded" in capsys.readouterr().out
+        assert c.bridge_command("switch stats") == {"loaded": False}
+    finally:
+        c.down()
+    assert pids_referencing(run_dir) == []
