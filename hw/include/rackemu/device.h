@@ -41,8 +41,8 @@ typedef struct RkDeviceRegion {
     const char *name; /* the MemoryRegion's and the traces' name ("rackemu-rnic-db") */
     uint64_t size;
     int pci_bar; /* the BAR a PCI function maps it at; ignored on the system bus */
-    /* Every access size 1..8 and alignment reaches the core, which refuses what it does not
-     * take with a guest error and a defined value. */
+    /* Every naturally aligned access of size 1..8 reaches the core, which refuses what it does
+     * not take with a guest error and a defined value (the bus refuses unaligned ones). */
     rk_status (*read)(void *core, uint64_t offset, unsigned size, uint64_t *value);
     rk_status (*write)(void *core, uint64_t offset, uint64_t value, unsigned size);
     /* the register's name at `offset` for traces (NULL: none) */
