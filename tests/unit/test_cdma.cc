@@ -852,19 +852,19 @@ TEST(Cdma, PauseHoldsNewWorkUntilResume)
     Rig r;
     r.sync = false;
     r.fill(kRam, 256, true);
-    r.cdma.pause();
+    r.cdma.pause(true);
     r.simple(kRam, kRam + 0x400, 256);
     EXPECT_EQ(r.kicks, 1u);
     r.cdma.process(); // the engine thread's turn: paused, it moves nothing
     EXPECT_TRUE(r.accesses.empty());
     EXPECT_TRUE(r.cdma.busy());
     EXPECT_EQ(r.cdma.save().phase, CdmaPhase::Simple);
-    r.cdma.resume();
+    r.cdma.pause(false);
     EXPECT_EQ(r.kicks, 2u) << "resume wakes the engine for the pending work";
     r.cdma.process();
     EXPECT_FALSE(r.cdma.busy());
     EXPECT_EQ(r.at(kRam + 0x400)[255], pattern(255));
-    r.cdma.resume(); // not paused: nothing to do
+    r.cdma.pause(false); // not paused: nothing to do
     EXPECT_EQ(r.kicks, 2u);
 }
 
@@ -897,7 +897,7 @@ TEST(Cdma, PauseWaitsForTheDescriptorInProgressAndStopsTheChain)
     }
     std::atomic<bool> paused{false};
     std::thread pauser([&] {
-        r.cdma.pause();
+        r.cdma.pause(true);
         paused = true;
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -916,7 +916,7 @@ TEST(Cdma, PauseWaitsForTheDescriptorInProgressAndStopsTheChain)
     EXPECT_EQ(st.phase, CdmaPhase::Fetch);
     EXPECT_EQ(st.curdesc, kRam + 0x40);
     EXPECT_TRUE(r.cdma.busy());
-    r.cdma.resume();
+    r.cdma.pause(false);
     r.cdma.process();
     for (unsigned i = 0; i < kDescs; i++)
         EXPECT_EQ(r.status_of(kRam + 0x40 * i), XCDMA_DESC_STS_CMPLT) << i;

@@ -1076,22 +1076,22 @@ TEST(RmcMigration, CorruptStatesAreRefusedAndChangeNothing)
     ASSERT_TRUE(c[0].next(0, e));
     const RmcState good = c[0].rmc->save();
     const std::vector<uint64_t> before = read_all(c[0]);
-    rk_rmc_xfer_state x{7, 0, 0, 1, RMC_OP_READ, RMC_ST_UNREACHABLE};
+    RmcXferState x{7, 0, 0, 1, RMC_OP_READ, RMC_ST_UNREACHABLE};
     std::vector<std::function<void(RmcState &)>> bad = {
-        [](RmcState &s) { s.regs.ctrl |= 2; },
-        [](RmcState &s) { s.regs.qp[0].depth_log2 = 13; },
-        [](RmcState &s) { s.regs.qp[0].ctrl |= 4; },
-        [](RmcState &s) { s.regs.qp[0].wq_base += 8; },
-        [](RmcState &s) { s.regs.qp[0].cq_base = kRamBase + kRamSize; },
-        [](RmcState &s) { s.regs.qp[0].ctx = RMC_CTX_COUNT; },
-        [](RmcState &s) { s.regs.qp[0].cq_tail += 1; }, // beyond wq_head
-        [](RmcState &s) { s.regs.qp[0].wq_tail += 9; }, // more than the depth posted
-        [](RmcState &s) { s.regs.qp[0].inflight = 1; }, // without its record
+        [](RmcState &s) { s.ctrl |= 2; },
+        [](RmcState &s) { s.qp[0].depth_log2 = 13; },
+        [](RmcState &s) { s.qp[0].ctrl |= 4; },
+        [](RmcState &s) { s.qp[0].wq_base += 8; },
+        [](RmcState &s) { s.qp[0].cq_base = kRamBase + kRamSize; },
+        [](RmcState &s) { s.qp[0].ctx = RMC_CTX_COUNT; },
+        [](RmcState &s) { s.qp[0].cq_tail += 1; }, // beyond wq_head
+        [](RmcState &s) { s.qp[0].wq_tail += 9; }, // more than the depth posted
+        [](RmcState &s) { s.qp[0].inflight = 1; }, // without its record
         [x](RmcState &s) { s.xfer.push_back(x); },      // a record without its WQE
         [x](RmcState &s) {
-            s.regs.qp[0].wq_head++;
-            s.regs.qp[0].wq_tail++;
-            s.regs.qp[0].inflight = 1;
+            s.qp[0].wq_head++;
+            s.qp[0].wq_tail++;
+            s.qp[0].inflight = 1;
             auto y = x;
             y.status = RMC_ST_OK; // only UNREACHABLE or UNCERTAIN
             s.xfer.push_back(y);
@@ -1101,26 +1101,26 @@ TEST(RmcMigration, CorruptStatesAreRefusedAndChangeNothing)
             y.qp = RMC_QP_COUNT;
             s.xfer.push_back(y);
         },
-        [](RmcState &s) { s.regs.qp[5].inflight = 1; }, // a disabled QP with transfers
-        [](RmcState &s) { s.regs.ctx[1].base = kRamBase + kRamSize - 64; },
-        [](RmcState &s) { s.regs.ctx[1].size = 100; },
-        [](RmcState &s) { s.regs.ctx[1].perm = 0x10; },
-        [](RmcState &s) { s.regs.ctx[1].layout = CTX_LAYOUT_VALID | 60; },
-        [](RmcState &s) { s.regs.ctx[2].ctrl = 2; },
-        [](RmcState &s) { s.regs.ctx[2].cfg_err = 2; },
-        [](RmcState &s) { s.regs.qp[0].err = 7; },
+        [](RmcState &s) { s.qp[5].inflight = 1; }, // a disabled QP with transfers
+        [](RmcState &s) { s.ctx[1].base = kRamBase + kRamSize - 64; },
+        [](RmcState &s) { s.ctx[1].size = 100; },
+        [](RmcState &s) { s.ctx[1].perm = 0x10; },
+        [](RmcState &s) { s.ctx[1].layout = CTX_LAYOUT_VALID | 60; },
+        [](RmcState &s) { s.ctx[2].ctrl = 2; },
     };
     for (size_t i = 0; i < bad.size(); i++) {
         RmcState s = good;
         bad[i](s);
-        EXPECT_FALSE(c[0].rmc->load(s)) << "corruption " << i << " was loaded";
+        std::string why;
+        EXPECT_FALSE(c[0].rmc->load(s, &why)) << "corruption " << i << " was loaded";
+        EXPECT_FALSE(why.empty()) << "corruption " << i << " refused without a reason";
         EXPECT_EQ(read_all(c[0]), before) << "corruption " << i << " changed the state";
     }
     // the same state with a consistent in-flight record loads, and that transfer completes
     RmcState s = good;
-    s.regs.qp[0].wq_head++;
-    s.regs.qp[0].wq_tail++;
-    s.regs.qp[0].inflight = 1;
+    s.qp[0].wq_head++;
+    s.qp[0].wq_tail++;
+    s.qp[0].inflight = 1;
     s.xfer.push_back(x);
     ASSERT_TRUE(c[0].rmc->load(s));
     ASSERT_TRUE(c[0].next(0, e, 100));
