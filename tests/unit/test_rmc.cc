@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "rmc.h"
+#include "rmc_capi.h"
 #include "test_host.h"
 
 using namespace rackemu::sonuma;
@@ -1470,6 +1471,170 @@ TEST(RmcDirect, ThePublishedTableFollowsTheRegisters)
     c[0].rmc->reset();
     EXPECT_EQ(pub->ctx[3].valid, 0u);
     EXPECT_EQ(pub->seq % 2, 0u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The device operations (rmc_capi.h): what the generic adapter calls, the state as one byte
+// string (hw/core/state.h).
+
+std::vector<uint8_t> save_blob(Rmc &r)
+{
+    uint8_t *b = nullptr;
+    uint64_t n = 0;
+    EXPECT_EQ(rk_rmc_device_ops.save(&r, &b, &n), 0);
+    std::vector<uint8_t> v(b, b + n);
+    free(b);
+    return v;
+}
+
+int load_blob(Rmc &r, const std::vector<uint8_t> &v, std::string &msg)
+{
+    char m[300] = "";
+    const int rc = rk_rmc_device_ops.load(&r, v.data(), v.size(), m, sizeof m);
+    msg = m;
+    return rc;
+}
+
+// A node with two contexts, two QPs (one wrapped, one with a pending interrupt) and counters.
+void configure_for_state(Node &n)
+{
+    n.w(RMC_CTX_REG(1, CTX_KEY), 0x77);
+    n.ctx(1, kSeg, kSegSize, CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC, 1);
+    n.ctx(4, kSeg + 0x1000, 0x1000, CTX_PERM_READ, 1, CTX_LAYOUT_VALID | 8);
+    n.qp(0, 1, 2);
+    n.qp(7, 4, 5);
+    n.w(RMC_QP_REG(7, QP_CTRL), QP_CTRL_EN | QP_CTRL_IRQ_EN);
+    rmc_cqe e;
+    for (unsigned i = 0; i < 5; i++) { // wraps the depth-4 CQ
+        n.post(0, wqe(RMC_OP_READ, 0, 0, 4096, 64, i));
+        ASSERT_TRUE(n.next(0, e));
+    }
+    n.post(7, wqe(RMC_OP_READ, 0, 0, 0, 64, 9));
+    ASSERT_TRUE(n.next(7, e));
+}
+
+TEST(RmcDeviceOps, CreateRefusesABadConfigurationAndServesItsRegion)
+{
+    rk_rmc_config cfg{};
+    cfg.rmc_mhz = RMC_DEF_RMC_MHZ;
+    cfg.link_gbps = RMC_DEF_LINK_GBPS;
+    cfg.r2p2_gbps = RMC_DEF_R2P2_GBPS;
+    cfg.r2p2_count = RMC_DEF_R2P2_COUNT;
+    cfg.issue_cycles = RMC_DEF_ISSUE_CYC;
+    cfg.att_entries = RMC_DEF_ATT_ENTRIES;
+    cfg.sb_depth = RMC_DEF_SB_DEPTH;
+    cfg.timeout_ms = 2000;
+    cfg.window_blocks = RMC_DEF_WINDOW_BLOCKS;
+    TestHost th(kRamSize, kRamBase);
+    const RkHost host = th.raw(nullptr, nullptr, 0, 1);
+    char err[256] = "";
+    rk_rmc_config bad = cfg;
+    bad.att_entries = 0;
+    EXPECT_EQ(rk_rmc_device_ops.create(&host, &bad, err, sizeof err), nullptr);
+    EXPECT_NE(std::string(err).find("att-entries"), std::string::npos) << err;
+    const RkHost bad_host = th.raw(nullptr, nullptr, 2, 2);
+    EXPECT_EQ(rk_rmc_device_ops.create(&bad_host, &cfg, err, sizeof err), nullptr);
+    EXPECT_NE(std::string(err).find("node-id"), std::string::npos) << err;
+
+    void *core = rk_rmc_device_ops.create(&host, &cfg, err, sizeof err);
+    ASSERT_NE(core, nullptr) << err;
+    EXPECT_EQ(rk_rmc_device_ops.fabric_svc, RKF_SVC_RMC);
+    const RkDeviceRegion &r = rk_rmc_device_ops.regions[0];
+    uint64_t v = 0;
+    EXPECT_EQ(r.read(core, RMC_REG_ID, 8, &v), RK_OK);
+    EXPECT_EQ(v, RMC_ID_VALUE);
+    EXPECT_EQ(r.write(core, RMC_CTX_REG(3, CTX_BASE), kSeg, 8), RK_OK);
+    EXPECT_STREQ(r.reg_name(core, RMC_CTX_REG(3, CTX_BASE)), "CTX_BASE[3]");
+    EXPECT_EQ(r.read(core, RMC_REG_STATUS, 8, &v), RK_OK);
+    EXPECT_FALSE(v & RMC_STATUS_FABRIC_UP) << "no endpoint (host.ep NULL): no fabric";
+    rk_rmc_device_ops.pause(core, 1);
+    rk_rmc_device_ops.pause(core, 0);
+    EXPECT_EQ(rk_rmc_device_ops.irq_level(core, 0), 0);
+    rk_rmc_device_ops.free(core);
+}
+
+// (a) save -> load into a fresh core -> save gives the same bytes, and both behave the same.
+TEST(RmcDeviceOps, StateRoundTripsThroughAFreshCoreByteForByte)
+{
+    Cluster a(1);
+    configure_for_state(a[0]);
+    a[0].w(RMC_QP_REG(9, QP_DEPTH_LOG2), 13); // a disabled QP keeps what was written
+    a[0].rmc->pause(true);
+    const std::vector<uint8_t> saved = save_blob(*a[0].rmc);
+    a[0].rmc->pause(false);
+
+    Cluster b(1);
+    b[0].ram = a[0].ram;
+    std::string msg;
+    ASSERT_EQ(load_blob(*b[0].rmc, saved, msg), 0) << msg;
+    EXPECT_EQ(save_blob(*b[0].rmc), saved);
+    EXPECT_EQ(read_all(b[0]), read_all(a[0]));
+    EXPECT_EQ(rk_rmc_device_ops.irq_level(b[0].rmc.get(), 0), 1);
+    // the same request on both gives the same completion and data
+    const uint32_t posted = a[0].posted[0], consumed = a[0].consumed[0];
+    for (Cluster *c : {&a, &b}) {
+        Node &n = (*c)[0];
+        n.posted[0] = posted;
+        n.consumed[0] = consumed;
+        n.depth_log2[0] = 2;
+        std::memset(n.at(kSeg), 0x5e, 64);
+        n.post(0, wqe(RMC_OP_READ, 0, 0, 8192, 64, 11));
+        rmc_cqe e;
+        ASSERT_TRUE(n.next(0, e));
+        EXPECT_EQ(e.status, RMC_ST_OK);
+        EXPECT_EQ(e.wr_id, 11u);
+        EXPECT_EQ(n.at(kSeg + 8192)[63], 0x5e);
+    }
+    EXPECT_EQ(read_all(b[0]), read_all(a[0]));
+}
+
+// (b) a truncated state, one with trailing bytes and one with a value out of range are refused
+// with a message naming the field, and the core is unchanged.
+TEST(RmcDeviceOps, DamagedStatesAreRefusedNamingTheFieldAndChangeNothing)
+{
+    Cluster c(1);
+    configure_for_state(c[0]);
+    const std::vector<uint8_t> good = save_blob(*c[0].rmc);
+    const std::vector<uint64_t> before = read_all(c[0]);
+    // byte offsets (little-endian, no padding: RK_RMC_STATE, RK_RMC_QP_STATE): ctrl, irq_status,
+    // then qp[0]: wq_base, cq_base, depth_log2, ...; cfg_err after five u64 and five u32
+    constexpr size_t kQp0 = 16, kDepth = kQp0 + 16, kCfgErr = kQp0 + 5 * 8 + 5 * 4;
+    ASSERT_EQ(good[kDepth], 2u) << "the layout this test assumes";
+    struct Case {
+        const char *what;
+        std::vector<uint8_t> blob;
+        const char *field;
+    };
+    std::vector<Case> cases;
+    cases.push_back({"truncated", std::vector<uint8_t>(good.begin(), good.begin() + kDepth + 3), "depth_log2"});
+    cases.push_back({"empty", {}, "ctrl"});
+    std::vector<uint8_t> longer = good;
+    longer.push_back(0);
+    cases.push_back({"trailing bytes", longer, "left over"});
+    std::vector<uint8_t> depth = good;
+    depth[kDepth] = 13;
+    cases.push_back({"depth_log2 13", depth, "qp[0].depth_log2"});
+    std::vector<uint8_t> boolean = good;
+    boolean[kCfgErr] = 2;
+    cases.push_back({"cfg_err 2", boolean, "cfg_err"});
+    std::vector<uint8_t> ctrl = good;
+    ctrl[0] |= 2;
+    cases.push_back({"ctrl bit 1", ctrl, "ctrl"});
+    std::vector<uint8_t> count = good; // the transfer list's length: 2^32 - 1 records
+    std::fill(count.end() - 4, count.end(), 0xff);
+    cases.push_back({"xfer count", count, "xfer"});
+    for (const Case &k : cases) {
+        std::string msg;
+        EXPECT_EQ(load_blob(*c[0].rmc, k.blob, msg), -EINVAL) << k.what;
+        EXPECT_NE(msg.find(k.field), std::string::npos) << k.what << ": " << msg;
+        EXPECT_EQ(read_all(c[0]), before) << k.what << " changed the state";
+        EXPECT_EQ(save_blob(*c[0].rmc), good) << k.what << " changed the state";
+    }
+    // and the core still works
+    rmc_cqe e;
+    c[0].post(0, wqe(RMC_OP_READ, 0, 0, 4096, 64, 12));
+    ASSERT_TRUE(c[0].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
 }
 
 } // namespace
