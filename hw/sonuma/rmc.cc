@@ -1864,11 +1864,12 @@ bool Rmc::load(const RmcState &s, std::string *why)
         const RmcCtxState &x = s.ctx[c];
         const unsigned vo = unsigned(x.layout & CTX_LAYOUT_VER_OFF_MASK);
         if (x.ctrl & ~uint64_t(CTX_CTRL_VALID))
-            return refuse(why, "ctx[%u].ctrl: 0x%llx has bits other than VALID", c, (unsigned long long)x.ctrl);
+            return refuse(why, "ctx[%u].ctrl: 0x%llx has bits other than VALID", c,
+                          (unsigned long long)x.ctrl);
         if (!(x.ctrl & CTX_CTRL_VALID)) continue;
         if (x.base % 64 || !x.size || x.size % 64 || !mappable(x.base, x.size))
-            return refuse(why, "ctx[%u].base/size: 0x%llx + 0x%llx is not a 64-byte aligned segment in RAM", c,
-                          (unsigned long long)x.base, (unsigned long long)x.size);
+            return refuse(why, "ctx[%u].base/size: 0x%llx + 0x%llx is not a 64-byte aligned segment in RAM",
+                          c, (unsigned long long)x.base, (unsigned long long)x.size);
         if (x.perm & ~uint64_t(CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC | CTX_PERM_SABRE))
             return refuse(why, "ctx[%u].perm: 0x%llx has unknown bits", c, (unsigned long long)x.perm);
         if ((x.layout & ~uint64_t(CTX_LAYOUT_VALID | CTX_LAYOUT_VER_OFF_MASK)) ||
@@ -1882,7 +1883,8 @@ bool Rmc::load(const RmcState &s, std::string *why)
     for (size_t i = 0; i < s.xfer.size(); i++) {
         const RmcXferState &x = s.xfer[i];
         if (x.qp >= RMC_QP_COUNT) return refuse(why, "xfer[%zu].qp: %u out of range", i, x.qp);
-        if (x.op < RMC_OP_READ || x.op > RMC_OP_SABRE) return refuse(why, "xfer[%zu].op: %u unknown", i, x.op);
+        if (x.op < RMC_OP_READ || x.op > RMC_OP_SABRE)
+            return refuse(why, "xfer[%zu].op: %u unknown", i, x.op);
         if (x.wq_index > 0xffff) return refuse(why, "xfer[%zu].wq_index: %u above 65535", i, x.wq_index);
         if (x.status != RMC_ST_UNREACHABLE && x.status != RMC_ST_UNCERTAIN)
             return refuse(why, "xfer[%zu].status: %u is neither UNREACHABLE nor UNCERTAIN", i, x.status);
@@ -1899,8 +1901,8 @@ bool Rmc::load(const RmcState &s, std::string *why)
             continue;
         }
         if (x.depth_log2 < RMC_DEPTH_LOG2_MIN || x.depth_log2 > RMC_DEPTH_LOG2_MAX)
-            return refuse(why, "qp[%u].depth_log2: %llu out of range %u..%u", q, (unsigned long long)x.depth_log2,
-                          RMC_DEPTH_LOG2_MIN, RMC_DEPTH_LOG2_MAX);
+            return refuse(why, "qp[%u].depth_log2: %llu out of range %u..%u", q,
+                          (unsigned long long)x.depth_log2, RMC_DEPTH_LOG2_MIN, RMC_DEPTH_LOG2_MAX);
         const uint32_t n = 1u << x.depth_log2;
         if ((x.wq_base | x.cq_base) % 64 || !mappable(x.wq_base, uint64_t(n) * RMC_WQE_SIZE) ||
             !mappable(x.cq_base, uint64_t(n) * RMC_CQE_SIZE))
@@ -1913,10 +1915,11 @@ bool Rmc::load(const RmcState &s, std::string *why)
         if (uint32_t(x.cq_tail - x.cq_head) > uint32_t(x.wq_head - x.cq_head) ||
             uint32_t(x.wq_head - x.cq_head) > n || uint32_t(x.wq_tail - x.wq_head) > n ||
             uint32_t(x.wq_head - x.cq_tail) != x.inflight)
-            return refuse(why,
-                          "qp[%u].wq_tail/wq_head/cq_head/cq_tail: %u/%u/%u/%u inconsistent with depth %u and "
-                          "%u in flight",
-                          q, x.wq_tail, x.wq_head, x.cq_head, x.cq_tail, n, x.inflight);
+            return refuse(
+                why,
+                "qp[%u].wq_tail/wq_head/cq_head/cq_tail: %u/%u/%u/%u inconsistent with depth %u and "
+                "%u in flight",
+                q, x.wq_tail, x.wq_head, x.cq_head, x.cq_tail, n, x.inflight);
     }
 
     {

@@ -87,18 +87,18 @@ enum class CdmaPhase : uint32_t { Idle, Simple, Fetch, Transfer, WriteBack, Halt
 // Registers and engine state (save()/load(); docs/cdma.md "Migration"), described once
 // (hw/core/state.h): a field is one line here. A default-constructed state is the reset state.
 #define RK_CDMA_STATE(X) \
-    X(uint32_t, cr)                 /* CDMACR as read (Reset = reset pending) */ \
-    X(uint32_t, sr)                 /* CDMASR bits [15:0]; [31:16] composed on read */ \
-    X(uint64_t, curdesc)            /* CURDESC_PNTR(_MSB), bits [5:0] = 0 */ \
-    X(uint64_t, taildesc)           /* TAILDESC_PNTR(_MSB), bits [5:0] = 0 */ \
-    X(uint64_t, sa)                 /* SA(_MSB) */ \
-    X(uint64_t, da)                 /* DA(_MSB) */ \
-    X(uint32_t, btt)                /* BTT [25:0] */ \
-    X(uint32_t, irq_count)          /* IRQThreshold counter (CDMASR.IRQThresholdSts), 1..255 */ \
-    X(uint32_t, unsignalled)        /* SG completions since the last IOC/Dly event */ \
-    X(CdmaPhase, phase)             /* the engine's state */ \
-    X(bool, resume_valid)           /* paused at the tail: a TAILDESC write resumes at resume_next */ \
-    X(uint64_t, resume_next)        /* the descriptor it resumes at */ \
+    X(uint32_t, cr)                  /* CDMACR as read (Reset = reset pending) */ \
+    X(uint32_t, sr)                  /* CDMASR bits [15:0]; [31:16] composed on read */ \
+    X(uint64_t, curdesc)             /* CURDESC_PNTR(_MSB), bits [5:0] = 0 */ \
+    X(uint64_t, taildesc)            /* TAILDESC_PNTR(_MSB), bits [5:0] = 0 */ \
+    X(uint64_t, sa)                  /* SA(_MSB) */ \
+    X(uint64_t, da)                  /* DA(_MSB) */ \
+    X(uint32_t, btt)                 /* BTT [25:0] */ \
+    X(uint32_t, irq_count)           /* IRQThreshold counter (CDMASR.IRQThresholdSts), 1..255 */ \
+    X(uint32_t, unsignalled)         /* SG completions since the last IOC/Dly event */ \
+    X(CdmaPhase, phase)              /* the engine's state */ \
+    X(bool, resume_valid)            /* paused at the tail: a TAILDESC write resumes at resume_next */ \
+    X(uint64_t, resume_next)         /* the descriptor it resumes at */ \
     X(uint64_t, session_descriptors) /* descriptors completed since the SG session started */
 struct CdmaState {
     RK_STATE_FIELDS(RK_CDMA_STATE)

@@ -1097,7 +1097,10 @@ struct OpsRig {
         EXPECT_EQ(rk_cdma_device_ops.regions[0].read(core, off, 4, &v), RK_OK);
         return uint32_t(v);
     }
-    void wr(uint64_t off, uint64_t v) { EXPECT_EQ(rk_cdma_device_ops.regions[0].write(core, off, v, 4), RK_OK); }
+    void wr(uint64_t off, uint64_t v)
+    {
+        EXPECT_EQ(rk_cdma_device_ops.regions[0].write(core, off, v, 4), RK_OK);
+    }
     void wr64(uint64_t off, uint64_t v)
     {
         wr(off, uint32_t(v));
@@ -1148,7 +1151,8 @@ struct OpsRig {
     void chain()
     {
         for (unsigned i = 0; i < 4; i++)
-            desc(kRam + 0x40 * i, kRam + 0x40 * (i + 1), kRam + 0x1000 + 0x40 * i, kRam + 0x2000 + 0x40 * i, 64);
+            desc(kRam + 0x40 * i, kRam + 0x40 * (i + 1), kRam + 0x1000 + 0x40 * i, kRam + 0x2000 + 0x40 * i,
+                 64);
         for (unsigned i = 0; i < 0x100; i++)
             at(kRam + 0x1000)[i] = pattern(i);
         wr(XCDMA_CDMACR, XCDMA_CR_SGMODE | threshold(2) | kIrqEnAll);

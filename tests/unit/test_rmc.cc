@@ -1088,7 +1088,7 @@ TEST(RmcMigration, CorruptStatesAreRefusedAndChangeNothing)
         [](RmcState &s) { s.qp[0].cq_tail += 1; }, // beyond wq_head
         [](RmcState &s) { s.qp[0].wq_tail += 9; }, // more than the depth posted
         [](RmcState &s) { s.qp[0].inflight = 1; }, // without its record
-        [x](RmcState &s) { s.xfer.push_back(x); },      // a record without its WQE
+        [x](RmcState &s) { s.xfer.push_back(x); }, // a record without its WQE
         [x](RmcState &s) {
             s.qp[0].wq_head++;
             s.qp[0].wq_tail++;
@@ -1606,7 +1606,8 @@ TEST(RmcDeviceOps, DamagedStatesAreRefusedNamingTheFieldAndChangeNothing)
         const char *field;
     };
     std::vector<Case> cases;
-    cases.push_back({"truncated", std::vector<uint8_t>(good.begin(), good.begin() + kDepth + 3), "depth_log2"});
+    cases.push_back(
+        {"truncated", std::vector<uint8_t>(good.begin(), good.begin() + kDepth + 3), "depth_log2"});
     cases.push_back({"empty", {}, "ctrl"});
     std::vector<uint8_t> longer = good;
     longer.push_back(0);
