@@ -522,7 +522,7 @@ void Cdma::process()
     }
 }
 
-// Moves len bytes in chunks through buf_. Between chunks: gone if reset()/set_state()
+// Moves len bytes in chunks through buf_. Between chunks: gone if reset()/load()
 // replaced the state (Stale), stop if CDMACR.Reset is pending (Aborted).
 Cdma::Move Cdma::move(uint64_t src, uint64_t dst, uint64_t len, uint32_t cr, uint64_t epoch, Status &st)
 {
@@ -606,7 +606,7 @@ bool Cdma::run_engine()
     for (;;) {
         Pending p;
         std::unique_lock lk(mu_);
-        if (epoch_ != epoch) return false; // reset()/set_state(): the state is not ours any more
+        if (epoch_ != epoch) return false; // reset()/load(): the state is not ours any more
         if (s_.cr & XCDMA_CR_RESET) {
             soft_reset_locked();
             in_process_ = false;

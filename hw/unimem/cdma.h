@@ -187,7 +187,7 @@ private:
     mutable std::mutex mu_; // guards s_, ctr_, epoch_, in_process_, reported_, paused_
     CdmaState s_;
     CdmaCounters ctr_;
-    uint64_t epoch_ = 0;                       // bumped by reset()/set_state(): a running process() abandons
+    uint64_t epoch_ = 0;                       // bumped by reset()/load(): a running process() abandons
     bool in_process_ = false;                  // process() is between its first and last look at s_
     bool reported_ = false;                    // level last handed to host.set_irq
     bool paused_ = false;                      // pause(): process() stops at the next boundary
