@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "bridge_rig.h"
 #include "rmc.h"
 #include "rmc_capi.h"
 #include "test_host.h"
@@ -1513,18 +1514,32 @@ void configure_for_state(Node &n)
     ASSERT_TRUE(n.next(7, e));
 }
 
-TEST(RmcDeviceOps, CreateRefusesABadConfigurationAndServesItsRegion)
+// The properties' defaults (hw/qemu/rackemu_rmc.c).
+rk_rmc_config default_config()
 {
     rk_rmc_config cfg{};
     cfg.rmc_mhz = RMC_DEF_RMC_MHZ;
+    cfg.mem_ns = RMC_DEF_MEM_NS;
+    cfg.llc_ns = RMC_DEF_LLC_NS;
+    cfg.hop_ns = RMC_DEF_HOP_NS;
+    cfg.hops = RMC_DEF_HOPS;
     cfg.link_gbps = RMC_DEF_LINK_GBPS;
     cfg.r2p2_gbps = RMC_DEF_R2P2_GBPS;
     cfg.r2p2_count = RMC_DEF_R2P2_COUNT;
     cfg.issue_cycles = RMC_DEF_ISSUE_CYC;
+    cfg.pkt_hdr = RMC_DEF_PKT_HDR;
     cfg.att_entries = RMC_DEF_ATT_ENTRIES;
     cfg.sb_depth = RMC_DEF_SB_DEPTH;
+    cfg.speculation = 1;
     cfg.timeout_ms = 2000;
     cfg.window_blocks = RMC_DEF_WINDOW_BLOCKS;
+    cfg.direct = 1;
+    return cfg;
+}
+
+TEST(RmcDeviceOps, CreateRefusesABadConfigurationAndServesItsRegion)
+{
+    rk_rmc_config cfg = default_config();
     TestHost th(kRamSize, kRamBase);
     const RkHost host = th.raw(nullptr, nullptr, 0, 1);
     char err[256] = "";
@@ -1636,6 +1651,99 @@ TEST(RmcDeviceOps, DamagedStatesAreRefusedNamingTheFieldAndChangeNothing)
     c[0].post(0, wqe(RMC_OP_READ, 0, 0, 4096, 64, 12));
     ASSERT_TRUE(c[0].next(0, e));
     EXPECT_EQ(e.status, RMC_ST_OK);
+}
+
+// Two cores created by the device ops on real fabric ports (a bridge in this process): each
+// RKF_SVC_RMC endpoint is bound before its core exists, as the adapter does, and handed over in
+// RkHost.ep; the core sends, answers and sees the link through it.
+TEST(RmcDeviceOps, TheCoreUsesTheEndpointItsHostWasGiven)
+{
+    rackemu::fabric::test::BridgeRig bridge;
+    rk_rmc_config cfg = default_config();
+    struct Bound {
+        void *core = nullptr; // what the adapter's service callbacks forward to, once created
+    };
+    static const rk_fabric_service trampoline = {
+        [](void *o, RkFabricEndpoint *ep, const rkf_frame_hdr *h, const void *p) {
+            if (void *c = static_cast<Bound *>(o)->core) rk_rmc_device_ops.fabric->on_request(c, ep, h, p);
+        },
+        [](void *o, const rkf_frame_hdr *h, const void *p) {
+            if (void *c = static_cast<Bound *>(o)->core) rk_rmc_device_ops.fabric->on_reply(c, h, p);
+        },
+        [](void *o, int up) {
+            if (void *c = static_cast<Bound *>(o)->core) rk_rmc_device_ops.fabric->on_link(c, up);
+        },
+    };
+    std::array<std::unique_ptr<TestHost>, 2> th;
+    std::array<RkFabricPort *, 2> port{};
+    std::array<RkFabricEndpoint *, 2> ep{};
+    std::array<Bound, 2> bound;
+    const RkDeviceRegion &reg = rk_rmc_device_ops.regions[0];
+    auto w = [&](unsigned n, uint64_t off, uint64_t v) {
+        ASSERT_EQ(reg.write(bound[n].core, off, v, 8), RK_OK);
+    };
+    auto r = [&](unsigned n, uint64_t off) {
+        uint64_t v = 0;
+        EXPECT_EQ(reg.read(bound[n].core, off, 8, &v), RK_OK);
+        return v;
+    };
+    for (unsigned n = 0; n < 2; n++) {
+        th[n] = std::make_unique<TestHost>(kRamSize, kRamBase);
+        std::string err;
+        port[n] = bridge.port(n, &err, false, RKF_CAP_RMC);
+        ASSERT_NE(port[n], nullptr) << err;
+        ep[n] = rk_fabric_bind(port[n], unsigned(rk_rmc_device_ops.fabric_svc), &trampoline, &bound[n]);
+        ASSERT_NE(ep[n], nullptr);
+        RkHost host = th[n]->raw(port[n], nullptr, n, 2);
+        host.ep = ep[n];
+        char e[256] = "";
+        bound[n].core = rk_rmc_device_ops.create(&host, &cfg, e, sizeof e);
+        ASSERT_NE(bound[n].core, nullptr) << e;
+        rk_fabric_port_start(port[n]);
+    }
+    auto until = [](const std::function<bool()> &f) {
+        auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!f() && std::chrono::steady_clock::now() < end)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return f();
+    };
+    for (unsigned n = 0; n < 2; n++) {
+        ASSERT_TRUE(until([&] { return (r(n, RMC_REG_STATUS) & RMC_STATUS_FABRIC_UP) != 0; }))
+            << "node " << n << ": the core does not see its endpoint's link";
+        w(n, RMC_REG_CTRL, RMC_CTRL_EN);
+        w(n, RMC_CTX_REG(1, CTX_BASE), kSeg);
+        w(n, RMC_CTX_REG(1, CTX_SIZE), kSegSize);
+        w(n, RMC_CTX_REG(1, CTX_PERM), CTX_PERM_READ);
+        w(n, RMC_CTX_REG(1, CTX_NODEMASK), 3);
+        w(n, RMC_CTX_REG(1, CTX_CTRL), CTX_CTRL_VALID);
+        w(n, RMC_QP_REG(0, QP_WQ_BASE), kWq);
+        w(n, RMC_QP_REG(0, QP_CQ_BASE), kCq);
+        w(n, RMC_QP_REG(0, QP_DEPTH_LOG2), 2);
+        w(n, RMC_QP_REG(0, QP_CTX), 1);
+        w(n, RMC_QP_REG(0, QP_CTRL), QP_CTRL_EN);
+    }
+    for (unsigned i = 0; i < 256; i++)
+        th[0]->ram[kSeg - kRamBase + 512 + i] = uint8_t(i * 5 + 1);
+    // node 1 reads 256 bytes of node 0's segment over the fabric
+    const rmc_wqe e = wqe(RMC_OP_READ, 0, 512, 1024, 256, 42);
+    std::memcpy(th[1]->ram.data() + (kWq - kRamBase), &e, sizeof e);
+    w(1, RMC_DB_REG(0, DB_WQ_TAIL), 1);
+    uint8_t *cqe = th[1]->ram.data() + (kCq - kRamBase);
+    ASSERT_TRUE(until([&] { return (__atomic_load_n(cqe + 31, __ATOMIC_ACQUIRE) & RMC_CQE_F_PHASE) != 0; }));
+    rmc_cqe c;
+    std::memcpy(&c, cqe, sizeof c);
+    EXPECT_EQ(c.wr_id, 42u);
+    EXPECT_EQ(c.status, RMC_ST_OK) << "info " << unsigned(c.info);
+    EXPECT_EQ(std::memcmp(th[1]->ram.data() + (kSeg - kRamBase) + 1024,
+                          th[0]->ram.data() + (kSeg - kRamBase) + 512, 256),
+              0);
+    EXPECT_GT(r(0, RMC_COUNTERS + RMC_CNT_SRV_RD_BLOCKS), 0u) << "node 0 served it";
+    // the adapter's order on the way out: the endpoint first (it waits for a running callback)
+    for (unsigned n = 0; n < 2; n++) {
+        rk_fabric_unbind(ep[n]);
+        rk_rmc_device_ops.free(bound[n].core);
+        rk_fabric_port_free(port[n]);
+    }
 }
 
 } // namespace
