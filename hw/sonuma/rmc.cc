@@ -91,10 +91,39 @@ constexpr uint32_t kFetchPerQp = 16;     // WQEs one QP may have fetched per rou
 
 } // namespace
 
+RmcFabric RmcFabric::from_endpoint(RkFabricEndpoint *ep)
+{
+    RmcFabric fab;
+    if (!ep) return fab;
+    fab.send = [ep](rkf_frame_hdr &h, const void *p) { return rk_fabric_endpoint_send(ep, &h, p); };
+    fab.reply = [ep](const rkf_frame_hdr &req, uint16_t st, const void *p, uint16_t len) {
+        return rk_fabric_endpoint_reply(ep, &req, st, p, len);
+    };
+    fab.up = [ep] { return rk_fabric_endpoint_up(ep) != 0; };
+    return fab;
+}
+
+// The direct path over the node's remote memory (its peers' RAM files, docs/sonuma.md "Direct
+// path"): on when the machine turned it on there (ram-dir), and RmcConfig::direct.
+RmcDirect RmcDirect::from_rmem(RkRemoteMem *m)
+{
+    RmcDirect direct;
+    if (!m) return direct;
+    direct.own = static_cast<rmc_pub *>(rk_rmem_tail_area(m, RK_RMEM_TAIL_RMC_OFF, RK_RMEM_TAIL_RMC_SIZE));
+    if (direct.own) {
+        direct.run = [m](unsigned node, rk_rmem_direct_fn fn, void *opaque, int *ret) {
+            return rk_rmem_direct_run(m, node, fn, opaque, ret);
+        };
+    }
+    return direct;
+}
+
 Rmc::Rmc(const RmcConfig &cfg, Host host, RmcFabric fabric, RmcDirect direct)
-    : cfg_(cfg), host_(host), fab_(std::move(fabric)), direct_(std::move(direct)), node_id_(host.node_id()),
-      node_count_(std::max(1u, host.node_count())), sabre_(cfg.timing.att_entries, cfg.timing.sb_depth),
-      window_(node_count_, 0), bank_(std::make_unique<Bank>())
+    : cfg_(cfg), host_(host), fab_(fabric.send ? std::move(fabric) : RmcFabric::from_endpoint(host.ep())),
+      direct_(direct.run || direct.own ? std::move(direct) : RmcDirect::from_rmem(host.rmem())),
+      node_id_(host.node_id()), node_count_(std::max(1u, host.node_count())),
+      sabre_(cfg.timing.att_entries, cfg.timing.sb_depth), window_(node_count_, 0),
+      bank_(std::make_unique<Bank>())
 {
     if (!cfg_.direct) direct_.run = nullptr; // this node reads over the fabric (and says so: below)
     if (direct_.own) {
@@ -103,7 +132,11 @@ Rmc::Rmc(const RmcConfig &cfg, Host host, RmcFabric fabric, RmcDirect direct)
         publish_locked();
         fabric::publish_table(direct_.own->magic, RMC_PUB_MAGIC);
     }
-    rgp_ = std::thread([this] { rgp_main(); });
+    rgp_ = std::thread([this] {
+        host_.thread(true); // QEMU: an RCU reader (the RGP maps and reads guest memory)
+        rgp_main();
+        host_.thread(false);
+    });
 }
 
 // The table peers read before they read this node's memory directly (rmc_pub.h): this thread is
@@ -265,10 +298,10 @@ uint64_t Rmc::counter_locked(unsigned off) const
     }
 }
 
-bool Rmc::irq_level() const
+bool Rmc::irq_level(unsigned line) const
 {
     std::lock_guard lk(mu_);
-    return irq_level_locked();
+    return line == 0 && irq_level_locked();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1775,77 +1808,118 @@ RmcState Rmc::save() const
 {
     RmcState st;
     std::lock_guard lk(mu_);
-    rk_rmc_state &r = st.regs;
-    r.ctrl = ctrl_;
-    r.irq_status = irq_status_;
-    for (unsigned q = 0; q < RMC_QP_COUNT; q++) {
-        const Qp &a = qps_[q];
-        r.qp[q] = rk_rmc_qp_state{a.wq_base, a.cq_base,  a.depth_log2,       a.ctx,
-                                  a.ctrl,    a.wq_tail,  a.wq_head,          a.cq_head,
-                                  a.cq_tail, a.inflight, uint8_t(a.cfg_err), uint8_t(a.err)};
-    }
-    for (unsigned c = 0; c < RMC_CTX_COUNT; c++) {
-        const Ctx &a = ctxs_[c];
-        r.ctx[c] =
-            rk_rmc_ctx_state{a.base, a.size, a.perm, a.nodemask, a.layout, a.ctrl, a.key, uint8_t(a.cfg_err)};
-    }
+    st.ctrl = ctrl_;
+    st.irq_status = irq_status_;
+    for (unsigned q = 0; q < RMC_QP_COUNT; q++)
+        st.qp[q] = qps_[q];
+    for (unsigned c = 0; c < RMC_CTX_COUNT; c++)
+        st.ctx[c] = ctxs_[c];
     for (unsigned i = 0; i < RMC_CNT_COUNT; i++)
-        r.counters[i] = counter_locked(8 * i);
+        st.counters[i] = counter_locked(8 * i);
     for (const auto &[id, t] : xfers_) {
         if (qps_[t.qp].gen != t.qp_gen) continue; // orphaned: completes as nothing
         // A WRITE/CAS/FAA of which a frame was served here or left for another node may have
         // been applied: UNCERTAIN; anything else certainly was not: UNREACHABLE.
         const bool maybe =
             modifying(t.wqe.op) && (t.maybe_applied || (t.wqe.node == node_id_ && t.frames_sent));
-        st.xfer.push_back(rk_rmc_xfer_state{t.wqe.wr_id, t.start_ns, t.qp, t.wq_index, t.wqe.op,
-                                            uint8_t(maybe ? RMC_ST_UNCERTAIN : RMC_ST_UNREACHABLE)});
+        st.xfer.push_back(RmcXferState{t.wqe.wr_id, t.start_ns, t.qp, t.wq_index, t.wqe.op,
+                                       uint8_t(maybe ? RMC_ST_UNCERTAIN : RMC_ST_UNREACHABLE)});
     }
     return st;
 }
 
-bool Rmc::load(const RmcState &s)
+void Rmc::save(StateOut &out) const
 {
-    const rk_rmc_state &r = s.regs;
-    if (r.ctrl & ~uint64_t(RMC_CTRL_EN)) return false;
+    out.put(save());
+}
+
+bool Rmc::load(StateIn &in, std::string *why)
+{
+    RmcState s;
+    in.get(s);
+    if (!in.finish()) return false; // the reader says which field
+    return load(s, why);
+}
+
+namespace {
+
+__attribute__((format(printf, 2, 3))) bool refuse(std::string *why, const char *fmt, ...)
+{
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (why) *why = buf;
+    return false;
+}
+
+} // namespace
+
+bool Rmc::load(const RmcState &s, std::string *why)
+{
+    if (s.ctrl & ~uint64_t(RMC_CTRL_EN))
+        return refuse(why, "ctrl: 0x%llx has bits other than EN", (unsigned long long)s.ctrl);
     for (unsigned c = 0; c < RMC_CTX_COUNT; c++) {
-        const rk_rmc_ctx_state &x = r.ctx[c];
+        const RmcCtxState &x = s.ctx[c];
         const unsigned vo = unsigned(x.layout & CTX_LAYOUT_VER_OFF_MASK);
-        if ((x.ctrl & ~uint64_t(CTX_CTRL_VALID)) || x.cfg_err > 1) return false;
+        if (x.ctrl & ~uint64_t(CTX_CTRL_VALID))
+            return refuse(why, "ctx[%u].ctrl: 0x%llx has bits other than VALID", c,
+                          (unsigned long long)x.ctrl);
         if (!(x.ctrl & CTX_CTRL_VALID)) continue;
-        if (x.base % 64 || !x.size || x.size % 64 || !mappable(x.base, x.size)) return false;
+        if (x.base % 64 || !x.size || x.size % 64 || !mappable(x.base, x.size))
+            return refuse(why, "ctx[%u].base/size: 0x%llx + 0x%llx is not a 64-byte aligned segment in RAM",
+                          c, (unsigned long long)x.base, (unsigned long long)x.size);
         if (x.perm & ~uint64_t(CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC | CTX_PERM_SABRE))
-            return false;
-        if (x.layout & ~uint64_t(CTX_LAYOUT_VALID | CTX_LAYOUT_VER_OFF_MASK)) return false;
-        if ((x.layout & CTX_LAYOUT_VALID) && (vo % 8 || vo > 56)) return false;
+            return refuse(why, "ctx[%u].perm: 0x%llx has unknown bits", c, (unsigned long long)x.perm);
+        if ((x.layout & ~uint64_t(CTX_LAYOUT_VALID | CTX_LAYOUT_VER_OFF_MASK)) ||
+            ((x.layout & CTX_LAYOUT_VALID) && (vo % 8 || vo > 56)))
+            return refuse(why, "ctx[%u].layout: 0x%llx has unknown bits or a version offset not in 0..56", c,
+                          (unsigned long long)x.layout);
     }
     std::array<uint32_t, RMC_QP_COUNT> recs{};
-    if (s.xfer.size() > RmcState::kMaxXfers) return false;
-    for (const rk_rmc_xfer_state &x : s.xfer) {
-        if (x.qp >= RMC_QP_COUNT || x.op < RMC_OP_READ || x.op > RMC_OP_SABRE || x.wq_index > 0xffff)
-            return false;
-        if (x.status != RMC_ST_UNREACHABLE && x.status != RMC_ST_UNCERTAIN) return false;
+    if (s.xfer.size() > RmcState::kMaxXfers)
+        return refuse(why, "xfer: %zu records, at most %u", s.xfer.size(), RmcState::kMaxXfers);
+    for (size_t i = 0; i < s.xfer.size(); i++) {
+        const RmcXferState &x = s.xfer[i];
+        if (x.qp >= RMC_QP_COUNT) return refuse(why, "xfer[%zu].qp: %u out of range", i, x.qp);
+        if (x.op < RMC_OP_READ || x.op > RMC_OP_SABRE)
+            return refuse(why, "xfer[%zu].op: %u unknown", i, x.op);
+        if (x.wq_index > 0xffff) return refuse(why, "xfer[%zu].wq_index: %u above 65535", i, x.wq_index);
+        if (x.status != RMC_ST_UNREACHABLE && x.status != RMC_ST_UNCERTAIN)
+            return refuse(why, "xfer[%zu].status: %u is neither UNREACHABLE nor UNCERTAIN", i, x.status);
         recs[x.qp]++;
     }
     for (unsigned q = 0; q < RMC_QP_COUNT; q++) {
-        const rk_rmc_qp_state &x = r.qp[q];
-        if ((x.ctrl & ~uint64_t(QP_CTRL_EN | QP_CTRL_IRQ_EN)) || x.cfg_err > 1 || x.err > 1) return false;
-        if (x.inflight != recs[q]) return false;
+        const RmcQpState &x = s.qp[q];
+        if (x.ctrl & ~uint64_t(QP_CTRL_EN | QP_CTRL_IRQ_EN))
+            return refuse(why, "qp[%u].ctrl: 0x%llx has unknown bits", q, (unsigned long long)x.ctrl);
+        if (x.inflight != recs[q])
+            return refuse(why, "qp[%u].inflight: %u, but %u transfer records", q, x.inflight, recs[q]);
         if (!(x.ctrl & QP_CTRL_EN)) {
-            if (x.inflight) return false;
+            if (x.inflight) return refuse(why, "qp[%u].inflight: %u on a disabled QP", q, x.inflight);
             continue;
         }
-        if (x.depth_log2 < RMC_DEPTH_LOG2_MIN || x.depth_log2 > RMC_DEPTH_LOG2_MAX) return false;
+        if (x.depth_log2 < RMC_DEPTH_LOG2_MIN || x.depth_log2 > RMC_DEPTH_LOG2_MAX)
+            return refuse(why, "qp[%u].depth_log2: %llu out of range %u..%u", q,
+                          (unsigned long long)x.depth_log2, RMC_DEPTH_LOG2_MIN, RMC_DEPTH_LOG2_MAX);
         const uint32_t n = 1u << x.depth_log2;
         if ((x.wq_base | x.cq_base) % 64 || !mappable(x.wq_base, uint64_t(n) * RMC_WQE_SIZE) ||
             !mappable(x.cq_base, uint64_t(n) * RMC_CQE_SIZE))
-            return false;
-        if (x.ctx >= RMC_CTX_COUNT) return false; // (a withdrawn context leaves its QPs enabled)
+            return refuse(why, "qp[%u].wq_base/cq_base: 0x%llx/0x%llx not 64-byte aligned queues in RAM", q,
+                          (unsigned long long)x.wq_base, (unsigned long long)x.cq_base);
+        if (x.ctx >= RMC_CTX_COUNT) // (a withdrawn context leaves its QPs enabled)
+            return refuse(why, "qp[%u].ctx: %llu out of range", q, (unsigned long long)x.ctx);
         // cq_head <= cq_tail <= wq_head <= wq_tail (free-running), every fetched request owns a
         // CQ slot, and the requests fetched but not completed are the transfers in flight
         if (uint32_t(x.cq_tail - x.cq_head) > uint32_t(x.wq_head - x.cq_head) ||
             uint32_t(x.wq_head - x.cq_head) > n || uint32_t(x.wq_tail - x.wq_head) > n ||
             uint32_t(x.wq_head - x.cq_tail) != x.inflight)
-            return false;
+            return refuse(
+                why,
+                "qp[%u].wq_tail/wq_head/cq_head/cq_tail: %u/%u/%u/%u inconsistent with depth %u and "
+                "%u in flight",
+                q, x.wq_tail, x.wq_head, x.cq_head, x.cq_tail, n, x.inflight);
     }
 
     {
@@ -1856,47 +1930,27 @@ bool Rmc::load(const RmcState &s)
         held_.clear();
         link_lost_ = false;
         std::fill(window_.begin(), window_.end(), 0);
-        ctrl_ = r.ctrl;
-        irq_status_ = r.irq_status;
+        ctrl_ = s.ctrl;
+        irq_status_ = s.irq_status;
         for (unsigned q = 0; q < RMC_QP_COUNT; q++) {
-            const rk_rmc_qp_state &x = r.qp[q];
             Qp &a = qps_[q];
-            a.wq_base = x.wq_base;
-            a.cq_base = x.cq_base;
-            a.depth_log2 = x.depth_log2;
-            a.ctx = x.ctx;
-            a.ctrl = x.ctrl;
-            a.wq_tail = x.wq_tail;
-            a.wq_head = x.wq_head;
-            a.cq_head = x.cq_head;
-            a.cq_tail = x.cq_tail;
-            a.inflight = x.inflight;
-            a.cfg_err = x.cfg_err;
-            a.err = x.err;
+            static_cast<RmcQpState &>(a) = s.qp[q];
             a.gen++;
         }
         for (unsigned c = 0; c < RMC_CTX_COUNT; c++) {
-            const rk_rmc_ctx_state &x = r.ctx[c];
             Ctx &a = ctxs_[c];
-            a.base = x.base;
-            a.size = x.size;
-            a.perm = x.perm;
-            a.nodemask = x.nodemask;
-            a.layout = x.layout;
-            a.ctrl = x.ctrl;
-            a.key = x.key;
-            a.cfg_err = x.cfg_err;
+            static_cast<RmcCtxState &>(a) = s.ctx[c];
             a.gen++;
         }
         for (unsigned i = 0; i < RMC_CNT_COUNT; i++)
-            cnt_[i].store(r.counters[i], std::memory_order_relaxed);
+            cnt_[i].store(s.counters[i], std::memory_order_relaxed);
         const R2p2Counters now = sabre_.counters();
         for (const SabreCnt &k : kSabreCnt)
-            sabre_base_.*k.f = now.*k.f - r.counters[k.off / 8];
+            sabre_base_.*k.f = now.*k.f - s.counters[k.off / 8];
         if (direct_.own) pub_rd_base_ = __atomic_load_n(&direct_.own->srv_rd_blocks, __ATOMIC_RELAXED);
         publish_locked();
         // The transfers in flight at save complete now: their requests and answers are lost.
-        for (const rk_rmc_xfer_state &x : s.xfer) {
+        for (const RmcXferState &x : s.xfer) {
             Transfer t;
             t.qp = x.qp;
             t.wqe.op = x.op;

@@ -19,10 +19,11 @@
 // node (qtest, firmware) exercises all three pipelines.
 //
 // Host (rackemu/host.h): the core reaches guest memory, its interrupt line, the guest-error log
-// and the clock only through a rackemu::Host; its fabric link (RmcFabric) is the RMC service's
-// endpoint on host.port(), bound by the C API (rmc_capi.cc) and given to the core as a separate,
-// device-specific link so that the unit tests and the fuzzer run a cluster over an in-process
-// fabric.
+// and the clock only through a rackemu::Host; its fabric link (RmcFabric) is by default the RMC
+// service's endpoint host.ep() (RKF_SVC_RMC, which the adapter binds to the node's port before it
+// creates the core: rk_rmc_device_ops in rmc_capi.h), and the unit tests and the fuzzer give a
+// link of their own (an in-process fabric). The RGP thread tells the host when it starts and
+// ends (host.thread: an RCU reader in QEMU).
 //  - Guest memory: every access (WQEs, CQEs, local buffers, the served side's segments, SABRe
 //    objects) maps the range with host.dma_map for the duration of that access and unmaps it at
 //    once (so QEMU's dirty tracking and translated-code invalidation see every write), and goes
@@ -46,9 +47,10 @@
 // (shared by the R2P2, exclusive for context changes) keeps a segment from changing under a
 // request being served. No lock is held while a frame is sent.
 //
-// Migration (docs/sonuma.md "Migration"): save() exports the architectural state (RmcState) with
-// the threads quiesced (pause()); load() validates it and completes the transfers that were in
-// flight with UNREACHABLE/LINK_DOWN (UNCERTAIN for a WRITE/CAS/FAA whose frame had left).
+// Migration (docs/sonuma.md "Migration"): save() exports the architectural state (RmcState, its
+// fields in the X-macros below, hw/core/state.h) with the threads quiesced (pause()); load()
+// validates it and completes the transfers that were in flight with UNREACHABLE/LINK_DOWN
+// (UNCERTAIN for a WRITE/CAS/FAA whose frame had left).
 #ifndef RACKEMU_SONUMA_RMC_H
 #define RACKEMU_SONUMA_RMC_H
 
@@ -70,9 +72,10 @@
 #include "rackemu/fabric_proto.h"
 #include "rackemu/host.h"
 #include "rackemu/sonuma_regs.h"
+#include "state.h"
 #include "r2p2.h"
+#include "rk_fabric_endpoint.h"
 #include "rk_remote_mem.h"
-#include "rmc_capi.h"
 #include "rmc_pub.h"
 #include "timing.h"
 
@@ -89,15 +92,16 @@ struct RmcConfig {
 };
 
 // The RMC service's link to the node's fabric port (a device-specific link, not a host service):
-// in QEMU the endpoint that rk_fabric_bind(host.port(), RKF_SVC_RMC, ...) returned (rmc_capi.cc);
-// in the unit tests and the fuzzer an in-process fabric. Empty `send`: no fabric, only this node
-// is reachable.
+// by default (empty) the endpoint host.ep() (from_endpoint); in the unit tests and the fuzzer an
+// in-process fabric. Empty `send` and no endpoint: no fabric, only this node is reachable.
 struct RmcFabric {
     // Send a frame; 0 or -errno (-ENOTCONN link down, -EAGAIN congested).
     std::function<int(rkf_frame_hdr &, const void *)> send;
     // Answer a request frame.
     std::function<int(const rkf_frame_hdr &, uint16_t status, const void *, uint16_t)> reply;
     std::function<bool()> up; // the link state (empty: up whenever `send` exists)
+
+    static RmcFabric from_endpoint(RkFabricEndpoint *ep); // NULL: empty
 };
 
 // The direct path (docs/sonuma.md "Direct path"): in QEMU the node's one-sided remote memory
@@ -108,14 +112,72 @@ struct RmcDirect {
     // same live incarnation; its result in *fn_ret), RK_RMEM_UNREACHABLE, RK_RMEM_NO_DIRECT.
     std::function<int(unsigned node, rk_rmem_direct_fn fn, void *opaque, int *fn_ret)> run;
     rmc_pub *own = nullptr; // this node's published table (in its tail page)
+
+    static RmcDirect from_rmem(RkRemoteMem *m); // NULL, or no tail page: empty
 };
 
-// The architectural state (save()/load()): the C structs of rmc_capi.h, which the glue's VMState
-// describes, plus the records of the transfers in flight.
+// The architectural state (save()/load(); docs/sonuma.md "Migration"), described once
+// (hw/core/state.h): the registers of every QP and context (the live Qp and Ctx inherit these
+// structs, so a register is one line here), the global registers, the counters (as the guest
+// reads them), and one record per transfer in flight, which completes after load with
+// UNREACHABLE (UNCERTAIN for a WRITE, CAS or FAA whose request had left), info LINK_DOWN.
+#define RK_RMC_QP_STATE(X) \
+    X(uint64_t, wq_base) \
+    X(uint64_t, cq_base) \
+    X(uint64_t, depth_log2) \
+    X(uint64_t, ctx) \
+    X(uint64_t, ctrl) \
+    X(uint32_t, wq_tail) \
+    X(uint32_t, wq_head) \
+    X(uint32_t, cq_head) \
+    X(uint32_t, cq_tail) \
+    X(uint32_t, inflight) \
+    X(bool, cfg_err) \
+    X(bool, err)
+struct RmcQpState {
+    RK_STATE_FIELDS(RK_RMC_QP_STATE)
+};
+
+#define RK_RMC_CTX_STATE(X) \
+    X(uint64_t, base) \
+    X(uint64_t, size) \
+    X(uint64_t, perm) \
+    X(uint64_t, nodemask) \
+    X(uint64_t, layout) \
+    X(uint64_t, ctrl) \
+    X(uint64_t, key) \
+    X(bool, cfg_err)
+struct RmcCtxState {
+    RK_STATE_FIELDS(RK_RMC_CTX_STATE)
+};
+
+// A transfer in flight: wr_id from its WQE, start_ns the host clock at fetch (the CQE's wall_ns
+// counts from it), op RMC_OP_*, status what it completes with (UNREACHABLE or UNCERTAIN).
+#define RK_RMC_XFER_STATE(X) \
+    X(uint64_t, wr_id) \
+    X(uint64_t, start_ns) \
+    X(uint32_t, qp) \
+    X(uint32_t, wq_index) \
+    X(uint8_t, op) \
+    X(uint8_t, status)
+struct RmcXferState {
+    RK_STATE_FIELDS(RK_RMC_XFER_STATE)
+};
+
+using RmcQpStates = std::array<RmcQpState, RMC_QP_COUNT>;
+using RmcCtxStates = std::array<RmcCtxState, RMC_CTX_COUNT>;
+using RmcCounterWords = Words<RMC_CNT_COUNT>;
+using RmcXferStates = std::vector<RmcXferState>;
+#define RK_RMC_STATE(X) \
+    X(uint64_t, ctrl) \
+    X(uint64_t, irq_status) \
+    X(RmcQpStates, qp) \
+    X(RmcCtxStates, ctx) \
+    X(RmcCounterWords, counters) \
+    X(RmcXferStates, xfer)
 struct RmcState {
     static constexpr uint32_t kMaxXfers = RMC_QP_COUNT << RMC_DEPTH_LOG2_MAX; // every WQ slot
-    rk_rmc_state regs{};
-    std::vector<rk_rmc_xfer_state> xfer;
+    RK_STATE_FIELDS(RK_RMC_STATE)
 };
 
 struct RmcWrite; // what a register write leaves to do after the locks (rmc.cc)
@@ -133,7 +195,7 @@ public:
     uint64_t mmio_read(uint64_t off, unsigned size);
     void mmio_write(uint64_t off, uint64_t value, unsigned size);
     void reset();
-    bool irq_level() const;
+    bool irq_level(unsigned line = 0) const; // line 0, the only one
 
     // Fabric port callbacks (port thread).
     void on_frame(const rkf_frame_hdr &, const void *payload); // REQ or MSG for RKF_SVC_RMC
@@ -148,27 +210,25 @@ public:
     // Migration. pause(true) quiesces the core: the RGP thread stops, and frames arriving from
     // the fabric are queued (up to kPausedFrames; beyond, a request is answered CONGESTED and a
     // data message or reply is dropped: its transfer times out) until pause(false) handles them
-    // in order. The glue pauses while the VM is stopped. save() takes the state (any time: under
-    // the locks); load() validates `s`, refuses anything out of range (false, nothing changed),
-    // else replaces the state, forgets the transfers in flight here and completes those of `s`.
+    // in order. The adapter pauses while the VM is stopped. save() takes the state (any time:
+    // under the locks); load() validates `s`, refuses anything out of range (false, the reason
+    // naming the field in *why, nothing changed), else replaces the state, forgets the transfers
+    // in flight here and completes those of `s`. The StateOut/StateIn forms are the device ops'
+    // (rackemu/device.h: the state as one byte string).
     void pause(bool on);
     RmcState save() const;
-    bool load(const RmcState &s);
+    bool load(const RmcState &s, std::string *why = nullptr);
+    void save(StateOut &out) const;
+    bool load(StateIn &in, std::string *why);
     static constexpr size_t kPausedFrames = 4096;
 
 private:
-    struct Qp {
-        uint64_t wq_base = 0, cq_base = 0, depth_log2 = 0, ctx = 0, ctrl = 0;
-        bool cfg_err = false, err = false;
-        uint32_t wq_tail = 0, wq_head = 0, cq_head = 0, cq_tail = 0;
-        uint32_t inflight = 0;
+    struct Qp : RmcQpState {
         uint32_t gen = 0; // bumped when the QP is disabled: its transfers are orphaned
         bool enabled() const { return ctrl & QP_CTRL_EN; }
         uint32_t depth() const { return 1u << depth_log2; }
     };
-    struct Ctx {
-        uint64_t base = 0, size = 0, perm = 0, nodemask = 0, layout = 0, ctrl = 0, key = 0;
-        bool cfg_err = false;
+    struct Ctx : RmcCtxState {
         uint32_t gen = 0;
         bool valid() const { return ctrl & CTX_CTRL_VALID; }
     };

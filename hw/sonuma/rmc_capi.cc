@@ -1,52 +1,27 @@
 // SPDX-License-Identifier: MIT
-// C interface of the soNUMA RMC core; see rmc_capi.h.
+// The soNUMA RMC core as a rackemu device; see rmc_capi.h.
 #include "rmc_capi.h"
 
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <memory>
 #include <string>
 
+#include "device_ops.h"
+#include "rk_fabric_endpoint.h"
 #include "rmc.h"
 
 using namespace rackemu::sonuma;
-
-struct RkRmc {
-    std::unique_ptr<Rmc> core;
-    RkFabricEndpoint *ep = nullptr; // RKF_SVC_RMC on the node's port; NULL: no fabric
-};
+using Ops = rackemu::DeviceOps<Rmc>;
 
 namespace {
 
-void on_request(void *opaque, RkFabricEndpoint *, const rkf_frame_hdr *h, const void *payload)
+void *create(const RkHost *host, const void *config, char *err, size_t errlen)
 {
-    auto *r = static_cast<RkRmc *>(opaque);
-    if (r->core) r->core->on_frame(*h, payload);
-}
-
-void on_reply(void *opaque, const rkf_frame_hdr *h, const void *payload)
-{
-    auto *r = static_cast<RkRmc *>(opaque);
-    if (r->core) r->core->on_reply(*h, payload);
-}
-
-void on_link(void *opaque, int up)
-{
-    auto *r = static_cast<RkRmc *>(opaque);
-    if (r->core) r->core->on_link(up != 0);
-}
-
-} // namespace
-
-extern "C" RkRmc *rk_rmc_new(const rk_rmc_config *c, const RkHost *host, char *err, unsigned errlen)
-{
-    auto bad = [&](const char *why) -> RkRmc * {
-        std::snprintf(err, errlen, "rackemu-rmc: %s", why);
+    auto bad = [&](const char *why) -> void * {
+        std::snprintf(err, errlen, "%s", why);
         return nullptr;
     };
-    if (!host || !host->ops) return bad("no host interface");
+    const auto *c = static_cast<const rk_rmc_config *>(config);
+    if (!host || !host->ops || !c) return bad("no host interface or configuration");
     if (host->node_count < 1 || host->node_count > RKF_MAX_NODES || host->node_id >= host->node_count)
         return bad("node-id/node-count out of range (node-id < node-count <= 64)");
     if (c->att_entries < 1 || c->att_entries > RMC_ATT_MAX) return bad("att-entries out of range 1..64");
@@ -79,96 +54,58 @@ extern "C" RkRmc *rk_rmc_new(const rk_rmc_config *c, const RkHost *host, char *e
     cfg.seg_base = c->seg_base;
     cfg.seg_size = c->seg_size;
     cfg.direct = c->direct != 0;
-
-    auto *r = new RkRmc;
-    // The RMC's link to the fabric: its service's endpoint on the host's port (bound before the
-    // core exists, so the callbacks above check for it; the machine starts the port later).
-    static const rk_fabric_service ops = {on_request, on_reply, on_link};
-    r->ep = rk_fabric_bind(host->port, RKF_SVC_RMC, &ops, r);
-    RmcFabric fab;
-    if (r->ep) {
-        fab.send = [r](rkf_frame_hdr &h, const void *p) { return rk_fabric_endpoint_send(r->ep, &h, p); };
-        fab.reply = [r](const rkf_frame_hdr &req, uint16_t st, const void *p, uint16_t len) {
-            return rk_fabric_endpoint_reply(r->ep, &req, st, p, len);
-        };
-        fab.up = [r] { return rk_fabric_endpoint_up(r->ep) != 0; };
-    }
-    // The direct path over the node's remote memory (its peers' RAM files, docs/sonuma.md "Direct
-    // path"): on when the machine turned it on there (ram-dir) and property `direct` is on.
-    RmcDirect direct;
-    if (RkRemoteMem *m = host->rmem) {
-        direct.own =
-            static_cast<rmc_pub *>(rk_rmem_tail_area(m, RK_RMEM_TAIL_RMC_OFF, RK_RMEM_TAIL_RMC_SIZE));
-        if (direct.own) {
-            direct.run = [m](unsigned node, rk_rmem_direct_fn fn, void *opaque, int *ret) {
-                return rk_rmem_direct_run(m, node, fn, opaque, ret);
-            };
-        }
-    }
-    r->core = std::make_unique<Rmc>(cfg, rackemu::Host(*host), std::move(fab), std::move(direct));
-    return r;
+    // the fabric link is the service's endpoint host->ep, the direct path host->rmem (rmc.h)
+    return new Rmc(cfg, rackemu::Host(*host));
 }
 
-extern "C" void rk_rmc_free(RkRmc *r)
-{
-    if (!r) return;
-    rk_fabric_unbind(r->ep);
-    delete r;
-}
-
-extern "C" uint64_t rk_rmc_read(RkRmc *r, uint64_t offset, unsigned size)
-{
-    return r->core->mmio_read(offset, size);
-}
-
-extern "C" void rk_rmc_write(RkRmc *r, uint64_t offset, uint64_t value, unsigned size)
-{
-    r->core->mmio_write(offset, value, size);
-}
-
-extern "C" void rk_rmc_reset(RkRmc *r)
-{
-    r->core->reset();
-}
-
-extern "C" int rk_rmc_irq_level(RkRmc *r)
-{
-    return r->core->irq_level() ? 1 : 0;
-}
-
-extern "C" const char *rk_rmc_reg_name(RkRmc *r, uint64_t offset)
+const char *reg_name(void *core, uint64_t offset)
 {
     static thread_local std::string name;
-    name = r->core->reg_name(offset);
+    name = Ops::of(core)->reg_name(offset);
     return name.c_str();
 }
 
-extern "C" void rk_rmc_pause(RkRmc *r, int on)
+// RKF_SVC_RMC, with the core as the opaque (the adapter calls these once the core exists).
+void on_request(void *core, RkFabricEndpoint *, const rkf_frame_hdr *h, const void *payload)
 {
-    r->core->pause(on != 0);
+    Ops::of(core)->on_frame(*h, payload);
 }
+void on_reply(void *core, const rkf_frame_hdr *h, const void *payload)
+{
+    Ops::of(core)->on_reply(*h, payload);
+}
+void on_link(void *core, int up)
+{
+    Ops::of(core)->on_link(up != 0);
+}
+const rk_fabric_service service = {on_request, on_reply, on_link};
 
-extern "C" void rk_rmc_save(RkRmc *r, rk_rmc_state *st, rk_rmc_xfer_state **xfer, uint32_t *nxfer)
-{
-    RmcState s = r->core->save();
-    *st = s.regs;
-    *nxfer = uint32_t(s.xfer.size());
-    *xfer = nullptr;
-    if (!s.xfer.empty()) {
-        *xfer = static_cast<rk_rmc_xfer_state *>(std::calloc(s.xfer.size(), sizeof(rk_rmc_xfer_state)));
-        if (!*xfer) {
-            *nxfer = 0;
-            return;
-        }
-        std::memcpy(*xfer, s.xfer.data(), s.xfer.size() * sizeof(rk_rmc_xfer_state));
-    }
-}
+// A saved state: the fixed part, and at most every WQ slot in flight (RmcXferState, < 64 bytes).
+constexpr uint64_t kStateMax = (64u << 10) + uint64_t(RmcState::kMaxXfers) * 64;
 
-extern "C" int rk_rmc_load(RkRmc *r, const rk_rmc_state *st, const rk_rmc_xfer_state *xfer, uint32_t nxfer)
-{
-    if (nxfer > RmcState::kMaxXfers || (nxfer && !xfer)) return -EINVAL;
-    RmcState s;
-    s.regs = *st;
-    s.xfer.assign(xfer, xfer + nxfer);
-    return r->core->load(s) ? 0 : -EINVAL;
-}
+} // namespace
+
+extern "C" const RkDeviceOps rk_rmc_device_ops = {
+    .name = "rackemu-rmc",
+    .create = create,
+    .free = Ops::free,
+    .nregions = 1,
+    .regions = {{"rackemu-rmc", RMC_MMIO_SIZE, 0, Ops::read<&Rmc::mmio_read>, Ops::write<&Rmc::mmio_write>,
+                 reg_name}},
+    .nirqs = 1,
+    .msix_bar = -1,
+    .reset = Ops::reset,
+    .pause = Ops::pause,
+    .irq_level = Ops::irq_level,
+    .state_version = 1,
+    .state_max = kStateMax,
+    .save = Ops::save,
+    .load = Ops::load<RmcState::kMaxXfers>,
+    .fabric_svc = RKF_SVC_RMC,
+    .fabric = &service,
+    .eth_class = -1,
+    .frame = nullptr,
+    .ntimers = 0,
+    .timer = nullptr,
+    .tx_resume = nullptr,
+};

@@ -120,18 +120,17 @@ CdmaState Cdma::save() const
     return s_;
 }
 
-void Cdma::pause()
+void Cdma::pause(bool on)
 {
-    {
-        std::lock_guard lk(mu_);
-        paused_ = true;
+    if (on) {
+        {
+            std::lock_guard lk(mu_);
+            paused_ = true;
+        }
+        // A running process() returns at its next boundary; wait for it.
+        std::lock_guard pl(process_mu_);
+        return;
     }
-    // A running process() returns at its next boundary; wait for it.
-    std::lock_guard pl(process_mu_);
-}
-
-void Cdma::resume()
-{
     bool work;
     {
         std::lock_guard lk(mu_);
@@ -176,14 +175,44 @@ void Cdma::reset()
     update_irq();
 }
 
-bool Cdma::load(const CdmaState &st)
+void Cdma::save(StateOut &out) const
+{
+    out.put(save());
+}
+
+bool Cdma::load(StateIn &in, std::string *why)
+{
+    CdmaState st;
+    in.get(st);
+    if (!in.finish()) return false; // the reader says which field
+    return load(st, why);
+}
+
+bool Cdma::load(const CdmaState &st, std::string *why)
 {
     const uint32_t thr = (st.cr & XCDMA_CR_IRQTHRESHOLD_MASK) >> XCDMA_CR_IRQTHRESHOLD_SHIFT;
     const bool sg = (st.cr & XCDMA_CR_SGMODE) != 0;
-    if (st.phase > CdmaPhase::Halted || st.irq_count == 0 || st.irq_count > 0xff || thr == 0 ||
-        (st.btt & ~XCDMA_BTT_MASK) || ((st.curdesc | st.taildesc | st.resume_next) & ~kDescMask64) ||
-        (st.phase == CdmaPhase::Simple && sg) ||
-        (!sg && st.phase >= CdmaPhase::Fetch && st.phase <= CdmaPhase::WriteBack)) {
+    const char *bad = nullptr;
+    if (st.phase > CdmaPhase::Halted)
+        bad = "phase: not an engine state";
+    else if (st.irq_count == 0 || st.irq_count > 0xff)
+        bad = "irq_count: out of range 1..255";
+    else if (thr == 0)
+        bad = "cr: IRQThreshold 0";
+    else if (st.btt & ~XCDMA_BTT_MASK)
+        bad = "btt: above BTT [25:0]";
+    else if (st.curdesc & ~kDescMask64)
+        bad = "curdesc: not 64-byte aligned";
+    else if (st.taildesc & ~kDescMask64)
+        bad = "taildesc: not 64-byte aligned";
+    else if (st.resume_next & ~kDescMask64)
+        bad = "resume_next: not 64-byte aligned";
+    else if (st.phase == CdmaPhase::Simple && sg)
+        bad = "phase: a simple transfer with cr.SGMode set";
+    else if (!sg && st.phase >= CdmaPhase::Fetch && st.phase <= CdmaPhase::WriteBack)
+        bad = "phase: a descriptor chain with cr.SGMode clear";
+    if (bad) {
+        if (why) *why = bad;
         return false;
     }
     CdmaState n = st;
@@ -493,7 +522,7 @@ void Cdma::process()
     }
 }
 
-// Moves len bytes in chunks through buf_. Between chunks: gone if reset()/set_state()
+// Moves len bytes in chunks through buf_. Between chunks: gone if reset()/load()
 // replaced the state (Stale), stop if CDMACR.Reset is pending (Aborted).
 Cdma::Move Cdma::move(uint64_t src, uint64_t dst, uint64_t len, uint32_t cr, uint64_t epoch, Status &st)
 {
@@ -577,7 +606,7 @@ bool Cdma::run_engine()
     for (;;) {
         Pending p;
         std::unique_lock lk(mu_);
-        if (epoch_ != epoch) return false; // reset()/set_state(): the state is not ours any more
+        if (epoch_ != epoch) return false; // reset()/load(): the state is not ours any more
         if (s_.cr & XCDMA_CR_RESET) {
             soft_reset_locked();
             in_process_ = false;

@@ -5,8 +5,9 @@
 // Linux's unmodified drivers/dma/xilinx/xilinx_dma.c ("xlnx,axi-cdma-1.00.a") drives it. The
 // register map is rackemu/xilinx_cdma_regs.h. QEMU-independent: it reaches memory, its
 // interrupt line (line 0, cdma_introut) and the guest-error log through the one host interface
-// (rackemu/host.h; the QEMU glue through cdma_capi.h, a unit test through TestHost), and asks for
-// its engine to run through a wake-up link of its own (`kick`, not a host service).
+// (rackemu/host.h; the QEMU glue through rk_cdma_device_ops in cdma_capi.h, a unit test through
+// TestHost), and asks for its engine to run through a wake-up link of its own (`kick`, not a
+// host service): CdmaDevice (cdma_capi.cc) runs process() on an engine thread of its own.
 //
 // Engine states (CdmaPhase) and the pipeline process() walks:
 //
@@ -33,10 +34,10 @@
 // runs on the engine thread. process() calls are serialised: a call made while another is
 // running returns at once and the running one goes round again.
 //
-// Quiescing (migration, a stopped VM): pause() lets a running process() finish the data
+// Quiescing (migration, a stopped VM): pause(true) lets a running process() finish the data
 // movement it is in (a simple transfer, or the current descriptor up to its STATUS write-back)
-// and stop at the next boundary; work stays pending (CDMASR.Idle = 0) until resume(). save() is
-// then a consistent snapshot. load() (migration) halts a transfer or chain that was in flight at
+// and stop at the next boundary; work stays pending (CDMASR.Idle = 0) until pause(false). save()
+// is then a consistent snapshot. load() (migration) halts a transfer or chain that was in flight at
 // save with DMASlvErr: see load().
 //
 // Caveat: data movement is not cycle-timed: a transfer takes as long as the host's DMA, not BTT / bus width cycles, and CDMASR.IRQDelaySts always reads 0. The IRQDelay
@@ -63,6 +64,7 @@
 #include "rackemu/host.h"
 #include "rackemu/xilinx_cdma_regs.h"
 #include "regbank.h"
+#include "state.h"
 
 namespace rackemu::unimem {
 
@@ -82,19 +84,25 @@ struct CdmaCounters {
 
 enum class CdmaPhase : uint32_t { Idle, Simple, Fetch, Transfer, WriteBack, Halted };
 
-// Registers and engine state as plain data (the glue maps it to a VMStateDescription).
+// Registers and engine state (save()/load(); docs/cdma.md "Migration"), described once
+// (hw/core/state.h): a field is one line here. A default-constructed state is the reset state.
+#define RK_CDMA_STATE(X) \
+    X(uint32_t, cr)                  /* CDMACR as read (Reset = reset pending) */ \
+    X(uint32_t, sr)                  /* CDMASR bits [15:0]; [31:16] composed on read */ \
+    X(uint64_t, curdesc)             /* CURDESC_PNTR(_MSB), bits [5:0] = 0 */ \
+    X(uint64_t, taildesc)            /* TAILDESC_PNTR(_MSB), bits [5:0] = 0 */ \
+    X(uint64_t, sa)                  /* SA(_MSB) */ \
+    X(uint64_t, da)                  /* DA(_MSB) */ \
+    X(uint32_t, btt)                 /* BTT [25:0] */ \
+    X(uint32_t, irq_count)           /* IRQThreshold counter (CDMASR.IRQThresholdSts), 1..255 */ \
+    X(uint32_t, unsignalled)         /* SG completions since the last IOC/Dly event */ \
+    X(CdmaPhase, phase)              /* the engine's state */ \
+    X(bool, resume_valid)            /* paused at the tail: a TAILDESC write resumes at resume_next */ \
+    X(uint64_t, resume_next)         /* the descriptor it resumes at */ \
+    X(uint64_t, session_descriptors) /* descriptors completed since the SG session started */
 struct CdmaState {
-    uint32_t cr = XCDMA_CR_RESET_VALUE;             // CDMACR as read (Reset = reset pending)
-    uint32_t sr = XCDMA_SR_IDLE | XCDMA_SR_SGINCLD; // CDMASR bits [15:0]; [31:16] composed on read
-    uint64_t curdesc = 0, taildesc = 0;             // CURDESC/TAILDESC_PNTR(_MSB), bits [5:0] = 0
-    uint64_t sa = 0, da = 0;                        // SA(_MSB), DA(_MSB)
-    uint32_t btt = 0;                               // BTT [25:0]
-    uint32_t irq_count = 1;                         // IRQThreshold counter (CDMASR.IRQThresholdSts)
-    uint32_t unsignalled = 0;                       // SG completions since the last IOC/Dly event
-    CdmaPhase phase = CdmaPhase::Idle;
-    bool resume_valid = false; // paused at the tail: a TAILDESC write resumes at resume_next
-    uint64_t resume_next = 0;
-    uint64_t session_descriptors = 0; // descriptors completed since the SG session started
+    RK_STATE_FIELDS(RK_CDMA_STATE)
+    CdmaState() : cr(XCDMA_CR_RESET_VALUE), sr(XCDMA_SR_IDLE | XCDMA_SR_SGINCLD), irq_count(1) {}
 };
 
 class Cdma {
@@ -114,23 +122,27 @@ public:
     bool irq_level() const;
     bool busy() const; // work started and not finished (CDMASR.Idle = 0)
     CdmaCounters counters() const;
+    std::string reg_name(uint64_t offset) const; // the register at `offset` (logs, traces)
 
-    // Stop the engine at its next boundary and wait for it (see the header comment); work that
-    // is started meanwhile stays pending. resume() lets it go on (and kicks it if work is
-    // pending). Both may be called from any thread but process()'s own.
-    void pause();
-    void resume();
+    // on: stop the engine at its next boundary and wait for it (see the header comment); work
+    // that is started meanwhile stays pending. off: let it go on (and kick it if work is
+    // pending). May be called from any thread but process()'s own.
+    void pause(bool on);
 
-    // Migration. save(): the registers and the engine state (call pause() first for a snapshot
-    // at a boundary; without it, a consistent snapshot of a moving engine).
+    // Migration. save(): the registers and the engine state (pause first for a snapshot at a
+    // boundary; without it, a consistent snapshot of a moving engine).
     CdmaState save() const;
-    // Load a saved state. Returns false, changing nothing, if anything is out of range or
-    // inconsistent. A soft reset pending at save completes at load. A transfer or chain in
-    // flight at save (phase Simple, Fetch, Transfer or WriteBack) does not resume: the engine is
-    // halted with CDMASR.DMASlvErr + Err_Irq (Idle = 1; CURDESC_PNTR still points at the
-    // descriptor that did not complete, whose STATUS is not written), as if the data mover had
-    // got a slave error, so the driver's error path resets the engine and resubmits.
-    bool load(const CdmaState &st);
+    // Load a saved state. Returns false, changing nothing and saying why (naming the field), if
+    // anything is out of range or inconsistent. A soft reset pending at save completes at load. A
+    // transfer or chain in flight at save (phase Simple, Fetch, Transfer or WriteBack) does not
+    // resume: the engine is halted with CDMASR.DMASlvErr + Err_Irq (Idle = 1; CURDESC_PNTR still
+    // points at the descriptor that did not complete, whose STATUS is not written), as if the
+    // data mover had got a slave error, so the driver's error path resets the engine and
+    // resubmits.
+    bool load(const CdmaState &st, std::string *why = nullptr);
+    // The same as the device ops' byte string (rackemu/device.h, hw/core/state.h).
+    void save(StateOut &out) const;
+    bool load(StateIn &in, std::string *why);
 
 private:
     struct Pending {
@@ -146,7 +158,6 @@ private:
     bool valid_access(uint64_t offset, unsigned size, const std::string &what);
     // The register file (PG034 Table 2-1): one table, decoded by bank_ (regbank.h).
     static std::span<const Reg<Cdma, Pending>> reg_table();
-    std::string reg_name(uint64_t offset) const;
     uint32_t read32_locked(uint64_t offset, Pending &p);
     void write32_locked(uint64_t offset, uint32_t value, Pending &p);
     void write_cr_locked(uint32_t value, Pending &p);
@@ -176,7 +187,7 @@ private:
     mutable std::mutex mu_; // guards s_, ctr_, epoch_, in_process_, reported_, paused_
     CdmaState s_;
     CdmaCounters ctr_;
-    uint64_t epoch_ = 0;                       // bumped by reset()/set_state(): a running process() abandons
+    uint64_t epoch_ = 0;                       // bumped by reset()/load(): a running process() abandons
     bool in_process_ = false;                  // process() is between its first and last look at s_
     bool reported_ = false;                    // level last handed to host.set_irq
     bool paused_ = false;                      // pause(): process() stops at the next boundary

@@ -1,133 +1,122 @@
 // SPDX-License-Identifier: MIT
-// C wrapper and engine thread of the cDMA core; see cdma_capi.h.
+// The cDMA core and its engine thread as a rackemu device; see cdma_capi.h.
 #include "cdma_capi.h"
 
 #include <condition_variable>
-#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "cdma.h"
+#include "device_ops.h"
 
 using namespace rackemu::unimem;
 
-struct RkCdma {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool kicked = false, stop = false;
-    std::unique_ptr<Cdma> core;
-    std::thread engine;
-    rk_cdma_thread_fn thread_hook = nullptr;
-    void *opaque = nullptr;
+namespace {
 
+// The core and the engine thread that runs its process() whenever a register write kicks it.
+class CdmaDevice {
+public:
+    explicit CdmaDevice(rackemu::Host host) : host_(host), core_(host, [this] { kick(); })
+    {
+        engine_ = std::thread([this] { run(); });
+    }
+    ~CdmaDevice()
+    {
+        {
+            std::lock_guard lk(mu_);
+            stop_ = true;
+        }
+        cv_.notify_one();
+        engine_.join();
+    }
+
+    uint64_t read(uint64_t offset, unsigned size) { return core_.read(offset, size); }
+    void write(uint64_t offset, uint64_t value, unsigned size) { core_.write(offset, value, size); }
+    const char *reg_name(uint64_t offset)
+    {
+        static thread_local std::string name;
+        name = core_.reg_name(offset);
+        return name.c_str();
+    }
+    void reset() { core_.reset(); }
+    void pause(bool on) { core_.pause(on); }
+    bool irq_level(unsigned line) const { return line == 0 && core_.irq_level(); }
+    void save(rackemu::StateOut &out) const { core_.save(out); }
+    bool load(rackemu::StateIn &in, std::string *why) { return core_.load(in, why); }
+
+private:
     void run()
     {
-        if (thread_hook) thread_hook(opaque, 1);
-        std::unique_lock lk(mu);
+        host_.thread(true); // QEMU: an RCU reader (the engine reads guest memory)
+        std::unique_lock lk(mu_);
         for (;;) {
-            cv.wait(lk, [this] { return kicked || stop; });
-            if (stop) break;
-            kicked = false;
+            cv_.wait(lk, [this] { return kicked_ || stop_; });
+            if (stop_) break;
+            kicked_ = false;
             lk.unlock();
-            core->process(); // the transfer runs without this lock: the next kick queues up
+            core_.process(); // the transfer runs without this lock: the next kick queues up
             lk.lock();
         }
         lk.unlock();
-        if (thread_hook) thread_hook(opaque, 0);
+        host_.thread(false);
     }
     void kick()
     {
         {
-            std::lock_guard lk(mu);
-            kicked = true;
+            std::lock_guard lk(mu_);
+            kicked_ = true;
         }
-        cv.notify_one();
+        cv_.notify_one();
     }
+
+    rackemu::Host host_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool kicked_ = false, stop_ = false;
+    Cdma core_;
+    std::thread engine_;
 };
 
-extern "C" {
+using Ops = rackemu::DeviceOps<CdmaDevice>;
 
-RkCdma *rk_cdma_new(const RkHost *host, rk_cdma_thread_fn thread, void *opaque)
+void *create(const RkHost *host, const void *, char *err, size_t errlen)
 {
-    auto *c = new RkCdma;
-    c->thread_hook = thread;
-    c->opaque = opaque;
-    c->core = std::make_unique<Cdma>(rackemu::Host(*host), [c] { c->kick(); });
-    c->engine = std::thread([c] { c->run(); });
-    return c;
-}
-
-void rk_cdma_free(RkCdma *c)
-{
-    if (!c) return;
-    {
-        std::lock_guard lk(c->mu);
-        c->stop = true;
+    if (!host || !host->ops) {
+        snprintf(err, errlen, "no host interface");
+        return nullptr;
     }
-    c->cv.notify_one();
-    c->engine.join();
-    delete c;
+    return new CdmaDevice(rackemu::Host(*host));
 }
 
-uint64_t rk_cdma_read(RkCdma *c, uint64_t offset, unsigned size)
+const char *reg_name(void *core, uint64_t offset)
 {
-    return c->core->read(offset, size);
-}
-void rk_cdma_write(RkCdma *c, uint64_t offset, uint64_t value, unsigned size)
-{
-    c->core->write(offset, value, size);
-}
-void rk_cdma_reset(RkCdma *c)
-{
-    c->core->reset();
-}
-int rk_cdma_irq_level(RkCdma *c)
-{
-    return c->core->irq_level() ? 1 : 0;
-}
-void rk_cdma_pause(RkCdma *c)
-{
-    c->core->pause();
-}
-void rk_cdma_resume(RkCdma *c)
-{
-    c->core->resume();
-}
-void rk_cdma_save(RkCdma *c, RkCdmaState *st)
-{
-    const CdmaState s = c->core->save();
-    *st = RkCdmaState{s.cr,
-                      s.sr,
-                      s.curdesc,
-                      s.taildesc,
-                      s.sa,
-                      s.da,
-                      s.btt,
-                      s.irq_count,
-                      s.unsignalled,
-                      uint32_t(s.phase),
-                      s.resume_valid ? 1u : 0u,
-                      s.resume_next,
-                      s.session_descriptors};
-}
-int rk_cdma_load(RkCdma *c, const RkCdmaState *st)
-{
-    if (st->resume_valid > 1) return -1; // the core validates the rest
-    CdmaState s;
-    s.cr = st->cr;
-    s.sr = st->sr;
-    s.curdesc = st->curdesc;
-    s.taildesc = st->taildesc;
-    s.sa = st->sa;
-    s.da = st->da;
-    s.btt = st->btt;
-    s.irq_count = st->irq_count;
-    s.unsignalled = st->unsignalled;
-    s.phase = CdmaPhase(st->phase);
-    s.resume_valid = st->resume_valid != 0;
-    s.resume_next = st->resume_next;
-    s.session_descriptors = st->session_descriptors;
-    return c->core->load(s) ? 0 : -1;
+    return Ops::of(core)->reg_name(offset);
 }
 
-} // extern "C"
+} // namespace
+
+extern "C" const RkDeviceOps rk_cdma_device_ops = {
+    .name = "rackemu-cdma",
+    .create = create,
+    .free = Ops::free,
+    .nregions = 1,
+    .regions = {{"rackemu-cdma", RACKEMU_CDMA_SIZE, 0, Ops::read<&CdmaDevice::read>,
+                 Ops::write<&CdmaDevice::write>, reg_name}},
+    .nirqs = 1,
+    .msix_bar = -1,
+    .reset = Ops::reset,
+    .pause = Ops::pause,
+    .irq_level = Ops::irq_level,
+    .state_version = 1,
+    .state_max = 4096, // CdmaState is about 80 bytes
+    .save = Ops::save,
+    .load = Ops::load<0>, // no lists
+    .fabric_svc = -1,
+    .fabric = nullptr,
+    .eth_class = -1,
+    .frame = nullptr,
+    .ntimers = 0,
+    .timer = nullptr,
+    .tx_resume = nullptr,
+};

@@ -34,8 +34,15 @@ FRAME = re.compile(r"rackemu_frame_(out|in) node (\d+): frame (?:out to|in from)
 
 
 def glue_calls(glue, what):
-    """Whether hw/qemu/<glue> calls `what` (the device has been converted to emit it)."""
+    """Whether hw/qemu/<glue> calls `what` (the device has been converted to emit it), itself or
+    through the generic adapter (hw/qemu/rackemu_device.c) that it is built on."""
     with open(os.path.join(ROOT, "hw", "qemu", glue)) as f:
+        text = f.read()
+    if what in text:
+        return True
+    if "rackemu_device_realize" not in text:
+        return False
+    with open(os.path.join(ROOT, "hw", "qemu", "rackemu_device.c")) as f:
         return what in f.read()
 
 
@@ -171,3 +178,12 @@ def test_link_down_is_traced_when_the_bridge_goes(rack):
     for n in nodes:
         traced(n, rf"rackemu_link node {n.node_id}: link up 0\b", "link down")
         assert "link down" in n.stderr_text()  # and the warning in QEMU's log
+
+
+def test_register_write_is_traced_with_the_registers_name(rack):
+    if not glue_calls("rackemu_rmc.c", "trace_rackemu_reg_write"):
+        pytest.skip("hw/qemu/rackemu_rmc.c does not emit rackemu_reg_write yet")
+    _, (_, n1) = rack
+    # a read-only register: the write is ignored (a guest error), its name is traced all the same
+    n1.write(B["RACKEMU_RMC_BASE"] + S["RMC_REG_ID"], 0, 8)
+    traced(n1, r"rackemu_reg_write rackemu-rmc node 1: ID <- 0x0\b", "RMC ID write")

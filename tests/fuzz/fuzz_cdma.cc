@@ -8,8 +8,9 @@
 //   0 register store (offset, value, size)   1 register load (offset, size)
 //   2 write guest memory (offset, length, bytes): descriptors, chains, data
 //   3 process() (the engine thread's turn; also run after every store that kicked)
-//   4 reset()   5 load() of a state from the input (migration stream is untrusted)
-//   6 pause(), save() -> load() round trip (must be accepted), resume()
+//   4 reset()   5 load() of a state from the input, as a byte string (StateIn), perhaps damaged
+//     (the migration stream is untrusted)
+//   6 pause(true), save() -> load() round trip (must be accepted), pause(false)
 // Checked: the engine never touches memory outside what it was asked to (the buffer's guard
 // bytes), IRQ line seen by the host == irq_level(), CDMASR.Idle agrees with busy().
 #include "fuzz_input.h"
@@ -129,13 +130,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             st.resume_valid = in.u8() & 1;
             st.resume_next = in.u64();
             st.session_descriptors = in.u64();
-            (void)c.load(st);
+            // as the adapter hands it over: one byte string, perhaps damaged
+            rackemu::StateOut out;
+            out.put(st);
+            std::vector<uint8_t> b = out.bytes();
+            const uint8_t how = in.u8();
+            if (how & 1) b[in.u8() % b.size()] ^= uint8_t(1 + in.u8() % 255);
+            if (how & 2) b.resize(in.u8() % (b.size() + 8));
+            rackemu::StateIn sin(b.data(), b.size(), 0);
+            std::string why;
+            (void)c.load(sin, &why);
             break;
         }
         case 6: // quiesce, save, load back (a consistent state is always accepted), go on
-            c.pause();
+            c.pause(true);
             FUZZ_CHECK(c.load(c.save()));
-            c.resume();
+            c.pause(false);
             break;
         }
         if (host.kicked) {

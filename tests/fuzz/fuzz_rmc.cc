@@ -12,7 +12,8 @@
 //   7 let the RGP run (wait until it fetched every posted WQE, at most ~2 ms)   8 reset
 //   9 shortcut: configure a valid context and QP (so the input reaches the pipelines at once)
 //  10 pause / resume (frames arriving meanwhile are held)
-//  11 save -> (optionally corrupted) load into the same core; an intact state must load
+//  11 save -> (optionally corrupted, truncated or extended) load of the state's byte string into
+//     the same core; an intact state must load, a truncated or extended one must not
 //  12 host faults: DMA maps refused (the core falls back to dma_read/dma_write) or DMA failing
 //  13 the direct path's peer (every other node): its RAM and its published table (struct rmc_pub,
 //     made up by the input or a valid one), and what the direct run answers (no direct path,
@@ -419,20 +420,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 paused = !paused;
                 rmc.pause(paused);
                 break;
-            case 11: {
-                RmcState st = rmc.save();
+            case 11: { // the state as the adapter migrates it: one byte string
+                rackemu::StateOut out;
+                rmc.save(out);
+                std::vector<uint8_t> b = out.bytes();
+                const size_t len = b.size();
                 const uint8_t how = in.u8();
-                if (how & 1) { // corrupt one byte of the registers, or a transfer record
-                    auto *b = reinterpret_cast<uint8_t *>(&st.regs);
-                    b[in.u32() % sizeof st.regs] ^= uint8_t(1 + in.u8() % 255);
-                    (void)rmc.load(st);
-                } else if ((how & 2) && !st.xfer.empty()) {
-                    auto *b = reinterpret_cast<uint8_t *>(&st.xfer[in.u16() % st.xfer.size()]);
-                    b[in.u8() % sizeof(rk_rmc_xfer_state)] ^= uint8_t(1 + in.u8() % 255);
-                    (void)rmc.load(st);
-                } else if (!host.fault.load()) {
-                    FUZZ_CHECK(rmc.load(st)); // an intact state always loads (RAM is mappable)
-                }
+                if ((how & 1) && !b.empty()) // corrupt one byte
+                    b[in.u32() % b.size()] ^= uint8_t(1 + in.u8() % 255);
+                else if (how & 2) // truncated, or with bytes left over
+                    b.resize((how & 4) ? len + 1 + in.u8() % 16 : in.u32() % (len + 1));
+                rackemu::StateIn sin(b.data(), b.size(), RmcState::kMaxXfers);
+                std::string why;
+                const bool ok = rmc.load(sin, &why);
+                if (!(how & 1) && b.size() != len) FUZZ_CHECK(!ok && !sin.why().empty());
+                if (!(how & 3) && !host.fault.load())
+                    FUZZ_CHECK(ok); // an intact state always loads (RAM is mappable)
                 break;
             }
             case 12:

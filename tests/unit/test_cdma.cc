@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cdma.h"
+#include "cdma_capi.h"
 #include "test_host.h"
 #include "rackemu/unimem_regs.h" // both register headers in one unit: rk_u32/rk_u64 defined once
 
@@ -852,19 +853,19 @@ TEST(Cdma, PauseHoldsNewWorkUntilResume)
     Rig r;
     r.sync = false;
     r.fill(kRam, 256, true);
-    r.cdma.pause();
+    r.cdma.pause(true);
     r.simple(kRam, kRam + 0x400, 256);
     EXPECT_EQ(r.kicks, 1u);
     r.cdma.process(); // the engine thread's turn: paused, it moves nothing
     EXPECT_TRUE(r.accesses.empty());
     EXPECT_TRUE(r.cdma.busy());
     EXPECT_EQ(r.cdma.save().phase, CdmaPhase::Simple);
-    r.cdma.resume();
+    r.cdma.pause(false);
     EXPECT_EQ(r.kicks, 2u) << "resume wakes the engine for the pending work";
     r.cdma.process();
     EXPECT_FALSE(r.cdma.busy());
     EXPECT_EQ(r.at(kRam + 0x400)[255], pattern(255));
-    r.cdma.resume(); // not paused: nothing to do
+    r.cdma.pause(false); // not paused: nothing to do
     EXPECT_EQ(r.kicks, 2u);
 }
 
@@ -897,7 +898,7 @@ TEST(Cdma, PauseWaitsForTheDescriptorInProgressAndStopsTheChain)
     }
     std::atomic<bool> paused{false};
     std::thread pauser([&] {
-        r.cdma.pause();
+        r.cdma.pause(true);
         paused = true;
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -916,7 +917,7 @@ TEST(Cdma, PauseWaitsForTheDescriptorInProgressAndStopsTheChain)
     EXPECT_EQ(st.phase, CdmaPhase::Fetch);
     EXPECT_EQ(st.curdesc, kRam + 0x40);
     EXPECT_TRUE(r.cdma.busy());
-    r.cdma.resume();
+    r.cdma.pause(false);
     r.cdma.process();
     for (unsigned i = 0; i < kDescs; i++)
         EXPECT_EQ(r.status_of(kRam + 0x40 * i), XCDMA_DESC_STS_CMPLT) << i;
@@ -1070,4 +1071,184 @@ TEST(Cdma, KeyHoleReadRepeatsOneBeatAndKeyHoleWriteKeepsTheLast)
         writes_at_fixed += a.write && a.addr == kRam + 0x200;
     EXPECT_EQ(writes_at_fixed, 3u);
     EXPECT_EQ(r.rd(XCDMA_CDMASR) & XCDMA_SR_ERR_ALL, 0u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The device operations (cdma_capi.h): the core with its engine thread, as the generic adapter
+// drives it, and its state as one byte string (hw/core/state.h).
+
+namespace {
+
+struct OpsRig {
+    rackemu::test::TestHost th{kRamSize, kRam};
+    RkHost host = th.raw();
+    void *core = nullptr;
+
+    OpsRig()
+    {
+        char err[128] = "";
+        core = rk_cdma_device_ops.create(&host, nullptr, err, sizeof err);
+        EXPECT_NE(core, nullptr) << err;
+    }
+    ~OpsRig() { rk_cdma_device_ops.free(core); }
+    uint32_t rd(uint64_t off)
+    {
+        uint64_t v = 0;
+        EXPECT_EQ(rk_cdma_device_ops.regions[0].read(core, off, 4, &v), RK_OK);
+        return uint32_t(v);
+    }
+    void wr(uint64_t off, uint64_t v)
+    {
+        EXPECT_EQ(rk_cdma_device_ops.regions[0].write(core, off, v, 4), RK_OK);
+    }
+    void wr64(uint64_t off, uint64_t v)
+    {
+        wr(off, uint32_t(v));
+        wr(off + 4, uint32_t(v >> 32));
+    }
+    uint8_t *at(uint64_t addr) { return th.ram.data() + (addr - kRam); }
+    void desc(uint64_t addr, uint64_t next, uint64_t sa, uint64_t da, uint32_t control)
+    {
+        xcdma_desc d{uint32_t(next), uint32_t(next >> 32), uint32_t(sa), uint32_t(sa >> 32),
+                     uint32_t(da),   uint32_t(da >> 32),   control,      0};
+        std::memcpy(at(addr), &d, sizeof d);
+    }
+    // The engine thread finished (CDMASR.Idle), within 5 s.
+    bool idle()
+    {
+        auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (!(rd(XCDMA_CDMASR) & XCDMA_SR_IDLE)) {
+            if (std::chrono::steady_clock::now() > end) return false;
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+        return true;
+    }
+    std::vector<uint32_t> regs()
+    {
+        std::vector<uint32_t> v;
+        for (uint64_t off = 0; off < XCDMA_REG_END; off += 4)
+            v.push_back(rd(off));
+        return v;
+    }
+    std::vector<uint8_t> save()
+    {
+        uint8_t *b = nullptr;
+        uint64_t n = 0;
+        EXPECT_EQ(rk_cdma_device_ops.save(core, &b, &n), 0);
+        std::vector<uint8_t> v(b, b + n);
+        free(b);
+        return v;
+    }
+    int load(const std::vector<uint8_t> &v, std::string &msg)
+    {
+        char m[300] = "";
+        const int rc = rk_cdma_device_ops.load(core, v.data(), v.size(), m, sizeof m);
+        msg = m;
+        return rc;
+    }
+    // An SG chain of three 64-byte copies with threshold 2: one IOC, one completion unsignalled,
+    // paused at the tail (resume_valid).
+    void chain()
+    {
+        for (unsigned i = 0; i < 4; i++)
+            desc(kRam + 0x40 * i, kRam + 0x40 * (i + 1), kRam + 0x1000 + 0x40 * i, kRam + 0x2000 + 0x40 * i,
+                 64);
+        for (unsigned i = 0; i < 0x100; i++)
+            at(kRam + 0x1000)[i] = pattern(i);
+        wr(XCDMA_CDMACR, XCDMA_CR_SGMODE | threshold(2) | kIrqEnAll);
+        wr64(XCDMA_CURDESC_PNTR, kRam);
+        wr64(XCDMA_TAILDESC_PNTR, kRam + 0x80);
+    }
+};
+
+} // namespace
+
+TEST(CdmaDeviceOps, TheEngineThreadRunsAndTellsTheHost)
+{
+    OpsRig r;
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (r.th.threads.load() != 1 && std::chrono::steady_clock::now() < end)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(r.th.threads.load(), 1) << "the engine thread called host.thread(true)";
+    r.chain();
+    ASSERT_TRUE(r.idle());
+    EXPECT_EQ(r.at(kRam + 0x2000 + 0x80)[63], pattern(0x80 + 63));
+    EXPECT_EQ(rk_cdma_device_ops.irq_level(r.core, 0), 1) << "IOC at the threshold";
+    EXPECT_STREQ(rk_cdma_device_ops.regions[0].reg_name(r.core, XCDMA_BTT), "BTT");
+    rk_cdma_device_ops.free(r.core);
+    r.core = nullptr;
+    EXPECT_EQ(r.th.threads.load(), 0) << "the engine thread called host.thread(false)";
+}
+
+// (a) save -> load into a fresh device -> save gives the same bytes, and both behave the same.
+TEST(CdmaDeviceOps, StateRoundTripsThroughAFreshDeviceByteForByte)
+{
+    OpsRig a;
+    a.chain();
+    ASSERT_TRUE(a.idle());
+    rk_cdma_device_ops.pause(a.core, 1);
+    const std::vector<uint8_t> saved = a.save();
+    rk_cdma_device_ops.pause(a.core, 0);
+
+    OpsRig b;
+    b.th.ram = a.th.ram;
+    std::string msg;
+    ASSERT_EQ(b.load(saved, msg), 0) << msg;
+    EXPECT_EQ(b.save(), saved);
+    EXPECT_EQ(b.regs(), a.regs());
+    EXPECT_EQ(rk_cdma_device_ops.irq_level(b.core, 0), 1);
+    // a new tail on both: each resumes at the next descriptor, the same way
+    for (OpsRig *r : {&a, &b}) {
+        r->wr(XCDMA_CDMASR, XCDMA_SR_IRQ_ALL); // W1C
+        r->wr64(XCDMA_TAILDESC_PNTR, kRam + 0xc0);
+        ASSERT_TRUE(r->idle());
+        EXPECT_EQ(r->at(kRam + 0x20c0)[63], pattern(0xc0 + 63));
+    }
+    EXPECT_EQ(b.regs(), a.regs());
+    EXPECT_EQ(b.save(), a.save());
+}
+
+// (b) a truncated state, one with trailing bytes and one with a value out of range are refused
+// with a message naming the field, and the device is unchanged.
+TEST(CdmaDeviceOps, DamagedStatesAreRefusedNamingTheFieldAndChangeNothing)
+{
+    OpsRig r;
+    r.chain();
+    ASSERT_TRUE(r.idle());
+    const std::vector<uint8_t> good = r.save();
+    const std::vector<uint32_t> before = r.regs();
+    // byte offsets (RK_CDMA_STATE, little-endian, no padding): cr, sr, curdesc, taildesc, sa, da,
+    // btt, irq_count (44), unsignalled, phase (52), resume_valid (56), ...
+    ASSERT_EQ(good.size(), 4 + 4 + 8 * 4 + 4 * 4 + 1 + 8 + 8) << "the layout this test assumes";
+    ASSERT_EQ(good[56], 1u) << "paused at the tail";
+    struct Case {
+        const char *what;
+        std::vector<uint8_t> blob;
+        const char *field;
+    };
+    std::vector<Case> cases;
+    cases.push_back({"truncated", std::vector<uint8_t>(good.begin(), good.begin() + 46), "irq_count"});
+    std::vector<uint8_t> longer = good;
+    longer.insert(longer.end(), {1, 2, 3});
+    cases.push_back({"trailing bytes", longer, "left over"});
+    std::vector<uint8_t> b = good;
+    b[44] = b[45] = b[46] = b[47] = 0;
+    cases.push_back({"irq_count 0", b, "irq_count"});
+    b = good;
+    b[52] = 9;
+    cases.push_back({"phase 9", b, "phase"});
+    b = good;
+    b[56] = 2;
+    cases.push_back({"resume_valid 2", b, "resume_valid"});
+    b = good;
+    b[8] |= 4; // curdesc bit 2
+    cases.push_back({"curdesc misaligned", b, "curdesc"});
+    for (const Case &k : cases) {
+        std::string msg;
+        EXPECT_EQ(r.load(k.blob, msg), -EINVAL) << k.what;
+        EXPECT_NE(msg.find(k.field), std::string::npos) << k.what << ": " << msg;
+        EXPECT_EQ(r.regs(), before) << k.what << " changed the device";
+        EXPECT_EQ(r.save(), good) << k.what << " changed the device";
+    }
+    EXPECT_TRUE(r.th.guest_errors().empty());
 }

@@ -38,6 +38,7 @@ public:
         ops_.persist = [](void *o, uint64_t addr, uint64_t len, uint64_t *synced) {
             return self(o)->persist(addr, len, *synced);
         };
+        ops_.thread = [](void *o, int start) { self(o)->thread(start != 0); };
         set_irq = [this](unsigned line, bool level) {
             std::lock_guard lk(mu);
             if (line >= irq.size()) irq.resize(line + 1, false);
@@ -78,6 +79,8 @@ public:
             if (ram_file_backed) synced += len;
             return RK_OK;
         };
+        // the core's own threads: how many have started and not ended
+        thread = [this](bool start) { threads += start ? 1 : -1; };
     }
     TestHost(const TestHost &) = delete;
     TestHost &operator=(const TestHost &) = delete;
@@ -117,12 +120,15 @@ public:
     std::function<void(void *, uint64_t, bool, uint64_t)> dma_unmap;
     std::function<uint64_t()> now_ns;
     std::function<Status(uint64_t, uint64_t, uint64_t &)> persist;
+    std::function<void(bool)> thread;
 
     // State of the default behaviour.
     std::vector<uint8_t> ram;
     uint64_t ram_base;
     std::atomic<uint64_t> clock_ns{0};
     std::atomic<int> maps{0}; // maps not yet unmapped
+    // the core's threads running (thread(true) minus thread(false))
+    std::atomic<int> threads{0};
     std::mutex mu;
     std::vector<bool> irq;
     uint64_t irq_raised = 0; // rising edges over all lines

@@ -12,7 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "bridge_rig.h"
 #include "rmc.h"
+#include "rmc_capi.h"
 #include "test_host.h"
 
 using namespace rackemu::sonuma;
@@ -1076,22 +1078,22 @@ TEST(RmcMigration, CorruptStatesAreRefusedAndChangeNothing)
     ASSERT_TRUE(c[0].next(0, e));
     const RmcState good = c[0].rmc->save();
     const std::vector<uint64_t> before = read_all(c[0]);
-    rk_rmc_xfer_state x{7, 0, 0, 1, RMC_OP_READ, RMC_ST_UNREACHABLE};
+    RmcXferState x{7, 0, 0, 1, RMC_OP_READ, RMC_ST_UNREACHABLE};
     std::vector<std::function<void(RmcState &)>> bad = {
-        [](RmcState &s) { s.regs.ctrl |= 2; },
-        [](RmcState &s) { s.regs.qp[0].depth_log2 = 13; },
-        [](RmcState &s) { s.regs.qp[0].ctrl |= 4; },
-        [](RmcState &s) { s.regs.qp[0].wq_base += 8; },
-        [](RmcState &s) { s.regs.qp[0].cq_base = kRamBase + kRamSize; },
-        [](RmcState &s) { s.regs.qp[0].ctx = RMC_CTX_COUNT; },
-        [](RmcState &s) { s.regs.qp[0].cq_tail += 1; }, // beyond wq_head
-        [](RmcState &s) { s.regs.qp[0].wq_tail += 9; }, // more than the depth posted
-        [](RmcState &s) { s.regs.qp[0].inflight = 1; }, // without its record
-        [x](RmcState &s) { s.xfer.push_back(x); },      // a record without its WQE
+        [](RmcState &s) { s.ctrl |= 2; },
+        [](RmcState &s) { s.qp[0].depth_log2 = 13; },
+        [](RmcState &s) { s.qp[0].ctrl |= 4; },
+        [](RmcState &s) { s.qp[0].wq_base += 8; },
+        [](RmcState &s) { s.qp[0].cq_base = kRamBase + kRamSize; },
+        [](RmcState &s) { s.qp[0].ctx = RMC_CTX_COUNT; },
+        [](RmcState &s) { s.qp[0].cq_tail += 1; }, // beyond wq_head
+        [](RmcState &s) { s.qp[0].wq_tail += 9; }, // more than the depth posted
+        [](RmcState &s) { s.qp[0].inflight = 1; }, // without its record
+        [x](RmcState &s) { s.xfer.push_back(x); }, // a record without its WQE
         [x](RmcState &s) {
-            s.regs.qp[0].wq_head++;
-            s.regs.qp[0].wq_tail++;
-            s.regs.qp[0].inflight = 1;
+            s.qp[0].wq_head++;
+            s.qp[0].wq_tail++;
+            s.qp[0].inflight = 1;
             auto y = x;
             y.status = RMC_ST_OK; // only UNREACHABLE or UNCERTAIN
             s.xfer.push_back(y);
@@ -1101,26 +1103,26 @@ TEST(RmcMigration, CorruptStatesAreRefusedAndChangeNothing)
             y.qp = RMC_QP_COUNT;
             s.xfer.push_back(y);
         },
-        [](RmcState &s) { s.regs.qp[5].inflight = 1; }, // a disabled QP with transfers
-        [](RmcState &s) { s.regs.ctx[1].base = kRamBase + kRamSize - 64; },
-        [](RmcState &s) { s.regs.ctx[1].size = 100; },
-        [](RmcState &s) { s.regs.ctx[1].perm = 0x10; },
-        [](RmcState &s) { s.regs.ctx[1].layout = CTX_LAYOUT_VALID | 60; },
-        [](RmcState &s) { s.regs.ctx[2].ctrl = 2; },
-        [](RmcState &s) { s.regs.ctx[2].cfg_err = 2; },
-        [](RmcState &s) { s.regs.qp[0].err = 7; },
+        [](RmcState &s) { s.qp[5].inflight = 1; }, // a disabled QP with transfers
+        [](RmcState &s) { s.ctx[1].base = kRamBase + kRamSize - 64; },
+        [](RmcState &s) { s.ctx[1].size = 100; },
+        [](RmcState &s) { s.ctx[1].perm = 0x10; },
+        [](RmcState &s) { s.ctx[1].layout = CTX_LAYOUT_VALID | 60; },
+        [](RmcState &s) { s.ctx[2].ctrl = 2; },
     };
     for (size_t i = 0; i < bad.size(); i++) {
         RmcState s = good;
         bad[i](s);
-        EXPECT_FALSE(c[0].rmc->load(s)) << "corruption " << i << " was loaded";
+        std::string why;
+        EXPECT_FALSE(c[0].rmc->load(s, &why)) << "corruption " << i << " was loaded";
+        EXPECT_FALSE(why.empty()) << "corruption " << i << " refused without a reason";
         EXPECT_EQ(read_all(c[0]), before) << "corruption " << i << " changed the state";
     }
     // the same state with a consistent in-flight record loads, and that transfer completes
     RmcState s = good;
-    s.regs.qp[0].wq_head++;
-    s.regs.qp[0].wq_tail++;
-    s.regs.qp[0].inflight = 1;
+    s.qp[0].wq_head++;
+    s.qp[0].wq_tail++;
+    s.qp[0].inflight = 1;
     s.xfer.push_back(x);
     ASSERT_TRUE(c[0].rmc->load(s));
     ASSERT_TRUE(c[0].next(0, e, 100));
@@ -1470,6 +1472,278 @@ TEST(RmcDirect, ThePublishedTableFollowsTheRegisters)
     c[0].rmc->reset();
     EXPECT_EQ(pub->ctx[3].valid, 0u);
     EXPECT_EQ(pub->seq % 2, 0u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The device operations (rmc_capi.h): what the generic adapter calls, the state as one byte
+// string (hw/core/state.h).
+
+std::vector<uint8_t> save_blob(Rmc &r)
+{
+    uint8_t *b = nullptr;
+    uint64_t n = 0;
+    EXPECT_EQ(rk_rmc_device_ops.save(&r, &b, &n), 0);
+    std::vector<uint8_t> v(b, b + n);
+    free(b);
+    return v;
+}
+
+int load_blob(Rmc &r, const std::vector<uint8_t> &v, std::string &msg)
+{
+    char m[300] = "";
+    const int rc = rk_rmc_device_ops.load(&r, v.data(), v.size(), m, sizeof m);
+    msg = m;
+    return rc;
+}
+
+// A node with two contexts, two QPs (one wrapped, one with a pending interrupt) and counters.
+void configure_for_state(Node &n)
+{
+    n.w(RMC_CTX_REG(1, CTX_KEY), 0x77);
+    n.ctx(1, kSeg, kSegSize, CTX_PERM_READ | CTX_PERM_WRITE | CTX_PERM_ATOMIC, 1);
+    n.ctx(4, kSeg + 0x1000, 0x1000, CTX_PERM_READ, 1, CTX_LAYOUT_VALID | 8);
+    n.qp(0, 1, 2);
+    n.qp(7, 4, 5);
+    n.w(RMC_QP_REG(7, QP_CTRL), QP_CTRL_EN | QP_CTRL_IRQ_EN);
+    rmc_cqe e;
+    for (unsigned i = 0; i < 5; i++) { // wraps the depth-4 CQ
+        n.post(0, wqe(RMC_OP_READ, 0, 0, 4096, 64, i));
+        ASSERT_TRUE(n.next(0, e));
+    }
+    n.post(7, wqe(RMC_OP_READ, 0, 0, 0, 64, 9));
+    ASSERT_TRUE(n.next(7, e));
+}
+
+// The properties' defaults (hw/qemu/rackemu_rmc.c).
+rk_rmc_config default_config()
+{
+    rk_rmc_config cfg{};
+    cfg.rmc_mhz = RMC_DEF_RMC_MHZ;
+    cfg.mem_ns = RMC_DEF_MEM_NS;
+    cfg.llc_ns = RMC_DEF_LLC_NS;
+    cfg.hop_ns = RMC_DEF_HOP_NS;
+    cfg.hops = RMC_DEF_HOPS;
+    cfg.link_gbps = RMC_DEF_LINK_GBPS;
+    cfg.r2p2_gbps = RMC_DEF_R2P2_GBPS;
+    cfg.r2p2_count = RMC_DEF_R2P2_COUNT;
+    cfg.issue_cycles = RMC_DEF_ISSUE_CYC;
+    cfg.pkt_hdr = RMC_DEF_PKT_HDR;
+    cfg.att_entries = RMC_DEF_ATT_ENTRIES;
+    cfg.sb_depth = RMC_DEF_SB_DEPTH;
+    cfg.speculation = 1;
+    cfg.timeout_ms = 2000;
+    cfg.window_blocks = RMC_DEF_WINDOW_BLOCKS;
+    cfg.direct = 1;
+    return cfg;
+}
+
+TEST(RmcDeviceOps, CreateRefusesABadConfigurationAndServesItsRegion)
+{
+    rk_rmc_config cfg = default_config();
+    TestHost th(kRamSize, kRamBase);
+    const RkHost host = th.raw(nullptr, nullptr, 0, 1);
+    char err[256] = "";
+    rk_rmc_config bad = cfg;
+    bad.att_entries = 0;
+    EXPECT_EQ(rk_rmc_device_ops.create(&host, &bad, err, sizeof err), nullptr);
+    EXPECT_NE(std::string(err).find("att-entries"), std::string::npos) << err;
+    const RkHost bad_host = th.raw(nullptr, nullptr, 2, 2);
+    EXPECT_EQ(rk_rmc_device_ops.create(&bad_host, &cfg, err, sizeof err), nullptr);
+    EXPECT_NE(std::string(err).find("node-id"), std::string::npos) << err;
+
+    void *core = rk_rmc_device_ops.create(&host, &cfg, err, sizeof err);
+    ASSERT_NE(core, nullptr) << err;
+    EXPECT_EQ(rk_rmc_device_ops.fabric_svc, RKF_SVC_RMC);
+    const RkDeviceRegion &r = rk_rmc_device_ops.regions[0];
+    uint64_t v = 0;
+    EXPECT_EQ(r.read(core, RMC_REG_ID, 8, &v), RK_OK);
+    EXPECT_EQ(v, RMC_ID_VALUE);
+    EXPECT_EQ(r.write(core, RMC_CTX_REG(3, CTX_BASE), kSeg, 8), RK_OK);
+    EXPECT_STREQ(r.reg_name(core, RMC_CTX_REG(3, CTX_BASE)), "CTX_BASE[3]");
+    EXPECT_EQ(r.read(core, RMC_REG_STATUS, 8, &v), RK_OK);
+    EXPECT_FALSE(v & RMC_STATUS_FABRIC_UP) << "no endpoint (host.ep NULL): no fabric";
+    rk_rmc_device_ops.pause(core, 1);
+    rk_rmc_device_ops.pause(core, 0);
+    EXPECT_EQ(rk_rmc_device_ops.irq_level(core, 0), 0);
+    rk_rmc_device_ops.free(core);
+}
+
+// (a) save -> load into a fresh core -> save gives the same bytes, and both behave the same.
+TEST(RmcDeviceOps, StateRoundTripsThroughAFreshCoreByteForByte)
+{
+    Cluster a(1);
+    configure_for_state(a[0]);
+    a[0].w(RMC_QP_REG(9, QP_DEPTH_LOG2), 13); // a disabled QP keeps what was written
+    a[0].rmc->pause(true);
+    const std::vector<uint8_t> saved = save_blob(*a[0].rmc);
+    a[0].rmc->pause(false);
+
+    Cluster b(1);
+    b[0].ram = a[0].ram;
+    std::string msg;
+    ASSERT_EQ(load_blob(*b[0].rmc, saved, msg), 0) << msg;
+    EXPECT_EQ(save_blob(*b[0].rmc), saved);
+    EXPECT_EQ(read_all(b[0]), read_all(a[0]));
+    EXPECT_EQ(rk_rmc_device_ops.irq_level(b[0].rmc.get(), 0), 1);
+    // the same request on both gives the same completion and data
+    const uint32_t posted = a[0].posted[0], consumed = a[0].consumed[0];
+    for (Cluster *c : {&a, &b}) {
+        Node &n = (*c)[0];
+        n.posted[0] = posted;
+        n.consumed[0] = consumed;
+        n.depth_log2[0] = 2;
+        std::memset(n.at(kSeg), 0x5e, 64);
+        n.post(0, wqe(RMC_OP_READ, 0, 0, 8192, 64, 11));
+        rmc_cqe e;
+        ASSERT_TRUE(n.next(0, e));
+        EXPECT_EQ(e.status, RMC_ST_OK);
+        EXPECT_EQ(e.wr_id, 11u);
+        EXPECT_EQ(n.at(kSeg + 8192)[63], 0x5e);
+    }
+    EXPECT_EQ(read_all(b[0]), read_all(a[0]));
+}
+
+// (b) a truncated state, one with trailing bytes and one with a value out of range are refused
+// with a message naming the field, and the core is unchanged.
+TEST(RmcDeviceOps, DamagedStatesAreRefusedNamingTheFieldAndChangeNothing)
+{
+    Cluster c(1);
+    configure_for_state(c[0]);
+    const std::vector<uint8_t> good = save_blob(*c[0].rmc);
+    const std::vector<uint64_t> before = read_all(c[0]);
+    // byte offsets (little-endian, no padding: RK_RMC_STATE, RK_RMC_QP_STATE): ctrl, irq_status,
+    // then qp[0]: wq_base, cq_base, depth_log2, ...; cfg_err after five u64 and five u32
+    constexpr size_t kQp0 = 16, kDepth = kQp0 + 16, kCfgErr = kQp0 + 5 * 8 + 5 * 4;
+    ASSERT_EQ(good[kDepth], 2u) << "the layout this test assumes";
+    struct Case {
+        const char *what;
+        std::vector<uint8_t> blob;
+        const char *field;
+    };
+    std::vector<Case> cases;
+    cases.push_back(
+        {"truncated", std::vector<uint8_t>(good.begin(), good.begin() + kDepth + 3), "depth_log2"});
+    cases.push_back({"empty", {}, "ctrl"});
+    std::vector<uint8_t> longer = good;
+    longer.push_back(0);
+    cases.push_back({"trailing bytes", longer, "left over"});
+    std::vector<uint8_t> depth = good;
+    depth[kDepth] = 13;
+    cases.push_back({"depth_log2 13", depth, "qp[0].depth_log2"});
+    std::vector<uint8_t> boolean = good;
+    boolean[kCfgErr] = 2;
+    cases.push_back({"cfg_err 2", boolean, "cfg_err"});
+    std::vector<uint8_t> ctrl = good;
+    ctrl[0] |= 2;
+    cases.push_back({"ctrl bit 1", ctrl, "ctrl"});
+    std::vector<uint8_t> count = good; // the transfer list's length: 2^32 - 1 records
+    std::fill(count.end() - 4, count.end(), 0xff);
+    cases.push_back({"xfer count", count, "xfer"});
+    for (const Case &k : cases) {
+        std::string msg;
+        EXPECT_EQ(load_blob(*c[0].rmc, k.blob, msg), -EINVAL) << k.what;
+        EXPECT_NE(msg.find(k.field), std::string::npos) << k.what << ": " << msg;
+        EXPECT_EQ(read_all(c[0]), before) << k.what << " changed the state";
+        EXPECT_EQ(save_blob(*c[0].rmc), good) << k.what << " changed the state";
+    }
+    // and the core still works
+    rmc_cqe e;
+    c[0].post(0, wqe(RMC_OP_READ, 0, 0, 4096, 64, 12));
+    ASSERT_TRUE(c[0].next(0, e));
+    EXPECT_EQ(e.status, RMC_ST_OK);
+}
+
+// Two cores created by the device ops on real fabric ports (a bridge in this process): each
+// RKF_SVC_RMC endpoint is bound before its core exists, as the adapter does, and handed over in
+// RkHost.ep; the core sends, answers and sees the link through it.
+TEST(RmcDeviceOps, TheCoreUsesTheEndpointItsHostWasGiven)
+{
+    rackemu::fabric::test::BridgeRig bridge;
+    rk_rmc_config cfg = default_config();
+    struct Bound {
+        void *core = nullptr; // what the adapter's service callbacks forward to, once created
+    };
+    static const rk_fabric_service trampoline = {
+        [](void *o, RkFabricEndpoint *ep, const rkf_frame_hdr *h, const void *p) {
+            if (void *c = static_cast<Bound *>(o)->core) rk_rmc_device_ops.fabric->on_request(c, ep, h, p);
+        },
+        [](void *o, const rkf_frame_hdr *h, const void *p) {
+            if (void *c = static_cast<Bound *>(o)->core) rk_rmc_device_ops.fabric->on_reply(c, h, p);
+        },
+        [](void *o, int up) {
+            if (void *c = static_cast<Bound *>(o)->core) rk_rmc_device_ops.fabric->on_link(c, up);
+        },
+    };
+    std::array<std::unique_ptr<TestHost>, 2> th;
+    std::array<RkFabricPort *, 2> port{};
+    std::array<RkFabricEndpoint *, 2> ep{};
+    std::array<Bound, 2> bound;
+    const RkDeviceRegion &reg = rk_rmc_device_ops.regions[0];
+    auto w = [&](unsigned n, uint64_t off, uint64_t v) {
+        ASSERT_EQ(reg.write(bound[n].core, off, v, 8), RK_OK);
+    };
+    auto r = [&](unsigned n, uint64_t off) {
+        uint64_t v = 0;
+        EXPECT_EQ(reg.read(bound[n].core, off, 8, &v), RK_OK);
+        return v;
+    };
+    for (unsigned n = 0; n < 2; n++) {
+        th[n] = std::make_unique<TestHost>(kRamSize, kRamBase);
+        std::string err;
+        port[n] = bridge.port(n, &err, false, RKF_CAP_RMC);
+        ASSERT_NE(port[n], nullptr) << err;
+        ep[n] = rk_fabric_bind(port[n], unsigned(rk_rmc_device_ops.fabric_svc), &trampoline, &bound[n]);
+        ASSERT_NE(ep[n], nullptr);
+        RkHost host = th[n]->raw(port[n], nullptr, n, 2);
+        host.ep = ep[n];
+        char e[256] = "";
+        bound[n].core = rk_rmc_device_ops.create(&host, &cfg, e, sizeof e);
+        ASSERT_NE(bound[n].core, nullptr) << e;
+        rk_fabric_port_start(port[n]);
+    }
+    auto until = [](const std::function<bool()> &f) {
+        auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!f() && std::chrono::steady_clock::now() < end)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return f();
+    };
+    for (unsigned n = 0; n < 2; n++) {
+        ASSERT_TRUE(until([&] { return (r(n, RMC_REG_STATUS) & RMC_STATUS_FABRIC_UP) != 0; }))
+            << "node " << n << ": the core does not see its endpoint's link";
+        w(n, RMC_REG_CTRL, RMC_CTRL_EN);
+        w(n, RMC_CTX_REG(1, CTX_BASE), kSeg);
+        w(n, RMC_CTX_REG(1, CTX_SIZE), kSegSize);
+        w(n, RMC_CTX_REG(1, CTX_PERM), CTX_PERM_READ);
+        w(n, RMC_CTX_REG(1, CTX_NODEMASK), 3);
+        w(n, RMC_CTX_REG(1, CTX_CTRL), CTX_CTRL_VALID);
+        w(n, RMC_QP_REG(0, QP_WQ_BASE), kWq);
+        w(n, RMC_QP_REG(0, QP_CQ_BASE), kCq);
+        w(n, RMC_QP_REG(0, QP_DEPTH_LOG2), 2);
+        w(n, RMC_QP_REG(0, QP_CTX), 1);
+        w(n, RMC_QP_REG(0, QP_CTRL), QP_CTRL_EN);
+    }
+    for (unsigned i = 0; i < 256; i++)
+        th[0]->ram[kSeg - kRamBase + 512 + i] = uint8_t(i * 5 + 1);
+    // node 1 reads 256 bytes of node 0's segment over the fabric
+    const rmc_wqe e = wqe(RMC_OP_READ, 0, 512, 1024, 256, 42);
+    std::memcpy(th[1]->ram.data() + (kWq - kRamBase), &e, sizeof e);
+    w(1, RMC_DB_REG(0, DB_WQ_TAIL), 1);
+    uint8_t *cqe = th[1]->ram.data() + (kCq - kRamBase);
+    ASSERT_TRUE(until([&] { return (__atomic_load_n(cqe + 31, __ATOMIC_ACQUIRE) & RMC_CQE_F_PHASE) != 0; }));
+    rmc_cqe c;
+    std::memcpy(&c, cqe, sizeof c);
+    EXPECT_EQ(c.wr_id, 42u);
+    EXPECT_EQ(c.status, RMC_ST_OK) << "info " << unsigned(c.info);
+    EXPECT_EQ(std::memcmp(th[1]->ram.data() + (kSeg - kRamBase) + 1024,
+                          th[0]->ram.data() + (kSeg - kRamBase) + 512, 256),
+              0);
+    EXPECT_GT(r(0, RMC_COUNTERS + RMC_CNT_SRV_RD_BLOCKS), 0u) << "node 0 served it";
+    // the adapter's order on the way out: the endpoint first (it waits for a running callback)
+    for (unsigned n = 0; n < 2; n++) {
+        rk_fabric_unbind(ep[n]);
+        rk_rmc_device_ops.free(bound[n].core);
+        rk_fabric_port_free(port[n]);
+    }
 }
 
 } // namespace
