@@ -18,6 +18,7 @@
 #include "unimem_capi.h"
 #include "rackemu_device.h"
 #include "rackemu_unimem.h"
+#include "trace.h"
 
 OBJECT_DECLARE_SIMPLE_TYPE(RackemuVmboxState, RACKEMU_VMBOX)
 OBJECT_DECLARE_SIMPLE_TYPE(RackemuPacketizerState, RACKEMU_PACKETIZER)
@@ -111,6 +112,26 @@ static void rackemu_vmbox_class_init(ObjectClass *oc, void *data)
 
 /* ---- packetizer ---- */
 
+/* The mailbox traffic's trace points (docs/unimem.md; bench/mailbox_trace.py reads them). */
+static void rackemu_pktz_trace_send(void *opaque, unsigned pif, unsigned dst, unsigned mif, uint64_t tag)
+{
+    trace_rackemu_unimem_send(RACKEMU_PACKETIZER(opaque)->node_id, pif, dst, mif, tag);
+}
+
+static void rackemu_pktz_trace_complete(void *opaque, uint64_t tag, int status)
+{
+    trace_rackemu_unimem_complete(RACKEMU_PACKETIZER(opaque)->node_id, tag, rk_status_name((rk_status)status));
+}
+
+static void rackemu_pktz_trace_serve(void *opaque, unsigned src, unsigned len, int reply)
+{
+    trace_rackemu_unimem_serve(RACKEMU_PACKETIZER(opaque)->node_id, src, len, reply);
+}
+
+static const RkPktzTrace rackemu_pktz_trace = {
+    rackemu_pktz_trace_send, rackemu_pktz_trace_complete, rackemu_pktz_trace_serve,
+};
+
 static bool rackemu_pktz_get_ack_first(Object *obj, Error **errp)
 {
     RackemuPacketizerState *s = RACKEMU_PACKETIZER(obj);
@@ -138,7 +159,7 @@ static void rackemu_pktz_get_acks(Object *obj, Visitor *v, const char *name, voi
 static void rackemu_pktz_realize(DeviceState *dev, Error **errp)
 {
     RackemuPacketizerState *s = RACKEMU_PACKETIZER(dev);
-    RkPktzConfig cfg = { .kif = s->kif };
+    RkPktzConfig cfg = { .kif = s->kif, .trace = &rackemu_pktz_trace, .trace_opaque = s };
 
     if (!s->vmbox || !s->vmbox->dev.core) {
         error_setg(errp, "rackemu-packetizer: the 'vmbox' link (this node's mailbox) is not set");

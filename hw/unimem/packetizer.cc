@@ -27,7 +27,8 @@ Packetizer::Packetizer(Host host, PacketizerTransmit transmit, bool kif)
 }
 
 Packetizer::Packetizer(Host host, const PacketizerConfig &cfg)
-    : host_(host), kif_(cfg.kif), vmbox_(cfg.vmbox), ack_first_(cfg.ack_first)
+    : host_(host), kif_(cfg.kif), vmbox_(cfg.vmbox), trace_(cfg.trace), trace_opaque_(cfg.trace_opaque),
+      ack_first_(cfg.ack_first)
 {
     transmit_ = [this](unsigned pif, uint64_t tag, uint64_t dest, unsigned mif, const uint64_t w[4]) {
         link(pif, tag, dest, mif, w);
@@ -49,21 +50,28 @@ std::string if_name(unsigned pif)
 
 // ---- the built-in link and the RKF_SVC_UNIMEM_MBOX service ----
 
+void Packetizer::answered(uint64_t tag, Status st)
+{
+    if (trace_ && trace_->complete) trace_->complete(trace_opaque_, tag, int(st));
+    complete(tag, st);
+}
+
 // Into this node's vmbox, or to another node's over the fabric. `pif` (0..63, or UNIMEM_KIF)
 // travels with the packet as its sending interface: the receiving vmbox takes packets into its
 // KIF from a KIF only. No lock held.
 void Packetizer::link(unsigned pif, uint64_t tag, uint64_t dest, unsigned mif, const uint64_t words[4])
 {
     const unsigned node = unsigned(UNIMEM_GADDR_NODE(dest));
+    if (trace_ && trace_->send) trace_->send(trace_opaque_, pif, node, mif, tag);
     if (node == host_.node_id()) {
         if (!vmbox_) {
-            complete(tag, RK_UNREACHABLE);
+            answered(tag, RK_UNREACHABLE);
         } else if (ack_first_.load()) {
             acks_first_++;
-            vmbox_->deliver(mif, pif, words, UNIMEM_PACKET_WORDS, [&](Status st) { complete(tag, st); });
+            vmbox_->deliver(mif, pif, words, UNIMEM_PACKET_WORDS, [&](Status st) { answered(tag, st); });
         } else {
             acks_after_++;
-            complete(tag, vmbox_->deliver(mif, pif, words, UNIMEM_PACKET_WORDS));
+            answered(tag, vmbox_->deliver(mif, pif, words, UNIMEM_PACKET_WORDS));
         }
         return;
     }
@@ -71,7 +79,7 @@ void Packetizer::link(unsigned pif, uint64_t tag, uint64_t dest, unsigned mif, c
         host_.guest_error(
             if_name(pif) + ": node " + std::to_string(node) +
             " is remote and this node has no fabric (start it with -M rackemu-node,fabric=PATH)");
-        complete(tag, RK_UNREACHABLE);
+        answered(tag, RK_UNREACHABLE);
         return;
     }
     rkf_mbox_deliver d{};
@@ -86,12 +94,13 @@ void Packetizer::link(unsigned pif, uint64_t tag, uint64_t dest, unsigned mif, c
     h.dst = uint16_t(node);
     h.tag = tag;
     h.len = uint16_t(offsetof(rkf_mbox_deliver, words) + UNIMEM_PACKET_WORDS * sizeof(uint64_t));
-    if (rk_fabric_endpoint_send(host_.ep(), &h, &d)) complete(tag, RK_UNREACHABLE);
+    if (rk_fabric_endpoint_send(host_.ep(), &h, &d)) answered(tag, RK_UNREACHABLE);
 }
 
 void Packetizer::serve_request(RkFabricEndpoint *ep, const rkf_frame_hdr &h, const void *payload)
 {
     auto answer = [&](int reply) {
+        if (trace_ && trace_->serve) trace_->serve(trace_opaque_, h.src, h.len, reply);
         if (reply >= 0) rk_fabric_endpoint_reply(ep, &h, uint16_t(reply), nullptr, 0);
     };
     // The fabric port connects during machine init, before QEMU's first system reset, which
@@ -437,7 +446,7 @@ void Packetizer::complete(uint64_t tag, Status st)
 
 void Packetizer::serve_reply(const rkf_frame_hdr &h)
 {
-    complete(h.tag, h.status == RKF_ST_OK ? RK_OK : h.status == RKF_ST_REFUSED ? RK_NACK : RK_UNREACHABLE);
+    answered(h.tag, h.status == RKF_ST_OK ? RK_OK : h.status == RKF_ST_REFUSED ? RK_NACK : RK_UNREACHABLE);
 }
 
 void Packetizer::fail_all_pending()

@@ -49,6 +49,7 @@
 #include "rackemu/unimem_regs.h"
 #include "regbank.h"
 #include "state.h"
+#include "unimem_capi.h"
 
 struct RkFabricEndpoint;
 
@@ -116,6 +117,9 @@ struct PacketizerConfig {
     // Deliveries into the vmbox answer first (docs/mailbox.md): the sender's ACK or NACK leaves
     // before the packet becomes visible and raises the interrupt. false: the old order.
     bool ack_first = true;
+    // the glue's trace points of the link and the service (nullptr: none)
+    const RkPktzTrace *trace = nullptr;
+    void *trace_opaque = nullptr;
 };
 
 class Packetizer {
@@ -185,6 +189,7 @@ private:
     static bool setup_complete(const PacketizerState::Pif &p);
     static const char *invalid_pif(const PacketizerState::Pif &p); // why it is unreachable, or nullptr
     void link(unsigned pif, uint64_t tag, uint64_t dest, unsigned mif, const uint64_t words[4]);
+    void answered(uint64_t tag, Status st); // the link's completions: traced, then complete()
     void write_pif_locked(unsigned pif, unsigned reg, uint64_t merged, Ctx &ctx);
     void clear_request_locked(uint64_t mask, bool kif);
     void fail_locked(unsigned pif);
@@ -196,6 +201,8 @@ private:
     PacketizerTransmit transmit_;
     const bool kif_;
     Vmbox *const vmbox_ = nullptr; // the built-in link's local vmbox
+    const RkPktzTrace *const trace_ = nullptr;
+    void *const trace_opaque_ = nullptr;
     std::atomic<bool> ack_first_{true};
     std::atomic<uint64_t> acks_first_{0}, acks_after_{0};
     mutable std::mutex mu_; // guards everything below

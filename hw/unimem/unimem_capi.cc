@@ -41,6 +41,8 @@ void *pktz_create(const RkHost *host, const void *cfg, char *err, size_t errlen)
     pc.vmbox = static_cast<Vmbox *>(c->vmbox);
     pc.kif = c->kif != 0;
     pc.ack_first = c->ack_first != 0;
+    pc.trace = c->trace;
+    pc.trace_opaque = c->trace_opaque;
     return new (std::nothrow) Packetizer(rackemu::Host(*host), pc);
 }
 

@@ -9,6 +9,7 @@
 #ifndef RACKEMU_UNIMEM_CAPI_H
 #define RACKEMU_UNIMEM_CAPI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "rackemu/device.h"
@@ -35,10 +36,21 @@ extern const RkDeviceOps rk_vmbox_device_ops;
  * into `vmbox`, the node's vmbox core (the one rk_vmbox_device_ops created), which also takes
  * this node's own packets.
  */
+/* The glue's trace points of the mailbox traffic (QEMU's rackemu_unimem_*; any may be NULL). */
+typedef struct RkPktzTrace {
+    /* a packet leaves interface `pif` for node `dst`'s FIFO `mif` */
+    void (*send)(void *opaque, unsigned pif, unsigned dst, unsigned mif, uint64_t tag);
+    /* its answer (an rk_status) */
+    void (*complete)(void *opaque, uint64_t tag, int status);
+    /* a delivery of `len` bytes from node `src` and its reply status (RKF_ST_*; -1: none) */
+    void (*serve)(void *opaque, unsigned src, unsigned len, int reply);
+} RkPktzTrace;
 typedef struct RkPktzConfig {
-    void *vmbox;   /* required */
-    int kif;       /* the kernel interface (KIF) is present */
-    int ack_first; /* deliveries into the vmbox are answered first (docs/mailbox.md) */
+    void *vmbox;              /* required */
+    int kif;                  /* the kernel interface (KIF) is present */
+    int ack_first;            /* deliveries into the vmbox are answered first (docs/mailbox.md) */
+    const RkPktzTrace *trace; /* NULL: none */
+    void *trace_opaque;
 } RkPktzConfig;
 extern const RkDeviceOps rk_pktz_device_ops;
 /* QOM "ack-first" (switchable at run time) and the counters "acks-first" / "acks-after". */

@@ -500,6 +500,20 @@ TEST(PacketizerKif, KifToKifReachesTheKernelAndAPifNeverDoes)
 namespace {
 struct OpsRig {
     test::TestHost vth, pth;
+    std::vector<std::string> traced; // the glue's trace points
+    static OpsRig *of(void *o) { return static_cast<OpsRig *>(o); }
+    static constexpr RkPktzTrace kTrace = {
+        [](void *o, unsigned pif, unsigned dst, unsigned mif, uint64_t) {
+            of(o)->traced.push_back("send " + std::to_string(pif) + " " + std::to_string(dst) + " " +
+                                    std::to_string(mif));
+        },
+        [](void *o, uint64_t, int st) {
+            of(o)->traced.push_back(std::string("complete ") + rk_status_name(rk_status(st)));
+        },
+        [](void *o, unsigned, unsigned, int reply) {
+            of(o)->traced.push_back("serve " + std::to_string(reply));
+        },
+    };
     RkHost vraw = vth.raw(), praw = pth.raw(nullptr, nullptr, 2, 4); // node 2 of 4, no fabric
     void *vmbox = nullptr, *core = nullptr;
     OpsRig()
@@ -507,7 +521,7 @@ struct OpsRig {
         const RkVmboxConfig vc = {8, 0, 1};
         char err[128] = "";
         vmbox = rk_vmbox_device_ops.create(&vraw, &vc, err, sizeof err);
-        const RkPktzConfig pc = {vmbox, 1, 1};
+        const RkPktzConfig pc = {vmbox, 1, 1, &kTrace, this};
         core = rk_pktz_device_ops.create(&praw, &pc, err, sizeof err);
         EXPECT_NE(core, nullptr) << err;
         rk_vmbox_device_ops.reset(vmbox);
@@ -569,6 +583,7 @@ TEST(PacketizerOps, APacketForThisNodeGoesIntoItsVmboxAnsweredFirst)
     ASSERT_EQ(rk_vmbox_device_ops.regions[0].read(r.vmbox, VMBOX_MIF_OFFSET(5), 8, &w), RK_OK);
     EXPECT_EQ(w, 0x4444u); // payload0 with the PIDT entry
     EXPECT_EQ(rk_pktz_acks(r.core, 1), 1u);
+    EXPECT_EQ(r.traced, (std::vector<std::string>{"send 4 2 5", "complete OK"}));
     rk_pktz_set_ack_first(r.core, 0); // the old order
     EXPECT_EQ(rk_pktz_ack_first(r.core), 0);
     r.send(4, kOwnDest);
@@ -583,6 +598,7 @@ TEST(PacketizerOps, APacketForAnotherNodeWithoutFabricFailsWithFabricError)
     EXPECT_EQ(r.rd(PKTZ_PIF_OFFSET(4) + PKTZ_PIF_STATUS), PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR);
     ASSERT_FALSE(r.pth.guest_errors().empty());
     EXPECT_NE(r.pth.guest_errors().back().find("no fabric"), std::string::npos);
+    EXPECT_EQ(r.traced, (std::vector<std::string>{"send 4 1 5", "complete UNREACHABLE"}));
 }
 
 TEST(PacketizerOps, SavedStateLoadsIntoAFreshCoreAndSavesToTheSameBytes)
