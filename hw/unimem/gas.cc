@@ -132,6 +132,29 @@ Status Gas::window_write(uint64_t offset, uint64_t value, unsigned size)
     return access(true, offset, size, value);
 }
 
+Status Gas::ctrl_region_read(uint64_t offset, unsigned size, uint64_t *value)
+{
+    *value = 0;
+    if (size == 0 || (offset & (size - 1))) {
+        host_.guest_error("control page: " + std::to_string(size) + "-byte load at " + hex(offset) +
+                          " is not aligned (decode error, as on the bus)");
+        return RK_DECODE_ERROR;
+    }
+    *value = ctrl_read(offset, size);
+    return RK_OK;
+}
+
+Status Gas::ctrl_region_write(uint64_t offset, uint64_t value, unsigned size)
+{
+    if (size == 0 || (offset & (size - 1))) {
+        host_.guest_error("control page: " + std::to_string(size) + "-byte store at " + hex(offset) +
+                          " is not aligned (decode error, as on the bus)");
+        return RK_DECODE_ERROR;
+    }
+    ctrl_write(offset, value, size);
+    return RK_OK;
+}
+
 uint64_t Gas::ctrl_read(uint64_t offset, unsigned size)
 {
     if (size != 8 || (offset & 7) || offset >= GAS_CTRL_SIZE) {
@@ -172,9 +195,26 @@ GasState Gas::save() const
     return st;
 }
 
-bool Gas::load(const GasState &st)
+bool Gas::load(StateIn &in, std::string *why)
 {
-    if (st.node_id != node_id_ || st.node_count != node_count_) return false;
+    GasState st;
+    in.get(st);
+    if (!in.finish()) {
+        if (why) *why = in.why();
+        return false;
+    }
+    return load(st, why);
+}
+
+bool Gas::load(const GasState &st, std::string *why)
+{
+    if (st.node_id != node_id_ || st.node_count != node_count_) {
+        if (why)
+            *why = std::string(st.node_id != node_id_ ? "node_id" : "node_count") + ": the state of node " +
+                   std::to_string(st.node_id) + " of " + std::to_string(st.node_count) + ", this is node " +
+                   std::to_string(node_id_) + " of " + std::to_string(node_count_);
+        return false;
+    }
     for (unsigned i = 0; i < kGasOwnCounters; i++)
         own_[i].store(st.counters[i], std::memory_order_relaxed);
     return true;

@@ -11,6 +11,8 @@
 // the window and exposes the counters (GAS_COUNTER_TABLE in rackemu/unimem_regs.h): the
 // window's own, and the node's memory service's (remote memory statistics, host.rmem()).
 //
+// State: GasState, described once in the RK_GAS_STATE X-macro below (hw/core/state.h).
+//
 // Thread safety: window accesses come from any vCPU thread, without the big lock, and may block
 // in the transport; the core holds no lock while they do (counters are atomics).
 //
@@ -28,6 +30,7 @@
 #include "rackemu/host.h"
 #include "rackemu/unimem_regs.h"
 #include "regbank.h"
+#include "state.h"
 
 namespace rackemu::unimem {
 
@@ -43,11 +46,18 @@ struct GasCounters {
     uint64_t bad_access = 0;
 };
 
-// The architectural state as plain data (the glue maps it to a VMStateDescription): the
-// window's own counter registers; node id and count identify the node the state belongs to.
+using GasOwnCnt = std::array<uint64_t, kGasOwnCounters>;
+
+// The architectural state (hw/core/state.h): the window's own counter registers (GAS_CTRL_LOADS
+// .. GAS_CTRL_BUS_ERRORS, in table order); node id and count identify the node it belongs to.
+// The service counters (SERVED_*, TIMEOUTS, DIRECT_*) are the fabric's remote memory statistics,
+// not device state.
+#define RK_GAS_STATE(X) \
+    X(uint32_t, node_id) \
+    X(uint32_t, node_count) \
+    X(GasOwnCnt, counters)
 struct GasState {
-    uint32_t node_id = 0, node_count = 1;
-    std::array<uint64_t, kGasOwnCounters> counters{};
+    RK_STATE_FIELDS(RK_GAS_STATE)
 };
 
 class Gas {
@@ -63,6 +73,19 @@ public:
     Status window_read(uint64_t offset, unsigned size, uint64_t &value);
     Status window_write(uint64_t offset, uint64_t value, unsigned size);
 
+    // The device's two regions (rk_gas_device_ops): 0 the control page (an access that is not
+    // naturally aligned is refused with RK_DECODE_ERROR, as the bus did), 1 the window.
+    Status ctrl_region_read(uint64_t offset, unsigned size, uint64_t *value);
+    Status ctrl_region_write(uint64_t offset, uint64_t value, unsigned size);
+    Status window_region_read(uint64_t offset, unsigned size, uint64_t *value)
+    {
+        return window_read(offset, size, *value);
+    }
+    Status window_region_write(uint64_t offset, uint64_t value, unsigned size)
+    {
+        return window_write(offset, value, size);
+    }
+
     // Control page: 64-bit read-only registers; writes are refused and logged.
     uint64_t ctrl_read(uint64_t offset, unsigned size);
     void ctrl_write(uint64_t offset, uint64_t value, unsigned size);
@@ -71,11 +94,14 @@ public:
 
     GasCounters counters() const;
 
-    // Migration: save() is a consistent snapshot; load() refuses (false, nothing changed) a
-    // state of another node or rack size. No access is ever in flight inside the core between
-    // two calls: a window access is synchronous on its vCPU (QEMU completes it before saving).
+    // Migration: save() is a consistent snapshot; load() refuses (false, nothing changed, the
+    // field named in *why) a state of another node or rack size. No access is ever in flight
+    // inside the core between two calls: a window access is synchronous on its vCPU (QEMU
+    // completes it before saving). The byte-string forms are the device's save/load ops.
     GasState save() const;
-    bool load(const GasState &st);
+    bool load(const GasState &st, std::string *why = nullptr);
+    void save(StateOut &out) const { out.put(save()); }
+    bool load(StateIn &in, std::string *why);
 
 private:
     struct Ctx {};

@@ -3,8 +3,14 @@
 #include "packetizer.h"
 
 #include "format.h"
+#include "rk_fabric_endpoint.h"
+#include "vmbox.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <thread>
 
 namespace rackemu::unimem {
 
@@ -20,6 +26,15 @@ Packetizer::Packetizer(Host host, PacketizerTransmit transmit, bool kif)
 {
 }
 
+Packetizer::Packetizer(Host host, const PacketizerConfig &cfg)
+    : host_(host), kif_(cfg.kif), vmbox_(cfg.vmbox), trace_(cfg.trace), trace_opaque_(cfg.trace_opaque),
+      ack_first_(cfg.ack_first)
+{
+    transmit_ = [this](unsigned pif, uint64_t tag, uint64_t dest, unsigned mif, const uint64_t w[4]) {
+        link(pif, tag, dest, mif, w);
+    };
+}
+
 namespace {
 // The interface a PIF-register row addresses: element i of a PIF array, or the KIF's row.
 constexpr unsigned pif_index(uint32_t row_offset, unsigned i)
@@ -32,6 +47,78 @@ std::string if_name(unsigned pif)
     return pif == UNIMEM_KIF ? std::string("KIF") : "PIF " + std::to_string(pif);
 }
 } // namespace
+
+// ---- the built-in link and the RKF_SVC_UNIMEM_MBOX service ----
+
+void Packetizer::answered(uint64_t tag, Status st)
+{
+    if (trace_ && trace_->complete) trace_->complete(trace_opaque_, tag, int(st));
+    complete(tag, st);
+}
+
+// Into this node's vmbox, or to another node's over the fabric. `pif` (0..63, or UNIMEM_KIF)
+// travels with the packet as its sending interface: the receiving vmbox takes packets into its
+// KIF from a KIF only. No lock held.
+void Packetizer::link(unsigned pif, uint64_t tag, uint64_t dest, unsigned mif, const uint64_t words[4])
+{
+    const unsigned node = unsigned(UNIMEM_GADDR_NODE(dest));
+    if (trace_ && trace_->send) trace_->send(trace_opaque_, pif, node, mif, tag);
+    if (node == host_.node_id()) {
+        if (!vmbox_) {
+            answered(tag, RK_UNREACHABLE);
+        } else if (ack_first_.load()) {
+            acks_first_++;
+            vmbox_->deliver(mif, pif, words, UNIMEM_PACKET_WORDS, [&](Status st) { answered(tag, st); });
+        } else {
+            acks_after_++;
+            answered(tag, vmbox_->deliver(mif, pif, words, UNIMEM_PACKET_WORDS));
+        }
+        return;
+    }
+    if (!host_.ep()) {
+        host_.guest_error(
+            if_name(pif) + ": node " + std::to_string(node) +
+            " is remote and this node has no fabric (start it with -M rackemu-node,fabric=PATH)");
+        answered(tag, RK_UNREACHABLE);
+        return;
+    }
+    rkf_mbox_deliver d{};
+    d.mif = uint8_t(mif);
+    d.src_if = uint8_t(pif);
+    d.nwords = UNIMEM_PACKET_WORDS;
+    std::memcpy(d.words, words, UNIMEM_PACKET_WORDS * sizeof(uint64_t));
+    rkf_frame_hdr h{};
+    h.type = RKF_T_REQ;
+    h.svc = RKF_SVC_UNIMEM_MBOX;
+    h.op = RKF_OP_MBOX_DELIVER;
+    h.dst = uint16_t(node);
+    h.tag = tag;
+    h.len = uint16_t(offsetof(rkf_mbox_deliver, words) + UNIMEM_PACKET_WORDS * sizeof(uint64_t));
+    if (rk_fabric_endpoint_send(host_.ep(), &h, &d)) answered(tag, RK_UNREACHABLE);
+}
+
+void Packetizer::serve_request(RkFabricEndpoint *ep, const rkf_frame_hdr &h, const void *payload)
+{
+    auto answer = [&](int reply) {
+        if (trace_ && trace_->serve) trace_->serve(trace_opaque_, h.src, h.len, reply);
+        if (reply >= 0) rk_fabric_endpoint_reply(ep, &h, uint16_t(reply), nullptr, 0);
+    };
+    // The fabric port connects during machine init, before QEMU's first system reset, which
+    // empties the FIFOs: hold a delivery that arrives in that window until the reset is done,
+    // rather than acknowledge a packet that the reset then discards.
+    for (int i = 0; i < 5000 && vmbox_ && !vmbox_->ready(); i++)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!vmbox_ || !vmbox_->ready()) {
+        answer(h.type == RKF_T_REQ ? int(RKF_ST_BAD_FRAME) : -1);
+    } else if (ack_first_.load()) {
+        // the ACK is in the ring before the guest can see the packet (or take its interrupt)
+        acks_first_++;
+        vmbox_->serve_frame(h, payload, answer);
+    } else {
+        acks_after_++;
+        answer(vmbox_->serve_frame(h, payload));
+    }
+}
 
 // ---- the register table (Tables 4 and 5; ID and counters are rackemu extensions) ----
 
@@ -240,6 +327,30 @@ void Packetizer::write_pif_locked(unsigned pif, unsigned reg, uint64_t merged, C
 
 // ---- public interface ----
 
+Status Packetizer::region_read(uint64_t offset, unsigned size, uint64_t *value)
+{
+    *value = 0;
+    if (host_.port()) rk_fabric_port_poll(host_.port()); // before the lock: it may complete a PIF
+    if (size == 0 || (offset & (size - 1))) {
+        host_.guest_error(std::to_string(size) + "-byte load at " + hex(offset) +
+                          " is not aligned (decode error, as on the bus)");
+        return RK_DECODE_ERROR;
+    }
+    *value = read(offset, size);
+    return RK_OK;
+}
+
+Status Packetizer::region_write(uint64_t offset, uint64_t value, unsigned size)
+{
+    if (size == 0 || (offset & (size - 1))) {
+        host_.guest_error(std::to_string(size) + "-byte store at " + hex(offset) +
+                          " is not aligned (decode error, as on the bus)");
+        return RK_DECODE_ERROR;
+    }
+    write(offset, value, size);
+    return RK_OK;
+}
+
 void Packetizer::reset()
 {
     std::lock_guard lk(mu_);
@@ -335,7 +446,7 @@ void Packetizer::complete(uint64_t tag, Status st)
 
 void Packetizer::serve_reply(const rkf_frame_hdr &h)
 {
-    complete(h.tag, h.status == RKF_ST_OK ? RK_OK : h.status == RKF_ST_REFUSED ? RK_NACK : RK_UNREACHABLE);
+    answered(h.tag, h.status == RKF_ST_OK ? RK_OK : h.status == RKF_ST_REFUSED ? RK_NACK : RK_UNREACHABLE);
 }
 
 void Packetizer::fail_all_pending()
@@ -357,36 +468,67 @@ PacketizerState Packetizer::save() const
     return s_;
 }
 
-// A PIF state the device can reach (see the pipeline in packetizer.h).
-bool Packetizer::valid_pif(const PacketizerState::Pif &p)
+void Packetizer::save(StateOut &out) const
+{
+    out.put(save());
+}
+
+bool Packetizer::load(StateIn &in, std::string *why)
+{
+    PacketizerState st;
+    in.get(st);
+    if (!in.finish()) {
+        if (why) *why = in.why();
+        return false;
+    }
+    return load(st, why);
+}
+
+// A PIF state the device can reach (see the pipeline in packetizer.h): nullptr, or why not.
+const char *Packetizer::invalid_pif(const PacketizerState::Pif &p)
 {
     const uint32_t s = p.status;
     const bool pend = s & PKTZ_ST_PEND, ack = s & PKTZ_ST_ACK, nack = s & PKTZ_ST_NACK;
-    if ((s & ~kStatusBits) || p.waiting != pend || (ack && nack)) return false;
-    if ((s & PKTZ_ST_FABRIC_ERR) && !nack) return false;
-    if (pend && (s & (PKTZ_ST_ILLEGAL | PKTZ_ST_ACK | PKTZ_ST_NACK))) return false;
-    if ((s & PKTZ_ST_ILLEGAL) && s != PKTZ_ST_ILLEGAL) return false;
-    if ((s & PKTZ_ST_OVERWR_BUF) && !(pend || ack || nack)) return false;
-    if (p.waiting && (p.written[0] | p.written[1] | p.written[2])) return false; // writes are dropped
-    return !setup_complete(p); // a complete setup is sent at once
+    if (s & ~kStatusBits) return "status: unknown bits";
+    if (p.waiting != pend) return "waiting: differs from status PEND";
+    if (ack && nack) return "status: ACK and NACK";
+    if ((s & PKTZ_ST_FABRIC_ERR) && !nack) return "status: FABRIC_ERR without NACK";
+    if (pend && (s & (PKTZ_ST_ILLEGAL | PKTZ_ST_ACK | PKTZ_ST_NACK))) return "status: PEND with a result";
+    if ((s & PKTZ_ST_ILLEGAL) && s != PKTZ_ST_ILLEGAL) return "status: ILLEGAL with other bits";
+    if ((s & PKTZ_ST_OVERWR_BUF) && !(pend || ack || nack)) return "status: OVERWR_BUF without a packet";
+    if (p.waiting && (p.written[0] | p.written[1] | p.written[2]))
+        return "written: bytes written while waiting (they are dropped)";
+    if (setup_complete(p)) return "written: a complete setup (it is sent at once)";
+    return nullptr;
 }
 
-bool Packetizer::load(const PacketizerState &st)
+bool Packetizer::load(const PacketizerState &st, std::string *why)
 {
-    if (st.base_dest & ~PKTZ_BASE_DEST_MASK) return false;
-    for (uint64_t e : st.pidt) {
-        if (e & ~PKTZ_PID_MASK) return false;
+    auto refuse = [why](const std::string &msg) {
+        if (why) *why = msg;
+        return false;
+    };
+    if (st.base_dest & ~PKTZ_BASE_DEST_MASK)
+        return refuse("base_dest: " + hex(st.base_dest) + " outside BASE_DEST's bits");
+    for (unsigned i = 0; i < UNIMEM_IF_COUNT; i++) {
+        if (st.pidt[i] & ~PKTZ_PID_MASK)
+            return refuse("pidt[" + std::to_string(i) + "]: " + hex(st.pidt[i]) + " wider than a PID");
     }
-    for (const auto &p : st.pifs) {
-        if (!valid_pif(p)) return false;
+    for (unsigned i = 0; i < UNIMEM_IF_TOTAL; i++) {
+        if (const char *bad = invalid_pif(st.pifs[i]))
+            return refuse("pifs[" + std::to_string(i) + "]." + bad);
     }
-    if ((st.kif_pidt & ~PKTZ_PID_MASK) || (st.kif_conf & ~1ull)) return false;
+    if (st.kif_pidt & ~PKTZ_PID_MASK) return refuse("kif_pidt: " + hex(st.kif_pidt) + " wider than a PID");
+    if (st.kif_conf & ~1ull)
+        return refuse("kif_conf: " + hex(st.kif_conf) + " has bits KIF_CONF does not have");
     if (!kif_) {
         // a device without the KIF: its state must be the reset one
         const PacketizerState::Pif &k = st.pifs[UNIMEM_KIF];
         const bool idle = k.status == 0 && !k.waiting && !(k.written[0] | k.written[1] | k.written[2]) &&
                           k.regs == decltype(k.regs){};
-        if (!idle || st.kif_pidt || st.kif_conf) return false;
+        if (!idle || st.kif_pidt || st.kif_conf)
+            return refuse(std::string(!idle ? "pifs[" + std::to_string(UNIMEM_KIF) + "]" : "kif_conf") +
+                          ": a KIF in use, and this packetizer has none (property kif=off)");
     }
     std::lock_guard lk(mu_);
     s_ = st;

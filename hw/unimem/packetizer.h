@@ -19,10 +19,17 @@
 // last packet: payload0 and payload1 need both 64-bit halves, dest needs bytes 0-4 (bits 39:0).
 //
 // Host and link: the core gets the guest-error log from its rackemu::Host (rackemu/host.h; the
-// packetizer raises no interrupt: the seed defines none). Its transmit side is a device link,
-// not a host service: the PacketizerTransmit given to the constructor carries a packet to the
-// destination vmbox (the local one, or another node's through the fabric) and the answer comes
-// back through complete().
+// packetizer raises no interrupt: the seed defines none). Its transmit link carries a packet to
+// the destination vmbox and the answer comes back through complete(). In a node (the
+// PacketizerConfig constructor) the link is built in: a packet for this node goes into the
+// node's vmbox (a device link: the Vmbox core given in the configuration), one for another node
+// over the fabric as a RKF_SVC_UNIMEM_MBOX request on the core's endpoint (host.ep()). The
+// packetizer is that service's core (rk_pktz_device_ops.fabric): it serves other nodes'
+// deliveries into the node's vmbox (serve_request, answering first: docs/mailbox.md) and takes
+// the replies to its own (serve_reply). Tests and fuzzers give their own PacketizerTransmit.
+//
+// State: PacketizerState below, described once in the RK_PKTZ_PIF_STATE and RK_PKTZ_STATE
+// X-macros (hw/core/state.h); the live core keeps it as s_.
 //
 // Decode: every register (PIF registers as arrays of 64, one per PIF page; PIDT as an array of
 // 64; BASE_DEST, PID_CONF, CLR_REQ, ID and the counters of PKTZ_COUNTER_TABLE) is a row of one
@@ -30,6 +37,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -40,6 +48,10 @@
 #include "rackemu/host.h"
 #include "rackemu/unimem_regs.h"
 #include "regbank.h"
+#include "state.h"
+#include "unimem_capi.h"
+
+struct RkFabricEndpoint;
 
 namespace rackemu::unimem {
 
@@ -61,22 +73,53 @@ struct PacketizerCounters {
     std::array<uint64_t, PKTZ_KIF_CNT_COUNT> kif{}; // PKTZ_KIF_COUNTER_TABLE (KIF's TIF registers)
 };
 
-// The architectural state as plain data (the glue maps it to a VMStateDescription).
+using PktzWritten = std::array<uint16_t, 3>;
+using PktzPidt = std::array<uint64_t, UNIMEM_IF_COUNT>;
+using PktzCnt = std::array<uint64_t, PKTZ_CNT_COUNT>;
+using PktzKifCnt = std::array<uint64_t, PKTZ_KIF_CNT_COUNT>;
+
+// One interface's state (a PIF, or the KIF).
+#define RK_PKTZ_PIF_STATE(X) \
+    X(Words<6>, regs)       /* payload0 lo/hi, payload1 lo/hi, dest lo/hi */ \
+    X(PktzWritten, written) /* bit b: byte b of payload0/payload1/dest stored since the last packet */ \
+    X(uint32_t, status)     /* PKTZ_ST_* */ \
+    X(bool, waiting)        /* a packet awaits its acknowledgement (status PEND) */
+struct PktzPif {
+    RK_STATE_FIELDS(RK_PKTZ_PIF_STATE)
+};
+using PktzPifs = std::array<PktzPif, UNIMEM_IF_TOTAL>;
+
+// The architectural state, what the core saves and loads (hw/core/state.h).
+#define RK_PKTZ_STATE(X) \
+    X(PktzPifs, pifs) /* PIFs 0..63, then the KIF */ \
+    X(PktzPidt, pidt) \
+    X(uint64_t, base_dest) \
+    X(uint64_t, pid_conf) \
+    X(uint64_t, kif_pidt)       /* KIF_PIDT */ \
+    X(uint64_t, kif_conf)       /* KIF_CONF */ \
+    X(PktzCnt, counters)        /* PKTZ_COUNTER_TABLE order */ \
+    X(PktzKifCnt, kif_counters) /* PKTZ_KIF_COUNTER_TABLE order */ \
+    X(uint64_t, fabric_errors) \
+    X(uint64_t, overwrites) \
+    X(uint64_t, stale_completions) \
+    X(uint64_t, bad_access)
 struct PacketizerState {
-    struct Pif {
-        std::array<uint64_t, 6> regs{}; // payload0 lo/hi, payload1 lo/hi, dest lo/hi
-        std::array<uint16_t, 3>
-            written{};        // bit b: byte b of payload0/payload1/dest stored since the last packet
-        uint32_t status = 0;  // PKTZ_ST_*
-        bool waiting = false; // a packet awaits its acknowledgement (status PEND)
-    };
-    std::array<Pif, UNIMEM_IF_TOTAL> pifs{}; // PIFs 0..63, then the KIF
-    std::array<uint64_t, UNIMEM_IF_COUNT> pidt{};
-    uint64_t base_dest = 0, pid_conf = 0;
-    uint64_t kif_pidt = 0, kif_conf = 0;                     // KIF_PIDT, KIF_CONF
-    std::array<uint64_t, PKTZ_CNT_COUNT> counters{};         // PKTZ_COUNTER_TABLE order
-    std::array<uint64_t, PKTZ_KIF_CNT_COUNT> kif_counters{}; // PKTZ_KIF_COUNTER_TABLE order
-    uint64_t fabric_errors = 0, overwrites = 0, stale_completions = 0, bad_access = 0;
+    using Pif = PktzPif;
+    RK_STATE_FIELDS(RK_PKTZ_STATE)
+};
+
+class Vmbox;
+
+// The device's configuration in a node (C: RkPktzConfig in unimem_capi.h).
+struct PacketizerConfig {
+    Vmbox *vmbox = nullptr; // the node's vmbox: local packets, and other nodes' deliveries
+    bool kif = true;        // the kernel interface is present
+    // Deliveries into the vmbox answer first (docs/mailbox.md): the sender's ACK or NACK leaves
+    // before the packet becomes visible and raises the interrupt. false: the old order.
+    bool ack_first = true;
+    // the glue's trace points of the link and the service (nullptr: none)
+    const RkPktzTrace *trace = nullptr;
+    void *trace_opaque = nullptr;
 };
 
 class Packetizer {
@@ -84,6 +127,14 @@ public:
     // kif: the kernel interface is present (CAPS bit); without it its page and TIF rows are
     // unmapped (guest errors).
     Packetizer(Host host, PacketizerTransmit transmit, bool kif = true);
+    // In a node: the built-in link (this node's vmbox, other nodes over host.ep()).
+    Packetizer(Host host, const PacketizerConfig &cfg);
+
+    // The device's register region (rk_pktz_device_ops): a read first dispatches what the node's
+    // port has delivered (a guest polling a PIF's status takes its acknowledgement itself); an
+    // access that is not naturally aligned is refused with RK_DECODE_ERROR (as the bus did).
+    Status region_read(uint64_t offset, unsigned size, uint64_t *value);
+    Status region_write(uint64_t offset, uint64_t value, unsigned size);
 
     // MMIO. Loads never fault; stores to read-only or unmapped offsets are logged and ignored.
     uint64_t read(uint64_t offset, unsigned size);
@@ -97,6 +148,16 @@ public:
     void serve_reply(const rkf_frame_hdr &h);
     // The fabric went down: every PIF waiting for an acknowledgement gets NACK|FABRIC_ERR.
     void fail_all_pending();
+    // A RKF_SVC_UNIMEM_MBOX request from another node's packetizer, on the port thread or a vCPU
+    // that polls: delivered into the node's vmbox (validated by Vmbox::serve_frame), answered on
+    // `ep`. Held until the vmbox's first reset (at most 5 s), refused with BAD_FRAME after that.
+    void serve_request(RkFabricEndpoint *ep, const rkf_frame_hdr &h, const void *payload);
+
+    // The delivery order into the vmbox (QOM "ack-first") and how many deliveries were answered
+    // each way (QOM "acks-first" / "acks-after"), local and remote.
+    bool ack_first() const { return ack_first_.load(); }
+    void set_ack_first(bool on) { ack_first_.store(on); }
+    uint64_t acks(bool first) const { return (first ? acks_first_ : acks_after_).load(); }
 
     void reset();
     bool has_kif() const { return kif_; }
@@ -107,8 +168,11 @@ public:
     // and returns false, changing nothing, on any inconsistency. A PIF that was waiting for its
     // acknowledgement at save completes in load() with NACK | FABRIC_ERR (as fail_all_pending():
     // the answer went to the saved machine), and every tag sent before load() is stale.
+    // *why names the refused field. The byte-string forms are the device's save/load ops.
     PacketizerState save() const;
-    bool load(const PacketizerState &st);
+    bool load(const PacketizerState &st, std::string *why = nullptr);
+    void save(StateOut &out) const;
+    bool load(StateIn &in, std::string *why);
 
     // The register table (for tests and docs).
     struct Ctx {
@@ -123,7 +187,9 @@ public:
 
 private:
     static bool setup_complete(const PacketizerState::Pif &p);
-    static bool valid_pif(const PacketizerState::Pif &p);
+    static const char *invalid_pif(const PacketizerState::Pif &p); // why it is unreachable, or nullptr
+    void link(unsigned pif, uint64_t tag, uint64_t dest, unsigned mif, const uint64_t words[4]);
+    void answered(uint64_t tag, Status st); // the link's completions: traced, then complete()
     void write_pif_locked(unsigned pif, unsigned reg, uint64_t merged, Ctx &ctx);
     void clear_request_locked(uint64_t mask, bool kif);
     void fail_locked(unsigned pif);
@@ -134,6 +200,11 @@ private:
     Host host_;
     PacketizerTransmit transmit_;
     const bool kif_;
+    Vmbox *const vmbox_ = nullptr; // the built-in link's local vmbox
+    const RkPktzTrace *const trace_ = nullptr;
+    void *const trace_opaque_ = nullptr;
+    std::atomic<bool> ack_first_{true};
+    std::atomic<uint64_t> acks_first_{0}, acks_after_{0};
     mutable std::mutex mu_; // guards everything below
     PacketizerState s_;
     std::array<uint32_t, UNIMEM_IF_TOTAL> seq_{}; // tag sequence per PIF and the KIF (not architectural)

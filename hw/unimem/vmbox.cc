@@ -3,6 +3,7 @@
 #include "vmbox.h"
 
 #include "format.h"
+#include "rk_fabric_port.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -25,38 +26,36 @@ std::span<const Reg<Vmbox, Vmbox::Ctx>> Vmbox::reg_table()
     constexpr uint32_t c = VMBOX_CTRL_OFFSET;
     auto mif_count = [](Vmbox &d, const R &, unsigned i, Ctx &) -> uint64_t { return d.fifos_[i].count; };
     auto depth = [](Vmbox &d, const R &, unsigned, Ctx &) -> uint64_t { return d.depth_; };
-    auto irq_status = [](Vmbox &d, const R &, unsigned, Ctx &) {
-        return d.nonempty_locked() & d.irq_enable_;
-    };
-    auto irq_enable = [](Vmbox &d, const R &, unsigned, Ctx &) { return d.irq_enable_; };
+    auto irq_status = [](Vmbox &d, const R &, unsigned, Ctx &) { return d.nonempty_locked() & d.irq_enable; };
+    auto irq_enable = [](Vmbox &d, const R &, unsigned, Ctx &) { return d.irq_enable; };
     auto set_irq_enable = [](Vmbox &d, const R &, unsigned, uint64_t merged, uint64_t, Ctx &) {
-        d.irq_enable_ = merged;
+        d.irq_enable = merged;
     };
     auto nonempty = [](Vmbox &d, const R &, unsigned, Ctx &) { return d.nonempty_locked(); };
     auto zero = [](Vmbox &, const R &, unsigned, Ctx &) -> uint64_t { return 0; };
     auto flush = [](Vmbox &d, const R &, unsigned, uint64_t, uint64_t raw, Ctx &) { d.flush_locked(raw); };
     auto counter = [](Vmbox &d, const R &r, unsigned, Ctx &) {
-        return d.cnt_[(r.offset - VMBOX_CTRL_OFFSET - VMBOX_CTRL_COUNTERS) / 8];
+        return d.cnt[(r.offset - VMBOX_CTRL_OFFSET - VMBOX_CTRL_COUNTERS) / 8];
     };
     // the KIF's rows (rackemu extension): decoded only on a device with the KIF
     auto caps = [](Vmbox &d, const R &, unsigned, Ctx &) -> uint64_t { return d.kif_ ? UNIMEM_CAP_KIF : 0; };
     auto kif_count = [](Vmbox &d, const R &, unsigned, Ctx &) -> uint64_t {
         return d.fifos_[UNIMEM_KIF].count;
     };
-    auto kif_ctrl = [](Vmbox &d, const R &, unsigned, Ctx &) { return d.kif_ctrl_; };
+    auto kif_ctrl = [](Vmbox &d, const R &, unsigned, Ctx &) { return d.kif_ctrl; };
     auto set_kif_ctrl = [](Vmbox &d, const R &, unsigned, uint64_t merged, uint64_t, Ctx &) {
-        d.kif_ctrl_ = merged;
+        d.kif_ctrl = merged;
     };
     auto kif_status = [](Vmbox &d, const R &, unsigned, Ctx &) -> uint64_t {
         const bool ne = d.fifos_[UNIMEM_KIF].count != 0;
         return (ne ? VMBOX_KIF_NONEMPTY : 0) |
-               (ne && (d.kif_ctrl_ & VMBOX_KIF_IRQ_ENABLE) ? VMBOX_KIF_IRQ : 0);
+               (ne && (d.kif_ctrl & VMBOX_KIF_IRQ_ENABLE) ? VMBOX_KIF_IRQ : 0);
     };
     auto kif_flush = [](Vmbox &d, const R &, unsigned, uint64_t, uint64_t raw, Ctx &) {
         if (raw & 1) d.drop_visible_locked(d.fifos_[UNIMEM_KIF]);
     };
     auto kif_counter = [](Vmbox &d, const R &r, unsigned, Ctx &) {
-        return d.kif_cnt_[(r.offset - VMBOX_CTRL_OFFSET - VMBOX_CTRL_KIF_COUNTERS) / 8];
+        return d.kif_cnt[(r.offset - VMBOX_CTRL_OFFSET - VMBOX_CTRL_KIF_COUNTERS) / 8];
     };
 #define VMBOX_CNT_ROW_(N, n, d) \
     {#N, c + VMBOX_CTRL_COUNTERS + VMBOX_CNT_##N, 8, RegAccess::RO, 0, 0, counter},
@@ -91,7 +90,7 @@ std::span<const Reg<Vmbox, Vmbox::Ctx>> Vmbox::reg_table()
 
 void Vmbox::guest_error_locked(const std::string &msg)
 {
-    bad_access_++;
+    bad_access++;
     host_.guest_error(msg); // host ops never call back into the core
 }
 
@@ -107,9 +106,9 @@ bool Vmbox::push_locked(unsigned mif, uint64_t word)
     else
         f.count++;
     if (mif == UNIMEM_KIF)
-        kif_cnt_[VMBOX_KIF_CNT_INDEX_ENQUEUED]++;
+        kif_cnt[VMBOX_KIF_CNT_INDEX_ENQUEUED]++;
     else
-        cnt_[VMBOX_CNT_INDEX_ENQUEUED]++;
+        cnt[VMBOX_CNT_INDEX_ENQUEUED]++;
     return true;
 }
 
@@ -132,8 +131,8 @@ uint64_t Vmbox::nonempty_locked() const
 
 bool Vmbox::level_locked() const
 {
-    const bool kif_irq = fifos_[UNIMEM_KIF].count && (kif_ctrl_ & VMBOX_KIF_IRQ_ENABLE);
-    return (nonempty_locked() & irq_enable_) != 0 || kif_irq;
+    const bool kif_irq = fifos_[UNIMEM_KIF].count && (kif_ctrl & VMBOX_KIF_IRQ_ENABLE);
+    return (nonempty_locked() & irq_enable) != 0 || kif_irq;
 }
 
 // The one place that drives the arrival interrupt: after every change, under the lock.
@@ -161,7 +160,7 @@ void Vmbox::drop_visible_locked(Fifo &f)
 
 // ---- public interface ----
 
-bool Vmbox::irq_level() const
+bool Vmbox::irq_level(unsigned) const
 {
     std::lock_guard lk(mu_);
     return level_locked();
@@ -177,19 +176,19 @@ VmboxCounters Vmbox::counters() const
 {
     std::lock_guard lk(mu_);
     VmboxCounters c;
-#define VMBOX_CNT_COPY_(N, n, d) c.n = cnt_[VMBOX_CNT_INDEX_##N];
+#define VMBOX_CNT_COPY_(N, n, d) c.n = cnt[VMBOX_CNT_INDEX_##N];
     VMBOX_COUNTER_TABLE(VMBOX_CNT_COPY_)
 #undef VMBOX_CNT_COPY_
-    c.kif = kif_cnt_;
-    c.empty_reads = empty_reads_;
-    c.bad_access = bad_access_;
+    c.kif = kif_cnt;
+    c.empty_reads = empty_reads;
+    c.bad_access = bad_access;
     return c;
 }
 
-void Vmbox::freeze(bool on)
+void Vmbox::pause(bool on)
 {
     std::lock_guard lk(mu_);
-    frozen_ = on;
+    paused_ = on;
 }
 
 void Vmbox::reset()
@@ -197,12 +196,9 @@ void Vmbox::reset()
     std::lock_guard lk(mu_);
     for (auto &f : fifos_)
         f.head = f.count = f.held = 0; // held words too (f.holders: their publish still comes)
-    irq_enable_ = 0;
-    kif_ctrl_ = 0;
-    cnt_.fill(0);
-    kif_cnt_.fill(0);
-    empty_reads_ = bad_access_ = 0;
+    static_cast<VmboxRegs &>(*this) = VmboxRegs{};
     sync_irq_locked();
+    ready_.store(true, std::memory_order_release);
 }
 
 Status Vmbox::fifo_access_locked(unsigned mif, uint64_t reg, bool is_write, unsigned size, uint64_t &value)
@@ -224,11 +220,11 @@ Status Vmbox::fifo_access_locked(unsigned mif, uint64_t reg, bool is_write, unsi
     if (is_write) {
         // Sec. 5.1.1: a write to a full FIFO is negatively acknowledged (AXI SLVERR).
         if (!push_locked(mif, value)) {
-            cnt_[VMBOX_CNT_INDEX_NACKS]++;
+            cnt[VMBOX_CNT_INDEX_NACKS]++;
             return RK_NACK;
         }
     } else if (f.count == 0) {
-        empty_reads_++;
+        empty_reads++;
         value = VMBOX_EMPTY_PATTERN;
         return RK_OK;
     } else {
@@ -236,12 +232,35 @@ Status Vmbox::fifo_access_locked(unsigned mif, uint64_t reg, bool is_write, unsi
         f.head = (f.head + 1) % depth_;
         f.count--;
         if (mif == UNIMEM_KIF)
-            kif_cnt_[VMBOX_KIF_CNT_INDEX_DEQUEUED]++;
+            kif_cnt[VMBOX_KIF_CNT_INDEX_DEQUEUED]++;
         else
-            cnt_[VMBOX_CNT_INDEX_DEQUEUED]++;
+            cnt[VMBOX_CNT_INDEX_DEQUEUED]++;
     }
     sync_irq_locked();
     return RK_OK;
+}
+
+Status Vmbox::region_read(uint64_t offset, unsigned size, uint64_t *value)
+{
+    *value = 0;
+    // before the lock: what the poll dispatches may deliver into this vmbox
+    if (host_.port()) rk_fabric_port_poll(host_.port());
+    if (size == 0 || (offset & (size - 1))) {
+        host_.guest_error(std::to_string(size) + "-byte load at " + hex(offset) +
+                          " is not aligned (decode error, as on the bus)");
+        return RK_DECODE_ERROR;
+    }
+    return read(offset, size, *value);
+}
+
+Status Vmbox::region_write(uint64_t offset, uint64_t value, unsigned size)
+{
+    if (size == 0 || (offset & (size - 1))) {
+        host_.guest_error(std::to_string(size) + "-byte store at " + hex(offset) +
+                          " is not aligned (decode error, as on the bus)");
+        return RK_DECODE_ERROR;
+    }
+    return write(offset, value, size);
 }
 
 Status Vmbox::read(uint64_t offset, unsigned size, uint64_t &value)
@@ -296,17 +315,17 @@ Status Vmbox::kif_deliver_locked(unsigned src_if, const uint64_t *words, unsigne
     }
     if (src_if != UNIMEM_KIF) {
         // Only a node's kernel sends from its KIF: a PIF's packet here would be forged mailbox traffic.
-        kif_cnt_[VMBOX_KIF_CNT_INDEX_REFUSED]++;
+        kif_cnt[VMBOX_KIF_CNT_INDEX_REFUSED]++;
         guest_error_locked("delivery into the KIF from packetizer interface " + std::to_string(src_if) +
                            " refused (only a KIF may send into the KIF)");
         return RK_NACK;
     }
-    if (!(kif_ctrl_ & VMBOX_KIF_ENABLE)) {
-        kif_cnt_[VMBOX_KIF_CNT_INDEX_REFUSED]++; // no kernel listens (KIF_CTRL.ENABLE clear)
+    if (!(kif_ctrl & VMBOX_KIF_ENABLE)) {
+        kif_cnt[VMBOX_KIF_CNT_INDEX_REFUSED]++; // no kernel listens (KIF_CTRL.ENABLE clear)
         return RK_NACK;
     }
     if (depth_ - fifos_[UNIMEM_KIF].count - fifos_[UNIMEM_KIF].held < nwords) {
-        kif_cnt_[VMBOX_KIF_CNT_INDEX_NACKS]++;
+        kif_cnt[VMBOX_KIF_CNT_INDEX_NACKS]++;
         return RK_NACK;
     }
     for (unsigned i = 0; i < nwords; i++)
@@ -318,17 +337,17 @@ Status Vmbox::kif_deliver_locked(unsigned src_if, const uint64_t *words, unsigne
 // mu_ held, mif and src_if valid, nwords > 0.
 Status Vmbox::take_locked(unsigned mif, unsigned src_if, const uint64_t *words, unsigned nwords)
 {
-    if (frozen_) return RK_NACK; // a snapshot is being taken: the sender may retry
+    if (paused_) return RK_NACK; // a snapshot is being taken: the sender may retry
     if (mif == UNIMEM_KIF) return kif_deliver_locked(src_if, words, nwords);
     const unsigned room = depth_ - fifos_[mif].count - fifos_[mif].held;
     if (room == 0 || (room < nwords && !burst_known_issue_)) {
-        cnt_[VMBOX_CNT_INDEX_NACKS]++;
+        cnt[VMBOX_CNT_INDEX_NACKS]++;
         return RK_NACK;
     }
     const unsigned n = std::min(room, nwords);
     for (unsigned i = 0; i < n; i++)
         push_locked(mif, words[i]);
-    cnt_[VMBOX_CNT_INDEX_TRUNCATED] += nwords - n; // sec. 5.1.2: dropped, yet acknowledged
+    cnt[VMBOX_CNT_INDEX_TRUNCATED] += nwords - n; // sec. 5.1.2: dropped, yet acknowledged
     sync_irq_locked();
     return RK_OK;
 }
@@ -413,9 +432,7 @@ VmboxState Vmbox::save() const
     std::lock_guard lk(mu_);
     VmboxState st;
     st.depth = depth_;
-    st.irq_enable = irq_enable_;
-    st.kif_ctrl = kif_ctrl_;
-    st.kif_counters = kif_cnt_;
+    st.regs = *this;
     for (unsigned i = 0; i < UNIMEM_IF_TOTAL; i++) {
         const Fifo &f = fifos_[i];
         // held words included: their delivery is acknowledged (or about to be)
@@ -423,33 +440,53 @@ VmboxState Vmbox::save() const
         for (unsigned k = 0; k < f.count + f.held; k++)
             st.fifos[i][k] = f.slots[(f.head + k) % depth_];
     }
-    st.counters = cnt_;
-    st.empty_reads = empty_reads_;
-    st.bad_access = bad_access_;
     return st;
 }
 
-bool Vmbox::load(const VmboxState &st)
+void Vmbox::save(StateOut &out) const
 {
-    if (st.depth != depth_) return false;
-    for (const auto &f : st.fifos) {
-        if (f.size() > depth_) return false;
+    out.put(save());
+}
+
+bool Vmbox::load(StateIn &in, std::string *why)
+{
+    VmboxState st;
+    in.get(st);
+    if (!in.finish()) {
+        if (why) *why = in.why();
+        return false;
     }
-    if (st.kif_ctrl & ~(VMBOX_KIF_ENABLE | VMBOX_KIF_IRQ_ENABLE)) return false;
-    if (!kif_ && (st.kif_ctrl || !st.fifos[UNIMEM_KIF].empty())) return false; // a KIF this device lacks
+    return load(st, why);
+}
+
+bool Vmbox::load(const VmboxState &st, std::string *why)
+{
+    auto refuse = [why](const std::string &msg) {
+        if (why) *why = msg;
+        return false;
+    };
+    if (st.depth != depth_)
+        return refuse("depth: " + std::to_string(st.depth) + " words per FIFO, the device has " +
+                      std::to_string(depth_));
+    for (unsigned i = 0; i < UNIMEM_IF_TOTAL; i++) {
+        if (st.fifos[i].size() > depth_)
+            return refuse("fifos[" + std::to_string(i) + "]: " + std::to_string(st.fifos[i].size()) +
+                          " words, the FIFO holds " + std::to_string(depth_));
+    }
+    if (st.regs.kif_ctrl & ~uint64_t(VMBOX_KIF_ENABLE | VMBOX_KIF_IRQ_ENABLE))
+        return refuse("regs.kif_ctrl: " + hex(st.regs.kif_ctrl) + " has bits KIF_CTRL does not have");
+    if (!kif_ && (st.regs.kif_ctrl || !st.fifos[UNIMEM_KIF].empty())) // a KIF this device lacks
+        return refuse(
+            (st.regs.kif_ctrl ? std::string("regs.kif_ctrl") : "fifos[" + std::to_string(UNIMEM_KIF) + "]") +
+            ": a KIF in use, and this vmbox has none (property kif=off)");
     std::lock_guard lk(mu_);
-    kif_ctrl_ = st.kif_ctrl;
-    kif_cnt_ = st.kif_counters;
+    static_cast<VmboxRegs &>(*this) = st.regs;
     for (unsigned i = 0; i < UNIMEM_IF_TOTAL; i++) {
         Fifo &f = fifos_[i];
         f.head = f.held = 0;
         f.count = unsigned(st.fifos[i].size());
         std::copy(st.fifos[i].begin(), st.fifos[i].end(), f.slots.begin());
     }
-    irq_enable_ = st.irq_enable;
-    cnt_ = st.counters;
-    empty_reads_ = st.empty_reads;
-    bad_access_ = st.bad_access;
     sync_irq_locked();
     return true;
 }

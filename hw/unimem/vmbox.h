@@ -5,7 +5,9 @@
 // the kernel interface (KIF, rackemu extension: a 65th FIFO for the node's kernel, filled only by
 // other packetizers' KIFs; unimem_regs.h, docs/unimem.md).
 // QEMU-independent: it reaches the outside world only through its rackemu::Host
-// (rackemu/host.h): interrupt line 0 (the arrival interrupt) and the guest-error log.
+// (rackemu/host.h): interrupt line 0 (the arrival interrupt), the guest-error log and the node's
+// port, which a register read polls (region_read). Its state is described once, in the
+// RK_VMBOX_REGS and RK_VMBOX_STATE X-macros below (hw/core/state.h).
 //
 // Decode: each MIF page's FIFO window [0x00, 0x40) is a data window decoded here (a load
 // dequeues, a store enqueues); every register (MIF_COUNT of each page, the control page, the
@@ -23,6 +25,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -34,6 +37,7 @@
 #include "rackemu/host.h"
 #include "rackemu/unimem_regs.h"
 #include "regbank.h"
+#include "state.h"
 
 namespace rackemu::unimem {
 
@@ -49,19 +53,41 @@ struct VmboxCounters {
     std::array<uint64_t, VMBOX_KIF_CNT_COUNT> kif{};
 };
 
-// The architectural state as plain data (the glue maps it to a VMStateDescription).
-struct VmboxState {
-    uint32_t depth = 0;      // words per FIFO; load() requires the device's own depth
-    uint64_t irq_enable = 0; // IRQ_ENABLE
-    // contents, oldest word first: MIFs 0..63, then the KIF (index UNIMEM_KIF)
-    std::array<std::vector<uint64_t>, UNIMEM_IF_TOTAL> fifos;
-    std::array<uint64_t, VMBOX_CNT_COUNT> counters{}; // VMBOX_COUNTER_TABLE order
-    uint64_t empty_reads = 0, bad_access = 0;
-    uint64_t kif_ctrl = 0;                                    // KIF_CTRL (VMBOX_KIF_* bits)
-    std::array<uint64_t, VMBOX_KIF_CNT_COUNT> kif_counters{}; // VMBOX_KIF_COUNTER_TABLE order
+using VmboxCnt = std::array<uint64_t, VMBOX_CNT_COUNT>;
+using VmboxKifCnt = std::array<uint64_t, VMBOX_KIF_CNT_COUNT>;
+using VmboxFifos = std::array<std::vector<uint64_t>, UNIMEM_IF_TOTAL>;
+
+// The registers of the architectural state (hw/core/state.h): the live Vmbox inherits them, so
+// a field added here is saved, loaded and compared with no other change.
+#define RK_VMBOX_REGS(X) \
+    X(uint64_t, irq_enable)  /* IRQ_ENABLE */ \
+    X(uint64_t, kif_ctrl)    /* KIF_CTRL (VMBOX_KIF_* bits) */ \
+    X(VmboxCnt, cnt)         /* VMBOX_COUNTER_TABLE */ \
+    X(VmboxKifCnt, kif_cnt)  /* VMBOX_KIF_COUNTER_TABLE */ \
+    X(uint64_t, empty_reads) /* loads of an empty FIFO (core only) */ \
+    X(uint64_t, bad_access)  /* guest errors (core only) */
+struct VmboxRegs {
+    RK_STATE_FIELDS(RK_VMBOX_REGS)
 };
 
-class Vmbox {
+// The saved state: the device's depth (a load requires its own), the registers, and each FIFO's
+// contents oldest word first (MIFs 0..63, then the KIF at index UNIMEM_KIF).
+#define RK_VMBOX_STATE(X) \
+    X(uint32_t, depth) \
+    X(VmboxRegs, regs) \
+    X(VmboxFifos, fifos)
+struct VmboxState {
+    RK_STATE_FIELDS(RK_VMBOX_STATE)
+};
+
+// The device's configuration (the glue's QOM properties; C: RkVmboxConfig in unimem_capi.h).
+struct VmboxConfig {
+    unsigned depth = VMBOX_DEFAULT_DEPTH; // words per FIFO (1..65536)
+    bool burst_known_issue = false;       // model sec. 5.1.2
+    bool kif = true;                      // the kernel interface is present
+};
+
+class Vmbox : VmboxRegs {
 public:
     // depth: words per FIFO (1..65536). burst_known_issue: model sec. 5.1.2 (a burst into an
     // almost full FIFO keeps the words that fit, drops the rest and is still acknowledged).
@@ -69,6 +95,14 @@ public:
     // unmapped (guest errors) and every delivery into it is refused.
     explicit Vmbox(Host host, unsigned depth = VMBOX_DEFAULT_DEPTH, bool burst_known_issue = false,
                    bool kif = true);
+    Vmbox(Host host, const VmboxConfig &cfg) : Vmbox(host, cfg.depth, cfg.burst_known_issue, cfg.kif) {}
+
+    // The device's register region (rk_vmbox_device_ops): first dispatches what the node's port
+    // has delivered (a guest polling STATUS or a FIFO takes the packet the bridge delivered
+    // itself; host.port(), none without fabric), then refuses an access that is not naturally
+    // aligned with RK_DECODE_ERROR (as the bus did), else read() / write().
+    Status region_read(uint64_t offset, unsigned size, uint64_t *value);
+    Status region_write(uint64_t offset, uint64_t value, unsigned size);
 
     // MMIO. RK_OK; RK_NACK: a store to a full FIFO (the bus answers SLVERR, sec. 5.1.1);
     // RK_SLAVE_ERROR: a FIFO access other than an aligned 64-bit one. Register loads and stores
@@ -103,12 +137,15 @@ public:
                    const Answer &answer);
     int serve_frame(const rkf_frame_hdr &h, const void *payload, const FrameAnswer &answer);
 
-    // While frozen (migration: from pre_save until the VM runs again) deliveries are refused
-    // with RK_NACK and not counted, so that none is acknowledged after a snapshot of the state.
-    void freeze(bool on);
+    // While paused (the VM is stopped: savevm, migration, gdb) deliveries are refused with
+    // RK_NACK and not counted, so that none is acknowledged after a snapshot of the state.
+    void pause(bool on);
 
+    // reset() also marks the device ready (the machine's first reset is done: deliveries before
+    // it would be wiped by it; the packetizer's fabric service holds them until then).
     void reset();
-    bool irq_level() const;
+    bool ready() const { return ready_.load(std::memory_order_acquire); }
+    bool irq_level(unsigned line = 0) const; // line 0 only
     unsigned depth() const { return depth_; }
     bool has_kif() const { return kif_; }
     unsigned fill(unsigned mif) const; // mif 0..63, or UNIMEM_KIF
@@ -116,9 +153,12 @@ public:
 
     // Migration: save() is a consistent snapshot (core lock held); load() validates everything
     // (depth, FIFO sizes, KIF_CTRL bits; a KIF holding words, or enabled, on a device without one)
-    // and returns false, changing nothing, on any inconsistency.
+    // and returns false, changing nothing, on any inconsistency, with the field named in *why.
+    // The byte-string forms are the device's save/load ops (hw/core/state.h).
     VmboxState save() const;
-    bool load(const VmboxState &st);
+    bool load(const VmboxState &st, std::string *why = nullptr);
+    void save(StateOut &out) const;
+    bool load(StateIn &in, std::string *why);
 
     // The register table (for tests and docs).
     struct Ctx {};
@@ -151,13 +191,10 @@ private:
     const bool kif_;
     mutable std::mutex mu_;                   // guards everything below
     std::array<Fifo, UNIMEM_IF_TOTAL> fifos_; // MIFs 0..63, then the KIF
-    uint64_t irq_enable_ = 0;
-    uint64_t kif_ctrl_ = 0;
-    std::array<uint64_t, VMBOX_CNT_COUNT> cnt_{};         // VMBOX_COUNTER_TABLE
-    std::array<uint64_t, VMBOX_KIF_CNT_COUNT> kif_cnt_{}; // VMBOX_KIF_COUNTER_TABLE
-    uint64_t empty_reads_ = 0, bad_access_ = 0;
+    // the registers (VmboxRegs) are inherited
     bool reported_ = false; // level last handed to host.set_irq
-    bool frozen_ = false;
+    bool paused_ = false;
+    std::atomic<bool> ready_{false};
     RegBank<Vmbox, Ctx> bank_{reg_table()}; // the KIF's rows are decoded only when kif_
 };
 

@@ -86,9 +86,9 @@ void save_load(Vmbox &v, uint8_t how, uint8_t which, uint16_t val, bool held = f
         break;
     }
     if (which & 0x80) { // any KIF_CTRL: only its two bits, and only on a device with the KIF
-        st.kif_ctrl = val >> 8;
-        corrupt |=
-            (st.kif_ctrl & ~(VMBOX_KIF_ENABLE | VMBOX_KIF_IRQ_ENABLE)) != 0 || (!v.has_kif() && st.kif_ctrl);
+        st.regs.kif_ctrl = val >> 8;
+        corrupt |= (st.regs.kif_ctrl & ~(VMBOX_KIF_ENABLE | VMBOX_KIF_IRQ_ENABLE)) != 0 ||
+                   (!v.has_kif() && st.regs.kif_ctrl);
     }
     Host h2;
     Vmbox w(h2.make(), v.depth(), false, v.has_kif());
@@ -100,8 +100,20 @@ void save_load(Vmbox &v, uint8_t how, uint8_t which, uint16_t val, bool held = f
     }
     FUZZ_CHECK(h2.irq == w.irq_level());
     const VmboxState back = w.save();
-    FUZZ_CHECK(back.fifos == st.fifos && back.counters == st.counters && back.irq_enable == st.irq_enable);
-    FUZZ_CHECK(back.kif_ctrl == st.kif_ctrl && back.kif_counters == st.kif_counters);
+    FUZZ_CHECK(back.fifos == st.fifos && back.regs.cnt == st.regs.cnt &&
+               back.regs.irq_enable == st.regs.irq_enable);
+    FUZZ_CHECK(back.regs.kif_ctrl == st.regs.kif_ctrl && back.regs.kif_cnt == st.regs.kif_cnt);
+    // the byte string (the device's save/load ops) carries the same state
+    rackemu::StateOut out;
+    w.save(out);
+    Host h3;
+    Vmbox x(h3.make(), v.depth(), false, v.has_kif());
+    rackemu::StateIn sin(out.bytes().data(), out.bytes().size(), 65536);
+    std::string why;
+    FUZZ_CHECK(x.load(sin, &why));
+    rackemu::StateOut again;
+    x.save(again);
+    FUZZ_CHECK(again.bytes() == out.bytes());
     if ((how % 4) == 0 && !(which & 0x80) && !held) FUZZ_CHECK(registers(w) == registers(v));
 }
 

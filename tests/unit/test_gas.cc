@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -12,6 +15,7 @@
 #include "bridge_rig.h"
 #include "rk_remote_mem.h"
 #include "test_host.h"
+#include "unimem_capi.h"
 
 using namespace rackemu::unimem;
 
@@ -262,4 +266,97 @@ TEST(Gas, SaveLoadKeepsTheCounterRegistersAndRefusesAnotherNodesState)
     EXPECT_FALSE(other_rack.gas.load(st));
     EXPECT_EQ(other_node.gas.ctrl_read(GAS_CTRL_LOADS, 8), 0u); // refused: nothing changed
     EXPECT_EQ(other_rack.gas.ctrl_read(GAS_CTRL_LOADS, 8), 0u);
+}
+
+// ---- the device operations (unimem_capi.h): two regions, the state as one byte string ----
+
+namespace {
+std::vector<uint8_t> ops_save(void *core)
+{
+    uint8_t *buf = nullptr;
+    uint64_t len = 0;
+    EXPECT_EQ(rk_gas_device_ops.save(core, &buf, &len), 0);
+    std::vector<uint8_t> v(buf, buf + len);
+    free(buf);
+    return v;
+}
+int ops_load(void *core, const std::vector<uint8_t> &b, std::string *msg)
+{
+    char m[300] = "";
+    const int rc = rk_gas_device_ops.load(core, b.data(), b.size(), m, sizeof m);
+    *msg = m;
+    return rc;
+}
+uint64_t ctrl(void *core, uint64_t off)
+{
+    uint64_t v = 0;
+    EXPECT_EQ(rk_gas_device_ops.regions[0].read(core, off, 8, &v), RK_OK);
+    return v;
+}
+} // namespace
+
+TEST(GasOps, SavedStateLoadsIntoAFreshCoreAndSavesToTheSameBytes)
+{
+    Rig a(2, 4), b(2, 4);
+    ASSERT_EQ(rk_gas_device_ops.nregions, 2u);
+    uint64_t v = 0;
+    EXPECT_EQ(rk_gas_device_ops.regions[1].read(&a.gas, UNIMEM_GADDR(1, 0x40000000), 8, &v), RK_OK);
+    EXPECT_EQ(v, a.memory);
+    EXPECT_EQ(rk_gas_device_ops.regions[1].write(&a.gas, UNIMEM_GADDR(3, 0x40000000), 5, 8), RK_OK);
+    a.fail[0] = RK_UNREACHABLE;
+    EXPECT_EQ(rk_gas_device_ops.regions[1].read(&a.gas, UNIMEM_GADDR(0, 0x40000000), 4, &v), RK_UNREACHABLE);
+    const std::vector<uint8_t> st = ops_save(&a.gas);
+    std::string msg;
+    ASSERT_EQ(ops_load(&b.gas, st, &msg), 0) << msg;
+    EXPECT_EQ(ops_save(&b.gas), st);
+    for (uint64_t off = 0; off < 0x100; off += 8)
+        EXPECT_EQ(ctrl(&b.gas, off), ctrl(&a.gas, off)) << off;
+    // and counts on alike
+    EXPECT_EQ(rk_gas_device_ops.regions[1].read(&b.gas, UNIMEM_GADDR(1, 0x40000000), 8, &v), RK_OK);
+    EXPECT_EQ(ctrl(&b.gas, GAS_CTRL_LOADS), 3u);
+}
+
+TEST(GasOps, ATruncatedALongAndAnotherNodesStateAreRefusedAndChangeNothing)
+{
+    Rig a(2, 4), b(2, 4);
+    uint64_t v = 0;
+    (void)rk_gas_device_ops.regions[1].read(&a.gas, UNIMEM_GADDR(1, 0), 8, &v);
+    const std::vector<uint8_t> good = ops_save(&a.gas);
+    (void)rk_gas_device_ops.regions[1].read(&b.gas, UNIMEM_GADDR(2, 0), 8, &v);
+    const std::vector<uint8_t> before = ops_save(&b.gas);
+    std::string msg;
+
+    std::vector<uint8_t> bad(good.begin(), good.end() - 1);
+    EXPECT_EQ(ops_load(&b.gas, bad, &msg), -EINVAL);
+    EXPECT_NE(msg.find("counters"), std::string::npos) << msg;
+    EXPECT_EQ(ops_save(&b.gas), before);
+
+    bad = good;
+    bad.push_back(7);
+    EXPECT_EQ(ops_load(&b.gas, bad, &msg), -EINVAL);
+    EXPECT_NE(msg.find("left over"), std::string::npos) << msg;
+    EXPECT_EQ(ops_save(&b.gas), before);
+
+    bad = good;
+    bad[0] = 3; // node_id: another node's state
+    EXPECT_EQ(ops_load(&b.gas, bad, &msg), -EINVAL);
+    EXPECT_NE(msg.find("node_id"), std::string::npos) << msg;
+    EXPECT_EQ(ops_save(&b.gas), before);
+
+    bad = good;
+    bad[4] = 5; // node_count: another rack size
+    EXPECT_EQ(ops_load(&b.gas, bad, &msg), -EINVAL);
+    EXPECT_NE(msg.find("node_count"), std::string::npos) << msg;
+    EXPECT_EQ(ops_save(&b.gas), before);
+    EXPECT_EQ(ctrl(&b.gas, GAS_CTRL_LOCAL), 1u);
+}
+
+TEST(GasOps, AnUnalignedControlPageAccessIsADecodeError)
+{
+    Rig r;
+    uint64_t v = 1;
+    EXPECT_EQ(rk_gas_device_ops.regions[0].read(&r.gas, GAS_CTRL_ID + 4, 8, &v), RK_DECODE_ERROR);
+    EXPECT_EQ(v, 0u);
+    EXPECT_EQ(rk_gas_device_ops.regions[0].write(&r.gas, GAS_CTRL_ID + 1, 1, 2), RK_DECODE_ERROR);
+    EXPECT_EQ(r.errors().size(), 2u);
 }

@@ -1,11 +1,14 @@
 // Unit tests of the Unimem packetizer core (hw/unimem/packetizer.cc).
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "packetizer.h"
 #include "test_host.h"
+#include "unimem_capi.h"
 #include "vmbox.h"
 
 using namespace rackemu;
@@ -490,4 +493,173 @@ TEST(PacketizerKif, KifToKifReachesTheKernelAndAPifNeverDoes)
     EXPECT_EQ(pk.status(UNIMEM_KIF), PKTZ_ST_NACK);
     EXPECT_EQ(vm1.fill(UNIMEM_KIF), 7u);
     EXPECT_EQ(vm1.counters().kif[VMBOX_KIF_CNT_INDEX_NACKS], 1u);
+}
+
+// ---- the device operations (unimem_capi.h): the built-in link and the state as bytes ----
+
+namespace {
+struct OpsRig {
+    test::TestHost vth, pth;
+    std::vector<std::string> traced; // the glue's trace points
+    static OpsRig *of(void *o) { return static_cast<OpsRig *>(o); }
+    static constexpr RkPktzTrace kTrace = {
+        [](void *o, unsigned pif, unsigned dst, unsigned mif, uint64_t) {
+            of(o)->traced.push_back("send " + std::to_string(pif) + " " + std::to_string(dst) + " " +
+                                    std::to_string(mif));
+        },
+        [](void *o, uint64_t, int st) {
+            of(o)->traced.push_back(std::string("complete ") + rk_status_name(rk_status(st)));
+        },
+        [](void *o, unsigned, unsigned, int reply) {
+            of(o)->traced.push_back("serve " + std::to_string(reply));
+        },
+    };
+    RkHost vraw = vth.raw(), praw = pth.raw(nullptr, nullptr, 2, 4); // node 2 of 4, no fabric
+    void *vmbox = nullptr, *core = nullptr;
+    OpsRig()
+    {
+        const RkVmboxConfig vc = {8, 0, 1};
+        char err[128] = "";
+        vmbox = rk_vmbox_device_ops.create(&vraw, &vc, err, sizeof err);
+        const RkPktzConfig pc = {vmbox, 1, 1, &kTrace, this};
+        core = rk_pktz_device_ops.create(&praw, &pc, err, sizeof err);
+        EXPECT_NE(core, nullptr) << err;
+        rk_vmbox_device_ops.reset(vmbox);
+        wr(PKTZ_TIF_OFFSET + PKTZ_TIF_BASE_DEST, Rig::kBase);
+        wr(PKTZ_TIF_OFFSET + PKTZ_TIF_PIDT(4), 0x4444);
+        wr(PKTZ_TIF_OFFSET + PKTZ_TIF_PID_CONF, 1ull << 4);
+    }
+    ~OpsRig()
+    {
+        rk_pktz_device_ops.free(core);
+        rk_vmbox_device_ops.free(vmbox);
+    }
+    void wr(uint64_t off, uint64_t v)
+    {
+        EXPECT_EQ(rk_pktz_device_ops.regions[0].write(core, off, v, 8), RK_OK);
+    }
+    uint64_t rd(uint64_t off)
+    {
+        uint64_t v = 0;
+        EXPECT_EQ(rk_pktz_device_ops.regions[0].read(core, off, 8, &v), RK_OK);
+        return v;
+    }
+    void send(unsigned pif, uint64_t dest, uint64_t p1hi = 0x44)
+    {
+        const uint64_t b = PKTZ_PIF_OFFSET(pif);
+        wr(b + PKTZ_PIF_PAYLOAD0, 0x11);
+        wr(b + PKTZ_PIF_PAYLOAD0 + 8, 0x22);
+        wr(b + PKTZ_PIF_PAYLOAD1, 0x33);
+        wr(b + PKTZ_PIF_PAYLOAD1 + 8, p1hi);
+        wr(b + PKTZ_PIF_DEST, dest);
+    }
+    std::vector<uint8_t> save()
+    {
+        uint8_t *buf = nullptr;
+        uint64_t len = 0;
+        EXPECT_EQ(rk_pktz_device_ops.save(core, &buf, &len), 0);
+        std::vector<uint8_t> v(buf, buf + len);
+        free(buf);
+        return v;
+    }
+    int load(const std::vector<uint8_t> &b, std::string *msg)
+    {
+        char m[300] = "";
+        const int rc = rk_pktz_device_ops.load(core, b.data(), b.size(), m, sizeof m);
+        *msg = m;
+        return rc;
+    }
+};
+constexpr uint64_t kOwnDest = UNIMEM_GADDR(2, 0x0b000000 + 5 * 0x1000); // node 2 (this one), MIF 5
+} // namespace
+
+TEST(PacketizerOps, APacketForThisNodeGoesIntoItsVmboxAnsweredFirst)
+{
+    OpsRig r;
+    EXPECT_EQ(rk_pktz_device_ops.fabric_svc, int(RKF_SVC_UNIMEM_MBOX));
+    r.send(4, kOwnDest);
+    EXPECT_EQ(r.rd(PKTZ_PIF_OFFSET(4) + PKTZ_PIF_STATUS), PKTZ_ST_ACK);
+    uint64_t w = 0;
+    ASSERT_EQ(rk_vmbox_device_ops.regions[0].read(r.vmbox, VMBOX_MIF_OFFSET(5), 8, &w), RK_OK);
+    EXPECT_EQ(w, 0x4444u); // payload0 with the PIDT entry
+    EXPECT_EQ(rk_pktz_acks(r.core, 1), 1u);
+    EXPECT_EQ(r.traced, (std::vector<std::string>{"send 4 2 5", "complete OK"}));
+    rk_pktz_set_ack_first(r.core, 0); // the old order
+    EXPECT_EQ(rk_pktz_ack_first(r.core), 0);
+    r.send(4, kOwnDest);
+    EXPECT_EQ(r.rd(PKTZ_PIF_OFFSET(4) + PKTZ_PIF_STATUS), PKTZ_ST_ACK);
+    EXPECT_EQ(rk_pktz_acks(r.core, 0), 1u);
+}
+
+TEST(PacketizerOps, APacketForAnotherNodeWithoutFabricFailsWithFabricError)
+{
+    OpsRig r;
+    r.send(4, kDest); // node 1
+    EXPECT_EQ(r.rd(PKTZ_PIF_OFFSET(4) + PKTZ_PIF_STATUS), PKTZ_ST_NACK | PKTZ_ST_FABRIC_ERR);
+    ASSERT_FALSE(r.pth.guest_errors().empty());
+    EXPECT_NE(r.pth.guest_errors().back().find("no fabric"), std::string::npos);
+    EXPECT_EQ(r.traced, (std::vector<std::string>{"send 4 1 5", "complete UNREACHABLE"}));
+}
+
+TEST(PacketizerOps, SavedStateLoadsIntoAFreshCoreAndSavesToTheSameBytes)
+{
+    OpsRig a;
+    a.send(4, kOwnDest);
+    const uint64_t b9 = PKTZ_PIF_OFFSET(9);
+    a.wr(b9 + PKTZ_PIF_PAYLOAD0, 0x99);
+    a.wr(b9 + PKTZ_PIF_DEST, kOwnDest); // a setup half done
+    const std::vector<uint8_t> st = a.save();
+    OpsRig b;
+    std::string msg;
+    ASSERT_EQ(b.load(st, &msg), 0) << msg;
+    EXPECT_EQ(b.save(), st);
+    for (uint64_t off : std::initializer_list<uint64_t>{
+             PKTZ_PIF_OFFSET(4) + PKTZ_PIF_STATUS, PKTZ_TIF_OFFSET + PKTZ_TIF_SENT,
+             PKTZ_TIF_OFFSET + PKTZ_TIF_ACKED, b9 + PKTZ_PIF_PAYLOAD0, b9 + PKTZ_PIF_DEST})
+        EXPECT_EQ(b.rd(off), a.rd(off)) << std::hex << off;
+    // the written-bytes tracking came along: the rest of the setup sends in both
+    for (OpsRig *r : {&a, &b}) {
+        r->wr(PKTZ_TIF_OFFSET + PKTZ_TIF_PID_CONF, (1ull << 4) | (1ull << 9));
+        r->wr(b9 + PKTZ_PIF_PAYLOAD0 + 8, 1);
+        r->wr(b9 + PKTZ_PIF_PAYLOAD1, 2);
+        r->wr(b9 + PKTZ_PIF_PAYLOAD1 + 8, 3);
+        EXPECT_EQ(r->rd(b9 + PKTZ_PIF_STATUS), PKTZ_ST_ACK);
+    }
+    EXPECT_EQ(b.save(), a.save());
+}
+
+TEST(PacketizerOps, ATruncatedALongAndAnOutOfRangeStateAreRefusedAndChangeNothing)
+{
+    OpsRig a;
+    const std::vector<uint8_t> good = a.save();
+    OpsRig b;
+    b.wr(PKTZ_TIF_OFFSET + PKTZ_TIF_PIDT(7), 0x777);
+    const std::vector<uint8_t> before = b.save();
+    std::string msg;
+
+    std::vector<uint8_t> bad(good.begin(), good.end() - 3); // truncated: in the last counter
+    EXPECT_EQ(b.load(bad, &msg), -EINVAL);
+    EXPECT_NE(msg.find("bad_access"), std::string::npos) << msg;
+    EXPECT_EQ(b.save(), before);
+
+    bad = good;
+    bad.insert(bad.end(), {1, 2}); // trailing bytes
+    EXPECT_EQ(b.load(bad, &msg), -EINVAL);
+    EXPECT_NE(msg.find("left over"), std::string::npos) << msg;
+    EXPECT_EQ(b.save(), before);
+
+    // base_dest after the interfaces (regs 48, written 6, status 4, waiting 1 bytes each) and PIDT
+    const size_t base_dest = UNIMEM_IF_TOTAL * (48 + 6 + 4 + 1) + UNIMEM_IF_COUNT * 8;
+    bad = good;
+    bad[base_dest] = 1; // outside BASE_DEST's bits [33:18]
+    EXPECT_EQ(b.load(bad, &msg), -EINVAL);
+    EXPECT_NE(msg.find("base_dest"), std::string::npos) << msg;
+    EXPECT_EQ(b.save(), before);
+
+    bad = good;
+    bad[48 + 6 + 4] = 2; // pifs[0].waiting: not a boolean
+    EXPECT_EQ(b.load(bad, &msg), -EINVAL);
+    EXPECT_NE(msg.find("waiting"), std::string::npos) << msg;
+    EXPECT_EQ(b.save(), before);
+    EXPECT_EQ(b.rd(PKTZ_TIF_OFFSET + PKTZ_TIF_PIDT(7)), 0x777u);
 }

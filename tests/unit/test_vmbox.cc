@@ -2,12 +2,15 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "test_host.h"
+#include "unimem_capi.h"
 #include "vmbox.h"
 
 using namespace rackemu;
@@ -250,15 +253,15 @@ TEST(Vmbox, LoadRefusesAStateThatDoesNotFitAndChangesNothing)
     EXPECT_EQ(c.vm.fill(1), 0u);
 }
 
-TEST(Vmbox, AFrozenVmboxRefusesDeliveriesWithoutCountingThem)
+TEST(Vmbox, APausedVmboxRefusesDeliveriesWithoutCountingThem)
 {
     Rig r;
     const uint64_t w = 1;
-    r.vm.freeze(true);
+    r.vm.pause(true);
     EXPECT_EQ(r.vm.deliver(4, 1, &w, 1), RK_NACK);
     EXPECT_EQ(r.vm.fill(4), 0u);
     EXPECT_EQ(r.vm.counters().nacks, 0u); // the saved state does not change
-    r.vm.freeze(false);
+    r.vm.pause(false);
     EXPECT_EQ(r.vm.deliver(4, 1, &w, 1), RK_OK);
     EXPECT_EQ(r.vm.fill(4), 1u);
 }
@@ -598,7 +601,7 @@ TEST(VmboxKif, SaveAndLoadKeepTheKifAndRefuseWhatTheDeviceCannotHold)
     EXPECT_FALSE(b.vm.irq_level());
 
     VmboxState bad = st;
-    bad.kif_ctrl = 1ull << 5; // no such bit
+    bad.regs.kif_ctrl = 1ull << 5; // no such bit
     Rig c(8);
     EXPECT_FALSE(c.vm.load(bad));
     bad = st;
@@ -609,4 +612,116 @@ TEST(VmboxKif, SaveAndLoadKeepTheKifAndRefuseWhatTheDeviceCannotHold)
     EXPECT_EQ(c.vm.fill(UNIMEM_KIF), 0u);
     VmboxState empty = Rig(8).vm.save();
     EXPECT_TRUE(none.vm.load(empty)); // but loads a state whose KIF is in its reset state
+}
+
+// ---- the device operations (unimem_capi.h): the state as one byte string ----
+
+namespace {
+struct OpsRig {
+    test::TestHost th;
+    RkHost raw = th.raw();
+    void *core = nullptr;
+    explicit OpsRig(uint32_t depth = 8, int kif = 1)
+    {
+        const RkVmboxConfig cfg = {depth, 0, kif};
+        char err[128] = "";
+        core = rk_vmbox_device_ops.create(&raw, &cfg, err, sizeof err);
+        EXPECT_NE(core, nullptr) << err;
+    }
+    ~OpsRig() { rk_vmbox_device_ops.free(core); }
+    std::vector<uint8_t> save()
+    {
+        uint8_t *buf = nullptr;
+        uint64_t len = 0;
+        EXPECT_EQ(rk_vmbox_device_ops.save(core, &buf, &len), 0);
+        std::vector<uint8_t> v(buf, buf + len);
+        free(buf);
+        return v;
+    }
+    int load(const std::vector<uint8_t> &b, std::string *msg = nullptr)
+    {
+        char m[300] = "";
+        const int rc = rk_vmbox_device_ops.load(core, b.data(), b.size(), m, sizeof m);
+        if (msg) *msg = m;
+        return rc;
+    }
+    uint64_t rd(uint64_t off)
+    {
+        uint64_t v = 0;
+        EXPECT_EQ(rk_vmbox_device_ops.regions[0].read(core, off, 8, &v), RK_OK);
+        return v;
+    }
+    rk_status wr(uint64_t off, uint64_t v) { return rk_vmbox_device_ops.regions[0].write(core, off, v, 8); }
+};
+} // namespace
+
+TEST(VmboxOps, SavedStateLoadsIntoAFreshCoreAndSavesToTheSameBytes)
+{
+    OpsRig a;
+    for (uint64_t i = 0; i < 5; i++)
+        ASSERT_EQ(a.wr(VMBOX_MIF_OFFSET(2), 0x20 + i), RK_OK);
+    a.rd(VMBOX_MIF_OFFSET(2)); // the ring's head moves
+    ASSERT_EQ(a.wr(VMBOX_CTRL_OFFSET + VMBOX_CTRL_IRQ_ENABLE, 1ull << 2), RK_OK);
+    ASSERT_EQ(a.wr(VMBOX_CTRL_OFFSET + VMBOX_CTRL_KIF_CTRL, VMBOX_KIF_ENABLE), RK_OK);
+    const std::vector<uint8_t> st = a.save();
+
+    OpsRig b;
+    std::string msg;
+    ASSERT_EQ(b.load(st, &msg), 0) << msg;
+    EXPECT_EQ(b.save(), st);
+    EXPECT_EQ(rk_vmbox_device_ops.irq_level(b.core, 0), 1);
+    for (uint64_t off : std::initializer_list<uint64_t>{
+             VMBOX_CTRL_OFFSET + VMBOX_CTRL_IRQ_STATUS, VMBOX_CTRL_OFFSET + VMBOX_CTRL_KIF_CTRL,
+             VMBOX_CTRL_OFFSET + VMBOX_CTRL_ENQUEUED, VMBOX_CTRL_OFFSET + VMBOX_CTRL_DEQUEUED,
+             VMBOX_MIF_OFFSET(2) + VMBOX_MIF_COUNT})
+        EXPECT_EQ(b.rd(off), a.rd(off)) << std::hex << off;
+    for (int i = 0; i < 5; i++) // the same words in the same order, then the empty pattern
+        EXPECT_EQ(b.rd(VMBOX_MIF_OFFSET(2)), a.rd(VMBOX_MIF_OFFSET(2))) << i;
+}
+
+TEST(VmboxOps, ATruncatedALongAndAnOutOfRangeStateAreRefusedAndChangeNothing)
+{
+    OpsRig a;
+    ASSERT_EQ(a.wr(VMBOX_MIF_OFFSET(7), 0x77), RK_OK);
+    const std::vector<uint8_t> good = a.save();
+    OpsRig b;
+    ASSERT_EQ(b.wr(VMBOX_MIF_OFFSET(1), 0x11), RK_OK);
+    const std::vector<uint8_t> before = b.save();
+    std::string msg;
+
+    std::vector<uint8_t> bad(good.begin(), good.end() - 1); // truncated: the last FIFO's count
+    EXPECT_EQ(b.load(bad, &msg), -EINVAL);
+    EXPECT_NE(msg.find("fifos"), std::string::npos) << msg;
+    EXPECT_EQ(b.save(), before);
+
+    bad = good;
+    bad.push_back(0); // trailing bytes
+    EXPECT_EQ(b.load(bad, &msg), -EINVAL);
+    EXPECT_NE(msg.find("left over"), std::string::npos) << msg;
+    EXPECT_EQ(b.save(), before);
+
+    bad = good;
+    bad[0] = 9; // depth, the first field: 9 words per FIFO on a device of 8
+    EXPECT_EQ(b.load(bad, &msg), -EINVAL);
+    EXPECT_NE(msg.find("depth"), std::string::npos) << msg;
+    EXPECT_EQ(b.save(), before);
+
+    bad = good;
+    bad[4 + 8] = 0x80; // regs.kif_ctrl (after depth and irq_enable): no such bit
+    EXPECT_EQ(b.load(bad, &msg), -EINVAL);
+    EXPECT_NE(msg.find("kif_ctrl"), std::string::npos) << msg;
+    EXPECT_EQ(b.save(), before);
+    EXPECT_EQ(b.rd(VMBOX_MIF_OFFSET(1)), 0x11u);
+}
+
+TEST(VmboxOps, AnUnalignedAccessIsADecodeErrorAsOnTheBus)
+{
+    OpsRig r;
+    uint64_t v = 1;
+    EXPECT_EQ(rk_vmbox_device_ops.regions[0].read(r.core, VMBOX_CTRL_OFFSET + VMBOX_CTRL_ID + 2, 4, &v),
+              RK_DECODE_ERROR);
+    EXPECT_EQ(v, 0u);
+    EXPECT_EQ(rk_vmbox_device_ops.regions[0].write(r.core, VMBOX_MIF_OFFSET(0) + 4, 1, 8), RK_DECODE_ERROR);
+    EXPECT_EQ(r.rd(VMBOX_MIF_OFFSET(0) + VMBOX_MIF_COUNT), 0u);
+    EXPECT_EQ(r.th.guest_errors().size(), 2u);
 }
