@@ -125,7 +125,7 @@ enum : uint32_t {
 #define RC_SEND_WR_STATE(X) \
     X(uint64_t, wr_id, 0) \
     X(WrOp, op, WrOp::Send) \
-    X(uint32_t, length, 0) /* bytes (SEND/WRITE/READ; atomics 8; XAtomic xsize, XAtomicPost 0; FLUSH: the range) */ \
+    X(uint32_t, length, 0) /* bytes (atomics 8; XAtomic xsize, XAtomicPost 0; FLUSH: the range) */ \
     X(uint64_t, local, 0)  /* the local buffer, opaque to the engine (RcEnv::read_local/write_local) */ \
     X(uint64_t, remote_va, 0) \
     X(uint32_t, rkey, 0) \
@@ -224,18 +224,18 @@ public:
 };
 
 #define RC_QP_ATTR_STATE(X) \
-    X(L3Addr, path, {})                  /* addresses and UDP source port of the connection */ \
-    X(uint32_t, dest_qpn, 0)             /* RTR */ \
-    X(uint32_t, path_mtu, 1024)          /* RTR: 256, 512, 1024, 2048, 4096 */ \
-    X(uint32_t, rq_psn, 0)               /* RTR: the first expected PSN */ \
-    X(uint32_t, max_dest_rd_atomic, 16)  /* RTR: responder resources (1..RC_MAX_RD_ATOMIC) */ \
-    X(uint8_t, min_rnr_timer, 12)        /* RTR: RNR NAK timer code we send (0.64 ms) */ \
-    X(uint32_t, sq_psn, 0)               /* RTS: the first PSN we send */ \
-    X(uint8_t, timeout, 14)              /* RTS: 4.096 us x 2^timeout (0 = infinite, 14 = 67 ms) */ \
-    X(uint8_t, retry_cnt, 7)             /* RTS: 0..7 */ \
-    X(uint8_t, rnr_retry, 7)             /* RTS: 0..7, 7 = infinite */ \
-    X(uint32_t, max_rd_atomic, 16)       /* RTS: initiator depth (1..RC_MAX_RD_ATOMIC) */ \
-    X(uint32_t, access, 0)               /* RC_ACCESS_REMOTE_* the QP accepts */ \
+    X(L3Addr, path, {})                 /* addresses and UDP source port of the connection */ \
+    X(uint32_t, dest_qpn, 0)            /* RTR */ \
+    X(uint32_t, path_mtu, 1024)         /* RTR: 256, 512, 1024, 2048, 4096 */ \
+    X(uint32_t, rq_psn, 0)              /* RTR: the first expected PSN */ \
+    X(uint32_t, max_dest_rd_atomic, 16) /* RTR: responder resources (1..RC_MAX_RD_ATOMIC) */ \
+    X(uint8_t, min_rnr_timer, 12)       /* RTR: RNR NAK timer code we send (0.64 ms) */ \
+    X(uint32_t, sq_psn, 0)              /* RTS: the first PSN we send */ \
+    X(uint8_t, timeout, 14)             /* RTS: 4.096 us x 2^timeout (0 = infinite, 14 = 67 ms) */ \
+    X(uint8_t, retry_cnt, 7)            /* RTS: 0..7 */ \
+    X(uint8_t, rnr_retry, 7)            /* RTS: 0..7, 7 = infinite */ \
+    X(uint32_t, max_rd_atomic, 16)      /* RTS: initiator depth (1..RC_MAX_RD_ATOMIC) */ \
+    X(uint32_t, access, 0)              /* RC_ACCESS_REMOTE_* the QP accepts */ \
     X(uint16_t, pkey, ROCE_PKEY_DEFAULT)
 struct QpAttr {
     RNIC_FIELDS(RC_QP_ATTR_STATE)

@@ -56,7 +56,7 @@ struct Resource {
     X(uint32_t, since_ackreq, 0) \
     X(unsigned, retry_left, 7) \
     X(unsigned, rnr_left, 7) \
-    X(bool, recovering, false) /* went back; until recover_end is acknowledged, responses */ \
+    X(bool, recovering, false)  /* went back; until recover_end is acknowledged, responses */ \
     X(uint32_t, recover_end, 0) /* to what was sent before do not start another retry */ \
     /* responder */ \
     X(uint32_t, epsn, 0) \

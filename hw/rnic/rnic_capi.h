@@ -41,6 +41,10 @@ typedef struct RkRnicAmu {
 /* 0 if `a` is valid; else -1 and a message naming the bad property (amu-...) in msg. */
 int rk_rnic_amu_check(const RkRnicAmu *a, uint32_t nic_mhz, char *msg, size_t len);
 
+/* The version of the saved state (rk_rnic_device_ops.state_version, the glue's VMState version):
+ * bump it with every change of hw/rnic/rnic_state.h's lists. */
+#define RK_RNIC_STATE_VERSION 3u
+
 /* The device's configuration (its QOM properties), rk_rnic_device_ops' create. */
 typedef struct RkRnicConfig {
     RkRnicTiming timing;

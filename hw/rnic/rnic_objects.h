@@ -103,8 +103,7 @@ struct Rnic::Pending {
 };
 
 // The verbs objects: their state is rnic_state.h's (one list each), the rest is bookkeeping.
-struct Rnic::Mr : MrArch {
-};
+struct Rnic::Mr : MrArch {};
 
 struct Rnic::Cq : CqArch {
     uint32_t users = 0;
@@ -113,8 +112,7 @@ struct Rnic::Cq : CqArch {
 struct Rnic::Qp : QpArch {
     uint32_t qpn = 0;
     QpAttr attr; // the engine's, as last modified
-    struct Wr : WrArch {
-    };
+    struct Wr : WrArch {};
     std::map<uint64_t, Wr> wrs; // by sequence number (the engine's wr_id)
     Wr bad;                     // bad_held: the WQE that failed its checks
 };

@@ -180,7 +180,8 @@ bool Rnic::check_state(const RnicSnapshot &s, std::string *why)
     if (s.mr.size() > RNIC_MAX_MR || s.cq.size() > RNIC_MAX_CQ || s.qp.size() > RNIC_MAX_QP)
         return fail(why, "object counts %zu MRs, %zu CQs, %zu QPs beyond the device's", s.mr.size(),
                     s.cq.size(), s.qp.size());
-    if (s.wr.size() > kWrMax || s.sqe.size() > s.wr.size() || s.res.size() > size_t(RNIC_MAX_QP) * RC_MAX_RD_ATOMIC)
+    if (s.wr.size() > kWrMax || s.sqe.size() > s.wr.size() ||
+        s.res.size() > size_t(RNIC_MAX_QP) * RC_MAX_RD_ATOMIC)
         return fail(why, "record counts %zu WRs, %zu send queue entries, %zu resources beyond the device's",
                     s.wr.size(), s.sqe.size(), s.res.size());
     uint64_t n_pages = 0;
@@ -288,7 +289,8 @@ bool Rnic::check_state(const RnicSnapshot &s, std::string *why)
             uint32_t ip;
             if (!cfg_.peer_addr(q.dest_node, mac, &ip)) return fail(why, "QP %u: node %u", i, q.dest_node);
         }
-        if (q.bad_lerr > RNIC_LERR_LENGTH || q.rlerr > RNIC_LERR_LENGTH) return fail(why, "QP %u: local error", i);
+        if (q.bad_lerr > RNIC_LERR_LENGTH || q.rlerr > RNIC_LERR_LENGTH)
+            return fail(why, "QP %u: local error", i);
         if (q.rlen > RNIC_MAX_MSG) return fail(why, "QP %u: receive length", i);
         if (a.path_mtu < ROCE_MTU_MIN || a.path_mtu > cfg_.timing.max_mtu || (a.path_mtu & (a.path_mtu - 1)))
             return fail(why, "QP %u: path MTU %u (this device: up to %u)", i, a.path_mtu,
@@ -300,13 +302,15 @@ bool Rnic::check_state(const RnicSnapshot &s, std::string *why)
         if (a.max_dest_rd_atomic < 1 || a.max_dest_rd_atomic > RC_MAX_RD_ATOMIC || a.max_rd_atomic < 1 ||
             a.max_rd_atomic > RC_MAX_RD_ATOMIC)
             return fail(why, "QP %u: rd_atomic depths", i);
-        if (r.n_res != 0 && r.n_res != a.max_dest_rd_atomic) return fail(why, "QP %u: responder resources", i);
+        if (r.n_res != 0 && r.n_res != a.max_dest_rd_atomic)
+            return fail(why, "QP %u: responder resources", i);
         if (e.res_next >= std::max(r.n_res, 1u)) return fail(why, "QP %u: resource index", i);
         if (a.timeout > 31 || a.retry_cnt > 7 || a.rnr_retry > 7 || e.retry_left > 7 || e.rnr_left > 7 ||
             a.min_rnr_timer > 31)
             return fail(why, "QP %u: timeout or retry counts", i);
         if (a.access & ~(RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE)) return fail(why, "QP %u: access", i);
-        if (e.in_msg > kMsgWrite || e.msg_off > RNIC_MAX_MSG) return fail(why, "QP %u: message in progress", i);
+        if (e.in_msg > kMsgWrite || e.msg_off > RNIC_MAX_MSG)
+            return fail(why, "QP %u: message in progress", i);
         if (((e.next_psn - e.una) & ROCE_PSN_MASK) > cfg_.rc.max_inflight_psn)
             return fail(why, "QP %u: %u PSNs outstanding", i, (e.next_psn - e.una) & ROCE_PSN_MASK);
         if (e.rd_outstanding > a.max_rd_atomic) return fail(why, "QP %u: reads outstanding", i);
@@ -319,7 +323,8 @@ bool Rnic::check_state(const RnicSnapshot &s, std::string *why)
     for (const WrRec &w : s.wr) {
         const unsigned i = w.qp_index;
         if (i >= RNIC_MAX_QP || !qp_of[i]) return fail(why, "WR of QP %u: no such QP", i);
-        if (w.wr.lerr > RNIC_LERR_LENGTH || w.wr.len > RNIC_MAX_MSG) return fail(why, "WR of QP %u: bad fields", i);
+        if (w.wr.lerr > RNIC_LERR_LENGTH || w.wr.len > RNIC_MAX_MSG)
+            return fail(why, "WR of QP %u: bad fields", i);
         if (w.bad) {
             if (!qp_of[i]->dev.bad_held || ++n_bad[i] > 1)
                 return fail(why, "QP %u: held failed WQE without the flag, or twice", i);
@@ -336,10 +341,12 @@ bool Rnic::check_state(const RnicSnapshot &s, std::string *why)
         if (uint8_t(e.wr.op) > uint8_t(WrOp::XAtomicPost) || e.wr.length > RNIC_MAX_MSG)
             return fail(why, "send queue entry of QP %u: bad fields", i);
         if (!seqs.count({i, e.wr.local}) || e.wr.wr_id != e.wr.local)
-            return fail(why, "send queue entry of QP %u: no device WR %llu", i, (unsigned long long)e.wr.local);
+            return fail(why, "send queue entry of QP %u: no device WR %llu", i,
+                        (unsigned long long)e.wr.local);
         for (uint32_t p : {e.first, e.last, e.resume, e.read_next})
             if (!psn_ok(p)) return fail(why, "send queue entry of QP %u: PSN 0x%x", i, p);
-        if (e.npkts == 0 || e.npkts > ROCE_PSN_MASK) return fail(why, "send queue entry of QP %u: packets", i);
+        if (e.npkts == 0 || e.npkts > ROCE_PSN_MASK)
+            return fail(why, "send queue entry of QP %u: packets", i);
         if (e.assigned && n_assigned[i] != n_sqe[i])
             return fail(why, "QP %u: a send queue entry with PSNs after one without", i);
         n_assigned[i] += e.assigned;

@@ -19,13 +19,14 @@
 #include <vector>
 
 #include "rackemu/rnic_regs.h"
+#include "rnic_capi.h"
 #include "rc_qp.h"
 #include "rnic_fields.h"
 
 namespace rackemu::rnic {
 
-// Bump with every change of the saved state (the device's VMState version follows it).
-constexpr uint32_t kRnicStateVersion = 3;
+// Bump RK_RNIC_STATE_VERSION (rnic_capi.h) with every change of the saved state.
+constexpr uint32_t kRnicStateVersion = RK_RNIC_STATE_VERSION;
 
 // A memory region (its page list: none for a physical MR).
 #define RNIC_MR_STATE(X) \

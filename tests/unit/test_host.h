@@ -39,9 +39,13 @@ public:
         ops_.persist = [](void *o, uint64_t addr, uint64_t len, uint64_t *synced) {
             return self(o)->persist(addr, len, *synced);
         };
-        ops_.send_frame = [](void *o, const uint8_t *frame, size_t len) { return self(o)->send_frame(frame, len); };
+        ops_.send_frame = [](void *o, const uint8_t *frame, size_t len) {
+            return self(o)->send_frame(frame, len);
+        };
         ops_.tx_wait = [](void *o) { self(o)->tx_wait(); };
-        ops_.timer_arm = [](void *o, unsigned id, uint64_t deadline_ns) { self(o)->timer_arm(id, deadline_ns); };
+        ops_.timer_arm = [](void *o, unsigned id, uint64_t deadline_ns) {
+            self(o)->timer_arm(id, deadline_ns);
+        };
         set_irq = [this](unsigned line, bool level) {
             std::lock_guard lk(mu);
             if (line >= irq.size()) irq.resize(line + 1, false);
