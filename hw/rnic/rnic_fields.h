@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstring>
+#include <type_traits>
 
 #include "state.h"
 
@@ -27,6 +28,8 @@ namespace rackemu::rnic {
 
 // A C struct without padding (rnic_regs.h's WQEs), used as itself and saved as its bytes.
 template <class T> struct Pod : T {
+    static_assert(std::has_unique_object_representations_v<T>,
+                  "a Pod has no padding: its bytes are its value");
     template <class V> void visit(V &v)
     {
         Bytes<sizeof(T)> b;
