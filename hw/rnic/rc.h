@@ -121,21 +121,27 @@ enum : uint32_t {
     RC_ACCESS_FLUSH_PERSIST = 1u << 9,
 };
 
+// (the RC_SEND_WR_STATE list is the struct: saved as is, rnic_state.h)
+#define RC_SEND_WR_STATE(X) \
+    X(uint64_t, wr_id, 0) \
+    X(WrOp, op, WrOp::Send) \
+    X(uint32_t, length, 0) /* bytes (atomics 8; XAtomic xsize, XAtomicPost 0; FLUSH: the range) */ \
+    X(uint64_t, local, 0)  /* the local buffer, opaque to the engine (RcEnv::read_local/write_local) */ \
+    X(uint64_t, remote_va, 0) \
+    X(uint32_t, rkey, 0) \
+    X(uint32_t, imm, 0)      /* SendImm/WriteImm: ImmDt as on the wire */ \
+    X(uint64_t, swap_add, 0) /* CmpSwap: swap; FetchAdd: add; AtomicWrite: the value; XAtomic*: operand */ \
+    X(uint64_t, compare, 0)  /* CmpSwap, XAtomic* MCSWAP */ \
+    X(uint64_t, mask, 0)     /* XAtomic* MCSWAP */ \
+    X(uint8_t, xop, ROCE_XOP_ADD) /* XAtomic*: ROCE_XOP_*, 4 or 8 */ \
+    X(uint8_t, xsize, ROCE_XATOMIC_SIZE64) \
+    X(uint8_t, flush_placement, ROCE_FETH_PLT_GLOBAL) \
+    X(uint8_t, flush_selectivity, ROCE_FETH_SEL_RANGE) \
+    X(bool, signaled, true) \
+    X(bool, solicited, false) \
+    X(bool, fence, false)
 struct SendWr {
-    uint64_t wr_id = 0;
-    WrOp op = WrOp::Send;
-    uint32_t length = 0; // bytes (SEND/WRITE/READ; atomics 8; XAtomic xsize, XAtomicPost 0; FLUSH: the range)
-    uint64_t local = 0;  // the local buffer, opaque to the engine (RcEnv::read_local/write_local)
-    uint64_t remote_va = 0;
-    uint32_t rkey = 0;
-    uint32_t imm = 0;      // SendImm/WriteImm: ImmDt as on the wire
-    uint64_t swap_add = 0; // CmpSwap: swap; FetchAdd: add; AtomicWrite: the value; XAtomic*: operand
-    uint64_t compare = 0;  // CmpSwap, XAtomic* MCSWAP
-    uint64_t mask = 0;     // XAtomic* MCSWAP
-    uint8_t xop = ROCE_XOP_ADD, xsize = ROCE_XATOMIC_SIZE64; // XAtomic*: ROCE_XOP_*, 4 or 8
-    uint8_t flush_placement = ROCE_FETH_PLT_GLOBAL;
-    uint8_t flush_selectivity = ROCE_FETH_SEL_RANGE;
-    bool signaled = true, solicited = false, fence = false;
+    RNIC_FIELDS(RC_SEND_WR_STATE)
 };
 
 struct Completion {
@@ -217,20 +223,22 @@ public:
     }
 };
 
+#define RC_QP_ATTR_STATE(X) \
+    X(L3Addr, path, {})                 /* addresses and UDP source port of the connection */ \
+    X(uint32_t, dest_qpn, 0)            /* RTR */ \
+    X(uint32_t, path_mtu, 1024)         /* RTR: 256, 512, 1024, 2048, 4096 */ \
+    X(uint32_t, rq_psn, 0)              /* RTR: the first expected PSN */ \
+    X(uint32_t, max_dest_rd_atomic, 16) /* RTR: responder resources (1..RC_MAX_RD_ATOMIC) */ \
+    X(uint8_t, min_rnr_timer, 12)       /* RTR: RNR NAK timer code we send (0.64 ms) */ \
+    X(uint32_t, sq_psn, 0)              /* RTS: the first PSN we send */ \
+    X(uint8_t, timeout, 14)             /* RTS: 4.096 us x 2^timeout (0 = infinite, 14 = 67 ms) */ \
+    X(uint8_t, retry_cnt, 7)            /* RTS: 0..7 */ \
+    X(uint8_t, rnr_retry, 7)            /* RTS: 0..7, 7 = infinite */ \
+    X(uint32_t, max_rd_atomic, 16)      /* RTS: initiator depth (1..RC_MAX_RD_ATOMIC) */ \
+    X(uint32_t, access, 0)              /* RC_ACCESS_REMOTE_* the QP accepts */ \
+    X(uint16_t, pkey, ROCE_PKEY_DEFAULT)
 struct QpAttr {
-    L3Addr path;                      // addresses and UDP source port of the connection
-    uint32_t dest_qpn = 0;            // RTR
-    uint32_t path_mtu = 1024;         // RTR: 256, 512, 1024, 2048, 4096
-    uint32_t rq_psn = 0;              // RTR: the first expected PSN
-    uint32_t max_dest_rd_atomic = 16; // RTR: responder resources (1..RC_MAX_RD_ATOMIC)
-    uint8_t min_rnr_timer = 12;       // RTR: RNR NAK timer code we send (0.64 ms)
-    uint32_t sq_psn = 0;              // RTS: the first PSN we send
-    uint8_t timeout = 14;             // RTS: 4.096 us x 2^timeout (0 = infinite, 14 = 67 ms)
-    uint8_t retry_cnt = 7;            // RTS: 0..7
-    uint8_t rnr_retry = 7;            // RTS: 0..7, 7 = infinite
-    uint32_t max_rd_atomic = 16;      // RTS: initiator depth (1..RC_MAX_RD_ATOMIC)
-    uint32_t access = 0;              // RC_ACCESS_REMOTE_* the QP accepts
-    uint16_t pkey = ROCE_PKEY_DEFAULT;
+    RNIC_FIELDS(RC_QP_ATTR_STATE)
 };
 
 constexpr uint32_t RC_MAX_RD_ATOMIC = 64;

@@ -237,9 +237,7 @@ std::span<const Rnic::RegRow> Rnic::reg_table()
 
 // ---- construction, reset ----
 
-Rnic::Rnic(Host host, RnicConfig cfg, SendFn send, TimerFn timer, TxWaitFn tx_wait)
-    : host_(host), cfg_(std::move(cfg)), send_(std::move(send)), timer_(std::move(timer)),
-      tx_wait_(std::move(tx_wait)), bank_(reg_table())
+Rnic::Rnic(Host host, RnicConfig cfg) : host_(host), cfg_(std::move(cfg)), bank_(reg_table())
 {
     if (!cfg_.peer_addr) cfg_.peer_addr = rnic_default_peer_addr;
     if (!valid_mtu(cfg_.timing.max_mtu)) cfg_.timing.max_mtu = ROCE_MTU_MAX;
@@ -553,7 +551,7 @@ void Rnic::after_engine()
 
 void Rnic::arm_timer()
 {
-    if (timer_) timer_(rc_->next_deadline_ns());
+    host_.timer_arm(0, rc_->next_deadline_ns());
 }
 
 // ---- the engine's clock ----

@@ -30,15 +30,15 @@
 // AMU_* counter runs the model to the end of what it holds.
 //
 // Threading (one lock, mu_): ctrl_read/ctrl_write/db_read/db_write come from a vCPU thread
-// (MMIO), on_frame from the fabric port's thread, poll() from the glue's timer in the main
-// loop, tx_resume() from the glue's transmit thread once the port has room again. Each takes mu_ for its whole run; the host (DMA, set_irq, guest_error) and the link's
-// send function are called with mu_ held and must not call back into the core (a frame to this
-// node's own MAC is queued and delivered after the current call, under the same lock). The
-// timer callback is called with mu_ held too: it only records the deadline.
+// (MMIO), on_frame from the fabric port's thread, poll() from the host's timer 0 in the main
+// loop, tx_resume() from the host's transmit thread once the port has room again. Each takes
+// mu_ for its whole run; the host (DMA, set_irq, guest_error, send_frame, timer_arm, tx_wait)
+// is called with mu_ held and never calls back into the core (a frame to this node's own MAC
+// is queued and delivered after the current call, under the same lock).
 //
 // Backpressure: a send the link cannot take now (LinkTx::Busy, the port's ring is full) is not
 // dropped: the frame is held, later frames queue behind it in order, the engine's requesters
-// pause at their next PSN (RcEnv::tx_ready), and tx_wait() asks the glue to call tx_resume()
+// pause at their next PSN (RcEnv::tx_ready), and host tx_wait() asks for a call of tx_resume()
 // when the port has room. So a doorbell on a vCPU never waits for the link.
 //
 // Interrupts: line v of the host is MSI-X vector v (or INTx, the glue's OR): level = INT_STATUS
@@ -176,29 +176,11 @@ struct RnicEq {
 // such pass reach the atomic unit at the pass's start (docs/atomic-unit.md "In the RNIC").
 constexpr uint64_t kRxPassGapNs = 2000;
 
-// The architectural state (rnic_state.h): the fixed part and the record arrays.
-struct RnicSnapshot {
-    rk_rnic_state st{};
-    std::vector<rk_rnic_mr_state> mr;
-    std::vector<uint64_t> pages; // the MRs' page lists, concatenated in MR record order
-    std::vector<rk_rnic_cq_state> cq;
-    std::vector<rk_rnic_qp_state> qp;
-    std::vector<rk_rnic_wr_state> wr;
-    std::vector<rk_rnic_sqe_state> sqe;
-    std::vector<rk_rnic_res_state> res;
-};
-
 class Rnic : private RcEnv {
 public:
-    // The link: transmit one Ethernet frame.
-    using SendFn = std::function<LinkTx(const uint8_t *frame, size_t len)>;
-    // The earliest time poll() has work (UINT64_MAX: none); called with the lock held.
-    using TimerFn = std::function<void(uint64_t deadline_ns)>;
-    // The link pushed back (a send returned Busy): call tx_resume() once the port has room
-    // (from a thread that may block: the glue's transmit thread). Called with the lock held.
-    using TxWaitFn = std::function<void()>;
-
-    Rnic(Host host, RnicConfig cfg, SendFn send, TimerFn timer = {}, TxWaitFn tx_wait = {});
+    // The link, the retransmission timer (timer 0) and backpressure are the host's (send_frame,
+    // timer_arm, tx_wait: rackemu/host.h).
+    Rnic(Host host, RnicConfig cfg);
     ~Rnic() override;
     Rnic(const Rnic &) = delete;
     Rnic &operator=(const Rnic &) = delete;
@@ -233,6 +215,10 @@ public:
     void pause(bool on);
     RnicSnapshot save();
     bool load(const RnicSnapshot &s, std::string *why);
+    // The same as one string (hw/core/state.h; the device ops' save/load): load refuses a
+    // short or overlong string, a list beyond kListMax, and whatever load(RnicSnapshot) refuses.
+    void save(StateOut &out);
+    bool load(StateIn &in, std::string *why);
     static constexpr size_t kPausedFrames = 4096;
 
     // Counter i (RNIC_CNT_INDEX_*), as the register reads it.
@@ -321,6 +307,7 @@ private:
     void eq_write_ctrl(uint32_t merged);
     void update_irq();
     void arm_timer();
+    LinkTx link_send(const uint8_t *frame, size_t len);
     void hold_frame(const uint8_t *frame, size_t len);
     void drain_held();
     bool check_state(const RnicSnapshot &s, std::string *why); // load(), before any change
@@ -345,9 +332,6 @@ private:
 
     Host host_;
     RnicConfig cfg_;
-    SendFn send_;
-    TimerFn timer_;
-    TxWaitFn tx_wait_;
     std::mutex mu_;
     RegBank<Rnic, Pending> bank_;
     std::unique_ptr<RcEngine> rc_;

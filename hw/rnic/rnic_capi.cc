@@ -1,44 +1,22 @@
 // SPDX-License-Identifier: MIT
-// The RNIC core's C API (rnic_capi.h).
+// The RNIC core's C API (rnic_capi.h): its configuration and its device operations.
 #include "rnic_capi.h"
-
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-
-#include "rackemu/fabric_proto.h"
-#include "rnic.h"
 
 #include <cstdio>
 
+#include "device_ops.h"
+#include "rackemu/fabric_proto.h"
+#include "rk_fabric_endpoint.h"
+#include "rk_fabric_port.h"
+#include "rnic.h"
+
+using rackemu::DeviceOps;
 using rackemu::Host;
 using rackemu::rnic::AmuConfig;
-using rackemu::rnic::LinkTx;
 using rackemu::rnic::Rnic;
 using rackemu::rnic::RnicConfig;
 
-struct RkRnic {
-    std::unique_ptr<Rnic> core;
-};
-
 namespace {
-
-// A malloc()ed copy of a record array (NULL when empty), for the C side to free().
-template <typename T> T *dup_records(const std::vector<T> &v)
-{
-    if (v.empty()) return nullptr;
-    T *p = static_cast<T *>(malloc(v.size() * sizeof(T)));
-    if (!p) abort(); // as the glue's g_malloc: out of memory is fatal
-    std::memcpy(p, v.data(), v.size() * sizeof(T));
-    return p;
-}
-
-// The records of a C array (none when NULL).
-template <typename T> std::vector<T> to_vector(const T *p, uint32_t n)
-{
-    return p ? std::vector<T>(p, p + n) : std::vector<T>{};
-}
 
 // The unit's configuration of `a`; what is wrong with it in *err (nullptr: nothing).
 AmuConfig amu_config(const RkRnicAmu &a, uint32_t nic_mhz, const char **err)
@@ -75,52 +53,29 @@ AmuConfig amu_config(const RkRnicAmu &a, uint32_t nic_mhz, const char **err)
     return c;
 }
 
-} // namespace
-
-extern "C" {
-
-void rk_rnic_amu_defaults(RkRnicAmu *a)
+Rnic *of(void *core)
 {
-    const AmuConfig c;
-    *a = RkRnicAmu{
-        c.host_lat_ns,  c.host_mbps,       c.mem_ns,      c.net_mbps,   c.msg_bytes,       c.rdreq_bytes,
-        c.wrreq_bytes,  c.resp_bytes,      c.cache_lines, c.cache_ways, c.lookahead,       c.regs,
-        c.input_queue,  c.host_queue,      c.tags,        c.age_max,    c.hostq_threshold, c.raw_entries,
-        c.cache_cycles, c.conflict_bypass, nullptr,       nullptr};
+    return static_cast<Rnic *>(core);
 }
 
-int rk_rnic_amu_check(const RkRnicAmu *a, uint32_t nic_mhz, char *msg, size_t len)
+void *create(const RkHost *host, const void *config, char *err, size_t errlen)
 {
-    const char *err = nullptr;
-    amu_config(*a, nic_mhz, &err);
-    if (!err) return 0;
-    if (msg && len) std::snprintf(msg, len, "amu-%s (docs/atomic-unit.md \"Properties\")", err);
-    return -1;
-}
-
-RkRnic *rk_rnic_new(const RkHost *host, const RkRnicTiming *t, const RkRnicAmu *amu, int link,
-                    rk_rnic_send_fn send, rk_rnic_timer_fn timer, rk_rnic_tx_wait_fn tx_wait, void *opaque)
-{
+    const RkRnicConfig &c = *static_cast<const RkRnicConfig *>(config);
+    const RkRnicTiming &t = c.timing;
     RnicConfig cfg;
-    if (t) cfg.timing = {t->link_mbps, t->hop_ns, t->nic_mhz, t->pcie_ns, t->pcie_mbps, t->max_mtu};
-    if (amu) {
-        const char *err = nullptr;
-        cfg.amu = amu_config(*amu, cfg.timing.nic_mhz, &err);
-        if (err) { // the glue refuses these at realize: a defined result for any other caller
-            Host(*host).guest_errorf("rnic: atomic unit property refused (amu-%s): the defaults are used",
-                                     err);
-            cfg.amu = AmuConfig{};
-            cfg.amu.nic_mhz = cfg.timing.nic_mhz;
-        }
-    } else {
-        cfg.amu.nic_mhz = cfg.timing.nic_mhz;
+    cfg.timing = {t.link_mbps, t.hop_ns, t.nic_mhz, t.pcie_ns, t.pcie_mbps, t.max_mtu};
+    const char *bad = nullptr;
+    cfg.amu = amu_config(c.amu, cfg.timing.nic_mhz, &bad);
+    if (bad) {
+        std::snprintf(err, errlen, "atomic unit: amu-%s (docs/atomic-unit.md \"Properties\")", bad);
+        return nullptr;
     }
-    cfg.link = link != 0;
+    cfg.link = host->port != nullptr; // without a port, frames to other nodes are dropped
     rkf_eth_node_mac(host->node_id, cfg.mac);
     cfg.ip = rkf_eth_node_ipv4(host->node_id);
     // The direct path over the node's remote memory (docs/rnic.md "Direct path"): on when the
-    // machine turned it on there (ram-dir) and the glue passed it (property `direct`).
-    if (RkRemoteMem *m = host->rmem) {
+    // machine turned it on there (ram-dir) and the configuration asks for it (property `direct`).
+    if (RkRemoteMem *m = c.direct ? host->rmem : nullptr) {
         cfg.direct.own =
             static_cast<rnic_pub *>(rk_rmem_tail_area(m, RK_RMEM_TAIL_RNIC_OFF, RK_RMEM_TAIL_RNIC_SIZE));
         if (cfg.direct.own) {
@@ -132,114 +87,73 @@ RkRnic *rk_rnic_new(const RkHost *host, const RkRnicTiming *t, const RkRnicAmu *
             };
         }
     }
-    auto *r = new RkRnic;
-    r->core = std::make_unique<Rnic>(
-        Host(*host), cfg,
-        [send, opaque](const uint8_t *f, size_t n) {
-            const int rc = send ? send(opaque, f, n) : -ENOTCONN;
-            return rc == 0 ? LinkTx::Sent : rc == -EAGAIN ? LinkTx::Busy : LinkTx::Dropped;
-        },
-        [timer, opaque](uint64_t d) {
-            if (timer) timer(opaque, d);
-        },
-        [tx_wait, opaque]() {
-            if (tx_wait) tx_wait(opaque);
-        });
-    return r;
+    return new Rnic(Host(*host), cfg);
 }
 
-void rk_rnic_free(RkRnic *r)
+// The port's link state (STATUS.LINK_UP, PORT_ACTIVE / PORT_ERR): the RNIC's frames take the
+// port's Ethernet receiver, so its RKF_SVC_ETH service carries only link changes.
+void on_link(void *core, int up)
 {
-    delete r;
-}
-uint64_t rk_rnic_ctrl_read(RkRnic *r, uint64_t o, unsigned s)
-{
-    return r->core->ctrl_read(o, s);
-}
-void rk_rnic_ctrl_write(RkRnic *r, uint64_t o, uint64_t v, unsigned s)
-{
-    r->core->ctrl_write(o, v, s);
-}
-uint64_t rk_rnic_db_read(RkRnic *r, uint64_t o, unsigned s)
-{
-    return r->core->db_read(o, s);
-}
-void rk_rnic_db_write(RkRnic *r, uint64_t o, uint64_t v, unsigned s)
-{
-    r->core->db_write(o, v, s);
-}
-void rk_rnic_on_frame(RkRnic *r, const uint8_t *f, size_t n)
-{
-    r->core->on_frame(f, n);
-}
-void rk_rnic_poll(RkRnic *r)
-{
-    r->core->poll();
-}
-int rk_rnic_tx_resume(RkRnic *r)
-{
-    return r->core->tx_resume() ? 1 : 0;
-}
-void rk_rnic_reset(RkRnic *r)
-{
-    r->core->reset();
-}
-void rk_rnic_set_link(RkRnic *r, int up)
-{
-    r->core->set_link(up != 0);
-}
-int rk_rnic_irq_level(RkRnic *r, unsigned v)
-{
-    return r->core->irq_level(v) ? 1 : 0;
+    of(core)->set_link(up != 0);
 }
 
-void rk_rnic_pause(RkRnic *r, int on)
+const struct rk_fabric_service kLinkService = {nullptr, nullptr, on_link};
+
+void on_frame(void *core, const uint8_t *frame, size_t len)
 {
-    r->core->pause(on != 0);
+    of(core)->on_frame(frame, len);
 }
 
-void rk_rnic_save(RkRnic *r, RkRnicSaved *out)
+void on_timer(void *core, unsigned)
 {
-    const rackemu::rnic::RnicSnapshot s = r->core->save();
-    *out = RkRnicSaved{};
-    out->st = s.st;
-    out->mr = dup_records(s.mr);
-    out->pages = dup_records(s.pages);
-    out->cq = dup_records(s.cq);
-    out->qp = dup_records(s.qp);
-    out->wr = dup_records(s.wr);
-    out->sqe = dup_records(s.sqe);
-    out->res = dup_records(s.res);
+    of(core)->poll();
 }
 
-void rk_rnic_saved_free(RkRnicSaved *s)
+int tx_resume(void *core)
 {
-    free(s->mr);
-    free(s->pages);
-    free(s->cq);
-    free(s->qp);
-    free(s->wr);
-    free(s->sqe);
-    free(s->res);
-    *s = RkRnicSaved{};
+    return of(core)->tx_resume() ? 1 : 0;
 }
 
-int rk_rnic_load(RkRnic *r, const RkRnicSaved *in, char *msg, size_t len)
+} // namespace
+
+extern "C" {
+
+int rk_rnic_amu_check(const RkRnicAmu *a, uint32_t nic_mhz, char *msg, size_t len)
 {
-    rackemu::rnic::RnicSnapshot s;
-    s.st = in->st;
-    // the counts are checked against the records by load(); here only what the arrays hold
-    s.mr = to_vector(in->mr, in->st.n_mr);
-    s.pages = to_vector(in->pages, in->st.n_pages);
-    s.cq = to_vector(in->cq, in->st.n_cq);
-    s.qp = to_vector(in->qp, in->st.n_qp);
-    s.wr = to_vector(in->wr, in->st.n_wr);
-    s.sqe = to_vector(in->sqe, in->st.n_sqe);
-    s.res = to_vector(in->res, in->st.n_res);
-    std::string why;
-    if (r->core->load(s, &why)) return 0;
-    if (msg && len) snprintf(msg, len, "%s", why.c_str());
-    return -EINVAL;
+    const char *err = nullptr;
+    amu_config(*a, nic_mhz, &err);
+    if (!err) return 0;
+    if (msg && len) std::snprintf(msg, len, "amu-%s (docs/atomic-unit.md \"Properties\")", err);
+    return -1;
 }
+
+using Ops = DeviceOps<Rnic>;
+
+const RkDeviceOps rk_rnic_device_ops = {
+    .name = RACKEMU_RNIC_TYPE,
+    .create = create,
+    .free = Ops::free,
+    .nregions = 2,
+    .regions = {{RACKEMU_RNIC_TYPE, RNIC_BAR_CTRL_SIZE, RNIC_BAR_CTRL, Ops::read<&Rnic::ctrl_read>,
+                 Ops::write<&Rnic::ctrl_write>, nullptr},
+                {"rackemu-rnic-db", RNIC_BAR_DB_SIZE, RNIC_BAR_DB, Ops::read<&Rnic::db_read>,
+                 Ops::write<&Rnic::db_write>, nullptr}},
+    .nirqs = RNIC_MSIX_VECTORS,
+    .msix_bar = RNIC_BAR_MSIX,
+    .reset = Ops::reset,
+    .pause = Ops::pause,
+    .irq_level = Ops::irq_level,
+    .state_version = rackemu::rnic::kRnicStateVersion,
+    .state_max = rackemu::rnic::kStateMax,
+    .save = Ops::save,
+    .load = Ops::load<rackemu::rnic::kListMax>,
+    .fabric_svc = RKF_SVC_ETH,
+    .fabric = &kLinkService,
+    .eth_class = RK_FABRIC_ETH_ROCE,
+    .frame = on_frame,
+    .ntimers = 1,
+    .timer = on_timer,
+    .tx_resume = tx_resume,
+};
 
 } // extern "C"

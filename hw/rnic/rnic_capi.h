@@ -1,10 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The C API of the RNIC device core (hw/rnic/rnic.h) for its QEMU glue (hw/qemu/rackemu_rnic.c).
- * Threading as the core's: the register and doorbell calls from a vCPU, rk_rnic_on_frame from the
- * fabric port's thread, rk_rnic_poll from a timer, rk_rnic_tx_resume from the glue's transmit
- * thread; `send`, `timer` and `tx_wait` are called with the core's lock held and must not call
- * back into it.
+ * The C API of the RNIC device core (hw/rnic/rnic.h) for its QEMU glue (hw/qemu/rackemu_rnic.c):
+ * its configuration, the check of its atomic unit's properties, and its device operations
+ * (rackemu/device.h), which the generic adapter (hw/qemu/rackemu_device.c) serves.
  */
 #ifndef RACKEMU_RNIC_CAPI_H
 #define RACKEMU_RNIC_CAPI_H
@@ -12,14 +10,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rackemu/host.h"
-#include "rnic_state.h"
+#include "rackemu/device.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct RkRnic RkRnic;
 
 /* The timing model (docs/rnic.md "Timing model"); the glue's properties. */
 typedef struct RkRnicTiming {
@@ -43,61 +38,31 @@ typedef struct RkRnicAmu {
     const char *raw;
 } RkRnicAmu;
 
-/* The defaults (the paper's), for a caller without properties. */
-void rk_rnic_amu_defaults(RkRnicAmu *a);
 /* 0 if `a` is valid; else -1 and a message naming the bad property (amu-...) in msg. */
 int rk_rnic_amu_check(const RkRnicAmu *a, uint32_t nic_mhz, char *msg, size_t len);
 
-/* Transmit one frame; returns 0 when it was queued to the link, -EAGAIN when the link cannot take
- * it now (the core holds it and pauses: backpressure), any other value: dropped and counted. */
-typedef int (*rk_rnic_send_fn)(void *opaque, const uint8_t *frame, size_t len);
-/* The earliest time rk_rnic_poll() has work (UINT64_MAX: none). */
-typedef void (*rk_rnic_timer_fn)(void *opaque, uint64_t deadline_ns);
-/* The link pushed back: call rk_rnic_tx_resume() once it has room (from a thread that may block). */
-typedef void (*rk_rnic_tx_wait_fn)(void *opaque);
+/* The version of the saved state (rk_rnic_device_ops.state_version, the glue's VMState version):
+ * bump it with every change of hw/rnic/rnic_state.h's lists. */
+#define RK_RNIC_STATE_VERSION 3u
 
-/* `host` is copied. link = 0: no fabric port (frames to other nodes are dropped and counted).
- * amu: NULL for the defaults; an invalid one (rk_rnic_amu_check) is replaced by the defaults
- * with a guest error. */
-RkRnic *rk_rnic_new(const RkHost *host, const RkRnicTiming *timing, const RkRnicAmu *amu, int link,
-                    rk_rnic_send_fn send, rk_rnic_timer_fn timer, rk_rnic_tx_wait_fn tx_wait, void *opaque);
-void rk_rnic_free(RkRnic *r);
-uint64_t rk_rnic_ctrl_read(RkRnic *r, uint64_t offset, unsigned size);
-void rk_rnic_ctrl_write(RkRnic *r, uint64_t offset, uint64_t value, unsigned size);
-uint64_t rk_rnic_db_read(RkRnic *r, uint64_t offset, unsigned size);
-void rk_rnic_db_write(RkRnic *r, uint64_t offset, uint64_t value, unsigned size);
-void rk_rnic_on_frame(RkRnic *r, const uint8_t *frame, size_t len);
-void rk_rnic_poll(RkRnic *r);
-/* Send what the core held while the link pushed back, then let paused send queues continue.
- * Returns 1 while the link still pushes back (wait for room, then call again), 0 when drained. */
-int rk_rnic_tx_resume(RkRnic *r);
-void rk_rnic_reset(RkRnic *r);
-/* The fabric port's link state (STATUS.LINK_UP; a change is a PORT_ACTIVE / PORT_ERR async event). */
-void rk_rnic_set_link(RkRnic *r, int up);
-/* The level of interrupt line (MSI-X vector) `vector`. */
-int rk_rnic_irq_level(RkRnic *r, unsigned vector);
+/* The device's configuration (its QOM properties), rk_rnic_device_ops' create. */
+typedef struct RkRnicConfig {
+    RkRnicTiming timing;
+    RkRnicAmu amu;
+    /* the direct path over the host's remote memory (docs/rnic.md "Direct path"); 0: the
+     * core ignores RkHost.rmem */
+    int direct;
+} RkRnicConfig;
 
 /*
- * Migration (docs/rnic.md "Migration"). rk_rnic_pause(r, 1) while the VM is stopped (frames from
- * the link are held, timers wait), 0 when it runs again. rk_rnic_save fills `out`: the fixed part
- * and malloc()ed record arrays of st.n_* entries (free them with rk_rnic_saved_free).
- * rk_rnic_load validates everything and returns 0, or -EINVAL with the reason in msg (the
- * device is unchanged).
+ * The device operations (rackemu/device.h): BAR0 registers and BAR2 doorbell pages, 8 MSI-X
+ * vectors (BAR4), the port's link state through the RKF_SVC_ETH service, RoCEv2 frames from
+ * the port's Ethernet receiver, timer 0 (retransmission, RNR waits, ACKs owed), tx_resume after
+ * backpressure, and the state (hw/rnic/rnic_state.h) as one string. create refuses a bad
+ * configuration (an atomic unit property, a path MTU) with a message. Without a port
+ * (RkHost.port NULL) frames to other nodes are dropped and counted.
  */
-typedef struct RkRnicSaved {
-    struct rk_rnic_state st;
-    struct rk_rnic_mr_state *mr;
-    uint64_t *pages;
-    struct rk_rnic_cq_state *cq;
-    struct rk_rnic_qp_state *qp;
-    struct rk_rnic_wr_state *wr;
-    struct rk_rnic_sqe_state *sqe;
-    struct rk_rnic_res_state *res;
-} RkRnicSaved;
-void rk_rnic_pause(RkRnic *r, int on);
-void rk_rnic_save(RkRnic *r, RkRnicSaved *out);
-void rk_rnic_saved_free(RkRnicSaved *s);
-int rk_rnic_load(RkRnic *r, const RkRnicSaved *s, char *msg, size_t len);
+extern const RkDeviceOps rk_rnic_device_ops;
 
 #ifdef __cplusplus
 }

@@ -162,7 +162,7 @@ bool Rnic::direct_op(Qp &q, uint64_t seq, const SendWr &wr)
         tx_blocked_ || (!write && !at->max_rd_atomic))
         return false;
     const uint32_t self = cfg_.direct.node;
-    const int peer_or_none = rkf_eth_mac_node(at->path.dst_mac);
+    const int peer_or_none = rkf_eth_mac_node(at->path.dst_mac.data());
     const uint32_t peer = uint32_t(peer_or_none);
     if (peer_or_none < 0 || peer == self || self >= RKF_MAX_NODES) return false;
     // A WRITE's busy word is this node's liveness word (generation, UP): the owner clears a word

@@ -26,6 +26,7 @@
 // Caveat: the only pushback is the port's ring (no PAUSE or PFC); beyond the hold limit frames are
 // lost as on a lossy link.
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "rnic.h"
@@ -53,7 +54,7 @@ void Rnic::send_frame(const uint8_t *frame, size_t len)
         loop_.emplace_back(frame, frame + len); // to this node: delivered after the current call
         return;
     }
-    if (!cfg_.link || !send_) {
+    if (!cfg_.link) {
         ctr_.link_tx_drops++;
         return;
     }
@@ -61,7 +62,7 @@ void Rnic::send_frame(const uint8_t *frame, size_t len)
         hold_frame(frame, len);
         return;
     }
-    switch (send_(frame, len)) {
+    switch (link_send(frame, len)) {
     case LinkTx::Sent:
         return;
     case LinkTx::Dropped:
@@ -71,9 +72,16 @@ void Rnic::send_frame(const uint8_t *frame, size_t len)
         tx_blocked_ = true;
         ctr_.link_backpressure++;
         hold_frame(frame, len);
-        if (tx_wait_) tx_wait_();
+        host_.tx_wait();
         return;
     }
+}
+
+// The host's send_frame: 0 queued, -EAGAIN the port's ring is full, else dropped.
+LinkTx Rnic::link_send(const uint8_t *frame, size_t len)
+{
+    const int rc = host_.send_frame(frame, len);
+    return rc == 0 ? LinkTx::Sent : rc == -EAGAIN ? LinkTx::Busy : LinkTx::Dropped;
 }
 
 void Rnic::hold_frame(const uint8_t *frame, size_t len)
@@ -92,7 +100,7 @@ void Rnic::drain_held()
 {
     while (!held_.empty()) {
         const std::vector<uint8_t> &f = held_.front();
-        const LinkTx r = send_ ? send_(f.data(), f.size()) : LinkTx::Dropped;
+        const LinkTx r = link_send(f.data(), f.size());
         if (r == LinkTx::Busy) return;
         if (r == LinkTx::Dropped) ctr_.link_tx_drops++;
         held_bytes_ -= f.size();

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The RNIC core's internal types (rnic.h): the verbs objects, which its migration code
-// (rnic_state.cc) saves and validates field by field, the atomic unit's host, and the helpers
+// The RNIC core's internal types (rnic.h): the verbs objects, whose state rnic_state.h
+// describes, the atomic unit's host, and the helpers
 // the core's files (rnic*.cc, one per concern: rnic.cc lists them) share. Internal to hw/rnic.
 #pragma once
 
@@ -102,48 +102,19 @@ struct Rnic::Pending {
     bool exec = false;
 };
 
-struct Rnic::Mr {
-    uint32_t pdn = 0;
-    uint64_t iova = 0, length = 0;
-    uint32_t access = 0;
-    bool phys = false;
-    uint8_t page_shift = 12;
-    std::vector<uint64_t> pages;
-};
+// The verbs objects: their state is rnic_state.h's (one list each), the rest is bookkeeping.
+struct Rnic::Mr : MrArch {};
 
-struct Rnic::Cq {
-    uint64_t ring = 0;
-    uint8_t depth_log2 = 0, vector = 0;
-    uint32_t pi = 0, ci = 0, arm = 0;
-    bool error = false;
+struct Rnic::Cq : CqArch {
     uint32_t users = 0;
 };
 
-struct Rnic::Qp {
-    uint32_t index = 0, qpn = 0, pdn = 0, send_cqn = 0, recv_cqn = 0;
-    uint64_t sq_ring = 0, rq_ring = 0;
-    uint8_t sq_log2 = 0, rq_log2 = 0;
-    uint32_t sq_pi = 0, sq_ci = 0, rq_pi = 0, rq_ci = 0;
-    uint8_t state = RNIC_QPS_RESET; // as last seen (detects transport errors)
-    QpAttr attr;
-    uint32_t dest_node = RNIC_DEST_NODE_EXPLICIT;
-    struct Wr {
-        struct rnic_send_wqe wqe;
-        uint64_t len = 0;
-        uint64_t posted_ns = 0;
-        uint32_t lerr = RNIC_LERR_NONE;
-    };
+struct Rnic::Qp : QpArch {
+    uint32_t qpn = 0;
+    QpAttr attr; // the engine's, as last modified
+    struct Wr : WrArch {};
     std::map<uint64_t, Wr> wrs; // by sequence number (the engine's wr_id)
-    // a fetched WQE that failed its checks, waiting for earlier WRs to complete
-    bool bad_held = false;
-    Wr bad;
-    uint32_t bad_lerr = 0;
-    // the receive WQE in use (fetched on demand)
-    bool rwqe_valid = false;
-    struct rnic_recv_wqe rwqe;
-    uint64_t rlen = 0;
-    uint64_t rfirst_ns = 0;
-    uint32_t rlerr = 0;
+    Wr bad;                     // bad_held: the WQE that failed its checks
 };
 
 // Rnic::mr_walk (rnic.h): the pieces of [va, va + len) by the MR's page list.

@@ -1,127 +1,184 @@
-/* SPDX-License-Identifier: MIT */
-/*
- * The RNIC's architectural state for migration (docs/rnic.md "Migration"): plain C structs that
- * the core's save() fills and load() validates (hw/rnic/rnic_state.cc), and that the glue's
- * versioned VMState describes field by field (hw/qemu/rackemu_rnic.c). One fixed part
- * (registers, bitmaps, counters, record counts) and arrays of records, each record naming the
- * object it belongs to (a QP index, an MR index): the layout stays flat so that the VMState is
- * a list of fields, and a new field is a new VMState field under a new version. Every byte of
- * every struct is a field (no implicit padding: checked with -Wpadded; reserved bytes are
- * streamed and must be 0), so a struct compares with memcmp.
- *
- * Not here, by design: frames on the wire or held for backpressure, READ responses paused by
- * backpressure and the requests queued behind them, the timers' deadlines (re-armed at load),
- * the atomic unit's cache (write-through: invalidated at load) and the device's properties
- * (configuration, not state).
- */
-#ifndef RACKEMU_RNIC_STATE_H
-#define RACKEMU_RNIC_STATE_H
+// SPDX-License-Identifier: MIT
+//
+// The RNIC's architectural state for migration (docs/rnic.md "Migration"), described once
+// (rnic_fields.h, hw/core/state.h): the device's verbs objects below and the RC engine's QP
+// (rc_qp.h: RC_QP_STATE, RC_SEND_ENTRY_STATE, RC_RESOURCE_STATE; rc.h: RC_QP_ATTR_STATE,
+// RC_SEND_WR_STATE) are these structs, so a new field is one line of its list. The saved state
+// (RnicSnapshot) is the fixed part (registers, bitmaps, counters, the event queue) and lists of
+// records, each naming the object it belongs to (an MR, CQ or QP index) beside the object's
+// state; the core's save() fills it, load() validates all of it before anything changes
+// (rnic_state.cc). Byte order and bounds are StateOut/StateIn's.
+//
+// Not here, by design: frames on the wire or held for backpressure, READ responses paused by
+// backpressure and the requests queued behind them, the timers' deadlines (re-armed at load),
+// the atomic unit's cache (write-through: invalidated at load) and the device's properties
+// (configuration, not state).
+#pragma once
 
-#include <stdint.h>
+#include <cstdint>
+#include <vector>
 
 #include "rackemu/rnic_regs.h"
+#include "rnic_capi.h"
+#include "rc_qp.h"
+#include "rnic_fields.h"
 
-#ifdef __cplusplus
-extern "C" {
-#endif
+namespace rackemu::rnic {
 
-/* Bump with every change of a struct below (and the glue's VMState version with it). */
-#define RK_RNIC_STATE_VERSION  2u
-/* The counters this version saves; rnic_state.cc asserts it equals RNIC_CNT_COUNT. */
-#define RK_RNIC_STATE_COUNTERS 89u
+// Bump RK_RNIC_STATE_VERSION (rnic_capi.h) with every change of the saved state.
+constexpr uint32_t kRnicStateVersion = RK_RNIC_STATE_VERSION;
 
-/* The fixed part. */
-struct rk_rnic_state {
-    uint32_t version; /* RK_RNIC_STATE_VERSION */
-    uint32_t ctrl, cmd_addr_lo, cmd_addr_hi, cmd_status, cmd_count;
-    uint32_t int_status, int_enable, model_hi_latch;
-    uint32_t irq_lines; /* bit v: interrupt line v's level */
-    uint64_t cq_events[RNIC_BITMAP_WORDS(RNIC_MAX_CQ)];
-    uint64_t qp_errors[RNIC_BITMAP_WORDS(RNIC_MAX_QP)];
-    uint64_t cq_errors[RNIC_BITMAP_WORDS(RNIC_MAX_CQ)];
-    uint64_t pd_valid[RNIC_BITMAP_WORDS(RNIC_MAX_PD)];
-    uint8_t mr_tag[RNIC_MAX_MR]; /* key byte of every MR slot (the next MR's key follows it) */
-    /* Counters as the core holds them (the engine's then the device's, RNIC_COUNTER_TABLE
-     * order; what the guest reads is counter - cnt_base). */
-    uint64_t counters[RK_RNIC_STATE_COUNTERS];
-    uint64_t cnt_base[RK_RNIC_STATE_COUNTERS];
-    uint64_t next_seq; /* the next send WR's sequence number */
-    /* the record counts (the glue checks them against the bounds before allocating) */
-    uint32_t n_mr, n_pages, n_cq, n_qp, n_wr, n_sqe, n_res;
-    uint32_t reserved;
-    /* the async event queue (RNIC_REG_EQ_*) and the port state its events report */
-    uint64_t eq_base;
-    uint32_t eq_ctrl, eq_pi, eq_ci, eq_seq, eq_status;
-    uint8_t eq_armed, link_up, reserved_eq[2];
+// A memory region (its page list: none for a physical MR).
+#define RNIC_MR_STATE(X) \
+    X(uint32_t, pdn, 0) \
+    X(uint64_t, iova, 0) \
+    X(uint64_t, length, 0) \
+    X(uint32_t, access, 0) \
+    X(bool, phys, false) \
+    X(uint8_t, page_shift, 12) \
+    X(std::vector<uint64_t>, pages, {})
+struct MrArch {
+    RNIC_FIELDS(RNIC_MR_STATE)
 };
 
-/* A memory region (n_pages entries of the page array, in MR record order; 0 for a physical MR). */
-struct rk_rnic_mr_state {
-    uint64_t iova, length;
-    uint32_t index, pdn, access, npages;
-    uint8_t phys, page_shift, reserved[6];
+#define RNIC_CQ_STATE(X) \
+    X(uint64_t, ring, 0) \
+    X(uint8_t, depth_log2, 0) \
+    X(uint8_t, vector, 0) \
+    X(uint32_t, pi, 0) \
+    X(uint32_t, ci, 0) \
+    X(uint32_t, arm, 0) \
+    X(bool, error, false)
+struct CqArch {
+    RNIC_FIELDS(RNIC_CQ_STATE)
 };
 
-struct rk_rnic_cq_state {
-    uint64_t ring;
-    uint32_t index, pi, ci, arm;
-    uint8_t depth_log2, vector, error, reserved[5];
+// The device's half of a QP (the engine's: RcQpArch; its attributes are the engine's).
+#define RNIC_QP_STATE(X) \
+    X(uint32_t, index, 0) \
+    X(uint32_t, pdn, 0) \
+    X(uint32_t, send_cqn, 0) \
+    X(uint32_t, recv_cqn, 0) \
+    X(uint64_t, sq_ring, 0) \
+    X(uint64_t, rq_ring, 0) \
+    X(uint8_t, sq_log2, 0) \
+    X(uint8_t, rq_log2, 0) \
+    X(uint32_t, sq_pi, 0) \
+    X(uint32_t, sq_ci, 0) \
+    X(uint32_t, rq_pi, 0) \
+    X(uint32_t, rq_ci, 0) \
+    X(uint8_t, state, RNIC_QPS_RESET) /* as last seen (detects transport errors) */ \
+    X(uint32_t, dest_node, RNIC_DEST_NODE_EXPLICIT) \
+    X(bool, bad_held, false) /* a fetched WQE failed its checks, waits for earlier WRs */ \
+    X(uint32_t, bad_lerr, 0) \
+    X(bool, rwqe_valid, false) /* the receive WQE in use (fetched on demand) */ \
+    X(Pod<struct rnic_recv_wqe>, rwqe, {}) \
+    X(uint64_t, rlen, 0) \
+    X(uint64_t, rfirst_ns, 0) \
+    X(uint32_t, rlerr, 0)
+struct QpArch {
+    RNIC_FIELDS(RNIC_QP_STATE)
 };
 
-/* A QP: the device's half (rings, indices, the receive WQE in use) and the RC engine's
- * (state, attributes, PSNs, retry counters, the message in progress). */
-struct rk_rnic_qp_state {
-    /* device */
-    uint64_t sq_ring, rq_ring;
-    uint32_t index, pdn, send_cqn, recv_cqn;
-    uint32_t sq_pi, sq_ci, rq_pi, rq_ci;
-    uint32_t dest_node, bad_lerr, rlerr, reserved0;
-    uint64_t rlen, rfirst_ns;
-    uint8_t sq_log2, rq_log2, dev_state, bad_held, rwqe_valid, reserved1[3];
-    uint8_t rwqe[64]; /* struct rnic_recv_wqe */
-    /* engine: state and attributes */
-    uint8_t state; /* RNIC_QPS_* */
-    uint8_t dst_mac[6], src_mac[6], tos, ttl, min_rnr_timer, timeout, retry_cnt, rnr_retry;
-    uint8_t reserved2[5];
-    uint16_t udp_sport, pkey;
-    uint32_t src_ip, dst_ip, dest_qpn, path_mtu, rq_psn, max_dest_rd_atomic, sq_psn, max_rd_atomic, access;
-    /* engine: requester */
-    uint16_t ip_id;
-    uint8_t retry_left, rnr_left, recovering, reserved3[3];
-    uint32_t cursor, next_psn, una, rd_outstanding, since_ackreq, recover_end;
-    /* engine: responder */
-    uint32_t epsn, msn, wr_rkey, wr_len, ack_psn, ack_requests, res_next, n_res;
-    uint64_t msg_off, wr_va;
-    uint8_t nak_sent, in_msg, wqe_held, ack_owed, comm_est, reserved4[3];
+// A send WR the device fetched and has not completed.
+#define RNIC_WR_STATE(X) \
+    X(Pod<struct rnic_send_wqe>, wqe, {}) \
+    X(uint64_t, len, 0) \
+    X(uint64_t, posted_ns, 0) \
+    X(uint32_t, lerr, RNIC_LERR_NONE)
+struct WrArch {
+    RNIC_FIELDS(RNIC_WR_STATE)
 };
 
-/* A send WR the device fetched and has not completed (bad = 1: the QP's held failed WQE). */
-struct rk_rnic_wr_state {
-    uint64_t seq, len, posted_ns;
-    uint32_t qp_index, lerr;
-    uint8_t bad, reserved[7];
-    uint8_t wqe[128]; /* struct rnic_send_wqe */
+// ---- the saved state: the fixed part and the records ----
+
+// The fixed part: registers, bitmaps, counters (the engine's then the device's,
+// RNIC_COUNTER_TABLE order; what the guest reads is counter - cnt_base), the event queue
+// (RNIC_REG_EQ_*) and the port state its events report.
+#define RNIC_FIXED_STATE(X) \
+    X(uint32_t, ctrl, 0) \
+    X(uint32_t, cmd_addr_lo, 0) \
+    X(uint32_t, cmd_addr_hi, 0) \
+    X(uint32_t, cmd_status, 0) \
+    X(uint32_t, cmd_count, 0) \
+    X(uint32_t, int_status, 0) \
+    X(uint32_t, int_enable, 0) \
+    X(uint32_t, model_hi_latch, 0) \
+    X(uint32_t, irq_lines, 0) /* bit v: interrupt line v's level */ \
+    X(Words<RNIC_BITMAP_WORDS(RNIC_MAX_CQ)>, cq_events, {}) \
+    X(Words<RNIC_BITMAP_WORDS(RNIC_MAX_QP)>, qp_errors, {}) \
+    X(Words<RNIC_BITMAP_WORDS(RNIC_MAX_CQ)>, cq_errors, {}) \
+    X(Words<RNIC_BITMAP_WORDS(RNIC_MAX_PD)>, pd_valid, {}) \
+    X(Bytes<RNIC_MAX_MR>, mr_tag, {}) /* key byte of every MR slot (the next MR's key follows it) */ \
+    X(Words<RNIC_CNT_COUNT>, counters, {}) \
+    X(Words<RNIC_CNT_COUNT>, cnt_base, {}) \
+    X(uint64_t, next_seq, 1) /* the next send WR's sequence number */ \
+    X(uint64_t, eq_base, 0) \
+    X(uint32_t, eq_ctrl, 0) \
+    X(uint32_t, eq_pi, 0) \
+    X(uint32_t, eq_ci, 0) \
+    X(uint32_t, eq_seq, 0) \
+    X(uint32_t, eq_status, 0) \
+    X(bool, eq_armed, false) \
+    X(bool, link_up, true)
+struct RnicFixed {
+    RNIC_FIELDS(RNIC_FIXED_STATE)
 };
 
-/* An entry of a QP's send queue in the engine (posted, not completed), in queue order. */
-struct rk_rnic_sqe_state {
-    uint64_t wr_id, local, remote_va, swap_add, compare, mask;
-    uint32_t qp_index, length, rkey, imm;
-    uint32_t first, last, npkts, resume, read_next;
-    uint8_t op, xop, xsize, flush_placement, flush_selectivity, signaled, solicited, fence;
-    uint8_t assigned, reserved[3];
+#define RNIC_MR_REC(X) X(uint32_t, index, 0) X(MrArch, mr, {})
+struct MrRec {
+    RNIC_FIELDS(RNIC_MR_REC)
+};
+#define RNIC_CQ_REC(X) X(uint32_t, index, 0) X(CqArch, cq, {})
+struct CqRec {
+    RNIC_FIELDS(RNIC_CQ_REC)
+};
+// A QP: the device's half, the engine's, and how many responder resources it has.
+#define RNIC_QP_REC(X) X(QpArch, dev, {}) X(RcQpArch, rc, {}) X(uint32_t, n_res, 0)
+struct QpRec {
+    RNIC_FIELDS(RNIC_QP_REC)
+};
+// A device WR: seq is the engine's wr_id; bad: the QP's held failed WQE (seq 0).
+#define RNIC_WR_REC(X) X(uint32_t, qp_index, 0) X(uint64_t, seq, 0) X(bool, bad, false) X(WrArch, wr, {})
+struct WrRec {
+    RNIC_FIELDS(RNIC_WR_REC)
+};
+// An entry of a QP's send queue in the engine (posted, not completed), in queue order.
+#define RNIC_SQE_REC(X) X(uint32_t, qp_index, 0) X(SendEntry, e, {})
+struct SqeRec {
+    RNIC_FIELDS(RNIC_SQE_REC)
+};
+// A responder resource (slot of the QP's max_dest_rd_atomic ring): what answers a duplicate
+// READ, atomic, FLUSH or ATOMIC WRITE (an atomic's saved original value).
+#define RNIC_RES_REC(X) X(uint32_t, qp_index, 0) X(uint32_t, slot, 0) X(Resource, r, {})
+struct ResRec {
+    RNIC_FIELDS(RNIC_RES_REC)
 };
 
-/* A responder resource (slot of the QP's max_dest_rd_atomic ring): what answers a duplicate
- * READ, atomic, FLUSH or ATOMIC WRITE (an atomic's saved original value). */
-struct rk_rnic_res_state {
-    uint64_t va, orig;
-    uint32_t qp_index, slot, first, last, rkey, len;
-    uint8_t opcode, reserved[7];
+// The whole state, as saved (one string: StateOut) and loaded (StateIn, bounded by kListMax).
+#define RNIC_SNAPSHOT(X) \
+    X(RnicFixed, st, {}) \
+    X(std::vector<MrRec>, mr, {}) \
+    X(std::vector<CqRec>, cq, {}) \
+    X(std::vector<QpRec>, qp, {}) \
+    X(std::vector<WrRec>, wr, {}) \
+    X(std::vector<SqeRec>, sqe, {}) \
+    X(std::vector<ResRec>, res, {})
+struct RnicSnapshot {
+    RNIC_FIELDS(RNIC_SNAPSHOT)
 };
 
-#ifdef __cplusplus
-}
-#endif
+// The longest list a state may hold: the page lists of all MRs together (REG_MR enforces it,
+// so every state that saves restores); every other list is shorter (WRs: at most one per SQ
+// slot, RNIC_MAX_QP << RNIC_DEPTH_LOG2_MAX == RNIC_MR_TOTAL_PAGES).
+constexpr uint32_t kListMax = RNIC_MR_TOTAL_PAGES;
+static_assert((uint64_t(RNIC_MAX_QP) << RNIC_DEPTH_LOG2_MAX) <= kListMax, "WR records beyond the list bound");
+// The largest state of a full device (every object, every list at its bound; a struct's size
+// bounds what it saves): what the adapter accepts to load.
+constexpr uint64_t kWrMax = uint64_t(RNIC_MAX_QP) << RNIC_DEPTH_LOG2_MAX;
+constexpr uint64_t kStateMax = sizeof(RnicFixed) + 7 * 4 + uint64_t(RNIC_MAX_MR) * sizeof(MrRec) +
+                               uint64_t(RNIC_MR_TOTAL_PAGES) * 8 + uint64_t(RNIC_MAX_CQ) * sizeof(CqRec) +
+                               uint64_t(RNIC_MAX_QP) * sizeof(QpRec) + kWrMax * sizeof(WrRec) +
+                               kWrMax * sizeof(SqeRec) + uint64_t(RNIC_MAX_QP) * 64 * sizeof(ResRec);
 
-#endif /* RACKEMU_RNIC_STATE_H */
+} // namespace rackemu::rnic

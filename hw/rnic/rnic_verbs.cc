@@ -312,12 +312,12 @@ uint16_t Rnic::cmd_modify_qp(struct rnic_cmd &c)
     if (m & RNIC_QP_ATTR_DEST_QPN) at.dest_qpn = a.dest_qpn;
     if (m & RNIC_QP_ATTR_AV) {
         L3Addr p;
-        std::memcpy(p.src_mac, cfg_.mac, 6);
+        std::memcpy(p.src_mac.data(), cfg_.mac, 6);
         p.src_ip = cfg_.ip;
         if (a.dest_node == RNIC_DEST_NODE_EXPLICIT) {
-            std::memcpy(p.dst_mac, a.dest_mac, 6);
+            std::memcpy(p.dst_mac.data(), a.dest_mac, 6);
             p.dst_ip = a.dest_ip;
-        } else if (!cfg_.peer_addr(a.dest_node, p.dst_mac, &p.dst_ip)) {
+        } else if (!cfg_.peer_addr(a.dest_node, p.dst_mac.data(), &p.dst_ip)) {
             return RNIC_CMD_ST_BAD_ATTR;
         }
         if (a.udp_sport && a.udp_sport < ROCE_UDP_SPORT_MIN) return RNIC_CMD_ST_BAD_ATTR;
@@ -370,7 +370,7 @@ uint16_t Rnic::cmd_query_qp(struct rnic_cmd &c)
     a.sq_psn = q->attr.sq_psn;
     a.dest_node = q->dest_node;
     a.dest_ip = q->attr.path.dst_ip;
-    std::memcpy(a.dest_mac, q->attr.path.dst_mac, 6);
+    std::memcpy(a.dest_mac, q->attr.path.dst_mac.data(), 6);
     a.udp_sport = q->attr.path.udp_sport;
     c.out0 = a.state;
     return RNIC_CMD_ST_OK;

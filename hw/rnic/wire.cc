@@ -184,8 +184,8 @@ WireError build_frame(const Packet &p, uint8_t *out, size_t cap, size_t *len)
 
     std::memset(out, 0, n);
     auto *eth = reinterpret_cast<roce_eth *>(out);
-    std::memcpy(eth->dst, p.l3.dst_mac, 6);
-    std::memcpy(eth->src, p.l3.src_mac, 6);
+    std::memcpy(eth->dst, p.l3.dst_mac.data(), 6);
+    std::memcpy(eth->src, p.l3.src_mac.data(), 6);
     roce_put16(eth->type, ROCE_ETHERTYPE_IPV4);
 
     auto *ip = reinterpret_cast<roce_ipv4 *>(out + kIpOff);
@@ -282,8 +282,8 @@ WireError parse_frame(const uint8_t *frame, size_t len, Packet &p, bool check_ic
     if (len < ROCE_HDRS_LEN + ROCE_ICRC_LEN) return WireError::Truncated;
     const auto *eth = reinterpret_cast<const roce_eth *>(frame);
     if (roce_get16(eth->type) != ROCE_ETHERTYPE_IPV4) return WireError::EtherType;
-    std::memcpy(p.l3.dst_mac, eth->dst, 6);
-    std::memcpy(p.l3.src_mac, eth->src, 6);
+    std::memcpy(p.l3.dst_mac.data(), eth->dst, 6);
+    std::memcpy(p.l3.src_mac.data(), eth->src, 6);
 
     const auto *ip = reinterpret_cast<const roce_ipv4 *>(frame + kIpOff);
     if ((ip->ver_ihl >> 4) != 4) return WireError::IpVersion;

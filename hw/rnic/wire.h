@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "rackemu/roce.h"
+#include "rnic_fields.h"
 
 namespace rackemu::rnic {
 
@@ -48,14 +49,17 @@ enum class WireError : uint8_t {
 const char *wire_error_name(WireError e);
 
 // Addresses and the header fields the engine does not choose per packet.
+#define RNIC_L3ADDR_STATE(X) \
+    X(Bytes<6>, dst_mac, {}) \
+    X(Bytes<6>, src_mac, {}) \
+    X(uint32_t, src_ip, 0) /* host order (198.18.0.1 = 0xC6120001) */ \
+    X(uint32_t, dst_ip, 0) \
+    X(uint16_t, udp_sport, ROCE_UDP_SPORT_MIN) \
+    X(uint16_t, ip_id, 0) \
+    X(uint8_t, tos, 0) /* DSCP/ECN */ \
+    X(uint8_t, ttl, ROCE_IP_TTL_DEFAULT)
 struct L3Addr {
-    uint8_t dst_mac[6] = {};
-    uint8_t src_mac[6] = {};
-    uint32_t src_ip = 0, dst_ip = 0; // host order (198.18.0.1 = 0xC6120001)
-    uint16_t udp_sport = ROCE_UDP_SPORT_MIN;
-    uint16_t ip_id = 0;
-    uint8_t tos = 0; // DSCP/ECN
-    uint8_t ttl = ROCE_IP_TTL_DEFAULT;
+    RNIC_FIELDS(RNIC_L3ADDR_STATE)
 };
 
 struct Bth {

@@ -14,13 +14,14 @@
 //   12 the async event queue: a ring at a RAM offset, depth and vector from the input, enabled
 //      and armed (its events then land in RAM the other operations also use)
 //   13 pause / resume (frames arriving meanwhile are held)
-//   14 save -> (optionally corrupted: one byte of the fixed part or of a record) load into the
-//      same core; an intact state must load (docs/rnic.md "Migration")
+//   14 save as a string -> (optionally corrupted: one byte flipped, cut short, one byte more)
+//      load into the same core; an intact state must load (docs/rnic.md "Migration")
 // Checked (besides the sanitizers): the interrupt line the host sees is the core's level, and
 // the core never asks for memory outside RAM without getting an error (TestHost's decode), and a
 // saved state loads.
 #include "fuzz_input.h"
 
+#include <cerrno>
 #include <deque>
 #include <string>
 #include <vector>
@@ -48,12 +49,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rnic_default_peer_addr(0, cfg.mac, &cfg.ip);
     cfg.rc.sq_depth = 64;
     bool busy = false, paused = false;
-    Rnic nic(th.host(nullptr, nullptr, 0, 2), cfg, [&sent, &busy](const uint8_t *f, size_t n) {
-        if (busy) return LinkTx::Busy;
+    th.send_frame = [&sent, &busy](const uint8_t *f, size_t n) {
+        if (busy) return -EAGAIN;
         if (sent.size() >= 64) sent.pop_front();
         sent.emplace_back(f, f + n);
-        return LinkTx::Sent;
-    });
+        return 0;
+    };
+    Rnic nic(th.host(nullptr, nullptr, 0, 2), cfg);
     for (unsigned ops = 0; !in.empty() && ops < 512; ops++) {
         switch (in.u8() % 15) {
         case 0: {
@@ -136,21 +138,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             nic.pause(paused);
             break;
         case 14: {
-            RnicSnapshot st = nic.save();
+            rackemu::StateOut out;
+            nic.save(out);
+            std::vector<uint8_t> b = out.bytes();
             const uint8_t how = in.u8() % 4;
-            auto flip = [&in](void *p, size_t n) {
-                if (n) static_cast<uint8_t *>(p)[in.u32() % n] ^= uint8_t(1 + in.u8() % 255);
-            };
             std::string why;
-            if (how == 0) {
-                FUZZ_CHECK(nic.load(st, &why)); // an intact state always loads
+            if (how == 0) { // an intact state always loads
+                rackemu::StateIn sin(b.data(), b.size(), kListMax);
+                FUZZ_CHECK(nic.load(sin, &why));
                 break;
             }
-            if (how == 1) flip(&st.st, sizeof st.st);
-            if (how == 2 && !st.qp.empty()) flip(&st.qp[in.u8() % st.qp.size()], sizeof(rk_rnic_qp_state));
-            if (how == 3 && !st.sqe.empty())
-                flip(&st.sqe[in.u8() % st.sqe.size()], sizeof(rk_rnic_sqe_state));
-            (void)nic.load(st, &why);
+            if (how == 1 && !b.empty()) b[in.u32() % b.size()] ^= uint8_t(1 + in.u8() % 255); // a byte
+            if (how == 2) b.resize(in.u32() % (b.size() + 1));                                // cut short
+            if (how == 3) b.push_back(in.u8());                                               // one more
+            rackemu::StateIn sin(b.data(), b.size(), kListMax);
+            (void)nic.load(sin, &why);
             break;
         }
         }

@@ -109,11 +109,18 @@ struct Node {
     Node(unsigned node_id, Link &link, RnicConfig cfg = {}) : id(node_id)
     {
         rnic_default_peer_addr(id, cfg.mac, &cfg.ip);
-        nic = std::make_unique<Rnic>(
-            host.host(nullptr, nullptr, id, 2), cfg,
-            [&link](const uint8_t *f, size_t n) { return link.send(f, n); }, Rnic::TimerFn{},
-            [this] { tx_waiting = true, tx_wait_calls++; });
+        attach(link);
+        nic = std::make_unique<Rnic>(host.host(nullptr, nullptr, id, 2), cfg);
         nic->ctrl_write(RNIC_REG_CTRL, RNIC_CTRL_ENABLE, 4);
+    }
+    // The host's link: frames to `link`, push-back recorded for Rig::run.
+    void attach(Link &link)
+    {
+        host.send_frame = [&link](const uint8_t *f, size_t n) {
+            const LinkTx r = link.send(f, n);
+            return r == LinkTx::Sent ? 0 : r == LinkTx::Busy ? -EAGAIN : -EIO;
+        };
+        host.tx_wait = [this] { tx_waiting = true, tx_wait_calls++; };
     }
     uint8_t *mem(uint64_t a) { return host.ram.data() + (a - kBase); }
     uint64_t alloc(uint64_t n, uint64_t align = 4096)

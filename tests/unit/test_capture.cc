@@ -55,8 +55,8 @@ TEST(CaptureTshark, DecodesACapturedRoceV2WriteAndRackemuFramesWithTheLuaDissect
 
     namespace rn = rackemu::rnic;
     rn::Packet p;
-    rkf_eth_node_mac(1, p.l3.dst_mac);
-    rkf_eth_node_mac(0, p.l3.src_mac);
+    rkf_eth_node_mac(1, p.l3.dst_mac.data());
+    rkf_eth_node_mac(0, p.l3.src_mac.data());
     p.l3.src_ip = rkf_eth_node_ipv4(0);
     p.l3.dst_ip = rkf_eth_node_ipv4(1);
     p.bth.opcode = ROCE_OP_WRITE_ONLY;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -39,6 +40,13 @@ public:
             return self(o)->persist(addr, len, *synced);
         };
         ops_.thread = [](void *o, int start) { self(o)->thread(start != 0); };
+        ops_.send_frame = [](void *o, const uint8_t *frame, size_t len) {
+            return self(o)->send_frame(frame, len);
+        };
+        ops_.tx_wait = [](void *o) { self(o)->tx_wait(); };
+        ops_.timer_arm = [](void *o, unsigned id, uint64_t deadline_ns) {
+            self(o)->timer_arm(id, deadline_ns);
+        };
         set_irq = [this](unsigned line, bool level) {
             std::lock_guard lk(mu);
             if (line >= irq.size()) irq.resize(line + 1, false);
@@ -81,6 +89,14 @@ public:
         };
         // the core's own threads: how many have started and not ended
         thread = [this](bool start) { threads += start ? 1 : -1; };
+        // no port: every frame is dropped; the last deadline of each timer is recorded
+        send_frame = [](const uint8_t *, size_t) { return -ENOTCONN; };
+        tx_wait = [] {};
+        timer_arm = [this](unsigned id, uint64_t deadline_ns) {
+            std::lock_guard lk(mu);
+            if (id >= timers.size()) timers.resize(id + 1, UINT64_MAX);
+            timers[id] = deadline_ns;
+        };
     }
     TestHost(const TestHost &) = delete;
     TestHost &operator=(const TestHost &) = delete;
@@ -121,6 +137,9 @@ public:
     std::function<uint64_t()> now_ns;
     std::function<Status(uint64_t, uint64_t, uint64_t &)> persist;
     std::function<void(bool)> thread;
+    std::function<int(const uint8_t *, size_t)> send_frame; // 0, -EAGAIN (ring full) or dropped
+    std::function<void()> tx_wait;
+    std::function<void(unsigned, uint64_t)> timer_arm;
 
     // State of the default behaviour.
     std::vector<uint8_t> ram;
@@ -135,6 +154,7 @@ public:
     std::vector<std::string> errors;
     bool ram_file_backed = true;                          // what persist reports as written back
     std::vector<std::pair<uint64_t, uint64_t>> persisted; // ranges persist was called on
+    std::vector<uint64_t> timers;                         // deadline per timer (UINT64_MAX: none)
 
 private:
     static TestHost *self(void *o) { return static_cast<TestHost *>(o); }

@@ -4,6 +4,7 @@
 // "Migration", hw/rnic/rnic_state.cc). The rig is rnic_rig.h.
 #include <gtest/gtest.h>
 
+#include "rnic_capi.h"
 #include "rnic_rig.h"
 
 using namespace rackemu;
@@ -14,14 +15,25 @@ namespace {
 
 // ---- migration (docs/rnic.md "Migration", hw/rnic/rnic_state.cc) ----
 
+// The state as the device ops save it (one string, hw/core/state.h).
+std::vector<uint8_t> bytes(const RnicSnapshot &s)
+{
+    StateOut out;
+    out.put(s);
+    return out.bytes();
+}
+
 bool same_state(const RnicSnapshot &x, const RnicSnapshot &y)
 {
-    auto eq = [](const auto &u, const auto &v) {
-        return u.size() == v.size() &&
-               (u.empty() || std::memcmp(u.data(), v.data(), u.size() * sizeof(u[0])) == 0);
-    };
-    return std::memcmp(&x.st, &y.st, sizeof(x.st)) == 0 && eq(x.mr, y.mr) && eq(x.pages, y.pages) &&
-           eq(x.cq, y.cq) && eq(x.qp, y.qp) && eq(x.wr, y.wr) && eq(x.sqe, y.sqe) && eq(x.res, y.res);
+    return bytes(x) == bytes(y);
+}
+
+size_t n_pages(const RnicSnapshot &s)
+{
+    size_t n = 0;
+    for (const MrRec &m : s.mr)
+        n += m.mr.pages.size();
+    return n;
 }
 
 // A fresh core for node n (same RAM: guest RAM migrates with the VM), as after an incoming
@@ -30,10 +42,8 @@ void migrate(Node &n, Link &link, const RnicSnapshot &s)
 {
     RnicConfig cfg;
     rnic_default_peer_addr(n.id, cfg.mac, &cfg.ip);
-    auto fresh = std::make_unique<Rnic>(
-        n.host.host(nullptr, nullptr, n.id, 2), cfg,
-        [&link](const uint8_t *f, size_t len) { return link.send(f, len); }, Rnic::TimerFn{},
-        [&n] { n.tx_waiting = true, n.tx_wait_calls++; });
+    n.attach(link);
+    auto fresh = std::make_unique<Rnic>(n.host.host(nullptr, nullptr, n.id, 2), cfg);
     std::string why;
     ASSERT_TRUE(fresh->load(s, &why)) << why;
     n.nic = std::move(fresh);
@@ -96,15 +106,13 @@ TEST(RnicMigration, PageListsAreBoundedPerDeviceAndEveryStateThatSavesLoads)
     EXPECT_EQ(reg(nullptr), RNIC_CMD_ST_NO_RESOURCE);
     EXPECT_EQ(n.counter(RNIC_CNT_INDEX_COMMAND_ERRORS), errors + 1);
     const RnicSnapshot s = n.nic->save();
-    EXPECT_EQ(s.st.n_pages, RNIC_MR_TOTAL_PAGES);
+    EXPECT_EQ(n_pages(s), RNIC_MR_TOTAL_PAGES);
     migrate(n, l, s);
     EXPECT_TRUE(same_state(n.nic->save(), s));
     // one entry more than the device holds is refused on load
     RnicSnapshot over = s;
-    over.mr.back().npages++;
-    over.mr.back().length += 4096;
-    over.pages.push_back(page);
-    over.st.n_pages++;
+    over.mr.back().mr.length += 4096;
+    over.mr.back().mr.pages.push_back(page);
     std::string why;
     EXPECT_FALSE(n.nic->load(over, &why));
     EXPECT_NE(why.find("page-list entries"), std::string::npos) << why;
@@ -120,12 +128,12 @@ TEST(RnicMigration, SaveLoadSaveGivesTheSameState)
 {
     MidTransfer p;
     const RnicSnapshot sa = p.a.nic->save(), sb = p.b.nic->save();
-    EXPECT_EQ(sa.st.n_qp, 1u);
-    EXPECT_EQ(sa.st.n_wr, 3u);  // the device's three WRs
-    EXPECT_EQ(sa.st.n_sqe, 3u); // and the engine's
-    EXPECT_EQ(sb.st.n_res, 2u); // b's READ and FETCH_ADD resources
-    EXPECT_EQ(sa.st.n_mr, 1u);
-    EXPECT_EQ(sa.st.n_cq, 1u);
+    EXPECT_EQ(sa.qp.size(), 1u);
+    EXPECT_EQ(sa.wr.size(), 3u);  // the device's three WRs
+    EXPECT_EQ(sa.sqe.size(), 3u); // and the engine's
+    EXPECT_EQ(sb.res.size(), 2u); // b's READ and FETCH_ADD resources
+    EXPECT_EQ(sa.mr.size(), 1u);
+    EXPECT_EQ(sa.cq.size(), 1u);
     migrate(p.a, p.link, sa);
     migrate(p.b, p.link, sb);
     EXPECT_TRUE(same_state(p.a.nic->save(), sa));
@@ -159,10 +167,10 @@ TEST(RnicMigration, PageListMrsAndCqStateSurvive)
     n.nic->db_write(RNIC_DB_CQ(cq.cqn) + RNIC_CQ_DB_ARM, RNIC_CQ_ARM_NEXT, 4);
     const RnicSnapshot s = n.nic->save();
     ASSERT_EQ(s.mr.size(), 1u);
-    EXPECT_EQ(s.pages, std::vector<uint64_t>(pl, pl + 3));
+    EXPECT_EQ(s.mr[0].mr.pages, std::vector<uint64_t>(pl, pl + 3));
     ASSERT_EQ(s.cq.size(), 1u);
-    EXPECT_EQ(s.cq[0].arm, RNIC_CQ_ARM_NEXT);
-    EXPECT_EQ(s.cq[0].vector, 3u);
+    EXPECT_EQ(s.cq[0].cq.arm, RNIC_CQ_ARM_NEXT);
+    EXPECT_EQ(s.cq[0].cq.vector, 3u);
     migrate(n, l, s);
     EXPECT_TRUE(same_state(n.nic->save(), s));
 }
@@ -222,8 +230,8 @@ TEST(RnicMigration, RequestsLostBeforeTheSaveAreSentAgain)
     p.link.queued[0] = p.link.queued[1] = 0;
     const RnicSnapshot sa = p.a.nic->save(), sb = p.b.nic->save();
     ASSERT_EQ(sb.qp.size(), 1u);
-    EXPECT_EQ(sb.qp[0].in_msg, 1u); // a SEND in progress
-    EXPECT_EQ(sb.qp[0].msg_off, 256u);
+    EXPECT_EQ(sb.qp[0].rc.in_msg, 1u); // a SEND in progress
+    EXPECT_EQ(sb.qp[0].rc.msg_off, 256u);
     migrate(p.a, p.link, sa);
     migrate(p.b, p.link, sb);
     auto c = p.wait_b(1);
@@ -259,7 +267,7 @@ TEST(RnicMigration, WorkNotSentYetContinuesAfterTheLoad)
     const auto first2 =
         std::find_if(sa.sqe.begin(), sa.sqe.end(), [](const auto &e) { return e.qp_index == 1; });
     ASSERT_NE(first2, sa.sqe.end());
-    EXPECT_EQ(first2->resume, first2->first);
+    EXPECT_EQ(first2->e.resume, first2->e.first);
     p.link.ring = 0;
     p.link.q.clear();
     p.link.queued[0] = p.link.queued[1] = 0;
@@ -317,8 +325,6 @@ TEST(RnicMigration, EventQueueAndPortStateSurvive)
         {"eq indices", [](RnicSnapshot &x) { x.st.eq_pi = x.st.eq_ci + 9; }},
         {"eq armed while disabled",
          [](RnicSnapshot &x) { x.st.eq_ctrl &= ~RNIC_EQ_CTRL_ENABLE, x.st.eq_armed = 1; }},
-        {"eq flag", [](RnicSnapshot &x) { x.st.link_up = 2; }},
-        {"eq reserved", [](RnicSnapshot &x) { x.st.reserved_eq[1] = 1; }},
     };
     const RnicSnapshot before = n.nic->save();
     for (const auto &[name, mutate] : bad) {
@@ -376,101 +382,92 @@ TEST(RnicMigration, LoadRefusesEveryInconsistencyAndChangesNothing)
     ASSERT_FALSE(sb.res.empty());
     using M = std::function<void(RnicSnapshot &)>;
     const std::vector<std::pair<const char *, M>> bad_a = {
-        {"version", [](RnicSnapshot &s) { s.st.version++; }},
-        {"reserved", [](RnicSnapshot &s) { s.st.reserved = 1; }},
         {"ctrl", [](RnicSnapshot &s) { s.st.ctrl |= 1u << 5; }},
         {"int_status", [](RnicSnapshot &s) { s.st.int_status |= 1u << 9; }},
         {"irq_lines", [](RnicSnapshot &s) { s.st.irq_lines ^= 1; }},
         {"cmd_status", [](RnicSnapshot &s) { s.st.cmd_status = 0x10000; }},
-        {"n_mr", [](RnicSnapshot &s) { s.st.n_mr++; }},
-        {"n_qp", [](RnicSnapshot &s) { s.st.n_qp = RNIC_MAX_QP + 1; }},
+        {"n_qp", [](RnicSnapshot &s) { s.qp.resize(RNIC_MAX_QP + 1, s.qp[0]); }},
         {"counter base", [](RnicSnapshot &s) { s.st.cnt_base[0] = s.st.counters[0] + 1; }},
         {"next_seq 0", [](RnicSnapshot &s) { s.st.next_seq = 0; }},
         {"mr index", [](RnicSnapshot &s) { s.mr[0].index = RNIC_MAX_MR; }},
         {"mr tag", [](RnicSnapshot &s) { s.st.mr_tag[s.mr[0].index] = 0; }},
-        {"mr twice", [](RnicSnapshot &s) { s.mr.push_back(s.mr[0]), s.st.n_mr++; }},
-        {"mr pd", [](RnicSnapshot &s) { s.mr[0].pdn = 200; }},
-        {"mr pd 0", [](RnicSnapshot &s) { s.mr[0].pdn = 0; }},
-        {"mr access", [](RnicSnapshot &s) { s.mr[0].access |= 1u << 20; }},
-        {"mr remote write without local", [](RnicSnapshot &s) { s.mr[0].access = RNIC_ACCESS_REMOTE_WRITE; }},
-        {"mr outside RAM", [](RnicSnapshot &s) { s.mr[0].iova = kBase + kRam - 100; }},
-        {"mr length 0", [](RnicSnapshot &s) { s.mr[0].length = 0; }},
-        {"mr phys with pages", [](RnicSnapshot &s) { s.mr[0].npages = 1; }},
-        {"mr page list", [](RnicSnapshot &s) { s.mr[0].phys = 0; }},
-        {"mr flag", [](RnicSnapshot &s) { s.mr[0].phys = 2; }},
-        {"mr reserved", [](RnicSnapshot &s) { s.mr[0].reserved[0] = 1; }},
-        {"pages unclaimed", [](RnicSnapshot &s) { s.pages.push_back(kBase), s.st.n_pages++; }},
+        {"mr twice", [](RnicSnapshot &s) { s.mr.push_back(s.mr[0]); }},
+        {"mr pd", [](RnicSnapshot &s) { s.mr[0].mr.pdn = 200; }},
+        {"mr pd 0", [](RnicSnapshot &s) { s.mr[0].mr.pdn = 0; }},
+        {"mr access", [](RnicSnapshot &s) { s.mr[0].mr.access |= 1u << 20; }},
+        {"mr remote write without local",
+         [](RnicSnapshot &s) { s.mr[0].mr.access = RNIC_ACCESS_REMOTE_WRITE; }},
+        {"mr outside RAM", [](RnicSnapshot &s) { s.mr[0].mr.iova = kBase + kRam - 100; }},
+        {"mr length 0", [](RnicSnapshot &s) { s.mr[0].mr.length = 0; }},
+        {"mr phys with pages", [](RnicSnapshot &s) { s.mr[0].mr.pages.push_back(kBase); }},
+        {"mr page list", [](RnicSnapshot &s) { s.mr[0].mr.phys = false; }},
         {"cq index", [](RnicSnapshot &s) { s.cq[0].index = RNIC_MAX_CQ; }},
-        {"cq depth", [](RnicSnapshot &s) { s.cq[0].depth_log2 = RNIC_DEPTH_LOG2_MAX + 1; }},
-        {"cq vector", [](RnicSnapshot &s) { s.cq[0].vector = RNIC_MSIX_VECTORS; }},
-        {"cq ring alignment", [](RnicSnapshot &s) { s.cq[0].ring += 8; }},
-        {"cq ring outside RAM", [](RnicSnapshot &s) { s.cq[0].ring = kBase + kRam; }},
-        {"cq indices", [](RnicSnapshot &s) { s.cq[0].pi = s.cq[0].ci + (1u << s.cq[0].depth_log2) + 1; }},
-        {"cq arm", [](RnicSnapshot &s) { s.cq[0].arm = 9; }},
-        {"cq error flag", [](RnicSnapshot &s) { s.cq[0].error = 2; }},
-        {"qp index", [](RnicSnapshot &s) { s.qp[0].index = RNIC_MAX_QP; }},
-        {"qp twice", [](RnicSnapshot &s) { s.qp.push_back(s.qp[0]), s.st.n_qp++; }},
-        {"qp pd", [](RnicSnapshot &s) { s.qp[0].pdn = 9; }},
-        {"qp cq", [](RnicSnapshot &s) { s.qp[0].send_cqn = 5; }},
-        {"qp depth", [](RnicSnapshot &s) { s.qp[0].sq_log2 = 0; }},
-        {"qp ring outside RAM", [](RnicSnapshot &s) { s.qp[0].rq_ring = kBase + kRam - 64; }},
-        {"qp ring alignment", [](RnicSnapshot &s) { s.qp[0].sq_ring += 4; }},
-        {"qp sq indices", [](RnicSnapshot &s) { s.qp[0].sq_pi = s.qp[0].sq_ci + 1000; }},
-        {"qp state", [](RnicSnapshot &s) { s.qp[0].state = 4; }},
-        {"qp device state", [](RnicSnapshot &s) { s.qp[0].dev_state = 7; }},
-        {"qp dest node", [](RnicSnapshot &s) { s.qp[0].dest_node = 100000; }},
-        {"qp flag", [](RnicSnapshot &s) { s.qp[0].ack_owed = 2; }},
-        {"qp reserved", [](RnicSnapshot &s) { s.qp[0].reserved2[1] = 1; }},
-        {"qp path mtu", [](RnicSnapshot &s) { s.qp[0].path_mtu = 300; }},
-        {"qp dest qpn", [](RnicSnapshot &s) { s.qp[0].dest_qpn = 1u << 24; }},
-        {"qp psn 24 bits", [](RnicSnapshot &s) { s.qp[0].next_psn |= 1u << 24; }},
-        {"qp epsn 24 bits", [](RnicSnapshot &s) { s.qp[0].epsn = 0xffffffff; }},
-        {"qp msn", [](RnicSnapshot &s) { s.qp[0].msn = 1u << 24; }},
+        {"cq depth", [](RnicSnapshot &s) { s.cq[0].cq.depth_log2 = RNIC_DEPTH_LOG2_MAX + 1; }},
+        {"cq vector", [](RnicSnapshot &s) { s.cq[0].cq.vector = RNIC_MSIX_VECTORS; }},
+        {"cq ring alignment", [](RnicSnapshot &s) { s.cq[0].cq.ring += 8; }},
+        {"cq ring outside RAM", [](RnicSnapshot &s) { s.cq[0].cq.ring = kBase + kRam; }},
+        {"cq indices",
+         [](RnicSnapshot &s) { s.cq[0].cq.pi = s.cq[0].cq.ci + (1u << s.cq[0].cq.depth_log2) + 1; }},
+        {"cq arm", [](RnicSnapshot &s) { s.cq[0].cq.arm = 9; }},
+        {"qp index", [](RnicSnapshot &s) { s.qp[0].dev.index = RNIC_MAX_QP; }},
+        {"qp twice", [](RnicSnapshot &s) { s.qp.push_back(s.qp[0]); }},
+        {"qp pd", [](RnicSnapshot &s) { s.qp[0].dev.pdn = 9; }},
+        {"qp cq", [](RnicSnapshot &s) { s.qp[0].dev.send_cqn = 5; }},
+        {"qp depth", [](RnicSnapshot &s) { s.qp[0].dev.sq_log2 = 0; }},
+        {"qp ring outside RAM", [](RnicSnapshot &s) { s.qp[0].dev.rq_ring = kBase + kRam - 64; }},
+        {"qp ring alignment", [](RnicSnapshot &s) { s.qp[0].dev.sq_ring += 4; }},
+        {"qp sq indices", [](RnicSnapshot &s) { s.qp[0].dev.sq_pi = s.qp[0].dev.sq_ci + 1000; }},
+        {"qp state", [](RnicSnapshot &s) { s.qp[0].rc.state = QpState(5); }},
+        {"qp device state", [](RnicSnapshot &s) { s.qp[0].dev.state = 7; }},
+        {"qp dest node", [](RnicSnapshot &s) { s.qp[0].dev.dest_node = 100000; }},
+        {"qp path mtu", [](RnicSnapshot &s) { s.qp[0].rc.attr.path_mtu = 300; }},
+        {"qp dest qpn", [](RnicSnapshot &s) { s.qp[0].rc.attr.dest_qpn = 1u << 24; }},
+        {"qp psn 24 bits", [](RnicSnapshot &s) { s.qp[0].rc.next_psn |= 1u << 24; }},
+        {"qp epsn 24 bits", [](RnicSnapshot &s) { s.qp[0].rc.epsn = 0xffffffff; }},
+        {"qp msn", [](RnicSnapshot &s) { s.qp[0].rc.msn = 1u << 24; }},
         {"qp outstanding window",
-         [](RnicSnapshot &s) { s.qp[0].una = (s.qp[0].next_psn + 1) & ROCE_PSN_MASK; }},
-        {"qp rd_atomic", [](RnicSnapshot &s) { s.qp[0].max_dest_rd_atomic = 0; }},
+         [](RnicSnapshot &s) { s.qp[0].rc.una = (s.qp[0].rc.next_psn + 1) & ROCE_PSN_MASK; }},
+        {"qp rd_atomic", [](RnicSnapshot &s) { s.qp[0].rc.attr.max_dest_rd_atomic = 0; }},
         {"qp resources", [](RnicSnapshot &s) { s.qp[0].n_res = 3; }},
-        {"qp resource index", [](RnicSnapshot &s) { s.qp[0].res_next = s.qp[0].n_res; }},
-        {"qp timeout", [](RnicSnapshot &s) { s.qp[0].timeout = 32; }},
-        {"qp retry", [](RnicSnapshot &s) { s.qp[0].retry_left = 8; }},
-        {"qp access", [](RnicSnapshot &s) { s.qp[0].access = RNIC_ACCESS_LOCAL_WRITE; }},
-        {"qp message", [](RnicSnapshot &s) { s.qp[0].in_msg = 3; }},
-        {"qp reads outstanding", [](RnicSnapshot &s) { s.qp[0].rd_outstanding = s.qp[0].max_rd_atomic + 1; }},
-        {"qp cursor", [](RnicSnapshot &s) { s.qp[0].cursor = 4; }},
-        {"qp held bad WQE missing", [](RnicSnapshot &s) { s.qp[0].bad_held = 1; }},
-        {"qp receive length", [](RnicSnapshot &s) { s.qp[0].rlen = uint64_t(RNIC_MAX_MSG) + 1; }},
-        {"qp local error", [](RnicSnapshot &s) { s.qp[0].rlerr = 99; }},
-        {"qp AckReq count", [](RnicSnapshot &s) { s.qp[0].since_ackreq = 1000; }},
-        {"qp rnr retries left", [](RnicSnapshot &s) { s.qp[0].rnr_left = 9; }},
-        {"qp rnr timer", [](RnicSnapshot &s) { s.qp[0].min_rnr_timer = 32; }},
-        {"qp recv cq", [](RnicSnapshot &s) { s.qp[0].recv_cqn = RNIC_MAX_CQ; }},
-        {"qp rq indices", [](RnicSnapshot &s) { s.qp[0].rq_ci = s.qp[0].rq_pi + 1; }},
-        {"qp initiator depth", [](RnicSnapshot &s) { s.qp[0].max_rd_atomic = RC_MAX_RD_ATOMIC + 1; }},
-        {"pd gone", [](RnicSnapshot &s) { std::memset(s.st.pd_valid, 0, sizeof(s.st.pd_valid)); }},
-        {"wr length", [](RnicSnapshot &s) { s.wr[0].len = uint64_t(RNIC_MAX_MSG) + 1; }},
-        {"wr reserved", [](RnicSnapshot &s) { s.wr[0].reserved[2] = 1; }},
-        {"sqe length", [](RnicSnapshot &s) { s.sqe[0].length = RNIC_MAX_MSG + 1; }},
-        {"sqe reserved", [](RnicSnapshot &s) { s.sqe[0].reserved[0] = 1; }},
+        {"qp resource index", [](RnicSnapshot &s) { s.qp[0].rc.res_next = s.qp[0].n_res; }},
+        {"qp timeout", [](RnicSnapshot &s) { s.qp[0].rc.attr.timeout = 32; }},
+        {"qp retry", [](RnicSnapshot &s) { s.qp[0].rc.retry_left = 8; }},
+        {"qp access", [](RnicSnapshot &s) { s.qp[0].rc.attr.access = RNIC_ACCESS_LOCAL_WRITE; }},
+        {"qp message", [](RnicSnapshot &s) { s.qp[0].rc.in_msg = 3; }},
+        {"qp reads outstanding",
+         [](RnicSnapshot &s) { s.qp[0].rc.rd_outstanding = s.qp[0].rc.attr.max_rd_atomic + 1; }},
+        {"qp cursor", [](RnicSnapshot &s) { s.qp[0].rc.cursor = 4; }},
+        {"qp held bad WQE missing", [](RnicSnapshot &s) { s.qp[0].dev.bad_held = true; }},
+        {"qp receive length", [](RnicSnapshot &s) { s.qp[0].dev.rlen = uint64_t(RNIC_MAX_MSG) + 1; }},
+        {"qp local error", [](RnicSnapshot &s) { s.qp[0].dev.rlerr = 99; }},
+        {"qp AckReq count", [](RnicSnapshot &s) { s.qp[0].rc.since_ackreq = 1000; }},
+        {"qp rnr retries left", [](RnicSnapshot &s) { s.qp[0].rc.rnr_left = 9; }},
+        {"qp rnr timer", [](RnicSnapshot &s) { s.qp[0].rc.attr.min_rnr_timer = 32; }},
+        {"qp recv cq", [](RnicSnapshot &s) { s.qp[0].dev.recv_cqn = RNIC_MAX_CQ; }},
+        {"qp rq indices", [](RnicSnapshot &s) { s.qp[0].dev.rq_ci = s.qp[0].dev.rq_pi + 1; }},
+        {"qp initiator depth", [](RnicSnapshot &s) { s.qp[0].rc.attr.max_rd_atomic = RC_MAX_RD_ATOMIC + 1; }},
+        {"pd gone", [](RnicSnapshot &s) { s.st.pd_valid = {}; }},
+        {"wr length", [](RnicSnapshot &s) { s.wr[0].wr.len = uint64_t(RNIC_MAX_MSG) + 1; }},
+        {"sqe length", [](RnicSnapshot &s) { s.sqe[0].e.wr.length = RNIC_MAX_MSG + 1; }},
         {"wr qp", [](RnicSnapshot &s) { s.wr[0].qp_index = 7; }},
         {"wr seq", [](RnicSnapshot &s) { s.wr[0].seq = s.st.next_seq; }},
-        {"wr twice", [](RnicSnapshot &s) { s.wr.push_back(s.wr[0]), s.st.n_wr++; }},
-        {"wr bad without flag", [](RnicSnapshot &s) { s.wr[0].bad = 1; }},
-        {"wr lerr", [](RnicSnapshot &s) { s.wr[0].lerr = 99; }},
+        {"wr twice", [](RnicSnapshot &s) { s.wr.push_back(s.wr[0]); }},
+        {"wr bad without flag", [](RnicSnapshot &s) { s.wr[0].bad = true; }},
+        {"wr lerr", [](RnicSnapshot &s) { s.wr[0].wr.lerr = 99; }},
         {"sqe qp", [](RnicSnapshot &s) { s.sqe[0].qp_index = 3; }},
-        {"sqe without a WR", [](RnicSnapshot &s) { s.sqe[0].local = s.sqe[0].wr_id = 12345; }},
-        {"sqe op", [](RnicSnapshot &s) { s.sqe[0].op = 99; }},
-        {"sqe psn", [](RnicSnapshot &s) { s.sqe[1].first = 1u << 24; }},
-        {"sqe packets", [](RnicSnapshot &s) { s.sqe[0].npkts = 0; }},
-        {"sqe order", [](RnicSnapshot &s) { s.sqe[0].assigned = 0; }},
-        {"sqe flag", [](RnicSnapshot &s) { s.sqe[0].fence = 3; }},
-        {"record count vs records", [](RnicSnapshot &s) { s.sqe.pop_back(); }},
+        {"sqe without a WR", [](RnicSnapshot &s) { s.sqe[0].e.wr.local = s.sqe[0].e.wr.wr_id = 12345; }},
+        {"sqe op", [](RnicSnapshot &s) { s.sqe[0].e.wr.op = WrOp(99); }},
+        {"sqe psn", [](RnicSnapshot &s) { s.sqe[1].e.first = 1u << 24; }},
+        {"sqe packets", [](RnicSnapshot &s) { s.sqe[0].e.npkts = 0; }},
+        {"sqe order", [](RnicSnapshot &s) { s.sqe[0].e.assigned = false; }},
+        {"sqe beyond the WRs", [](RnicSnapshot &s) { s.sqe.push_back(s.sqe[0]), s.sqe.push_back(s.sqe[0]); }},
     };
     const std::vector<std::pair<const char *, M>> bad_b = {
         {"res qp", [](RnicSnapshot &s) { s.res[0].qp_index = 2; }},
         {"res slot", [](RnicSnapshot &s) { s.res[0].slot = s.qp[0].n_res; }},
-        {"res twice", [](RnicSnapshot &s) { s.res.push_back(s.res[0]), s.st.n_res++; }},
-        {"res psn", [](RnicSnapshot &s) { s.res[0].last = 1u << 24; }},
-        {"res reserved", [](RnicSnapshot &s) { s.res[0].reserved[3] = 1; }},
+        {"res twice", [](RnicSnapshot &s) { s.res.push_back(s.res[0]); }},
+        {"res psn", [](RnicSnapshot &s) { s.res[0].r.last = 1u << 24; }},
+        {"res not valid", [](RnicSnapshot &s) { s.res[0].r.valid = false; }},
     };
     for (auto [node, src, cases] : {std::tuple{&p.a, &sa, &bad_a}, std::tuple{&p.b, &sb, &bad_b}}) {
         const RnicSnapshot before = node->nic->save();
@@ -487,6 +484,127 @@ TEST(RnicMigration, LoadRefusesEveryInconsistencyAndChangesNothing)
     std::string why;
     EXPECT_TRUE(p.a.nic->load(sa, &why)) << why;
     EXPECT_TRUE(p.b.nic->load(sb, &why)) << why;
+}
+
+// ---- the state as one string, through the device operations (rnic_capi.h) ----
+
+std::vector<uint8_t> ops_save(Node &n)
+{
+    uint8_t *buf = nullptr;
+    uint64_t len = 0;
+    EXPECT_EQ(rk_rnic_device_ops.save(n.nic.get(), &buf, &len), 0);
+    std::vector<uint8_t> v(buf, buf + len);
+    free(buf);
+    return v;
+}
+
+// 0, or -EINVAL with the reason in *why
+int ops_load(Node &n, const std::vector<uint8_t> &b, std::string *why)
+{
+    char msg[300] = "";
+    const int rc = rk_rnic_device_ops.load(n.nic.get(), b.data(), b.size(), msg, sizeof(msg));
+    *why = msg;
+    return rc;
+}
+
+// A fresh core for node n (as after an incoming migration) with the string `b` loaded.
+void migrate_bytes(Node &n, Link &link, const std::vector<uint8_t> &b)
+{
+    RnicConfig cfg;
+    rnic_default_peer_addr(n.id, cfg.mac, &cfg.ip);
+    n.attach(link);
+    n.nic = std::make_unique<Rnic>(n.host.host(nullptr, nullptr, n.id, 2), cfg);
+    std::string why;
+    ASSERT_EQ(ops_load(n, b, &why), 0) << why;
+}
+
+TEST(RnicMigration, StateStringLoadsIntoAFreshCoreSavesTheSameBytesAndTheWorkCompletes)
+{
+    MidTransfer p;
+    const std::vector<uint8_t> sa = ops_save(p.a), sb = ops_save(p.b);
+    EXPECT_EQ(sa, bytes(p.a.nic->save())); // the ops' string is the snapshot's
+    EXPECT_LE(sa.size(), rk_rnic_device_ops.state_max);
+    migrate_bytes(p.a, p.link, sa);
+    migrate_bytes(p.b, p.link, sb);
+    EXPECT_EQ(ops_save(p.a), sa);
+    EXPECT_EQ(ops_save(p.b), sb);
+    auto c = p.wait_a(3); // behaves the same: retransmission completes the unacknowledged work
+    ASSERT_EQ(c.size(), 3u);
+    for (unsigned i = 0; i < 3; i++)
+        EXPECT_EQ(c[i].status, RNIC_WC_SUCCESS) << i;
+    uint64_t word = 0;
+    std::memcpy(&word, p.b.mem(p.bufb + 0x20000), 8);
+    EXPECT_EQ(word, MidTransfer::kInit + MidTransfer::kAdd);
+}
+
+TEST(RnicMigration, TruncatedStateStringIsRefusedNamingTheFieldAndChangesNothing)
+{
+    MidTransfer p;
+    const std::vector<uint8_t> before = ops_save(p.a);
+    std::vector<uint8_t> b = before;
+    b.pop_back();
+    std::string why;
+    EXPECT_EQ(ops_load(p.a, b, &why), -EINVAL);
+    EXPECT_NE(why.find("ends 1 bytes early"), std::string::npos) << why;
+    EXPECT_NE(why.find(':'), 0u) << why; // "<field>: ..."
+    EXPECT_EQ(ops_save(p.a), before);
+    EXPECT_EQ(ops_load(p.a, {}, &why), -EINVAL);
+    EXPECT_NE(why.find("ctrl:"), std::string::npos) << why; // the first field
+    EXPECT_EQ(ops_save(p.a), before);
+}
+
+TEST(RnicMigration, StateStringWithTrailingBytesIsRefusedAndChangesNothing)
+{
+    MidTransfer p;
+    const std::vector<uint8_t> before = ops_save(p.a);
+    std::vector<uint8_t> b = before;
+    b.push_back(0);
+    std::string why;
+    EXPECT_EQ(ops_load(p.a, b, &why), -EINVAL);
+    EXPECT_NE(why.find("1 bytes left over"), std::string::npos) << why;
+    EXPECT_EQ(ops_save(p.a), before);
+}
+
+TEST(RnicMigration, OutOfRangeValuesInTheStringAreRefusedNamingTheFieldAndChangeNothing)
+{
+    MidTransfer p;
+    const std::vector<uint8_t> before = ops_save(p.a);
+    std::string why;
+    // a flag that is neither 0 nor 1: the fixed part's last field, link_up
+    StateOut fixed;
+    fixed.put(p.a.nic->save().st);
+    std::vector<uint8_t> b = before;
+    b[fixed.bytes().size() - 1] = 2;
+    EXPECT_EQ(ops_load(p.a, b, &why), -EINVAL);
+    EXPECT_NE(why.find("link_up: 2 is not a boolean"), std::string::npos) << why;
+    EXPECT_EQ(ops_save(p.a), before);
+    // a CQ's interrupt vector beyond the device's
+    RnicSnapshot s = p.a.nic->save();
+    s.cq[0].cq.vector = RNIC_MSIX_VECTORS;
+    EXPECT_EQ(ops_load(p.a, bytes(s), &why), -EINVAL);
+    EXPECT_NE(why.find("vector"), std::string::npos) << why;
+    EXPECT_EQ(ops_save(p.a), before);
+    // a list longer than any the device holds is refused before it is allocated
+    b = before;
+    StateOut head;
+    head.put(s.st);
+    const size_t at = head.bytes().size(); // the MR list's count
+    const uint32_t n = RNIC_MR_TOTAL_PAGES + 1;
+    std::memcpy(&b[at], &n, 4);
+    EXPECT_EQ(ops_load(p.a, b, &why), -EINVAL);
+    EXPECT_NE(why.find("mr: 1048577 entries, at most 1048576"), std::string::npos) << why;
+    EXPECT_EQ(ops_save(p.a), before);
+}
+
+TEST(RnicMigration, CreateRefusesABadAtomicUnitProperty)
+{
+    TestHost h(kRam, kBase);
+    const RkHost raw = h.raw();
+    RkRnicConfig cfg = {};
+    cfg.timing = {100000, 300, 500, 400, 16000, 4096};
+    char err[200] = "";
+    EXPECT_EQ(rk_rnic_device_ops.create(&raw, &cfg, err, sizeof(err)), nullptr); // zero amu-*: refused
+    EXPECT_NE(std::string(err).find("amu-"), std::string::npos) << err;
 }
 
 } // namespace
