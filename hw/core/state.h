@@ -14,7 +14,8 @@
  * check after the load, with a message that names the field.
  *
  * Types a field may have: integers, bool, enums (saved as their underlying type), std::array of
- * those, another struct with visit(), and std::vector of any of these (saved with its length;
+ * those, another struct with visit() (StatePod<T>: a C struct saved as its bytes), and
+ * std::vector of any of these (saved with its length;
  * load refuses more than the reader's `max_elems`). Byte order little-endian, no padding. A type
  * with a comma needs an alias (a macro argument cannot hold one): Bytes<64>, Words<4>.
  *
@@ -50,6 +51,21 @@ namespace rackemu {
         LIST(RK_STATE_VISIT_) \
     }
 
+/* The same with initial values: X(type, name, init) declares `type name = init;` (an engine's
+ * reset values: a retry count of 7, an MTU of 1024). */
+#define RK_STATE_INIT_DECLARE_(type, name, init) type name = init;
+#define RK_STATE_INIT_VISIT_(type, name, init)   v(#name, name);
+#define RK_STATE_FIELDS_INIT(LIST) \
+    LIST(RK_STATE_INIT_DECLARE_) \
+    template <class V> void visit(V &v) \
+    { \
+        LIST(RK_STATE_INIT_VISIT_) \
+    } \
+    template <class V> void visit(V &v) const \
+    { \
+        LIST(RK_STATE_INIT_VISIT_) \
+    }
+
 template <size_t N> using Bytes = std::array<uint8_t, N>;
 template <size_t N> using Words = std::array<uint64_t, N>;
 
@@ -60,6 +76,26 @@ template <class T, size_t N> struct is_std_array<std::array<T, N>> : std::true_t
 template <class T> struct is_std_vector : std::false_type {
 };
 template <class T, class A> struct is_std_vector<std::vector<T, A>> : std::true_type {
+};
+
+/* A C struct of a device's ABI without padding (a work-queue entry), used as itself and saved as
+ * its bytes. */
+template <class T> struct StatePod : T {
+    static_assert(std::has_unique_object_representations_v<T>,
+                  "a StatePod has no padding: its bytes are its value");
+    template <class V> void visit(V &v)
+    {
+        Bytes<sizeof(T)> b;
+        std::memcpy(b.data(), static_cast<T *>(this), sizeof(T));
+        v("bytes", b);
+        std::memcpy(static_cast<T *>(this), b.data(), sizeof(T));
+    }
+    template <class V> void visit(V &v) const
+    {
+        Bytes<sizeof(T)> b;
+        std::memcpy(b.data(), static_cast<const T *>(this), sizeof(T));
+        v("bytes", b);
+    }
 };
 
 /* Writes a state: out.put("name", value) per field (visit() does it). */

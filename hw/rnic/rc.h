@@ -141,7 +141,7 @@ enum : uint32_t {
     X(bool, solicited, false) \
     X(bool, fence, false)
 struct SendWr {
-    RNIC_FIELDS(RC_SEND_WR_STATE)
+    RK_STATE_FIELDS_INIT(RC_SEND_WR_STATE)
 };
 
 struct Completion {
@@ -238,7 +238,7 @@ public:
     X(uint32_t, access, 0)              /* RC_ACCESS_REMOTE_* the QP accepts */ \
     X(uint16_t, pkey, ROCE_PKEY_DEFAULT)
 struct QpAttr {
-    RNIC_FIELDS(RC_QP_ATTR_STATE)
+    RK_STATE_FIELDS_INIT(RC_QP_ATTR_STATE)
 };
 
 constexpr uint32_t RC_MAX_RD_ATOMIC = 64;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The RC engine's per-QP state (rc.h), shared by the engine (rc.cc) and the RNIC's migration
-// code (rnic_state.cc): the X-macro lists below are the saved state (rnic_fields.h). Internal to hw/rnic.
+// code (rnic_state.cc): the X-macro lists below are the saved state (hw/core/state.h). Internal to hw/rnic.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,7 @@ constexpr uint8_t kMsgSend = 1, kMsgWrite = 2;
     X(uint32_t, resume, 0)    /* next PSN of this WR to (re)send; past `last`: all sent */ \
     X(uint32_t, read_next, 0) /* READ: the next response PSN expected */
 struct SendEntry {
-    RNIC_FIELDS(RC_SEND_ENTRY_STATE)
+    RK_STATE_FIELDS_INIT(RC_SEND_ENTRY_STATE)
 };
 
 // A responder resource (READ, atomic, FLUSH, ATOMIC WRITE), kept to answer duplicates.
@@ -38,7 +38,7 @@ struct SendEntry {
     X(uint32_t, len, 0) \
     X(uint64_t, orig, 0) /* atomics: the original value */
 struct Resource {
-    RNIC_FIELDS(RC_RESOURCE_STATE)
+    RK_STATE_FIELDS_INIT(RC_RESOURCE_STATE)
 };
 
 // The architectural state of an engine QP (saved with the device's half: rnic_state.h). Its
@@ -73,7 +73,7 @@ struct Resource {
     X(unsigned, ack_requests, 0) /* AckReq packets the owed ACK answers */ \
     X(size_t, res_next, 0)
 struct RcQpArch {
-    RNIC_FIELDS(RC_QP_STATE)
+    RK_STATE_FIELDS_INIT(RC_QP_STATE)
 };
 
 struct RcEngine::Qp : RcQpArch {

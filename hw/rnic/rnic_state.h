@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 //
 // The RNIC's architectural state for migration (docs/rnic.md "Migration"), described once
-// (rnic_fields.h, hw/core/state.h): the device's verbs objects below and the RC engine's QP
+// (hw/core/state.h): the device's verbs objects below and the RC engine's QP
 // (rc_qp.h: RC_QP_STATE, RC_SEND_ENTRY_STATE, RC_RESOURCE_STATE; rc.h: RC_QP_ATTR_STATE,
 // RC_SEND_WR_STATE) are these structs, so a new field is one line of its list. The saved state
 // (RnicSnapshot) is the fixed part (registers, bitmaps, counters, the event queue) and lists of
@@ -21,7 +21,7 @@
 #include "rackemu/rnic_regs.h"
 #include "rnic_capi.h"
 #include "rc_qp.h"
-#include "rnic_fields.h"
+#include "state.h"
 
 namespace rackemu::rnic {
 
@@ -38,7 +38,7 @@ constexpr uint32_t kRnicStateVersion = RK_RNIC_STATE_VERSION;
     X(uint8_t, page_shift, 12) \
     X(std::vector<uint64_t>, pages, {})
 struct MrArch {
-    RNIC_FIELDS(RNIC_MR_STATE)
+    RK_STATE_FIELDS_INIT(RNIC_MR_STATE)
 };
 
 #define RNIC_CQ_STATE(X) \
@@ -50,7 +50,7 @@ struct MrArch {
     X(uint32_t, arm, 0) \
     X(bool, error, false)
 struct CqArch {
-    RNIC_FIELDS(RNIC_CQ_STATE)
+    RK_STATE_FIELDS_INIT(RNIC_CQ_STATE)
 };
 
 // The device's half of a QP (the engine's: RcQpArch; its attributes are the engine's).
@@ -72,22 +72,22 @@ struct CqArch {
     X(bool, bad_held, false) /* a fetched WQE failed its checks, waits for earlier WRs */ \
     X(uint32_t, bad_lerr, 0) \
     X(bool, rwqe_valid, false) /* the receive WQE in use (fetched on demand) */ \
-    X(Pod<struct rnic_recv_wqe>, rwqe, {}) \
+    X(StatePod<struct rnic_recv_wqe>, rwqe, {}) \
     X(uint64_t, rlen, 0) \
     X(uint64_t, rfirst_ns, 0) \
     X(uint32_t, rlerr, 0)
 struct QpArch {
-    RNIC_FIELDS(RNIC_QP_STATE)
+    RK_STATE_FIELDS_INIT(RNIC_QP_STATE)
 };
 
 // A send WR the device fetched and has not completed.
 #define RNIC_WR_STATE(X) \
-    X(Pod<struct rnic_send_wqe>, wqe, {}) \
+    X(StatePod<struct rnic_send_wqe>, wqe, {}) \
     X(uint64_t, len, 0) \
     X(uint64_t, posted_ns, 0) \
     X(uint32_t, lerr, RNIC_LERR_NONE)
 struct WrArch {
-    RNIC_FIELDS(RNIC_WR_STATE)
+    RK_STATE_FIELDS_INIT(RNIC_WR_STATE)
 };
 
 // ---- the saved state: the fixed part and the records ----
@@ -122,37 +122,37 @@ struct WrArch {
     X(bool, eq_armed, false) \
     X(bool, link_up, true)
 struct RnicFixed {
-    RNIC_FIELDS(RNIC_FIXED_STATE)
+    RK_STATE_FIELDS_INIT(RNIC_FIXED_STATE)
 };
 
 #define RNIC_MR_REC(X) X(uint32_t, index, 0) X(MrArch, mr, {})
 struct MrRec {
-    RNIC_FIELDS(RNIC_MR_REC)
+    RK_STATE_FIELDS_INIT(RNIC_MR_REC)
 };
 #define RNIC_CQ_REC(X) X(uint32_t, index, 0) X(CqArch, cq, {})
 struct CqRec {
-    RNIC_FIELDS(RNIC_CQ_REC)
+    RK_STATE_FIELDS_INIT(RNIC_CQ_REC)
 };
 // A QP: the device's half, the engine's, and how many responder resources it has.
 #define RNIC_QP_REC(X) X(QpArch, dev, {}) X(RcQpArch, rc, {}) X(uint32_t, n_res, 0)
 struct QpRec {
-    RNIC_FIELDS(RNIC_QP_REC)
+    RK_STATE_FIELDS_INIT(RNIC_QP_REC)
 };
 // A device WR: seq is the engine's wr_id; bad: the QP's held failed WQE (seq 0).
 #define RNIC_WR_REC(X) X(uint32_t, qp_index, 0) X(uint64_t, seq, 0) X(bool, bad, false) X(WrArch, wr, {})
 struct WrRec {
-    RNIC_FIELDS(RNIC_WR_REC)
+    RK_STATE_FIELDS_INIT(RNIC_WR_REC)
 };
 // An entry of a QP's send queue in the engine (posted, not completed), in queue order.
 #define RNIC_SQE_REC(X) X(uint32_t, qp_index, 0) X(SendEntry, e, {})
 struct SqeRec {
-    RNIC_FIELDS(RNIC_SQE_REC)
+    RK_STATE_FIELDS_INIT(RNIC_SQE_REC)
 };
 // A responder resource (slot of the QP's max_dest_rd_atomic ring): what answers a duplicate
 // READ, atomic, FLUSH or ATOMIC WRITE (an atomic's saved original value).
 #define RNIC_RES_REC(X) X(uint32_t, qp_index, 0) X(uint32_t, slot, 0) X(Resource, r, {})
 struct ResRec {
-    RNIC_FIELDS(RNIC_RES_REC)
+    RK_STATE_FIELDS_INIT(RNIC_RES_REC)
 };
 
 // The whole state, as saved (one string: StateOut) and loaded (StateIn, bounded by kListMax).
@@ -165,7 +165,7 @@ struct ResRec {
     X(std::vector<SqeRec>, sqe, {}) \
     X(std::vector<ResRec>, res, {})
 struct RnicSnapshot {
-    RNIC_FIELDS(RNIC_SNAPSHOT)
+    RK_STATE_FIELDS_INIT(RNIC_SNAPSHOT)
 };
 
 // The longest list a state may hold: the page lists of all MRs together (REG_MR enforces it,

@@ -20,7 +20,7 @@
 #include <cstdint>
 
 #include "rackemu/roce.h"
-#include "rnic_fields.h"
+#include "state.h"
 
 namespace rackemu::rnic {
 
@@ -59,7 +59,7 @@ const char *wire_error_name(WireError e);
     X(uint8_t, tos, 0) /* DSCP/ECN */ \
     X(uint8_t, ttl, ROCE_IP_TTL_DEFAULT)
 struct L3Addr {
-    RNIC_FIELDS(RNIC_L3ADDR_STATE)
+    RK_STATE_FIELDS_INIT(RNIC_L3ADDR_STATE)
 };
 
 struct Bth {

@@ -54,8 +54,8 @@ public:
             Packet ack;
             ack.l3 = p.l3;
             std::swap(ack.l3.src_ip, ack.l3.dst_ip);
-            std::memcpy(ack.l3.src_mac, p.l3.dst_mac, 6);
-            std::memcpy(ack.l3.dst_mac, p.l3.src_mac, 6);
+            ack.l3.src_mac = p.l3.dst_mac;
+            ack.l3.dst_mac = p.l3.src_mac;
             ack.bth.opcode = ROCE_OP_ACK;
             ack.bth.dqpn = p.bth.dqpn;
             ack.bth.psn = p.bth.psn;

@@ -29,8 +29,8 @@ constexpr size_t kIp = ROCE_ETH_LEN, kUdp = kIp + ROCE_IPV4_LEN;
 Packet packet(uint8_t opcode, unsigned from = 0, unsigned to = 1, uint32_t dqpn = 0x11, uint32_t psn = 100)
 {
     Packet p;
-    rkf_eth_node_mac(from, p.l3.src_mac);
-    rkf_eth_node_mac(to, p.l3.dst_mac);
+    rkf_eth_node_mac(from, p.l3.src_mac.data());
+    rkf_eth_node_mac(to, p.l3.dst_mac.data());
     p.l3.src_ip = rkf_eth_node_ipv4(from);
     p.l3.dst_ip = rkf_eth_node_ipv4(to);
     p.l3.udp_sport = 0xC123;
