@@ -39,7 +39,7 @@ struct RackemuFabric {
  */
 RkFabricEndpoint *rackemu_fabric_bind(RackemuFabric *f, unsigned svc, const struct rk_fabric_service *ops,
                                       void *opaque);
-/* The port (for a core whose C API binds itself, e.g. the RMC) and remote memory; NULL-safe. */
+/* The node's port and remote memory (what the device adapter gives a core's host); NULL-safe. */
 RkFabricPort *rackemu_fabric_port(RackemuFabric *f);
 RkRemoteMem *rackemu_fabric_rmem(RackemuFabric *f);
 /*
