@@ -92,7 +92,12 @@ static void rackemu_host_apply(RackemuHost *h, const char *via)
     trace_rackemu_irq_apply(h->name, h->host.node_id, via);
     for (unsigned i = 0; i < h->nirqs; i++) {
         int level = qatomic_read(&h->pending[i]);
-        bool edge = level && (!h->applied[i] || (rose & (1u << i)));
+        /*
+         * An edge only where set_irq recorded a rise: it sets the level before the rise bit, so
+         * an apply that runs between the two sees the level without the edge and the next
+         * apply gives it, once (an MSI-X vector's message is never sent twice for one rise).
+         */
+        bool edge = level && (rose & (1u << i));
 
         if (edge && h->applied[i] && !h->pci) {
             qemu_set_irq(h->lines[i], 0); /* the fall that happened in between */
