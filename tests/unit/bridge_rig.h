@@ -305,6 +305,12 @@ struct EthSink {
         std::lock_guard lk(mu);
         return frames.size();
     }
+    // Frame i's bytes, copied under the lock (the port thread may be appending).
+    std::vector<uint8_t> frame(size_t i)
+    {
+        std::lock_guard lk(mu);
+        return i < frames.size() ? frames[i].second : std::vector<uint8_t>{};
+    }
 };
 
 // A top-level counter of the bridge's stats JSON (UINT64_MAX if absent).

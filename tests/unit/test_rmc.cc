@@ -1722,8 +1722,8 @@ TEST(RmcDeviceOps, TheCoreUsesTheEndpointItsHostWasGiven)
         w(n, RMC_QP_REG(0, QP_CTX), 1);
         w(n, RMC_QP_REG(0, QP_CTRL), QP_CTRL_EN);
     }
-    for (unsigned i = 0; i < 256; i++)
-        th[0]->ram[kSeg - kRamBase + 512 + i] = uint8_t(i * 5 + 1);
+    for (unsigned i = 0; i < 256; i++) // node 0's port thread may read its RAM meanwhile
+        std::atomic_ref<uint8_t>(th[0]->ram[kSeg - kRamBase + 512 + i]).store(uint8_t(i * 5 + 1));
     // node 1 reads 256 bytes of node 0's segment over the fabric
     const rmc_wqe e = wqe(RMC_OP_READ, 0, 512, 1024, 256, 42);
     std::memcpy(th[1]->ram.data() + (kWq - kRamBase), &e, sizeof e);

@@ -694,7 +694,7 @@ TEST(SwitchInBridge, LoadedProgramSeesEveryFrameAndAnswersThroughTheControlSocke
     const Bytes w = build(packet(ROCE_OP_WRITE_ONLY), 13);
     ASSERT_EQ(rk_fabric_port_eth_send(n0, w.data(), w.size()), 0);
     ASSERT_TRUE(roce.wait_count(1));
-    EXPECT_EQ(roce.frames[0].second, w);
+    EXPECT_EQ(roce.frame(0), w);
     const std::string st = test::control(b.dir, "switch stats\n");
     EXPECT_NE(st.find("\"ops\":{\"write\":1}"), std::string::npos) << st;
     EXPECT_NE(st.find("\"in\":1,\"roce\":1"), std::string::npos) << st;
@@ -705,7 +705,7 @@ TEST(SwitchInBridge, LoadedProgramSeesEveryFrameAndAnswersThroughTheControlSocke
     EXPECT_NE(test::control(b.dir, "switch stats\n").find("{\"loaded\":false}"), std::string::npos);
     ASSERT_EQ(rk_fabric_port_eth_send(n0, w.data(), w.size()), 0);
     ASSERT_TRUE(roce.wait_count(2));
-    EXPECT_EQ(roce.frames[1].second, w);
+    EXPECT_EQ(roce.frame(1), w);
     EXPECT_NE(test::control(b.dir, "switch frobnicate\n").find("usage: switch load NAME"), std::string::npos);
     rk_fabric_port_eth_attach(n1, RK_FABRIC_ETH_ROCE, nullptr, nullptr);
     rk_fabric_port_free(n0);
@@ -762,12 +762,12 @@ TEST(SwitchInBridge, CaptureInSeesTheFrameBeforeTheStageFaultsAndCaptureOutAfter
     ASSERT_TRUE(at0.wait_count(2));
     ASSERT_TRUE(at1.wait_count(1));
     Packet w;
-    ASSERT_TRUE(wire_valid(at1.frames[0].second, &w));
+    ASSERT_TRUE(wire_valid(at1.frame(0), &w));
     EXPECT_EQ(w.bth.opcode, ROCE_OP_WRITE_ONLY);
     EXPECT_EQ(w.bth.psn, 8u);
     EXPECT_EQ(roce_get64(w.payload), 0x1111u);
     Packet a;
-    ASSERT_TRUE(wire_valid(at0.frames[1].second, &a));
+    ASSERT_TRUE(wire_valid(at0.frame(1), &a));
     EXPECT_EQ(a.bth.opcode, ROCE_OP_ACK);
     EXPECT_EQ(a.bth.psn, 8u);
     const std::string st = test::control(b.dir, "switch stats\n");
