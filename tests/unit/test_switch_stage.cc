@@ -762,12 +762,14 @@ TEST(SwitchInBridge, CaptureInSeesTheFrameBeforeTheStageFaultsAndCaptureOutAfter
     ASSERT_TRUE(at0.wait_count(2));
     ASSERT_TRUE(at1.wait_count(1));
     Packet w;
-    ASSERT_TRUE(wire_valid(at1.frame(0), &w));
+    const std::vector<uint8_t> f1 = at1.frame(0); // w points into it
+    ASSERT_TRUE(wire_valid(f1, &w));
     EXPECT_EQ(w.bth.opcode, ROCE_OP_WRITE_ONLY);
     EXPECT_EQ(w.bth.psn, 8u);
     EXPECT_EQ(roce_get64(w.payload), 0x1111u);
     Packet a;
-    ASSERT_TRUE(wire_valid(at0.frame(1), &a));
+    const std::vector<uint8_t> f0 = at0.frame(1); // a points into it
+    ASSERT_TRUE(wire_valid(f0, &a));
     EXPECT_EQ(a.bth.opcode, ROCE_OP_ACK);
     EXPECT_EQ(a.bth.psn, 8u);
     const std::string st = test::control(b.dir, "switch stats\n");
