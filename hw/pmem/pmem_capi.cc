@@ -117,6 +117,25 @@ unsigned rk_pmem_nic_drain(void *core)
     return of(core)->nic_drain();
 }
 
+rk_status rk_pmem_nvm(void *core, unsigned op, uint64_t addr, const void *data, uint64_t len)
+{
+    const rackemu::pmem::Config &c = of(core)->config();
+    if (len > c.size || addr < c.base || addr - c.base > c.size - len) return RK_DECODE_ERROR;
+    switch (op) {
+    case RK_NVM_WRITE:
+        return of(core)->nic_accept(addr, data, len, nullptr);
+    case RK_NVM_DRAIN:
+        of(core)->nic_drain();
+        return RK_OK;
+    case RK_NVM_PLACED:
+        return of(core)->placed(addr, len);
+    case RK_NVM_FLUSH:
+        return of(core)->flush(addr, len);
+    default:
+        return RK_SLAVE_ERROR;
+    }
+}
+
 rk_status rk_pmem_power_cut(void *core, uint32_t pick, uint64_t seed)
 {
     using rackemu::pmem::Pick;

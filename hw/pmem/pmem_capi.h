@@ -38,6 +38,9 @@ rk_status rk_pmem_flush(void *core, uint64_t addr, uint64_t len);
 rk_status rk_pmem_placed(void *core, uint64_t addr, uint64_t len);
 rk_status rk_pmem_nic_accept(void *core, uint64_t addr, const void *data, uint64_t len, uint64_t *seq);
 unsigned rk_pmem_nic_drain(void *core);
+/* The host's RkHostOps.nvm (rackemu/host.h) on this region: RK_DECODE_ERROR when [addr,
+ * addr + len) is not inside it, else the op above it names. */
+rk_status rk_pmem_nvm(void *core, unsigned op, uint64_t addr, const void *data, uint64_t len);
 /* A power cut now, keeping the pending lines `pick` chooses (PMEM_PICK_NONE, _ALL, _RANDOM with
  * `seed`), then RAM loaded from the surviving image: the LOST_* counters say what was lost.
  * The glue reports the dirty log first (the stores made since its last report). */

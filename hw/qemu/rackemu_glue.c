@@ -14,6 +14,7 @@
 #include "sysemu/dma.h"
 #include "rackemu/unimem_regs.h"
 #include "rk_fabric_port.h"
+#include "pmem_capi.h"
 
 #include "rackemu_glue.h"
 #include "trace.h"
@@ -464,6 +465,25 @@ static void rackemu_host_timer_fire(void *opaque)
     t->h->on_timer(t->h->core, t->id);
 }
 
+/*
+ * The node's persistent memory: the core of the machine's rackemu-pmem device, registered at its
+ * realize (one node per QEMU process, so one pointer; a sysbus device the machine creates, never
+ * unplugged while the node runs).
+ */
+static void *rackemu_nvm_core;
+
+void rackemu_host_nvm_register(void *pmem_core)
+{
+    qatomic_set(&rackemu_nvm_core, pmem_core);
+}
+
+static rk_status rackemu_host_nvm(void *opaque, unsigned op, uint64_t addr, const void *data, uint64_t len)
+{
+    void *core = qatomic_read(&rackemu_nvm_core);
+
+    return core ? rk_pmem_nvm(core, op, addr, data, len) : RK_DECODE_ERROR;
+}
+
 static const RkHostOps rackemu_host_ops = {
     .set_irq = rackemu_host_set_irq,
     .guest_error = rackemu_host_guest_error,
@@ -476,6 +496,7 @@ static const RkHostOps rackemu_host_ops = {
     .tx_wait = rackemu_host_tx_wait,
     .timer_arm = rackemu_host_timer_arm,
     .thread = rackemu_host_thread,
+    .nvm = rackemu_host_nvm,
 };
 
 void rackemu_host_init(RackemuHost *h, DeviceState *dev, const char *name, unsigned nirqs, bool msix,

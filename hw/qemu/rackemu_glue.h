@@ -72,6 +72,8 @@ void rackemu_fabric_poll(RackemuFabric *f);
  *    GAS_WINDOW_NODE_SIZE) go to their owner through remote memory (this node's own window
  *    too), with the big lock dropped while they wait.
  *  - persist: msync of the RAM block's backing file (none: nothing is durable).
+ *  - nvm: the node's persistent memory, the core rackemu_host_nvm_register gave (none:
+ *    RK_DECODE_ERROR, the range is plain RAM).
  *  - the link: frames to the port's Ethernet sender; after a push-back the device's transmit
  *    thread waits for room on the port's ring (futex, no big lock) and calls tx_resume.
  *  - timers on QEMU_CLOCK_VIRTUAL, which call the device's timer op in the main loop.
@@ -129,6 +131,11 @@ void rackemu_host_fini(RackemuHost *h);
  * post_load; MSI-X pending bits migrate with the MSI-X state).
  */
 void rackemu_host_irq_sync(RackemuHost *h, unsigned line, int level);
+/*
+ * The node's persistent memory for every device's RkHostOps.nvm: the rackemu-pmem core (its
+ * rk_pmem_nvm), or NULL to withdraw it. The pmem device calls it in realize and unrealize.
+ */
+void rackemu_host_nvm_register(void *pmem_core);
 /*
  * The host interface's DMA rule on any address space (e.g. a PCI device's bus-master space):
  * RK_OK when every byte of [addr, addr + len) is RAM (for a read also ROM/flash in read-array

@@ -21,7 +21,10 @@
  *   - the link: send an Ethernet frame on the node's port, and when the port's ring pushes back,
  *     ask for a call of the core's tx_resume op once it has room (tx_wait);
  *   - timers: arm timer `id` at a deadline of the clock above; the core's timer op runs then;
- *   - its own threads: each tells the host when it starts and ends (thread(1), thread(0)).
+ *   - its own threads: each tells the host when it starts and ends (thread(1), thread(0));
+ *   - the node's persistent memory as a NIC writes it (nvm, docs/pmem.md): a write acknowledged
+ *     into the NIC's volatile buffer and placed later, a drain before any other access, a
+ *     persistent FLUSH; outside persistent memory the core uses dma_rw and persist.
  * Counters are the core's own (declared once in its register header, read by the guest through
  * registers); the host only carries them to traces and stats.
  *
@@ -61,6 +64,14 @@ static inline const char *rk_status_name(rk_status s)
     return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s] : "?";
 }
 
+/* The ops of RkHostOps.nvm: what a NIC does to the node's persistent memory (docs/pmem.md). */
+enum rk_nvm_op {
+    RK_NVM_WRITE = 0,  /* `data` acknowledged into the NIC's volatile buffer; placed in RAM later */
+    RK_NVM_DRAIN = 1,  /* every buffered write placed (before any other NIC access of the range) */
+    RK_NVM_PLACED = 2, /* the NIC wrote the range of RAM itself (an atomic): the mode's rule applies */
+    RK_NVM_FLUSH = 3,  /* a persistent FLUSH: the buffer placed, then the range made durable */
+};
+
 typedef struct RkHostOps {
     /* Drive interrupt line `line` (0..n-1, the device's sysbus IRQ outputs) to `level`. Call it
      * in the order the level changes (e.g. with the core's lock held): the last call wins. */
@@ -96,6 +107,11 @@ typedef struct RkHostOps {
     /* Every thread a core starts calls thread(1) first and thread(0) last, on that thread
      * (QEMU: it becomes an RCU reader, as the memory API needs of a thread that does DMA). */
     void (*thread)(void *opaque, int start);
+    /* RK_NVM_* on [addr, addr + len) of the node's persistent memory (`data`: RK_NVM_WRITE's
+     * bytes, len 1..PMEM_NIC_ENTRY_MAX). RK_DECODE_ERROR and nothing done when the range is not
+     * inside a persistent-memory region: it is plain RAM (use dma_rw and persist). Other errors
+     * as rk_pmem_* (hw/pmem/pmem_capi.h): RK_UNREACHABLE after a power cut. NULL: none. */
+    rk_status (*nvm)(void *opaque, unsigned op, uint64_t addr, const void *data, uint64_t len);
 } RkHostOps;
 
 typedef struct RkHost {
@@ -192,6 +208,12 @@ public:
     void thread(bool start) const
     {
         if (h_.ops && h_.ops->thread) h_.ops->thread(h_.opaque, start ? 1 : 0);
+    }
+    // RK_DECODE_ERROR: not persistent memory (no region there, or none at all).
+    Status nvm(rk_nvm_op op, uint64_t addr, const void *data, uint64_t len) const
+    {
+        if (!h_.ops || !h_.ops->nvm) return RK_DECODE_ERROR;
+        return h_.ops->nvm(h_.opaque, op, addr, data, len);
     }
 
 private:
