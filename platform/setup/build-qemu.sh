@@ -27,7 +27,7 @@ ln -sfn "$RACKEMU_ROOT/platform/qemu/overlay/meson.build" "$src/hw/rackemu/meson
 ln -sfn "$RACKEMU_ROOT/platform/qemu/overlay/Kconfig" "$src/hw/rackemu/Kconfig"
 ln -sfn "$RACKEMU_ROOT/platform/qemu/overlay/trace-events" "$src/hw/rackemu/trace-events"
 ln -sfn "$RACKEMU_ROOT" "$src/hw/rackemu/src"
-for hook in qemu-hook.patch qemu-trace-hook.patch; do
+for hook in qemu-hook.patch qemu-trace-hook.patch qemu-pmem-hook.patch; do
     if patch -d "$src" -p1 -R --dry-run -s -f < "$RACKEMU_ROOT/platform/qemu/$hook" >/dev/null 2>&1; then
         : # already applied
     else

@@ -1,0 +1,15 @@
+/* SPDX-License-Identifier: MIT */
+/* QOM glue of rackemu's persistent memory (docs/pmem.md). */
+#ifndef RACKEMU_PMEM_QOM_H
+#define RACKEMU_PMEM_QOM_H
+
+#include "hw/sysbus.h"
+
+#define TYPE_RACKEMU_PMEM "rackemu-pmem"
+
+/*
+ * MMIO region 0: the control/status block (PMEM_MMIO_SIZE); region 1: the NVM region (the
+ * property `size`), which the machine maps at the property `base`.
+ */
+
+#endif
