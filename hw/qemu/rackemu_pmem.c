@@ -45,9 +45,6 @@
 #include "rackemu_device.h"
 #include "rackemu_pmem.h"
 
-/* platform/qemu/qemu-pmem-hook.patch: called by memory_region_writeback (DC CVAP, DC CVAC) */
-extern void (*rackemu_writeback_hook)(MemoryRegion *mr, hwaddr addr, hwaddr size);
-
 #define RACKEMU_PMEM_SCAN_MS 10 /* period of the dirty log's report, virtual time */
 
 OBJECT_DECLARE_SIMPLE_TYPE(RackemuPmemState, RACKEMU_PMEM)

@@ -280,11 +280,11 @@ class Cluster:
         self._prepare_ram_dir()
         if self.config.pmem_mib:
             # the durable images live on (docs/pmem.md); QEMU creates or reuses node<i>.pmem
+            pdir = self.config.pmem_image(i).parent
             try:
-                self.config.pmem_image(i).parent.mkdir(parents=True, exist_ok=True)
+                pdir.mkdir(parents=True, exist_ok=True)
             except OSError as e:
-                raise ClusterError(f"pmem_dir {self.config.pmem_image(i).parent}: cannot create it: "
-                                   f"{os_error_text(e)}") from None
+                raise ClusterError(f"pmem_dir {pdir}: cannot create it: {os_error_text(e, pdir)}") from None
         # A fresh file: QEMU would otherwise map the previous incarnation's memory as is.
         if not keep_ram:
             self.ram_path(i).unlink(missing_ok=True)
