@@ -324,9 +324,18 @@ TEST(Erda, ForgedAndOutOfRangeWordsAreRefusedByRecoveryAndReaders)
     im.reopen(&r);
     EXPECT_EQ(r.forged, 1u);
     EXPECT_EQ(r.out_of_range, 1u);
-    EXPECT_EQ(r.reverted, 1u);
-    EXPECT_EQ(r.emptied, 1u);
+    EXPECT_EQ(r.reverted, 2u); // the bit cleared on "a", "b" back to its old version
+    EXPECT_EQ(r.emptied, 0u);
+    EXPECT_EQ(erda_bucket_at(&im.s, b1)->word & ERDA_WORD_RSVD, 0u);
+    EXPECT_EQ(im.get("a", &ok), "1");
     EXPECT_EQ(im.get("b", &ok), "2");
+    // both offsets forged out of range: nothing holds, the bucket is emptied
+    k2->word = erda_word_make(0, ERDA_OFF_MASK & ~7u, 8);
+    struct erda_recovery r2;
+    im.reopen(&r2);
+    EXPECT_EQ(r2.emptied, 1u);
+    im.get("b", &ok);
+    EXPECT_FALSE(ok);
 }
 
 TEST(Erda, ObjectsNeverSpanSegmentsAndAFullHeadIsRefused)

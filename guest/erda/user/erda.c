@@ -68,6 +68,7 @@ static const char usage[] =
 	"      hold the store (persistent memory " PMEM_PATH " if present, else DRAM); a store found in\n"
 	"      persistent memory is recovered (docs/erda.md \"Recovery\") unless --format.\n"
 	"  put --server HOST KEY VALUE [--scheme erda|redo|raw] [--durable] [--skip-object-write]\n"
+	"      [--as-client ID]: claim another client's id in the request (refused by the server)\n"
 	"  del --server HOST KEY [--scheme S] [--durable]\n"
 	"  get --server HOST KEY [--scheme S]\n"
 	"  forge --server HOST KEY (--reserved-bit | --offset OFF)\n"
@@ -829,6 +830,7 @@ struct client {
 	struct hello hl;
 	struct erda_store st;    /* geometry and chain only: erda_addr, erda_off_check */
 	unsigned mslot, raw_slot;
+	int as_id;              /* >= 0: the client id this client claims in its immediates (a forger) */
 	/* what this client measured */
 	uint64_t rt;                         /* round trips */
 	uint64_t bytes[SCH_COUNT][K_COUNT];  /* written by its RDMA into the server's region */
@@ -843,6 +845,7 @@ static void client_connect(struct client *c, const char *host, unsigned port)
 	int ret;
 
 	memset(c, 0, sizeof(*c));
+	c->as_id = -1;
 	c->ctx = rnic_open(NULL);
 	if (!c->ctx)
 		fatal("opening " RNIC_DEV_PATH " (is the node started with the RNIC?)", errno);
@@ -941,7 +944,7 @@ static int request(struct client *c, uint32_t op, const struct req *q, uint32_t 
 		ret = verb(c, RNIC_WR_SEND, CB_STAGE, qlen, 0, 0, 0, 0);
 	else
 		ret = verb(c, RNIC_WR_WRITE_IMM, CB_STAGE, qlen, c->hl.mbox_addr + (uint64_t)c->mslot * MBOX_SIZE,
-			   c->hl.mbox_rkey, 0, IMM(op, c->mslot, c->hl.id));
+			   c->hl.mbox_rkey, 0, IMM(op, c->mslot, c->as_id >= 0 ? (uint32_t)c->as_id : c->hl.id));
 	c->mslot ^= 1;
 	if (ret)
 		return ret;
@@ -1174,8 +1177,8 @@ static int client_read(struct client *c, unsigned scheme, const char *key, uint3
 			ri->fallback = 1;
 			return del ? -ENOENT : 0;
 		}
-		if (ri->repaired == 0)
-			continue; /* it changed: look again */
+		if (ri->repaired == 0 || ri->repaired == 1)
+			continue; /* it changed, or the server restored it: look again */
 		return -EIO;
 	}
 	return -EAGAIN;
@@ -1258,6 +1261,7 @@ struct yargs {
 	uint64_t fallbacks, refused, busy;
 	uint64_t wall_ns;
 	unsigned writer;           /* this thread's writer id */
+	pthread_barrier_t *loaded; /* every thread loaded its keys before any runs */
 };
 
 static void ykey(char *k, uint64_t i)
@@ -1330,6 +1334,7 @@ static void *ycsb_thread(void *arg)
 				y->errors++;
 		}
 	}
+	pthread_barrier_wait(y->loaded);
 	ycsb_zipf_init(&z, y->keys, YCSB_ZIPF_CONSTANT, 1, y->seed + y->tid * 7919);
 	t0 = now_ns();
 	for (uint64_t op = 0; op < y->ops; op++) {
@@ -1382,9 +1387,13 @@ static int cmd_ycsb(const char *host, unsigned port, struct yargs *base)
 	(void)port;
 	if (!y || !th)
 		fatal("ycsb", ENOMEM);
+	pthread_barrier_t loaded;
+
 	memset(bytes, 0, sizeof(bytes));
+	pthread_barrier_init(&loaded, NULL, base->threads);
 	for (unsigned t = 0; t < base->threads; t++) {
 		y[t] = *base;
+		y[t].loaded = &loaded;
 		y[t].tid = t;
 		for (int o = 0; o < 2; o++)
 			y[t].lat[o] = calloc(base->ops ? base->ops : 1, sizeof(uint64_t));
@@ -1464,8 +1473,9 @@ int main(int argc, char **argv)
 		{ "skip-object-write", 0, 0, 'k' }, { "reserved-bit", 0, 0, 'r' }, { "offset", 1, 0, 'o' },
 		{ "workload", 1, 0, 'w' }, { "keys", 1, 0, 'K' }, { "ops", 1, 0, 'n' }, { "value-size", 1, 0, 'v' },
 		{ "threads", 1, 0, 't' }, { "seed", 1, 0, 's' }, { "load", 0, 0, 'l' }, { "verify", 0, 0, 'V' },
-		{ "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
+		{ "as-client", 1, 0, 'A' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 } };
 	const char *cmd, *host = NULL;
+	int as_id = -1;
 	struct wopts wo = { SCH_ERDA, 0, 0 };
 	struct yargs ya;
 	int o, reserved = 0, have_off = 0;
@@ -1507,6 +1517,7 @@ int main(int argc, char **argv)
 		case 's': ya.seed = parse_size(optarg); break;
 		case 'l': ya.load = 1; break;
 		case 'V': ya.verify = 1; break;
+		case 'A': as_id = (int)(parse_size(optarg) & 0xffff); break;
 		case 'h': fputs(usage, stdout); return 0;
 		default: fputs(usage, stderr); return 2;
 		}
@@ -1560,6 +1571,7 @@ int main(int argc, char **argv)
 			if (wo.durable && wo.scheme != SCH_ERDA)
 				die("%s", "--durable is Erda's variant");
 			client_connect(&c, host, port);
+			c.as_id = as_id;
 			ret = client_write(&c, &wo, key, klen, val, (uint32_t)strlen(val), del, &kind);
 			printf("%s key=%s scheme=%s status=%d kind=%s round_trips=%llu skipped_object=%d\n", cmd, key,
 			       scheme_names[wo.scheme], ret, ret ? "-" : kind_names[kind], (unsigned long long)c.rt,

@@ -249,7 +249,8 @@ void erda_head_seal(struct erda_store *s, uint32_t h); /* the CRC of head h, the
  * the bucket; a forged word (reserved bit, out-of-range offsets) is treated the same way. Then
  * the allocator: each head continues in the segment after its last one (the partly written
  * segment is never handed out again) with seqs above every seq in use. Bounded by the number
- * of buckets; the area must have passed erda_open. */
+ * of buckets; the area must have passed erda_open. A word with the reserved bit set is counted
+ * as forged and the bit cleared; its offsets are then checked like any others. */
 struct erda_recovery {
 	uint64_t buckets_scanned, entries, reverted, emptied, forged, out_of_range;
 	uint32_t next_seg[ERDA_MAX_HEADS], next_seq[ERDA_MAX_HEADS];

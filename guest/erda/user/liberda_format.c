@@ -399,21 +399,32 @@ int erda_repair_bucket(struct erda_store *s, uint32_t b, struct erda_recovery *r
 {
 	struct erda_recovery dummy;
 	struct erda_bucket *bk = erda_bucket_at(s, b), c = *bk;
-	unsigned nw = erda_word_new_slot(c.word);
-	int cn, co;
+	unsigned nw;
+	int cn, co, forged = 0;
 
 	if (!r)
 		r = &dummy;
 	if (!c.fp)
 		return ERDA_OK;
-	cn = erda_slot_check(s, b, &c, nw);
-	if (cn == ERDA_OK)
-		return ERDA_OK;
-	if (cn == ERDA_E_FORGED)
+	if (c.word & ERDA_WORD_RSVD) {
+		/* forged: the bit is refused; the offsets are checked like any others */
 		r->forged++;
-	else if (cn == ERDA_E_RANGE)
+		forged = 1;
+		c.word &= ~ERDA_WORD_RSVD;
+	}
+	nw = erda_word_new_slot(c.word);
+	cn = erda_slot_check(s, b, &c, nw);
+	if (cn == ERDA_OK && !forged)
+		return ERDA_OK;
+	if (cn == ERDA_OK) {
+		bk->word = c.word;
+		persist(s, &bk->word, 8);
+		r->reverted++;
+		return 1;
+	}
+	if (cn == ERDA_E_RANGE)
 		r->out_of_range++;
-	co = cn == ERDA_E_FORGED ? cn : erda_slot_check(s, b, &c, !nw);
+	co = erda_slot_check(s, b, &c, !nw);
 	if (co == ERDA_OK) {
 		/* revert: the other version becomes the new one; the failed offset stays in the old
 		 * slot, the next write replaces it */
@@ -422,7 +433,7 @@ int erda_repair_bucket(struct erda_store *s, uint32_t b, struct erda_recovery *r
 		r->reverted++;
 		return 1;
 	}
-	/* no version holds: the key's first write never completed (or the word was forged) */
+	/* no version holds: the key's first write never completed (or both offsets were forged) */
 	bk->word = 0;
 	persist(s, &bk->word, 8);
 	memset(bk, 0, 24);
