@@ -39,10 +39,11 @@ struct Image {
         EXPECT_EQ(erda_lookup(&s, k.data(), uint32_t(k.size()), 1, &b), 0);
         EXPECT_EQ(erda_reserve(&s, &a, b % g.heads, len, &off, &seq), 0);
         erda_install(&s, b, off, seq, len);
-        if (write_object)
+        if (write_object) {
             EXPECT_EQ(erda_obj_encode(s.base + erda_addr(&s, b % g.heads, off), seq, k.data(),
                                       uint32_t(k.size()), v.data(), uint32_t(v.size()), del),
                       len);
+        }
         return b;
     }
     // What a reader gets: the new version, else the old one; "" with ok false if neither holds.
