@@ -84,7 +84,7 @@ def test_create_update_delete_read(ecluster, scheme):
     assert one(n1, f"get --scheme {scheme} {k}")["value"] == "third"
     # the client's own byte count: the object, header 16 + key + value
     r, lines = erda(n1, f"put --scheme {scheme} --server node0 {k} 0123456789")
-    got = next(x for x in lines if "client_bytes" in x)
+    got = next(x for x in lines if x.get("scheme") == scheme and "create" in x)  # the client_bytes line
     obj = 16 + len(k) + 10
     record = 96 + 10  # redo/raw: the request header and the value, sent into the region
     assert int(got["update"]) == (obj if scheme == "erda" else record), got
@@ -158,10 +158,11 @@ def test_ycsb_a_every_read_returns_a_value_written_for_its_key(ecluster, run_con
         assert r.rc == 0, out
         assert y["bad_reads"] == "0" and y["errors"] == "0" and y["missing"] == "0", y
         assert int(y["reads"]) + int(y["updates"]) == 300 and int(y["reads"]) > 0 and int(y["updates"]) > 0, y
-        lat = {x["op"]: x for x in d if "latency" in x}
+        lat = {x["op"]: x for x in d if "p50_us" in x}
         assert float(lat["read"]["round_trips_per_op"]) >= 2.0, lat
         assert float(lat["update"]["round_trips_per_op"]) == 2.0, lat
-        assert any(x.get("server") is None and "requests" in x for x in d)
+        assert any("requests" in x for x in d)  # the server's counters
+        print(out)
     assert server_alive(ecluster)
 
 

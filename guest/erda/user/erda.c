@@ -519,6 +519,8 @@ static void handle(struct server *s, const struct rnic_cqe *c)
 				r.status = -EINVAL;
 			} else {
 				r.status = write_begin(s, k, &q, SCH_ERDA, !(q.flags & REQ_F_DURABLE), &r);
+				if (r.status == 0 && (q.flags & REQ_F_DURABLE))
+					s->pending_by[r.bucket] = (uint16_t)(k->id + 1); /* until its DONE */
 			}
 			reply(s, k, &r, NULL, 0);
 			return;
@@ -527,8 +529,6 @@ static void handle(struct server *s, const struct rnic_cqe *c)
 				s->pending_by[q.bucket] = 0;
 				s->resv_by[q.bucket] = 0;
 				s->c[SC_durable_done]++;
-				/* the client's ATOMIC WRITE of the word */
-				bytes(s, SCH_ERDA, K_UPDATE, 0);
 			} else {
 				s->c[SC_refused]++;
 			}
