@@ -66,7 +66,8 @@ static const char usage[] =
 	"  server [--port P] [--heads N] [--regions-per-head N] [--region-size B] [--seg-size B]\n"
 	"         [--buckets N] [--probe N] [--grace-ms G] [--format] [--max-conn N]\n"
 	"      hold the store (persistent memory " PMEM_PATH " if present, else DRAM); a store found in\n"
-	"      persistent memory is recovered (docs/erda.md \"Recovery\") unless --format.\n"
+	"      persistent memory is recovered (docs/erda.md \"Recovery\") unless --format; none there:\n"
+	"      formatted; a damaged one: refused.\n"
 	"  put --server HOST KEY VALUE [--scheme erda|redo|raw] [--durable] [--skip-object-write]\n"
 	"      [--as-client ID]: claim another client's id in the request (refused by the server)\n"
 	"  del --server HOST KEY [--scheme S] [--durable]\n"
@@ -721,12 +722,16 @@ static int cmd_server(int argc, char **argv)
 	s->region_size = conn_off + (uint64_t)MAX_CONN * CONN_AREA;
 	s->grace_ns = (uint64_t)grace_ms * 1000000ull;
 	s->region = region_map(s->region_size, &s->pmem);
+	if (s->pmem && !format && (ret = erda_open(&s->st, s->region, conn_off, persist_range, &why))) {
+		if (ret != -ENODATA)
+			die("the store in persistent memory does not open (%s): start with --format", why);
+		printf("no store in persistent memory: formatting\n");
+		format = 1;
+	}
 	if (s->pmem && !format) {
 		struct erda_recovery rc;
 		uint64_t t0;
 
-		if ((ret = erda_open(&s->st, s->region, conn_off, persist_range, &why)))
-			die("the store in persistent memory does not open (%s): start with --format", why);
 		t0 = now_ns();
 		erda_recover(&s->st, &rc);
 		printf("recovery buckets=%llu entries=%llu reverted=%llu emptied=%llu forged=%llu out_of_range=%llu ns=%llu\n",
