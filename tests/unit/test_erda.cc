@@ -372,3 +372,27 @@ TEST(Erda, RecoveryMovesPastTheLastSegmentAndAboveEverySeq)
     for (int i = 43; i < 50; i++)
         EXPECT_EQ(im.get("key" + std::to_string(i % 7), &ok), std::string(300, char('a' + i % 26)));
 }
+
+TEST(Erda, PrepareLeavesTheWordToTheDurableClientsAtomicWrite)
+{
+    Image im;
+    bool ok;
+    uint32_t b = im.put("d", "v1");
+    uint64_t before = erda_bucket_at(&im.s, b)->word;
+    uint32_t h = b % im.g.heads, off, seq, len = erda_obj_len(1, 2);
+    ASSERT_EQ(erda_reserve(&im.s, &im.a, h, len, &off, &seq), 0);
+    uint64_t w = erda_prepare(&im.s, b, off, seq, len);
+    // the word is untouched until the client writes it: readers still get v1
+    EXPECT_EQ(erda_bucket_at(&im.s, b)->word, before);
+    EXPECT_EQ(im.get("d", &ok), "v1");
+    // the object, then the word (the client's WRITE + FLUSH, ATOMIC WRITE + FLUSH)
+    erda_obj_encode(im.s.base + erda_addr(&im.s, h, off), seq, "d", 1, "v2", 2, 0);
+    erda_bucket_at(&im.s, b)->word = w;
+    EXPECT_EQ(im.get("d", &ok), "v2");
+    EXPECT_EQ(erda_word_off(w, 1 - erda_word_new_slot(w)), erda_word_off(before, erda_word_new_slot(before)));
+    // recovery keeps the whole version the word names
+    struct erda_recovery r;
+    im.reopen(&r);
+    EXPECT_EQ(r.reverted, 0u);
+    EXPECT_EQ(im.get("d", &ok), "v2");
+}
