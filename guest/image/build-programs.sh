@@ -5,7 +5,7 @@
 #   - every lib<name>.c is a guest library; they are linked as one archive, so a program gets
 #     the ones it uses;
 #   - every other <name>.c with a main() is a program (adding a tool is adding its file), linked
-#     with the guest libraries and -lpthread. It is called <name> with '_' turned into '-'
+#     with the guest libraries, -lpthread and -lm. It is called <name> with '_' turned into '-'
 #     (unimem_check.c: unimem-check), except *_test programs, which keep their file's name
 #     (unim_dma_test, as ExaNoDe D3.6 sec. 3.4 names it). What each one does: the comment at the top
 #     of its file;
@@ -57,7 +57,7 @@ for d in "${srcdirs[@]}"; do
         grep -qE '^int main\(' "$c" || continue
         case $stem in *_test) name=$stem ;; *) name=${stem//_/-} ;; esac
         if stale "$out/$name"; then
-            $CC -static "${CFLAGS[@]}" -o "$out/$name.tmp" "$c" "$guestlib" -lpthread && mv "$out/$name.tmp" "$out/$name" ||
+            $CC -static "${CFLAGS[@]}" -o "$out/$name.tmp" "$c" "$guestlib" -lpthread -lm && mv "$out/$name.tmp" "$out/$name" ||
                 die "building $(rel "$c") ($name) failed"
         fi
     done
