@@ -1,0 +1,164 @@
+"""Scenario: SwordBox's workloads (docs/swordbox-workloads.md) on two booted nodes with the RNIC,
+their RoCE traffic through the fabric's switch, no switch program loaded: the end-to-end RDMA
+semantics alone must keep them correct.
+
+One cluster (2 nodes, 1 vCPU, 256 MiB) for the module: node 0 runs the memory server
+(`swordbox-wl server`), clients run on both nodes (node 0's loop back through its own RNIC).
+- locks: the counter guarded by one lock is exact (every client's increments, no more, no less)
+  and the lock is free at the end;
+- Clover: under a short YCSB-A every put is linked once, and no get returns a version older than
+  one committed before it began (`swordbox-wl kv-check` over the server's chains and the logs);
+- Sherman B+tree: after a mixed insert/lookup run every inserted key is found and the tree's
+  invariants hold (sorted pages, fences, separators, no lock left held).
+"""
+import time
+
+import pytest
+
+from conftest import _clusters, _config, _start
+from guest_tools import kv, stop_procs
+
+
+@pytest.fixture(scope="module")
+def scluster():
+    c = _start(_config(f"e2e-swordbox-{int(time.time())}", rnic=True, nodes=2, vcpus=1, memory="256M"))
+    yield c
+    c.down()
+    _clusters.remove(c)
+
+
+class SwordRelay:
+    """A `swordbox-wl server` on `server` and clients whose QP parameters are relayed through
+    files (as guest_tools.RnicRelay): each client thread takes the next server conn= line."""
+
+    def __init__(self, server, tag, clients, opts):
+        self.server, self.tag, self.n = server, f"/tmp/swl-{tag}", 0
+        server.sh(f"rm -f {self.tag}*; setsid sh -c 'swordbox-wl server --peer-file {self.tag} --clients {clients} "
+                  f"{opts}; echo rc=$?' </dev/null >{self.tag}.out 2>&1 &")
+        self.lines = self._wait(server, f"{self.tag}.out", "conn=", clients)
+
+    @staticmethod
+    def _wait(node, path, what, count=1, timeout=120):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            out = node.exec(f"cat {path}").stdout.decode()
+            got = [ln for ln in out.splitlines() if ln.startswith(what)]
+            if len(got) >= count:
+                return got
+            if "rc=" in out and what != "rc=":
+                raise AssertionError(f"{path} on node {node.id}: {out}")
+            time.sleep(0.2)
+        raise AssertionError(f"no {what} in {path} on node {node.id} within {timeout} s")
+
+    def client(self, node, cmd, threads=1):
+        """Start `swordbox-wl CMD --threads T --peer-file` on node; returns (node, path)."""
+        f = f"{self.tag}-c{self.n}"
+        mine = self.lines[self.n:self.n + threads]
+        first = self.n
+        self.n += threads
+        node.put(("\n".join(mine) + "\n").encode(), f + ".tmp")
+        node.sh(f"rm -f {f}.go {f}.out; mv {f}.tmp {f}; setsid sh -c 'swordbox-wl {cmd} --threads {threads} "
+                f"--peer-file {f}; echo rc=$?' </dev/null >{f}.out 2>&1 &")
+        for i, line in enumerate(self._wait(node, f"{f}.out", "conn=", threads)):
+            self.server.sh(f"echo '{line}' > {self.tag}.{first + i}")
+        return node, f
+
+    def go(self, *clients):
+        self._wait(self.server, f"{self.tag}.out", "server=ready")
+        for node, f in clients:
+            node.sh(f"touch {f}.go")
+
+    def result(self, client, timeout=300):
+        node, f = client
+        self._wait(node, f"{f}.out", "rc=", timeout=timeout)
+        out = node.exec(f"cat {f}.out").stdout
+        return int(kv(out)[-1]["rc"]), out
+
+    def stop(self):
+        self.server.sh(f"touch {self.tag}.stop")
+        self._wait(self.server, f"{self.tag}.out", "rc=")
+        out = self.server.exec(f"cat {self.tag}.out").stdout
+        return int(kv(out)[-1]["rc"]), kv(out), out
+
+
+def run(cluster, tag, server_opts, cmd, per_node_threads=(1, 1)):
+    """A server on node 0, `cmd` on node 0 and node 1 with the given threads each; every client's
+    summary line, and the server's (rc, lines, output)."""
+    nodes = [cluster.node(0), cluster.node(1)]
+    for n in nodes:
+        stop_procs(n, "swordbox-wl")
+    relay = SwordRelay(nodes[0], tag, sum(per_node_threads), server_opts)
+    cl = [relay.client(n, cmd, t) for n, t in zip(nodes, per_node_threads)]
+    relay.go(*cl)
+    outs = []
+    for c in cl:
+        rc, out = relay.result(c)
+        assert rc == 0, out.decode()
+        outs.append(out)
+    stopped = relay.stop()
+    print(*(o.decode() for o in outs), stopped[2].decode(), sep="\n")   # shown with pytest -s
+    return relay, outs, stopped
+
+
+def line(out, key):
+    got = [d for d in kv(out) if key in d]
+    assert got, out.decode()
+    return got[-1]
+
+
+def test_help_and_bad_arguments(scluster):
+    n = scluster.node(1)
+    r = n.exec("swordbox-wl --help")
+    assert r.rc == 0 and b"kv-check" in r.stdout
+    for cmd, words in [("lock", b"--peer-file"), ("server --peer-file /tmp/x --clients 1 --mode nosuch", b"--mode"),
+                       ("kv --peer-file /tmp/x --workload Z", b"--workload"), ("btree --peer-file /tmp/x --theta 2",
+                                                                               b"--theta"),
+                       ("server --peer-file /tmp/x --clients 1 --mode lock --lock-place dm", b"device memory"),
+                       ("frobnicate", b"unknown command")]:
+        r = n.exec(f"swordbox-wl {cmd}")
+        assert r.rc != 0 and words in r.stderr, (cmd, r.stderr)
+
+
+def test_lock_guarded_counter_is_exact_with_clients_on_two_nodes(scluster):
+    _, outs, (src, sd, sout) = run(scluster, "lock", "--mode lock --locks 1", "lock --ops 300", (1, 1))
+    incr = sum(int(line(o, "lock")["increments"]) for o in outs)
+    assert incr == 600
+    done = [d for d in sd if d.get("server") == "done"]
+    assert src == 0 and done and done[0]["counter_sum"] == str(incr) and done[0]["locks_held"] == "0", sout.decode()
+    for o in outs:
+        d = line(o, "lock")
+        assert int(d["acquires"]) == 300 and float(d["p99_us"]) >= float(d["p50_us"]) > 0
+
+
+def test_many_locks_zipf_counters_are_exact(scluster):
+    _, outs, (src, sd, sout) = run(scluster, "locks", "--mode lock --locks 64", "lock --ops 200 --dist zipf", (2, 1))
+    incr = sum(int(line(o, "lock")["increments"]) for o in outs)
+    done = [d for d in sd if d.get("server") == "done"]
+    assert src == 0 and incr == 600 and done[0]["counter_sum"] == "600", sout.decode()
+
+
+def test_clover_gets_return_the_latest_committed_version_under_ycsb_a(scluster):
+    s = scluster.node(0)
+    _, outs, (src, sd, sout) = run(scluster, "kv", "--mode kv --keys 1024 --value-size 128 --dump /tmp/swl-kv.chain",
+                                   "kv --ops 400 --workload A --log /tmp/swl-kv.log", (2, 1))
+    done = [d for d in sd if d.get("server") == "done"]
+    puts = sum(int(line(o, "kv")["puts"]) for o in outs)
+    assert src == 0 and done and done[0]["bad"] == "0", sout.decode()
+    assert int(done[0]["chain_nodes"]) == puts > 0   # every committed put linked, nothing else
+    s.put(scluster.node(1).get("/tmp/swl-kv.log"), "/tmp/swl-kv-n1.log")
+    r = s.exec("swordbox-wl kv-check --chain /tmp/swl-kv.chain /tmp/swl-kv.log /tmp/swl-kv-n1.log")
+    d = line(r.stdout, "kvcheck")
+    assert r.rc == 0 and d["kvcheck"] == "ok" and int(d["puts"]) == puts, r.stdout.decode()
+    assert int(d["gets"]) > 0
+
+
+def test_btree_invariants_hold_after_a_mixed_run(scluster):
+    _, outs, (src, sd, sout) = run(scluster, "bt", "--mode btree --locks 4096",
+                                   "btree --ops 400 --insert-share 0.6", (1, 1))
+    done = [d for d in sd if d.get("server") == "done"]
+    inserts = sum(int(line(o, "btree")["inserts"]) for o in outs)
+    assert src == 0 and done and done[0]["bad"] == "0", sout.decode()
+    assert int(done[0]["keys"]) == inserts > 60        # more than one leaf: splits happened
+    assert int(done[0]["levels"]) >= 2 and int(done[0]["pages"]) > 2
+    for o in outs:
+        assert line(o, "btree")["errors"] == "0"
