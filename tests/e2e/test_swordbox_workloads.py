@@ -166,3 +166,14 @@ def test_btree_invariants_hold_after_a_mixed_run(scluster):
     assert int(done[0]["levels"]) >= 2 and int(done[0]["pages"]) > 2
     for o in outs:
         assert line(o, "btree")["errors"] == "0"
+
+
+def test_btree_with_local_lock_hand_over_keeps_its_invariants(scluster):
+    # one lock word for every page: the threads of node 1 queue on the local table and hand it over
+    _, outs, (src, sd, sout) = run(scluster, "btho", "--mode btree --locks 1",
+                                   "btree --ops 300 --insert-share 0.8 --hand-over 4", (1, 2))
+    done = [d for d in sd if d.get("server") == "done"]
+    inserts = sum(int(line(o, "btree")["inserts"]) for o in outs)
+    assert src == 0 and done and done[0]["bad"] == "0" and int(done[0]["keys"]) == inserts, sout.decode()
+    for o in outs:
+        assert line(o, "btree")["errors"] == "0"

@@ -44,9 +44,11 @@ static const char usage[] =
 	"  kv    --peer-file F [--threads T] [--ops N | --seconds S] [--workload A|B|C|U] [--theta X]\n"
 	"        [--log FILE]   Clover: get = READ at the cached tail then walk, put = WRITE the new\n"
 	"        version node, CAS the tail's next pointer; --log records every operation for kv-check\n"
-	"  btree --peer-file F [--threads T] [--ops N | --seconds S] [--insert-share X]\n"
+	"  btree --peer-file F [--threads T] [--ops N | --seconds S] [--insert-share X] [--hand-over N]\n"
 	"        Sherman: 1 KiB B-link pages, lookup = READs down the tree, insert = CAS lock, READ,\n"
-	"        WRITE page + WRITE unlock; at the end every key the client inserted is looked up\n"
+	"        WRITE page + WRITE unlock; at the end every key the client inserted is looked up.\n"
+	"        --hand-over N: the threads share a local lock table and pass a held lock to a local\n"
+	"        waiter up to N times in a row without releasing it remotely (default 0: off)\n"
 	"  kv-check --chain FILE LOG...\n"
 	"        every put of the logs linked exactly once, gets return linked versions of their key,\n"
 	"        per thread the versions seen of a key never go back, and within one log (one node's\n"
@@ -621,6 +623,7 @@ struct thr {
 	const struct opts *o;
 	uint64_t chunk, chunk_left;
 	/* results */
+	uint64_t handovers;
 	uint64_t ops, acquires, failed_cas, increments, reads, retries, gets, puts, inserts, lookups, found, errors;
 	uint64_t *lat, nlat, *lat2, nlat2;
 	FILE *log;
@@ -893,10 +896,57 @@ static uint64_t bt_lock_addr(const struct thr *t, uint64_t page)
 	return t->l.lock_addr + 8 * (mix64(page) % t->l.nlocks);
 }
 
+/* Sherman's node-local lock table with hand-over (--hand-over N): the threads of this process
+ * queue on a mutex per lock word before the remote CAS; a releaser with a local waiter passes the
+ * remote lock on without the WRITE 0 (its page WRITE completed first), at most N times in a row,
+ * then releases it remotely so that other nodes get their turn. NULL: every acquire is a CAS. */
+struct local_lock {
+	pthread_mutex_t m;
+	uint32_t waiters; /* atomic: threads queued on m */
+	int held;	  /* under m: this process holds the remote lock word */
+	unsigned handed;  /* under m: hand-overs since the remote acquire */
+};
+static struct local_lock *local_locks;
+static unsigned hand_over_max;
+
 static void bt_lock(struct thr *t, uint64_t page)
 {
+	struct local_lock *e = local_locks ? &local_locks[mix64(page) % t->l.nlocks] : NULL;
+
+	if (e) {
+		__atomic_add_fetch(&e->waiters, 1, __ATOMIC_SEQ_CST);
+		pthread_mutex_lock(&e->m);
+		__atomic_sub_fetch(&e->waiters, 1, __ATOMIC_SEQ_CST);
+		if (e->held) { /* handed over: the remote lock is already this process's */
+			t->handovers++;
+			return;
+		}
+	}
 	while (cas(t, bt_lock_addr(t, page), t->l.lock_rkey, 0, t->id | 1ull << 63))
 		t->failed_cas++;
+	if (e) {
+		e->held = 1;
+		e->handed = 0;
+	}
+}
+
+/* Release page's lock: WRITE 0 behind the writes already posted (or hand it over), wait for all. */
+static void bt_release(struct thr *t, uint64_t page)
+{
+	struct local_lock *e = local_locks ? &local_locks[mix64(page) % t->l.nlocks] : NULL;
+
+	if (e && e->handed < hand_over_max && __atomic_load_n(&e->waiters, __ATOMIC_SEQ_CST)) {
+		e->handed++;
+		quiet(t);
+		pthread_mutex_unlock(&e->m);
+		return;
+	}
+	post(t, RNIC_WR_WRITE, L_ZERO, 8, bt_lock_addr(t, page), t->l.lock_rkey, 0, 0);
+	quiet(t);
+	if (e) {
+		e->held = 0;
+		pthread_mutex_unlock(&e->m);
+	}
 }
 
 /* READ a page whole (front == rear) into loff. */
@@ -993,8 +1043,7 @@ static void bt_insert(struct thr *t, uint32_t level, uint64_t key, uint64_t val)
 		if (key >= p->hi || key < p->lo) {
 			uint64_t next = key >= p->hi ? p->sibling : 0;
 
-			post(t, RNIC_WR_WRITE, L_ZERO, 8, bt_lock_addr(t, a), t->l.lock_rkey, 0, 0);
-			quiet(t);
+			bt_release(t, a);
 			a = next ? next : bt_descend(t, level, key);
 			continue;
 		}
@@ -1012,8 +1061,7 @@ static void bt_insert(struct thr *t, uint32_t level, uint64_t key, uint64_t val)
 		p->front++;
 		p->rear = p->front;
 		post(t, RNIC_WR_WRITE, L_PAGE2, PAGE_SIZE_B, a, t->l.rkey, 0, 0);
-		post(t, RNIC_WR_WRITE, L_ZERO, 8, bt_lock_addr(t, a), t->l.lock_rkey, 0, 0); /* batched unlock */
-		quiet(t);
+		bt_release(t, a); /* the unlock batched behind the page */
 		return;
 	}
 	/* split: the upper half to a new right sibling */
@@ -1060,13 +1108,11 @@ static void bt_insert(struct thr *t, uint32_t level, uint64_t key, uint64_t val)
 			post(t, RNIC_WR_WRITE, L_PAGE2, PAGE_SIZE_B, a, t->l.rkey, 0, 0);
 			*(volatile uint64_t *)(t->buf + L_U64) = na;
 			post(t, RNIC_WR_WRITE, L_U64, 8, t->l.super, t->l.rkey, 0, 0);
-			post(t, RNIC_WR_WRITE, L_ZERO, 8, bt_lock_addr(t, a), t->l.lock_rkey, 0, 0);
-			quiet(t);
+			bt_release(t, a);
 			return;
 		}
 		post(t, RNIC_WR_WRITE, L_PAGE2, PAGE_SIZE_B, a, t->l.rkey, 0, 0);
-		post(t, RNIC_WR_WRITE, L_ZERO, 8, bt_lock_addr(t, a), t->l.lock_rkey, 0, 0);
-		quiet(t);
+		bt_release(t, a);
 		bt_insert(t, level + 1, sep, ra);
 	}
 }
@@ -1154,7 +1200,8 @@ static int cmd_client(int argc, char **argv, int mode)
 					       { "ops", 1, 0, 'n' },	   { "seconds", 1, 0, 's' },
 					       { "dist", 1, 0, 'd' },	   { "theta", 1, 0, 't' },
 					       { "workload", 1, 0, 'w' },  { "log", 1, 0, 'l' },
-					       { "insert-share", 1, 0, 'i' }, { "help", 0, 0, 'h' },
+					       { "insert-share", 1, 0, 'i' }, { "hand-over", 1, 0, 'H' },
+					       { "help", 0, 0, 'h' },
 					       { 0, 0, 0, 0 } };
 	struct opts o = { .threads = 1, .ops = 1000, .theta = YCSB_ZIPF_CONSTANT, .insert_share = 0.5, .zipf = 1 };
 	const char *name = mode == MODE_LOCK ? "lock" : mode == MODE_KV ? "kv" : "btree";
@@ -1164,7 +1211,7 @@ static int cmd_client(int argc, char **argv, int mode)
 	struct rnic_mr mr;
 	uint8_t *buf;
 	uint32_t pd;
-	uint64_t tx0, fr0, t0, wall, sum[12] = { 0 };
+	uint64_t tx0, fr0, t0, wall, sum[12] = { 0 }, handovers = 0;
 	char go[512];
 	int c, ret, rc = 0, dist_set = 0, wl_set = 0, share_set = 0;
 
@@ -1189,6 +1236,7 @@ static int cmd_client(int argc, char **argv, int mode)
 			wl_set = 1;
 			break;
 		case 'l': o.log = optarg; break;
+		case 'H': hand_over_max = (unsigned)num(optarg, "--hand-over", 1000); break;
 		case 'i': o.insert_share = dbl(optarg, "--insert-share"); share_set = 1; break;
 		case 'h': fputs(usage, stdout); return 0;
 		default: bad_option(c, argv, "swordbox-wl --help");
@@ -1200,8 +1248,8 @@ static int cmd_client(int argc, char **argv, int mode)
 		die("--dist goes with lock (kv draws YCSB's zipfian keys; btree inserts its own keys)");
 	if (mode != MODE_KV && (o.log || wl_set))
 		die("--workload and --log go with kv");
-	if (mode != MODE_BTREE && share_set)
-		die("--insert-share goes with btree");
+	if (mode != MODE_BTREE && (share_set || hand_over_max))
+		die("--insert-share and --hand-over go with btree");
 	if (!o.peer)
 		die("%s needs --peer-file F (the server's conn= lines, one per thread)", name);
 	if (!o.threads)
@@ -1256,6 +1304,13 @@ static int cmd_client(int argc, char **argv, int mode)
 			return 1;
 		}
 	}
+	if (hand_over_max) {
+		local_locks = calloc(t[0].l.nlocks, sizeof(*local_locks));
+		if (!local_locks)
+			fatal("allocating the local lock table", ENOMEM);
+		for (uint32_t i = 0; i < t[0].l.nlocks; i++)
+			pthread_mutex_init(&local_locks[i].m, NULL);
+	}
 	tx0 = counter(ctx, RNIC_CNT_TX_BYTES);
 	fr0 = counter(ctx, RNIC_CNT_TX_FRAMES);
 	t0 = now_ns();
@@ -1268,6 +1323,8 @@ static int cmd_client(int argc, char **argv, int mode)
 	wall = now_ns() - t0;
 	tx0 = counter(ctx, RNIC_CNT_TX_BYTES) - tx0;
 	fr0 = counter(ctx, RNIC_CNT_TX_FRAMES) - fr0;
+	for (unsigned i = 0; i < o.threads; i++)
+		handovers += t[i].handovers;
 	for (unsigned i = 0; i < o.threads; i++) {
 		uint64_t v[12] = { t[i].ops, t[i].acquires, t[i].failed_cas, t[i].increments, t[i].reads, t[i].retries,
 				   t[i].gets, t[i].puts, t[i].inserts, t[i].lookups, t[i].found, t[i].errors };
@@ -1297,11 +1354,12 @@ static int cmd_client(int argc, char **argv, int mode)
 			       (unsigned long long)sum[11], secs);
 		else
 			printf("btree=done node=%u threads=%u inserts=%llu lookups=%llu found=%llu ops_per_s=%.1f "
-			       "reads_per_op=%.2f failed_cas=%llu torn_reads=%llu lookup_p50_us=%.1f lookup_p99_us=%.1f "
+			       "reads_per_op=%.2f failed_cas=%llu handovers=%llu torn_reads=%llu lookup_p50_us=%.1f lookup_p99_us=%.1f "
 			       "insert_p50_us=%.1f insert_p99_us=%.1f tx_bytes_per_op=%.1f errors=%llu seconds=%.3f\n",
 			       ctx->info.node_id, o.threads, (unsigned long long)sum[8], (unsigned long long)sum[9],
 			       (unsigned long long)sum[10], (double)done / secs, (double)sum[4] * per,
-			       (unsigned long long)sum[2], (unsigned long long)sum[5], pct(l1, n1, 0.5), pct(l1, n1, 0.99),
+			       (unsigned long long)sum[2], (unsigned long long)handovers, (unsigned long long)sum[5],
+			       pct(l1, n1, 0.5), pct(l1, n1, 0.99),
 			       pct(l2, n2, 0.5), pct(l2, n2, 0.99), (double)tx0 * per, (unsigned long long)sum[11], secs);
 		free(l1);
 		free(l2);
