@@ -177,3 +177,27 @@ def test_btree_with_local_lock_hand_over_keeps_its_invariants(scluster):
     assert src == 0 and done and done[0]["bad"] == "0" and int(done[0]["keys"]) == inserts, sout.decode()
     for o in outs:
         assert line(o, "btree")["errors"] == "0"
+
+
+def test_kv_check_finds_stale_reads_lost_puts_and_going_back(scluster):
+    """The checker itself, on a made-up chain and log: it must flag what it is there to flag."""
+    n = scluster.node(1)
+    n.put(b"c 5 0 0\nc 5 1 a\nc 5 2 b\nc 6 0 0\nc 6 1 d\nc 6 2 d\n", "/tmp/swl-chk.chain")
+    good = b"# node=1 pid=1\nP 5 a 10 20 0 0\nG 5 a 30 40 1 1\nP 5 b 50 60 0 1\nG 5 b 70 80 1 1\n"
+    n.put(good, "/tmp/swl-chk-good.log")
+    n.put(b"c 5 0 0\nc 5 1 a\nc 5 2 b\n", "/tmp/swl-chk-good.chain")
+    r = n.exec("swordbox-wl kv-check --chain /tmp/swl-chk-good.chain /tmp/swl-chk-good.log")
+    d = line(r.stdout, "kvcheck")
+    assert r.rc == 0 and d["kvcheck"] == "ok" and d["puts"] == "2" and d["gets"] == "2", r.stdout.decode()
+    bad = (b"P 5 a 10 20 0 0\n"     # thread 0 commits version 1 of key 5 at t=20
+           b"G 5 0 30 40 1 0\n"     # thread 1 starts a get at t=30 and returns the first version: stale
+           b"P 5 b 50 60 0 1\n"
+           b"G 5 a 70 80 0 1\n"     # thread 0 saw position 2, now 1: backwards (and stale)
+           b"P 5 c 90 99 0 1\n")    # a put nobody linked
+    n.put(bad, "/tmp/swl-chk-bad.log")
+    r = n.exec("swordbox-wl kv-check --chain /tmp/swl-chk.chain /tmp/swl-chk-bad.log")
+    d = line(r.stdout, "kvcheck")
+    found = {x["kvcheck_violation"] for x in kv(r.stdout) if "kvcheck_violation" in x}
+    assert r.rc == 1 and d["kvcheck"] == "fail", r.stdout.decode()
+    assert found == {"duplicate_link", "not_linked", "stale_read", "backwards"}, r.stdout.decode()
+    assert int(d["stale_reads"]) >= 2 and d["backwards"] == "1"
