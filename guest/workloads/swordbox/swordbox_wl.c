@@ -644,6 +644,16 @@ static void thr_fail(struct thr *t, const char *what, int ret)
 	exit(1);
 }
 
+/* A signal while waiting for a lock (held by a client that died, or by a long run) ends the run:
+ * the lock loops spin on the remote word and would not otherwise notice. */
+static void check_stop(struct thr *t, const char *what)
+{
+	if (stop) {
+		fprintf(stderr, "swordbox-wl: thread %u: stopped by a signal while %s\n", t->idx, what);
+		exit(1);
+	}
+}
+
 static void post(struct thr *t, uint8_t op, uint32_t loff, uint32_t len, uint64_t raddr, uint32_t rkey, uint64_t cmp,
 		 uint64_t swp)
 {
@@ -775,6 +785,7 @@ static void *lock_thread(void *arg)
 				exit(1);
 			}
 			t->failed_cas++;
+			check_stop(t, "acquiring a lock");
 		}
 		lat_add(&t->lat, &t->nlat, now_ns() - a0);
 		t->acquires++;
@@ -922,8 +933,10 @@ static void bt_lock(struct thr *t, uint64_t page)
 			return;
 		}
 	}
-	while (cas(t, bt_lock_addr(t, page), t->l.lock_rkey, 0, t->id | 1ull << 63))
+	while (cas(t, bt_lock_addr(t, page), t->l.lock_rkey, 0, t->id | 1ull << 63)) {
 		t->failed_cas++;
+		check_stop(t, "acquiring a page lock");
+	}
 	if (e) {
 		e->held = 1;
 		e->handed = 0;
