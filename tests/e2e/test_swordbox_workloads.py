@@ -147,3 +147,18 @@ def test_kv_check_finds_stale_reads_lost_puts_and_going_back(scluster):
     assert r.rc == 1 and d["kvcheck"] == "fail", r.stdout.decode()
     assert found == {"duplicate_link", "not_linked", "stale_read", "backwards"}, r.stdout.decode()
     assert int(d["stale_reads"]) >= 2 and d["backwards"] == "1"
+
+
+def test_kv_client_stops_with_a_message_when_the_server_heap_is_used_up(scluster):
+    # 320 KiB: the roots, then one 64 KiB chunk (341 versions of 192 B) for the whole run
+    nodes = [scluster.node(0), scluster.node(1)]
+    for n in nodes:
+        stop_procs(n, "swordbox-wl")
+    relay = SwordRelay(nodes[0], "oom", 1, "--mode kv --mem 320K")
+    cl = relay.client(nodes[1], "kv --ops 1000 --workload U")
+    relay.go(cl)
+    rc, out = relay.result(cl)
+    assert rc == 1 and b"the server has no memory left (--mem)" in out, out.decode()
+    src, sd, sout = relay.stop()
+    done = [d for d in sd if d.get("server") == "done"]
+    assert src == 0 and done and done[0]["bad"] == "0" and int(done[0]["chain_nodes"]) == 341, sout.decode()
