@@ -162,3 +162,14 @@ def test_kv_client_stops_with_a_message_when_the_server_heap_is_used_up(scluster
     src, sd, sout = relay.stop()
     done = [d for d in sd if d.get("server") == "done"]
     assert src == 0 and done and done[0]["bad"] == "0" and int(done[0]["chain_nodes"]) == 341, sout.decode()
+
+
+def test_clover_with_metadata_server_hints_still_reads_the_latest(scluster):
+    s = scluster.node(0)
+    _, outs, (src, sd, sout) = run(scluster, "kvh", "--mode kv --dump /tmp/swl-kvh.chain",
+                                   "kv --ops 300 --workload A --ms-hints --log /tmp/swl-kvh.log", (1, 1))
+    assert src == 0 and [d for d in sd if d.get("server") == "done"][0]["bad"] == "0", sout.decode()
+    assert all(int(line(o, "kv")["hint_rpcs"]) > 0 for o in outs)   # first touches asked the MS
+    s.put(scluster.node(1).get("/tmp/swl-kvh.log"), "/tmp/swl-kvh-n1.log")
+    r = s.exec("swordbox-wl kv-check --chain /tmp/swl-kvh.chain /tmp/swl-kvh.log /tmp/swl-kvh-n1.log")
+    assert r.rc == 0 and line(r.stdout, "kvcheck")["kvcheck"] == "ok", r.stdout.decode()

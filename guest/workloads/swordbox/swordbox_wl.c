@@ -42,8 +42,9 @@ static const char usage[] =
 	"        acquire latency, this node's RNIC bytes per acquire and increments= (the counters\n"
 	"        must sum to every client's increments)\n"
 	"  kv    --peer-file F [--threads T] [--ops N | --seconds S] [--workload A|B|C|U] [--theta X]\n"
-	"        [--log FILE]   Clover: get = READ at the cached tail then walk, put = WRITE the new\n"
-	"        version node, CAS the tail's next pointer; --log records every operation for kv-check\n"
+	"        [--log FILE] [--ms-hints]   Clover: get = READ at the cached tail then walk, put = WRITE\n"
+	"        the new version node, CAS the tail's next pointer; --log records every operation for\n"
+	"        kv-check; --ms-hints: a key's first hint is its tail as the metadata server sees it\n"
 	"  btree --peer-file F [--threads T] [--ops N | --seconds S] [--insert-share X] [--hand-over N]\n"
 	"        Sherman: 1 KiB B-link pages, lookup = READs down the tree, insert = CAS lock, READ,\n"
 	"        WRITE page + WRITE unlock; at the end every key the client inserted is looked up.\n"
@@ -60,7 +61,7 @@ static const char usage[] =
 /* ---- the server's layout and its messages ---- */
 
 enum { MODE_LOCK = 1, MODE_KV, MODE_BTREE };
-enum { REQ_HELLO = 1, REQ_CHUNK };
+enum { REQ_HELLO = 1, REQ_CHUNK, REQ_HINT };
 
 #define MSG_SIZE 256
 #define RQ_SLOTS 8
@@ -82,7 +83,7 @@ struct layout {
 
 struct msg {
 	uint32_t type, status; /* status: 0 or an errno */
-	uint64_t a, b;         /* CHUNK: address and length */
+	uint64_t a, b;         /* CHUNK: address and length; HINT: the key (request), its tail (answer) */
 	struct layout l;
 };
 
@@ -230,6 +231,15 @@ static int lock_region(struct server *s, const char *place, uint64_t bytes, uint
 	return -1;
 }
 
+/* kv: the version node at addr (a server address) and its fields. */
+struct vnode {
+	uint64_t next;   /* the next version's address, 0 at the tail: the word put CASes */
+	uint64_t key;
+	uint64_t tag;    /* the writer: thread id << 32 | sequence; 0 for the first version */
+	uint64_t pad;
+	uint8_t value[]; /* value_size bytes: pattern_byte(tag ^ key * K, i) */
+};
+
 static void srv_post_recv(struct server *s, unsigned qi, unsigned slot)
 {
 	struct rnic_recv_wqe r;
@@ -262,6 +272,18 @@ static void srv_answer(struct server *s, unsigned qi, unsigned slot)
 			rep->b = CHUNK_SIZE;
 			s->heap += CHUNK_SIZE;
 		}
+	} else if (req->type == REQ_HINT) {
+		if (s->l.mode != MODE_KV || req->a >= s->l.keys) {
+			rep->status = EINVAL;
+		} else { /* walk the chain in local memory: a linked node is complete (WRITE before CAS) */
+			uint64_t a = s->l.kv_roots + req->a * s->l.node_size, steps = 0, next;
+
+			while ((next = __atomic_load_n(&((struct vnode *)(uintptr_t)a)->next, __ATOMIC_ACQUIRE)) &&
+			       next >= (uintptr_t)s->mem && next + s->l.node_size <= (uintptr_t)s->mem + s->len &&
+			       ++steps < s->len / s->l.node_size)
+				a = next;
+			rep->a = a;
+		}
 	} else if (req->type != REQ_HELLO) {
 		rep->status = EINVAL;
 	}
@@ -275,15 +297,6 @@ static void srv_answer(struct server *s, unsigned qi, unsigned slot)
 	if (ret) /* that client's QP failed: the others go on */
 		fprintf(stderr, "swordbox-wl server: answering client QP %u: %s\n", qi, strerror(-ret));
 }
-
-/* kv: the version node at addr (a server address) and its fields. */
-struct vnode {
-	uint64_t next;   /* the next version's address, 0 at the tail: the word put CASes */
-	uint64_t key;
-	uint64_t tag;    /* the writer: thread id << 32 | sequence; 0 for the first version */
-	uint64_t pad;
-	uint8_t value[]; /* value_size bytes: pattern_byte(tag ^ key * K, i) */
-};
 
 static uint64_t value_seed(uint64_t key, uint64_t tag)
 {
@@ -608,6 +621,7 @@ struct opts {
 	double seconds, theta, insert_share;
 	int zipf;
 	const struct ycsb_workload *wl;
+	int ms_hints;
 };
 
 struct thr {
@@ -623,7 +637,7 @@ struct thr {
 	const struct opts *o;
 	uint64_t chunk, chunk_left;
 	/* results */
-	uint64_t handovers;
+	uint64_t handovers, hint_rpcs;
 	uint64_t ops, acquires, failed_cas, increments, reads, retries, gets, puts, inserts, lookups, found, errors;
 	uint64_t *lat, nlat, *lat2, nlat2;
 	FILE *log;
@@ -698,7 +712,7 @@ static uint64_t cas(struct thr *t, uint64_t raddr, uint32_t rkey, uint64_t compa
 	return *(volatile uint64_t *)(t->buf + L_RES);
 }
 
-static struct msg rpc(struct thr *t, uint32_t type)
+static struct msg rpc_arg(struct thr *t, uint32_t type, uint64_t arg)
 {
 	struct rnic_recv_wqe r;
 	struct rnic_cqe c;
@@ -713,6 +727,7 @@ static struct msg rpc(struct thr *t, uint32_t type)
 		thr_fail(t, "posting a receive", ret);
 	memset(t->buf + L_MSG, 0, sizeof(struct msg));
 	((struct msg *)(t->buf + L_MSG))->type = type;
+	((struct msg *)(t->buf + L_MSG))->a = arg;
 	post(t, RNIC_WR_SEND, L_MSG, sizeof(struct msg), 0, 0, 0, 0);
 	quiet(t);
 	ret = rnic_wait_cq(t->cq, &c, 1, 30000);
@@ -720,6 +735,11 @@ static struct msg rpc(struct thr *t, uint32_t type)
 		thr_fail(t, "waiting for the server's answer", ret < 0 ? ret : -EIO);
 	memcpy(&m, t->buf + L_RMSG, sizeof(m));
 	return m;
+}
+
+static struct msg rpc(struct thr *t, uint32_t type)
+{
+	return rpc_arg(t, type, 0);
 }
 
 /* A slot of `size` bytes from this thread's chunk (a new chunk from the server when it is used up). */
@@ -843,10 +863,11 @@ static void *kv_thread(void *arg)
 	struct thr *t = arg;
 	struct ycsb_zipf z;
 	uint64_t *hint = malloc(t->l.keys * sizeof(uint64_t)), seq = 0, t0 = now_ns();
+	uint64_t *seen = calloc(t->l.keys / 64 + 1, sizeof(uint64_t)); /* keys whose hint came from the MS */
 	const struct vnode *rn = (const struct vnode *)(t->buf + L_NODE);
 	struct vnode *wn = (struct vnode *)(t->buf + L_NODEW);
 
-	if (!hint)
+	if (!hint || !seen)
 		fatal("allocating hints", ENOMEM);
 	for (uint64_t k = 0; k < t->l.keys; k++)
 		hint[k] = t->l.kv_roots + k * t->l.node_size;
@@ -855,6 +876,19 @@ static void *kv_thread(void *arg)
 		enum ycsb_op op = ycsb_next_op(&z, t->o->wl);
 		uint64_t k = ycsb_zipf_next(&z), a0 = now_ns(), reads = 0, tag;
 
+		if (t->o->ms_hints && !(seen[k / 64] & 1ull << (k % 64))) { /* first touch: the tail from the MS */
+			struct msg m;
+
+			m = rpc_arg(t, REQ_HINT, k);
+			if (m.status) {
+				fprintf(stderr, "swordbox-wl: the metadata server refused a hint for key %llu: %s\n",
+					(unsigned long long)k, strerror((int)m.status));
+				exit(1);
+			}
+			hint[k] = m.a;
+			seen[k / 64] |= 1ull << (k % 64);
+			t->hint_rpcs++;
+		}
 		if (op == YCSB_READ) {
 			long mis = -1;
 
@@ -897,6 +931,7 @@ static void *kv_thread(void *arg)
 		t->reads += reads;
 	}
 	free(hint);
+	free(seen);
 	return NULL;
 }
 
@@ -1214,6 +1249,7 @@ static int cmd_client(int argc, char **argv, int mode)
 					       { "dist", 1, 0, 'd' },	   { "theta", 1, 0, 't' },
 					       { "workload", 1, 0, 'w' },  { "log", 1, 0, 'l' },
 					       { "insert-share", 1, 0, 'i' }, { "hand-over", 1, 0, 'H' },
+					       { "ms-hints", 0, 0, 'M' },
 					       { "help", 0, 0, 'h' },
 					       { 0, 0, 0, 0 } };
 	struct opts o = { .threads = 1, .ops = 1000, .theta = YCSB_ZIPF_CONSTANT, .insert_share = 0.5, .zipf = 1 };
@@ -1224,7 +1260,7 @@ static int cmd_client(int argc, char **argv, int mode)
 	struct rnic_mr mr;
 	uint8_t *buf;
 	uint32_t pd;
-	uint64_t tx0, fr0, t0, wall, sum[12] = { 0 }, handovers = 0;
+	uint64_t tx0, fr0, t0, wall, sum[12] = { 0 }, handovers = 0, hint_rpcs = 0;
 	char go[512];
 	int c, ret, rc = 0, dist_set = 0, wl_set = 0, share_set = 0;
 
@@ -1249,6 +1285,7 @@ static int cmd_client(int argc, char **argv, int mode)
 			wl_set = 1;
 			break;
 		case 'l': o.log = optarg; break;
+		case 'M': o.ms_hints = 1; break;
 		case 'H': hand_over_max = (unsigned)num(optarg, "--hand-over", 1000); break;
 		case 'i': o.insert_share = dbl(optarg, "--insert-share"); share_set = 1; break;
 		case 'h': fputs(usage, stdout); return 0;
@@ -1259,8 +1296,8 @@ static int cmd_client(int argc, char **argv, int mode)
 		die("unexpected argument '%s' (swordbox-wl --help)", argv[optind]);
 	if (mode != MODE_LOCK && dist_set)
 		die("--dist goes with lock (kv draws YCSB's zipfian keys; btree inserts its own keys)");
-	if (mode != MODE_KV && (o.log || wl_set))
-		die("--workload and --log go with kv");
+	if (mode != MODE_KV && (o.log || wl_set || o.ms_hints))
+		die("--workload, --log and --ms-hints go with kv");
 	if (mode != MODE_BTREE && (share_set || hand_over_max))
 		die("--insert-share and --hand-over go with btree");
 	if (!o.peer)
@@ -1336,8 +1373,10 @@ static int cmd_client(int argc, char **argv, int mode)
 	wall = now_ns() - t0;
 	tx0 = counter(ctx, RNIC_CNT_TX_BYTES) - tx0;
 	fr0 = counter(ctx, RNIC_CNT_TX_FRAMES) - fr0;
-	for (unsigned i = 0; i < o.threads; i++)
+	for (unsigned i = 0; i < o.threads; i++) {
 		handovers += t[i].handovers;
+		hint_rpcs += t[i].hint_rpcs;
+	}
 	for (unsigned i = 0; i < o.threads; i++) {
 		uint64_t v[12] = { t[i].ops, t[i].acquires, t[i].failed_cas, t[i].increments, t[i].reads, t[i].retries,
 				   t[i].gets, t[i].puts, t[i].inserts, t[i].lookups, t[i].found, t[i].errors };
@@ -1359,10 +1398,11 @@ static int cmd_client(int argc, char **argv, int mode)
 			       pct(l1, n1, 0.99), (double)tx0 * per, (double)fr0 * per, secs);
 		else if (mode == MODE_KV)
 			printf("kv=done node=%u threads=%u workload=%c gets=%llu puts=%llu ops_per_s=%.1f reads_per_op=%.3f "
-			       "cas_retries_per_put=%.3f get_p50_us=%.1f get_p99_us=%.1f put_p50_us=%.1f put_p99_us=%.1f "
+			       "cas_retries_per_put=%.3f hint_rpcs=%llu get_p50_us=%.1f get_p99_us=%.1f put_p50_us=%.1f put_p99_us=%.1f "
 			       "tx_bytes_per_op=%.1f errors=%llu seconds=%.3f\n",
 			       ctx->info.node_id, o.threads, o.wl->name, (unsigned long long)sum[6], (unsigned long long)sum[7],
 			       (double)done / secs, (double)sum[4] * per, sum[7] ? (double)sum[5] / (double)sum[7] : 0,
+			       (unsigned long long)hint_rpcs,
 			       pct(l1, n1, 0.5), pct(l1, n1, 0.99), pct(l2, n2, 0.5), pct(l2, n2, 0.99), (double)tx0 * per,
 			       (unsigned long long)sum[11], secs);
 		else
