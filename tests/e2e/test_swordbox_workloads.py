@@ -11,7 +11,10 @@ its own RNIC).
 - Clover: under a short YCSB-A every put is linked once, and no get returns a version older than
   one committed before it began (`swordbox-wl kv-check` over the server's chains and the logs);
 - Sherman B+tree: after a mixed insert/lookup run every inserted key is found and the tree's
-  invariants hold (sorted pages, fences, separators, no lock left held).
+  invariants hold (sorted pages, fences, separators, no lock left held), also with the node-local
+  lock table handing locks over;
+- the checker itself flags made-up violations; Clover with the metadata server's hints; a client
+  out of server heap stops with a message; usage errors.
 """
 import time
 

@@ -559,6 +559,7 @@ static int cmd_server(int argc, char **argv)
 			fatal("connecting a client's QP", ret);
 		for (unsigned k = 0; k < RQ_SLOTS; k++)
 			srv_post_recv(&s, i, k);
+		printf("client=%u node=%u qpn=0x%x peer_qpn=0x%x\n", i, p.node, s.q[i].qp->qpn, p.qpn);
 	}
 	tx0 = counter(s.ctx, RNIC_CNT_TX_BYTES);
 	printf("server=ready mode=%s clients=%u locks=%u lock_place=%s keys=%u value_size=%u mem=%llu\n", mode, s.clients,
