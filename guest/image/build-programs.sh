@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the static aarch64 user programs into $RACKEMU_BUILD/guest/bin/, discovered. Their sources
 # are in the folders of user code: guest/common/, each device family's guest/<family>/user/ and
-# guest/workloads/ (a new family's user/ is found like the others). In those folders:
+# guest/workloads/ with guest/workloads/swordbox/ (a new family's user/ is found like the others). In
+# those folders:
 #   - every lib<name>.c is a guest library; they are linked as one archive, so a program gets
 #     the ones it uses;
 #   - every other <name>.c with a main() is a program (adding a tool is adding its file), linked
@@ -23,7 +24,7 @@ mkdir -p "$out" "$obj"
 rel() { echo "${1#"$RACKEMU_ROOT"/}"; }
 srcdirs=("$g/common")
 for d in "$g"/*/user/; do srcdirs+=("${d%/}"); done
-srcdirs+=("$g/workloads")
+srcdirs+=("$g/workloads" "$g/workloads/swordbox")
 unimem=$g/unimem/user sonuma=$g/sonuma/user rnic=$g/rnic/user shm=$g/workloads/shmem
 CC=aarch64-linux-gnu-gcc
 CFLAGS=(-O2 -Wall -Wextra -Werror -Wno-format-zero-length -I"$RACKEMU_ROOT/hw/include" -I"$g/include")
