@@ -71,7 +71,8 @@ Packet request(const Conn &c, uint8_t op, uint32_t psn)
     p.bth.ackreq = true;
     return p;
 }
-Packet cas(const Conn &c, uint32_t psn, uint64_t va, uint64_t compare, uint64_t swap, uint32_t rkey = kLockRkey)
+Packet cas(const Conn &c, uint32_t psn, uint64_t va, uint64_t compare, uint64_t swap,
+           uint32_t rkey = kLockRkey)
 {
     Packet p = request(c, ROCE_OP_CMP_SWAP, psn);
     p.atomic = {va, rkey, swap, compare};
@@ -131,7 +132,8 @@ struct Outs {
         return ::testing::AssertionFailure() << "IPv4 checksum";
     if (roce_get16(f.data() + kUdp + 4) != f.size() - kUdp)
         return ::testing::AssertionFailure() << "UDP length";
-    if (roce_get16(f.data() + kIp + 2) != f.size() - kIp) return ::testing::AssertionFailure() << "IPv4 length";
+    if (roce_get16(f.data() + kIp + 2) != f.size() - kIp)
+        return ::testing::AssertionFailure() << "IPv4 length";
     return ::testing::AssertionSuccess();
 }
 
@@ -150,7 +152,10 @@ Outs run(Stage &st, const Packet &p, unsigned port = 0)
     return o;
 }
 
-const SwordboxStats &stats(Stage &st) { return swordbox_stats(*st.program()); }
+const SwordboxStats &stats(Stage &st)
+{
+    return swordbox_stats(*st.program());
+}
 
 struct Rig {
     Stage st;
@@ -181,8 +186,8 @@ struct Rig {
 
 std::vector<std::string> mux_sets(std::vector<std::string> more = {})
 {
-    std::vector<std::string> s = {"server=1", "mux=on", "mux-qpn=256", "carrier=4", "locks=on",
-                                  "lock-rkey=119", "lock-base=65536", "lock-count=16"};
+    std::vector<std::string> s = {"server=1", "mux=on",        "mux-qpn=256",     "carrier=4",
+                                  "locks=on", "lock-rkey=119", "lock-base=65536", "lock-count=16"};
     s.insert(s.end(), more.begin(), more.end());
     return s;
 }
@@ -300,8 +305,8 @@ TEST(SwordboxLocks, ACasOnALockNotCachedPassesAndItsAnswerFillsTheCache)
 TEST(SwordboxLocks, AFillIsRefusedWhenALaterRequestTouchedTheWord)
 {
     MuxRig r;
-    run(r.st, cas(r.a, r.a.psn++, kLock, 0, 0xA));   // out 1001, miss
-    run(r.st, write8(r.b, r.b.psn++, kLock, 0));      // out 1002: release, caches 0
+    run(r.st, cas(r.a, r.a.psn++, kLock, 0, 0xA)); // out 1001, miss
+    run(r.st, write8(r.b, r.b.psn++, kLock, 0));   // out 1002: release, caches 0
     Packet aa = response(kCarrier, r.carrier.qpn, ROCE_OP_ATOMIC_ACK, 1001, 2);
     run(r.st, aa); // the CAS's answer would say 0xA: stale behind the release
     EXPECT_EQ(stats(r.st).lock_fills_stale, 1u);
@@ -347,10 +352,10 @@ TEST(SwordboxLocks, LocksOffPassesEveryCasUnchanged)
 TEST(SwordboxMux, ACoalescedAckIsExpandedIntoOneAnswerPerClientRequest)
 {
     MuxRig r;
-    run(r.st, write8(r.a, r.a.psn, kLock, 0)); // out 1001 (A, release: caches the lock)
+    run(r.st, write8(r.a, r.a.psn, kLock, 0));               // out 1001 (A, release: caches the lock)
     run(r.st, write8(r.b, r.b.psn, 0x900100, 5, kDataRkey)); // out 1002 (B)
-    run(r.st, cas(r.a, r.a.psn + 1, kLock, 0, 0xA)); // out 1003 (A, rewritten)
-    const Packet r1 = read(r.b, r.b.psn + 1, 0x900200, 16); // out 1004 (B, READ)
+    run(r.st, cas(r.a, r.a.psn + 1, kLock, 0, 0xA));         // out 1003 (A, rewritten)
+    const Packet r1 = read(r.b, r.b.psn + 1, 0x900200, 16);  // out 1004 (B, READ)
     Outs o = run(r.st, r1);
     EXPECT_EQ(o.pkts[0].bth.psn, 1004u);
     // The server answers 1001..1003 with one ACK (at 1003).
@@ -390,9 +395,9 @@ TEST(SwordboxMux, AClientsRetransmissionMapsToTheSameOutPsnAndRewrite)
     MuxRig r;
     run(r.st, write8(r.a, r.a.psn++, kLock, 0)); // 1001
     const Packet c = cas(r.b, r.b.psn, kLock, 0, 0xB);
-    Outs first = run(r.st, c); // 1002, rewritten to WRITE 0xB
+    Outs first = run(r.st, c);                                 // 1002, rewritten to WRITE 0xB
     run(r.st, write8(r.a, r.a.psn++, 0x900000, 3, kDataRkey)); // 1003
-    Outs again = run(r.st, c);                                  // B retransmits
+    Outs again = run(r.st, c);                                 // B retransmits
     ASSERT_EQ(again.size(), 1u);
     EXPECT_EQ(again.frames[0], first.frames[0]);
     EXPECT_EQ(again.pkts[0].bth.psn, 1002u);
@@ -416,8 +421,8 @@ TEST(SwordboxMux, AServerNakIsFannedOutToEveryClientWithOutstandingRequests)
     run(r.st, write8(r.a, r.a.psn + 1, 0x900010, 3, kDataRkey)); // 1003 A
     run(r.st, write8(r.b, r.b.psn + 1, 0x900018, 4, kDataRkey)); // 1004 B
     // PSN sequence error at 1002: 1001 is done, 1002.. are not.
-    Outs o = run(r.st, response(kCarrier, r.carrier.qpn, ROCE_OP_ACK, 1002, 2,
-                                ROCE_AETH_TYPE_NAK | ROCE_NAK_PSN_SEQ));
+    Outs o = run(
+        r.st, response(kCarrier, r.carrier.qpn, ROCE_OP_ACK, 1002, 2, ROCE_AETH_TYPE_NAK | ROCE_NAK_PSN_SEQ));
     ASSERT_EQ(o.size(), 3u);
     EXPECT_EQ(o.pkts[0].bth.opcode, ROCE_OP_ACK); // 1001 answered to A
     EXPECT_EQ(o.pkts[0].aeth.syndrome & ROCE_AETH_TYPE_MASK, ROCE_AETH_TYPE_ACK);
@@ -629,8 +634,9 @@ TEST(SwordboxInBridge, LoadsThroughTheControlSocketAndRewritesFrames)
     const std::string bad = test::control(b.dir, "switch load swordbox mux=on\n");
     EXPECT_NE(bad.find("mux-qpn"), std::string::npos) << bad;
     const std::string ok = test::control(
-        b.dir, "switch load swordbox --set server=1 --set locks=on --set lock-rkey=119 --set lock-base=65536 "
-               "--set lock-count=16\n");
+        b.dir,
+        "switch load swordbox --set server=1 --set locks=on --set lock-rkey=119 --set lock-base=65536 "
+        "--set lock-count=16\n");
     ASSERT_NE(ok.find("\"ok\":true"), std::string::npos) << ok;
 
     Conn a{kA, 0x12, 0x21, 0xC012, 50};

@@ -82,15 +82,18 @@ struct LearnKey {
 struct KeyHash {
     size_t operator()(const ReqKey &k) const
     {
-        return std::hash<uint64_t>{}((uint64_t(k.client) << 32 | k.server) ^ (uint64_t(k.dqpn) << 16 | k.sport) * 31);
+        return std::hash<uint64_t>{}((uint64_t(k.client) << 32 | k.server) ^
+                                     (uint64_t(k.dqpn) << 16 | k.sport) * 31);
     }
     size_t operator()(const RspKey &k) const
     {
-        return std::hash<uint64_t>{}((uint64_t(k.server) << 32 | k.client) ^ uint64_t(k.qpn) * 0x9E3779B97F4A7C15ull);
+        return std::hash<uint64_t>{}((uint64_t(k.server) << 32 | k.client) ^
+                                     uint64_t(k.qpn) * 0x9E3779B97F4A7C15ull);
     }
     size_t operator()(const LearnKey &k) const
     {
-        return std::hash<uint64_t>{}((uint64_t(k.server) << 32 | k.client) ^ uint64_t(k.psn) * 0x9E3779B97F4A7C15ull);
+        return std::hash<uint64_t>{}((uint64_t(k.server) << 32 | k.client) ^
+                                     uint64_t(k.psn) * 0x9E3779B97F4A7C15ull);
     }
 };
 
@@ -172,10 +175,11 @@ public:
         : Program(c.ring + 2), cfg_(c), conns_(pipe_, "conns", 0, c.conns), rsp_(pipe_, "rsp", 0, c.conns),
           learn_(pipe_, "learn", 0, c.conns * 4), conn_(pipe_, "conn", 1, c.conns),
           outq_(pipe_, "outq", 2, c.conns + 1), rdhash_(pipe_, "rdhash", 3, c.steer ? c.read_slots : 1),
-          keys_(pipe_, "keys", 4, c.steer ? c.hot_keys : 1), tail_(pipe_, "tail", 5, c.steer ? c.hot_keys : 1),
-          lockgen_(pipe_, "lockgen", 5, 1), locks_(pipe_, "locks", 6, c.lock_count ? c.lock_count : 1),
-          back_(pipe_, "back", 7, c.conns * c.ring), ring_(pipe_, "ring", 8, (c.mux ? 1 : c.conns + 1) * c.ring),
-          msn_(pipe_, "msn", 9, c.conns)
+          keys_(pipe_, "keys", 4, c.steer ? c.hot_keys : 1),
+          tail_(pipe_, "tail", 5, c.steer ? c.hot_keys : 1), lockgen_(pipe_, "lockgen", 5, 1),
+          locks_(pipe_, "locks", 6, c.lock_count ? c.lock_count : 1),
+          back_(pipe_, "back", 7, c.conns * c.ring),
+          ring_(pipe_, "ring", 8, (c.mux ? 1 : c.conns + 1) * c.ring), msn_(pipe_, "msn", 9, c.conns)
     {
     }
 
@@ -207,13 +211,14 @@ public:
           << ",\"engaged\":" << s.engaged << ",\"learning_requests\":" << s.learning_requests
           << "},\"requests\":{\"mapped\":" << s.mapped << ",\"retransmissions\":" << s.retransmissions
           << ",\"retrans_unmapped\":" << s.retrans_unmapped << ",\"gap_drops\":" << s.gap_drops
-          << ",\"ring_full\":" << s.ring_full << ",\"not_ready\":" << s.not_ready << ",\"mux_busy\":" << s.mux_busy
-          << ",\"mux_unsupported\":" << s.mux_unsupported << "},\"responses\":{\"mapped\":" << s.responses
-          << ",\"acks_expanded\":" << s.acks_expanded << ",\"covered_skipped\":" << s.covered_skipped
-          << ",\"duplicates\":" << s.duplicates << ",\"stray\":" << s.stray << ",\"naks_in\":" << s.naks_in
-          << ",\"naks_out\":" << s.naks_out << "},\"locks\":{\"rewrites\":" << s.lock_rewrites
-          << ",\"acquired\":" << s.lock_acquired << ",\"failed\":" << s.lock_failed
-          << ",\"releases\":" << s.lock_releases << ",\"misses\":" << s.lock_misses << ",\"fills\":" << s.lock_fills
+          << ",\"ring_full\":" << s.ring_full << ",\"not_ready\":" << s.not_ready
+          << ",\"mux_busy\":" << s.mux_busy << ",\"mux_unsupported\":" << s.mux_unsupported
+          << "},\"responses\":{\"mapped\":" << s.responses << ",\"acks_expanded\":" << s.acks_expanded
+          << ",\"covered_skipped\":" << s.covered_skipped << ",\"duplicates\":" << s.duplicates
+          << ",\"stray\":" << s.stray << ",\"naks_in\":" << s.naks_in << ",\"naks_out\":" << s.naks_out
+          << "},\"locks\":{\"rewrites\":" << s.lock_rewrites << ",\"acquired\":" << s.lock_acquired
+          << ",\"failed\":" << s.lock_failed << ",\"releases\":" << s.lock_releases
+          << ",\"misses\":" << s.lock_misses << ",\"fills\":" << s.lock_fills
           << ",\"fills_stale\":" << s.lock_fills_stale << ",\"invalidations\":" << s.lock_invalidations
           << "},\"steering\":{\"cas_steered\":" << s.steer_cas << ",\"cas_at_tail\":" << s.steer_cas_at_tail
           << ",\"reads_steered\":" << s.steer_reads << ",\"read_hits\":" << s.read_hits
@@ -261,8 +266,8 @@ private:
     {
         rnic::Packet &p = c.hdr.pkt;
         const uint8_t op = p.bth.opcode;
-        const uint32_t *sp = conns_.lookup_or_learn(c.pass, ReqKey{p.l3.src_ip, p.l3.dst_ip, p.bth.dqpn, p.l3.udp_sport},
-                                                    uint32_t(conns_.size()));
+        const uint32_t *sp = conns_.lookup_or_learn(
+            c.pass, ReqKey{p.l3.src_ip, p.l3.dst_ip, p.bth.dqpn, p.l3.udp_sport}, uint32_t(conns_.size()));
         if (!sp) {
             st_.untracked++;
             return Verdict::Pass;
@@ -270,7 +275,8 @@ private:
         const uint32_t slot = *sp;
         const bool is_carrier = cfg_.mux && p.l3.src_ip == cfg_.carrier_ip && p.bth.dqpn == cfg_.mux_qpn;
         uint32_t span = 1;
-        if (op == ROCE_OP_READ_REQUEST && p.reth.dma_len > cfg_.mtu) span = (p.reth.dma_len + cfg_.mtu - 1) / cfg_.mtu;
+        if (op == ROCE_OP_READ_REQUEST && p.reth.dma_len > cfg_.mtu)
+            span = (p.reth.dma_len + cfg_.mtu - 1) / cfg_.mtu;
         const uint32_t end = roce_psn_add(p.bth.psn, span - 1);
         const bool write_with_key = cfg_.steer && (op == ROCE_OP_WRITE_ONLY || op == ROCE_OP_WRITE_FIRST) &&
                                     p.reth.rkey == cfg_.steer_rkey && p.payload_len >= cfg_.key_offset + 8;
@@ -318,7 +324,9 @@ private:
             st_.learning_requests++;
             const bool retrans = roce_psn_add(end, 1) != cc.next_psn;
             if (!retrans) { // the learn digest: the connection's latest request (one entry each)
-                if (prev_learn_psn != cc.next_psn) learn_.erase(LearnKey{p.l3.dst_ip, p.l3.src_ip, roce_psn_add(prev_learn_psn, ROCE_PSN_MASK)});
+                if (prev_learn_psn != cc.next_psn)
+                    learn_.erase(
+                        LearnKey{p.l3.dst_ip, p.l3.src_ip, roce_psn_add(prev_learn_psn, ROCE_PSN_MASK)});
                 if (!learn_.insert(LearnKey{p.l3.dst_ip, p.l3.src_ip, end}, slot)) st_.learn_overflow++;
             }
             bool changed = false;
@@ -365,8 +373,10 @@ private:
             oq = x;
         });
         if (res != Ok) {
-            (res == NotReady ? st_.not_ready : res == Full ? st_.ring_full : res == Busy ? st_.mux_busy
-                                                                                         : st_.mux_unsupported)++;
+            (res == NotReady ? st_.not_ready
+             : res == Full   ? st_.ring_full
+             : res == Busy   ? st_.mux_busy
+                             : st_.mux_unsupported)++;
             m_.kind = Meta::Rollback; // undo the connection's PSN advance in a second pass, then drop
             m_.slot = slot;
             m_.rollback_psn = p.bth.psn;
@@ -387,8 +397,9 @@ private:
         steer(c, cc, write_with_key, steer_cas, steer_read);
         e.va = op == ROCE_OP_CMP_SWAP || op == ROCE_OP_FETCH_ADD ? p.atomic.va : p.reth.va;
         lock_request(c, e);
-        back_.execute(c.pass, slot * cfg_.ring + p.bth.psn % cfg_.ring,
-                      [&](BackCell &b) { b = BackCell{true, p.bth.psn, out}; });
+        back_.execute(c.pass, slot * cfg_.ring + p.bth.psn % cfg_.ring, [&](BackCell &b) {
+            b = BackCell{true, p.bth.psn, out};
+        });
         ring_.execute(c.pass, ring_index(q, out), [&](MapEntry &r) { r = e; });
         st_.mapped++;
         apply_request(c, e, oq);
@@ -401,8 +412,9 @@ private:
         rnic::Packet &p = c.hdr.pkt;
         if (write_with_key) {
             const uint64_t va = p.reth.va, key = cc.last_key;
-            rdhash_.execute(c.pass, uint32_t(murmur_fmix64(va) % cfg_.read_slots),
-                            [&](RdCell &r) { r = RdCell{true, va, key}; });
+            rdhash_.execute(c.pass, uint32_t(murmur_fmix64(va) % cfg_.read_slots), [&](RdCell &r) {
+                r = RdCell{true, va, key};
+            });
             return false;
         }
         if (steer_cas && cc.key_valid) {
@@ -592,7 +604,8 @@ private:
         }
         if (!sp) return Verdict::Pass;
         const uint32_t slot = *sp;
-        const bool nak = (p.info & ROCE_HDR_AETH) && (p.aeth.syndrome & ROCE_AETH_TYPE_MASK) != ROCE_AETH_TYPE_ACK;
+        const bool nak =
+            (p.info & ROCE_HDR_AETH) && (p.aeth.syndrome & ROCE_AETH_TYPE_MASK) != ROCE_AETH_TYPE_ACK;
         bool engage = false, engaged = false, carrier = false;
         ConnCell cc{};
         conn_.execute(c.pass, slot, [&](ConnCell &x) {
@@ -764,7 +777,8 @@ private:
             return Verdict::Recirculate;
         }
         if (covered) { // acknowledged by a coalesced ACK (or implied by a NAK after it)
-            const bool answerable = !(e.opcode == ROCE_OP_READ_REQUEST || (roce_opcode_info(e.opcode) & ROCE_HDR_ATOMICETH && !e.rewritten) ||
+            const bool answerable = !(e.opcode == ROCE_OP_READ_REQUEST ||
+                                      (roce_opcode_info(e.opcode) & ROCE_HDR_ATOMICETH && !e.rewritten) ||
                                       e.opcode == ROCE_OP_FLUSH || e.opcode == ROCE_OP_ATOMIC_WRITE);
             if (!answerable) {
                 st_.covered_skipped++; // the client sees a later answer and retransmits it
@@ -849,22 +863,52 @@ std::vector<ParamSpec> swordbox_params()
 {
     const std::vector<std::string> onoff = {"off", "on"};
     return {
-        {"server", "node number of the memory server (its IPv4 address is the node's)", "1", 0, RKF_MAX_NODES - 1, {}},
+        {"server",
+         "node number of the memory server (its IPv4 address is the node's)",
+         "1",
+         0,
+         RKF_MAX_NODES - 1,
+         {}},
         {"locks", "lock acceleration: CAS on a cached lock word -> 8-byte WRITE", "off", 0, 0, onoff},
         {"lock-rkey", "rkey of the lock region", "0", 0, 0xFFFFFFFFull, {}},
         {"lock-base", "address of the first lock word (8-byte aligned words)", "0", 0, ~0ull, {}},
         {"lock-count", "lock words in the region (0: no lock region)", "0", 0, 65536, {}},
-        {"mux", "QP multiplexing: every client connection to the server onto one server QP", "off", 0, 0, onoff},
-        {"mux-qpn", "the server QP carrying the multiplexed traffic (set up by the workload)", "0", 0, ROCE_QPN_MASK, {}},
+        {"mux", "QP multiplexing: every client connection to the server onto one server QP", "off", 0, 0,
+         onoff},
+        {"mux-qpn",
+         "the server QP carrying the multiplexed traffic (set up by the workload)",
+         "0",
+         0,
+         ROCE_QPN_MASK,
+         {}},
         {"carrier", "node number of the client side of mux-qpn's connection", "0", 0, RKF_MAX_NODES - 1, {}},
-        {"ring", "map entries per out-QP (outstanding requests; more: dropped, counted ring_full)", "64", 4, 4096, {}},
-        {"conns", "client connections tracked (more: passed end to end, counted untracked)", "64", 1, 4096, {}},
-        {"mtu", "path MTU of the connections (response packets of a READ)", "1024", 0, 0,
+        {"ring",
+         "map entries per out-QP (outstanding requests; more: dropped, counted ring_full)",
+         "64",
+         4,
+         4096,
+         {}},
+        {"conns",
+         "client connections tracked (more: passed end to end, counted untracked)",
+         "64",
+         1,
+         4096,
+         {}},
+        {"mtu",
+         "path MTU of the connections (response packets of a READ)",
+         "1024",
+         0,
+         0,
          {"256", "512", "1024", "2048", "4096"}},
         {"steer", "Clover write and read steering", "off", 0, 0, onoff},
         {"steer-rkey", "rkey of the Clover data region", "0", 0, 0xFFFFFFFFull, {}},
         {"key-offset", "byte offset of the 64-bit key in a written version node", "0", 0, 4088, {}},
-        {"next-offset", "byte offset of the next pointer in a version node (the CAS target)", "0", 0, 4088, {}},
+        {"next-offset",
+         "byte offset of the next pointer in a version node (the CAS target)",
+         "0",
+         0,
+         4088,
+         {}},
         {"hot-keys", "keys whose tail is cached (steered); further keys pass", "1024", 1, 65536, {}},
         {"read-slots", "read-steering table cells (about 3x the key space)", "3072", 1, 1u << 20, {}},
     };
@@ -890,7 +934,8 @@ std::unique_ptr<Program> make_swordbox(const Params &p)
     c.next_offset = uint32_t(p.num("next-offset"));
     c.hot_keys = uint32_t(p.num("hot-keys"));
     c.read_slots = uint32_t(p.num("read-slots"));
-    if (c.mux && c.mux_qpn == 0) throw std::invalid_argument("mux=on needs mux-qpn (the server QP to carry it)");
+    if (c.mux && c.mux_qpn == 0)
+        throw std::invalid_argument("mux=on needs mux-qpn (the server QP to carry it)");
     if (c.mux && p.num("carrier") == p.num("server"))
         throw std::invalid_argument("carrier is the client side of mux-qpn's connection: not the server");
     if (c.lock_count && c.lock_base % 8) throw std::invalid_argument("lock-base must be 8-byte aligned");

@@ -27,8 +27,8 @@ struct SwordboxStats {
     uint64_t mapped = 0, retransmissions = 0, retrans_unmapped = 0, gap_drops = 0, ring_full = 0,
              not_ready = 0, mux_busy = 0, mux_unsupported = 0;
     // response mapping
-    uint64_t responses = 0, acks_expanded = 0, covered_skipped = 0, duplicates = 0, stray = 0,
-             naks_in = 0, naks_out = 0;
+    uint64_t responses = 0, acks_expanded = 0, covered_skipped = 0, duplicates = 0, stray = 0, naks_in = 0,
+             naks_out = 0;
     // locks
     uint64_t lock_rewrites = 0, lock_acquired = 0, lock_failed = 0, lock_releases = 0, lock_misses = 0,
              lock_fills = 0, lock_fills_stale = 0, lock_invalidations = 0;
