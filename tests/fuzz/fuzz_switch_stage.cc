@@ -124,8 +124,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     st.set_strict(true); // a discipline violation is a crash
     if (swordbox) {
         std::string err;
-        std::vector<std::string> sets = {"server=1", "carrier=4", "mux-qpn=2", "lock-count=16", "key-offset=0",
-                                         "next-offset=8"};
+        std::vector<std::string> sets = {"server=1",      "carrier=4",    "mux-qpn=2",
+                                         "lock-count=16", "key-offset=0", "next-offset=8"};
         if (cfg & 16) sets.push_back("mux=on");
         if (cfg & 32) sets.push_back("locks=on");
         if (cfg & 64) sets.push_back("steer=on");
