@@ -439,6 +439,51 @@ TEST(SwordboxMux, AServerNakIsFannedOutToEveryClientWithOutstandingRequests)
     EXPECT_EQ(b.pkts[0].bth.psn, 1002u);
 }
 
+TEST(SwordboxMux, AMultiPacketReadTakesOnePsnPerResponsePacket)
+{
+    MuxRig r({"mtu=256"});
+    Outs o = run(r.st, read(r.a, r.a.psn, 0x900000, 600)); // 3 response packets: out 1001..1003
+    ASSERT_EQ(o.size(), 1u);
+    EXPECT_EQ(o.pkts[0].bth.psn, 1001u);
+    o = run(r.st, write8(r.b, r.b.psn, 0x900800, 1, kDataRkey)); // out 1004
+    EXPECT_EQ(o.pkts[0].bth.psn, 1004u);
+    static uint8_t data[256];
+    for (unsigned i = 0; i < 256; i++)
+        data[i] = uint8_t(i);
+    const uint8_t ops[3] = {ROCE_OP_READ_RESP_FIRST, ROCE_OP_READ_RESP_MIDDLE, ROCE_OP_READ_RESP_LAST};
+    for (unsigned k = 0; k < 3; k++) {
+        Packet rr = response(kCarrier, r.carrier.qpn, ops[k], 1001 + k, 2);
+        rr.payload = data;
+        rr.payload_len = k < 2 ? 256 : 88;
+        o = run(r.st, rr);
+        ASSERT_EQ(o.size(), 1u) << k;
+        EXPECT_EQ(o.pkts[0].bth.opcode, ops[k]);
+        EXPECT_EQ(o.pkts[0].bth.dqpn, r.a.qpn);
+        EXPECT_EQ(o.pkts[0].bth.psn, r.a.psn + k);
+        EXPECT_EQ(o.pkts[0].payload_len, k < 2 ? 256u : 88u);
+        if (k != 1) {
+            EXPECT_EQ(o.pkts[0].aeth.msn, k == 2 ? 11u : 10u);
+        }
+    }
+    o = run(r.st, response(kCarrier, r.carrier.qpn, ROCE_OP_ACK, 1004, 3));
+    ASSERT_EQ(o.size(), 1u);
+    EXPECT_EQ(o.pkts[0].bth.dqpn, r.b.qpn);
+    EXPECT_EQ(o.pkts[0].aeth.msn, 21u);
+}
+
+TEST(SwordboxMux, ANakAtTheNextPsnAnswersEverythingBeforeIt)
+{
+    MuxRig r;
+    run(r.st, write8(r.a, r.a.psn, 0x900000, 1, kDataRkey)); // 1001
+    run(r.st, write8(r.b, r.b.psn, 0x900008, 2, kDataRkey)); // 1002
+    Outs o = run(
+        r.st, response(kCarrier, r.carrier.qpn, ROCE_OP_ACK, 1003, 2, ROCE_AETH_TYPE_NAK | ROCE_NAK_PSN_SEQ));
+    ASSERT_EQ(o.size(), 2u);
+    EXPECT_EQ(o.pkts[0].aeth.syndrome & ROCE_AETH_TYPE_MASK, ROCE_AETH_TYPE_ACK);
+    EXPECT_EQ(o.pkts[1].aeth.syndrome & ROCE_AETH_TYPE_MASK, ROCE_AETH_TYPE_ACK);
+    EXPECT_EQ(stats(r.st).naks_out, 0u);
+}
+
 TEST(SwordboxMux, AFullRingDropsTheRequestAndCountsIt)
 {
     MuxRig r({"ring=4"});

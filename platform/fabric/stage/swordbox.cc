@@ -654,7 +654,9 @@ private:
                 kind = Dup;
                 return;
             }
-            if (roce_psn_diff(P, x.next) >= 0) return; // beyond anything sent
+            // Beyond anything sent; a NAK may name x.next (everything before it was executed).
+            const int beyond = roce_psn_diff(P, x.next);
+            if (beyond > 0 || (beyond == 0 && !nak)) return;
             m_.cursor = x.una;
             if (nak) {
                 kind = Nak;
