@@ -142,12 +142,13 @@ Outs run(Stage &st, const Packet &p, unsigned port = 0)
     const Bytes in = build(p);
     Outs o;
     for (const Stage::Out &x : st.process(port, in.data(), in.size())) {
-        Bytes f(x.data, x.data + x.len);
+        o.frames.emplace_back(x.data, x.data + x.len);
+        o.synthesized.push_back(x.synthesized);
+    }
+    for (const Bytes &f : o.frames) { // parsed in place: payload pointers into o.frames
         Packet q;
         EXPECT_TRUE(wire_valid(f, q));
-        o.frames.push_back(f);
         o.pkts.push_back(q);
-        o.synthesized.push_back(x.synthesized);
     }
     return o;
 }
