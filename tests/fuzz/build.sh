@@ -13,7 +13,7 @@ mkdir -p "$out/obj"
 CXX=${CXX_FUZZ:-clang++}
 
 # Sources a harness needs beyond the hardware: programs under platform/ (not in the build list).
-stage="platform/fabric/stage/stage.cc platform/fabric/stage/programs.cc platform/fabric/stage/opcount.cc"
+stage="platform/fabric/stage/stage.cc platform/fabric/stage/programs.cc platform/fabric/stage/opcount.cc platform/fabric/stage/swordbox.cc"
 declare -A EXTRA=(
   [bridge]="platform/fabric/bridge.cc platform/fabric/faults.cc platform/fabric/capture.cc $stage"
   [switch_stage]="$stage"

@@ -1,22 +1,27 @@
 // SPDX-License-Identifier: MIT
 // libFuzzer harness of the bridge's programmable stage (platform/fabric/stage, docs/switch.md):
 // the parser on any bytes, the deparser on every packet a program rewrites or synthesizes, the
-// pipeline discipline and the `opcount` program's tables and arrays.
+// pipeline discipline, the `opcount` program's tables and arrays and the `swordbox` program.
 //
 // Input: one config byte (bit 0: an 802.1Q tag on built frames, bit 1: malformed=drop, bit 2:
-// the rewriting program instead of opcount, bits 3-7: opcount's qps - 1), then frames:
+// a rewriting program instead of opcount; without bit 2, bits 3-7: opcount's qps - 1; with bit 2,
+// bit 3: swordbox instead of the adapter below, then bit 4 mux=on, bit 5 locks=on, bit 6
+// steer=on, bit 7 ring=4), then frames:
 //   0 LEN16 BYTES             a raw frame of LEN bytes (anything)
 //   1 OP PSN24 QPN8 LEN16 N (OFF16 XOR8)*N
 //                             a valid RoCEv2 frame (opcode picked from the valid ones, payload
 //                             fitted to it) with N bytes then changed
 // Checked: a frame the stage passes is the frame itself; every rewritten or synthesized frame is
 // valid RoCEv2 (IPv4 checksum, UDP length and ICRC); a rewritten frame keeps the opcode the
-// program chose; with opcount no frame changes and the pipeline discipline holds.
+// program chose; with opcount no frame changes and the pipeline discipline holds. For swordbox the
+// built frames are addressed between the memory server (node 1) and clients (nodes 2-5, carrier
+// node 4 on server QP 4) by the low bits of the QPN byte, so that connections engage and map.
 #include "fuzz_input.h"
 
 #include <cstring>
 #include <vector>
 
+#include "rackemu/fabric_proto.h"
 #include "stage.h"
 #include "wire.h"
 
@@ -82,7 +87,7 @@ std::vector<uint8_t> valid_ops()
     return ops;
 }
 
-void check_out(Stage &st, const uint8_t *f, size_t len, bool rewriter)
+void check_out(Stage &st, const uint8_t *f, size_t len, bool rewriter, bool swordbox)
 {
     const StageCounters before = st.counters();
     const auto &out = st.process(3, f, len);
@@ -93,6 +98,7 @@ void check_out(Stage &st, const uint8_t *f, size_t len, bool rewriter)
         }
         FUZZ_CHECK(rewriter);
         FUZZ_CHECK(frame_valid(o.data, o.len));
+        if (swordbox) continue; // any valid RoCEv2 (requests mapped, answers synthesized)
         std::vector<uint8_t> scratch;
         const Headers h = parse(o.data, o.len, scratch);
         FUZZ_CHECK(h.pkt.bth.opcode == ROCE_OP_WRITE_ONLY || h.pkt.bth.opcode == ROCE_OP_ATOMIC_ACK ||
@@ -113,10 +119,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static uint8_t payload[ROCE_MTU_MAX];
     Input in(data, size);
     const uint8_t cfg = in.u8();
-    const bool vlan = cfg & 1, drop = cfg & 2, rewriter = cfg & 4;
+    const bool vlan = cfg & 1, drop = cfg & 2, rewriter = cfg & 4, swordbox = rewriter && (cfg & 8);
     Stage st;
     st.set_strict(true); // a discipline violation is a crash
-    if (rewriter) {
+    if (swordbox) {
+        std::string err;
+        std::vector<std::string> sets = {"server=1",      "carrier=4",    "mux-qpn=2",
+                                         "lock-count=16", "key-offset=0", "next-offset=8"};
+        if (cfg & 16) sets.push_back("mux=on");
+        if (cfg & 32) sets.push_back("locks=on");
+        if (cfg & 64) sets.push_back("steer=on");
+        sets.push_back(cfg & 128 ? "ring=4" : "ring=64");
+        if (drop) sets.push_back("malformed=drop");
+        if (!st.load("swordbox", sets, err)) rackemu::fuzz::invariant_failed(__FILE__, __LINE__, err.c_str());
+    } else if (rewriter) {
         st.load_program(std::make_unique<Rewriter>(), "rewriter", drop);
     } else {
         std::string err;
@@ -135,6 +151,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             p.bth.psn = in.u32() & ROCE_PSN_MASK;
             p.bth.dqpn = in.u8();
             const uint32_t info = roce_xatomic_info(p.bth.opcode);
+            if (swordbox) {
+                const unsigned client = 2 + (p.bth.dqpn & 3), server = 1;
+                const bool req = info & ROCE_HDR_REQUEST;
+                rkf_eth_node_mac(req ? client : server, p.l3.src_mac.data());
+                rkf_eth_node_mac(req ? server : client, p.l3.dst_mac.data());
+                p.l3.src_ip = rkf_eth_node_ipv4(req ? client : server);
+                p.l3.dst_ip = rkf_eth_node_ipv4(req ? server : client);
+                p.l3.udp_sport = uint16_t(0xC000 | p.bth.dqpn);
+                p.reth.dma_len = 8;
+                p.atomic.va = 8 * (p.bth.dqpn >> 4);
+                p.reth.va = 8 * (p.bth.dqpn >> 4);
+            }
             uint32_t len = in.u16() % (ROCE_MTU_MAX + 1);
             if (!(info & ROCE_HDR_PAYLOAD)) len = 0;
             if (info & ROCE_HDR_PAYLOAD8) len = 8;
@@ -154,7 +182,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 f[off % f.size()] ^= in.u8();
             }
         }
-        check_out(st, f.data(), f.size(), rewriter);
+        check_out(st, f.data(), f.size(), rewriter, swordbox);
     }
     return 0;
 }

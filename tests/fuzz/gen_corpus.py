@@ -217,7 +217,8 @@ def rnic():
 
 
 def switch_stage():
-    # config byte: bit 0 802.1Q, bit 1 malformed=drop, bit 2 the rewriting program, bits 3-7 qps - 1
+    # config byte: bit 0 802.1Q, bit 1 malformed=drop, bit 2 a rewriting program (bit 3 swordbox,
+    # bits 4-7 mux, locks, steer, ring=4), else bits 3-7 opcount's qps - 1
     built = lambda op, psn, qpn, ln, flips=b'': u8(1) + u8(op) + u32(psn) + u8(qpn) + u16(ln) + u8(len(flips) // 3) + flips
     raw = lambda b: u8(0) + u16(len(b)) + b
     # valid-opcode indices: 0x13 (CAS) is index 19, 0x11 (ACK) 17, 0x0A (WRITE ONLY) 10
@@ -225,6 +226,10 @@ def switch_stage():
     yield 'opcount', u8(0x18) + ops + built(10, 100, 1, 13)
     yield 'rewrite', u8(0x04) + ops
     yield 'rewrite-vlan', u8(0x05) + ops
+    # swordbox (bit 3), mux + locks + steer: a client's request, the server's answer, a CAS, a read
+    sb = built(10, 100, 2, 13) + built(17, 100, 2, 0) + built(10, 200, 1, 13) + built(17, 200, 1, 0) + ops
+    yield 'swordbox', u8(0x7C) + sb
+    yield 'swordbox-ring4', u8(0xAC) + sb + ops + ops
     yield 'corrupt', u8(0x06) + built(19, 5, 3, 0, u16(20) + u8(0x40)) + built(10, 6, 3, 9, u16(60) + u8(1)) + raw(bytes(50))
 
 

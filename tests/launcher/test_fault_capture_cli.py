@@ -150,7 +150,7 @@ def test_switch_programs_through_the_cli_and_the_toml_with_the_real_bridge(tmp_p
         assert cli.main(["switch", "load", "opcount", "--set", "qps=0", *sel]) == 2
         assert "opcount: qps=0 is not an integer in 1..65536" in capsys.readouterr().err
         assert cli.main(["switch", "load", "nosuch", *sel]) == 2
-        assert "no switch program 'nosuch' (programs: opcount)" in capsys.readouterr().err
+        assert "no switch program 'nosuch' (programs: opcount, swordbox)" in capsys.readouterr().err
         assert c.bridge_command("switch stats")["params"]["qps"] == "16"
         assert cli.main(["switch", "load", "opcount", "--set", "qps=1024", "--set", "malformed=drop", *sel]) == 0
         out = capsys.readouterr().out

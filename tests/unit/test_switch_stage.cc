@@ -551,7 +551,7 @@ TEST(SwitchStage, UnloadDropsTheProgramsStateAndLoadingAnotherStartsFresh)
 TEST(SwitchPrograms, TheTableListsOpcountWithItsParameters)
 {
     ASSERT_NE(find_program("opcount"), nullptr);
-    EXPECT_EQ(find_program("swordbox"), nullptr); // the next task
+    EXPECT_NE(find_program("swordbox"), nullptr); // tests/unit/test_swordbox.cc
     const std::string list = Stage{}.list_json();
     EXPECT_NE(list.find("\"name\":\"opcount\""), std::string::npos);
     EXPECT_NE(list.find("\"key\":\"qps\",\"default\":\"256\",\"allowed\":\"an integer in 1..65536\""),
@@ -569,7 +569,7 @@ TEST(SwitchPrograms, SetValidationNamesTheKeyTheValueAndWhatIsAllowed)
         EXPECT_FALSE(st.load(name, sets, err));
         return err;
     };
-    EXPECT_EQ(refused("nosuch", {}), "no switch program 'nosuch' (programs: opcount)");
+    EXPECT_EQ(refused("nosuch", {}), "no switch program 'nosuch' (programs: opcount, swordbox)");
     EXPECT_EQ(refused("opcount", {"bogus=1"}), "opcount: no parameter 'bogus' (parameters: qps, malformed)");
     EXPECT_EQ(refused("opcount", {"qps"}), "opcount: 'qps' is not key=value");
     EXPECT_EQ(refused("opcount", {"=5"}), "opcount: '=5' is not key=value");

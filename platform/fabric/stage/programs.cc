@@ -2,6 +2,7 @@
 // The program table: name -> summary, parameters, factory. A new program is one row here
 // (docs/switch.md, "Writing a program").
 #include "programs.h"
+#include "swordbox.h"
 
 namespace rackemu::fabric::sw {
 
@@ -9,6 +10,7 @@ const std::vector<ProgramInfo> &programs()
 {
     static const std::vector<ProgramInfo> table = {
         {"opcount", kOpcountSummary, opcount_params(), make_opcount},
+        {"swordbox", kSwordboxSummary, swordbox_params(), make_swordbox},
     };
     return table;
 }
