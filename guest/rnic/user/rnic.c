@@ -729,6 +729,11 @@ static void check_driver(struct pair *p)
 	check("refuse_mr_remote_write_without_local", r == -EACCES, "err=%d", r);
 	r = rnic_reg_mr(p->ctx, p->a.pd, (void *)0x1000, 4096, RNIC_ACCESS_ALL, &m);
 	check("refuse_mr_unmapped", r == -EFAULT, "err=%d", r);
+	/* a PFN mapping that is not the node's persistent memory (the CQ's doorbell page): a user
+	 * never registers other physical memory (docs/rnic-verbs.md "Persistent memory regions") */
+	r = rnic_reg_mr(p->ctx, p->a.pd, (void *)((uintptr_t)p->a.cq->db & ~(uintptr_t)4095), 4096, RNIC_ACCESS_ALL,
+			&m);
+	check("refuse_mr_pfnmap_not_pmem", r == -EINVAL, "err=%d", r);
 	r = rnic_reg_mr(p->ctx, 999, p->a.buf, 4096, RNIC_ACCESS_ALL, &m);
 	check("refuse_mr_bad_pd", r == -ENOENT, "err=%d", r);
 	m.lkey = 0x12345;
