@@ -12,9 +12,12 @@ g=$RACKEMU_BUILD/guest
 out=$g/initramfs.cpio
 # Debian's modules the image needs, in load order (virtio core and ring are built in): the
 # virtio-mmio transport, the agent's console, and the fabric NIC's virtio_net (with the failover
-# modules it links against; docs/networking.md).
+# modules it links against; docs/networking.md), and the persistent-memory stack that turns the
+# DT's pmem-region into /dev/pmem0 (of_pmem on libnvdimm, nd_pmem with dax and nd_btt; docs/pmem.md).
 sys_mods=(kernel/drivers/virtio/virtio_mmio.ko kernel/drivers/char/virtio_console.ko
-          kernel/net/core/failover.ko kernel/drivers/net/net_failover.ko kernel/drivers/net/virtio_net.ko)
+          kernel/net/core/failover.ko kernel/drivers/net/net_failover.ko kernel/drivers/net/virtio_net.ko
+          kernel/drivers/dax/dax.ko kernel/drivers/nvdimm/libnvdimm.ko kernel/drivers/nvdimm/nd_btt.ko
+          kernel/drivers/nvdimm/nd_pmem.ko kernel/drivers/nvdimm/of_pmem.ko)
 
 # Debian's modules that the extra modules need (guest/image/build-modules.sh lists them in load order).
 extra_deps=()

@@ -117,6 +117,24 @@ unsigned rk_pmem_nic_drain(void *core)
     return of(core)->nic_drain();
 }
 
+int rk_pmem_parse_mode(const char *s, uint32_t *mode)
+{
+    rackemu::pmem::Mode m;
+    if (!rackemu::pmem::parse_mode(s, &m)) return 0;
+    *mode = uint32_t(m);
+    return 1;
+}
+
+rk_status rk_pmem_durable_read(void *core, uint64_t addr, void *buf, uint64_t len)
+{
+    return of(core)->durable_read(addr, buf, len);
+}
+
+uint64_t rk_pmem_counter(void *core, unsigned idx)
+{
+    return of(core)->counter(idx);
+}
+
 rk_status rk_pmem_nvm(void *core, unsigned op, uint64_t addr, const void *data, uint64_t len)
 {
     const rackemu::pmem::Config &c = of(core)->config();

@@ -38,6 +38,12 @@ rk_status rk_pmem_flush(void *core, uint64_t addr, uint64_t len);
 rk_status rk_pmem_placed(void *core, uint64_t addr, uint64_t len);
 rk_status rk_pmem_nic_accept(void *core, uint64_t addr, const void *data, uint64_t len, uint64_t *seq);
 unsigned rk_pmem_nic_drain(void *core);
+/* "none", "eadr", "adr", "adr-ddio" -> PMEM_MODE_*; 0 for anything else. */
+int rk_pmem_parse_mode(const char *s, uint32_t *mode);
+/* The durable image's bytes of [addr, addr + len) (RK_DECODE_ERROR outside the region). */
+rk_status rk_pmem_durable_read(void *core, uint64_t addr, void *buf, uint64_t len);
+/* Counter PMEM_CNT_INDEX_* (the gauges computed); 0 for an index beyond them. */
+uint64_t rk_pmem_counter(void *core, unsigned idx);
 /* The host's RkHostOps.nvm (rackemu/host.h) on this region: RK_DECODE_ERROR when [addr,
  * addr + len) is not inside it, else the op above it names. */
 rk_status rk_pmem_nvm(void *core, unsigned op, uint64_t addr, const void *data, uint64_t len);

@@ -25,6 +25,8 @@
 #include "rackemu/xilinx_cdma_regs.h"
 #include "rackemu/sonuma_regs.h"
 #include "rackemu_rmc.h"
+#include "rackemu_pmem.h"
+#include "rackemu/pmem_regs.h"
 #include "rackemu_glue.h"
 #include "rackemu_net.h"
 #include "exec/memory.h"
@@ -52,6 +54,11 @@ struct RackemuNodeState {
     RackemuNet *netdev; /* NULL: no NIC (net=off, or no fabric); read by the link hook on any thread */
     RackemuFabric *fab; /* the node's port to the rack, linked into every device as "fabric" */
     uint64_t seg_base, seg_size; /* the RMC's context segment at the top of RAM */
+    /* persistent memory (docs/pmem.md): a region of pmem_size bytes at RACKEMU_PMEM_BASE (0: none) */
+    uint64_t pmem_size;
+    char *pmem_mode;
+    char *pmem_image;
+    uint32_t pmem_nic_entries, pmem_nic_delay_ns, pmem_llc_lines, pmem_seed;
 };
 
 struct RackemuNodeClass {
@@ -80,6 +87,7 @@ struct RackemuNodeDevice {
     uint32_t caps;      /* RKF_CAP_* the device serves to other nodes (announced in the handshake) */
     void (*wire)(MachineState *ms, DeviceState *dev);             /* links beyond "fabric"; NULL: none */
     void (*dt)(MachineState *ms, const RackemuNodeDevice *d);     /* the device-tree node */
+    bool (*present)(MachineState *ms); /* whether this node has the device; NULL: always */
 };
 
 /*
@@ -208,6 +216,46 @@ static void rackemu_node_wire_rmc(MachineState *ms, DeviceState *dev)
     qdev_prop_set_uint64(dev, "seg-size", rn->seg_size);
 }
 
+/* Persistent memory: the model's properties from the machine's pmem-* ones. */
+static void rackemu_node_wire_pmem(MachineState *ms, DeviceState *dev)
+{
+    RackemuNodeState *rn = RACKEMU_NODE_MACHINE(ms);
+
+    qdev_prop_set_uint64(dev, "base", RACKEMU_PMEM_BASE);
+    qdev_prop_set_uint64(dev, "size", rn->pmem_size);
+    qdev_prop_set_string(dev, "mode", rn->pmem_mode ?: "adr");
+    qdev_prop_set_string(dev, "image", rn->pmem_image ?: "");
+    qdev_prop_set_uint32(dev, "nic-entries", rn->pmem_nic_entries);
+    qdev_prop_set_uint64(dev, "nic-delay-ns", rn->pmem_nic_delay_ns);
+    qdev_prop_set_uint32(dev, "llc-lines", rn->pmem_llc_lines);
+    qdev_prop_set_uint64(dev, "seed", rn->pmem_seed);
+}
+
+static bool rackemu_node_has_pmem(MachineState *ms)
+{
+    return RACKEMU_NODE_MACHINE(ms)->pmem_size != 0;
+}
+
+/*
+ * Two nodes: the region as Linux's persistent-memory binding has it ("pmem-region",
+ * drivers/nvdimm/of_pmem.c: /dev/pmem0), and rackemu's device (control block, then the region)
+ * for its own driver (/dev/rkpmem0, guest/pmem/kmod).
+ */
+static void rackemu_node_fdt_pmem(MachineState *ms, const RackemuNodeDevice *d)
+{
+    RackemuNodeState *rn = RACKEMU_NODE_MACHINE(ms);
+    g_autofree char *region = g_strdup_printf("/pmem@%" PRIx64, (uint64_t)d->base2);
+    g_autofree char *name = g_strdup_printf("/%s@%" PRIx64, d->name, (uint64_t)d->base);
+
+    qemu_fdt_add_subnode(ms->fdt, region);
+    qemu_fdt_setprop_string(ms->fdt, region, "compatible", "pmem-region");
+    qemu_fdt_setprop_sized_cells(ms->fdt, region, "reg", 2, d->base2, 2, rn->pmem_size);
+    qemu_fdt_add_subnode(ms->fdt, name);
+    qemu_fdt_setprop_string(ms->fdt, name, "compatible", d->compat);
+    qemu_fdt_setprop_sized_cells(ms->fdt, name, "reg", 2, d->base, 2, d->size, 2, d->base2, 2, rn->pmem_size);
+    qemu_fdt_setprop(ms->fdt, name, "reg-names", "ctrl\0region", sizeof("ctrl\0region"));
+}
+
 static const RackemuNodeDevice rackemu_node_devices[] = {
     /* type, DT name, base, size, base2, spi, compatible, caps, wiring, DT */
     { TYPE_RACKEMU_VMBOX, "vmbox", RACKEMU_VMBOX_BASE, VMBOX_MMIO_SIZE, 0, RACKEMU_VMBOX_SPI,
@@ -220,6 +268,8 @@ static const RackemuNodeDevice rackemu_node_devices[] = {
       RACKEMU_CDMA_COMPAT, 0, NULL, rackemu_node_fdt_cdma },
     { TYPE_RACKEMU_RMC, "rmc", RACKEMU_RMC_BASE, RMC_MMIO_SIZE, 0, RACKEMU_RMC_SPI,
       RACKEMU_RMC_COMPAT, RKF_CAP_RMC, rackemu_node_wire_rmc, rackemu_node_fdt_rmc },
+    { TYPE_RACKEMU_PMEM, "rkpmem", RACKEMU_PMEM_CTRL_BASE, PMEM_MMIO_SIZE, RACKEMU_PMEM_BASE, -1,
+      RACKEMU_PMEM_COMPAT, 0, rackemu_node_wire_pmem, rackemu_node_fdt_pmem, rackemu_node_has_pmem },
 };
 
 /*
@@ -341,6 +391,19 @@ static void rackemu_node_init(MachineState *ms)
         exit(1);
     }
 
+    if (rn->pmem_size) {
+        if (rn->pmem_size % 0x200000 || rn->pmem_size > RACKEMU_PMEM_SIZE_MAX) {
+            error_report("rackemu-node: pmem-size=%" PRIu64 " is not a multiple of 2 MiB up to %llu GiB",
+                         rn->pmem_size, RACKEMU_PMEM_SIZE_MAX >> 30);
+            exit(1);
+        }
+        if (0x40000000ull + ms->maxram_size > RACKEMU_PMEM_BASE) {
+            error_report("rackemu-node: with persistent memory (pmem-size) RAM must end below 0x%llx "
+                         "(%llu GiB of RAM at most)", RACKEMU_PMEM_BASE, (RACKEMU_PMEM_BASE - 0x40000000ull) >> 30);
+            exit(1);
+        }
+    }
+
     rnc->parent_init(ms); /* the whole virt machine, its device tree included */
     rn->seg_base = vms->memmap[VIRT_MEM].base + ms->ram_size - rn->seg_size;
 
@@ -405,7 +468,9 @@ static void rackemu_node_init(MachineState *ms)
     }
 
     for (i = 0; i < ARRAY_SIZE(rackemu_node_devices); i++) {
-        rackemu_node_create(ms, &rackemu_node_devices[i]);
+        if (!rackemu_node_devices[i].present || rackemu_node_devices[i].present(ms)) {
+            rackemu_node_create(ms, &rackemu_node_devices[i]);
+        }
     }
     if (rn->net && rn->fab->port) {
         /* the IP network's NIC: virtio-net on a virtio-mmio transport, backed by the port */
@@ -424,7 +489,9 @@ static void rackemu_node_init(MachineState *ms)
         rk_fabric_port_start(rn->fab->port); /* every service of the node is bound now */
     }
     for (i = 0; i < ARRAY_SIZE(rackemu_node_devices); i++) {
-        rackemu_node_devices[i].dt(ms, &rackemu_node_devices[i]);
+        if (!rackemu_node_devices[i].present || rackemu_node_devices[i].present(ms)) {
+            rackemu_node_devices[i].dt(ms, &rackemu_node_devices[i]);
+        }
     }
     qemu_fdt_setprop_cell(ms->fdt, "/chosen", "rackemu,node-id", rn->node_id);
     qemu_fdt_setprop_cell(ms->fdt, "/chosen", "rackemu,node-count", rn->node_count);
@@ -516,6 +583,50 @@ static void rackemu_node_instance_init(Object *obj)
     rn->net = true;
     rn->stack_roce = ON_OFF_AUTO_AUTO;
     rn->net_mtu = RACKEMU_NET_MTU_DEFAULT;
+    rn->pmem_nic_entries = 64;
+    rn->pmem_nic_delay_ns = 2000;
+    rn->pmem_llc_lines = 4096;
+    rn->pmem_seed = 1;
+}
+
+static void rackemu_node_get_pmem_size(Object *obj, Visitor *v, const char *name, void *opaque, Error **errp)
+{
+    visit_type_size(v, name, &RACKEMU_NODE_MACHINE(obj)->pmem_size, errp);
+}
+
+static void rackemu_node_set_pmem_size(Object *obj, Visitor *v, const char *name, void *opaque, Error **errp)
+{
+    uint64_t value;
+
+    if (visit_type_size(v, name, &value, errp)) {
+        RACKEMU_NODE_MACHINE(obj)->pmem_size = value;
+    }
+}
+
+static char *rackemu_node_get_pmem_mode(Object *obj, Error **errp)
+{
+    return g_strdup(RACKEMU_NODE_MACHINE(obj)->pmem_mode ?: "adr");
+}
+
+static void rackemu_node_set_pmem_mode(Object *obj, const char *value, Error **errp)
+{
+    RackemuNodeState *rn = RACKEMU_NODE_MACHINE(obj);
+
+    g_free(rn->pmem_mode);
+    rn->pmem_mode = g_strdup(value);
+}
+
+static char *rackemu_node_get_pmem_image(Object *obj, Error **errp)
+{
+    return g_strdup(RACKEMU_NODE_MACHINE(obj)->pmem_image ?: "");
+}
+
+static void rackemu_node_set_pmem_image(Object *obj, const char *value, Error **errp)
+{
+    RackemuNodeState *rn = RACKEMU_NODE_MACHINE(obj);
+
+    g_free(rn->pmem_image);
+    rn->pmem_image = g_strdup(value);
 }
 
 static void rackemu_node_add_u32(ObjectClass *oc, const char *name, size_t offset, const char *desc)
@@ -567,6 +678,26 @@ static void rackemu_node_class_init(ObjectClass *oc, void *data)
                                           "on a node without an RNIC, e.g. for soft-RoCE)");
     rackemu_node_add_u32(oc, "net-mtu", offsetof(RackemuNodeState, net_mtu),
                          "MTU the NIC advertises to the guest (68..9000, default 1500)");
+    object_class_property_add(oc, "pmem-size", "size", rackemu_node_get_pmem_size, rackemu_node_set_pmem_size,
+                              NULL, NULL);
+    object_class_property_set_description(oc, "pmem-size",
+                                          "Bytes of persistent memory at 0x2000000000 (docs/pmem.md), a "
+                                          "multiple of 2 MiB up to 64 GiB; 0 (default): none");
+    object_class_property_add_str(oc, "pmem-mode", rackemu_node_get_pmem_mode, rackemu_node_set_pmem_mode);
+    object_class_property_set_description(oc, "pmem-mode",
+                                          "What a power cut keeps: none, eadr, adr (default) or adr-ddio");
+    object_class_property_add_str(oc, "pmem-image", rackemu_node_get_pmem_image, rackemu_node_set_pmem_image);
+    object_class_property_set_description(oc, "pmem-image",
+                                          "File of the persistent memory's durable image (created or "
+                                          "reused; the node boots on it); empty: memory, lost at exit");
+    rackemu_node_add_u32(oc, "pmem-nic-entries", offsetof(RackemuNodeState, pmem_nic_entries),
+                         "NIC buffer entries of the persistence model (0..1024, default 64; 0: none)");
+    rackemu_node_add_u32(oc, "pmem-nic-delay-ns", offsetof(RackemuNodeState, pmem_nic_delay_ns),
+                         "Delay from a NIC write's acknowledgement to its placement (default 2000)");
+    rackemu_node_add_u32(oc, "pmem-llc-lines", offsetof(RackemuNodeState, pmem_llc_lines),
+                         "Pending lines the modeled LLC holds before it evicts (1..65536, default 4096)");
+    rackemu_node_add_u32(oc, "pmem-seed", offsetof(RackemuNodeState, pmem_seed),
+                         "Seed of the model's eviction victims (default 1)");
     object_class_property_add_bool(oc, "burst-known-issue", rackemu_node_get_burst, rackemu_node_set_burst);
     object_class_property_set_description(oc, "burst-known-issue",
                                           "Model the vmbox burst known issue of ExaNoDe D3.6 sec. 5.1.2");

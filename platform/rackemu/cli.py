@@ -90,6 +90,16 @@ def _positive_int(s: str) -> int:
     return v
 
 
+def _seed(s: str) -> int:
+    try:
+        v = int(s, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not an integer") from None
+    if not 0 <= v < 2**64:
+        raise argparse.ArgumentTypeError(f"{s} is out of range (0 to 2**64-1)")
+    return v
+
+
 def _node_index(spec: str, cluster: Cluster) -> int:
     m = re.fullmatch(r"(?:node)?(\d+)", spec)
     if not m:
@@ -217,6 +227,21 @@ def cmd_node_restart(args: argparse.Namespace) -> int:
     say(f"node {i} restarted ({time.monotonic() - t0:.1f} s): a fresh boot, its previous guest "
         f"state is gone")
     print_status(cluster.status_dict())
+    return 0
+
+
+def cmd_node_powercut(args: argparse.Namespace) -> int:
+    cluster = _attach(args)
+    i = _node_index(args.node, cluster)
+    with _sigterm_as_interrupt():
+        cnt = cluster.powercut_node(i, pick=args.pick, seed=args.seed)
+    say(f"node {i}: power cut (pick {args.pick}"
+        + (f", seed {args.seed}" if args.pick == "random" else "") + "); it is off. Lost: "
+        f"{cnt.get('lost_bytes', 0)} bytes, {cnt.get('lost_lines', 0)} pending lines not kept, "
+        f"{cnt.get('lost_nic', 0)} NIC buffer entries")
+    print(" ".join(f"{k}={v}" for k, v in cnt.items()))
+    print(f"\nimage: {cluster.config.pmem_image(i)}\n"
+          f"boot it on what survived: rackemu node restart {i}{cluster.cli_select()}")
     return 0
 
 
@@ -869,9 +894,9 @@ def _add_guest_commands(sub: SubParsers) -> None:
 
 
 def _add_node_commands(sub: SubParsers) -> None:
-    """The parsers of node restart, save and restore."""
+    """The parsers of node restart, powercut, save and restore."""
     # node
-    pn = sub.add_parser("node", help="restart, save or restore one node",
+    pn = sub.add_parser("node", help="restart, power-cut, save or restore one node",
                         description="Act on one node of a running cluster.")
     nsub = pn.add_subparsers(dest="node_command", metavar="ACTION", required=True)
     nr = nsub.add_parser("restart", help="restart one node's QEMU and wait for its agent",
@@ -880,12 +905,34 @@ def _add_node_commands(sub: SubParsers) -> None:
                                      "(fresh guest RAM: everything the guest held is lost) and "
                                      "wait until its guest agent answers. The bridge must run "
                                      "(see `rackemu bridge restart`). If the agent does not "
-                                     "answer in time, the node is stopped again.")
+                                     "answer in time, the node is stopped again. A node with "
+                                     "persistent memory boots on its durable image: after "
+                                     "`rackemu node powercut`, on what survived the cut.")
     nr.add_argument("node", metavar="NODE", help="node number")
     nr.add_argument("--boot-timeout", type=_positive_float, metavar="S",
                     help="seconds to wait for the agent (default: the cluster's boot_timeout)")
     _add_select_args(nr)
     nr.set_defaults(func=cmd_node_restart)
+    npc = nsub.add_parser("powercut", help="cut one node's power: what its persistent memory keeps",
+                          description="Cut node NODE's power now: its vCPUs stop, the persistence "
+                                      "model (pmem_mode) writes the surviving image of its persistent "
+                                      "memory to its durable image file (the durable bytes, plus the "
+                                      "lines written but not yet durable that --pick keeps, at 64-byte "
+                                      "granularity; what was in the NIC's buffer is lost), and its "
+                                      "QEMU ends: the node is off. The other nodes and the bridge run "
+                                      "on. Prints the model's counters: lost_bytes, lost_lines and "
+                                      "lost_nic say what the cut lost.",
+                          epilog="Boot the node on the surviving image with `rackemu node restart "
+                                 "NODE`. The cluster needs persistent memory (pmem in the cluster's "
+                                 "TOML); docs/pmem.md, \"The power cut\".")
+    npc.add_argument("node", metavar="NODE", help="node number")
+    npc.add_argument("--pick", choices=("none", "all", "random"), default="none",
+                     help="which pending lines survive: none (default), all, or a random subset "
+                          "chosen by --seed")
+    npc.add_argument("--seed", type=_seed, default=1, metavar="S",
+                     help="seed of --pick random (0..2**64-1, default 1)")
+    _add_select_args(npc)
+    npc.set_defaults(func=cmd_node_powercut)
     nsv = nsub.add_parser("save", help="save one node's whole state to a file",
                           description="Stop node NODE's vCPUs, write its whole state (guest RAM, "
                                       "CPUs, interrupt controller, virtio, every rackemu device) "

@@ -50,6 +50,7 @@ from .hostdirs import (RunLock, check_host_memory, check_ram_space, clean_run_di
 from .node import AGENT_CHECK_TIMEOUT, Node, run_background, wait_for_agents
 from .procs import (KILL_WAIT, TERM_GRACE, Proc, find_strays, pidfile_procs, proc_alive, proc_starttime, proc_state,
                     spawn, stop_procs)
+from .qmp import device_path
 from .snapboot import start_nodes
 from .snapshot import (LOAD_TIMEOUT, SnapshotError, check_restorable, check_save_path, load_and_resume,
                        make_ram_file, ram_image_path, write_snapshot)
@@ -277,6 +278,13 @@ class Cluster:
             except FileNotFoundError:
                 pass
         self._prepare_ram_dir()
+        if self.config.pmem_mib:
+            # the durable images live on (docs/pmem.md); QEMU creates or reuses node<i>.pmem
+            pdir = self.config.pmem_image(i).parent
+            try:
+                pdir.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ClusterError(f"pmem_dir {pdir}: cannot create it: {os_error_text(e, pdir)}") from None
         # A fresh file: QEMU would otherwise map the previous incarnation's memory as is.
         if not keep_ram:
             self.ram_path(i).unlink(missing_ok=True)
@@ -453,6 +461,37 @@ class Cluster:
         finally:
             self._lock.release()
         return n
+
+    def powercut_node(self, i: int, pick: str = "none", seed: int = 1) -> dict[str, int]:
+        """Cut node i's power now (docs/pmem.md, "The power cut"): its vCPUs stop, the model
+        keeps the durable bytes plus the pending lines `pick` chooses (none, all, random with
+        `seed`) in the node's durable image, and its QEMU is ended: the node is off until
+        `restart_node` boots it on that image. Returns the model's counters after the cut
+        (lost_bytes, lost_lines, lost_nic: what was lost)."""
+        n = self.node(i)
+        if not self.config.pmem_mib:
+            raise ClusterError(f"node {i} has no persistent memory (pmem = 0 in cluster "
+                               f"{self.config.name!r}); nothing to cut")
+        if pick not in ("none", "all", "random"):
+            raise ClusterError(f"--pick {pick!r}: use none, all or random")
+        if not 0 <= seed < 2**64:
+            raise ClusterError(f"--seed {seed}: expected an integer from 0 to 2**64-1")
+        if not n.alive():
+            raise ClusterError(f"node {i} is not running (state {n.state}); start it with "
+                               f"`rackemu node restart {i}{self.cli_select()}`")
+        value = f"random:{seed}" if pick == "random" else pick
+        self._lock.acquire()
+        try:
+            with n.qmp() as qmp:
+                path = device_path(qmp, "rackemu-pmem")
+                qmp.execute("qom-set", path=path, property="power-cut", value=value)
+                text = qmp.execute("qom-get", path=path, property="counters")
+            counters = {k: int(v) for k, v in (kv.split("=", 1) for kv in text.split(",") if kv)}
+            self.stop_node(n)   # state "stopped": `node restart` boots it on the image
+            self.log(f"node {i}: power cut (pick {value}); image {self.config.pmem_image(i)}")
+        finally:
+            self._lock.release()
+        return counters
 
     def stop_node(self, n: Node) -> None:
         """Stop node n's QEMU if it runs (TERM, then KILL) and forget its sockets, pid file,

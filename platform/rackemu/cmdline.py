@@ -33,6 +33,8 @@ def node_argv(c: ClusterConfig, d: Path, ram_dir: Path, i: int) -> list[str]:
         # the node's virtio-net NIC on the fabric port (docs/networking.md)
         machine += (f",net=on,net-mtu={c.net_mtu},stack-roce={c.stack_roce}" if c.net
                     else ",net=off")
+    # persistent memory and its durable image (docs/pmem.md)
+    machine += c.pmem_machine_props(i)
     append = f"console=ttyAMA0 rackemu.node={i}"
     if c.kernel_cmdline:
         append += " " + c.kernel_cmdline

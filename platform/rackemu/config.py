@@ -38,6 +38,16 @@ RNIC_PROPS: dict[str, tuple[int, str]] = {
     "pcie-mbps": (1, "PCIe bandwidth, MByte/s"),
 }
 RNIC_MTUS = (256, 512, 1024, 2048, 4096)
+# Persistent memory (docs/pmem.md): the persistence model's modes and the properties the
+# `pmem_props` key passes to the machine as pmem-<name>: name -> (smallest, largest, meaning).
+PMEM_MODES = ("none", "eadr", "adr", "adr-ddio")
+PMEM_MAX_MIB = 64 * 1024        # the machine's pmem-size limit (hw/include/rackemu/board.h)
+PMEM_PROPS: dict[str, tuple[int, int, str]] = {
+    "nic-entries": (0, 1024, "NIC buffer entries, 0: no buffer (writes placed as acknowledged)"),
+    "nic-delay-ns": (0, 0xFFFFFFFF, "ns from a NIC write's acknowledgement to its placement"),
+    "llc-lines": (1, 65536, "pending 64-byte lines the modeled LLC holds before it evicts"),
+    "seed": (0, 0xFFFFFFFF, "seed of the LLC's eviction victims"),
+}
 
 ROOT = Path(os.environ.get("RACKEMU_ROOT") or Path(__file__).resolve().parents[2])
 DEFAULT_CONFIG_FILE = ROOT / "platform" / "cluster.toml"
@@ -94,6 +104,10 @@ DEFAULTS: dict[str, Any] = {
     "fault_seed": 1,
     "switch": "",
     "switch_params": [],
+    "pmem": "0",
+    "pmem_dir": "",
+    "pmem_mode": "adr",
+    "pmem_props": {},
     "paths": {"qemu": "", "bridge": "", "kernel": "", "initrd": ""},
 }
 
@@ -129,6 +143,29 @@ def parse_memory(value: Any, key: str = "memory") -> int:
     return mib
 
 
+def parse_pmem(value: Any) -> int:
+    """The `pmem` key in MiB: 0 (or "0", absent) for none, else a size like "256M" or "1G"
+    that is a multiple of 2 MiB up to 64 GiB."""
+    if value in (0, "0", ""):
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ConfigError(f"pmem: expected a size like \"256M\" or 0 for none, got {value!r}")
+    if isinstance(value, int):
+        mib = float(value)
+    else:
+        m = _MEM_RE.match(value)
+        if not m:
+            raise ConfigError(f"pmem: cannot read {value!r} as a size; use a number with a unit, like "
+                              f"\"256M\" or \"1G\" (a bare number means MiB; 0: no persistent memory)")
+        mib = int(m.group(1)) * _MEM_UNIT_MIB[m.group(2).upper()]
+    if mib == 0:
+        return 0
+    if mib != int(mib) or int(mib) % 2 or not 0 < mib <= PMEM_MAX_MIB:
+        raise ConfigError(f"pmem: {value!r} is not a multiple of 2 MiB from 2 MiB to "
+                          f"{PMEM_MAX_MIB // 1024} GiB (0: no persistent memory)")
+    return int(mib)
+
+
 def format_mib(mib: int) -> str:
     return f"{mib // 1024}G" if mib % 1024 == 0 else f"{mib}M"
 
@@ -160,6 +197,10 @@ class ClusterConfig:
     fault_seed: int = DEFAULTS["fault_seed"]
     switch: str = ""  # the switch program the bridge loads at start (docs/switch.md); "" none
     switch_params: list[str] = dataclasses.field(default_factory=list)  # its key=value settings
+    pmem_mib: int = 0                     # persistent memory per node (docs/pmem.md); 0: none
+    pmem_dir: Path | None = None          # the durable images' directory; None: run_dir/pmem
+    pmem_mode: str | list[str] = DEFAULTS["pmem_mode"]  # none, eadr, adr, adr-ddio; or one per node
+    pmem_props: dict[str, int] = dataclasses.field(default_factory=dict)  # PMEM_PROPS
     qemu: Path = dataclasses.field(default_factory=lambda: build_dir() / "qemu" / "qemu-system-aarch64")
     bridge: Path = dataclasses.field(default_factory=lambda: default_bridge(build_dir()))
     kernel: Path | None = None          # None: KERNEL_IMAGE from $RACKEMU_BUILD/guest/guest.env
@@ -169,6 +210,19 @@ class ClusterConfig:
     @property
     def memory(self) -> str:
         return format_mib(self.memory_mib)
+
+    def pmem_image(self, i: int) -> Path:
+        """Node i's durable image of its persistent memory: it outlives the node's QEMU (a
+        restart boots on it) and the cluster (`cluster up` reuses it)."""
+        return (self.pmem_dir or self.run_dir / "pmem") / f"node{i}.pmem"
+
+    def pmem_machine_props(self, i: int) -> str:
+        """The machine's pmem-* properties for node i ("" without persistent memory)."""
+        if not self.pmem_mib:
+            return ""
+        mode = self.pmem_mode if isinstance(self.pmem_mode, str) else self.pmem_mode[i]
+        props = f",pmem-size={self.pmem_mib}M,pmem-mode={mode},pmem-image={self.pmem_image(i)}"
+        return props + "".join(f",pmem-{k}={v}" for k, v in sorted(self.pmem_props.items()))
 
     def rnic_args(self) -> list[str]:
         """The nodes' RNIC on the QEMU command line: [] without `rnic`."""
@@ -194,7 +248,7 @@ class ClusterConfig:
         """Rebuild from to_dict() output (the run dir's state file)."""
         fields = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in fields}
-        for k in ("run_dir", "shm_dir", "qemu", "bridge", "initrd"):
+        for k in ("run_dir", "shm_dir", "qemu", "bridge", "initrd", "pmem_dir"):
             if kw.get(k) is not None:
                 kw[k] = Path(kw[k])
         if kw.get("kernel"):
@@ -292,7 +346,7 @@ def _check_type(key: str, value: Any, types: tuple, what: str) -> None:
         raise ConfigError(f"{key}: expected {what}, got {value!r}")
 
 
-PATH_KEYS = ("run_dir", "shm_dir")
+PATH_KEYS = ("run_dir", "shm_dir", "pmem_dir")
 
 
 def _relative_to(value: Any, base_dir: Path | None) -> Any:
@@ -325,6 +379,11 @@ def _merge(base: dict[str, Any], layer: dict[str, Any], where: str,
             if not isinstance(value, dict):
                 raise ConfigError(f"{where}: rnic_props must be a table, e.g. "
                                   f"rnic_props = {{ mtu = 1024, link-mbps = 25000 }}")
+            base[key] = dict(value)
+        elif key == "pmem_props":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: pmem_props must be a table, e.g. "
+                                  f"pmem_props = {{ nic-entries = 16, llc-lines = 1024 }}")
             base[key] = dict(value)
         elif key in PATH_KEYS:
             base[key] = _relative_to(value, base_dir)
@@ -468,6 +527,35 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
             raise ConfigError(f"{key}: expected a list of strings, got {v!r}")
         lists[key] = list(v)
 
+    pmem_mib = parse_pmem(raw["pmem"])
+    pmem_mode = raw["pmem_mode"]
+    _check_type("pmem_mode", pmem_mode, (str, list), f"one of {', '.join(PMEM_MODES)}, or a list of "
+                f"them with one per node")
+    if isinstance(pmem_mode, list) and len(pmem_mode) != nodes:
+        raise ConfigError(f"pmem_mode: a list of {len(pmem_mode)} modes for {nodes} node(s); give one "
+                          f"per node, or one string for all")
+    for m in [pmem_mode] if isinstance(pmem_mode, str) else pmem_mode:
+        if m not in PMEM_MODES:
+            raise ConfigError(f"pmem_mode: {m!r} is not one of {', '.join(PMEM_MODES)} "
+                              f"(what a power cut keeps; docs/pmem.md)")
+    pmem_props = _pmem_props(raw["pmem_props"])
+    pmem_dir = raw["pmem_dir"]
+    _check_type("pmem_dir", pmem_dir, (str,), "a path string")
+    pmem_dir_path = Path(os.path.abspath(Path(pmem_dir).expanduser())) if pmem_dir else None
+    if pmem_mib:
+        if machine != "rackemu-node":
+            raise ConfigError(f"pmem: persistent memory is a device of the rackemu-node machine; "
+                              f"machine {machine!r} has none (use machine = \"rackemu-node\" or pmem = 0)")
+        if snapshot != "off":
+            raise ConfigError(f"snapshot: {snapshot!r} with pmem: a node must boot on its durable "
+                              f"image, not on a cached boot snapshot; set snapshot = \"off\"")
+        where = pmem_dir_path or run_dir_path / "pmem"
+        if "," in str(where):
+            raise ConfigError(f"pmem_dir: {str(where)!r} contains a comma, which QEMU's -machine "
+                              f"option cannot carry; choose another directory")
+    elif pmem_props:
+        raise ConfigError("pmem_props: set, but pmem = 0 gives the nodes no persistent memory")
+
     paths = raw["paths"]
     b = build_dir()
 
@@ -484,6 +572,7 @@ def _validate(raw: dict[str, Any], source: str) -> ClusterConfig:
         qemu_args=lists["qemu_args"], bridge_args=lists["bridge_args"],
         faults=lists["faults"], fault_seed=fault_seed,
         switch=switch, switch_params=lists["switch_params"],
+        pmem_mib=pmem_mib, pmem_dir=pmem_dir_path, pmem_mode=pmem_mode, pmem_props=pmem_props,
         qemu=pth("qemu", b / "qemu" / "qemu-system-aarch64"),
         bridge=pth("bridge", default_bridge(b)),
         kernel=Path(paths["kernel"]).expanduser().absolute() if paths["kernel"] else None,
@@ -506,6 +595,21 @@ def _rnic_props(props: Any) -> dict[str, int]:
                               f"(use one of {', '.join(map(str, RNIC_MTUS))})")
         if not lo <= v <= 0xFFFFFFFF:
             raise ConfigError(f"rnic_props.{k}: {v} is out of range ({lo} to 4294967295; {what})")
+        out[k] = v
+    return out
+
+
+def _pmem_props(props: Any) -> dict[str, int]:
+    """Validate the pmem_props table: known names (PMEM_PROPS), integers in range."""
+    out = {}
+    for k, v in props.items():
+        if k not in PMEM_PROPS:
+            known = ", ".join(f"{n} ({what})" for n, (_, _, what) in PMEM_PROPS.items())
+            raise ConfigError(f"pmem_props: unknown property {k!r} (known: {known})")
+        lo, hi, what = PMEM_PROPS[k]
+        _check_type(f"pmem_props.{k}", v, (int,), f"an integer ({what})")
+        if not lo <= v <= hi:
+            raise ConfigError(f"pmem_props.{k}: {v} is out of range ({lo} to {hi}; {what})")
         out[k] = v
     return out
 

@@ -5,7 +5,9 @@
 #  2. The overlay is applied: hw/rackemu/{meson.build,Kconfig,trace-events} link to
 #     platform/qemu/overlay, hw/rackemu/src links to this checkout, qemu-trace-hook.patch lists
 #     hw/rackemu among QEMU's trace-event directories, and platform/qemu/qemu-hook.patch adds the
-#     subdir()/source lines to QEMU's hw/meson.build and hw/Kconfig.
+#     subdir()/source lines to QEMU's hw/meson.build and hw/Kconfig; qemu-pmem-hook.patch routes
+#     DC CVAC/DC CIVAC like DC CVAP and gives memory_region_writeback a hook for rackemu-pmem
+#     (docs/pmem.md "CPU persist points"; inert while no rackemu-pmem device sets it).
 #  3. QEMU is configured once for aarch64-softmmu only, with TCG plugins, and built with ninja
 #     and ccache.
 #     The build directory is kept in $RACKEMU_CACHE/qemu-build (shared by every checkout on
@@ -27,7 +29,7 @@ ln -sfn "$RACKEMU_ROOT/platform/qemu/overlay/meson.build" "$src/hw/rackemu/meson
 ln -sfn "$RACKEMU_ROOT/platform/qemu/overlay/Kconfig" "$src/hw/rackemu/Kconfig"
 ln -sfn "$RACKEMU_ROOT/platform/qemu/overlay/trace-events" "$src/hw/rackemu/trace-events"
 ln -sfn "$RACKEMU_ROOT" "$src/hw/rackemu/src"
-for hook in qemu-hook.patch qemu-trace-hook.patch; do
+for hook in qemu-hook.patch qemu-trace-hook.patch qemu-pmem-hook.patch; do
     if patch -d "$src" -p1 -R --dry-run -s -f < "$RACKEMU_ROOT/platform/qemu/$hook" >/dev/null 2>&1; then
         : # already applied
     else

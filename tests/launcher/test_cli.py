@@ -22,7 +22,8 @@ def run(*args, env=None, timeout=60):
 @pytest.mark.parametrize("cmd", [[], ["cluster"], ["cluster", "up"], ["cluster", "status"],
                                  ["cluster", "down"], ["exec"], ["cp"], ["console"],
                                  ["bridge-stats"], ["demo"], ["setup"], ["test"],
-                                 ["node"], ["node", "restart"], ["bridge"], ["bridge", "restart"]])
+                                 ["node"], ["node", "restart"], ["node", "powercut"], ["bridge"],
+                                 ["bridge", "restart"]])
 def test_every_command_has_help(cmd):
     r = run(*cmd, "--help")
     assert r.returncode == 0, r.stderr

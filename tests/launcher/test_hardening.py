@@ -279,7 +279,7 @@ def test_run_dir_that_is_a_file_or_under_a_file_is_a_message(tmp_path, fake_buil
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"run dir {f / 'run'} cannot be created: {f} is a file, not a directory" in r.stderr
     for cmd in (["cluster", "status"], ["cluster", "down"], ["exec", "0"], ["bridge", "restart"],
-                ["node", "restart", "0"]):
+                ["node", "restart", "0"], ["node", "powercut", "0"]):
         r = run(*cmd, "--run-dir", str(f / "run"), *(["--", "true"] if cmd[0] == "exec" else []))
         assert "Traceback" not in r.stderr and r.returncode in (0, 1, 3), (cmd, r.stderr)
 

@@ -688,3 +688,33 @@ TEST(Pmem, PausedModelPlacesNothingUntilItRunsAgain)
     EXPECT_EQ(r.p->nic_pending(), 0u);
     EXPECT_EQ(r.durable(0), 0x66);
 }
+
+TEST(Pmem, CApiParsesModesReadsTheDurableImageAndCounters)
+{
+    uint32_t m = 99;
+    EXPECT_EQ(rk_pmem_parse_mode("eadr", &m), 1);
+    EXPECT_EQ(m, PMEM_MODE_EADR);
+    EXPECT_EQ(rk_pmem_parse_mode("adr-ddio", &m), 1);
+    EXPECT_EQ(m, PMEM_MODE_ADR_DDIO);
+    EXPECT_EQ(rk_pmem_parse_mode("ADR", &m), 0);
+    EXPECT_EQ(rk_pmem_parse_mode("", &m), 0);
+    EXPECT_EQ(m, PMEM_MODE_ADR_DDIO); // unchanged by a refused name
+
+    Dev d(PMEM_MODE_ADR);
+    memset(d.host.ram.data() + 256, 0xd7, 64);
+    ASSERT_EQ(rk_pmem_cpu_dirty(d.core, kBase, 4096), RK_OK);
+    uint8_t buf[64];
+    ASSERT_EQ(rk_pmem_durable_read(d.core, kBase + 256, buf, 64), RK_OK);
+    EXPECT_EQ(buf[0], 0); // pending, not durable
+    EXPECT_EQ(rk_pmem_counter(d.core, PMEM_CNT_INDEX_PENDING_LINES), 1u);
+    ASSERT_EQ(rk_pmem_cpu_writeback(d.core, kBase + 256 + 8, 8), RK_OK); // one line, whole
+    ASSERT_EQ(rk_pmem_durable_read(d.core, kBase + 256, buf, 64), RK_OK);
+    for (uint8_t b : buf)
+        EXPECT_EQ(b, 0xd7);
+    EXPECT_EQ(rk_pmem_counter(d.core, PMEM_CNT_INDEX_WB_LINES), 1u);
+    EXPECT_EQ(rk_pmem_counter(d.core, PMEM_CNT_INDEX_WB_BYTES), 64u);
+    EXPECT_EQ(rk_pmem_counter(d.core, PMEM_CNT_INDEX_PENDING_LINES), 0u);
+    EXPECT_EQ(rk_pmem_counter(d.core, PMEM_CNT_COUNT), 0u); // beyond the counters
+    EXPECT_EQ(rk_pmem_durable_read(d.core, kBase + kSize - 8, buf, 16), RK_DECODE_ERROR);
+    EXPECT_EQ(rk_pmem_durable_read(d.core, kBase - 64, buf, 64), RK_DECODE_ERROR);
+}

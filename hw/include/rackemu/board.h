@@ -25,6 +25,11 @@
 #define RACKEMU_CDMA_BASE      0x0b200000ull /* AXI CDMA compatible engine (docs/cdma.md) */
 #define RACKEMU_GAS_BASE       0x0b300000ull /* GAS control page; its window is at GAS_WINDOW_BASE */
 #define RACKEMU_RMC_BASE       0x0b400000ull /* soNUMA RMC (docs/sonuma.md) */
+#define RACKEMU_PMEM_CTRL_BASE 0x0b500000ull /* persistent memory control block (docs/pmem.md) */
+/* the persistent-memory region (when the node has one): above RAM (which must end below it),
+ * below virt's high MMIO at 256 GiB */
+#define RACKEMU_PMEM_BASE      0x2000000000ull /* 128 GiB */
+#define RACKEMU_PMEM_SIZE_MAX  0x1000000000ull /* 64 GiB */
 
 /* ---- GIC SPIs (level, active high) ----
  * virt (QEMU 7.2 hw/arm/virt.c a15irqmap) takes SPIs 0..47 for its devices and virtio-mmio, 48..111

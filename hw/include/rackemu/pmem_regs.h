@@ -47,6 +47,7 @@
 #define PMEM_CTRL_CNT_CLEAR    (1u << 0) /* W: zero the counters (the two gauges stay) */
 #define PMEM_COUNTERS          0x100u   /* R: counter i at PMEM_COUNTERS + 8 * i (below) */
 #define PMEM_MMIO_SIZE         0x1000u
+#define RACKEMU_PMEM_COMPAT    "rackemu,pmem" /* DT: reg = <control block>, <region> */
 #define PMEM_ID_VALUE          0x00504d454d4b5201ull /* "RKMEMP" v1 */
 
 /* ---- Counters: PMEM_COUNTERS + PMEM_CNT_* (R, 64-bit) ----
