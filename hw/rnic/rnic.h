@@ -285,6 +285,23 @@ private:
     Remote remote_mr(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t len, uint32_t access, Mr **out);
     bool dma(uint64_t addr, void *buf, uint64_t len, bool write);
 
+    // persistent memory (rnic_nvm.cc): every MR access's piece goes through nvm_rw; inside an
+    // NvmAccept scope a write is a responder's payload, acknowledged into the NIC's buffer
+    bool nvm_rw(uint64_t pa, uint8_t *buf, uint64_t len, bool write);
+    Status nvm_drain(uint64_t pa, uint64_t len); // RK_OK: persistent memory, drained
+    bool nvm_placed(uint64_t pa, uint64_t len);
+    bool nvm_flush(const Mr &m, uint64_t va, uint64_t len, bool persist);
+    bool nvm_mr(const Mr &m);                                                // any page in persistent memory
+    bool nvm_failed(const char *what, uint64_t pa, uint64_t len, Status st); // counted, false
+    struct NvmAccept {
+        explicit NvmAccept(Rnic &d) : d_(d) { d_.nvm_accept_ = true; }
+        ~NvmAccept() { d_.nvm_accept_ = false; }
+        NvmAccept(const NvmAccept &) = delete;
+        NvmAccept &operator=(const NvmAccept &) = delete;
+        Rnic &d_;
+    };
+    bool nvm_accept_ = false;
+
     // the atomic unit
     class AmuDev;
     Remote amu_exec(const Mr &m, uint64_t va, const AmoRequest &rq, uint64_t *orig);

@@ -309,7 +309,13 @@ void Rnic::publish()
                 e.access = m->access;
                 e.phys = m->phys;
                 e.page_shift = m->page_shift;
-                if (!m->phys && m->pages.size() <= pub_page_cap_ - pub_pages_used_) {
+                if (m->nvm < 0) m->nvm = nvm_mr(*m) ? 1 : 0;
+                if (m->nvm) {
+                    // persistent memory: its writes go through this node's NIC buffer, so its
+                    // READs and WRITEs take the wire (published as a list that did not fit)
+                    e.phys = 0;
+                    e.first_page = e.npages = 0;
+                } else if (!m->phys && m->pages.size() <= pub_page_cap_ - pub_pages_used_) {
                     e.first_page = uint32_t(pub_pages_used_);
                     e.npages = uint32_t(m->pages.size());
                     for (size_t k = 0; k < m->pages.size(); k++)

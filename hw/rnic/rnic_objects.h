@@ -103,7 +103,9 @@ struct Rnic::Pending {
 };
 
 // The verbs objects: their state is rnic_state.h's (one list each), the rest is bookkeeping.
-struct Rnic::Mr : MrArch {};
+struct Rnic::Mr : MrArch {
+    mutable int8_t nvm = -1; // a page in persistent memory (nvm_mr): 1, 0, -1 not asked yet
+};
 
 struct Rnic::Cq : CqArch {
     uint32_t users = 0;
@@ -167,10 +169,13 @@ public:
     uint64_t read_word(uint64_t addr) override
     {
         uint64_t v = 0;
-        d_.dma(addr, &v, 8, false);
+        d_.nvm_rw(addr, reinterpret_cast<uint8_t *>(&v), 8, false);
         return v;
     }
-    void write_word(uint64_t addr, uint64_t value) override { d_.dma(addr, &value, 8, true); }
+    void write_word(uint64_t addr, uint64_t value) override
+    {
+        d_.nvm_rw(addr, reinterpret_cast<uint8_t *>(&value), 8, true);
+    }
     // The model reached an operation's execution (amu_exec executed its value at arrival).
     void complete(const AmoResult &r) override
     {

@@ -389,6 +389,7 @@ WcStatus Rnic::recv_write(uint32_t qpn, uint64_t off, const uint8_t *src, uint32
     if (!q || !fetch_rwqe(*q) || q->rlerr) return WcStatus::LocQpOpErr;
     if (off + len > q->rlen) return WcStatus::LocLenErr;
     ctr_.payload_rx_bytes += len;
+    const NvmAccept accept(*this); // a responder's payload: persistent memory buffers it
     return sge_rw(*q, q->rwqe.sge, q->rwqe.num_sge, off, const_cast<uint8_t *>(src), len, true, &q->rlerr);
 }
 

@@ -7,7 +7,8 @@
 //   WRITE, READ      mr_rw through the MR's page list;
 //   ATOMIC WRITE     8 bytes written;
 //   FLUSH            a full barrier after the earlier WRITEs (global visibility), for persistence
-//                    also the range written back to the RAM's backing file (the host's persist);
+//                    also the range written back to the RAM's backing file (the host's persist)
+//                    or made durable in persistent memory (rnic_nvm.cc);
 //   CMP_SWAP, FETCH_ADD, XATOMIC, XATOMIC_POST
 //                    the atomic unit (atomic_unit.h): the value executed at arrival as one host
 //                    atomic on the guest word (AmuDev::amo, rnic_objects.h: global atomicity), the
@@ -43,6 +44,7 @@ Remote Rnic::write_remote(uint32_t qpn, uint32_t rkey, uint64_t va, const uint8_
     Mr *m = nullptr;
     const Remote r = remote_mr(qpn, rkey, va, len, RNIC_ACCESS_REMOTE_WRITE, &m);
     if (r != Remote::Ok) return r;
+    const NvmAccept accept(*this); // persistent memory: acknowledged into the NIC's buffer
     if (!mr_rw(*m, va, const_cast<uint8_t *>(src), len, true)) return Remote::OpError;
     ctr_.payload_rx_bytes += len;
     return Remote::Ok;
@@ -120,8 +122,12 @@ Remote Rnic::amu_exec(const Mr &m, uint64_t va, const AmoRequest &req, uint64_t 
     rq.arrival_ps = arrival;
     if (amu_->now_ps() < arrival) amu_->run_until(arrival);
     if (amu_start_ps_ == UINT64_MAX) amu_start_ps_ = std::max(arrival, amu_->now_ps());
+    // persistent memory: the NIC's buffer drained before, the word reported placed after
+    const Status nv = nvm_drain(pa, rq.size);
+    if (nv != RK_OK && nv != RK_DECODE_ERROR) return Remote::OpError;
     const AmoStatus s = amu_->execute(rq, orig);
     amu_sync();
+    if (s == AmoStatus::Ok && nv == RK_OK && !nvm_placed(pa, rq.size)) return Remote::OpError;
     if (s != AmoStatus::Ok) {
         guest_error("atomic unit: operation at guest address 0x%llx refused: %s", (unsigned long long)pa,
                     amo_status_name(s));
@@ -204,6 +210,7 @@ Remote Rnic::atomic_write_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint6
     if (r != Remote::Ok) return r;
     uint8_t b[8];
     std::memcpy(b, &value, 8);
+    const NvmAccept accept(*this); // persistent memory: acknowledged into the NIC's buffer
     if (!mr_rw(*m, va, b, 8, true)) return Remote::OpError;
     ctr_.payload_rx_bytes += 8;
     return Remote::Ok;
@@ -215,7 +222,9 @@ Remote Rnic::atomic_write_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint6
 //  - global visibility: a full barrier, so those stores are visible to every CPU and agent before
 //    the response leaves (the requester may then tell a third party to read them);
 //  - persistence (implies global visibility): the range is written back to the node's
-//    persistence domain, the RAM's backing file (host persist op: msync), before the response.
+//    persistence domain, the RAM's backing file (host persist op: msync), before the response;
+//    a range of persistent memory is made durable by its persistence-domain core instead
+//    (RK_NVM_FLUSH; global visibility alone drains the NIC's buffer over it: rnic_nvm.cc).
 // The MR needs FLUSH_GLOBAL for the visibility bit and FLUSH_PERSIST for the persistence bit.
 Remote Rnic::flush_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t len, uint8_t placement,
                           uint8_t selectivity)
@@ -232,17 +241,11 @@ Remote Rnic::flush_remote(uint32_t qpn, uint32_t rkey, uint64_t va, uint64_t len
     Mr *mm = nullptr;
     const Remote r = remote_mr(qpn, rkey, va, len ? len : 1, need, &mm);
     if (r != Remote::Ok) return r;
+    // persistent memory: its NIC buffer drained over the range, or (persistence) the range made
+    // durable in the persistence domain; RAM: the backing file's write-back (rnic_nvm.cc)
+    if (named && !nvm_flush(*mm, va, named, placement & ROCE_FETH_PLT_PERSIST))
+        return Remote::OpError; // NAK remote operational error: the range is not durable
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (named && (placement & ROCE_FETH_PLT_PERSIST)) {
-        uint64_t synced = 0;
-        const bool ok = mr_walk(*mm, va, named, [&](uint64_t pa, uint64_t n) {
-            const Status st = host_.persist(pa, n, synced);
-            if (st != RK_OK) ctr_.dma_errors++;
-            return st == RK_OK;
-        });
-        ctr_.persist_bytes += synced;
-        if (!ok) return Remote::OpError; // NAK remote operational error: the range is not durable
-    }
     ctr_.flushes++;
     ctr_.flush_bytes += named;
     return Remote::Ok;

@@ -394,7 +394,7 @@ Rnic::Mr *Rnic::mr_by_key(uint32_t key)
 bool Rnic::mr_rw(const Mr &m, uint64_t va, uint8_t *buf, uint64_t len, bool write)
 {
     return mr_walk(m, va, len, [&](uint64_t pa, uint64_t n) {
-        if (!dma(pa, buf, n, write)) return false;
+        if (!nvm_rw(pa, buf, n, write)) return false;
         buf += n;
         return true;
     });

@@ -16,7 +16,7 @@ import pytest
 from conftest import _clusters, _config, _start
 from guest_tools import RnicRelay as Relay, kv, run_kv, stop_procs
 
-CHECKS = 113  # lines `rnic check` prints (31 of them the extended atomics, 3 the async events)
+CHECKS = 114  # lines `rnic check` prints (31 of them the extended atomics, 3 the async events)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_check_suite_passes(rcluster):
                  "refuse_foreign_doorbell_mmap", "objects_released_at_exit", "fetch_add", "cmp_swap_hit",
                  "atomic_write", "flush", "flush_persist", "refuse_cq_vector_beyond_count",
                  "cq_vectors_own_interrupts", "async_qp_fatal_retry_exceeded", "async_cq_err_overflow",
-                 "async_nothing_left"):
+                 "async_nothing_left", "refuse_mr_pfnmap_not_pmem"):
         assert must in names, must
     assert d[-1]["checks"] == str(CHECKS) and d[-1]["failed"] == "0"
     # the device wrote the events the checks consumed (QP_FATAL, CQ_ERR and the refusals' own)

@@ -47,6 +47,9 @@ public:
         ops_.timer_arm = [](void *o, unsigned id, uint64_t deadline_ns) {
             self(o)->timer_arm(id, deadline_ns);
         };
+        ops_.nvm = [](void *o, unsigned op, uint64_t addr, const void *data, uint64_t len) {
+            return self(o)->nvm(op, addr, data, len);
+        };
         set_irq = [this](unsigned line, bool level) {
             std::lock_guard lk(mu);
             if (line >= irq.size()) irq.resize(line + 1, false);
@@ -97,6 +100,9 @@ public:
             if (id >= timers.size()) timers.resize(id + 1, UINT64_MAX);
             timers[id] = deadline_ns;
         };
+        // no persistent memory: a test binds one (e.g. rk_pmem_nvm on a rackemu::pmem::Pmem core
+        // over this RAM, hw/pmem/pmem_capi.h) by replacing nvm
+        nvm = [](unsigned, uint64_t, const void *, uint64_t) { return RK_DECODE_ERROR; };
     }
     TestHost(const TestHost &) = delete;
     TestHost &operator=(const TestHost &) = delete;
@@ -140,6 +146,7 @@ public:
     std::function<int(const uint8_t *, size_t)> send_frame; // 0, -EAGAIN (ring full) or dropped
     std::function<void()> tx_wait;
     std::function<void(unsigned, uint64_t)> timer_arm;
+    std::function<Status(unsigned, uint64_t, const void *, uint64_t)> nvm; // RkHostOps.nvm
 
     // State of the default behaviour.
     std::vector<uint8_t> ram;

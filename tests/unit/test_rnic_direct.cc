@@ -4,6 +4,8 @@
 // path", hw/rnic/rnic_direct.cc). The rig is rnic_rig.h.
 #include <gtest/gtest.h>
 
+#include "pmem.h"
+#include "pmem_capi.h"
 #include "rnic_rig.h"
 
 using namespace rackemu;
@@ -516,6 +518,47 @@ TEST(RnicDirect, ResetAndLoadRepublish)
         EXPECT_EQ(q.pdn, 0u);
     for (const auto &m : pub->mr)
         ASSERT_EQ(m.key, 0u);
+}
+
+// An MR over persistent memory (docs/rnic.md "Persistent memory") is published without its pages:
+// its WRITEs take the wire, into the responder's NIC buffer, and so do its READs, which drain it.
+TEST(RnicDirect, PersistentMemoryTakesTheWire)
+{
+    DirectPair d;
+    Pair &p = d.p;
+    const uint64_t pm = p.b.alloc(65536);
+    pmem::Config c;
+    c.base = pm;
+    c.size = 65536;
+    c.mode = pmem::Mode::Adr;
+    c.nic_delay_ns = 1000000;
+    std::string err;
+    auto core = pmem::Pmem::create(p.b.host.host(), c, nullptr, &err);
+    ASSERT_TRUE(core) << err;
+    pmem::Pmem *pc = core.get();
+    p.b.host.nvm = [pc](unsigned op, uint64_t addr, const void *data, uint64_t len) {
+        return rk_pmem_nvm(pc, op, addr, data, len);
+    };
+    const uint32_t key = p.b.mr(p.pdb, pm, 65536);
+    fill(p.a.mem(p.bufa), 4096, 5);
+    p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 1, p.bufa, 4096, p.keya, pm + 64, key));
+    auto e = p.wait_a(1);
+    ASSERT_EQ(e.size(), 1u);
+    EXPECT_EQ(e[0].status, RNIC_WC_SUCCESS);
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_DIRECT_WRITES), 0u);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_NVM_WRITES), 4u); // MTU 1024
+    EXPECT_EQ(core->nic_pending(), 4u);
+    p.a.post_send(p.qa, wqe(RNIC_WR_READ, 2, p.bufa + 0x100000, 4096, p.keya, pm + 64, key));
+    e = p.wait_a(1);
+    ASSERT_EQ(e.size(), 1u);
+    EXPECT_EQ(e[0].status, RNIC_WC_SUCCESS);
+    EXPECT_EQ(d.direct_reads(), 0u);
+    EXPECT_EQ(std::memcmp(p.a.mem(p.bufa + 0x100000), p.a.mem(p.bufa), 4096), 0);
+    EXPECT_EQ(core->nic_pending(), 0u);
+    // the plain RAM MR is still served directly
+    EXPECT_EQ(d.read(0, 64).status, RNIC_WC_SUCCESS);
+    EXPECT_EQ(d.direct_reads(), 1u);
+    p.b.host.nvm = [](unsigned, uint64_t, const void *, uint64_t) { return RK_DECODE_ERROR; };
 }
 
 } // namespace

@@ -31,7 +31,9 @@ struct rnic_uinfo {
 	rk_u32 irq_vectors;   /* interrupt vectors the driver got (MSI-X, else 1: INTx) */
 };
 
-/* RNIC_IOC_REG_MR: pin [addr, addr + length) of the calling process and register it. */
+/* RNIC_IOC_REG_MR: pin [addr, addr + length) of the calling process and register it. A range
+ * mapped from the node's persistent memory (/dev/rkpmem0, a PFN mapping) is registered by its
+ * physical pages when every one lies inside the device tree's pmem-region, else -EINVAL. */
 struct rnic_ureg_mr {
 	rk_u64 addr;          /* in: user virtual address (the MR's IOVA) */
 	rk_u64 length;        /* in: bytes, 1..RNIC_MAX_MSG x 4 (1 GiB of pages at most) */

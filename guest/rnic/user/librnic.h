@@ -77,6 +77,10 @@ struct rnic_ctx *rnic_open(const char *path); /* NULL: RNIC_DEV_PATH */
 void rnic_close(struct rnic_ctx *ctx);
 int rnic_alloc_pd(struct rnic_ctx *ctx, uint32_t *pdn);
 int rnic_dealloc_pd(struct rnic_ctx *ctx, uint32_t pdn);
+/* [addr, addr + length) of this process: anonymous or file memory (pinned), or a mapping of the
+ * node's persistent memory (mmap of /dev/rkpmem0): a persistent MR, whose WRITEs go through the
+ * responder's NIC buffer and whose FLUSH persistence makes them durable (docs/rnic-verbs.md
+ * "Persistent memory regions"); any other PFN mapping is refused (-EINVAL). */
 int rnic_reg_mr(struct rnic_ctx *ctx, uint32_t pdn, void *addr, uint64_t length, uint32_t access,
 		struct rnic_mr *mr);
 int rnic_dereg_mr(struct rnic_ctx *ctx, struct rnic_mr *mr);

@@ -6,6 +6,7 @@
  *   rnic check                               every operation and refusal, two QPs of this node
  *   rnic bench [--ops LIST] [--sizes LIST] [--iters N] [--window W] [--server | --client HOST] [--port P]
  *   rnic faa --client HOST [--port P] --count K   FETCH_ADD K times on the server's counter
+ *   rnic pmem --server | --client HOST ...        a WRITE (and FLUSH) into a persistent MR
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -56,6 +57,13 @@ static const char usage[] =
 	"                       compare-swap increments of the low half; W posted in flight (non-blocking\n"
 	"                       posting, then quiet). The server prints the words when it is done;\n"
 	"                       `bench --server --cpu-adds N` also adds 1 to word 0 N times on its own CPU\n"
+	"  pmem --server [--port P] [--len L]\n"
+	"                       map L bytes (default 1M) of the node's persistent memory (/dev/rkpmem0),\n"
+	"                       register them as a persistent MR and serve one `pmem --client` until it\n"
+	"                       hangs up (docs/rnic-verbs.md \"Persistent memory regions\")\n"
+	"  pmem --client HOST [--port P] --off O --len N [--seed S] [--flush]\n"
+	"                       RDMA WRITE N bytes of pattern S at offset O of the server's persistent MR,\n"
+	"                       then with --flush a FLUSH with persistence over them; one pmem_write line\n"
 	"\n"
 	"Defaults: --ops write,read,send,faa,cas --sizes 8,64,1K,4K,64K,1M --iters 200 --window 16\n"
 	"--rate-windows 1,2,4,8,16,32,64. RNIC_SPIN_US sets how long waits spin before blocking.\n";
@@ -121,14 +129,15 @@ struct side {
 	struct rnic_conn me;
 };
 
-static void side_init(struct side *s, struct rnic_ctx *ctx, size_t len, uint32_t psn)
+/* A side whose MR is over buf (len bytes), or over fresh anonymous memory (buf NULL). */
+static void side_init_buf(struct side *s, struct rnic_ctx *ctx, void *buf, size_t len, uint32_t psn)
 {
 	int ret;
 
 	memset(s, 0, sizeof(*s));
 	s->ctx = ctx;
 	s->len = len;
-	s->buf = xmap(len);
+	s->buf = buf ? buf : xmap(len);
 	if ((ret = rnic_alloc_pd(ctx, &s->pd)))
 		fatal("alloc PD", ret);
 	if ((ret = rnic_reg_mr(ctx, s->pd, s->buf, len, RNIC_ACCESS_ALL, &s->mr)))
@@ -140,6 +149,11 @@ static void side_init(struct side *s, struct rnic_ctx *ctx, size_t len, uint32_t
 	if (!s->qp)
 		fatal("create QP", errno);
 	s->me = (struct rnic_conn){ ctx->info.node_id, s->qp->qpn, psn, s->mr.rkey, (uintptr_t)s->buf, len };
+}
+
+static void side_init(struct side *s, struct rnic_ctx *ctx, size_t len, uint32_t psn)
+{
+	side_init_buf(s, ctx, NULL, len, psn);
 }
 
 static struct rnic_send_wqe wr(uint8_t op, uint64_t id, const struct side *s, uint64_t loff, uint32_t len,
@@ -715,6 +729,11 @@ static void check_driver(struct pair *p)
 	check("refuse_mr_remote_write_without_local", r == -EACCES, "err=%d", r);
 	r = rnic_reg_mr(p->ctx, p->a.pd, (void *)0x1000, 4096, RNIC_ACCESS_ALL, &m);
 	check("refuse_mr_unmapped", r == -EFAULT, "err=%d", r);
+	/* a PFN mapping that is not the node's persistent memory (the CQ's doorbell page): a user
+	 * never registers other physical memory (docs/rnic-verbs.md "Persistent memory regions") */
+	r = rnic_reg_mr(p->ctx, p->a.pd, (void *)((uintptr_t)p->a.cq->db & ~(uintptr_t)4095), 4096, RNIC_ACCESS_ALL,
+			&m);
+	check("refuse_mr_pfnmap_not_pmem", r == -EINVAL, "err=%d", r);
 	r = rnic_reg_mr(p->ctx, 999, p->a.buf, 4096, RNIC_ACCESS_ALL, &m);
 	check("refuse_mr_bad_pd", r == -ENOENT, "err=%d", r);
 	m.lkey = 0x12345;
@@ -1753,6 +1772,105 @@ static int cmd_bench(int argc, char **argv, int faa_only)
 	return verify ? check_summary() : 0;
 }
 
+/* ---- pmem: a WRITE (and FLUSH) into a persistent MR on another node ---- */
+
+static int cmd_pmem(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "server", 0, 0, 'S' }, { "client", 1, 0, 'c' }, { "port", 1, 0, 'p' }, { "off", 1, 0, 'o' },
+		{ "len", 1, 0, 'l' },	 { "seed", 1, 0, 's' },	  { "flush", 0, 0, 'f' }, { "help", 0, 0, 'h' },
+		{ 0, 0, 0, 0 }
+	};
+	const char *host = NULL;
+	int server = 0, flush = 0, c, ret, sock;
+	unsigned port = 18516;
+	uint64_t off = 0, len = 0, seed = 1;
+	struct rnic_conn peer;
+	struct side me;
+	struct rnic_cqe cw, cf;
+	struct rnic_send_wqe w;
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+		switch (c) {
+		case 'S': server = 1; break;
+		case 'c': host = optarg; break;
+		case 'p': port = (unsigned)num(optarg, "--port", 65535); break;
+		case 'o': off = num(optarg, "--off", 1ull << 40); break;
+		case 'l': len = num(optarg, "--len", 1ull << 30); break;
+		case 's': seed = num(optarg, "--seed", ~0ull); break;
+		case 'f': flush = 1; break;
+		case 'h': fputs(usage, stdout); return 0;
+		default: bad_option(c, argv, "rnic --help");
+		}
+	}
+	if (optind < argc)
+		die("unexpected argument '%s' (rnic --help)", argv[optind]);
+	if (server == !!host)
+		die("pmem needs one of --server and --client HOST");
+	if (server) {
+		int fd = open("/dev/rkpmem0", O_RDWR), lfd;
+		void *pm;
+		char b;
+
+		if (!len)
+			len = 1u << 20;
+		if (fd < 0)
+			die("cannot open /dev/rkpmem0: %s (a node with pmem, the rackemu_pmem driver, root)", strerror(errno));
+		pm = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (pm == MAP_FAILED)
+			die("cannot map %llu bytes of /dev/rkpmem0: %s", (unsigned long long)len, strerror(errno));
+		side_init_buf(&me, open_dev(), pm, len, rnic_random_psn());
+		lfd = rnic_tcp_listen((uint16_t)port);
+		if (lfd < 0)
+			fatal("listening on TCP", lfd);
+		printf("pmem_server ready=1 len=%llu rkey=0x%x\n", (unsigned long long)len, me.mr.rkey);
+		fflush(stdout);
+		sock = rnic_tcp_accept(lfd);
+		if (sock < 0)
+			fatal("accepting the client", sock);
+		ret = rnic_exchange(sock, &me.me, &peer);
+		ret = ret ? ret : rnic_qp_connect(me.qp, &me.me, &peer, NULL);
+		if (ret)
+			fatal("connecting the QP", ret);
+		while (read(sock, &b, 1) > 0) /* the client hangs up when it is done */
+			;
+		printf("pmem_server done=1\n");
+		return 0;
+	}
+	if (!len)
+		die("--client needs --len N (1..1G)");
+	side_init(&me, open_dev(), (size_t)len, rnic_random_psn());
+	fill(me.buf, (size_t)len, seed);
+	sock = rnic_tcp_connect(host, (uint16_t)port);
+	if (sock < 0)
+		fatal("connecting over TCP (is `rnic pmem --server` running there?)", sock);
+	ret = rnic_exchange(sock, &me.me, &peer);
+	ret = ret ? ret : rnic_qp_connect(me.qp, &me.me, &peer, NULL);
+	if (ret)
+		fatal("connecting the QP", ret);
+	if (off > peer.length || len > peer.length - off)
+		die("[%llu, +%llu) is beyond the server's %llu bytes", (unsigned long long)off, (unsigned long long)len,
+		    (unsigned long long)peer.length);
+	w = wr(RNIC_WR_WRITE, 1, &me, 0, (uint32_t)len, peer.addr + off, peer.rkey);
+	rnic_post_send(me.qp, &w);
+	cw = wait1(me.cq, 10000);
+	memset(&cf, 0, sizeof(cf));
+	if (flush && !cw.status) {
+		w = wr(RNIC_WR_FLUSH, 2, &me, 0, 0, peer.addr + off, peer.rkey);
+		w.flush_type = ROCE_FETH_PLT_PERSIST | (ROCE_FETH_SEL_RANGE << 4);
+		w.flush_len = (uint32_t)len;
+		rnic_post_send(me.qp, &w);
+		cf = wait1(me.cq, 10000);
+	}
+	printf("pmem_write ok=%d write_status=%u flush=%d flush_status=%u off=%llu len=%llu seed=%llu\n",
+	       !cw.status && !cf.status, cw.status, flush, cf.status, (unsigned long long)off,
+	       (unsigned long long)len, (unsigned long long)seed);
+	shutdown(sock, SHUT_WR);
+	close(sock);
+	return cw.status || cf.status;
+}
+
 int main(int argc, char **argv)
 {
 	tool_prog = "rnic";
@@ -1760,7 +1878,8 @@ int main(int argc, char **argv)
 		fputs(usage, argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
-	if (argc > 2 && strcmp(argv[1], "bench") && strcmp(argv[1], "faa") && strcmp(argv[1], "xatomic"))
+	if (argc > 2 && strcmp(argv[1], "bench") && strcmp(argv[1], "faa") && strcmp(argv[1], "xatomic") &&
+	    strcmp(argv[1], "pmem"))
 		die("'%s' takes no options (rnic --help)", argv[1]);
 	if (!strcmp(argv[1], "info"))
 		return cmd_info();
@@ -1774,5 +1893,7 @@ int main(int argc, char **argv)
 		return cmd_bench(argc - 1, argv + 1, 1);
 	if (!strcmp(argv[1], "xatomic"))
 		return cmd_bench(argc - 1, argv + 1, 2);
+	if (!strcmp(argv[1], "pmem"))
+		return cmd_pmem(argc - 1, argv + 1);
 	die("unknown command '%s' (rnic --help)", argv[1]);
 }

@@ -565,6 +565,11 @@ struct rnic_eqe {
     X(SERVED_DIRECT_READS, served_direct_reads, "READs of this node's memory that peers completed directly (read from its published table)") \
     X(SERVED_DIRECT_WRITES, served_direct_writes, "WRITEs into this node's memory that peers completed directly") \
     X(DIRECT_WAIT_STALLS, direct_wait_stalls, "seconds a table change waited for a live peer's direct WRITE in progress (its QEMU stopped or descheduled)") \
+    X(NVM_WRITES,      nvm_writes,      "responder writes acknowledged into the NIC's volatile buffer for persistent memory (one per piece of a packet's payload; docs/rnic.md \"Persistent memory\")") \
+    X(NVM_WRITE_BYTES, nvm_write_bytes, "bytes of those writes") \
+    X(NVM_FLUSHES,     nvm_flushes,     "FLUSH persistence requests that made a range of persistent memory durable") \
+    X(NVM_FLUSH_BYTES, nvm_flush_bytes, "bytes of persistent memory those FLUSHes made durable") \
+    X(NVM_ERRORS,      nvm_errors,      "accesses to persistent memory that failed (the node's power cut): NAK or local error") \
     RNIC_AMU_COUNTERS(X)
 
 /* The atomic unit's (target side of every atomic: docs/atomic-unit.md "Counters"); AMU_OPS..

@@ -8,7 +8,10 @@
  * uses, maps or destroys it, and closing the file (or the process dying) destroys all of it,
  * QPs first, then CQs, MRs (their pages unpinned) and PDs. An MR pins the user pages
  * (pin_user_pages_fast, FOLL_LONGTERM, charged to RLIMIT_MEMLOCK) and hands the device their DMA
- * addresses as a page list. Queue rings are zeroed kernel pages the owner maps; a mapping keeps
+ * addresses as a page list; an MR over a PFN mapping (VM_PFNMAP: the node's persistent memory as
+ * /dev/rkpmem0 maps it) is accepted only when every page lies inside the device tree's
+ * `pmem-region`, and is registered by its physical pages, unpinned (nothing to pin: the region
+ * is no memory the kernel reuses). Queue rings are zeroed kernel pages the owner maps; a mapping keeps
  * its ring allocated until it goes, whatever the order of destroy, munmap and close. A doorbell
  * page is inserted at its first access by a fault handler that checks, under the device mutex,
  * that the object is still the file's, and it is revoked (unmapped) when its object is
@@ -31,6 +34,8 @@
 #include <linux/miscdevice.h>
 #include <linux/mm.h>
 #include <linux/module.h>
+#include <linux/of.h>
+#include <linux/of_address.h>
 #include <linux/pci.h>
 #include <linux/poll.h>
 #include <linux/sched/mm.h>
@@ -140,6 +145,7 @@ struct rnic_mr {
 	unsigned long npages;
 	struct sg_table sgt;
 	struct mm_struct *mm;       /* charged for the pinned pages */
+	dma_addr_t *pmem;           /* persistent memory (a PFN mapping): each page's DMA address */
 };
 
 struct rnic_cq {
@@ -478,6 +484,13 @@ static int rnic_dealloc_pd_locked(struct rnic_file *f, u32 pdn)
 
 static void rnic_mr_unpin(struct rnic_dev *rd, struct rnic_mr *m)
 {
+	if (m->pmem) {
+		unsigned long i;
+
+		for (i = 0; i < m->npages && m->pmem[i]; i++)
+			dma_unmap_resource(&rd->pdev->dev, m->pmem[i], PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
+		kvfree(m->pmem);
+	}
 	if (m->sgt.sgl) {
 		dma_unmap_sgtable(&rd->pdev->dev, &m->sgt, DMA_BIDIRECTIONAL, 0);
 		sg_free_table(&m->sgt);
@@ -491,6 +504,74 @@ static void rnic_mr_unpin(struct rnic_dev *rd, struct rnic_mr *m)
 		mmdrop(m->mm);
 	}
 	memset(m, 0, sizeof(*m));
+}
+
+/* Whether the caller's mapping at addr is a PFN mapping (no struct pages to pin). */
+static bool rnic_is_pfnmap(u64 addr)
+{
+	struct vm_area_struct *vma;
+	bool pfnmap;
+
+	mmap_read_lock(current->mm);
+	vma = vma_lookup(current->mm, (unsigned long)addr);
+	pfnmap = vma && (vma->vm_flags & VM_PFNMAP);
+	mmap_read_unlock(current->mm);
+	return pfnmap;
+}
+
+/*
+ * A persistent MR (docs/rnic-verbs.md "Persistent memory regions"): m->npages pages from page
+ * `first` of the caller's PFN mappings, each of which must lie inside the device tree's
+ * `pmem-region` (of_find_compatible_node): a user never registers other physical memory.
+ * Fills m->pmem with each page's DMA address. -EINVAL: no region, a page not mapped, not a PFN
+ * mapping or outside the region.
+ */
+static int rnic_mr_pmem(struct device *dev, const struct rnic_ureg_mr *u, unsigned long first,
+			struct rnic_mr *m)
+{
+	struct device_node *np = of_find_compatible_node(NULL, NULL, "pmem-region");
+	struct resource res;
+	unsigned long i, pfn = 0;
+	int ret;
+
+	ret = np ? of_address_to_resource(np, 0, &res) : -ENODEV;
+	of_node_put(np);
+	if (ret) {
+		dev_err(dev, "REG_MR: [0x%llx, +%llu) is a PFN mapping and the node has no pmem-region\n",
+			u->addr, u->length);
+		return -EINVAL;
+	}
+	m->pmem = kvcalloc(m->npages, sizeof(*m->pmem), GFP_KERNEL_ACCOUNT);
+	if (!m->pmem)
+		return -ENOMEM;
+	mmap_read_lock(current->mm);
+	for (i = 0; i < m->npages; i++) {
+		unsigned long va = (first + i) << PAGE_SHIFT;
+		struct vm_area_struct *vma = vma_lookup(current->mm, va);
+		phys_addr_t pa;
+
+		if (!vma || !(vma->vm_flags & VM_PFNMAP) || follow_pfn(vma, va, &pfn)) {
+			dev_err(dev, "REG_MR: page 0x%lx of [0x%llx, +%llu) is not a PFN mapping\n", va, u->addr,
+				u->length);
+			ret = -EINVAL;
+			break;
+		}
+		pa = PFN_PHYS(pfn);
+		if (pa < res.start || pa > res.end || res.end - pa < PAGE_SIZE - 1) {
+			dev_err(dev, "REG_MR: page 0x%lx of [0x%llx, +%llu) is outside the pmem-region\n", va,
+				u->addr, u->length);
+			ret = -EINVAL;
+			break;
+		}
+		m->pmem[i] = dma_map_resource(dev, pa, PAGE_SIZE, DMA_BIDIRECTIONAL, 0);
+		if (dma_mapping_error(dev, m->pmem[i])) {
+			m->pmem[i] = 0;
+			ret = -EIO;
+			break;
+		}
+	}
+	mmap_read_unlock(current->mm);
+	return ret;
 }
 
 static int rnic_reg_mr(struct rnic_file *f, void __user *p)
@@ -530,6 +611,12 @@ static int rnic_reg_mr(struct rnic_file *f, void __user *p)
 	mutex_unlock(&rd->lock);
 	if (ret)
 		return ret;
+	if (rnic_is_pfnmap(u.addr)) { /* persistent memory: nothing to pin or charge */
+		ret = rnic_mr_pmem(dev, &u, first, &m);
+		if (ret)
+			goto fail;
+		goto pages_ready;
+	}
 	/* charge the pinned pages to the process, as ib_umem does */
 	lock_limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
 	if (atomic64_add_return(m.npages, &current->mm->pinned_vm) > lock_limit && !capable(CAP_IPC_LOCK)) {
@@ -567,13 +654,19 @@ static int rnic_reg_mr(struct rnic_file *f, void __user *p)
 		m.sgt.sgl = NULL;
 		goto fail;
 	}
+pages_ready:
 	list = dma_alloc_coherent(dev, m.npages * sizeof(u64), &list_dma, GFP_KERNEL);
 	if (!list) {
 		ret = -ENOMEM;
 		goto fail;
 	}
-	for_each_sgtable_dma_page(&m.sgt, &it, 0)
-		list[i++] = sg_page_iter_dma_address(&it);
+	if (m.pmem) {
+		for (i = 0; i < m.npages; i++)
+			list[i] = m.pmem[i];
+	} else {
+		for_each_sgtable_dma_page(&m.sgt, &it, 0)
+			list[i++] = sg_page_iter_dma_address(&it);
+	}
 
 	mutex_lock(&rd->lock);
 	if (!rnic_pd_ok(f, u.pdn)) {
