@@ -844,7 +844,9 @@ void RcEngine::on_request(Qp &q, const Packet &p)
         return;
     }
     q.nak_sent = false;
+    const uint64_t before = ctr_.executed;
     execute(q, p);
+    if (ctr_.executed != before) env_.request_executed(q.qpn, p.bth.opcode);
 }
 
 void RcEngine::execute(Qp &q, const Packet &p)

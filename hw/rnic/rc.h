@@ -221,6 +221,10 @@ public:
     {
         (void)qpn, (void)ev, (void)why, (void)syndrome;
     }
+    // The responder executed a request message (the `executed` counter: its last packet, or a
+    // READ, atomic, FLUSH, ATOMIC WRITE), after its response or owed ACK; for the owner's timing
+    // model only (it cannot change what the engine does).
+    virtual void request_executed(uint32_t qpn, uint8_t opcode) { (void)qpn, (void)opcode; }
 };
 
 #define RC_QP_ATTR_STATE(X) \

@@ -271,6 +271,7 @@ void Rnic::clear_objects()
 {
     rc_ = std::make_unique<RcEngine>(static_cast<RcEnv &>(*this), cfg_.rc);
     amu_reset();
+    ceil_reset();
     rx_pass_ns_ = rx_end_ns_ = 0;
     for (auto &p : pds_)
         p = Pd{};

@@ -63,7 +63,8 @@ void *create(const RkHost *host, const void *config, char *err, size_t errlen)
     const RkRnicConfig &c = *static_cast<const RkRnicConfig *>(config);
     const RkRnicTiming &t = c.timing;
     RnicConfig cfg;
-    cfg.timing = {t.link_mbps, t.hop_ns, t.nic_mhz, t.pcie_ns, t.pcie_mbps, t.max_mtu};
+    cfg.timing = {t.link_mbps, t.hop_ns,         t.nic_mhz,      t.pcie_ns,  t.pcie_mbps,
+                  t.max_mtu,   t.atomic_host_ns, t.atomic_dm_ns, t.qp_msg_ns};
     const char *bad = nullptr;
     cfg.amu = amu_config(c.amu, cfg.timing.nic_mhz, &bad);
     if (bad) {

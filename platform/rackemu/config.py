@@ -36,6 +36,9 @@ RNIC_PROPS: dict[str, tuple[int, str]] = {
     "nic-mhz": (1, "NIC pipeline clock, MHz"),
     "pcie-ns": (0, "one-way PCIe latency, ns"),
     "pcie-mbps": (1, "PCIe bandwidth, MByte/s"),
+    "atomic-host-ns": (0, "responder's service time of one atomic to host memory, serialized, ns (0: off)"),
+    "atomic-dm-ns": (0, "responder's service time of one atomic to device memory, serialized, ns (0: off)"),
+    "qp-msg-ns": (0, "time one request message occupies its QP's responder, ns (0: off)"),
 }
 RNIC_MTUS = (256, 512, 1024, 2048, 4096)
 

@@ -565,7 +565,20 @@ struct rnic_eqe {
     X(SERVED_DIRECT_READS, served_direct_reads, "READs of this node's memory that peers completed directly (read from its published table)") \
     X(SERVED_DIRECT_WRITES, served_direct_writes, "WRITEs into this node's memory that peers completed directly") \
     X(DIRECT_WAIT_STALLS, direct_wait_stalls, "seconds a table change waited for a live peer's direct WRITE in progress (its QEMU stopped or descheduled)") \
+    RNIC_CEIL_COUNTERS(X) \
     RNIC_AMU_COUNTERS(X)
+
+/* The responder's rate ceilings (docs/rnic.md "Rate ceilings": atomic-host-ns, atomic-dm-ns,
+ * qp-msg-ns): modeled figures, nothing is delayed. */
+#define RNIC_CEIL_COUNTERS(X) \
+    X(CEIL_ATOMICS,    ceil_atomics,    "atomics through the responder's atomic serializer (CMP_SWAP, FETCH_ADD, XATOMIC)") \
+    X(CEIL_ATOMICS_DELAYED, ceil_atomics_delayed, "atomics that waited for the serializer (an earlier atomic still in service)") \
+    X(CEIL_ATOMIC_NS,  ceil_atomic_ns,  "modeled atomic time at the responder: wait for the serializer plus service, summed, ns") \
+    X(CEIL_ATOMIC_WAIT_NS, ceil_atomic_wait_ns, "the part of ceil_atomic_ns spent waiting for the serializer, ns") \
+    X(CEIL_ATOMIC_BUSY_NS, ceil_atomic_busy_ns, "modeled ns the serializer was busy (service times summed): modeled ceiling rate = ceil_atomics / this") \
+    X(CEIL_MSGS_DELAYED, ceil_msgs_delayed, "request messages that waited for their QP's message-rate ceiling (qp-msg-ns)") \
+    X(CEIL_MSG_WAIT_NS, ceil_msg_wait_ns, "modeled ns request messages waited for their QP's message-rate ceiling, summed") \
+    X(CEIL_ACK_DELAY_NS, ceil_ack_delay_ns, "modeled ns responses and ACKs were delayed by the ceilings (both waits), summed")
 
 /* The atomic unit's (target side of every atomic: docs/atomic-unit.md "Counters"); AMU_OPS..
  * AMU_MAX_OUTSTANDING and AMU_BYPASSES mirror the core's AMU_COUNTERS (hw/rnic/atomic_unit.h),
