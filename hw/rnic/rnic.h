@@ -149,6 +149,9 @@ struct RnicConfig {
     // reach the limit quickly).
     size_t tx_hold_max_bytes = kTxHoldMaxBytes;
     RnicDirect direct;
+    // Bytes of device memory (docs/rnic.md "Device memory"; the glue's dm-size): a multiple of
+    // RNIC_DM_ALIGN up to RNIC_DM_SIZE_MAX (else rounded down and a guest error says so); 0: none.
+    uint32_t dm_size = 256u << 10;
 };
 
 // The fabric's addressing rule for a node (rkf_eth_node_mac/rkf_eth_node_ipv4, fabric_proto.h:
@@ -337,6 +340,12 @@ private:
     uint64_t nic_ns(uint64_t cycles) const;
     uint64_t model_wr_ns(uint8_t wr_op, uint64_t len, uint32_t mtu) const;
     uint64_t model_recv_ns(uint64_t len, uint32_t mtu) const;
+    // device memory (rnic_dm.cc)
+    uint16_t cmd_dm(struct rnic_cmd &c); // ALLOC_DM, FREE_DM, REG_DM_MR, DM_COPY
+    bool dm_rw(const Mr &m, uint64_t va, uint8_t *buf, uint64_t len, bool write);
+    Remote dm_atomic(const Mr &m, uint8_t opcode, uint64_t va, uint64_t swap_add, uint64_t compare,
+                     uint64_t *orig);
+    void dm_clear();
     // the responder's rate ceilings (rnic_ceiling.cc)
     uint64_t arrival_ns();
     void ceil_reset();
@@ -387,6 +396,15 @@ private:
     // xatomic_remote for request_executed). Each QP's clock is Qp::ceil_free_ns.
     uint64_t ceil_atomic_free_ns_ = 0;
     bool ceil_atomic_dm_ = false;
+
+    // Device memory (rnic_dm.cc): its bytes (cfg_.dm_size) and the allocations (dm id = index + 1;
+    // len 0: free); users: MRs registered over it.
+    struct DmAlloc {
+        uint64_t off = 0, len = 0;
+        uint32_t users = 0;
+    };
+    std::vector<uint8_t> dm_;
+    std::vector<DmAlloc> dms_;
 
     // The unit's counters before the last load (the unit restarts empty: rnic_state.cc).
     RnicCounters amu_base_;

@@ -71,6 +71,13 @@ void *create(const RkHost *host, const void *config, char *err, size_t errlen)
         std::snprintf(err, errlen, "atomic unit: amu-%s (docs/atomic-unit.md \"Properties\")", bad);
         return nullptr;
     }
+    if (c.dm_size % RNIC_DM_ALIGN || c.dm_size > RNIC_DM_SIZE_MAX) {
+        std::snprintf(err, errlen,
+                      "dm-size %u: a multiple of %u up to %u bytes (docs/rnic.md \"Device memory\")",
+                      c.dm_size, RNIC_DM_ALIGN, RNIC_DM_SIZE_MAX);
+        return nullptr;
+    }
+    cfg.dm_size = c.dm_size;
     cfg.link = host->port != nullptr; // without a port, frames to other nodes are dropped
     rkf_eth_node_mac(host->node_id, cfg.mac);
     cfg.ip = rkf_eth_node_ipv4(host->node_id);

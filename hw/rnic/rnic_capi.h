@@ -56,6 +56,9 @@ typedef struct RkRnicConfig {
     /* the direct path over the host's remote memory (docs/rnic.md "Direct path"); 0: the
      * core ignores RkHost.rmem */
     int direct;
+    /* bytes of device memory (dm-size; docs/rnic.md "Device memory"): a multiple of 64 up to
+     * RNIC_DM_SIZE_MAX (create refuses others); 0: none */
+    uint32_t dm_size;
 } RkRnicConfig;
 
 /*

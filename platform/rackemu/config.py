@@ -39,8 +39,10 @@ RNIC_PROPS: dict[str, tuple[int, str]] = {
     "atomic-host-ns": (0, "responder's service time of one atomic to host memory, serialized, ns (0: off)"),
     "atomic-dm-ns": (0, "responder's service time of one atomic to device memory, serialized, ns (0: off)"),
     "qp-msg-ns": (0, "time one request message occupies its QP's responder, ns (0: off)"),
+    "dm-size": (0, "bytes of NIC device memory, a multiple of 64 up to 4194304 (0: none)"),
 }
 RNIC_MTUS = (256, 512, 1024, 2048, 4096)
+RNIC_DM_SIZE_MAX = 4 << 20   # RNIC_DM_SIZE_MAX (rnic_regs.h)
 
 ROOT = Path(os.environ.get("RACKEMU_ROOT") or Path(__file__).resolve().parents[2])
 DEFAULT_CONFIG_FILE = ROOT / "platform" / "cluster.toml"
@@ -507,6 +509,9 @@ def _rnic_props(props: Any) -> dict[str, int]:
         if k == "mtu" and v not in RNIC_MTUS:
             raise ConfigError(f"rnic_props.mtu: {v} is not a RoCE path MTU "
                               f"(use one of {', '.join(map(str, RNIC_MTUS))})")
+        if k == "dm-size" and (v % 64 or v > RNIC_DM_SIZE_MAX):
+            raise ConfigError(f"rnic_props.dm-size: {v} is not a multiple of 64 up to {RNIC_DM_SIZE_MAX} "
+                              f"(bytes of device memory, docs/rnic.md \"Device memory\")")
         if not lo <= v <= 0xFFFFFFFF:
             raise ConfigError(f"rnic_props.{k}: {v} is out of range ({lo} to 4294967295; {what})")
         out[k] = v

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 //
 // Unit tests of the RNIC device core, suite RnicModel: what the responder models for an on-path
-// serializer's effects (docs/rnic.md "Rate ceilings"): the atomic serializer and the per-QP
-// message-rate ceiling (modeled waits, exact counters, semantics unchanged). The rig is
+// serializer's effects: the atomic serializer and the per-QP message-rate ceiling (docs/rnic.md
+// "Rate ceilings": modeled waits, exact counters, semantics unchanged) and device memory
+// ("Device memory": allocation, its MRs, remote access, copies, refusals, state). The rig is
 // rnic_rig.h; its clock stands still unless a test moves it, so a burst reaches the responder
 // in one receive pass.
 #include <gtest/gtest.h>
@@ -150,6 +151,157 @@ TEST(RnicModel, DuplicatesAreNotServedTwice)
     cas_burst(p, n);
     EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_CEIL_ATOMICS), n);
     EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_CEIL_ATOMIC_BUSY_NS), uint64_t(n) * 345);
+}
+
+// ---- device memory (docs/rnic.md "Device memory") ----
+
+uint16_t dm_cmd(Node &n, uint16_t op, uint32_t handle, struct rnic_cmd_dm a, struct rnic_cmd *out = nullptr)
+{
+    struct rnic_cmd c = {};
+    c.opcode = op;
+    c.handle = handle;
+    c.params.dm = a;
+    const uint16_t st = n.cmd(c);
+    if (out) *out = c;
+    return st;
+}
+
+constexpr uint32_t kDmAccess =
+    RNIC_ACCESS_LOCAL_WRITE | RNIC_ACCESS_REMOTE_WRITE | RNIC_ACCESS_REMOTE_READ | RNIC_ACCESS_REMOTE_ATOMIC;
+
+// Allocate, register (zero-based), fill by DM_COPY, remote CAS / FETCH_ADD / WRITE / READ from
+// the peer, copy back, then the refusals of a busy free and the free.
+TEST(RnicModel, DeviceMemoryAllocRegisterRemoteAtomicsFree)
+{
+    Pair p(1024, 10, 7, RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, RNIC_QPS_RTS, {}, ceilings(345, 111, 0));
+    p.set_clock(1000000000ull);
+    EXPECT_EQ(p.b.reg(RNIC_REG_DM_SIZE), 256u << 10);
+    struct rnic_cmd c;
+    ASSERT_EQ(dm_cmd(p.b, RNIC_CMD_ALLOC_DM, 0, {0, 0, 100, 0, 0, 0, 0}, &c), RNIC_CMD_ST_OK);
+    const uint32_t dm = c.handle;
+    EXPECT_EQ(c.out0, 0u);
+    ASSERT_EQ(dm_cmd(p.b, RNIC_CMD_ALLOC_DM, 0, {0, 0, 64, 0, 0, 0, 0}, &c), RNIC_CMD_ST_OK);
+    EXPECT_EQ(c.out0, 128u) << "100 bytes take two 64-byte units";
+    const uint32_t dm2 = c.handle;
+    ASSERT_EQ(dm_cmd(p.b, RNIC_CMD_REG_DM_MR, p.pdb, {0, 0, 128, dm, kDmAccess, 0, 0}, &c), RNIC_CMD_ST_OK);
+    const uint32_t dkey = c.out1;
+    // 5 at DM byte 8, through a copy from guest RAM
+    const uint64_t five = 5, stage = p.bufb + 65536;
+    std::memcpy(p.b.mem(stage), &five, 8);
+    ASSERT_EQ(dm_cmd(p.b, RNIC_CMD_DM_COPY, dm, {stage, 8, 8, 0, 0, RNIC_DM_COPY_TO_DM, 0}), RNIC_CMD_ST_OK);
+    struct rnic_send_wqe w = wqe(RNIC_WR_CMP_SWAP, 1, p.bufa, 8, p.keya, 8, dkey);
+    w.compare = 5;
+    w.swap_add = 9;
+    p.a.post_send(p.qa, w);
+    w = wqe(RNIC_WR_CMP_SWAP, 2, p.bufa + 8, 8, p.keya, 8, dkey);
+    w.compare = 5; // fails: 9 now
+    w.swap_add = 77;
+    p.a.post_send(p.qa, w);
+    w = wqe(RNIC_WR_FETCH_ADD, 3, p.bufa + 16, 8, p.keya, 8, dkey);
+    w.swap_add = 1;
+    p.a.post_send(p.qa, w);
+    const uint64_t pattern = 0x1122334455667788ull;
+    std::memcpy(p.a.mem(p.bufa + 64), &pattern, 8);
+    p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, 4, p.bufa + 64, 8, p.keya, 120, dkey));
+    p.a.post_send(p.qa, wqe(RNIC_WR_READ, 5, p.bufa + 128, 128, p.keya, 0, dkey));
+    auto done = p.wait_a(5);
+    ASSERT_EQ(done.size(), 5u);
+    for (auto &e : done)
+        EXPECT_EQ(e.status, RNIC_WC_SUCCESS) << e.wr_id;
+    uint64_t r[3];
+    std::memcpy(r, p.a.mem(p.bufa), 24);
+    EXPECT_EQ(r[0], 5u);
+    EXPECT_EQ(r[1], 9u);
+    EXPECT_EQ(r[2], 9u);
+    uint64_t rd[16];
+    std::memcpy(rd, p.a.mem(p.bufa + 128), 128);
+    EXPECT_EQ(rd[0], 0u) << "a new allocation is zeroed";
+    EXPECT_EQ(rd[1], 10u);
+    EXPECT_EQ(rd[15], pattern);
+    // copy back to guest RAM
+    ASSERT_EQ(dm_cmd(p.b, RNIC_CMD_DM_COPY, dm, {stage, 8, 8, 0, 0, RNIC_DM_COPY_FROM_DM, 0}),
+              RNIC_CMD_ST_OK);
+    uint64_t v;
+    std::memcpy(&v, p.b.mem(stage), 8);
+    EXPECT_EQ(v, 10u);
+    // the device executed them (not the atomic unit), on the serializer's DM service time
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_DM_ATOMICS), 3u);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_AMU_OPS), 0u);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_CEIL_ATOMIC_BUSY_NS), 3u * 111);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_DM_RX_BYTES), 8u) << "the WRITE";
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_DM_COPY_BYTES), 16u);
+    // the state carries the bytes and the allocations: overwrite, load, the old bytes are back
+    const RnicSnapshot s = p.b.nic->save();
+    const uint64_t junk = 0xdead;
+    std::memcpy(p.b.mem(stage), &junk, 8);
+    ASSERT_EQ(dm_cmd(p.b, RNIC_CMD_DM_COPY, dm, {stage, 8, 8, 0, 0, RNIC_DM_COPY_TO_DM, 0}), RNIC_CMD_ST_OK);
+    std::string why;
+    ASSERT_TRUE(p.b.nic->load(s, &why)) << why;
+    ASSERT_EQ(dm_cmd(p.b, RNIC_CMD_DM_COPY, dm, {stage, 8, 8, 0, 0, RNIC_DM_COPY_FROM_DM, 0}),
+              RNIC_CMD_ST_OK);
+    std::memcpy(&v, p.b.mem(stage), 8);
+    EXPECT_EQ(v, 10u);
+    EXPECT_EQ(dm_cmd(p.b, RNIC_CMD_FREE_DM, dm, {}), RNIC_CMD_ST_BUSY) << "users survive the load";
+    // a state whose MR points beyond its allocation is refused
+    RnicSnapshot bad = s;
+    for (auto &m : bad.mr)
+        if (m.mr.dm) m.mr.length = 4096;
+    EXPECT_FALSE(p.b.nic->load(bad, &why));
+    // free: busy while the MR is there
+    c = {};
+    c.opcode = RNIC_CMD_DEREG_MR;
+    c.handle = dkey;
+    ASSERT_EQ(p.b.cmd(c), RNIC_CMD_ST_OK);
+    EXPECT_EQ(dm_cmd(p.b, RNIC_CMD_FREE_DM, dm, {}), RNIC_CMD_ST_OK);
+    EXPECT_EQ(dm_cmd(p.b, RNIC_CMD_FREE_DM, dm, {}), RNIC_CMD_ST_BAD_PARAM) << "twice";
+    EXPECT_EQ(dm_cmd(p.b, RNIC_CMD_FREE_DM, dm2, {}), RNIC_CMD_ST_OK);
+}
+
+// Bad sizes, offsets, ids, access and addresses are refused with a status; a remote access
+// beyond a DM MR is a remote access error.
+TEST(RnicModel, DeviceMemoryRefusals)
+{
+    Pair p;
+    struct rnic_cmd c;
+    EXPECT_EQ(dm_cmd(p.b, RNIC_CMD_ALLOC_DM, 0, {0, 0, 0, 0, 0, 0, 0}), RNIC_CMD_ST_BAD_PARAM);
+    EXPECT_EQ(dm_cmd(p.b, RNIC_CMD_ALLOC_DM, 0, {0, 0, (256u << 10) + 1, 0, 0, 0, 0}), RNIC_CMD_ST_BAD_PARAM);
+    EXPECT_EQ(dm_cmd(p.b, RNIC_CMD_ALLOC_DM, 0, {0, 0, 64, 0, 0, 0, 1}), RNIC_CMD_ST_BAD_PARAM) << "reserved";
+    ASSERT_EQ(dm_cmd(p.b, RNIC_CMD_ALLOC_DM, 0, {0, 0, 256u << 10, 0, 0, 0, 0}, &c), RNIC_CMD_ST_OK);
+    const uint32_t dm = c.handle;
+    EXPECT_EQ(dm_cmd(p.b, RNIC_CMD_ALLOC_DM, 0, {0, 0, 64, 0, 0, 0, 0}), RNIC_CMD_ST_NO_RESOURCE) << "full";
+    EXPECT_EQ(dm_cmd(p.b, RNIC_CMD_REG_DM_MR, p.pdb, {0, 0, 64, dm + 1, kDmAccess, 0, 0}),
+              RNIC_CMD_ST_BAD_PARAM);
+    EXPECT_EQ(dm_cmd(p.b, RNIC_CMD_REG_DM_MR, p.pdb, {0, (256u << 10) - 8, 16, dm, kDmAccess, 0, 0}),
+              RNIC_CMD_ST_BAD_PARAM)
+        << "beyond the allocation";
+    EXPECT_EQ(
+        dm_cmd(p.b, RNIC_CMD_REG_DM_MR, p.pdb, {0, 0, 64, dm, kDmAccess | RNIC_ACCESS_FLUSH_PERSIST, 0, 0}),
+        RNIC_CMD_ST_BAD_ACCESS);
+    EXPECT_EQ(dm_cmd(p.b, RNIC_CMD_REG_DM_MR, 999, {0, 0, 64, dm, kDmAccess, 0, 0}), RNIC_CMD_ST_BAD_PD);
+    EXPECT_EQ(dm_cmd(p.b, RNIC_CMD_DM_COPY, dm, {p.bufb, (256u << 10) - 4, 8, 0, 0, 0, 0}),
+              RNIC_CMD_ST_BAD_PARAM);
+    EXPECT_EQ(dm_cmd(p.b, RNIC_CMD_DM_COPY, dm, {p.bufb, 0, 8, 0, 0, 7, 0}), RNIC_CMD_ST_BAD_PARAM) << "dir";
+    EXPECT_EQ(dm_cmd(p.b, RNIC_CMD_DM_COPY, dm, {1ull << 50, 0, 8, 0, 0, 0, 0}), RNIC_CMD_ST_BAD_ADDR);
+    EXPECT_EQ(dm_cmd(p.b, RNIC_CMD_DM_COPY, 0, {p.bufb, 0, 8, 0, 0, 0, 0}), RNIC_CMD_ST_BAD_PARAM) << "id 0";
+    ASSERT_EQ(dm_cmd(p.b, RNIC_CMD_REG_DM_MR, p.pdb, {4096, 0, 64, dm, kDmAccess, 0, 0}, &c), RNIC_CMD_ST_OK);
+    const uint32_t dkey = c.out1;
+    // a CAS at the MR's last word + 8: outside it
+    struct rnic_send_wqe w = wqe(RNIC_WR_CMP_SWAP, 1, p.bufa, 8, p.keya, 4096 + 64, dkey);
+    p.a.post_send(p.qa, w);
+    auto done = p.wait_a(1);
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].status, RNIC_WC_REM_ACCESS_ERR);
+    EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_DM_ATOMICS), 0u);
+}
+
+// dm-size 0: no device memory; every allocation refused.
+TEST(RnicModel, NoDeviceMemory)
+{
+    RnicConfig cb;
+    cb.dm_size = 0;
+    Pair p(1024, 10, 7, RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, RNIC_QPS_RTS, {}, cb);
+    EXPECT_EQ(p.b.reg(RNIC_REG_DM_SIZE), 0u);
+    EXPECT_EQ(dm_cmd(p.b, RNIC_CMD_ALLOC_DM, 0, {0, 0, 64, 0, 0, 0, 0}), RNIC_CMD_ST_BAD_PARAM);
 }
 
 } // namespace
