@@ -174,6 +174,8 @@ static Property rackemu_rnic_props[] = {
     DEFINE_PROP_UINT32("atomic-dm-ns", RackemuRnicState, cfg.timing.atomic_dm_ns, 111),
     DEFINE_PROP_UINT32("qp-msg-ns", RackemuRnicState, cfg.timing.qp_msg_ns, 55),
     DEFINE_PROP_UINT32("dm-size", RackemuRnicState, cfg.dm_size, 256 * 1024),
+    DEFINE_PROP_UINT32("ack-every", RackemuRnicState, cfg.ack_every, 1),
+    DEFINE_PROP_UINT32("ack-delay-ns", RackemuRnicState, cfg.ack_delay_ns, 0),
     DEFINE_PROP_BOOL("direct", RackemuRnicState, direct, true),
     /* the atomic unit (docs/atomic-unit.md "Properties"; defaults: the paper's) */
     DEFINE_PROP_UINT32("amu-host-lat-ns", RackemuRnicState, cfg.amu.host_lat_ns, 250),

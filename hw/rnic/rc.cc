@@ -715,9 +715,14 @@ void RcEngine::send_ack(Qp &q, uint32_t psn, uint8_t syndrome)
 
 void RcEngine::flush_acks()
 {
+    const uint64_t now = cfg_.ack_delay_ns ? env_.now_ns() : 0;
     for (auto &[n, q] : qps_) {
-        if (q->ack_owed && (q->state == QpState::Rtr || q->state == QpState::Rts))
-            send_ack(*q, q->ack_psn, ROCE_AETH_ACK(ROCE_AETH_CREDITS_INVALID));
+        const bool live = q->state == QpState::Rtr || q->state == QpState::Rts;
+        // coalescing: an owed ACK waits for ack_every requests or ack_delay_ns (RcConfig)
+        if (q->ack_owed && live && cfg_.ack_delay_ns && q->ack_requests < cfg_.ack_every &&
+            now < q->ack_since + cfg_.ack_delay_ns)
+            continue;
+        if (q->ack_owed && live) send_ack(*q, q->ack_psn, ROCE_AETH_ACK(ROCE_AETH_CREDITS_INVALID));
         q->ack_owed = false;
     }
 }
@@ -876,10 +881,12 @@ void RcEngine::execute(Qp &q, const Packet &p)
     auto owe_ack = [&] {
         q.epsn = roce_psn_add(psn, 1);
         if (p.bth.ackreq) {
-            if (q.ack_owed)
+            if (q.ack_owed) {
                 q.ack_requests++;
-            else
+            } else {
                 q.ack_requests = 1;
+                q.ack_since = env_.now_ns();
+            }
             q.ack_owed = true;
             q.ack_psn = psn;
         }
@@ -1171,6 +1178,8 @@ uint64_t RcEngine::next_deadline_ns() const
 {
     uint64_t t = UINT64_MAX;
     for (const auto &[n, q] : qps_) {
+        if (cfg_.ack_delay_ns && q->ack_owed && (q->state == QpState::Rtr || q->state == QpState::Rts))
+            t = std::min(t, q->ack_since + cfg_.ack_delay_ns); // a coalesced ACK's deadline
         if (q->state != QpState::Rts) continue;
         t = std::min(t, q->timer);
         if (q->rnr_until) t = std::min(t, q->rnr_until);

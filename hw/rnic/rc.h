@@ -257,9 +257,14 @@ struct RcConfig {
     uint32_t ack_req_every = 16;              // AckReq on at least every Nth request packet
     uint64_t max_backlog_bytes = 64ull << 20; // request frames waiting in all QPs' backlogs together
                                               // (beyond: dropped, rx_backlog_drops; resent by the peer)
-    bool xatomic = false;                     // the extended atomics (ROCE_OP_XATOMIC*): sent, executed
-                                              // through RcEnv::xatomic_remote, answered; false: NAKed
-                                              // as unsupported (an RNIC without the atomic unit)
+    // ACK coalescing (docs/rnic.md "ACK coalescing"): ack_delay_ns 0 sends every owed ACK at the
+    // end of the receive burst that made it owed; otherwise an owed ACK waits until ack_every
+    // AckReq packets are owed or ack_delay_ns passed since the first, whichever comes first.
+    uint32_t ack_every = 1;
+    uint64_t ack_delay_ns = 0;
+    bool xatomic = false; // the extended atomics (ROCE_OP_XATOMIC*): sent, executed
+                          // through RcEnv::xatomic_remote, answered; false: NAKed
+                          // as unsupported (an RNIC without the atomic unit)
 };
 
 enum class RcResult : uint8_t { Ok, NoQp, Exists, BadState, BadAttr, QueueFull, BadWr };

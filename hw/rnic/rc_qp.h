@@ -71,6 +71,7 @@ struct Resource {
     X(bool, ack_owed, false) \
     X(uint32_t, ack_psn, 0) \
     X(unsigned, ack_requests, 0) /* AckReq packets the owed ACK answers */ \
+    X(uint64_t, ack_since, 0)    /* when the owed ACK became owed (RcConfig::ack_delay_ns) */ \
     X(size_t, res_next, 0)
 struct RcQpArch {
     RK_STATE_FIELDS_INIT(RC_QP_STATE)

@@ -78,6 +78,13 @@ void *create(const RkHost *host, const void *config, char *err, size_t errlen)
         return nullptr;
     }
     cfg.dm_size = c.dm_size;
+    if (c.ack_every == 0) {
+        std::snprintf(err, errlen,
+                      "ack-every 0: an ACK answers at least 1 request (docs/rnic.md \"ACK coalescing\")");
+        return nullptr;
+    }
+    cfg.rc.ack_every = c.ack_every;
+    cfg.rc.ack_delay_ns = c.ack_delay_ns;
     cfg.link = host->port != nullptr; // without a port, frames to other nodes are dropped
     rkf_eth_node_mac(host->node_id, cfg.mac);
     cfg.ip = rkf_eth_node_ipv4(host->node_id);

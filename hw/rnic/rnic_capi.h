@@ -59,6 +59,10 @@ typedef struct RkRnicConfig {
     /* bytes of device memory (dm-size; docs/rnic.md "Device memory"): a multiple of 64 up to
      * RNIC_DM_SIZE_MAX (create refuses others); 0: none */
     uint32_t dm_size;
+    /* ACK coalescing (docs/rnic.md "ACK coalescing"): an owed ACK waits for ack_every (1..)
+     * AckReq packets or ack_delay_ns; ack_delay_ns 0: ACK at the end of each receive burst */
+    uint32_t ack_every;
+    uint32_t ack_delay_ns;
 } RkRnicConfig;
 
 /*

@@ -40,6 +40,8 @@ RNIC_PROPS: dict[str, tuple[int, str]] = {
     "atomic-dm-ns": (0, "responder's service time of one atomic to device memory, serialized, ns (0: off)"),
     "qp-msg-ns": (0, "time one request message occupies its QP's responder, ns (0: off)"),
     "dm-size": (0, "bytes of NIC device memory, a multiple of 64 up to 4194304 (0: none)"),
+    "ack-every": (1, "responder ACK coalescing: ACK once this many AckReq packets are owed"),
+    "ack-delay-ns": (0, "responder ACK coalescing: or once the first owed is this old, ns (0: no coalescing)"),
 }
 RNIC_MTUS = (256, 512, 1024, 2048, 4096)
 RNIC_DM_SIZE_MAX = 4 << 20   # RNIC_DM_SIZE_MAX (rnic_regs.h)

@@ -104,9 +104,10 @@ def test_device_memory_alloc_register_remote_atomics_and_free(node):
     assert nic.cmd(R["RNIC_CMD_FREE_DM"], dm)[0] == bad
 
 
-@pytest.mark.parametrize("prop", ["dm-size=100", "dm-size=8388608"])
-def test_bad_dm_size_is_refused_at_realize(prop):
+@pytest.mark.parametrize("prop,name", [("dm-size=100", "dm-size"), ("dm-size=8388608", "dm-size"),
+                                       ("ack-every=0", "ack-every")])
+def test_bad_dm_size_and_ack_every_are_refused_at_realize(prop, name):
     p = subprocess.run([QEMU, "-M", "rackemu-node,node-id=0,node-count=1", "-m", "128M", "-accel", "qtest",
                         "-qtest", "/dev/null", "-display", "none", "-nodefaults", "-device",
                         f"rackemu-rnic,{prop}"], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    assert p.returncode != 0 and "dm-size" in p.stderr, p.stderr
+    assert p.returncode != 0 and name in p.stderr, p.stderr

@@ -170,6 +170,7 @@ def test_rnic_key_and_its_properties_are_checked(tmp_path):
     ("rnic = true\nrnic_props = { atomic-host-ns = -5 }\n", r"rnic_props.atomic-host-ns: -5 is out of range \(0 to"),
     ("rnic = true\nrnic_props = { qp-msg-ns = 4294967296 }\n", r"rnic_props.qp-msg-ns: 4294967296 is out of range"),
     ("rnic = true\nrnic_props = { dm-size = 100 }\n", r"rnic_props.dm-size: 100 is not a multiple of 64"),
+    ("rnic = true\nrnic_props = { ack-every = 0 }\n", r"rnic_props.ack-every: 0 is out of range \(1 to"),
     ("rnic = true\nrnic_props = { dm-size = 8388608 }\n", r"rnic_props.dm-size: 8388608 is not a multiple of 64 up to"),
     ("rnic = true\nrnic_props = { nic-mhz = 1.5 }\n", r"rnic_props.nic-mhz: expected an integer \(NIC pipeline clock"),
     ("rnic = true\nrnic_props = { link_mbps = 5 }\n", r"unknown property 'link_mbps' \(known: mtu .*link-mbps"),

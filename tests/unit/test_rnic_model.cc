@@ -294,6 +294,43 @@ TEST(RnicModel, DeviceMemoryRefusals)
     EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_DM_ATOMICS), 0u);
 }
 
+// ---- ACK coalescing (docs/rnic.md "ACK coalescing") ----
+
+// Today's rule (ack_delay_ns 0): every request frame with AckReq is answered at the end of its
+// receive; with ack_every 4 and a delay, one ACK per 4 requests, and a lone rest waits for the
+// delay (the rig's clock runs to the responder's deadline). Every WRITE completes, data exact.
+TEST(RnicModel, AckCoalescingEveryNOrOnTheTimer)
+{
+    for (uint32_t every : {1u, 4u}) {
+        SCOPED_TRACE(every);
+        RnicConfig cb;
+        cb.rc.ack_every = every;
+        cb.rc.ack_delay_ns = every > 1 ? 50000 : 0;
+        Pair p(1024, 14, 7, RNIC_ACCESS_ALL & ~RNIC_ACCESS_LOCAL_WRITE, RNIC_QPS_RTS, {}, cb);
+        p.set_clock(1000000000ull);
+        const unsigned n = 11;
+        fill(p.a.mem(p.bufa), 64 * n, 5);
+        for (unsigned i = 0; i < n; i++)
+            p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, i, p.bufa + 64 * i, 64, p.keya, p.bufb + 64 * i, p.keyb));
+        auto c = p.wait_a(n);
+        ASSERT_EQ(c.size(), n);
+        for (auto &e : c)
+            EXPECT_EQ(e.status, RNIC_WC_SUCCESS);
+        EXPECT_EQ(std::memcmp(p.a.mem(p.bufa), p.b.mem(p.bufb), 64 * n), 0);
+        const uint64_t acks = p.b.counter(RNIC_CNT_INDEX_ACKS_TX);
+        if (every == 1) {
+            EXPECT_EQ(acks, n);
+            EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_ACKS_COALESCED), 0u);
+            EXPECT_EQ(p.clock, 1000000000ull) << "no timer needed";
+        } else {
+            EXPECT_EQ(acks, 3u) << "after 4, after 8, and the last 3 on the timer";
+            EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_ACKS_COALESCED), n - 3);
+            EXPECT_GE(p.clock, 1000000000ull + 50000) << "the rest waited for the delay";
+        }
+        EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_RETRANSMITS), 0u);
+    }
+}
+
 // dm-size 0: no device memory; every allocation refused.
 TEST(RnicModel, NoDeviceMemory)
 {
