@@ -430,6 +430,7 @@ void RcEngine::complete_front(Qp &q, WcStatus st, uint32_t byte_len)
         q.una = q.sq.front().first;
     if (st == WcStatus::Success) {
         ctr_.wr_completed++;
+        q.msgs_done = roce_psn_add(q.msgs_done, 1); // the responder counted it (its MSN)
         if (!e.wr.signaled) return;
     } else {
         ctr_.wr_errors++;
@@ -517,6 +518,31 @@ bool RcEngine::stale(Qp &q, uint32_t psn)
     return true;
 }
 
+// The MSN check (docs/rnic.md "MSN check"): a response's AETH MSN, the responder's count of
+// messages it completed, must count at least every message already completed plus those this
+// response completes (ending at or before its PSN; a NAK's: before it), so it never goes below
+// what was acknowledged, and at most every message sent. Not more: a replayed duplicate carries
+// the responder's current MSN (IBA 9.7.5.1.5), so MSNs are not monotonic in PSN order. A response
+// that fails is dropped and counted (msn_errors): RC retransmission recovers.
+bool RcEngine::msn_ok(Qp &q, const Packet &p)
+{
+    if (!(p.info & ROCE_HDR_AETH)) return true;
+    const uint32_t msn = p.aeth.msn & ROCE_MSN_MASK, psn = p.bth.psn;
+    const bool nak = (p.aeth.syndrome & ROCE_AETH_TYPE_MASK) != ROCE_AETH_TYPE_ACK;
+    uint32_t low = q.msgs_done, high = q.msgs_done;
+    for (const SendEntry &e : q.sq) {
+        if (!e.assigned) break;
+        high = roce_psn_add(high, 1);
+        const int d = roce_psn_diff(psn, e.last);
+        if (nak ? d > 0 : d >= 0) low = roce_psn_add(low, 1);
+    }
+    if (roce_psn_diff(msn, low) < 0 || roce_psn_diff(msn, high) > 0) {
+        ctr_.msn_errors++;
+        return false;
+    }
+    return true;
+}
+
 void RcEngine::on_response(Qp &q, const Packet &p)
 {
     const uint32_t psn = p.bth.psn;
@@ -525,6 +551,7 @@ void RcEngine::on_response(Qp &q, const Packet &p)
         ctr_.resp_dropped++;
         return;
     }
+    if (!msn_ok(q, p)) return;
     const uint8_t op = p.bth.opcode;
     if (op == ROCE_OP_ACK) {
         const uint8_t type = p.aeth.syndrome & ROCE_AETH_TYPE_MASK,

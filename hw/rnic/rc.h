@@ -317,6 +317,7 @@ private:
     void retry(Qp &q, uint32_t from_psn, bool rnr, unsigned rnr_code);
     void restart_timer(Qp &q);
     bool stale(Qp &q, uint32_t psn);
+    bool msn_ok(Qp &q, const Packet &p);
     void on_response(Qp &q, const Packet &p);
     void on_request(Qp &q, const Packet &p);
     void on_duplicate(Qp &q, const Packet &p);

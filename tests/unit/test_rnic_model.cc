@@ -151,6 +151,7 @@ TEST(RnicModel, DuplicatesAreNotServedTwice)
     cas_burst(p, n);
     EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_CEIL_ATOMICS), n);
     EXPECT_EQ(p.b.counter(RNIC_CNT_INDEX_CEIL_ATOMIC_BUSY_NS), uint64_t(n) * 345);
+    EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_MSN_ERRORS), 0u) << "loss, duplication, reordering: MSNs consistent";
 }
 
 // ---- device memory (docs/rnic.md "Device memory") ----
@@ -328,6 +329,46 @@ TEST(RnicModel, AckCoalescingEveryNOrOnTheTimer)
             EXPECT_GE(p.clock, 1000000000ull + 50000) << "the rest waited for the delay";
         }
         EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_RETRANSMITS), 0u);
+    }
+}
+
+// ---- the MSN check (docs/rnic.md "MSN check") ----
+
+// An ACK whose MSN claims more messages than were sent, or fewer than it acknowledges (behind
+// what was already acknowledged), is dropped and counted; the requester's retransmission then gets a true ACK and every WR completes.
+TEST(RnicModel, BadMsnIsCountedAndDropped)
+{
+    for (uint32_t forged : {7u, 0xFFFFFFu}) { // too many; behind (the previous MSN was 1)
+        SCOPED_TRACE(forged);
+        Pair p(1024, 8); // timeout 8: about 1 ms
+        p.set_clock(1000000000ull);
+        for (unsigned i = 0; i < 2; i++) {
+            p.a.post_send(p.qa, wqe(RNIC_WR_WRITE, i, p.bufa, 64, p.keya, p.bufb, p.keyb));
+            bool forged_one = false;
+            while (!p.link.q.empty()) {
+                Link::Frame f = p.link.pop();
+                if (f.to == 0 && i == 1 && !forged_one) { // the second WRITE's ACK
+                    Packet pk;
+                    ASSERT_EQ(parse_frame(f.bytes.data(), f.bytes.size(), pk), WireError::Ok);
+                    ASSERT_EQ(pk.bth.opcode, ROCE_OP_ACK);
+                    pk.aeth.msn = forged;
+                    uint8_t out[256];
+                    size_t len = 0;
+                    ASSERT_EQ(build_frame(pk, out, sizeof(out), &len), WireError::Ok);
+                    f.bytes.assign(out, out + len);
+                    forged_one = true;
+                }
+                p.node(f.to).nic->on_frame(f.bytes.data(), f.bytes.size());
+            }
+            if (i == 1) {
+                EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_MSN_ERRORS), 1u);
+            }
+            auto c = p.wait_a(1); // the second one: after a retransmission
+            ASSERT_EQ(c.size(), 1u);
+            EXPECT_EQ(c[0].status, RNIC_WC_SUCCESS);
+        }
+        EXPECT_EQ(p.a.counter(RNIC_CNT_INDEX_MSN_ERRORS), 1u);
+        EXPECT_GE(p.a.counter(RNIC_CNT_INDEX_RETRANSMITS), 1u);
     }
 }
 

@@ -553,6 +553,7 @@ struct rnic_eqe {
     X(WR_COMPLETED,    wr_completed,    "send work requests completed successfully") \
     X(WR_ERRORS,       wr_errors,       "send or receive work requests completed with an error (flushes included)") \
     X(QP_ERRORS,       qp_errors,       "QPs moved to the Error state by the transport") \
+    X(MSN_ERRORS,      msn_errors,      "responses whose AETH MSN went backwards or did not match the messages they acknowledge: dropped") \
     X(RX_BACKLOG_DROPS, rx_backlog_drops, "requests dropped because their QP's backlog behind a paused READ was full (RC_MAX_BACKLOG frames; the requester resends them)")
 
 #define RNIC_DEV_COUNTERS(X) \
