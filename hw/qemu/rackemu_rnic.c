@@ -144,8 +144,8 @@ static void rackemu_rnic_reset(DeviceState *dev)
 }
 
 /*
- * Version RK_RNIC_STATE_VERSION (3): the core's state as one string (2 had a field list here;
- * a version-2 stream is refused). Frames in flight are not state: RC retransmission recovers
+ * Version RK_RNIC_STATE_VERSION (4): the core's state as one string (2 had a field list here;
+ * an older stream is refused). Frames in flight are not state: RC retransmission recovers
  * them after the load. A state the core finds out of range fails the load with its reason.
  */
 static const VMStateDescription rackemu_rnic_vmstate = {
@@ -170,6 +170,12 @@ static Property rackemu_rnic_props[] = {
     DEFINE_PROP_UINT32("pcie-ns", RackemuRnicState, cfg.timing.pcie_ns, 400),
     DEFINE_PROP_UINT32("pcie-mbps", RackemuRnicState, cfg.timing.pcie_mbps, 16000),
     DEFINE_PROP_UINT32("mtu", RackemuRnicState, cfg.timing.max_mtu, 4096),
+    DEFINE_PROP_UINT32("atomic-host-ns", RackemuRnicState, cfg.timing.atomic_host_ns, 345),
+    DEFINE_PROP_UINT32("atomic-dm-ns", RackemuRnicState, cfg.timing.atomic_dm_ns, 111),
+    DEFINE_PROP_UINT32("qp-msg-ns", RackemuRnicState, cfg.timing.qp_msg_ns, 55),
+    DEFINE_PROP_UINT32("dm-size", RackemuRnicState, cfg.dm_size, 256 * 1024),
+    DEFINE_PROP_UINT32("ack-every", RackemuRnicState, cfg.ack_every, 1),
+    DEFINE_PROP_UINT32("ack-delay-ns", RackemuRnicState, cfg.ack_delay_ns, 0),
     DEFINE_PROP_BOOL("direct", RackemuRnicState, direct, true),
     /* the atomic unit (docs/atomic-unit.md "Properties"; defaults: the paper's) */
     DEFINE_PROP_UINT32("amu-host-lat-ns", RackemuRnicState, cfg.amu.host_lat_ns, 250),

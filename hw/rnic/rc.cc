@@ -430,6 +430,7 @@ void RcEngine::complete_front(Qp &q, WcStatus st, uint32_t byte_len)
         q.una = q.sq.front().first;
     if (st == WcStatus::Success) {
         ctr_.wr_completed++;
+        q.msgs_done = roce_psn_add(q.msgs_done, 1); // the responder counted it (its MSN)
         if (!e.wr.signaled) return;
     } else {
         ctr_.wr_errors++;
@@ -517,6 +518,31 @@ bool RcEngine::stale(Qp &q, uint32_t psn)
     return true;
 }
 
+// The MSN check (docs/rnic.md "MSN check"): a response's AETH MSN, the responder's count of
+// messages it completed, must count at least every message already completed plus those this
+// response completes (ending at or before its PSN; a NAK's: before it), so it never goes below
+// what was acknowledged, and at most every message sent. Not more: a replayed duplicate carries
+// the responder's current MSN (IBA 9.7.5.1.5), so MSNs are not monotonic in PSN order. A response
+// that fails is dropped and counted (msn_errors): RC retransmission recovers.
+bool RcEngine::msn_ok(Qp &q, const Packet &p)
+{
+    if (!(p.info & ROCE_HDR_AETH)) return true;
+    const uint32_t msn = p.aeth.msn & ROCE_MSN_MASK, psn = p.bth.psn;
+    const bool nak = (p.aeth.syndrome & ROCE_AETH_TYPE_MASK) != ROCE_AETH_TYPE_ACK;
+    uint32_t low = q.msgs_done, high = q.msgs_done;
+    for (const SendEntry &e : q.sq) {
+        if (!e.assigned) break;
+        high = roce_psn_add(high, 1);
+        const int d = roce_psn_diff(psn, e.last);
+        if (nak ? d > 0 : d >= 0) low = roce_psn_add(low, 1);
+    }
+    if (roce_psn_diff(msn, low) < 0 || roce_psn_diff(msn, high) > 0) {
+        ctr_.msn_errors++;
+        return false;
+    }
+    return true;
+}
+
 void RcEngine::on_response(Qp &q, const Packet &p)
 {
     const uint32_t psn = p.bth.psn;
@@ -525,6 +551,7 @@ void RcEngine::on_response(Qp &q, const Packet &p)
         ctr_.resp_dropped++;
         return;
     }
+    if (!msn_ok(q, p)) return;
     const uint8_t op = p.bth.opcode;
     if (op == ROCE_OP_ACK) {
         const uint8_t type = p.aeth.syndrome & ROCE_AETH_TYPE_MASK,
@@ -715,9 +742,14 @@ void RcEngine::send_ack(Qp &q, uint32_t psn, uint8_t syndrome)
 
 void RcEngine::flush_acks()
 {
+    const uint64_t now = cfg_.ack_delay_ns ? env_.now_ns() : 0;
     for (auto &[n, q] : qps_) {
-        if (q->ack_owed && (q->state == QpState::Rtr || q->state == QpState::Rts))
-            send_ack(*q, q->ack_psn, ROCE_AETH_ACK(ROCE_AETH_CREDITS_INVALID));
+        const bool live = q->state == QpState::Rtr || q->state == QpState::Rts;
+        // coalescing: an owed ACK waits for ack_every requests or ack_delay_ns (RcConfig)
+        if (q->ack_owed && live && cfg_.ack_delay_ns && q->ack_requests < cfg_.ack_every &&
+            now < q->ack_since + cfg_.ack_delay_ns)
+            continue;
+        if (q->ack_owed && live) send_ack(*q, q->ack_psn, ROCE_AETH_ACK(ROCE_AETH_CREDITS_INVALID));
         q->ack_owed = false;
     }
 }
@@ -844,7 +876,9 @@ void RcEngine::on_request(Qp &q, const Packet &p)
         return;
     }
     q.nak_sent = false;
+    const uint64_t before = ctr_.executed;
     execute(q, p);
+    if (ctr_.executed != before) env_.request_executed(q.qpn, p.bth.opcode);
 }
 
 void RcEngine::execute(Qp &q, const Packet &p)
@@ -874,10 +908,12 @@ void RcEngine::execute(Qp &q, const Packet &p)
     auto owe_ack = [&] {
         q.epsn = roce_psn_add(psn, 1);
         if (p.bth.ackreq) {
-            if (q.ack_owed)
+            if (q.ack_owed) {
                 q.ack_requests++;
-            else
+            } else {
                 q.ack_requests = 1;
+                q.ack_since = env_.now_ns();
+            }
             q.ack_owed = true;
             q.ack_psn = psn;
         }
@@ -1169,6 +1205,8 @@ uint64_t RcEngine::next_deadline_ns() const
 {
     uint64_t t = UINT64_MAX;
     for (const auto &[n, q] : qps_) {
+        if (cfg_.ack_delay_ns && q->ack_owed && (q->state == QpState::Rtr || q->state == QpState::Rts))
+            t = std::min(t, q->ack_since + cfg_.ack_delay_ns); // a coalesced ACK's deadline
         if (q->state != QpState::Rts) continue;
         t = std::min(t, q->timer);
         if (q->rnr_until) t = std::min(t, q->rnr_until);

@@ -221,6 +221,10 @@ public:
     {
         (void)qpn, (void)ev, (void)why, (void)syndrome;
     }
+    // The responder executed a request message (the `executed` counter: its last packet, or a
+    // READ, atomic, FLUSH, ATOMIC WRITE), after its response or owed ACK; for the owner's timing
+    // model only (it cannot change what the engine does).
+    virtual void request_executed(uint32_t qpn, uint8_t opcode) { (void)qpn, (void)opcode; }
 };
 
 #define RC_QP_ATTR_STATE(X) \
@@ -253,9 +257,14 @@ struct RcConfig {
     uint32_t ack_req_every = 16;              // AckReq on at least every Nth request packet
     uint64_t max_backlog_bytes = 64ull << 20; // request frames waiting in all QPs' backlogs together
                                               // (beyond: dropped, rx_backlog_drops; resent by the peer)
-    bool xatomic = false;                     // the extended atomics (ROCE_OP_XATOMIC*): sent, executed
-                                              // through RcEnv::xatomic_remote, answered; false: NAKed
-                                              // as unsupported (an RNIC without the atomic unit)
+    // ACK coalescing (docs/rnic.md "ACK coalescing"): ack_delay_ns 0 sends every owed ACK at the
+    // end of the receive burst that made it owed; otherwise an owed ACK waits until ack_every
+    // AckReq packets are owed or ack_delay_ns passed since the first, whichever comes first.
+    uint32_t ack_every = 1;
+    uint64_t ack_delay_ns = 0;
+    bool xatomic = false; // the extended atomics (ROCE_OP_XATOMIC*): sent, executed
+                          // through RcEnv::xatomic_remote, answered; false: NAKed
+                          // as unsupported (an RNIC without the atomic unit)
 };
 
 enum class RcResult : uint8_t { Ok, NoQp, Exists, BadState, BadAttr, QueueFull, BadWr };
@@ -308,6 +317,7 @@ private:
     void retry(Qp &q, uint32_t from_psn, bool rnr, unsigned rnr_code);
     void restart_timer(Qp &q);
     bool stale(Qp &q, uint32_t psn);
+    bool msn_ok(Qp &q, const Packet &p);
     void on_response(Qp &q, const Packet &p);
     void on_request(Qp &q, const Packet &p);
     void on_duplicate(Qp &q, const Packet &p);

@@ -71,6 +71,9 @@ struct Resource {
     X(bool, ack_owed, false) \
     X(uint32_t, ack_psn, 0) \
     X(unsigned, ack_requests, 0) /* AckReq packets the owed ACK answers */ \
+    X(uint64_t, ack_since, 0)    /* when the owed ACK became owed (RcConfig::ack_delay_ns) */ \
+    /* requester: the MSN check (docs/rnic.md "MSN check") */ \
+    X(uint32_t, msgs_done, 0) /* messages completed by the responder's answers, mod 2^24 */ \
     X(size_t, res_next, 0)
 struct RcQpArch {
     RK_STATE_FIELDS_INIT(RC_QP_STATE)

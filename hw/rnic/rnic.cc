@@ -183,6 +183,8 @@ std::span<const Rnic::RegRow> Rnic::reg_table()
          [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.cfg_.timing.pcie_mbps; }},
         {"MAX_MTU", RNIC_REG_MAX_MTU, 4, A::RO, 0, 0,
          [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.cfg_.timing.max_mtu; }},
+        {"DM_SIZE", RNIC_REG_DM_SIZE, 4, A::RO, 0, 0,
+         [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return d.cfg_.dm_size; }},
         {"EQ_BASE_LO", RNIC_REG_EQ_BASE_LO, 4, A::RW, 0, 0xffffffc0u,
          [](Rnic &d, const R &, unsigned, Pending &) -> uint64_t { return uint32_t(d.eq_.base); },
          [](Rnic &d, const R &, unsigned, uint64_t m, uint64_t, Pending &) {
@@ -255,6 +257,7 @@ Rnic::Rnic(Host host, RnicConfig cfg) : host_(host), cfg_(std::move(cfg)), bank_
     }
     amu_host_ = std::make_unique<AmuDev>(*this);
     amu_reset();
+    dm_clear();
     pds_.resize(RNIC_MAX_PD);
     mrs_.resize(RNIC_MAX_MR);
     mr_tag_.assign(RNIC_MAX_MR, 0);
@@ -271,6 +274,8 @@ void Rnic::clear_objects()
 {
     rc_ = std::make_unique<RcEngine>(static_cast<RcEnv &>(*this), cfg_.rc);
     amu_reset();
+    ceil_reset();
+    dm_clear();
     rx_pass_ns_ = rx_end_ns_ = 0;
     for (auto &p : pds_)
         p = Pd{};

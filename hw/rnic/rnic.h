@@ -95,6 +95,13 @@ struct RnicTiming {
     uint32_t pcie_ns = 400;      // one-way PCIe latency (a read costs 2)
     uint32_t pcie_mbps = 16000;  // PCIe bandwidth, MByte/s
     uint32_t max_mtu = 4096;     // largest path MTU modify QP accepts
+    // The responder's rate ceilings (docs/rnic.md "Rate ceilings"; 0 turns one off): service
+    // time of one atomic to host memory and to device memory, serialized per device (ConnectX-5:
+    // about 2.9 M and 9 M serialized CAS/s), and the time one request message occupies its QP
+    // (about 18 M messages/s on one QP).
+    uint32_t atomic_host_ns = 345;
+    uint32_t atomic_dm_ns = 111;
+    uint32_t qp_msg_ns = 55;
 };
 
 // Fixed pipeline costs (cycles of the NIC clock), documented with the timing model.
@@ -142,6 +149,9 @@ struct RnicConfig {
     // reach the limit quickly).
     size_t tx_hold_max_bytes = kTxHoldMaxBytes;
     RnicDirect direct;
+    // Bytes of device memory (docs/rnic.md "Device memory"; the glue's dm-size): a multiple of
+    // RNIC_DM_ALIGN up to RNIC_DM_SIZE_MAX (else rounded down and a guest error says so); 0: none.
+    uint32_t dm_size = 256u << 10;
 };
 
 // The fabric's addressing rule for a node (rkf_eth_node_mac/rkf_eth_node_ipv4, fabric_proto.h:
@@ -262,6 +272,7 @@ private:
     void flush_recv(uint32_t qpn) override;
     void complete(const Completion &c) override;
     void qp_event(uint32_t qpn, RcEvent ev, WcStatus why, uint8_t syndrome) override;
+    void request_executed(uint32_t qpn, uint8_t opcode) override;
 
     // registers and commands
     void guest_error(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -346,6 +357,15 @@ private:
     uint64_t nic_ns(uint64_t cycles) const;
     uint64_t model_wr_ns(uint8_t wr_op, uint64_t len, uint32_t mtu) const;
     uint64_t model_recv_ns(uint64_t len, uint32_t mtu) const;
+    // device memory (rnic_dm.cc)
+    uint16_t cmd_dm(struct rnic_cmd &c); // ALLOC_DM, FREE_DM, REG_DM_MR, DM_COPY
+    bool dm_rw(const Mr &m, uint64_t va, uint8_t *buf, uint64_t len, bool write);
+    Remote dm_atomic(const Mr &m, uint8_t opcode, uint64_t va, uint64_t swap_add, uint64_t compare,
+                     uint64_t *orig);
+    void dm_clear();
+    // the responder's rate ceilings (rnic_ceiling.cc)
+    uint64_t arrival_ns();
+    void ceil_reset();
 
     Host host_;
     RnicConfig cfg_;
@@ -388,6 +408,20 @@ private:
     // the receive pass (kRxPassGapNs): its start, the end of the last delivery, inside one
     uint64_t rx_pass_ns_ = 0, rx_end_ns_ = 0;
     bool in_rx_ = false;
+    // The rate ceilings' modeled clocks (rnic_ceiling.cc): when the atomic serializer is next
+    // free, and whether the atomic being executed is to device memory (set by atomic_remote and
+    // xatomic_remote for request_executed). Each QP's clock is Qp::ceil_free_ns.
+    uint64_t ceil_atomic_free_ns_ = 0;
+    bool ceil_atomic_dm_ = false;
+
+    // Device memory (rnic_dm.cc): its bytes (cfg_.dm_size) and the allocations (dm id = index + 1;
+    // len 0: free); users: MRs registered over it.
+    struct DmAlloc {
+        uint64_t off = 0, len = 0;
+        uint32_t users = 0;
+    };
+    std::vector<uint8_t> dm_;
+    std::vector<DmAlloc> dms_;
 
     // The unit's counters before the last load (the unit restarts empty: rnic_state.cc).
     RnicCounters amu_base_;

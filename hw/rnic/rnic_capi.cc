@@ -63,13 +63,28 @@ void *create(const RkHost *host, const void *config, char *err, size_t errlen)
     const RkRnicConfig &c = *static_cast<const RkRnicConfig *>(config);
     const RkRnicTiming &t = c.timing;
     RnicConfig cfg;
-    cfg.timing = {t.link_mbps, t.hop_ns, t.nic_mhz, t.pcie_ns, t.pcie_mbps, t.max_mtu};
+    cfg.timing = {t.link_mbps, t.hop_ns,         t.nic_mhz,      t.pcie_ns,  t.pcie_mbps,
+                  t.max_mtu,   t.atomic_host_ns, t.atomic_dm_ns, t.qp_msg_ns};
     const char *bad = nullptr;
     cfg.amu = amu_config(c.amu, cfg.timing.nic_mhz, &bad);
     if (bad) {
         std::snprintf(err, errlen, "atomic unit: amu-%s (docs/atomic-unit.md \"Properties\")", bad);
         return nullptr;
     }
+    if (c.dm_size % RNIC_DM_ALIGN || c.dm_size > RNIC_DM_SIZE_MAX) {
+        std::snprintf(err, errlen,
+                      "dm-size %u: a multiple of %u up to %u bytes (docs/rnic.md \"Device memory\")",
+                      c.dm_size, RNIC_DM_ALIGN, RNIC_DM_SIZE_MAX);
+        return nullptr;
+    }
+    cfg.dm_size = c.dm_size;
+    if (c.ack_every == 0) {
+        std::snprintf(err, errlen,
+                      "ack-every 0: an ACK answers at least 1 request (docs/rnic.md \"ACK coalescing\")");
+        return nullptr;
+    }
+    cfg.rc.ack_every = c.ack_every;
+    cfg.rc.ack_delay_ns = c.ack_delay_ns;
     cfg.link = host->port != nullptr; // without a port, frames to other nodes are dropped
     rkf_eth_node_mac(host->node_id, cfg.mac);
     cfg.ip = rkf_eth_node_ipv4(host->node_id);

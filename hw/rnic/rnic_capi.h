@@ -24,6 +24,10 @@ typedef struct RkRnicTiming {
     uint32_t pcie_ns;   /* one-way PCIe latency */
     uint32_t pcie_mbps; /* PCIe bandwidth, MByte/s */
     uint32_t max_mtu;   /* largest path MTU, 256..4096 */
+    /* the responder's rate ceilings (docs/rnic.md "Rate ceilings"), ns; 0: off */
+    uint32_t atomic_host_ns; /* one atomic to host memory (serialized per device) */
+    uint32_t atomic_dm_ns;   /* one atomic to device memory (serialized per device) */
+    uint32_t qp_msg_ns;      /* one request message on its QP */
 } RkRnicTiming;
 
 /* The atomic unit's properties (docs/atomic-unit.md "Properties"; amu-* on the device). The
@@ -43,7 +47,7 @@ int rk_rnic_amu_check(const RkRnicAmu *a, uint32_t nic_mhz, char *msg, size_t le
 
 /* The version of the saved state (rk_rnic_device_ops.state_version, the glue's VMState version):
  * bump it with every change of hw/rnic/rnic_state.h's lists. */
-#define RK_RNIC_STATE_VERSION 3u
+#define RK_RNIC_STATE_VERSION 4u
 
 /* The device's configuration (its QOM properties), rk_rnic_device_ops' create. */
 typedef struct RkRnicConfig {
@@ -52,6 +56,13 @@ typedef struct RkRnicConfig {
     /* the direct path over the host's remote memory (docs/rnic.md "Direct path"); 0: the
      * core ignores RkHost.rmem */
     int direct;
+    /* bytes of device memory (dm-size; docs/rnic.md "Device memory"): a multiple of 64 up to
+     * RNIC_DM_SIZE_MAX (create refuses others); 0: none */
+    uint32_t dm_size;
+    /* ACK coalescing (docs/rnic.md "ACK coalescing"): an owed ACK waits for ack_every (1..)
+     * AckReq packets or ack_delay_ns; ack_delay_ns 0: ACK at the end of each receive burst */
+    uint32_t ack_every;
+    uint32_t ack_delay_ns;
 } RkRnicConfig;
 
 /*

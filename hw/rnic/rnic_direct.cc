@@ -301,7 +301,8 @@ void Rnic::publish()
         for (uint32_t i = 0; i < RNIC_MAX_MR; i++) {
             if (!pub_mr_dirty_.test(i)) continue;
             rnic_pub_mr e{};
-            if (const Mr *m = mrs_[i].get()) {
+            // an MR over device memory is not published: peers' requests to it take the wire
+            if (const Mr *m = mrs_[i].get(); m && !m->dm) {
                 e.iova = m->iova;
                 e.length = m->length;
                 e.key = i << 8 | mr_tag_[i];

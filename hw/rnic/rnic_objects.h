@@ -117,6 +117,7 @@ struct Rnic::Qp : QpArch {
     struct Wr : WrArch {};
     std::map<uint64_t, Wr> wrs; // by sequence number (the engine's wr_id)
     Wr bad;                     // bad_held: the WQE that failed its checks
+    uint64_t ceil_free_ns = 0;  // the QP's message-rate ceiling: when it takes the next request (model)
 };
 
 // Rnic::mr_walk (rnic.h): the pieces of [va, va + len) by the MR's page list.

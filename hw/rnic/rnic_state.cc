@@ -141,6 +141,11 @@ RnicSnapshot Rnic::save()
 
     for (uint32_t i = 0; i < RNIC_MAX_MR; i++)
         if (const Mr *m = mrs_[i].get()) s.mr.push_back(MrRec{i, *m});
+    // device memory: the allocations and the bytes (docs/rnic.md "Device memory")
+    for (uint32_t i = 0; i < RNIC_MAX_DM; i++)
+        if (dms_[i].len) s.dm.push_back(DmRec{i, dms_[i].off, dms_[i].len});
+    s.dm_mem.resize(dm_.size() / 8);
+    std::memcpy(s.dm_mem.data(), dm_.data(), s.dm_mem.size() * 8);
     for (uint32_t i = 0; i < RNIC_MAX_CQ; i++)
         if (const Cq *c = cqs_[i].get()) s.cq.push_back(CqRec{i, *c});
     for (const auto &qp : qps_) {
@@ -184,6 +189,34 @@ bool Rnic::check_state(const RnicSnapshot &s, std::string *why)
         s.res.size() > size_t(RNIC_MAX_QP) * RC_MAX_RD_ATOMIC)
         return fail(why, "record counts %zu WRs, %zu send queue entries, %zu resources beyond the device's",
                     s.wr.size(), s.sqe.size(), s.res.size());
+    // device memory: the same size as this device's, allocations inside it and apart
+    if (s.dm_mem.size() * 8 != dm_.size())
+        return fail(why, "device memory of %zu bytes, this device has %zu (dm-size)", s.dm_mem.size() * 8,
+                    dm_.size());
+    if (s.dm.size() > RNIC_MAX_DM) return fail(why, "%zu device-memory allocations", s.dm.size());
+    std::vector<DmRec> dm_by(RNIC_MAX_DM);
+    for (const DmRec &d : s.dm) {
+        if (d.index >= RNIC_MAX_DM || dm_by[d.index].len)
+            return fail(why, "device-memory allocation %u out of range or twice", d.index);
+        if (d.len == 0 || d.len % RNIC_DM_ALIGN || d.off % RNIC_DM_ALIGN || d.off > dm_.size() ||
+            d.len > dm_.size() - d.off)
+            return fail(why, "device-memory allocation %u: [%llu, +%llu) outside %zu bytes", d.index,
+                        (unsigned long long)d.off, (unsigned long long)d.len, dm_.size());
+        for (const DmRec &o : s.dm)
+            if (&o != &d && d.off < o.off + o.len && o.off < d.off + d.len)
+                return fail(why, "device-memory allocations %u and %u overlap", d.index, o.index);
+        dm_by[d.index] = d;
+    }
+    for (const MrRec &r : s.mr) {
+        const MrArch &m = r.mr;
+        if (!m.dm) continue;
+        if (m.dm > RNIC_MAX_DM || !dm_by[m.dm - 1].len)
+            return fail(why, "MR %u: over device-memory allocation %u, which does not exist", r.index, m.dm);
+        const DmRec &d = dm_by[m.dm - 1];
+        if (m.phys || !m.pages.empty() || m.length == 0 || m.dm_off < d.off || m.dm_off - d.off > d.len ||
+            m.length > d.len - (m.dm_off - d.off) || (m.access & RNIC_ACCESS_FLUSH_PERSIST))
+            return fail(why, "MR %u: bad device-memory range or access", r.index);
+    }
     uint64_t n_pages = 0;
     for (const MrRec &m : s.mr)
         n_pages += m.mr.pages.size();
@@ -227,6 +260,7 @@ bool Rnic::check_state(const RnicSnapshot &s, std::string *why)
             !(m.access & RNIC_ACCESS_LOCAL_WRITE))
             return fail(why, "MR %u: remote write/atomic without local write", i);
         if (m.length == 0 || m.iova + m.length < m.iova) return fail(why, "MR %u: bad range", i);
+        if (m.dm) continue; // checked with the device memory above
         if (m.phys) {
             if (!m.pages.empty()) return fail(why, "MR %u: physical MR with a page list", i);
             if (!probe_ram(m.iova, m.length)) return fail(why, "MR %u: range outside RAM", i);
@@ -442,6 +476,11 @@ bool Rnic::load(const RnicSnapshot &s, std::string *why)
         pds_[m->pdn - 1].users++;
         mrs_[r.index] = std::move(m);
     }
+    for (const DmRec &d : s.dm)
+        dms_[d.index] = DmAlloc{d.off, d.len, 0};
+    for (const auto &m : mrs_)
+        if (m && m->dm) dms_[m->dm - 1].users++;
+    std::memcpy(dm_.data(), s.dm_mem.data(), dm_.size());
     for (const CqRec &r : s.cq) {
         auto c = std::make_unique<Cq>();
         static_cast<CqArch &>(*c) = r.cq;

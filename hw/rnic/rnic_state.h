@@ -36,7 +36,9 @@ constexpr uint32_t kRnicStateVersion = RK_RNIC_STATE_VERSION;
     X(uint32_t, access, 0) \
     X(bool, phys, false) \
     X(uint8_t, page_shift, 12) \
-    X(std::vector<uint64_t>, pages, {})
+    X(std::vector<uint64_t>, pages, {}) \
+    X(uint32_t, dm, 0)     /* over device memory: the allocation's id (1..RNIC_MAX_DM), else 0 */ \
+    X(uint64_t, dm_off, 0) /* device-memory offset of byte iova (dm != 0) */
 struct MrArch {
     RK_STATE_FIELDS_INIT(RNIC_MR_STATE)
 };
@@ -129,6 +131,11 @@ struct RnicFixed {
 struct MrRec {
     RK_STATE_FIELDS_INIT(RNIC_MR_REC)
 };
+// A device-memory allocation (ALLOC_DM): its id is index + 1.
+#define RNIC_DM_REC(X) X(uint32_t, index, 0) X(uint64_t, off, 0) X(uint64_t, len, 0)
+struct DmRec {
+    RK_STATE_FIELDS_INIT(RNIC_DM_REC)
+};
 #define RNIC_CQ_REC(X) X(uint32_t, index, 0) X(CqArch, cq, {})
 struct CqRec {
     RK_STATE_FIELDS_INIT(RNIC_CQ_REC)
@@ -163,7 +170,9 @@ struct ResRec {
     X(std::vector<QpRec>, qp, {}) \
     X(std::vector<WrRec>, wr, {}) \
     X(std::vector<SqeRec>, sqe, {}) \
-    X(std::vector<ResRec>, res, {})
+    X(std::vector<ResRec>, res, {}) \
+    X(std::vector<DmRec>, dm, {}) \
+    X(std::vector<uint64_t>, dm_mem, {}) /* the device memory's contents, dm-size / 8 words */
 struct RnicSnapshot {
     RK_STATE_FIELDS_INIT(RNIC_SNAPSHOT)
 };
@@ -173,12 +182,14 @@ struct RnicSnapshot {
 // slot, RNIC_MAX_QP << RNIC_DEPTH_LOG2_MAX == RNIC_MR_TOTAL_PAGES).
 constexpr uint32_t kListMax = RNIC_MR_TOTAL_PAGES;
 static_assert((uint64_t(RNIC_MAX_QP) << RNIC_DEPTH_LOG2_MAX) <= kListMax, "WR records beyond the list bound");
+static_assert(RNIC_DM_SIZE_MAX / 8 <= kListMax, "device memory beyond the list bound");
 // The largest state of a full device (every object, every list at its bound; a struct's size
 // bounds what it saves): what the adapter accepts to load.
 constexpr uint64_t kWrMax = uint64_t(RNIC_MAX_QP) << RNIC_DEPTH_LOG2_MAX;
 constexpr uint64_t kStateMax = sizeof(RnicFixed) + 7 * 4 + uint64_t(RNIC_MAX_MR) * sizeof(MrRec) +
                                uint64_t(RNIC_MR_TOTAL_PAGES) * 8 + uint64_t(RNIC_MAX_CQ) * sizeof(CqRec) +
                                uint64_t(RNIC_MAX_QP) * sizeof(QpRec) + kWrMax * sizeof(WrRec) +
-                               kWrMax * sizeof(SqeRec) + uint64_t(RNIC_MAX_QP) * 64 * sizeof(ResRec);
+                               kWrMax * sizeof(SqeRec) + uint64_t(RNIC_MAX_QP) * 64 * sizeof(ResRec) +
+                               uint64_t(RNIC_MAX_DM) * sizeof(DmRec) + RNIC_DM_SIZE_MAX + 2 * 4;
 
 } // namespace rackemu::rnic

@@ -150,6 +150,7 @@ Remote Rnic::atomic_remote(uint32_t qpn, uint8_t opcode, uint32_t rkey, uint64_t
         ctr_.remote_violations++;
         return Remote::AccessError;
     }
+    if (m->dm) return dm_atomic(*m, opcode, va, swap_add, compare, orig); // rnic_dm.cc
     AmoRequest rq;
     rq.size = 8;
     if (opcode == ROCE_OP_CMP_SWAP) { // a masked compare-swap with every bit
@@ -188,6 +189,11 @@ Remote Rnic::xatomic_remote(uint32_t qpn, uint32_t rkey, uint64_t va, const XAto
                     (unsigned long long)va, x.size);
         ctr_.remote_violations++;
         return Remote::InvalidRequest;
+    }
+    if (m->dm) { // the atomic unit works on host memory only
+        guest_error("QP 0x%x: extended atomic on device memory (rkey 0x%x): refused", qpn, rkey);
+        ctr_.remote_violations++;
+        return Remote::OpError;
     }
     AmoRequest rq;
     rq.op = x.op;

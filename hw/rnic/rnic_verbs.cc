@@ -79,6 +79,7 @@ void Rnic::exec_command()
             st = RNIC_CMD_ST_BAD_MR;
         } else {
             pds_[m->pdn - 1].users--;
+            if (m->dm) dms_[m->dm - 1].users--;
             mrs_[RNIC_KEY_INDEX(c.handle)].reset();
         }
         break;
@@ -107,6 +108,12 @@ void Rnic::exec_command()
     case RNIC_CMD_DESTROY_QP:
         st = cmd_destroy_qp(c.handle);
         break;
+    case RNIC_CMD_ALLOC_DM:
+    case RNIC_CMD_FREE_DM:
+    case RNIC_CMD_REG_DM_MR:
+    case RNIC_CMD_DM_COPY:
+        st = cmd_dm(c);
+        break;
     default:
         st = RNIC_CMD_ST_BAD_OPCODE;
         break;
@@ -114,7 +121,8 @@ void Rnic::exec_command()
     c.status = st;
     cmd_status_ = st;
     if (st == RNIC_CMD_ST_OK) { // what peers' direct READs check (rnic_direct.cc)
-        if (c.opcode == RNIC_CMD_REG_MR) pub_mr_changed(RNIC_KEY_INDEX(c.out0));
+        if (c.opcode == RNIC_CMD_REG_MR || c.opcode == RNIC_CMD_REG_DM_MR)
+            pub_mr_changed(RNIC_KEY_INDEX(c.out0));
         if (c.opcode == RNIC_CMD_DEREG_MR) pub_mr_changed(RNIC_KEY_INDEX(c.handle));
         if (c.opcode == RNIC_CMD_CREATE_QP || c.opcode == RNIC_CMD_MODIFY_QP ||
             c.opcode == RNIC_CMD_DESTROY_QP)
@@ -393,6 +401,7 @@ Rnic::Mr *Rnic::mr_by_key(uint32_t key)
 
 bool Rnic::mr_rw(const Mr &m, uint64_t va, uint8_t *buf, uint64_t len, bool write)
 {
+    if (m.dm) return dm_rw(m, va, buf, len, write);
     return mr_walk(m, va, len, [&](uint64_t pa, uint64_t n) {
         if (!nvm_rw(pa, buf, n, write)) return false;
         buf += n;

@@ -36,8 +36,15 @@ RNIC_PROPS: dict[str, tuple[int, str]] = {
     "nic-mhz": (1, "NIC pipeline clock, MHz"),
     "pcie-ns": (0, "one-way PCIe latency, ns"),
     "pcie-mbps": (1, "PCIe bandwidth, MByte/s"),
+    "atomic-host-ns": (0, "responder's service time of one atomic to host memory, serialized, ns (0: off)"),
+    "atomic-dm-ns": (0, "responder's service time of one atomic to device memory, serialized, ns (0: off)"),
+    "qp-msg-ns": (0, "time one request message occupies its QP's responder, ns (0: off)"),
+    "dm-size": (0, "bytes of NIC device memory, a multiple of 64 up to 4194304 (0: none)"),
+    "ack-every": (1, "responder ACK coalescing: ACK once this many AckReq packets are owed"),
+    "ack-delay-ns": (0, "responder ACK coalescing: or once the first owed is this old, ns (0: no coalescing)"),
 }
 RNIC_MTUS = (256, 512, 1024, 2048, 4096)
+RNIC_DM_SIZE_MAX = 4 << 20   # RNIC_DM_SIZE_MAX (rnic_regs.h)
 # Persistent memory (docs/pmem.md): the persistence model's modes and the properties the
 # `pmem_props` key passes to the machine as pmem-<name>: name -> (smallest, largest, meaning).
 PMEM_MODES = ("none", "eadr", "adr", "adr-ddio")
@@ -593,6 +600,9 @@ def _rnic_props(props: Any) -> dict[str, int]:
         if k == "mtu" and v not in RNIC_MTUS:
             raise ConfigError(f"rnic_props.mtu: {v} is not a RoCE path MTU "
                               f"(use one of {', '.join(map(str, RNIC_MTUS))})")
+        if k == "dm-size" and (v % 64 or v > RNIC_DM_SIZE_MAX):
+            raise ConfigError(f"rnic_props.dm-size: {v} is not a multiple of 64 up to {RNIC_DM_SIZE_MAX} "
+                              f"(bytes of device memory, docs/rnic.md \"Device memory\")")
         if not lo <= v <= 0xFFFFFFFF:
             raise ConfigError(f"rnic_props.{k}: {v} is out of range ({lo} to 4294967295; {what})")
         out[k] = v

@@ -151,6 +151,10 @@ def test_rnic_key_and_its_properties_are_checked(tmp_path):
     assert (c.rnic, c.rnic_props) == (True, {"mtu": 1024, "link-mbps": 25000, "hop-ns": 0})
     assert c.rnic_args() == ["-device", "rackemu-rnic,hop-ns=0,link-mbps=25000,mtu=1024"]
     assert load_config(None, {"rnic": True}).rnic_args() == ["-device", "rackemu-rnic"]
+    # the responder's rate ceilings (docs/rnic.md "Rate ceilings"): 0 turns one off
+    c2 = load_config(write(tmp_path, "rnic = true\nrnic_props = { atomic-host-ns = 0, atomic-dm-ns = 100, "
+                                     "qp-msg-ns = 50 }\n"))
+    assert c2.rnic_args() == ["-device", "rackemu-rnic,atomic-dm-ns=100,atomic-host-ns=0,qp-msg-ns=50"]
     # the state file round trip keeps both
     from rackemu.config import ClusterConfig
     assert ClusterConfig.from_dict(c.to_dict()).rnic_args() == c.rnic_args()
@@ -163,6 +167,11 @@ def test_rnic_key_and_its_properties_are_checked(tmp_path):
     ("rnic = true\nrnic_props = { link-mbps = 0 }\n", r"rnic_props.link-mbps: 0 is out of range \(1 to 4294967295"),
     ("rnic = true\nrnic_props = { pcie-ns = 4294967296 }\n", r"rnic_props.pcie-ns: 4294967296 is out of range"),
     ("rnic = true\nrnic_props = { hop-ns = -1 }\n", r"rnic_props.hop-ns: -1 is out of range \(0 to"),
+    ("rnic = true\nrnic_props = { atomic-host-ns = -5 }\n", r"rnic_props.atomic-host-ns: -5 is out of range \(0 to"),
+    ("rnic = true\nrnic_props = { qp-msg-ns = 4294967296 }\n", r"rnic_props.qp-msg-ns: 4294967296 is out of range"),
+    ("rnic = true\nrnic_props = { dm-size = 100 }\n", r"rnic_props.dm-size: 100 is not a multiple of 64"),
+    ("rnic = true\nrnic_props = { ack-every = 0 }\n", r"rnic_props.ack-every: 0 is out of range \(1 to"),
+    ("rnic = true\nrnic_props = { dm-size = 8388608 }\n", r"rnic_props.dm-size: 8388608 is not a multiple of 64 up to"),
     ("rnic = true\nrnic_props = { nic-mhz = 1.5 }\n", r"rnic_props.nic-mhz: expected an integer \(NIC pipeline clock"),
     ("rnic = true\nrnic_props = { link_mbps = 5 }\n", r"unknown property 'link_mbps' \(known: mtu .*link-mbps"),
     ("rnic = true\nrnic_props = 5\n", r"rnic_props must be a table"),

@@ -601,7 +601,7 @@ TEST(RnicMigration, CreateRefusesABadAtomicUnitProperty)
     TestHost h(kRam, kBase);
     const RkHost raw = h.raw();
     RkRnicConfig cfg = {};
-    cfg.timing = {100000, 300, 500, 400, 16000, 4096};
+    cfg.timing = {100000, 300, 500, 400, 16000, 4096, 345, 111, 55};
     char err[200] = "";
     EXPECT_EQ(rk_rnic_device_ops.create(&raw, &cfg, err, sizeof(err)), nullptr); // zero amu-*: refused
     EXPECT_NE(std::string(err).find("amu-"), std::string::npos) << err;

@@ -29,6 +29,7 @@ struct rnic_uinfo {
 	rk_u16 link_up;
 	rk_u32 link_mbps, hop_ns, nic_mhz, pcie_ns, pcie_mbps;
 	rk_u32 irq_vectors;   /* interrupt vectors the driver got (MSI-X, else 1: INTx) */
+	rk_u32 dm_size;       /* bytes of device memory (RNIC_REG_DM_SIZE; 0: none) */
 };
 
 /* RNIC_IOC_REG_MR: pin [addr, addr + length) of the calling process and register it. A range
@@ -93,6 +94,32 @@ struct rnic_uasync_event {
 };
 #define RNIC_FILE_EVENTS 64u
 
+/* Device memory (docs/rnic-verbs.md "Device memory"; the device's ALLOC_DM, REG_DM_MR, DM_COPY).
+ * RNIC_IOC_ALLOC_DM: length bytes of the NIC's memory (rounded up to 64), owned by this file. */
+struct rnic_ualloc_dm {
+	rk_u64 length;        /* in */
+	rk_u32 dm;            /* out: the allocation's id */
+	rk_u32 reserved;      /* in: 0 */
+};
+/* RNIC_IOC_REG_DM_MR: an MR over [offset, offset + length) of allocation dm, at iova addr. */
+struct rnic_ureg_dm_mr {
+	rk_u64 addr;          /* in: the MR's iova (0: zero-based, as ibv_reg_dm_mr) */
+	rk_u64 offset;        /* in: byte offset in the allocation */
+	rk_u64 length;        /* in */
+	rk_u32 pdn, dm;       /* in */
+	rk_u32 access;        /* in: RNIC_ACCESS_* (no FLUSH_PERSIST) */
+	rk_u32 lkey, rkey;    /* out */
+	rk_u32 reserved;      /* in: 0 */
+};
+/* RNIC_IOC_DM_COPY: length bytes between the caller's buf and the allocation at offset. */
+struct rnic_udm_copy {
+	rk_u64 buf;           /* in: user address */
+	rk_u64 offset;        /* in: byte offset in the allocation */
+	rk_u64 length;        /* in */
+	rk_u32 dm;            /* in */
+	rk_u32 dir;           /* in: RNIC_DM_COPY_TO_DM / RNIC_DM_COPY_FROM_DM */
+};
+
 #define RNIC_IOC_MAGIC 'R'
 #define RNIC_IOC_QUERY       _IOR(RNIC_IOC_MAGIC, 0x40, struct rnic_uinfo)
 #define RNIC_IOC_ALLOC_PD    _IOR(RNIC_IOC_MAGIC, 0x41, rk_u32)
@@ -108,6 +135,10 @@ struct rnic_uasync_event {
 #define RNIC_IOC_WAIT_CQ     _IOWR(RNIC_IOC_MAGIC, 0x4b, struct rnic_uwait_cq)
 #define RNIC_IOC_COUNTERS    _IOR(RNIC_IOC_MAGIC, 0x4c, rk_u64[RNIC_CNT_COUNT])
 #define RNIC_IOC_GET_ASYNC_EVENT _IOWR(RNIC_IOC_MAGIC, 0x4d, struct rnic_uasync_event)
+#define RNIC_IOC_ALLOC_DM    _IOWR(RNIC_IOC_MAGIC, 0x4e, struct rnic_ualloc_dm)
+#define RNIC_IOC_FREE_DM     _IOW(RNIC_IOC_MAGIC, 0x4f, rk_u32)
+#define RNIC_IOC_REG_DM_MR   _IOWR(RNIC_IOC_MAGIC, 0x50, struct rnic_ureg_dm_mr)
+#define RNIC_IOC_DM_COPY     _IOW(RNIC_IOC_MAGIC, 0x51, struct rnic_udm_copy)
 
 /* mmap offsets: page offset = type << 16 | index */
 #define RNIC_MAP_SQ   1u

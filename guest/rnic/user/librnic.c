@@ -96,6 +96,53 @@ int rnic_dereg_mr(struct rnic_ctx *ctx, struct rnic_mr *mr)
 	return ioc(ctx, RNIC_IOC_DEREG_MR, &mr->lkey);
 }
 
+int rnic_alloc_dm(struct rnic_ctx *ctx, uint64_t length, uint32_t *dm)
+{
+	struct rnic_ualloc_dm u = { .length = length };
+	int ret = ioc(ctx, RNIC_IOC_ALLOC_DM, &u);
+
+	if (!ret)
+		*dm = u.dm;
+	return ret;
+}
+
+int rnic_free_dm(struct rnic_ctx *ctx, uint32_t dm)
+{
+	return ioc(ctx, RNIC_IOC_FREE_DM, &dm);
+}
+
+int rnic_reg_dm_mr(struct rnic_ctx *ctx, uint32_t pdn, uint32_t dm, uint64_t offset, uint64_t length,
+		   uint64_t iova, uint32_t access, struct rnic_mr *mr)
+{
+	struct rnic_ureg_dm_mr u = { .addr = iova, .offset = offset, .length = length, .pdn = pdn, .dm = dm,
+				     .access = access };
+	int ret = ioc(ctx, RNIC_IOC_REG_DM_MR, &u);
+
+	if (ret)
+		return ret;
+	mr->addr = (void *)(uintptr_t)iova;
+	mr->length = length;
+	mr->lkey = u.lkey;
+	mr->rkey = u.rkey;
+	return 0;
+}
+
+int rnic_memcpy_to_dm(struct rnic_ctx *ctx, uint32_t dm, uint64_t offset, const void *src, uint64_t length)
+{
+	struct rnic_udm_copy u = { .buf = (uintptr_t)src, .offset = offset, .length = length, .dm = dm,
+				   .dir = RNIC_DM_COPY_TO_DM };
+
+	return ioc(ctx, RNIC_IOC_DM_COPY, &u);
+}
+
+int rnic_memcpy_from_dm(struct rnic_ctx *ctx, void *dst, uint32_t dm, uint64_t offset, uint64_t length)
+{
+	struct rnic_udm_copy u = { .buf = (uintptr_t)dst, .offset = offset, .length = length, .dm = dm,
+				   .dir = RNIC_DM_COPY_FROM_DM };
+
+	return ioc(ctx, RNIC_IOC_DM_COPY, &u);
+}
+
 static void *map(struct rnic_ctx *ctx, size_t len, uint64_t off)
 {
 	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, ctx->fd, (off_t)off);

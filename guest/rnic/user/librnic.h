@@ -84,6 +84,15 @@ int rnic_dealloc_pd(struct rnic_ctx *ctx, uint32_t pdn);
 int rnic_reg_mr(struct rnic_ctx *ctx, uint32_t pdn, void *addr, uint64_t length, uint32_t access,
 		struct rnic_mr *mr);
 int rnic_dereg_mr(struct rnic_ctx *ctx, struct rnic_mr *mr);
+/* Device memory (docs/rnic-verbs.md "Device memory"; ibv_alloc_dm, ibv_free_dm, ibv_reg_dm_mr,
+ * ibv_memcpy_to_dm / ibv_memcpy_from_dm): ctx->info.dm_size bytes on the NIC. rnic_reg_dm_mr's
+ * MR has addr = (void *)iova (not a local pointer: its bytes are reached by rnic_dm_copy). */
+int rnic_alloc_dm(struct rnic_ctx *ctx, uint64_t length, uint32_t *dm);
+int rnic_free_dm(struct rnic_ctx *ctx, uint32_t dm);
+int rnic_reg_dm_mr(struct rnic_ctx *ctx, uint32_t pdn, uint32_t dm, uint64_t offset, uint64_t length,
+		   uint64_t iova, uint32_t access, struct rnic_mr *mr);
+int rnic_memcpy_to_dm(struct rnic_ctx *ctx, uint32_t dm, uint64_t offset, const void *src, uint64_t length);
+int rnic_memcpy_from_dm(struct rnic_ctx *ctx, void *dst, uint32_t dm, uint64_t offset, uint64_t length);
 struct rnic_cq *rnic_create_cq(struct rnic_ctx *ctx, unsigned depth_log2); /* vector 0 */
 /* comp_vector: the interrupt vector the CQ's events raise, 0..ctx->info.irq_vectors-1 (as verbs'
  * ibv_create_cq comp_vector); beyond: NULL with errno EINVAL. */

@@ -134,6 +134,7 @@
 #define RNIC_REG_PCIE_NS       0x60Cu   /* R 32: PCIe one-way latency, ns (pcie-ns) */
 #define RNIC_REG_PCIE_MBPS     0x610u   /* R 32: PCIe bandwidth, MByte/s (pcie-mbps) */
 #define RNIC_REG_MAX_MTU       0x614u   /* R 32: largest path MTU accepted by modify QP (mtu, 256..4096) */
+#define RNIC_REG_DM_SIZE       0x618u   /* R 32: bytes of device memory (dm-size; 0: none; docs/rnic.md "Device memory") */
 
 /* Asynchronous event queue (docs/rnic.md "Async events"): events that belong to no work request
  * (ibv_get_async_event's), written by the device as struct rnic_eqe into ONE ring of 2^n entries
@@ -202,6 +203,10 @@ enum rnic_cmd_op {
     RNIC_CMD_MODIFY_QP    = 8,  /* handle = qpn, params.modify */
     RNIC_CMD_QUERY_QP     = 9,  /* handle = qpn; out: params.modify filled, out0 = state */
     RNIC_CMD_DESTROY_QP   = 10, /* handle = qpn; its work is dropped without completions */
+    RNIC_CMD_ALLOC_DM     = 11, /* params.dm.length; out: handle = dm id, out0 = its offset in device memory */
+    RNIC_CMD_FREE_DM      = 12, /* handle = dm id; BUSY while an MR is registered over it */
+    RNIC_CMD_REG_DM_MR    = 13, /* handle = pdn, params.dm (dm, offset, length, addr = iova, access); out: out0 = lkey, out1 = rkey */
+    RNIC_CMD_DM_COPY      = 14, /* handle = dm id, params.dm (offset, length, addr = guest-physical, dir) */
     RNIC_CMD_OP_COUNT
 };
 enum rnic_cmd_status {
@@ -236,6 +241,27 @@ struct rnic_cmd_mr {
     rk_u32 reserved1;
 };
 #define RNIC_MR_F_PHYS         (1u << 0) /* iova is a contiguous guest-physical range; no page list */
+
+/* Device memory (docs/rnic.md "Device memory"): RNIC_REG_DM_SIZE bytes on the NIC, allocated in
+ * RNIC_DM_ALIGN-byte units (ALLOC_DM rounds the length up), at most RNIC_MAX_DM allocations. An
+ * MR over an allocation (REG_DM_MR) maps [addr, addr + length) to bytes [offset, offset + length)
+ * of it; its keys work as any MR's (remote READ/WRITE/atomics, local SGEs); FLUSH persistence
+ * is refused on it (RNIC_ACCESS_FLUSH_PERSIST: BAD_ACCESS). DM_COPY moves length bytes between
+ * guest RAM at addr and the allocation at offset (the ibv_memcpy_to/from_dm analogue). */
+#define RNIC_MAX_DM            64u
+#define RNIC_DM_ALIGN          64u
+#define RNIC_DM_SIZE_MAX       (4u << 20)  /* largest dm-size the device accepts */
+#define RNIC_DM_COPY_TO_DM     0u
+#define RNIC_DM_COPY_FROM_DM   1u
+struct rnic_cmd_dm {
+    rk_u64 addr;          /* REG_DM_MR: the MR's iova; DM_COPY: guest-physical address */
+    rk_u64 offset;        /* REG_DM_MR, DM_COPY: byte offset in the allocation */
+    rk_u64 length;        /* ALLOC_DM, REG_DM_MR, DM_COPY: bytes (1..) */
+    rk_u32 dm;            /* REG_DM_MR: the dm id (ALLOC_DM's handle) */
+    rk_u32 access;        /* REG_DM_MR: RNIC_ACCESS_* */
+    rk_u32 dir;           /* DM_COPY: RNIC_DM_COPY_* */
+    rk_u32 reserved;
+};
 
 /* Memory region and QP access flags (ibv_access_flags values). */
 #define RNIC_ACCESS_LOCAL_WRITE   (1u << 0)
@@ -335,6 +361,7 @@ struct rnic_cmd {
         struct rnic_cmd_cq cq;
         struct rnic_cmd_qp qp;
         struct rnic_cmd_modify_qp modify;
+        struct rnic_cmd_dm dm;
         rk_u8 raw[112];
     } params;
 };
@@ -526,6 +553,7 @@ struct rnic_eqe {
     X(WR_COMPLETED,    wr_completed,    "send work requests completed successfully") \
     X(WR_ERRORS,       wr_errors,       "send or receive work requests completed with an error (flushes included)") \
     X(QP_ERRORS,       qp_errors,       "QPs moved to the Error state by the transport") \
+    X(MSN_ERRORS,      msn_errors,      "responses whose AETH MSN went backwards or did not match the messages they acknowledge: dropped") \
     X(RX_BACKLOG_DROPS, rx_backlog_drops, "requests dropped because their QP's backlog behind a paused READ was full (RC_MAX_BACKLOG frames; the requester resends them)")
 
 #define RNIC_DEV_COUNTERS(X) \
@@ -570,7 +598,23 @@ struct rnic_eqe {
     X(NVM_FLUSHES,     nvm_flushes,     "FLUSH persistence requests that made a range of persistent memory durable") \
     X(NVM_FLUSH_BYTES, nvm_flush_bytes, "bytes of persistent memory those FLUSHes made durable") \
     X(NVM_ERRORS,      nvm_errors,      "accesses to persistent memory that failed (the node's power cut): NAK or local error") \
+    RNIC_CEIL_COUNTERS(X) \
+    X(DM_ATOMICS,      dm_atomics,      "remote atomics executed on device memory (by the device, not the atomic unit)") \
+    X(DM_RX_BYTES,     dm_rx_bytes,     "bytes the device wrote into device memory through an MR (remote WRITEs, READ results into a DM SGE; not atomics, not DM_COPY)") \
+    X(DM_COPY_BYTES,   dm_copy_bytes,   "bytes DM_COPY moved between guest RAM and device memory") \
     RNIC_AMU_COUNTERS(X)
+
+/* The responder's rate ceilings (docs/rnic.md "Rate ceilings": atomic-host-ns, atomic-dm-ns,
+ * qp-msg-ns): modeled figures, nothing is delayed. */
+#define RNIC_CEIL_COUNTERS(X) \
+    X(CEIL_ATOMICS,    ceil_atomics,    "atomics through the responder's atomic serializer (CMP_SWAP, FETCH_ADD, XATOMIC)") \
+    X(CEIL_ATOMICS_DELAYED, ceil_atomics_delayed, "atomics that waited for the serializer (an earlier atomic still in service)") \
+    X(CEIL_ATOMIC_NS,  ceil_atomic_ns,  "modeled atomic time at the responder: wait for the serializer plus service, summed, ns") \
+    X(CEIL_ATOMIC_WAIT_NS, ceil_atomic_wait_ns, "the part of ceil_atomic_ns spent waiting for the serializer, ns") \
+    X(CEIL_ATOMIC_BUSY_NS, ceil_atomic_busy_ns, "modeled ns the serializer was busy (service times summed): modeled ceiling rate = ceil_atomics / this") \
+    X(CEIL_MSGS_DELAYED, ceil_msgs_delayed, "request messages that waited for their QP's message-rate ceiling (qp-msg-ns)") \
+    X(CEIL_MSG_WAIT_NS, ceil_msg_wait_ns, "modeled ns request messages waited for their QP's message-rate ceiling, summed") \
+    X(CEIL_ACK_DELAY_NS, ceil_ack_delay_ns, "modeled ns responses and ACKs were delayed by the ceilings (both waits), summed")
 
 /* The atomic unit's (target side of every atomic: docs/atomic-unit.md "Counters"); AMU_OPS..
  * AMU_MAX_OUTSTANDING and AMU_BYPASSES mirror the core's AMU_COUNTERS (hw/rnic/atomic_unit.h),

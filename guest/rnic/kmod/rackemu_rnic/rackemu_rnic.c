@@ -189,6 +189,7 @@ struct rnic_dev {
 	struct rnic_cmd *cmd;
 	dma_addr_t cmd_dma;
 	struct rnic_file *pd_owner[RNIC_MAX_PD + 1];
+	struct rnic_file *dm_owner[RNIC_MAX_DM + 1]; /* device-memory allocations by id */
 	struct rnic_mr *mr;         /* RNIC_MAX_MR */
 	struct rnic_cq cq[RNIC_MAX_CQ];
 	struct rnic_qp qp[RNIC_MAX_QP];
@@ -738,6 +739,153 @@ static int rnic_dereg_mr_locked(struct rnic_file *f, u32 key)
 	return 0;
 }
 
+/* ---- device memory (docs/rnic-verbs.md "Device memory") ---- */
+
+static bool rnic_dm_ok(struct rnic_file *f, u32 dm)
+{
+	return dm >= 1 && dm <= RNIC_MAX_DM && f->rd->dm_owner[dm] == f;
+}
+
+static int rnic_alloc_dm(struct rnic_file *f, void __user *p)
+{
+	struct rnic_dev *rd = f->rd;
+	struct rnic_ualloc_dm u;
+	int ret;
+
+	if (copy_from_user(&u, p, sizeof(u)))
+		return -EFAULT;
+	if (u.reserved || !u.length)
+		return -EINVAL;
+	mutex_lock(&rd->lock);
+	rnic_cmd_init(rd, RNIC_CMD_ALLOC_DM, 0);
+	rd->cmd->params.dm.length = u.length;
+	ret = rnic_exec(rd, "ALLOC_DM");
+	if (!ret) {
+		u.dm = rd->cmd->handle;
+		if (u.dm < 1 || u.dm > RNIC_MAX_DM || rd->dm_owner[u.dm]) {
+			dev_err(&rd->pdev->dev, "ALLOC_DM: the device returned id %u, used or invalid\n", u.dm);
+			ret = -EIO;
+		} else {
+			rd->dm_owner[u.dm] = f;
+		}
+	}
+	mutex_unlock(&rd->lock);
+	if (ret)
+		return ret;
+	return copy_to_user(p, &u, sizeof(u)) ? -EFAULT : 0; /* allocated; freed at close */
+}
+
+static int rnic_free_dm_locked(struct rnic_file *f, u32 dm)
+{
+	struct rnic_dev *rd = f->rd;
+	int ret;
+
+	if (!rnic_dm_ok(f, dm))
+		return -ENOENT;
+	rnic_cmd_init(rd, RNIC_CMD_FREE_DM, dm);
+	ret = rnic_exec(rd, "FREE_DM");
+	if (!ret)
+		rd->dm_owner[dm] = NULL;
+	return ret;
+}
+
+static int rnic_reg_dm_mr(struct rnic_file *f, void __user *p)
+{
+	struct rnic_dev *rd = f->rd;
+	struct rnic_ureg_dm_mr u;
+	u32 idx;
+	int ret;
+
+	if (copy_from_user(&u, p, sizeof(u)))
+		return -EFAULT;
+	if (u.reserved)
+		return -EINVAL;
+	mutex_lock(&rd->lock);
+	if (!rnic_pd_ok(f, u.pdn) || !rnic_dm_ok(f, u.dm)) {
+		ret = -ENOENT;
+		goto out;
+	}
+	ret = rnic_quota_check(f, RNIC_K_MR);
+	if (ret)
+		goto out;
+	rnic_cmd_init(rd, RNIC_CMD_REG_DM_MR, u.pdn);
+	rd->cmd->params.dm.addr = u.addr;
+	rd->cmd->params.dm.offset = u.offset;
+	rd->cmd->params.dm.length = u.length;
+	rd->cmd->params.dm.dm = u.dm;
+	rd->cmd->params.dm.access = u.access;
+	ret = rnic_exec(rd, "REG_DM_MR");
+	if (ret)
+		goto out;
+	u.lkey = rd->cmd->out0;
+	u.rkey = rd->cmd->out1;
+	idx = RNIC_KEY_INDEX(u.lkey);
+	if (idx >= RNIC_MAX_MR || rd->mr[idx].owner) {
+		dev_err(&rd->pdev->dev, "REG_DM_MR: the device returned key 0x%x of a used or invalid index\n", u.lkey);
+		ret = -EIO;
+		goto out;
+	}
+	/* no pages pinned: the region is the device's own memory */
+	rd->mr[idx].owner = f;
+	rd->mr[idx].key = u.lkey;
+	rd->mr[idx].pdn = u.pdn;
+	rnic_quota_take(f, RNIC_K_MR);
+out:
+	mutex_unlock(&rd->lock);
+	if (ret)
+		return ret;
+	return copy_to_user(p, &u, sizeof(u)) ? -EFAULT : 0; /* registered; released at close */
+}
+
+#define RNIC_DM_BOUNCE (64u << 10)
+
+/*
+ * Copy between the caller's buffer and an allocation through a coherent bounce buffer, one
+ * DM_COPY command per RNIC_DM_BOUNCE bytes.
+ */
+static int rnic_dm_copy(struct rnic_file *f, void __user *p)
+{
+	struct rnic_dev *rd = f->rd;
+	struct device *dev = &rd->pdev->dev;
+	struct rnic_udm_copy u;
+	dma_addr_t bounce_dma;
+	u64 done = 0;
+	void *bounce;
+	int ret = 0;
+
+	if (copy_from_user(&u, p, sizeof(u)))
+		return -EFAULT;
+	if (u.dir > RNIC_DM_COPY_FROM_DM || !u.length || u.offset + u.length < u.offset)
+		return -EINVAL;
+	bounce = dma_alloc_coherent(dev, RNIC_DM_BOUNCE, &bounce_dma, GFP_KERNEL);
+	if (!bounce)
+		return -ENOMEM;
+	mutex_lock(&rd->lock);
+	if (!rnic_dm_ok(f, u.dm))
+		ret = -ENOENT;
+	while (!ret && done < u.length) {
+		u32 n = (u32)min_t(u64, u.length - done, RNIC_DM_BOUNCE);
+		void __user *ub = (void __user *)(uintptr_t)(u.buf + done);
+
+		if (u.dir == RNIC_DM_COPY_TO_DM && copy_from_user(bounce, ub, n)) {
+			ret = -EFAULT;
+			break;
+		}
+		rnic_cmd_init(rd, RNIC_CMD_DM_COPY, u.dm);
+		rd->cmd->params.dm.addr = bounce_dma;
+		rd->cmd->params.dm.offset = u.offset + done;
+		rd->cmd->params.dm.length = n;
+		rd->cmd->params.dm.dir = u.dir;
+		ret = rnic_exec(rd, "DM_COPY");
+		if (!ret && u.dir == RNIC_DM_COPY_FROM_DM && copy_to_user(ub, bounce, n))
+			ret = -EFAULT;
+		done += n;
+	}
+	mutex_unlock(&rd->lock);
+	dma_free_coherent(dev, RNIC_DM_BOUNCE, bounce, bounce_dma);
+	return ret;
+}
+
 /* ---- completion queues ---- */
 
 static bool rnic_cq_ok(struct rnic_file *f, u32 cqn)
@@ -1219,12 +1367,19 @@ static long rnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 		u.pcie_ns = rd32(rd, RNIC_REG_PCIE_NS);
 		u.pcie_mbps = rd32(rd, RNIC_REG_PCIE_MBPS);
 		u.irq_vectors = rd->nvec;
+		u.dm_size = rd32(rd, RNIC_REG_DM_SIZE);
 		return copy_to_user(p, &u, sizeof(u)) ? -EFAULT : 0;
 	}
 	case RNIC_IOC_ALLOC_PD:
 		return rnic_alloc_pd(f, p);
 	case RNIC_IOC_REG_MR:
 		return rnic_reg_mr(f, p);
+	case RNIC_IOC_ALLOC_DM:
+		return rnic_alloc_dm(f, p);
+	case RNIC_IOC_REG_DM_MR:
+		return rnic_reg_dm_mr(f, p);
+	case RNIC_IOC_DM_COPY:
+		return rnic_dm_copy(f, p);
 	case RNIC_IOC_CREATE_CQ:
 		return rnic_create_cq(f, p);
 	case RNIC_IOC_CREATE_QP:
@@ -1253,6 +1408,7 @@ static long rnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 	case RNIC_IOC_DEREG_MR:
 	case RNIC_IOC_DESTROY_CQ:
 	case RNIC_IOC_DESTROY_QP:
+	case RNIC_IOC_FREE_DM:
 		if (get_user(v, (u32 __user *)p))
 			return -EFAULT;
 		mutex_lock(&rd->lock);
@@ -1262,6 +1418,8 @@ static long rnic_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 			ret = rnic_dereg_mr_locked(f, v);
 		else if (cmd == RNIC_IOC_DESTROY_CQ)
 			ret = rnic_destroy_cq_locked(f, v);
+		else if (cmd == RNIC_IOC_FREE_DM)
+			ret = rnic_free_dm_locked(f, v);
 		else
 			ret = rnic_destroy_qp_locked(f, v);
 		mutex_unlock(&rd->lock);
@@ -1459,7 +1617,7 @@ static __poll_t rnic_poll(struct file *file, poll_table *wait)
 	return (rnic_fired(f) ? EPOLLIN | EPOLLRDNORM : 0) | (rnic_has_event(f) ? EPOLLPRI : 0);
 }
 
-/* Destroy everything the file owns, in dependency order: QPs, CQs, MRs, PDs. */
+/* Destroy everything the file owns, in dependency order: QPs, CQs, MRs, device memory, PDs. */
 static void rnic_file_cleanup(struct rnic_file *f)
 {
 	struct rnic_dev *rd = f->rd;
@@ -1475,6 +1633,9 @@ static void rnic_file_cleanup(struct rnic_file *f)
 	for (i = 0; i < RNIC_MAX_MR; i++)
 		if (rd->mr[i].owner == f)
 			rnic_dereg_mr_locked(f, rd->mr[i].key);
+	for (i = 1; i <= RNIC_MAX_DM; i++)
+		if (rd->dm_owner[i] == f)
+			rnic_free_dm_locked(f, i);
 	for (i = 1; i <= RNIC_MAX_PD; i++)
 		if (rd->pd_owner[i] == f)
 			rnic_dealloc_pd_locked(f, i);
