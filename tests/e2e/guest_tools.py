@@ -152,29 +152,17 @@ class RnicRelay:
         return rc, out, time.monotonic() - t0
 
 
-class SwordRelay:
+class SwordRelay(RnicRelay):
     """A `swordbox-wl server` on `server` and clients whose QP parameters are relayed through
-    files (as RnicRelay; docs/swordbox-workloads.md): each client thread takes the next server
-    conn= line. Used by tests/e2e/test_swordbox_workloads.py and bench/swordbox_workloads.py."""
+    files (docs/swordbox-workloads.md): each client thread takes the next server conn= line;
+    waiting, go and result are RnicRelay's. Used by tests/e2e/test_swordbox_workloads.py and
+    bench/swordbox_workloads.py."""
 
     def __init__(self, server, tag, clients, opts):
         self.server, self.tag, self.n = server, f"/tmp/swl-{tag}", 0
         server.sh(f"rm -f {self.tag}*; setsid sh -c 'swordbox-wl server --peer-file {self.tag} --clients {clients} "
                   f"{opts}; echo rc=$?' </dev/null >{self.tag}.out 2>&1 &")
         self.lines = self._wait(server, f"{self.tag}.out", "conn=", clients)
-
-    @staticmethod
-    def _wait(node, path, what, count=1, timeout=120):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            out = node.exec(f"cat {path}").stdout.decode()
-            got = [ln for ln in out.splitlines() if ln.startswith(what)]
-            if len(got) >= count:
-                return got
-            if "rc=" in out and what != "rc=":
-                raise AssertionError(f"{path} on node {node.id}: {out}")
-            time.sleep(0.2)
-        raise AssertionError(f"no {what} in {path} on node {node.id} within {timeout} s")
 
     def client(self, node, cmd, threads=1):
         """Start `swordbox-wl CMD --threads T --peer-file` on node; returns (node, path)."""
@@ -188,17 +176,6 @@ class SwordRelay:
         for i, line in enumerate(self._wait(node, f"{f}.out", "conn=", threads)):
             self.server.sh(f"echo '{line}' > {self.tag}.{first + i}")
         return node, f
-
-    def go(self, *clients):
-        self._wait(self.server, f"{self.tag}.out", "server=ready")
-        for node, f in clients:
-            node.sh(f"touch {f}.go")
-
-    def result(self, client, timeout=300):
-        node, f = client
-        self._wait(node, f"{f}.out", "rc=", timeout=timeout)
-        out = node.exec(f"cat {f}.out").stdout
-        return int(kv(out)[-1]["rc"]), out
 
     def stop(self):
         self.server.sh(f"touch {self.tag}.stop")
