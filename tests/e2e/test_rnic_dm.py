@@ -38,14 +38,7 @@ def test_device_memory_alloc_register_remote_atomics_and_free(node):
     nic = Rnic(node)
     nic.wreg(R["RNIC_REG_CTRL"], R["RNIC_CTRL_ENABLE"])
     assert nic.reg(R["RNIC_REG_DM_SIZE"]) == 65536
-    pd, _, _ = nic.ok(R["RNIC_CMD_CREATE_PD"])
-    buf = nic.alloc(1 << 16)
-    st, _, key, _ = nic.mr(pd, buf, 1 << 16)
-    assert st == 0
-    cq = nic.cq(log2=6)
-    a, b = nic.qp(pd, cq), nic.qp(pd, cq)
-    nic.connect(a, b["qpn"])
-    nic.connect(b, a["qpn"])
+    pd, buf, key, cq, a, _ = nic.loopback_pair()
 
     dm, off, _ = nic.ok(R["RNIC_CMD_ALLOC_DM"], 0, dm_params(length=200))
     assert 1 <= dm <= R["RNIC_MAX_DM"] and off % 64 == 0

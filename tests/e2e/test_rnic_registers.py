@@ -110,6 +110,19 @@ class Rnic:
                            psn=0xfffffe) == 0
         assert self.modify(qp["qpn"], rts, R["RNIC_QPS_RTS"], access=acc, psn=0xfffffe) == 0
 
+    def loopback_pair(self):
+        """A PD, a 64 KiB buffer with one MR over it, a CQ and two QPs connected to each other
+        (frames to the node's own MAC loop back in the device): (pd, buf, key, cq, a, b)."""
+        pd, _, _ = self.ok(R["RNIC_CMD_CREATE_PD"])
+        buf = self.alloc(1 << 16)
+        st, _, key, _ = self.mr(pd, buf, 1 << 16)
+        assert st == 0
+        cq = self.cq(log2=6)
+        a, b = self.qp(pd, cq), self.qp(pd, cq)
+        self.connect(a, b["qpn"])
+        self.connect(b, a["qpn"])
+        return pd, buf, key, cq, a, b
+
     def post(self, qp, op, wr_id, laddr, length, lkey, raddr=0, rkey=0, swap_add=0, compare=0):
         w = struct.pack("<QBBBBIQIIQQ16sQII", wr_id, op, R["RNIC_WQE_F_SIGNALED"], 1, 0, 0, raddr, rkey, 0,
                         swap_add, compare, bytes(16), laddr, length, lkey)
